@@ -1,0 +1,172 @@
+"""The `ringc` command line: check, emit, run, schema.
+
+Exit codes: 0 success, 1 a check or run failed, 2 bad input (the message names the file,
+the line and the fix). Bad input never prints a traceback; set RINGC_DEBUG=1 to see one
+for an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from .ir.errors import ScheduleError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _devices(text: str) -> list[int]:
+    """`8` or `2..8` (inclusive)."""
+    try:
+        if ".." in text:
+            lo, hi = (int(p) for p in text.split("..", 1))
+        else:
+            lo = hi = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or A..B, got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise argparse.ArgumentTypeError(f"device counts must satisfy 1 <= A <= B, got {text!r}")
+    return list(range(lo, hi + 1))
+
+
+def _param(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name.strip(), int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ringc", description="Verify ring schedules and emit Pallas TPU kernels.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add_params(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--param", type=_param, action="append", default=[], metavar="K=V",
+                        help="override a schedule parameter (repeatable)")
+
+    c = sub.add_parser("check", help="verify schedules for one or more device counts")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
+    c.add_argument("--topology", default="ring", help="device graph (default: ring)")
+    c.add_argument("--invocations", type=int, default=1, metavar="K",
+                   help="check K back-to-back calls of the kernel (barrier reuse)")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
+    add_params(c)
+
+    e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
+    e.add_argument("file", metavar="FILE")
+    e.add_argument("-o", "--output", metavar="OUT.py", help="write here instead of stdout")
+    add_params(e)
+
+    r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
+    r.add_argument("--seed", type=int, default=0)
+    add_params(r)
+
+    sub.add_parser("schema", help="print the schedule format's JSON Schema")
+    return p
+
+
+def _load(path: str, params: list[tuple[str, int]]):
+    from .ir.loader import load
+    return load(path, dict(params))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .verify import check
+    ok = True
+    for path in args.files:
+        sched = _load(path, args.param)
+        for n in args.devices:
+            report = check(sched, n, topology=args.topology, invocations=args.invocations)
+            ok &= report.ok
+            if args.format == "json":
+                print(json.dumps(report.to_json()))
+            else:
+                print(report.to_text(explain=args.explain))
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write all or nothing: a failed emit leaves no partial file behind."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from .codegen import emit
+    sched = _load(args.file, args.param)
+    text = emit(sched)
+    if args.output:
+        if not Path(args.output).parent.exists():
+            raise ScheduleError(f"output directory {str(Path(args.output).parent)!r} does not exist",
+                                file=args.file, fix="create it first or choose another -o path")
+        _write_atomically(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .run import ensure_host_devices
+    ensure_host_devices(max(args.devices))
+    from .run import run_schedule
+    sched = _load(args.file, args.param)
+    ok = True
+    for n in args.devices:
+        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed)
+        races = {None: "not checked", False: "no races", True: "RACES FOUND"}[res.races_found]
+        status = "ok" if res.ok else "FAILED"
+        print(f"{args.file} N={n}: {status}  max|kernel - lax| = {res.max_abs_err:.3g} "
+              f"(tolerance {res.tolerance:.3g})  race detector: {races}  time {res.seconds:.2f}s")
+        ok &= res.ok
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .ir.schema import Schedule
+    print(json.dumps(Schedule.model_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "schema": cmd_schema}[args.command]
+    try:
+        return handler(args)
+    except ScheduleError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `ringc check ... | head`
+        sys.stderr.close()
+        return EXIT_OK
+    except Exception as e:  # an internal error: short message, traceback only on request
+        if os.environ.get("RINGC_DEBUG"):
+            raise
+        print(f"ringc: internal error: {type(e).__name__}: {e}\n  (set RINGC_DEBUG=1 for the traceback, "
+              "and please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

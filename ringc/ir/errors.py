@@ -1,0 +1,29 @@
+"""The one error type for bad input: it always knows the file and line, and says what to change."""
+
+from __future__ import annotations
+
+
+class ScheduleError(Exception):
+    """A schedule that cannot be loaded, resolved or unrolled. CLI exit code 2."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.fix = fix
+
+    def located(self, file: str | None = None, line: int | None = None) -> "ScheduleError":
+        """Fill in a location that an inner layer did not know."""
+        return ScheduleError(self.message, file=self.file or file,
+                             line=self.line if self.line else line, fix=self.fix)
+
+    def __str__(self) -> str:
+        where = self.file or "<schedule>"
+        if self.line:
+            where += f":{self.line}"
+        text = f"{where}: error: {self.message}"
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        return text

@@ -1,0 +1,222 @@
+"""Static checks that need the whole schedule: names, kinds, ranks and memory spaces.
+
+Everything here holds for every N. Checks that depend on N (exact divisions, indices in
+range) happen when the schedule is unrolled (`ringc.verify.unroll`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Iterator
+
+from . import expr as E
+from . import schema as S
+from .dtypes import ITEMSIZE
+from .errors import ScheduleError
+
+# Names every expression may use, besides params, grid indices and lets.
+BUILTINS = {
+    "me": "this device's index along the schedule axis",
+    "N": "the number of devices along the schedule axis",
+    "left": "(me - 1) % N",
+    "right": "(me + 1) % N",
+}
+BUILTIN_EXPRS = {"left": E.parse("(me - 1) % N"), "right": E.parse("(me + 1) % N")}
+
+
+def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
+    """Every op, depth first, including those inside `when` blocks."""
+    for op in ops:
+        yield op
+        if isinstance(op, S.When):
+            yield from walk_ops(op.do)
+
+
+class _Resolver:
+    def __init__(self, sched: S.Schedule):
+        self.s = sched
+        self.file = sched.file
+
+    def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = ()) -> None:
+        if fix is None and known:
+            close = difflib.get_close_matches(msg.split("`")[1] if "`" in msg else "", list(known), n=1)
+            fix = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(sorted(known)) or 'none'}"
+        raise ScheduleError(msg, file=self.file, line=line, fix=fix)
+
+    # -- names ---------------------------------------------------------------
+    def check_namespaces(self) -> None:
+        s = self.s
+        seen: dict[str, str] = {}
+        groups = [("param", s.params), ("grid index", s.grid), ("let", s.let), ("buffer", s.buffers),
+                  ("semaphore", s.semaphores), ("copy", s.copies)]
+        for kind, table in groups:
+            for name in table:
+                if name in BUILTINS or name in ("min", "max", "barrier"):
+                    self.fail(s.line, f"`{name}` is reserved and cannot name a {kind}",
+                              fix="choose another name")
+                if name in seen:
+                    self.fail(s.line, f"`{name}` names both a {seen[name]} and a {kind}",
+                              fix="every name in a schedule must be unique")
+                seen[name] = kind
+
+    def check_expr(self, e: E.Expr, allowed: set[str], line: int, what: str) -> None:
+        for n in sorted(E.names(e) - allowed):
+            self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
+
+    def static_names(self) -> set[str]:
+        return {"N", *self.s.params}
+
+    def step_names(self) -> set[str]:
+        return {*BUILTINS, *self.s.params, *self.s.grid, *self.s.let}
+
+    # -- declarations ----------------------------------------------------------
+    def check_declarations(self) -> None:
+        s = self.s
+        static = self.static_names()
+        if s.dtype not in ITEMSIZE:
+            self.fail(s.line, f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
+        for size in s.grid.values():
+            self.check_expr(size, static, s.line, "grid size")
+        defined = {*BUILTINS, *s.params, *s.grid}
+        for name, value in s.let.items():
+            self.check_expr(value, defined, s.line, f"let `{name}`")
+            defined.add(name)
+        for name, buf in s.buffers.items():
+            for dim in buf.full_shape:
+                self.check_expr(dim, static, buf.line, f"shape of `{name}`")
+            if buf.dtype is not None and buf.dtype not in ITEMSIZE:
+                self.fail(buf.line, f"unknown dtype `{buf.dtype}` for buffer `{name}`", known=ITEMSIZE)
+            if buf.shard is not None:
+                for dim in buf.shard:
+                    self.check_expr(dim, static, buf.line, f"shard shape of `{name}`")
+            if buf.spec is not None:
+                bad = [a for a in buf.spec if a is not None and a not in s.axes]
+                if bad:
+                    self.fail(buf.line, f"spec of `{name}` names axis `{bad[0]}`, not among the schedule axes",
+                              fix=f"use {s.axes} or null")
+                rank = len(buf.shard) if buf.shard is not None else len(buf.full_shape)
+                if len(buf.spec) != rank:
+                    self.fail(buf.line, f"spec of `{name}` has {len(buf.spec)} entries but its per-device array "
+                                        f"has rank {rank}", fix="give one entry (axis name or null) per dimension")
+        for name, sem in s.semaphores.items():
+            for dim in sem.shape:
+                self.check_expr(dim, static, sem.line, f"shape of semaphore `{name}`")
+        for kind in ("input", "output"):
+            if not any(b.kind == kind for b in s.buffers.values()):
+                self.fail(s.line, f"the schedule declares no {kind} buffer",
+                          fix=f"add a buffer with `kind: {kind}`")
+        coll = s.collective
+        for kind, name in (("input", coll.input), ("output", coll.output)):
+            if name is None:
+                candidates = [n for n, b in s.buffers.items() if b.kind == kind]
+                if len(candidates) > 1:
+                    self.fail(coll.line, f"the schedule has several {kind}s ({', '.join(candidates)}); "
+                                         f"say which one the collective is about", fix=f"set collective.{kind}")
+            elif name not in s.buffers or s.buffers[name].kind != kind:
+                self.fail(coll.line, f"collective.{kind} `{name}` is not an {kind} buffer",
+                          known=[n for n, b in s.buffers.items() if b.kind == kind])
+
+    # -- references ------------------------------------------------------------
+    def check_buffer_ref(self, ref: E.Ref, line: int, role: str) -> S.Buffer:
+        buf = self.s.buffers.get(ref.name)
+        if buf is None:
+            self.fail(line, f"unknown buffer `{ref.name}` in {role}", known=self.s.buffers)
+        rank = len(buf.full_shape)
+        if len(ref.indices) > rank:
+            self.fail(line, f"`{ref.text()}` has {len(ref.indices)} indices but `{ref.name}` has rank {rank}",
+                      fix=f"index at most {rank} dimensions (slots first, then shape)")
+        for n in sorted(E.ref_names(ref) - self.step_names()):
+            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=self.step_names())
+        return buf
+
+    def check_sem_ref(self, ref: E.Ref, line: int, kinds: tuple[str, ...], role: str) -> S.Semaphore:
+        sem = self.s.semaphores.get(ref.name)
+        if sem is None:
+            self.fail(line, f"unknown semaphore `{ref.name}` in {role}", known=self.s.semaphores)
+        if sem.kind not in kinds:
+            self.fail(line, f"{role} needs a {' or '.join(kinds)} semaphore, but `{ref.name}` is {sem.kind}",
+                      fix=f"declare `{ref.name}` as {kinds[0]} or use another semaphore")
+        if len(ref.indices) != len(sem.shape) or any(isinstance(i, E.Slice) for i in ref.indices):
+            want = f"`{ref.name}[i{', j' if len(sem.shape) > 1 else ''}]`" if sem.shape else f"`{ref.name}`"
+            self.fail(line, f"`{ref.text()}` must select one semaphore of shape {[E.to_text(d) for d in sem.shape]}",
+                      fix=f"write {want}")
+        for n in sorted(E.ref_names(ref) - self.step_names()):
+            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=self.step_names())
+        return sem
+
+    def check_writable(self, buf: S.Buffer, ref: E.Ref, line: int) -> None:
+        if buf.kind == "input":
+            self.fail(line, f"`{ref.name}` is an input and cannot be written",
+                      fix="copy it into a scratch or output buffer first")
+
+    def check_vmem(self, buf: S.Buffer, ref: E.Ref, line: int, role: str) -> None:
+        if buf.memory != "vmem":
+            self.fail(line, f"{role} computes on VMEM, but `{ref.name}` lives in HBM",
+                      fix=f"copy it to a vmem_scratch buffer with a local copy, or declare `{ref.name}` with "
+                          "`space: vmem`")
+
+    def check_copies(self) -> None:
+        for name, c in self.s.copies.items():
+            src = self.check_buffer_ref(c.src, c.line, f"copy `{name}` src")
+            dst = self.check_buffer_ref(c.dst, c.line, f"copy `{name}` dst")
+            self.check_writable(dst, c.dst, c.line)
+            del src
+            if c.remote:
+                self.check_expr(c.to, self.step_names(), c.line, f"copy `{name}` target")
+                self.check_sem_ref(c.send_sem, c.line, ("dma",), f"copy `{name}` send_sem")
+                self.check_sem_ref(c.recv_sem, c.line, ("dma",), f"copy `{name}` recv_sem")
+            else:
+                self.check_sem_ref(c.sem, c.line, ("dma",), f"copy `{name}` sem")
+
+    def check_ops(self) -> None:
+        names = self.step_names()
+        for op in walk_ops(self.s.body):
+            line = op.line
+            if isinstance(op, S.When):
+                self.check_expr(op.when, names, line, "guard")
+            elif isinstance(op, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)):
+                key = next(k for k in ("start", "wait", "wait_send", "wait_recv") if hasattr(op, k))
+                cname = getattr(op, key)
+                copy = self.s.copies.get(cname)
+                if copy is None:
+                    self.fail(line, f"`{key}: {cname}` names no copy", known=self.s.copies)
+                if key in ("wait_send", "wait_recv") and not copy.remote:
+                    self.fail(line, f"`{key}` applies to remote copies; `{cname}` is local",
+                              fix=f"use `wait: {cname}`")
+            elif isinstance(op, S.Signal):
+                self.check_sem_ref(op.signal, line, ("regular",), "signal")
+                for t in op.to:
+                    self.check_expr(t, names, line, "signal target")
+                self.check_expr(op.inc, names, line, "signal increment")
+            elif isinstance(op, S.SemWait):
+                self.check_sem_ref(op.sem_wait, line, ("regular",), "sem_wait")
+                self.check_expr(op.value, names, line, "wait value")
+            elif isinstance(op, S.Barrier):
+                if self.s.barrier is None:
+                    self.fail(line, "a barrier needs the barrier semaphore",
+                              fix="add `barrier: {collective_id: 0}` at the top level")
+                for t in op.barrier:
+                    self.check_expr(t, names, line, "barrier neighbour")
+            elif isinstance(op, S.Zero):
+                buf = self.check_buffer_ref(op.zero, line, "zero")
+                self.check_writable(buf, op.zero, line)
+                self.check_vmem(buf, op.zero, line, "zero")
+            elif isinstance(op, (S.Accumulate, S.Assign)):
+                key = "accumulate" if isinstance(op, S.Accumulate) else "assign"
+                dst_ref = getattr(op, key)
+                dst = self.check_buffer_ref(dst_ref, line, key)
+                src = self.check_buffer_ref(op.src, line, f"{key} src")
+                self.check_writable(dst, dst_ref, line)
+                self.check_vmem(dst, dst_ref, line, key)
+                self.check_vmem(src, op.src, line, key)
+
+    def run(self) -> None:
+        self.check_namespaces()
+        self.check_declarations()
+        self.check_copies()
+        self.check_ops()
+
+
+def resolve(sched: S.Schedule) -> None:
+    """Raise `ScheduleError` (with file and line) if any name, kind or rank is wrong."""
+    _Resolver(sched).run()

@@ -1,0 +1,301 @@
+"""The schedule IR: pydantic v2 models, validated from YAML.
+
+One model per concept, as in `jax/_src/pallas`: buffers, semaphores, DMA descriptors
+(`copies`) and the per-step operations. Expressions and references are parsed into the
+typed trees of `ringc.ir.expr` during validation, so a bad expression is reported by
+pydantic at its exact location. Name resolution happens afterwards, in `resolve.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainSerializer,
+                      PlainValidator, PrivateAttr, Tag, WithJsonSchema, model_validator)
+from pydantic.json_schema import SkipJsonSchema
+
+from . import expr as E
+
+
+def _parse_expr(v: Any) -> E.Expr:
+    if isinstance(v, (E.Const, E.Var, E.BinOp, E.Not, E.Neg, E.Call)):
+        return v
+    return E.parse(v)
+
+
+def _parse_ref(v: Any) -> E.Ref:
+    return v if isinstance(v, E.Ref) else E.parse_ref(v)
+
+
+ExprT = Annotated[
+    Any, PlainValidator(_parse_expr), PlainSerializer(E.to_text, return_type=str),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}],
+                    "description": "integer expression over me, N, grid indices, params and lets"}),
+]
+RefT = Annotated[
+    Any, PlainValidator(_parse_ref), PlainSerializer(lambda r: r.text(), return_type=str),
+    WithJsonSchema({"type": "string", "description": "`name` or `name[i, start:size, :]`"}),
+]
+
+
+def _one_or_many(v: Any) -> Any:
+    return v if isinstance(v, list) else [v]
+
+
+class Node(BaseModel):
+    """Base of every model: strict keys, immutable, and the YAML line it came from."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    line: SkipJsonSchema[int] = Field(default=0, alias="__line__", exclude=True)
+
+
+# ------------------------------------------------------------------ declarations
+
+CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all"]
+
+
+class Collective(Node):
+    """What the schedule computes. The verifier proves it; `ringc run` compares with `lax`."""
+    kind: CollectiveKind
+    input: str | None = Field(None, description="input buffer (default: the only input)")
+    output: str | None = Field(None, description="output buffer (default: the only output)")
+    shift: int = Field(1, description="ppermute only: device d sends to d + shift")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+
+class Buffer(Node):
+    """A per-device array. `slots` are leading dimensions addressed by index, e.g. the two
+    halves of a double buffer; the full shape is `slots + shape`."""
+    kind: Literal["input", "output", "hbm_scratch", "vmem_scratch"]
+    shape: list[ExprT]
+    slots: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])] = []
+    dtype: str | None = Field(None, description="default: the schedule's dtype")
+    space: Literal["hbm", "vmem"] | None = Field(
+        None, description="inputs and outputs only: where the kernel sees them (default hbm)")
+    shard: list[ExprT] | None = Field(
+        None, description="inputs and outputs only: the per-device array under shard_map, "
+                          "reshaped to slots + shape for the kernel (default: slots + shape)")
+    spec: list[str | None] | None = Field(
+        None, description="inputs and outputs only: PartitionSpec of the global array "
+                          "(default: the schedule axis on the first dimension)")
+
+    @model_validator(mode="after")
+    def _io_only(self) -> "Buffer":
+        if self.kind not in ("input", "output"):
+            for name in ("space", "shard", "spec"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"`{name}` applies to inputs and outputs only, not to {self.kind}")
+        return self
+
+    @property
+    def full_shape(self) -> list[E.Expr]:
+        return [*self.slots, *self.shape]
+
+    @property
+    def memory(self) -> Literal["hbm", "vmem"]:
+        if self.kind == "hbm_scratch":
+            return "hbm"
+        if self.kind == "vmem_scratch":
+            return "vmem"
+        return self.space or "hbm"
+
+
+class Semaphore(Node):
+    """DMA semaphores count bytes; REGULAR ones count signals. `shape` makes an array."""
+    kind: Literal["dma", "regular"]
+    shape: list[ExprT] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+
+class BarrierConfig(Node):
+    """The global barrier semaphore (`pltpu.get_barrier_semaphore`)."""
+    collective_id: int = Field(ge=0)
+
+
+class Copy(Node):
+    """An async copy descriptor. With `to` it is a remote DMA (`make_async_remote_copy`)
+    with `send_sem` and `recv_sem`; without, a local DMA (`make_async_copy`) with `sem`.
+    Ops `start`, `wait_send`, `wait_recv` and `wait` refer to it by name. Like the Pallas
+    descriptor, it is evaluated where it is used: its indices may depend on the step."""
+    src: RefT
+    dst: RefT
+    to: ExprT | None = Field(None, description="target device along the axis, e.g. right, left, (me + 2) % N")
+    send_sem: RefT | None = None
+    recv_sem: RefT | None = None
+    sem: RefT | None = None
+
+    @model_validator(mode="after")
+    def _remote_or_local(self) -> "Copy":
+        if self.to is not None:
+            if self.send_sem is None or self.recv_sem is None or self.sem is not None:
+                raise ValueError("a remote copy (with `to`) needs `send_sem` and `recv_sem`, and no `sem`")
+        elif self.sem is None or self.send_sem is not None or self.recv_sem is not None:
+            raise ValueError("a local copy (without `to`) needs `sem`, and no `send_sem`/`recv_sem`")
+        return self
+
+    @property
+    def remote(self) -> bool:
+        return self.to is not None
+
+
+# ------------------------------------------------------------------ operations
+
+class Start(Node):
+    """Start a copy (non-blocking)."""
+    start: str
+
+
+class Wait(Node):
+    """Wait for a copy: both halves for a remote copy, the one semaphore for a local one."""
+    wait: str
+
+
+class WaitSend(Node):
+    """Remote copy: block until the source may be reused (the send semaphore)."""
+    wait_send: str
+
+
+class WaitRecv(Node):
+    """Remote copy: block until the destination has arrived (the receive semaphore)."""
+    wait_recv: str
+
+
+class Signal(Node):
+    """`pl.semaphore_signal`: add `inc` to `sem` on each device in `to` (default: me)."""
+    signal: RefT
+    to: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])] = \
+        Field(default_factory=lambda: [E.Var("me")])
+    inc: ExprT = E.Const(1)
+
+
+class SemWait(Node):
+    """`pl.semaphore_wait`: block until `sem` >= value, then subtract value."""
+    sem_wait: RefT
+    value: ExprT = E.Const(1)
+
+
+class Barrier(Node):
+    """Neighbour barrier on the global barrier semaphore: signal each device listed,
+    then wait for as many signals. `double` adds the seed's second, kernel-scoped
+    barrier that makes reuse of `collective_id` across invocations safe."""
+    barrier: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])]
+    double: bool = True
+
+
+class Zero(Node):
+    """Fill a VMEM region with zeros."""
+    zero: RefT
+
+
+class Accumulate(Node):
+    """`dst += src` on VMEM regions of the same shape."""
+    accumulate: RefT
+    src: RefT
+
+
+class Assign(Node):
+    """`dst = src` on VMEM regions of the same shape (a vector load and store)."""
+    assign: RefT
+    src: RefT
+
+
+class When(Node):
+    """Run `do` only where the guard holds, e.g. `step == 0` for a prologue."""
+    when: ExprT
+    do: list["Op"]
+
+
+_OP_KEYS = ("when", "start", "wait", "wait_send", "wait_recv", "signal", "sem_wait",
+            "barrier", "zero", "accumulate", "assign")
+
+
+def _op_tag(v: Any) -> str | None:
+    if isinstance(v, dict):
+        for key in _OP_KEYS:
+            if key in v:
+                return key
+        return None
+    return _TAG_OF_TYPE.get(type(v))
+
+
+Op = Annotated[
+    Union[
+        Annotated[When, Tag("when")], Annotated[Start, Tag("start")], Annotated[Wait, Tag("wait")],
+        Annotated[WaitSend, Tag("wait_send")], Annotated[WaitRecv, Tag("wait_recv")],
+        Annotated[Signal, Tag("signal")], Annotated[SemWait, Tag("sem_wait")],
+        Annotated[Barrier, Tag("barrier")], Annotated[Zero, Tag("zero")],
+        Annotated[Accumulate, Tag("accumulate")], Annotated[Assign, Tag("assign")],
+    ],
+    Discriminator(_op_tag, custom_error_type="unknown_op",
+                  custom_error_message=f"unknown operation: each step operation is one of {', '.join(_OP_KEYS)}"),
+]
+
+_TAG_OF_TYPE = {When: "when", Start: "start", Wait: "wait", WaitSend: "wait_send",
+                WaitRecv: "wait_recv", Signal: "signal", SemWait: "sem_wait", Barrier: "barrier",
+                Zero: "zero", Accumulate: "accumulate", Assign: "assign"}
+
+When.model_rebuild()
+
+
+_NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies")
+
+
+class Schedule(Node):
+    """A collective as a step-by-step SPMD schedule. Every device runs `body` once per
+    point of `grid`, in row-major order, with `me` its index along `axes[0]`."""
+    name: str
+    description: str | None = None
+    collective: Collective
+    axes: list[str] = Field(default_factory=lambda: ["x"], min_length=1, max_length=1)
+    dtype: str = "float32"
+    params: dict[str, int] = {}
+    buffers: dict[str, Buffer]
+    semaphores: dict[str, Semaphore] = {}
+    barrier: BarrierConfig | None = None
+    grid: dict[str, ExprT] = Field(min_length=1)
+    let: dict[str, ExprT] = {}
+    copies: dict[str, Copy] = {}
+    body: list[Op] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strip_table_lines(cls, v: Any) -> Any:
+        # The loader tags every mapping with its line; name tables are not models.
+        if isinstance(v, dict):
+            v = {k: ({n: x for n, x in t.items() if n != "__line__"}
+                     if k in _NAME_TABLES and isinstance(t, dict) else t) for k, t in v.items()}
+        return v
+
+    _file: str = PrivateAttr("<schedule>")
+    _header: str = PrivateAttr("")
+
+    @property
+    def axis(self) -> str:
+        return self.axes[0]
+
+    @property
+    def file(self) -> str:
+        """The YAML file this schedule was loaded from (for error locations)."""
+        return self._file
+
+    @property
+    def header(self) -> str:
+        """The YAML's leading comment: the author's explanation of the algorithm."""
+        return self._header
+
+    def dtype_of(self, buffer: str) -> str:
+        return self.buffers[buffer].dtype or self.dtype
+
+    def io_buffer(self, kind: str) -> str:
+        """The collective's input or output buffer name."""
+        explicit = self.collective.input if kind == "input" else self.collective.output
+        if explicit:
+            return explicit
+        return next(n for n, b in self.buffers.items() if b.kind == kind)

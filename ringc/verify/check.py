@@ -1,0 +1,132 @@
+"""`ringc check`: unroll for one N and run every check, in dependency order.
+
+1. targets: every remote action goes to an existing device, a graph neighbour ideally;
+2. the maximal run: hangs, semaphores non-zero at exit, DMAs never waited, byte counts;
+3. if the run completes: races over all interleavings, then the symbolic data flow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from ..ir import schema as S
+from .. import topology
+from .events import DmaStart, Event, Program, SemWait, Signal, sem_text
+from .findings import Finding, Report
+from .order import compute_order, dma_ends
+from .races import describe, find_races
+from .semantics import check_semantics
+from .simulate import Machine, maximal_run
+from .unroll import unroll
+
+
+def check_targets(program: Program, topo: str) -> list[Finding]:
+    graph = topology.build(topo, program.n)
+    findings, seen = [], set()
+    for ev, target in program.targets:
+        a = ev.action
+        what = f"copy `{a.copy}`" if isinstance(a, DmaStart) else f"{a.why} on {sem_text(a.sem)}"
+        if not 0 <= target < program.n:
+            if ("bad", ev.line) not in seen:
+                seen.add(("bad", ev.line))
+                findings.append(Finding(
+                    "bad_target", f"{what} at {program.where(ev)} targets device {target}, which does not "
+                                  f"exist for N={program.n}: is a `% N` missing?", event=ev))
+        elif target == ev.device and isinstance(a, DmaStart):
+            if ("self", ev.line) not in seen:
+                seen.add(("self", ev.line))
+                findings.append(Finding("self_target", f"{what} at {program.where(ev)} sends to its own "
+                                                       "device; use a local copy", severity="warning", event=ev))
+        elif target != ev.device:
+            h = topology.hops(graph, ev.device, target)
+            if h > 1 and ("far", ev.line) not in seen:
+                seen.add(("far", ev.line))
+                findings.append(Finding(
+                    "not_neighbour", f"{what} at {program.where(ev)} goes to device {target}, {h} hops away "
+                                     f"on a {topo} of {program.n}; it is routed through other devices and "
+                                     "competes for their links", severity="warning", event=ev))
+    return findings
+
+
+def run_findings(program: Program, m: Machine) -> list[Finding]:
+    findings: list[Finding] = []
+    stuck = m.stuck()
+    for ev in stuck:
+        a: SemWait = ev.action
+        others = [o for o in stuck if o is not ev]
+        if others:
+            chain = "; ".join(f"device {o.device} is itself stuck at line {o.line}" for o in others[:3])
+            reason = f"the devices that could signal it never get there ({chain})"
+        else:
+            reason = "no device signals it again: every other device has finished"
+        findings.append(Finding(
+            "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
+                    f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
+            trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
+    # Byte counts: a DMA wait should consume whole DMAs.
+    flagged = set()
+    for c in m.consumed:
+        a = c.wait.action
+        if program.sem_kinds.get(a.sem[1]) != "dma" or c.wait.line in flagged:
+            continue
+        partial = [(src, take, size) for src, take, size in c.taken if take != size]
+        if partial:
+            src, take, size = partial[0]
+            flagged.add(c.wait.line)
+            findings.append(Finding(
+                "byte_mismatch", f"{describe(c.wait)} at {program.where(c.wait)} expects {a.value} bytes, "
+                                 f"but {describe(src)} at {program.where(src)} sent {size} bytes",
+                event=c.wait, related=[src]))
+    if stuck:
+        return findings  # balance at exit is moot when the kernel never exits
+    leftover: dict[tuple[str, int], list] = defaultdict(list)
+    for sem, queue in m.deposits.items():
+        for dep in queue:
+            if dep.remaining:
+                leftover[(sem, dep.event.line)].append(dep)
+    reported = set()
+    for (sem, _), deps in sorted(leftover.items(), key=lambda kv: (kv[0][0][0], kv[0][1])):
+        ev: Event = deps[0].event
+        kind_of_sem = program.sem_kinds.get(sem[1])
+        key = (sem[1], ev.line)
+        if key in reported:
+            continue
+        reported.add(key)
+        total = sum(d.remaining for d in deps)
+        if kind_of_sem == "dma" and isinstance(ev.action, DmaStart):
+            side = "receive" if ev.action.recv_sem == sem else "send"
+            findings.append(Finding(
+                "dma_not_waited", f"{describe(ev)} at {program.where(ev)} is never waited on its {side} side: "
+                                  f"{sem_text(sem)} on device {sem[0]} ends at {m.value[sem]} "
+                                  f"({total} bytes from this copy)", event=ev))
+        else:
+            findings.append(Finding(
+                "unbalanced", f"{sem_text(sem)} on device {sem[0]} ends at {m.value[sem]}, not 0: "
+                              f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
+                event=ev))
+    return findings
+
+
+def check_program(sched: S.Schedule, program: Program, topo: str = "ring") -> Report:
+    t0 = time.perf_counter()
+    findings = check_targets(program, topo)
+    m = maximal_run(program)
+    findings += run_findings(program, m)
+    if m.finished():
+        order = compute_order(program)
+        findings += find_races(program, order, dma_ends(program, order))
+        for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
+            findings.append(Finding(
+                "wrong_result", f"device {mm.device}: {mm.where} ends as {mm.got}, but "
+                                f"{sched.collective.kind} needs {mm.want}", device=mm.device))
+    return Report(program, findings, time.perf_counter() - t0)
+
+
+def check(sched: S.Schedule, n: int, *, topology: str = "ring", invocations: int = 1) -> Report:
+    """Verify `sched` for `n` devices. Raises `ScheduleError` for bad input."""
+    t0 = time.perf_counter()
+    program = unroll(sched, n, invocations=invocations)
+    report = check_program(sched, program, topology)
+    report.seconds = time.perf_counter() - t0
+    return report

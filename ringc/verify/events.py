@@ -1,0 +1,126 @@
+"""The unrolled event graph: what each device does, in program order, for one concrete N.
+
+Every later stage reads this one structure: the simulator, the ordering and race
+analysis, the symbolic data flow, and (later) the cost model and timelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Union
+
+# A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
+# the double barrier's kernel-scoped second semaphore is "barrier#2".
+SemId = tuple[int, str, tuple[int, ...]]
+BARRIER = "barrier"
+SECOND_BARRIER = "barrier#2"
+
+
+def sem_text(sem: SemId) -> str:
+    _, name, idx = sem
+    return f"{name}[{', '.join(map(str, idx))}]" if idx else name
+
+
+@dataclass(frozen=True)
+class Region:
+    """A box of one buffer on one device. `box` has one (start, stop) per dimension of
+    the full buffer (slots first); `kept` are the dims not selected by a point index, so
+    the region's logical shape is `[stop - start for kept dims]`."""
+    buffer: str
+    device: int
+    box: tuple[tuple[int, int], ...]
+    kept: tuple[int, ...]
+    itemsize: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
+
+    @property
+    def nbytes(self) -> int:
+        return prod(b - a for a, b in self.box) * self.itemsize
+
+    def overlaps(self, other: "Region") -> bool:
+        return (self.buffer == other.buffer and self.device == other.device
+                and all(a < d and c < b for (a, b), (c, d) in zip(self.box, other.box)))
+
+    def text(self) -> str:
+        parts = []
+        for d, (a, b) in enumerate(self.box):
+            parts.append(f"{a}:{b}" if d in self.kept else str(a))
+        return f"{self.buffer}[{', '.join(parts)}]"
+
+
+@dataclass(frozen=True)
+class DmaStart:
+    copy: str
+    src: Region
+    dst: Region
+    send_sem: SemId | None  # None for a local copy
+    recv_sem: SemId         # the local copy's only semaphore
+
+    @property
+    def remote(self) -> bool:
+        return self.send_sem is not None
+
+    @property
+    def nbytes(self) -> int:
+        return self.dst.nbytes
+
+
+@dataclass(frozen=True)
+class SemWait:
+    """Block until the semaphore holds `value`, then subtract it. `why` tells what the
+    author meant: wait_send / wait_recv / wait (local copy) / sem_wait / barrier."""
+    sem: SemId
+    value: int
+    why: str
+    copy: str | None = None
+
+
+@dataclass(frozen=True)
+class Signal:
+    sem: SemId  # on the target device
+    inc: int
+    why: str = "signal"
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A vector op on VMEM: zero, accumulate (dst += src) or assign (dst = src)."""
+    kind: str
+    dst: Region
+    src: Region | None = None
+
+
+Action = Union[DmaStart, SemWait, Signal, Compute]
+
+
+@dataclass(frozen=True)
+class Event:
+    device: int
+    index: int                 # position in this device's program
+    point: tuple[int, ...]     # grid indices
+    line: int                  # YAML line of the op
+    action: Action
+    invocation: int = 0        # which back-to-back kernel call (--invocations)
+
+
+@dataclass
+class Program:
+    """All devices' event lists for one concrete N (and parameter set)."""
+    schedule_name: str
+    file: str
+    n: int
+    grid_names: tuple[str, ...]
+    devices: list[list[Event]]
+    sem_kinds: dict[str, str]                    # name -> dma | regular | barrier
+    shapes: dict[str, tuple[int, ...]]           # buffer -> full shape for this N
+    targets: list[tuple[Event, int]] = field(default_factory=list)  # (event, target) of every remote action
+
+    def where(self, ev: Event) -> str:
+        """`device 2, step=3 phase=1 (line 41)` — the location users read in findings."""
+        pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
+        inv = f" call {ev.invocation + 1}," if ev.invocation else ""
+        return f"device {ev.device},{inv} {pt} (line {ev.line})"

@@ -1,0 +1,85 @@
+"""What `ringc check` reports: findings a person can follow, and the per-(file, N) report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import Event, Program
+
+# Every kind of finding the verifier produces. Tests assert on these names.
+KINDS = {
+    "hang": "a wait that can never be satisfied",
+    "unbalanced": "a semaphore non-zero at exit (over-signalled)",
+    "dma_not_waited": "a DMA started and never waited",
+    "byte_mismatch": "a DMA wait expects a different byte count than was sent",
+    "bad_target": "a send to a device that does not exist (a missing `% N`?)",
+    "self_target": "a remote copy or signal to the sending device itself",
+    "not_neighbour": "a send to a device that is not a graph neighbour",
+    "race": "two unordered accesses to the same memory, at least one a write",
+    "wrong_result": "an output block differs from the collective's meaning",
+}
+
+
+@dataclass
+class Finding:
+    kind: str
+    message: str
+    severity: str = "error"
+    event: Event | None = None
+    related: list[Event] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    device: int | None = None
+
+    def to_json(self, program: Program) -> dict[str, Any]:
+        ev = self.event
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "device": ev.device if ev else self.device,
+            "step": dict(zip(program.grid_names, ev.point)) if ev else None,
+            "invocation": ev.invocation if ev else None,
+            "line": ev.line if ev else None,
+            "message": self.message,
+            "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
+                         "line": r.line} for r in self.related],
+            "trace": self.trace,
+        }
+
+    def to_text(self, program: Program, explain: bool = False) -> str:
+        loc = f"{program.file}:{self.event.line}: " if self.event else f"{program.file}: "
+        head = f"{loc}{self.severity}: [{self.kind}] {self.message}"
+        if explain and self.trace:
+            head += "\n    a run that shows it:\n" + "\n".join(f"      {t}" for t in self.trace)
+        return head
+
+
+@dataclass
+class Report:
+    program: Program
+    findings: list[Finding]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.findings}
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.program
+        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "ok": self.ok,
+                "seconds": round(self.seconds, 4),
+                "findings": [f.to_json(p) for f in self.findings]}
+
+    def to_text(self, explain: bool = False) -> str:
+        p = self.program
+        status = "ok" if self.ok else "FAILED"
+        events = sum(len(d) for d in p.devices)
+        lines = [f"{p.file} N={p.n}: {status} ({events} events, {self.seconds:.2f}s)"]
+        lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
+        return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""Must-happen-before over all interleavings, exactly, from the semaphore machine.
+
+Event e = (p, i) must happen before f = (q, j) iff f cannot execute in any run where e
+has not executed. Withholding e means stopping device p just before event i. By the
+persistence argument in `simulate.py`, the maximal run of that stopped system executes
+exactly the events that can happen before e in *some* interleaving. So
+
+    e must-happen-before f  <=>  j >= cut[p][i][q]
+
+where cut[p][i][q] is how far device q gets while p is held before its event i. For each
+p the cuts are computed incrementally: hold p at 0, run, release one event, run, ...
+Device q's position only changes when p releases a signal or a DMA start, so consecutive
+cuts share one tuple. Cost: one incremental pass per device, O(N * events) in time and
+O(N * signals) distinct cut tuples in memory.
+
+DMA completion is not an event of the machine (it deposits at start). Whether a DMA's
+bytes must all have landed before a wait W is decided by counting, at byte granularity,
+in `dma_ends`: with S = the bytes deposited on W's semaphore by starts not forced after
+W and D = the cumulative demand of W and the earlier waits on that semaphore, a DMA
+that may still have a byte in flight lets W complete iff S - 1 >= D. So every DMA not
+forced after W has fully landed before W iff S <= D. This is sound (it can only make
+an interval longer than the truth), and exact when the waits' supply is tight, as in
+every correctly synchronised schedule.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .events import DmaStart, Event, Program, SemId, SemWait
+from .simulate import Machine
+
+
+@dataclass
+class Order:
+    program: Program
+    cuts: list[list[tuple[int, ...]]]  # cuts[p][i] = positions of all devices while p waits before i
+
+    def before(self, e: Event, f: Event) -> bool:
+        """e must happen before f in every interleaving."""
+        if e.device == f.device:
+            return e.index < f.index
+        return f.index >= self.cuts[e.device][e.index][f.device]
+
+    def can_precede(self, f: Event, e: Event) -> bool:
+        """f can happen while e has not yet happened."""
+        return not self.before(e, f)
+
+
+def compute_order(program: Program) -> Order:
+    n = program.n
+    cuts: list[list[tuple[int, ...]]] = []
+    for p in range(n):
+        total = len(program.devices[p])
+        limits = [len(ev) for ev in program.devices]
+        limits[p] = 0
+        m = Machine(program, limits).run()
+        row: list[tuple[int, ...]] = []
+        snapshot = tuple(m.pc)
+        for i in range(total + 1):
+            row.append(snapshot)
+            if i == total:
+                break
+            before = m.pc[p]
+            m.release(p, i + 1)
+            if m.pc[p] == before:
+                # p is blocked before its event i even with everything else running:
+                # nothing after it can be released either.
+                row.extend([snapshot] * (total - i))
+                break
+            if tuple(m.pc) != snapshot:
+                snapshot = tuple(m.pc)
+        cuts.append(row[:total + 1])
+    return Order(program, cuts)
+
+
+@dataclass(frozen=True)
+class DmaEnds:
+    """For each DMA start: the wait after which its source is free (`read_end`) and the
+    wait after which its destination is final (`write_end`); None = never guaranteed."""
+    read_end: dict[Event, Event | None]
+    write_end: dict[Event, Event | None]
+
+
+def dma_ends(program: Program, order: Order) -> DmaEnds:
+    deposits: dict[SemId, list[Event]] = defaultdict(list)
+    waits: dict[SemId, list[Event]] = defaultdict(list)
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, DmaStart):
+                deposits[a.recv_sem].append(ev)
+                if a.send_sem is not None:
+                    deposits[a.send_sem].append(ev)
+            elif isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma":
+                waits[a.sem].append(ev)
+
+    def first_guaranteeing_wait(sem: SemId) -> dict[Event, Event | None]:
+        ends: dict[Event, Event | None] = {d: None for d in deposits[sem]}
+        demand = 0
+        for w in waits[sem]:
+            demand += w.action.value
+            open_deps = [d for d in deposits[sem] if ends[d] is None]
+            if not open_deps:
+                break
+            supply = sum(d.action.nbytes for d in deposits[sem] if not order.before(w, d))
+            if supply <= demand:
+                for d in open_deps:
+                    if not order.before(w, d):
+                        ends[d] = w
+        return ends
+
+    read_end: dict[Event, Event | None] = {}
+    write_end: dict[Event, Event | None] = {}
+    for sem in deposits:
+        ends = first_guaranteeing_wait(sem)
+        for dep, end in ends.items():
+            a = dep.action
+            if a.send_sem == sem:
+                read_end[dep] = end
+            if a.recv_sem == sem:
+                write_end[dep] = end
+                if a.send_sem is None:
+                    read_end[dep] = end  # a local copy has one semaphore for both sides
+    return DmaEnds(read_end, write_end)

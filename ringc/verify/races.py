@@ -1,0 +1,142 @@
+"""Race-freedom over every interleaving.
+
+An access is a region of one device's memory read or written over an interval of
+events: a DMA reads its source from its start until the wait that guarantees the send
+is done, and writes its destination from its start until the wait that guarantees the
+bytes landed (`order.dma_ends`); compute reads and writes at its own event. Two accesses
+to overlapping memory, at least one a write, race unless one must end before the other
+starts (`order.Order.before`). Both relations hold over all interleavings, so this
+decides race-freedom for the whole schedule, not for one execution.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, sem_text
+from .findings import Finding
+from .order import DmaEnds, Order
+from .simulate import Machine
+
+
+@dataclass(frozen=True)
+class Access:
+    region: Region
+    write: bool
+    start: Event
+    end: Event | None      # the event after which it is over; None: never guaranteed
+    what: str              # e.g. "DMA `pass` from device 1 writes"
+
+    @property
+    def point(self) -> bool:
+        return self.end is self.start
+
+
+def describe(ev: Event) -> str:
+    a = ev.action
+    if isinstance(a, DmaStart):
+        to = f"device {a.dst.device} " if a.remote else ""
+        return f"start {'remote' if a.remote else 'local'} copy `{a.copy}`: {a.src.text()} -> {to}{a.dst.text()}"
+    if isinstance(a, SemWait):
+        what = f"{a.why} `{a.copy}`" if a.copy else a.why
+        return f"{what}: wait {sem_text(a.sem)} >= {a.value}"
+    if isinstance(a, Signal):
+        return f"signal {sem_text(a.sem)} on device {a.sem[0]} (+{a.inc})"
+    if isinstance(a, Compute):
+        if a.kind == "zero":
+            return f"zero {a.dst.text()}"
+        op = "+=" if a.kind == "accumulate" else "="
+        return f"{a.dst.text()} {op} {a.src.text()}"
+    return repr(a)
+
+
+def accesses(program: Program, ends: DmaEnds) -> list[Access]:
+    out: list[Access] = []
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, DmaStart):
+                if not 0 <= a.dst.device < program.n:
+                    continue
+                arrow = f" (device {ev.device} -> {a.dst.device})" if a.remote else ""
+                out.append(Access(a.src, False, ev, ends.read_end.get(ev),
+                                  f"copy `{a.copy}`{arrow} reads it as its source"))
+                out.append(Access(a.dst, True, ev, ends.write_end.get(ev), f"copy `{a.copy}`{arrow} writes it"))
+            elif isinstance(a, Compute):
+                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
+                out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
+                if a.src is not None:
+                    out.append(Access(a.src, False, ev, ev, f"`{a.kind}` reads it"))
+    return out
+
+
+def _ordered(order: Order, first: Access, second: Access) -> bool:
+    """`first` is over before `second` begins, in every interleaving."""
+    if first.point:
+        return order.before(first.start, second.start)
+    return first.end is not None and order.before(first.end, second.start)
+
+
+def _why(program: Program, a: Access, b: Access) -> str:
+    if a.end is None:
+        return (f"nothing ever waits for copy `{a.start.action.copy}` to finish on that side, "
+                f"so it may still be in flight at any later point")
+    if a.point:
+        return (f"{program.where(b.start)} can run before {program.where(a.start)} finishes, "
+                f"and the other way round")
+    return (f"{program.where(b.start)} can run before {program.where(a.end)} ({describe(a.end)}) "
+            f"guarantees the copy is done, and nothing makes the copy start after it")
+
+
+def _witness(program: Program, a: Access, b: Access) -> list[str]:
+    """A concrete interleaving where both accesses are live at once."""
+    for held in ([x for x in (a, b) if not x.point and x.end is not None],
+                 [x for x in (a,) if not x.point and x.end is not None]):
+        limits = [len(ev) for ev in program.devices]
+        for acc in held:
+            limits[acc.end.device] = min(limits[acc.end.device], acc.end.index)
+        m = Machine(program, limits).run()
+        done = set(m.order)
+        if a.start in done and b.start in done:
+            last = max(m.order.index(a.start), m.order.index(b.start))
+            involved = {a.start.device, b.start.device, a.region.device}
+            steps = [e for e in m.order[:last + 1] if e.device in involved]
+            steps = steps[-12:]
+            lines = [f"{'>' if e in (a.start, b.start) else ' '} {program.where(e)}: {describe(e)}"
+                     for e in steps]
+            for acc in held:
+                lines.append(f"  ... {program.where(acc.end)} ({describe(acc.end)}) has not happened yet")
+            return lines
+    return []
+
+
+def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -> list[Finding]:
+    by_memory: dict[tuple[int, str], list[Access]] = defaultdict(list)
+    for acc in accesses(program, ends):
+        by_memory[(acc.region.device, acc.region.buffer)].append(acc)
+    findings: list[Finding] = []
+    seen: set[tuple[int, int]] = set()
+    for group in by_memory.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
+                    continue
+                if _ordered(order, a, b) or _ordered(order, b, a):
+                    continue
+                key = (a.start.line, b.start.line)
+                if key in seen:
+                    continue  # one finding per pair of ops; the first instance explains it
+                seen.add(key)
+                first, second = (a, b) if not a.point else (b, a)
+                mem = f"device {a.region.device}'s `{a.region.text()}`"
+                if b.region.box != a.region.box:
+                    mem += f" (overlapping `{b.region.text()}`)"
+                msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
+                       f"{second.what} at {program.where(second.start)}. Nothing orders them: "
+                       f"{_why(program, first, second)}")
+                findings.append(Finding("race", msg, event=second.start, related=[first.start],
+                                        trace=_witness(program, first, second)))
+                if len(findings) >= limit:
+                    return findings
+    return findings

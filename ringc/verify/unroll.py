@@ -1,0 +1,224 @@
+"""Unroll a schedule for a concrete N: every device, every grid point, every op.
+
+This is where N-dependent bad input is caught: shapes that do not divide, indices out of
+range, regions whose shapes do not match. Those raise `ScheduleError` with the line and
+the device/step where it first happens. Bugs of the schedule itself (a wrong target, a
+hang, a race) are not errors here: they are findings of the later checks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from math import prod
+from typing import Any
+
+from ..ir import expr as E
+from ..ir import schema as S
+from ..ir.dtypes import itemsize
+from ..ir.errors import ScheduleError
+from ..ir.resolve import BUILTIN_EXPRS
+from .events import (BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
+                     SemId, SemWait, Signal)
+
+
+class _Context:
+    """Static facts for one N: evaluated shapes, sizes and the grid."""
+
+    def __init__(self, sched: S.Schedule, n: int):
+        self.s = sched
+        self.n = n
+        self.static: dict[str, int] = {"N": n, **sched.params}
+        self.shapes = {name: self._shape(buf.full_shape, f"shape of buffer `{name}`", buf.line)
+                       for name, buf in sched.buffers.items()}
+        self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
+                           for name, sem in sched.semaphores.items()}
+        self.grid = self._shape(list(sched.grid.values()), "grid", sched.line)
+        for name, buf in sched.buffers.items():
+            if buf.shard is not None:
+                shard = self._shape(buf.shard, f"shard shape of `{name}`", buf.line)
+                if prod(shard) != prod(self.shapes[name]):
+                    raise ScheduleError(
+                        f"buffer `{name}`: shard shape {list(shard)} has {prod(shard)} elements but "
+                        f"slots + shape {list(self.shapes[name])} has {prod(self.shapes[name])} (N={n})",
+                        file=sched.file, line=buf.line, fix="make both describe the same per-device array")
+
+    def _shape(self, dims: list[E.Expr], what: str, line: int) -> tuple[int, ...]:
+        out = []
+        for d in dims:
+            try:
+                v = E.evaluate(d, self.static, exact_division=True)
+            except E.ExprError as e:
+                params = ", ".join(f"{k}={v}" for k, v in self.static.items())
+                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
+                                    fix="choose parameters (--param k=v) or N so that the shape divides exactly"
+                                    ) from None
+            if v <= 0:
+                raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
+                                    file=self.s.file, line=line, fix="sizes must be at least 1")
+            out.append(int(v))
+        return tuple(out)
+
+
+class _Unroller:
+    def __init__(self, sched: S.Schedule, n: int):
+        self.s = sched
+        self.ctx = _Context(sched, n)
+        self.n = n
+        self.env: dict[str, Any] = {}
+        self.device = 0
+        self.point: tuple[int, ...] = ()
+        self.targets: list[tuple[Event, int]] = []
+
+    # -- evaluation ---------------------------------------------------------
+    def fail(self, line: int, msg: str, fix: str) -> None:
+        pt = " ".join(f"{k}={v}" for k, v in zip(self.s.grid, self.point))
+        raise ScheduleError(f"{msg} on device {self.device} at {pt} (N={self.n})",
+                            file=self.s.file, line=line, fix=fix)
+
+    def ev(self, e: E.Expr, line: int) -> int:
+        try:
+            return E.evaluate(e, self.env)
+        except E.ExprError as err:
+            self.fail(line, str(err), "guard the op with `when:` or fix the expression")
+
+    def region(self, ref: E.Ref, line: int) -> Region:
+        shape = self.ctx.shapes[ref.name]
+        box, kept = [], []
+        for dim, size in enumerate(shape):
+            ix = ref.indices[dim] if dim < len(ref.indices) else E.Slice(None, None)
+            if isinstance(ix, E.Slice):
+                start = self.ev(ix.start, line) if ix.start is not None else 0
+                length = self.ev(ix.size, line) if ix.size is not None else size - start
+                if start < 0 or length <= 0 or start + length > size:
+                    self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
+                                    f"{dim} of `{ref.name}` (size {size})",
+                              "a slice is `start:size` and must stay within the dimension")
+                box.append((start, start + length))
+                kept.append(dim)
+            else:
+                i = self.ev(ix, line)
+                if not 0 <= i < size:
+                    self.fail(line, f"`{ref.text()}`: index {E.to_text(ix)} = {i} is out of range for "
+                                    f"dimension {dim} of `{ref.name}` (size {size})",
+                              f"keep the index in 0..{size - 1}, e.g. with `% {size}`, or guard the op with `when:`")
+                box.append((i, i + 1))
+        return Region(ref.name, self.device, tuple(box), tuple(kept), itemsize(self.s.dtype_of(ref.name)))
+
+    def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
+        shape = self.ctx.sem_shapes[ref.name]
+        idx = tuple(self.ev(i, line) for i in ref.indices)
+        for d, (i, size) in enumerate(zip(idx, shape)):
+            if not 0 <= i < size:
+                self.fail(line, f"`{ref.text()}`: index {i} is out of range for semaphore array "
+                                f"`{ref.name}` of shape {list(shape)}",
+                          f"keep the index in 0..{size - 1}")
+        return (device, ref.name, idx)
+
+    def same_shape(self, a: Region, b: Region, line: int, what: str) -> None:
+        if a.shape != b.shape:
+            self.fail(line, f"{what}: `{a.text()}` has shape {list(a.shape)} but `{b.text()}` has "
+                            f"shape {list(b.shape)}", "both sides must have the same shape")
+
+    # -- ops ----------------------------------------------------------------
+    def copy_parts(self, name: str, line: int) -> tuple[S.Copy, Region, Region, int]:
+        c = self.s.copies[name]
+        src = self.region(c.src, line)
+        target = self.ev(c.to, line) if c.remote else self.device
+        dst = self.region(c.dst, line)
+        self.same_shape(src, dst, line, f"copy `{name}`")
+        return c, src, dst, target
+
+    def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
+        """The concrete actions of one op; the int is a remote target to check, if any."""
+        line = op.line
+        if isinstance(op, S.Start):
+            c, src, dst, target = self.copy_parts(op.start, line)
+            if c.remote:
+                dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
+                return [(DmaStart(op.start, src, dst_on_target, self.sem(c.send_sem, self.device, line),
+                                  self.sem(c.recv_sem, target, line)), target)]
+            return [(DmaStart(op.start, src, dst, None, self.sem(c.sem, self.device, line)), None)]
+        if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv)):
+            key = "wait" if isinstance(op, S.Wait) else "wait_send" if isinstance(op, S.WaitSend) else "wait_recv"
+            name = getattr(op, key)
+            c, src, dst, _ = self.copy_parts(name, line)
+            if not c.remote:
+                return [(SemWait(self.sem(c.sem, self.device, line), dst.nbytes, "wait", name), None)]
+            out: list[tuple[Action, int | None]] = []
+            # Pallas' descriptor.wait() is wait_recv() then wait_send().
+            if key in ("wait", "wait_recv"):
+                out.append((SemWait(self.sem(c.recv_sem, self.device, line), dst.nbytes, "wait_recv", name), None))
+            if key in ("wait", "wait_send"):
+                out.append((SemWait(self.sem(c.send_sem, self.device, line), src.nbytes, "wait_send", name), None))
+            return out
+        if isinstance(op, S.Signal):
+            inc = self.ev(op.inc, line)
+            if inc <= 0:
+                self.fail(line, f"signal increment {inc} is not positive", "signals only add: use inc >= 1")
+            out = []
+            for t in op.to:
+                target = self.ev(t, line)
+                out.append((Signal(self.sem(op.signal, target, line), inc), target))
+            return out
+        if isinstance(op, S.SemWait):
+            value = self.ev(op.value, line)
+            if value <= 0:
+                self.fail(line, f"wait value {value} is not positive", "wait for at least 1")
+            return [(SemWait(self.sem(op.sem_wait, self.device, line), value, "sem_wait"), None)]
+        if isinstance(op, S.Barrier):
+            targets = [self.ev(t, line) for t in op.barrier]
+            out = [(Signal((t, BARRIER, ()), 1, "barrier"), t) for t in targets]
+            out.append((SemWait((self.device, BARRIER, ()), len(targets), "barrier"), None))
+            if op.double:
+                out += [(Signal((t, SECOND_BARRIER, ()), 1, "barrier"), t) for t in targets]
+                out.append((SemWait((self.device, SECOND_BARRIER, ()), len(targets), "barrier"), None))
+            return out
+        if isinstance(op, S.Zero):
+            return [(Compute("zero", self.region(op.zero, line)), None)]
+        if isinstance(op, (S.Accumulate, S.Assign)):
+            kind = "accumulate" if isinstance(op, S.Accumulate) else "assign"
+            dst, src = self.region(getattr(op, kind), line), self.region(op.src, line)
+            self.same_shape(dst, src, line, kind)
+            return [(Compute(kind, dst, src), None)]
+        raise AssertionError(f"unhandled op {op!r}")
+
+    def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
+        for op in ops:
+            if isinstance(op, S.When):
+                if self.ev(op.when, op.line):
+                    self.walk(op.do, out, invocation)
+                continue
+            for action, target in self.actions(op):
+                event = Event(self.device, len(out), self.point, op.line, action, invocation)
+                out.append(event)
+                if target is not None:
+                    self.targets.append((event, target))
+
+    def run(self, invocations: int) -> Program:
+        s, n = self.s, self.n
+        devices: list[list[Event]] = []
+        for d in range(n):
+            self.device = d
+            events: list[Event] = []
+            for inv in range(invocations):
+                for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                    self.point = point
+                    env: dict[str, Any] = {**self.ctx.static, "me": d, **dict(zip(s.grid, point))}
+                    for name, e in BUILTIN_EXPRS.items():
+                        env[name] = E.evaluate(e, env)
+                    self.env = env
+                    for name, e in s.let.items():
+                        env[name] = self.ev(e, s.line)
+                    self.walk(s.body, events, inv)
+            devices.append(events)
+        kinds = {name: sem.kind for name, sem in s.semaphores.items()}
+        kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
+        return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets)
+
+
+def unroll(sched: S.Schedule, n: int, *, invocations: int = 1) -> Program:
+    """The event lists of all `n` devices. Raises `ScheduleError` for N-dependent bad input."""
+    if n < 1:
+        raise ScheduleError(f"N must be at least 1, got {n}", file=sched.file)
+    return _Unroller(sched, n).run(invocations)
+
