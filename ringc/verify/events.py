@@ -15,6 +15,7 @@ from typing import Union
 SemId = tuple[int, str, tuple[int, ...]]
 BARRIER = "barrier"
 SECOND_BARRIER = "barrier#2"
+DEVICE_BARRIER = "pallas-entry-barrier#"  # + invocation: the implicit barrier without `barrier:`
 
 
 def sem_text(sem: SemId) -> str:
@@ -97,7 +98,7 @@ class Compute:
 Action = Union[DmaStart, SemWait, Signal, Compute]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: each event is one occurrence
 class Event:
     device: int
     index: int                 # position in this device's program

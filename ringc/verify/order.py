@@ -98,17 +98,18 @@ def dma_ends(program: Program, order: Order) -> DmaEnds:
 
     def first_guaranteeing_wait(sem: SemId) -> dict[Event, Event | None]:
         ends: dict[Event, Event | None] = {d: None for d in deposits[sem]}
+        open_deps = list(deposits[sem])
         demand = 0
         for w in waits[sem]:
             demand += w.action.value
-            open_deps = [d for d in deposits[sem] if ends[d] is None]
             if not open_deps:
                 break
-            supply = sum(d.action.nbytes for d in deposits[sem] if not order.before(w, d))
-            if supply <= demand:
-                for d in open_deps:
-                    if not order.before(w, d):
+            possible = [d for d in deposits[sem] if not order.before(w, d)]
+            if sum(d.action.nbytes for d in possible) <= demand:
+                for d in possible:
+                    if ends[d] is None:
                         ends[d] = w
+                open_deps = [d for d in open_deps if ends[d] is None]
         return ends
 
     read_end: dict[Event, Event | None] = {}

@@ -44,6 +44,8 @@ def describe(ev: Event) -> str:
     if isinstance(a, Signal):
         return f"signal {sem_text(a.sem)} on device {a.sem[0]} (+{a.inc})"
     if isinstance(a, Compute):
+        if a.kind == "enter":
+            return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
         op = "+=" if a.kind == "accumulate" else "="
@@ -63,6 +65,9 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
                 out.append(Access(a.src, False, ev, ends.read_end.get(ev),
                                   f"copy `{a.copy}`{arrow} reads it as its source"))
                 out.append(Access(a.dst, True, ev, ends.write_end.get(ev), f"copy `{a.copy}`{arrow} writes it"))
+            elif isinstance(a, Compute) and a.kind == "enter":
+                out.append(Access(a.dst, True, ev, ev, f"device {ev.device} enters the kernel (call "
+                                  f"{ev.invocation + 1}; before that the memory belongs to whatever ran before)"))
             elif isinstance(a, Compute):
                 verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
@@ -118,8 +123,13 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -
     findings: list[Finding] = []
     seen: set[tuple[int, int]] = set()
     for group in by_memory.values():
+        # Sweep on the first dimension: only accesses whose leading ranges intersect can overlap.
+        group.sort(key=lambda acc: acc.region.box[0][0])
         for i, a in enumerate(group):
+            a_end = a.region.box[0][1]
             for b in group[i + 1:]:
+                if b.region.box[0][0] >= a_end:
+                    break
                 if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
                     continue
                 if _ordered(order, a, b) or _ordered(order, b, a):

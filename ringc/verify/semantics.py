@@ -138,6 +138,10 @@ class Memory:
                     result.append(Piece(ix, a.value + b.value))
         self.write(dst, result)
 
+    def forget(self, dst: Region) -> None:
+        """Whatever ran before the kernel left garbage here."""
+        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))])
+
     def zero(self, dst: Region) -> None:
         self.write(dst, [Piece(dst.box, ())])
 
@@ -222,7 +226,9 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
             if 0 <= a.dst.device < n:
                 mem.copy(a.src, a.dst)
         elif isinstance(a, Compute):
-            if a.kind == "zero":
+            if a.kind == "enter":
+                mem.forget(a.dst)
+            elif a.kind == "zero":
                 mem.zero(a.dst)
             elif a.kind == "assign":
                 mem.copy(a.src, a.dst)

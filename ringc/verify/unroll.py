@@ -16,8 +16,8 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.resolve import BUILTIN_EXPRS
-from .events import (BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
+from ..ir.resolve import BUILTIN_EXPRS, walk_ops
+from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
 
@@ -145,11 +145,11 @@ class _Unroller:
             if not c.remote:
                 return [(SemWait(self.sem(c.sem, self.device, line), dst.nbytes, "wait", name), None)]
             out: list[tuple[Action, int | None]] = []
-            # Pallas' descriptor.wait() is wait_recv() then wait_send().
-            if key in ("wait", "wait_recv"):
-                out.append((SemWait(self.sem(c.recv_sem, self.device, line), dst.nbytes, "wait_recv", name), None))
+            # Pallas' descriptor.wait() is wait_send() then wait_recv().
             if key in ("wait", "wait_send"):
                 out.append((SemWait(self.sem(c.send_sem, self.device, line), src.nbytes, "wait_send", name), None))
+            if key in ("wait", "wait_recv"):
+                out.append((SemWait(self.sem(c.recv_sem, self.device, line), dst.nbytes, "wait_recv", name), None))
             return out
         if isinstance(op, S.Signal):
             inc = self.ev(op.inc, line)
@@ -189,10 +189,56 @@ class _Unroller:
                     self.walk(op.do, out, invocation)
                 continue
             for action, target in self.actions(op):
-                event = Event(self.device, len(out), self.point, op.line, action, invocation)
-                out.append(event)
-                if target is not None:
-                    self.targets.append((event, target))
+                self.emit(out, action, op.line, invocation, target)
+
+    def set_point(self, point: tuple[int, ...]) -> None:
+        self.point = point
+        env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
+        for name, e in BUILTIN_EXPRS.items():
+            env[name] = E.evaluate(e, env)
+        self.env = env
+        for name, e in self.s.let.items():
+            env[name] = self.ev(e, self.s.line)
+
+    def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
+        event = Event(self.device, len(out), self.point, line, action, invocation)
+        out.append(event)
+        if target is not None:
+            self.targets.append((event, target))
+
+    def entry(self, out: list[Event], invocation: int) -> None:
+        """With its own barrier, a schedule is responsible for not writing into a device
+        before that device has entered the kernel: until then its memory belongs to
+        whatever ran before. Model entry as a write of every non-input buffer.
+        (Without `barrier:`, Pallas inserts a device barrier at kernel start.)"""
+        for name, shape in self.ctx.shapes.items():
+            if self.s.buffers[name].kind != "input":
+                box = tuple((0, dim) for dim in shape)
+                region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
+                self.emit(out, Compute("enter", region), self.s.barrier.line, invocation)
+
+    def interloper(self, out: list[Event], invocation: int) -> None:
+        """Between two calls, another kernel with the same collective_id may run: model it
+        as a single barrier with the same neighbours on the shared barrier semaphore."""
+        first = next((op for op in walk_ops(self.s.body) if isinstance(op, S.Barrier)), None)
+        if first is None:
+            return
+        self.set_point(tuple(0 for _ in self.ctx.grid))
+        targets = [self.ev(t, first.line) for t in first.barrier]
+        for t in targets:
+            self.emit(out, Signal((t, BARRIER, ()), 1, "another kernel's barrier"), first.line, invocation, t)
+        self.emit(out, SemWait((self.device, BARRIER, ()), len(targets), "another kernel's barrier"),
+                  first.line, invocation)
+
+    def device_barrier(self, out: list[Event], invocation: int) -> None:
+        """Without `barrier:`, Mosaic starts the kernel with its own barrier over all
+        devices. It only matters between back-to-back calls; each call gets its own
+        semaphore, because that barrier is the compiler's to get right, not the schedule's."""
+        sem = f"{DEVICE_BARRIER}{invocation}"
+        for t in range(self.n):
+            if t != self.device:
+                self.emit(out, Signal((t, sem, ()), 1, "Pallas' entry barrier"), self.s.line, invocation)
+        self.emit(out, SemWait((self.device, sem, ()), self.n - 1, "Pallas' entry barrier"), self.s.line, invocation)
 
     def run(self, invocations: int) -> Program:
         s, n = self.s, self.n
@@ -201,18 +247,20 @@ class _Unroller:
             self.device = d
             events: list[Event] = []
             for inv in range(invocations):
+                self.point = tuple(0 for _ in self.ctx.grid)
+                if s.barrier is not None:
+                    if inv:
+                        self.interloper(events, inv)
+                    self.entry(events, inv)
+                elif invocations > 1:
+                    self.device_barrier(events, inv)
                 for point in itertools.product(*(range(g) for g in self.ctx.grid)):
-                    self.point = point
-                    env: dict[str, Any] = {**self.ctx.static, "me": d, **dict(zip(s.grid, point))}
-                    for name, e in BUILTIN_EXPRS.items():
-                        env[name] = E.evaluate(e, env)
-                    self.env = env
-                    for name, e in s.let.items():
-                        env[name] = self.ev(e, s.line)
+                    self.set_point(point)
                     self.walk(s.body, events, inv)
             devices.append(events)
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
+        kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
         return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets)
 
 

@@ -1,0 +1,815 @@
+"""Schedule → Pallas TPU module.
+
+`emit(schedule)` writes one self-contained Python module per schedule. The module reads like
+the hand-written kernels of the Pallas distributed tutorial: one `_kernel` whose locals carry
+the schedule's own names, one small function per copy descriptor (evaluated where it is used,
+as the tutorial's descriptors are), and a `build(mesh)` that wraps `pl.pallas_call` in
+`jax.shard_map`. The output is deterministic: the same schedule always gives the same bytes.
+
+Layout of the emitted module:
+
+    docstring        the schedule's header comment
+    constants        NAME, COLLECTIVE, AXIS, PARAMS, IN_SPECS, OUT_SPECS (and SHIFT)
+    helpers          only those the module uses, always in the same order
+    _kernel          the body, one commented statement per schedule op
+    build            pallas_call + shard_map
+    make_inputs      random global inputs for `build`
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import keyword
+import re
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..ir import expr as E
+from ..ir import schema as S
+from ..ir.resolve import BUILTIN_EXPRS
+
+MAX_LINE = 100
+INDENT = "    "
+
+# ---------------------------------------------------------------------------- code writer
+
+
+class CodeWriter:
+    """Collects lines at the current indentation; `block` opens an indented suite."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    @property
+    def width(self) -> int:
+        """Columns left on a line at the current indentation."""
+        return MAX_LINE - len(INDENT) * self.level
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(INDENT * self.level + text if text else "")
+
+    def blank(self, count: int = 1) -> None:
+        """Up to `count` blank lines; never at the start of a suite or doubled."""
+        if not self.lines or self.lines[-1].rstrip().endswith(":"):
+            return
+        trailing = len(self.lines) - len(list(_rstrip_blank(self.lines)))
+        self.lines.extend([""] * max(0, count - trailing))
+
+    @contextlib.contextmanager
+    def block(self, header: str) -> Iterator[None]:
+        self.line(header)
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
+    def call(self, head: str, args: list[str], tail: str = "", explode: bool = False) -> None:
+        """`head(args)tail`, wrapped like black does when it does not fit on one line."""
+        flat = f"{head}({', '.join(args)}){tail}"
+        if not explode and len(flat) <= self.width:
+            self.line(flat)
+            return
+        joined = ", ".join(args)
+        self.line(f"{head}(")
+        if not explode and len(joined) + len(INDENT) <= self.width:
+            self.line(INDENT + joined)
+        else:
+            for arg in args:
+                self.line(f"{INDENT}{arg},")
+        self.line(f"){tail}")
+
+    def docstring(self, text: str, wrap: bool = True) -> None:
+        """A docstring; `wrap` refills each paragraph to the line width (else kept as is)."""
+        text = _escape_docstring(text)
+        if len(text) + 6 <= self.width and "\n" not in text:
+            self.line(f'"""{text}"""')
+            return
+        if wrap:
+            paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+            # The first line carries the opening quotes.
+            text = "\n\n".join(_wrap_words(p, self.width) for p in paragraphs)
+            text = _wrap_words(text.split("\n", 1)[0], self.width - 3) + (
+                "\n" + text.split("\n", 1)[1] if "\n" in text else "")
+        lines = text.split("\n")
+        self.line(f'"""{lines[0]}')
+        for ln in lines[1:]:
+            self.line(ln)
+        self.line('"""')
+
+    def snippet(self, text: str) -> None:
+        """Fixed source text (a helper), re-indented to the current level."""
+        for ln in text.strip("\n").split("\n"):
+            self.line(ln)
+
+    def text(self) -> str:
+        return "\n".join(_rstrip_blank(self.lines)) + "\n"
+
+
+def _rstrip_blank(lines: list[str]) -> list[str]:
+    end = len(lines)
+    while end and lines[end - 1] == "":
+        end -= 1
+    return lines[:end]
+
+
+def _escape_docstring(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+# ---------------------------------------------------------------------------- helpers
+# Emitted verbatim when used, in this order. Each works on Python ints (giving Python values,
+# computed at trace time) and on traced int32/bool scalars.
+
+_HELPERS: dict[str, str] = {
+    "_mod": '''
+def _mod(a, b):
+    """`a % b` with the sign of `b` (so `(me - 1) % N` is a device index)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return lax.rem(lax.rem(a, b) + b, b)
+''',
+    "_floordiv": '''
+def _floordiv(a, b):
+    """`a // b` rounded towards minus infinity."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return lax.div(a - _mod(a, b), b)
+''',
+    "_and": '''
+def _and(a, b):
+    """Logical and; Python bools stay Python bools, so `pl.when` can decide statically."""
+    if isinstance(a, int) and isinstance(b, int):
+        return bool(a) and bool(b)
+    return jnp.logical_and(a, b)
+''',
+    "_or": '''
+def _or(a, b):
+    """Logical or; Python bools stay Python bools, so `pl.when` can decide statically."""
+    if isinstance(a, int) and isinstance(b, int):
+        return bool(a) or bool(b)
+    return jnp.logical_or(a, b)
+''',
+    "_not": '''
+def _not(a):
+    """Logical not; a Python bool stays a Python bool."""
+    if isinstance(a, int):
+        return not a
+    return jnp.logical_not(a)
+''',
+    "_min": '''
+def _min(*args):
+    if all(isinstance(a, int) for a in args):
+        return min(args)
+    return functools.reduce(jnp.minimum, args)
+''',
+    "_max": '''
+def _max(*args):
+    if all(isinstance(a, int) for a in args):
+        return max(args)
+    return functools.reduce(jnp.maximum, args)
+''',
+    "_device": '''
+def _device(coord, mesh_axes):
+    """MESH device id of the device at `coord` along AXIS; on every other mesh axis, our own
+    position (so the schedule runs along one axis of a larger mesh)."""
+    return tuple(coord if axis == AXIS else lax.axis_index(axis) for axis in mesh_axes)
+''',
+    "_barrier": '''
+def _barrier(neighbours, mesh_axes, double=True):
+    """Barrier with `neighbours` on the global barrier semaphore (the seed's `local_barrier`).
+
+    Signals each neighbour once, then waits for as many signals. `double` adds a second round
+    on a kernel-scoped REGULAR semaphore: a neighbour that re-enters the kernel on its next
+    invocation could otherwise signal the barrier semaphore again and release us early.
+    """
+    barrier_sem = pltpu.get_barrier_semaphore()
+    for neighbour in neighbours:
+        pl.semaphore_signal(
+            barrier_sem, 1, device_id=_device(neighbour, mesh_axes),
+            device_id_type=pl.DeviceIdType.MESH,
+        )
+    pl.semaphore_wait(barrier_sem, len(neighbours))
+    if double:
+        @functools.partial(pl.run_scoped, second_barrier=pltpu.SemaphoreType.REGULAR)
+        def _(second_barrier):
+            for neighbour in neighbours:
+                pl.semaphore_signal(
+                    second_barrier, 1, device_id=_device(neighbour, mesh_axes),
+                    device_id_type=pl.DeviceIdType.MESH,
+                )
+            pl.semaphore_wait(second_barrier, len(neighbours))
+''',
+    "_config": '''
+def _config(mesh, overrides):
+    """N (the mesh's AXIS size) and PARAMS updated with `overrides`, checked."""
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        known = ", ".join(PARAMS) or "none"
+        raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
+    if AXIS not in mesh.shape:
+        raise ValueError(f"{NAME} runs along mesh axis {AXIS!r}; the mesh has {mesh.axis_names}")
+    return mesh.shape[AXIS], {**PARAMS, **overrides}
+''',
+    "_check_divides": '''
+def _check_divides(a, b, what):
+    """Shapes use exact division: a floor would silently drop elements."""
+    if b == 0 or a % b:
+        raise ValueError(f"{NAME}: {what}: {a} // {b} does not divide exactly")
+''',
+    "_interpret_mode": '''
+def _interpret_mode(interpret):
+    """pallas_call's `interpret`: True means TPU interpret mode with default InterpretParams."""
+    if interpret is None or interpret is False:
+        return False
+    if interpret is True:
+        return pltpu.InterpretParams()
+    return interpret
+''',
+    "_random_input": '''
+def _random_input(key, shard_shape, dtype, mesh, spec):
+    """A random global array whose shards have `shard_shape`, placed on `mesh` as `spec`."""
+    spec = tuple(spec) + (None,) * (len(shard_shape) - len(spec))
+    shape = tuple(d if a is None else d * mesh.shape[a] for d, a in zip(shard_shape, spec))
+    if jnp.issubdtype(dtype, jnp.integer):
+        low = 0 if jnp.issubdtype(dtype, jnp.unsignedinteger) else -8
+        value = jax.random.randint(key, shape, low, low + 16, dtype)
+    else:
+        value = jax.random.normal(key, shape, jnp.float32).astype(dtype)
+    return jax.device_put(value, jax.sharding.NamedSharding(mesh, P(*spec)))
+''',
+}
+
+_HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",)}
+
+_EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
+
+# Names the emitted module defines or uses; schedule names are renamed around them.
+_MODULE_NAMES = {
+    "functools", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
+    "IN_SPECS", "OUT_SPECS", "SHIFT", "build", "make_inputs", "_kernel", *_HELPERS,
+}
+_LOCAL_NAMES = {
+    "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
+    "per_device", "key", "keys",
+}
+_RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
+             | _MODULE_NAMES | _LOCAL_NAMES)
+
+
+# ---------------------------------------------------------------------------- shared facts
+
+
+def partition_spec(schedule: S.Schedule, name: str) -> tuple[str | None, ...]:
+    """The PartitionSpec entries of an input or output: `spec`, or the schedule axis on the
+    first dimension of the per-device array and None elsewhere."""
+    buf = schedule.buffers[name]
+    if buf.spec is not None:
+        return tuple(buf.spec)
+    rank = len(shard_shape(buf))
+    return (schedule.axis,) + (None,) * (rank - 1)
+
+
+def shard_shape(buf: S.Buffer) -> list[E.Expr]:
+    """The per-device array under shard_map (default: the kernel's slots + shape)."""
+    return list(buf.shard) if buf.shard is not None else buf.full_shape
+
+
+def buffers_of(schedule: S.Schedule, *kinds: str) -> list[str]:
+    """Buffer names of the given kinds, grouped by kind in the order given, each group in
+    declaration order."""
+    return [n for k in kinds for n, b in schedule.buffers.items() if b.kind == k]
+
+
+def _str(text: str) -> str:
+    """A double-quoted Python string literal."""
+    return '"' + text.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+
+
+def _spec_text(spec: tuple[str | None, ...]) -> str:
+    return f"P({', '.join('None' if a is None else _str(a) for a in spec)})"
+
+
+def _tuple_text(items: list[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _identifier(name: str) -> str:
+    ident = re.sub(r"\W", "_", name)
+    return "_" + ident if not ident or ident[0].isdigit() else ident
+
+
+def _walk_exprs(e: E.Expr) -> Iterator[E.Expr]:
+    yield e
+    if isinstance(e, E.BinOp):
+        yield from _walk_exprs(e.left)
+        yield from _walk_exprs(e.right)
+    elif isinstance(e, (E.Not, E.Neg)):
+        yield from _walk_exprs(e.operand)
+    elif isinstance(e, E.Call):
+        for a in e.args:
+            yield from _walk_exprs(a)
+
+
+# ---------------------------------------------------------------------------- emitter
+
+
+class _Emitter:
+    def __init__(self, schedule: S.Schedule):
+        self.s = schedule
+        self.helpers: set[str] = set()
+        self.names_used: set[str] = set()
+        self.rename = self._choose_names()
+
+    # -- names -------------------------------------------------------------------
+    def _choose_names(self) -> dict[str, str]:
+        """Python names for the schedule's names: its own where possible, `_`-suffixed where
+        they would clash with a keyword, a builtin or a name the module needs."""
+        s = self.s
+        wanted: list[tuple[str, str]] = []
+        for table in (s.params, s.grid, s.let, s.buffers, s.semaphores):
+            wanted += [(n, _identifier(n)) for n in table]
+        wanted += [(f"copy:{n}", "_" + _identifier(n)) for n in s.copies]
+        out = {n: n for n in ("me", "N", "left", "right")}
+        taken = set(_RESERVED)
+        # Names that need no change claim themselves first, so renaming is local.
+        for key, ident in wanted:
+            if ident not in taken and (ident == key or ident == "_" + key.removeprefix("copy:")):
+                out[key] = ident
+                taken.add(ident)
+        for key, ident in wanted:
+            if key in out:
+                continue
+            while ident in taken:
+                ident += "_"
+            out[key] = ident
+            taken.add(ident)
+        return out
+
+    def name(self, n: str) -> str:
+        return self.rename[n]
+
+    def copy_fn(self, n: str) -> str:
+        return self.rename[f"copy:{n}"]
+
+    # -- expressions ---------------------------------------------------------------
+    def py(self, e: E.Expr) -> str:
+        """An expression inside the kernel: traced or static, through the helpers."""
+        for sub in _walk_exprs(e):
+            if isinstance(sub, E.BinOp) and sub.op in _EXPR_HELPERS:
+                self.helpers.add(_EXPR_HELPERS[sub.op])
+            elif isinstance(sub, E.Not):
+                self.helpers.add("_not")
+            elif isinstance(sub, E.Call):
+                self.helpers.add(f"_{sub.func}")
+            elif isinstance(sub, E.Var):
+                self.names_used.add(sub.name)
+        return E.to_python(e, self.rename)
+
+    def static(self, e: E.Expr) -> str:
+        """An expression of N and params outside the kernel: plain Python on ints."""
+        bindings = {n: E.Var(self.rename[n]) for n in E.names(e) if self.rename.get(n, n) != n}
+        return E.to_text(E.substitute(e, bindings) if bindings else e)
+
+    def divisions(self, exprs: Iterable[E.Expr]) -> Iterator[tuple[str, str]]:
+        for e in exprs:
+            for sub in _walk_exprs(e):
+                if isinstance(sub, E.BinOp) and sub.op == "//":
+                    yield self.static(sub.left), self.static(sub.right)
+
+    def static_tuple(self, exprs: list[E.Expr]) -> str:
+        return _tuple_text([self.static(d) for d in exprs]) if exprs else "()"
+
+    # -- references ----------------------------------------------------------------
+    def _indices(self, ref: E.Ref) -> list[str]:
+        dims = self.s.buffers[ref.name].full_shape if ref.name in self.s.buffers else []
+        out = []
+        for axis, ix in enumerate(ref.indices):
+            if not isinstance(ix, E.Slice):
+                out.append(self.py(ix))
+            elif ix.start is None and ix.size is None:
+                out.append(":")
+            else:
+                start = ix.start if ix.start is not None else E.Const(0)
+                size = ix.size if ix.size is not None else E.BinOp("-", dims[axis], start)
+                out.append(f"pl.ds({self.py(start)}, {self.py(size)})")
+        return out
+
+    def dma_ref(self, ref: E.Ref) -> str:
+        """A region as a DMA operand or a semaphore element: `buf.at[i, pl.ds(a, s)]`."""
+        base = self.name(ref.name)
+        return f"{base}.at[{', '.join(self._indices(ref))}]" if ref.indices else base
+
+    def value_ref(self, ref: E.Ref) -> str:
+        """A region to load or store: `buf[i, pl.ds(a, s)]`, or `buf[...]` for all of it."""
+        base = self.name(ref.name)
+        return f"{base}[{', '.join(self._indices(ref)) if ref.indices else '...'}]"
+
+    def region_shape(self, ref: E.Ref) -> list[E.Expr]:
+        dims = self.s.buffers[ref.name].full_shape
+        shape: list[E.Expr] = []
+        for axis, dim in enumerate(dims):
+            if axis >= len(ref.indices):
+                shape.append(dim)
+                continue
+            ix = ref.indices[axis]
+            if isinstance(ix, E.Slice):
+                if ix.size is not None:
+                    shape.append(ix.size)
+                elif ix.start is not None:
+                    shape.append(E.BinOp("-", dim, ix.start))
+                else:
+                    shape.append(dim)
+        return shape
+
+    def device(self, target: E.Expr) -> str:
+        self.helpers.add("_device")
+        return f"_device({self.py(target)}, mesh_axes)"
+
+    # -- module ----------------------------------------------------------------------
+    def emit(self) -> str:
+        kernel = self.kernel()  # first: it decides which helpers are needed
+        api = self.api()
+        w = CodeWriter()
+        self.module_docstring(w)
+        w.line()
+        for ln in ("import functools", "", "import jax", "import jax.numpy as jnp",
+                   "from jax import lax", "from jax.experimental import pallas as pl",
+                   "from jax.experimental.pallas import tpu as pltpu", "",
+                   "P = jax.sharding.PartitionSpec"):
+            w.line(ln)
+        w.blank()
+        self.constants(w)
+        needed = set(self.helpers)
+        for h in list(needed):
+            needed |= set(_HELPER_DEPS.get(h, ()))
+        for h, src in _HELPERS.items():
+            if h in needed:
+                w.blank(2)
+                w.snippet(src)
+        w.lines.extend(["", ""] + _rstrip_blank(kernel.lines) + ["", ""] + api.lines)
+        return w.text()
+
+    def module_docstring(self, w: CodeWriter) -> None:
+        base = Path(self.s.file).name
+        parts = [f"Generated by ringc from {base}. Do not edit; regenerate with `ringc emit`."]
+        if self.s.header:
+            parts.append(self.s.header)
+        if self.s.description:
+            parts.append(self.s.description.strip())
+        w.docstring("\n\n".join(parts), wrap=False)
+
+    def constants(self, w: CodeWriter) -> None:
+        s = self.s
+        ins = buffers_of(s, "input")
+        outs = buffers_of(s, "output")
+        w.line(f"NAME = {_str(s.name)}")
+        w.line(f"COLLECTIVE = {_str(s.collective.kind)}")
+        if s.collective.kind == "ppermute":
+            w.line(f"SHIFT = {s.collective.shift!r}  # device d sends to (d + SHIFT) % N")
+        w.line(f"AXIS = {_str(s.axis)}")
+        w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
+        w.line(f"IN_SPECS = {_tuple_text([_spec_text(partition_spec(s, n)) for n in ins])}"
+               f"  # {', '.join(ins)}")
+        out_specs = [_spec_text(partition_spec(s, n)) for n in outs]
+        w.line(f"OUT_SPECS = {out_specs[0] if len(outs) == 1 else _tuple_text(out_specs)}"
+               f"  # {', '.join(outs)}")
+
+    # -- kernel ----------------------------------------------------------------------
+    def kernel_refs(self) -> list[tuple[str, str]]:
+        """(schedule name, role) in pallas_call order: inputs, outputs, HBM scratch (extra
+        outputs), semaphores, VMEM scratch."""
+        s = self.s
+        refs = [(n, "input") for n in buffers_of(s, "input")]
+        refs += [(n, "output") for n in buffers_of(s, "output")]
+        refs += [(n, "HBM scratch") for n in buffers_of(s, "hbm_scratch")]
+        refs += [(n, "semaphore") for n in s.semaphores]
+        refs += [(n, "VMEM scratch") for n in buffers_of(s, "vmem_scratch")]
+        return refs
+
+    def kernel(self) -> CodeWriter:
+        s = self.s
+        body = CodeWriter()
+        body.level = 1
+        for n, e in s.let.items():
+            body.line(f"{self.name(n)} = {self.py(e)}")
+        for n, c in s.copies.items():
+            body.blank()
+            self.copy_descriptor(body, n, c)
+        body.blank()
+        self.ops(body, s.body, top=True)
+
+        w = CodeWriter()
+        refs = [self.name(n) for n, _ in self.kernel_refs()]
+        statics = ["N", *(self.name(p) for p in s.params), "mesh_axes"]
+        w.call("def _kernel", refs + ["*"] + statics, ":")
+        w.level = 1
+        grid = ", ".join(s.grid)
+        w.docstring(f"One point of the grid ({grid}) of `{s.name}` on one device.\n\n"
+                    + self.kernel_ref_doc())
+        w.line("me = lax.axis_index(AXIS)")
+        for i, g in enumerate(s.grid):
+            w.line(f"{self.name(g)} = pl.program_id({i})")
+        for b in ("left", "right"):
+            if b in self.names_used:
+                w.line(f"{b} = {self.py(BUILTIN_EXPRS[b])}")
+        w.lines.extend(body.lines)
+        return w
+
+    def kernel_ref_doc(self) -> str:
+        groups: dict[str, list[str]] = {}
+        for n, role in self.kernel_refs():
+            groups.setdefault(role, []).append(f"`{self.name(n)}`")
+        parts = []
+        for role, refs in groups.items():
+            plural = "s" if len(refs) > 1 and role in ("input", "output", "semaphore") else ""
+            note = " (allocated as extra outputs)" if role == "HBM scratch" else ""
+            parts.append(f"{role}{plural} {', '.join(refs)}{note}")
+        return "Refs, in pallas_call order: " + "; ".join(parts) + "."
+
+    def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
+        where = f" (line {c.line})" if c.line else ""
+        with w.block(f"def {self.copy_fn(name)}():"):
+            if c.remote:
+                w.docstring(f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} "
+                            f"on device {E.to_text(c.to)}.")
+                w.call("return pltpu.make_async_remote_copy", [
+                    f"src_ref={self.dma_ref(c.src)}",
+                    f"dst_ref={self.dma_ref(c.dst)}",
+                    f"send_sem={self.dma_ref(c.send_sem)}",
+                    f"recv_sem={self.dma_ref(c.recv_sem)}",
+                    f"device_id={self.device(c.to)}",
+                    "device_id_type=pl.DeviceIdType.MESH",
+                ], explode=True)
+            else:
+                w.docstring(f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()}.")
+                w.call("return pltpu.make_async_copy", [
+                    f"src_ref={self.dma_ref(c.src)}",
+                    f"dst_ref={self.dma_ref(c.dst)}",
+                    f"sem={self.dma_ref(c.sem)}",
+                ])
+
+    # -- ops -------------------------------------------------------------------------
+    def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
+        for op in ops:
+            is_block = isinstance(op, S.When)
+            if top and is_block:
+                w.blank()
+            where = f"line {op.line}: " if op.line else ""
+            w.line(f"# {where}{_summary(op)}")
+            getattr(self, f"op_{type(op).__name__.lower()}")(w, op)
+            if top and is_block:
+                w.blank()
+
+    def op_when(self, w: CodeWriter, op: S.When) -> None:
+        w.line(f"@pl.when({self.py(op.when)})")
+        with w.block("def _():"):
+            self.ops(w, op.do)
+
+    def op_start(self, w: CodeWriter, op: S.Start) -> None:
+        w.line(f"{self.copy_fn(op.start)}().start()")
+
+    def op_wait(self, w: CodeWriter, op: S.Wait) -> None:
+        w.line(f"{self.copy_fn(op.wait)}().wait()")
+
+    def op_waitsend(self, w: CodeWriter, op: S.WaitSend) -> None:
+        w.line(f"{self.copy_fn(op.wait_send)}().wait_send()")
+
+    def op_waitrecv(self, w: CodeWriter, op: S.WaitRecv) -> None:
+        w.line(f"{self.copy_fn(op.wait_recv)}().wait_recv()")
+
+    def op_signal(self, w: CodeWriter, op: S.Signal) -> None:
+        sem, inc = self.dma_ref(op.signal), self.py(op.inc)
+        for target in op.to:
+            if target == E.Var("me"):
+                w.call("pl.semaphore_signal", [sem, inc])
+            else:
+                w.call("pl.semaphore_signal", [sem, inc, f"device_id={self.device(target)}",
+                                               "device_id_type=pl.DeviceIdType.MESH"])
+
+    def op_semwait(self, w: CodeWriter, op: S.SemWait) -> None:
+        w.call("pl.semaphore_wait", [self.dma_ref(op.sem_wait), self.py(op.value)])
+
+    def op_barrier(self, w: CodeWriter, op: S.Barrier) -> None:
+        self.helpers.add("_barrier")
+        args = [f"[{', '.join(self.py(t) for t in op.barrier)}]", "mesh_axes"]
+        if not op.double:
+            args.append("double=False")
+        w.call("_barrier", args)
+
+    def op_zero(self, w: CodeWriter, op: S.Zero) -> None:
+        buf = self.name(op.zero.name)
+        if op.zero.indices:
+            dims = [self.py(d) for d in self.region_shape(op.zero)]
+            shape = _tuple_text(dims) if dims else "()"
+        else:
+            shape = f"{buf}.shape"
+        w.line(f"{self.value_ref(op.zero)} = jnp.zeros({shape}, {buf}.dtype)")
+
+    def op_accumulate(self, w: CodeWriter, op: S.Accumulate) -> None:
+        w.line(f"{self.value_ref(op.accumulate)} += {self.value_ref(op.src)}")
+
+    def op_assign(self, w: CodeWriter, op: S.Assign) -> None:
+        w.line(f"{self.value_ref(op.assign)} = {self.value_ref(op.src)}")
+
+    # -- build and make_inputs -------------------------------------------------------------
+    def api(self) -> CodeWriter:
+        s = self.s
+        self.helpers |= {"_config", "_interpret_mode", "_random_input"}
+        checks = self.division_checks()
+        if checks:
+            self.helpers.add("_check_divides")
+        w = CodeWriter()
+        with w.block("def build(mesh, *, interpret=None, **params):"):
+            w.docstring(
+                f"`{s.name}` on `mesh` as a jitted function of the global inputs (IN_SPECS).\n\n"
+                "`params` override PARAMS. `interpret`: None or False compiles for TPU; True\n"
+                "runs in Pallas TPU interpret mode with default `pltpu.InterpretParams()`; an\n"
+                "`InterpretParams` instance is used as given.")
+            self.config(w, checks)
+            self.pallas_call(w)
+            w.blank()
+            self.per_device(w)
+            w.blank()
+            w.call("sharded = jax.shard_map", [
+                "per_device", "mesh=mesh", "in_specs=IN_SPECS", "out_specs=OUT_SPECS",
+                "check_vma=False"])
+            w.line("return jax.jit(sharded)")
+        w.blank(2)
+        with w.block("def make_inputs(mesh, key, **params):"):
+            w.docstring("Random global inputs for `build(mesh, **params)`, placed as IN_SPECS.\n\n"
+                        "`key` is a PRNG key or an int seed.")
+            shapes = [shard_shape(s.buffers[n]) for n in buffers_of(s, "input")]
+            self.config(w, checks, uses_n=any("N" in E.names(d) for sh in shapes for d in sh))
+            ins = buffers_of(s, "input")
+            with w.block("if isinstance(key, int):"):
+                w.line("key = jax.random.key(key)")
+            w.line(f"keys = jax.random.split(key, {len(ins)})")
+            for i, n in enumerate(ins):
+                w.call(f"{self.name(n)} = _random_input", [
+                    f"keys[{i}]", self.static_tuple(shard_shape(s.buffers[n])),
+                    f"jnp.{s.dtype_of(n)}", "mesh", f"IN_SPECS[{i}]"])
+            w.line(f"return {_tuple_text([self.name(n) for n in ins])}")
+        return w
+
+    def division_checks(self) -> list[tuple[str, str, str]]:
+        s = self.s
+        checks: list[tuple[str, str, str]] = []
+        sources: list[tuple[str, list[E.Expr]]] = []
+        for n, b in s.buffers.items():
+            sources.append((f"shape of buffer `{n}`", b.full_shape + list(b.shard or [])))
+        for n, sem in s.semaphores.items():
+            sources.append((f"shape of semaphore `{n}`", list(sem.shape)))
+        for n, size in s.grid.items():
+            sources.append((f"grid size `{n}`", [size]))
+        for what, exprs in sources:
+            for a, b in self.divisions(exprs):
+                if (a, b, what) not in checks:
+                    checks.append((a, b, what))
+        return checks
+
+    def config(self, w: CodeWriter, checks: list[tuple[str, str, str]], uses_n: bool = True) -> None:
+        uses_n = uses_n or any("N" in f"{a} {b}".split() for a, b, _ in checks)
+        w.line(f"{'N' if uses_n else '_'}, p = _config(mesh, params)")
+        for n in self.s.params:
+            w.line(f"{self.name(n)} = p[{_str(n)}]")
+        for a, b, what in checks:
+            w.line(f"_check_divides({a}, {b}, {_str(what)})")
+
+    def pallas_call(self, w: CodeWriter) -> None:
+        s = self.s
+        outs = buffers_of(s, "output", "hbm_scratch")
+        single = len(outs) == 1
+
+        def memory(n: str) -> str:
+            return "pltpu.VMEM" if s.buffers[n].memory == "vmem" else "pl.ANY"
+
+        def shape_dtype(n: str) -> str:
+            return (f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, "
+                    f"jnp.{s.dtype_of(n)})")
+
+        statics = [f"N=N", *(f"{self.name(p)}={self.name(p)}" for p in s.params),
+                   "mesh_axes=tuple(mesh.axis_names)"]
+        with w.block("kernel = pl.pallas_call("):
+            w.call("functools.partial", ["_kernel", *statics], ",")
+            if single:
+                w.line(f"out_shape={shape_dtype(outs[0])},  # {outs[0]}")
+            else:
+                with w.block("out_shape=("):
+                    for n in outs:
+                        w.line(f"{shape_dtype(n)},  # {n}{self.scratch_note(n)}")
+                w.line("),")
+            with w.block("grid_spec=pltpu.PrefetchScalarGridSpec("):
+                w.line("num_scalar_prefetch=0,")
+                with w.block("in_specs=["):
+                    for n in buffers_of(s, "input"):
+                        w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
+                w.line("],")
+                if single:
+                    w.line(f"out_specs=pl.BlockSpec(memory_space={memory(outs[0])}),  # {outs[0]}")
+                else:
+                    with w.block("out_specs=["):
+                        for n in outs:
+                            w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
+                    w.line("],")
+                w.line(f"grid={self.static_tuple(list(s.grid.values()))},")
+                scratch = self.scratch_shapes()
+                if scratch:
+                    with w.block("scratch_shapes=["):
+                        for text, n in scratch:
+                            w.line(f"{text},  # {n}")
+                    w.line("],")
+                else:
+                    w.line("scratch_shapes=[],")
+            w.line("),")
+            params = []
+            if s.barrier is not None:
+                params.append(f"collective_id={s.barrier.collective_id}")
+            semantics = _tuple_text(['"arbitrary"'] * len(s.grid))
+            params.append(f"dimension_semantics={semantics}")
+            w.call("compiler_params=pltpu.CompilerParams", params, ",")
+            w.line("interpret=_interpret_mode(interpret),")
+        w.line(")")
+
+    def scratch_note(self, n: str) -> str:
+        return " (HBM scratch)" if self.s.buffers[n].kind == "hbm_scratch" else ""
+
+    def scratch_shapes(self) -> list[tuple[str, str]]:
+        s = self.s
+        out = []
+        for n, sem in s.semaphores.items():
+            kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
+            out.append((f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind, n))
+        for n in buffers_of(s, "vmem_scratch"):
+            out.append((f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
+                        f"jnp.{s.dtype_of(n)})", n))
+        return out
+
+    def per_device(self, w: CodeWriter) -> None:
+        s = self.s
+        ins = buffers_of(s, "input")
+        outs = buffers_of(s, "output")
+        scratch = buffers_of(s, "hbm_scratch")
+        with w.block(f"def per_device({', '.join(self.name(n) for n in ins)}):"):
+            args = []
+            for n in ins:
+                b = s.buffers[n]
+                args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
+                            if b.shard is not None else self.name(n))
+            results = [self.name(n) for n in outs] + ["_"] * len(scratch)
+            w.call(f"{', '.join(results)} = kernel", args)
+            returned = []
+            for n in outs:
+                b = s.buffers[n]
+                returned.append(f"{self.name(n)}.reshape{self.static_tuple(b.shard)}"
+                                if b.shard is not None else self.name(n))
+            w.line(f"return {', '.join(returned)}")
+
+
+def _summary(op: S.Op) -> str:
+    """The op in schedule terms, for the comment above its statement."""
+    if isinstance(op, S.When):
+        return f"when {E.to_text(op.when)}"
+    if isinstance(op, S.Start):
+        return f"start {op.start}"
+    if isinstance(op, S.Wait):
+        return f"wait {op.wait}"
+    if isinstance(op, S.WaitSend):
+        return f"wait_send {op.wait_send}"
+    if isinstance(op, S.WaitRecv):
+        return f"wait_recv {op.wait_recv}"
+    if isinstance(op, S.Signal):
+        inc = "" if op.inc == E.Const(1) else f" by {E.to_text(op.inc)}"
+        return f"signal {op.signal.text()}{inc} to {', '.join(E.to_text(t) for t in op.to)}"
+    if isinstance(op, S.SemWait):
+        value = "" if op.value == E.Const(1) else f" for {E.to_text(op.value)}"
+        return f"sem_wait {op.sem_wait.text()}{value}"
+    if isinstance(op, S.Barrier):
+        single = "" if op.double else " (single)"
+        return f"barrier with {', '.join(E.to_text(t) for t in op.barrier)}{single}"
+    if isinstance(op, S.Zero):
+        return f"zero {op.zero.text()}"
+    if isinstance(op, S.Accumulate):
+        return f"accumulate {op.accumulate.text()} += {op.src.text()}"
+    if isinstance(op, S.Assign):
+        return f"assign {op.assign.text()} = {op.src.text()}"
+    raise TypeError(f"unknown op {type(op).__name__}")
+
+
+def _wrap_words(text: str, width: int) -> str:
+    lines, current = [], ""
+    for word in text.split(" "):
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    lines.append(current)
+    return "\n".join(lines)
+
+
+def emit(schedule: S.Schedule) -> str:
+    """The Pallas TPU module for `schedule`, as Python source text (deterministic)."""
+    return _Emitter(schedule).emit()

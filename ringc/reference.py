@@ -1,0 +1,84 @@
+"""What each `COLLECTIVE` means: the `lax` call a generated kernel must agree with.
+
+Every collective is applied under `jax.shard_map` along the schedule's axis to `x`, the
+collective's input buffer in the kernel's own shape (slots + shape, after reshaping the
+per-device shard), on N devices; `me` is the device's index along the axis.
+
+| COLLECTIVE     | lax call                                                          | meaning                                          |
+|----------------|-------------------------------------------------------------------|--------------------------------------------------|
+| `ppermute`     | `lax.ppermute(x, axis, [(i, (i + shift) % N) for i in range(N)])` | device d's x lands on device (d + shift) % N     |
+| `all_gather`   | `lax.all_gather(x, axis)` (tiled=False)                           | out[j] = device j's x; out has a new leading N   |
+| `psum`         | `lax.psum(x, axis)`                                               | out = sum over devices of x                      |
+| `psum_scatter` | `lax.psum_scatter(x, axis)` (scatter_dimension=0, tiled=False)    | x has leading dim N; out = sum over devices of x[me] |
+| `all_to_all`   | `lax.all_to_all(x, axis, 0, 0)` (tiled=False)                     | x has leading dim N; out[j] = device j's x[me]   |
+
+`shift` is `collective.shift` (default 1). The result is reshaped to the collective's output
+buffer's shard shape; in and out PartitionSpecs are those of `build` (inputs: IN_SPECS; out:
+the collective output's spec).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .codegen.pallas import buffers_of, partition_spec, shard_shape
+from .ir import expr as E
+from .ir import schema as S
+
+
+def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1):
+    """The lax call for `kind` (see the module table) on a per-device array, inside shard_map."""
+    from jax import lax
+
+    if kind == "ppermute":
+        return lax.ppermute(x, axis, [(i, (i + shift) % n) for i in range(n)])
+    if kind == "all_gather":
+        return lax.all_gather(x, axis)
+    if kind == "psum":
+        return lax.psum(x, axis)
+    if kind == "psum_scatter":
+        return lax.psum_scatter(x, axis)
+    if kind == "all_to_all":
+        return lax.all_to_all(x, axis, 0, 0)
+    raise ValueError(f"unknown collective {kind!r}")
+
+
+def summed_terms(kind: str, n: int) -> int:
+    """How many values each output element adds up (1 for pure data movement)."""
+    return n if kind in ("psum", "psum_scatter") else 1
+
+
+def _eval_shape(dims: list[E.Expr], env: Mapping[str, int], what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(E.evaluate(d, env, exact_division=True)) for d in dims)
+    except E.ExprError as e:
+        raise ValueError(f"{what}: {e}") from None
+
+
+def reference(schedule: S.Schedule, mesh, **params) -> Callable:
+    """The schedule's collective as plain `lax`: a jitted shard_map function taking the same
+    global inputs as `build(mesh, **params)` and returning the collective's output buffer,
+    with the same PartitionSpecs."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    s = schedule
+    unknown = sorted(set(params) - set(s.params))
+    if unknown:
+        raise ValueError(f"{s.name}: unknown parameter {', '.join(unknown)} "
+                         f"(parameters: {', '.join(s.params) or 'none'})")
+    n = mesh.shape[s.axis]
+    env = {"N": n, **s.params, **params}
+    inputs = buffers_of(s, "input")
+    src, dst = s.io_buffer("input"), s.io_buffer("output")
+    src_shape = _eval_shape(s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
+    dst_shape = _eval_shape(shard_shape(s.buffers[dst]), env, f"shard shape of buffer `{dst}`")
+    in_specs = tuple(P(*partition_spec(s, b)) for b in inputs)
+    out_spec = P(*partition_spec(s, dst))
+    kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
+
+    def per_device(*args):
+        x = args[inputs.index(src)].reshape(src_shape)
+        return apply_collective(kind, x, axis, n, shift=shift).reshape(dst_shape)
+
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=out_spec))

@@ -1,0 +1,150 @@
+"""`ringc run`: execute a schedule's generated kernel in Pallas TPU interpret mode on CPU
+devices and compare it with the `lax` reference (`ringc.reference`).
+
+JAX fixes its CPU device count when it is first imported, from
+`XLA_FLAGS=--xla_force_host_platform_device_count=N`. Call `ensure_host_devices(n)` before
+anything imports jax (the CLI does); `run_schedule` raises a RuntimeError if there are too few.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import linecache
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Mapping
+
+from .codegen import emit
+from .ir import schema as S
+from .reference import reference, summed_terms
+
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+# Allowed error per summed term, relative to max(1, max |reference|); float32 is absolute.
+_TOLERANCE = {
+    "float32": 1e-5, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11,
+    "float8_e4m3fn": 2.0 ** -3, "float8_e5m2": 2.0 ** -2,
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one interpreted run against the lax reference."""
+    name: str
+    devices: int
+    max_abs_err: float
+    tolerance: float
+    races_found: bool | None  # None: race detection was off
+    seconds: float  # the kernel's run, excluding compilation
+    ok: bool  # within tolerance and no race found
+
+
+def ensure_host_devices(n: int) -> bool:
+    """Ask for max(n, 8) CPU devices and the CPU platform, if jax is not imported yet.
+
+    Returns False (and changes nothing) when jax is already imported: then the device count
+    is fixed and `run_schedule` will report if it is too small."""
+    if "jax" in sys.modules:
+        return False
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_FLAG}={max(n, 8)}"])
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    return True
+
+
+def load_module(schedule: S.Schedule) -> ModuleType:
+    """Emit the schedule's module and import it. The source goes through a temporary file
+    (deleted afterwards) and stays in `linecache`, so tracebacks show the generated lines."""
+    text = emit(schedule)
+    stem = "".join(c if c.isalnum() else "_" for c in schedule.name)
+    with tempfile.TemporaryDirectory(prefix="ringc-") as tmp:
+        path = str(Path(tmp) / f"{stem}.py")
+        Path(path).write_text(text)
+        spec = importlib.util.spec_from_file_location(f"ringc_generated_{stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    # mtime None: linecache.checkcache keeps the entry although the file is gone.
+    linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+    return module
+
+
+def _cpu_devices(n: int) -> list:
+    import jax
+
+    try:
+        devices = jax.devices("cpu")
+    except RuntimeError:
+        devices = []
+    if len(devices) < n:
+        raise RuntimeError(
+            f"running on {n} devices needs {n} CPU devices, but JAX has {len(devices)}. The "
+            f"count is fixed when jax is first imported: set XLA_FLAGS={_DEVICE_FLAG}={max(n, 8)} "
+            "and JAX_PLATFORMS=cpu before importing jax (ringc.run.ensure_host_devices does this)")
+    return devices[:n]
+
+
+def tolerance(dtype: str, terms: int, scale: float) -> float:
+    """Allowed max abs error for `terms` summed values of `dtype` whose result has magnitude
+    up to `scale`: 1e-5 per term for float32; for narrower floats their precision per term,
+    relative to max(1, scale); 0 (exact) for integers."""
+    if dtype == "float32":
+        return 1e-5 * terms
+    if dtype in _TOLERANCE:
+        return _TOLERANCE[dtype] * terms * max(1.0, scale)
+    return 0.0
+
+
+def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int] | None = None,
+                 seed: int = 0, detect_races: bool = True) -> RunResult:
+    """Run `schedule` on `devices` CPU devices in Pallas TPU interpret mode and compare its
+    output with the lax reference."""
+    import jax
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = dict(params or {})
+    if devices < 1:
+        raise ValueError(f"devices must be at least 1, got {devices}")
+    mesh = jax.sharding.Mesh(np.array(_cpu_devices(devices)), (schedule.axis,))
+    module = load_module(schedule)
+    fn = module.build(mesh, interpret=pltpu.InterpretParams(detect_races=detect_races), **params)
+    inputs = module.make_inputs(mesh, jax.random.key(seed), **params)
+
+    pltpu.reset_tpu_interpret_mode_state()
+    try:
+        compiled = fn.lower(*inputs).compile()
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*inputs))
+        seconds = time.perf_counter() - start
+        races_found = _races_found() if detect_races else None
+    finally:
+        pltpu.reset_tpu_interpret_mode_state()
+
+    outputs = [n for n, b in schedule.buffers.items() if b.kind == "output"]
+    if len(outputs) > 1:
+        out = out[outputs.index(schedule.io_buffer("output"))]
+    expected = reference(schedule, mesh, **params)(*inputs)
+    got = np.asarray(out).astype(np.float64)
+    want = np.asarray(expected).astype(np.float64)
+    if got.shape != want.shape:
+        raise ValueError(f"{schedule.name}: output has shape {got.shape}, but "
+                         f"lax {schedule.collective.kind} gives {want.shape}")
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    dtype = schedule.dtype_of(schedule.io_buffer("output"))
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    tol = tolerance(dtype, summed_terms(schedule.collective.kind, devices), scale)
+    ok = not math.isnan(err) and err <= tol and races_found is not True
+    return RunResult(name=schedule.name, devices=devices, max_abs_err=err, tolerance=tol,
+                     races_found=races_found, seconds=seconds, ok=ok)
+
+
+def _races_found() -> bool | None:
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+
+    return None if ipc.races is None else bool(ipc.races.races_found)

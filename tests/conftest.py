@@ -1,0 +1,34 @@
+"""Shared test setup: eight CPU devices for Pallas TPU interpret mode, and the schedule library.
+
+JAX fixes its platform and CPU device count when it is first imported, so the environment is
+set here, at import time, before any test module imports jax.
+"""
+
+import os
+from pathlib import Path
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+_flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+          if not f.startswith("--xla_force_host_platform_device_count")]
+os.environ["XLA_FLAGS"] = " ".join([*_flags, "--xla_force_host_platform_device_count=8"])
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).parent.parent
+LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+
+@pytest.fixture
+def library_schedules() -> list[Path]:
+    """The paths of the library's schedules, `schedules/*.yaml`, sorted."""
+    return list(LIBRARY)
+
+
+def pytest_generate_tests(metafunc):
+    """A test taking `schedule_path` runs once per library schedule (id: the file's stem)."""
+    if "schedule_path" in metafunc.fixturenames:
+        metafunc.parametrize("schedule_path", LIBRARY, ids=[p.stem for p in LIBRARY])
