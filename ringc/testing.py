@@ -1,0 +1,117 @@
+"""Hypothesis strategies for property-testing schedules, yours or the library's.
+
+    from hypothesis import given
+    from ringc.testing import device_counts, schedules_from, mutants_of
+
+    @given(schedules_from("schedules"), device_counts(2, 16))
+    def test_my_schedules_verify(sched, n):
+        assert ringc.check(sched, n).ok
+
+A mutant is a schedule with one small, plausible bug: an op dropped (a wait, a signal, a
+start), a direction flipped, or two neighbouring ops swapped. Most mutants are broken;
+use them to check that your own checks fail for the right reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from .ir import expr as E
+from .ir import schema as S
+from .ir.loader import load
+
+
+def device_counts(min_n: int = 2, max_n: int = 8) -> st.SearchStrategy[int]:
+    """Ring sizes, odd and even, shrinking towards the smallest."""
+    return st.integers(min_value=min_n, max_value=max_n)
+
+
+def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchStrategy[S.Schedule]:
+    """Every schedule file in `directory`, loaded and statically validated."""
+    paths = sorted(Path(directory).glob(pattern))
+    if not paths:
+        raise ValueError(f"no schedules matching {pattern!r} in {directory}")
+    return st.sampled_from(paths).map(load)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    kind: str          # drop | flip | swap
+    path: tuple[int, ...]
+    line: int
+
+    def describe(self) -> str:
+        return {"drop": "dropped the op", "flip": "flipped the direction of the copy used",
+                "swap": "swapped the op with the next one"}[self.kind] + f" at line {self.line}"
+
+
+def _op_paths(ops: list[S.Op], prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], S.Op]]:
+    out = []
+    for i, op in enumerate(ops):
+        out.append((prefix + (i,), op))
+        if isinstance(op, S.When):
+            out += _op_paths(op.do, prefix + (i,))
+    return out
+
+
+def _edit(ops: list[S.Op], path: tuple[int, ...], fn) -> list[S.Op]:
+    i, rest = path[0], path[1:]
+    if not rest:
+        return fn(list(ops), i)
+    block = ops[i]
+    return ops[:i] + [block.model_copy(update={"do": _edit(block.do, rest, fn)})] + ops[i + 1:]
+
+
+_FLIP = {"left": "right", "right": "left"}
+
+
+def mutate(sched: S.Schedule, mutation: Mutation) -> S.Schedule:
+    """Apply one mutation; the result keeps the original file name for messages."""
+    if mutation.kind == "drop":
+        body = _edit(sched.body, mutation.path, lambda ops, i: ops[:i] + ops[i + 1:])
+        update: dict[str, Any] = {"body": body}
+    elif mutation.kind == "swap":
+        body = _edit(sched.body, mutation.path,
+                     lambda ops, i: ops[:i] + [ops[i + 1], ops[i]] + ops[i + 2:])
+        update = {"body": body}
+    else:
+        op = dict(_op_paths(sched.body))[mutation.path]
+        name = getattr(op, "start")
+        copy = sched.copies[name]
+        flipped = E.Var(_FLIP[copy.to.name])
+        update = {"copies": {**sched.copies, name: copy.model_copy(update={"to": flipped})}}
+    out = sched.model_copy(update=update)
+    out._file, out._header = sched.file, sched.header
+    return out
+
+
+def _siblings(sched: S.Schedule, path: tuple[int, ...]) -> list[S.Op]:
+    ops = sched.body
+    for i in path[:-1]:
+        ops = ops[i].do
+    return ops
+
+
+def mutations_of(sched: S.Schedule) -> list[Mutation]:
+    out = []
+    for path, op in _op_paths(sched.body):
+        if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv, S.SemWait, S.Signal, S.Start, S.Barrier,
+                           S.Zero)):
+            out.append(Mutation("drop", path, op.line))
+        if not isinstance(op, S.When) and path[-1] + 1 < len(_siblings(sched, path)):
+            out.append(Mutation("swap", path, op.line))
+        if isinstance(op, S.Start):
+            to = sched.copies[op.start].to
+            if isinstance(to, E.Var) and to.name in _FLIP:
+                out.append(Mutation("flip", path, op.line))
+    return out
+
+
+def mutants_of(sched: S.Schedule) -> st.SearchStrategy[tuple[Mutation, S.Schedule]]:
+    """(mutation, mutated schedule) pairs for one schedule."""
+    muts = mutations_of(sched)
+    return st.sampled_from(muts).map(lambda m: (m, mutate(sched, m)))
