@@ -34,6 +34,26 @@ def _devices(text: str) -> list[int]:
     return list(range(lo, hi + 1))
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _topology(text: str) -> str:
+    from . import topology
+    try:
+        topology.build(text, 4)
+    except ValueError as e:
+        if not text.startswith("ring:"):
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _param(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     try:
@@ -55,8 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="verify schedules for one or more device counts")
     c.add_argument("files", nargs="+", metavar="FILE")
     c.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
-    c.add_argument("--topology", default="ring", help="device graph (default: ring)")
-    c.add_argument("--invocations", type=int, default=1, metavar="K",
+    c.add_argument("--topology", type=_topology, default="ring", help="device graph (default: ring)")
+    c.add_argument("--invocations", type=_positive, default=1, metavar="K",
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
@@ -104,6 +124,9 @@ def _write_atomically(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would surprise: behave like open()
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -12,8 +12,13 @@ def ring(n: int) -> nx.Graph:
 
 def build(spec: str, n: int) -> nx.Graph:
     """The graph for a `--topology` spelling. Only `ring` is supported so far."""
-    if spec in ("ring", f"ring:{n}"):
+    if spec == "ring":
         return ring(n)
+    if spec.startswith("ring:"):
+        size = spec.removeprefix("ring:")
+        if size.isdigit() and int(size) == n:
+            return ring(n)
+        raise ValueError(f"topology {spec!r} does not match --devices {n}; use `ring` or `ring:{n}`")
     raise ValueError(f"unknown topology {spec!r}; supported: ring, ring:N")
 
 

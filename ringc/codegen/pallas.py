@@ -161,12 +161,14 @@ def _not(a):
 ''',
     "_min": '''
 def _min(*args):
+    """Minimum; of Python ints, a Python int."""
     if all(isinstance(a, int) for a in args):
         return min(args)
     return functools.reduce(jnp.minimum, args)
 ''',
     "_max": '''
 def _max(*args):
+    """Maximum; of Python ints, a Python int."""
     if all(isinstance(a, int) for a in args):
         return max(args)
     return functools.reduce(jnp.maximum, args)
@@ -328,24 +330,24 @@ class _Emitter:
         """Python names for the schedule's names: its own where possible, `_`-suffixed where
         they would clash with a keyword, a builtin or a name the module needs."""
         s = self.s
-        wanted: list[tuple[str, str]] = []
+        # (key, wanted identifier, whether that is the schedule's name unchanged)
+        wanted: list[tuple[str, str, bool]] = []
         for table in (s.params, s.grid, s.let, s.buffers, s.semaphores):
-            wanted += [(n, _identifier(n)) for n in table]
-        wanted += [(f"copy:{n}", "_" + _identifier(n)) for n in s.copies]
+            wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
+        wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
         out = {n: n for n in ("me", "N", "left", "right")}
         taken = set(_RESERVED)
-        # Names that need no change claim themselves first, so renaming is local.
-        for key, ident in wanted:
-            if ident not in taken and (ident == key or ident == "_" + key.removeprefix("copy:")):
+        # Unchanged names claim themselves first, so one rename never cascades into others.
+        for key, ident, natural in wanted:
+            if natural and ident not in taken:
                 out[key] = ident
                 taken.add(ident)
-        for key, ident in wanted:
-            if key in out:
-                continue
-            while ident in taken:
-                ident += "_"
-            out[key] = ident
-            taken.add(ident)
+        for key, ident, _ in wanted:
+            if key not in out:
+                while ident in taken:
+                    ident += "_"
+                out[key] = ident
+                taken.add(ident)
         return out
 
     def name(self, n: str) -> str:
@@ -491,10 +493,9 @@ class _Emitter:
 
     def kernel(self) -> CodeWriter:
         s = self.s
+        lets = [f"{INDENT}{self.name(n)} = {self.py(e)}" for n, e in s.let.items()]
         body = CodeWriter()
         body.level = 1
-        for n, e in s.let.items():
-            body.line(f"{self.name(n)} = {self.py(e)}")
         for n, c in s.copies.items():
             body.blank()
             self.copy_descriptor(body, n, c)
@@ -515,6 +516,8 @@ class _Emitter:
         for b in ("left", "right"):
             if b in self.names_used:
                 w.line(f"{b} = {self.py(BUILTIN_EXPRS[b])}")
+        w.lines.extend(lets)
+        w.blank()
         w.lines.extend(body.lines)
         return w
 

@@ -206,7 +206,9 @@ def _render(expr: Expr, hook: Callable[[Expr], str | None], prec: int = 0) -> st
         return f"{expr.func}({', '.join(_render(a, hook) for a in expr.args)})"
     p = _PREC[expr.op]
     # Left-associative: the right operand of an equal-precedence op needs parentheses.
-    s = f"{_render(expr.left, hook, p)} {expr.op} {_render(expr.right, hook, p + 1)}"
+    # Comparisons chain in Python (`a < b < c`), so a comparison operand always does.
+    left_prec = p + 1 if expr.op in COMPARE else p
+    s = f"{_render(expr.left, hook, left_prec)} {expr.op} {_render(expr.right, hook, p + 1)}"
     return f"({s})" if prec > p else s
 
 

@@ -42,17 +42,22 @@ def _build(node: yaml.Node, path: tuple, lines: LineTable, loader: yaml.SafeLoad
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
+        if isinstance(e, yaml.reader.ReaderError):
+            problem = f"character {e.character!r} is not allowed in YAML"
+            mark = yaml.Mark(file, e.position, text.count("\n", 0, e.position), 0, None, None)
         raise ScheduleError(f"malformed YAML: {problem}", file=file,
                             line=mark.line + 1 if mark else None,
                             fix="check indentation and that every `key: value` pair is well formed") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if node is None:
         raise ScheduleError("the file is empty", file=file, line=1, fix="start from a schedule in schedules/")
     lines: LineTable = {}
@@ -77,9 +82,13 @@ def _header_comment(text: str) -> str:
 
 
 def _line_of(loc: tuple, lines: LineTable) -> int | None:
-    """Follow a pydantic location through the line table; union tags are skipped."""
+    """Follow a pydantic location through the line table. Pydantic puts the op's union
+    tag right after its list index (`body, 3, signal, to`): that tag is not a YAML key."""
+    from .schema import _OP_KEYS
     path: tuple = ()
-    for comp in loc:
+    for i, comp in enumerate(loc):
+        if i and isinstance(loc[i - 1], int) and comp in _OP_KEYS:
+            continue
         if path + (comp,) in lines:
             path = path + (comp,)
     return lines.get(path)
@@ -105,7 +114,12 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
         close = difflib.get_close_matches(key, _known_keys(), n=1)
         msg = f"unknown key `{key}`"
         fix = f"did you mean `{close[0]}`?" if close else "remove it; docs/schedule-format.md lists the keys"
-        loc = loc[:-1]
+    elif e["type"] == "unknown_op":
+        from .schema import _OP_KEYS
+        given = [k for k in (e["input"] if isinstance(e["input"], dict) else {}) if k != "__line__"]
+        close = difflib.get_close_matches(given[0], _OP_KEYS, n=1) if given else []
+        fix = (f"did you mean `{close[0]}`?" if close else
+               f"start the op with one of: {', '.join(_OP_KEYS)}")
     elif e["type"] == "missing":
         msg = f"missing required key `{loc[-1]}`"
         fix = "see docs/schedule-format.md for what this entry needs"
@@ -132,6 +146,7 @@ def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | N
         sched = sched.model_copy(update={"params": {**sched.params, **params}})
     sched._file = file
     sched._header = _header_comment(text)
+    sched._lines = lines
     from .resolve import resolve
     resolve(sched)
     return sched
@@ -141,7 +156,11 @@ def load(path: str | Path, params: Mapping[str, int] | None = None) -> Schedule:
     """Load and statically validate a schedule file. Raises `ScheduleError` on bad input."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ScheduleError(f"cannot read schedule: {e.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[:e.start].count(b"\n") + 1
+        raise ScheduleError(f"the file is not UTF-8 text (byte {e.object[e.start]:#x})", file=str(path),
+                            line=line, fix="save the schedule as UTF-8") from None
     return load_text(text, str(path), params)

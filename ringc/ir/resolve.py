@@ -49,13 +49,16 @@ class _Resolver:
         seen: dict[str, str] = {}
         groups = [("param", s.params), ("grid index", s.grid), ("let", s.let), ("buffer", s.buffers),
                   ("semaphore", s.semaphores), ("copy", s.copies)]
+        tables = {"param": "params", "grid index": "grid", "let": "let", "buffer": "buffers",
+                  "semaphore": "semaphores", "copy": "copies"}
         for kind, table in groups:
             for name in table:
+                line = s.line_of(tables[kind], name)
                 if name in BUILTINS or name in ("min", "max", "barrier"):
-                    self.fail(s.line, f"`{name}` is reserved and cannot name a {kind}",
+                    self.fail(line, f"`{name}` is reserved and cannot name a {kind}",
                               fix="choose another name")
                 if name in seen:
-                    self.fail(s.line, f"`{name}` names both a {seen[name]} and a {kind}",
+                    self.fail(line, f"`{name}` names both a {seen[name]} and a {kind}",
                               fix="every name in a schedule must be unique")
                 seen[name] = kind
 
@@ -74,12 +77,12 @@ class _Resolver:
         s = self.s
         static = self.static_names()
         if s.dtype not in ITEMSIZE:
-            self.fail(s.line, f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
-        for size in s.grid.values():
-            self.check_expr(size, static, s.line, "grid size")
+            self.fail(s.line_of("dtype"), f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
+        for name, size in s.grid.items():
+            self.check_expr(size, static, s.line_of("grid", name), "grid size")
         defined = {*BUILTINS, *s.params, *s.grid}
         for name, value in s.let.items():
-            self.check_expr(value, defined, s.line, f"let `{name}`")
+            self.check_expr(value, defined, s.line_of("let", name), f"let `{name}`")
             defined.add(name)
         for name, buf in s.buffers.items():
             for dim in buf.full_shape:

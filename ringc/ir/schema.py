@@ -247,9 +247,20 @@ When.model_rebuild()
 _NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies")
 
 
+def _schema_shorthands(schema: dict[str, Any]) -> None:
+    """Advertise the string shorthands (`collective: psum`, `send_sem: dma`) to editors."""
+    props = schema["properties"]
+    props["collective"] = {"anyOf": [{"type": "string", "enum": list(CollectiveKind.__args__)},
+                                     props["collective"]]}
+    sems = props["semaphores"]
+    sems["additionalProperties"] = {"anyOf": [{"type": "string", "enum": ["dma", "regular"]},
+                                              sems["additionalProperties"]]}
+
+
 class Schedule(Node):
     """A collective as a step-by-step SPMD schedule. Every device runs `body` once per
     point of `grid`, in row-major order, with `me` its index along `axes[0]`."""
+    model_config = ConfigDict(**Node.model_config, json_schema_extra=_schema_shorthands)
     name: str
     description: str | None = None
     collective: Collective
@@ -275,6 +286,11 @@ class Schedule(Node):
 
     _file: str = PrivateAttr("<schedule>")
     _header: str = PrivateAttr("")
+    _lines: dict = PrivateAttr(default_factory=dict)
+
+    def line_of(self, *path: Any) -> int:
+        """The YAML line of a table entry such as ("let", "working"), else the schedule's."""
+        return self._lines.get(tuple(path)) or self._lines.get(tuple(path[:1])) or self.line
 
     @property
     def axis(self) -> str:

@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 
 from ..ir import schema as S
+from ..ir.errors import ScheduleError
 from .. import topology
 from .events import DmaStart, Event, Program, SemWait, Signal, sem_text
 from .findings import Finding, Report
@@ -22,7 +23,10 @@ from .unroll import unroll
 
 
 def check_targets(program: Program, topo: str) -> list[Finding]:
-    graph = topology.build(topo, program.n)
+    try:
+        graph = topology.build(topo, program.n)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=program.file, fix="see `ringc check --help`") from None
     findings, seen = [], set()
     for ev, target in program.targets:
         a = ev.action
@@ -64,20 +68,29 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
             "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
                     f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
             trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
-    # Byte counts: a DMA wait should consume whole DMAs.
+    # Byte counts: a DMA wait must expect the size of some DMA on its semaphore. (Which
+    # DMA a wait ends up consuming depends on arrival order; sizes do not.)
+    sizes: dict = defaultdict(dict)
+    for events in program.devices:
+        for ev in events:
+            if isinstance(ev.action, DmaStart):
+                for sem in (ev.action.recv_sem, ev.action.send_sem):
+                    if sem is not None:
+                        sizes[sem].setdefault(ev.action.nbytes, ev)
     flagged = set()
-    for c in m.consumed:
-        a = c.wait.action
-        if program.sem_kinds.get(a.sem[1]) != "dma" or c.wait.line in flagged:
-            continue
-        partial = [(src, take, size) for src, take, size in c.taken if take != size]
-        if partial:
-            src, take, size = partial[0]
-            flagged.add(c.wait.line)
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if (not isinstance(a, SemWait) or program.sem_kinds.get(a.sem[1]) != "dma"
+                    or not sizes[a.sem] or a.value in sizes[a.sem] or ev.line in flagged):
+                continue
+            flagged.add(ev.line)
+            size, src = next(iter(sizes[a.sem].items()))
             findings.append(Finding(
-                "byte_mismatch", f"{describe(c.wait)} at {program.where(c.wait)} expects {a.value} bytes, "
-                                 f"but {describe(src)} at {program.where(src)} sent {size} bytes",
-                event=c.wait, related=[src]))
+                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, but the "
+                                 f"DMAs on {sem_text(a.sem)} carry {', '.join(map(str, sizes[a.sem]))} bytes, "
+                                 f"e.g. {describe(src)} at {program.where(src)}",
+                event=ev, related=[src]))
     if stuck:
         return findings  # balance at exit is moot when the kernel never exits
     leftover: dict[tuple[str, int], list] = defaultdict(list)

@@ -7,61 +7,76 @@ with `simulate.py`, `order.py` or `races.py` beyond the event graph itself
 
 The model
 ---------
-A state is: each device's program counter, every semaphore's value, and the set of
-DMAs in flight with how far each has got. Scheduler transitions are
+A state is: each device's program counter, every semaphore's value, and the DMAs in
+flight with how far each has got. Scheduler transitions are
 
 - a device executes its next event:
   * `Compute` (zero / accumulate / assign): an instantaneous access;
   * `Signal`: adds `inc` to the target semaphore at once;
   * `SemWait`: enabled when the value is >= `v`, then subtracts `v`;
   * `DmaStart`: the DMA becomes in flight; nothing is deposited yet;
-- an in-flight DMA advances. Its bytes arrive in two separate transitions: all but the
-  last byte, then the last byte. Each adds its share to the receiver's receive
-  semaphore and to the sender's send semaphore (a local copy has one semaphore). After
-  the last byte the DMA is no longer in flight.
+- a *side* of an in-flight DMA advances. Bytes arrive in two separate transitions: all
+  but the last byte, then the last byte, each adding its share to the side's semaphore.
+  This split is what lets a wait for D bytes complete while another DMA on the same
+  semaphore still has its last byte in flight.
 
-A DMA's destination write and its source read are live from its start until its last
-byte has arrived. Deposits to a device that does not exist are dropped, and regions on
-such a device are ignored.
+How the sides of a DMA are modelled is `dma_model`:
+
+- ``"independent"`` (default, the model of `docs/verification.md`, which assumes no
+  hardware ordering beyond the semaphore counts): a remote DMA has a *receive side*
+  (deposits on the receiver's receive semaphore; its destination write is live until
+  that side's last byte) and a *send side* (deposits on the sender's send semaphore; its
+  source read is live until that side's last byte), advancing independently.
+- ``"causal"``: as independent, but the receive side never gets ahead of the send side
+  (a byte lands only after it was read).
+- ``"coupled"``: one side that deposits on both semaphores in the same two stages; the
+  source read and the destination write end together at the last byte.
+
+A local copy always has one side: its one semaphore, both accesses live until its last
+byte. Deposits to a device that does not exist are dropped, and accesses to its memory
+are ignored. The behaviours of the three models are nested, coupled < causal <
+independent, so a race found under a smaller model is found under a larger one.
 
 What is reported
 ----------------
 - race: in some reachable state two conflicting accesses (overlapping regions, at least
-  one a write, not the same event) are possible at once: two live DMA accesses, a live
-  DMA access and a device's next compute / DMA start, or the next events of two
-  different devices.
+  one a write, of different events) are possible at once: two live DMA accesses, a live
+  DMA access and a device's next compute / DMA start, or the next compute / DMA starts
+  of two different devices. Every such pair of events is reported.
 - hang: a reachable terminal state (nothing enabled) where some device is unfinished.
 - nonzero_exit: a reachable terminal state with some semaphore non-zero.
 
 Partial-order reduction
 -----------------------
-The state graph is acyclic (every transition advances a pc or a DMA) and *monotone*:
-only the owner subtracts from a semaphore, everything else adds, so a transition that is
-enabled stays enabled whatever other devices or DMAs do. In a state `s` we explore a
-single transition `t` instead of all of them when `t` is *safe*:
+The state graph is acyclic (every transition advances a pc or a DMA side) and
+*monotone*: only the owner subtracts from a semaphore, everything else adds, and a DMA
+side only moves forward, so an enabled transition stays enabled whatever the other
+devices and DMAs do. In a state `s` a single transition `t` is explored instead of all
+of them when `t` is *safe*:
 
-1. a `Signal`, an enabled `SemWait`, or the first (all-but-last-byte) arrival of a DMA:
-   these access no memory and do not change which accesses are live or pending;
-2. a `Compute` or `DmaStart` of device `d` all of whose conflicting events are over
-   (executed and, for a DMA, no longer in flight), where "conflicting events" means
-   those of other devices and `d`'s own earlier DMAs (its later events can never be
-   concurrent with it);
-3. the last-byte arrival of DMA `x` when every event conflicting with `x` is over.
+1. a `Signal`, an enabled `SemWait`, or the first (all-but-last-byte) arrival of a DMA
+   side: these neither access memory nor change which accesses are live or pending;
+2. a `Compute` or `DmaStart` of device `d` such that every access conflicting with one
+   of its accesses is over: its event is executed and, for a DMA side, no longer in
+   flight. Only accesses that could ever be concurrent with it count: those of other
+   devices, and `d`'s own earlier DMAs (its later events come after it);
+3. the last-byte arrival of a DMA side all of whose conflicting accesses are over.
 
-Soundness (by induction on the number of transitions left, which strictly decreases):
-let `w` be any path from `s` to a state `r` in which the pair `(a, b)` races. If `t`
-occurs in `w = u t v`, then `t` commutes with every transition of `u` (none of them is
-of `t`'s device, or `t`'s DMA, and by monotonicity moving an addition earlier or a
-subtraction of an enabled wait never disables anything), so `t u v` also reaches `r`.
-If `t` does not occur in `w`, then `t w` is executable and reaches `r` plus `t`'s
-effect, in which `(a, b)` still races: in case 1 `t` changes neither the live DMAs
-nor any pending access of another device; in cases 2 and 3 `t`'s accesses conflict with
-nothing that can be pending or live, so `t` is not `a` or `b`. Either way, from `s.t`
-some path reaches a state where `(a, b)` races. The same argument shows every terminal
-state stays reachable (a safe transition stays enabled, so it occurs in every maximal
-path). Hence the reduced search finds exactly the racing pairs, hangs and exit values
-of the full one. The choice of `t` depends only on the state, so a visited-state set is
-safe to combine with it.
+Soundness, by induction on the number of transitions left (which strictly decreases
+along every transition): let `w` be a path from `s` to a state `r` in which the pair
+`(a, b)` races. If `t` occurs in `w = u t v`, then `t` commutes with every transition
+of `u` (none belongs to `t`'s device or DMA side; an addition, a forward step of a DMA
+side, or an already enabled wait on the device's own semaphore never disables anything
+and ends in the same state in either order), so `t u v` also reaches `r`. If `t` does
+not occur in `w`, then `t w` is executable and reaches `r` plus `t`'s effect, where
+`(a, b)` still races: in case 1 `t` changes neither the live accesses nor any device's
+pending access; in cases 2 and 3 `t`'s accesses conflict with nothing that can be
+pending or live at `r`, so `t` is neither `a` nor `b` and does not end `a` or `b`.
+Either way some path from `s.t` reaches a state where `(a, b)` races. Likewise every
+terminal state stays reachable (a safe transition stays enabled, so it occurs in every
+maximal path). The reduced search thus finds exactly the racing pairs, hangs and exit
+values of the full one; `reduce=False` runs the full search for comparison. The choice
+of `t` depends only on the state, so combining it with a visited-state set is safe.
 """
 
 from __future__ import annotations
@@ -73,17 +88,18 @@ from dataclasses import dataclass, field
 from .events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
 
 DEFAULT_MAX_STATES = 2_000_000
+DMA_MODELS = ("independent", "causal", "coupled")
 
 
 @dataclass
 class ExploreResult:
-    races: list[tuple[Event, Event]]   # each pair once, ordered by (device, index)
+    races: list[tuple[Event, Event]]   # each racing pair of events once, ordered by (device, index)
     hang: bool                         # some terminal state has an unfinished device
     nonzero_exit: bool                 # some terminal state has a non-zero semaphore
     states: int                        # distinct states visited
-    complete: bool                     # False: stopped at max_states, verdicts partial
-    stuck: list[Event] = field(default_factory=list)         # where devices stop, if hang
-    final: dict[SemId, int] = field(default_factory=dict)    # non-zero values at exit
+    complete: bool                     # False: stopped at max_states, verdicts are partial
+    stuck: list[Event] = field(default_factory=list)       # where devices stop (first hang found)
+    final: dict[SemId, int] = field(default_factory=dict)  # non-zero values (first such exit)
     terminals: int = 0                 # distinct terminal states reached
     seconds: float = 0.0
 
@@ -91,91 +107,129 @@ class ExploreResult:
     def race(self) -> bool:
         return bool(self.races)
 
-
-def _accesses(ev: Event, n: int) -> list[tuple[Region, bool]]:
-    """(region, is_write) of one event; regions on non-existent devices are dropped."""
-    a = ev.action
-    if isinstance(a, DmaStart):
-        acc = [(a.src, False), (a.dst, True)]
-    elif isinstance(a, Compute):
-        acc = [(a.dst, True)] + ([(a.src, False)] if a.src is not None else [])
-    else:
-        return []
-    return [(r, w) for r, w in acc if 0 <= r.device < n]
+    def summary(self) -> str:
+        verdict = [k for k, v in (("race", self.race), ("hang", self.hang),
+                                  ("nonzero_exit", self.nonzero_exit)) if v] or ["ok"]
+        done = "complete" if self.complete else "INCOMPLETE"
+        return f"{'+'.join(verdict)} ({self.states} states, {done}, {self.seconds:.2f}s)"
 
 
-def _conflicting(xs: list[tuple[Region, bool]], ys: list[tuple[Region, bool]]) -> bool:
+Access = tuple[Region, bool]  # (region, is_write)
+
+
+def _conflicting(xs: list[Access], ys: list[Access]) -> bool:
     return any((wx or wy) and rx.overlaps(ry) for rx, wx in xs for ry, wy in ys)
 
 
 def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
-            reduce: bool = True) -> ExploreResult:
-    """Search every interleaving of `program` (with partial-order reduction unless
-    `reduce=False`), for at most `max_states` distinct states."""
+            dma_model: str = "independent", reduce: bool = True) -> ExploreResult:
+    """Search every interleaving of `program` for races, hangs and non-zero exits.
+
+    With `reduce=True` (default) the partial-order reduction above is applied. At most
+    `max_states` distinct states are visited; if the budget runs out the result has
+    `complete=False` and its verdicts cover only what was seen.
+    """
+    if dma_model not in DMA_MODELS:
+        raise ValueError(f"dma_model must be one of {DMA_MODELS}, not {dma_model!r}")
     t0 = time.perf_counter()
     n = program.n
     events: list[Event] = [ev for dev in program.devices for ev in dev]
     gid = {id(ev): g for g, ev in enumerate(events)}
     dev_gids = [[gid[id(ev)] for ev in dev] for dev in program.devices]
     lens = [len(dev) for dev in program.devices]
+    dev_of = [ev.device for ev in events]
+    idx_of = [ev.index for ev in events]
 
-    # Semaphores, numbered; those on non-existent devices get index -1 (deposits dropped).
     sem_index: dict[SemId, int] = {}
 
     def sem_of(sem: SemId | None) -> int:
+        """The semaphore's slot in the state, or -1: none / on a non-existent device."""
         if sem is None or not 0 <= sem[0] < n:
             return -1
         if sem not in sem_index:
             sem_index[sem] = len(sem_index)
         return sem_index[sem]
 
-    # Per event: kind code and operands.
-    #   0 compute, 1 signal (sem, inc), 2 wait (sem, v), 3 dma start (recv, send, bytes)
+    def live(region: Region, write: bool) -> list[Access]:
+        return [(region, write)] if 0 <= region.device < n else []
+
+    # Events: kind 0 compute, 1 signal, 2 wait, 3 DMA start; `sem_op`/`amount` for 1, 2.
+    # Access units: a compute (one point unit) or one side of a DMA (an interval unit,
+    # live while in flight), with the accesses and the semaphores its bytes feed.
     kind: list[int] = []
-    op1: list[int] = []
-    op2: list[int] = []
-    op3: list[int] = []
-    for ev in events:
+    sem_op: list[int] = []
+    amount: list[int] = []
+    event_units: list[tuple[int, ...]] = []
+    unit_event: list[int] = []
+    unit_acc: list[list[Access]] = []
+    unit_sems: list[tuple[int, ...]] = []
+    unit_bytes: list[int] = []
+    unit_after: list[int] = []   # causal model: the send side this receive side trails
+
+    def new_unit(g: int, acc: list[Access], sems: tuple[int, ...] = (), nbytes: int = 0) -> int:
+        unit_event.append(g)
+        unit_acc.append(acc)
+        unit_sems.append(tuple(s for s in sems if s >= 0))
+        unit_bytes.append(nbytes)
+        unit_after.append(-1)
+        return len(unit_event) - 1
+
+    for g, ev in enumerate(events):
         a = ev.action
         if isinstance(a, Compute):
-            kind.append(0); op1.append(-1); op2.append(-1); op3.append(0)
+            kind.append(0); sem_op.append(-1); amount.append(0)
+            acc = live(a.dst, True) + (live(a.src, False) if a.src is not None else [])
+            event_units.append((new_unit(g, acc),))
         elif isinstance(a, Signal):
-            kind.append(1); op1.append(sem_of(a.sem)); op2.append(-1); op3.append(a.inc)
+            kind.append(1); sem_op.append(sem_of(a.sem)); amount.append(a.inc)
+            event_units.append(())
         elif isinstance(a, SemWait):
-            kind.append(2); op1.append(sem_of(a.sem)); op2.append(-1); op3.append(a.value)
+            kind.append(2); sem_op.append(sem_of(a.sem)); amount.append(a.value)
+            event_units.append(())
         elif isinstance(a, DmaStart):
-            kind.append(3); op1.append(sem_of(a.recv_sem)); op2.append(sem_of(a.send_sem))
-            op3.append(a.nbytes)
+            kind.append(3); sem_op.append(-1); amount.append(0)
+            src, dst, nb = live(a.src, False), live(a.dst, True), a.nbytes
+            if a.send_sem is None or dma_model == "coupled":
+                sems = (sem_of(a.recv_sem), sem_of(a.send_sem))
+                event_units.append((new_unit(g, dst + src, sems, nb),))
+            else:
+                recv = new_unit(g, dst, (sem_of(a.recv_sem),), nb)
+                send = new_unit(g, src, (sem_of(a.send_sem),), nb)
+                if dma_model == "causal":
+                    unit_after[recv] = send
+                event_units.append((recv, send))
         else:  # pragma: no cover - the IR has no other actions
             raise TypeError(f"unknown action {a!r}")
     ns = len(sem_index)
     sems_list = sorted(sem_index, key=sem_index.get)
+    nu = len(unit_event)
 
-    # Conflicts between events, grouped by memory to avoid the all-pairs product.
-    acc = [_accesses(ev, n) for ev in events]
+    # Conflicting units (of different events), grouped by memory to avoid all pairs.
     by_mem: dict[tuple[int, str], set[int]] = defaultdict(set)
-    for g, xs in enumerate(acc):
-        for r, _ in xs:
-            by_mem[(r.device, r.buffer)].add(g)
-    conflicts: list[set[int]] = [set() for _ in events]
+    for u, acc in enumerate(unit_acc):
+        for r, _ in acc:
+            by_mem[(r.device, r.buffer)].add(u)
+    conflicts: list[set[int]] = [set() for _ in range(nu)]
     for group in by_mem.values():
         members = sorted(group)
-        for i, g in enumerate(members):
-            for h in members[i + 1:]:
-                if h not in conflicts[g] and _conflicting(acc[g], acc[h]):
-                    conflicts[g].add(h)
-                    conflicts[h].add(g)
-    # For a compute / DMA start: the conflicting events that could be concurrent with it
-    # (other devices' events, and the same device's earlier DMAs).
-    conc: list[tuple[int, ...]] = []
+        for i, u in enumerate(members):
+            for v in members[i + 1:]:
+                if (unit_event[u] != unit_event[v] and v not in conflicts[u]
+                        and _conflicting(unit_acc[u], unit_acc[v])):
+                    conflicts[u].add(v)
+                    conflicts[v].add(u)
+    # Case 2 of the reduction: for each compute / DMA start, the conflicting units that
+    # could ever be concurrent with it (other devices', and its device's earlier DMAs').
+    start_conf: list[tuple[int, ...]] = []
     for g, ev in enumerate(events):
-        conc.append(tuple(sorted(
-            h for h in conflicts[g]
-            if events[h].device != ev.device
-            or (events[h].index < ev.index and kind[h] == 3))))
-    all_conf = [tuple(sorted(c)) for c in conflicts]
-    dev_of = [ev.device for ev in events]
-    idx_of = [ev.index for ev in events]
+        cs: set[int] = set()
+        for u in event_units[g]:
+            for v in conflicts[u]:
+                h = unit_event[v]
+                if dev_of[h] != ev.device or (idx_of[h] < ev.index and kind[h] == 3):
+                    cs.add(v)
+        start_conf.append(tuple(sorted(cs)))
+    unit_conf = [tuple(sorted(c)) for c in conflicts]
 
     races: set[tuple[int, int]] = set()
     hang = False
@@ -184,59 +238,60 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     final: dict[SemId, int] = {}
     terminals = 0
 
-    # A state: pcs (n) + semaphore values (ns) + in-flight DMAs (sorted codes 2*gid+stage).
-    init = tuple([0] * n + [0] * ns)
+    # A state: pcs (n) + semaphore values (ns) + in-flight DMA sides as sorted codes
+    # 2 * unit + stage (stage 0: nothing arrived; 1: all but the last byte arrived).
+    nn = n + ns
+    init = tuple([0] * nn)
     visited = {init}
     stack = [init]
     complete = True
-    nn = n + ns
-
-    def done(h: int, pcs, infl: set[int]) -> bool:
-        return pcs[dev_of[h]] > idx_of[h] and h not in infl
 
     while stack:
         s = stack.pop()
         pcs = s[:n]
         sems = s[n:nn]
         codes = s[nn:]
-        infl_g = {c >> 1 for c in codes}
+        stage = {c >> 1: c & 1 for c in codes}
 
-        # -- race check: live DMAs and every device's next access
-        active = [c >> 1 for c in codes]
+        def over(v: int) -> bool:
+            """Unit v's access is over: its event ran and it is not in flight."""
+            h = unit_event[v]
+            return pcs[dev_of[h]] > idx_of[h] and v not in stage
+
+        # -- races: live DMA sides and every device's next compute / DMA start
+        active = list(stage)
         nexts = []
         for d in range(n):
-            pc = pcs[d]
-            if pc < lens[d]:
-                g = dev_gids[d][pc]
+            if pcs[d] < lens[d]:
+                g = dev_gids[d][pcs[d]]
                 nexts.append(g)
-                if kind[g] in (0, 3) and acc[g]:
-                    active.append(g)
-        for i in range(len(active)):
-            cg = conflicts[active[i]]
-            if not cg:
-                continue
-            for j in range(i + 1, len(active)):
-                h = active[j]
-                if h in cg:
-                    a_, b_ = active[i], h
-                    races.add((a_, b_) if a_ < b_ else (b_, a_))
+                active.extend(event_units[g])
+        for i, u in enumerate(active):
+            cu = conflicts[u]
+            if cu:
+                for v in active[i + 1:]:
+                    if v in cu:
+                        a_, b_ = unit_event[u], unit_event[v]
+                        races.add((a_, b_) if a_ < b_ else (b_, a_))
 
-        # -- choose transitions: ('d', g) device step, ('x', code) DMA advance
-        chosen: list[tuple[int, int]] | None = None
+        # -- enabled transitions: (0, event) device step, (1, code) DMA side advance
+        chosen: tuple[int, int] | None = None
         enabled: list[tuple[int, int]] = []
         for g in nexts:
             k = kind[g]
-            if k == 2:
-                si = op1[g]
-                if si < 0 or sems[si] < op3[g]:
-                    continue
+            if k == 2 and (sem_op[g] < 0 or sems[sem_op[g]] < amount[g]):
+                continue
             enabled.append((0, g))
-            if reduce and chosen is None and k in (1, 2):
-                chosen = [(0, g)]
+            if chosen is None and k != 0:
+                chosen = (0, g)
         for c in codes:
+            u, st = c >> 1, c & 1
+            lead = unit_after[u]
+            if lead >= 0 and lead in stage and stage[lead] <= st:
+                continue  # causal: the receive side may not overtake the send side
             enabled.append((1, c))
-            if reduce and chosen is None and not c & 1:
-                chosen = [(1, c)]
+            if chosen is None and st == 0:
+                chosen = (1, c)
         if not enabled:
             terminals += 1
             if any(pcs[d] < lens[d] for d in range(n)):
@@ -248,45 +303,36 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                     final = {sems_list[i]: v for i, v in enumerate(sems) if v}
                 nonzero = True
             continue
-        if reduce and chosen is None:
+        if chosen is None:
+            active_set = set(active)
             for tk, x in enabled:
-                if tk == 0:
-                    if all(done(h, pcs, infl_g) for h in conc[x]):
-                        chosen = [(tk, x)]
-                        break
-                else:
-                    g = x >> 1
-                    if all(done(h, pcs, infl_g) for h in all_conf[g] if h != g):
-                        chosen = [(tk, x)]
-                        break
-        todo = chosen if chosen is not None else enabled
+                conf = start_conf[x] if tk == 0 else unit_conf[x >> 1]
+                if all(v in active_set or over(v) for v in conf):
+                    chosen = (tk, x)
+                    break
+        todo = [chosen] if reduce and chosen is not None else enabled
 
         for tk, x in todo:
             p = list(s[:nn])
             cs = list(codes)
             if tk == 0:
-                g = x
-                d = dev_of[g]
-                p[d] += 1
-                k = kind[g]
+                p[dev_of[x]] += 1
+                k = kind[x]
                 if k == 1:
-                    if op1[g] >= 0:
-                        p[n + op1[g]] += op3[g]
+                    if sem_op[x] >= 0:
+                        p[n + sem_op[x]] += amount[x]
                 elif k == 2:
-                    p[n + op1[g]] -= op3[g]
+                    p[n + sem_op[x]] -= amount[x]
                 elif k == 3:
-                    cs.append(2 * g)
+                    cs.extend(2 * u for u in event_units[x])
                     cs.sort()
             else:
-                g = x >> 1
-                stage = x & 1
-                nb = op3[g]
-                amount = 1 if stage else nb - 1
-                for si in (op1[g], op2[g]):
-                    if si >= 0:
-                        p[n + si] += amount
+                u, st = x >> 1, x & 1
+                add = 1 if st else unit_bytes[u] - 1
+                for si in unit_sems[u]:
+                    p[n + si] += add
                 cs.remove(x)
-                if not stage:
+                if not st:
                     cs.append(x | 1)
                     cs.sort()
             t = tuple(p + cs)
@@ -298,8 +344,7 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                 visited.add(t)
                 stack.append(t)
 
-    pairs = sorted(races)
     return ExploreResult(
-        races=[(events[a], events[b]) for a, b in pairs], hang=hang, nonzero_exit=nonzero,
-        states=len(visited), complete=complete, stuck=stuck, final=final,
-        terminals=terminals, seconds=time.perf_counter() - t0)
+        races=[(events[a], events[b]) for a, b in sorted(races)], hang=hang,
+        nonzero_exit=nonzero, states=len(visited), complete=complete, stuck=stuck,
+        final=final, terminals=terminals, seconds=time.perf_counter() - t0)

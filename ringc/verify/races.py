@@ -104,10 +104,14 @@ def _witness(program: Program, a: Access, b: Access) -> list[str]:
         m = Machine(program, limits).run()
         done = set(m.order)
         if a.start in done and b.start in done:
-            last = max(m.order.index(a.start), m.order.index(b.start))
+            first_pos, last = sorted((m.order.index(a.start), m.order.index(b.start)))
             involved = {a.start.device, b.start.device, a.region.device}
             steps = [e for e in m.order[:last + 1] if e.device in involved]
-            steps = steps[-12:]
+            # Keep both racing events and a little context before the first one.
+            start = max(0, steps.index(m.order[first_pos]) - 4)
+            steps = steps[start:]
+            if len(steps) > 16:
+                steps = steps[:6] + [e for e in steps[6:-6] if e in (a.start, b.start)] + steps[-6:]
             lines = [f"{'>' if e in (a.start, b.start) else ' '} {program.where(e)}: {describe(e)}"
                      for e in steps]
             for acc in held:

@@ -32,7 +32,7 @@ class _Context:
                        for name, buf in sched.buffers.items()}
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
                            for name, sem in sched.semaphores.items()}
-        self.grid = self._shape(list(sched.grid.values()), "grid", sched.line)
+        self.grid = self._shape(list(sched.grid.values()), "grid", sched.line_of("grid"))
         for name, buf in sched.buffers.items():
             if buf.shard is not None:
                 shard = self._shape(buf.shard, f"shard shape of `{name}`", buf.line)
@@ -198,7 +198,7 @@ class _Unroller:
             env[name] = E.evaluate(e, env)
         self.env = env
         for name, e in self.s.let.items():
-            env[name] = self.ev(e, self.s.line)
+            env[name] = self.ev(e, self.s.line_of("let", name))
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation)
