@@ -152,9 +152,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices))
     from .run import run_schedule
+    from .verify.check import run_findings
+    from .verify.simulate import maximal_run
+    from .verify.unroll import unroll
     sched = _load(args.file, args.param)
     ok = True
     for n in args.devices:
+        # Interpret mode cannot detect a deadlock: it would block forever. Refuse first.
+        program = unroll(sched, n)
+        hangs = [f for f in run_findings(program, maximal_run(program)) if f.kind == "hang"]
+        if hangs:
+            print(f"{args.file} N={n}: not run, it would hang (see `ringc check`):\n  "
+                  + hangs[0].to_text(program))
+            ok = False
+            continue
         res = run_schedule(sched, n, params=dict(args.param), seed=args.seed)
         races = {None: "not checked", False: "no races", True: "RACES FOUND"}[res.races_found]
         status = "ok" if res.ok else "FAILED"

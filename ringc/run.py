@@ -1,9 +1,15 @@
 """`ringc run`: execute a schedule's generated kernel in Pallas TPU interpret mode on CPU
 devices and compare it with the `lax` reference (`ringc.reference`).
 
-JAX fixes its CPU device count when it is first imported, from
+JAX fixes its CPU device count when its backends start, from
 `XLA_FLAGS=--xla_force_host_platform_device_count=N`. Call `ensure_host_devices(n)` before
 anything imports jax (the CLI does); `run_schedule` raises a RuntimeError if there are too few.
+
+Known limitation of interpret mode (jax 0.10): when a kernel runs on *every* host device and
+passes an operand of more than about 100 KiB per device, interpretation can deadlock (the
+callbacks that simulate the TPU copy their operands to CPU device 0 and starve). One spare
+host device avoids it, so `ensure_host_devices(n)` asks for n + 1, and `run_schedule` warns
+when the spare is missing and an operand is that large.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Mapping
 
 from .codegen import emit
+from .ir import expr as E
 from .ir import schema as S
+from .ir.dtypes import itemsize
 from .reference import reference, summed_terms
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -45,15 +54,22 @@ class RunResult:
     ok: bool  # within tolerance and no race found
 
 
-def ensure_host_devices(n: int) -> bool:
-    """Ask for max(n, 8) CPU devices and the CPU platform, if jax is not imported yet.
+def host_device_count(n: int) -> int:
+    """The CPU device count to start JAX with for runs on up to `n` devices: max(n + 1, 8),
+    one spare to avoid the interpret-mode deadlock described in the module docstring."""
+    return max(n + 1, 8)
 
-    Returns False (and changes nothing) when jax is already imported: then the device count
-    is fixed and `run_schedule` will report if it is too small."""
+
+def ensure_host_devices(n: int) -> bool:
+    """Set XLA_FLAGS (`host_device_count(n)` CPU devices) and JAX_PLATFORMS=cpu, if jax is
+    not imported yet.
+
+    Returns False (and changes nothing) when jax is already imported: its device count may be
+    fixed already, and `run_schedule` will report if it is too small."""
     if "jax" in sys.modules:
         return False
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_FLAG}={max(n, 8)}"])
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_FLAG}={host_device_count(n)}"])
     os.environ["JAX_PLATFORMS"] = "cpu"
     return True
 
@@ -74,19 +90,23 @@ def load_module(schedule: S.Schedule) -> ModuleType:
     return module
 
 
-def _cpu_devices(n: int) -> list:
+def _cpu_devices() -> list:
     import jax
 
     try:
-        devices = jax.devices("cpu")
+        return jax.devices("cpu")
     except RuntimeError:
-        devices = []
-    if len(devices) < n:
-        raise RuntimeError(
-            f"running on {n} devices needs {n} CPU devices, but JAX has {len(devices)}. The "
-            f"count is fixed when jax is first imported: set XLA_FLAGS={_DEVICE_FLAG}={max(n, 8)} "
-            "and JAX_PLATFORMS=cpu before importing jax (ringc.run.ensure_host_devices does this)")
-    return devices[:n]
+        return []
+
+
+def _largest_operand_bytes(schedule: S.Schedule, n: int, params: Mapping[str, int]) -> int:
+    env = {"N": n, **schedule.params, **params}
+    sizes = [0]
+    for name, buf in schedule.buffers.items():
+        if buf.kind != "vmem_scratch":
+            dims = [E.evaluate(d, env) for d in buf.full_shape]
+            sizes.append(math.prod(dims) * itemsize(schedule.dtype_of(name)))
+    return max(sizes)
 
 
 def tolerance(dtype: str, terms: int, scale: float) -> float:
@@ -111,7 +131,19 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     params = dict(params or {})
     if devices < 1:
         raise ValueError(f"devices must be at least 1, got {devices}")
-    mesh = jax.sharding.Mesh(np.array(_cpu_devices(devices)), (schedule.axis,))
+    cpus = _cpu_devices()
+    if len(cpus) < devices:
+        raise RuntimeError(
+            f"running on {devices} devices needs {devices} CPU devices, but JAX has {len(cpus)}. "
+            f"The count is fixed when JAX starts: set XLA_FLAGS={_DEVICE_FLAG}="
+            f"{host_device_count(devices)} and JAX_PLATFORMS=cpu before importing jax "
+            "(ringc.run.ensure_host_devices does this)")
+    if len(cpus) == devices and _largest_operand_bytes(schedule, devices, params) > 64 * 1024:
+        warnings.warn(
+            f"{schedule.name} on all {devices} host devices with operands over 64 KiB may hang in "
+            f"interpret mode; start JAX with {host_device_count(devices)} devices "
+            "(ringc.run.ensure_host_devices) to leave one spare", RuntimeWarning, stacklevel=2)
+    mesh = jax.sharding.Mesh(np.array(cpus[:devices]), (schedule.axis,))
     module = load_module(schedule)
     fn = module.build(mesh, interpret=pltpu.InterpretParams(detect_races=detect_races), **params)
     inputs = module.make_inputs(mesh, jax.random.key(seed), **params)

@@ -130,23 +130,17 @@ def test_check_bad_arguments_exit_2(args):
     assert "usage:" in res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unknown --topology escapes as ValueError from topology.build: "
-                   "'internal error', exit 3 (should be a usage error, exit 2)")
 def test_check_unknown_topology_is_bad_input():
     res = ringc_cli("check", LIBRARY[0], "--devices", "3", "--topology", "torus")
     assert "Traceback" not in res.stderr
     assert res.returncode == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --invocations 0 is accepted and checks an empty program "
-                   "(reported as wrong_result, exit 1) instead of being rejected as bad input (exit 2)")
 def test_check_zero_invocations_is_bad_input():
     res = ringc_cli("check", LIBRARY[0], "--devices", "3", "--invocations", "0")
     assert res.returncode == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a control character in the YAML raises yaml.reader.ReaderError "
-                   "outside the loader's try: 'internal error', exit 3, instead of exit 2 with file:line")
 def test_check_control_character_is_bad_input(tmp_path):
     path = tmp_path / "bell.yaml"
     path.write_text((REPO / "schedules" / "ppermute_right.yaml").read_text().replace("ppermute_right", "pp\x07"))
@@ -240,8 +234,6 @@ def test_schema_is_json_schema(capsys):
     assert any("bogus" in e.message for e in validator.iter_errors({"bogus": 1}))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the JSON Schema has no string shorthand for `collective: psum` "
-                   "or `semaphores: {s: dma}`, so an editor flags every library schedule")
 def test_schema_accepts_the_library():
     import yaml
     jsonschema = pytest.importorskip("jsonschema")
@@ -298,8 +290,6 @@ def test_emit_writes_the_module(tmp_path):
     compile(out.read_text(), str(out), "exec")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cli._write_atomically keeps mkstemp's 0600 mode, so "
-                   "`ringc emit -o` creates a file other users cannot read, unlike a plain write")
 def test_emit_output_has_the_usual_permissions(tmp_path):
     out = _emit_or_skip(tmp_path)
     plain = tmp_path / "plain.py"

@@ -203,23 +203,24 @@ def test_to_text_round_trips_examples(text):
     assert parse(to_text(e)) == e
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: to_text treats comparisons as left-associative, so "
-                   "`(a < b) < c` prints as the chained `a < b < c` (a different expression); "
-                   "to_python shares the renderer, so emitted @pl.when guards change meaning")
 @pytest.mark.parametrize("text,env", [
     ("(a < b) < c", {"a": 2, "b": 1, "c": 1}),
     ("(me == 0) == (step == 0)", {"me": 1, "step": 1}),
+    ("a == (b == c)", {"a": 0, "b": 1, "c": 2}),
 ])
 def test_to_text_keeps_nested_comparisons_parenthesised(text, env):
+    # `a < b < c` would be a chained comparison: a different expression. (Was a bug: the
+    # printer treated comparisons as left-associative; emitted guards changed meaning.)
     e = parse(text)
-    assert evaluate(parse(to_text(e)), env) == evaluate(e, env)
     assert parse(to_text(e)) == e
+    assert evaluate(parse(to_text(e)), env) == evaluate(e, env)
+    assert "(" in to_text(e)
 
 
 # Random expression trees, typed so that Python's semantics of the printed text are the
 # language's: `and`/`or`/`not` only over booleans (Python's `and` returns an operand),
-# arithmetic and comparisons only over integers. Comparisons never take a comparison as
-# an operand: that case is the known printing bug above.
+# arithmetic only over integers; comparisons over integers or booleans, so comparisons
+# of comparisons (which must not print as a chain) are generated too.
 
 def _int_exprs():
     leaves = st.one_of(st.integers(-20, 20).map(Const), st.sampled_from(VARS).map(Var))
@@ -235,14 +236,19 @@ def _int_exprs():
     return st.recursive(leaves, extend, max_leaves=10)
 
 
+COMPARISONS = ["==", "!=", "<", "<=", ">", ">="]
+
+
 def _bool_exprs(ints):
-    compare = st.tuples(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), ints, ints).map(lambda t: BinOp(*t))
+    compare = st.tuples(st.sampled_from(COMPARISONS), ints, ints).map(lambda t: BinOp(*t))
     leaves = st.one_of(compare, st.booleans().map(Const))
 
     def extend(children):
+        operand = st.one_of(ints, children)
         return st.one_of(
             st.tuples(st.sampled_from(["and", "or"]), children, children).map(lambda t: BinOp(*t)),
             children.map(Not),
+            st.tuples(st.sampled_from(COMPARISONS), operand, operand).map(lambda t: BinOp(*t)),
         )
     return st.recursive(leaves, extend, max_leaves=6)
 

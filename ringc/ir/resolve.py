@@ -7,6 +7,7 @@ range) happen when the schedule is unrolled (`ringc.verify.unroll`).
 from __future__ import annotations
 
 import difflib
+import keyword
 from typing import Iterable, Iterator
 
 from . import expr as E
@@ -54,6 +55,9 @@ class _Resolver:
         for kind, table in groups:
             for name in table:
                 line = s.line_of(tables[kind], name)
+                if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+                    self.fail(line, f"`{name}` is not a valid name for a {kind}",
+                              fix="use letters, digits and _, not starting with a digit")
                 if name in BUILTINS or name in ("min", "max", "barrier"):
                     self.fail(line, f"`{name}` is reserved and cannot name a {kind}",
                               fix="choose another name")

@@ -89,6 +89,7 @@ from .events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, S
 
 DEFAULT_MAX_STATES = 2_000_000
 DMA_MODELS = ("independent", "causal", "coupled")
+REDUCTIONS = ("withhold", "local", "none")
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _conflicting(xs: list[Access], ys: list[Access]) -> bool:
 
 
 def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
-            dma_model: str = "independent", reduce: bool = True) -> ExploreResult:
+            dma_model: str = "independent", reduction: str = "withhold") -> ExploreResult:
     """Search every interleaving of `program` for races, hangs and non-zero exits.
 
     With `reduce=True` (default) the partial-order reduction above is applied. At most
@@ -131,6 +132,10 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     """
     if dma_model not in DMA_MODELS:
         raise ValueError(f"dma_model must be one of {DMA_MODELS}, not {dma_model!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    reduce = reduction != "none"
+    withhold = reduction == "withhold"
     t0 = time.perf_counter()
     n = program.n
     events: list[Event] = [ev for dev in program.devices for ev in dev]
@@ -231,6 +236,51 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         start_conf.append(tuple(sorted(cs)))
     unit_conf = [tuple(sorted(c)) for c in conflicts]
 
+    def held_run(pcs, sems, stage: dict[int, int], hold_dev: int, hold_unit: int) -> list[int]:
+        """How far every device gets from this state if device `hold_dev` never runs its
+        next event, or the last byte of DMA side `hold_unit` never arrives (and everything
+        else runs). By monotonicity this one maximal run reaches, on every device, the
+        furthest position of any run that withholds that transition."""
+        pc = list(pcs)
+        val = list(sems)
+
+        def deliver(u: int, st: int) -> None:
+            nb = unit_bytes[u]
+            cap = nb - 1 if hold_unit >= 0 and hold_unit in (u, unit_after[u]) else nb
+            add = cap - (nb - 1 if st else 0)
+            if add > 0:
+                for si in unit_sems[u]:
+                    val[si] += add
+
+        for u, st in stage.items():
+            deliver(u, st)
+        progress = True
+        while progress:
+            progress = False
+            for d in range(n):
+                if d == hold_dev:
+                    continue
+                gl, i, end = dev_gids[d], pc[d], lens[d]
+                while i < end:
+                    g = gl[i]
+                    k = kind[g]
+                    if k == 2:
+                        si = sem_op[g]
+                        if si < 0 or val[si] < amount[g]:
+                            break
+                        val[si] -= amount[g]
+                    elif k == 1:
+                        if sem_op[g] >= 0:
+                            val[sem_op[g]] += amount[g]
+                    elif k == 3:
+                        for u in event_units[g]:
+                            deliver(u, 0)
+                    i += 1
+                if i != pc[d]:
+                    pc[d] = i
+                    progress = True
+        return pc
+
     races: set[tuple[int, int]] = set()
     hang = False
     nonzero = False
@@ -303,13 +353,23 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                     final = {sems_list[i]: v for i, v in enumerate(sems) if v}
                 nonzero = True
             continue
-        if chosen is None:
+        if chosen is None and reduce:
             active_set = set(active)
             for tk, x in enabled:
                 conf = start_conf[x] if tk == 0 else unit_conf[x >> 1]
-                if all(v in active_set or over(v) for v in conf):
-                    chosen = (tk, x)
-                    break
+                rest = [v for v in conf if v not in active_set and not over(v)]
+                if rest:
+                    if not withhold:
+                        continue
+                    # Could one of them become active while `x` is withheld?
+                    if tk == 0:
+                        reach = held_run(pcs, sems, stage, dev_of[x], -1)
+                    else:
+                        reach = held_run(pcs, sems, stage, -1, x >> 1)
+                    if any(reach[dev_of[unit_event[v]]] >= idx_of[unit_event[v]] for v in rest):
+                        continue
+                chosen = (tk, x)
+                break
         todo = [chosen] if reduce and chosen is not None else enabled
 
         for tk, x in todo:
