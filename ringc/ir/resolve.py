@@ -55,7 +55,10 @@ class _Resolver:
         for kind, table in groups:
             for name in table:
                 line = s.line_of(tables[kind], name)
-                if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+                # Copies are only named by op keys; every other name appears in expressions,
+                # which Python's parser reads, so it must be a non-keyword identifier.
+                if not isinstance(name, str) or not name.isidentifier() or (
+                        kind != "copy" and keyword.iskeyword(name)):
                     self.fail(line, f"`{name}` is not a valid name for a {kind}",
                               fix="use letters, digits and _, not starting with a digit")
                 if name in BUILTINS or name in ("min", "max", "barrier"):
