@@ -117,9 +117,14 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
     elif e["type"] == "unknown_op":
         from .schema import _OP_KEYS
         given = [k for k in (e["input"] if isinstance(e["input"], dict) else {}) if k != "__line__"]
-        close = difflib.get_close_matches(given[0], _OP_KEYS, n=1) if given else []
-        fix = (f"did you mean `{close[0]}`?" if close else
-               f"start the op with one of: {', '.join(_OP_KEYS)}")
+        ops = [k for k in given if k in _OP_KEYS]
+        if len(ops) > 1:
+            msg = f"one list item holds several operations ({', '.join(f'`{k}`' for k in ops)})"
+            fix = "write each operation as its own `- ` item"
+        else:
+            close = difflib.get_close_matches(str(given[0]), _OP_KEYS, n=1) if given else []
+            fix = (f"did you mean `{close[0]}`?" if close else
+                   f"start the op with one of: {', '.join(_OP_KEYS)}")
     elif e["type"] == "missing":
         msg = f"missing required key `{loc[-1]}`"
         fix = "see docs/schedule-format.md for what this entry needs"

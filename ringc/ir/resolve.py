@@ -38,9 +38,11 @@ class _Resolver:
         self.s = sched
         self.file = sched.file
 
-    def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = ()) -> None:
+    def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
+             name: str | None = None) -> None:
         if fix is None and known:
-            close = difflib.get_close_matches(msg.split("`")[1] if "`" in msg else "", list(known), n=1)
+            word = name if name is not None else (msg.split("`")[1] if "`" in msg else "")
+            close = difflib.get_close_matches(word, list(known), n=1)
             fix = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(sorted(known)) or 'none'}"
         raise ScheduleError(msg, file=self.file, line=line, fix=fix)
 
@@ -189,7 +191,7 @@ class _Resolver:
                 cname = getattr(op, key)
                 copy = self.s.copies.get(cname)
                 if copy is None:
-                    self.fail(line, f"`{key}: {cname}` names no copy", known=self.s.copies)
+                    self.fail(line, f"`{key}: {cname}` names no copy", known=self.s.copies, name=cname)
                 if key in ("wait_send", "wait_recv") and not copy.remote:
                     self.fail(line, f"`{key}` applies to remote copies; `{cname}` is local",
                               fix=f"use `wait: {cname}`")

@@ -218,10 +218,8 @@ _OP_KEYS = ("when", "start", "wait", "wait_send", "wait_recv", "signal", "sem_wa
 
 def _op_tag(v: Any) -> str | None:
     if isinstance(v, dict):
-        for key in _OP_KEYS:
-            if key in v:
-                return key
-        return None
+        present = [key for key in _OP_KEYS if key in v]
+        return present[0] if len(present) == 1 else None
     return _TAG_OF_TYPE.get(type(v))
 
 

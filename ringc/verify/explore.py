@@ -51,16 +51,26 @@ Partial-order reduction
 The state graph is acyclic (every transition advances a pc or a DMA side) and
 *monotone*: only the owner subtracts from a semaphore, everything else adds, and a DMA
 side only moves forward, so an enabled transition stays enabled whatever the other
-devices and DMAs do. In a state `s` a single transition `t` is explored instead of all
-of them when `t` is *safe*:
+devices and DMAs do. Call an access *active* when it is live (a DMA side in flight) or
+pending (the device's next compute or DMA start): a race is two conflicting active
+accesses. In a state `s` a single transition `t` is explored instead of all enabled ones
+when `t` is *safe*:
 
-1. a `Signal`, an enabled `SemWait`, or the first (all-but-last-byte) arrival of a DMA
-   side: these neither access memory nor change which accesses are live or pending;
-2. a `Compute` or `DmaStart` of device `d` such that every access conflicting with one
-   of its accesses is over: its event is executed and, for a DMA side, no longer in
-   flight. Only accesses that could ever be concurrent with it count: those of other
-   devices, and `d`'s own earlier DMAs (its later events come after it);
-3. the last-byte arrival of a DMA side all of whose conflicting accesses are over.
+1. a `Signal`, an enabled `SemWait`, the first (all-but-last-byte) arrival of a DMA
+   side, or a `DmaStart`: none of them makes an access inactive (a started DMA's
+   accesses go from pending to live);
+2. a `Compute` of device `d`, or the last-byte arrival of a DMA side, such that every
+   access conflicting with its own either (a) is over (its event ran and, for a DMA side,
+   is no longer in flight), (b) is active in `s` (that race pair is recorded at `s`), or
+   (c) with `reduction="withhold"` only: belongs to an event that no run from `s`
+   withholding `t` ever reaches. For a compute only accesses that could ever be
+   concurrent with it count: other devices', and `d`'s own earlier DMAs'.
+
+(c) is decided by one maximal run from `s` that never executes `t` (`held_run`): by
+monotonicity, every device gets at least as far in it as in any run that withholds `t`.
+This is the same principle as the analysis's withholding runs (`order.py`), implemented
+separately; `reduction="local"` drops (c) and `reduction="none"` explores everything,
+and the tests check that all three find the same racing pairs, hangs and exit values.
 
 Soundness, by induction on the number of transitions left (which strictly decreases
 along every transition): let `w` be a path from `s` to a state `r` in which the pair
@@ -68,15 +78,15 @@ along every transition): let `w` be a path from `s` to a state `r` in which the 
 of `u` (none belongs to `t`'s device or DMA side; an addition, a forward step of a DMA
 side, or an already enabled wait on the device's own semaphore never disables anything
 and ends in the same state in either order), so `t u v` also reaches `r`. If `t` does
-not occur in `w`, then `t w` is executable and reaches `r` plus `t`'s effect, where
-`(a, b)` still races: in case 1 `t` changes neither the live accesses nor any device's
-pending access; in cases 2 and 3 `t`'s accesses conflict with nothing that can be
-pending or live at `r`, so `t` is neither `a` nor `b` and does not end `a` or `b`.
-Either way some path from `s.t` reaches a state where `(a, b)` races. Likewise every
-terminal state stays reachable (a safe transition stays enabled, so it occurs in every
-maximal path). The reduced search thus finds exactly the racing pairs, hangs and exit
-values of the full one; `reduce=False` runs the full search for comparison. The choice
-of `t` depends only on the state, so combining it with a visited-state set is safe.
+not occur in `w`, then `t w` is executable and reaches `r` plus `t`'s effect. In case 1
+the active accesses of `r` are still active there, so `(a, b)` still races. In case 2,
+if `t` ends neither `a` nor `b` the same holds; otherwise, say `t` ends `a`, then `b`
+conflicts with `a` and is active at `r`, which a `t`-free path reached, so by (a)-(c)
+`b` was already active in `s`, where `(a, b)` was recorded. Either way the pair is
+found from `s` or from `s.t`. Every terminal state stays reachable (a safe transition
+stays enabled, so it occurs in every maximal path). The reduced search thus finds
+exactly the racing pairs, hangs and exit values of the full one. The choice of `t`
+depends only on the state, so combining it with a visited-state set is safe.
 """
 
 from __future__ import annotations
@@ -126,9 +136,11 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
             dma_model: str = "independent", reduction: str = "withhold") -> ExploreResult:
     """Search every interleaving of `program` for races, hangs and non-zero exits.
 
-    With `reduce=True` (default) the partial-order reduction above is applied. At most
-    `max_states` distinct states are visited; if the budget runs out the result has
-    `complete=False` and its verdicts cover only what was seen.
+    `dma_model`: "independent" (default), "causal" or "coupled" (see the module doc).
+    `reduction`: "withhold" (default), "local" or "none" (no partial-order reduction).
+    At most `max_states` distinct states are visited; if the budget runs out the result
+    has `complete=False` and its verdicts cover only what was seen (a race found is real;
+    "no race" and "no hang" are then unproven).
     """
     if dma_model not in DMA_MODELS:
         raise ValueError(f"dma_model must be one of {DMA_MODELS}, not {dma_model!r}")
@@ -223,8 +235,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                         and _conflicting(unit_acc[u], unit_acc[v])):
                     conflicts[u].add(v)
                     conflicts[v].add(u)
-    # Case 2 of the reduction: for each compute / DMA start, the conflicting units that
-    # could ever be concurrent with it (other devices', and its device's earlier DMAs').
+    # Case 2 of the reduction: for each compute, the conflicting units that could ever
+    # be concurrent with it (other devices', and its own device's earlier DMAs').
     start_conf: list[tuple[int, ...]] = []
     for g, ev in enumerate(events):
         cs: set[int] = set()
