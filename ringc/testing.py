@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from .ir import expr as E
 from .ir import schema as S
 from .ir.loader import load
+from .ir.schema import _op_tag
 
 
 def device_counts(min_n: int = 2, max_n: int = 8) -> st.SearchStrategy[int]:
@@ -43,6 +44,7 @@ class Mutation:
     kind: str          # drop | flip | swap
     path: tuple[int, ...]
     line: int
+    op: str            # the mutated op's key: wait, sem_wait, signal, start, ...
 
     def describe(self) -> str:
         return {"drop": "dropped the op", "flip": "flipped the direction of the copy used",
@@ -101,13 +103,13 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
     for path, op in _op_paths(sched.body):
         if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv, S.SemWait, S.Signal, S.Start, S.Barrier,
                            S.Zero)):
-            out.append(Mutation("drop", path, op.line))
+            out.append(Mutation("drop", path, op.line, _op_tag(op)))
         if not isinstance(op, S.When) and path[-1] + 1 < len(_siblings(sched, path)):
-            out.append(Mutation("swap", path, op.line))
+            out.append(Mutation("swap", path, op.line, _op_tag(op)))
         if isinstance(op, S.Start):
             to = sched.copies[op.start].to
             if isinstance(to, E.Var) and to.name in _FLIP:
-                out.append(Mutation("flip", path, op.line))
+                out.append(Mutation("flip", path, op.line, "start"))
     return out
 
 

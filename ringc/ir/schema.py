@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainSerializer,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainSerializer,
                       PlainValidator, PrivateAttr, Tag, WithJsonSchema, model_validator)
 from pydantic.json_schema import SkipJsonSchema
 
@@ -42,6 +42,13 @@ def _one_or_many(v: Any) -> Any:
     return v if isinstance(v, list) else [v]
 
 
+# One expression or a list of them (`to: left` or `to: [left, right]`).
+_EXPR_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+ExprList = Annotated[list[ExprT], BeforeValidator(_one_or_many),
+                     WithJsonSchema({"anyOf": [*_EXPR_SCHEMA["anyOf"], {"type": "array", "items": _EXPR_SCHEMA}],
+                                     "description": "one expression or a list of them"})]
+
+
 class Node(BaseModel):
     """Base of every model: strict keys, immutable, and the YAML line it came from."""
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -71,7 +78,7 @@ class Buffer(Node):
     halves of a double buffer; the full shape is `slots + shape`."""
     kind: Literal["input", "output", "hbm_scratch", "vmem_scratch"]
     shape: list[ExprT]
-    slots: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])] = []
+    slots: ExprList = []
     dtype: str | None = Field(None, description="default: the schedule's dtype")
     space: Literal["hbm", "vmem"] | None = Field(
         None, description="inputs and outputs only: where the kernel sees them (default hbm)")
@@ -170,8 +177,7 @@ class WaitRecv(Node):
 class Signal(Node):
     """`pl.semaphore_signal`: add `inc` to `sem` on each device in `to` (default: me)."""
     signal: RefT
-    to: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])] = \
-        Field(default_factory=lambda: [E.Var("me")])
+    to: ExprList = Field(default_factory=lambda: [E.Var("me")])
     inc: ExprT = E.Const(1)
 
 
@@ -185,7 +191,7 @@ class Barrier(Node):
     """Neighbour barrier on the global barrier semaphore: signal each device listed,
     then wait for as many signals. `double` adds the seed's second, kernel-scoped
     barrier that makes reuse of `collective_id` across invocations safe."""
-    barrier: Annotated[list[ExprT], PlainValidator(lambda v: [_parse_expr(x) for x in _one_or_many(v)])]
+    barrier: ExprList
     double: bool = True
 
 

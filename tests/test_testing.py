@@ -1,0 +1,41 @@
+"""ringc.testing: the strategies users get, exercised the way the README shows."""
+
+from pathlib import Path
+
+from hypothesis import given, settings
+
+import ringc
+from ringc.testing import device_counts, mutants_of, mutate, mutations_of, schedules_from
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_REDUCE = ringc.load(ROOT / "schedules" / "all_reduce_ring.yaml")
+
+
+@settings(max_examples=10, deadline=None)
+@given(schedules_from(ROOT / "schedules"), device_counts(2, 8))
+def test_library_schedules_verify(sched, n):
+    assert ringc.check(sched, n).ok
+
+
+@settings(max_examples=15, deadline=None)
+@given(mutants_of(ALL_REDUCE))
+def test_dropping_a_wait_is_caught(mutant):
+    mutation, sched = mutant
+    if mutation.kind == "drop" and mutation.op in ("wait", "wait_recv", "sem_wait"):
+        assert not ringc.check(sched, 4).ok, mutation.describe()
+
+
+def test_mutations_change_the_schedule_and_keep_its_file():
+    muts = mutations_of(ALL_REDUCE)
+    assert {m.kind for m in muts} == {"drop", "swap", "flip"}
+    for m in muts:
+        mutated = mutate(ALL_REDUCE, m)
+        assert mutated.model_dump() != ALL_REDUCE.model_dump(), m
+        assert mutated.file == ALL_REDUCE.file
+
+
+def test_flipping_the_forward_direction_is_caught():
+    sched = ringc.load(ROOT / "schedules" / "all_gather_ring.yaml")
+    flips = [m for m in mutations_of(sched) if m.kind == "flip"]
+    assert flips
+    assert all(not ringc.check(mutate(sched, m), 4).ok for m in flips)
