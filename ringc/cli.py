@@ -47,10 +47,9 @@ def _positive(text: str) -> int:
 def _topology(text: str) -> str:
     from . import topology
     try:
-        topology.build(text, 4)
+        topology.parse(text)
     except ValueError as e:
-        if not text.startswith("ring:"):
-            raise argparse.ArgumentTypeError(str(e)) from None
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 

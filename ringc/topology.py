@@ -10,16 +10,20 @@ def ring(n: int) -> nx.Graph:
     return nx.cycle_graph(n) if n > 2 else nx.path_graph(n)
 
 
+def parse(spec: str) -> tuple[str, int | None]:
+    """(kind, size) of a `--topology` spelling: `ring` or `ring:N`. Only rings so far."""
+    kind, _, size = spec.partition(":")
+    if kind != "ring" or (size and not size.isdigit()):
+        raise ValueError(f"unknown topology {spec!r}; supported: ring, ring:N")
+    return kind, int(size) if size else None
+
+
 def build(spec: str, n: int) -> nx.Graph:
-    """The graph for a `--topology` spelling. Only `ring` is supported so far."""
-    if spec == "ring":
-        return ring(n)
-    if spec.startswith("ring:"):
-        size = spec.removeprefix("ring:")
-        if size.isdigit() and int(size) == n:
-            return ring(n)
-        raise ValueError(f"topology {spec!r} does not match --devices {n}; use `ring` or `ring:{n}`")
-    raise ValueError(f"unknown topology {spec!r}; supported: ring, ring:N")
+    """The graph of `n` devices for a `--topology` spelling."""
+    _, size = parse(spec)
+    if size is not None and size != n:
+        raise ValueError(f"topology {spec!r} has {size} devices, but N={n}; use `ring` or `ring:{n}`")
+    return ring(n)
 
 
 def hops(graph: nx.Graph, src: int, dst: int) -> int:

@@ -693,7 +693,7 @@ class _Emitter:
             return (f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, "
                     f"jnp.{s.dtype_of(n)})")
 
-        statics = [f"N=N", *(f"{self.name(p)}={self.name(p)}" for p in s.params),
+        statics = ["N=N", *(f"{self.name(p)}={self.name(p)}" for p in s.params),
                    "mesh_axes=tuple(mesh.axis_names)"]
         with w.block("kernel = pl.pallas_call("):
             w.call("functools.partial", ["_kernel", *statics], ",")

@@ -14,11 +14,6 @@ class ScheduleError(Exception):
         self.line = line
         self.fix = fix
 
-    def located(self, file: str | None = None, line: int | None = None) -> "ScheduleError":
-        """Fill in a location that an inner layer did not know."""
-        return ScheduleError(self.message, file=self.file or file,
-                             line=self.line if self.line else line, fix=self.fix)
-
     def __str__(self) -> str:
         where = self.file or "<schedule>"
         if self.line:

@@ -54,9 +54,7 @@ class Call:
 
 Expr = Union[Const, Var, BinOp, Not, Neg, Call]
 
-ARITH = ("+", "-", "*", "//", "%")
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
-LOGIC = ("and", "or")
 FUNCS = ("min", "max")
 
 _AST_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}

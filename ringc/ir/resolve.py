@@ -169,10 +169,9 @@ class _Resolver:
 
     def check_copies(self) -> None:
         for name, c in self.s.copies.items():
-            src = self.check_buffer_ref(c.src, c.line, f"copy `{name}` src")
+            self.check_buffer_ref(c.src, c.line, f"copy `{name}` src")
             dst = self.check_buffer_ref(c.dst, c.line, f"copy `{name}` dst")
             self.check_writable(dst, c.dst, c.line)
-            del src
             if c.remote:
                 self.check_expr(c.to, self.step_names(), c.line, f"copy `{name}` target")
                 self.check_sem_ref(c.send_sem, c.line, ("dma",), f"copy `{name}` send_sem")

@@ -120,20 +120,19 @@ class _Unroller:
                             f"shape {list(b.shape)}", "both sides must have the same shape")
 
     # -- ops ----------------------------------------------------------------
-    def copy_parts(self, name: str, line: int) -> tuple[S.Copy, Region, Region, int]:
+    def copy_parts(self, name: str, line: int) -> tuple[S.Copy, Region, Region]:
         c = self.s.copies[name]
-        src = self.region(c.src, line)
-        target = self.ev(c.to, line) if c.remote else self.device
-        dst = self.region(c.dst, line)
+        src, dst = self.region(c.src, line), self.region(c.dst, line)
         self.same_shape(src, dst, line, f"copy `{name}`")
-        return c, src, dst, target
+        return c, src, dst
 
     def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         """The concrete actions of one op; the int is a remote target to check, if any."""
         line = op.line
         if isinstance(op, S.Start):
-            c, src, dst, target = self.copy_parts(op.start, line)
+            c, src, dst = self.copy_parts(op.start, line)
             if c.remote:
+                target = self.ev(c.to, line)
                 dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
                 return [(DmaStart(op.start, src, dst_on_target, self.sem(c.send_sem, self.device, line),
                                   self.sem(c.recv_sem, target, line)), target)]
@@ -141,7 +140,7 @@ class _Unroller:
         if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv)):
             key = "wait" if isinstance(op, S.Wait) else "wait_send" if isinstance(op, S.WaitSend) else "wait_recv"
             name = getattr(op, key)
-            c, src, dst, _ = self.copy_parts(name, line)
+            c, src, dst = self.copy_parts(name, line)
             if not c.remote:
                 return [(SemWait(self.sem(c.sem, self.device, line), dst.nbytes, "wait", name), None)]
             out: list[tuple[Action, int | None]] = []
