@@ -15,7 +15,9 @@ import ringc
 from ringc.ir import load_text
 from ringc.verify.events import Compute, DmaStart, Program, SemWait, Signal
 from ringc.verify.findings import KINDS
+from ringc.verify.check import check_program
 from ringc.verify.order import compute_order
+from ringc.verify.symmetry import semaphore_symmetric as rotation_symmetric
 from ringc.verify.simulate import Machine, maximal_run
 from ringc.verify.unroll import unroll
 
@@ -448,3 +450,43 @@ def test_verifier_agrees_with_the_explorer(name):
         if result.race:
             assert "race" in kinds, (n, sorted(kinds), result.races[:3])
         assert ("race" in kinds) == result.race, (n, sorted(kinds))
+
+
+@pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_symmetric_order_equals_the_full_computation(path):
+    """The one-pass rotated cuts answer every query exactly as N separate passes do."""
+    for n in (3, 4):
+        program = unroll(ringc.load(path), n)
+        fast, full = compute_order(program), compute_order(program, use_symmetry=False)
+        assert not full.symmetric
+        events = [e for d in program.devices for e in d]
+        for e in events[::3]:
+            for f in events:
+                assert fast.before(e, f) == full.before(e, f), (path.stem, n, program.where(e), program.where(f))
+
+
+def test_symmetry_is_refused_when_devices_differ():
+    """Guards on `me` make devices 0 and 1 unlike the others: no rotated shortcut, and the
+    full computation still answers (test_compute_order_equals_brute_force covers tiny)."""
+    assert not rotation_symmetric(_tiny(3)) and not compute_order(_tiny(3)).symmetric
+    assert rotation_symmetric(unroll(ringc.load(LIBRARY_DIR / "ppermute_right.yaml"), 4))
+    # a send to a device that does not exist cannot be rotated either
+    assert not rotation_symmetric(unroll(ringc.load(BROKEN_DIR / "ppermute_missing_mod.yaml"), 4))
+
+
+def _finding_keys(report) -> set:
+    """What a finding is about, whichever of its two ops a race names first."""
+    return {(f.kind, f.device, tuple(sorted(([f.event.line] if f.event else []) + [r.line for r in f.related])))
+            for f in report.findings}
+
+
+@pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_symmetry_reduction_finds_exactly_what_the_full_analysis_finds(path):
+    sched = ringc.load(path)
+    for n in (3, 4, 6):
+        program = unroll(sched, n)
+        fast = check_program(sched, program)
+        full = check_program(sched, program, use_symmetry=False)
+        assert _finding_keys(fast) == _finding_keys(full), (path.stem, n)

@@ -19,6 +19,7 @@ from .order import compute_order, dma_ends
 from .races import describe, find_races
 from .semantics import check_semantics
 from .simulate import Machine, maximal_run
+from .symmetry import memory_symmetric
 from .unroll import unroll
 
 
@@ -121,13 +122,15 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
     return findings
 
 
-def check_program(sched: S.Schedule, program: Program, topo: str = "ring") -> Report:
+def check_program(sched: S.Schedule, program: Program, topo: str = "ring", *,
+                  use_symmetry: bool = True) -> Report:
     findings = check_targets(program, topo)
     m = maximal_run(program)
     findings += run_findings(program, m)
     if m.finished():
-        order = compute_order(program)
-        findings += find_races(program, order, dma_ends(program, order))
+        order = compute_order(program, use_symmetry=use_symmetry)
+        memory = {0} if use_symmetry and memory_symmetric(program) else None  # see symmetry.py
+        findings += find_races(program, order, dma_ends(program, order, memory), devices=memory)
         for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
             findings.append(Finding(
                 "wrong_result", f"device {mm.device}: {mm.where} ends as {mm.got}, but "

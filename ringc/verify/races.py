@@ -120,12 +120,17 @@ def _witness(program: Program, a: Access, b: Access) -> list[str]:
     return []
 
 
-def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -> list[Finding]:
+def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
+               devices: set[int] | None = None) -> list[Finding]:
+    """Races on the memory of `devices` (default: every device; one suffices when the
+    program is `symmetry.memory_symmetric`)."""
     by_memory: dict[tuple[int, str], list[Access]] = defaultdict(list)
     for acc in accesses(program, ends):
+        if devices is not None and acc.region.device not in devices:
+            continue
         by_memory[(acc.region.device, acc.region.buffer)].append(acc)
     findings: list[Finding] = []
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple] = set()
     for group in by_memory.values():
         # Sweep on the first dimension: only accesses whose leading ranges intersect can overlap.
         group.sort(key=lambda acc: acc.region.box[0][0])
@@ -138,9 +143,9 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -
                     continue
                 if _ordered(order, a, b) or _ordered(order, b, a):
                     continue
-                key = (a.start.line, b.start.line)
+                key = tuple(sorted([(a.start.line, a.write), (b.start.line, b.write)]))
                 if key in seen:
-                    continue  # one finding per pair of ops; the first instance explains it
+                    continue  # one finding per pair of ops, either way round; the first explains it
                 seen.add(key)
                 first, second = (a, b) if not a.point else (b, a)
                 mem = f"device {a.region.device}'s `{a.region.text()}`"
