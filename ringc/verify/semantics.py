@@ -87,8 +87,8 @@ class Memory:
         out, covered = [], []
         for p in self.pieces.get((r.device, r.buffer), []):
             ix = _intersect(p.box, r.box)
-            if ix is not None:
-                out.append(Piece(ix, _value(p.value, ix)))
+            if ix is not None:  # stored values are canonical for their own box already
+                out.append(Piece(ix, p.value if ix == p.box else _value(p.value, ix)))
                 covered.append(ix)
         gaps = [r.box]
         for c in covered:
