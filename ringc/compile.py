@@ -38,6 +38,9 @@ _NO_TPU_ENV = {
     "TPU_STDERR_LOG_LEVEL": "3",
     "TPU_MIN_LOG_LEVEL": "3",
     "GRPC_VERBOSITY": "ERROR",
+    # libtpu takes /tmp/libtpu_lockfile to own the local TPU; without a TPU there is nothing
+    # to own, and two compiles (or a compile next to a test run) must not exclude each other.
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 }
 
 TARGET_SYNTAX = re.compile(r"^(?P<gen>[a-z0-9_ ]+)[:=_](?P<shape>\d+(x\d+)*)(_twisted|_untwisted)?$", re.I)
@@ -153,8 +156,12 @@ def target_devices(target: str) -> tuple:
     from jax.experimental import topologies
     try:
         topo = topologies.get_topology_desc(target, platform="tpu")
-    except Exception as e:  # JaxRuntimeError: INVALID_ARGUMENT ...
-        msg = str(e).split("\n")[0].removeprefix("INVALID_ARGUMENT: ")
+    except Exception as e:  # JaxRuntimeError
+        msg = str(e).split("\n")[0]
+        if not msg.startswith("INVALID_ARGUMENT: "):  # libtpu itself failed to start
+            raise ScheduleError(f"libtpu cannot describe {target!r}: {msg}",
+                                fix="see the message; `ringc compile` needs no TPU, only libtpu") from None
+        msg = msg.removeprefix("INVALID_ARGUMENT: ")
         topo = _small_slice(target, msg)
         if topo is None:
             raise ScheduleError(f"target {target!r}: {msg}", fix=_target_fix()) from None

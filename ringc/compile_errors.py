@@ -28,7 +28,7 @@ from .ir.resolve import walk_ops
 from .verify.events import Compute, DmaStart, Region
 from .verify.unroll import unroll
 
-KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "compiler_error")
+KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "compiler_error")
 
 _OP_COMMENT = re.compile(r"^\s*# line (\d+): ")
 _COPY_DOC = re.compile(r'^\s*"""(?:Remote|Local) copy `([^`]+)` \(line (\d+)\)')
@@ -215,6 +215,8 @@ def _core_message(raw: str) -> str:
     text = " ".join(keep)
     text = re.sub(r"^(INTERNAL|RESOURCE_EXHAUSTED|INVALID_ARGUMENT|UNIMPLEMENTED): ", "", text)
     text = text.replace("Mosaic failed to compile TPU kernel: ", "")
+    text = re.sub(r"^Pallas encountered an internal verification error\..*?Error details: ", "", text)
+    text = re.sub(r"\s*see current operation:.*$", "", text)
     return text.strip()
 
 
@@ -238,26 +240,29 @@ def _shape_text(facts: _Facts, name: str) -> str:
 def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileError:
     s = facts.s
     names = facts.buffers_in(memory)
-    needed = _bytes(re.search(r"size (?:of )?([\d.]+)\s?([KMG]?)i?B?\b", text))
-    limit = _bytes(re.search(r"limit (?:of )?([\d.]+)\s?([KMG]?)i?B?\b", text))
+    # XLA's two phrasings: "allocation with size 32.00M and limit 16.00M", and
+    # "the total memory required for HLO temporaries (36.00G) exceeds available HBM (15.75G)".
+    needed = _bytes(re.search(r"size ([\d.]+)([KMG]?)\b", text) or re.search(r"required.*?\(([\d.]+)([KMG]?)\)", text))
+    limit = _bytes(re.search(r"limit ([\d.]+)([KMG]?)\b", text) or re.search(r"available.*?\(([\d.]+)([KMG]?)\)", text))
     space = memory.upper()
-    amounts = ""
-    if needed and limit:
-        amounts = f" (an allocation of {_size(needed)}, over the limit of {_size(limit)})"
+    amounts = f" (it needs {_size(needed)}, the limit is {_size(limit)})" if needed and limit else ""
     listing = "; ".join(f"`{n}` (line {s.buffers[n].line}) {_shape_text(facts, n)}" for n in names)
     if not names:
         return CompileError(f"{memory}_overflow", f"the kernel does not fit in {space} on {target}{amounts}",
                             file=s.file, line=s.line, fix="use smaller shapes (--param k=v)")
     big = names[0]
-    params = sorted({v for d in s.buffers[big].full_shape for v in E.names(d) if v in s.params})
+    largest = [n for n in names if facts.nbytes(n) == facts.nbytes(big)]
+    params = sorted({v for n in largest for d in s.buffers[n].full_shape for v in E.names(d) if v in s.params})
     smaller = f" (--param {', '.join(f'{p}=...' for p in params)})" if params else ""
-    where = ("keep it in HBM (`space: hbm` or an `hbm_scratch`) and move blocks through a smaller "
-             "VMEM buffer" if memory == "vmem" else "use a larger slice (more chips) or fewer slots")
+    which = (f"`{big}`, the largest," if len(largest) == 1 else
+             f"the largest ({', '.join(f'`{n}`' for n in largest)})")
+    where = ("keep data in HBM (`space: hbm` or an `hbm_scratch`) and move blocks through a smaller "
+             "VMEM buffer" if memory == "vmem" else "use fewer slots")
     return CompileError(
         f"{memory}_overflow",
         f"the kernel's {space} buffers do not fit on {target}{amounts}: {listing}",
         file=s.file, line=s.buffers[big].line,
-        fix=f"shrink `{big}`, the largest, with smaller parameters{smaller}, or {where}")
+        fix=f"shrink {which} with smaller parameters{smaller}, or {where}")
 
 
 def _tiling(text: str, raw: str, facts: _Facts, site: _Site, target: str) -> CompileError | None:
@@ -278,8 +283,10 @@ def _tiling(text: str, raw: str, facts: _Facts, site: _Site, target: str) -> Com
     what = (f"{site.describe()} moves the block `{ref.text()}` = {list(region.shape)} {dtype} "
             f"of `{name}` {list(facts.shapes[name])}")
     dim = multiple = None
-    if m := re.search(r"size at dimension (\d+) is divisible by the tile dimension (\d+)", text):
-        dim, multiple = int(m[1]), int(m[2])
+    part = "size"  # which part of the slice breaks the tiling: its size or its start
+    if m := re.search(r"(size|index) at dimension (\d+) is divisible by the tile dimension (\d+)", text):
+        part = "size" if m[1] == "size" else "start"
+        dim, multiple = int(m[2]), int(m[3])
         rule = f"dimension {dim} of `{name}` is tiled by {multiple} on {target}"
     elif m := re.search(r"contiguous inner slice .*divisible by (\d+) bytes", text):
         dim, multiple = len(region.box) - 1, max(1, int(m[1]) // itemsize(dtype))
@@ -293,17 +300,18 @@ def _tiling(text: str, raw: str, facts: _Facts, site: _Site, target: str) -> Com
                 "(16, 128) for 16-bit, (32, 128) for 8-bit")
     lo, hi = region.box[dim]
     index = ref.indices[dim] if dim < len(ref.indices) else None
-    size = index.size if isinstance(index, E.Slice) and index.size is not None else None
-    expr = f"`{E.to_text(size)}`" if size is not None else f"dimension {dim} of `{ref.text()}`"
-    fix = f"make {expr} (= {hi - lo}) a multiple of {multiple}"
-    if size is not None and (hint := _param_hint(s, facts.n, size, multiple)):
+    bad = getattr(index, part, None) if isinstance(index, E.Slice) else None
+    value = hi - lo if part == "size" else lo
+    expr = f"`{E.to_text(bad)}`" if bad is not None else f"the {part} of dimension {dim} of `{ref.text()}`"
+    fix = f"make {expr} (= {value}) a multiple of {multiple}"
+    if bad is not None and (hint := _param_hint(s, facts.n, bad, multiple)):
         fix += f", e.g. --param {hint}"
     if dim < len(s.buffers[name].slots):
         fix += f"; or pad `{name}` so that its blocks start and end on whole tiles"
     else:
         fix += f"; or slice `{name}` along a leading, untiled dimension instead"
     return CompileError(
-        "tiling", f"{what}, but {rule}, and the block spans {hi - lo} ({lo}..{hi - 1}): "
+        "tiling", f"{what}, but {rule}, and the block's {part} is {value} (it spans {lo}..{hi - 1}): "
                   "blocks must cover whole tiles",
         file=s.file, line=site.line, fix=fix)
 
@@ -340,19 +348,29 @@ def _param_hint(s: S.Schedule, n: int, size: E.Expr, multiple: int) -> str | Non
 
 def _generic(text: str, facts: _Facts, site: _Site | None, target: str) -> CompileError:
     s = facts.s
-    unsupported = re.search(r"not implemented|unsupported|only .* supported", text.lower())
-    kind = "unsupported" if unsupported else "compiler_error"
-    where = f"{site.describe()} (line {site.line})" if site is not None else "the kernel"
-    message = f"the TPU compiler cannot compile {where} for {target}: {text}"
-    fix = "see the compiler's message (--verbose) and change the op or its shapes"
-    m = re.search(r"Only vector<([^>]+)> and vector<([^>]+)> are supported, but got '(\w+)'", text)
-    if site is not None and m:
+    where = f"{site.describe()}" if site is not None else "the kernel"
+    line = site.line if site is not None else s.line
+    regions = facts.regions(site) if site is not None else []
+    if m := re.search(r"Only vector<([^>]+)> and vector<([^>]+)> are supported, but got '(\w+)'", text):
         got = _MLIR_DTYPES.get(m[3], m[3])
-        names = [reg.buffer for _, reg in facts.regions(site) if s.dtype_of(reg.buffer) == got]
+        names = [reg.buffer for _, reg in regions if s.dtype_of(reg.buffer) == got]
         which = ", ".join(f"`{n}` (line {s.buffers[n].line})" for n in dict.fromkeys(names)) or "its buffers"
-        message = (f"{where} computes on {got} vectors, which the TPU vector unit on {target} does not "
-                   f"support for this op (only {_MLIR_DTYPES.get(m[1], m[1])} and "
-                   f"{_MLIR_DTYPES.get(m[2], m[2])})")
-        fix = (f"declare {which} with a 32-bit `dtype` (int32 or float32) for the arithmetic, and copy "
-               f"{got} data in and out with DMAs")
-    return CompileError(kind, message, file=s.file, line=site.line if site else s.line, fix=fix)
+        return CompileError(
+            "unsupported",
+            f"{where} computes on {got} vectors ({which}), which the TPU vector unit on {target} does "
+            f"not support for this op (only {_MLIR_DTYPES.get(m[1], m[1])} and {_MLIR_DTYPES.get(m[2], m[2])})",
+            file=s.file, line=line,
+            fix=f"declare them with `dtype: {_MLIR_DTYPES.get(m[2], m[2])}`")
+    if "element type mismatch" in text and len(regions) == 2:
+        (src_ref, src), (dst_ref, dst) = regions
+        return CompileError(
+            "dtype_mismatch",
+            f"{where} copies {s.dtype_of(src.buffer)} `{src_ref.text()}` into {s.dtype_of(dst.buffer)} "
+            f"`{dst_ref.text()}`: a DMA moves bytes and cannot convert", file=s.file, line=line,
+            fix=f"give `{src.buffer}` (line {s.buffers[src.buffer].line}) and `{dst.buffer}` (line "
+                f"{s.buffers[dst.buffer].line}) the same dtype")
+    unsupported = re.search(r"not implemented|unsupported|only .* supported", text.lower())
+    return CompileError(
+        "unsupported" if unsupported else "compiler_error",
+        f"the TPU compiler cannot compile {where} for {target}: {text}", file=s.file, line=line,
+        fix="see the compiler's message (--verbose) and change the op or its shapes")
