@@ -94,7 +94,8 @@ class CompileResult:
         return "\n".join(lines)
 
 
-def _size(n: int) -> str:
+def human_size(n: int) -> str:
+    """`36.0 KiB`."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -110,8 +111,8 @@ _MEMORY_LABELS = {
 
 def memory_text(memory: dict[str, int]) -> str:
     """`VMEM scoped 36.0 KiB  HBM arguments 32.0 KiB, outputs 8.0 KiB, ...`"""
-    vmem = [f"{_MEMORY_LABELS[k]} {_size(v)}" for k, v in memory.items() if k == "vmem_scoped"]
-    hbm = [f"{_MEMORY_LABELS[k]} {_size(v)}" for k, v in memory.items()
+    vmem = [f"{_MEMORY_LABELS[k]} {human_size(v)}" for k, v in memory.items() if k == "vmem_scoped"]
+    hbm = [f"{_MEMORY_LABELS[k]} {human_size(v)}" for k, v in memory.items()
            if k != "vmem_scoped" and k in _MEMORY_LABELS and (v or k != "hbm_alias")]
     return "  ".join(filter(None, [", ".join(vmem), ", ".join(hbm)])) + " (per device)"
 

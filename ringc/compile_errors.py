@@ -18,8 +18,9 @@ import traceback
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
-from typing import Iterator, Mapping
+from typing import Iterator
 
+from .compile import human_size
 from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
@@ -195,7 +196,7 @@ def explain(exc: BaseException, schedule: S.Schedule, n: int, target: str, modul
     low = text.lower()
     if "vmem" in low and ("out of memory" in low or "limit" in low or "oom" in low):
         return _overflow("vmem", text, facts, target)
-    if ("hbm" in low and "out of memory" in low) or "resource_exhausted" in str(exc).lower()[:40] and "hbm" in low:
+    if "hbm" in low and ("out of memory" in low or "exceeds" in low):
         return _overflow("hbm", text, facts, target)
     if site is not None and re.search(r"tile|aligned|alignment|divisible", low):
         tiling = _tiling(text, str(exc), facts, site, target)
@@ -224,17 +225,12 @@ def _bytes(match: re.Match | None) -> int | None:
     return int(float(match[1]) * _UNITS[match[2]]) if match else None
 
 
-def _size(n: int) -> str:
-    from .compile import _size as size
-    return size(n)
-
-
 def _shape_text(facts: _Facts, name: str) -> str:
     b = facts.s.buffers[name]
     exprs = ", ".join(E.to_text(d) for d in b.full_shape)
     concrete = ", ".join(map(str, facts.shapes[name]))
     shape = f"[{exprs}]" if exprs == concrete else f"[{exprs}] = [{concrete}]"
-    return f"{shape} {facts.s.dtype_of(name)}, {_size(facts.nbytes(name))}"
+    return f"{shape} {facts.s.dtype_of(name)}, {human_size(facts.nbytes(name))}"
 
 
 def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileError:
@@ -245,7 +241,7 @@ def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileErro
     needed = _bytes(re.search(r"size ([\d.]+)([KMG]?)\b", text) or re.search(r"required.*?\(([\d.]+)([KMG]?)\)", text))
     limit = _bytes(re.search(r"limit ([\d.]+)([KMG]?)\b", text) or re.search(r"available.*?\(([\d.]+)([KMG]?)\)", text))
     space = memory.upper()
-    amounts = f" (it needs {_size(needed)}, the limit is {_size(limit)})" if needed and limit else ""
+    amounts = f" (it needs {human_size(needed)}, the limit is {human_size(limit)})" if needed and limit else ""
     listing = "; ".join(f"`{n}` (line {s.buffers[n].line}) {_shape_text(facts, n)}" for n in names)
     if not names:
         return CompileError(f"{memory}_overflow", f"the kernel does not fit in {space} on {target}{amounts}",
@@ -316,9 +312,9 @@ def _tiling(text: str, raw: str, facts: _Facts, site: _Site, target: str) -> Com
         file=s.file, line=site.line, fix=fix)
 
 
-def _static_env(s: S.Schedule, n: int) -> dict[str, int]:
+def _static_env(s: S.Schedule, n: int, params: dict[str, int]) -> dict[str, int]:
     """N, the params, and the lets that depend on nothing else (e.g. `half: rows // 2`)."""
-    env: dict[str, int] = {"N": n, **s.params}
+    env: dict[str, int] = {"N": n, **params}
     for name, e in s.let.items():
         try:
             env[name] = E.evaluate(e, env, exact_division=True)
@@ -330,11 +326,10 @@ def _static_env(s: S.Schedule, n: int) -> dict[str, int]:
 def _param_hint(s: S.Schedule, n: int, size: E.Expr, multiple: int) -> str | None:
     """`rows=16`: the nearest larger value of one parameter that makes `size` a multiple of
     `multiple` while every buffer shape still divides exactly."""
-    for param in sorted(s.params):
-        for value in range(s.params[param] + 1, 4 * s.params[param] + multiple + 1):
-            trial = s.model_copy(update={"params": {**s.params, param: value}})
+    for param, current in sorted(s.params.items()):
+        for value in range(current + 1, current + 1 + min(3 * current + multiple, 1024)):
             try:
-                env = _static_env(trial, n)
+                env = _static_env(s, n, {**s.params, param: value})
                 ok = E.evaluate(size, env, exact_division=True) % multiple == 0
                 for b in s.buffers.values():
                     for d in b.full_shape:
@@ -361,16 +356,18 @@ def _generic(text: str, facts: _Facts, site: _Site | None, target: str) -> Compi
             f"not support for this op (only {_MLIR_DTYPES.get(m[1], m[1])} and {_MLIR_DTYPES.get(m[2], m[2])})",
             file=s.file, line=line,
             fix=f"declare them with `dtype: {_MLIR_DTYPES.get(m[2], m[2])}`")
-    if "element type mismatch" in text and len(regions) == 2:
-        (src_ref, src), (dst_ref, dst) = regions
+    if ("element type mismatch" in text or "Invalid dtype" in text) and len(regions) == 2:
+        (src_ref, src), (dst_ref, dst) = regions if site.copy is not None else regions[::-1]
+        how = "a DMA moves bytes and cannot convert" if site.copy is not None else "ops do not convert types"
         return CompileError(
             "dtype_mismatch",
-            f"{where} copies {s.dtype_of(src.buffer)} `{src_ref.text()}` into {s.dtype_of(dst.buffer)} "
-            f"`{dst_ref.text()}`: a DMA moves bytes and cannot convert", file=s.file, line=line,
+            f"{where} moves {s.dtype_of(src.buffer)} `{src_ref.text()}` into {s.dtype_of(dst.buffer)} "
+            f"`{dst_ref.text()}`: {how}", file=s.file, line=line,
             fix=f"give `{src.buffer}` (line {s.buffers[src.buffer].line}) and `{dst.buffer}` (line "
                 f"{s.buffers[dst.buffer].line}) the same dtype")
-    unsupported = re.search(r"not implemented|unsupported|only .* supported", text.lower())
+    unsupported = re.search(r"not implemented|unimplemented|unsupported|only .* supported", text.lower())
+    first = text if len(text) <= 300 else text[:300].rsplit(" ", 1)[0] + " ..."
     return CompileError(
         "unsupported" if unsupported else "compiler_error",
-        f"the TPU compiler cannot compile {where} for {target}: {text}", file=s.file, line=line,
+        f"the TPU compiler cannot compile {where} for {target}: {first}", file=s.file, line=line,
         fix="see the compiler's message (--verbose) and change the op or its shapes")
