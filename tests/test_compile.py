@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import ringc
+from conftest import line_of
 from ringc.compile_errors import KINDS
 from ringc.ir import expr as E
 from ringc.ir.dtypes import itemsize
@@ -39,14 +40,6 @@ def _bytes(sched: ringc.Schedule, kind: str, n: int) -> int:
     env = {"N": n, **sched.params}
     return sum(prod(E.evaluate(d, env) for d in b.full_shape) * itemsize(sched.dtype_of(name))
                for name, b in sched.buffers.items() if b.kind == kind)
-
-
-def _line_of(text: str, at) -> int:
-    if isinstance(at, int):
-        return at
-    hits = [i for i, line in enumerate(text.splitlines(), 1) if at in line]
-    assert len(hits) == 1, f"{at!r} is on lines {hits}"
-    return hits[0]
 
 
 def ringc_cli(*args: str, env_drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -118,7 +111,7 @@ def test_shape_that_does_not_divide_for_the_target_is_located(tmp_path):
     assert ringc.compile_for(sched, "v5e:2x2").ok
     with pytest.raises(ringc.ScheduleError, match="does not divide") as e:
         ringc.compile_for(sched, "v4:2x2x1")
-    assert e.value.line == _line_of(text, "x:   {kind: input")
+    assert e.value.line == line_of(text, "x:   {kind: input")
 
 
 # ---------------------------------------------------------------------------- broken
@@ -143,7 +136,7 @@ def test_broken_schedule_passes_check_but_not_the_compiler(name):
     assert not res.ok and res.memory == {}
     err = res.error
     assert err.kind == entry["kind"], str(err)
-    assert err.file == str(path) and err.line == _line_of(path.read_text(), entry["at"]), str(err)
+    assert err.file == str(path) and err.line == line_of(path.read_text(), entry["at"]), str(err)
     for text in entry["mentions"]:
         assert text in err.message, f"{text!r} not in {err.message!r}"
     assert err.fix and len(err.fix) > 20
@@ -174,14 +167,14 @@ def test_dma_dtype_mismatch_is_explained(tmp_path):
     path.write_text(text)
     res = ringc.compile_for(ringc.load(path), "v5e:2x2")
     assert not res.ok and res.error.kind == "dtype_mismatch"
-    assert res.error.line == _line_of(text, "- start: load")
+    assert res.error.line == line_of(text, "- start: load")
     assert "float32 `scratch[working]` into bfloat16 `receive`" in res.error.message
     # the same mismatch in a compute op fails while lowering, located the same way
     text = text.replace("  - wait: pass", "  - assign: out\n    src: receive\n  - wait: pass")
     path.write_text(text)
     res = ringc.compile_for(ringc.load(path), "v5e:2x2")
     assert not res.ok and res.error.kind == "dtype_mismatch"
-    assert res.error.line == _line_of(text, "- assign: out")
+    assert res.error.line == line_of(text, "- assign: out")
     assert "bfloat16 `receive` into float32 `out`" in res.error.message
 
 
