@@ -42,8 +42,11 @@ def _bytes(sched: ringc.Schedule, kind: str, n: int) -> int:
                for name, b in sched.buffers.items() if b.kind == kind)
 
 
-def ringc_cli(*args: str, env_drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RINGC_DEBUG", *env_drop)}
+def ringc_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m ringc ...` in a plain environment, as a user would run it: without the
+    settings `quiet_libtpu` has put into this process's environment, and JAX_PLATFORMS."""
+    quiet = {"RINGC_DEBUG", "JAX_PLATFORMS", "GRPC_VERBOSITY", "ALLOW_MULTIPLE_LIBTPU_LOAD"}
+    env = {k: v for k, v in os.environ.items() if k not in quiet and not k.startswith("TPU_")}
     return subprocess.run([sys.executable, "-m", "ringc", *map(str, args)], capture_output=True,
                           text=True, cwd=REPO, env=env, timeout=300)
 
@@ -175,12 +178,10 @@ def test_dma_dtype_mismatch_is_explained(tmp_path):
 
 
 def test_cli_ok_with_clean_stderr():
-    # A plain environment, as a user would run it: the CLI needs no backend, and libtpu's
-    # start-up warnings about missing TPU metadata must not reach the terminal. This test
-    # process has libtpu loaded too: the two must not fight over libtpu's lockfile.
-    quiet = ("JAX_PLATFORMS", "GRPC_VERBOSITY", "ALLOW_MULTIPLE_LIBTPU_LOAD")
-    res = ringc_cli("compile", "schedules/ppermute_right.yaml", "--target", "v5e:2x2", "--target", "v4:2x2x1",
-                    env_drop=quiet + tuple(k for k in os.environ if k.startswith("TPU_")))
+    # The CLI needs no backend, and libtpu's start-up warnings about missing TPU metadata
+    # must not reach the terminal. This test process has libtpu loaded too: the two must
+    # not fight over libtpu's lockfile.
+    res = ringc_cli("compile", "schedules/ppermute_right.yaml", "--target", "v5e:2x2", "--target", "v4:2x2x1")
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
     lines = res.stdout.splitlines()
