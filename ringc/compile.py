@@ -34,7 +34,8 @@ _NO_TPU_ENV = {
     "TPU_SKIP_MDS_QUERY": "1",
     "TPU_WORKER_HOSTNAMES": "localhost",
     "TPU_HOST_BOUNDS": "1,1,1",
-    # libtpu logs compiler errors to stderr as well as raising them: ringc reports them itself.
+    # libtpu logs compiler errors to stderr as well as raising them (ringc reports them
+    # itself), and logs to files in /tmp/tpu_logs: fatal messages only.
     "TPU_STDERR_LOG_LEVEL": "3",
     "TPU_MIN_LOG_LEVEL": "3",
     "GRPC_VERBOSITY": "ERROR",
