@@ -3,6 +3,7 @@
     sched = ringc.load("schedules/all_reduce_ring.yaml")
     report = ringc.check(sched, 8)          # hangs, balance, races, semantics
     source = ringc.emit(sched)              # a Pallas TPU kernel module
+    result = ringc.compile_for(sched, "v5e:2x2")  # the real TPU compiler, no TPU needed
 """
 
 from .ir import Schedule, ScheduleError, load, load_text
@@ -15,5 +16,12 @@ def emit(schedule: Schedule) -> str:
     return _emit(schedule)
 
 
-__all__ = ["load", "load_text", "check", "emit", "Schedule", "ScheduleError", "Report"]
+def compile_for(schedule: Schedule, target: str, **params: int):
+    """Compile `schedule`'s emitted kernel for a TPU slice such as "v5e:2x2" with the real TPU
+    compiler (libtpu; no TPU needed). Returns a `ringc.compile.CompileResult`."""
+    from .compile import compile_for as _compile_for
+    return _compile_for(schedule, target, **params)
+
+
+__all__ = ["load", "load_text", "check", "emit", "compile_for", "Schedule", "ScheduleError", "Report"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The `ringc` command line: check, emit, run, schema.
+"""The `ringc` command line: check, emit, run, compile, schema.
 
 Exit codes: 0 success, 1 a check or run failed, 2 bad input (the message names the file,
 the line and the fix). Bad input never prints a traceback; set RINGC_DEBUG=1 to see one
@@ -63,6 +63,14 @@ def _param(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}") from None
 
 
+def _target(text: str) -> str:
+    from .compile import EXAMPLE_TARGETS, TARGET_SYNTAX
+    if not TARGET_SYNTAX.match(text):
+        raise argparse.ArgumentTypeError(f"expected GENERATION:TOPOLOGY such as {', '.join(EXAMPLE_TARGETS)}, "
+                                         f"got {text!r}")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ringc", description="Verify ring schedules and emit Pallas TPU kernels.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -91,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
     r.add_argument("--seed", type=int, default=0)
     add_params(r)
+
+    k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler (no TPU needed)")
+    k.add_argument("files", nargs="+", metavar="FILE")
+    k.add_argument("--target", type=_target, action="append", required=True, metavar="GEN:TOPOLOGY",
+                   help="TPU slice to compile for, e.g. v5e:2x2, v5p:2x2x1, v4:2x2x1, v6e:2x2 (repeatable); "
+                        "the ring runs over all its devices")
+    k.add_argument("--format", choices=("text", "json"), default="text")
+    k.add_argument("--verbose", action="store_true", help="also print the compiler's own message on failure")
+    add_params(k)
 
     sub.add_parser("schema", help="print the schedule format's JSON Schema")
     return p
@@ -174,6 +191,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .compile import quiet_libtpu
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only devices need no backend
+    quiet_libtpu()
+    from .compile import compile_for
+    ok = True
+    for path in args.files:
+        sched = _load(path, args.param)
+        for target in args.target:
+            res = compile_for(sched, target)
+            ok &= res.ok
+            if args.format == "json":
+                print(json.dumps(res.to_json(verbose=args.verbose)))
+            else:
+                print(res.to_text(verbose=args.verbose))
+    return EXIT_OK if ok else EXIT_FAILED
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from .ir.schema import Schedule
     print(json.dumps(Schedule.model_json_schema(), indent=2))
@@ -182,7 +218,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "schema": cmd_schema}[args.command]
+    handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
+               "schema": cmd_schema}[args.command]
     try:
         return handler(args)
     except ScheduleError as e:

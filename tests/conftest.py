@@ -18,6 +18,16 @@ REPO = Path(__file__).parent.parent
 LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
 
 
+def line_of(text: str, at) -> int:
+    """The line `at` names in `text`: a line number, or a text on exactly one line (used by
+    the broken-schedule manifests)."""
+    if isinstance(at, int):
+        return at
+    hits = [i for i, line in enumerate(text.splitlines(), 1) if at in line]
+    assert len(hits) == 1, f"{at!r} is on lines {hits}"
+    return hits[0]
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import ringc
+from conftest import line_of
 from ringc.ir import load_text
 from ringc.verify.events import Compute, DmaStart, Program, SemWait, Signal
 from ringc.verify.findings import KINDS
@@ -33,14 +34,6 @@ def _derived_from(path: Path) -> Path:
     first = path.read_text().splitlines()[0]
     name = first.split("derived from schedules/", 1)[1].rstrip(")")
     return LIBRARY_DIR / name
-
-
-def _line_of(text: str, at) -> int:
-    if isinstance(at, int):
-        return at
-    hits = [i for i, line in enumerate(text.splitlines(), 1) if at in line]
-    assert len(hits) == 1, f"{at!r} is on lines {hits}"
-    return hits[0]
 
 
 # ------------------------------------------------------------------ the corpus
@@ -88,7 +81,7 @@ def test_broken_schedule_is_rejected(name):
     assert all(f.severity == "error" for f in report.findings if f.kind in entry["kinds"])
     text = path.read_text()
     for kind, at in entry.get("at", {}).items():
-        line = _line_of(text, at)
+        line = line_of(text, at)
         got = sorted({f.event.line for f in report.findings if f.kind == kind and f.event})
         assert line in got, f"{kind} expected at line {line}, reported at {got}"
 
