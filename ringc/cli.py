@@ -47,7 +47,7 @@ def _positive(text: str) -> int:
 def _topology(text: str) -> str:
     from . import topology
     try:
-        topology.parse(text)
+        topology.parse(text, 1 if text.strip() == "ring" else None)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text

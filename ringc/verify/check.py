@@ -24,7 +24,7 @@ from .unroll import unroll
 
 def check_targets(program: Program, topo: str) -> list[Finding]:
     try:
-        graph = topology.build(topo, program.n)
+        topo_ = topology.parse(topo, program.n)
     except ValueError as e:
         raise ScheduleError(str(e), file=program.file, fix="see `ringc check --help`") from None
     findings, seen = [], set()
@@ -43,7 +43,7 @@ def check_targets(program: Program, topo: str) -> list[Finding]:
                 findings.append(Finding("self_target", f"{what} at {program.where(ev)} sends to its own "
                                                        "device; use a local copy", severity="warning", event=ev))
         elif target != ev.device:
-            h = topology.hops(graph, ev.device, target)
+            h = topology.hops(topo_, topo_.coord(ev.device), topo_.coord(target))
             if h > 1 and ("far", ev.line) not in seen:
                 seen.add(("far", ev.line))
                 findings.append(Finding(
