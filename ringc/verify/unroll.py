@@ -16,7 +16,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.resolve import BUILTIN_EXPRS, walk_ops
+from ..ir.resolve import builtin_exprs, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
@@ -24,10 +24,11 @@ from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, D
 class _Context:
     """Static facts for one N: evaluated shapes, sizes and the grid."""
 
-    def __init__(self, sched: S.Schedule, n: int):
+    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
         self.n = n
-        self.static: dict[str, int] = {"N": n, **sched.params}
+        self.sizes = sizes
+        self.static: dict[str, int] = {"N": n, **{f"N_{a}": size for a, size in sizes.items()}, **sched.params}
         self.shapes = {name: self._shape(buf.full_shape, f"shape of buffer `{name}`", buf.line)
                        for name, buf in sched.buffers.items()}
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
@@ -60,10 +61,13 @@ class _Context:
 
 
 class _Unroller:
-    def __init__(self, sched: S.Schedule, n: int):
+    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
-        self.ctx = _Context(sched, n)
+        self.ctx = _Context(sched, n, sizes)
         self.n = n
+        self.builtins = builtin_exprs(sched.axes)
+        # Row-major strides of the schedule's axes: device d has me_a = d // stride % N_a.
+        self.strides = {a: prod(list(sizes.values())[i + 1:]) for i, a in enumerate(sizes)}
         self.env: dict[str, Any] = {}
         self.device = 0
         self.point: tuple[int, ...] = ()
@@ -193,7 +197,9 @@ class _Unroller:
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = point
         env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
-        for name, e in BUILTIN_EXPRS.items():
+        for a, size in self.ctx.sizes.items():
+            env[f"me_{a}"] = self.device // self.strides[a] % size
+        for name, e in self.builtins.items():
             env[name] = E.evaluate(e, env)
         self.env = env
         for name, e in self.s.let.items():
@@ -260,12 +266,30 @@ class _Unroller:
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
-        return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets)
+        return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets,
+                       axis_sizes=dict(self.ctx.sizes))
 
 
-def unroll(sched: S.Schedule, n: int, *, invocations: int = 1) -> Program:
-    """The event lists of all `n` devices. Raises `ScheduleError` for N-dependent bad input."""
-    if n < 1:
-        raise ScheduleError(f"N must be at least 1, got {n}", file=sched.file)
-    return _Unroller(sched, n).run(invocations)
+def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
+           sizes: dict[str, int] | None = None) -> Program:
+    """The event lists of all devices of one instance of the schedule: `n` devices along its
+    axis, or `sizes` (axis -> devices) for a schedule over several axes, `n` their product.
+    Raises `ScheduleError` for N-dependent bad input."""
+    if sizes is None:
+        if len(sched.axes) > 1:
+            raise ScheduleError(
+                f"`{sched.name}` runs over {len(sched.axes)} axes ({', '.join(sched.axes)}), so one device count "
+                "does not say how many devices lie along each", file=sched.file, line=sched.line_of("axes"),
+                fix=f"give a topology with {len(sched.axes)} axes, e.g. --topology torus:2x4")
+        if n is None:
+            raise ScheduleError("no device count given", file=sched.file, fix="pass --devices N")
+        sizes = {sched.axes[0]: n}
+    if list(sizes) != list(sched.axes):
+        raise ValueError(f"sizes {sizes} must list the schedule's axes {sched.axes} in order")
+    if n is None:
+        n = prod(sizes.values())
+    if n < 1 or any(v < 1 for v in sizes.values()) or n != prod(sizes.values()):
+        raise ScheduleError(f"N must be at least 1 and the product of the axis sizes, got {n} for {sizes}",
+                            file=sched.file)
+    return _Unroller(sched, n, sizes).run(invocations)
 
