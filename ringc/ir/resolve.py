@@ -31,8 +31,11 @@ def axis_builtins(axes: list[str]) -> dict[str, str]:
     `me_a` and `N_a` (coordinate and size along a), `left_a` and `right_a` (the neighbour
     along a, other coordinates kept, as a device index over all the schedule's axes).
     `me` and `N` are then the row-major index and count over all the axes, as
-    `lax.axis_index(axes)` and the size of a `lax` collective over the axis tuple."""
-    out = {}
+    `lax.axis_index(axes)` and the size of a `lax` collective over the axis tuple.
+    A schedule over one axis has just `me`, `N`, `left` and `right`."""
+    out: dict[str, str] = {}
+    if len(axes) < 2:
+        return out
     for a in axes:
         out[f"me_{a}"] = f"this device's coordinate along axis {a}"
         out[f"N_{a}"] = f"the number of devices along axis {a}"
@@ -43,7 +46,9 @@ def axis_builtins(axes: list[str]) -> dict[str, str]:
 
 def axis_builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
     """`left_a` / `right_a` as expressions over `me`, `me_a` and the sizes (row-major strides)."""
-    out = {}
+    out: dict[str, E.Expr] = {}
+    if len(axes) < 2:
+        return out
     for i, a in enumerate(axes):
         stride = " * ".join(f"N_{b}" for b in axes[i + 1:])
         for name, step in (("left", "- 1"), ("right", "+ 1")):
@@ -109,7 +114,7 @@ class _Resolver:
             self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
 
     def static_names(self) -> set[str]:
-        return {"N", *(f"N_{a}" for a in self.s.axes), *self.s.params}
+        return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params}
 
     def step_names(self) -> set[str]:
         return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let}

@@ -28,7 +28,8 @@ class _Context:
         self.s = sched
         self.n = n
         self.sizes = sizes
-        self.static: dict[str, int] = {"N": n, **{f"N_{a}": size for a, size in sizes.items()}, **sched.params}
+        per_axis = {f"N_{a}": size for a, size in sizes.items()} if len(sizes) > 1 else {}
+        self.static: dict[str, int] = {"N": n, **per_axis, **sched.params}
         self.shapes = {name: self._shape(buf.full_shape, f"shape of buffer `{name}`", buf.line)
                        for name, buf in sched.buffers.items()}
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
@@ -197,8 +198,9 @@ class _Unroller:
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = point
         env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
-        for a, size in self.ctx.sizes.items():
-            env[f"me_{a}"] = self.device // self.strides[a] % size
+        if len(self.ctx.sizes) > 1:
+            for a, size in self.ctx.sizes.items():
+                env[f"me_{a}"] = self.device // self.strides[a] % size
         for name, e in self.builtins.items():
             env[name] = E.evaluate(e, env)
         self.env = env
