@@ -367,7 +367,7 @@ class _Emitter:
         for table in (s.params, s.grid, s.let, s.buffers, s.semaphores):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
         wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
-        out = {n: n for n in ("me", "N", "left", "right", *axis_builtins(s.axes))}
+        out = {n: n for n in ("me", "N", "left", "right", "core", *axis_builtins(s.axes))}
         taken = set(_RESERVED)
         # Unchanged names claim themselves first, so one rename never cascades into others.
         for key, ident, natural in wanted:
@@ -546,7 +546,9 @@ class _Emitter:
         w.docstring(f"One point of the grid ({grid}) of `{s.name}` on one device.\n\n"
                     + self.kernel_ref_doc())
         w.line("me = lax.axis_index(AXIS)")
-        for i, g in enumerate(s.grid):
+        if s.megacore:
+            w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
+        for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
             w.line(f"{self.name(g)} = pl.program_id({i})")
         derived = []
         for b, e in reversed(builtin_exprs(s.axes).items()):  # dependents first: they add names
@@ -768,7 +770,8 @@ class _Emitter:
                         for n in outs:
                             w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
                     w.line("],")
-                w.line(f"grid={self.static_tuple(list(s.grid.values()))},")
+                cores = [E.Const(2)] if s.megacore else []  # megacore: two TensorCores per chip
+                w.line(f"grid={self.static_tuple(cores + list(s.grid.values()))},")
                 scratch = self.scratch_shapes()
                 if scratch:
                     with w.block("scratch_shapes=["):
@@ -781,7 +784,7 @@ class _Emitter:
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = _tuple_text(['"arbitrary"'] * len(s.grid))
+            semantics = _tuple_text(['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid))
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")

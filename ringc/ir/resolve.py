@@ -75,6 +75,8 @@ class _Resolver:
         self.s = sched
         self.file = sched.file
         self.builtins = {**BUILTINS, **axis_builtins(sched.axes)}
+        if sched.megacore:
+            self.builtins["core"] = "the TensorCore running this grid point (megacore: 0 or 1)"
 
     def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
              name: str | None = None) -> None:

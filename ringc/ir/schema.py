@@ -272,6 +272,10 @@ class Schedule(Node):
     axes: list[str] = Field(default_factory=lambda: ["x"], min_length=1, max_length=3,
                             description="the mesh axes the schedule runs over; `me` and `N` are the "
                                         "row-major index and count over all of them")
+    megacore: bool = Field(False, description=(
+        "v4/v5p chips have two TensorCores: add a leading `parallel` grid axis `core` (0, 1) so "
+        "both run the kernel, and issue every DMA and semaphore op from core 0 (guard them with "
+        "`when: core == 0`), as the Pallas distributed tutorial recommends"))
     dtype: str = "float32"
     params: dict[str, int] = {}
     buffers: dict[str, Buffer]

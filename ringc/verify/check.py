@@ -14,7 +14,7 @@ from collections import defaultdict
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
-from .events import DmaStart, Event, Program, SemWait, sem_text
+from .events import Compute, DmaStart, Event, Program, SemWait, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
 from .placement import Placement, labels, place, route_findings
@@ -107,12 +107,52 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
     return findings
 
 
+def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
+    """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
+    touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
+    issue DMAs from one core), and outputs live in HBM (each core would write back its own
+    VMEM copy of a VMEM output). Remote copies go HBM to HBM: a VMEM operand would be
+    some core's private memory. With that, core 1 only computes on its own VMEM, and core
+    0's events are the whole story for the other checks."""
+    if not sched.megacore:
+        return []
+    findings, seen = [], set()
+    for events in program.second_core:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, Compute) or ev.line in seen:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "megacore_dma", f"{describe(ev)} at {program.where(ev)} runs on core 1: with `megacore: true` only "
+                                "core 0 may issue DMAs and semaphore operations, or both cores of a chip send "
+                                "(guard it with `when: core == 0`)", event=ev))
+    for name in (n for n, b in sched.buffers.items() if b.kind == "output" and b.memory == "vmem"):
+        findings.append(Finding(
+            "megacore_vmem", f"output `{name}` (line {sched.buffers[name].line}) lives in VMEM: with `megacore: true` "
+                             "each core writes its own VMEM copy back to HBM, and core 1's copy overwrites the "
+                             "result; leave the output in HBM (drop `space: vmem`)"))
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not (isinstance(a, DmaStart) and a.remote) or ev.line in seen:
+                continue
+            private = [r.buffer for r in (a.src, a.dst) if sched.buffers[r.buffer].memory == "vmem"]
+            if private:
+                seen.add(ev.line)
+                findings.append(Finding(
+                    "megacore_vmem", f"{describe(ev)} at {program.where(ev)} moves VMEM (`{private[0]}`) between "
+                                     "chips: with `megacore: true` remote copies go HBM to HBM (the tutorial's "
+                                     "advice), since VMEM belongs to one core", event=ev))
+    return findings
+
+
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring") -> Report:
     if not isinstance(placement, Placement):
         placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
     if placement.topo.ndim > 1:
         program.device_labels = labels(program, placement)
-    findings = route_findings(program, placement)
+    findings = route_findings(program, placement) + megacore_findings(sched, program)
     m = maximal_run(program)
     findings += run_findings(program, m)
     if m.finished():

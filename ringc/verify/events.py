@@ -121,6 +121,9 @@ class Program:
     targets: list[tuple[Event, int]] = field(default_factory=list)  # (event, target) of every remote action
     axis_sizes: dict[str, int] = field(default_factory=dict)  # schedule axis -> devices along it
     device_labels: list[str] | None = None  # how findings name device d, e.g. "(1, 2)"; default "d"
+    # Megacore: the events of each device's second TensorCore. They must not touch shared
+    # state (see `check.megacore_findings`); `devices` holds core 0's.
+    second_core: list[list[Event]] = field(default_factory=list)
 
     def label(self, device: int) -> str:
         """How findings name a device: its coordinates on the topology once `check` knows

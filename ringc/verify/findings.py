@@ -18,6 +18,8 @@ KINDS = {
     "not_neighbour": "a send to a device that is not a graph neighbour",
     "no_wraparound": "a ring send around the end of an axis without wraparound links (several hops)",
     "unroutable": "a send TPU v5e cannot route: not at a power-of-2 offset",
+    "megacore_dma": "megacore: a DMA or semaphore operation issued from core 1",
+    "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
     "wrong_result": "an output block differs from the collective's meaning",
 }

@@ -73,10 +73,13 @@ class _Unroller:
         self.device = 0
         self.point: tuple[int, ...] = ()
         self.targets: list[tuple[Event, int]] = []
+        self.core = 0
+        # Megacore: the leading `core` grid axis (parallel: core c runs the points (c, ...)).
+        self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
-        pt = " ".join(f"{k}={v}" for k, v in zip(self.s.grid, self.point))
+        pt = " ".join(f"{k}={v}" for k, v in zip(self.grid_names, self.point))
         raise ScheduleError(f"{msg} on device {self.device} at {pt} (N={self.n})",
                             file=self.s.file, line=line, fix=fix)
 
@@ -196,8 +199,10 @@ class _Unroller:
                 self.emit(out, action, op.line, invocation, target)
 
     def set_point(self, point: tuple[int, ...]) -> None:
-        self.point = point
+        self.point = (self.core, *point) if self.s.megacore else point
         env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
+        if self.s.megacore:
+            env["core"] = self.core
         if len(self.ctx.sizes) > 1:
             for a, size in self.ctx.sizes.items():
                 env[f"me_{a}"] = self.device // self.strides[a] % size
@@ -210,7 +215,7 @@ class _Unroller:
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation)
         out.append(event)
-        if target is not None:
+        if target is not None and self.core == 0:
             self.targets.append((event, target))
 
     def entry(self, out: list[Event], invocation: int) -> None:
@@ -250,26 +255,34 @@ class _Unroller:
     def run(self, invocations: int) -> Program:
         s, n = self.s, self.n
         devices: list[list[Event]] = []
+        second_core: list[list[Event]] = []
         for d in range(n):
             self.device = d
             events: list[Event] = []
+            second: list[Event] = []
             for inv in range(invocations):
-                self.point = tuple(0 for _ in self.ctx.grid)
+                self.core = 0
+                self.point = tuple(0 for _ in self.grid_names)
                 if s.barrier is not None:
                     if inv:
                         self.interloper(events, inv)
                     self.entry(events, inv)
                 elif invocations > 1:
                     self.device_barrier(events, inv)
-                for point in itertools.product(*(range(g) for g in self.ctx.grid)):
-                    self.set_point(point)
-                    self.walk(s.body, events, inv)
+                for core, out in enumerate([events, second][:2 if s.megacore else 1]):
+                    self.core = core
+                    for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                        self.set_point(point)
+                        self.walk(s.body, out, inv)
+                self.core = 0
             devices.append(events)
+            if s.megacore:
+                second_core.append(second)
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
-        return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets,
-                       axis_sizes=dict(self.ctx.sizes))
+        return Program(s.name, s.file, n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
+                       axis_sizes=dict(self.ctx.sizes), second_core=second_core)
 
 
 def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
