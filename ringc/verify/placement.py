@@ -80,9 +80,13 @@ class Placement:
         return "(" + ", ".join(str(x) if k in self.along else "*" for k, x in enumerate(c)) + ")"
 
     def describe(self) -> str:
+        """E.g. `torus:4x4 (4x4, wraparound on every axis) along y (the schedule's x), 4 instances`."""
         names = axis_names(self.topo)
-        along = ", ".join(f"{a}->{names[k]}" if a != names[k] else a for a, k in zip(self.axes, self.along))
-        return f"{self.topo.describe()} along {along}"
+        along = ", ".join(names[k] for k in self.along)
+        if tuple(names[k] for k in self.along) != self.axes:
+            along += f" (the schedule's {', '.join(self.axes)})"
+        count = f", {self.instances} instances" if self.instances > 1 else ""
+        return f"{self.topo.describe()} along {along}{count}"
 
 
 def _prod(values) -> int:
