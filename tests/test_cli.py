@@ -81,7 +81,7 @@ def test_check_two_axis_schedule_on_a_ring_is_bad_input():
     res = ringc_cli("check", REPO / "schedules" / "all_gather_2d.yaml", "--devices", "8")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "runs over 2 axes (x, y), but" in res.stderr and "has 1 axis" in res.stderr
-    assert "fix: check it on a topology with 2 axes" in res.stderr
+    assert "fix: use 2 axes or more: `check --topology torus:4x4`" in res.stderr
     res = ringc_cli("check", REPO / "schedules" / "all_gather_2d.yaml", "--topology", "line:8")
     assert res.returncode == 2 and "has 1 axis" in res.stderr
 
@@ -354,3 +354,15 @@ def test_emit_output_has_the_usual_permissions(tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("")
     assert (out.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
+
+
+def test_run_on_a_mesh():
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml", "--mesh", "2x2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "N=4 on a 2x2 mesh: ok" in res.stdout and "no races" in res.stdout
+    res = ringc_cli("run", REPO / "schedules" / "ppermute_right.yaml", "--mesh", "2x2", "--along", "y")
+    assert res.returncode == 0 and "N=2 on a 2x2 mesh: ok" in res.stdout, res.stdout + res.stderr
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml", "--devices", "4")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "`run --mesh 2x2`" in res.stderr
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml")
+    assert res.returncode == 2 and "either --devices" in res.stderr

@@ -115,7 +115,8 @@ def place(sched: S.Schedule, topo: T.Topology, along: str | None = None) -> Plac
             f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} has "
             f"{topo.ndim} axis{'es' if topo.ndim > 1 else ''}",
             file=sched.file, line=sched.line_of("axes"),
-            fix=f"check it on a topology with {k} axes or more, e.g. --topology torus:{'x'.join(['4'] * k)}")
+            fix=f"use {k} axes or more: `check --topology torus:{'x'.join(['4'] * k)}`, "
+                f"`run --mesh {'x'.join(['2'] * k)}`")
     if along is not None:
         parts = [p.strip() for p in along.split(",") if p.strip()]
         idx = [_axis_index(p, topo) for p in parts]
