@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.resolve import axis_builtin_exprs, axis_builtins, builtin_exprs
+from ..ir.resolve import axis_builtins, builtin_exprs
 
 MAX_LINE = 100
 INDENT = "    "
@@ -735,7 +735,8 @@ class _Emitter:
             return (f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, "
                     f"jnp.{s.dtype_of(n)})")
 
-        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()), *(f"{self.name(p)}={self.name(p)}" for p in s.params),
+        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
+                   *(f"{self.name(p)}={self.name(p)}" for p in s.params),
                    "mesh_axes=tuple(mesh.axis_names)"]
         with w.block("kernel = pl.pallas_call("):
             w.call("functools.partial", ["_kernel", *statics], ",")

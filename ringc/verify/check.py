@@ -17,7 +17,7 @@ from .. import topology
 from .events import Compute, DmaStart, Event, Program, SemWait, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
-from .placement import Placement, labels, place, route_findings
+from .placement import Placement, labels, place, route_findings, route_summary
 from .races import describe, find_races
 from .semantics import check_semantics
 from .simulate import Machine, maximal_run
@@ -165,6 +165,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     report = Report(program, findings)
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
+    report.routes = route_summary(program, placement)
     return report
 
 

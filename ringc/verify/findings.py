@@ -66,6 +66,7 @@ class Report:
     findings: list[Finding]
     seconds: float = 0.0
     placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring
+    routes: dict | None = None     # `placement.route_summary`: sends, hops, the busiest link
 
     @property
     def ok(self) -> bool:
@@ -79,7 +80,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         p = self.program
-        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement, "ok": self.ok,
+        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
+                "routes": self.routes, "ok": self.ok,
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 

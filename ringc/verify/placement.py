@@ -162,6 +162,21 @@ def sends(program: Program, placement: Placement, instance: tuple[int, ...] | No
     return out
 
 
+def route_summary(program: Program, placement: Placement) -> dict:
+    """Sends of one instance and how they load the links: the number of sends, the longest
+    and mean route, and the busiest directed link (the sends crossing it over the kernel)."""
+    routes = sends(program, placement, next(placement.bases()))
+    load: dict[tuple, int] = {}
+    for r in routes:
+        for link in zip(r.route, r.route[1:]):
+            load[link] = load.get(link, 0) + 1
+    busiest = max(load.items(), key=lambda kv: kv[1], default=(None, 0))
+    return {"sends": len(routes), "max_hops": max((r.hops for r in routes), default=0),
+            "mean_hops": round(sum(r.hops for r in routes) / len(routes), 3) if routes else 0.0,
+            "busiest_link": [list(busiest[0][0]), list(busiest[0][1])] if busiest[0] else None,
+            "busiest_link_sends": busiest[1]}
+
+
 def _is_power_of_2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 
