@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import networkx as nx
 
@@ -64,7 +64,7 @@ class Topology:
     shape: tuple[int, ...]         # chips per axis
     wrap: tuple[bool, ...]         # wraparound per axis
     generation: str | None         # "v4" | "v5p" | "v5e" | "v6e" for slice names, else None
-    graph: nx.Graph                # nodes are coordinate tuples
+    graph: nx.Graph = field(compare=False, repr=False)  # nodes are coordinate tuples
 
     @property
     def ndim(self) -> int:

@@ -82,6 +82,11 @@ def test_axis_ring_and_flat_ids():
     assert all(t.coord(t.flat(c)) == c for c in t.devices)
 
 
+def test_topologies_compare_by_spelling_and_shape():
+    assert T.parse("torus:4x4") == T.parse("torus:4x4") != T.parse("mesh:4x4")
+    assert len({T.parse("v5e:4x4"), T.parse("v5e:4x4")}) == 1
+
+
 def test_describe_names_the_wraparound():
     assert "no wraparound" in T.parse("v5e:4x4").describe()
     assert "axis 1 only" in T.parse("v5e:8x16").describe()
