@@ -23,7 +23,6 @@ BUILTINS = {
     "right": "(me + 1) % N",
 }
 BUILTIN_EXPRS = {"left": E.parse("(me - 1) % N"), "right": E.parse("(me + 1) % N")}
-MAX_AXES = 3
 
 
 def axis_builtins(axes: list[str]) -> dict[str, str]:
