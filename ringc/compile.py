@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -193,6 +194,28 @@ def _target_fix() -> str:
 # ------------------------------------------------------------------------------- compile
 
 
+def _mesh(schedule: S.Schedule, target: str, devices: tuple):
+    """A 1-axis schedule runs over every device of the target in id order; a multi-axis one
+    over the chip grid, devices placed by their physical coordinates."""
+    import jax
+    import numpy as np
+
+    if len(schedule.axes) == 1:
+        return jax.sharding.Mesh(np.array(devices), (schedule.axis,))
+    from .run import mesh_layout
+
+    dims = [int(d) for d in TARGET_SYNTAX.match(target)["shape"].split("x")]
+    if math.prod(dims) != len(devices):
+        raise ScheduleError(f"target {target!r} has {len(devices)} devices on {math.prod(dims)} chips, so "
+                            f"`{schedule.name}`'s {len(schedule.axes)} axes cannot follow the chip grid",
+                            file=schedule.file, fix="use a target with one device per chip (v5e, v5p, v6e)")
+    grid = np.empty(dims, dtype=object)
+    for dev in devices:
+        grid[tuple(dev.coords[:len(dims)])] = dev
+    names, _ = mesh_layout(schedule, tuple(dims))
+    return jax.sharding.Mesh(grid, names)
+
+
 def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResult:
     """Compile `schedule`'s emitted kernel for every device of `target` with the TPU compiler.
 
@@ -210,7 +233,7 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
 
     schedule = with_params(schedule, params)
     n = len(devices)
-    mesh = jax.sharding.Mesh(np.array(devices), (schedule.axis,))
+    mesh = _mesh(schedule, target, devices)
     module = load_module(schedule)
     try:
         fn = module.build(mesh, interpret=False)

@@ -1,31 +1,212 @@
-"""Device topologies as networkx graphs, and the routes sends take over them."""
+"""Device topologies as networkx graphs, and the routes sends take over them.
+
+A topology is a grid of chips: `shape[i]` chips along axis i, each axis wrapped (a ring)
+or not (a line). Devices are coordinate tuples, one entry per axis; the flat device id is
+the row-major index (the order of `jax.sharding.Mesh(devices.reshape(shape), axes)`).
+
+Spellings (`--topology`):
+  ring, ring:N          one wrapped axis (`ring` takes N from `--devices`)
+  line:N                one axis, no wraparound
+  torus:AxB[xC]         every axis wrapped
+  mesh:AxB[xC]          no axis wrapped
+  v4:AxBxC, v5p:AxBxC   TPU slices, 3-D, wraparound per the generation's rule (below)
+  v5e:AxB, v6e:AxB      TPU slices, 2-D, wraparound per the generation's rule (below)
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import dataclass, field
+
 import networkx as nx
 
-
-def ring(n: int) -> nx.Graph:
-    """A wrapped ring of n devices (a slice along one axis of a TPU torus)."""
-    return nx.cycle_graph(n) if n > 2 else nx.path_graph(n)
-
-
-def parse(spec: str) -> tuple[str, int | None]:
-    """(kind, size) of a `--topology` spelling: `ring` or `ring:N`. Only rings so far."""
-    kind, _, size = spec.partition(":")
-    if kind != "ring" or (size and not size.isdigit()):
-        raise ValueError(f"unknown topology {spec!r}; supported: ring, ring:N")
-    return kind, int(size) if size else None
+KINDS = ("ring", "line", "torus", "mesh")
+GENERATIONS = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}  # generation -> axes of its slices
+SPELLINGS = "ring, ring:N, line:N, torus:AxB[xC], mesh:AxB[xC], v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB"
 
 
-def build(spec: str, n: int) -> nx.Graph:
-    """The graph of `n` devices for a `--topology` spelling."""
-    _, size = parse(spec)
-    if size is not None and size != n:
-        raise ValueError(f"topology {spec!r} has {size} devices, but N={n}; use `ring` or `ring:{n}`")
-    return ring(n)
+def _slice_wrap(generation: str, shape: tuple[int, ...]) -> tuple[bool, ...]:
+    """Which axes of a TPU slice have wraparound links."""
+    if generation in ("v4", "v5p"):
+        # 3-D tori built from 4x4x4 cubes joined by optical switches; the switches provide
+        # the wraparound, so only slices of whole cubes wrap, and then on every axis:
+        # - Cloud TPU v4 docs, "3D mesh and 3D torus" (https://cloud.google.com/tpu/docs/v4):
+        #   slices of one or more full 4x4x4 cubes (every dimension a multiple of 4) have
+        #   wraparound links making a 3D torus; smaller slices are a 3D mesh without them.
+        # - Cloud TPU v5p docs (https://cloud.google.com/tpu/docs/v5p): "All 4x4x4 and larger
+        #   slices (one cube) have full 3D torus connectivity. Slices smaller than a full cube
+        #   [...] don't have wrap-around links".
+        # - "How to Scale Your Model", part 2 "All About TPUs", section "TPU Networking"
+        #   (https://jax-ml.github.io/scaling-book/tpus/): "a 2x2x4 won't have any wraparounds
+        #   since they are provided by the optical switches which are only available on a full cube".
+        full_cubes = all(s % 4 == 0 for s in shape)
+        return tuple(full_cubes for _ in shape)
+    # v5e and v6e (Trillium): a pod is a fixed 16x16 2-D torus without optical switches, so
+    # an axis wraps exactly when it spans the whole pod (16 chips):
+    # - "How to Scale Your Model", part 2, "TPU Networking": "For TPU v5e and Trillium we have
+    #   pods which consist of a 16x16 2D torus [...] smaller topologies can be requested without
+    #   wraps on dims < 16", and "A TPU v5e 8x16 _will_ have a wraparound on the longer axis";
+    #   its worked problem 5: a v5e 4x4 has "no wraparound links for axes with fewer than 16 chips".
+    return tuple(s == 16 for s in shape)
 
 
-def hops(graph: nx.Graph, src: int, dst: int) -> int:
-    """Links a send from src to dst crosses on its shortest route."""
-    return nx.shortest_path_length(graph, src, dst)
+# Largest slice per generation: v5e/v6e pods are 16x16 (Cloud TPU v5e/v6e docs, scaling book
+# table "Pod size"); v4 superpods are 16x16x16, v5p slices at most 16x16x24 (Cloud TPU v5p docs),
+# though a v5p pod spans 16x20x28, so axes up to 28 are accepted there.
+_MAX_AXIS = {"v4": 16, "v5p": 28, "v5e": 16, "v6e": 16}
+
+
+@dataclass(frozen=True)
+class Topology:
+    spec: str                      # as the user wrote it, e.g. "v5e:4x4"
+    kind: str                      # "ring" | "line" | "torus" | "mesh" | "slice"
+    shape: tuple[int, ...]         # chips per axis
+    wrap: tuple[bool, ...]         # wraparound per axis
+    generation: str | None         # "v4" | "v5p" | "v5e" | "v6e" for slice names, else None
+    graph: nx.Graph = field(compare=False, repr=False)  # nodes are coordinate tuples
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def devices(self) -> list[tuple[int, ...]]:
+        """All device coordinates, in flat-id (row-major) order."""
+        return list(itertools.product(*(range(s) for s in self.shape)))
+
+    def flat(self, coord: tuple[int, ...]) -> int:
+        """The flat device id of a coordinate (row-major, like a jax Mesh)."""
+        i = 0
+        for c, s in zip(coord, self.shape):
+            i = i * s + c
+        return i
+
+    def coord(self, flat: int) -> tuple[int, ...]:
+        out = []
+        for s in reversed(self.shape):
+            flat, c = divmod(flat, s)
+            out.append(c)
+        return tuple(reversed(out))
+
+    def describe(self) -> str:
+        """E.g. `v5e:4x4 (4x4, no wraparound)`."""
+        dims = "x".join(map(str, self.shape))
+        if all(self.wrap):
+            w = "wraparound on every axis" if self.ndim > 1 else "wrapped"
+        elif not any(self.wrap):
+            w = "no wraparound"
+        else:
+            w = "wraparound on axis " + ", ".join(str(i) for i, x in enumerate(self.wrap) if x) + " only"
+        name = self.spec if ":" in self.spec else f"{self.spec}:{dims}"  # `ring` -> `ring:8`
+        return f"{name} ({dims}, {w})"
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> nx.Graph:
+    # grid_graph takes its dimensions last-axis first; an axis of 1 or 2 chips has no distinct
+    # wraparound link (periodic would add a self-loop or a duplicate edge).
+    periodic = [w and s > 2 for s, w in zip(shape, wrap)]
+    g = nx.grid_graph(dim=list(reversed(shape)), periodic=list(reversed(periodic)))
+    if len(shape) == 1:  # 1-D grids label nodes by int; keep coordinates uniform
+        g = nx.relabel_nodes(g, lambda i: (i,))
+    return g
+
+
+def _dims(text: str, spec: str) -> tuple[int, ...]:
+    parts = text.split("x")
+    if not text or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"bad topology {spec!r}: expected sizes like 4 or 4x4 or 4x4x4 after the colon; "
+                         f"supported spellings: {SPELLINGS}")
+    return tuple(int(p) for p in parts)
+
+
+def parse(spec: str, n: int | None = None) -> Topology:
+    """The topology for a `--topology` spelling. `ring` without a size takes `n` devices.
+
+    Raises ValueError, with the fix in the message, for a bad spelling or a size that
+    contradicts `n`.
+    """
+    head, sep, rest = spec.strip().partition(":")
+    head = head.lower()
+    if head == "ring" and not sep:
+        if n is None:
+            raise ValueError("topology 'ring' needs a device count: write ring:N or pass --devices N")
+        shape = (n,)
+    elif head in KINDS or head in GENERATIONS:
+        if not sep:
+            example = {"line": "line:8", "torus": "torus:4x4", "mesh": "mesh:4x4"}.get(
+                head, f"{head}:" + "x".join(["4"] * GENERATIONS.get(head, 1)))
+            raise ValueError(f"topology {spec!r} needs its size, e.g. {example}")
+        shape = _dims(rest, spec)
+    else:
+        raise ValueError(f"unknown topology {spec!r}; supported spellings: {SPELLINGS}")
+    if head in ("ring", "line") and len(shape) != 1:
+        raise ValueError(f"topology {spec!r}: a {head} has one axis; for several write "
+                         f"{'torus' if head == 'ring' else 'mesh'}:{rest}")
+    if head in GENERATIONS:
+        want = GENERATIONS[head]
+        if len(shape) != want:
+            example = "x".join(["4"] * want)
+            raise ValueError(f"topology {spec!r}: {head} slices have {want} axes, e.g. {head}:{example}")
+        too_big = [s for s in shape if s > _MAX_AXIS[head]]
+        if too_big:
+            raise ValueError(f"topology {spec!r}: a {head} slice has at most {_MAX_AXIS[head]} chips "
+                             f"along an axis; use torus:{rest} for a hypothetical larger torus")
+        kind, generation, wrap = "slice", head, _slice_wrap(head, shape)
+    else:
+        kind, generation = head, None
+        wrap = tuple(head in ("ring", "torus") for _ in shape)
+    if n is not None and math.prod(shape) != n:
+        raise ValueError(f"topology {spec!r} has {math.prod(shape)} devices, but N={n}; "
+                         f"pass --devices {math.prod(shape)} or a topology of {n} devices")
+    return Topology(spec=spec.strip(), kind=kind, shape=shape, wrap=wrap, generation=generation,
+                    graph=_grid(shape, wrap))
+
+
+def _axis_steps(size: int, wrapped: bool, a: int, b: int) -> list[int]:
+    """The coordinates visited going from a to b along one axis (a excluded, b included)."""
+    if a == b:
+        return []
+    forward = (b - a) % size
+    if not wrapped or size <= 2:
+        step = 1 if b > a else -1
+        return list(range(a + step, b + step, step))
+    # Shortest way round; a tie (exactly half way) goes the positive way.
+    step = 1 if forward <= size - forward else -1
+    count = forward if step == 1 else size - forward
+    return [(a + step * k) % size for k in range(1, count + 1)]
+
+
+def route(topo: Topology, src: tuple, dst: tuple) -> list[tuple]:
+    """The physical path of a send, src..dst inclusive: dimension-order routing (axis 0
+    first), the shortest way round on wrapped axes."""
+    for c in (src, dst):
+        if len(c) != topo.ndim or not all(0 <= x < s for x, s in zip(c, topo.shape)):
+            raise ValueError(f"device {c} is not in {topo.describe()}")
+    path = [tuple(src)]
+    cur = list(src)
+    for axis, (size, wrapped) in enumerate(zip(topo.shape, topo.wrap)):
+        for x in _axis_steps(size, wrapped, cur[axis], dst[axis]):
+            cur[axis] = x
+            path.append(tuple(cur))
+    return path
+
+
+def hops(topo: Topology, src: tuple, dst: tuple) -> int:
+    """Links a send from src to dst crosses on its route."""
+    return len(route(topo, src, dst)) - 1
+
+
+def axis_ring(topo: Topology, axis: int, fixed: tuple) -> list[tuple]:
+    """The devices along `axis` in order, the other coordinates taken from `fixed` (its
+    entry at `axis` is ignored)."""
+    if not 0 <= axis < topo.ndim:
+        raise ValueError(f"axis {axis} does not exist in {topo.describe()}")
+    return [tuple(i if k == axis else c for k, c in enumerate(fixed)) for i in range(topo.shape[axis])]

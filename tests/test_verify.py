@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 LIBRARY_DIR = REPO / "schedules"
 BROKEN_DIR = REPO / "tests" / "broken"
 MANIFEST = yaml.safe_load((BROKEN_DIR / "expected.yaml").read_text())
-WARNING_KINDS = {"not_neighbour", "self_target"}
+WARNING_KINDS = {"not_neighbour", "self_target", "no_wraparound"}
 ERROR_KINDS = set(KINDS) - WARNING_KINDS
 
 
@@ -43,7 +43,7 @@ def test_manifest_lists_exactly_the_corpus():
     files = {p.name for p in BROKEN_DIR.glob("*.yaml")} - {"expected.yaml"}
     assert files == set(MANIFEST)
     for name, entry in MANIFEST.items():
-        assert set(entry) <= {"devices", "kinds", "at"}, name
+        assert set(entry) <= {"devices", "kinds", "at", "topology", "along", "strict"}, name
         assert isinstance(entry["devices"], int) and entry["devices"] >= 2
         assert entry["kinds"] and set(entry["kinds"]) <= set(KINDS), name
         assert set(entry.get("at", {})) <= set(entry["kinds"]), name
@@ -52,6 +52,12 @@ def test_manifest_lists_exactly_the_corpus():
 def test_every_error_kind_has_a_broken_case():
     covered = {k for entry in MANIFEST.values() for k in entry["kinds"]}
     assert ERROR_KINDS <= covered, f"no broken schedule for {sorted(ERROR_KINDS - covered)}"
+
+
+def _check_entry(path: Path, entry: dict):
+    """`ringc check` as the manifest entry says: N devices on a ring, or on `topology`."""
+    return ringc.check(ringc.load(path), entry["devices"], topology=entry.get("topology", "ring"),
+                       along=entry.get("along"), strict=entry.get("strict", False))
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -73,7 +79,7 @@ def test_broken_file_is_a_small_change_of_a_library_schedule(name):
 def test_broken_schedule_is_rejected(name):
     entry = MANIFEST[name]
     path = BROKEN_DIR / name
-    report = ringc.check(ringc.load(path), entry["devices"])
+    report = _check_entry(path, entry)
     assert report.ok is False
     kinds = report.kinds()
     assert set(entry["kinds"]) <= kinds, f"expected {entry['kinds']}, got {sorted(kinds)}"
@@ -89,14 +95,14 @@ def test_broken_schedule_is_rejected(name):
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_library_source_of_broken_case_passes(name):
     # the bug is what makes it fail, not the device count
-    report = ringc.check(ringc.load(_derived_from(BROKEN_DIR / name)), MANIFEST[name]["devices"])
+    report = _check_entry(_derived_from(BROKEN_DIR / name), MANIFEST[name])
     assert report.ok and not report.findings, report.to_text()
 
 
 def _race_reports():
     for name in sorted(MANIFEST):
         if "race" in MANIFEST[name]["kinds"]:
-            yield name, ringc.check(ringc.load(BROKEN_DIR / name), MANIFEST[name]["devices"])
+            yield name, _check_entry(BROKEN_DIR / name, MANIFEST[name])
 
 
 def test_race_findings_carry_a_trace():
@@ -430,13 +436,22 @@ def test_verifier_agrees_with_the_explorer(name):
     explore = _explore()
     path = BROKEN_DIR / name if name in MANIFEST else LIBRARY_DIR / name
     sched = ringc.load(path)
-    for n in (3, 2):
-        result = explore(unroll(sched, n), max_states=60_000)
-        if result.complete:
-            break
+    entry = MANIFEST.get(name, {})
+    if len(sched.axes) > 1 or "topology" in entry:  # on its topology (a 2-D schedule: 2 x 2)
+        topo = entry.get("topology", "torus:2x2")
+        report = _check_entry(path, {"devices": None, **entry, "topology": topo})
+        result = explore(report.program, max_states=60_000)
+        if not result.complete:
+            pytest.skip("explorer state budget exceeded")
+        n, kinds = None, report.kinds()
     else:
-        pytest.skip("explorer state budget exceeded")
-    kinds = ringc.check(sched, n).kinds()
+        for n in (3, 2):
+            result = explore(unroll(sched, n), max_states=60_000)
+            if result.complete:
+                break
+        else:
+            pytest.skip("explorer state budget exceeded")
+        kinds = ringc.check(sched, n).kinds()
     assert ("hang" in kinds) == result.hang, (n, sorted(kinds))
     if not result.hang:
         assert bool(kinds & {"unbalanced", "dma_not_waited"}) == result.nonzero_exit, (n, sorted(kinds))
@@ -445,12 +460,19 @@ def test_verifier_agrees_with_the_explorer(name):
         assert ("race" in kinds) == result.race, (n, sorted(kinds))
 
 
+def _unroll_any(sched, n: int):
+    """n devices along the first axis (and 2 along any other)."""
+    if len(sched.axes) == 1:
+        return unroll(sched, n)
+    return unroll(sched, sizes=dict(zip(sched.axes, (n, 2, 2))))
+
+
 @pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_symmetric_order_equals_the_full_computation(path):
     """The one-pass rotated cuts answer every query exactly as N separate passes do."""
     for n in (3, 4):
-        program = unroll(ringc.load(path), n)
+        program = _unroll_any(ringc.load(path), n)
         fast, full = compute_order(program), compute_order(program, use_symmetry=False)
         assert not full.symmetric
         events = [e for d in program.devices for e in d]
@@ -479,7 +501,8 @@ def _finding_keys(report) -> set:
 def test_symmetry_reduction_finds_exactly_what_the_full_analysis_finds(path):
     sched = ringc.load(path)
     for n in (3, 4, 6):
-        program = unroll(sched, n)
-        fast = check_program(sched, program)
-        full = check_program(sched, program, use_symmetry=False)
+        program = _unroll_any(sched, n)
+        topo = "ring" if len(sched.axes) == 1 else "torus:" + "x".join(map(str, program.axis_sizes.values()))
+        fast = check_program(sched, program, topo)
+        full = check_program(sched, program, topo, use_symmetry=False)
         assert _finding_keys(fast) == _finding_keys(full), (path.stem, n)

@@ -16,6 +16,10 @@ KINDS = {
     "bad_target": "a send to a device that does not exist (a missing `% N`?)",
     "self_target": "a remote copy or signal to the sending device itself",
     "not_neighbour": "a send to a device that is not a graph neighbour",
+    "no_wraparound": "a ring send around the end of an axis without wraparound links (several hops)",
+    "unroutable": "a send TPU v5e cannot route: not at a power-of-2 offset",
+    "megacore_dma": "megacore: a DMA or semaphore operation issued from core 1",
+    "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
     "wrong_result": "an output block differs from the collective's meaning",
 }
@@ -37,6 +41,8 @@ class Finding:
             "kind": self.kind,
             "severity": self.severity,
             "device": ev.device if ev else self.device,
+            "device_label": program.label(ev.device if ev else self.device)
+            if (ev or self.device is not None) else None,  # e.g. "(1, 2)" on a 2-D topology
             "step": dict(zip(program.grid_names, ev.point)) if ev else None,
             "invocation": ev.invocation if ev else None,
             "line": ev.line if ev else None,
@@ -59,6 +65,8 @@ class Report:
     program: Program
     findings: list[Finding]
     seconds: float = 0.0
+    placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring
+    routes: dict | None = None     # `placement.route_summary`: sends, hops, the busiest link
 
     @property
     def ok(self) -> bool:
@@ -72,7 +80,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         p = self.program
-        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "ok": self.ok,
+        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
+                "routes": self.routes, "ok": self.ok,
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 
@@ -80,6 +89,7 @@ class Report:
         p = self.program
         status = "ok" if self.ok else "FAILED"
         events = sum(len(d) for d in p.devices)
-        lines = [f"{p.file} N={p.n}: {status} ({events} events, {self.seconds:.2f}s)"]
+        on = f" on {self.placement}" if self.placement else ""
+        lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)
