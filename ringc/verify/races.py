@@ -46,6 +46,8 @@ def describe(ev: Event) -> str:
     if isinstance(a, Compute):
         if a.kind == "enter":
             return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
+        if a.kind == "exit":
+            return f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
         op = "+=" if a.kind == "accumulate" else "="
@@ -68,6 +70,9 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
             elif isinstance(a, Compute) and a.kind == "enter":
                 out.append(Access(a.dst, True, ev, ev, f"device {ev.device} enters the kernel (call "
                                   f"{ev.invocation + 1}; before that the memory belongs to whatever ran before)"))
+            elif isinstance(a, Compute) and a.kind == "exit":
+                out.append(Access(a.dst, True, ev, ev, f"device {ev.device} exits the kernel (call "
+                                  f"{ev.invocation + 1}; after that the memory belongs to whatever runs next)"))
             elif isinstance(a, Compute):
                 verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
@@ -88,6 +93,12 @@ def _is_entry(acc: Access) -> bool:
     return isinstance(a, Compute) and a.kind == "enter"
 
 
+def _is_boundary(acc: Access) -> bool:
+    """Kernel entry or exit: the memory changes hands."""
+    a = acc.start.action
+    return isinstance(a, Compute) and a.kind in ("enter", "exit")
+
+
 def _executed(m: Machine, ev: Event) -> bool:
     return ev.index < m.pc[ev.device]
 
@@ -99,7 +110,8 @@ def _why(program: Program, order: Order, a: Access, b: Access) -> str:
         return (f"{program.where(b.start)} can run before {program.where(a.start)} finishes, "
                 f"and the other way round")
     if a.end is None:
-        why = (f"nothing ever waits for copy `{a.start.action.copy}` to finish on that side, "
+        side = "" if not a.start.action.remote else " its receive side" if a.write else " its send side"
+        why = (f"no wait guarantees that copy `{a.start.action.copy}` has finished{side and ' on' + side}, "
                f"so it may still be in flight at any later point")
     else:
         why = (f"{program.where(b.start)} can run before {program.where(a.end)} ({describe(a.end)}) "
@@ -236,14 +248,16 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -
                     continue  # one finding per pair of ops; the first instance explains it
                 seen.add(key)
                 first, second = (a, b) if not a.point else (b, a)
+                if not second.point and second.end is None and first.end is not None:
+                    first, second = second, first  # explain the copy that never ends
                 mem = f"device {a.region.device}'s `{a.region.text()}`"
                 if b.region.box != a.region.box:
                     mem += f" (overlapping `{b.region.text()}`)"
                 msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
                        f"{second.what} at {program.where(second.start)}. Nothing orders them: "
                        f"{_why(program, order, first, second)}")
-                # A write into a device before it entered the kernel is the copy's fault.
-                at, other = (first, second) if _is_entry(second) else (second, first)
+                # A copy live across a device's entry or exit is the copy's fault.
+                at, other = (first, second) if _is_boundary(second) else (second, first)
                 findings.append(Finding("race", msg, event=at.start, related=[other.start],
                                         trace=_witness(program, first, second)))
                 if len(findings) >= limit:

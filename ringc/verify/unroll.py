@@ -216,6 +216,15 @@ class _Unroller:
                 region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
                 self.emit(out, Compute("enter", region), self.s.barrier.line, invocation)
 
+    def exit(self, out: list[Event], invocation: int) -> None:
+        """When the kernel returns, the caller reads its outputs and reuses all its memory:
+        a DMA still reading or writing any buffer then races with whatever comes next.
+        Model exit as a write of every buffer (Pallas adds no barrier at exit)."""
+        for name, shape in self.ctx.shapes.items():
+            box = tuple((0, dim) for dim in shape)
+            region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
+            self.emit(out, Compute("exit", region), self.s.line_of("body"), invocation)
+
     def interloper(self, out: list[Event], invocation: int) -> None:
         """Between two calls, another kernel with the same collective_id may run: model it
         as a single barrier with the same neighbours on the shared barrier semaphore."""
@@ -256,6 +265,7 @@ class _Unroller:
                 for point in itertools.product(*(range(g) for g in self.ctx.grid)):
                     self.set_point(point)
                     self.walk(s.body, events, inv)
+                self.exit(events, inv)
             devices.append(events)
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
