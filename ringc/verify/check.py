@@ -13,7 +13,7 @@ from collections import defaultdict
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
-from .events import DmaStart, Event, Program, SemId, SemWait, Signal, sem_text
+from .events import DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
 from .races import describe, find_races
@@ -51,21 +51,6 @@ def check_targets(program: Program, topo: str) -> list[Finding]:
                                      f"on a {topo} of {program.n}; it is routed through other devices and "
                                      "competes for their links", severity="warning", event=ev))
     return findings
-
-
-def _feeders(program: Program) -> dict[SemId, list[Event]]:
-    """Every event that adds to each semaphore: signals, and DMA starts on both sides."""
-    out: dict[SemId, list[Event]] = defaultdict(list)
-    for events in program.devices:
-        for ev in events:
-            a = ev.action
-            if isinstance(a, Signal):
-                out[a.sem].append(ev)
-            elif isinstance(a, DmaStart):
-                out[a.recv_sem].append(ev)
-                if a.send_sem is not None:
-                    out[a.send_sem].append(ev)
-    return out
 
 
 def _adds(ev: Event) -> int:
@@ -113,10 +98,10 @@ def _hang_reason(program: Program, m: Machine, ev: Event, feeders: list[Event]) 
 def run_findings(program: Program, m: Machine) -> list[Finding]:
     findings: list[Finding] = []
     stuck = m.stuck()
-    feeders = _feeders(program) if stuck else {}
+    fed_by = feeders(program) if stuck else {}
     for ev in stuck:
         a: SemWait = ev.action
-        reason = _hang_reason(program, m, ev, feeders.get(a.sem, []))
+        reason = _hang_reason(program, m, ev, fed_by.get(a.sem, []))
         findings.append(Finding(
             "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
                     f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,

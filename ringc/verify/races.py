@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, sem_text
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
 from .order import DmaEnds, Order
 from .simulate import Machine
@@ -133,12 +133,9 @@ def _shared_semaphore(program: Program, order: Order, acc: Access) -> str:
     if meant is None or meant is acc.end:
         return ""
     others: dict[str, Event] = {}
-    for events in program.devices:
-        for ev in events:
-            o = ev.action
-            if (ev is not acc.start and isinstance(o, DmaStart) and sem in (o.recv_sem, o.send_sem)
-                    and not order.before(meant, ev)):
-                others.setdefault(o.copy, ev)
+    for ev in feeders(program)[sem]:
+        if ev is not acc.start and isinstance(ev.action, DmaStart) and not order.before(meant, ev):
+            others.setdefault(ev.action.copy, ev)
     if not others:
         return ""
     names = ", ".join(f"copy `{name}` ({program.where(ev)})" for name, ev in list(others.items())[:3])
