@@ -57,6 +57,7 @@ class Row:
     ringc_seconds: float = 0.0
     hangs: bool = False
     runs: list[JaxRun] = field(default_factory=list)
+    jax_wall: float = 0.0         # all runs, with process start, jax import and compiles
 
     @property
     def ringc_race(self) -> bool:
@@ -94,6 +95,7 @@ def check_row(row: Row) -> None:
 def run_jax(row: Row, seeds: int, timeout: float) -> None:
     """All (mode, seed) runs of one schedule, in as many worker processes as crashes need."""
     todo = [(m, s) for m in MODES for s in range(seeds)]
+    start = time.perf_counter()
     while todo:
         spec = ",".join(f"{m}:{s}" for m, s in todo)
         cmd = [sys.executable, __file__, "--worker", str(row.path), str(row.devices), spec]
@@ -113,6 +115,7 @@ def run_jax(row: Row, seeds: int, timeout: float) -> None:
             why = "timeout" if proc is None else f"worker failed: {proc.stderr.strip()[-200:]}"
             mode, seed = todo.pop(0)
             row.runs.append(JaxRun(mode, seed, None, why))
+    row.jax_wall = time.perf_counter() - start
 
 
 def worker(path: str, devices: int, spec: str) -> None:
@@ -144,29 +147,32 @@ def _last_line(text: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["schedule", "class", "N", "ringc verdict", "ringc s", "JAX races", "JAX s/run", "JAX notes"]
+    head = ["schedule", "class", "N", "ringc verdict", "ringc s", "JAX races", "JAX s/run", "JAX wall s",
+            "JAX notes"]
     body = []
     for r in rows:
         verdict = ("ok" if not r.ringc_kinds else "FAIL") + (f" ({', '.join(r.ringc_kinds)})" if r.ringc_kinds else "")
         n = f"{r.devices}" + (f" x{r.invocations} calls" if r.invocations > 1 else "")
         if r.hangs:
-            jax, per_run, notes = "not run", "-", "hangs: interpret mode would block"
+            jax, per_run, wall, notes = "not run", "-", "-", "hangs: interpret mode would block"
         else:
             finished = [x for x in r.runs if x.races is not None]
             jax = f"{r.jax_races}/{len(r.runs)}"
             modes = [f"{m} {sum(1 for x in r.runs if x.mode == m and x.races)}/"
                      f"{sum(1 for x in r.runs if x.mode == m)}" for m in MODES]
             per_run = f"{sum(x.seconds for x in finished) / len(finished):.3f}" if finished else "-"
+            wall = f"{r.jax_wall:.1f}"
             crashes = [x for x in r.runs if x.error]
             notes = ", ".join(modes)
             if crashes:
-                notes += f"; crashed {len(crashes)}x: {crashes[0].error}"
-                if "KeyError: ('hbm'" in crashes[0].error or "KeyError: ('vmem'" in crashes[0].error:
-                    notes += " (a DMA into a buffer its device has not allocated: not in the kernel)"
+                error = crashes[0].error.removeprefix("JaxRuntimeError: ")
+                if error.startswith(("KeyError: ('hbm'", "KeyError: ('vmem'")):
+                    error += ": a DMA into a device that has not allocated it (not in the kernel)"
+                notes += f"; crashed {len(crashes)}x: {error}"
             if r.invocations > 1:
                 notes += "; run as 1 call"
         body.append([r.name.removesuffix(".yaml"), r.klass, n, verdict, f"{r.ringc_seconds:.4f}", jax, per_run,
-                     notes])
+                     wall, notes])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     fmt = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     lines = [fmt(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]

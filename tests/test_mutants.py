@@ -193,6 +193,29 @@ def test_base_schedule_is_clean_where_the_mutant_is_checked(name):
     assert rep.ok and not rep.findings, rep.to_text()
 
 
+def test_dma_outliving_the_kernel_races_with_its_exit():
+    """Kernel exit hands every buffer back to the caller: a DMA never waited still reads the
+    input and writes the neighbour's output then (JAX sees the output copy-out race)."""
+    rep = report("03_ppermute_never_waited.yaml")
+    exits = [f for f in rep.findings if f.kind == "race" and "exits the kernel" in f.message]
+    assert exits  # one finding per pair of YAML lines: the input's and the output's share theirs
+    for f in exits:  # anchored at the copy, related to the exit
+        assert f.event.action.copy == "push" and f.related[0].action.kind == "exit"
+        assert "no wait guarantees that copy `push` has finished" in f.message
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if MANIFEST[n]["class"] in (11, 12, 15)])
+def test_entry_race_trace_starts_the_copy_before_the_entry(name):
+    """The printed run shows the copy start first, then the target device's entry, with the
+    receiver's wait still pending: the write lands in memory that is not the kernel's yet."""
+    for f in report(name).findings:
+        if f.kind != "race":
+            continue
+        marked = [line for line in f.trace if line.startswith(">")]
+        assert len(marked) == 2 and "start remote copy" in marked[0] and "enter the kernel" in marked[1], f.trace
+        assert f.trace[-1].strip().startswith("... ") and "has not happened yet" in f.trace[-1]
+
+
 # ------------------------------------------------------------------ the explorer
 
 
