@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -219,12 +220,15 @@ def test_entry_race_trace_starts_the_copy_before_the_entry(name):
 # ------------------------------------------------------------------ the explorer
 
 
+# More than 3 million states even with the reduction: only what a budget reaches is compared.
+TOO_BIG = {("05_all_reduce_run_ahead_no_handshake.yaml", 4)}
+
+
 def _explorer_cases():
     for name in NAMES:
         inv = MANIFEST[name].get("invocations", 1)
         for n in (2, 3, 4):
-            # 05 at N = 4 is millions of states: its full search only in the slow run
-            marks = [pytest.mark.slow] if (name.startswith("05_"), n) == (True, 4) else []
+            marks = [pytest.mark.slow] if (name, n) in TOO_BIG else []
             yield pytest.param(name, n, inv, marks=marks, id=f"{name.removesuffix('.yaml')}-N{n}")
 
 
@@ -236,7 +240,8 @@ def test_explorer_agrees_with_the_analysis(name, n, invocations):
         unroll(schedule(name), n)
     except ringc.ScheduleError as e:
         pytest.skip(f"not a valid schedule at N={n}: {e}")
-    assert_agreement(schedule(name), n, 3_000_000, invocations=invocations)
+    budget = 300_000 if (name, n) in TOO_BIG else 3_000_000
+    assert_agreement(schedule(name), n, budget, invocations=invocations)
 
 
 def test_explorer_confirms_barrier_reuse_beyond_four_devices():
@@ -253,6 +258,7 @@ def test_explorer_confirms_barrier_reuse_beyond_four_devices():
 def _benchmark():
     spec = importlib.util.spec_from_file_location("race_detection", REPO / "benchmarks" / "race_detection.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -161,8 +161,8 @@ def _why_before_entry(program: Program, start: Event, entry: Event) -> str:
             sources = " and ".join(_source_text(program, src) for src, _, _ in fed[w])
             passed.append(f"{describe(w)} at {program.where(w)} took {sources}")
     if not passed:
-        return head + f": it waits for nothing that device {entry.device} does first"
-    return (head + f": the waits it passes first are satisfied without device {entry.device}: "
+        return head + f": it waits for nothing that needs device {entry.device} to have entered"
+    return (head + f": none of the waits it passes first needs device {entry.device} to have entered: "
             + "; ".join(passed[-3:]))
 
 
