@@ -20,7 +20,7 @@ ONE_AXIS = [p for p in LIBRARY if "\naxes: [x, y]" not in p.read_text()]  # ring
 TWO_AXES = [p for p in LIBRARY if p not in ONE_AXIS]                      # need a 2-D topology
 BROKEN = REPO / "tests" / "broken"
 RACY = BROKEN / "all_reduce_read_before_wait.yaml"      # one race, nothing else
-NOT_WAITED = BROKEN / "ppermute_no_wait.yaml"          # dma_not_waited only
+NOT_WAITED = BROKEN / "ppermute_no_wait.yaml"          # dma_not_waited, and the race with kernel exit
 
 LOCATED_ERROR = re.compile(r"^(?P<file>.+):(?P<line>\d+): error: \S.*$")
 
@@ -246,7 +246,7 @@ def test_check_json_one_object_per_file_and_n():
     accumulate_line = next(i for i, l in enumerate(RACY.read_text().splitlines(), 1) if "- accumulate: out" in l)
     assert race["line"] == accumulate_line and race["step"] == {"step": 0}
     assert race["trace"], "json findings carry the interleaving"
-    assert {f["kind"] for f in by_file[(str(NOT_WAITED), 4)]["findings"]} == {"dma_not_waited"}
+    assert {f["kind"] for f in by_file[(str(NOT_WAITED), 4)]["findings"]} == {"dma_not_waited", "race"}
 
 
 def test_check_json_warning_keeps_ok(capsys, tmp_path):

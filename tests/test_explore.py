@@ -134,9 +134,9 @@ def line_pairs_reported(report) -> set[frozenset[int]] | None:
     return {frozenset((f.event.line, *(r.line for r in f.related[:1]))) for f in found}
 
 
-def assert_agreement(sched: ringc.Schedule, n: int, budget: int = BUDGET) -> None:
-    report = check(sched, n)
-    res = explore(unroll(sched, n), max_states=budget)
+def assert_agreement(sched: ringc.Schedule, n: int, budget: int = BUDGET, invocations: int = 1) -> None:
+    report = check(sched, n, invocations=invocations)
+    res = explore(unroll(sched, n, invocations=invocations), max_states=budget)
     reported = line_pairs_reported(report)
     if not res.complete:
         # Whatever the explorer did reach is real: the analysis must report it too.
@@ -299,6 +299,10 @@ def test_library_is_clean_without_the_withholding_reduction(schedule):
     assert res.complete and not res.race and not res.hang and not res.nonzero_exit
 
 
+def _exits(ev) -> bool:
+    return getattr(ev.action, "kind", None) == "exit"
+
+
 def test_dma_models_are_nested():
     """coupled ⊂ causal ⊂ independent: the analysis assumes no ordering between a DMA's send and
     receive sides beyond the semaphore counts, so only `independent` matches it in general.
@@ -307,11 +311,13 @@ def test_dma_models_are_nested():
       runs through the neighbour's receive wait on that very DMA; the source read is unfinished
       only if its send side may lag behind its receive side (independent model).
     - `ag_shared_recv_sem` at N = 3: the left neighbour starts its next DMA only after its send
-      wait; if a send completing means the bytes landed (coupled), no race remains."""
+      wait; if a send completing means the bytes landed (coupled), no race remains.
+    (Races with a device's kernel exit are left out: a send never waited outlives the kernel
+    in every model.)"""
     def race(label, n, model):
         res = explore(unroll(mutant(label), n), dma_model=model)
         assert res.complete
-        return res.race
+        return any(not _exits(a) and not _exits(b) for a, b in res.races)
 
     assert [race("ar_no_wait_send", 2, m) for m in ("independent", "causal", "coupled")] == [True, False, False]
     assert [race("ag_shared_recv_sem", 3, m) for m in ("independent", "causal", "coupled")] == [True, True, False]

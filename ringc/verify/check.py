@@ -14,7 +14,7 @@ from collections import defaultdict
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
-from .events import Compute, DmaStart, Event, Program, SemWait, sem_text
+from .events import Compute, DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
 from .placement import Placement, labels, place, route_findings, route_summary
@@ -39,18 +39,55 @@ def resolve_topology(sched: S.Schedule, n: int | None, topo: "str | topology.Top
     return place(sched, topo, along)
 
 
+def _adds(ev: Event) -> int:
+    a = ev.action
+    return a.inc if isinstance(a, Signal) else a.nbytes
+
+
+def _hang_reason(program: Program, m: Machine, ev: Event, feeders: list[Event]) -> str:
+    """Why the wait `ev` never passes: the events that would feed its semaphore and never
+    run (its own later start: a wait before its start), or a count that can never add up."""
+    sem = ev.action.sem
+    missing = [f for f in feeders if f.index >= m.pc[f.device]]
+    parts = []
+    own = [f for f in missing if f.device == ev.device and f.index > ev.index]
+    if own:
+        f = own[0]
+        dma = isinstance(f.action, DmaStart)
+        what = f"the start of copy `{f.action.copy}`" if dma else "the signal"
+        parts.append(f"{what} that would feed it, {program.where(f)}, comes after this wait on the same "
+                     f"device: the wait on {sem_text(sem)} precedes the {'start' if dma else 'signal'} "
+                     "of what it waits for")
+    firsts: dict[int, Event] = {}
+    for f in missing:
+        if f.device != ev.device:
+            firsts.setdefault(f.device, f)
+    for d, f in list(firsts.items())[:3]:
+        blocked = m.devices[d][m.pc[d]] if m.pc[d] < len(m.devices[d]) else None
+        at = f", stuck at line {blocked.line}" if blocked is not None else ""
+        parts.append(f"device {program.label(d)} never gets to {describe(f)} ({program.where(f)}{at})")
+    if len(firsts) > 3:
+        parts.append(f"and {len(firsts) - 3} more devices")
+    supply = sum(_adds(f) for f in feeders)
+    demand = sum(e.action.value for e in program.devices[ev.device]
+                 if isinstance(e.action, SemWait) and e.action.sem == sem)
+    if not feeders:
+        parts.append(f"nothing ever adds to {sem_text(sem)} on device {program.label(ev.device)}")
+    elif demand > supply:
+        parts.append(f"over the whole kernel {sem_text(sem)} on device {program.label(ev.device)} receives {supply} but "
+                     f"its waits take {demand}: it is waited for more than it is signalled")
+    if not parts:
+        parts.append("every event that adds to it has run, and earlier waits consumed it")
+    return "; ".join(parts)
+
+
 def run_findings(program: Program, m: Machine) -> list[Finding]:
     findings: list[Finding] = []
     stuck = m.stuck()
+    fed_by = feeders(program) if stuck else {}
     for ev in stuck:
         a: SemWait = ev.action
-        others = [o for o in stuck if o is not ev]
-        if others:
-            chain = "; ".join(f"device {program.label(o.device)} is itself stuck at line {o.line}"
-                              for o in others[:3])
-            reason = f"the devices that could signal it never get there ({chain})"
-        else:
-            reason = "no device signals it again: every other device has finished"
+        reason = _hang_reason(program, m, ev, fed_by.get(a.sem, []))
         findings.append(Finding(
             "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
                     f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,

@@ -6,6 +6,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import prod
@@ -90,7 +91,8 @@ class Signal:
 
 @dataclass(frozen=True)
 class Compute:
-    """A vector op on VMEM: zero, accumulate (dst += src) or assign (dst = src)."""
+    """A vector op on VMEM: zero, accumulate (dst += src) or assign (dst = src); or a kernel
+    boundary, enter / exit, where the memory `dst` changes hands (modelled as a write)."""
     kind: str
     dst: Region
     src: Region | None = None
@@ -138,3 +140,18 @@ class Program:
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
         return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"
+
+
+def feeders(program: Program) -> dict[SemId, list[Event]]:
+    """Every event that adds to each semaphore: signals, and DMA starts on both sides."""
+    out: dict[SemId, list[Event]] = defaultdict(list)
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, Signal):
+                out[a.sem].append(ev)
+            elif isinstance(a, DmaStart):
+                out[a.recv_sem].append(ev)
+                if a.send_sem is not None:
+                    out[a.send_sem].append(ev)
+    return out

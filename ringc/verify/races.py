@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, sem_text
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
 from .order import DmaEnds, Order
 from .simulate import Machine
@@ -46,6 +46,8 @@ def describe(ev: Event) -> str:
     if isinstance(a, Compute):
         if a.kind == "enter":
             return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
+        if a.kind == "exit":
+            return f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
         op = "+=" if a.kind == "accumulate" else "="
@@ -61,13 +63,16 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
             if isinstance(a, DmaStart):
                 if not 0 <= a.dst.device < program.n:
                     continue
-                arrow = f" (device {ev.device} -> {a.dst.device})" if a.remote else ""
+                arrow = f" (device {program.label(ev.device)} -> {program.label(a.dst.device)})" if a.remote else ""
                 out.append(Access(a.src, False, ev, ends.read_end.get(ev),
                                   f"copy `{a.copy}`{arrow} reads it as its source"))
                 out.append(Access(a.dst, True, ev, ends.write_end.get(ev), f"copy `{a.copy}`{arrow} writes it"))
             elif isinstance(a, Compute) and a.kind == "enter":
-                out.append(Access(a.dst, True, ev, ev, f"device {ev.device} enters the kernel (call "
+                out.append(Access(a.dst, True, ev, ev, f"device {program.label(ev.device)} enters the kernel (call "
                                   f"{ev.invocation + 1}; before that the memory belongs to whatever ran before)"))
+            elif isinstance(a, Compute) and a.kind == "exit":
+                out.append(Access(a.dst, True, ev, ev, f"device {program.label(ev.device)} exits the kernel (call "
+                                  f"{ev.invocation + 1}; after that the memory belongs to whatever runs next)"))
             elif isinstance(a, Compute):
                 verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
@@ -83,41 +88,138 @@ def _ordered(order: Order, first: Access, second: Access) -> bool:
     return first.end is not None and order.before(first.end, second.start)
 
 
-def _why(program: Program, a: Access, b: Access) -> str:
-    if a.end is None:
-        return (f"nothing ever waits for copy `{a.start.action.copy}` to finish on that side, "
-                f"so it may still be in flight at any later point")
+def _is_entry(acc: Access) -> bool:
+    a = acc.start.action
+    return isinstance(a, Compute) and a.kind == "enter"
+
+
+def _is_boundary(acc: Access) -> bool:
+    """Kernel entry or exit: the memory changes hands."""
+    a = acc.start.action
+    return isinstance(a, Compute) and a.kind in ("enter", "exit")
+
+
+def _executed(m: Machine, ev: Event) -> bool:
+    return ev.index < m.pc[ev.device]
+
+
+def _why(program: Program, order: Order, a: Access, b: Access) -> str:
+    if _is_entry(b):
+        return _why_before_entry(program, a.start, b.start)
     if a.point:
         return (f"{program.where(b.start)} can run before {program.where(a.start)} finishes, "
                 f"and the other way round")
-    return (f"{program.where(b.start)} can run before {program.where(a.end)} ({describe(a.end)}) "
-            f"guarantees the copy is done, and nothing makes the copy start after it")
+    if a.end is None:
+        side = "" if not a.start.action.remote else " its receive side" if a.write else " its send side"
+        why = (f"no wait guarantees that copy `{a.start.action.copy}` has finished{side and ' on' + side}, "
+               f"so it may still be in flight at any later point")
+    else:
+        why = (f"{program.where(b.start)} can run before {program.where(a.end)} ({describe(a.end)}) "
+               f"guarantees the copy is done, and nothing makes the copy start after it")
+    return why + _shared_semaphore(program, order, a)
+
+
+def _shared_semaphore(program: Program, order: Order, acc: Access) -> str:
+    """If the wait the author meant for this DMA (same descriptor, same grid point) does not
+    end it, say why: other DMAs on its semaphore can supply the bytes it counts."""
+    a: DmaStart = acc.start.action
+    read_side = a.remote and not acc.write
+    sem = a.send_sem if read_side else a.recv_sem
+    whys = ("wait_send",) if read_side else ("wait_recv", "wait")
+    meant = next((w for w in program.devices[sem[0]]
+                  if isinstance(w.action, SemWait) and w.action.sem == sem and w.action.copy == a.copy
+                  and w.action.why in whys and w.point == acc.start.point
+                  and w.invocation == acc.start.invocation), None)
+    if meant is None or meant is acc.end:
+        return ""
+    others: dict[str, Event] = {}
+    for ev in feeders(program)[sem]:
+        if ev is not acc.start and isinstance(ev.action, DmaStart) and not order.before(meant, ev):
+            others.setdefault(ev.action.copy, ev)
+    if not others:
+        return ""
+    names = ", ".join(f"copy `{name}` ({program.where(ev)})" for name, ev in list(others.items())[:3])
+    return (f". The wait meant for it, {describe(meant)} at {program.where(meant)}, can complete while "
+            f"it is still in flight: {sem_text(sem)} on device {sem[0]} also counts the bytes of {names}")
+
+
+def _why_before_entry(program: Program, start: Event, entry: Event) -> str:
+    """A DMA into a device that may not have entered the kernel: say what let the sender
+    through without that device, from a run that holds it just before its entry."""
+    limits = [len(ev) for ev in program.devices]
+    limits[entry.device] = entry.index
+    m = Machine(program, limits, account=True).run()
+    head = (f"device {start.device} can start copy `{start.action.copy}` before device {entry.device} has "
+            f"entered the kernel (call {entry.invocation + 1})")
+    if not _executed(m, start):
+        return head
+    fed = {c.wait: c.taken for c in m.consumed}
+    passed = []
+    for w in program.devices[start.device][:start.index]:
+        if (w in fed and w.invocation == start.invocation
+                and program.sem_kinds.get(w.action.sem[1]) != "dma"):
+            sources = " and ".join(_source_text(program, src) for src, _, _ in fed[w])
+            passed.append(f"{describe(w)} at {program.where(w)} took {sources}")
+    if not passed:
+        return head + f": it waits for nothing that needs device {entry.device} to have entered"
+    return (head + f": none of the waits it passes first needs device {entry.device} to have entered: "
+            + "; ".join(passed[-3:]))
+
+
+def _source_text(program: Program, src: Event) -> str:
+    why = getattr(src.action, "why", "signal")
+    kind = "a signal" if why in ("signal", "barrier") else f"a signal ({why})"
+    return f"{kind} from {program.where(src)}"
+
+
+def _witness_run(program: Program, a: Access, b: Access) -> tuple[Machine, list[Access]] | None:
+    """A run that ends with both accesses live at once, and the interval ends it holds back."""
+    def limits_holding(held: list[Access]) -> list[int]:
+        limits = [len(ev) for ev in program.devices]
+        for acc in held:
+            limits[acc.end.device] = min(limits[acc.end.device], acc.end.index)
+        return limits
+
+    def open_ended(accs: tuple[Access, ...]) -> list[Access]:
+        return [x for x in accs if not x.point and x.end is not None]
+
+    if b.point and not a.point:
+        # The point access must fall inside the interval: hold it until the interval began.
+        held = open_ended((a,))
+        limits = limits_holding(held)
+        d = b.start.device
+        limits[d] = min(limits[d], b.start.index)
+        m = Machine(program, limits).run()
+        if _executed(m, a.start):
+            m.release(d, b.start.index + 1)
+            if _executed(m, b.start):
+                return m, held
+    for held in (open_ended((a, b)), open_ended((a,))):
+        m = Machine(program, limits_holding(held)).run()
+        if _executed(m, a.start) and _executed(m, b.start):
+            return m, held
+    return None
 
 
 def _witness(program: Program, a: Access, b: Access) -> list[str]:
     """A concrete interleaving where both accesses are live at once."""
-    for held in ([x for x in (a, b) if not x.point and x.end is not None],
-                 [x for x in (a,) if not x.point and x.end is not None]):
-        limits = [len(ev) for ev in program.devices]
-        for acc in held:
-            limits[acc.end.device] = min(limits[acc.end.device], acc.end.index)
-        m = Machine(program, limits).run()
-        done = set(m.order)
-        if a.start in done and b.start in done:
-            first_pos, last = sorted((m.order.index(a.start), m.order.index(b.start)))
-            involved = {a.start.device, b.start.device, a.region.device}
-            steps = [e for e in m.order[:last + 1] if e.device in involved]
-            # Keep both racing events and a little context before the first one.
-            start = max(0, steps.index(m.order[first_pos]) - 4)
-            steps = steps[start:]
-            if len(steps) > 16:
-                steps = steps[:6] + [e for e in steps[6:-6] if e in (a.start, b.start)] + steps[-6:]
-            lines = [f"{'>' if e in (a.start, b.start) else ' '} {program.where(e)}: {describe(e)}"
-                     for e in steps]
-            for acc in held:
-                lines.append(f"  ... {program.where(acc.end)} ({describe(acc.end)}) has not happened yet")
-            return lines
-    return []
+    found = _witness_run(program, a, b)
+    if found is None:
+        return []
+    m, held = found
+    first_pos, last = sorted((m.order.index(a.start), m.order.index(b.start)))
+    involved = {a.start.device, b.start.device, a.region.device}
+    steps = [e for e in m.order[:last + 1] if e.device in involved]
+    # Keep both racing events and a little context before the first one.
+    start = max(0, steps.index(m.order[first_pos]) - 4)
+    steps = steps[start:]
+    if len(steps) > 16:
+        steps = steps[:6] + [e for e in steps[6:-6] if e in (a.start, b.start)] + steps[-6:]
+    lines = [f"{'>' if e in (a.start, b.start) else ' '} {program.where(e)}: {describe(e)}"
+             for e in steps]
+    for acc in held:
+        lines.append(f"  ... {program.where(acc.end)} ({describe(acc.end)}) has not happened yet")
+    return lines
 
 
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
@@ -148,13 +250,17 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
                     continue  # one finding per pair of ops, either way round; the first explains it
                 seen.add(key)
                 first, second = (a, b) if not a.point else (b, a)
+                if not second.point and second.end is None and first.end is not None:
+                    first, second = second, first  # explain the copy that never ends
                 mem = f"device {a.region.device}'s `{a.region.text()}`"
                 if b.region.box != a.region.box:
                     mem += f" (overlapping `{b.region.text()}`)"
                 msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
                        f"{second.what} at {program.where(second.start)}. Nothing orders them: "
-                       f"{_why(program, first, second)}")
-                findings.append(Finding("race", msg, event=second.start, related=[first.start],
+                       f"{_why(program, order, first, second)}")
+                # A copy live across a device's entry or exit is the copy's fault.
+                at, other = (first, second) if _is_boundary(second) else (second, first)
+                findings.append(Finding("race", msg, event=at.start, related=[other.start],
                                         trace=_witness(program, first, second)))
                 if len(findings) >= limit:
                     return findings

@@ -218,16 +218,26 @@ class _Unroller:
         if target is not None and self.core == 0:
             self.targets.append((event, target))
 
+    def boundary(self, out: list[Event], kind: str, line: int, invocation: int, inputs: bool) -> None:
+        """Kernel entry or exit: the whole of each buffer changes hands, modelled as a write."""
+        for name, shape in self.ctx.shapes.items():
+            if inputs or self.s.buffers[name].kind != "input":
+                box = tuple((0, dim) for dim in shape)
+                region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
+                self.emit(out, Compute(kind, region), line, invocation)
+
     def entry(self, out: list[Event], invocation: int) -> None:
         """With its own barrier, a schedule is responsible for not writing into a device
         before that device has entered the kernel: until then its memory belongs to
         whatever ran before. Model entry as a write of every non-input buffer.
         (Without `barrier:`, Pallas inserts a device barrier at kernel start.)"""
-        for name, shape in self.ctx.shapes.items():
-            if self.s.buffers[name].kind != "input":
-                box = tuple((0, dim) for dim in shape)
-                region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
-                self.emit(out, Compute("enter", region), self.s.barrier.line, invocation)
+        self.boundary(out, "enter", self.s.barrier.line, invocation, inputs=False)
+
+    def exit(self, out: list[Event], invocation: int) -> None:
+        """When the kernel returns, the caller reads its outputs and reuses all its memory:
+        a DMA still reading or writing any buffer then races with whatever comes next.
+        Model exit as a write of every buffer (Pallas adds no barrier at exit)."""
+        self.boundary(out, "exit", self.s.line_of("body"), invocation, inputs=True)
 
     def interloper(self, out: list[Event], invocation: int) -> None:
         """Between two calls, another kernel with the same collective_id may run: model it
@@ -275,6 +285,7 @@ class _Unroller:
                         self.set_point(point)
                         self.walk(s.body, out, inv)
                 self.core = 0
+                self.exit(events, inv)
             devices.append(events)
             if s.megacore:
                 second_core.append(second)
