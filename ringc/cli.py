@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     add_params(r)
 
     sub.add_parser("schema", help="print the schedule format's JSON Schema")
+    _cost_parser(sub, add_params)
     return p
 
 
@@ -116,12 +117,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _write_atomically(path: str, text: str) -> None:
+def _write_atomically(path: str, text: str | bytes) -> None:
     """Write all or nothing: a failed emit leaves no partial file behind."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         umask = os.umask(0)
         os.umask(umask)
@@ -179,10 +180,123 @@ def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(Schedule.model_json_schema(), indent=2))
     return EXIT_OK
 
+# --- ringc cost ---------------------------------------------------------------------------
+
+def _size(text: str) -> int:
+    from .cost.sizing import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sweep(text: str) -> list[int]:
+    from .cost.sizing import parse_sweep
+    try:
+        return parse_sweep(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration(text: str) -> float:
+    """`1us`, `500ns`, `0.002ms`, `1e-6` (seconds)."""
+    units = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    t = text.strip()
+    unit = next((u for u in ("ms", "us", "ns", "s") if t.endswith(u)), "")
+    try:
+        value = float(t[: len(t) - len(unit)]) * units.get(unit, 1.0)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 1us or 500ns, got {text!r}")
+    return value
+
+
+def _output_path(path: str, file: str) -> str:
+    if not Path(path).parent.exists():
+        raise ScheduleError(f"output directory {str(Path(path).parent)!r} does not exist",
+                            file=file, fix="create it first or choose another output path")
+    return path
+
+
+def _cost_parser(sub, add_params) -> None:
+    from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology, against the lower bound",
+                       description="Time the unrolled schedule on a model of the ICI network (see "
+                                   "docs/cost-model.md) and compare it with the collective's lower bound.")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, ...")
+    c.add_argument("--axis", type=int, default=0, help="the mesh axis the schedule runs along (default 0)")
+    c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
+    c.add_argument("--bytes", type=_size, metavar="SIZE",
+                   help="collective size V (e.g. 64MiB); sets the schedule's row/column params")
+    c.add_argument("--sweep", type=_sweep, metavar="A..B", help="price every power-of-two size from A to B")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--plot", metavar="OUT.png", help="draw estimate, bound and efficiency against size")
+    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
+                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
+    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
+                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    add_params(c)
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from .cost import CostError, estimate, hardware
+    from .cost.sizing import parse_sweep
+    sched = _load(args.file, args.param)
+    try:
+        hw = hardware(args.topology, axis=args.axis, chip=args.chip, hop_latency=args.hop_latency,
+                      dma_overhead=args.dma_overhead)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=args.file, fix="see `ringc cost --help`") from None
+    plot = _output_path(args.plot, args.file) if args.plot else None
+    sizes = args.sweep or [args.bytes]
+    try:
+        estimates = [estimate(sched, hw, nbytes=b) for b in sizes]
+        if plot and not args.sweep:  # a plot is a curve: sweep the default range around the point
+            curve = [estimate(sched, hw, nbytes=b) for b in parse_sweep("4KiB..1GiB")]
+        else:
+            curve = estimates
+    except CostError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        docs = [e.to_json() for e in estimates]
+        print(json.dumps(docs if args.sweep else docs[0], indent=1))
+    elif args.sweep:
+        print(_sweep_table(estimates))
+    else:
+        print(estimates[0].to_text())
+    if plot:
+        from .cost.plot import sweep_png
+        try:
+            data = sweep_png(curve, marked=None if args.sweep else estimates[0].bound.volume)
+        except RuntimeError as e:
+            raise ScheduleError(str(e), file=args.file, fix="install the plot extra") from None
+        _write_atomically(plot, data)
+        print(f"wrote {plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _sweep_table(estimates) -> str:
+    from .cost.model import _t
+    from .cost.sizing import size_text
+    from .cost.timeline import resource_text
+    first = estimates[0]
+    rows = [first.header().rsplit(";", 1)[0],
+            f"  {'V':>9}  {'estimate':>10}  {'bound':>10}  {'efficiency':>10}  {'binding':<10} bottleneck"]
+    for e in estimates:
+        bn = e.bottleneck
+        where = f"{resource_text(bn[0])} ({bn[1]:.0%})" if bn else "-"
+        rows.append(f"  {size_text(e.bound.volume):>9}  {_t(e.seconds):>10}  {_t(e.bound.seconds):>10}  "
+                    f"{e.efficiency:>10.1%}  {e.bound.binding:<10} {where}")
+    return "\n".join(rows)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "schema": cmd_schema}[args.command]
+    handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "schema": cmd_schema,
+               "cost": cmd_cost}[args.command]
     try:
         return handler(args)
     except ScheduleError as e:
