@@ -105,8 +105,14 @@ class Estimate:
                                "from_line": st.first.line, "to_line": st.last.line, "detail": st.detail
                                or self._run_text(st)} for st in self.critical_path()],
             "critical_path_breakdown_s": self.path_summary(),
+            "why": self.why(),
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
         }
+
+    def why(self) -> list[str]:
+        """Why the estimate is short of the bound (empty at 95% efficiency or more)."""
+        from .diagnose import diagnose
+        return diagnose(self)
 
     def _run_text(self, st: PathStep) -> str:
         where = self.program.where
@@ -123,6 +129,7 @@ class Estimate:
         bn = self.bottleneck
         if bn:
             lines.append(f"  bottleneck {resource_text(bn[0])}, busy {bn[1]:.0%} of the run")
+        lines += [f"  why short:  {reason}" for reason in self.why()]
         summary = self.path_summary()
         lines.append("  critical path: " + ", ".join(f"{k.replace('_', ' ')} {_t(v)}" for k, v in summary.items() if v))
         path = self.critical_path()

@@ -38,6 +38,7 @@ class FluidNetwork:
     flows: list[Flow] = field(default_factory=list)
     used: dict[Resource, float] = field(default_factory=lambda: defaultdict(float))     # capacity-bytes consumed
     busy: dict[Resource, float] = field(default_factory=lambda: defaultdict(float))     # seconds in use
+    active: dict[Resource, list[list[float]]] = field(default_factory=lambda: defaultdict(list))  # [start, end]s
 
     def advance(self, t: float) -> None:
         """Move every flow on at its current rate until time t."""
@@ -54,6 +55,11 @@ class FluidNetwork:
                     in_use.add(r)
             for r in in_use:
                 self.busy[r] += dt
+                spans = self.active[r]
+                if spans and spans[-1][1] >= self.now:
+                    spans[-1][1] = t
+                else:
+                    spans.append([self.now, t])
         self.now = max(self.now, t)
 
     def add(self, flow: Flow) -> None:
