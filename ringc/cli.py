@@ -79,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
+    c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the schedule format's JSON Schema")
     _cost_parser(sub, add_params)
+    _show_parser(sub, add_params)
     return p
 
 
@@ -105,15 +107,20 @@ def _load(path: str, params: list[tuple[str, int]]):
 def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
+    shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
     for path in args.files:
         sched = _load(path, args.param)
         for n in args.devices:
             report = check(sched, n, topology=args.topology, invocations=args.invocations)
             ok &= report.ok
+            if shown is None or (shown[1].ok and not report.ok):
+                shown = (sched, report)
             if args.format == "json":
                 print(json.dumps(report.to_json()))
             else:
                 print(report.to_text(explain=args.explain))
+    if args.show and shown:
+        _show_finding(args, *shown)
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -293,10 +300,83 @@ def _sweep_table(estimates) -> str:
     return "\n".join(rows)
 
 
+# --- ringc show, and check --show ------------------------------------------------------------
+
+def _show_parser(sub, add_params) -> None:
+    from .show import DIAGRAMS
+    c = sub.add_parser("show", help="draw a schedule: timeline, ring, state machine, slot table (mermaid, md, png)",
+                       description="Pictures of a schedule from the cost model's timed run of its unrolled events.")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--devices", type=_positive, metavar="N", help="device count (default: from --topology)")
+    c.add_argument("--topology", metavar="SPEC", help="default ring:N")
+    c.add_argument("--format", choices=("mermaid", "png", "md"), default="md")
+    c.add_argument("--diagram", choices=DIAGRAMS, default="gantt", help="which diagram for --format mermaid")
+    c.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size for the timeline (default: params)")
+    c.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout (required for png)")
+    add_params(c)
+
+
+def _timed(sched, file: str, topology: str, n: int | None, nbytes: int | None = None):
+    from .cost import hardware
+    try:
+        hw = hardware(topology, n=n)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=file, fix="pass --devices N and/or --topology SPEC") from None
+    return hw
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .cost import CostError, estimate
+    from .show import diagram, document, timeline_png
+    sched = _load(args.file, args.param)
+    if args.devices is None and args.topology is None:
+        raise ScheduleError("`ringc show` needs --devices N (or a sized --topology)", file=args.file,
+                            fix="e.g. --devices 4")
+    if args.format == "png" and not args.output:
+        raise ScheduleError("--format png writes a file: give -o OUT.png", file=args.file, fix="add -o timeline.png")
+    out = _output_path(args.output, args.file) if args.output else None
+    hw = _timed(sched, args.file, args.topology or f"ring:{args.devices}", args.devices)
+    try:
+        e = estimate(sched, hw, nbytes=args.bytes)
+    except CostError as err:
+        print(f"{err}\n  (`ringc check --show OUT.png` draws where it goes wrong)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        data = {"md": lambda: document(e), "mermaid": lambda: diagram(e, args.diagram) + "\n",
+                "png": lambda: timeline_png(e)}[args.format]()
+    except RuntimeError as err:  # matplotlib missing
+        raise ScheduleError(str(err), file=args.file, fix="install the plot extra") from None
+    if out:
+        _write_atomically(out, data)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(data)
+    return EXIT_OK
+
+
+def _show_finding(args: argparse.Namespace, sched, report) -> None:
+    """`check --show OUT.png`: the timed run of the checked program, the finding marked on it."""
+    from .cost.model import memory_of
+    from .cost.timeline import simulate
+    from .show.png import timeline_png
+    out = _output_path(args.show, sched.file)
+    program = report.program
+    hw = _timed(sched, sched.file, args.topology, program.n)
+    machine = simulate(program, hw, memory_of(sched))
+    finding = next((f for f in report.findings if f.severity == "error" and f.event is not None), None)
+    status = f"[{finding.kind}] at line {finding.event.line}" if finding else "no finding"
+    try:
+        data = timeline_png(machine, f"{sched.name} N={program.n}: {status}", finding)
+    except RuntimeError as err:
+        raise ScheduleError(str(err), file=sched.file, fix="install the plot extra") from None
+    _write_atomically(out, data)
+    print(f"wrote {out}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "schema": cmd_schema,
-               "cost": cmd_cost}[args.command]
+               "cost": cmd_cost, "show": cmd_show}[args.command]
     try:
         return handler(args)
     except ScheduleError as e:

@@ -11,7 +11,7 @@ from ..verify.events import Program
 from ..verify.races import describe
 from .bounds import KIND_NAMES, Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
-from .placement import place
+from .placement import place, placement_for
 from .sizing import fit_volume, size_text
 from .timeline import Hardware, PathStep, TimedMachine, resource_text, simulate
 
@@ -21,17 +21,17 @@ class CostError(Exception):
     (`ringc check` explains why; exit code 1, like a failed check.)"""
 
 
-def hardware(topology: str, *, axis: int = 0, chip: str | None = None, hop_latency: float = HOP_LATENCY,
-             dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
-    """The hardware a `--topology`/`--axis`/`--chip` choice describes. Raises ValueError."""
-    try:
-        topo = T.parse(topology)
-    except ValueError as e:
-        if topology.strip() == "ring":
-            raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4") from None
-        raise ValueError(str(e)) from None
-    return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), place(topo, axis),
-                    hop_latency, dma_overhead)
+def hardware(topology: str, *, axis: int | None = None, n: int | None = None, chip: str | None = None,
+             hop_latency: float = HOP_LATENCY, dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
+    """The hardware a `--topology`/`--axis`/`--chip` choice describes. Without `n` the
+    schedule runs along `axis` (default 0) and N is that axis' size; with `n` (`ringc show`,
+    `check --show`) the devices are placed by `placement_for`. Raises ValueError."""
+    bare_ring = topology.strip() == "ring"
+    if bare_ring and n is None:
+        raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4")
+    topo = T.parse(topology, n if bare_ring else None)
+    placement = place(topo, axis or 0) if n is None else placement_for(topo, n, axis)
+    return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
 
 
 def memory_of(sched: S.Schedule) -> dict[str, str]:

@@ -77,3 +77,15 @@ def place(topo: T.Topology, axis: int = 0, fixed: Coord | None = None) -> Placem
         raise ValueError(f"axis {axis} does not exist in {topo.describe()}; use --axis 0..{topo.ndim - 1}")
     fixed = fixed or tuple(0 for _ in topo.shape)
     return Placement(topo, axis, tuple(T.axis_ring(topo, axis, fixed)))
+
+
+def placement_for(topo: T.Topology, n: int, axis: int | None = None) -> Placement:
+    """`n` devices on `topo`: the whole slice in flat (row-major) order when it has `n`
+    chips, else the axis of `n` chips (the given one, or the first that fits)."""
+    if axis is None and topo.size == n:
+        return Placement(topo, 0, tuple(topo.devices))
+    axes = [axis] if axis is not None else [k for k, s in enumerate(topo.shape) if s == n]
+    if not axes or not 0 <= axes[0] < topo.ndim or topo.shape[axes[0]] != n:
+        raise ValueError(f"{topo.describe()} has no axis of {n} devices (and {topo.size} in all); "
+                         f"choose a topology with N={n} on an axis, or --devices to match")
+    return place(topo, axes[0])

@@ -164,8 +164,9 @@ class TimedMachine(Machine):
         a: DmaStart = dma.event.action
         uses: dict[Resource, float] = defaultdict(float)
         for region in (a.src, a.dst):
-            uses[(self.memory[region.buffer], region.device)] += 1.0
-        if a.remote and a.dst.device != a.src.device:
+            if 0 <= region.device < self.n:  # (a send to a missing device is a `check` finding)
+                uses[(self.memory[region.buffer], region.device)] += 1.0
+        if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.n:
             dma.links = self.hw.placement.route(a.src.device, a.dst.device)
             for link in dma.links:
                 uses[("link", *link)] += 1.0
@@ -208,12 +209,13 @@ class TimedMachine(Machine):
             a = ev.action
             if isinstance(a, SemWait) and ev in self.blocked:
                 self.cause[ev] = self.waker[d]
-                self.spans.append(Span(d, "wait", self.begin[ev], self.now, ev, f"wait {a.why}"))
+                what = a.copy or a.sem[1]
+                self.spans.append(Span(d, "wait", self.begin[ev], self.now, ev, f"{a.why} {what}"))
             elif isinstance(a, Compute):
                 t = compute_time(a, self.hw.chip, self.memory)
                 self.clock[d] = self.now + t
                 if t > 0:
-                    self.spans.append(Span(d, "compute", self.now, self.clock[d], ev, a.kind))
+                    self.spans.append(Span(d, "compute", self.now, self.clock[d], ev, f"{a.kind} {a.dst.buffer}"))
             self.end[ev] = self.clock[d]
             self.order.append(ev)
             self.pc[d] += 1
@@ -240,7 +242,7 @@ class TimedMachine(Machine):
                 self._wake(self.ready.popleft(), self.now)
         for dma in self.dmas.values():
             a: DmaStart = dma.event.action
-            label = f"{a.copy} -> d{a.dst.device}" if a.remote else a.copy
+            label = f"{a.copy} -> d{a.dst.device}" if a.remote else f"{a.copy} (local)"
             self.spans.append(Span(dma.event.device, "dma", dma.issued, dma.landed, dma.event, label))
         return self
 

@@ -269,3 +269,12 @@ def unroll(sched: S.Schedule, n: int, *, invocations: int = 1) -> Program:
         raise ScheduleError(f"N must be at least 1, got {n}", file=sched.file)
     return _Unroller(sched, n).run(invocations)
 
+
+
+def point_env(sched: S.Schedule, n: int, device: int, point: tuple[int, ...]) -> dict[str, Any]:
+    """The names an expression sees on `device` at grid `point`: me, N, params, grid
+    indices, left/right and the lets (for tools that display them, like `ringc show`)."""
+    u = _Unroller(sched, n)
+    u.device = device
+    u.set_point(point)
+    return dict(u.env)
