@@ -19,7 +19,7 @@ order cannot change which waits can complete (a wait needs the full count), so t
 exact for hangs and balance; the race analysis treats in-flight bytes separately.
 
 The same machine, stopped at chosen points (`limits`), gives the must-happen-before
-relation (see `order.py`).
+relation (see `order.py`); with a clock (`ringc.cost.timeline`), the cost model.
 """
 
 from __future__ import annotations
