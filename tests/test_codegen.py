@@ -26,6 +26,8 @@ EXPECTED = {
                            out_specs=P(None, "x"), params={"rows": 8, "cols": 128}),
     "reduce_scatter_bidirectional": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                          out_specs=P("x", None), params={"rows": 16, "cols": 128}),
+    "reduce_scatter_bidirectional_overlapped": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
+                                                    out_specs=P("x", None), params={"rows": 16, "cols": 128}),
 }
 
 
@@ -212,7 +214,8 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     rows, cols = module.PARAMS["rows"], module.PARAMS["cols"]
     want = {"all_gather_ring": (4 * rows, cols), "all_reduce_ring": (rows, 4 * cols),
             "ppermute_right": (rows, 4 * cols),
-            "reduce_scatter_bidirectional": (4 * rows, 4 * cols)}[schedule_path.stem]
+            "reduce_scatter_bidirectional": (4 * rows, 4 * cols),
+            "reduce_scatter_bidirectional_overlapped": (4 * rows, 4 * cols)}[schedule_path.stem]
     assert x.shape == want
     (again,) = module.make_inputs(mesh, jax.random.key(0))
     assert np.array_equal(np.asarray(x), np.asarray(again))

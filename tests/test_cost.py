@@ -99,6 +99,17 @@ def test_large_messages_are_not_latency_bound():
     assert (t2 - t1) / t1 < 0.002
 
 
+def test_the_diagnosis_of_the_bidirectional_reduce_scatter_is_right():
+    """`why` says the tutorial's two directions take turns; the overlapped variant, which
+    only moves the waits, is indeed much faster and keeps both links into a device busy."""
+    hw = hardware("ring:16")
+    turns = estimate(load(LIB / "reduce_scatter_bidirectional.yaml"), hw, nbytes=256 * MiB)
+    both = estimate(load(LIB / "reduce_scatter_bidirectional_overlapped.yaml"), hw, nbytes=256 * MiB)
+    assert any("take turns" in w and "only 0%" in w for w in turns.why())
+    assert turns.seconds / both.seconds > 1.5
+    assert both.efficiency > 0.7 > 0.5 > turns.efficiency
+
+
 # --- topology: routes, contention ------------------------------------------------------------
 
 def test_ring_schedule_on_a_line_routes_the_wraparound_over_three_hops():

@@ -53,7 +53,7 @@ def diagnose(e: Estimate, threshold: float = 0.95) -> list[str]:
     # Bytes the links carried against the bytes the collective must move.
     moved = sum(net.used[r] for r in net.used if r[0] == "link")
     need = e.bound.components["aggregate"] * e.hw.chip.link_bandwidth * sum(pl.degree(d) for d in range(p))
-    if need and moved > 1.2 * need:
+    if need and moved > 1.05 * need:
         name = KIND_NAMES[kind]
         far = max((len(d.links) for d in e.machine.dmas.values()), default=0)
         route = f"; sends to non-neighbours cross up to {far} links each" if far > 1 else ""
