@@ -73,8 +73,16 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="verify schedules for one or more device counts")
     c.add_argument("files", nargs="+", metavar="FILE")
-    c.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
-    c.add_argument("--topology", type=_topology, default="ring", help="device graph (default: ring)")
+    c.add_argument("--devices", type=_devices, metavar="N|A..B",
+                   help="devices on the ring (required with the default `--topology ring`; with a sized "
+                        "topology, optional and its total device count)")
+    c.add_argument("--topology", type=_topology, default="ring",
+                   help="ring (default), ring:N, line:N, torus:AxB[xC], mesh:AxB[xC] (no wraparound), or a TPU "
+                        "slice: v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB (wraparound per generation)")
+    c.add_argument("--along", metavar="AXES",
+                   help="topology axes the schedule's axes run along, e.g. y or x,y (default: axes of the same "
+                        "name, else the first ones)")
+    c.add_argument("--strict", action="store_true", help="treat warnings (e.g. a missing wraparound) as failures")
     c.add_argument("--invocations", type=_positive, default=1, metavar="K",
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
@@ -110,8 +118,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
     for path in args.files:
         sched = _load(path, args.param)
-        for n in args.devices:
-            report = check(sched, n, topology=args.topology, invocations=args.invocations)
+        if args.devices is None and args.topology.strip() == "ring":
+            raise ScheduleError("--devices is required with the default topology `ring`", file=path,
+                                fix="pass --devices N, or a sized topology such as --topology torus:4x4")
+        for n in args.devices or [None]:
+            report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
+                           strict=args.strict)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)

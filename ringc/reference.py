@@ -2,7 +2,9 @@
 
 Every collective is applied under `jax.shard_map` along the schedule's axis to `x`, the
 collective's input buffer in the kernel's own shape (slots + shape, after reshaping the
-per-device shard), on N devices; `me` is the device's index along the axis.
+per-device shard), on N devices; `me` is the device's index along the axis. A schedule over
+several axes passes their tuple as `axis` (`lax.psum(x, ("x", "y"))`): N counts the devices
+over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 
 | COLLECTIVE     | lax call                                                          | meaning                                              |
 |----------------|-------------------------------------------------------------------|------------------------------------------------------|
@@ -19,6 +21,7 @@ the collective output's spec).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping
 
 from .codegen.pallas import buffers_of, partition_spec, shard_shape
@@ -67,7 +70,7 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     if unknown:
         raise ValueError(f"{s.name}: unknown parameter {', '.join(unknown)} "
                          f"(parameters: {', '.join(s.params) or 'none'})")
-    n = mesh.shape[s.axis]
+    n = math.prod(mesh.shape[a] for a in s.axes)  # over a tuple of axes, lax counts all their devices
     env = {"N": n, **s.params, **params}
     inputs = buffers_of(s, "input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")

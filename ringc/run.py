@@ -99,8 +99,27 @@ def _cpu_devices() -> list:
         return []
 
 
-def _largest_operand_bytes(schedule: S.Schedule, n: int, params: Mapping[str, int]) -> int:
-    env = {"N": n, **schedule.params, **params}
+def mesh_layout(schedule: S.Schedule, shape: tuple[int, ...], along: str | None = None
+                ) -> tuple[tuple[str, ...], dict[str, int]]:
+    """Mesh axis names for running `schedule` on a mesh of `shape`, and the devices along each
+    schedule axis. The schedule's axes go where `along` says (`y`, `x,y`, or indices; by
+    default axes named x, y, z go to that position, others to the first positions), the
+    other mesh axes are named x, y, z, w, ... whatever the schedule does not use."""
+    from .topology import parse
+    from .verify.placement import place
+
+    placement = place(schedule, parse("mesh:" + "x".join(map(str, shape))), along)
+    names: list[str | None] = [None] * len(shape)
+    for a, k in zip(placement.axes, placement.along):
+        names[k] = a
+    spare = (a for a in ("x", "y", "z", "w", "v", "u") if a not in schedule.axes)
+    return tuple(a if a is not None else next(spare) for a in names), placement.sizes
+
+
+def _largest_operand_bytes(schedule: S.Schedule, n: int, params: Mapping[str, int],
+                           sizes: Mapping[str, int] | None = None) -> int:
+    per_axis = {f"N_{a}": v for a, v in (sizes or {}).items()} if len(schedule.axes) > 1 else {}
+    env = {"N": n, **per_axis, **schedule.params, **params}
     sizes = [0]
     for name, buf in schedule.buffers.items():
         if buf.kind != "vmem_scratch":
@@ -121,9 +140,11 @@ def tolerance(dtype: str, terms: int, scale: float) -> float:
 
 
 def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int] | None = None,
-                 seed: int = 0, detect_races: bool = True) -> RunResult:
+                 seed: int = 0, detect_races: bool = True, mesh_shape: tuple[int, ...] | None = None,
+                 along: str | None = None) -> RunResult:
     """Run `schedule` on `devices` CPU devices in Pallas TPU interpret mode and compare its
-    output with the lax reference."""
+    output with the lax reference. `mesh_shape` (e.g. (2, 4), `devices` devices in all) runs
+    it on a multi-axis mesh, its axes `along` the given mesh axes (see `mesh_layout`)."""
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
@@ -131,6 +152,13 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     params = dict(params or {})
     if devices < 1:
         raise ValueError(f"devices must be at least 1, got {devices}")
+    if mesh_shape is None and len(schedule.axes) > 1:
+        raise ValueError(f"{schedule.name} runs over axes {schedule.axes}: give a mesh_shape")
+    shape = tuple(mesh_shape) if mesh_shape is not None else (devices,)
+    if math.prod(shape) != devices:
+        raise ValueError(f"a mesh of shape {shape} has {math.prod(shape)} devices, not {devices}")
+    axis_names, sizes = mesh_layout(schedule, shape, along)
+    n = math.prod(sizes.values())
     cpus = _cpu_devices()
     if len(cpus) < devices:
         raise RuntimeError(
@@ -138,12 +166,16 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
             f"The count is fixed when JAX starts: set XLA_FLAGS={_DEVICE_FLAG}="
             f"{host_device_count(devices)} and JAX_PLATFORMS=cpu before importing jax "
             "(ringc.run.ensure_host_devices does this)")
-    if len(cpus) == devices and _largest_operand_bytes(schedule, devices, params) > 64 * 1024:
+    if len(cpus) == devices and _largest_operand_bytes(schedule, n, params, sizes) > 64 * 1024:
         warnings.warn(
             f"{schedule.name} on all {devices} host devices with operands over 64 KiB may hang in "
             f"interpret mode; start JAX with {host_device_count(devices)} devices "
             "(ringc.run.ensure_host_devices) to leave one spare", RuntimeWarning, stacklevel=2)
-    mesh = jax.sharding.Mesh(np.array(cpus[:devices]), (schedule.axis,))
+    mesh = jax.sharding.Mesh(np.array(cpus[:devices]).reshape(shape), axis_names)
+    # Interpret mode (jax 0.10) caches the interpretation of a kernel by its jaxpr; the same
+    # kernel on a mesh with the same axis sizes in another order would then address the wrong
+    # devices. Start clean for every run.
+    jax.clear_caches()
     module = load_module(schedule)
     fn = module.build(mesh, interpret=pltpu.InterpretParams(detect_races=detect_races), **params)
     inputs = module.make_inputs(mesh, jax.random.key(seed), **params)
@@ -170,7 +202,7 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
     dtype = schedule.dtype_of(schedule.io_buffer("output"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    tol = tolerance(dtype, summed_terms(schedule.collective.kind, devices), scale)
+    tol = tolerance(dtype, summed_terms(schedule.collective.kind, n), scale)
     ok = not math.isnan(err) and err <= tol and races_found is not True
     return RunResult(name=schedule.name, devices=devices, max_abs_err=err, tolerance=tol,
                      races_found=races_found, seconds=seconds, ok=ok)

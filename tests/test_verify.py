@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 LIBRARY_DIR = REPO / "schedules"
 BROKEN_DIR = REPO / "tests" / "broken"
 MANIFEST = yaml.safe_load((BROKEN_DIR / "expected.yaml").read_text())
-WARNING_KINDS = {"not_neighbour", "self_target"}
+WARNING_KINDS = {"not_neighbour", "self_target", "no_wraparound"}
 ERROR_KINDS = set(KINDS) - WARNING_KINDS
 
 
@@ -48,7 +48,7 @@ def test_manifest_lists_exactly_the_corpus():
     files = {p.name for p in BROKEN_DIR.glob("*.yaml")} - {"expected.yaml"}
     assert files == set(MANIFEST)
     for name, entry in MANIFEST.items():
-        assert set(entry) <= {"devices", "kinds", "at"}, name
+        assert set(entry) <= {"devices", "kinds", "at", "topology", "along", "strict"}, name
         assert isinstance(entry["devices"], int) and entry["devices"] >= 2
         assert entry["kinds"] and set(entry["kinds"]) <= set(KINDS), name
         assert set(entry.get("at", {})) <= set(entry["kinds"]), name
@@ -57,6 +57,12 @@ def test_manifest_lists_exactly_the_corpus():
 def test_every_error_kind_has_a_broken_case():
     covered = {k for entry in MANIFEST.values() for k in entry["kinds"]}
     assert ERROR_KINDS <= covered, f"no broken schedule for {sorted(ERROR_KINDS - covered)}"
+
+
+def _check_entry(path: Path, entry: dict):
+    """`ringc check` as the manifest entry says: N devices on a ring, or on `topology`."""
+    return ringc.check(ringc.load(path), entry["devices"], topology=entry.get("topology", "ring"),
+                       along=entry.get("along"), strict=entry.get("strict", False))
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -78,7 +84,7 @@ def test_broken_file_is_a_small_change_of_a_library_schedule(name):
 def test_broken_schedule_is_rejected(name):
     entry = MANIFEST[name]
     path = BROKEN_DIR / name
-    report = ringc.check(ringc.load(path), entry["devices"])
+    report = _check_entry(path, entry)
     assert report.ok is False
     kinds = report.kinds()
     assert set(entry["kinds"]) <= kinds, f"expected {entry['kinds']}, got {sorted(kinds)}"
@@ -94,14 +100,14 @@ def test_broken_schedule_is_rejected(name):
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_library_source_of_broken_case_passes(name):
     # the bug is what makes it fail, not the device count
-    report = ringc.check(ringc.load(_derived_from(BROKEN_DIR / name)), MANIFEST[name]["devices"])
+    report = _check_entry(_derived_from(BROKEN_DIR / name), MANIFEST[name])
     assert report.ok and not report.findings, report.to_text()
 
 
 def _race_reports():
     for name in sorted(MANIFEST):
         if "race" in MANIFEST[name]["kinds"]:
-            yield name, ringc.check(ringc.load(BROKEN_DIR / name), MANIFEST[name]["devices"])
+            yield name, _check_entry(BROKEN_DIR / name, MANIFEST[name])
 
 
 def test_race_findings_carry_a_trace():

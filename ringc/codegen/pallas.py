@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.resolve import BUILTIN_EXPRS
+from ..ir.resolve import axis_builtin_exprs, axis_builtins, builtin_exprs
 
 MAX_LINE = 100
 INDENT = "    "
@@ -89,10 +89,9 @@ class CodeWriter:
             return
         if wrap:
             paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
-            # The first line carries the opening quotes.
-            text = "\n\n".join(_wrap_words(p, self.width) for p in paragraphs)
-            text = _wrap_words(text.split("\n", 1)[0], self.width - 3) + (
-                "\n" + text.split("\n", 1)[1] if "\n" in text else "")
+            # The first line carries the opening quotes, so it is 3 columns shorter.
+            text = "\n\n".join(_wrap_words(p, self.width, first=self.width - 3 if i == 0 else None)
+                                 for i, p in enumerate(paragraphs))
         lines = text.split("\n")
         self.line(f'"""{lines[0]}')
         for ln in lines[1:]:
@@ -179,6 +178,16 @@ def _device(coord, mesh_axes):
     position (so the schedule runs along one axis of a larger mesh)."""
     return tuple(coord if axis == AXIS else lax.axis_index(axis) for axis in mesh_axes)
 ''',
+    "_device_axes": '''
+def _device(index, mesh_axes):
+    """MESH device id of the device whose row-major index over the axes AXIS is `index` (as
+    `lax.axis_index(AXIS)` numbers them); on every other mesh axis, our own position."""
+    coord = {}
+    for axis in reversed(AXIS):
+        coord[axis] = _mod(index, lax.axis_size(axis))
+        index = _floordiv(index, lax.axis_size(axis))
+    return tuple(coord[axis] if axis in coord else lax.axis_index(axis) for axis in mesh_axes)
+''',
     "_barrier": '''
 def _barrier(neighbours, mesh_axes, double=True):
     """Barrier with `neighbours` on the global barrier semaphore (the seed's `local_barrier`).
@@ -215,6 +224,18 @@ def _config(mesh, overrides):
         raise ValueError(f"{NAME} runs along mesh axis {AXIS!r}; the mesh has {mesh.axis_names}")
     return mesh.shape[AXIS], {**PARAMS, **overrides}
 ''',
+    "_config_axes": '''
+def _config(mesh, overrides):
+    """N (devices over the mesh axes AXIS) and PARAMS updated with `overrides`, checked."""
+    unknown = sorted(set(overrides) - set(PARAMS))
+    if unknown:
+        known = ", ".join(PARAMS) or "none"
+        raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
+    missing = [axis for axis in AXIS if axis not in mesh.shape]
+    if missing:
+        raise ValueError(f"{NAME} runs over mesh axes {AXIS}; the mesh has {mesh.axis_names}")
+    return math.prod(mesh.shape[axis] for axis in AXIS), {**PARAMS, **overrides}
+''',
     "_check_divides": '''
 def _check_divides(a, b, what):
     """Shapes use exact division: a floor would silently drop elements."""
@@ -234,7 +255,10 @@ def _interpret_mode(interpret):
 def _random_input(key, shard_shape, dtype, mesh, spec):
     """A random global array whose shards have `shard_shape`, placed on `mesh` as `spec`."""
     spec = tuple(spec) + (None,) * (len(shard_shape) - len(spec))
-    shape = tuple(d if a is None else d * mesh.shape[a] for d, a in zip(shard_shape, spec))
+    shape = tuple(
+        d if a is None else d * math.prod(mesh.shape[b] for b in ((a,) if isinstance(a, str) else a))
+        for d, a in zip(shard_shape, spec)
+    )
     if jnp.issubdtype(dtype, jnp.integer):
         low = 0 if jnp.issubdtype(dtype, jnp.unsignedinteger) else -8
         value = jax.random.randint(key, shape, low, low + 16, dtype)
@@ -244,13 +268,15 @@ def _random_input(key, shard_shape, dtype, mesh, spec):
 ''',
 }
 
-_HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",)}
+_HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv")}
+# A schedule over several mesh axes gets these variants (same function names) instead.
+_MULTI_AXIS_HELPERS = {"_device": "_device_axes", "_config": "_config_axes"}
 
 _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 
 # Names the emitted module defines or uses; schedule names are renamed around them.
 _MODULE_NAMES = {
-    "functools", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
+    "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
     "IN_SPECS", "OUT_SPECS", "SHIFT", "build", "make_inputs", "_kernel", *_HELPERS,
 }
 _LOCAL_NAMES = {
@@ -264,12 +290,12 @@ _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
 # ---------------------------------------------------------------------------- shared facts
 
 
-def partition_spec(schedule: S.Schedule, name: str) -> tuple[str | None, ...]:
-    """The PartitionSpec entries of an input or output: `spec`, or the schedule axis on the
-    first dimension of the per-device array and None elsewhere."""
+def partition_spec(schedule: S.Schedule, name: str) -> tuple[str | tuple[str, ...] | None, ...]:
+    """The PartitionSpec entries of an input or output: `spec`, or the schedule's axis (the
+    tuple of its axes) on the first dimension of the per-device array and None elsewhere."""
     buf = schedule.buffers[name]
     if buf.spec is not None:
-        return tuple(buf.spec)
+        return tuple(tuple(a) if isinstance(a, list) else a for a in buf.spec)
     rank = len(shard_shape(buf))
     return (schedule.axis,) + (None,) * (rank - 1)
 
@@ -290,8 +316,14 @@ def _str(text: str) -> str:
     return '"' + text.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
 
 
-def _spec_text(spec: tuple[str | None, ...]) -> str:
-    return f"P({', '.join('None' if a is None else _str(a) for a in spec)})"
+def _axis_text(axis: str | tuple[str, ...] | None) -> str:
+    if axis is None:
+        return "None"
+    return _str(axis) if isinstance(axis, str) else _tuple_text([_str(a) for a in axis])
+
+
+def _spec_text(spec: tuple[str | tuple[str, ...] | None, ...]) -> str:
+    return f"P({', '.join(_axis_text(a) for a in spec)})"
 
 
 def _tuple_text(items: list[str]) -> str:
@@ -335,7 +367,7 @@ class _Emitter:
         for table in (s.params, s.grid, s.let, s.buffers, s.semaphores):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
         wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
-        out = {n: n for n in ("me", "N", "left", "right")}
+        out = {n: n for n in ("me", "N", "left", "right", "core", *axis_builtins(s.axes))}
         taken = set(_RESERVED)
         # Unchanged names claim themselves first, so one rename never cascades into others.
         for key, ident, natural in wanted:
@@ -427,7 +459,7 @@ class _Emitter:
         return shape
 
     def device(self, target: E.Expr) -> str:
-        self.helpers.add("_device")
+        self.helpers.add("_device")  # `_device_axes` for a multi-axis schedule, see `emit`
         return f"_device({self.py(target)}, mesh_axes)"
 
     # -- module ----------------------------------------------------------------------
@@ -437,7 +469,8 @@ class _Emitter:
         w = CodeWriter()
         self.module_docstring(w)
         w.line()
-        for ln in ("import functools", "", "import jax", "import jax.numpy as jnp",
+        multi = len(self.s.axes) > 1
+        for ln in ("import functools", "import math", "", "import jax", "import jax.numpy as jnp",
                    "from jax import lax", "from jax.experimental import pallas as pl",
                    "from jax.experimental.pallas import tpu as pltpu", "",
                    "P = jax.sharding.PartitionSpec"):
@@ -445,6 +478,8 @@ class _Emitter:
         w.blank()
         self.constants(w)
         needed = set(self.helpers)
+        if multi:
+            needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
         for h in list(needed):
             needed |= set(_HELPER_DEPS.get(h, ()))
         for h, src in _HELPERS.items():
@@ -471,7 +506,7 @@ class _Emitter:
         w.line(f"COLLECTIVE = {_str(s.collective.kind)}")
         if s.collective.kind == "ppermute":
             w.line(f"SHIFT = {s.collective.shift!r}  # device d sends to (d + SHIFT) % N")
-        w.line(f"AXIS = {_str(s.axis)}")
+        w.line(f"AXIS = {_axis_text(s.axis)}")
         w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
         w.line(f"IN_SPECS = {_tuple_text([_spec_text(partition_spec(s, n)) for n in ins])}"
                f"  # {', '.join(ins)}")
@@ -504,18 +539,25 @@ class _Emitter:
 
         w = CodeWriter()
         refs = [self.name(n) for n, _ in self.kernel_refs()]
-        statics = ["N", *(self.name(p) for p in s.params), "mesh_axes"]
+        statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params), "mesh_axes"]
         w.call("def _kernel", refs + ["*"] + statics, ":")
         w.level = 1
         grid = ", ".join(s.grid)
         w.docstring(f"One point of the grid ({grid}) of `{s.name}` on one device.\n\n"
                     + self.kernel_ref_doc())
         w.line("me = lax.axis_index(AXIS)")
-        for i, g in enumerate(s.grid):
+        if s.megacore:
+            w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
+        for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
             w.line(f"{self.name(g)} = pl.program_id({i})")
-        for b in ("left", "right"):
+        derived = []
+        for b, e in reversed(builtin_exprs(s.axes).items()):  # dependents first: they add names
             if b in self.names_used:
-                w.line(f"{b} = {self.py(BUILTIN_EXPRS[b])}")
+                derived.insert(0, f"{b} = {self.py(e)}")
+        for a in s.axes:
+            if f"me_{a}" in self.names_used:
+                w.line(f"me_{a} = lax.axis_index({_str(a)})")
+        w.lines.extend(INDENT + line for line in derived)
         w.lines.extend(lets)
         w.blank()
         w.lines.extend(body.lines)
@@ -645,7 +687,8 @@ class _Emitter:
             w.docstring("Random global inputs for `build(mesh, **params)`, placed as IN_SPECS.\n\n"
                         "`key` is a PRNG key or an int seed.")
             shapes = [shard_shape(s.buffers[n]) for n in buffers_of(s, "input")]
-            self.config(w, checks, uses_n=any("N" in E.names(d) for sh in shapes for d in sh))
+            used = {n for sh in shapes for d in sh for n in E.names(d)}
+            self.config(w, checks, uses_n="N" in used, sizes=used)
             ins = buffers_of(s, "input")
             with w.block("if isinstance(key, int):"):
                 w.line("key = jax.random.key(key)")
@@ -673,9 +716,19 @@ class _Emitter:
                     checks.append((a, b, what))
         return checks
 
-    def config(self, w: CodeWriter, checks: list[tuple[str, str, str]], uses_n: bool = True) -> None:
+    def axis_sizes(self) -> list[str]:
+        """`N_x`, `N_y`, ...: the kernel's per-axis sizes (a schedule over several axes only)."""
+        return [f"N_{a}" for a in self.s.axes] if len(self.s.axes) > 1 else []
+
+    def config(self, w: CodeWriter, checks: list[tuple[str, str, str]], uses_n: bool = True,
+               sizes: Iterable[str] | None = None) -> None:
+        """Read N, the per-axis sizes (all, or `sizes`) and the parameters from the mesh."""
         uses_n = uses_n or any("N" in f"{a} {b}".split() for a, b, _ in checks)
         w.line(f"{'N' if uses_n else '_'}, p = _config(mesh, params)")
+        wanted = set(self.axis_sizes() if sizes is None else sizes)
+        for n in self.axis_sizes():
+            if n in wanted or any(n in f"{a} {b}".split() for a, b, _ in checks):
+                w.line(f"{n} = mesh.shape[{_str(n[2:])}]")
         for n in self.s.params:
             w.line(f"{self.name(n)} = p[{_str(n)}]")
         for a, b, what in checks:
@@ -693,7 +746,7 @@ class _Emitter:
             return (f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, "
                     f"jnp.{s.dtype_of(n)})")
 
-        statics = ["N=N", *(f"{self.name(p)}={self.name(p)}" for p in s.params),
+        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()), *(f"{self.name(p)}={self.name(p)}" for p in s.params),
                    "mesh_axes=tuple(mesh.axis_names)"]
         with w.block("kernel = pl.pallas_call("):
             w.call("functools.partial", ["_kernel", *statics], ",")
@@ -717,7 +770,8 @@ class _Emitter:
                         for n in outs:
                             w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
                     w.line("],")
-                w.line(f"grid={self.static_tuple(list(s.grid.values()))},")
+                cores = [E.Const(2)] if s.megacore else []  # megacore: two TensorCores per chip
+                w.line(f"grid={self.static_tuple(cores + list(s.grid.values()))},")
                 scratch = self.scratch_shapes()
                 if scratch:
                     with w.block("scratch_shapes=["):
@@ -730,7 +784,7 @@ class _Emitter:
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = _tuple_text(['"arbitrary"'] * len(s.grid))
+            semantics = _tuple_text(['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid))
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
@@ -801,10 +855,12 @@ def _summary(op: S.Op) -> str:
     raise TypeError(f"unknown op {type(op).__name__}")
 
 
-def _wrap_words(text: str, width: int) -> str:
+def _wrap_words(text: str, width: int, first: int | None = None) -> str:
+    """Fill words into lines of `width` columns (`first` for the first line, if given)."""
     lines, current = [], ""
     for word in text.split(" "):
-        if current and len(current) + 1 + len(word) > width:
+        limit = first if first is not None and not lines else width
+        if current and len(current) + 1 + len(word) > limit:
             lines.append(current)
             current = word
         else:

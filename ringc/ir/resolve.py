@@ -23,6 +23,43 @@ BUILTINS = {
     "right": "(me + 1) % N",
 }
 BUILTIN_EXPRS = {"left": E.parse("(me - 1) % N"), "right": E.parse("(me + 1) % N")}
+MAX_AXES = 3
+
+
+def axis_builtins(axes: list[str]) -> dict[str, str]:
+    """The per-axis names of a schedule over `axes`, with their meaning. For axis `a`:
+    `me_a` and `N_a` (coordinate and size along a), `left_a` and `right_a` (the neighbour
+    along a, other coordinates kept, as a device index over all the schedule's axes).
+    `me` and `N` are then the row-major index and count over all the axes, as
+    `lax.axis_index(axes)` and the size of a `lax` collective over the axis tuple.
+    A schedule over one axis has just `me`, `N`, `left` and `right`."""
+    out: dict[str, str] = {}
+    if len(axes) < 2:
+        return out
+    for a in axes:
+        out[f"me_{a}"] = f"this device's coordinate along axis {a}"
+        out[f"N_{a}"] = f"the number of devices along axis {a}"
+        out[f"left_{a}"] = f"the neighbour at me_{a} - 1 (mod N_{a}), other coordinates kept"
+        out[f"right_{a}"] = f"the neighbour at me_{a} + 1 (mod N_{a}), other coordinates kept"
+    return out
+
+
+def axis_builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
+    """`left_a` / `right_a` as expressions over `me`, `me_a` and the sizes (row-major strides)."""
+    out: dict[str, E.Expr] = {}
+    if len(axes) < 2:
+        return out
+    for i, a in enumerate(axes):
+        stride = " * ".join(f"N_{b}" for b in axes[i + 1:])
+        for name, step in (("left", "- 1"), ("right", "+ 1")):
+            moved = f"((me_{a} {step}) % N_{a} - me_{a})"
+            out[f"{name}_{a}"] = E.parse(f"me + {moved} * {stride}" if stride else f"me + {moved}")
+    return out
+
+
+def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
+    """Every derived builtin name of a schedule over `axes`, in dependency order."""
+    return {**BUILTIN_EXPRS, **axis_builtin_exprs(axes)}
 
 
 def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
@@ -37,6 +74,9 @@ class _Resolver:
     def __init__(self, sched: S.Schedule):
         self.s = sched
         self.file = sched.file
+        self.builtins = {**BUILTINS, **axis_builtins(sched.axes)}
+        if sched.megacore:
+            self.builtins["core"] = "the TensorCore running this grid point (megacore: 0 or 1)"
 
     def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
              name: str | None = None) -> None:
@@ -63,7 +103,7 @@ class _Resolver:
                         kind != "copy" and keyword.iskeyword(name)):
                     self.fail(line, f"`{name}` is not a valid name for a {kind}",
                               fix="use letters, digits and _, not starting with a digit")
-                if name in BUILTINS or name in ("min", "max", "barrier"):
+                if name in self.builtins or name in ("min", "max", "barrier"):
                     self.fail(line, f"`{name}` is reserved and cannot name a {kind}",
                               fix="choose another name")
                 if name in seen:
@@ -76,10 +116,20 @@ class _Resolver:
             self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
 
     def static_names(self) -> set[str]:
-        return {"N", *self.s.params}
+        return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params}
 
     def step_names(self) -> set[str]:
-        return {*BUILTINS, *self.s.params, *self.s.grid, *self.s.let}
+        return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let}
+
+    def check_axes(self) -> None:
+        s = self.s
+        line = s.line_of("axes")
+        for a in s.axes:
+            if not isinstance(a, str) or not a.isidentifier() or keyword.iskeyword(a):
+                self.fail(line, f"axis name `{a}` is not an identifier",
+                          fix="name mesh axes with letters, digits and _, e.g. x, y, data")
+        if len(set(s.axes)) != len(s.axes):
+            self.fail(line, f"axes {s.axes} name an axis twice", fix="list each mesh axis once")
 
     # -- declarations ----------------------------------------------------------
     def check_declarations(self) -> None:
@@ -89,7 +139,7 @@ class _Resolver:
             self.fail(s.line_of("dtype"), f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
         for name, size in s.grid.items():
             self.check_expr(size, static, s.line_of("grid", name), "grid size")
-        defined = {*BUILTINS, *s.params, *s.grid}
+        defined = {*self.builtins, *s.params, *s.grid}
         for name, value in s.let.items():
             self.check_expr(value, defined, s.line_of("let", name), f"let `{name}`")
             defined.add(name)
@@ -102,7 +152,9 @@ class _Resolver:
                 for dim in buf.shard:
                     self.check_expr(dim, static, buf.line, f"shard shape of `{name}`")
             if buf.spec is not None:
-                bad = [a for a in buf.spec if a is not None and a not in s.axes]
+                named = [a for entry in buf.spec if entry is not None
+                         for a in ([entry] if isinstance(entry, str) else entry)]
+                bad = [a for a in named if a not in s.axes]
                 if bad:
                     self.fail(buf.line, f"spec of `{name}` names axis `{bad[0]}`, not among the schedule axes",
                               fix=f"use {s.axes} or null")
@@ -222,6 +274,7 @@ class _Resolver:
                 self.check_vmem(src, op.src, line, key)
 
     def run(self) -> None:
+        self.check_axes()
         self.check_namespaces()
         self.check_declarations()
         self.check_copies()

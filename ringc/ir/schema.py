@@ -85,9 +85,10 @@ class Buffer(Node):
     shard: list[ExprT] | None = Field(
         None, description="inputs and outputs only: the per-device array under shard_map, "
                           "reshaped to slots + shape for the kernel (default: slots + shape)")
-    spec: list[str | None] | None = Field(
-        None, description="inputs and outputs only: PartitionSpec of the global array "
-                          "(default: the schedule axis on the first dimension)")
+    spec: list[str | list[str] | None] | None = Field(
+        None, description="inputs and outputs only: PartitionSpec of the global array, one entry per "
+                          "dimension: an axis, a list of axes, or null (default: the schedule's axes "
+                          "on the first dimension)")
 
     @model_validator(mode="after")
     def _io_only(self) -> "Buffer":
@@ -263,12 +264,18 @@ def _schema_shorthands(schema: dict[str, Any]) -> None:
 
 class Schedule(Node):
     """A collective as a step-by-step SPMD schedule. Every device runs `body` once per
-    point of `grid`, in row-major order, with `me` its index along `axes[0]`."""
+    point of `grid`, in row-major order, with `me` its index over `axes` (row-major)."""
     model_config = ConfigDict(**Node.model_config, json_schema_extra=_schema_shorthands)
     name: str
     description: str | None = None
     collective: Collective
-    axes: list[str] = Field(default_factory=lambda: ["x"], min_length=1, max_length=1)
+    axes: list[str] = Field(default_factory=lambda: ["x"], min_length=1, max_length=3,
+                            description="the mesh axes the schedule runs over; `me` and `N` are the "
+                                        "row-major index and count over all of them")
+    megacore: bool = Field(False, description=(
+        "v4/v5p chips have two TensorCores: add a leading `parallel` grid axis `core` (0, 1) so "
+        "both run the kernel, and issue every DMA and semaphore op from core 0 (guard them with "
+        "`when: core == 0`), as the Pallas distributed tutorial recommends"))
     dtype: str = "float32"
     params: dict[str, int] = {}
     buffers: dict[str, Buffer]
@@ -297,8 +304,9 @@ class Schedule(Node):
         return self._lines.get(tuple(path)) or self._lines.get(tuple(path[:1])) or self.line
 
     @property
-    def axis(self) -> str:
-        return self.axes[0]
+    def axis(self) -> str | tuple[str, ...]:
+        """The `axis_name` to give `lax`: the axis, or the tuple of axes of a multi-axis schedule."""
+        return self.axes[0] if len(self.axes) == 1 else tuple(self.axes)
 
     @property
     def file(self) -> str:

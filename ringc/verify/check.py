@@ -1,6 +1,7 @@
 """`ringc check`: unroll for one N and run every check, in dependency order.
 
-1. targets: every remote action goes to an existing device, a graph neighbour ideally;
+1. targets and routes (`placement.py`): every remote action goes to an existing device,
+   a neighbour on the topology ideally, and one the hardware can route to;
 2. the maximal run: hangs, semaphores non-zero at exit, DMAs never waited, byte counts;
 3. if the run completes: races over all interleavings, then the symbolic data flow.
 """
@@ -13,44 +14,28 @@ from collections import defaultdict
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
-from .events import DmaStart, Event, Program, SemWait, sem_text
+from .events import Compute, DmaStart, Event, Program, SemWait, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
+from .placement import Placement, labels, place, route_findings
 from .races import describe, find_races
 from .semantics import check_semantics
 from .simulate import Machine, maximal_run
 from .unroll import unroll
 
 
-def check_targets(program: Program, topo: str) -> list[Finding]:
-    try:
-        topo_ = topology.parse(topo, program.n)
-    except ValueError as e:
-        raise ScheduleError(str(e), file=program.file, fix="see `ringc check --help`") from None
-    findings, seen = [], set()
-    for ev, target in program.targets:
-        a = ev.action
-        what = f"copy `{a.copy}`" if isinstance(a, DmaStart) else f"{a.why} on {sem_text(a.sem)}"
-        if not 0 <= target < program.n:
-            if ("bad", ev.line) not in seen:
-                seen.add(("bad", ev.line))
-                findings.append(Finding(
-                    "bad_target", f"{what} at {program.where(ev)} targets device {target}, which does not "
-                                  f"exist for N={program.n}: is a `% N` missing?", event=ev))
-        elif target == ev.device and isinstance(a, DmaStart):
-            if ("self", ev.line) not in seen:
-                seen.add(("self", ev.line))
-                findings.append(Finding("self_target", f"{what} at {program.where(ev)} sends to its own "
-                                                       "device; use a local copy", severity="warning", event=ev))
-        elif target != ev.device:
-            h = topology.hops(topo_, topo_.coord(ev.device), topo_.coord(target))
-            if h > 1 and ("far", ev.line) not in seen:
-                seen.add(("far", ev.line))
-                findings.append(Finding(
-                    "not_neighbour", f"{what} at {program.where(ev)} goes to device {target}, {h} hops away "
-                                     f"on a {topo} of {program.n}; it is routed through other devices and "
-                                     "competes for their links", severity="warning", event=ev))
-    return findings
+def resolve_topology(sched: S.Schedule, n: int | None, topo: "str | topology.Topology",
+                     along: str | None = None) -> Placement:
+    """The schedule placed on `topo` (a `--topology` spelling; `ring` takes `n` devices)."""
+    if isinstance(topo, str):
+        try:
+            topo = topology.parse(topo, n)
+        except ValueError as e:
+            raise ScheduleError(str(e), file=sched.file, fix="see `ringc check --help`") from None
+    elif n is not None and n != topo.size:
+        raise ScheduleError(f"topology {topo.spec} has {topo.size} devices, but N={n}", file=sched.file,
+                            fix=f"pass {topo.size} devices or another topology")
+    return place(sched, topo, along)
 
 
 def run_findings(program: Program, m: Machine) -> list[Finding]:
@@ -60,7 +45,8 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
         a: SemWait = ev.action
         others = [o for o in stuck if o is not ev]
         if others:
-            chain = "; ".join(f"device {o.device} is itself stuck at line {o.line}" for o in others[:3])
+            chain = "; ".join(f"device {program.label(o.device)} is itself stuck at line {o.line}"
+                              for o in others[:3])
             reason = f"the devices that could signal it never get there ({chain})"
         else:
             reason = "no device signals it again: every other device has finished"
@@ -111,18 +97,62 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
             side = "receive" if ev.action.recv_sem == sem else "send"
             findings.append(Finding(
                 "dma_not_waited", f"{describe(ev)} at {program.where(ev)} is never waited on its {side} side: "
-                                  f"{sem_text(sem)} on device {sem[0]} ends at {m.value[sem]} "
+                                  f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]} "
                                   f"({total} bytes from this copy)", event=ev))
         else:
             findings.append(Finding(
-                "unbalanced", f"{sem_text(sem)} on device {sem[0]} ends at {m.value[sem]}, not 0: "
+                "unbalanced", f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]}, not 0: "
                               f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
                 event=ev))
     return findings
 
 
-def check_program(sched: S.Schedule, program: Program, topo: str = "ring") -> Report:
-    findings = check_targets(program, topo)
+def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
+    """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
+    touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
+    issue DMAs from one core), and outputs live in HBM (each core would write back its own
+    VMEM copy of a VMEM output). Remote copies go HBM to HBM: a VMEM operand would be
+    some core's private memory. With that, core 1 only computes on its own VMEM, and core
+    0's events are the whole story for the other checks."""
+    if not sched.megacore:
+        return []
+    findings, seen = [], set()
+    for events in program.second_core:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, Compute) or ev.line in seen:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "megacore_dma", f"{describe(ev)} at {program.where(ev)} runs on core 1: with `megacore: true` only "
+                                "core 0 may issue DMAs and semaphore operations, or both cores of a chip send "
+                                "(guard it with `when: core == 0`)", event=ev))
+    for name in (n for n, b in sched.buffers.items() if b.kind == "output" and b.memory == "vmem"):
+        findings.append(Finding(
+            "megacore_vmem", f"output `{name}` (line {sched.buffers[name].line}) lives in VMEM: with `megacore: true` "
+                             "each core writes its own VMEM copy back to HBM, and core 1's copy overwrites the "
+                             "result; leave the output in HBM (drop `space: vmem`)"))
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not (isinstance(a, DmaStart) and a.remote) or ev.line in seen:
+                continue
+            private = [r.buffer for r in (a.src, a.dst) if sched.buffers[r.buffer].memory == "vmem"]
+            if private:
+                seen.add(ev.line)
+                findings.append(Finding(
+                    "megacore_vmem", f"{describe(ev)} at {program.where(ev)} moves VMEM (`{private[0]}`) between "
+                                     "chips: with `megacore: true` remote copies go HBM to HBM (the tutorial's "
+                                     "advice), since VMEM belongs to one core", event=ev))
+    return findings
+
+
+def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring") -> Report:
+    if not isinstance(placement, Placement):
+        placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
+    if placement.topo.ndim > 1:
+        program.device_labels = labels(program, placement)
+    findings = route_findings(program, placement) + megacore_findings(sched, program)
     m = maximal_run(program)
     findings += run_findings(program, m)
     if m.finished():
@@ -130,15 +160,27 @@ def check_program(sched: S.Schedule, program: Program, topo: str = "ring") -> Re
         findings += find_races(program, order, dma_ends(program, order))
         for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
             findings.append(Finding(
-                "wrong_result", f"device {mm.device}: {mm.where} ends as {mm.got}, but "
+                "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                 f"{sched.collective.kind} needs {mm.want}", device=mm.device))
-    return Report(program, findings)
+    report = Report(program, findings)
+    report.placement = placement.describe()
+    return report
 
 
-def check(sched: S.Schedule, n: int, *, topology: str = "ring", invocations: int = 1) -> Report:
-    """Verify `sched` for `n` devices. Raises `ScheduleError` for bad input."""
+def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
+          invocations: int = 1, along: str | None = None, strict: bool = False) -> Report:
+    """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
+    spelling such as `torus:4x4` or `v5e:4x4` (then `n`, if given, must be its size), with
+    the schedule's axes along `along` (e.g. `y`). `strict` turns warnings into errors.
+    Raises `ScheduleError` for bad input."""
     t0 = time.perf_counter()
-    program = unroll(sched, n, invocations=invocations)
-    report = check_program(sched, program, topology)
+    placement = resolve_topology(sched, n, topology, along)
+    program = unroll(sched, sizes=placement.sizes, invocations=invocations)
+    report = check_program(sched, program, placement)
+    if strict:
+        for f in report.findings:
+            if f.severity == "warning":
+                f.severity = "error"
+                f.message += " [an error under --strict]"
     report.seconds = time.perf_counter() - t0
     return report

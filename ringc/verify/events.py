@@ -119,9 +119,21 @@ class Program:
     sem_kinds: dict[str, str]                    # name -> dma | regular | barrier
     shapes: dict[str, tuple[int, ...]]           # buffer -> full shape for this N
     targets: list[tuple[Event, int]] = field(default_factory=list)  # (event, target) of every remote action
+    axis_sizes: dict[str, int] = field(default_factory=dict)  # schedule axis -> devices along it
+    device_labels: list[str] | None = None  # how findings name device d, e.g. "(1, 2)"; default "d"
+    # Megacore: the events of each device's second TensorCore. They must not touch shared
+    # state (see `check.megacore_findings`); `devices` holds core 0's.
+    second_core: list[list[Event]] = field(default_factory=list)
+
+    def label(self, device: int) -> str:
+        """How findings name a device: its coordinates on the topology once `check` knows
+        them (`(1, 2)`, `*` for every value of an axis the schedule does not run along)."""
+        if self.device_labels is not None and 0 <= device < len(self.device_labels):
+            return self.device_labels[device]
+        return str(device)
 
     def where(self, ev: Event) -> str:
         """`device 2, step=3 phase=1 (line 41)` — the location users read in findings."""
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
-        return f"device {ev.device},{inv} {pt} (line {ev.line})"
+        return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"

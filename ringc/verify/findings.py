@@ -16,6 +16,10 @@ KINDS = {
     "bad_target": "a send to a device that does not exist (a missing `% N`?)",
     "self_target": "a remote copy or signal to the sending device itself",
     "not_neighbour": "a send to a device that is not a graph neighbour",
+    "no_wraparound": "a ring send around the end of an axis without wraparound links (several hops)",
+    "unroutable": "a send TPU v5e cannot route: not at a power-of-2 offset",
+    "megacore_dma": "megacore: a DMA or semaphore operation issued from core 1",
+    "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
     "wrong_result": "an output block differs from the collective's meaning",
 }
@@ -59,6 +63,7 @@ class Report:
     program: Program
     findings: list[Finding]
     seconds: float = 0.0
+    placement: str | None = None  # the topology and axes it was checked on, e.g. "torus:4x4 (...) along x"
 
     @property
     def ok(self) -> bool:
@@ -72,7 +77,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         p = self.program
-        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "ok": self.ok,
+        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement, "ok": self.ok,
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 
@@ -80,6 +85,7 @@ class Report:
         p = self.program
         status = "ok" if self.ok else "FAILED"
         events = sum(len(d) for d in p.devices)
-        lines = [f"{p.file} N={p.n}: {status} ({events} events, {self.seconds:.2f}s)"]
+        on = f" on {self.placement}" if self.placement and not self.placement.startswith("ring ") else ""
+        lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)

@@ -146,16 +146,38 @@ class Memory:
         self.write(dst, [Piece(dst.box, ())])
 
 
+def _unravel(j: int, dims: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for d in reversed(dims):
+        j, c = divmod(j, d)
+        out.append(c)
+    return tuple(reversed(out))
+
+
+def device_dims(sched: S.Schedule, buffer: str) -> int:
+    """How many leading dims of `buffer` index devices (row-major), where the collective has
+    such dims: its slot dims (`slots: N`, or `slots: [N_x, N_y]` over two axes), at least 1."""
+    return max(1, len(sched.buffers[buffer].slots))
+
+
 def expected(sched: S.Schedule, n: int, device: int, out_shape: tuple[int, ...],
              in_shape: tuple[int, ...]) -> list[Piece]:
-    """What the collective prescribes for the output of `device`, as pieces."""
+    """What the collective prescribes for the output of `device`, as pieces. Device-indexed
+    dims may be split row-major over several leading dims (see `device_dims`)."""
     c = sched.collective
     x = sched.io_buffer("input")
     full = tuple((0, s) for s in out_shape)
     rank = len(in_shape)
+    k_in, k_out = device_dims(sched, x), device_dims(sched, sched.io_buffer("output"))
 
     def term(dev: int, imap: IndexMap) -> Term:
         return (x, dev, imap)
+
+    def point(j: int) -> Box:
+        return tuple((i, i + 1) for i in _unravel(j, out_shape[:k_out]))
+
+    def fixed(dev: int) -> IndexMap:  # the input's device dims at `dev`'s block
+        return tuple((None, i) for i in _unravel(dev, in_shape[:k_in]))
 
     ident = tuple((d, 0) for d in range(rank))
     if c.kind == "ppermute":
@@ -163,24 +185,42 @@ def expected(sched: S.Schedule, n: int, device: int, out_shape: tuple[int, ...],
     if c.kind == "psum":
         return [Piece(full, tuple(term(j, ident) for j in range(n)))]
     if c.kind == "all_gather":
-        shifted = tuple((d + 1, 0) for d in range(rank))
-        return [Piece(((j, j + 1),) + full[1:], (term(j, shifted),)) for j in range(n)]
+        shifted = tuple((d + k_out, 0) for d in range(rank))
+        return [Piece(point(j) + full[k_out:], (term(j, shifted),)) for j in range(n)]
     if c.kind == "psum_scatter":
-        imap = ((None, device),) + tuple((d, 0) for d in range(rank - 1))
+        imap = fixed(device) + tuple((d, 0) for d in range(rank - k_in))
         return [Piece(full, tuple(term(j, imap) for j in range(n)))]
     if c.kind == "all_to_all":
-        imap = ((None, device),) + tuple((d, 0) for d in range(1, rank))
-        return [Piece(((j, j + 1),) + full[1:], (term(j, imap),)) for j in range(n)]
+        imap = fixed(device) + tuple((k_out + d, 0) for d in range(rank - k_in))
+        return [Piece(point(j) + full[k_out:], (term(j, imap),)) for j in range(n)]
     raise AssertionError(c.kind)
 
 
-def expected_shape(sched: S.Schedule, n: int, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+def shape_problem(sched: S.Schedule, n: int, in_shape: tuple[int, ...],
+                  out_shape: tuple[int, ...]) -> str | None:
+    """None if `out_shape` can hold the collective of `in_shape` on n devices, else the shape
+    it needs. The device dims (`device_dims`) multiply to N."""
     kind = sched.collective.kind
-    if kind == "all_gather":
-        return (n, *in_shape)
-    if kind == "psum_scatter":
-        return in_shape[1:]
-    return in_shape
+    k_in, k_out = device_dims(sched, sched.io_buffer("input")), device_dims(sched, sched.io_buffer("output"))
+
+    def devices(shape: tuple[int, ...], k: int) -> bool:
+        size = 1
+        for d in shape[:k]:
+            size *= d
+        return len(shape) > k and size == n
+
+    if kind in ("ppermute", "psum"):
+        ok, want = out_shape == in_shape, f"shape {list(in_shape)}"
+    elif kind == "all_gather":
+        ok = devices(out_shape, k_out) and out_shape[k_out:] == in_shape
+        want = f"shape [N, *input shape] = {[n, *in_shape]} (N may be split over leading slots)"
+    elif kind == "psum_scatter":
+        ok = devices(in_shape, k_in) and out_shape == in_shape[k_in:]
+        want = f"the input's leading N blocks (slots) and output shape {list(in_shape[k_in:])}"
+    else:  # all_to_all
+        ok = devices(in_shape, k_in) and devices(out_shape, k_out) and in_shape[k_in:] == out_shape[k_out:]
+        want = f"input and output both of N={n} blocks (slots) of the same shape"
+    return None if ok else want
 
 
 def render_value(value: Value, box: Box) -> str:
@@ -235,10 +275,10 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
             else:
                 mem.accumulate(a.src, a.dst)
     mismatches = []
-    want_shape = expected_shape(sched, n, shapes[x])
-    if tuple(shapes[out]) != want_shape:
+    want_shape = shape_problem(sched, n, tuple(shapes[x]), tuple(shapes[out]))
+    if want_shape is not None:
         return [Mismatch(-1, out, f"shape {list(shapes[out])}",
-                         f"shape {list(want_shape)} for {sched.collective.kind} of `{x}` {list(shapes[x])}")]
+                         f"{want_shape} for {sched.collective.kind} of `{x}` {list(shapes[x])}")]
     for d in range(n):
         full = tuple((0, s) for s in shapes[out])
         got = mem.read(Region(out, d, full, tuple(range(len(full))), 1))

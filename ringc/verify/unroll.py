@@ -16,7 +16,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.resolve import BUILTIN_EXPRS, walk_ops
+from ..ir.resolve import builtin_exprs, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
@@ -24,10 +24,12 @@ from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, D
 class _Context:
     """Static facts for one N: evaluated shapes, sizes and the grid."""
 
-    def __init__(self, sched: S.Schedule, n: int):
+    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
         self.n = n
-        self.static: dict[str, int] = {"N": n, **sched.params}
+        self.sizes = sizes
+        per_axis = {f"N_{a}": size for a, size in sizes.items()} if len(sizes) > 1 else {}
+        self.static: dict[str, int] = {"N": n, **per_axis, **sched.params}
         self.shapes = {name: self._shape(buf.full_shape, f"shape of buffer `{name}`", buf.line)
                        for name, buf in sched.buffers.items()}
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
@@ -60,18 +62,24 @@ class _Context:
 
 
 class _Unroller:
-    def __init__(self, sched: S.Schedule, n: int):
+    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
-        self.ctx = _Context(sched, n)
+        self.ctx = _Context(sched, n, sizes)
         self.n = n
+        self.builtins = builtin_exprs(sched.axes)
+        # Row-major strides of the schedule's axes: device d has me_a = d // stride % N_a.
+        self.strides = {a: prod(list(sizes.values())[i + 1:]) for i, a in enumerate(sizes)}
         self.env: dict[str, Any] = {}
         self.device = 0
         self.point: tuple[int, ...] = ()
         self.targets: list[tuple[Event, int]] = []
+        self.core = 0
+        # Megacore: the leading `core` grid axis (parallel: core c runs the points (c, ...)).
+        self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
-        pt = " ".join(f"{k}={v}" for k, v in zip(self.s.grid, self.point))
+        pt = " ".join(f"{k}={v}" for k, v in zip(self.grid_names, self.point))
         raise ScheduleError(f"{msg} on device {self.device} at {pt} (N={self.n})",
                             file=self.s.file, line=line, fix=fix)
 
@@ -191,9 +199,14 @@ class _Unroller:
                 self.emit(out, action, op.line, invocation, target)
 
     def set_point(self, point: tuple[int, ...]) -> None:
-        self.point = point
+        self.point = (self.core, *point) if self.s.megacore else point
         env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
-        for name, e in BUILTIN_EXPRS.items():
+        if self.s.megacore:
+            env["core"] = self.core
+        if len(self.ctx.sizes) > 1:
+            for a, size in self.ctx.sizes.items():
+                env[f"me_{a}"] = self.device // self.strides[a] % size
+        for name, e in self.builtins.items():
             env[name] = E.evaluate(e, env)
         self.env = env
         for name, e in self.s.let.items():
@@ -202,7 +215,7 @@ class _Unroller:
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation)
         out.append(event)
-        if target is not None:
+        if target is not None and self.core == 0:
             self.targets.append((event, target))
 
     def entry(self, out: list[Event], invocation: int) -> None:
@@ -242,32 +255,58 @@ class _Unroller:
     def run(self, invocations: int) -> Program:
         s, n = self.s, self.n
         devices: list[list[Event]] = []
+        second_core: list[list[Event]] = []
         for d in range(n):
             self.device = d
             events: list[Event] = []
+            second: list[Event] = []
             for inv in range(invocations):
-                self.point = tuple(0 for _ in self.ctx.grid)
+                self.core = 0
+                self.point = tuple(0 for _ in self.grid_names)
                 if s.barrier is not None:
                     if inv:
                         self.interloper(events, inv)
                     self.entry(events, inv)
                 elif invocations > 1:
                     self.device_barrier(events, inv)
-                for point in itertools.product(*(range(g) for g in self.ctx.grid)):
-                    self.set_point(point)
-                    self.walk(s.body, events, inv)
+                for core, out in enumerate([events, second][:2 if s.megacore else 1]):
+                    self.core = core
+                    for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                        self.set_point(point)
+                        self.walk(s.body, out, inv)
+                self.core = 0
             devices.append(events)
+            if s.megacore:
+                second_core.append(second)
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
-        return Program(s.name, s.file, n, tuple(s.grid), devices, kinds, dict(self.ctx.shapes), self.targets)
+        return Program(s.name, s.file, n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
+                       axis_sizes=dict(self.ctx.sizes), second_core=second_core)
 
 
-def unroll(sched: S.Schedule, n: int, *, invocations: int = 1) -> Program:
-    """The event lists of all `n` devices. Raises `ScheduleError` for N-dependent bad input."""
-    if n < 1:
-        raise ScheduleError(f"N must be at least 1, got {n}", file=sched.file)
-    return _Unroller(sched, n).run(invocations)
+def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
+           sizes: dict[str, int] | None = None) -> Program:
+    """The event lists of all devices of one instance of the schedule: `n` devices along its
+    axis, or `sizes` (axis -> devices) for a schedule over several axes, `n` their product.
+    Raises `ScheduleError` for N-dependent bad input."""
+    if sizes is None:
+        if len(sched.axes) > 1:
+            raise ScheduleError(
+                f"`{sched.name}` runs over {len(sched.axes)} axes ({', '.join(sched.axes)}), so one device count "
+                "does not say how many devices lie along each", file=sched.file, line=sched.line_of("axes"),
+                fix=f"give a topology with {len(sched.axes)} axes, e.g. --topology torus:2x4")
+        if n is None:
+            raise ScheduleError("no device count given", file=sched.file, fix="pass --devices N")
+        sizes = {sched.axes[0]: n}
+    if list(sizes) != list(sched.axes):
+        raise ValueError(f"sizes {sizes} must list the schedule's axes {sched.axes} in order")
+    if n is None:
+        n = prod(sizes.values())
+    if n < 1 or any(v < 1 for v in sizes.values()) or n != prod(sizes.values()):
+        raise ScheduleError(f"N must be at least 1 and the product of the axis sizes, got {n} for {sizes}",
+                            file=sched.file)
+    return _Unroller(sched, n, sizes).run(invocations)
 
 
 

@@ -1,0 +1,261 @@
+"""A schedule placed on a topology: which topology axes it runs along, the physical route
+of every send, and the findings about routes (hops, missing wraparound, v5e offsets).
+
+A schedule over axes A sees only its coordinates along A (`me`, `me_a`, `N_a`): on a mesh
+with more axes, every line (or plane) along A, the other coordinates fixed, runs the same
+program, and the emitted kernel addresses devices with those other coordinates kept
+(`pl.DeviceIdType.MESH`). So the verifier unrolls one instance, whose devices are numbered
+row-major over A, and this module maps it onto every instance of the mesh for the routes.
+On a grid every instance has the same axis sizes and wraparound, so its routes have the
+same hop counts; `sends` lists all of them, per instance, for the cost model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterator
+
+from .. import topology as T
+from ..ir import schema as S
+from ..ir.errors import ScheduleError
+from .events import DmaStart, Event, Program, sem_text
+from .findings import Finding
+
+AXIS_NAMES = ("x", "y", "z")
+
+
+def axis_names(topo: T.Topology) -> tuple[str, ...]:
+    """How `--along` and findings name the topology's axes: x, y, z by position."""
+    return AXIS_NAMES[:topo.ndim] if topo.ndim <= len(AXIS_NAMES) else tuple(map(str, range(topo.ndim)))
+
+
+@dataclass(frozen=True)
+class Placement:
+    topo: T.Topology
+    axes: tuple[str, ...]       # the schedule's axes
+    along: tuple[int, ...]      # the topology axis each schedule axis runs along
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Devices along each schedule axis (N_a)."""
+        return {a: self.topo.shape[k] for a, k in zip(self.axes, self.along)}
+
+    @property
+    def others(self) -> tuple[int, ...]:
+        """Topology axes the schedule does not run along."""
+        return tuple(k for k in range(self.topo.ndim) if k not in self.along)
+
+    def local_coords(self, device: int) -> tuple[int, ...]:
+        """The schedule coordinates (me_a, row-major) of instance-local device `device`."""
+        out = []
+        for a in reversed(self.axes):
+            device, c = divmod(device, self.sizes[a])
+            out.append(c)
+        return tuple(reversed(out))
+
+    def coord(self, base: tuple[int, ...], device: int) -> tuple[int, ...]:
+        """The topology coordinate of local device `device` in the instance whose other
+        coordinates are `base` (one entry per topology axis; entries on `along` ignored)."""
+        c = list(base)
+        for k, x in zip(self.along, self.local_coords(device)):
+            c[k] = x
+        return tuple(c)
+
+    def bases(self) -> Iterator[tuple[int, ...]]:
+        """One coordinate per instance: every combination of the other axes, zeros on `along`."""
+        ranges = [range(self.topo.shape[k]) if k in self.others else range(1) for k in range(self.topo.ndim)]
+        return itertools.product(*ranges)
+
+    @property
+    def instances(self) -> int:
+        return self.topo.size // max(1, _prod(self.sizes.values()))
+
+    def label(self, device: int) -> str:
+        """`3` on a 1-axis topology; `(1, 2)` on more axes, `*` on axes the schedule does not
+        run along (the finding holds in every instance)."""
+        if self.topo.ndim == 1:
+            return str(device)
+        c = self.coord(tuple(0 for _ in self.topo.shape), device)
+        return "(" + ", ".join(str(x) if k in self.along else "*" for k, x in enumerate(c)) + ")"
+
+    def describe(self) -> str:
+        names = axis_names(self.topo)
+        along = ", ".join(f"{a}->{names[k]}" if a != names[k] else a for a, k in zip(self.axes, self.along))
+        return f"{self.topo.describe()} along {along}"
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _axis_index(text: str, topo: T.Topology) -> int | None:
+    names = axis_names(topo)
+    if text in names:
+        return names.index(text)
+    if text.isdigit() and int(text) < topo.ndim:
+        return int(text)
+    return None
+
+
+def place(sched: S.Schedule, topo: T.Topology, along: str | None = None) -> Placement:
+    """Bind the schedule's axes to the topology's. `along` is `y` or `x,y` (axis names x, y, z
+    or indices); by default axes named like topology axes bind to them, else the first ones."""
+    names = axis_names(topo)
+    k = len(sched.axes)
+    if k > topo.ndim:
+        raise ScheduleError(
+            f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} has "
+            f"{topo.ndim} axis{'es' if topo.ndim > 1 else ''}",
+            file=sched.file, line=sched.line_of("axes"),
+            fix=f"check it on a topology with {k} axes or more, e.g. --topology torus:{'x'.join(['4'] * k)}")
+    if along is not None:
+        parts = [p.strip() for p in along.split(",") if p.strip()]
+        idx = [_axis_index(p, topo) for p in parts]
+        if len(parts) != k or None in idx or len(set(idx)) != k:
+            raise ScheduleError(
+                f"--along {along!r} must name {k} distinct axes of {topo.spec} (one per schedule axis: "
+                f"{', '.join(sched.axes)})", file=sched.file,
+                fix=f"use axis names {', '.join(names)} or indices 0..{topo.ndim - 1}, e.g. --along "
+                    f"{','.join(names[:k])}")
+        return Placement(topo, tuple(sched.axes), tuple(idx))
+    if all(a in names for a in sched.axes):
+        return Placement(topo, tuple(sched.axes), tuple(names.index(a) for a in sched.axes))
+    return Placement(topo, tuple(sched.axes), tuple(range(k)))
+
+
+# ------------------------------------------------------------------------- routes
+
+
+@dataclass(frozen=True)
+class Send:
+    """One remote action of one instance, with its physical route (src..dst inclusive)."""
+    event: Event
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    route: list[tuple[int, ...]]
+
+    @property
+    def hops(self) -> int:
+        return len(self.route) - 1
+
+
+def sends(program: Program, placement: Placement, instance: tuple[int, ...] | None = None) -> list[Send]:
+    """Every remote action (copy start, signal, barrier) between distinct, existing devices,
+    with its route: in one instance (`instance` = its base coordinate) or in all of them."""
+    out = []
+    bases = [instance] if instance is not None else list(placement.bases())
+    for base in bases:
+        for ev, target in program.targets:
+            if target == ev.device or not 0 <= target < program.n:
+                continue
+            src, dst = placement.coord(base, ev.device), placement.coord(base, target)
+            out.append(Send(ev, src, dst, T.route(placement.topo, src, dst)))
+    return out
+
+
+def _is_power_of_2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def v5e_offset_ok(topo: T.Topology, src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Seed 000, "Routing": on TPU v5e "devices can only route to a power of 2 offset from
+    themselves". Read per axis: on every axis where the coordinates differ, the offset (either
+    way round the axis) is a power of 2, so a ring's wrap-around send (offset N - 1 one way, 1
+    the other) is routable, while `(me + 3) % 8` is not."""
+    for a, b, size in zip(src, dst, topo.shape):
+        if a != b and not (_is_power_of_2((b - a) % size) or _is_power_of_2((a - b) % size)):
+            return False
+    return True
+
+
+def _wraps_around(topo: T.Topology, src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
+    """The axis a send crosses from one end to the other, where wraparound would make it one hop."""
+    diff = [k for k, (a, b) in enumerate(zip(src, dst)) if a != b]
+    if len(diff) == 1:
+        k = diff[0]
+        if not topo.wrap[k] and topo.shape[k] > 2 and {src[k], dst[k]} == {0, topo.shape[k] - 1}:
+            return k
+    return None
+
+
+def _what(ev: Event) -> str:
+    a = ev.action
+    return f"copy `{a.copy}`" if isinstance(a, DmaStart) else f"{a.why} on {sem_text(a.sem)}"
+
+
+def _path_text(placement: Placement, route: list[tuple[int, ...]]) -> str:
+    if placement.topo.ndim == 1:
+        return " -> ".join(str(c[0]) for c in route)
+    return " -> ".join("(" + ", ".join(map(str, c)) + ")" for c in route)
+
+
+def _wrap_reason(topo: T.Topology) -> str:
+    if topo.generation in ("v4", "v5p"):
+        return f"{topo.generation} slices only wrap when they are whole 4x4x4 cubes"
+    if topo.generation in ("v5e", "v6e"):
+        return f"a {topo.generation} axis only wraps when it spans the 16-chip pod"
+    return f"a {topo.kind} has no wraparound links"
+
+
+def route_findings(program: Program, placement: Placement) -> list[Finding]:
+    """Targets that do not exist, sends to oneself, sends v5e cannot route, and sends that
+    cross several links (a missing wraparound, or a far target): one finding per op line."""
+    topo = placement.topo
+    names = axis_names(topo)
+    findings, seen = [], set()
+
+    def once(kind: str, ev: Event) -> bool:
+        if (kind, ev.line) in seen:
+            return False
+        seen.add((kind, ev.line))
+        return True
+
+    base = next(placement.bases())  # every instance has the same hop counts (module docstring)
+    for ev, target in program.targets:
+        what = f"{_what(ev)} at {program.where(ev)}"
+        if not 0 <= target < program.n:
+            if once("bad", ev):
+                findings.append(Finding(
+                    "bad_target", f"{what} targets device {target}, which does not exist for N={program.n}: "
+                                  "is a `% N` missing?", event=ev))
+            continue
+        if target == ev.device:
+            if isinstance(ev.action, DmaStart) and once("self", ev):
+                findings.append(Finding("self_target", f"{what} sends to its own device; use a local copy",
+                                        severity="warning", event=ev))
+            continue
+        src, dst = placement.coord(base, ev.device), placement.coord(base, target)
+        route = T.route(topo, src, dst)
+        hops = len(route) - 1
+        to = f"device {program.label(target)}"
+        if topo.generation == "v5e" and not v5e_offset_ok(topo, src, dst) and once("v5e", ev):
+            offsets = ", ".join(f"{names[k]} {b - a:+d}" for k, (a, b) in enumerate(zip(src, dst)) if a != b)
+            findings.append(Finding(
+                "unroutable", f"{what} sends to {to} at offset {offsets}, which TPU v5e cannot route: a v5e "
+                              "device only sends to power-of-2 offsets from itself (seed 000, \"Routing\")",
+                event=ev))
+            continue
+        if hops <= 1:
+            continue
+        axis = _wraps_around(topo, src, dst)
+        if axis is not None and once("wrap", ev):
+            findings.append(Finding(
+                "no_wraparound", f"{what} sends to {to} around the end of axis {names[axis]}, but "
+                                 f"{topo.describe()} has no wraparound there ({_wrap_reason(topo)}): the send is "
+                                 f"routed over {hops} hops ({_path_text(placement, route)}) and shares those "
+                                 "links with the other sends. Correct, but slow; --strict makes this an error",
+                severity="warning", event=ev))
+        elif axis is None and once("far", ev):
+            findings.append(Finding(
+                "not_neighbour", f"{what} goes to {to}, {hops} hops away on {topo.describe()} "
+                                 f"({_path_text(placement, route)}); it is routed through other devices and "
+                                 "competes for their links", severity="warning", event=ev))
+    return findings
+
+
+def labels(program: Program, placement: Placement) -> list[str]:
+    return [placement.label(d) for d in range(program.n)]
