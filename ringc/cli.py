@@ -245,7 +245,8 @@ def _cost_parser(sub, add_params) -> None:
                                    "docs/cost-model.md) and compare it with the collective's lower bound.")
     c.add_argument("file", metavar="FILE")
     c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, ...")
-    c.add_argument("--axis", type=int, default=0, help="the mesh axis the schedule runs along (default 0)")
+    c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along, e.g. y "
+                                                   "(default: as `ringc check`)")
     c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
     c.add_argument("--bytes", type=_size, metavar="SIZE",
                    help="collective size V (e.g. 64MiB); sets the schedule's row/column params")
@@ -264,7 +265,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from .cost.sizing import parse_sweep
     sched = _load(args.file, args.param)
     try:
-        hw = hardware(args.topology, axis=args.axis, chip=args.chip, hop_latency=args.hop_latency,
+        hw = hardware(args.topology, sched, along=args.along, chip=args.chip, hop_latency=args.hop_latency,
                       dma_overhead=args.dma_overhead)
     except ValueError as e:
         raise ScheduleError(str(e), file=args.file, fix="see `ringc cost --help`") from None
@@ -321,6 +322,7 @@ def _show_parser(sub, add_params) -> None:
     c.add_argument("file", metavar="FILE")
     c.add_argument("--devices", type=_positive, metavar="N", help="device count (default: from --topology)")
     c.add_argument("--topology", metavar="SPEC", help="default ring:N")
+    c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along (as `check`)")
     c.add_argument("--format", choices=("mermaid", "png", "md"), default="md")
     c.add_argument("--diagram", choices=DIAGRAMS, default="gantt", help="which diagram for --format mermaid")
     c.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size for the timeline (default: params)")
@@ -328,13 +330,12 @@ def _show_parser(sub, add_params) -> None:
     add_params(c)
 
 
-def _timed(sched, file: str, topology: str, n: int | None, nbytes: int | None = None):
+def _timed(sched, topology: str, along: str | None, n: int | None):
     from .cost import hardware
     try:
-        hw = hardware(topology, n=n)
+        return hardware(topology, sched, along=along, n=n)
     except ValueError as e:
-        raise ScheduleError(str(e), file=file, fix="pass --devices N and/or --topology SPEC") from None
-    return hw
+        raise ScheduleError(str(e), file=sched.file, fix="pass --devices N and/or --topology SPEC") from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -347,7 +348,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.format == "png" and not args.output:
         raise ScheduleError("--format png writes a file: give -o OUT.png", file=args.file, fix="add -o timeline.png")
     out = _output_path(args.output, args.file) if args.output else None
-    hw = _timed(sched, args.file, args.topology or f"ring:{args.devices}", args.devices)
+    hw = _timed(sched, args.topology or "ring", args.along, args.devices)
     try:
         e = estimate(sched, hw, nbytes=args.bytes)
     except CostError as err:
@@ -373,7 +374,7 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
     from .show.png import timeline_png
     out = _output_path(args.show, sched.file)
     program = report.program
-    hw = _timed(sched, sched.file, args.topology, program.n)
+    hw = _timed(sched, args.topology, args.along, program.n)
     machine = simulate(program, hw, memory_of(sched))
     finding = next((f for f in report.findings if f.severity == "error" and f.event is not None), None)
     status = f"[{finding.kind}] at line {finding.event.line}" if finding else "no finding"

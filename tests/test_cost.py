@@ -15,7 +15,6 @@ import pytest
 import ringc
 from ringc.cli import main
 from ringc.cost import CostError, estimate, hardware
-from ringc.cost.bounds import lower_bound
 from ringc.cost.chips import CHIPS
 from ringc.cost.network import Flow, FluidNetwork
 from ringc.cost.sizing import fit_volume, parse_size, parse_sweep
@@ -32,8 +31,16 @@ def load(path: Path):
     return ringc.load(path)
 
 
+def price(path: Path, topology: str, nbytes: int | None = None):
+    sched = load(path)
+    return estimate(sched, hardware(topology, sched), nbytes=nbytes)
+
+
+AG_RING = LIB / "all_gather_ring.yaml"
+
+
 def B(topology: str) -> float:
-    return hardware(topology).chip.link_bandwidth
+    return hardware(topology, load(AG_RING)).chip.link_bandwidth
 
 
 # --- validation against the closed forms -------------------------------------------------
@@ -42,16 +49,16 @@ def B(topology: str) -> float:
 def test_ring_all_gather_tends_to_n_minus_1_over_n_v_over_b(n):
     topo = f"ring:{n}"
     for size in (256 * MiB, 1024 * MiB):
-        e = estimate(load(LIB / "all_gather_ring.yaml"), hardware(topo), nbytes=size)
+        sched = load(AG_RING)
+        e = estimate(sched, hardware(topo, sched), nbytes=size)
         V = e.bound.volume
         formula = (n - 1) / n * V / B(topo)
         assert 1.0 <= e.seconds / formula < 1.02, (size, e.seconds, formula)
 
 
 def test_bidirectional_all_gather_is_about_twice_as_fast():
-    hw = hardware("ring:16")
-    uni = estimate(load(LIB / "all_gather_ring.yaml"), hw, nbytes=256 * MiB)
-    bi = estimate(load(FIXTURES / "all_gather_bidirectional.yaml"), hw, nbytes=256 * MiB)
+    uni = price(AG_RING, "ring:16", 256 * MiB)
+    bi = price(FIXTURES / "all_gather_bidirectional.yaml", "ring:16", 256 * MiB)
     assert uni.bound.volume == bi.bound.volume
     assert 1.9 < uni.seconds / bi.seconds < 2.05
     # ... and it reaches the bound the unidirectional ring cannot: both links into a device.
@@ -59,9 +66,8 @@ def test_bidirectional_all_gather_is_about_twice_as_fast():
 
 
 def test_all_reduce_is_about_twice_all_gather():
-    hw = hardware("ring:16")
-    ag = estimate(load(LIB / "all_gather_ring.yaml"), hw, nbytes=256 * MiB)
-    ar = estimate(load(FIXTURES / "all_reduce_rs_ag.yaml"), hw, nbytes=256 * MiB)
+    ag = price(AG_RING, "ring:16", 256 * MiB)
+    ar = price(FIXTURES / "all_reduce_rs_ag.yaml", "ring:16", 256 * MiB)
     assert ag.bound.volume == ar.bound.volume
     assert 1.9 < ar.seconds / ag.seconds < 2.1
 
@@ -74,7 +80,7 @@ def _ppermute(shift: int):
 
 @pytest.mark.parametrize("alpha", [1e-6, 3e-6])
 def test_small_messages_are_latency_bound_hops_times_alpha(alpha):
-    hw = hardware("ring:16", hop_latency=alpha)
+    hw = hardware("ring:16", _ppermute(1), hop_latency=alpha)
     V, B = 4096, hw.chip.link_bandwidth
     times = {k: estimate(_ppermute(k), hw, nbytes=V).seconds for k in (1, 2, 4, 8)}
     for k, t in times.items():
@@ -86,25 +92,24 @@ def test_small_messages_are_latency_bound_hops_times_alpha(alpha):
 
 
 def test_small_ring_all_gather_pays_one_hop_latency_per_step():
-    sched = load(LIB / "all_gather_ring.yaml")
-    t1 = estimate(sched, hardware("ring:16", hop_latency=1e-6), nbytes=4096).seconds
-    t2 = estimate(sched, hardware("ring:16", hop_latency=2e-6), nbytes=4096).seconds
+    sched = load(AG_RING)
+    t1 = estimate(sched, hardware("ring:16", sched, hop_latency=1e-6), nbytes=4096).seconds
+    t2 = estimate(sched, hardware("ring:16", sched, hop_latency=2e-6), nbytes=4096).seconds
     assert (t2 - t1) / 1e-6 == pytest.approx(15, rel=0.02)  # N - 1 steps, one hop each
 
 
 def test_large_messages_are_not_latency_bound():
-    sched = load(LIB / "all_gather_ring.yaml")
-    t1 = estimate(sched, hardware("ring:16", hop_latency=1e-6), nbytes=1024 * MiB).seconds
-    t2 = estimate(sched, hardware("ring:16", hop_latency=2e-6), nbytes=1024 * MiB).seconds
+    sched = load(AG_RING)
+    t1 = estimate(sched, hardware("ring:16", sched, hop_latency=1e-6), nbytes=1024 * MiB).seconds
+    t2 = estimate(sched, hardware("ring:16", sched, hop_latency=2e-6), nbytes=1024 * MiB).seconds
     assert (t2 - t1) / t1 < 0.002
 
 
 def test_the_diagnosis_of_the_bidirectional_reduce_scatter_is_right():
     """`why` says the tutorial's two directions take turns; the overlapped variant, which
     only moves the waits, is indeed much faster and keeps both links into a device busy."""
-    hw = hardware("ring:16")
-    turns = estimate(load(LIB / "reduce_scatter_bidirectional.yaml"), hw, nbytes=256 * MiB)
-    both = estimate(load(LIB / "reduce_scatter_bidirectional_overlapped.yaml"), hw, nbytes=256 * MiB)
+    turns = price(LIB / "reduce_scatter_bidirectional.yaml", "ring:16", 256 * MiB)
+    both = price(LIB / "reduce_scatter_bidirectional_overlapped.yaml", "ring:16", 256 * MiB)
     assert any("take turns" in w and "only 0%" in w for w in turns.why())
     assert turns.seconds / both.seconds > 1.5
     assert both.efficiency > 0.7 > 0.5 > turns.efficiency
@@ -113,12 +118,12 @@ def test_the_diagnosis_of_the_bidirectional_reduce_scatter_is_right():
 # --- topology: routes, contention ------------------------------------------------------------
 
 def test_ring_schedule_on_a_line_routes_the_wraparound_over_three_hops():
-    e = estimate(load(LIB / "all_gather_ring.yaml"), hardware("v5e:4x4"), nbytes=64 * MiB)
+    e = price(AG_RING, "v5e:4x4", 64 * MiB)
     wrap = [d for d in e.machine.dmas.values() if d.event.action.remote and d.event.device == 3]
     assert wrap and all(len(d.links) == 3 for d in wrap)
     assert [l[1] for l in wrap[0].links] == [(2, 0), (1, 0), (0, 0)]
     # On a torus axis of 4 the same send is one hop.
-    e = estimate(load(LIB / "all_gather_ring.yaml"), hardware("torus:4x4"), nbytes=64 * MiB)
+    e = price(AG_RING, "torus:4x4", 64 * MiB)
     wrap = [d for d in e.machine.dmas.values() if d.event.action.remote and d.event.device == 3]
     assert all(len(d.links) == 1 for d in wrap)
 
@@ -126,9 +131,9 @@ def test_ring_schedule_on_a_line_routes_the_wraparound_over_three_hops():
 def test_bidirectional_all_gather_on_a_line_shares_links_with_the_wraparound():
     """v5e:4x4 has no wraparound: the left-moving ring's wrap send (0 -> 3) crosses the
     right-moving ring's links, so going both ways buys nothing there."""
-    hw = hardware("v5e:4x4")
-    uni = estimate(load(LIB / "all_gather_ring.yaml"), hw, nbytes=256 * MiB)
-    bi = estimate(load(FIXTURES / "all_gather_bidirectional.yaml"), hw, nbytes=256 * MiB)
+    uni = price(AG_RING, "v5e:4x4", 256 * MiB)
+    bi = price(FIXTURES / "all_gather_bidirectional.yaml", "v5e:4x4", 256 * MiB)
+    hw = bi.hw
     assert bi.seconds == pytest.approx(uni.seconds, rel=0.05)
     assert bi.seconds > 0.95 * bi.bound.seconds / 1.0  # both near the line's bound (one link at the ends)
     assert bi.bound.seconds == pytest.approx(3 / 4 * bi.bound.volume / hw.chip.link_bandwidth, rel=1e-9)
@@ -168,7 +173,7 @@ def test_two_dmas_on_one_link_take_twice_as_long():
     text = text.replace("  - start: push\n  - wait: push",
                         "  - start: push\n  - start: push2\n  - wait: push\n  - wait: push2")
     sched = load_text(text, "two_on_one_link.yaml")
-    hw = hardware("ring:4", dma_overhead=0.0)
+    hw = hardware("ring:4", sched, dma_overhead=0.0)
     e = estimate(sched, hw, nbytes=64 * MiB)
     ends = sorted(d.sent for d in e.machine.dmas.values() if d.event.device == 0)
     assert ends[0] == pytest.approx(ends[1], rel=1e-6)
@@ -178,29 +183,25 @@ def test_two_dmas_on_one_link_take_twice_as_long():
 # --- bounds, sizing, output -----------------------------------------------------------------
 
 def test_bounds_follow_the_links_per_device():
-    sched = load(LIB / "all_gather_ring.yaml")
     for topo, links in (("ring:16", 2), ("v5e:4x4", 1)):  # a line's end chip has one link
-        hw = hardware(topo)
-        _, program = fit_volume(sched, hw.placement.n, 64 * MiB)
-        b = lower_bound(sched, program, hw)
+        e = price(AG_RING, topo, 64 * MiB)
+        hw, b = e.hw, e.bound
         p = hw.placement.n
         assert b.seconds == pytest.approx((1 - 1 / p) * b.volume / (hw.chip.link_bandwidth * links))
         assert b.binding == "ingress"
 
 
 def test_bound_latency_floor_is_the_diameter():
-    sched = load(LIB / "all_gather_ring.yaml")
-    hw = hardware("ring:16")
-    _, program = fit_volume(sched, 16, 4096)
-    assert lower_bound(sched, program, hw).components["latency"] == pytest.approx(8 * hw.hop_latency)
+    e = price(AG_RING, "ring:16", 4096)
+    assert e.bound.components["latency"] == pytest.approx(8 * e.hw.hop_latency)
 
 
 def test_fit_volume_hits_the_requested_size():
     for name in ("all_gather_ring", "all_reduce_ring", "ppermute_right", "reduce_scatter_bidirectional"):
         sched = load(LIB / f"{name}.yaml")
         for target in (4096, MiB, 256 * MiB):
-            fitted, program = fit_volume(sched, 16, target)
-            e = estimate(fitted, hardware("ring:16"))
+            fitted = fit_volume(sched, {"x": 16}, target)
+            e = estimate(fitted, hardware("ring:16", fitted))
             assert abs(e.bound.volume - target) / target < 0.01, (name, target, fitted.params)
 
 
@@ -216,17 +217,17 @@ def test_bytes_needs_a_sized_shape():
     text = (LIB / "ppermute_right.yaml").read_text().replace("shape: [rows, cols], spec", "shape: [8, 128], spec")
     sched = load_text(text, "fixed.yaml")
     with pytest.raises(ScheduleError, match="uses no parameter"):
-        fit_volume(sched, 4, MiB)
+        fit_volume(sched, {"x": 4}, MiB)
 
 
 def test_a_hanging_schedule_cannot_be_priced():
     sched = load(REPO / "tests" / "broken" / "all_reduce_over_wait.yaml")
     with pytest.raises(CostError, match="hangs"):
-        estimate(sched, hardware("ring:4"))
+        estimate(sched, hardware("ring:4", sched))
 
 
 def test_critical_path_tiles_the_run():
-    e = estimate(load(LIB / "reduce_scatter_bidirectional.yaml"), hardware("ring:8"), nbytes=16 * MiB)
+    e = price(LIB / "reduce_scatter_bidirectional.yaml", "ring:8", 16 * MiB)
     path = e.critical_path()
     assert path[0].start == 0.0 and path[-1].end == pytest.approx(e.seconds)
     for a, b in zip(path, path[1:]):
@@ -239,7 +240,8 @@ def test_chip_table_is_complete():
         c = CHIPS[name]
         assert c.bf16_flops > 1e14 and c.hbm_bandwidth > 5e11 and c.link_bandwidth > 1e10
         assert c.ici_links in (4, 6) and c.vmem_bytes >= 16 * MiB
-    assert hardware("v5p:4x4x4").chip.name == "v5p" and hardware("ring:8").chip.name == "v5e"
+    sched = load(AG_RING)
+    assert hardware("v5p:4x4x4", sched).chip.name == "v5p" and hardware("ring:8", sched).chip.name == "v5e"
 
 
 def test_cli_cost_json(capsys):
@@ -264,7 +266,7 @@ def test_cli_cost_text_sweep_and_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, code, message", [
     (["--topology", "ring"], 2, "sized topology"),
-    (["--topology", "v5e:4x4", "--axis", "2"], 2, "axis 2 does not exist"),
+    (["--topology", "v5e:4x4", "--along", "z"], 2, "--along 'z' must name"),
     (["--topology", "ring:4", "--bytes", "lots"], 2, "expected a size"),
     (["--topology", "ring:4", "--plot", "/nonexistent/x.png"], 2, "does not exist"),
 ])

@@ -11,7 +11,7 @@ from ..verify.events import Program
 from ..verify.races import describe
 from .bounds import KIND_NAMES, Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
-from .placement import place, placement_for
+from .placement import place
 from .sizing import fit_volume, size_text
 from .timeline import Hardware, PathStep, TimedMachine, resource_text, simulate
 
@@ -21,16 +21,21 @@ class CostError(Exception):
     (`ringc check` explains why; exit code 1, like a failed check.)"""
 
 
-def hardware(topology: str, *, axis: int | None = None, n: int | None = None, chip: str | None = None,
-             hop_latency: float = HOP_LATENCY, dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
-    """The hardware a `--topology`/`--axis`/`--chip` choice describes. Without `n` the
-    schedule runs along `axis` (default 0) and N is that axis' size; with `n` (`ringc show`,
-    `check --show`) the devices are placed by `placement_for`. Raises ValueError."""
+def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: int | None = None,
+             chip: str | None = None, hop_latency: float = HOP_LATENCY,
+             dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
+    """The hardware a `--topology`/`--along`/`--chip` choice describes for `sched`: its axes
+    bound to the topology's as `ringc check` binds them, one instance priced. `n` (from
+    `--devices`) sizes a bare `ring` and must match the instance otherwise.
+    Raises ValueError, or ScheduleError for a bad `along`."""
     bare_ring = topology.strip() == "ring"
     if bare_ring and n is None:
         raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4")
     topo = T.parse(topology, n if bare_ring else None)
-    placement = place(topo, axis or 0) if n is None else placement_for(topo, n, axis)
+    placement = place(sched, topo, along)
+    if n is not None and n != placement.n:
+        raise ValueError(f"{placement.describe()} gives {placement.n} devices per instance of `{sched.name}`, "
+                         f"not {n}; choose --devices {placement.n}, another topology, or --along")
     return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
 
 
@@ -96,7 +101,7 @@ class Estimate:
         return {
             "file": self.schedule.file, "schedule": self.schedule.name,
             "collective": self.schedule.collective.kind, "N": self.program.n,
-            "topology": self.hw.placement.topo.spec, "axis": self.hw.placement.axis, "chip": self.hw.chip.name,
+            "topology": self.hw.placement.topo.spec, "along": self.hw.placement.mapping.describe(), "chip": self.hw.chip.name,
             "params": dict(self.schedule.params), "bytes": self.bound.volume,
             "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
             "bound": self.bound.to_json(),
@@ -172,11 +177,10 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
 def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None) -> Estimate:
     """Time `sched` on `hw`, with its params chosen for `nbytes` if given."""
     from ..verify.unroll import unroll
-    n = hw.placement.n
+    sizes = hw.placement.sizes
     if nbytes is not None:
-        sched, program = fit_volume(sched, n, nbytes)
-    else:
-        program = unroll(sched, n)
+        sched = fit_volume(sched, sizes, nbytes)
+    program = unroll(sched, sizes=sizes)
     return estimate_program(sched, program, hw)
 
 

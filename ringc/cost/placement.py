@@ -1,19 +1,22 @@
-"""Where a schedule's devices sit on a topology, and the links their sends cross.
+"""The links a placed schedule's sends cross: the cost model's view of
+`verify.placement.Placement` (which binds the schedule's axes to the topology's).
 
-A schedule runs along one mesh axis: its device `i` is the i-th chip of that axis, the
-other coordinates fixed (`topology.axis_ring`). On `v5e:4x4` a 1-axis schedule therefore
-runs on 4 chips; the other rows run their own copies on disjoint links, so one ring is
-enough to price the collective.
+A schedule over axes A runs as one instance per line (or plane) along A; the instances
+use disjoint links, so one of them prices the collective. Its device `i` sits at
+`coords[i]`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from math import prod
 
 import networkx as nx
 
 from .. import topology as T
+from ..ir import schema as S
+from ..verify import placement as VP
 
 Coord = tuple[int, ...]
 Link = tuple[Coord, Coord]  # directed: data flows from the first chip to the second
@@ -29,9 +32,16 @@ def link_text(link: Link) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    topo: T.Topology
-    axis: int
-    coords: tuple[Coord, ...]  # schedule device index -> chip coordinate
+    mapping: VP.Placement       # the schedule's axes on the topology's
+    coords: tuple[Coord, ...]   # one instance: schedule device index -> chip coordinate
+
+    @property
+    def topo(self) -> T.Topology:
+        return self.mapping.topo
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.mapping.sizes
 
     @property
     def n(self) -> int:
@@ -57,35 +67,23 @@ class Placement:
 
     @cached_property
     def subgraph(self) -> nx.Graph:
-        """The chips of this axis and the links between them."""
+        """The chips of one instance and the links between them."""
         return self.topo.graph.subgraph(self.coords)
 
     def degree(self, device: int) -> int:
-        """Links from this device to other devices of the axis (each full duplex)."""
+        """Links from this device to other devices of its instance (each full duplex)."""
         return self.subgraph.degree(self.coords[device])
 
     def describe(self) -> str:
-        if self.topo.ndim == 1:
-            return self.topo.describe()
-        fixed = ", ".join(f"axis {k}={c}" for k, c in enumerate(self.coords[0]) if k != self.axis)
-        return f"{self.topo.describe()}, along axis {self.axis} ({self.n} chips; {fixed})"
+        text = self.mapping.describe()
+        if self.mapping.instances > 1:
+            text += f" ({self.n} chips per instance, {self.mapping.instances} instances on disjoint links)"
+        return text
 
 
-def place(topo: T.Topology, axis: int = 0, fixed: Coord | None = None) -> Placement:
-    """Put a 1-axis schedule on `axis` of `topo`, other coordinates from `fixed` (default 0)."""
-    if not 0 <= axis < topo.ndim:
-        raise ValueError(f"axis {axis} does not exist in {topo.describe()}; use --axis 0..{topo.ndim - 1}")
-    fixed = fixed or tuple(0 for _ in topo.shape)
-    return Placement(topo, axis, tuple(T.axis_ring(topo, axis, fixed)))
-
-
-def placement_for(topo: T.Topology, n: int, axis: int | None = None) -> Placement:
-    """`n` devices on `topo`: the whole slice in flat (row-major) order when it has `n`
-    chips, else the axis of `n` chips (the given one, or the first that fits)."""
-    if axis is None and topo.size == n:
-        return Placement(topo, 0, tuple(topo.devices))
-    axes = [axis] if axis is not None else [k for k, s in enumerate(topo.shape) if s == n]
-    if not axes or not 0 <= axes[0] < topo.ndim or topo.shape[axes[0]] != n:
-        raise ValueError(f"{topo.describe()} has no axis of {n} devices (and {topo.size} in all); "
-                         f"choose a topology with N={n} on an axis, or --devices to match")
-    return place(topo, axes[0])
+def place(sched: S.Schedule, topo: T.Topology, along: str | None = None) -> Placement:
+    """The schedule on `topo`, its axes along `along` (`x`, `y,z`, ...; default as `check`)."""
+    mapping = VP.place(sched, topo, along)
+    base = next(mapping.bases())
+    n = prod(mapping.sizes.values())
+    return Placement(mapping, tuple(mapping.coord(base, d) for d in range(n)))

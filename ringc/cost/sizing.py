@@ -7,7 +7,7 @@ shape) and keep the others; only when fewer than 8 rows (one sublane tile) would
 needed do we fix rows at a small legal value and scale the *column* parameter (the last
 one) instead. Candidates are tried nearest-first, preferring multiples of 8 rows and
 128 columns, and the first whose shapes all divide (the schedule's own rules, checked
-by unrolling) wins. The achieved V is reported: it can differ slightly from the request.
+by `verify.unroll.buffer_shapes`) wins. The achieved V is reported: it can differ slightly from the request.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..verify.events import Program
-from ..verify.unroll import unroll
+from ..verify.unroll import buffer_shapes
 from .bounds import volume_buffer
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -75,16 +74,14 @@ def _size_params(sched: S.Schedule) -> tuple[str, str | None]:
     return rows, (cols if cols != rows else None)
 
 
-def _volume_at(sched: S.Schedule, n: int, params: dict[str, int]) -> int | None:
-    name = volume_buffer(sched)
-    env = {"N": n, **params}
+def _volume_at(sched: S.Schedule, sizes: dict[str, int], params: dict[str, int]) -> int | None:
+    """V for these params, or None if some shape of the schedule does not divide."""
     try:
-        dims = [E.evaluate(d, env, exact_division=True) for d in sched.buffers[name].full_shape]
-    except E.ExprError:
+        shapes = buffer_shapes(sched.model_copy(update={"params": params}), sizes)
+    except ScheduleError:
         return None
-    if any(d <= 0 for d in dims):
-        return None
-    return prod(dims) * itemsize(sched.dtype_of(name))
+    name = volume_buffer(sched)
+    return prod(shapes[name]) * itemsize(sched.dtype_of(name))
 
 
 def _near(ideal: float, align: int) -> list[int]:
@@ -98,36 +95,29 @@ def _near(ideal: float, align: int) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def fit_volume(sched: S.Schedule, n: int, target: int) -> tuple[S.Schedule, Program]:
-    """The schedule with params chosen so its collective is about `target` bytes, unrolled."""
+def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Schedule:
+    """The schedule with params chosen so its collective is about `target` bytes."""
     rows, cols = _size_params(sched)
     base = dict(sched.params)
     # V is linear in each size parameter: measure it per unit at the schedule's defaults.
-    per_row = (_volume_at(sched, n, base) or 0) / max(1, base[rows])
+    per_row = (_volume_at(sched, sizes, base) or 0) / max(1, base[rows])
     candidates: list[dict[str, int]] = []
     if per_row:
         ideal = target / per_row
         candidates += [{**base, rows: r} for r in _near(ideal, 8)]
         if ideal < 8 and cols is not None:
             for r in (8, 4, 2, 1):
-                per_col = (_volume_at(sched, n, {**base, rows: r}) or 0) / max(1, base[cols])
+                per_col = (_volume_at(sched, sizes, {**base, rows: r}) or 0) / max(1, base[cols])
                 if per_col:
                     candidates += [{**base, rows: r, cols: c} for c in _near(target / per_col, 128)]
-    scored = []
+    best = None
     for i, params in enumerate(candidates):
-        v = _volume_at(sched, n, params)
-        if v is not None:
-            scored.append((abs(v - target) / target, i, params))
-    scored.sort(key=lambda t: (round(t[0], 3), t[1]))
-    last_error: ScheduleError | None = None
-    for _, _, params in scored[:24]:
-        candidate = sched.model_copy(update={"params": params})
-        try:
-            return candidate, unroll(candidate, n)
-        except ScheduleError as e:
-            last_error = e
-    raise ScheduleError(
-        f"--bytes {size_text(target)}: found no `{rows}`{f'/`{cols}`' if cols else ''} for which the shapes of "
-        f"`{sched.name}` divide exactly at N={n}" + (f" (last try: {last_error.message})" if last_error else ""),
-        file=sched.file, line=sched.buffers[volume_buffer(sched)].line,
-        fix="pick the parameters yourself with --param")
+        v = _volume_at(sched, sizes, params)  # None: some shape does not divide
+        if v is not None and (best is None or (round(abs(v - target) / target, 3), i) < best[0]):
+            best = ((round(abs(v - target) / target, 3), i), params)
+    if best is None:
+        raise ScheduleError(
+            f"--bytes {size_text(target)}: found no `{rows}`{f'/`{cols}`' if cols else ''} for which the shapes of "
+            f"`{sched.name}` divide exactly for {sizes}", file=sched.file,
+            line=sched.buffers[volume_buffer(sched)].line, fix="pick the parameters yourself with --param")
+    return sched.model_copy(update={"params": best[1]})

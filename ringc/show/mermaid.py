@@ -64,7 +64,9 @@ def memory_diagram(sched: S.Schedule, program: Program) -> str:
 
 def ring_diagram(program: Program, coords: list[str] | None = None) -> str:
     n = program.n
-    lines = ["graph LR", f'    subgraph ring["{n}-device ring"]']
+    sizes = program.axis_sizes
+    shape = f" ({', '.join(f'{a}={k}' for a, k in sizes.items())})" if len(sizes) > 1 else ""
+    lines = ["graph LR", f'    subgraph ring["{n} devices{shape}"]']
     for d in range(n):
         where = f"<br/>{_quoted(coords[d])}" if coords else ""
         lines.append(f'        D{d}["Device {d}{where}"]')
@@ -76,8 +78,8 @@ def ring_diagram(program: Program, coords: list[str] | None = None) -> str:
             if isinstance(a, DmaStart) and a.remote and 0 <= a.dst.device < n and a.dst.device != ev.device:
                 edges[(ev.device, a.dst.device)].add(a.copy)
     for (s, t), copies in sorted(edges.items()):
-        way = direction(s, t, n)
-        arrow = {"right": "right →", "left": "← left"}.get(way, f"{way} (far)")
+        way = direction(program, s, t)
+        arrow = {"right": "right →", "left": "← left"}.get(way, way)
         lines.append(f'    D{s} -->|"{arrow}<br/>{_quoted(", ".join(sorted(copies)))}"| D{t}')
     for d in range(n):
         lines.append(f"    style D{d} fill:#c8e6c9")
@@ -153,7 +155,7 @@ def phases(program: Program, device: int = 0) -> tuple[list[tuple], dict[tuple, 
             continue
         if not seq or seq[-1] != ev.point:
             seq.append(ev.point)
-        ops_at[ev.point].append(op_text(ev, n))
+        ops_at[ev.point].append(op_text(ev, program))
     groups: dict[tuple, list] = {}
     for pt in seq:
         groups.setdefault(tuple(ops_at[pt]), []).append(pt)

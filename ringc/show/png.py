@@ -76,14 +76,14 @@ def _draw_finding(ax, machine: TimedMachine, finding: Finding, scale: float, n: 
             start = machine.begin.get(ev, horizon)
             ax.broken_barh([(start / scale, (right - start) / scale)], (y - 0.4, 0.8),
                            facecolors="mistyrose", edgecolors="red", linewidth=2)
-            ax.annotate(f"stuck forever: {op_text(ev, n)} (line {ev.line})", (start / scale, label_y),
+            ax.annotate(f"stuck forever: {op_text(ev, program)} (line {ev.line})", (start / scale, label_y),
                         color="red", fontsize=8)
             marked.append((start, y))
             continue
         start, end = times
         ax.broken_barh([(start / scale, max(end - start, horizon * 0.005) / scale)], (y - 0.4, 0.8),
                        facecolors="none", edgecolors="red", linewidth=2)
-        ax.annotate(f"{op_text(ev, n)} ({point_text(program.grid_names, ev.point)}, line {ev.line})",
+        ax.annotate(f"{op_text(ev, program)} ({point_text(program.grid_names, ev.point)}, line {ev.line})",
                     (start / scale, label_y), color="red", fontsize=8)
         marked.append((start, y))
     if finding.kind == "hang":

@@ -48,11 +48,11 @@ def slot_table(sched: S.Schedule, program: Program, device: int = 0) -> str:
             mark: list[tuple[Region, str]] = []
             if isinstance(a, DmaStart):
                 if d == device:
-                    mark.append((a.src, f"send {direction(d, a.dst.device, n)}" if a.remote else "read"))
+                    mark.append((a.src, f"send {direction(program, d, a.dst.device)}" if a.remote else "read"))
                     if not a.remote:
                         mark.append((a.dst, "load"))
                 elif a.dst.device == device:
-                    mark.append((a.dst, f"recv from {direction(device, d, n)}"))
+                    mark.append((a.dst, f"recv from {direction(program, device, d)}"))
             elif isinstance(a, Compute) and d == device and a.kind != "enter":
                 mark.append((a.dst, {"accumulate": "acc", "zero": "zero", "assign": "set"}.get(a.kind, a.kind)))
                 if a.src is not None:
@@ -78,7 +78,7 @@ def let_table(sched: S.Schedule, program: Program, device: int = 0, limit: int =
     for ev in program.devices[device]:
         if not pts or pts[-1] != ev.point:
             pts.append(ev.point)
-    envs = [point_env(sched, program.n, device, pt) for pt in pts]
+    envs = [point_env(sched, program.axis_sizes, device, pt) for pt in pts]
     rows = []
     for name, e in sched.let.items():
         values = [str(env[name]) for env in envs]
