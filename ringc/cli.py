@@ -53,6 +53,13 @@ def _topology(text: str) -> str:
     return text
 
 
+def _mesh_shape(text: str) -> tuple[int, ...]:
+    parts = text.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected a mesh shape like 2x4, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 def _param(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     try:
@@ -97,7 +104,10 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")
     r.add_argument("file", metavar="FILE")
-    r.add_argument("--devices", type=_devices, required=True, metavar="N|A..B")
+    r.add_argument("--devices", type=_devices, metavar="N|A..B", help="ring sizes (or give --mesh)")
+    r.add_argument("--mesh", type=_mesh_shape, metavar="AxB[xC]",
+                   help="run on a multi-axis mesh of this shape (needed for a schedule over several axes)")
+    r.add_argument("--along", metavar="AXES", help="mesh axes the schedule's axes run along, e.g. y")
     r.add_argument("--seed", type=int, default=0)
     add_params(r)
 
@@ -168,27 +178,34 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import math
     from .run import ensure_host_devices
-    ensure_host_devices(max(args.devices))
-    from .run import run_schedule
+    if (args.devices is None) == (args.mesh is None):
+        raise ScheduleError("give either --devices (a ring) or --mesh (a multi-axis mesh)", file=args.file,
+                            fix="e.g. --devices 2..8, or --mesh 2x4")
+    sizes = args.devices or [math.prod(args.mesh)]
+    ensure_host_devices(max(sizes))
+    from .run import mesh_layout, run_schedule
     from .verify.check import run_findings
     from .verify.simulate import maximal_run
     from .verify.unroll import unroll
     sched = _load(args.file, args.param)
     ok = True
-    for n in args.devices:
+    for n in sizes:
         # Interpret mode cannot detect a deadlock: it would block forever. Refuse first.
-        program = unroll(sched, n)
+        shape = args.mesh or (n,)
+        program = unroll(sched, sizes=mesh_layout(sched, shape, args.along)[1])
         hangs = [f for f in run_findings(program, maximal_run(program)) if f.kind == "hang"]
         if hangs:
             print(f"{args.file} N={n}: not run, it would hang (see `ringc check`):\n  "
                   + hangs[0].to_text(program))
             ok = False
             continue
-        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed)
+        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed, mesh_shape=shape, along=args.along)
         races = {None: "not checked", False: "no races", True: "RACES FOUND"}[res.races_found]
         status = "ok" if res.ok else "FAILED"
-        print(f"{args.file} N={n}: {status}  max|kernel - lax| = {res.max_abs_err:.3g} "
+        where = f" on a {'x'.join(map(str, shape))} mesh" if args.mesh else ""
+        print(f"{args.file} N={program.n}{where}: {status}  max|kernel - lax| = {res.max_abs_err:.3g} "
               f"(tolerance {res.tolerance:.3g})  race detector: {races}  time {res.seconds:.2f}s")
         ok &= res.ok
     return EXIT_OK if ok else EXIT_FAILED

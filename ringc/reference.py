@@ -71,7 +71,8 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
         raise ValueError(f"{s.name}: unknown parameter {', '.join(unknown)} "
                          f"(parameters: {', '.join(s.params) or 'none'})")
     n = math.prod(mesh.shape[a] for a in s.axes)  # over a tuple of axes, lax counts all their devices
-    env = {"N": n, **s.params, **params}
+    per_axis = {f"N_{a}": mesh.shape[a] for a in s.axes} if len(s.axes) > 1 else {}
+    env = {"N": n, **per_axis, **s.params, **params}
     inputs = buffers_of(s, "input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")
     src_shape = _eval_shape(s.buffers[src].full_shape, env, f"shape of buffer `{src}`")

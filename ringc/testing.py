@@ -5,7 +5,7 @@
 
     @given(schedules_from("schedules"), device_counts(2, 16))
     def test_my_schedules_verify(sched, n):
-        assert ringc.check(sched, n).ok
+        assert ringc.testing.check_sized(sched, n).ok   # ring, or a torus for 2-D schedules
 
 A mutant is a schedule with one small, plausible bug: an op dropped (a wait, a signal, a
 start), a direction flipped, or two neighbouring ops swapped. Most mutants are broken;
@@ -29,6 +29,33 @@ from .ir.schema import _op_tag
 def device_counts(min_n: int = 2, max_n: int = 8) -> st.SearchStrategy[int]:
     """Ring sizes, odd and even, shrinking towards the smallest."""
     return st.integers(min_value=min_n, max_value=max_n)
+
+
+def topology_for(sched: S.Schedule, n: int) -> str:
+    """A `--topology` to check `sched` on with about `n` devices: `ring` (n devices) for a
+    schedule over one axis; for k axes, the most nearly square k-D torus of n devices with
+    every axis at least 2 or, where n has none, 2 x ... x 2 x ceil(n / 2^(k-1))."""
+    k = len(sched.axes)
+    if k == 1:
+        return "ring"
+
+    def splits(m: int, parts: int) -> list[tuple[int, ...]]:
+        if parts == 1:
+            return [(m,)] if m >= 2 else []
+        return [(a, *rest) for a in range(2, m + 1) if m % a == 0 for rest in splits(m // a, parts - 1)]
+
+    shapes = splits(n, k) or [(2,) * (k - 1) + (max(2, -(-n // 2 ** (k - 1))),)]
+    best = min(shapes, key=lambda sh: (max(sh) - min(sh), sh))
+    return "torus:" + "x".join(map(str, best))
+
+
+def check_sized(sched: S.Schedule, n: int, **kwargs):
+    """`ringc.check` on `topology_for(sched, n)`: n devices on a ring for a one-axis
+    schedule, a torus of about n devices for a multi-axis one."""
+    from .verify import check
+
+    topo = topology_for(sched, n)
+    return check(sched, n if topo == "ring" else None, topology=topo, **kwargs)
 
 
 def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchStrategy[S.Schedule]:
@@ -71,6 +98,12 @@ def _edit(ops: list[S.Op], path: tuple[int, ...], fn) -> list[S.Op]:
 _FLIP = {"left": "right", "right": "left"}
 
 
+def _flip(name: str) -> str | None:
+    """`left` <-> `right`, and per axis `left_x` <-> `right_x`; None for any other target."""
+    base, sep, axis = name.partition("_")
+    return _FLIP.get(base, "") + sep + axis if base in _FLIP else None
+
+
 def mutate(sched: S.Schedule, mutation: Mutation) -> S.Schedule:
     """Apply one mutation; the result keeps the original file name for messages."""
     if mutation.kind == "drop":
@@ -84,7 +117,7 @@ def mutate(sched: S.Schedule, mutation: Mutation) -> S.Schedule:
         op = dict(_op_paths(sched.body))[mutation.path]
         name = getattr(op, "start")
         copy = sched.copies[name]
-        flipped = E.Var(_FLIP[copy.to.name])
+        flipped = E.Var(_flip(copy.to.name))
         update = {"copies": {**sched.copies, name: copy.model_copy(update={"to": flipped})}}
     out = sched.model_copy(update=update)
     out._file, out._header = sched.file, sched.header
@@ -108,7 +141,7 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
             out.append(Mutation("swap", path, op.line, _op_tag(op)))
         if isinstance(op, S.Start):
             to = sched.copies[op.start].to
-            if isinstance(to, E.Var) and to.name in _FLIP:
+            if isinstance(to, E.Var) and _flip(to.name) is not None:
                 out.append(Mutation("flip", path, op.line, "start"))
     return out
 

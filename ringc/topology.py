@@ -102,7 +102,8 @@ class Topology:
             w = "no wraparound"
         else:
             w = "wraparound on axis " + ", ".join(str(i) for i, x in enumerate(self.wrap) if x) + " only"
-        return f"{self.spec} ({dims}, {w})"
+        name = self.spec if ":" in self.spec else f"{self.spec}:{dims}"  # `ring` -> `ring:8`
+        return f"{name} ({dims}, {w})"
 
     def __str__(self) -> str:
         return self.spec

@@ -16,6 +16,8 @@ from ringc.verify.findings import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
+ONE_AXIS = [p for p in LIBRARY if "\naxes: [x, y]" not in p.read_text()]  # ring schedules
+TWO_AXES = [p for p in LIBRARY if p not in ONE_AXIS]                      # need a 2-D topology
 BROKEN = REPO / "tests" / "broken"
 RACY = BROKEN / "all_reduce_read_before_wait.yaml"      # one race, nothing else
 NOT_WAITED = BROKEN / "ppermute_no_wait.yaml"          # dma_not_waited only
@@ -55,13 +57,70 @@ def assert_one_located_error(stderr: str, path: Path, line: int) -> None:
 # ------------------------------------------------------------------------ check
 
 
+
+
 def test_check_library_exit_0():
-    res = ringc_cli("check", *LIBRARY, "--devices", "2..6")
+    res = ringc_cli("check", *ONE_AXIS, "--devices", "2..6")
     assert res.returncode == 0, res.stdout + res.stderr
-    for path in LIBRARY:
+    for path in ONE_AXIS:
         for n in range(2, 7):
             assert re.search(rf"^{re.escape(str(path))} N={n}: ok \(", res.stdout, re.M), (path, n)
     assert "error" not in res.stdout
+    assert TWO_AXES and len(ONE_AXIS) > 4
+
+
+@pytest.mark.parametrize("topology", ["torus:2x3", "v5p:4x4x4", "mesh:3x2"])
+def test_check_two_axis_library_on_a_topology_exit_0(topology):
+    res = ringc_cli("check", *TWO_AXES, "--topology", topology)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for path in TWO_AXES:
+        assert re.search(rf"^{re.escape(str(path))} N=\d+ on {topology} .*: ok \(", res.stdout, re.M), res.stdout
+
+
+def test_check_two_axis_schedule_on_a_ring_is_bad_input():
+    res = ringc_cli("check", REPO / "schedules" / "all_gather_2d.yaml", "--devices", "8")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "runs over 2 axes (x, y), but" in res.stderr and "has 1 axis" in res.stderr
+    assert "fix: use 2 axes or more: `check --topology torus:4x4`" in res.stderr
+    res = ringc_cli("check", REPO / "schedules" / "all_gather_2d.yaml", "--topology", "line:8")
+    assert res.returncode == 2 and "has 1 axis" in res.stderr
+
+
+def test_check_ring_on_a_slice_without_wraparound_warns_and_fails_under_strict():
+    ring = REPO / "schedules" / "all_gather_ring.yaml"
+    res = ringc_cli("check", ring, "--topology", "v5e:4x4")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning: [no_wraparound]" in res.stdout and "3 hops" in res.stdout
+    assert "a v5e axis only wraps when it spans the 16-chip pod" in res.stdout
+    strict = ringc_cli("check", ring, "--topology", "v5e:4x4", "--strict")
+    assert strict.returncode == 1
+    assert "error: [no_wraparound]" in strict.stdout and "FAILED" in strict.stdout
+    # With wraparound (a full 16-chip v5e axis, or a v4 cube) there is nothing to say.
+    for topology, along in (("v5e:8x16", "y"), ("v4:4x4x4", "z")):
+        res = ringc_cli("check", ring, "--topology", topology, "--along", along, "--strict")
+        assert res.returncode == 0 and "warning" not in res.stdout and "error" not in res.stdout, res.stdout
+
+
+def test_check_v5e_offset_that_is_not_a_power_of_2_exit_1():
+    res = ringc_cli("check", BROKEN / "ppermute_v5e_offset.yaml", "--topology", "v5e:8x16", "--along", "y")
+    assert res.returncode == 1
+    assert "error: [unroutable]" in res.stdout and "offset y +3" in res.stdout
+    assert "power-of-2" in res.stdout and "seed 000" in res.stdout
+    # The same send on a v5p torus is routed, only far: a warning.
+    res = ringc_cli("check", BROKEN / "ppermute_v5e_offset.yaml", "--topology", "v5p:4x4x16", "--along", "z")
+    assert res.returncode == 0 and "warning: [not_neighbour]" in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--topology", "torus:4x4", "--along", "w"], "--along 'w' must name 1 distinct axes"),
+    (["--topology", "torus:4x4", "--devices", "8"], "has 16 devices, but N=8"),
+    (["--topology", "v5e:4x4x4"], "v5e slices have 2 axes"),
+    ([], "--devices is required"),
+])
+def test_check_topology_bad_input_exit_2(args, message):
+    res = ringc_cli("check", REPO / "schedules" / "all_gather_ring.yaml", *args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and message in res.stderr
 
 
 def test_check_broken_exit_1():
@@ -73,9 +132,9 @@ def test_check_broken_exit_1():
 
 
 def test_check_exit_1_if_any_file_fails(capsys):
-    assert main(["check", str(LIBRARY[0]), str(NOT_WAITED), "--devices", "3"]) == 1
+    assert main(["check", str(ONE_AXIS[0]), str(NOT_WAITED), "--devices", "3"]) == 1
     out = capsys.readouterr().out
-    assert f"{LIBRARY[0]} N=3: ok" in out and f"{NOT_WAITED} N=3: FAILED" in out
+    assert f"{ONE_AXIS[0]} N=3: ok" in out and f"{NOT_WAITED} N=3: FAILED" in out
 
 
 def test_check_bad_input_exit_2_one_located_line(bad_schedule):
@@ -99,7 +158,7 @@ def test_check_n_dependent_bad_input_exit_2(tmp_path):
 
 
 def test_check_unknown_param_exit_2(capsys):
-    path = LIBRARY[0]
+    path = ONE_AXIS[0]
     assert main(["check", str(path), "--devices", "2", "--param", "rowz=3"]) == 2
     err = capsys.readouterr().err
     params_line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if l.startswith("params:"))
@@ -124,20 +183,20 @@ def test_check_missing_file_exit_2(tmp_path):
 @pytest.mark.parametrize("args", [["--devices", "0"], ["--devices", "5..3"], ["--devices", "x"],
                                   ["--devices", "2", "--param", "rows"], ["--devices", "2", "--format", "xml"]])
 def test_check_bad_arguments_exit_2(args):
-    res = ringc_cli("check", LIBRARY[0], *args)
+    res = ringc_cli("check", ONE_AXIS[0], *args)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert "usage:" in res.stderr
 
 
 def test_check_unknown_topology_is_bad_input():
-    res = ringc_cli("check", LIBRARY[0], "--devices", "3", "--topology", "torus")
+    res = ringc_cli("check", ONE_AXIS[0], "--devices", "3", "--topology", "torus")
     assert "Traceback" not in res.stderr
     assert res.returncode == 2
 
 
 def test_check_zero_invocations_is_bad_input():
-    res = ringc_cli("check", LIBRARY[0], "--devices", "3", "--invocations", "0")
+    res = ringc_cli("check", ONE_AXIS[0], "--devices", "3", "--invocations", "0")
     assert res.returncode == 2
 
 
@@ -163,7 +222,7 @@ def test_internal_errors_print_no_traceback(tmp_path):
 
 
 def test_check_json_one_object_per_file_and_n():
-    files = [LIBRARY[0], RACY, NOT_WAITED]
+    files = [ONE_AXIS[0], RACY, NOT_WAITED]
     res = ringc_cli("check", *files, "--devices", "3..4", "--format", "json")
     assert res.returncode == 1
     objs = [json.loads(line) for line in res.stdout.splitlines()]
@@ -180,7 +239,7 @@ def test_check_json_one_object_per_file_and_n():
             assert f["line"] is None or isinstance(f["line"], int)
             assert f["step"] is None or (isinstance(f["step"], dict) and set(f["step"]) == {"step"})
     by_file = {(o["file"], o["N"]): o for o in objs}
-    assert by_file[(str(LIBRARY[0]), 3)]["ok"] is True and by_file[(str(LIBRARY[0]), 3)]["findings"] == []
+    assert by_file[(str(ONE_AXIS[0]), 3)]["ok"] is True and by_file[(str(ONE_AXIS[0]), 3)]["findings"] == []
     racy = by_file[(str(RACY), 3)]
     assert racy["ok"] is False
     race = next(f for f in racy["findings"] if f["kind"] == "race")
@@ -270,7 +329,7 @@ def test_emit_bad_input_keeps_an_existing_output(bad_schedule, tmp_path):
 def test_emit_into_missing_directory_exit_2(tmp_path):
     pytest.importorskip("ringc.codegen")
     out = tmp_path / "no" / "such" / "dir" / "out.py"
-    res = ringc_cli("emit", LIBRARY[0], "-o", out)
+    res = ringc_cli("emit", ONE_AXIS[0], "-o", out)
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and "does not exist" in res.stderr
     assert not out.exists()
@@ -295,3 +354,15 @@ def test_emit_output_has_the_usual_permissions(tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("")
     assert (out.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
+
+
+def test_run_on_a_mesh():
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml", "--mesh", "2x2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "N=4 on a 2x2 mesh: ok" in res.stdout and "no races" in res.stdout
+    res = ringc_cli("run", REPO / "schedules" / "ppermute_right.yaml", "--mesh", "2x2", "--along", "y")
+    assert res.returncode == 0 and "N=2 on a 2x2 mesh: ok" in res.stdout, res.stdout + res.stderr
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml", "--devices", "4")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "`run --mesh 2x2`" in res.stderr
+    res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml")
+    assert res.returncode == 2 and "either --devices" in res.stderr

@@ -28,11 +28,25 @@ EXPECTED = {
                                          out_specs=P("x", None), params={"rows": 16, "cols": 128}),
     "reduce_scatter_bidirectional_overlapped": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                                     out_specs=P("x", None), params={"rows": 16, "cols": 128}),
+    "all_gather_bidirectional": dict(collective="all_gather", in_specs=(P("x", None),),
+                                     out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    "all_gather_megacore": dict(collective="all_gather", in_specs=(P("x", None),),
+                                out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    "all_to_all_ring": dict(collective="all_to_all", in_specs=(P("x", None, None),),
+                            out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    # Over two axes: lax's tuple axis, in the specs too.
+    "all_gather_2d": dict(collective="all_gather", axis=("x", "y"), in_specs=(P(("x", "y"), None),),
+                          out_specs=P(("x", "y"), None, None), params={"rows": 8, "cols": 128}),
+    "all_reduce_2d": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
+                          out_specs=P(None, ("x", "y")), params={"block": 8, "cols": 128}),
 }
 
 
-def mesh_of(n):
-    return jax.sharding.Mesh(np.array(jax.devices()[:n]), ("x",))
+def mesh_of(n, shape=None):
+    """n devices on a 1-D mesh ("x"), or shaped `shape` with axes x, y."""
+    if shape is None:
+        return jax.sharding.Mesh(np.array(jax.devices()[:n]), ("x",))
+    return jax.sharding.Mesh(np.array(jax.devices()[:n]).reshape(shape), ("x", "y")[:len(shape)])
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +93,7 @@ def test_constants(schedule_path):
     want = EXPECTED[schedule_path.stem]
     assert module.NAME == schedule.name
     assert module.COLLECTIVE == want["collective"]
-    assert module.AXIS == "x"
+    assert module.AXIS == want.get("axis", "x")
     assert module.PARAMS == want["params"]
     assert module.IN_SPECS == want["in_specs"]
     assert module.OUT_SPECS == want["out_specs"]
@@ -207,15 +221,20 @@ def test_interpret_argument(all_reduce):
 
 def test_make_inputs_shapes_and_shardings(schedule_path):
     module = load_module(load(schedule_path))
-    mesh = mesh_of(4)
+    mesh = mesh_of(4, (2, 2) if isinstance(module.AXIS, tuple) else None)
     (x,) = module.make_inputs(mesh, 0)
     assert x.sharding.spec == module.IN_SPECS[0]
     assert x.dtype == jnp.float32
-    rows, cols = module.PARAMS["rows"], module.PARAMS["cols"]
+    rows, cols = module.PARAMS.get("rows", 0), module.PARAMS["cols"]
     want = {"all_gather_ring": (4 * rows, cols), "all_reduce_ring": (rows, 4 * cols),
             "ppermute_right": (rows, 4 * cols),
             "reduce_scatter_bidirectional": (4 * rows, 4 * cols),
-            "reduce_scatter_bidirectional_overlapped": (4 * rows, 4 * cols)}[schedule_path.stem]
+            "reduce_scatter_bidirectional_overlapped": (4 * rows, 4 * cols),
+            "all_gather_bidirectional": (4 * rows, cols), "all_gather_megacore": (4 * rows, cols),
+            "all_to_all_ring": (16, rows, cols),  # [N, rows, cols] per device, N sharded
+            "all_gather_2d": (4 * rows, cols),
+            "all_reduce_2d": (2 * 8, 4 * cols),  # [N_x * block, cols] per device
+            }[schedule_path.stem]
     assert x.shape == want
     (again,) = module.make_inputs(mesh, jax.random.key(0))
     assert np.array_equal(np.asarray(x), np.asarray(again))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ringc.ir import errors as ringc_errors
 from ringc.ir.loader import load, load_text
 from ringc.reference import apply_collective
 from ringc.run import RunResult, ensure_host_devices, host_device_count, run_schedule
@@ -34,14 +35,69 @@ def check(result: RunResult) -> None:
 @example(n=5)
 @example(n=8)
 def test_library_schedule_matches_lax(schedule_path, n):
-    """Property: every library schedule equals lax on any ring size, race-free."""
-    check(run_schedule(load(schedule_path), n, seed=n))
+    """Property: every library schedule equals lax on any ring size (a 2-D schedule: on one
+    of the 8-device meshes), race-free."""
+    check(run_library(schedule_path, n, seed=n))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", range(2, 9))
 def test_library_schedule_matches_lax_exhaustively(schedule_path, n):
-    check(run_schedule(load(schedule_path), n))
+    check(run_library(schedule_path, n))
+
+
+# ---------------------------------------------------------------------------- meshes
+
+MESHES_2D = [(2, 2), (2, 4), (4, 2)]  # the 8-CPU-device meshes with two axes
+LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
+ONE_AXIS = [p.stem for p in LIBRARY if len(load(p).axes) == 1]
+TWO_AXES = [p.stem for p in LIBRARY if len(load(p).axes) == 2]
+# Each one-axis schedule along one axis of one mesh (rotating), fast; all of them under slow.
+ALONG = [((2, 4), "y"), ((4, 2), "x"), ((2, 4), "x"), ((4, 2), "y"), ((2, 2), "y")]
+
+
+def run_library(path: Path, n: int, seed: int = 0) -> RunResult:
+    """A library schedule on a ring of n devices, or a 2-D one on MESHES_2D[n % 3]."""
+    sched = load(path)
+    if len(sched.axes) == 1:
+        return run_schedule(sched, n, seed=seed)
+    shape = MESHES_2D[n % len(MESHES_2D)]
+    return run_schedule(sched, shape[0] * shape[1], mesh_shape=shape, seed=seed)
+
+
+@pytest.mark.parametrize("shape", MESHES_2D, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("stem", TWO_AXES)
+def test_two_axis_schedule_matches_lax_over_the_axis_tuple(stem, shape):
+    """lax.psum / all_gather over ("x", "y"), on every 8-device mesh shape."""
+    sched = load(REPO / "schedules" / f"{stem}.yaml")
+    check(run_schedule(sched, shape[0] * shape[1], mesh_shape=shape, seed=sum(shape)))
+
+
+@pytest.mark.parametrize("stem", ONE_AXIS)
+def test_one_axis_schedule_runs_along_an_axis_of_a_mesh(stem):
+    """The other coordinate stays fixed: each row (or column) runs its own ring, and the
+    result equals lax over that one axis."""
+    shape, along = ALONG[ONE_AXIS.index(stem) % len(ALONG)]
+    check(run_schedule(load(REPO / "schedules" / f"{stem}.yaml"), 8 if shape != (2, 2) else 4,
+                       mesh_shape=shape, along=along))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, along", [((2, 4), "x"), ((2, 4), "y"), ((4, 2), "x"), ((4, 2), "y")])
+@pytest.mark.parametrize("stem", ONE_AXIS)
+def test_one_axis_schedule_runs_along_every_axis_of_every_mesh(stem, shape, along):
+    check(run_schedule(load(REPO / "schedules" / f"{stem}.yaml"), 8, mesh_shape=shape, along=along))
+
+
+def test_mesh_layout_names_the_other_axes():
+    from ringc.run import mesh_layout
+    ring = load(REPO / "schedules" / "all_gather_ring.yaml")
+    assert mesh_layout(ring, (2, 4), "y") == (("y", "x"), {"x": 4})
+    assert mesh_layout(ring, (2, 4), None) == (("x", "y"), {"x": 2})
+    two = load(REPO / "schedules" / "all_gather_2d.yaml")
+    assert mesh_layout(two, (4, 2), None) == (("x", "y"), {"x": 4, "y": 2})
+    with pytest.raises(ringc_errors.ScheduleError, match="2 axes"):
+        mesh_layout(two, (8,), None)
 
 
 # ---------------------------------------------------------------------------- failures show
@@ -177,8 +233,12 @@ body:
 
 def test_params_override(schedule_path):
     schedule = load(schedule_path)
-    rows = schedule.params["rows"]
-    check(run_schedule(schedule, 3, params={"rows": 2 * rows}))
+    name = "rows" if "rows" in schedule.params else "block"
+    doubled = {name: 2 * schedule.params[name]}
+    if len(schedule.axes) == 1:
+        check(run_schedule(schedule, 3, params=doubled))
+    else:
+        check(run_schedule(schedule, 4, params=doubled, mesh_shape=(2, 2)))
 
 
 # ---------------------------------------------------------------------------- the reference

@@ -5,7 +5,8 @@ from pathlib import Path
 from hypothesis import given, settings
 
 import ringc
-from ringc.testing import device_counts, mutants_of, mutate, mutations_of, schedules_from
+from ringc.testing import (check_sized, device_counts, mutants_of, mutate, mutations_of, schedules_from,
+                           topology_for)
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_REDUCE = ringc.load(ROOT / "schedules" / "all_reduce_ring.yaml")
@@ -14,7 +15,24 @@ ALL_REDUCE = ringc.load(ROOT / "schedules" / "all_reduce_ring.yaml")
 @settings(max_examples=10, deadline=None)
 @given(schedules_from(ROOT / "schedules"), device_counts(2, 8))
 def test_library_schedules_verify(sched, n):
-    assert ringc.check(sched, n).ok
+    assert check_sized(sched, n).ok  # a torus of about n devices for the 2-D schedules
+
+
+def test_topology_for_gives_a_ring_or_a_square_torus():
+    ring = ringc.load(ROOT / "schedules" / "all_gather_ring.yaml")
+    two = ringc.load(ROOT / "schedules" / "all_gather_2d.yaml")
+    assert topology_for(ring, 7) == "ring"
+    assert [topology_for(two, n) for n in (4, 8, 12, 16, 7)] == [
+        "torus:2x2", "torus:2x4", "torus:3x4", "torus:4x4", "torus:2x4"]
+
+
+def test_flipping_a_per_axis_direction_is_caught():
+    sched = ringc.load(ROOT / "schedules" / "all_gather_2d.yaml")
+    flips = [m for m in mutations_of(sched) if m.kind == "flip"]
+    assert len(flips) == 4  # right_x / right_y, each copy
+    for m in flips:
+        mutated = mutate(sched, m)
+        assert not check_sized(mutated, 12).ok, m.describe()
 
 
 @settings(max_examples=15, deadline=None)

@@ -85,3 +85,99 @@ def test_axis_ring_and_flat_ids():
 def test_describe_names_the_wraparound():
     assert "no wraparound" in T.parse("v5e:4x4").describe()
     assert "axis 1 only" in T.parse("v5e:8x16").describe()
+
+
+# ------------------------------------------------------------------ schedules on topologies
+
+from pathlib import Path  # noqa: E402
+
+import ringc  # noqa: E402
+from ringc.verify.placement import place, sends, v5e_offset_ok  # noqa: E402
+
+LIB = Path(__file__).resolve().parent.parent / "schedules"
+ONE_AXIS = ["all_gather_ring", "all_reduce_ring", "ppermute_right", "reduce_scatter_bidirectional",
+            "all_gather_bidirectional", "all_to_all_ring", "all_gather_megacore"]
+TWO_AXES = ["all_gather_2d", "all_reduce_2d"]
+
+
+def _lib(stem):
+    return ringc.load(LIB / f"{stem}.yaml")
+
+
+@pytest.mark.parametrize("topology, along", [("torus:16x16", "y"), ("torus:8x8x8", "z"), ("v4:4x4x8", "x")])
+@pytest.mark.parametrize("stem", ONE_AXIS)
+def test_one_axis_library_checks_clean_along_an_axis_of_a_torus(stem, topology, along):
+    report = ringc.check(_lib(stem), topology=topology, along=along, strict=True)
+    assert report.ok and not report.findings, report.to_text()
+    topo = parse(topology)
+    assert report.program.n == topo.shape["xyz".index(along)]
+    assert f"along y (the schedule's x)" in report.to_text() if along == "y" else True
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:4x4x4", "v5p:4x4x4", "torus:2x8"])
+@pytest.mark.parametrize("stem", TWO_AXES)
+def test_two_axis_library_checks_clean(stem, topology):
+    report = ringc.check(_lib(stem), topology=topology, strict=True)
+    assert report.ok and not report.findings, report.to_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["torus:16x16", "torus:8x8x8"])
+@pytest.mark.parametrize("stem", TWO_AXES)
+def test_two_axis_library_checks_clean_on_big_tori(stem, topology):
+    report = ringc.check(_lib(stem), topology=topology, strict=True)
+    assert report.ok and not report.findings, report.to_text()
+    assert report.program.n == (256 if topology == "torus:16x16" else 64)
+
+
+def parse(spec):
+    return T.parse(spec)
+
+
+def test_every_send_of_every_instance_gets_a_route():
+    sched = _lib("all_gather_ring")
+    report = ringc.check(sched, topology="torus:4x4", along="y")
+    placement = place(sched, T.parse("torus:4x4"), "y")
+    every = sends(report.program, placement)
+    one = sends(report.program, placement, instance=(2, 0))
+    assert placement.instances == 4 and len(every) == 4 * len(one) > 0
+    assert {s.src[0] for s in one} == {2}            # instance 2: the row x = 2
+    assert all(s.hops == 1 for s in every)           # a ring on a wrapped axis: neighbours only
+    mesh = sends(report.program, place(sched, T.parse("mesh:4x4"), "y"))
+    assert sorted({s.hops for s in mesh}) == [1, 3]  # the wrap-around send of each row
+
+
+def test_findings_name_devices_by_coordinates():
+    text = ringc.check(_lib("all_gather_ring"), topology="v5e:2x4", along="y").to_text()
+    assert "device (*, 3)" in text and "device (*, 0)" in text   # every row: x is `*`
+    text = ringc.check(_lib("all_gather_2d"), topology="mesh:2x4").to_text()
+    assert "device (0, 3)" in text and "(0, 3) -> (0, 2) -> (0, 1) -> (0, 0)" in text
+
+
+def test_missing_wraparound_on_v4_below_a_cube():
+    report = ringc.check(_lib("all_gather_ring"), topology="v4:2x2x4", along="z")
+    assert [(f.kind, f.severity) for f in report.findings] == [("no_wraparound", "warning")]
+    assert "v4 slices only wrap when they are whole 4x4x4 cubes" in report.findings[0].message
+    strict = ringc.check(_lib("all_gather_ring"), topology="v4:2x2x4", along="z", strict=True)
+    assert not strict.ok and strict.findings[0].severity == "error"
+
+
+def test_v5e_power_of_2_offsets():
+    t = T.parse("v5e:8x16")
+    assert v5e_offset_ok(t, (0, 0), (0, 1)) and v5e_offset_ok(t, (0, 15), (0, 0))   # +1, wrap -15 = +1
+    assert v5e_offset_ok(t, (0, 0), (0, 4)) and v5e_offset_ok(t, (0, 0), (4, 8))
+    assert not v5e_offset_ok(t, (0, 0), (0, 3)) and not v5e_offset_ok(t, (1, 0), (4, 0))
+    assert v5e_offset_ok(T.parse("v5e:4x4"), (0, 3), (0, 0))  # a ring's wrap-around: 1 the other way
+
+
+def test_place_binds_axes_by_name_or_position():
+    ring, two = _lib("all_gather_ring"), _lib("all_gather_2d")
+    t3 = T.parse("torus:2x4x8")
+    assert place(ring, t3).along == (0,) and place(ring, t3, "z").along == (2,)
+    assert place(ring, t3, "1").along == (1,)
+    assert place(two, t3).along == (0, 1) and place(two, t3, "z,x").along == (2, 0)
+    assert place(two, t3, "z,x").sizes == {"x": 8, "y": 2}
+    with pytest.raises(ringc.ScheduleError, match="distinct axes"):
+        place(two, t3, "x,x")
+    with pytest.raises(ringc.ScheduleError, match="has 1 axis"):
+        place(two, T.parse("ring:8"))

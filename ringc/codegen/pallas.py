@@ -255,10 +255,9 @@ def _interpret_mode(interpret):
 def _random_input(key, shard_shape, dtype, mesh, spec):
     """A random global array whose shards have `shard_shape`, placed on `mesh` as `spec`."""
     spec = tuple(spec) + (None,) * (len(shard_shape) - len(spec))
-    shape = tuple(
-        d if a is None else d * math.prod(mesh.shape[b] for b in ((a,) if isinstance(a, str) else a))
-        for d, a in zip(shard_shape, spec)
-    )
+    # A spec entry is None, one mesh axis, or a tuple of them (sharded over their product).
+    axes = [() if a is None else (a,) if isinstance(a, str) else a for a in spec]
+    shape = tuple(d * math.prod(mesh.shape[b] for b in a) for d, a in zip(shard_shape, axes))
     if jnp.issubdtype(dtype, jnp.integer):
         low = 0 if jnp.issubdtype(dtype, jnp.unsignedinteger) else -8
         value = jax.random.randint(key, shape, low, low + 16, dtype)

@@ -163,7 +163,8 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                 "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                 f"{sched.collective.kind} needs {mm.want}", device=mm.device))
     report = Report(program, findings)
-    report.placement = placement.describe()
+    if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
+        report.placement = placement.describe()
     return report
 
 

@@ -63,7 +63,7 @@ class Report:
     program: Program
     findings: list[Finding]
     seconds: float = 0.0
-    placement: str | None = None  # the topology and axes it was checked on, e.g. "torus:4x4 (...) along x"
+    placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring
 
     @property
     def ok(self) -> bool:
@@ -85,7 +85,7 @@ class Report:
         p = self.program
         status = "ok" if self.ok else "FAILED"
         events = sum(len(d) for d in p.devices)
-        on = f" on {self.placement}" if self.placement and not self.placement.startswith("ring ") else ""
+        on = f" on {self.placement}" if self.placement else ""
         lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)

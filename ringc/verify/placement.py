@@ -80,9 +80,13 @@ class Placement:
         return "(" + ", ".join(str(x) if k in self.along else "*" for k, x in enumerate(c)) + ")"
 
     def describe(self) -> str:
+        """E.g. `torus:4x4 (4x4, wraparound on every axis) along y (the schedule's x), 4 instances`."""
         names = axis_names(self.topo)
-        along = ", ".join(f"{a}->{names[k]}" if a != names[k] else a for a, k in zip(self.axes, self.along))
-        return f"{self.topo.describe()} along {along}"
+        along = ", ".join(names[k] for k in self.along)
+        if tuple(names[k] for k in self.along) != self.axes:
+            along += f" (the schedule's {', '.join(self.axes)})"
+        count = f", {self.instances} instances" if self.instances > 1 else ""
+        return f"{self.topo.describe()} along {along}{count}"
 
 
 def _prod(values) -> int:
@@ -111,7 +115,8 @@ def place(sched: S.Schedule, topo: T.Topology, along: str | None = None) -> Plac
             f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} has "
             f"{topo.ndim} axis{'es' if topo.ndim > 1 else ''}",
             file=sched.file, line=sched.line_of("axes"),
-            fix=f"check it on a topology with {k} axes or more, e.g. --topology torus:{'x'.join(['4'] * k)}")
+            fix=f"use {k} axes or more: `check --topology torus:{'x'.join(['4'] * k)}`, "
+                f"`run --mesh {'x'.join(['2'] * k)}`")
     if along is not None:
         parts = [p.strip() for p in along.split(",") if p.strip()]
         idx = [_axis_index(p, topo) for p in parts]
