@@ -215,26 +215,16 @@ def _barrier(neighbours, mesh_axes, double=True):
 ''',
     "_config": '''
 def _config(mesh, overrides):
-    """N (the mesh's AXIS size) and PARAMS updated with `overrides`, checked."""
+    """N (devices along the mesh axis AXIS, or over its tuple of axes) and PARAMS updated with
+    `overrides`, checked."""
     unknown = sorted(set(overrides) - set(PARAMS))
     if unknown:
         known = ", ".join(PARAMS) or "none"
         raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
-    if AXIS not in mesh.shape:
+    axes = (AXIS,) if isinstance(AXIS, str) else AXIS
+    if any(axis not in mesh.shape for axis in axes):
         raise ValueError(f"{NAME} runs along mesh axis {AXIS!r}; the mesh has {mesh.axis_names}")
-    return mesh.shape[AXIS], {**PARAMS, **overrides}
-''',
-    "_config_axes": '''
-def _config(mesh, overrides):
-    """N (devices over the mesh axes AXIS) and PARAMS updated with `overrides`, checked."""
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        known = ", ".join(PARAMS) or "none"
-        raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
-    missing = [axis for axis in AXIS if axis not in mesh.shape]
-    if missing:
-        raise ValueError(f"{NAME} runs over mesh axes {AXIS}; the mesh has {mesh.axis_names}")
-    return math.prod(mesh.shape[axis] for axis in AXIS), {**PARAMS, **overrides}
+    return math.prod(mesh.shape[axis] for axis in axes), {**PARAMS, **overrides}
 ''',
     "_check_divides": '''
 def _check_divides(a, b, what):
@@ -269,7 +259,7 @@ def _random_input(key, shard_shape, dtype, mesh, spec):
 
 _HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv")}
 # A schedule over several mesh axes gets these variants (same function names) instead.
-_MULTI_AXIS_HELPERS = {"_device": "_device_axes", "_config": "_config_axes"}
+_MULTI_AXIS_HELPERS = {"_device": "_device_axes"}
 
 _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 

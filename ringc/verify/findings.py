@@ -41,6 +41,8 @@ class Finding:
             "kind": self.kind,
             "severity": self.severity,
             "device": ev.device if ev else self.device,
+            "device_label": program.label(ev.device if ev else self.device)
+            if (ev or self.device is not None) else None,  # e.g. "(1, 2)" on a 2-D topology
             "step": dict(zip(program.grid_names, ev.point)) if ev else None,
             "invocation": ev.invocation if ev else None,
             "line": ev.line if ev else None,
