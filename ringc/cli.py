@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
+    c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
@@ -128,6 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     add_params(k)
 
     sub.add_parser("schema", help="print the schedule format's JSON Schema")
+    _cost_parser(sub, add_params)
+    _show_parser(sub, add_params)
     return p
 
 
@@ -139,6 +142,7 @@ def _load(path: str, params: list[tuple[str, int]]):
 def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
+    shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
     for path in args.files:
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
@@ -148,19 +152,23 @@ def cmd_check(args: argparse.Namespace) -> int:
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
                            strict=args.strict)
             ok &= report.ok
+            if shown is None or (shown[1].ok and not report.ok):
+                shown = (sched, report)
             if args.format == "json":
                 print(json.dumps(report.to_json()))
             else:
                 print(report.to_text(explain=args.explain))
+    if args.show and shown:
+        _show_finding(args, *shown)
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _write_atomically(path: str, text: str) -> None:
+def _write_atomically(path: str, text: str | bytes) -> None:
     """Write all or nothing: a failed emit leaves no partial file behind."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         umask = os.umask(0)
         os.umask(umask)
@@ -244,11 +252,197 @@ def cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(Schedule.model_json_schema(), indent=2))
     return EXIT_OK
 
+# --- ringc cost ---------------------------------------------------------------------------
+
+def _size(text: str) -> int:
+    from .cost.sizing import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sweep(text: str) -> list[int]:
+    from .cost.sizing import parse_sweep
+    try:
+        return parse_sweep(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration(text: str) -> float:
+    """`1us`, `500ns`, `0.002ms`, `1e-6` (seconds)."""
+    units = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    t = text.strip()
+    unit = next((u for u in ("ms", "us", "ns", "s") if t.endswith(u)), "")
+    try:
+        value = float(t[: len(t) - len(unit)]) * units.get(unit, 1.0)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 1us or 500ns, got {text!r}")
+    return value
+
+
+def _output_path(path: str, file: str) -> str:
+    if not Path(path).parent.exists():
+        raise ScheduleError(f"output directory {str(Path(path).parent)!r} does not exist",
+                            file=file, fix="create it first or choose another output path")
+    return path
+
+
+def _cost_parser(sub, add_params) -> None:
+    from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology, against the lower bound",
+                       description="Time the unrolled schedule on a model of the ICI network (see "
+                                   "docs/cost-model.md) and compare it with the collective's lower bound.")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, ...")
+    c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along, e.g. y "
+                                                   "(default: as `ringc check`)")
+    c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
+    c.add_argument("--bytes", type=_size, metavar="SIZE",
+                   help="collective size V (e.g. 64MiB); sets the schedule's row/column params")
+    c.add_argument("--sweep", type=_sweep, metavar="A..B", help="price every power-of-two size from A to B")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--plot", metavar="OUT.png", help="draw estimate, bound and efficiency against size")
+    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
+                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
+    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
+                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    add_params(c)
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from .cost import CostError, estimate, hardware
+    from .cost.sizing import parse_sweep
+    sched = _load(args.file, args.param)
+    try:
+        hw = hardware(args.topology, sched, along=args.along, chip=args.chip, hop_latency=args.hop_latency,
+                      dma_overhead=args.dma_overhead)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=args.file, fix="see `ringc cost --help`") from None
+    plot = _output_path(args.plot, args.file) if args.plot else None
+    sizes = args.sweep or [args.bytes]
+    try:
+        estimates = [estimate(sched, hw, nbytes=b) for b in sizes]
+        if plot and not args.sweep:  # a plot is a curve: sweep the default range around the point
+            curve = [estimate(sched, hw, nbytes=b) for b in parse_sweep("4KiB..1GiB")]
+        else:
+            curve = estimates
+    except CostError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        docs = [e.to_json() for e in estimates]
+        print(json.dumps(docs if args.sweep else docs[0], indent=1))
+    elif args.sweep:
+        print(_sweep_table(estimates))
+    else:
+        print(estimates[0].to_text())
+    if plot:
+        from .cost.plot import sweep_png
+        try:
+            data = sweep_png(curve, marked=None if args.sweep else estimates[0].bound.volume)
+        except RuntimeError as e:
+            raise ScheduleError(str(e), file=args.file, fix="install the plot extra") from None
+        _write_atomically(plot, data)
+        print(f"wrote {plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _sweep_table(estimates) -> str:
+    from .cost.model import _t
+    from .cost.sizing import size_text
+    from .cost.timeline import resource_text
+    first = estimates[0]
+    rows = [first.header().rsplit(";", 1)[0],
+            f"  {'V':>9}  {'estimate':>10}  {'bound':>10}  {'efficiency':>10}  {'binding':<10} bottleneck"]
+    for e in estimates:
+        bn = e.bottleneck
+        where = f"{resource_text(bn[0])} ({bn[1]:.0%})" if bn else "-"
+        rows.append(f"  {size_text(e.bound.volume):>9}  {_t(e.seconds):>10}  {_t(e.bound.seconds):>10}  "
+                    f"{e.efficiency:>10.1%}  {e.bound.binding:<10} {where}")
+    return "\n".join(rows)
+
+
+# --- ringc show, and check --show ------------------------------------------------------------
+
+def _show_parser(sub, add_params) -> None:
+    from .show import DIAGRAMS
+    c = sub.add_parser("show", help="draw a schedule: timeline, ring, state machine, slot table (mermaid, md, png)",
+                       description="Pictures of a schedule from the cost model's timed run of its unrolled events.")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--devices", type=_positive, metavar="N", help="device count (default: from --topology)")
+    c.add_argument("--topology", metavar="SPEC", help="default ring:N")
+    c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along (as `check`)")
+    c.add_argument("--format", choices=("mermaid", "png", "md"), default="md")
+    c.add_argument("--diagram", choices=DIAGRAMS, default="gantt", help="which diagram for --format mermaid")
+    c.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size for the timeline (default: params)")
+    c.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout (required for png)")
+    add_params(c)
+
+
+def _timed(sched, topology: str, along: str | None, n: int | None):
+    from .cost import hardware
+    try:
+        return hardware(topology, sched, along=along, n=n)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=sched.file, fix="pass --devices N and/or --topology SPEC") from None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .cost import CostError, estimate
+    from .show import diagram, document, timeline_png
+    sched = _load(args.file, args.param)
+    if args.devices is None and args.topology is None:
+        raise ScheduleError("`ringc show` needs --devices N (or a sized --topology)", file=args.file,
+                            fix="e.g. --devices 4")
+    if args.format == "png" and not args.output:
+        raise ScheduleError("--format png writes a file: give -o OUT.png", file=args.file, fix="add -o timeline.png")
+    out = _output_path(args.output, args.file) if args.output else None
+    hw = _timed(sched, args.topology or "ring", args.along, args.devices)
+    try:
+        e = estimate(sched, hw, nbytes=args.bytes)
+    except CostError as err:
+        print(f"{err}\n  (`ringc check --show OUT.png` draws where it goes wrong)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        data = {"md": lambda: document(e), "mermaid": lambda: diagram(e, args.diagram) + "\n",
+                "png": lambda: timeline_png(e)}[args.format]()
+    except RuntimeError as err:  # matplotlib missing
+        raise ScheduleError(str(err), file=args.file, fix="install the plot extra") from None
+    if out:
+        _write_atomically(out, data)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(data)
+    return EXIT_OK
+
+
+def _show_finding(args: argparse.Namespace, sched, report) -> None:
+    """`check --show OUT.png`: the timed run of the checked program, the finding marked on it."""
+    from .cost.model import memory_of
+    from .cost.timeline import simulate
+    from .show.png import timeline_png
+    out = _output_path(args.show, sched.file)
+    program = report.program
+    hw = _timed(sched, args.topology, args.along, program.n)
+    machine = simulate(program, hw, memory_of(sched))
+    finding = next((f for f in report.findings if f.severity == "error" and f.event is not None), None)
+    status = f"[{finding.kind}] at line {finding.event.line}" if finding else "no finding"
+    try:
+        data = timeline_png(machine, f"{sched.name} N={program.n}: {status}", finding)
+    except RuntimeError as err:
+        raise ScheduleError(str(err), file=sched.file, fix="install the plot extra") from None
+    _write_atomically(out, data)
+    print(f"wrote {out}", file=sys.stderr)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
-               "schema": cmd_schema}[args.command]
+               "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show}[args.command]
     try:
         return handler(args)
     except ScheduleError as e:

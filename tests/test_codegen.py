@@ -26,6 +26,8 @@ EXPECTED = {
                            out_specs=P(None, "x"), params={"rows": 8, "cols": 128}),
     "reduce_scatter_bidirectional": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                          out_specs=P("x", None), params={"rows": 16, "cols": 128}),
+    "reduce_scatter_bidirectional_overlapped": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
+                                                    out_specs=P("x", None), params={"rows": 16, "cols": 128}),
     "all_gather_bidirectional": dict(collective="all_gather", in_specs=(P("x", None),),
                                      out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_gather_megacore": dict(collective="all_gather", in_specs=(P("x", None),),
@@ -227,6 +229,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     want = {"all_gather_ring": (4 * rows, cols), "all_reduce_ring": (rows, 4 * cols),
             "ppermute_right": (rows, 4 * cols),
             "reduce_scatter_bidirectional": (4 * rows, 4 * cols),
+            "reduce_scatter_bidirectional_overlapped": (4 * rows, 4 * cols),
             "all_gather_bidirectional": (4 * rows, cols), "all_gather_megacore": (4 * rows, cols),
             "all_to_all_ring": (16, rows, cols),  # [N, rows, cols] per device, N sharded
             "all_gather_2d": (4 * rows, cols),

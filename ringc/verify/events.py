@@ -97,6 +97,11 @@ class Compute:
     dst: Region
     src: Region | None = None
 
+    @property
+    def boundary(self) -> bool:
+        """Kernel entry or exit: a marker of the race model, not work."""
+        return self.kind in ("enter", "exit")
+
 
 Action = Union[DmaStart, SemWait, Signal, Compute]
 

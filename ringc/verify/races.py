@@ -96,7 +96,7 @@ def _is_entry(acc: Access) -> bool:
 def _is_boundary(acc: Access) -> bool:
     """Kernel entry or exit: the memory changes hands."""
     a = acc.start.action
-    return isinstance(a, Compute) and a.kind in ("enter", "exit")
+    return isinstance(a, Compute) and a.boundary
 
 
 def _executed(m: Machine, ev: Event) -> bool:

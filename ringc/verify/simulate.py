@@ -19,7 +19,7 @@ order cannot change which waits can complete (a wait needs the full count), so t
 exact for hangs and balance; the race analysis treats in-flight bytes separately.
 
 The same machine, stopped at chosen points (`limits`), gives the must-happen-before
-relation (see `order.py`).
+relation (see `order.py`); with a clock (`ringc.cost.timeline`), the cost model.
 """
 
 from __future__ import annotations
@@ -92,22 +92,36 @@ class Machine:
                 queue.popleft()
         self.consumed.append(record)
 
+    def execute(self, ev: Event) -> bool:
+        """Run one event under semaphore semantics; False if it must block (a wait)."""
+        a = ev.action
+        if isinstance(a, SemWait):
+            if self.value[a.sem] < a.value:
+                self.blocked_on[a.sem] = ev.device
+                return False
+            self._consume(ev, a.sem, a.value)
+        elif isinstance(a, Signal):
+            self._signal(ev, a)
+        elif isinstance(a, DmaStart):
+            self._start_dma(ev, a)
+        return True
+
+    # The two effects that take time on real hardware. Here they are instantaneous;
+    # the cost model (`ringc.cost.timeline`) overrides them to deliver deposits later.
+    def _signal(self, ev: Event, a: Signal) -> None:
+        self._deposit(a.sem, a.inc, ev)
+
+    def _start_dma(self, ev: Event, a: DmaStart) -> None:
+        self._deposit(a.recv_sem, a.nbytes, ev)
+        if a.send_sem is not None:
+            self._deposit(a.send_sem, a.nbytes, ev)
+
     def _step_device(self, d: int) -> None:
         events = self.devices[d]
         while self.pc[d] < self.limits[d]:
             ev = events[self.pc[d]]
-            a = ev.action
-            if isinstance(a, SemWait):
-                if self.value[a.sem] < a.value:
-                    self.blocked_on[a.sem] = d
-                    return
-                self._consume(ev, a.sem, a.value)
-            elif isinstance(a, Signal):
-                self._deposit(a.sem, a.inc, ev)
-            elif isinstance(a, DmaStart):
-                self._deposit(a.recv_sem, a.nbytes, ev)
-                if a.send_sem is not None:
-                    self._deposit(a.send_sem, a.nbytes, ev)
+            if not self.execute(ev):
+                return
             self.order.append(ev)
             self.pc[d] += 1
 

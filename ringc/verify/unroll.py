@@ -319,3 +319,18 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
                             file=sched.file)
     return _Unroller(sched, n, sizes).run(invocations)
 
+
+
+def point_env(sched: S.Schedule, sizes: dict[str, int], device: int, point: tuple[int, ...]) -> dict[str, Any]:
+    """The names an expression sees on `device` at grid `point`: me, N, params, grid
+    indices, left/right and the lets (for tools that display them, like `ringc show`)."""
+    u = _Unroller(sched, prod(sizes.values()), sizes)
+    u.device = device
+    u.set_point(point)
+    return dict(u.env)
+
+
+def buffer_shapes(sched: S.Schedule, sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """Every buffer's full shape for these axis sizes, without unrolling. Raises
+    `ScheduleError` when a shape does not divide (e.g. for `ringc cost --bytes`)."""
+    return dict(_Context(sched, prod(sizes.values()), sizes).shapes)

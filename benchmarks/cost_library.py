@@ -1,0 +1,79 @@
+"""Efficiency (bound / estimate) of every library schedule on v5e:4x4 (an axis of 4 for a
+1-axis schedule, the whole 4x4 for a 2-axis one) and ring:16, at 4 KiB, 1 MiB and 256 MiB,
+and why those under 95% at 256 MiB fall short.
+
+    python benchmarks/cost_library.py [--sizes 4KiB,1MiB,256MiB] [--topologies v5e:4x4,ring:16]
+                                      [--schedules schedules/*.yaml] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    import ringc
+    from ringc.cost import CostError, estimate, hardware
+    from ringc.cost.sizing import parse_size, size_text
+    from ringc.ir.errors import ScheduleError
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="4KiB,1MiB,256MiB")
+    ap.add_argument("--topologies", default="v5e:4x4,ring:16")
+    ap.add_argument("--schedules", nargs="*", default=sorted(str(p) for p in (ROOT / "schedules").glob("*.yaml")))
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = ap.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    topologies = args.topologies.split(",")
+
+    head = ["schedule", "topology", "N"] + [f"{size_text(s)}" for s in sizes]
+    rows, reasons = [], []
+    t0 = time.perf_counter()
+    for path in args.schedules:
+        sched = ringc.load(path)
+        for topo in topologies:
+            try:
+                hw = hardware(topo, sched)
+            except (ValueError, ScheduleError) as err:  # e.g. a 2-axis schedule on ring:16
+                rows.append([sched.name, topo, "-"] + ["n/a"] * len(sizes))
+                reasons.append((sched.name, topo, "any size", [getattr(err, "message", str(err))]))
+                continue
+            cells = []
+            for size in sizes:
+                try:
+                    e = estimate(sched, hw, nbytes=size)
+                except (CostError, ScheduleError) as err:
+                    cells.append("n/a")
+                    reasons.append((sched.name, topo, size_text(size), [getattr(err, "message", str(err))]))
+                    continue
+                cells.append(f"{e.efficiency:.1%} ({e.seconds * 1e6:.4g} us)")
+                if size == max(sizes) and e.efficiency < 0.95:
+                    reasons.append((sched.name, topo, size_text(size), e.why()))
+            rows.append([sched.name, topo, str(hw.placement.n)] + cells)
+
+    print(f"efficiency = lower bound / simulated estimate (estimate in parentheses); "
+          f"chip figures from ringc/cost/chips.py\n")
+    if args.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    else:
+        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+        for r in [head] + rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print(f"\nunder 95% at {size_text(max(sizes))}, and why:")
+    for name, topo, size, why in reasons:
+        print(f"- {name} on {topo} ({size}): " + "; ".join(why))
+    print(f"\n({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

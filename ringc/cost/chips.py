@@ -1,0 +1,94 @@
+"""Per-chip hardware figures for the cost model, each with its public source.
+
+Sources (cited per number below):
+- [HSM] "How to Scale Your Model", part 2 "How to Think About TPUs"
+  (https://jax-ml.github.io/scaling-book/tpus/, repository jax-ml/scaling-book, tpus.md,
+  revision of 2025-02-18): the chip table (HBM BW/chip, FLOPs/s/chip bf16) and the
+  interconnect table (ICI BW/link, one-way). A later revision of the same page lists
+  5e10 / 1e11 / 1e11 one-way for v5e / v5p / v6e; we keep the 2025-02 figures, which match
+  its worked problems ("TPU v5e with 4.5e10 unidirectional ICI bandwidth", part 3).
+- [HSM3] "How to Scale Your Model", part 3 "Sharding", "A note on ICI latency": "Each hop
+  over an ICI link has some intrinsic overhead regardless of the data volume. This is
+  typically around 1us."
+- [TPU_INFO] JAX 0.10.2, jax/_src/pallas/mosaic/tpu_info.py, `get_tpu_info()`: per-TensorCore
+  VMEM capacity, HBM bandwidth and bf16 ops/s (multiply by the cores per chip).
+- [CLOUD] Cloud TPU system architecture pages (https://cloud.google.com/tpu/docs/v4,
+  /v5e, /v5p, /v6e): chips per pod, 2-D vs 3-D torus (hence ICI links per chip).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    bf16_flops: float      # peak MXU FLOP/s per chip
+    hbm_bandwidth: float   # bytes/s per chip
+    vmem_bytes: int        # VMEM per TensorCore
+    tensor_cores: int
+    ici_links: int         # ICI ports per chip (a 3-D torus has 6 neighbours, a 2-D one 4)
+    link_bandwidth: float  # one-way bytes/s of one ICI link
+
+    @property
+    def vmem_bandwidth(self) -> float:
+        # [HSM] "VMEM bandwidth is around 22x higher than HBM bandwidth".
+        return 22 * self.hbm_bandwidth
+
+
+CHIPS: dict[str, Chip] = {
+    "v4": Chip(
+        "v4",
+        bf16_flops=2.75e14,     # [HSM] TPU v4p 2.75e14; [TPU_INFO] "TPU v4": 2.75e14 // 2 per core, 2 cores
+        hbm_bandwidth=1.2e12,   # [HSM] 1.2e12; [TPU_INFO] 1.23e12 per chip
+        vmem_bytes=16 * 2**20,  # [TPU_INFO] "TPU v4": 16 MiB per core
+        tensor_cores=2,         # [TPU_INFO] "TPU v4": 2 TensorCores per chip (megacore)
+        ici_links=6,            # [HSM] "TPU v4 and TPU v5p are connected to the nearest 6 neighbors"; [CLOUD] v4 3D torus
+        link_bandwidth=4.5e10,  # [HSM] interconnect table, TPU v4p one-way
+    ),
+    "v5e": Chip(
+        "v5e",
+        bf16_flops=1.97e14,     # [HSM] 1.97e14; [TPU_INFO] "TPU v5e": 1.97e14; [CLOUD] 197 TFLOPs
+        hbm_bandwidth=8.1e11,   # [HSM] 8.1e11; [TPU_INFO] 8.20e11; [CLOUD] 819 GBps
+        vmem_bytes=128 * 2**20,  # [TPU_INFO] "TPU v5e": 128 MiB per core; [HSM] "128 MiB on TPU v5e"
+        tensor_cores=1,         # [TPU_INFO] "TPU v5e": 1 TensorCore per chip
+        ici_links=4,            # [HSM] v5e and v6e connect "the 4 nearest neighbors"; [CLOUD] v5e 2D torus
+        link_bandwidth=4.5e10,  # [HSM] interconnect table, TPU v5e one-way
+    ),
+    "v5p": Chip(
+        "v5p",
+        bf16_flops=4.59e14,     # [HSM] 4.59e14; [TPU_INFO] "TPU v5p": 4.59e14 // 2 per core, 2 cores
+        hbm_bandwidth=2.8e12,   # [HSM] 2.8e12 ([TPU_INFO] says 2.46e12 per chip)
+        vmem_bytes=64 * 2**20,  # [TPU_INFO] "TPU v5p": 64 MiB per core
+        tensor_cores=2,         # [TPU_INFO] "TPU v5p": 2 TensorCores per chip
+        ici_links=6,            # [HSM] nearest 6 neighbours (3D torus); [CLOUD] v5p 3D torus
+        link_bandwidth=9e10,    # [HSM] interconnect table, TPU v5p one-way
+    ),
+    "v6e": Chip(
+        "v6e",
+        bf16_flops=9.2e14,      # [HSM] 9.20e14; [TPU_INFO] "TPU v6e": 9.20e14
+        hbm_bandwidth=1.6e12,   # [HSM] 1.6e12; [TPU_INFO] 1.64e12
+        vmem_bytes=128 * 2**20,  # [TPU_INFO] "TPU v6e": 128 MiB per core
+        tensor_cores=1,         # [TPU_INFO] "TPU v6e": 1 TensorCore per chip
+        ici_links=4,            # [HSM] 4 nearest neighbours (2D torus); [CLOUD] v6e 2D torus
+        link_bandwidth=9e10,    # [HSM] interconnect table, TPU v6e one-way
+    ),
+}
+
+DEFAULT_CHIP = "v5e"  # for topologies that name no generation (ring:N, torus:AxB, ...)
+
+# [HSM3]: about 1 us per ICI hop, whatever the size.
+HOP_LATENCY = 1e-6
+# The time the issuing core spends starting one DMA (descriptor push, semaphore set-up).
+# No public figure; an assumption, overridable with --dma-overhead. [HSM3] measured ~8 us
+# for a 3-hop latency-bound v5e all-gather that its 1 us/hop model puts at 3 us, so the
+# per-step overheads on top of the hop latency are of this order.
+DMA_ISSUE_OVERHEAD = 0.5e-6
+
+
+def chip(name: str) -> Chip:
+    try:
+        return CHIPS[name]
+    except KeyError:
+        raise ValueError(f"unknown chip {name!r}; known: {', '.join(CHIPS)}") from None

@@ -1,0 +1,187 @@
+"""`ringc cost`: time a schedule on a topology and compare it with the lower bound."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import topology as T
+from ..ir import schema as S
+from ..verify.events import Program
+from ..verify.races import describe
+from .bounds import KIND_NAMES, Bound, lower_bound
+from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
+from .placement import place
+from .sizing import fit_volume, size_text
+from .timeline import Hardware, PathStep, TimedMachine, resource_text, simulate
+
+
+class CostError(Exception):
+    """The schedule cannot be priced: it hangs or sends to a device that does not exist.
+    (`ringc check` explains why; exit code 1, like a failed check.)"""
+
+
+def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: int | None = None,
+             chip: str | None = None, hop_latency: float = HOP_LATENCY,
+             dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
+    """The hardware a `--topology`/`--along`/`--chip` choice describes for `sched`: its axes
+    bound to the topology's as `ringc check` binds them, one instance priced. `n` (from
+    `--devices`) sizes a bare `ring` and must match the instance otherwise.
+    Raises ValueError, or ScheduleError for a bad `along`."""
+    bare_ring = topology.strip() == "ring"
+    if bare_ring and n is None:
+        raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4")
+    topo = T.parse(topology, n if bare_ring else None)
+    placement = place(sched, topo, along)
+    if n is not None and n != placement.n:
+        raise ValueError(f"{placement.describe()} gives {placement.n} devices per instance of `{sched.name}`, "
+                         f"not {n}; choose --devices {placement.n}, another topology, or --along")
+    return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
+
+
+def memory_of(sched: S.Schedule) -> dict[str, str]:
+    return {name: buf.memory for name, buf in sched.buffers.items()}
+
+
+@dataclass
+class Estimate:
+    schedule: S.Schedule
+    program: Program
+    hw: Hardware
+    machine: TimedMachine
+    bound: Bound
+
+    @property
+    def seconds(self) -> float:
+        return self.machine.makespan
+
+    @property
+    def efficiency(self) -> float:
+        return self.bound.seconds / self.seconds if self.seconds > 0 else 1.0
+
+    @property
+    def bottleneck(self) -> tuple[Any, float] | None:
+        """The busiest link (capacity used / capacity over the run), else the busiest resource."""
+        use = self.machine.utilization()
+        links = {r: u for r, u in use.items() if r[0] == "link"}
+        pool = links or use
+        if not pool:
+            return None
+        r = max(sorted(pool, key=str), key=lambda k: pool[k])
+        return r, pool[r]
+
+    def critical_path(self) -> list[PathStep]:
+        return self.machine.critical_path()
+
+    def path_summary(self) -> dict[str, float]:
+        """Seconds of the critical path by cause: transfers, latency, own work (compute, issue)."""
+        out = {"transfer": 0.0, "hop_latency": 0.0, "signal": 0.0, "device": 0.0}
+        for step in self.critical_path():
+            if step.kind == "dma":
+                dma = self.machine.dmas[step.first]
+                lat = len(dma.links) * self.hw.hop_latency if step.end >= dma.landed else 0.0
+                out["hop_latency"] += lat
+                out["transfer"] += step.seconds - lat
+            elif step.kind == "signal":
+                out["signal"] += step.seconds
+            else:
+                out["device"] += step.seconds
+        return out
+
+    # -- output -----------------------------------------------------------------
+    def header(self) -> str:
+        s = self.schedule
+        params = ", ".join(f"{k}={v}" for k, v in s.params.items())
+        return (f"{s.file}: {s.name} ({KIND_NAMES[s.collective.kind]}), N={self.program.n} on "
+                f"{self.hw.placement.describe()}, chip {self.hw.chip.name}; V = {size_text(self.bound.volume)} "
+                f"({params})")
+
+    def to_json(self) -> dict[str, Any]:
+        bn = self.bottleneck
+        return {
+            "file": self.schedule.file, "schedule": self.schedule.name,
+            "collective": self.schedule.collective.kind, "N": self.program.n,
+            "topology": self.hw.placement.topo.spec, "along": self.hw.placement.mapping.describe(), "chip": self.hw.chip.name,
+            "params": dict(self.schedule.params), "bytes": self.bound.volume,
+            "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
+            "bound": self.bound.to_json(),
+            "bottleneck": ({"resource": resource_text(bn[0]), "utilization": bn[1]} if bn else None),
+            "critical_path": [{"kind": st.kind, "device": st.device, "start_s": st.start, "end_s": st.end,
+                               "from_line": st.first.line, "to_line": st.last.line, "detail": st.detail
+                               or self._run_text(st)} for st in self.critical_path()],
+            "critical_path_breakdown_s": self.path_summary(),
+            "why": self.why(),
+            "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
+        }
+
+    def why(self) -> list[str]:
+        """Why the estimate is short of the bound (empty at 95% efficiency or more)."""
+        from .diagnose import diagnose
+        return diagnose(self)
+
+    def _run_text(self, st: PathStep) -> str:
+        where = self.program.where
+        if st.first is st.last:
+            return f"{where(st.first)}: {describe(st.first)}"
+        return f"{where(st.first)} .. {where(st.last)}"
+
+    def to_text(self, path_steps: int = 8) -> str:
+        lines = [self.header()]
+        comps = ", ".join(f"{k} {_t(v)}" for k, v in self.bound.components.items())
+        lines.append(f"  estimate   {_t(self.seconds)}")
+        lines.append(f"  bound      {_t(self.bound.seconds)}  ({self.bound.binding}; {comps})")
+        lines.append(f"  efficiency {self.efficiency:.1%}")
+        bn = self.bottleneck
+        if bn:
+            lines.append(f"  bottleneck {resource_text(bn[0])}, busy {bn[1]:.0%} of the run")
+        lines += [f"  why short:  {reason}" for reason in self.why()]
+        summary = self.path_summary()
+        lines.append("  critical path: " + ", ".join(f"{k.replace('_', ' ')} {_t(v)}" for k, v in summary.items() if v))
+        path = self.critical_path()
+        shown = path if len(path) <= path_steps else path[:path_steps // 2] + [None] + path[-path_steps // 2:]
+        for st in shown:
+            if st is None:
+                lines.append(f"    ... {len(path) - path_steps} more steps ...")
+                continue
+            text = st.detail or self._run_text(st)
+            lines.append(f"    {_t(st.start):>10} .. {_t(st.end):>10}  {st.kind:6} {text}")
+        return "\n".join(lines)
+
+
+def _t(seconds: float) -> str:
+    """Seconds with a readable unit."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estimate:
+    """Time an unrolled program. Raises CostError if it cannot run to the end."""
+    if program.n != hw.placement.n:
+        raise ValueError(f"{hw.placement.describe()} has {hw.placement.n} devices on the axis, "
+                         f"but the program was unrolled for N={program.n}")
+    for ev, target in program.targets:
+        if not 0 <= target < program.n:
+            raise CostError(f"{program.file}:{ev.line}: {describe(ev)} at {program.where(ev)} targets device "
+                            f"{target}, which does not exist for N={program.n}; see `ringc check`")
+    machine = simulate(program, hw, memory_of(sched))
+    if not machine.finished():
+        stuck = machine.stuck()
+        first = stuck[0]
+        raise CostError(f"{program.file}:{first.line}: the schedule hangs ({len(stuck)} device(s) never finish; "
+                        f"first: {program.where(first)}: {describe(first)}); see `ringc check`")
+    return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
+
+
+def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None) -> Estimate:
+    """Time `sched` on `hw`, with its params chosen for `nbytes` if given."""
+    from ..verify.unroll import unroll
+    sizes = hw.placement.sizes
+    if nbytes is not None:
+        sched = fit_volume(sched, sizes, nbytes)
+    program = unroll(sched, sizes=sizes)
+    return estimate_program(sched, program, hw)
+
+
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "hardware", "memory_of"]

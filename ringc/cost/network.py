@@ -1,0 +1,112 @@
+"""Fluid flows over shared resources, with max-min fair rates (progressive filling).
+
+A resource is anything with a bandwidth that DMAs share: a directed ICI link, or a
+chip's memory system. A flow (one DMA's bytes) uses a set of resources, each with a
+coefficient (bytes of that resource's capacity per byte moved: 2 for a copy that reads
+and writes the same HBM). Rates are the max-min fair allocation: raise every flow's rate
+together until some resource is full, freeze the flows through it, continue with the rest
+(Bertsekas & Gallager, "Data Networks", 6.5.2). Between changes rates are constant, so
+the next completion time is exact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Hashable
+
+Resource = Hashable
+
+_EPS = 1e-12
+
+
+@dataclass(eq=False)
+class Flow:
+    key: object                           # what the caller tracks (a DMA's event)
+    uses: dict[Resource, float]           # resource -> coefficient
+    remaining: float                      # bytes still to move
+    size: float = 0.0                     # bytes at the start
+    rate: float = 0.0                     # bytes/s, set by `FluidNetwork.allocate`
+    bottleneck: Resource | None = None    # the resource that froze it in the last allocation
+    limited: dict[Resource, float] = field(default_factory=lambda: defaultdict(float))  # seconds per bottleneck
+
+
+@dataclass
+class FluidNetwork:
+    capacity: dict[Resource, float]
+    now: float = 0.0
+    flows: list[Flow] = field(default_factory=list)
+    used: dict[Resource, float] = field(default_factory=lambda: defaultdict(float))     # capacity-bytes consumed
+    busy: dict[Resource, float] = field(default_factory=lambda: defaultdict(float))     # seconds in use
+    active: dict[Resource, list[list[float]]] = field(default_factory=lambda: defaultdict(list))  # [start, end]s
+
+    def advance(self, t: float) -> None:
+        """Move every flow on at its current rate until time t."""
+        dt = t - self.now
+        if dt > 0:
+            in_use: set[Resource] = set()
+            for f in self.flows:
+                moved = min(f.remaining, f.rate * dt)
+                f.remaining -= moved
+                if f.bottleneck is not None:
+                    f.limited[f.bottleneck] += dt
+                for r, c in f.uses.items():
+                    self.used[r] += moved * c
+                    in_use.add(r)
+            for r in in_use:
+                self.busy[r] += dt
+                spans = self.active[r]
+                if spans and spans[-1][1] >= self.now:
+                    spans[-1][1] = t
+                else:
+                    spans.append([self.now, t])
+        self.now = max(self.now, t)
+
+    def add(self, flow: Flow) -> None:
+        for r in flow.uses:
+            if r not in self.capacity:
+                raise KeyError(f"flow uses unknown resource {r!r}")
+        flow.size = flow.size or flow.remaining
+        self.flows.append(flow)
+        self.allocate()
+
+    def finished(self) -> list[Flow]:
+        """Remove and return the flows that have (up to rounding) no bytes left."""
+        done = [f for f in self.flows if f.remaining <= 1e-9 * f.size + _EPS]
+        if done:
+            self.flows = [f for f in self.flows if f not in done]
+            self.allocate()
+        return done
+
+    def allocate(self) -> None:
+        """Max-min fair rates by progressive filling."""
+        residual = dict(self.capacity)
+        active = [f for f in self.flows]
+        for f in active:
+            f.rate, f.bottleneck = 0.0, None
+        while active:
+            load: dict[Resource, float] = defaultdict(float)
+            for f in active:
+                for r, c in f.uses.items():
+                    load[r] += c
+            # The first resource to fill if every active flow speeds up by the same amount.
+            inc, full = min((residual[r] / l, r) for r, l in load.items() if l > 0)
+            for f in active:
+                f.rate += inc
+            for r, l in load.items():
+                residual[r] -= inc * l
+            saturated = {r for r, l in load.items() if residual[r] <= 1e-9 * self.capacity[r]}
+            saturated.add(full)
+            still = []
+            for f in active:
+                hit = next((r for r in f.uses if r in saturated), None)
+                if hit is None:
+                    still.append(f)
+                else:
+                    f.bottleneck = hit
+            active = still
+
+    def next_completion(self) -> float | None:
+        """When the first flow finishes at the current rates (None if nothing moves)."""
+        times = [f.remaining / f.rate for f in self.flows if f.rate > 0]
+        return self.now + min(times) if times else None

@@ -1,0 +1,321 @@
+"""The verifier's semaphore machine on a clock: a discrete-event timing of one run.
+
+`TimedMachine` is `verify.simulate.Machine` with time. It executes the same unrolled
+events under the same semaphore semantics (`Machine.execute`); only the two effects that
+take time on hardware are deferred:
+- a DMA start costs the issuing core `dma_overhead`, then its bytes flow through the
+  directed links of its route (and the memories at both ends) at max-min fair rates
+  (`network.FluidNetwork`); the send semaphore is credited when the last byte has left,
+  the receive semaphore `hops x hop_latency` later;
+- a remote signal arrives `hops x hop_latency` after it is sent.
+Compute ops hold their core for their roofline time. A wait holds its core until its
+semaphore has the value. Events are processed in time order, so contention is exact for
+the fluid model.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from math import prod
+
+from ..verify.events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
+from ..verify.simulate import Machine
+from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
+from .network import Flow, FluidNetwork, Resource
+from .placement import Link, Placement, coord_text, link_text
+
+_DEVICE, _INJECT, _FLOWS, _DEPOSIT = range(4)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the timing depends on besides the program: chip, placement and link figures."""
+    chip: Chip
+    placement: Placement
+    hop_latency: float = HOP_LATENCY
+    dma_overhead: float = DMA_ISSUE_OVERHEAD
+
+    def capacities(self) -> dict[Resource, float]:
+        caps: dict[Resource, float] = {("link", *link): self.chip.link_bandwidth for link in self.placement.links}
+        for d in range(self.placement.n):
+            caps[("hbm", d)] = self.chip.hbm_bandwidth
+            caps[("vmem", d)] = self.chip.vmem_bandwidth
+        return caps
+
+
+def resource_text(r: Resource) -> str:
+    if r[0] == "link":
+        return "link " + link_text((r[1], r[2]))
+    return f"{r[0].upper()} of device {r[1]}"
+
+
+@dataclass
+class Dma:
+    """One DMA's life: issued by its core, bytes flowing, source read, bytes landed."""
+    event: Event
+    issued: float
+    injected: float = 0.0
+    sent: float = float("nan")      # last byte left the source (send semaphore credited)
+    landed: float = float("nan")    # last byte arrived (receive semaphore credited)
+    links: list[Link] = field(default_factory=list)
+    flow: Flow | None = None
+
+    @property
+    def bottleneck(self) -> Resource | None:
+        """The resource that limited this DMA's rate for the longest time."""
+        if self.flow is None or not self.flow.limited:
+            return None
+        return max(self.flow.limited.items(), key=lambda kv: kv[1])[0]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A bar on a device's timeline."""
+    device: int
+    kind: str       # "dma" (outgoing, issue to landed), "compute", "wait" (blocked)
+    start: float
+    end: float
+    event: Event
+    label: str
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One link of the critical path: a device's own work, or a transfer between devices."""
+    kind: str        # "run" (program order on one device), "dma", "signal"
+    device: int
+    start: float
+    end: float
+    first: Event
+    last: Event
+    detail: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class TimedMachine(Machine):
+    def __init__(self, program: Program, hw: Hardware, memory: dict[str, str]):
+        super().__init__(program, account=True)
+        if program.n != hw.placement.n:
+            raise ValueError(f"the program has {program.n} devices but the placement {hw.placement.n}")
+        self.hw = hw
+        self.memory = memory  # buffer name -> "hbm" | "vmem"
+        self.ready.clear()
+        self.now = 0.0
+        self.clock = [0.0] * self.n
+        self.pending: list[float | None] = [None] * self.n
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.net = FluidNetwork(hw.capacities())
+        self.version = 0
+        self.begin: dict[Event, float] = {}
+        self.end: dict[Event, float] = {}
+        self.dmas: dict[Event, Dma] = {}
+        self.spans: list[Span] = []
+        self.blocked: set[Event] = set()
+        self.waker: dict[int, tuple[Event, float]] = {}      # device -> last deposit that woke it
+        self.cause: dict[Event, tuple[Event, float]] = {}    # blocked wait -> (deposit source, arrival)
+        self.arrival: dict[tuple[Event, SemId], float] = {}  # (source, sem) -> when its deposit arrived
+
+    # -- scheduling ---------------------------------------------------------
+    def _push(self, t: float, kind: int, payload) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, payload))
+
+    def _wake(self, d: int, t: float) -> None:
+        if self.pending[d] is not None and self.pending[d] <= t:
+            return
+        self.pending[d] = t
+        self._push(t, _DEVICE, d)
+
+    def _arrive(self, sem: SemId, amount: int, source: Event) -> None:
+        waiter = self.blocked_on.get(sem)
+        self.arrival[(source, sem)] = self.now
+        self._deposit(sem, amount, source)
+        if waiter is not None:
+            self.waker[waiter] = (source, self.now)
+
+    def _reschedule_flows(self) -> None:
+        self.version += 1
+        t = self.net.next_completion()
+        if t is not None:
+            self._push(t, _FLOWS, self.version)
+
+    # -- the two timed effects ----------------------------------------------
+    def _signal(self, ev: Event, a: Signal) -> None:
+        target = a.sem[0]
+        if target == ev.device or not 0 <= target < self.n:
+            self._arrive(a.sem, a.inc, ev)
+            return
+        self._push(self.now + self.hw.placement.hops(ev.device, target) * self.hw.hop_latency,
+                   _DEPOSIT, (a.sem, a.inc, ev))
+
+    def _start_dma(self, ev: Event, a: DmaStart) -> None:
+        dma = Dma(ev, issued=self.now, injected=self.now + self.hw.dma_overhead)
+        self.dmas[ev] = dma
+        self.clock[ev.device] = dma.injected
+        self._push(dma.injected, _INJECT, dma)
+
+    def _inject(self, dma: Dma) -> None:
+        a: DmaStart = dma.event.action
+        uses: dict[Resource, float] = defaultdict(float)
+        for region in (a.src, a.dst):
+            if 0 <= region.device < self.n:  # (a send to a missing device is a `check` finding)
+                uses[(self.memory[region.buffer], region.device)] += 1.0
+        if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.n:
+            dma.links = self.hw.placement.route(a.src.device, a.dst.device)
+            for link in dma.links:
+                uses[("link", *link)] += 1.0
+        dma.flow = Flow(dma, dict(uses), float(a.nbytes))
+        self.net.advance(self.now)
+        self.net.add(dma.flow)
+        self._reschedule_flows()
+
+    def _flows_done(self) -> None:
+        self.net.advance(self.now)
+        for flow in self.net.finished():
+            dma: Dma = flow.key
+            a: DmaStart = dma.event.action
+            dma.sent = self.now
+            if a.send_sem is None:
+                dma.landed = self.now
+                self._arrive(a.recv_sem, a.nbytes, dma.event)
+                continue
+            self._arrive(a.send_sem, a.nbytes, dma.event)
+            dma.landed = self.now + len(dma.links) * self.hw.hop_latency
+            if dma.landed == self.now:
+                self._arrive(a.recv_sem, a.nbytes, dma.event)
+            else:
+                self._push(dma.landed, _DEPOSIT, (a.recv_sem, a.nbytes, dma.event))
+        self._reschedule_flows()
+
+    # -- devices --------------------------------------------------------------
+    def _step_device(self, d: int) -> None:
+        events = self.devices[d]
+        while self.pc[d] < self.limits[d]:
+            if self.clock[d] > self.now:
+                self._wake(d, self.clock[d])
+                return
+            self.clock[d] = self.now
+            ev = events[self.pc[d]]
+            self.begin.setdefault(ev, self.now)
+            if not self.execute(ev):
+                self.blocked.add(ev)
+                return
+            a = ev.action
+            if isinstance(a, SemWait) and ev in self.blocked:
+                self.cause[ev] = self.waker[d]
+                what = a.copy or a.sem[1]
+                self.spans.append(Span(d, "wait", self.begin[ev], self.now, ev, f"{a.why} {what}"))
+            elif isinstance(a, Compute):
+                t = compute_time(a, self.hw.chip, self.memory)
+                self.clock[d] = self.now + t
+                if t > 0:
+                    self.spans.append(Span(d, "compute", self.now, self.clock[d], ev, f"{a.kind} {a.dst.buffer}"))
+            self.end[ev] = self.clock[d]
+            self.order.append(ev)
+            self.pc[d] += 1
+
+    def run(self) -> "TimedMachine":
+        for d in range(self.n):
+            self._wake(d, 0.0)
+        while self.heap:
+            t, _, kind, payload = heapq.heappop(self.heap)
+            self.now = t
+            if kind == _DEVICE:
+                if self.pending[payload] != t:
+                    continue  # superseded by an earlier wake-up
+                self.pending[payload] = None
+                self._step_device(payload)
+            elif kind == _INJECT:
+                self._inject(payload)
+            elif kind == _FLOWS:
+                if payload == self.version:
+                    self._flows_done()
+            else:
+                self._arrive(*payload)
+            while self.ready:
+                self._wake(self.ready.popleft(), self.now)
+        for dma in self.dmas.values():
+            a: DmaStart = dma.event.action
+            label = f"{a.copy} -> d{a.dst.device}" if a.remote else f"{a.copy} (local)"
+            self.spans.append(Span(dma.event.device, "dma", dma.issued, dma.landed, dma.event, label))
+        return self
+
+    # -- results --------------------------------------------------------------
+    @property
+    def makespan(self) -> float:
+        return max(self.end.values(), default=0.0)
+
+    def critical_path(self) -> list[PathStep]:
+        """The chain of dependencies that ends last: a device's own work back to the wait
+        that held it, the transfer that released the wait, the device that started it..."""
+        if not self.end:
+            return []
+        last = max(self.end, key=lambda e: (self.end[e], e.device))
+        steps: list[PathStep] = []
+        ev: Event | None = last
+        run_end, run_last = self.end[last], last
+        while ev is not None:
+            if ev in self.cause:
+                src, arrived = self.cause[ev]
+                steps.append(PathStep("run", ev.device, arrived, run_end, ev, run_last))
+                if isinstance(src.action, DmaStart):
+                    dma = self.dmas[src]
+                    a = src.action
+                    hops = len(dma.links)
+                    how = (f"{a.nbytes} B over {hops} hop{'s' if hops != 1 else ''}"
+                           if a.remote else f"{a.nbytes} B local")
+                    steps.append(PathStep("dma", src.device, dma.injected, arrived, src, ev,
+                                          f"copy `{a.copy}` d{src.device}->d{a.dst.device}: {how}"))
+                    ev, run_end, run_last = src, dma.injected, src
+                else:
+                    steps.append(PathStep("signal", src.device, self.end[src], arrived, src, ev,
+                                          f"{src.action.why} d{src.device}->d{src.action.sem[0]}"))
+                    ev, run_end, run_last = src, self.end[src], src
+                continue
+            prev = self.devices[ev.device][ev.index - 1] if ev.index else None
+            if prev is None:
+                steps.append(PathStep("run", ev.device, 0.0, run_end, ev, run_last))
+            ev = prev
+        steps.reverse()
+        return [s for s in steps if s.end > s.start or s.kind != "run"]
+
+    def utilization(self) -> dict[Resource, float]:
+        """Fraction of the run each resource spent at full capacity-equivalent."""
+        span = self.makespan or 1.0
+        return {r: used / (self.net.capacity[r] * span) for r, used in self.net.used.items()}
+
+
+def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
+    """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in)."""
+    if a.boundary:
+        return 0.0
+    reads: list[Region] = [r for r in vars(a).values() if isinstance(r, Region) and r is not a.dst]
+    writes = [a.dst]
+    if a.kind == "accumulate":
+        reads.append(a.dst)
+    flops = 0.0
+    lhs, rhs = getattr(a, "lhs", None), getattr(a, "rhs", None)
+    if isinstance(lhs, Region) and isinstance(rhs, Region):  # a matmul [m, k] @ [k, n]
+        (m, k), n = lhs.shape[-2:], rhs.shape[-1]
+        flops = 2.0 * m * n * k
+    elif a.kind == "accumulate":
+        flops = float(prod(a.dst.shape))
+
+    def bw(r: Region) -> float:
+        return chip.hbm_bandwidth if memory.get(r.buffer) == "hbm" else chip.vmem_bandwidth
+    memory_time = sum(r.nbytes / bw(r) for r in reads + writes)
+    return max(flops / chip.bf16_flops, memory_time)
+
+
+def simulate(program: Program, hw: Hardware, memory: dict[str, str]) -> TimedMachine:
+    return TimedMachine(program, hw, memory).run()
+
+
+__all__ = ["Hardware", "Dma", "Span", "PathStep", "TimedMachine", "simulate", "compute_time",
+           "resource_text", "coord_text"]

@@ -1,0 +1,296 @@
+"""The cost model: the textbook formulas must come *out* of the simulator.
+
+Nothing below is written into `ringc.cost`: each test derives the expected time from the
+chip table and the collective's algebra, then compares it with the timed run of the
+unrolled schedule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ringc
+from ringc.cli import main
+from ringc.cost import CostError, estimate, hardware
+from ringc.cost.chips import CHIPS
+from ringc.cost.network import Flow, FluidNetwork
+from ringc.cost.sizing import fit_volume, parse_size, parse_sweep
+from ringc.ir.errors import ScheduleError
+from ringc.ir.loader import load_text
+
+REPO = Path(__file__).resolve().parent.parent
+LIB = REPO / "schedules"
+FIXTURES = REPO / "tests" / "cost"
+MiB = 2**20
+
+
+def load(path: Path):
+    return ringc.load(path)
+
+
+def price(path: Path, topology: str, nbytes: int | None = None):
+    sched = load(path)
+    return estimate(sched, hardware(topology, sched), nbytes=nbytes)
+
+
+AG_RING = LIB / "all_gather_ring.yaml"
+
+
+def B(topology: str) -> float:
+    return hardware(topology, load(AG_RING)).chip.link_bandwidth
+
+
+# --- validation against the closed forms -------------------------------------------------
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_ring_all_gather_tends_to_n_minus_1_over_n_v_over_b(n):
+    topo = f"ring:{n}"
+    for size in (256 * MiB, 1024 * MiB):
+        sched = load(AG_RING)
+        e = estimate(sched, hardware(topo, sched), nbytes=size)
+        V = e.bound.volume
+        formula = (n - 1) / n * V / B(topo)
+        assert 1.0 <= e.seconds / formula < 1.02, (size, e.seconds, formula)
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "all_gather_bidirectional.yaml", LIB / "all_gather_bidirectional.yaml"],
+                         ids=["fixture", "library"])
+def test_bidirectional_all_gather_is_about_twice_as_fast(path):
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in this checkout")
+    uni = price(AG_RING, "ring:16", 256 * MiB)
+    bi = price(path, "ring:16", 256 * MiB)
+    assert uni.bound.volume == bi.bound.volume
+    assert 1.9 < uni.seconds / bi.seconds < 2.05
+    # ... and it reaches the bound the unidirectional ring cannot: both links into a device.
+    assert bi.efficiency > 0.95 > 0.55 > uni.efficiency
+
+
+def test_all_reduce_is_about_twice_all_gather():
+    ag = price(AG_RING, "ring:16", 256 * MiB)
+    ar = price(FIXTURES / "all_reduce_rs_ag.yaml", "ring:16", 256 * MiB)
+    assert ag.bound.volume == ar.bound.volume
+    assert 1.9 < ar.seconds / ag.seconds < 2.1
+
+
+def _ppermute(shift: int):
+    text = (LIB / "ppermute_right.yaml").read_text()
+    text = text.replace("shift: 1", f"shift: {shift}").replace("to: right", f"to: (me + {shift}) % N")
+    return load_text(text, f"ppermute_shift{shift}.yaml")
+
+
+@pytest.mark.parametrize("alpha", [1e-6, 3e-6])
+def test_small_messages_are_latency_bound_hops_times_alpha(alpha):
+    hw = hardware("ring:16", _ppermute(1), hop_latency=alpha)
+    V, B = 4096, hw.chip.link_bandwidth
+    times = {k: estimate(_ppermute(k), hw, nbytes=V).seconds for k in (1, 2, 4, 8)}
+    for k, t in times.items():
+        # k hops of latency; and every link now carries k of the N sends, so the (small)
+        # transfer takes k times as long.
+        assert t - times[1] == pytest.approx((k - 1) * (alpha + V / B), rel=0.01)
+        assert k * alpha / t > 0.6  # latency dominates
+    assert times[8] == pytest.approx(8 * alpha + hw.dma_overhead + 8 * V / B, rel=0.01)
+
+
+def test_small_ring_all_gather_pays_one_hop_latency_per_step():
+    sched = load(AG_RING)
+    t1 = estimate(sched, hardware("ring:16", sched, hop_latency=1e-6), nbytes=4096).seconds
+    t2 = estimate(sched, hardware("ring:16", sched, hop_latency=2e-6), nbytes=4096).seconds
+    assert (t2 - t1) / 1e-6 == pytest.approx(15, rel=0.02)  # N - 1 steps, one hop each
+
+
+def test_large_messages_are_not_latency_bound():
+    sched = load(AG_RING)
+    t1 = estimate(sched, hardware("ring:16", sched, hop_latency=1e-6), nbytes=1024 * MiB).seconds
+    t2 = estimate(sched, hardware("ring:16", sched, hop_latency=2e-6), nbytes=1024 * MiB).seconds
+    assert (t2 - t1) / t1 < 0.002
+
+
+def test_the_diagnosis_of_the_bidirectional_reduce_scatter_is_right():
+    """`why` says the tutorial's two directions take turns; the overlapped variant, which
+    only moves the waits, is indeed much faster and keeps both links into a device busy."""
+    turns = price(LIB / "reduce_scatter_bidirectional.yaml", "ring:16", 256 * MiB)
+    both = price(LIB / "reduce_scatter_bidirectional_overlapped.yaml", "ring:16", 256 * MiB)
+    assert any("take turns" in w and "only 0%" in w for w in turns.why())
+    assert turns.seconds / both.seconds > 1.5
+    assert both.efficiency > 0.7 > 0.5 > turns.efficiency
+
+
+# --- topology: routes, contention ------------------------------------------------------------
+
+def test_ring_schedule_on_a_line_routes_the_wraparound_over_three_hops():
+    e = price(AG_RING, "v5e:4x4", 64 * MiB)
+    wrap = [d for d in e.machine.dmas.values() if d.event.action.remote and d.event.device == 3]
+    assert wrap and all(len(d.links) == 3 for d in wrap)
+    assert [l[1] for l in wrap[0].links] == [(2, 0), (1, 0), (0, 0)]
+    # On a torus axis of 4 the same send is one hop.
+    e = price(AG_RING, "torus:4x4", 64 * MiB)
+    wrap = [d for d in e.machine.dmas.values() if d.event.action.remote and d.event.device == 3]
+    assert all(len(d.links) == 1 for d in wrap)
+
+
+def test_bidirectional_all_gather_on_a_line_shares_links_with_the_wraparound():
+    """v5e:4x4 has no wraparound: the left-moving ring's wrap send (0 -> 3) crosses the
+    right-moving ring's links, so going both ways buys nothing there."""
+    uni = price(AG_RING, "v5e:4x4", 256 * MiB)
+    bi = price(FIXTURES / "all_gather_bidirectional.yaml", "v5e:4x4", 256 * MiB)
+    hw = bi.hw
+    assert bi.seconds == pytest.approx(uni.seconds, rel=0.05)
+    assert bi.seconds > 0.95 * bi.bound.seconds / 1.0  # both near the line's bound (one link at the ends)
+    assert bi.bound.seconds == pytest.approx(3 / 4 * bi.bound.volume / hw.chip.link_bandwidth, rel=1e-9)
+
+
+def test_max_min_fair_sharing():
+    net = FluidNetwork({"a": 10.0, "b": 4.0})
+    f1 = Flow(1, {"a": 1.0}, 100.0)
+    f2 = Flow(2, {"a": 1.0, "b": 1.0}, 100.0)
+    net.add(f1)
+    assert f1.rate == pytest.approx(10.0)
+    net.add(f2)
+    # f2 is held to 4 by b; f1 gets the rest of a, not an equal split.
+    assert f2.rate == pytest.approx(4.0) and f1.rate == pytest.approx(6.0)
+    assert f2.bottleneck == "b" and f1.bottleneck == "a"
+    f3 = Flow(3, {"a": 1.0}, 100.0)
+    net.add(f3)
+    # Now a's fair share (10 / 3) is below b's limit: all three are held by a.
+    assert (f1.rate, f2.rate, f3.rate) == pytest.approx((10 / 3,) * 3)
+    assert f2.bottleneck == "a"
+    # A copy that reads and writes the same memory uses it twice per byte.
+    net = FluidNetwork({"hbm": 10.0})
+    f = Flow(4, {"hbm": 2.0}, 10.0)
+    net.add(f)
+    assert f.rate == pytest.approx(5.0)
+    net.advance(net.next_completion())
+    assert net.finished() == [f]
+
+
+def test_two_dmas_on_one_link_take_twice_as_long():
+    """Two copies started together over the same directed link: the max-min model gives
+    each half the bandwidth, so both land at 2 x bytes / B (not one after the other)."""
+    text = (LIB / "ppermute_right.yaml").read_text()
+    text = text.replace("  push: {src: x, dst: out,", "  push: {src: \"x[0:half]\", dst: \"out[0:half]\",")
+    text = text.replace("copies:", "let: {half: rows // 2}\ncopies:\n  push2: {src: \"x[half:half]\", "
+                        "dst: \"out[half:half]\", to: right, send_sem: send_sem, recv_sem: recv_sem}")
+    text = text.replace("  - start: push\n  - wait: push",
+                        "  - start: push\n  - start: push2\n  - wait: push\n  - wait: push2")
+    sched = load_text(text, "two_on_one_link.yaml")
+    hw = hardware("ring:4", sched, dma_overhead=0.0)
+    e = estimate(sched, hw, nbytes=64 * MiB)
+    ends = sorted(d.sent for d in e.machine.dmas.values() if d.event.device == 0)
+    assert ends[0] == pytest.approx(ends[1], rel=1e-6)
+    assert ends[0] == pytest.approx(e.bound.volume / hw.chip.link_bandwidth, rel=1e-3)
+
+
+# --- bounds, sizing, output -----------------------------------------------------------------
+
+def test_bounds_follow_the_links_per_device():
+    for topo, links in (("ring:16", 2), ("v5e:4x4", 1)):  # a line's end chip has one link
+        e = price(AG_RING, topo, 64 * MiB)
+        hw, b = e.hw, e.bound
+        p = hw.placement.n
+        assert b.seconds == pytest.approx((1 - 1 / p) * b.volume / (hw.chip.link_bandwidth * links))
+        assert b.binding == "ingress"
+
+
+def test_bound_latency_floor_is_the_diameter():
+    e = price(AG_RING, "ring:16", 4096)
+    assert e.bound.components["latency"] == pytest.approx(8 * e.hw.hop_latency)
+
+
+def test_fit_volume_hits_the_requested_size():
+    for name in ("all_gather_ring", "all_reduce_ring", "ppermute_right", "reduce_scatter_bidirectional"):
+        sched = load(LIB / f"{name}.yaml")
+        for target in (4096, MiB, 256 * MiB):
+            fitted = fit_volume(sched, {"x": 16}, target)
+            e = estimate(fitted, hardware("ring:16", fitted))
+            assert abs(e.bound.volume - target) / target < 0.01, (name, target, fitted.params)
+
+
+def test_sizes_and_sweeps_parse():
+    assert parse_size("64MiB") == 64 * MiB and parse_size("4KiB") == 4096 and parse_size("1.5KB") == 1500
+    assert parse_sweep("4KiB..64KiB") == [4096, 8192, 16384, 32768, 65536]
+    for bad in ("64 parsecs", "", "0B"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_bytes_needs_a_sized_shape():
+    text = (LIB / "ppermute_right.yaml").read_text().replace("shape: [rows, cols], spec", "shape: [8, 128], spec")
+    sched = load_text(text, "fixed.yaml")
+    with pytest.raises(ScheduleError, match="uses no parameter"):
+        fit_volume(sched, {"x": 4}, MiB)
+
+
+def test_a_hanging_schedule_cannot_be_priced():
+    sched = load(REPO / "tests" / "broken" / "all_reduce_over_wait.yaml")
+    with pytest.raises(CostError, match="hangs"):
+        estimate(sched, hardware("ring:4", sched))
+
+
+def test_critical_path_tiles_the_run():
+    e = price(LIB / "reduce_scatter_bidirectional.yaml", "ring:8", 16 * MiB)
+    path = e.critical_path()
+    assert path[0].start == 0.0 and path[-1].end == pytest.approx(e.seconds)
+    for a, b in zip(path, path[1:]):
+        assert b.start == pytest.approx(a.end, abs=1e-12)
+    assert sum(e.path_summary().values()) == pytest.approx(e.seconds)
+
+
+def test_chip_table_is_complete():
+    for name in ("v4", "v5e", "v5p", "v6e"):
+        c = CHIPS[name]
+        assert c.bf16_flops > 1e14 and c.hbm_bandwidth > 5e11 and c.link_bandwidth > 1e10
+        assert c.ici_links in (4, 6) and c.vmem_bytes >= 16 * MiB
+    sched = load(AG_RING)
+    assert hardware("v5p:4x4x4", sched).chip.name == "v5p" and hardware("ring:8", sched).chip.name == "v5e"
+
+
+def test_cli_cost_json(capsys):
+    rc = main(["cost", str(LIB / "all_gather_ring.yaml"), "--topology", "v5e:4x4", "--bytes", "64MiB",
+               "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"estimate_s", "bound_s", "efficiency", "bottleneck", "critical_path"} <= set(doc)
+    assert doc["N"] == 4 and doc["bytes"] == 64 * MiB
+    assert doc["efficiency"] == pytest.approx(doc["bound_s"] / doc["estimate_s"])
+
+
+def test_cli_cost_text_sweep_and_plot(tmp_path, capsys):
+    out = tmp_path / "sweep.png"
+    rc = main(["cost", str(LIB / "ppermute_right.yaml"), "--topology", "ring:8", "--sweep", "4KiB..64KiB",
+               "--plot", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert text.count("KiB") >= 5 and "efficiency" in text
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--topology", "ring"], 2, "sized topology"),
+    (["--topology", "v5e:4x4", "--along", "z"], 2, "--along 'z' must name"),
+    (["--topology", "ring:4", "--bytes", "lots"], 2, "expected a size"),
+    (["--topology", "ring:4", "--plot", "/nonexistent/x.png"], 2, "does not exist"),
+])
+def test_cli_cost_bad_input(args, code, message, capsys):
+    with pytest.raises(SystemExit) if "lots" in args else _nullcontext():
+        rc = main(["cost", str(LIB / "ppermute_right.yaml"), *args])
+        assert rc == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_cost_of_a_hang_exits_1(capsys):
+    rc = main(["cost", str(REPO / "tests" / "broken" / "all_reduce_over_wait.yaml"), "--topology", "ring:4"])
+    assert rc == 1
+    assert "hangs" in capsys.readouterr().err
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
