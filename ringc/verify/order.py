@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .events import DmaStart, Event, Program, SemId, SemWait
+from .events import DmaStart, Event, Program, SemId, SemWait, feeders
 from .simulate import Machine
 from .symmetry import semaphore_symmetric
 
@@ -94,16 +94,12 @@ class DmaEnds:
 
 def dma_ends(program: Program, order: Order, owners: set[int] | None = None) -> DmaEnds:
     """The DMA intervals, for the semaphores owned by `owners` (default: every device)."""
-    deposits: dict[SemId, list[Event]] = defaultdict(list)
+    deposits = {sem: [e for e in fed if isinstance(e.action, DmaStart)] for sem, fed in feeders(program).items()}
     waits: dict[SemId, list[Event]] = defaultdict(list)
     for events in program.devices:
         for ev in events:
             a = ev.action
-            if isinstance(a, DmaStart):
-                deposits[a.recv_sem].append(ev)
-                if a.send_sem is not None:
-                    deposits[a.send_sem].append(ev)
-            elif isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma":
+            if isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma":
                 waits[a.sem].append(ev)
 
     def first_guaranteeing_wait(sem: SemId) -> dict[Event, Event | None]:
