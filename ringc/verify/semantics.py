@@ -85,7 +85,10 @@ class Memory:
 
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
+        lo, hi = r.box[0]
         for p in self.pieces.get((r.device, r.buffer), []):
+            if p.box[0][1] <= lo or p.box[0][0] >= hi:
+                continue  # the common case, decided on the leading dim without a call
             ix = _intersect(p.box, r.box)
             if ix is not None:  # stored values are canonical for their own box already
                 out.append(Piece(ix, p.value if ix == p.box else _value(p.value, ix)))
@@ -98,7 +101,10 @@ class Memory:
 
     def write(self, r: Region, new: list[Piece]) -> None:
         key = (r.device, r.buffer)
-        kept = [Piece(b, p.value) for p in self.pieces.get(key, []) for b in _subtract(p.box, r.box)]
+        lo, hi = r.box[0]
+        kept = [q for p in self.pieces.get(key, [])
+                for q in ([p] if p.box[0][1] <= lo or p.box[0][0] >= hi else
+                          [Piece(b, p.value) for b in _subtract(p.box, r.box)])]
         self.pieces[key] = kept + [Piece(p.box, _value(p.value, p.box)) for p in new]
 
     @staticmethod
