@@ -170,7 +170,9 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
     dtype = schedule.dtype_of(schedule.io_buffer("output"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    tol = tolerance(dtype, summed_terms(schedule.collective.kind, devices), scale)
+    depth = E.evaluate(schedule.buffers[schedule.io_buffer("input")].full_shape[-1],
+                       {"N": devices, **schedule.params, **params})
+    tol = tolerance(dtype, summed_terms(schedule.collective.kind, devices, dtype, depth), scale)
     ok = not math.isnan(err) and err <= tol and races_found is not True
     return RunResult(name=schedule.name, devices=devices, max_abs_err=err, tolerance=tol,
                      races_found=races_found, seconds=seconds, ok=ok)

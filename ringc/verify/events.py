@@ -89,10 +89,20 @@ class Signal:
 
 @dataclass(frozen=True)
 class Compute:
-    """A vector op on VMEM: zero, accumulate (dst += src) or assign (dst = src)."""
+    """An op on VMEM: zero, accumulate (dst += src), assign (dst = src), cast (dst = src in
+    dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
+    writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
+    VMEM blocks hold garbage)."""
     kind: str
     dst: Region
     src: Region | None = None
+    rhs: Region | None = None
+    accumulate: bool = False
+
+    @property
+    def reads(self) -> tuple[Region, ...]:
+        """The regions it reads, besides `dst` when accumulating."""
+        return tuple(r for r in (self.src, self.rhs) if r is not None)
 
 
 Action = Union[DmaStart, SemWait, Signal, Compute]
@@ -106,6 +116,7 @@ class Event:
     line: int                  # YAML line of the op
     action: Action
     invocation: int = 0        # which back-to-back kernel call (--invocations)
+    inner: tuple[tuple[str, int], ...] = ()  # the grid point of a nested pipeline, if inside one
 
 
 @dataclass
@@ -123,5 +134,7 @@ class Program:
     def where(self, ev: Event) -> str:
         """`device 2, step=3 phase=1 (line 41)` — the location users read in findings."""
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
+        if ev.inner:
+            pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
         return f"device {ev.device},{inv} {pt} (line {ev.line})"

@@ -46,8 +46,14 @@ def describe(ev: Event) -> str:
     if isinstance(a, Compute):
         if a.kind == "enter":
             return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
+        if a.kind == "allocate":
+            return f"the pipeline allocates {a.dst.text()} (garbage until written)"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
+        if a.kind == "matmul":
+            return f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}"
+        if a.kind == "cast":
+            return f"{a.dst.text()} = cast({a.src.text()})"
         op = "+=" if a.kind == "accumulate" else "="
         return f"{a.dst.text()} {op} {a.src.text()}"
     return repr(a)
@@ -68,11 +74,14 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
             elif isinstance(a, Compute) and a.kind == "enter":
                 out.append(Access(a.dst, True, ev, ev, f"device {ev.device} enters the kernel (call "
                                   f"{ev.invocation + 1}; before that the memory belongs to whatever ran before)"))
+            elif isinstance(a, Compute) and a.kind == "allocate":
+                out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
             elif isinstance(a, Compute):
-                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
+                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into",
+                        "cast": "casts into", "matmul": "multiplies into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
-                if a.src is not None:
-                    out.append(Access(a.src, False, ev, ev, f"`{a.kind}` reads it"))
+                for r in a.reads:
+                    out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))
     return out
 
 

@@ -4,29 +4,53 @@ Like MSCCLang's chunk checker, but over regions instead of fixed chunks. Memory 
 set of boxes per (device, buffer), each holding a symbolic sum of *terms*. A term is
 "input buffer `x` of device j, read through an affine index map", so a copy or an
 accumulate just translates boxes and merges sums; nothing depends on the data's size.
-At the end every output box is compared with what the collective prescribes: which
-device's block (ppermute, all_gather, all_to_all) or which sum of blocks (psum,
-psum_scatter).
+A matmul makes *product* terms: "sum over k in [k0, k1) of A[.., k] * B[k, ..]", whose
+two factors are input terms with the contraction index `k` in their maps. Products
+over adjacent k ranges of the same factors merge, so a matmul blocked over k adds up
+to the same term as the unblocked one. At the end every output box is compared with
+what the collective prescribes: which device's block (ppermute, all_gather,
+all_to_all), which sum of blocks (psum, psum_scatter), or which sum of products
+(all_gather_matmul, matmul_psum_scatter).
 
 Effects are applied in the order of the maximal run, a DMA's at its start. That is
 sound for the outcome because the race analysis separately proves no access overlaps
 an in-flight DMA; a racy schedule is reported as such and its data flow is moot.
+Values are exact: a cast changes no term (rounding is `ringc run`'s business).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from ..ir import schema as S
 from .events import Compute, DmaStart, Event, Program, Region
 
 Box = tuple[tuple[int, int], ...]
-# A term's index map: for each input dimension, (buffer dim, offset) or (None, constant).
+# A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
+# (KDIM, offset) for a product's contraction index.
 IndexMap = tuple[tuple[int | None, int], ...]
-Term = tuple[str, int, IndexMap]            # (input buffer, device, map); "?buf" = uninitialized buf
+Term = tuple[Any, ...]   # (input buffer, device, map); (PRODUCT, a, b, k0, k1); ("?buf", device, ())
 Value = tuple[Term, ...]                     # a sorted multiset: a sum of terms
-UNINIT = "?"
+UNINIT = "?"          # prefix: uninitialized memory of a buffer
+OPAQUE = "!"          # prefix: a value the model does not follow (a product of a product)
+PRODUCT = "@"
+KDIM = -1
+
+
+def _is_product(term: Term) -> bool:
+    return term[0] == PRODUCT
+
+
+def _map_entries(term: Term, fn: Callable[[int | None, int], tuple[int | None, int]]) -> Term:
+    """Apply `fn` to every buffer-dim or constant entry of the term's maps (a product's
+    two factors included); contraction entries are left alone."""
+    if _is_product(term):
+        _, a, b, k0, k1 = term
+        return (PRODUCT, _map_entries(a, fn), _map_entries(b, fn), k0, k1)
+    name, dev, imap = term
+    return (name, dev, tuple(e if e[0] == KDIM else fn(*e) for e in imap))
 
 
 @dataclass(frozen=True)
@@ -60,15 +84,50 @@ def _subtract(a: Box, b: Box) -> list[Box]:
 
 
 def _canonical(term: Term, box: Box) -> Term:
-    """Fix map entries over dims where the box is a single index, so equal data compares equal."""
-    name, dev, imap = term
-    fixed = tuple((None, box[d][0] + off) if d is not None and box[d][1] - box[d][0] == 1 else (d, off)
-                  for d, off in imap)
-    return (name, dev, fixed)
+    """Fix map entries over dims where the box is a single index, so equal data compares
+    equal; a product's contraction index is renumbered so its left factor reads k itself."""
+    term = _map_entries(term, lambda d, off: (None, box[d][0] + off)
+                        if d is not None and box[d][1] - box[d][0] == 1 else (d, off))
+    if not _is_product(term):
+        return term
+    _, a, b, k0, k1 = term
+    shift = next((off for d, off in a[2] if d == KDIM), 0)
+
+    def renumber(t: Term) -> Term:
+        return (t[0], t[1], tuple((d, off - shift) if d == KDIM else (d, off) for d, off in t[2]))
+    return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
 
 
 def _value(terms: Iterable[Term], box: Box) -> Value:
-    return tuple(sorted(_canonical(t, box) for t in terms))
+    """The canonical sum: products over adjacent k ranges of the same factors merged."""
+    plain, ranges = [], defaultdict(list)
+    for t in (_canonical(t, box) for t in terms):
+        if _is_product(t):
+            ranges[(t[1], t[2])].append((t[3], t[4]))
+        else:
+            plain.append(t)
+    for (a, b), spans in ranges.items():
+        merged: list[tuple[int, int]] = []
+        for k0, k1 in sorted(spans):
+            if merged and merged[-1][1] == k0:
+                merged[-1] = (merged[-1][0], k1)
+            else:
+                merged.append((k0, k1))
+        plain += [(PRODUCT, a, b, k0, k1) for k0, k1 in merged]
+    return tuple(sorted(plain, key=repr))
+
+
+def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
+    """`pieces` with `extra`'s terms added where the boxes overlap."""
+    out = []
+    for p in pieces:
+        ix = _intersect(p.box, extra.box)
+        if ix is None:
+            out.append(p)
+            continue
+        out += [Piece(b, p.value) for b in _subtract(p.box, ix)]
+        out.append(Piece(ix, p.value + extra.value))
+    return out
 
 
 class Memory:
@@ -110,19 +169,15 @@ class Memory:
             box = [dst.box[d] for d in range(len(dst.box))]
             for s, (d, off) in shift.items():
                 box[d] = (p.box[s][0] + off, p.box[s][1] + off)
-            terms = []
-            for name, dev, imap in p.value:
-                new_map = []
-                for d, off in imap:
-                    if d is None:
-                        new_map.append((None, off))
-                    elif d in shift:
-                        nd, delta = shift[d]
-                        new_map.append((nd, off - delta))
-                    else:  # a point-indexed source dim: a constant coordinate
-                        new_map.append((None, p.box[d][0] + off))
-                terms.append((name, dev, tuple(new_map)))
-            out.append(Piece(tuple(box), tuple(terms)))
+
+            def moved(d: int | None, off: int, p: Piece = p) -> tuple[int | None, int]:
+                if d is None:
+                    return (None, off)
+                if d in shift:
+                    nd, delta = shift[d]
+                    return (nd, off - delta)
+                return (None, p.box[d][0] + off)  # a point-indexed source dim: a constant coordinate
+            out.append(Piece(tuple(box), tuple(_map_entries(t, moved) for t in p.value)))
         return out
 
     def copy(self, src: Region, dst: Region) -> None:
@@ -138,6 +193,41 @@ class Memory:
                     result.append(Piece(ix, a.value + b.value))
         self.write(dst, result)
 
+    def matmul(self, dst: Region, a: Region, b: Region, accumulate: bool) -> None:
+        """dst (+)= a @ b: every pair of pieces of `a` and `b` that share k indices adds
+        their products to the dst box of the `a` piece's rows and the `b` piece's columns."""
+        (ra, ka), (kb, cb), (rd, cd) = a.kept, b.kept, dst.kept
+        result = self.read(dst) if accumulate else [Piece(dst.box, ())]
+        for pa in self.read(a):
+            for pb in self.read(b):
+                k0 = max(pa.box[ka][0] - a.box[ka][0], pb.box[kb][0] - b.box[kb][0])
+                k1 = min(pa.box[ka][1] - a.box[ka][0], pb.box[kb][1] - b.box[kb][0])
+                if k0 >= k1:
+                    continue
+                box = list(dst.box)
+                box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
+                box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
+
+                def factor(t: Term, piece: Piece, reg: Region, kdim: int, free: int, to: int) -> Term:
+                    def entry(d: int | None, off: int) -> tuple[int | None, int]:
+                        if d == free:
+                            return (to, off + reg.box[free][0] - dst.box[to][0])
+                        if d == kdim:
+                            return (KDIM, off + reg.box[kdim][0])
+                        return (None, off if d is None else piece.box[d][0] + off)
+                    return _map_entries(t, entry)
+
+                terms = []
+                for ta in pa.value:
+                    for tb in pb.value:
+                        odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
+                        if odd is None and (_is_product(ta) or _is_product(tb)):
+                            odd = (OPAQUE + dst.buffer, dst.device, ())
+                        terms.append(odd or (PRODUCT, factor(ta, pa, a, ka, ra, rd),
+                                             factor(tb, pb, b, kb, cb, cd), k0, k1))
+                result = _add(result, Piece(tuple(box), tuple(terms)))
+        self.write(dst, result)
+
     def forget(self, dst: Region) -> None:
         """Whatever ran before the kernel left garbage here."""
         self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))])
@@ -146,12 +236,12 @@ class Memory:
         self.write(dst, [Piece(dst.box, ())])
 
 
-def expected(sched: S.Schedule, n: int, device: int, out_shape: tuple[int, ...],
-             in_shape: tuple[int, ...]) -> list[Piece]:
+def expected(sched: S.Schedule, n: int, device: int, shapes: dict[str, tuple[int, ...]]) -> list[Piece]:
     """What the collective prescribes for the output of `device`, as pieces."""
     c = sched.collective
     x = sched.io_buffer("input")
-    full = tuple((0, s) for s in out_shape)
+    in_shape = shapes[x]
+    full = tuple((0, s) for s in shapes[sched.io_buffer("output")])
     rank = len(in_shape)
 
     def term(dev: int, imap: IndexMap) -> Term:
@@ -171,30 +261,59 @@ def expected(sched: S.Schedule, n: int, device: int, out_shape: tuple[int, ...],
     if c.kind == "all_to_all":
         imap = ((None, device),) + tuple((d, 0) for d in range(1, rank))
         return [Piece(((j, j + 1),) + full[1:], (term(j, imap),)) for j in range(n)]
+    y, k = sched.io_buffer("rhs"), in_shape[-1]
+    if c.kind == "all_gather_matmul":  # out[j] = x_j @ y_me: x [m, k], y [k, n], out [N, m, n]
+        rhs = (y, device, ((KDIM, 0), (2, 0)))
+        return [Piece(((j, j + 1),) + full[1:], ((PRODUCT, term(j, ((1, 0), (KDIM, 0))), rhs, 0, k),))
+                for j in range(n)]
+    if c.kind == "matmul_psum_scatter":  # out = sum_j x_j[me] @ y_j: x [N, m, k], y [k, n], out [m, n]
+        return [Piece(full, tuple((PRODUCT, term(j, ((None, device), (0, 0), (KDIM, 0))),
+                                   (y, j, ((KDIM, 0), (1, 0))), 0, k) for j in range(n)))]
     raise AssertionError(c.kind)
 
 
-def expected_shape(sched: S.Schedule, n: int, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+def expected_shape(sched: S.Schedule, n: int, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...] | str:
+    """The output shape the collective gives for these input shapes, or why there is none."""
     kind = sched.collective.kind
+    x = shapes[sched.io_buffer("input")]
     if kind == "all_gather":
-        return (n, *in_shape)
+        return (n, *x)
     if kind == "psum_scatter":
-        return in_shape[1:]
-    return in_shape
+        return x[1:]
+    if kind in S.MATMUL_COLLECTIVES:
+        y = shapes[sched.io_buffer("rhs")]
+        lhs = x if kind == "all_gather_matmul" else x[1:]
+        if len(lhs) != 2 or len(y) != 2 or lhs[1] != y[0] or (kind != "all_gather_matmul" and x[0] != n):
+            want = "[m, k] @ [k, n]" if kind == "all_gather_matmul" else "[N, m, k] @ [k, n]"
+            return f"{kind} needs inputs {want}, not {list(x)} @ {list(y)}"
+        return (n, lhs[0], y[1]) if kind == "all_gather_matmul" else (lhs[0], y[1])
+    return x
+
+
+def _map_text(name: str, dev: int, imap: IndexMap, box: Box) -> str:
+    idx = []
+    for d, off in imap:
+        if d == KDIM:
+            idx.append("k" if off == 0 else f"k{off:+d}")
+        else:
+            idx.append(str(off) if d is None else f"{box[d][0] + off}:{box[d][1] + off}")
+    return f"{name}@{dev}[{', '.join(idx)}]"
 
 
 def render_value(value: Value, box: Box) -> str:
     if not value:
         return "0"
     parts = []
-    for name, dev, imap in value:
-        if name.startswith(UNINIT):
-            parts.append(f"uninitialized `{name[1:]}` of device {dev}")
-            continue
-        idx = []
-        for d, off in imap:
-            idx.append(str(off) if d is None else f"{box[d][0] + off}:{box[d][1] + off}")
-        parts.append(f"{name}@{dev}[{', '.join(idx)}]")
+    for t in value:
+        if _is_product(t):
+            _, a, b, k0, k1 = t
+            parts.append(f"sum(k in {k0}:{k1}) {_map_text(*a, box)} * {_map_text(*b, box)}")
+        elif t[0].startswith(UNINIT):
+            parts.append(f"uninitialized `{t[0][1:]}` of device {t[1]}")
+        elif t[0].startswith(OPAQUE):
+            parts.append(f"a product of a product in `{t[0][1:]}` of device {t[1]}")
+        else:
+            parts.append(_map_text(*t, box))
     return " + ".join(parts)
 
 
@@ -230,19 +349,25 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
                 mem.forget(a.dst)
             elif a.kind == "zero":
                 mem.zero(a.dst)
-            elif a.kind == "assign":
+            elif a.kind == "allocate":
+                mem.forget(a.dst)
+            elif a.kind in ("assign", "cast"):
                 mem.copy(a.src, a.dst)
+            elif a.kind == "matmul":
+                mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
             else:
                 mem.accumulate(a.src, a.dst)
     mismatches = []
-    want_shape = expected_shape(sched, n, shapes[x])
+    want_shape = expected_shape(sched, n, shapes)
+    if isinstance(want_shape, str):
+        return [Mismatch(-1, out, "no result", want_shape)]
     if tuple(shapes[out]) != want_shape:
         return [Mismatch(-1, out, f"shape {list(shapes[out])}",
                          f"shape {list(want_shape)} for {sched.collective.kind} of `{x}` {list(shapes[x])}")]
     for d in range(n):
         full = tuple((0, s) for s in shapes[out])
         got = mem.read(Region(out, d, full, tuple(range(len(full))), 1))
-        for w in expected(sched, n, d, shapes[out], shapes[x]):
+        for w in expected(sched, n, d, shapes):
             for g in got:
                 ix = _intersect(g.box, w.box)
                 if ix is None:
