@@ -636,7 +636,10 @@ class _Emitter:
         src = self.value_ref(op.src)
         if self.dtype(op.src.name) != self.dtype(op.accumulate.name):
             src += f".astype({self.name(op.accumulate.name)}.dtype)"
-        w.line(f"{self.value_ref(op.accumulate)} += {src}")
+        if op.base is not None:
+            w.line(f"{self.value_ref(op.accumulate)} = {self.value_ref(op.base)} + {src}")
+        else:
+            w.line(f"{self.value_ref(op.accumulate)} += {src}")
 
     def op_cast(self, w: CodeWriter, op: S.Cast) -> None:
         w.line(f"{self.value_ref(op.cast)} = {self.value_ref(op.src)}.astype({self.name(op.cast.name)}.dtype)")
@@ -867,6 +870,8 @@ def _summary(op: S.Op) -> str:
     if isinstance(op, S.Zero):
         return f"zero {op.zero.text()}"
     if isinstance(op, S.Accumulate):
+        if op.base is not None:
+            return f"accumulate {op.accumulate.text()} = {op.base.text()} + {op.src.text()}"
         return f"accumulate {op.accumulate.text()} += {op.src.text()}"
     if isinstance(op, S.Assign):
         return f"assign {op.assign.text()} = {op.src.text()}"

@@ -284,6 +284,8 @@ class _Resolver:
         line, key = op.line, S._op_tag(op)
         dst_ref = getattr(op, key)
         sources = {"zero": (), "matmul": ("a", "b")}.get(key, ("src",))
+        if getattr(op, "base", None) is not None:
+            sources += ("base",)
         dst = self.check_buffer_ref(dst_ref, line, key, scope)
         self.check_writable(dst, dst_ref, line, scope)
         self.check_vmem(dst, dst_ref, line, key)

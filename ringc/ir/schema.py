@@ -205,9 +205,11 @@ class Zero(Node):
 
 
 class Accumulate(Node):
-    """`dst += src` on VMEM regions of the same shape."""
+    """`dst += src` on VMEM regions of the same shape; with `base`, `dst = base + src`."""
     accumulate: RefT
     src: RefT
+    base: RefT | None = Field(None, description="add src to this region instead of to dst itself, e.g. "
+                                                "a pipeline's input block when updating a region in place")
 
 
 class Assign(Node):

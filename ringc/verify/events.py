@@ -89,7 +89,7 @@ class Signal:
 
 @dataclass(frozen=True)
 class Compute:
-    """An op on VMEM: zero, accumulate (dst += src), assign (dst = src), cast (dst = src in
+    """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
     dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
     VMEM blocks hold garbage)."""
@@ -98,11 +98,12 @@ class Compute:
     src: Region | None = None
     rhs: Region | None = None
     accumulate: bool = False
+    base: Region | None = None   # accumulate: dst = base + src
 
     @property
     def reads(self) -> tuple[Region, ...]:
         """The regions it reads, besides `dst` when accumulating."""
-        return tuple(r for r in (self.src, self.rhs) if r is not None)
+        return tuple(r for r in (self.src, self.rhs, self.base) if r is not None)
 
 
 Action = Union[DmaStart, SemWait, Signal, Compute]

@@ -54,6 +54,8 @@ def describe(ev: Event) -> str:
             return f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}"
         if a.kind == "cast":
             return f"{a.dst.text()} = cast({a.src.text()})"
+        if a.base is not None:
+            return f"{a.dst.text()} = {a.base.text()} + {a.src.text()}"
         op = "+=" if a.kind == "accumulate" else "="
         return f"{a.dst.text()} {op} {a.src.text()}"
     return repr(a)

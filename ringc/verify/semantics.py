@@ -183,10 +183,10 @@ class Memory:
     def copy(self, src: Region, dst: Region) -> None:
         self.write(dst, self.translate(self.read(src), src, dst))
 
-    def accumulate(self, src: Region, dst: Region) -> None:
+    def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)
         result = []
-        for a in self.read(dst):
+        for a in (self.translate(self.read(base), base, dst) if base is not None else self.read(dst)):
             for b in incoming:
                 ix = _intersect(a.box, b.box)
                 if ix is not None:
@@ -356,7 +356,7 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
             elif a.kind == "matmul":
                 mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
             else:
-                mem.accumulate(a.src, a.dst)
+                mem.accumulate(a.src, a.dst, a.base)
     mismatches = []
     want_shape = expected_shape(sched, n, shapes)
     if isinstance(want_shape, str):

@@ -204,7 +204,11 @@ class _Unroller:
             kind = _op_tag(op)
             dst, src = self.region(getattr(op, kind), line), self.region(op.src, line)
             self.same_shape(dst, src, line, kind)
-            return [(Compute(kind, dst, src), None)]
+            base = None
+            if getattr(op, "base", None) is not None:
+                base = self.region(op.base, line)
+                self.same_shape(dst, base, line, f"{kind} base")
+            return [(Compute(kind, dst, src, base=base), None)]
         if isinstance(op, S.Matmul):
             dst, a, b = (self.region(r, line) for r in (op.matmul, op.a, op.b))
             for r in (dst, a, b):
