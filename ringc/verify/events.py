@@ -7,6 +7,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from math import prod
 from typing import Union
 
@@ -38,7 +39,7 @@ class Region:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return prod(b - a for a, b in self.box) * self.itemsize
 

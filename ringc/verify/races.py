@@ -131,6 +131,35 @@ def _witness(program: Program, a: Access, b: Access) -> list[str]:
     return []
 
 
+def _local(acc: Access) -> bool:
+    """Started and finished by the device that owns the memory: ordered by program order."""
+    dev = acc.region.device
+    return acc.start.device == dev and acc.end is not None and acc.end.device == dev
+
+
+def _candidate_pairs(group: list[Access]):
+    """The pairs of one memory's accesses that may race. Two local accesses race iff their
+    program-order intervals overlap, so those are found by a sweep over program order
+    (a pipeline's many window accesses never meet pairwise); the few pairs with a remote
+    access are enumerated."""
+    local = sorted((a for a in group if _local(a)), key=lambda a: a.start.index)
+    active: list[Access] = []   # local accesses still live at the current program position
+    for b in local:
+        active = [a for a in active if a.end.index >= b.start.index]
+        yield from ((a, b) for a in active)
+        if not b.point:
+            active.append(b)
+    remote = [a for a in group if not _local(a)]
+    rank = {id(a): i for i, a in enumerate(remote)}
+    others = sorted(group, key=lambda acc: acc.region.box[0][0])
+    for i, a in enumerate(remote):
+        for b in others:  # spatial sweep on the leading dimension
+            if b.region.box[0][0] >= a.region.box[0][1]:
+                break
+            if rank.get(id(b), len(remote)) > i:
+                yield (a, b)
+
+
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -> list[Finding]:
     by_memory: dict[tuple[int, str], list[Access]] = defaultdict(list)
     for acc in accesses(program, ends):
@@ -138,30 +167,24 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20) -
     findings: list[Finding] = []
     seen: set[tuple[int, int]] = set()
     for group in by_memory.values():
-        # Sweep on the first dimension: only accesses whose leading ranges intersect can overlap.
-        group.sort(key=lambda acc: acc.region.box[0][0])
-        for i, a in enumerate(group):
-            a_end = a.region.box[0][1]
-            for b in group[i + 1:]:
-                if b.region.box[0][0] >= a_end:
-                    break
-                if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
-                    continue
-                if _ordered(order, a, b) or _ordered(order, b, a):
-                    continue
-                key = (a.start.line, b.start.line)
-                if key in seen:
-                    continue  # one finding per pair of ops; the first instance explains it
-                seen.add(key)
-                first, second = (a, b) if not a.point else (b, a)
-                mem = f"device {a.region.device}'s `{a.region.text()}`"
-                if b.region.box != a.region.box:
-                    mem += f" (overlapping `{b.region.text()}`)"
-                msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
-                       f"{second.what} at {program.where(second.start)}. Nothing orders them: "
-                       f"{_why(program, first, second)}")
-                findings.append(Finding("race", msg, event=second.start, related=[first.start],
-                                        trace=_witness(program, first, second)))
-                if len(findings) >= limit:
-                    return findings
+        for a, b in _candidate_pairs(group):
+            if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
+                continue
+            if _ordered(order, a, b) or _ordered(order, b, a):
+                continue
+            key = (a.start.line, b.start.line)
+            if key in seen:
+                continue  # one finding per pair of ops; the first instance explains it
+            seen.add(key)
+            first, second = (a, b) if not a.point else (b, a)
+            mem = f"device {a.region.device}'s `{a.region.text()}`"
+            if b.region.box != a.region.box:
+                mem += f" (overlapping `{b.region.text()}`)"
+            msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
+                   f"{second.what} at {program.where(second.start)}. Nothing orders them: "
+                   f"{_why(program, first, second)}")
+            findings.append(Finding("race", msg, event=second.start, related=[first.start],
+                                    trace=_witness(program, first, second)))
+            if len(findings) >= limit:
+                return findings
     return findings

@@ -50,7 +50,7 @@ def _map_entries(term: Term, fn: Callable[[int | None, int], tuple[int | None, i
         _, a, b, k0, k1 = term
         return (PRODUCT, _map_entries(a, fn), _map_entries(b, fn), k0, k1)
     name, dev, imap = term
-    return (name, dev, tuple(e if e[0] == KDIM else fn(*e) for e in imap))
+    return (name, dev, tuple([e if e[0] == KDIM else fn(*e) for e in imap]))
 
 
 @dataclass(frozen=True)
@@ -140,14 +140,15 @@ class Memory:
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self.pieces[(device, name)] = [Piece(box, ((name, device, ident),))]
+        self.pieces[(device, name)] = [Piece(box, _value(((name, device, ident),), box))]
 
+    # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
         for p in self.pieces.get((r.device, r.buffer), []):
             ix = _intersect(p.box, r.box)
             if ix is not None:
-                out.append(Piece(ix, _value(p.value, ix)))
+                out.append(p if ix == p.box else Piece(ix, _value(p.value, ix)))
                 covered.append(ix)
         gaps = [r.box]
         for c in covered:
@@ -157,7 +158,8 @@ class Memory:
 
     def write(self, r: Region, new: list[Piece]) -> None:
         key = (r.device, r.buffer)
-        kept = [Piece(b, p.value) for p in self.pieces.get(key, []) for b in _subtract(p.box, r.box)]
+        kept = [p if b == p.box else Piece(b, _value(p.value, b))
+                for p in self.pieces.get(key, []) for b in _subtract(p.box, r.box)]
         self.pieces[key] = kept + [Piece(p.box, _value(p.value, p.box)) for p in new]
 
     @staticmethod
