@@ -670,8 +670,9 @@ class _Emitter:
             with w.block(f"{key}=["):
                 for n, spec in table.items():
                     index = _tuple_text([self.py(e) for e in spec.index])
+                    arrow = "<-" if key == "in_specs" else "->"
                     w.call("pl.BlockSpec", [self.static_tuple(spec.block), f"lambda {indices}: {index}"],
-                           f",  # {n}")
+                           f",  # {n} {arrow} {spec.ref.text()}")
             w.line("],")
 
         with w.block("pltpu.emit_pipeline("):
@@ -880,9 +881,7 @@ def _summary(op: S.Op) -> str:
     if isinstance(op, S.Matmul):
         return f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}"
     if isinstance(op, S.Pipeline):
-        ins = ", ".join(f"{n} <- {spec.ref.text()}" for n, spec in op.inputs.items())
-        outs = ", ".join(f"{n} -> {spec.ref.text()}" for n, spec in op.outputs.items())
-        return f"pipeline over ({', '.join(op.pipeline)}): {'; '.join(x for x in (ins, outs) if x)}"
+        return f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}"
     raise TypeError(f"unknown op {type(op).__name__}")
 
 
