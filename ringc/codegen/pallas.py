@@ -90,9 +90,8 @@ class CodeWriter:
         if wrap:
             paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
             # The first line carries the opening quotes.
-            text = "\n\n".join(_wrap_words(p, self.width) for p in paragraphs)
-            text = _wrap_words(text.split("\n", 1)[0], self.width - 3) + (
-                "\n" + text.split("\n", 1)[1] if "\n" in text else "")
+            text = "\n\n".join(_wrap_words(p, self.width, self.width - 3 if i == 0 else self.width)
+                                for i, p in enumerate(paragraphs))
         lines = text.split("\n")
         self.line(f'"""{lines[0]}')
         for ln in lines[1:]:
@@ -885,10 +884,12 @@ def _summary(op: S.Op) -> str:
     raise TypeError(f"unknown op {type(op).__name__}")
 
 
-def _wrap_words(text: str, width: int) -> str:
+def _wrap_words(text: str, width: int, first: int | None = None) -> str:
+    """Greedy word wrap; the first line may be narrower (`first`)."""
     lines, current = [], ""
     for word in text.split(" "):
-        if current and len(current) + 1 + len(word) > width:
+        limit = first if first is not None and not lines else width
+        if current and len(current) + 1 + len(word) > limit:
             lines.append(current)
             current = word
         else:
