@@ -87,24 +87,32 @@ def build_all_reduce(mesh, rows: int, cols: int, interpret):
         out[...] += incoming[...]
         forward.wait()
 
+    scratch = [pltpu.SemaphoreType.DMA] * 3 + [pltpu.SemaphoreType.REGULAR, pltpu.VMEM((rows, cols), jnp.float32)]
+    return _ring_call(kernel, mesh, (mesh.shape["x"],), pltpu.VMEM, scratch, (rows, cols), None,
+                      P(None, "x"), P(None, "x"), interpret)
+
+
+def _ring_call(kernel, mesh, grid, space, scratch, shape, per_device_shape, in_spec, out_spec, interpret):
+    """The jitted shard_map of a ring kernel with input x and output out (in `space`), and a
+    double-buffered HBM scratch of `shape` allocated as a second output."""
     call = pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),
+        out_shape=(jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct((2, *shape), jnp.float32)),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM), pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=[pltpu.SemaphoreType.DMA] * 3 + [pltpu.SemaphoreType.REGULAR,
-                                                            pltpu.VMEM((rows, cols), jnp.float32)],
+            in_specs=[pl.BlockSpec(memory_space=space)],
+            out_specs=[pl.BlockSpec(memory_space=space), pl.BlockSpec(memory_space=pl.ANY)],
+            grid=grid,
+            scratch_shapes=scratch,
         ),
         compiler_params=pltpu.CompilerParams(collective_id=0),
         interpret=interpret,
     )
-    fn = jax.shard_map(lambda x: call(x)[0], mesh=mesh, in_specs=(P(None, "x"),), out_specs=P(None, "x"),
-                       check_vma=False)
-    return jax.jit(fn)
+
+    def per_device(x):
+        return call(x if per_device_shape is None else x.reshape(per_device_shape))[0]
+
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, check_vma=False))
 
 
 # ---------------------------------------------------------------- bidirectional reduce-scatter
@@ -184,26 +192,9 @@ def _reduce_scatter_kernel(n, half, accumulate_half):
 
 def _reduce_scatter_call(kernel, mesh, rows, cols, space, extra_scratch, interpret):
     n = mesh.shape["x"]
-    call = pl.pallas_call(
-        kernel,
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=space)],
-            out_specs=[pl.BlockSpec(memory_space=space), pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n, 2),
-            scratch_shapes=[pltpu.SemaphoreType.DMA] * 5 + [pltpu.SemaphoreType.REGULAR] * 2 + extra_scratch,
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret,
-    )
-
-    def per_device(x):
-        return call(x.reshape(n, rows, cols))[0]
-
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(None, "x"),), out_specs=P("x", None),
-                                 check_vma=False))
+    scratch = [pltpu.SemaphoreType.DMA] * 5 + [pltpu.SemaphoreType.REGULAR] * 2 + extra_scratch
+    return _ring_call(kernel, mesh, (n, 2), space, scratch, (rows, cols), (n, rows, cols),
+                      P(None, "x"), P("x", None), interpret)
 
 
 def build_reduce_scatter(mesh, rows: int, cols: int, interpret):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_loader import line_of
 
 import ringc
 from ringc.ir import ScheduleError, load_text
@@ -38,12 +39,6 @@ PIPELINED = library("reduce_scatter_pipelined")
 def mutate(text: str, old: str, new: str) -> str:
     assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
     return text.replace(old, new)
-
-
-def line_of(text: str, marker: str) -> int:
-    hits = [i for i, line in enumerate(text.splitlines(), 1) if marker in line]
-    assert len(hits) == 1, f"{marker!r} is on lines {hits}"
-    return hits[0]
 
 
 def load_error(text: str) -> ScheduleError:

@@ -873,10 +873,9 @@ def _summary(op: S.Op) -> str:
         if op.base is not None:
             return f"accumulate {op.accumulate.text()} = {op.base.text()} + {op.src.text()}"
         return f"accumulate {op.accumulate.text()} += {op.src.text()}"
-    if isinstance(op, S.Assign):
-        return f"assign {op.assign.text()} = {op.src.text()}"
-    if isinstance(op, S.Cast):
-        return f"cast {op.cast.text()} = {op.src.text()}"
+    if isinstance(op, (S.Assign, S.Cast)):
+        key = "assign" if isinstance(op, S.Assign) else "cast"
+        return f"{key} {getattr(op, key).text()} = {op.src.text()}"
     if isinstance(op, S.Matmul):
         return f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}"
     if isinstance(op, S.Pipeline):
