@@ -231,6 +231,15 @@ def test_products_follow_copies_into_other_buffers():
     assert got.value == _value(want.value, got.box)
 
 
+def test_contraction_blocks_of_one_index_still_add_up():
+    """A (bm, 1) block in VMEM keeps no trace of which k it holds; the comparison falls back
+    to one term per k and still proves the product (and still rejects a lost k block)."""
+    unit = {"depth": 3, "bk": 1}
+    assert ringc.check(ringc.load(REPO / "schedules" / "all_gather_matmul.yaml", unit), 3).ok
+    broken = ringc.load(REPO / "tests" / "broken" / "all_gather_matmul_no_accumulate.yaml", unit)
+    assert ringc.check(broken, 3).kinds() == {"wrong_result"}
+
+
 # ------------------------------------------------------------------ interpret mode
 
 def _with(text: str, dtype: str | None = None) -> ringc.Schedule:
