@@ -142,6 +142,20 @@ def test_matmul_collective_needs_its_right_hand_side():
     assert "applies to matmul collectives" in load_error(text).message
 
 
+def test_misspelt_block_spec_key_is_named():
+    text = mutate(AG, "a: {ref: x, block: [bm, bk], index: [i, k]}", "a: {ref: x, blok: [bm, bk], index: [i, k]}")
+    err = load_error(text)
+    assert "unknown key `blok`" in err.message and err.fix == "did you mean `block`?"
+    assert_located(err, line_of(text, "blok:"))
+
+
+def test_misspelt_matmul_is_not_taken_for_accumulate():
+    text = mutate(AG, "          - matmul: acc\n", "          - matmull: acc\n")
+    err = load_error(text)
+    assert "unknown operation" in err.message and err.fix == "did you mean `matmul`?"
+    assert_located(err, line_of(text, "- matmull: acc"))
+
+
 def test_accumulate_flag_belongs_to_the_matmul():
     # `accumulate: true` under `matmul:` is the matmul's flag, not a second operation
     sched = load_text(AG, FILE)

@@ -278,7 +278,7 @@ COMPUTE_OP_KEYS = ("when", "zero", "accumulate", "assign", "cast", "matmul")
 def _op_tag(v: Any) -> str | None:
     if isinstance(v, dict):
         present = [key for key in _OP_KEYS if key in v]
-        if "matmul" in present and "accumulate" in present:
+        if "accumulate" in present and ("matmul" in present or isinstance(v["accumulate"], bool)):
             present.remove("accumulate")  # matmul's own `accumulate: true` flag
         return present[0] if len(present) == 1 else None
     return _TAG_OF_TYPE.get(type(v))
