@@ -669,9 +669,8 @@ class _Emitter:
             with w.block(f"{key}=["):
                 for n, spec in table.items():
                     index = _tuple_text([self.py(e) for e in spec.index])
-                    arrow = "<-" if key == "in_specs" else "->"
-                    w.call("pl.BlockSpec", [self.static_tuple(spec.block), f"lambda {indices}: {index}"],
-                           f",  # {n} {arrow} {spec.ref.text()}")
+                    w.line(f"# {n} {'<-' if key == 'in_specs' else '->'} {spec.ref.text()}")
+                    w.call("pl.BlockSpec", [self.static_tuple(spec.block), f"lambda {indices}: {index}"], ",")
             w.line("],")
 
         with w.block("pltpu.emit_pipeline("):
@@ -743,7 +742,8 @@ class _Emitter:
                 for n, spec in op.specs.items():
                     sources.append((f"block shape of `{n}` (line {op.line})", list(spec.block)))
         for what, exprs in sources:
-            for a, b in self.divisions(exprs):
+            # innermost first: `rows // 2 // bm` checks `rows // 2` before dividing it by bm
+            for a, b in reversed(list(self.divisions(exprs))):
                 if all((a, b) != (c, d) for c, d, _ in checks):
                     checks.append((a, b, what))
         return checks
