@@ -266,7 +266,7 @@ _MODULE_NAMES = {
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
-    "per_device", "key", "keys",
+    "per_device", "key", "keys", "_inner",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
