@@ -169,8 +169,9 @@ def test_accumulate_flag_belongs_to_the_matmul():
 def test_rows_that_do_not_split_into_row_blocks():
     """M = N * rows not divisible by N * bm: named with the shape, the block and the fix."""
     err = check_error(mutate(AG, "params: {rows: 16,", "params: {rows: 20,"))
-    assert "pipeline grid `i: rows // bm`" in err.message and "20 // 8 does not divide exactly" in err.message
-    assert "block size" in err.fix
+    assert "pipeline grid `i: rows // bm`: the extent `rows` = 20 does not split into blocks of `bm` = 8" in err.message
+    assert "(the block size of `a` [bm, bk], `o` [bm, bn])" in err.message
+    assert "make `rows` a multiple of `bm` (e.g. 24)" in err.fix
     assert err.line == line_of(AG, "- pipeline: &blocks")
 
 

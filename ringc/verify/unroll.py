@@ -45,12 +45,7 @@ class _Context:
         self.pipeline_grids: dict[int, tuple[int, ...]] = {}
         for op in walk_ops(sched.body):
             if isinstance(op, S.Pipeline):
-                self.pipeline_grids[id(op)] = tuple(
-                    self._shape([size], f"pipeline grid `{name}: {E.to_text(size)}`: the shape does not split "
-                                        "into whole blocks", op.line,
-                                fix="choose a block size that divides the shape (--param k=v), or a shape that "
-                                    "is a multiple of the block")[0]
-                    for name, size in op.pipeline.items())
+                self.pipeline_grids[id(op)] = tuple(self._grid_size(op, name, size) for name, size in op.pipeline.items())
                 for name, window in pipeline_windows(sched, op).items():
                     block = self._shape(window.shape, f"block shape of `{name}`", window.line)
                     self.shapes[window_id(op, name)] = (2, *block)
@@ -63,6 +58,24 @@ class _Context:
                         f"buffer `{name}`: shard shape {list(shard)} has {prod(shard)} elements but "
                         f"slots + shape {list(self.shapes[name])} has {prod(self.shapes[name])} (N={n})",
                         file=sched.file, line=buf.line, fix="make both describe the same per-device array")
+
+    def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
+        """A pipeline grid size, usually `extent // block`: when the block does not divide the
+        extent, say so in those terms, with the blocks that use it."""
+        if isinstance(size, E.BinOp) and size.op == "//":
+            extent, block = (E.evaluate(e, self.static) for e in (size.left, size.right))
+            if block > 0 and extent % block:
+                users = [f"`{n}` [{', '.join(E.to_text(d) for d in spec.block)}]" for n, spec in op.specs.items()
+                         if any(size.right == d for d in spec.block)]
+                used = f" (the block size of {', '.join(users)})" if users else ""
+                bigger = -(-extent // block) * block
+                raise ScheduleError(
+                    f"pipeline grid `{name}: {E.to_text(size)}`: the extent `{E.to_text(size.left)}` = {extent} "
+                    f"does not split into blocks of `{E.to_text(size.right)}` = {block}{used} (N={self.n})",
+                    file=self.s.file, line=op.line,
+                    fix=f"make `{E.to_text(size.left)}` a multiple of `{E.to_text(size.right)}` (e.g. {bigger}) or "
+                        f"choose a block size that divides {extent}, with --param k=v")
+        return self._shape([size], f"pipeline grid `{name}`", op.line)[0]
 
     def _shape(self, dims: list[E.Expr], what: str, line: int,
                fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
