@@ -13,6 +13,11 @@ over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 | `psum`         | `lax.psum(x, axis)`                                               | out = sum over devices of x                          |
 | `psum_scatter` | `lax.psum_scatter(x, axis)` (scatter_dimension=0, tiled=False)    | x has leading dim N; out = sum over devices of x[me] |
 | `all_to_all`   | `lax.all_to_all(x, axis, 0, 0)` (tiled=False)                     | x has leading dim N; out[j] = device j's x[me]       |
+| `all_gather_matmul` | `lax.all_gather(x, axis) @ y`                                | x [m, k], y [k, n]; out[j] = device j's x @ my y     |
+| `matmul_psum_scatter` | `lax.psum_scatter(x @ y, axis)`                            | x [N, m, k], y [k, n]; out = sum over j of x_j[me] @ y_j |
+
+The matmul collectives multiply with float32 accumulation and sum in float32, then
+round once to the output's dtype. `y` is `collective.rhs`.
 
 `shift` is `collective.shift` (default 1). The result is reshaped to the collective's output
 buffer's shard shape; in and out PartitionSpecs are those of `build` (inputs: IN_SPECS; out:
@@ -29,9 +34,20 @@ from .ir import expr as E
 from .ir import schema as S
 
 
-def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1):
-    """The lax call for `kind` (see the module table) on a per-device array, inside shard_map."""
+def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None):
+    """The lax call for `kind` (see the module table) on a per-device array, inside shard_map.
+    The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's)."""
+    import jax.numpy as jnp
     from jax import lax
+
+    if kind in S.MATMUL_COLLECTIVES:
+        dtype = dtype or x.dtype
+        if kind == "all_gather_matmul":
+            x = lax.all_gather(x, axis)
+        product = jnp.einsum("jmk,kn->jmn", x, rhs, preferred_element_type=jnp.float32)
+        if kind == "matmul_psum_scatter":
+            product = lax.psum_scatter(product, axis)
+        return product.astype(dtype)
 
     if kind == "ppermute":
         return lax.ppermute(x, axis, [(i, (i + shift) % n) for i in range(n)])
@@ -46,8 +62,15 @@ def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1):
     raise ValueError(f"unknown collective {kind!r}")
 
 
-def summed_terms(kind: str, n: int) -> int:
-    """How many values each output element adds up (1 for pure data movement)."""
+def summed_terms(kind: str, n: int, dtype: str = "float32", depth: int = 1) -> int:
+    """How many rounding steps stand between an output element and its exact value, for
+    `ringc.run.tolerance`: the values summed (1 for pure data movement). A float32 matmul
+    adds `depth` products per output (times N for matmul_psum_scatter); a narrower output
+    is dominated by its roundings instead: one per hop of the ring (N for
+    matmul_psum_scatter, 1 for all_gather_matmul) plus the reference's own."""
+    if kind in S.MATMUL_COLLECTIVES:
+        hops = n if kind == "matmul_psum_scatter" else 1
+        return depth * hops if dtype == "float32" else hops + 1
     return n if kind in ("psum", "psum_scatter") else 1
 
 
@@ -80,10 +103,15 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     in_specs = tuple(P(*partition_spec(s, b)) for b in inputs)
     out_spec = P(*partition_spec(s, dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
+    rhs = s.io_buffer("rhs") if kind in S.MATMUL_COLLECTIVES else None
+    rhs_shape = _eval_shape(s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
+    out_dtype = s.dtype_of(dst)
 
     def per_device(*args):
         x = args[inputs.index(src)].reshape(src_shape)
-        return apply_collective(kind, x, axis, n, shift=shift).reshape(dst_shape)
+        y = args[inputs.index(rhs)].reshape(rhs_shape) if rhs else None
+        out = apply_collective(kind, x, axis, n, shift=shift, rhs=y, dtype=out_dtype)
+        return out.reshape(dst_shape)
 
     # check_vma=False as in `build`: both sides read an output the same way.
     return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=out_spec,

@@ -39,6 +39,19 @@ EXPECTED = {
                           out_specs=P(("x", "y"), None, None), params={"rows": 8, "cols": 128}),
     "all_reduce_2d": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
                           out_specs=P(None, ("x", "y")), params={"block": 8, "cols": 128}),
+    "reduce_scatter_pipelined": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
+                                     out_specs=P("x", None), params={"rows": 16, "cols": 256, "bm": 8, "bn": 128}),
+    # seed 002: x sharded by rows, y by columns, the product by columns
+    "all_gather_matmul": dict(collective="all_gather_matmul", in_specs=(P("x", None), P(None, "x")),
+                              out_specs=P(None, "x"), params={"rows": 16, "cols": 128, "depth": 256,
+                                                              "bm": 8, "bn": 128, "bk": 128}),
+    "all_gather_matmul_bidirectional": dict(collective="all_gather_matmul", in_specs=(P("x", None), P(None, "x")),
+                                            out_specs=P(None, "x"), params={"rows": 16, "cols": 128, "depth": 256,
+                                                                            "bm": 8, "bn": 128, "bk": 128}),
+    # seed 003: x and y sharded along the contraction, the product by rows
+    "matmul_reduce_scatter": dict(collective="matmul_psum_scatter", in_specs=(P(None, "x"), P("x", None)),
+                                  out_specs=P("x", None), params={"rows": 16, "cols": 256, "depth": 256,
+                                                                  "bn": 128, "bk": 128}),
 }
 
 
@@ -222,19 +235,24 @@ def test_interpret_argument(all_reduce):
 def test_make_inputs_shapes_and_shardings(schedule_path):
     module = load_module(load(schedule_path))
     mesh = mesh_of(4, (2, 2) if isinstance(module.AXIS, tuple) else None)
-    (x,) = module.make_inputs(mesh, 0)
-    assert x.sharding.spec == module.IN_SPECS[0]
-    assert x.dtype == jnp.float32
-    rows, cols = module.PARAMS.get("rows", 0), module.PARAMS["cols"]
-    want = {"all_gather_ring": (4 * rows, cols), "all_reduce_ring": (rows, 4 * cols),
-            "ppermute_right": (rows, 4 * cols),
-            "reduce_scatter_bidirectional": (4 * rows, 4 * cols),
-            "reduce_scatter_bidirectional_overlapped": (4 * rows, 4 * cols),
-            "all_gather_bidirectional": (4 * rows, cols), "all_gather_megacore": (4 * rows, cols),
-            "all_to_all_ring": (16, rows, cols),  # [N, rows, cols] per device, N sharded
-            "all_gather_2d": (4 * rows, cols),
-            "all_reduce_2d": (2 * 8, 4 * cols),  # [N_x * block, cols] per device
-            }[schedule_path.stem]
-    assert x.shape == want
-    (again,) = module.make_inputs(mesh, jax.random.key(0))
-    assert np.array_equal(np.asarray(x), np.asarray(again))
+    inputs = module.make_inputs(mesh, 0)
+    assert [x.sharding.spec for x in inputs] == list(module.IN_SPECS)
+    assert all(x.dtype == jnp.float32 for x in inputs)
+    p = module.PARAMS
+    rows, cols, depth = p.get("rows", 0), p["cols"], p.get("depth", 0)
+    want = {"all_gather_ring": [(4 * rows, cols)], "all_reduce_ring": [(rows, 4 * cols)],
+            "ppermute_right": [(rows, 4 * cols)],
+            "reduce_scatter_bidirectional": [(4 * rows, 4 * cols)],
+            "reduce_scatter_bidirectional_overlapped": [(4 * rows, 4 * cols)],
+            "all_gather_bidirectional": [(4 * rows, cols)], "all_gather_megacore": [(4 * rows, cols)],
+            "all_to_all_ring": [(16, rows, cols)],  # [N, rows, cols] per device, N sharded
+            "all_gather_2d": [(4 * rows, cols)],
+            "all_reduce_2d": [(2 * 8, 4 * cols)],  # [N_x * block, cols] per device
+            "reduce_scatter_pipelined": [(4 * rows, 4 * cols)],
+            "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
+            "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],
+            "matmul_reduce_scatter": [(4 * rows, 4 * depth), (4 * depth, cols)]}[schedule_path.stem]
+    assert [x.shape for x in inputs] == want
+    again = module.make_inputs(mesh, jax.random.key(0))
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(inputs, again))
+    assert len(inputs) == 1 or not np.array_equal(np.asarray(inputs[0])[:4, :4], np.asarray(inputs[1])[:4, :4])

@@ -272,8 +272,8 @@ def test_reference_table():
 
 def test_too_few_devices_is_a_clear_error():
     schedule = load(REPO / "schedules" / "ppermute_right.yaml")
-    with pytest.raises(RuntimeError, match="XLA_FLAGS=--xla_force_host_platform_device_count=10"):
-        run_schedule(schedule, 9)
+    with pytest.raises(RuntimeError, match="XLA_FLAGS=--xla_force_host_platform_device_count=11"):
+        run_schedule(schedule, 10)
 
 
 def test_host_device_count_leaves_a_spare():

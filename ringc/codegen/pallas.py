@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.resolve import axis_builtins, builtin_exprs
+from ..ir.resolve import axis_builtins, builtin_exprs, pipeline_windows, walk_ops
 
 MAX_LINE = 100
 INDENT = "    "
@@ -213,6 +213,18 @@ def _barrier(neighbours, mesh_axes, double=True):
                 )
             pl.semaphore_wait(second_barrier, len(neighbours))
 ''',
+    "_tpu_info_on_cpu": '''
+def _tpu_info_on_cpu(interpret):
+    """emit_pipeline picks its DMA tiling from the TPU generation, which CPU devices lack: in
+    interpret mode on CPU, describe them as a TPU v5e (through jax 0.10's registry of device
+    kinds, `jax._src.pallas.mosaic.tpu_info.registry`, a private API)."""
+    if interpret is None or interpret is False:
+        return
+    from jax._src.pallas.mosaic import tpu_info
+
+    tpu_info.registry.setdefault(
+        "cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+''',
     "_config": '''
 def _config(mesh, overrides):
     """N (devices along the mesh axis AXIS, or over its tuple of axes) and PARAMS updated with
@@ -270,7 +282,7 @@ _MODULE_NAMES = {
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
-    "per_device", "key", "keys",
+    "per_device", "key", "keys", "_inner",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -345,6 +357,13 @@ class _Emitter:
         self.helpers: set[str] = set()
         self.names_used: set[str] = set()
         self.rename = self._choose_names()
+        self.windows: dict[str, S.Buffer] = {}  # inside a pipeline body: its VMEM blocks
+
+    def buffer(self, name: str) -> S.Buffer:
+        return self.windows.get(name) or self.s.buffers[name]
+
+    def dtype(self, name: str) -> str:
+        return self.buffer(name).dtype or self.s.dtype
 
     # -- names -------------------------------------------------------------------
     def _choose_names(self) -> dict[str, str]:
@@ -353,7 +372,9 @@ class _Emitter:
         s = self.s
         # (key, wanted identifier, whether that is the schedule's name unchanged)
         wanted: list[tuple[str, str, bool]] = []
-        for table in (s.params, s.grid, s.let, s.buffers, s.semaphores):
+        pipelines = [op for op in walk_ops(s.body) if isinstance(op, S.Pipeline)]
+        local = list(dict.fromkeys(n for op in pipelines for n in (*op.pipeline, *op.specs)))
+        for table in (s.params, s.grid, s.let, s.buffers, s.semaphores, local):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
         wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
         out = {n: n for n in ("me", "N", "left", "right", "core", *axis_builtins(s.axes))}
@@ -407,7 +428,7 @@ class _Emitter:
 
     # -- references ----------------------------------------------------------------
     def _indices(self, ref: E.Ref) -> list[str]:
-        dims = self.s.buffers[ref.name].full_shape if ref.name in self.s.buffers else []
+        dims = self.buffer(ref.name).full_shape if ref.name in self.s.buffers or ref.name in self.windows else []
         out = []
         for axis, ix in enumerate(ref.indices):
             if not isinstance(ix, E.Slice):
@@ -431,7 +452,7 @@ class _Emitter:
         return f"{base}[{', '.join(self._indices(ref)) if ref.indices else '...'}]"
 
     def region_shape(self, ref: E.Ref) -> list[E.Expr]:
-        dims = self.s.buffers[ref.name].full_shape
+        dims = self.buffer(ref.name).full_shape
         shape: list[E.Expr] = []
         for axis, dim in enumerate(dims):
             if axis >= len(ref.indices):
@@ -643,7 +664,53 @@ class _Emitter:
         w.line(f"{self.value_ref(op.zero)} = jnp.zeros({shape}, {buf}.dtype)")
 
     def op_accumulate(self, w: CodeWriter, op: S.Accumulate) -> None:
-        w.line(f"{self.value_ref(op.accumulate)} += {self.value_ref(op.src)}")
+        src = self.value_ref(op.src)
+        if self.dtype(op.src.name) != self.dtype(op.accumulate.name):
+            src += f".astype({self.name(op.accumulate.name)}.dtype)"
+        if op.base is not None:
+            w.line(f"{self.value_ref(op.accumulate)} = {self.value_ref(op.base)} + {src}")
+        else:
+            w.line(f"{self.value_ref(op.accumulate)} += {src}")
+
+    def op_cast(self, w: CodeWriter, op: S.Cast) -> None:
+        w.line(f"{self.value_ref(op.cast)} = {self.value_ref(op.src)}.astype({self.name(op.cast.name)}.dtype)")
+
+    def op_matmul(self, w: CodeWriter, op: S.Matmul) -> None:
+        dst = self.value_ref(op.matmul)
+        args = [self.value_ref(op.a), self.value_ref(op.b), "preferred_element_type=jnp.float32"]
+        if self.dtype(op.matmul.name) == "float32":
+            w.call(f"{dst} {'+=' if op.accumulate else '='} jnp.dot", args)
+        else:  # float32 products, rounded once into the destination's type
+            head = f"{dst} = ({dst} + jnp.dot" if op.accumulate else f"{dst} = (jnp.dot"
+            w.call(head, args, f").astype({self.name(op.matmul.name)}.dtype)")
+
+    def op_pipeline(self, w: CodeWriter, op: S.Pipeline) -> None:
+        self.helpers.add("_tpu_info_on_cpu")
+        blocks = [self.name(n) for n in op.specs]
+        with w.block(f"def _inner({', '.join(blocks)}):"):
+            w.docstring(f"One point of the inner grid ({', '.join(op.pipeline)}): the blocks "
+                        f"{', '.join(blocks)} in VMEM.")
+            for i, g in enumerate(op.pipeline):
+                w.line(f"{self.name(g)} = pl.program_id({i})")
+            outer, self.windows = self.windows, pipeline_windows(self.s, op)
+            self.ops(w, op.do)
+            self.windows = outer
+        indices = ", ".join(self.name(g) for g in op.pipeline)
+
+        def specs(w: CodeWriter, key: str, table: dict[str, S.BlockSpec]) -> None:
+            with w.block(f"{key}=["):
+                for n, spec in table.items():
+                    index = _tuple_text([self.py(e) for e in spec.index])
+                    w.line(f"# {n} {'<-' if key == 'in_specs' else '->'} {spec.ref.text()}")
+                    w.call("pl.BlockSpec", [self.static_tuple(spec.block), f"lambda {indices}: {index}"], ",")
+            w.line("],")
+
+        with w.block("pltpu.emit_pipeline("):
+            w.line("_inner,")
+            w.line(f"grid={self.static_tuple(list(op.pipeline.values()))},")
+            specs(w, "in_specs", op.inputs)
+            specs(w, "out_specs", op.outputs)
+        w.call(")", [self.dma_ref(spec.ref) for spec in op.specs.values()])
 
     def op_assign(self, w: CodeWriter, op: S.Assign) -> None:
         w.line(f"{self.value_ref(op.assign)} = {self.value_ref(op.src)}")
@@ -663,6 +730,8 @@ class _Emitter:
                 "runs in Pallas TPU interpret mode with default `pltpu.InterpretParams()`; an\n"
                 "`InterpretParams` instance is used as given.")
             self.config(w, checks)
+            if "_tpu_info_on_cpu" in self.helpers:
+                w.line("_tpu_info_on_cpu(interpret)")
             self.pallas_call(w)
             w.blank()
             self.per_device(w)
@@ -699,9 +768,16 @@ class _Emitter:
             sources.append((f"shape of semaphore `{n}`", list(sem.shape)))
         for n, size in s.grid.items():
             sources.append((f"grid size `{n}`", [size]))
+        for op in walk_ops(s.body):
+            if isinstance(op, S.Pipeline):
+                for n, size in op.pipeline.items():
+                    sources.append((f"pipeline grid size `{n}` (line {op.line})", [size]))
+                for n, spec in op.specs.items():
+                    sources.append((f"block shape of `{n}` (line {op.line})", list(spec.block)))
         for what, exprs in sources:
-            for a, b in self.divisions(exprs):
-                if (a, b, what) not in checks:
+            # innermost first: `rows // 2 // bm` checks `rows // 2` before dividing it by bm
+            for a, b in reversed(list(self.divisions(exprs))):
+                if all((a, b) != (c, d) for c, d, _ in checks):
                     checks.append((a, b, what))
         return checks
 
@@ -839,9 +915,16 @@ def _summary(op: S.Op) -> str:
     if isinstance(op, S.Zero):
         return f"zero {op.zero.text()}"
     if isinstance(op, S.Accumulate):
+        if op.base is not None:
+            return f"accumulate {op.accumulate.text()} = {op.base.text()} + {op.src.text()}"
         return f"accumulate {op.accumulate.text()} += {op.src.text()}"
-    if isinstance(op, S.Assign):
-        return f"assign {op.assign.text()} = {op.src.text()}"
+    if isinstance(op, (S.Assign, S.Cast)):
+        key = "assign" if isinstance(op, S.Assign) else "cast"
+        return f"{key} {getattr(op, key).text()} = {op.src.text()}"
+    if isinstance(op, S.Matmul):
+        return f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}"
+    if isinstance(op, S.Pipeline):
+        return f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}"
     raise TypeError(f"unknown op {type(op).__name__}")
 
 

@@ -28,7 +28,11 @@ from ..verify.events import Program
 from .timeline import Hardware
 
 KIND_NAMES = {"ppermute": "permutation", "all_gather": "all-gather", "psum": "all-reduce",
-              "psum_scatter": "reduce-scatter", "all_to_all": "all-to-all"}
+              "psum_scatter": "reduce-scatter", "all_to_all": "all-to-all",
+              "all_gather_matmul": "all-gather matmul", "matmul_psum_scatter": "matmul reduce-scatter"}
+# A fused collective moves what its plain counterpart moves: the gathered left operand, or
+# the partial products that are reduce-scattered.
+_MOVES_LIKE = {"all_gather_matmul": "all_gather", "matmul_psum_scatter": "psum_scatter"}
 
 
 def volume_buffer(sched: S.Schedule) -> str:
@@ -38,8 +42,19 @@ def volume_buffer(sched: S.Schedule) -> str:
 
 
 def volume(sched: S.Schedule, program: Program) -> int:
+    kind = sched.collective.kind
+    if kind in _MOVES_LIKE:  # the gathered x, or the N partial products of one output shard
+        name = sched.io_buffer("input" if kind == "all_gather_matmul" else "output")
+        return program.n * prod(program.shapes[name]) * itemsize(sched.dtype_of(name))
     name = volume_buffer(sched)
     return prod(program.shapes[name]) * itemsize(sched.dtype_of(name))
+
+
+def matmul_flops(sched: S.Schedule, program: Program) -> float:
+    """Per device: 2 m n k for each of the N output blocks it computes."""
+    out, x = program.shapes[sched.io_buffer("output")], program.shapes[sched.io_buffer("input")]
+    blocks = 1 if sched.collective.kind == "all_gather_matmul" else program.n
+    return 2.0 * blocks * prod(out) * x[-1]
 
 
 @dataclass(frozen=True)
@@ -55,7 +70,8 @@ class Bound:
 
 
 def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
-    kind = sched.collective.kind
+    fused = sched.collective.kind
+    kind = _MOVES_LIKE.get(fused, fused)
     pl = hw.placement
     p, V, B = program.n, volume(sched, program), hw.chip.link_bandwidth
     shift = sched.collective.shift % p if kind == "ppermute" else None
@@ -79,6 +95,8 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
     if kind == "all_to_all":
         comps["bisection"] = _bisection(pl, V, B)
+    if fused in _MOVES_LIKE:
+        comps["compute"] = matmul_flops(sched, program) / hw.chip.bf16_flops
     if kind == "ppermute":
         far = max(pl.hops(d, (d + shift) % p) for d in range(p)) if shift else 0
     else:

@@ -7,8 +7,10 @@ from typing import Any
 
 from .. import topology as T
 from ..ir import schema as S
+from ..ir.resolve import walk_ops
 from ..verify.events import Program
 from ..verify.races import describe
+from ..verify.unroll import window_id
 from .bounds import KIND_NAMES, Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
 from .placement import place
@@ -40,7 +42,10 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
 
 
 def memory_of(sched: S.Schedule) -> dict[str, str]:
-    return {name: buf.memory for name, buf in sched.buffers.items()}
+    """Where each buffer lives; a pipeline's block windows are VMEM."""
+    windows = {window_id(op, name): "vmem" for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+               for name in op.specs}
+    return {**windows, **{name: buf.memory for name, buf in sched.buffers.items()}}
 
 
 @dataclass

@@ -293,16 +293,15 @@ class TimedMachine(Machine):
 
 def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
     """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in)."""
-    if a.boundary:
+    if not a.work:
         return 0.0
     reads: list[Region] = [r for r in vars(a).values() if isinstance(r, Region) and r is not a.dst]
     writes = [a.dst]
     if a.kind == "accumulate":
         reads.append(a.dst)
     flops = 0.0
-    lhs, rhs = getattr(a, "lhs", None), getattr(a, "rhs", None)
-    if isinstance(lhs, Region) and isinstance(rhs, Region):  # a matmul [m, k] @ [k, n]
-        (m, k), n = lhs.shape[-2:], rhs.shape[-1]
+    if a.kind == "matmul":  # src [m, k] @ rhs [k, n]
+        (m, k), n = a.src.shape[-2:], a.rhs.shape[-1]
         flops = 2.0 * m * n * k
     elif a.kind == "accumulate":
         flops = float(prod(a.dst.shape))

@@ -104,7 +104,9 @@ def _known_keys() -> list[str]:
 
 
 def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> ScheduleError:
-    e = err.errors(include_url=False)[0]
+    errors = err.errors(include_url=False)
+    # A misspelt key also makes the right one missing: name the misspelling, it has the fix.
+    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(c for c in e["loc"])
     where = ".".join(str(c) for c in loc if c in {p for path in lines for p in path}) or "schedule"
     msg = e["msg"].removeprefix("Value error, ")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import keyword
-from typing import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 from . import expr as E
 from . import schema as S
@@ -62,11 +63,28 @@ def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
 
 
 def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
-    """Every op, depth first, including those inside `when` blocks."""
+    """Every op, depth first, including those inside `when` blocks and pipeline bodies."""
     for op in ops:
         yield op
-        if isinstance(op, S.When):
+        if isinstance(op, (S.When, S.Pipeline)):
             yield from walk_ops(op.do)
+
+
+def pipeline_windows(sched: S.Schedule, op: S.Pipeline) -> dict[str, S.Buffer]:
+    """The VMEM blocks a pipeline body sees, as buffers: each has its spec's block shape and
+    the dtype of the HBM buffer it streams."""
+    return {name: S.Buffer(kind="vmem_scratch", shape=spec.block, dtype=sched.dtype_of(spec.ref.name),
+                           line=spec.line)
+            for name, spec in op.specs.items()}
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What ops may name: expression names, and inside a pipeline body its VMEM blocks."""
+    names: set[str]
+    windows: dict[str, S.Buffer] = field(default_factory=dict)
+    readonly: set[str] = field(default_factory=set)   # input blocks
+    pipeline: S.Pipeline | None = None
 
 
 class _Resolver:
@@ -76,6 +94,9 @@ class _Resolver:
         self.builtins = {**BUILTINS, **axis_builtins(sched.axes)}
         if sched.megacore:
             self.builtins["core"] = "the TensorCore running this grid point (megacore: 0 or 1)"
+        self.outer = _Scope(self.step_names())
+        self.window_lines = {name: op.line for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+                             for name in op.specs}  # for a helpful error when one is used outside
 
     def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
              name: str | None = None) -> None:
@@ -89,13 +110,25 @@ class _Resolver:
     def check_namespaces(self) -> None:
         s = self.s
         seen: dict[str, str] = {}
-        groups = [("param", s.params), ("grid index", s.grid), ("let", s.let), ("buffer", s.buffers),
-                  ("semaphore", s.semaphores), ("copy", s.copies)]
-        tables = {"param": "params", "grid index": "grid", "let": "let", "buffer": "buffers",
-                  "semaphore": "semaphores", "copy": "copies"}
-        for kind, table in groups:
+        # (kind, names, line of each name)
+        groups: list[tuple[str, Iterable[str], Callable[[str], int]]] = [
+            (kind, getattr(s, table), lambda n, t=table: s.line_of(t, n))
+            for kind, table in (("param", "params"), ("grid index", "grid"), ("let", "let"),
+                                ("buffer", "buffers"), ("semaphore", "semaphores"), ("copy", "copies"))]
+        self.check_names(groups, seen)
+        # A pipeline's grid indices and blocks are local to it: unique within it and never
+        # shadowing a schedule name, but two pipelines may use the same ones.
+        for op in walk_ops(s.body):
+            if isinstance(op, S.Pipeline):
+                self.check_names([("pipeline grid index", op.pipeline, lambda n, line=op.line: line),
+                                  ("pipeline block", op.specs, lambda n, specs=op.specs: specs[n].line)],
+                                 dict(seen))
+
+    def check_names(self, groups: list[tuple[str, Iterable[str], Callable[[str], int]]],
+                    seen: dict[str, str]) -> None:
+        for kind, table, line_of in groups:
             for name in table:
-                line = s.line_of(tables[kind], name)
+                line = line_of(name)
                 # Copies are only named by op keys; every other name appears in expressions,
                 # which Python's parser reads, so it must be a non-keyword identifier.
                 if not isinstance(name, str) or not name.isidentifier() or (
@@ -107,7 +140,8 @@ class _Resolver:
                               fix="choose another name")
                 if name in seen:
                     self.fail(line, f"`{name}` names both a {seen[name]} and a {kind}",
-                              fix="every name in a schedule must be unique")
+                              fix="every name in a schedule must be unique (a pipeline's names only "
+                                  "within it)")
                 seen[name] = kind
 
     def check_expr(self, e: E.Expr, allowed: set[str], line: int, what: str) -> None:
@@ -178,18 +212,37 @@ class _Resolver:
             elif name not in s.buffers or s.buffers[name].kind != kind:
                 self.fail(coll.line, f"collective.{kind} `{name}` is not an {kind} buffer",
                           known=[n for n, b in s.buffers.items() if b.kind == kind])
+        inputs = [n for n, b in s.buffers.items() if b.kind == "input"]
+        if coll.kind in S.MATMUL_COLLECTIVES:
+            others = [n for n in inputs if n != s.io_buffer("input")]
+            if coll.rhs is None and len(others) != 1:
+                self.fail(coll.line, f"{coll.kind} multiplies two inputs, `{s.io_buffer('input')}` by a "
+                                     f"right-hand side, but the other inputs are {others or 'none'}",
+                          fix="declare the right-hand input and name it in collective.rhs")
+            if coll.rhs is not None and coll.rhs not in others:
+                self.fail(coll.line, f"collective.rhs `{coll.rhs}` is not an input buffer other than "
+                                     f"collective.input", known=others, name=coll.rhs)
+        elif coll.rhs is not None:
+            self.fail(coll.line, f"collective.rhs applies to matmul collectives, not to {coll.kind}",
+                      fix="remove `rhs`")
 
     # -- references ------------------------------------------------------------
-    def check_buffer_ref(self, ref: E.Ref, line: int, role: str) -> S.Buffer:
-        buf = self.s.buffers.get(ref.name)
+    def check_buffer_ref(self, ref: E.Ref, line: int, role: str, scope: "_Scope | None" = None) -> S.Buffer:
+        scope = scope or self.outer
+        buf = scope.windows.get(ref.name) or self.s.buffers.get(ref.name)
         if buf is None:
-            self.fail(line, f"unknown buffer `{ref.name}` in {role}", known=self.s.buffers)
+            if ref.name in self.window_lines:
+                self.fail(line, f"`{ref.name}` in {role} is a block of the pipeline at line "
+                                f"{self.window_lines[ref.name]} and exists only inside its body",
+                          fix="use it inside that pipeline's `do:`, or name an HBM region here")
+            self.fail(line, f"unknown buffer `{ref.name}` in {role}", known=[*self.s.buffers, *scope.windows],
+                      name=ref.name)
         rank = len(buf.full_shape)
         if len(ref.indices) > rank:
             self.fail(line, f"`{ref.text()}` has {len(ref.indices)} indices but `{ref.name}` has rank {rank}",
                       fix=f"index at most {rank} dimensions (slots first, then shape)")
-        for n in sorted(E.ref_names(ref) - self.step_names()):
-            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=self.step_names())
+        for n in sorted(E.ref_names(ref) - scope.names):
+            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=scope.names)
         return buf
 
     def check_sem_ref(self, ref: E.Ref, line: int, kinds: tuple[str, ...], role: str) -> S.Semaphore:
@@ -207,7 +260,10 @@ class _Resolver:
             self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=self.step_names())
         return sem
 
-    def check_writable(self, buf: S.Buffer, ref: E.Ref, line: int) -> None:
+    def check_writable(self, buf: S.Buffer, ref: E.Ref, line: int, scope: "_Scope | None" = None) -> None:
+        if scope is not None and ref.name in scope.readonly:
+            self.fail(line, f"`{ref.name}` is an input block of the pipeline at line {scope.pipeline.line} "
+                            "and cannot be written", fix=f"declare `{ref.name}` under `outputs` to write it back")
         if buf.kind == "input":
             self.fail(line, f"`{ref.name}` is an input and cannot be written",
                       fix="copy it into a scratch or output buffer first")
@@ -231,11 +287,23 @@ class _Resolver:
                 self.check_sem_ref(c.sem, c.line, ("dma",), f"copy `{name}` sem")
 
     def check_ops(self) -> None:
-        names = self.step_names()
-        for op in walk_ops(self.s.body):
+        self.check_body(self.s.body, self.outer)
+
+    def check_body(self, ops: list[S.Op], scope: "_Scope") -> None:
+        names = scope.names
+        for op in ops:
             line = op.line
+            tag = S._op_tag(op)
+            if scope.pipeline is not None and tag not in S.COMPUTE_OP_KEYS:
+                self.fail(line, f"`{tag}` cannot appear in a pipeline body: the inner kernel only "
+                                "computes on its blocks",
+                          fix=f"move it before or after the pipeline at line {scope.pipeline.line}; "
+                              f"a body may use {', '.join(S.COMPUTE_OP_KEYS)}")
             if isinstance(op, S.When):
                 self.check_expr(op.when, names, line, "guard")
+                self.check_body(op.do, scope)
+            elif isinstance(op, S.Pipeline):
+                self.check_pipeline(op)
             elif isinstance(op, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)):
                 key = next(k for k in ("start", "wait", "wait_send", "wait_recv") if hasattr(op, k))
                 cname = getattr(op, key)
@@ -259,18 +327,67 @@ class _Resolver:
                               fix="add `barrier: {collective_id: 0}` at the top level")
                 for t in op.barrier:
                     self.check_expr(t, names, line, "barrier neighbour")
-            elif isinstance(op, S.Zero):
-                buf = self.check_buffer_ref(op.zero, line, "zero")
-                self.check_writable(buf, op.zero, line)
-                self.check_vmem(buf, op.zero, line, "zero")
-            elif isinstance(op, (S.Accumulate, S.Assign)):
-                key = "accumulate" if isinstance(op, S.Accumulate) else "assign"
-                dst_ref = getattr(op, key)
-                dst = self.check_buffer_ref(dst_ref, line, key)
-                src = self.check_buffer_ref(op.src, line, f"{key} src")
-                self.check_writable(dst, dst_ref, line)
-                self.check_vmem(dst, dst_ref, line, key)
-                self.check_vmem(src, op.src, line, key)
+            else:
+                self.check_compute(op, scope)
+
+    def check_compute(self, op: S.Op, scope: "_Scope") -> None:
+        """zero, accumulate, assign, cast, matmul: VMEM operands, a writable destination."""
+        line, key = op.line, S._op_tag(op)
+        dst_ref = getattr(op, key)
+        sources = {"zero": (), "matmul": ("a", "b")}.get(key, ("src",))
+        if getattr(op, "base", None) is not None:
+            sources += ("base",)
+        dst = self.check_buffer_ref(dst_ref, line, key, scope)
+        self.check_writable(dst, dst_ref, line, scope)
+        self.check_vmem(dst, dst_ref, line, key)
+        for field in sources:
+            ref = getattr(op, field)
+            self.check_vmem(self.check_buffer_ref(ref, line, f"{key} {field}", scope), ref, line, key)
+        if key == "assign" and self.dtype(dst_ref, scope) != self.dtype(op.src, scope):
+            self.fail(line, f"assign copies `{op.src.name}` ({self.dtype(op.src, scope)}) into "
+                            f"`{dst_ref.name}` ({self.dtype(dst_ref, scope)}): the element types differ",
+                      fix=f"use `cast: {dst_ref.text()}` to convert")
+
+    def dtype(self, ref: E.Ref, scope: "_Scope") -> str:
+        buf = scope.windows.get(ref.name) or self.s.buffers[ref.name]
+        return buf.dtype or self.s.dtype
+
+    def check_pipeline(self, op: S.Pipeline) -> None:
+        line = op.line
+        for name, size in op.pipeline.items():
+            self.check_expr(size, self.static_names(), line, f"pipeline grid size `{name}`")
+        if not op.specs:
+            self.fail(line, "a pipeline needs at least one input or output block",
+                      fix="add `inputs:` and `outputs:` entries {name: {ref, block, index}}")
+        both = sorted(set(op.inputs) & set(op.outputs))
+        if both:
+            self.fail(line, f"`{both[0]}` is both an input and an output block of the pipeline",
+                      fix="to update a region in place, read it as one block and write it as another "
+                          "(e.g. `acc_in` and `acc_out` with the same ref and index)")
+        inner = self.outer.names | set(op.pipeline)
+        for name, spec in op.specs.items():
+            role = f"pipeline block `{name}`"
+            buf = self.check_buffer_ref(spec.ref, spec.line, role)
+            if buf.memory != "hbm":
+                self.fail(spec.line, f"{role} streams `{spec.ref.name}`, which lives in VMEM; pipelines "
+                                     "stream HBM regions through VMEM blocks",
+                          fix=f"use `{spec.ref.name}` directly in the body, or keep it in HBM")
+            if name in op.outputs:
+                self.check_writable(buf, spec.ref, spec.line)
+            kept = len(buf.full_shape) - sum(1 for ix in spec.ref.indices if not isinstance(ix, E.Slice))
+            if len(spec.block) != kept:
+                self.fail(spec.line, f"{role}: block {[E.to_text(d) for d in spec.block]} has {len(spec.block)} "
+                                     f"dimensions but `{spec.ref.text()}` has {kept}",
+                          fix="give one block size per dimension left after indexing")
+            if len(spec.index) != len(spec.block):
+                self.fail(spec.line, f"{role}: index has {len(spec.index)} entries but the block has "
+                                     f"{len(spec.block)} dimensions", fix="give one block index per dimension")
+            for d in spec.block:
+                self.check_expr(d, self.static_names(), spec.line, f"block shape of `{name}`")
+            for ix in spec.index:
+                self.check_expr(ix, inner, spec.line, f"block index of `{name}`")
+        body = _Scope(inner, pipeline_windows(self.s, op), set(op.inputs), op)
+        self.check_body(op.do, body)
 
     def run(self) -> None:
         self.check_axes()

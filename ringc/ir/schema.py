@@ -57,7 +57,9 @@ class Node(BaseModel):
 
 # ------------------------------------------------------------------ declarations
 
-CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all"]
+CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
+                         "all_gather_matmul", "matmul_psum_scatter"]
+MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter")
 
 
 class Collective(Node):
@@ -66,6 +68,8 @@ class Collective(Node):
     input: str | None = Field(None, description="input buffer (default: the only input)")
     output: str | None = Field(None, description="output buffer (default: the only output)")
     shift: int = Field(1, description="ppermute only: device d sends to d + shift")
+    rhs: str | None = Field(None, description="matmul collectives only: the right-hand input "
+                                              "(default: the input that is not `input`)")
 
     @model_validator(mode="before")
     @classmethod
@@ -202,15 +206,62 @@ class Zero(Node):
 
 
 class Accumulate(Node):
-    """`dst += src` on VMEM regions of the same shape."""
+    """`dst += src` on VMEM regions of the same shape; with `base`, `dst = base + src`."""
     accumulate: RefT
     src: RefT
+    base: RefT | None = Field(None, description="add src to this region instead of to dst itself, e.g. "
+                                                "a pipeline's input block when updating a region in place")
 
 
 class Assign(Node):
     """`dst = src` on VMEM regions of the same shape (a vector load and store)."""
     assign: RefT
     src: RefT
+
+
+class Cast(Node):
+    """`dst = src.astype(dst.dtype)` on VMEM regions of the same shape, e.g. a float32
+    accumulator into a bfloat16 output block."""
+    cast: RefT
+    src: RefT
+
+
+class Matmul(Node):
+    """`dst = a @ b` (or `dst += a @ b` with `accumulate`) on 2-D VMEM blocks, multiplied
+    with float32 accumulation (`jnp.dot(..., preferred_element_type=float32)`). A
+    `(bm, bn, bk)` blocking is a grid over blocks of this op: zero the accumulator at the
+    first k block, accumulate, cast it out at the last."""
+    matmul: RefT
+    a: RefT
+    b: RefT
+    accumulate: bool = Field(False, description="add the product to dst instead of overwriting it")
+
+
+class BlockSpec(Node):
+    """One operand of a nested pipeline: HBM region `ref` cut into blocks of shape `block`;
+    at each inner grid point the body sees block number `index` (per dimension) in VMEM,
+    as `pl.BlockSpec(block, lambda *grid: index)`."""
+    ref: RefT
+    block: list[ExprT]
+    index: list[ExprT]
+
+
+def _strip_line(v: Any) -> Any:
+    return {k: x for k, x in v.items() if k != "__line__"} if isinstance(v, dict) else v
+
+
+class Pipeline(Node):
+    """A nested `pltpu.emit_pipeline` over HBM-resident regions: its own grid (the key's
+    value, row-major), input and output blocks streamed through double-buffered VMEM
+    windows, and a body of compute ops run at every inner grid point."""
+    pipeline: Annotated[dict[str, ExprT], BeforeValidator(_strip_line)] = Field(min_length=1)
+    inputs: Annotated[dict[str, BlockSpec], BeforeValidator(_strip_line)] = {}
+    outputs: Annotated[dict[str, BlockSpec], BeforeValidator(_strip_line)] = {}
+    do: list["Op"] = Field(min_length=1)
+
+    @property
+    def specs(self) -> dict[str, BlockSpec]:
+        return {**self.inputs, **self.outputs}
 
 
 class When(Node):
@@ -220,12 +271,16 @@ class When(Node):
 
 
 _OP_KEYS = ("when", "start", "wait", "wait_send", "wait_recv", "signal", "sem_wait",
-            "barrier", "zero", "accumulate", "assign")
+            "barrier", "zero", "accumulate", "assign", "cast", "matmul", "pipeline")
+# Ops allowed inside a pipeline body: the inner kernel only computes on its blocks.
+COMPUTE_OP_KEYS = ("when", "zero", "accumulate", "assign", "cast", "matmul")
 
 
 def _op_tag(v: Any) -> str | None:
     if isinstance(v, dict):
         present = [key for key in _OP_KEYS if key in v]
+        if "accumulate" in present and ("matmul" in present or isinstance(v["accumulate"], bool)):
+            present.remove("accumulate")  # matmul's own `accumulate: true` flag
         return present[0] if len(present) == 1 else None
     return _TAG_OF_TYPE.get(type(v))
 
@@ -237,6 +292,8 @@ Op = Annotated[
         Annotated[Signal, Tag("signal")], Annotated[SemWait, Tag("sem_wait")],
         Annotated[Barrier, Tag("barrier")], Annotated[Zero, Tag("zero")],
         Annotated[Accumulate, Tag("accumulate")], Annotated[Assign, Tag("assign")],
+        Annotated[Cast, Tag("cast")], Annotated[Matmul, Tag("matmul")],
+        Annotated[Pipeline, Tag("pipeline")],
     ],
     Discriminator(_op_tag, custom_error_type="unknown_op",
                   custom_error_message=f"unknown operation: each step operation is one of {', '.join(_OP_KEYS)}"),
@@ -244,9 +301,11 @@ Op = Annotated[
 
 _TAG_OF_TYPE = {When: "when", Start: "start", Wait: "wait", WaitSend: "wait_send",
                 WaitRecv: "wait_recv", Signal: "signal", SemWait: "sem_wait", Barrier: "barrier",
-                Zero: "zero", Accumulate: "accumulate", Assign: "assign"}
+                Zero: "zero", Accumulate: "accumulate", Assign: "assign", Cast: "cast",
+                Matmul: "matmul", Pipeline: "pipeline"}
 
 When.model_rebuild()
+Pipeline.model_rebuild()
 
 
 _NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies")
@@ -322,7 +381,12 @@ class Schedule(Node):
         return self.buffers[buffer].dtype or self.dtype
 
     def io_buffer(self, kind: str) -> str:
-        """The collective's input or output buffer name."""
+        """The collective's input or output buffer name (`rhs`: a matmul's right-hand input)."""
+        if kind == "rhs":
+            if self.collective.rhs:
+                return self.collective.rhs
+            lhs = self.io_buffer("input")
+            return next(n for n, b in self.buffers.items() if b.kind == "input" and n != lhs)
         explicit = self.collective.input if kind == "input" else self.collective.output
         if explicit:
             return explicit

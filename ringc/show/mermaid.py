@@ -49,10 +49,18 @@ def memory_diagram(sched: S.Schedule, program: Program) -> str:
     for name, copy in sched.copies.items():
         kind = f"remote DMA {name}" if copy.remote else f"local DMA {name}"
         edges[(copy.src.name, copy.dst.name)].add(kind)
+    # A pipeline's block names stand for the HBM regions they stream.
+    streams = {name: spec.ref.name for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+               for name, spec in op.specs.items()}
     for op in walk_ops(sched.body):
-        if isinstance(op, (S.Accumulate, S.Assign)):
-            verb = "accumulate" if isinstance(op, S.Accumulate) else "assign"
-            edges[(op.src.name, getattr(op, verb).name)].add(verb)
+        verb = S._op_tag(op)
+        sources = {"accumulate": ("src",), "assign": ("src",), "cast": ("src",), "matmul": ("a", "b")}.get(verb)
+        if sources is None:
+            continue
+        dst = getattr(op, verb).name
+        for field in sources:
+            src = getattr(op, field).name
+            edges[(streams.get(src, src), streams.get(dst, dst))].add(verb)
     for (src, dst), kinds in edges.items():
         lines.append(f'    B_{src} -->|"{_quoted("<br/>".join(sorted(kinds)))}"| B_{dst}')
     for name, buf in sched.buffers.items():
@@ -117,6 +125,8 @@ def gantt(machine: TimedMachine, title: str, max_tasks: int = 400) -> str:
             label = f"{span.label} ({point_text(program.grid_names, span.event.point)})"
             lines.append(f"    {_plain(label)} :{tag[span.kind]}, t{count}, {start}, {end}")
             count += 1
+    if count < len(machine.spans):  # mermaid slows to a crawl on thousands of tasks
+        lines.append(f"    %% {len(machine.spans) - count} later spans not drawn (at most {max_tasks} tasks)")
     return "\n".join(lines)
 
 
@@ -151,7 +161,7 @@ def phases(program: Program, device: int = 0) -> tuple[list[tuple], dict[tuple, 
     ops_at: dict[tuple, list] = defaultdict(list)
     seq: list[tuple] = []
     for ev in program.devices[device]:
-        if isinstance(ev.action, Compute) and ev.action.boundary:
+        if isinstance(ev.action, Compute) and not ev.action.work:
             continue
         if not seq or seq[-1] != ev.point:
             seq.append(ev.point)

@@ -53,11 +53,13 @@ def slot_table(sched: S.Schedule, program: Program, device: int = 0) -> str:
                         mark.append((a.dst, "load"))
                 elif a.dst.device == device:
                     mark.append((a.dst, f"recv from {direction(program, device, d)}"))
-            elif isinstance(a, Compute) and d == device and not a.boundary:
+            elif isinstance(a, Compute) and d == device and a.work:
                 mark.append((a.dst, {"accumulate": "acc", "zero": "zero", "assign": "set"}.get(a.kind, a.kind)))
                 if a.src is not None:
                     mark.append((a.src, "read"))
             for region, role in mark:
+                if region.buffer not in sched.buffers:
+                    continue  # a pipeline's VMEM window: the inner pipeline's own business
                 col, detail = _slot(sched, program, region)
                 cell = roles[ev.point][col]
                 if role + detail not in cell:

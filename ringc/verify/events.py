@@ -91,16 +91,31 @@ class Signal:
 
 @dataclass(frozen=True)
 class Compute:
-    """A vector op on VMEM: zero, accumulate (dst += src) or assign (dst = src); or a kernel
-    boundary, enter / exit, where the memory `dst` changes hands (modelled as a write)."""
+    """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
+    dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
+    writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
+    VMEM blocks hold garbage), and `exit` (the caller takes the memory back)."""
     kind: str
     dst: Region
     src: Region | None = None
+    rhs: Region | None = None
+    accumulate: bool = False
+    base: Region | None = None   # accumulate: dst = base + src
+
+    @property
+    def reads(self) -> tuple[Region, ...]:
+        """The regions it reads, besides `dst` when accumulating."""
+        return tuple(r for r in (self.src, self.rhs, self.base) if r is not None)
 
     @property
     def boundary(self) -> bool:
-        """Kernel entry or exit: a marker of the race model, not work."""
+        """Kernel entry or exit: the memory changes hands."""
         return self.kind in ("enter", "exit")
+
+    @property
+    def work(self) -> bool:
+        """A real op of the kernel, not one of the race model's own writes."""
+        return self.kind not in ("enter", "exit", "allocate")
 
 
 Action = Union[DmaStart, SemWait, Signal, Compute]
@@ -114,6 +129,7 @@ class Event:
     line: int                  # YAML line of the op
     action: Action
     invocation: int = 0        # which back-to-back kernel call (--invocations)
+    inner: tuple[tuple[str, int], ...] = ()  # the grid point of a nested pipeline, if inside one
 
 
 @dataclass
@@ -143,6 +159,8 @@ class Program:
     def where(self, ev: Event) -> str:
         """`device 2, step=3 phase=1 (line 41)` — the location users read in findings."""
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
+        if ev.inner:
+            pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
         return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"
 

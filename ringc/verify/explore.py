@@ -11,7 +11,7 @@ A state is: each device's program counter, every semaphore's value, and the DMAs
 flight with how far each has got. Scheduler transitions are
 
 - a device executes its next event:
-  * `Compute` (zero / accumulate / assign): an instantaneous access;
+  * `Compute` (zero / accumulate / assign / cast / matmul): an instantaneous access;
   * `Signal`: adds `inc` to the target semaphore at once;
   * `SemWait`: enabled when the value is >= `v`, then subtracts `v`;
   * `DmaStart`: the DMA becomes in flight; nothing is deposited yet;
@@ -195,7 +195,7 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         a = ev.action
         if isinstance(a, Compute):
             kind.append(0); sem_op.append(-1); amount.append(0)
-            acc = live(a.dst, True) + (live(a.src, False) if a.src is not None else [])
+            acc = live(a.dst, True) + [x for r in a.reads for x in live(r, False)]
             event_units.append((new_unit(g, acc),))
         elif isinstance(a, Signal):
             kind.append(1); sem_op.append(sem_of(a.sem)); amount.append(a.inc)

@@ -48,8 +48,16 @@ def describe(ev: Event) -> str:
             return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
         if a.kind == "exit":
             return f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller"
+        if a.kind == "allocate":
+            return f"the pipeline allocates {a.dst.text()} (garbage until written)"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
+        if a.kind == "matmul":
+            return f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}"
+        if a.kind == "cast":
+            return f"{a.dst.text()} = cast({a.src.text()})"
+        if a.base is not None:
+            return f"{a.dst.text()} = {a.base.text()} + {a.src.text()}"
         op = "+=" if a.kind == "accumulate" else "="
         return f"{a.dst.text()} {op} {a.src.text()}"
     return repr(a)
@@ -73,11 +81,14 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
             elif isinstance(a, Compute) and a.kind == "exit":
                 out.append(Access(a.dst, True, ev, ev, f"device {program.label(ev.device)} exits the kernel (call "
                                   f"{ev.invocation + 1}; after that the memory belongs to whatever runs next)"))
+            elif isinstance(a, Compute) and a.kind == "allocate":
+                out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
             elif isinstance(a, Compute):
-                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into"}[a.kind]
+                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into",
+                        "cast": "casts into", "matmul": "multiplies into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
-                if a.src is not None:
-                    out.append(Access(a.src, False, ev, ev, f"`{a.kind}` reads it"))
+                for r in a.reads:
+                    out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))
     return out
 
 
@@ -222,6 +233,35 @@ def _witness(program: Program, a: Access, b: Access) -> list[str]:
     return lines
 
 
+def _local(acc: Access) -> bool:
+    """Started and finished by the device that owns the memory: ordered by program order."""
+    dev = acc.region.device
+    return acc.start.device == dev and acc.end is not None and acc.end.device == dev
+
+
+def _candidate_pairs(group: list[Access]):
+    """The pairs of one memory's accesses that may race. Two local accesses race iff their
+    program-order intervals overlap, so those are found by a sweep over program order
+    (a pipeline's many window accesses never meet pairwise); the few pairs with a remote
+    access are enumerated."""
+    local = sorted((a for a in group if _local(a)), key=lambda a: a.start.index)
+    active: list[Access] = []   # local accesses still live at the current program position
+    for b in local:
+        active = [a for a in active if a.end.index >= b.start.index]
+        yield from ((a, b) for a in active)
+        if not b.point:
+            active.append(b)
+    remote = [a for a in group if not _local(a)]
+    rank = {id(a): i for i, a in enumerate(remote)}
+    others = sorted(group, key=lambda acc: acc.region.box[0][0])
+    for i, a in enumerate(remote):
+        for b in others:  # spatial sweep on the leading dimension
+            if b.region.box[0][0] >= a.region.box[0][1]:
+                break
+            if rank.get(id(b), len(remote)) > i:
+                yield (a, b)
+
+
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
                devices: set[int] | None = None) -> list[Finding]:
     """Races on the memory of `devices` (default: every device; one suffices when the
@@ -234,34 +274,28 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
     findings: list[Finding] = []
     seen: set[tuple] = set()
     for group in by_memory.values():
-        # Sweep on the first dimension: only accesses whose leading ranges intersect can overlap.
-        group.sort(key=lambda acc: acc.region.box[0][0])
-        for i, a in enumerate(group):
-            a_end = a.region.box[0][1]
-            for b in group[i + 1:]:
-                if b.region.box[0][0] >= a_end:
-                    break
-                if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
-                    continue
-                if _ordered(order, a, b) or _ordered(order, b, a):
-                    continue
-                key = tuple(sorted([(a.start.line, a.write), (b.start.line, b.write)]))
-                if key in seen:
-                    continue  # one finding per pair of ops, either way round; the first explains it
-                seen.add(key)
-                first, second = (a, b) if not a.point else (b, a)
-                if not second.point and second.end is None and first.end is not None:
-                    first, second = second, first  # explain the copy that never ends
-                mem = f"device {a.region.device}'s `{a.region.text()}`"
-                if b.region.box != a.region.box:
-                    mem += f" (overlapping `{b.region.text()}`)"
-                msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
-                       f"{second.what} at {program.where(second.start)}. Nothing orders them: "
-                       f"{_why(program, order, first, second)}")
-                # A copy live across a device's entry or exit is the copy's fault.
-                at, other = (first, second) if _is_boundary(second) else (second, first)
-                findings.append(Finding("race", msg, event=at.start, related=[other.start],
-                                        trace=_witness(program, first, second)))
-                if len(findings) >= limit:
-                    return findings
+        for a, b in _candidate_pairs(group):
+            if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
+                continue
+            if _ordered(order, a, b) or _ordered(order, b, a):
+                continue
+            key = tuple(sorted([(a.start.line, a.write), (b.start.line, b.write)]))
+            if key in seen:
+                continue  # one finding per pair of ops, either way round; the first explains it
+            seen.add(key)
+            first, second = (a, b) if not a.point else (b, a)
+            if not second.point and second.end is None and first.end is not None:
+                first, second = second, first  # explain the copy that never ends
+            mem = f"device {program.label(a.region.device)}'s `{a.region.text()}`"
+            if b.region.box != a.region.box:
+                mem += f" (overlapping `{b.region.text()}`)"
+            msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
+                   f"{second.what} at {program.where(second.start)}. Nothing orders them: "
+                   f"{_why(program, order, first, second)}")
+            # A copy live across a device's entry or exit is the copy's fault.
+            at, other = (first, second) if _is_boundary(second) else (second, first)
+            findings.append(Finding("race", msg, event=at.start, related=[other.start],
+                                    trace=_witness(program, first, second)))
+            if len(findings) >= limit:
+                return findings
     return findings

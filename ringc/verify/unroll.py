@@ -16,9 +16,16 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.resolve import builtin_exprs, walk_ops
+from ..ir.schema import _op_tag
+from ..ir.resolve import builtin_exprs, pipeline_windows, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
+
+
+def window_id(op: S.Pipeline, block: str) -> str:
+    """The buffer holding a pipeline block's two VMEM windows. Block names are local to their
+    pipeline, so the buffer is named after the pipeline's line too: `a@40`."""
+    return f"{block}@{op.line}"
 
 
 class _Context:
@@ -35,6 +42,16 @@ class _Context:
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
                            for name, sem in sched.semaphores.items()}
         self.grid = self._shape(list(sched.grid.values()), "grid", sched.line_of("grid"))
+        self.itemsize = {name: itemsize(sched.dtype_of(name)) for name in sched.buffers}
+        # Nested pipelines: their grids, and their VMEM blocks as double-buffered windows.
+        self.pipeline_grids: dict[int, tuple[int, ...]] = {}
+        for op in walk_ops(sched.body):
+            if isinstance(op, S.Pipeline):
+                self.pipeline_grids[id(op)] = tuple(self._grid_size(op, name, size) for name, size in op.pipeline.items())
+                for name, window in pipeline_windows(sched, op).items():
+                    block = self._shape(window.shape, f"block shape of `{name}`", window.line)
+                    self.shapes[window_id(op, name)] = (2, *block)
+                    self.itemsize[window_id(op, name)] = itemsize(window.dtype)
         for name, buf in sched.buffers.items():
             if buf.shard is not None:
                 shard = self._shape(buf.shard, f"shard shape of `{name}`", buf.line)
@@ -44,16 +61,33 @@ class _Context:
                         f"slots + shape {list(self.shapes[name])} has {prod(self.shapes[name])} (N={n})",
                         file=sched.file, line=buf.line, fix="make both describe the same per-device array")
 
-    def _shape(self, dims: list[E.Expr], what: str, line: int) -> tuple[int, ...]:
+    def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
+        """A pipeline grid size, usually `extent // block`: when the block does not divide the
+        extent, say so in those terms, with the blocks that use it."""
+        if isinstance(size, E.BinOp) and size.op == "//":
+            extent, block = (E.evaluate(e, self.static) for e in (size.left, size.right))
+            if block > 0 and extent % block:
+                users = [f"`{n}` [{', '.join(E.to_text(d) for d in spec.block)}]" for n, spec in op.specs.items()
+                         if any(size.right == d for d in spec.block)]
+                used = f" (the block size of {', '.join(users)})" if users else ""
+                bigger = -(-extent // block) * block
+                raise ScheduleError(
+                    f"pipeline grid `{name}: {E.to_text(size)}`: the extent `{E.to_text(size.left)}` = {extent} "
+                    f"does not split into blocks of `{E.to_text(size.right)}` = {block}{used} (N={self.n})",
+                    file=self.s.file, line=op.line,
+                    fix=f"make `{E.to_text(size.left)}` a multiple of `{E.to_text(size.right)}` (e.g. {bigger}) or "
+                        f"choose a block size that divides {extent}, with --param k=v")
+        return self._shape([size], f"pipeline grid `{name}`", op.line)[0]
+
+    def _shape(self, dims: list[E.Expr], what: str, line: int,
+               fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
         out = []
         for d in dims:
             try:
                 v = E.evaluate(d, self.static, exact_division=True)
             except E.ExprError as e:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
-                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
-                                    fix="choose parameters (--param k=v) or N so that the shape divides exactly"
-                                    ) from None
+                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line, fix=fix) from None
             if v <= 0:
                 raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
                                     file=self.s.file, line=line, fix="sizes must be at least 1")
@@ -76,6 +110,8 @@ class _Unroller:
         self.core = 0
         # Megacore: the leading `core` grid axis (parallel: core c runs the points (c, ...)).
         self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
+        self.inner: tuple[tuple[str, int], ...] = ()  # inside a pipeline: its grid point
+        self.window_slot: dict[str, tuple[str, int]] = {}  # inside a pipeline: block -> (buffer, slot)
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -90,6 +126,9 @@ class _Unroller:
             self.fail(line, str(err), "guard the op with `when:` or fix the expression")
 
     def region(self, ref: E.Ref, line: int) -> Region:
+        if ref.name in self.window_slot:  # a pipeline block: the window slot in use
+            buffer, slot = self.window_slot[ref.name]
+            ref = E.Ref(buffer, (E.Const(slot), *ref.indices))
         shape = self.ctx.shapes[ref.name]
         box, kept = [], []
         for dim, size in enumerate(shape):
@@ -110,7 +149,7 @@ class _Unroller:
                                     f"dimension {dim} of `{ref.name}` (size {size})",
                               f"keep the index in 0..{size - 1}, e.g. with `% {size}`, or guard the op with `when:`")
                 box.append((i, i + 1))
-        return Region(ref.name, self.device, tuple(box), tuple(kept), itemsize(self.s.dtype_of(ref.name)))
+        return Region(ref.name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[ref.name])
 
     def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
         shape = self.ctx.sem_shapes[ref.name]
@@ -182,11 +221,29 @@ class _Unroller:
             return out
         if isinstance(op, S.Zero):
             return [(Compute("zero", self.region(op.zero, line)), None)]
-        if isinstance(op, (S.Accumulate, S.Assign)):
-            kind = "accumulate" if isinstance(op, S.Accumulate) else "assign"
+        if isinstance(op, (S.Accumulate, S.Assign, S.Cast)):
+            kind = _op_tag(op)
             dst, src = self.region(getattr(op, kind), line), self.region(op.src, line)
             self.same_shape(dst, src, line, kind)
-            return [(Compute(kind, dst, src), None)]
+            base = None
+            if getattr(op, "base", None) is not None:
+                base = self.region(op.base, line)
+                self.same_shape(dst, base, line, f"{kind} base")
+            return [(Compute(kind, dst, src, base=base), None)]
+        if isinstance(op, S.Matmul):
+            dst, a, b = (self.region(r, line) for r in (op.matmul, op.a, op.b))
+            for r in (dst, a, b):
+                if len(r.shape) != 2:
+                    self.fail(line, f"matmul works on 2-D blocks, but `{r.text()}` has shape {list(r.shape)}",
+                              "index the leading dimensions away, e.g. `buf[slot]`")
+            if a.shape[1] != b.shape[0]:
+                self.fail(line, f"matmul: `{a.text()}` is {list(a.shape)} and `{b.text()}` is {list(b.shape)}: "
+                                f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})",
+                          "slice both operands to the same k block")
+            if dst.shape != (a.shape[0], b.shape[1]):
+                self.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is "
+                                f"{[a.shape[0], b.shape[1]]}", "make the destination a's rows by b's columns")
+            return [(Compute("matmul", dst, a, b, op.accumulate), None)]
         raise AssertionError(f"unhandled op {op!r}")
 
     def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
@@ -195,8 +252,113 @@ class _Unroller:
                 if self.ev(op.when, op.line):
                     self.walk(op.do, out, invocation)
                 continue
+            if isinstance(op, S.Pipeline):
+                self.pipeline(op, out, invocation)
+                continue
             for action, target in self.actions(op):
                 self.emit(out, action, op.line, invocation, target)
+
+    # -- nested pipelines ----------------------------------------------------
+    def blocks(self, op: S.Pipeline, points: list[tuple[int, ...]]) -> dict[str, list[Region]]:
+        """For each block spec, the HBM block every inner grid point uses."""
+        out: dict[str, list[Region]] = {}
+        outer_env = self.env
+        for name, spec in op.specs.items():
+            region = self.region(spec.ref, spec.line)
+            block = self.ctx.shapes[window_id(op, name)][1:]
+            for size, b in zip(region.shape, block):
+                if size % b:
+                    self.fail(spec.line, f"pipeline block `{name}`: `{spec.ref.text()}` has shape {list(region.shape)}, "
+                                         f"which blocks of {list(block)} do not tile ({size} is not a multiple of {b})",
+                              "choose block sizes that divide the region (e.g. rows a multiple of the row "
+                              "block), or parameters (--param k=v) that make them divide")
+            counts = [size // b for size, b in zip(region.shape, block)]
+            out[name] = []
+            for pt in points:
+                self.env = {**outer_env, **dict(zip(op.pipeline, pt))}
+                idx = [self.ev(e, spec.line) for e in spec.index]
+                self.env = outer_env
+                if any(not 0 <= i < c for i, c in zip(idx, counts)):
+                    self.fail(spec.line, f"pipeline block `{name}`: block index {idx} at inner point "
+                                         f"{' '.join(f'{k}={v}' for k, v in zip(op.pipeline, pt))} is outside "
+                                         f"the {counts} blocks of "
+                                         f"`{spec.ref.text()}`", "keep each block index below the block count")
+                box = list(region.box)
+                for d, i, b in zip(region.kept, idx, block):
+                    box[d] = (region.box[d][0] + i * b, region.box[d][0] + (i + 1) * b)
+                out[name].append(Region(region.buffer, region.device, tuple(box), region.kept, region.itemsize))
+        return out
+
+    def window(self, buffer: str, slot: int) -> Region:
+        shape = self.ctx.shapes[buffer]
+        box = ((slot, slot + 1), *((0, d) for d in shape[1:]))
+        return Region(buffer, self.device, box, tuple(range(1, len(shape))), self.ctx.itemsize[buffer])
+
+    def pipeline(self, op: S.Pipeline, out: list[Event], inv: int) -> None:
+        """`emit_pipeline` as the local DMAs and waits Pallas' pipeline scheduler issues
+        (jax/_src/pallas/mosaic/pipeline.py, two buffers per block): the first input
+        blocks are fetched before the loop; at step t, inputs whose block changes next are
+        prefetched into the other window, the current ones waited for, the body run,
+        outputs whose block changes next written back, and the previous write-back waited
+        for. Each window slot has its own DMA semaphore, as in Pallas."""
+        points = list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)])))
+        blocks = self.blocks(op, points)
+        last = len(points) - 1
+        outer_env = self.env
+        slots = {name: {"copy": 0, "wait": 0} for name in op.specs}
+        ids = {name: window_id(op, name) for name in op.specs}
+
+        def changes(name: str, t: int, u: int) -> bool:
+            return not 0 <= u <= last or blocks[name][t].box != blocks[name][u].box
+
+        def dma(name: str, side: str, t: int) -> None:
+            spec, slot = op.specs[name], slots[name]["copy"]
+            sem = (self.device, f"{ids[name]}#{side}", (slot,))
+            src, dst = (blocks[name][t], self.window(ids[name], slot)) if side == "in" else \
+                (self.window(ids[name], slot), blocks[name][t])
+            self.emit(out, DmaStart(ids[name], src, dst, None, sem), spec.line, inv)
+            slots[name]["copy"] ^= 1
+
+        def wait(name: str, side: str) -> None:
+            spec, slot = op.specs[name], slots[name]["wait"]
+            nbytes = self.window(ids[name], slot).nbytes
+            self.emit(out, SemWait((self.device, f"{ids[name]}#{side}", (slot,)), nbytes, "wait", ids[name]),
+                      spec.line, inv)
+
+        self.inner = tuple(zip(op.pipeline, points[0]))
+        for name in op.specs:  # fresh VMEM windows hold garbage
+            shape = self.ctx.shapes[ids[name]]
+            full = Region(ids[name], self.device, tuple((0, d) for d in shape), tuple(range(len(shape))),
+                          self.ctx.itemsize[ids[name]])
+            self.emit(out, Compute("allocate", full), op.line, inv)
+        for name in op.inputs:
+            dma(name, "in", 0)
+        for t, pt in enumerate(points):
+            self.inner = tuple(zip(op.pipeline, pt))
+            for name in op.inputs:
+                if t < last and changes(name, t, t + 1):
+                    dma(name, "in", t + 1)
+            for name in op.inputs:
+                if t == 0 or changes(name, t, t - 1):
+                    wait(name, "in")
+            self.window_slot = {name: (ids[name], slots[name]["wait" if name in op.inputs else "copy"])
+                                for name in op.specs}
+            self.env = {**outer_env, **dict(self.inner)}
+            self.walk(op.do, out, inv)
+            self.env, self.window_slot = outer_env, {}
+            for name in op.outputs:
+                if changes(name, t, t + 1):
+                    dma(name, "out", t)
+            for name in op.outputs:
+                if t > 0 and changes(name, t, t - 1):
+                    wait(name, "out")
+                    slots[name]["wait"] ^= 1
+            for name in op.inputs:
+                if changes(name, t, t + 1):
+                    slots[name]["wait"] ^= 1
+        for name in op.outputs:
+            wait(name, "out")
+        self.inner = ()
 
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
@@ -213,17 +375,18 @@ class _Unroller:
             env[name] = self.ev(e, self.s.line_of("let", name))
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
-        event = Event(self.device, len(out), self.point, line, action, invocation)
+        event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
         out.append(event)
         if target is not None and self.core == 0:
             self.targets.append((event, target))
 
     def boundary(self, out: list[Event], kind: str, line: int, invocation: int, inputs: bool) -> None:
         """Kernel entry or exit: the whole of each buffer changes hands, modelled as a write."""
-        for name, shape in self.ctx.shapes.items():
-            if inputs or self.s.buffers[name].kind != "input":
+        for name, buf in self.s.buffers.items():  # not pipeline windows: a pipeline drains its own
+            if inputs or buf.kind != "input":
+                shape = self.ctx.shapes[name]
                 box = tuple((0, dim) for dim in shape)
-                region = Region(name, self.device, box, tuple(range(len(shape))), itemsize(self.s.dtype_of(name)))
+                region = Region(name, self.device, box, tuple(range(len(shape))), self.ctx.itemsize[name])
                 self.emit(out, Compute(kind, region), line, invocation)
 
     def entry(self, out: list[Event], invocation: int) -> None:
@@ -290,6 +453,9 @@ class _Unroller:
             if s.megacore:
                 second_core.append(second)
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
+        for op in walk_ops(s.body):  # the DMA semaphores of each pipeline window slot
+            if isinstance(op, S.Pipeline):
+                kinds.update({f"{window_id(op, name)}#{side}": "dma" for name in op.specs for side in ("in", "out")})
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
         return Program(s.name, s.file, n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
