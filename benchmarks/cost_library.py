@@ -57,8 +57,8 @@ def main() -> int:
                     reasons.append((sched.name, topo, size_text(size), e.why()))
             rows.append([sched.name, topo, str(hw.placement.n)] + cells)
 
-    print(f"efficiency = lower bound / simulated estimate (estimate in parentheses); "
-          f"chip figures from ringc/cost/chips.py\n")
+    print("efficiency = lower bound / simulated estimate (estimate in parentheses); "
+          "chip figures from ringc/cost/chips.py\n")
     if args.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

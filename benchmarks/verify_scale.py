@@ -10,7 +10,6 @@ dynamic execution.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import tracemalloc

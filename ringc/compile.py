@@ -226,7 +226,6 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
     except ScheduleError as e:
         raise ScheduleError(e.message, file=schedule.file, fix=e.fix) from None
     import jax
-    import numpy as np
 
     from . import compile_errors
     from .run import load_module

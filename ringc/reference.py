@@ -32,6 +32,7 @@ from typing import Callable, Mapping
 from .codegen.pallas import buffers_of, partition_spec, shard_shape
 from .ir import expr as E
 from .ir import schema as S
+from .ir.resolve import axis_size_env
 
 
 def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None):
@@ -94,8 +95,7 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
         raise ValueError(f"{s.name}: unknown parameter {', '.join(unknown)} "
                          f"(parameters: {', '.join(s.params) or 'none'})")
     n = math.prod(mesh.shape[a] for a in s.axes)  # over a tuple of axes, lax counts all their devices
-    per_axis = {f"N_{a}": mesh.shape[a] for a in s.axes} if len(s.axes) > 1 else {}
-    env = {"N": n, **per_axis, **s.params, **params}
+    env = {"N": n, **axis_size_env(s.axes, mesh.shape), **s.params, **params}
     inputs = buffers_of(s, "input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")
     src_shape = _eval_shape(s.buffers[src].full_shape, env, f"shape of buffer `{src}`")

@@ -31,6 +31,7 @@ from .codegen import emit
 from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
+from .ir.resolve import axis_size_env
 from .reference import reference, summed_terms
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -116,14 +117,9 @@ def mesh_layout(schedule: S.Schedule, shape: tuple[int, ...], along: str | None 
     return tuple(a if a is not None else next(spare) for a in names), placement.sizes
 
 
-def per_axis_sizes(schedule: S.Schedule, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """`N_a` for each axis of a multi-axis schedule (none for one axis)."""
-    return {f"N_{a}": v for a, v in (sizes or {}).items()} if len(schedule.axes) > 1 else {}
-
-
 def _largest_operand_bytes(schedule: S.Schedule, n: int, params: Mapping[str, int],
                            sizes: Mapping[str, int] | None = None) -> int:
-    env = {"N": n, **per_axis_sizes(schedule, sizes), **schedule.params, **params}
+    env = {"N": n, **axis_size_env(schedule.axes, sizes or {}), **schedule.params, **params}
     sizes = [0]
     for name, buf in schedule.buffers.items():
         if buf.kind != "vmem_scratch":
@@ -216,7 +212,7 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     dtype = schedule.dtype_of(schedule.io_buffer("output"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     depth = E.evaluate(schedule.buffers[schedule.io_buffer("input")].full_shape[-1],
-                       {"N": n, **per_axis_sizes(schedule, sizes), **schedule.params, **params})
+                       {"N": n, **axis_size_env(schedule.axes, sizes or {}), **schedule.params, **params})
     tol = tolerance(dtype, summed_terms(schedule.collective.kind, n, dtype, depth), scale)
     ok = not math.isnan(err) and err <= tol and races_found is not True
     return RunResult(name=schedule.name, devices=devices, max_abs_err=err, tolerance=tol,

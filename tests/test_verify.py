@@ -16,9 +16,10 @@ from conftest import line_of
 from ringc.ir import load_text
 from ringc.verify.events import Compute, DmaStart, Program, SemWait, Signal
 from ringc.verify.findings import KINDS
-from ringc.verify.check import check_program
+from ringc.testing import topology_for
+from ringc.verify.check import check_program, resolve_topology
 from ringc.verify.order import compute_order
-from ringc.verify.symmetry import semaphore_symmetric as rotation_symmetric
+from ringc.verify.symmetry import semaphore_symmetric
 from ringc.verify.simulate import Machine, maximal_run
 from ringc.verify.unroll import unroll
 
@@ -460,11 +461,11 @@ def test_verifier_agrees_with_the_explorer(name):
         assert ("race" in kinds) == result.race, (n, sorted(kinds))
 
 
-def _unroll_any(sched, n: int):
-    """n devices along the first axis (and 2 along any other)."""
-    if len(sched.axes) == 1:
-        return unroll(sched, n)
-    return unroll(sched, sizes=dict(zip(sched.axes, (n, 2, 2))))
+def _placed(sched, n: int):
+    """The unrolled program and its placement on `topology_for(sched, n)`."""
+    topo = topology_for(sched, n)
+    placement = resolve_topology(sched, n if topo == "ring" else None, topo)
+    return unroll(sched, sizes=placement.sizes), placement
 
 
 @pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
@@ -472,7 +473,7 @@ def _unroll_any(sched, n: int):
 def test_symmetric_order_equals_the_full_computation(path):
     """The one-pass rotated cuts answer every query exactly as N separate passes do."""
     for n in (3, 4):
-        program = _unroll_any(ringc.load(path), n)
+        program, _ = _placed(ringc.load(path), n)
         fast, full = compute_order(program), compute_order(program, use_symmetry=False)
         assert not full.symmetric
         events = [e for d in program.devices for e in d]
@@ -484,10 +485,10 @@ def test_symmetric_order_equals_the_full_computation(path):
 def test_symmetry_is_refused_when_devices_differ():
     """Guards on `me` make devices 0 and 1 unlike the others: no rotated shortcut, and the
     full computation still answers (test_compute_order_equals_brute_force covers tiny)."""
-    assert not rotation_symmetric(_tiny(3)) and not compute_order(_tiny(3)).symmetric
-    assert rotation_symmetric(unroll(ringc.load(LIBRARY_DIR / "ppermute_right.yaml"), 4))
+    assert not semaphore_symmetric(_tiny(3)) and not compute_order(_tiny(3)).symmetric
+    assert semaphore_symmetric(unroll(ringc.load(LIBRARY_DIR / "ppermute_right.yaml"), 4))
     # a send to a device that does not exist cannot be rotated either
-    assert not rotation_symmetric(unroll(ringc.load(BROKEN_DIR / "ppermute_missing_mod.yaml"), 4))
+    assert not semaphore_symmetric(unroll(ringc.load(BROKEN_DIR / "ppermute_missing_mod.yaml"), 4))
 
 
 def _finding_keys(report) -> set:
@@ -501,8 +502,7 @@ def _finding_keys(report) -> set:
 def test_symmetry_reduction_finds_exactly_what_the_full_analysis_finds(path):
     sched = ringc.load(path)
     for n in (3, 4, 6):
-        program = _unroll_any(sched, n)
-        topo = "ring" if len(sched.axes) == 1 else "torus:" + "x".join(map(str, program.axis_sizes.values()))
-        fast = check_program(sched, program, topo)
-        full = check_program(sched, program, topo, use_symmetry=False)
+        program, placement = _placed(sched, n)
+        fast = check_program(sched, program, placement)
+        full = check_program(sched, program, placement, use_symmetry=False)
         assert _finding_keys(fast) == _finding_keys(full), (path.stem, n)

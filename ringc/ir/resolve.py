@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import keyword
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from . import expr as E
 from . import schema as S
@@ -42,6 +42,11 @@ def axis_builtins(axes: list[str]) -> dict[str, str]:
         out[f"left_{a}"] = f"the neighbour at me_{a} - 1 (mod N_{a}), other coordinates kept"
         out[f"right_{a}"] = f"the neighbour at me_{a} + 1 (mod N_{a}), other coordinates kept"
     return out
+
+
+def axis_size_env(axes: list[str], sizes: Mapping[str, int]) -> dict[str, int]:
+    """The values of `N_a` for a schedule over several axes (none for one axis)."""
+    return {f"N_{a}": sizes[a] for a in axes} if len(axes) > 1 else {}
 
 
 def axis_builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
@@ -340,9 +345,9 @@ class _Resolver:
         dst = self.check_buffer_ref(dst_ref, line, key, scope)
         self.check_writable(dst, dst_ref, line, scope)
         self.check_vmem(dst, dst_ref, line, key)
-        for field in sources:
-            ref = getattr(op, field)
-            self.check_vmem(self.check_buffer_ref(ref, line, f"{key} {field}", scope), ref, line, key)
+        for name in sources:
+            ref = getattr(op, name)
+            self.check_vmem(self.check_buffer_ref(ref, line, f"{key} {name}", scope), ref, line, key)
         if key == "assign" and self.dtype(dst_ref, scope) != self.dtype(op.src, scope):
             self.fail(line, f"assign copies `{op.src.name}` ({self.dtype(op.src, scope)}) into "
                             f"`{dst_ref.name}` ({self.dtype(dst_ref, scope)}): the element types differ",

@@ -157,7 +157,6 @@ def _points_text(names: tuple[str, ...], points: list[tuple[int, ...]], limit: i
 def phases(program: Program, device: int = 0) -> tuple[list[tuple], dict[tuple, list], list[tuple]]:
     """Group the device's grid points by what it does there (the sequence of ops).
     Returns (signatures in first-seen order, signature -> points, the point sequence)."""
-    n = program.n
     ops_at: dict[tuple, list] = defaultdict(list)
     seq: list[tuple] = []
     for ev in program.devices[device]:

@@ -37,7 +37,6 @@ def _slot(sched: S.Schedule, program: Program, r: Region) -> tuple[str, str]:
 def slot_table(sched: S.Schedule, program: Program, device: int = 0) -> str:
     """Rows: grid points; columns: slots of `device`; cells: send (a remote DMA reads it),
     recv (a neighbour's DMA writes it), load (a local DMA writes it), read, acc, zero, set."""
-    n = program.n
     roles: dict[tuple, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     points: list[tuple] = []
     for d, events in enumerate(program.devices):

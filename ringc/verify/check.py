@@ -196,7 +196,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     findings += run_findings(program, m)
     if m.finished():
         order = compute_order(program, use_symmetry=use_symmetry)
-        memory = {0} if use_symmetry and memory_symmetric(program) else None  # see symmetry.py
+        memory = {0} if order.symmetric and memory_symmetric(program) else None  # see symmetry.py
         findings += find_races(program, order, dma_ends(program, order, memory), devices=memory)
         for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
             findings.append(Finding(

@@ -72,16 +72,15 @@ def _memory_accesses(program: Program) -> list[list[tuple[tuple, Region]]]:
     for events in program.devices:
         for ev in events:
             a = ev.action
-            regions: list[tuple[str, Region | None]] = []
+            regions: list[tuple[str, Region]] = []
             if isinstance(a, DmaStart):
                 regions = [("src", a.src), ("dst", a.dst)]
-            elif isinstance(a, Compute):
-                regions = [("dst", a.dst), ("src", a.src)]
+            elif isinstance(a, Compute):  # every region the race analysis sees (`races.accesses`)
+                regions = [("dst", a.dst), *((f"read{i}", r) for i, r in enumerate(a.reads))]
             for role, region in regions:
-                if region is None:
-                    continue
                 owner = region.device
-                _rel(owner, 0, n)
+                if not 0 <= owner < n:
+                    raise _Broken
                 per[owner].append(((_rel(ev.device, owner, n), ev.index, role), region))
     for accs in per:
         accs.sort(key=lambda kr: kr[0])
@@ -90,8 +89,8 @@ def _memory_accesses(program: Program) -> list[list[tuple[tuple, Region]]]:
 
 def memory_symmetric(program: Program) -> bool:
     """Accesses to device d's memory are device 0's, moved by d, with each box rotated by
-    d times a per-(buffer, dimension) step."""
-    if not semaphore_symmetric(program):
+    d times a per-(buffer, dimension) step. (Only meaningful with `semaphore_symmetric`.)"""
+    if program.n < 2:
         return False
     try:
         per = _memory_accesses(program)
@@ -104,7 +103,7 @@ def memory_symmetric(program: Program) -> bool:
             for (k0, r0), (kd, rd) in zip(per[0], per[d]):
                 if k0 != kd or r0.buffer != rd.buffer or r0.kept != rd.kept:
                     raise _Broken
-                extents = _extents(program, r0)
+                extents = program.shapes[r0.buffer]  # boxes span the buffer's full rank
                 for dim, ((lo0, hi0), (lod, hid), extent) in enumerate(zip(r0.box, rd.box, extents)):
                     if hi0 - lo0 != hid - lod:
                         raise _Broken
@@ -119,9 +118,3 @@ def memory_symmetric(program: Program) -> bool:
     except _Broken:
         return False
 
-
-def _extents(program: Program, region: Region) -> tuple[int, ...]:
-    shape = program.shapes[region.buffer]
-    if len(shape) != len(region.box):
-        raise _Broken  # regions always span the full buffer's rank; be safe otherwise
-    return tuple(shape)

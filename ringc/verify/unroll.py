@@ -17,7 +17,7 @@ from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
 from ..ir.schema import _op_tag
-from ..ir.resolve import builtin_exprs, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
@@ -35,8 +35,7 @@ class _Context:
         self.s = sched
         self.n = n
         self.sizes = sizes
-        per_axis = {f"N_{a}": size for a, size in sizes.items()} if len(sizes) > 1 else {}
-        self.static: dict[str, int] = {"N": n, **per_axis, **sched.params}
+        self.static: dict[str, int] = {"N": n, **axis_size_env(sched.axes, sizes), **sched.params}
         self.shapes = {name: self._shape(buf.full_shape, f"shape of buffer `{name}`", buf.line)
                        for name, buf in sched.buffers.items()}
         self.sem_shapes = {name: self._shape(sem.shape, f"shape of semaphore `{name}`", sem.line)
