@@ -17,11 +17,13 @@ from .. import topology
 from .events import Compute, DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
 from .findings import Finding, Report
 from .order import compute_order, dma_ends
-from .placement import Placement, labels, place, route_findings, route_summary
+from . import quotient
+from .placement import Placement, labels, place, rotated_route_summary, route_findings, route_summary
 from .races import describe, find_races
 from .semantics import check_semantics
 from .simulate import Machine, maximal_run
 from .symmetry import memory_symmetric
+from .rotation import rotation_unroll
 from .unroll import unroll
 
 
@@ -209,6 +211,22 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     return report
 
 
+def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -> Report | None:
+    """The clean report of a rotation-symmetric schedule on a ring, from device 0's events
+    alone (`rotation.py`, `quotient.py`); None when the full analysis must decide."""
+    topo = placement.topo
+    if topo.ndim != 1 or not topo.wrap[0]:
+        return None
+    program = rotation_unroll(sched, topo.size, invocations)
+    if program is None or not quotient.clean(sched, program, placement):
+        return None
+    report = Report(program, [])
+    if topo.spec != "ring":
+        report.placement = placement.describe()
+    report.routes = rotated_route_summary(program, placement)
+    return report
+
+
 def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
           invocations: int = 1, along: str | None = None, strict: bool = False) -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
@@ -217,8 +235,10 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     Raises `ScheduleError` for bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
-    program = unroll(sched, sizes=placement.sizes, invocations=invocations)
-    report = check_program(sched, program, placement)
+    report = quotient_report(sched, placement, invocations)
+    if report is None:
+        program = unroll(sched, sizes=placement.sizes, invocations=invocations)
+        report = check_program(sched, program, placement)
     if strict:
         for f in report.findings:
             if f.severity == "warning":

@@ -148,6 +148,16 @@ class Program:
     # Megacore: the events of each device's second TensorCore. They must not touch shared
     # state (see `check.megacore_findings`); `devices` holds core 0's.
     second_core: list[list[Event]] = field(default_factory=list)
+    # Set by `rotation.rotation_unroll`: `devices` then holds device 0's events only, and
+    # device d runs them rotated by d, each box of buffer dim (b, i) moved by d * rotation[(b, i)].
+    rotation: dict[tuple[str, int], int] | None = None
+
+    @property
+    def event_count(self) -> int:
+        """Events of all devices (the rotated ones included)."""
+        if self.rotation is not None:
+            return self.n * len(self.devices[0])
+        return sum(len(d) for d in self.devices)
 
     def label(self, device: int) -> str:
         """How findings name a device: its coordinates on the topology once `check` knows

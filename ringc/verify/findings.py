@@ -88,7 +88,7 @@ class Report:
     def to_text(self, explain: bool = False) -> str:
         p = self.program
         status = "ok" if self.ok else "FAILED"
-        events = sum(len(d) for d in p.devices)
+        events = p.event_count
         on = f" on {self.placement}" if self.placement else ""
         lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]

@@ -262,6 +262,15 @@ def _candidate_pairs(group: list[Access]):
                 yield (a, b)
 
 
+def racing_pairs(group: list[Access], order: Order):
+    """The pairs of accesses to one memory that race: overlapping, one a write, unordered."""
+    for a, b in _candidate_pairs(group):
+        if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
+            continue
+        if not (_ordered(order, a, b) or _ordered(order, b, a)):
+            yield a, b
+
+
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
                devices: set[int] | None = None) -> list[Finding]:
     """Races on the memory of `devices` (default: every device; one suffices when the
@@ -274,11 +283,7 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
     findings: list[Finding] = []
     seen: set[tuple] = set()
     for group in by_memory.values():
-        for a, b in _candidate_pairs(group):
-            if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
-                continue
-            if _ordered(order, a, b) or _ordered(order, b, a):
-                continue
+        for a, b in racing_pairs(group, order):
             key = tuple(sorted([(a.start.line, a.write), (b.start.line, b.write)]))
             if key in seen:
                 continue  # one finding per pair of ops, either way round; the first explains it

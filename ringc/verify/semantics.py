@@ -400,37 +400,48 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
     """Replay the run symbolically and compare every output box with the collective."""
     n = program.n
     mem = Memory(shapes)
-    x, out = sched.io_buffer("input"), sched.io_buffer("output")
     for d in range(n):
         for name, buf in sched.buffers.items():
             if buf.kind == "input":
                 mem.init_input(d, name)
     for ev in order:
-        a = ev.action
-        if isinstance(a, DmaStart):
-            if 0 <= a.dst.device < n:
-                mem.copy(a.src, a.dst)
-        elif isinstance(a, Compute):
-            if a.kind == "enter":
-                mem.forget(a.dst)
-            elif a.kind == "exit":
-                continue  # the caller reads the memory as it is
-            elif a.kind == "zero":
-                mem.zero(a.dst)
-            elif a.kind == "allocate":
-                mem.forget(a.dst)
-            elif a.kind in ("assign", "cast"):
-                mem.copy(a.src, a.dst)
-            elif a.kind == "matmul":
-                mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
-            else:
-                mem.accumulate(a.src, a.dst, a.base)
-    mismatches = []
+        apply(mem, ev, n)
+    return mismatches(sched, mem, range(n), n, shapes)
+
+
+def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] | None = None) -> None:
+    """One event's effect on the symbolic memory; `remote_copy` overrides how a remote DMA lands."""
+    a = ev.action
+    if isinstance(a, DmaStart):
+        if a.remote and remote_copy is not None:
+            remote_copy(ev)
+        elif 0 <= a.dst.device < n:
+            mem.copy(a.src, a.dst)
+    elif isinstance(a, Compute):
+        if a.kind in ("enter", "allocate"):
+            mem.forget(a.dst)
+        elif a.kind == "exit":
+            return  # the caller reads the memory as it is
+        elif a.kind == "zero":
+            mem.zero(a.dst)
+        elif a.kind in ("assign", "cast"):
+            mem.copy(a.src, a.dst)
+        elif a.kind == "matmul":
+            mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
+        else:
+            mem.accumulate(a.src, a.dst, a.base)
+
+
+def mismatches(sched: S.Schedule, mem: Memory, devices: Iterable[int], n: int,
+               shapes: dict[str, tuple[int, ...]]) -> list[Mismatch]:
+    """Every output box of `devices` that differs from what the collective prescribes."""
+    x, out = sched.io_buffer("input"), sched.io_buffer("output")
     want_shape = shape_problem(sched, n, shapes)
     if want_shape is not None:
         return [Mismatch(-1, out, f"shape {list(shapes[out])}",
                          f"{want_shape} for {sched.collective.kind} of `{x}` {list(shapes[x])}")]
-    for d in range(n):
+    found = []
+    for d in devices:
         full = tuple((0, s) for s in shapes[out])
         got = mem.read(Region(out, d, full, tuple(range(len(full))), 1))
         for w in expected(sched, n, d, shapes):
@@ -440,5 +451,5 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
                     continue
                 gv, wv = _value(g.value, ix), _value(w.value, ix)
                 if gv != wv and _unit_products(gv) != _unit_products(wv):
-                    mismatches.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
-    return mismatches
+                    found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
+    return found

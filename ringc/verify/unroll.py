@@ -124,6 +124,13 @@ class _Unroller:
         except E.ExprError as err:
             self.fail(line, str(err), "guard the op with `when:` or fix the expression")
 
+    def me(self) -> Any:
+        return self.device
+
+    def target(self, e: E.Expr, line: int) -> int:
+        """The device a remote action goes to."""
+        return self.ev(e, line)
+
     def region(self, ref: E.Ref, line: int) -> Region:
         if ref.name in self.window_slot:  # a pipeline block: the window slot in use
             buffer, slot = self.window_slot[ref.name]
@@ -178,7 +185,7 @@ class _Unroller:
         if isinstance(op, S.Start):
             c, src, dst = self.copy_parts(op.start, line)
             if c.remote:
-                target = self.ev(c.to, line)
+                target = self.target(c.to, line)
                 dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
                 return [(DmaStart(op.start, src, dst_on_target, self.sem(c.send_sem, self.device, line),
                                   self.sem(c.recv_sem, target, line)), target)]
@@ -202,7 +209,7 @@ class _Unroller:
                 self.fail(line, f"signal increment {inc} is not positive", "signals only add: use inc >= 1")
             out = []
             for t in op.to:
-                target = self.ev(t, line)
+                target = self.target(t, line)
                 out.append((Signal(self.sem(op.signal, target, line), inc), target))
             return out
         if isinstance(op, S.SemWait):
@@ -211,7 +218,7 @@ class _Unroller:
                 self.fail(line, f"wait value {value} is not positive", "wait for at least 1")
             return [(SemWait(self.sem(op.sem_wait, self.device, line), value, "sem_wait"), None)]
         if isinstance(op, S.Barrier):
-            targets = [self.ev(t, line) for t in op.barrier]
+            targets = [self.target(t, line) for t in op.barrier]
             out = [(Signal((t, BARRIER, ()), 1, "barrier"), t) for t in targets]
             out.append((SemWait((self.device, BARRIER, ()), len(targets), "barrier"), None))
             if op.double:
@@ -361,7 +368,7 @@ class _Unroller:
 
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
-        env: dict[str, Any] = {**self.ctx.static, "me": self.device, **dict(zip(self.s.grid, point))}
+        env: dict[str, Any] = {**self.ctx.static, "me": self.me(), **dict(zip(self.s.grid, point))}
         if self.s.megacore:
             env["core"] = self.core
         if len(self.ctx.sizes) > 1:
@@ -408,7 +415,7 @@ class _Unroller:
         if first is None:
             return
         self.set_point(tuple(0 for _ in self.ctx.grid))
-        targets = [self.ev(t, first.line) for t in first.barrier]
+        targets = [self.target(t, first.line) for t in first.barrier]
         for t in targets:
             self.emit(out, Signal((t, BARRIER, ()), 1, "another kernel's barrier"), first.line, invocation, t)
         self.emit(out, SemWait((self.device, BARRIER, ()), len(targets), "another kernel's barrier"),
@@ -424,41 +431,51 @@ class _Unroller:
                 self.emit(out, Signal((t, sem, ()), 1, "Pallas' entry barrier"), self.s.line, invocation)
         self.emit(out, SemWait((self.device, sem, ()), self.n - 1, "Pallas' entry barrier"), self.s.line, invocation)
 
-    def run(self, invocations: int) -> Program:
-        s, n = self.s, self.n
-        devices: list[list[Event]] = []
-        second_core: list[list[Event]] = []
-        for d in range(n):
-            self.device = d
-            events: list[Event] = []
-            second: list[Event] = []
-            for inv in range(invocations):
-                self.core = 0
-                self.point = tuple(0 for _ in self.grid_names)
-                if s.barrier is not None:
-                    if inv:
-                        self.interloper(events, inv)
-                    self.entry(events, inv)
-                elif invocations > 1:
-                    self.device_barrier(events, inv)
-                for core, out in enumerate([events, second][:2 if s.megacore else 1]):
-                    self.core = core
-                    for point in itertools.product(*(range(g) for g in self.ctx.grid)):
-                        self.set_point(point)
-                        self.walk(s.body, out, inv)
-                self.core = 0
-                self.exit(events, inv)
-            devices.append(events)
-            if s.megacore:
-                second_core.append(second)
+    def device_events(self, d: int, invocations: int) -> tuple[list[Event], list[Event]]:
+        """Device d's events (core 0's) and, with megacore, its second core's."""
+        s = self.s
+        self.device = d
+        events: list[Event] = []
+        second: list[Event] = []
+        for inv in range(invocations):
+            self.core = 0
+            self.point = tuple(0 for _ in self.grid_names)
+            if s.barrier is not None:
+                if inv:
+                    self.interloper(events, inv)
+                self.entry(events, inv)
+            elif invocations > 1:
+                self.device_barrier(events, inv)
+            for core, out in enumerate([events, second][:2 if s.megacore else 1]):
+                self.core = core
+                for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                    self.set_point(point)
+                    self.walk(s.body, out, inv)
+            self.core = 0
+            self.exit(events, inv)
+        return events, second
+
+    def program(self, devices: list[list[Event]], second_core: list[list[Event]], invocations: int,
+                **extra: Any) -> Program:
+        s = self.s
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         for op in walk_ops(s.body):  # the DMA semaphores of each pipeline window slot
             if isinstance(op, S.Pipeline):
                 kinds.update({f"{window_id(op, name)}#{side}": "dma" for name in op.specs for side in ("in", "out")})
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
-        return Program(s.name, s.file, n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
-                       axis_sizes=dict(self.ctx.sizes), second_core=second_core)
+        return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
+                       axis_sizes=dict(self.ctx.sizes), second_core=second_core, **extra)
+
+    def run(self, invocations: int) -> Program:
+        devices: list[list[Event]] = []
+        second_core: list[list[Event]] = []
+        for d in range(self.n):
+            events, second = self.device_events(d, invocations)
+            devices.append(events)
+            if self.s.megacore:
+                second_core.append(second)
+        return self.program(devices, second_core, invocations)
 
 
 def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,

@@ -1,0 +1,404 @@
+"""Check a rotation-symmetric program from device 0's events alone.
+
+When `rotation.rotation_unroll` proves that device d runs device 0's events rotated by d,
+the whole ring is the quotient of one device by the rotation, and each check needs one
+device's events, O(events per device) instead of O(N * events per device):
+
+- **Run.** Executing event i on every device at once is a valid interleaving, and the
+  state stays rotation-symmetric, so device 0 alone, with every deposit it sends to
+  device t received from device -t by itself, runs exactly as the ring does. The run is
+  maximal when device 0 blocks (then all do): hangs and exit balance are decided exactly
+  (`simulate.py`'s persistence argument).
+- **Order.** Must-happen-before is rotation-invariant: (p, i) before (q, j) iff device 0's
+  event i is before (q - p, j). Row `cut[i][k]` is the first event of device k forced
+  after device 0's event i. In a finished program an event can only force events of
+  other devices with a *larger* index (otherwise rotating the ordering around the ring
+  closes a cycle), so one backward sweep over i computes every row from later ones:
+  cut[i] = min(cut[i + 1], over the waits (k, w) that i feeds: w and cut[w] rotated by
+  k). Which feeds force a wait is the counting rule of `order.py` (a feed is necessary
+  when the other feeds not forced after the wait fall short of its demand), evaluated
+  with the rows already known; it can only miss orderings, never invent one, so a clean
+  verdict here is sound. Rows are numpy vectors, shared between events that feed no
+  other device: O(N * remote feeds) memory.
+- **Races.** Only device 0's memory is checked (`symmetry.memory_symmetric`): its own
+  accesses, and the DMAs of devices -t that land in it, which are device 0's own remote
+  DMAs rotated by -t.
+- **Data flow.** Device 0's memory is replayed on its own; a remote DMA lands what
+  device -t sends, device 0's source rotated by -t (device ids and every box). Device
+  d's output is device 0's rotated by d, and the collective's meaning rotates the same
+  way (`meaning_rotates`), so device 0's output decides all of them.
+
+Any finding at all sends `check` back to the full analysis, which explains it: this is a
+fast path for the clean verdict, never a second source of findings.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from itertools import accumulate
+
+import numpy as np
+
+from ..ir import schema as S
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal
+from .order import Order
+from .placement import Placement, route_findings
+from .races import Access, accesses, racing_pairs
+from .rotation import NotRotational
+from .semantics import KDIM, PRODUCT, Memory, Piece, apply, device_dims, mismatches
+
+Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
+
+
+class _Unclear(Exception):
+    """The quotient cannot give the clean verdict: let the full analysis decide."""
+
+
+def _key(sem) -> Key:
+    return (sem[1], sem[2])
+
+
+# -- rotation of regions and values -------------------------------------------------
+
+class Rotator:
+    """Moves device 0's regions and symbolic values to device delta."""
+
+    def __init__(self, program: Program):
+        self.n = program.n
+        self.steps = program.rotation or {}
+        self.shapes = program.shapes
+
+    def start(self, buffer: str, dim: int, lo: int, length: int, delta: int) -> int:
+        size = self.shapes[buffer][dim]
+        r = self.steps.get((buffer, dim), 0)
+        if r == 0 or length == size:
+            return lo
+        new = (lo + delta * r) % size
+        if new + length > size:
+            raise _Unclear(f"`{buffer}` dim {dim} wraps under rotation")
+        return new
+
+    def region(self, region: Region, delta: int) -> Region:
+        box = tuple((s, s + (hi - lo)) for (lo, hi), s in
+                    ((b, self.start(region.buffer, d, b[0], b[1] - b[0], delta)) for d, b in enumerate(region.box)))
+        return Region(region.buffer, (region.device + delta) % self.n, box, region.kept, region.itemsize)
+
+    def _split(self, buffer: str, box, delta: int):
+        """`box` cut where rotating it by delta would wrap a dimension around its end."""
+        boxes = [box]
+        for dim, size in enumerate(self.shapes[buffer]):
+            shift = (delta * self.steps.get((buffer, dim), 0)) % size
+            if not shift:
+                continue
+            cut = size - shift
+            boxes = [part for b in boxes for part in
+                     ((b[:dim] + ((b[dim][0], cut),) + b[dim + 1:], b[:dim] + ((cut, b[dim][1]),) + b[dim + 1:])
+                      if b[dim][0] < cut < b[dim][1] else (b,))]
+        return boxes
+
+    def pieces(self, buffer: str, pieces: list[Piece], delta: int) -> list[Piece]:
+        out = []
+        for p in pieces:
+            for box in self._split(buffer, p.box, delta):
+                new_box = tuple((s, s + hi - lo) for (lo, hi), s in
+                                ((b, self._shift(buffer, d, b[0], delta)) for d, b in enumerate(box)))
+                out.append(Piece(new_box, tuple(self.term(t, box, new_box, delta) for t in p.value)))
+        return out
+
+    def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
+        size = self.shapes[buffer][dim]
+        return (lo + delta * self.steps.get((buffer, dim), 0)) % size
+
+    def term(self, term, box, new_box, delta: int):
+        if term[0] == PRODUCT:
+            _, a, b, k0, k1 = term
+            return (PRODUCT, self.term(a, box, new_box, delta), self.term(b, box, new_box, delta), k0, k1)
+        name, dev, imap = term
+        entries = []
+        for i, (d, off) in enumerate(imap):
+            step = self.steps.get((name, i), 0)
+            if d == KDIM:
+                if step:
+                    raise _Unclear("a contraction dimension that moves under rotation")
+                entries.append((d, off))
+            elif d is None:
+                entries.append((None, self._shift(name, i, off, delta)))
+            else:
+                lo, hi = box[d]
+                x = self._shift(name, i, lo + off, delta)
+                if x + hi - lo > self.shapes[name][i]:
+                    raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
+                entries.append((d, x - new_box[d][0]))
+        return (name, (dev + delta) % self.n, tuple(entries))
+
+
+def meaning_rotates(sched: S.Schedule, program: Program) -> bool:
+    """The collective's meaning on device d is device 0's rotated by d: device d's output
+    must hold what device 0's holds with device ids moved by d, and each buffer dim moved
+    by its step. Per collective: its device dims must move by one block per device and
+    the dims it maps onto each other by the same step (contraction dims not at all)."""
+    steps = program.rotation or {}
+    x, out = sched.io_buffer("input"), sched.io_buffer("output")
+
+    def r(buf: str, i: int) -> int:
+        size = program.shapes[buf][i]
+        return steps.get((buf, i), 0) % size
+
+    if device_dims(sched, x) != 1 or device_dims(sched, out) != 1:
+        return False
+    rank, kind = len(program.shapes[x]), sched.collective.kind
+    if kind in ("ppermute", "psum"):
+        return all(r(out, i) == r(x, i) for i in range(rank))
+    if kind == "all_gather":
+        return r(out, 0) == 1 and all(r(out, 1 + i) == r(x, i) for i in range(rank))
+    if kind == "psum_scatter":
+        return r(x, 0) == 1 and all(r(out, i) == r(x, 1 + i) for i in range(rank - 1))
+    if kind == "all_to_all":
+        return r(x, 0) == 1 and r(out, 0) == 1 and all(r(out, i) == r(x, i) for i in range(1, rank))
+    y = sched.io_buffer("rhs")
+    if kind == "all_gather_matmul":  # out[j] = x_j @ y_me
+        return (r(out, 0) == 1 and r(x, 1) == 0 and r(y, 0) == 0
+                and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1))
+    if kind == "matmul_psum_scatter":  # out = sum_j x_j[me] @ y_j
+        return (r(x, 0) == 1 and r(x, 2) == 0 and r(y, 0) == 0
+                and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1))
+    return False
+
+
+# -- the run -------------------------------------------------------------------------
+
+def _run(program: Program) -> None:
+    """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
+    DMA wait expects the size of some DMA on its semaphore."""
+    value: dict[Key, int] = defaultdict(int)
+    sizes: dict[Key, set[int]] = defaultdict(set)
+    for ev in program.devices[0]:
+        a = ev.action
+        if isinstance(a, SemWait):
+            if value[_key(a.sem)] < a.value:
+                raise _Unclear(f"a hang at line {ev.line}")
+            value[_key(a.sem)] -= a.value
+        elif isinstance(a, Signal):
+            value[_key(a.sem)] += a.inc
+        elif isinstance(a, DmaStart):
+            for sem in (a.recv_sem, a.send_sem):
+                if sem is not None:
+                    value[_key(sem)] += a.nbytes
+                    sizes[_key(sem)].add(a.nbytes)
+    if any(value.values()):
+        raise _Unclear("a semaphore ends non-zero")
+    for ev in program.devices[0]:
+        a = ev.action
+        if (isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma"
+                and sizes[_key(a.sem)] and a.value not in sizes[_key(a.sem)]):
+            raise _Unclear(f"a byte count mismatch at line {ev.line}")
+
+
+# -- the order -----------------------------------------------------------------------
+
+class _Feeds:
+    """What adds to one semaphore of device 0: per sending device (offset), its events'
+    indices in program order with running totals of what they add."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, list[int]] = defaultdict(list)
+        self.amount: dict[int, list[int]] = defaultdict(list)
+        self.events: dict[int, list[Event]] = defaultdict(list)
+
+    def add(self, offset: int, ev: Event, amount: int) -> None:
+        self.index[offset].append(ev.index)
+        self.amount[offset].append(amount)
+        self.events[offset].append(ev)
+
+    def finish(self) -> None:
+        self.total = {k: [0, *accumulate(v)] for k, v in self.amount.items()}
+
+    def available(self, offset: int, limit: int) -> int:
+        """How many of `offset`'s feeds come before its event `limit`."""
+        return bisect.bisect_left(self.index[offset], limit)
+
+
+def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
+    """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
+    by -t, is device -t's deposit into device 0's."""
+    n = program.n
+    out: dict[Key, _Feeds] = defaultdict(_Feeds)
+    for ev in program.devices[0]:
+        a = ev.action
+        if isinstance(a, Signal) and not dma_only:
+            out[_key(a.sem)].add(-a.sem[0] % n, ev, a.inc)
+        elif isinstance(a, DmaStart):
+            out[_key(a.recv_sem)].add(-a.recv_sem[0] % n, ev, a.nbytes)
+            if a.send_sem is not None:
+                out[_key(a.send_sem)].add(0, ev, a.nbytes)
+    for f in out.values():
+        f.finish()
+    return out
+
+
+def _limits(feeds: _Feeds, row: np.ndarray, index: int) -> dict[int, int]:
+    """Per offset, the feeds not forced after device 0's event `index` (whose cut row is
+    `row`): own feeds before it, device k's before its event row[k]."""
+    return {k: feeds.available(k, index if k == 0 else int(row[k])) for k in feeds.index}
+
+
+def quotient_order(program: Program) -> Order:
+    events, n = program.devices[0], program.n
+    length = len(events)
+    feeds = _feeds(program)
+    demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
+    running: dict[Key, int] = defaultdict(int)
+    for ev in events:
+        if isinstance(ev.action, SemWait):
+            running[_key(ev.action.sem)] += ev.action.value
+            demand[ev.index] = running[_key(ev.action.sem)]
+    edges: dict[int, dict[int, int]] = defaultdict(dict)  # feed index -> {device offset: first wait it forces}
+    cur = np.full(n, length, dtype=np.int32)  # nothing forced after the end
+    rows: list[np.ndarray] = [cur]
+    at = [0] * length
+    for i in range(length - 1, -1, -1):
+        if i in edges:
+            cur = cur.copy()
+            for k, w in edges[i].items():
+                moved = np.roll(rows[at[w]], k)
+                moved[k] = w
+                np.minimum(cur, moved, out=cur)
+            rows.append(cur)
+        at[i] = len(rows) - 1
+        a = events[i].action
+        if not isinstance(a, SemWait):
+            continue
+        fed = feeds.get(_key(a.sem))
+        if fed is None:
+            raise _Unclear("a wait nothing feeds")
+        limits = _limits(fed, cur, i)
+        slack = sum(fed.total[k][c] for k, c in limits.items()) - demand[i]
+        if slack < 0:
+            raise _Unclear("a wait the order cannot satisfy")
+        for k, count in limits.items():
+            if k == 0:
+                continue  # program order already
+            # The last necessary feed of device k implies its earlier ones.
+            j = next((j for j in range(count - 1, -1, -1) if fed.amount[k][j] > slack), None)
+            if j is None:
+                continue
+            src = fed.index[k][j]
+            if src >= i:
+                raise _Unclear("an ordering against the ring's direction")
+            back = -k % n
+            edges[src][back] = min(edges[src].get(back, i), i)
+    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True)
+
+
+# -- races ---------------------------------------------------------------------------
+
+def _ends(program: Program, order: Order) -> tuple[dict, dict]:
+    """`order.dma_ends` for device 0's semaphores, with prefix sums: a feed's interval
+    ends at the first wait whose possible supply (feeds not forced after it) is no more
+    than its cumulative demand. Keys are (sending device, event index)."""
+    feeds = _feeds(program, dma_only=True)
+    row = order.cuts[0]
+    read_end: dict[tuple[int, int], Event | None] = {}
+    write_end: dict[tuple[int, int], Event | None] = {}
+    waits: dict[Key, list[Event]] = defaultdict(list)
+    for ev in program.devices[0]:
+        if isinstance(ev.action, SemWait) and program.sem_kinds.get(ev.action.sem[1]) == "dma":
+            waits[_key(ev.action.sem)].append(ev)
+    for key, fed in feeds.items():
+        ends = {(k, j): None for k in fed.index for j in fed.index[k]}
+        done = {k: 0 for k in fed.index}
+        demand = 0
+        for w in waits[key]:
+            demand += w.action.value
+            limits = _limits(fed, row[w.index], w.index)
+            if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
+                for k, c in limits.items():
+                    for j in fed.index[k][done[k]:c]:
+                        ends[(k, j)] = w
+                    done[k] = max(done[k], c)
+        for k, evs in fed.events.items():
+            for ev in evs:
+                a: DmaStart = ev.action
+                end = ends[(k, ev.index)]
+                if a.send_sem is not None and _key(a.send_sem) == key and k == 0:
+                    read_end[(0, ev.index)] = end
+                if _key(a.recv_sem) == key and (-a.recv_sem[0] % program.n) == k:
+                    write_end[(k, ev.index)] = end
+                    if a.send_sem is None:
+                        read_end[(0, ev.index)] = end
+    return read_end, write_end
+
+
+def _incoming(program: Program, rot: Rotator) -> list[Event]:
+    """The remote DMAs that land in device 0: its own, rotated by minus their offset."""
+    out = []
+    for ev in program.devices[0]:
+        a = ev.action
+        if isinstance(a, DmaStart) and a.remote:
+            delta = -a.dst.device % program.n
+            moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
+                             (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]))
+            out.append(Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner))
+    return out
+
+
+def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
+    read_end, write_end = _ends(program, order)
+    local = Program(program.schedule_name, program.file, program.n, program.grid_names,
+                    [[ev for ev in program.devices[0] if not (isinstance(ev.action, DmaStart) and ev.action.remote)]],
+                    program.sem_kinds, program.shapes)
+    ends = _Ends({ev: read_end.get((0, ev.index)) for ev in local.devices[0]},
+                 {ev: write_end.get((0, ev.index)) for ev in local.devices[0]})
+    accs = [acc for acc in accesses(local, ends) if acc.region.device == 0]
+    for ev in program.devices[0]:
+        a = ev.action
+        if isinstance(a, DmaStart) and a.remote:
+            accs.append(Access(a.src, False, ev, read_end.get((0, ev.index)), "send"))
+    for ev in _incoming(program, rot):
+        accs.append(Access(ev.action.dst, True, ev, write_end.get((ev.device, ev.index)), "receive"))
+    groups: dict[str, list[Access]] = defaultdict(list)
+    for acc in accs:
+        groups[acc.region.buffer].append(acc)
+    return not any(next(racing_pairs(group, order), None) for group in groups.values())
+
+
+class _Ends:
+    def __init__(self, read_end: dict, write_end: dict):
+        self.read_end, self.write_end = read_end, write_end
+
+
+# -- data flow -----------------------------------------------------------------------
+
+def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
+    if not meaning_rotates(sched, program):
+        return False
+    n, mem = program.n, Memory(program.shapes)
+    for name, buf in sched.buffers.items():
+        if buf.kind == "input":
+            mem.init_input(0, name)
+
+    def land(ev: Event) -> None:  # what device -t sends lands in device 0
+        a: DmaStart = ev.action
+        delta = -a.dst.device % n
+        src, dst = rot.region(a.src, delta), rot.region(a.dst, delta)
+        mem.write(dst, Memory.translate(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst))
+
+    for ev in program.devices[0]:
+        apply(mem, ev, n, land)
+    return not mismatches(sched, mem, [0], n, program.shapes)
+
+
+def clean(sched: S.Schedule, program: Program, placement: Placement) -> bool:
+    """True when the rotated program passes every check of `check_program` with no
+    finding; False when some check is not clean or the quotient cannot tell."""
+    from .check import megacore_findings  # check.py imports this module
+    try:
+        if route_findings(program, placement) or megacore_findings(sched, program):
+            return False
+        _run(program)
+        order = quotient_order(program)
+        rot = Rotator(program)
+        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot)
+    except (_Unclear, NotRotational):
+        return False
