@@ -44,9 +44,9 @@ from ..ir import schema as S
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal
 from .order import Order
 from .placement import Placement, route_findings
-from .races import Access, accesses, racing_pairs
+from .races import Access, accesses, race
 from .rotation import NotRotational
-from .semantics import KDIM, PRODUCT, Memory, Piece, apply, device_dims, mismatches
+from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _single, _span, apply, device_dims, mismatches
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -103,17 +103,21 @@ class Rotator:
             for box in self._split(buffer, p.box, delta):
                 new_box = tuple((s, s + hi - lo) for (lo, hi), s in
                                 ((b, self._shift(buffer, d, b[0], delta)) for d, b in enumerate(box)))
-                out.append(Piece(new_box, tuple(self.term(t, box, new_box, delta) for t in p.value)))
+                out.append(Piece(new_box, tuple(u for t in p.value for u in self.term(t, box, new_box, delta))))
         return out
 
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         size = self.shapes[buffer][dim]
         return (lo + delta * self.steps.get((buffer, dim), 0)) % size
 
-    def term(self, term, box, new_box, delta: int):
+    def term(self, term, box, new_box, delta: int) -> list:
+        """The term on device delta; a run of devices that wraps past N - 1 splits in two."""
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
-            return (PRODUCT, self.term(a, box, new_box, delta), self.term(b, box, new_box, delta), k0, k1)
+            fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
+            if len(fa) == len(fb) == 1:
+                return [(PRODUCT, fa[0], fb[0], k0, k1)]
+            return [u for t in _single(term) for u in self.term(t, box, new_box, delta)]  # a run wrapped
         name, dev, imap = term
         entries = []
         for i, (d, off) in enumerate(imap):
@@ -130,7 +134,11 @@ class Rotator:
                 if x + hi - lo > self.shapes[name][i]:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
-        return (name, (dev + delta) % self.n, tuple(entries))
+        lo, hi = _span(dev)
+        lo = (lo + delta) % self.n
+        hi = lo + (hi - (_span(dev)[0]))
+        runs = [(lo, hi)] if hi <= self.n else [(lo, self.n), (0, hi - self.n)]
+        return [(name, _dev(a, b), tuple(entries)) for a, b in runs]
 
 
 def meaning_rotates(sched: S.Schedule, program: Program) -> bool:
@@ -360,7 +368,33 @@ def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
     groups: dict[str, list[Access]] = defaultdict(list)
     for acc in accs:
         groups[acc.region.buffer].append(acc)
-    return not any(next(racing_pairs(group, order), None) for group in groups.values())
+    return not any(_concurrent_pairs(group, order) for group in groups.values())
+
+
+def _concurrent_pairs(group: list[Access], order: Order) -> bool:
+    """Whether two accesses race, by a sweep over device 0's program order. Every access
+    here ends at an event of device 0, and starts at one of device 0 or of device k; a
+    start (k, j) is placed just after the last event of device 0 that must precede it
+    (rows are monotone, so those events are a prefix). On that line, one access must be
+    over before the other begins iff their spans do not meet: the sweep only looks at
+    spans that meet, and `races.race` decides each such pair exactly."""
+    rows = order.cuts[0]
+    length = len(rows)
+
+    def span(acc: Access) -> tuple[int, float]:
+        ev = acc.start
+        lo = ev.index if ev.device == 0 else bisect.bisect_right(range(length), ev.index,
+                                                                  key=lambda e: rows[e][ev.device])
+        return lo, (acc.end.index if acc.end is not None else float("inf"))
+
+    spans = sorted(((*span(acc), i) for i, acc in enumerate(group)))
+    active: list[tuple[float, int]] = []
+    for lo, hi, i in spans:
+        active = [(h, j) for h, j in active if h >= lo]
+        if any(race(group[j], group[i], order) for _, j in active):
+            return True
+        active.append((hi, i))
+    return False
 
 
 class _Ends:

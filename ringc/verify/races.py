@@ -265,10 +265,15 @@ def _candidate_pairs(group: list[Access]):
 def racing_pairs(group: list[Access], order: Order):
     """The pairs of accesses to one memory that race: overlapping, one a write, unordered."""
     for a, b in _candidate_pairs(group):
-        if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
-            continue
-        if not (_ordered(order, a, b) or _ordered(order, b, a)):
+        if race(a, b, order):
             yield a, b
+
+
+def race(a: Access, b: Access, order: Order) -> bool:
+    """Two accesses race: overlapping memory, one a write, neither over before the other begins."""
+    if not (a.write or b.write) or a.start is b.start or not a.region.overlaps(b.region):
+        return False
+    return not (_ordered(order, a, b) or _ordered(order, b, a))
 
 
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,

@@ -98,23 +98,81 @@ def _canonical(term: Term, box: Box) -> Term:
     return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
 
 
+def _span(dev: Any) -> tuple[int, int]:
+    """A term's devices as [lo, hi): one device j, or a run (lo, hi) of consecutive ones."""
+    return (dev, dev + 1) if isinstance(dev, int) else dev
+
+
+def _dev(lo: int, hi: int) -> Any:
+    return lo if hi == lo + 1 else (lo, hi)
+
+
+def _runs(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The canonical form of a multiset of integer intervals: maximal runs of equal
+    multiplicity, each listed as often as it counts."""
+    if len(spans) == 1:
+        return spans
+    edges: dict[int, int] = defaultdict(int)
+    for lo, hi in spans:
+        edges[lo] += 1
+        edges[hi] -= 1
+    out: list[tuple[int, int]] = []
+    count, start = 0, 0
+    for x in sorted(x for x, e in edges.items() if e):
+        out += [(start, x)] * count
+        count, start = count + edges[x], x
+    return out
+
+
+def _rectangles(rects: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """The canonical form of a multiset of (device run) x (k range) rectangles: maximal
+    device runs over which the k ranges (as `_runs`) are the same."""
+    if len(rects) == 1:
+        return rects
+    xs = sorted({x for r in rects for x in r[:2]})
+    cols: list[tuple[int, int, list]] = []
+    for x0, x1 in zip(xs, xs[1:]):
+        ks = _runs([(k0, k1) for a0, a1, k0, k1 in rects if a0 <= x0 and x1 <= a1])
+        if not ks:
+            continue
+        if cols and cols[-1][1] == x0 and cols[-1][2] == ks:
+            cols[-1] = (cols[-1][0], x1, ks)
+        else:
+            cols.append((x0, x1, ks))
+    return [(x0, x1, k0, k1) for x0, x1, ks in cols for k0, k1 in ks]
+
+
 def _value(terms: Iterable[Term], box: Box) -> Value:
-    """The canonical sum: products over adjacent k ranges of the same factors merged."""
-    plain, ranges = [], defaultdict(list)
+    """The canonical sum. Terms that differ only in the device, over consecutive devices,
+    merge into one run (a psum of N blocks is one term, not N); products merge over
+    adjacent k ranges and over runs of devices whose factors keep the same offset."""
+    odd, plain, products = [], defaultdict(list), defaultdict(list)
     for t in (_canonical(t, box) for t in terms):
         if _is_product(t):
-            ranges[(t[1], t[2])].append((t[3], t[4]))
+            (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
+            lo, hi = _span(ad)
+            products[(an, am, bn, bm, _span(bd)[0] - lo)].append((lo, hi, k0, k1))
+        elif t[0][:1] in (UNINIT, OPAQUE):
+            odd.append(t)
         else:
-            plain.append(t)
-    for (a, b), spans in ranges.items():
-        merged: list[tuple[int, int]] = []
-        for k0, k1 in sorted(spans):
-            if merged and merged[-1][1] == k0:
-                merged[-1] = (merged[-1][0], k1)
-            else:
-                merged.append((k0, k1))
-        plain += [(PRODUCT, a, b, k0, k1) for k0, k1 in merged]
-    return tuple(sorted(plain, key=repr))
+            plain[(t[0], t[2])].append(_span(t[1]))
+    out = odd + [(name, _dev(lo, hi), imap) for (name, imap), spans in plain.items() for lo, hi in _runs(spans)]
+    for (an, am, bn, bm, off), rects in products.items():
+        out += [(PRODUCT, (an, _dev(x0, x1), am), (bn, _dev(x0 + off, x1 + off), bm), k0, k1)
+                for x0, x1, k0, k1 in _rectangles(rects)]
+    return tuple(sorted(out, key=repr))
+
+
+def _single(t: Term) -> list[Term]:
+    """A term with a run of devices as one term per device."""
+    if _is_product(t):
+        _, (an, ad, am), (bn, bd, bm), k0, k1 = t
+        (lo, hi), off = _span(ad), _span(bd)[0] - _span(ad)[0]
+        return [(PRODUCT, (an, j, am), (bn, j + off, bm), k0, k1) for j in range(lo, hi)]
+    if t[0][:1] in (UNINIT, OPAQUE):
+        return [t]
+    lo, hi = _span(t[1])
+    return [(t[0], j, t[2]) for j in range(lo, hi)]
 
 
 def _unit_products(value: Value) -> Counter:
@@ -123,7 +181,7 @@ def _unit_products(value: Value) -> Counter:
     in VMEM has already lost its link to k (its dimension is a single index, so its map
     entry is a constant), and only this form still compares it with the whole product."""
     out: Counter = Counter()
-    for t in value:
+    for t in (u for v in value for u in _single(v)):
         if not _is_product(t):
             out[t] += 1
             continue
@@ -133,6 +191,7 @@ def _unit_products(value: Value) -> Counter:
                 return (f[0], f[1], tuple((None, k + off) if d == KDIM else (d, off) for d, off in f[2]))
             out[(PRODUCT, fix(a), fix(b), 0, 1)] += 1
     return out
+
 
 
 def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
@@ -243,8 +302,8 @@ class Memory:
                     return _map_entries(t, entry)
 
                 terms = []
-                for ta in pa.value:
-                    for tb in pb.value:
+                for ta in (u for t in pa.value for u in _single(t)):
+                    for tb in (u for t in pb.value for u in _single(t)):
                         odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
                         if odd is None and (_is_product(ta) or _is_product(tb)):
                             odd = (OPAQUE + dst.buffer, dst.device, ())
@@ -370,17 +429,25 @@ def render_value(value: Value, box: Box) -> str:
     if not value:
         return "0"
     parts = []
-    for t in value:
-        if _is_product(t):
-            _, a, b, k0, k1 = t
-            parts.append(f"sum(k in {k0}:{k1}) {_map_text(*a, box)} * {_map_text(*b, box)}")
-        elif t[0].startswith(UNINIT):
-            parts.append(f"uninitialized `{t[0][1:]}` of device {t[1]}")
-        elif t[0].startswith(OPAQUE):
-            parts.append(f"a product of a product in `{t[0][1:]}` of device {t[1]}")
-        else:
-            parts.append(_map_text(*t, box))
+    for run in value:
+        terms = _single(run)
+        if len(terms) > 4:  # a long run of devices, as one sum
+            first, last = terms[0], terms[-1]
+            parts.append(f"{_term_text(first, box)} + ... + {_term_text(last, box)}")
+            continue
+        parts += [_term_text(t, box) for t in terms]
     return " + ".join(parts)
+
+
+def _term_text(t: Term, box: Box) -> str:
+    if _is_product(t):
+        _, a, b, k0, k1 = t
+        return f"sum(k in {k0}:{k1}) {_map_text(*a, box)} * {_map_text(*b, box)}"
+    if t[0].startswith(UNINIT):
+        return f"uninitialized `{t[0][1:]}` of device {t[1]}"
+    if t[0].startswith(OPAQUE):
+        return f"a product of a product in `{t[0][1:]}` of device {t[1]}"
+    return _map_text(*t, box)
 
 
 def box_text(name: str, box: Box) -> str:
