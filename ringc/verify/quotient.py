@@ -388,12 +388,26 @@ def _concurrent_pairs(group: list[Access], order: Order) -> bool:
         return lo, (acc.end.index if acc.end is not None else float("inf"))
 
     spans = sorted(((*span(acc), i) for i, acc in enumerate(group)))
-    active: list[tuple[float, int]] = []
+    # Live accesses, bucketed by where they start along the leading dimension, so a new
+    # one meets only those it may overlap; boxes over a quarter of it are always met.
+    extent = max(acc.region.box[0][1] for acc in group)
+    lead = [acc.region.box[0] for acc in group]
+    narrow = [hi - lo <= extent / 4 for lo, hi in lead]
+    width = max((hi - lo for (lo, hi), small in zip(lead, narrow) if small), default=1)
+    keys = sorted({lo for (lo, _), small in zip(lead, narrow) if small})
+    buckets: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    wide: list[tuple[float, int]] = []
     for lo, hi, i in spans:
-        active = [(h, j) for h, j in active if h >= lo]
-        if any(race(group[j], group[i], order) for _, j in active):
+        wide = [(h, j) for h, j in wide if h >= lo]
+        near = keys if not narrow[i] else \
+            keys[bisect.bisect_left(keys, lead[i][0] - width + 1):bisect.bisect_left(keys, lead[i][1])]
+        for key in near:
+            live = buckets[key] = [(h, j) for h, j in buckets[key] if h >= lo]
+            if any(race(group[j], group[i], order) for _, j in live):
+                return True
+        if any(race(group[j], group[i], order) for _, j in wide):
             return True
-        active.append((hi, i))
+        (buckets[lead[i][0]] if narrow[i] else wide).append((hi, i))
     return False
 
 
