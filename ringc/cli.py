@@ -427,6 +427,9 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
     from .show.png import timeline_png
     out = _output_path(args.show, sched.file)
     program = report.program
+    if program.rotation is not None:  # a clean quotient check kept device 0's events only
+        from .verify.unroll import unroll
+        program = unroll(sched, sizes=program.axis_sizes, invocations=args.invocations)
     hw = _timed(sched, args.topology, args.along, program.n)
     machine = simulate(program, hw, memory_of(sched))
     finding = next((f for f in report.findings if f.severity == "error" and f.event is not None), None)

@@ -1,0 +1,201 @@
+"""The quotient check (`rotation.py`, `quotient.py`): device 0's events decide a clean
+verdict for the whole ring. It must never call clean what the full analysis rejects, and
+it must reach the clean verdict on the library, or `check` at large N is slow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ringc
+from ringc.ir import expr as E
+from ringc.verify import quotient as Q
+from ringc.verify.check import check, check_program, resolve_topology
+from ringc.verify.placement import rotated_route_summary, route_summary
+from ringc.verify.rotation import NotRotational, Rot, rotation_unroll
+from ringc.verify.semantics import Memory, Piece, _value, expected
+from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
+from ringc.verify.unroll import unroll
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = sorted((ROOT / "schedules").glob("*.yaml"))
+CORPUS = LIBRARY + sorted((ROOT / "tests" / "broken").glob("*.yaml")) + sorted((ROOT / "tests" / "mutants").glob("*.yaml"))
+ONE_AXIS = [p for p in CORPUS if p.name != "expected.yaml" and len(ringc.load(p).axes) == 1]
+
+
+# -- the symbolic device id ---------------------------------------------------------
+
+def _exprs() -> st.SearchStrategy[str]:
+    leaf = st.sampled_from(["me", "step", "N", "1", "2", "3"])
+    return st.recursive(leaf, lambda sub: st.tuples(sub, st.sampled_from(["+", "-", "*", "//", "%"]), sub).map(
+        lambda t: f"({t[0]} {t[1]} {t[2]})"), max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_exprs(), st.integers(2, 9), st.integers(0, 8))
+def test_rot_agrees_with_every_device(text, n, step):
+    """Where the symbolic evaluation succeeds, it is the concrete value on every device."""
+    e = E.parse(text)
+    try:
+        v = E.evaluate(e, {"me": Rot(0, 0, 1, n), "step": step, "N": n})
+    except (NotRotational, E.ExprError, ZeroDivisionError):
+        return
+    for d in range(n):
+        try:
+            want = E.evaluate(e, {"me": d, "step": step, "N": n})
+        except (E.ExprError, ZeroDivisionError):
+            return
+        assert (v.at(d) if isinstance(v, Rot) else v) == want, (text, d)
+
+
+def test_rot_refuses_what_is_not_a_rotation():
+    me = Rot(0, 0, 1, 8)
+    for bad in (lambda: me == 0, lambda: bool(me), lambda: -(me % 8), lambda: me * me, lambda: (me + 1) % 3,
+                lambda: min(me, 3)):
+        with pytest.raises(NotRotational):
+            bad()
+
+
+# -- proving symmetry without the other devices ------------------------------------
+
+@pytest.mark.parametrize("path", ONE_AXIS, ids=lambda p: p.stem)
+def test_rotation_unroll_is_device_0_and_only_when_symmetric(path):
+    sched = ringc.load(path)
+    for n in (3, 4, 6):
+        try:
+            full = unroll(sched, n)
+        except ringc.ScheduleError:
+            assert rotation_unroll(sched, n) is None
+            continue
+        quot = rotation_unroll(sched, n)
+        symmetric = semaphore_symmetric(full) and memory_symmetric(full)
+        if quot is None:
+            continue
+        assert symmetric, f"{path.name} N={n}: proven rotational but device events differ"
+        assert [(e.line, e.point, e.action) for e in quot.devices[0]] == \
+               [(e.line, e.point, e.action) for e in full.devices[0]]
+        assert quot.event_count == full.event_count
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
+def test_library_is_proven_rotational(path):
+    sched = ringc.load(path)
+    if len(sched.axes) == 1:
+        assert rotation_unroll(sched, 5) is not None
+
+
+# -- the verdict ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ONE_AXIS, ids=lambda p: p.stem)
+def test_quotient_is_sound_and_complete_on_the_library(path):
+    """Clean here => clean in the full analysis, on every broken schedule and mutant;
+    and every clean library schedule is clean here too."""
+    sched = ringc.load(path)
+    for n in (2, 3, 4, 6):
+        for calls in (1, 2):
+            placement = resolve_topology(sched, n, "ring")
+            try:
+                full = check_program(sched, unroll(sched, sizes=placement.sizes, invocations=calls), placement)
+            except ringc.ScheduleError:
+                full = None
+            quot = rotation_unroll(sched, n, calls)
+            clean = quot is not None and Q.clean(sched, quot, placement)
+            full_clean = full is not None and not full.findings
+            assert not clean or full_clean, f"{path.name} N={n} x{calls}: quotient clean, full finds {full.kinds()}"
+            if path in LIBRARY:
+                assert clean == full_clean, f"{path.name} N={n} x{calls}"
+                assert rotated_route_summary(quot, placement) == route_summary(full.program, placement)
+
+
+@pytest.mark.parametrize("mutant, stage", [
+    ("07_all_reduce_over_wait", "run"),
+    ("06_all_reduce_extra_final_signal", "run"),
+    ("01_all_reduce_accumulate_before_wait", "races"),
+    ("04_ppermute_two_writers", "races"),
+    ("05_all_reduce_run_ahead_no_handshake", "races"),
+])
+def test_each_stage_rejects_its_bug(mutant, stage):
+    """The run and the race stage each say no to the bugs they are there for (the data
+    flow: `test_data_flow_rejects_a_misplaced_block`)."""
+    sched = ringc.load(ROOT / "tests" / "mutants" / f"{mutant}.yaml")
+    program = rotation_unroll(sched, 4)
+    assert program is not None
+    if stage == "run":
+        with pytest.raises(Q._Unclear):
+            Q._run(program)
+        return
+    Q._run(program)
+    order = Q.quotient_order(program)
+    rot = Q.Rotator(program)
+    assert not Q._race_free(program, order, rot)
+
+
+def test_data_flow_rejects_a_misplaced_block():
+    path = ROOT / "schedules" / "all_gather_ring.yaml"
+    text = path.read_text()
+    bad_text = text.replace('own:     {src: x, dst: "out[me]"', 'own:     {src: x, dst: "out[(me + 1) % N]"')
+    assert bad_text != text
+    for source, right in ((text, True), (bad_text, False)):
+        sched = ringc.load_text(source, "all_gather_ring.yaml")
+        program = rotation_unroll(sched, 5)
+        assert program is not None
+        assert Q._data_flow_right(sched, program, Q.Rotator(program)) is right
+
+
+# -- the meaning rotates --------------------------------------------------------------
+
+def _canonical(pieces: list[Piece]) -> set:
+    return {(p.box, _value(p.value, p.box)) for p in pieces}
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARY if len(ringc.load(p).axes) == 1], ids=lambda p: p.stem)
+def test_meaning_rotates_agrees_with_every_device(path):
+    """`meaning_rotates` says device d's expected output is device 0's rotated by d;
+    check it against `expected` on every device, and that a wrong step breaks both."""
+    sched = ringc.load(path)
+    n = 4
+    program = rotation_unroll(sched, n)
+    out = sched.io_buffer("output")
+
+    def brute(prog) -> bool:
+        rot = Q.Rotator(prog)
+        base = expected(sched, n, 0, prog.shapes)
+        return all(_canonical(rot.pieces(out, base, d)) == _canonical(expected(sched, n, d, prog.shapes))
+                   for d in range(n))
+
+    assert Q.meaning_rotates(sched, program) and brute(program)
+    if (out, 0) in program.rotation and program.rotation[(out, 0)]:
+        program.rotation[(out, 0)] = 0  # the output's device dim no longer moves
+        assert not Q.meaning_rotates(sched, program) and not brute(program)
+
+
+# -- symbolic sums of runs -----------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=12), st.randoms())
+def test_runs_of_devices_are_canonical(devices, rnd):
+    """A sum written term by term, or with runs of devices merged first, in any order, is
+    the same value; a different multiset of devices is a different value."""
+    box = ((0, 4),)
+    term = lambda d: ("x", d, ((0, 0),))  # noqa: E731
+    one = _value([term(d) for d in devices], box)
+    shuffled = list(devices)
+    rnd.shuffle(shuffled)
+    half = _value([term(d) for d in shuffled[: len(shuffled) // 2]], box)
+    assert _value(list(half) + [term(d) for d in shuffled[len(shuffled) // 2:]], box) == one
+    assert _value([term(d) for d in devices] + [term(devices[0])], box) != one
+
+
+def test_check_takes_the_quotient_and_reports_the_same():
+    sched = ringc.load(ROOT / "schedules" / "reduce_scatter_bidirectional.yaml")
+    fast = check(sched, 8)
+    assert fast.program.rotation is not None and fast.ok
+    placement = resolve_topology(sched, 8, "ring")
+    slow = check_program(sched, unroll(sched, 8), placement)
+    fast_json, slow_json = fast.to_json(), slow.to_json()
+    fast_json.pop("seconds"), slow_json.pop("seconds")
+    assert fast_json == slow_json
+    assert fast.to_text().split("(")[1].split(",")[0] == slow.to_text().split("(")[1].split(",")[0]  # events
