@@ -46,7 +46,7 @@ from .order import Order
 from .placement import Placement, route_findings
 from .races import Access, accesses, race
 from .rotation import NotRotational
-from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _single, _span, apply, device_dims, mismatches
+from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _single, _span, _value, apply, device_dims, mismatches
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -100,10 +100,12 @@ class Rotator:
     def pieces(self, buffer: str, pieces: list[Piece], delta: int) -> list[Piece]:
         out = []
         for p in pieces:
+            parts = []
             for box in self._split(buffer, p.box, delta):
                 new_box = tuple((s, s + hi - lo) for (lo, hi), s in
                                 ((b, self._shift(buffer, d, b[0], delta)) for d, b in enumerate(box)))
-                out.append(Piece(new_box, tuple(u for t in p.value for u in self.term(t, box, new_box, delta))))
+                parts.append(Piece(new_box, tuple(u for t in p.value for u in self.term(t, box, new_box, delta))))
+            out += [Piece(q.box, _value(q.value, q.box)) for q in _rejoin(parts)]
         return out
 
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
@@ -139,6 +141,20 @@ class Rotator:
         hi = lo + (hi - (_span(dev)[0]))
         runs = [(lo, hi)] if hi <= self.n else [(lo, self.n), (0, hi - self.n)]
         return [(name, _dev(a, b), tuple(entries)) for a, b in runs]
+
+
+def _rejoin(parts: list[Piece]) -> list[Piece]:
+    """Two halves of a piece cut by `Rotator._split` that sit side by side again after the
+    rotation, holding the same terms (before canonical form fixes single-index dims), are one piece (a whole relay buffer passed around
+    the ring would otherwise gain a piece at every step)."""
+    if len(parts) != 2:
+        return parts
+    a, b = sorted(parts, key=lambda p: p.box)
+    apart = [d for d, (x, y) in enumerate(zip(a.box, b.box)) if x != y]
+    if len(apart) == 1 and a.box[apart[0]][1] == b.box[apart[0]][0] and a.value == b.value:
+        d = apart[0]
+        return [Piece(a.box[:d] + ((a.box[d][0], b.box[d][1]),) + a.box[d + 1:], a.value)]
+    return parts
 
 
 def meaning_rotates(sched: S.Schedule, program: Program) -> bool:

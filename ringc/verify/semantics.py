@@ -20,6 +20,7 @@ Values are exact: a cast changes no term (rounding is `ringc run`'s business).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -212,19 +213,36 @@ class Memory:
 
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
+        # Per (device, buffer): its pieces sorted by where they start on the leading dim,
+        # those starts, and the longest piece there, so a region finds its pieces by bisection.
         self.pieces: dict[tuple[int, str], list[Piece]] = {}
+        self.starts: dict[tuple[int, str], list[int]] = {}
+        self.longest: dict[tuple[int, str], int] = {}
+
+    def _store(self, key: tuple[int, str], pieces: list[Piece]) -> None:
+        pieces.sort(key=lambda p: p.box[0][0])  # nearly sorted already: linear
+        self.pieces[key] = pieces
+        self.starts[key] = [p.box[0][0] for p in pieces]
+        self.longest[key] = max([self.longest.get(key, 0)] + [p.box[0][1] - p.box[0][0] for p in pieces])
+
+    def _near(self, key: tuple[int, str], lo: int, hi: int) -> tuple[int, int]:
+        """The slice of `pieces[key]` that may meet leading-dim range [lo, hi)."""
+        starts = self.starts.get(key, [])
+        return bisect_left(starts, lo - self.longest.get(key, 0) + 1), bisect_left(starts, hi)
 
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self.pieces[(device, name)] = [Piece(box, _value(((name, device, ident),), box))]
+        self._store((device, name), [Piece(box, _value(((name, device, ident),), box))])
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
         lo, hi = r.box[0]
-        for p in self.pieces.get((r.device, r.buffer), []):
-            if p.box[0][1] <= lo or p.box[0][0] >= hi:
+        key = (r.device, r.buffer)
+        i0, i1 = self._near(key, lo, hi)
+        for p in self.pieces.get(key, [])[i0:i1]:
+            if p.box[0][1] <= lo:
                 continue  # the common case, decided on the leading dim without a call
             ix = _intersect(p.box, r.box)
             if ix is not None:
@@ -239,10 +257,12 @@ class Memory:
     def write(self, r: Region, new: list[Piece]) -> None:
         key = (r.device, r.buffer)
         lo, hi = r.box[0]
-        kept = [q for p in self.pieces.get(key, [])
-                for q in ([p] if p.box[0][1] <= lo or p.box[0][0] >= hi else  # untouched, without a call
+        pieces = self.pieces.get(key, [])
+        i0, i1 = self._near(key, lo, hi)
+        kept = [q for p in pieces[i0:i1]
+                for q in ([p] if p.box[0][1] <= lo else  # untouched, without a call
                           [p if b == p.box else Piece(b, _value(p.value, b)) for b in _subtract(p.box, r.box)])]
-        self.pieces[key] = kept + [Piece(p.box, _value(p.value, p.box)) for p in new]
+        self._store(key, pieces[:i0] + kept + [Piece(p.box, _value(p.value, p.box)) for p in new] + pieces[i1:])
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
@@ -510,9 +530,12 @@ def mismatches(sched: S.Schedule, mem: Memory, devices: Iterable[int], n: int,
     found = []
     for d in devices:
         full = tuple((0, s) for s in shapes[out])
-        got = mem.read(Region(out, d, full, tuple(range(len(full))), 1))
+        got = sorted(mem.read(Region(out, d, full, tuple(range(len(full))), 1)), key=lambda p: p.box[0][0])
+        starts = [g.box[0][0] for g in got]
+        longest = max((g.box[0][1] - g.box[0][0] for g in got), default=0)
         for w in expected(sched, n, d, shapes):
-            for g in got:
+            lo, hi = w.box[0]
+            for g in got[bisect_left(starts, lo - longest + 1):bisect_left(starts, hi)]:
                 ix = _intersect(g.box, w.box)
                 if ix is None:
                     continue
