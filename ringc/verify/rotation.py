@@ -29,7 +29,7 @@ from typing import Any
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
-from .events import Program, Region
+from .events import Program
 from .unroll import _Unroller
 
 
@@ -174,26 +174,13 @@ class RotationUnroller(_Unroller):
         if self.steps.setdefault((buffer, dim), r) != r:
             raise NotRotational(f"`{buffer}` dimension {dim} moves by {self.steps[(buffer, dim)]} and {r} per device")
 
-    def region(self, ref: E.Ref, line: int) -> Region:
-        if ref.name in self.window_slot:
-            buffer, slot = self.window_slot[ref.name]
-            ref = E.Ref(buffer, (E.Const(slot), *ref.indices))
-        shape = self.ctx.shapes[ref.name]
-        fixed: list[Any] = []
-        for dim, size in enumerate(shape):
-            ix = ref.indices[dim] if dim < len(ref.indices) else E.Slice(None, None)
-            if isinstance(ix, E.Slice):
-                start = self.ev(ix.start, line) if ix.start is not None else 0
-                length = self.ev(ix.size, line) if ix.size is not None else size - start
-                if isinstance(length, Rot):
-                    raise NotRotational("a slice whose size depends on the device id")
-                fixed.append(E.Slice(E.Const(at0(start)), E.Const(length)))
-            else:
-                start, length = self.ev(ix, line), 1
-                fixed.append(E.Const(at0(start)))
-            if length != size:
-                self._step(ref.name, dim, box_step(start, size, length, self.n))
-        return super().region(E.Ref(ref.name, tuple(fixed)), line)
+    def place(self, buffer: str, dim: int, size: int, start: Any, length: Any) -> tuple[int, int]:
+        """Device 0's start, after proving every device's box is it moved by a fixed step."""
+        if isinstance(length, Rot):
+            raise NotRotational("a slice whose size depends on the device id")
+        if length != size:
+            self._step(buffer, dim, box_step(start, size, length, self.n))
+        return at0(start), length
 
 
 def rotation_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> Program | None:

@@ -219,11 +219,16 @@ class Memory:
         self.starts: dict[tuple[int, str], list[int]] = {}
         self.longest: dict[tuple[int, str], int] = {}
 
-    def _store(self, key: tuple[int, str], pieces: list[Piece]) -> None:
-        pieces.sort(key=lambda p: p.box[0][0])  # nearly sorted already: linear
+    def _store(self, key: tuple[int, str], head: list[Piece], middle: list[Piece], tail: list[Piece]) -> None:
+        """Replace a buffer's pieces by head + middle + tail, with only `middle` out of order."""
+        middle.sort(key=lambda p: p.box[0][0])
+        pieces = head + middle + tail
+        if (head and middle and head[-1].box[0][0] > middle[0].box[0][0]) or \
+                (tail and middle and middle[-1].box[0][0] > tail[0].box[0][0]):
+            pieces.sort(key=lambda p: p.box[0][0])
         self.pieces[key] = pieces
         self.starts[key] = [p.box[0][0] for p in pieces]
-        self.longest[key] = max([self.longest.get(key, 0)] + [p.box[0][1] - p.box[0][0] for p in pieces])
+        self.longest[key] = max([self.longest.get(key, 0)] + [p.box[0][1] - p.box[0][0] for p in middle])
 
     def _near(self, key: tuple[int, str], lo: int, hi: int) -> tuple[int, int]:
         """The slice of `pieces[key]` that may meet leading-dim range [lo, hi)."""
@@ -233,7 +238,7 @@ class Memory:
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self._store((device, name), [Piece(box, _value(((name, device, ident),), box))])
+        self._store((device, name), [], [Piece(box, _value(((name, device, ident),), box))], [])
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
@@ -262,7 +267,7 @@ class Memory:
         kept = [q for p in pieces[i0:i1]
                 for q in ([p] if p.box[0][1] <= lo else  # untouched, without a call
                           [p if b == p.box else Piece(b, _value(p.value, b)) for b in _subtract(p.box, r.box)])]
-        self._store(key, pieces[:i0] + kept + [Piece(p.box, _value(p.value, p.box)) for p in new] + pieces[i1:])
+        self._store(key, pieces[:i0], kept + [Piece(p.box, _value(p.value, p.box)) for p in new], pieces[i1:])
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:

@@ -131,6 +131,10 @@ class _Unroller:
         """The device a remote action goes to."""
         return self.ev(e, line)
 
+    def place(self, buffer: str, dim: int, size: int, start: Any, length: Any) -> tuple[int, int]:
+        """A box's start and length along one dimension, as evaluated (see `rotation.py`)."""
+        return start, length
+
     def region(self, ref: E.Ref, line: int) -> Region:
         if ref.name in self.window_slot:  # a pipeline block: the window slot in use
             buffer, slot = self.window_slot[ref.name]
@@ -142,6 +146,7 @@ class _Unroller:
             if isinstance(ix, E.Slice):
                 start = self.ev(ix.start, line) if ix.start is not None else 0
                 length = self.ev(ix.size, line) if ix.size is not None else size - start
+                start, length = self.place(ref.name, dim, size, start, length)
                 if start < 0 or length <= 0 or start + length > size:
                     self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
                                     f"{dim} of `{ref.name}` (size {size})",
@@ -149,7 +154,7 @@ class _Unroller:
                 box.append((start, start + length))
                 kept.append(dim)
             else:
-                i = self.ev(ix, line)
+                i = self.place(ref.name, dim, size, self.ev(ix, line), 1)[0]
                 if not 0 <= i < size:
                     self.fail(line, f"`{ref.text()}`: index {E.to_text(ix)} = {i} is out of range for "
                                     f"dimension {dim} of `{ref.name}` (size {size})",
