@@ -42,7 +42,7 @@ import numpy as np
 
 from ..ir import schema as S
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal
-from .order import Order
+from .order import DmaEnds, Order
 from .placement import Placement, route_findings
 from .races import Access, accesses, race
 from .rotation import NotRotational
@@ -372,7 +372,7 @@ def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
     local = Program(program.schedule_name, program.file, program.n, program.grid_names,
                     [[ev for ev in program.devices[0] if not (isinstance(ev.action, DmaStart) and ev.action.remote)]],
                     program.sem_kinds, program.shapes)
-    ends = _Ends({ev: read_end.get((0, ev.index)) for ev in local.devices[0]},
+    ends = DmaEnds({ev: read_end.get((0, ev.index)) for ev in local.devices[0]},
                  {ev: write_end.get((0, ev.index)) for ev in local.devices[0]})
     accs = [acc for acc in accesses(local, ends) if acc.region.device == 0]
     for ev in program.devices[0]:
@@ -425,11 +425,6 @@ def _concurrent_pairs(group: list[Access], order: Order) -> bool:
             return True
         (buckets[lead[i][0]] if narrow[i] else wide).append((hi, i))
     return False
-
-
-class _Ends:
-    def __init__(self, read_end: dict, write_end: dict):
-        self.read_end, self.write_end = read_end, write_end
 
 
 # -- data flow -----------------------------------------------------------------------

@@ -218,17 +218,23 @@ class Memory:
         self.pieces: dict[tuple[int, str], list[Piece]] = {}
         self.starts: dict[tuple[int, str], list[int]] = {}
         self.longest: dict[tuple[int, str], int] = {}
+        self.lengths: dict[tuple[int, str], Counter] = {}
 
-    def _store(self, key: tuple[int, str], head: list[Piece], middle: list[Piece], tail: list[Piece]) -> None:
-        """Replace a buffer's pieces by head + middle + tail, with only `middle` out of order."""
+    def _store(self, key: tuple[int, str], i0: int, i1: int, middle: list[Piece]) -> None:
+        """Replace pieces[i0:i1] of a buffer by `middle`."""
+        pieces, starts = self.pieces.get(key, []), self.starts.get(key, [])
+        lengths = self.lengths.setdefault(key, Counter())
+        lengths.subtract(p.box[0][1] - p.box[0][0] for p in pieces[i0:i1])
+        lengths.update(p.box[0][1] - p.box[0][0] for p in middle)
         middle.sort(key=lambda p: p.box[0][0])
-        pieces = head + middle + tail
-        if (head and middle and head[-1].box[0][0] > middle[0].box[0][0]) or \
-                (tail and middle and middle[-1].box[0][0] > tail[0].box[0][0]):
+        pieces = pieces[:i0] + middle + pieces[i1:]
+        starts = starts[:i0] + [p.box[0][0] for p in middle] + starts[i1:]
+        if any(a > b for a, b in zip(starts[max(i0 - 1, 0):i0 + len(middle) + 1],
+                                     starts[max(i0 - 1, 0) + 1:i0 + len(middle) + 1])):
             pieces.sort(key=lambda p: p.box[0][0])
-        self.pieces[key] = pieces
-        self.starts[key] = [p.box[0][0] for p in pieces]
-        self.longest[key] = max([self.longest.get(key, 0)] + [p.box[0][1] - p.box[0][0] for p in middle])
+            starts = [p.box[0][0] for p in pieces]
+        self.pieces[key], self.starts[key] = pieces, starts
+        self.longest[key] = max((n for n, c in lengths.items() if c > 0), default=0)
 
     def _near(self, key: tuple[int, str], lo: int, hi: int) -> tuple[int, int]:
         """The slice of `pieces[key]` that may meet leading-dim range [lo, hi)."""
@@ -238,7 +244,7 @@ class Memory:
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self._store((device, name), [], [Piece(box, _value(((name, device, ident),), box))], [])
+        self._store((device, name), 0, 0, [Piece(box, _value(((name, device, ident),), box))])
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
@@ -267,7 +273,7 @@ class Memory:
         kept = [q for p in pieces[i0:i1]
                 for q in ([p] if p.box[0][1] <= lo else  # untouched, without a call
                           [p if b == p.box else Piece(b, _value(p.value, b)) for b in _subtract(p.box, r.box)])]
-        self._store(key, pieces[:i0], kept + [Piece(p.box, _value(p.value, p.box)) for p in new], pieces[i1:])
+        self._store(key, i0, i1, kept + [Piece(p.box, _value(p.value, p.box)) for p in new])
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
