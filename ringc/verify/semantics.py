@@ -208,57 +208,67 @@ def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
     return out
 
 
+class _Index:
+    """One buffer's pieces. Those short along the leading dim are kept sorted by where they
+    start, so a region finds the ones it meets by bisection; the few long ones (a buffer
+    not yet written, the remainder around a write) are looked at every time."""
+
+    def __init__(self, extent: int):
+        self.cap = max(1, extent // 8)
+        self.short: list[Piece] = []
+        self.starts: list[int] = []
+        self.long: list[Piece] = []
+
+    def meeting(self, box: Box) -> tuple[list[int], list[Piece]]:
+        """Positions in `short`, and the long pieces, that overlap `box`."""
+        lo, hi = box[0]
+        i0, i1 = bisect_left(self.starts, lo - self.cap + 1), bisect_left(self.starts, hi)
+        return ([i for i in range(i0, i1) if self.short[i].box[0][1] > lo and _intersect(self.short[i].box, box)],
+                [p for p in self.long if _intersect(p.box, box)])
+
+    def add(self, piece: Piece) -> None:
+        if piece.box[0][1] - piece.box[0][0] > self.cap:
+            self.long.append(piece)
+            return
+        i = bisect_left(self.starts, piece.box[0][0])
+        self.starts.insert(i, piece.box[0][0])
+        self.short.insert(i, piece)
+
+    def remove(self, positions: list[int], long: list[Piece]) -> list[Piece]:
+        gone = [self.short[i] for i in positions] + long
+        for i in reversed(positions):
+            del self.short[i], self.starts[i]
+        if long:
+            self.long = [p for p in self.long if all(p is not q for q in long)]
+        return gone
+
+
 class Memory:
     """Symbolic contents of every (device, buffer)."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
-        # Per (device, buffer): its pieces sorted by where they start on the leading dim,
-        # those starts, and the longest piece there, so a region finds its pieces by bisection.
-        self.pieces: dict[tuple[int, str], list[Piece]] = {}
-        self.starts: dict[tuple[int, str], list[int]] = {}
-        self.longest: dict[tuple[int, str], int] = {}
-        self.lengths: dict[tuple[int, str], Counter] = {}
+        self.index: dict[tuple[int, str], _Index] = {}
 
-    def _store(self, key: tuple[int, str], i0: int, i1: int, middle: list[Piece]) -> None:
-        """Replace pieces[i0:i1] of a buffer by `middle`."""
-        pieces, starts = self.pieces.get(key, []), self.starts.get(key, [])
-        lengths = self.lengths.setdefault(key, Counter())
-        lengths.subtract(p.box[0][1] - p.box[0][0] for p in pieces[i0:i1])
-        lengths.update(p.box[0][1] - p.box[0][0] for p in middle)
-        middle.sort(key=lambda p: p.box[0][0])
-        pieces = pieces[:i0] + middle + pieces[i1:]
-        starts = starts[:i0] + [p.box[0][0] for p in middle] + starts[i1:]
-        if any(a > b for a, b in zip(starts[max(i0 - 1, 0):i0 + len(middle) + 1],
-                                     starts[max(i0 - 1, 0) + 1:i0 + len(middle) + 1])):
-            pieces.sort(key=lambda p: p.box[0][0])
-            starts = [p.box[0][0] for p in pieces]
-        self.pieces[key], self.starts[key] = pieces, starts
-        self.longest[key] = max((n for n, c in lengths.items() if c > 0), default=0)
-
-    def _near(self, key: tuple[int, str], lo: int, hi: int) -> tuple[int, int]:
-        """The slice of `pieces[key]` that may meet leading-dim range [lo, hi)."""
-        starts = self.starts.get(key, [])
-        return bisect_left(starts, lo - self.longest.get(key, 0) + 1), bisect_left(starts, hi)
+    def _pieces(self, key: tuple[int, str]) -> _Index:
+        if key not in self.index:
+            self.index[key] = _Index(self.shapes[key[1]][0])
+        return self.index[key]
 
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self._store((device, name), 0, 0, [Piece(box, _value(((name, device, ident),), box))])
+        self._pieces((device, name)).add(Piece(box, _value(((name, device, ident),), box)))
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
-        lo, hi = r.box[0]
-        key = (r.device, r.buffer)
-        i0, i1 = self._near(key, lo, hi)
-        for p in self.pieces.get(key, [])[i0:i1]:
-            if p.box[0][1] <= lo:
-                continue  # the common case, decided on the leading dim without a call
+        index = self._pieces((r.device, r.buffer))
+        positions, long = index.meeting(r.box)
+        for p in [index.short[i] for i in positions] + long:
             ix = _intersect(p.box, r.box)
-            if ix is not None:
-                out.append(p if ix == p.box else Piece(ix, _value(p.value, ix)))
-                covered.append(ix)
+            out.append(p if ix == p.box else Piece(ix, _value(p.value, ix)))
+            covered.append(ix)
         gaps = [r.box]
         for c in covered:
             gaps = [g for gap in gaps for g in _subtract(gap, c)]
@@ -266,14 +276,12 @@ class Memory:
         return out
 
     def write(self, r: Region, new: list[Piece]) -> None:
-        key = (r.device, r.buffer)
-        lo, hi = r.box[0]
-        pieces = self.pieces.get(key, [])
-        i0, i1 = self._near(key, lo, hi)
-        kept = [q for p in pieces[i0:i1]
-                for q in ([p] if p.box[0][1] <= lo else  # untouched, without a call
-                          [p if b == p.box else Piece(b, _value(p.value, b)) for b in _subtract(p.box, r.box)])]
-        self._store(key, i0, i1, kept + [Piece(p.box, _value(p.value, p.box)) for p in new])
+        index = self._pieces((r.device, r.buffer))
+        for p in index.remove(*index.meeting(r.box)):
+            for b in _subtract(p.box, r.box):
+                index.add(Piece(b, _value(p.value, b)))
+        for p in new:
+            index.add(Piece(p.box, _value(p.value, p.box)))
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
