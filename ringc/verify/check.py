@@ -218,7 +218,8 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -
     if topo.ndim != 1 or not topo.wrap[0]:
         return None
     program = rotation_unroll(sched, topo.size, invocations)
-    if program is None or not quotient.clean(sched, program, placement):
+    if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
+            or not quotient.clean(sched, program)):
         return None
     report = Report(program, [])
     if topo.spec != "ring":
