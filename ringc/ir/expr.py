@@ -53,6 +53,7 @@ class Call:
 
 
 Expr = Union[Const, Var, BinOp, Not, Neg, Call]
+EXPR_TYPES = (Const, Var, BinOp, Not, Neg, Call)
 
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 FUNCS = ("min", "max")

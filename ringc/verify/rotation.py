@@ -167,6 +167,9 @@ class RotationUnroller(_Unroller):
     def me(self) -> Any:
         return Rot(0, 0, 1, self.n)
 
+    def key(self, value: Any) -> Any:
+        return (value.k, value.c, value.a, value.m) if isinstance(value, Rot) else value
+
     def target(self, e: E.Expr, line: int) -> int:
         return device_offset(self.ev(e, line), self.n)
 

@@ -63,7 +63,8 @@ class Piece:
 def _intersect(a: Box, b: Box) -> Box | None:
     out = []
     for (a0, a1), (b0, b1) in zip(a, b):
-        lo, hi = max(a0, b0), min(a1, b1)
+        lo = a0 if a0 > b0 else b0  # not max()/min(): this runs millions of times
+        hi = a1 if a1 < b1 else b1
         if lo >= hi:
             return None
         out.append((lo, hi))
@@ -97,6 +98,15 @@ def _canonical(term: Term, box: Box) -> Term:
     def renumber(t: Term) -> Term:
         return (t[0], t[1], tuple((d, off - shift) if d == KDIM else (d, off) for d, off in t[2]))
     return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
+
+
+def _restrict(value: Value, box: Box, inner: Box) -> Value:
+    """A value canonical for `box`, made canonical for `inner` inside it: the same value
+    unless `inner` is a single index along a dim where `box` is not."""
+    for (a0, a1), (b0, b1) in zip(box, inner):
+        if b1 - b0 == 1 and a1 - a0 != 1:
+            return _value(value, inner)
+    return value
 
 
 def _span(dev: Any) -> tuple[int, int]:
@@ -267,7 +277,7 @@ class Memory:
         positions, long = index.meeting(r.box)
         for p in [index.short[i] for i in positions] + long:
             ix = _intersect(p.box, r.box)
-            out.append(p if ix == p.box else Piece(ix, _value(p.value, ix)))
+            out.append(p if ix == p.box else Piece(ix, _restrict(p.value, p.box, ix)))
             covered.append(ix)
         gaps = [r.box]
         for c in covered:
@@ -275,13 +285,14 @@ class Memory:
         out += [Piece(g, ((UNINIT + r.buffer, r.device, ()),)) for g in gaps]
         return out
 
-    def write(self, r: Region, new: list[Piece]) -> None:
+    def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
+        """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
         for p in index.remove(*index.meeting(r.box)):
             for b in _subtract(p.box, r.box):
-                index.add(Piece(b, _value(p.value, b)))
+                index.add(Piece(b, _restrict(p.value, p.box, b)))
         for p in new:
-            index.add(Piece(p.box, _value(p.value, p.box)))
+            index.add(p if canonical else Piece(p.box, _value(p.value, p.box)))
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
@@ -304,7 +315,8 @@ class Memory:
         return out
 
     def copy(self, src: Region, dst: Region) -> None:
-        self.write(dst, self.translate(self.read(src), src, dst))
+        # Moving canonical pieces keeps them canonical: the dims their maps name stay the same size.
+        self.write(dst, self.translate(self.read(src), src, dst), canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)

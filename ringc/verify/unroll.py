@@ -22,6 +22,29 @@ from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, D
                      SemId, SemWait, Signal)
 
 
+_MISSING = object()
+
+
+def op_inputs(sched: S.Schedule, op: S.Op) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names an op's actions read, and the buffers it refers to (which may be pipeline
+    blocks), including those of the copy it starts or waits for."""
+    nodes: list[Any] = [getattr(op, f) for f in type(op).model_fields if f != "line"]
+    for field in ("start", "wait", "wait_send", "wait_recv"):
+        if isinstance(getattr(op, field, None), str):
+            c = sched.copies[getattr(op, field)]
+            nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
+    names: set[str] = set()
+    refs: set[str] = set()
+    for node in nodes:
+        for x in node if isinstance(node, list) else [node]:
+            if isinstance(x, E.Ref):
+                names |= E.ref_names(x)
+                refs.add(x.name)
+            elif isinstance(x, E.EXPR_TYPES):
+                names |= E.names(x)
+    return tuple(sorted(names)), tuple(sorted(refs))
+
+
 def window_id(op: S.Pipeline, block: str) -> str:
     """The buffer holding a pipeline block's two VMEM windows. Block names are local to their
     pipeline, so the buffer is named after the pipeline's line too: `a@40`."""
@@ -111,6 +134,10 @@ class _Unroller:
         self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
         self.inner: tuple[tuple[str, int], ...] = ()  # inside a pipeline: its grid point
         self.window_slot: dict[str, tuple[str, int]] = {}  # inside a pipeline: block -> (buffer, slot)
+        # An op's actions depend only on the values of the names it mentions (and the
+        # window slots of the blocks it uses): most grid points repeat earlier ones.
+        self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.memo: dict[tuple, list[tuple[Action, int | None]]] = {}
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -184,8 +211,24 @@ class _Unroller:
         self.same_shape(src, dst, line, f"copy `{name}`")
         return c, src, dst
 
+    def key(self, value: Any) -> Any:
+        """`value` as part of a dictionary key (see `rotation.py` for symbolic values)."""
+        return value
+
     def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         """The concrete actions of one op; the int is a remote target to check, if any."""
+        if id(op) not in self.inputs:
+            self.inputs[id(op)] = op_inputs(self.s, op)
+        names, refs = self.inputs[id(op)]
+        env, slots = self.env, self.window_slot
+        key = (id(op), tuple([self.key(env.get(n, _MISSING)) for n in names]),
+               tuple([slots.get(r) for r in refs]) if slots else ())
+        out = self.memo.get(key)
+        if out is None:  # errors are raised here, the first time, and never memoized
+            out = self.memo[key] = self.evaluate_actions(op)
+        return out
+
+    def evaluate_actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         line = op.line
         if isinstance(op, S.Start):
             c, src, dst = self.copy_parts(op.start, line)
@@ -440,6 +483,7 @@ class _Unroller:
         """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
+        self.memo = {}
         events: list[Event] = []
         second: list[Event] = []
         for inv in range(invocations):
