@@ -45,7 +45,7 @@ from .events import DmaStart, Event, Program, Region, SemWait, Signal
 from .order import DmaEnds, Order
 from .races import Access, accesses, race
 from .rotation import NotRotational
-from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _single, _span, _value, apply, device_dims, mismatches
+from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _span, _value, apply, device_dims, mismatches
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -115,7 +115,11 @@ class Rotator:
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
-            return [u for t in _single(term) for u in self.term(t, box, new_box, delta)]  # a run wrapped
+            # A run wrapped: cut it where either factor's devices pass N - 1.
+            (lo, hi), off = _span(a[1]), _span(b[1])[0] - _span(a[1])[0]
+            cuts = sorted({lo, hi} | {c for c in (self.n - delta, self.n - delta - off) if lo < c < hi})
+            return [self.term((PRODUCT, (a[0], _dev(x0, x1), a[2]), (b[0], _dev(x0 + off, x1 + off), b[2]), k0, k1),
+                              box, new_box, delta)[0] for x0, x1 in zip(cuts, cuts[1:])]
         name, dev, imap = term
         entries = []
         for i, (d, off) in enumerate(imap):

@@ -71,6 +71,13 @@ def _intersect(a: Box, b: Box) -> Box | None:
     return tuple(out)
 
 
+def _volume(box: Box) -> int:
+    v = 1
+    for lo, hi in box:
+        v *= hi - lo
+    return v
+
+
 def _subtract(a: Box, b: Box) -> list[Box]:
     """a minus b, as disjoint boxes."""
     if _intersect(a, b) is None:
@@ -85,19 +92,30 @@ def _subtract(a: Box, b: Box) -> list[Box]:
     return out
 
 
-def _canonical(term: Term, box: Box) -> Term:
-    """Fix map entries over dims where the box is a single index, so equal data compares
-    equal; a product's contraction index is renumbered so its left factor reads k itself."""
-    term = _map_entries(term, lambda d, off: (None, box[d][0] + off)
-                        if d is not None and box[d][1] - box[d][0] == 1 else (d, off))
+def _canonical(term: Term, box: Box, single: frozenset[int]) -> Term:
+    """Fix map entries over dims where the box is a single index (`single`), so equal data
+    compares equal; a product's contraction index is renumbered so its left factor reads k
+    itself. Terms that need neither come back as they are."""
+    if single and any(d in single for f in _factors(term) for d, _ in f[2]):
+        term = _map_entries(term, lambda d, off: (None, box[d][0] + off) if d in single else (d, off))
     if not _is_product(term):
         return term
     _, a, b, k0, k1 = term
     shift = next((off for d, off in a[2] if d == KDIM), 0)
+    if not shift:
+        return term
 
     def renumber(t: Term) -> Term:
         return (t[0], t[1], tuple((d, off - shift) if d == KDIM else (d, off) for d, off in t[2]))
     return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
+
+
+def _factors(term: Term) -> tuple[Term, ...]:
+    return term[1:3] if _is_product(term) else (term,)
+
+
+def _single_dims(box: Box) -> frozenset[int]:
+    return frozenset(d for d, (lo, hi) in enumerate(box) if hi - lo == 1)
 
 
 def _restrict(value: Value, box: Box, inner: Box) -> Value:
@@ -140,6 +158,9 @@ def _rectangles(rects: list[tuple[int, int, int, int]]) -> list[tuple[int, int, 
     device runs over which the k ranges (as `_runs`) are the same."""
     if len(rects) == 1:
         return rects
+    k0, k1 = rects[0][2:]
+    if all(r[2] == k0 and r[3] == k1 for r in rects):  # one k range: the device runs decide
+        return [(x0, x1, k0, k1) for x0, x1 in _runs([r[:2] for r in rects])]
     xs = sorted({x for r in rects for x in r[:2]})
     cols: list[tuple[int, int, list]] = []
     for x0, x1 in zip(xs, xs[1:]):
@@ -158,7 +179,8 @@ def _value(terms: Iterable[Term], box: Box) -> Value:
     merge into one run (a psum of N blocks is one term, not N); products merge over
     adjacent k ranges and over runs of devices whose factors keep the same offset."""
     odd, plain, products = [], defaultdict(list), defaultdict(list)
-    for t in (_canonical(t, box) for t in terms):
+    single = _single_dims(box)
+    for t in (_canonical(t, box, single) for t in terms):
         if _is_product(t):
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
             lo, hi = _span(ad)
@@ -171,7 +193,7 @@ def _value(terms: Iterable[Term], box: Box) -> Value:
     for (an, am, bn, bm, off), rects in products.items():
         out += [(PRODUCT, (an, _dev(x0, x1), am), (bn, _dev(x0 + off, x1 + off), bm), k0, k1)
                 for x0, x1, k0, k1 in _rectangles(rects)]
-    return tuple(sorted(out, key=repr))
+    return tuple(out) if len(out) < 2 else tuple(sorted(out, key=repr))
 
 
 def _single(t: Term) -> list[Term]:
@@ -225,6 +247,7 @@ class _Index:
 
     def __init__(self, extent: int):
         self.cap = max(1, extent // 8)
+        self.reach = 1  # the longest short piece so far: none starts further back than this
         self.short: list[Piece] = []
         self.starts: list[int] = []
         self.long: list[Piece] = []
@@ -232,14 +255,16 @@ class _Index:
     def meeting(self, box: Box) -> tuple[list[int], list[Piece]]:
         """Positions in `short`, and the long pieces, that overlap `box`."""
         lo, hi = box[0]
-        i0, i1 = bisect_left(self.starts, lo - self.cap + 1), bisect_left(self.starts, hi)
+        i0, i1 = bisect_left(self.starts, lo - self.reach + 1), bisect_left(self.starts, hi)
         return ([i for i in range(i0, i1) if self.short[i].box[0][1] > lo and _intersect(self.short[i].box, box)],
                 [p for p in self.long if _intersect(p.box, box)])
 
     def add(self, piece: Piece) -> None:
-        if piece.box[0][1] - piece.box[0][0] > self.cap:
+        length = piece.box[0][1] - piece.box[0][0]
+        if length > self.cap:
             self.long.append(piece)
             return
+        self.reach = max(self.reach, length)
         i = bisect_left(self.starts, piece.box[0][0])
         self.starts.insert(i, piece.box[0][0])
         self.short.insert(i, piece)
@@ -280,7 +305,9 @@ class Memory:
             out.append(p if ix == p.box else Piece(ix, _restrict(p.value, p.box, ix)))
             covered.append(ix)
         gaps = [r.box]
-        for c in covered:
+        if sum(_volume(c) for c in covered) == _volume(r.box):
+            gaps = []  # stored pieces are disjoint: they cover the region
+        for c in covered if gaps else ():
             gaps = [g for gap in gaps for g in _subtract(gap, c)]
         out += [Piece(g, ((UNINIT + r.buffer, r.device, ()),)) for g in gaps]
         return out

@@ -138,6 +138,12 @@ class _Unroller:
         # window slots of the blocks it uses): most grid points repeat earlier ones.
         self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.memo: dict[tuple, list[tuple[Action, int | None]]] = {}
+        # Builtins, then `let:` names, each with the names it reads: most keep their
+        # value over many grid points, so they are memoized the same way.
+        self.derived = [(name, e, sched.line, tuple(sorted(E.names(e)))) for name, e in self.builtins.items()]
+        self.derived += [(name, e, sched.line_of("let", name), tuple(sorted(E.names(e))))
+                         for name, e in sched.let.items()]
+        self.derived_memo: dict[tuple, Any] = {}
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -422,11 +428,13 @@ class _Unroller:
         if len(self.ctx.sizes) > 1:
             for a, size in self.ctx.sizes.items():
                 env[f"me_{a}"] = self.device // self.strides[a] % size
-        for name, e in self.builtins.items():
-            env[name] = E.evaluate(e, env)
         self.env = env
-        for name, e in self.s.let.items():
-            env[name] = self.ev(e, self.s.line_of("let", name))
+        memo = self.derived_memo
+        for name, e, line, reads in self.derived:
+            key = (name, tuple([self.key(env.get(n, _MISSING)) for n in reads]))
+            if key not in memo:  # errors are raised here, the first time, and never memoized
+                memo[key] = self.ev(e, line)
+            env[name] = memo[key]
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
@@ -483,7 +491,7 @@ class _Unroller:
         """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
-        self.memo = {}
+        self.memo, self.derived_memo = {}, {}
         events: list[Event] = []
         second: list[Event] = []
         for inv in range(invocations):
