@@ -16,7 +16,7 @@ from ringc.verify import quotient as Q
 from ringc.verify.check import check, check_program, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary
 from ringc.verify.rotation import NotRotational, Rot, rotation_unroll
-from ringc.verify.semantics import Piece, _value, expected
+from ringc.verify.semantics import PRODUCT, Piece, _restrict, _value, expected
 from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
 from ringc.verify.unroll import unroll
 
@@ -187,6 +187,48 @@ def test_runs_of_devices_are_canonical(devices, rnd):
     half = _value([term(d) for d in shuffled[: len(shuffled) // 2]], box)
     assert _value(list(half) + [term(d) for d in shuffled[len(shuffled) // 2:]], box) == one
     assert _value([term(d) for d in devices] + [term(devices[0])], box) != one
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), min_size=1, max_size=16), st.randoms())
+def test_products_over_runs_of_devices_are_canonical(cells, rnd):
+    """A sum of products x_d[:, k] * y_d[k, :], one per (device d, k) cell, is the same
+    value whether written cell by cell or with pairs of devices given as one run, in any
+    order; one more cell changes it."""
+    box = ((0, 4), (0, 4))
+
+    def prod(lo: int, hi: int, k: int) -> tuple:
+        dev = lo if hi == lo + 1 else (lo, hi)
+        return (PRODUCT, ("x", dev, ((0, 0), (-1, 0))), ("y", dev, ((-1, 0), (1, 0))), k, k + 1)
+
+    one = _value([prod(d, d + 1, k) for d, k in cells], box)
+    rest, terms = sorted(cells), []
+    while rest:
+        d, k = rest.pop(0)
+        if (d + 1, k) in rest and rnd.random() < 0.5:
+            rest.remove((d + 1, k))
+            terms.append(prod(d, d + 2, k))
+        else:
+            terms.append(prod(d, d + 1, k))
+    rnd.shuffle(terms)
+    assert _value(terms, box) == one
+    d, k = cells[0]
+    assert _value(terms + [prod(d, d + 1, k)], box) != one
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, 0, 1]), st.integers(0, 3)), min_size=2, max_size=2),
+       st.tuples(st.integers(0, 3), st.integers(1, 4)), st.tuples(st.integers(0, 3), st.integers(1, 4)),
+       st.integers(0, 3), st.integers(0, 3))
+def test_restricting_a_canonical_value_is_canonical(imap, rows, cols, r0, c0):
+    """`_restrict` (the shortcut taken when a stored piece is cut) gives what canonical form
+    of the smaller box gives, also when the cut leaves a single index."""
+    big = ((rows[0], rows[0] + rows[1]), (cols[0], cols[0] + cols[1]))
+    small = tuple((lo + min(o, hi - lo - 1), hi) for (lo, hi), o in zip(big, (r0, c0)))
+    small = (small[0], (small[1][0], small[1][0] + 1)) if c0 % 2 else small
+    terms = [("x", 0, tuple(imap)), ("x", 1, tuple(imap)), (PRODUCT, ("a", 2, ((0, 0), (-1, 3))),
+                                                           ("b", 2, ((-1, 3), (1, 0))), 3, 5)]
+    assert _restrict(_value(terms, big), big, small) == _value(terms, small)
 
 
 def test_check_takes_the_quotient_and_reports_the_same():

@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ..ir import schema as S
 from .events import Compute, DmaStart, Event, Program, Region
@@ -54,8 +54,7 @@ def _map_entries(term: Term, fn: Callable[[int | None, int], tuple[int | None, i
     return (name, dev, tuple([e if e[0] == KDIM else fn(*e) for e in imap]))
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):  # a tuple, not a frozen dataclass: made millions of times
     box: Box
     value: Value
 
@@ -259,6 +258,14 @@ class _Index:
         return ([i for i in range(i0, i1) if self.short[i].box[0][1] > lo and _intersect(self.short[i].box, box)],
                 [p for p in self.long if _intersect(p.box, box)])
 
+    def overlapping(self, box: Box) -> list[tuple[Piece, Box]]:
+        """The pieces that overlap `box`, each with the overlap."""
+        lo, hi = box[0]
+        short = self.short[bisect_left(self.starts, lo - self.reach + 1):bisect_left(self.starts, hi)]
+        found = [(p, _intersect(p.box, box)) for p in short if p.box[0][1] > lo]
+        found += [(p, _intersect(p.box, box)) for p in self.long]
+        return [(p, ix) for p, ix in found if ix is not None]
+
     def add(self, piece: Piece) -> None:
         length = piece.box[0][1] - piece.box[0][0]
         if length > self.cap:
@@ -299,16 +306,15 @@ class Memory:
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
         index = self._pieces((r.device, r.buffer))
-        positions, long = index.meeting(r.box)
-        for p in [index.short[i] for i in positions] + long:
-            ix = _intersect(p.box, r.box)
+        for p, ix in index.overlapping(r.box):
             out.append(p if ix == p.box else Piece(ix, _restrict(p.value, p.box, ix)))
             covered.append(ix)
         gaps = [r.box]
-        if sum(_volume(c) for c in covered) == _volume(r.box):
-            gaps = []  # stored pieces are disjoint: they cover the region
-        for c in covered if gaps else ():
-            gaps = [g for gap in gaps for g in _subtract(gap, c)]
+        if sum(map(_volume, covered)) == _volume(r.box):
+            gaps = []  # stored pieces are disjoint, so these cover the region
+        else:
+            for c in covered:
+                gaps = [g for gap in gaps for g in _subtract(gap, c)]
         out += [Piece(g, ((UNINIT + r.buffer, r.device, ()),)) for g in gaps]
         return out
 
@@ -327,7 +333,7 @@ class Memory:
         shift = {s: (d, dst.box[d][0] - src.box[s][0]) for s, d in zip(src.kept, dst.kept)}
         out = []
         for p in pieces:
-            box = [dst.box[d] for d in range(len(dst.box))]
+            box = list(dst.box)
             for s, (d, off) in shift.items():
                 box[d] = (p.box[s][0] + off, p.box[s][1] + off)
 
@@ -338,7 +344,7 @@ class Memory:
                     nd, delta = shift[d]
                     return (nd, off - delta)
                 return (None, p.box[d][0] + off)  # a point-indexed source dim: a constant coordinate
-            out.append(Piece(tuple(box), tuple(_map_entries(t, moved) for t in p.value)))
+            out.append(Piece(tuple(box), tuple([_map_entries(t, moved) for t in p.value])))
         return out
 
     def copy(self, src: Region, dst: Region) -> None:

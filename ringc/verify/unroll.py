@@ -138,12 +138,12 @@ class _Unroller:
         # window slots of the blocks it uses): most grid points repeat earlier ones.
         self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.memo: dict[tuple, list[tuple[Action, int | None]]] = {}
-        # Builtins, then `let:` names, each with the names it reads: most keep their
-        # value over many grid points, so they are memoized the same way.
-        self.derived = [(name, e, sched.line, tuple(sorted(E.names(e)))) for name, e in self.builtins.items()]
-        self.derived += [(name, e, sched.line_of("let", name), tuple(sorted(E.names(e))))
-                         for name, e in sched.let.items()]
-        self.derived_memo: dict[tuple, Any] = {}
+        # Builtins, `let:` names and guards keep their value over many grid points: they
+        # are memoized the same way, on the values of the names they read.
+        self.derived = [(name, e, sched.line) for name, e in self.builtins.items()]
+        self.derived += [(name, e, sched.line_of("let", name)) for name, e in sched.let.items()]
+        self.reads: dict[int, tuple[str, ...]] = {}
+        self.values: dict[tuple, Any] = {}
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -157,6 +157,17 @@ class _Unroller:
         except E.ExprError as err:
             self.fail(line, str(err), "guard the op with `when:` or fix the expression")
 
+    def value(self, e: E.Expr, line: int) -> Any:
+        """`ev`, memoized on the values of the names `e` reads."""
+        reads = self.reads.get(id(e))
+        if reads is None:
+            reads = self.reads[id(e)] = tuple(sorted(E.names(e)))
+        env = self.env
+        key = (id(e), tuple([self.key(env.get(n, _MISSING)) for n in reads]))
+        if key not in self.values:  # errors are raised here, the first time, and never memoized
+            self.values[key] = self.ev(e, line)
+        return self.values[key]
+
     def me(self) -> Any:
         return self.device
 
@@ -169,6 +180,17 @@ class _Unroller:
         return start, length
 
     def region(self, ref: E.Ref, line: int) -> Region:
+        """The box `ref` selects, memoized like actions (a wait meets its start's regions)."""
+        reads = self.reads.get(id(ref))
+        if reads is None:
+            reads = self.reads[id(ref)] = tuple(sorted(E.ref_names(ref)))
+        env = self.env
+        key = (id(ref), tuple([self.key(env.get(n, _MISSING)) for n in reads]), self.window_slot.get(ref.name))
+        if key not in self.values:
+            self.values[key] = self.evaluate_region(ref, line)
+        return self.values[key]
+
+    def evaluate_region(self, ref: E.Ref, line: int) -> Region:
         if ref.name in self.window_slot:  # a pipeline block: the window slot in use
             buffer, slot = self.window_slot[ref.name]
             ref = E.Ref(buffer, (E.Const(slot), *ref.indices))
@@ -309,7 +331,7 @@ class _Unroller:
     def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
         for op in ops:
             if isinstance(op, S.When):
-                if self.ev(op.when, op.line):
+                if self.value(op.when, op.line):
                     self.walk(op.do, out, invocation)
                 continue
             if isinstance(op, S.Pipeline):
@@ -429,12 +451,8 @@ class _Unroller:
             for a, size in self.ctx.sizes.items():
                 env[f"me_{a}"] = self.device // self.strides[a] % size
         self.env = env
-        memo = self.derived_memo
-        for name, e, line, reads in self.derived:
-            key = (name, tuple([self.key(env.get(n, _MISSING)) for n in reads]))
-            if key not in memo:  # errors are raised here, the first time, and never memoized
-                memo[key] = self.ev(e, line)
-            env[name] = memo[key]
+        for name, e, line in self.derived:
+            env[name] = self.value(e, line)
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
@@ -491,7 +509,7 @@ class _Unroller:
         """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
-        self.memo, self.derived_memo = {}, {}
+        self.memo, self.values = {}, {}
         events: list[Event] = []
         second: list[Event] = []
         for inv in range(invocations):
