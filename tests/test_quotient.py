@@ -231,6 +231,21 @@ def test_restricting_a_canonical_value_is_canonical(imap, rows, cols, r0, c0):
     assert _restrict(_value(terms, big), big, small) == _value(terms, small)
 
 
+def test_a_copy_stores_canonical_values():
+    """A copy skips canonical form (it moves canonical pieces), so it must leave exactly what
+    canonical form gives, term order included, after shifting offsets that reorder terms."""
+    from ringc.verify.events import Region
+    from ringc.verify.semantics import Memory
+    r = lambda b, lo, n: Region(b, 0, ((lo, lo + n),), (0,), 4)  # noqa: E731
+    mem = Memory({"x": (32,), "y": (32,), "z": (32,)})
+    mem.init_input(0, "x")
+    mem.copy(r("x", 5, 4), r("y", 0, 4))
+    mem.accumulate(r("x", 10, 4), r("y", 0, 4))
+    mem.copy(r("y", 0, 4), r("z", 6, 4))
+    [piece] = mem.read(r("z", 6, 4))
+    assert len(piece.value) == 2 and piece.value == _value(piece.value, piece.box)
+
+
 def test_check_takes_the_quotient_and_reports_the_same():
     sched = ringc.load(ROOT / "schedules" / "reduce_scatter_bidirectional.yaml")
     fast = check(sched, 8)

@@ -506,3 +506,28 @@ def test_symmetry_reduction_finds_exactly_what_the_full_analysis_finds(path):
         fast = check_program(sched, program, placement)
         full = check_program(sched, program, placement, use_symmetry=False)
         assert _finding_keys(fast) == _finding_keys(full), (path.stem, n)
+
+
+def test_memoized_unrolling_keeps_true_apart_from_1():
+    """The unroller memoizes on the values an op reads; True and 1 are equal keys in
+    Python, but a box must print as `x[1, ...]`, never `x[True, ...]`."""
+    sched = load_text("""\
+name: bool_index
+collective: {kind: ppermute, shift: 0}
+params: {rows: 2, cols: 8}
+buffers:
+  x:   {kind: input,  shape: [rows, cols]}
+  out: {kind: output, shape: [rows, cols]}
+semaphores:
+  sem: dma
+grid: {step: 3}
+let:
+  a: "max(step == 0, step - 1)"
+copies:
+  cp: {src: "x[a]", dst: "out[a]", sem: sem}
+body:
+  - start: cp
+  - wait: cp
+""")
+    starts = [ev.action for ev in unroll(sched, 2).devices[0] if isinstance(ev.action, DmaStart)]
+    assert [a.src.text() for a in starts] == ["x[1, 0:8]", "x[0, 0:8]", "x[1, 0:8]"]

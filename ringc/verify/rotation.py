@@ -168,7 +168,7 @@ class RotationUnroller(_Unroller):
         return Rot(0, 0, 1, self.n)
 
     def key(self, value: Any) -> Any:
-        return (value.k, value.c, value.a, value.m) if isinstance(value, Rot) else value
+        return (Rot, value.k, value.c, value.a, value.m) if isinstance(value, Rot) else super().key(value)
 
     def target(self, e: E.Expr, line: int) -> int:
         return device_offset(self.ev(e, line), self.n)

@@ -348,8 +348,11 @@ class Memory:
         return out
 
     def copy(self, src: Region, dst: Region) -> None:
-        # Moving canonical pieces keeps them canonical: the dims their maps name stay the same size.
-        self.write(dst, self.translate(self.read(src), src, dst), canonical=True)
+        # Moving a canonical piece changes every term's map by the same one-to-one shift into
+        # dims of the same size, so nothing merges or splits: only the terms' order may change.
+        moved = self.translate(self.read(src), src, dst)
+        self.write(dst, [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved],
+                   canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)

@@ -201,7 +201,7 @@ class _Unroller:
             if isinstance(ix, E.Slice):
                 start = self.ev(ix.start, line) if ix.start is not None else 0
                 length = self.ev(ix.size, line) if ix.size is not None else size - start
-                start, length = self.place(ref.name, dim, size, start, length)
+                start, length = (int(v) for v in self.place(ref.name, dim, size, start, length))  # True is 1
                 if start < 0 or length <= 0 or start + length > size:
                     self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
                                     f"{dim} of `{ref.name}` (size {size})",
@@ -209,7 +209,7 @@ class _Unroller:
                 box.append((start, start + length))
                 kept.append(dim)
             else:
-                i = self.place(ref.name, dim, size, self.ev(ix, line), 1)[0]
+                i = int(self.place(ref.name, dim, size, self.ev(ix, line), 1)[0])
                 if not 0 <= i < size:
                     self.fail(line, f"`{ref.text()}`: index {E.to_text(ix)} = {i} is out of range for "
                                     f"dimension {dim} of `{ref.name}` (size {size})",
@@ -240,8 +240,9 @@ class _Unroller:
         return c, src, dst
 
     def key(self, value: Any) -> Any:
-        """`value` as part of a dictionary key (see `rotation.py` for symbolic values)."""
-        return value
+        """`value` as part of a dictionary key (see `rotation.py` for symbolic values).
+        True is kept apart from 1: it would compute the same, but print as `True`."""
+        return (bool, value) if isinstance(value, bool) else value
 
     def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         """The concrete actions of one op; the int is a remote target to check, if any."""
