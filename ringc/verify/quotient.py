@@ -98,14 +98,21 @@ class Rotator:
         return boxes
 
     def pieces(self, buffer: str, pieces: list[Piece], delta: int) -> list[Piece]:
+        """Canonical pieces on device delta. Rotating terms that do not wrap keeps the
+        value canonical but for the terms' order; a wrapped run may merge with another."""
         out = []
         for p in pieces:
-            parts = []
+            parts, wrapped = [], False
             for box in self._split(buffer, p.box, delta):
                 new_box = tuple((s, s + hi - lo) for (lo, hi), s in
                                 ((b, self._shift(buffer, d, b[0], delta)) for d, b in enumerate(box)))
-                parts.append(Piece(new_box, tuple(u for t in p.value for u in self.term(t, box, new_box, delta))))
-            out += [Piece(q.box, _value(q.value, q.box)) for q in _rejoin(parts)]
+                terms = [self.term(t, box, new_box, delta) for t in p.value]
+                wrapped = wrapped or any(len(ts) > 1 for ts in terms)
+                parts.append(Piece(new_box, tuple(u for ts in terms for u in ts)))
+            if wrapped or len(parts) > 1:
+                out += [Piece(q.box, _value(q.value, q.box)) for q in _rejoin(parts)]
+            else:
+                out += [Piece(q.box, tuple(sorted(q.value, key=repr))) for q in parts]
         return out
 
     def term(self, term, box, new_box, delta: int) -> list:
@@ -441,7 +448,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
         a: DmaStart = ev.action
         delta = -a.dst.device % n
         src, dst = rot.region(a.src, delta), rot.region(a.dst, delta)
-        mem.write(dst, Memory.translate(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst))
+        mem.move(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst)
 
     for ev in program.devices[0]:
         apply(mem, ev, n, land)

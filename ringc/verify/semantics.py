@@ -70,6 +70,17 @@ def _intersect(a: Box, b: Box) -> Box | None:
     return tuple(out)
 
 
+def _meets(a: Box, b: Box) -> bool:
+    for (a0, a1), (b0, b1) in zip(a, b):
+        if a1 <= b0 or b1 <= a0:
+            return False
+    return True
+
+
+def _inside(a: Box, b: Box) -> bool:
+    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
+
+
 def _volume(box: Box) -> int:
     v = 1
     for lo, hi in box:
@@ -157,9 +168,11 @@ def _rectangles(rects: list[tuple[int, int, int, int]]) -> list[tuple[int, int, 
     device runs over which the k ranges (as `_runs`) are the same."""
     if len(rects) == 1:
         return rects
-    k0, k1 = rects[0][2:]
+    (x0, x1, k0, k1) = rects[0]
     if all(r[2] == k0 and r[3] == k1 for r in rects):  # one k range: the device runs decide
-        return [(x0, x1, k0, k1) for x0, x1 in _runs([r[:2] for r in rects])]
+        return [(a, b, k0, k1) for a, b in _runs([r[:2] for r in rects])]
+    if all(r[0] == x0 and r[1] == x1 for r in rects):  # one device run: the k ranges decide
+        return [(x0, x1, a, b) for a, b in _runs([r[2:] for r in rects])]
     xs = sorted({x for r in rects for x in r[:2]})
     cols: list[tuple[int, int, list]] = []
     for x0, x1 in zip(xs, xs[1:]):
@@ -177,8 +190,14 @@ def _value(terms: Iterable[Term], box: Box) -> Value:
     """The canonical sum. Terms that differ only in the device, over consecutive devices,
     merge into one run (a psum of N blocks is one term, not N); products merge over
     adjacent k ranges and over runs of devices whose factors keep the same offset."""
-    odd, plain, products = [], defaultdict(list), defaultdict(list)
     single = _single_dims(box)
+    if isinstance(terms, tuple) and len(terms) == 1:  # the common case: nothing to merge
+        t = _canonical(terms[0], box, single)
+        if _is_product(t):
+            (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
+            return ((PRODUCT, (an, _dev(*_span(ad)), am), (bn, _dev(*_span(bd)), bm), k0, k1),)
+        return (t,) if t[0][:1] in (UNINIT, OPAQUE) else ((t[0], _dev(*_span(t[1])), t[2]),)
+    odd, plain, products = [], defaultdict(list), defaultdict(list)
     for t in (_canonical(t, box, single) for t in terms):
         if _is_product(t):
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
@@ -255,8 +274,9 @@ class _Index:
         """Positions in `short`, and the long pieces, that overlap `box`."""
         lo, hi = box[0]
         i0, i1 = bisect_left(self.starts, lo - self.reach + 1), bisect_left(self.starts, hi)
-        return ([i for i in range(i0, i1) if self.short[i].box[0][1] > lo and _intersect(self.short[i].box, box)],
-                [p for p in self.long if _intersect(p.box, box)])
+        short = self.short
+        return ([i for i in range(i0, i1) if short[i].box[0][1] > lo and _meets(short[i].box, box)],
+                [p for p in self.long if _meets(p.box, box)])
 
     def overlapping(self, box: Box) -> list[tuple[Piece, Box]]:
         """The pieces that overlap `box`, each with the overlap."""
@@ -281,7 +301,8 @@ class _Index:
         for i in reversed(positions):
             del self.short[i], self.starts[i]
         if long:
-            self.long = [p for p in self.long if all(p is not q for q in long)]
+            gone_ids = {id(p) for p in long}
+            self.long = [p for p in self.long if id(p) not in gone_ids]
         return gone
 
 
@@ -310,7 +331,7 @@ class Memory:
             out.append(p if ix == p.box else Piece(ix, _restrict(p.value, p.box, ix)))
             covered.append(ix)
         gaps = [r.box]
-        if sum(map(_volume, covered)) == _volume(r.box):
+        if covered == gaps or sum(map(_volume, covered)) == _volume(r.box):
             gaps = []  # stored pieces are disjoint, so these cover the region
         else:
             for c in covered:
@@ -322,8 +343,9 @@ class Memory:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
         for p in index.remove(*index.meeting(r.box)):
-            for b in _subtract(p.box, r.box):
-                index.add(Piece(b, _restrict(p.value, p.box, b)))
+            if not _inside(p.box, r.box):
+                for b in _subtract(p.box, r.box):
+                    index.add(Piece(b, _restrict(p.value, p.box, b)))
         for p in new:
             index.add(p if canonical else Piece(p.box, _value(p.value, p.box)))
 
@@ -348,9 +370,13 @@ class Memory:
         return out
 
     def copy(self, src: Region, dst: Region) -> None:
-        # Moving a canonical piece changes every term's map by the same one-to-one shift into
-        # dims of the same size, so nothing merges or splits: only the terms' order may change.
-        moved = self.translate(self.read(src), src, dst)
+        self.move(self.read(src), src, dst)
+
+    def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
+        """Write canonical `pieces` of `src` into `dst`. Translating changes every term's map by
+        the same one-to-one shift into dims of the same size, so nothing merges or splits:
+        only the terms' order may change."""
+        moved = self.translate(pieces, src, dst)
         self.write(dst, [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved],
                    canonical=True)
 
