@@ -121,7 +121,9 @@ class Compute:
 Action = Union[DmaStart, SemWait, Signal, Compute]
 
 
-@dataclass(frozen=True, eq=False)  # identity: each event is one occurrence
+# Identity: each event is one occurrence. Not frozen, for speed (the unroller makes tens of
+# thousands per device); nothing assigns to an event after it is made.
+@dataclass(eq=False, slots=True)
 class Event:
     device: int
     index: int                 # position in this device's program

@@ -12,7 +12,7 @@ decides race-freedom for the whole schedule, not for one execution.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
@@ -20,8 +20,7 @@ from .order import DmaEnds, Order
 from .simulate import Machine
 
 
-@dataclass(frozen=True)
-class Access:
+class Access(NamedTuple):  # a tuple: one per access of every event, tens of thousands
     region: Region
     write: bool
     start: Event
