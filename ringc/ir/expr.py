@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
+from typing import Callable, Mapping, Union, get_args
 
 
 class ExprError(ValueError):
@@ -53,7 +53,7 @@ class Call:
 
 
 Expr = Union[Const, Var, BinOp, Not, Neg, Call]
-EXPR_TYPES = (Const, Var, BinOp, Not, Neg, Call)
+EXPR_TYPES = get_args(Expr)  # for isinstance
 
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 FUNCS = ("min", "max")

@@ -280,11 +280,8 @@ class _Index:
 
     def overlapping(self, box: Box) -> list[tuple[Piece, Box]]:
         """The pieces that overlap `box`, each with the overlap."""
-        lo, hi = box[0]
-        short = self.short[bisect_left(self.starts, lo - self.reach + 1):bisect_left(self.starts, hi)]
-        found = [(p, _intersect(p.box, box)) for p in short if p.box[0][1] > lo]
-        found += [(p, _intersect(p.box, box)) for p in self.long]
-        return [(p, ix) for p, ix in found if ix is not None]
+        positions, long = self.meeting(box)
+        return [(p, _intersect(p.box, box)) for p in [self.short[i] for i in positions] + long]
 
     def add(self, piece: Piece) -> None:
         length = piece.box[0][1] - piece.box[0][0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 from ..ir import expr as E
 from ..ir import schema as S
@@ -25,18 +25,21 @@ from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, D
 _MISSING = object()
 
 
-def op_inputs(sched: S.Schedule, op: S.Op) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The names an op's actions read, and the buffers it refers to (which may be pipeline
-    blocks), including those of the copy it starts or waits for."""
-    nodes: list[Any] = [getattr(op, f) for f in type(op).model_fields if f != "line"]
-    for field in ("start", "wait", "wait_send", "wait_recv"):
-        if isinstance(getattr(op, field, None), str):
-            c = sched.copies[getattr(op, field)]
-            nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
+def node_inputs(sched: S.Schedule, node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names an expression, a ref or an op reads (an op: with the copy it starts or
+    waits for), and the buffers it refers to, which may be pipeline blocks."""
+    if isinstance(node, (E.Ref, *E.EXPR_TYPES)):
+        nodes = [node]
+    else:
+        nodes = [getattr(node, f) for f in type(node).model_fields if f != "line"]
+        for field in ("start", "wait", "wait_send", "wait_recv"):
+            if isinstance(getattr(node, field, None), str):
+                c = sched.copies[getattr(node, field)]
+                nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
     names: set[str] = set()
     refs: set[str] = set()
-    for node in nodes:
-        for x in node if isinstance(node, list) else [node]:
+    for part in nodes:
+        for x in part if isinstance(part, list) else [part]:
             if isinstance(x, E.Ref):
                 names |= E.ref_names(x)
                 refs.add(x.name)
@@ -134,16 +137,13 @@ class _Unroller:
         self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
         self.inner: tuple[tuple[str, int], ...] = ()  # inside a pipeline: its grid point
         self.window_slot: dict[str, tuple[str, int]] = {}  # inside a pipeline: block -> (buffer, slot)
-        # An op's actions depend only on the values of the names it mentions (and the
-        # window slots of the blocks it uses): most grid points repeat earlier ones.
-        self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self.memo: dict[tuple, list[tuple[Action, int | None]]] = {}
-        # Builtins, `let:` names and guards keep their value over many grid points: they
-        # are memoized the same way, on the values of the names they read.
         self.derived = [(name, e, sched.line) for name, e in self.builtins.items()]
         self.derived += [(name, e, sched.line_of("let", name)) for name, e in sched.let.items()]
-        self.reads: dict[int, tuple[str, ...]] = {}
-        self.values: dict[tuple, Any] = {}
+        # An op's actions, a region, a guard or a `let:` value depends only on the values
+        # of the names it reads (and the window slots of the blocks it uses), and most grid
+        # points repeat earlier ones: see `memoized`.
+        self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.memo: dict[tuple, Any] = {}
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -157,16 +157,27 @@ class _Unroller:
         except E.ExprError as err:
             self.fail(line, str(err), "guard the op with `when:` or fix the expression")
 
+    def key(self, value: Any) -> Any:
+        """`value` as part of a dictionary key (see `rotation.py` for symbolic values).
+        True is kept apart from 1: it would compute the same, but print as `True`."""
+        return (bool, value) if isinstance(value, bool) else value
+
+    def memoized(self, node: Any, compute: Callable[..., Any], *args: Any) -> Any:
+        """`compute(*args)`, memoized on the values of the names `node` reads and the window
+        slots of the blocks it names. Errors are raised the first time, never memoized."""
+        inputs = self.inputs.get(id(node))
+        if inputs is None:
+            inputs = self.inputs[id(node)] = node_inputs(self.s, node)
+        names, blocks = inputs
+        env, slots = self.env, self.window_slot
+        key = (id(node), tuple([self.key(env.get(n, _MISSING)) for n in names]),
+               tuple([slots.get(b) for b in blocks]) if slots else ())
+        if key not in self.memo:
+            self.memo[key] = compute(*args)
+        return self.memo[key]
+
     def value(self, e: E.Expr, line: int) -> Any:
-        """`ev`, memoized on the values of the names `e` reads."""
-        reads = self.reads.get(id(e))
-        if reads is None:
-            reads = self.reads[id(e)] = tuple(sorted(E.names(e)))
-        env = self.env
-        key = (id(e), tuple([self.key(env.get(n, _MISSING)) for n in reads]))
-        if key not in self.values:  # errors are raised here, the first time, and never memoized
-            self.values[key] = self.ev(e, line)
-        return self.values[key]
+        return self.memoized(e, self.ev, e, line)
 
     def me(self) -> Any:
         return self.device
@@ -180,15 +191,8 @@ class _Unroller:
         return start, length
 
     def region(self, ref: E.Ref, line: int) -> Region:
-        """The box `ref` selects, memoized like actions (a wait meets its start's regions)."""
-        reads = self.reads.get(id(ref))
-        if reads is None:
-            reads = self.reads[id(ref)] = tuple(sorted(E.ref_names(ref)))
-        env = self.env
-        key = (id(ref), tuple([self.key(env.get(n, _MISSING)) for n in reads]), self.window_slot.get(ref.name))
-        if key not in self.values:
-            self.values[key] = self.evaluate_region(ref, line)
-        return self.values[key]
+        """The box `ref` selects (memoized: a wait meets the regions its start computed)."""
+        return self.memoized(ref, self.evaluate_region, ref, line)
 
     def evaluate_region(self, ref: E.Ref, line: int) -> Region:
         if ref.name in self.window_slot:  # a pipeline block: the window slot in use
@@ -239,23 +243,9 @@ class _Unroller:
         self.same_shape(src, dst, line, f"copy `{name}`")
         return c, src, dst
 
-    def key(self, value: Any) -> Any:
-        """`value` as part of a dictionary key (see `rotation.py` for symbolic values).
-        True is kept apart from 1: it would compute the same, but print as `True`."""
-        return (bool, value) if isinstance(value, bool) else value
-
     def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         """The concrete actions of one op; the int is a remote target to check, if any."""
-        if id(op) not in self.inputs:
-            self.inputs[id(op)] = op_inputs(self.s, op)
-        names, refs = self.inputs[id(op)]
-        env, slots = self.env, self.window_slot
-        key = (id(op), tuple([self.key(env.get(n, _MISSING)) for n in names]),
-               tuple([slots.get(r) for r in refs]) if slots else ())
-        out = self.memo.get(key)
-        if out is None:  # errors are raised here, the first time, and never memoized
-            out = self.memo[key] = self.evaluate_actions(op)
-        return out
+        return self.memoized(op, self.evaluate_actions, op)
 
     def evaluate_actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
         line = op.line
@@ -510,7 +500,7 @@ class _Unroller:
         """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
-        self.memo, self.values = {}, {}
+        self.memo = {}
         events: list[Event] = []
         second: list[Event] = []
         for inv in range(invocations):
