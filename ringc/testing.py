@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from .ir import expr as E
 from .ir import schema as S
 from .ir.loader import load
-from .ir.schema import _op_tag
+from .ir.schema import op_tag
 
 
 def device_counts(min_n: int = 2, max_n: int = 8) -> st.SearchStrategy[int]:
@@ -136,9 +136,9 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
     for path, op in _op_paths(sched.body):
         if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv, S.SemWait, S.Signal, S.Start, S.Barrier,
                            S.Zero)):
-            out.append(Mutation("drop", path, op.line, _op_tag(op)))
+            out.append(Mutation("drop", path, op.line, op_tag(op)))
         if not isinstance(op, S.When) and path[-1] + 1 < len(_siblings(sched, path)):
-            out.append(Mutation("swap", path, op.line, _op_tag(op)))
+            out.append(Mutation("swap", path, op.line, op_tag(op)))
         if isinstance(op, S.Start):
             to = sched.copies[op.start].to
             if isinstance(to, E.Var) and _flip(to.name) is not None:

@@ -84,10 +84,10 @@ def _header_comment(text: str) -> str:
 def _line_of(loc: tuple, lines: LineTable) -> int | None:
     """Follow a pydantic location through the line table. Pydantic puts the op's union
     tag right after its list index (`body, 3, signal, to`): that tag is not a YAML key."""
-    from .schema import _OP_KEYS
+    from .schema import OP_KEYS
     path: tuple = ()
     for i, comp in enumerate(loc):
-        if i and isinstance(loc[i - 1], int) and comp in _OP_KEYS:
+        if i and isinstance(loc[i - 1], int) and comp in OP_KEYS:
             continue
         if path + (comp,) in lines:
             path = path + (comp,)
@@ -117,16 +117,16 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
         msg = f"unknown key `{key}`"
         fix = f"did you mean `{close[0]}`?" if close else "remove it; docs/schedule-format.md lists the keys"
     elif e["type"] == "unknown_op":
-        from .schema import _OP_KEYS
+        from .schema import OP_KEYS
         given = [k for k in (e["input"] if isinstance(e["input"], dict) else {}) if k != "__line__"]
-        ops = [k for k in given if k in _OP_KEYS]
+        ops = [k for k in given if k in OP_KEYS]
         if len(ops) > 1:
             msg = f"one list item holds several operations ({', '.join(f'`{k}`' for k in ops)})"
             fix = "write each operation as its own `- ` item"
         else:
-            close = difflib.get_close_matches(str(given[0]), _OP_KEYS, n=1) if given else []
+            close = difflib.get_close_matches(str(given[0]), OP_KEYS, n=1) if given else []
             fix = (f"did you mean `{close[0]}`?" if close else
-                   f"start the op with one of: {', '.join(_OP_KEYS)}")
+                   f"start the op with one of: {', '.join(OP_KEYS)}")
     elif e["type"] == "missing":
         msg = f"missing required key `{loc[-1]}`"
         fix = "see docs/schedule-format.md for what this entry needs"

@@ -298,7 +298,7 @@ class _Resolver:
         names = scope.names
         for op in ops:
             line = op.line
-            tag = S._op_tag(op)
+            tag = S.op_tag(op)
             if scope.pipeline is not None and tag not in S.COMPUTE_OP_KEYS:
                 self.fail(line, f"`{tag}` cannot appear in a pipeline body: the inner kernel only "
                                 "computes on its blocks",
@@ -337,7 +337,7 @@ class _Resolver:
 
     def check_compute(self, op: S.Op, scope: "_Scope") -> None:
         """zero, accumulate, assign, cast, matmul: VMEM operands, a writable destination."""
-        line, key = op.line, S._op_tag(op)
+        line, key = op.line, S.op_tag(op)
         dst_ref = getattr(op, key)
         sources = {"zero": (), "matmul": ("a", "b")}.get(key, ("src",))
         if getattr(op, "base", None) is not None:

@@ -8,7 +8,7 @@ pydantic at its exact location. Name resolution happens afterwards, in `resolve.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainSerializer,
                       PlainValidator, PrivateAttr, Tag, WithJsonSchema, model_validator)
@@ -158,79 +158,156 @@ class Copy(Node):
 
 
 # ------------------------------------------------------------------ operations
+#
+# Every op class is declared once, here, and listed once in `OPS` (below): its YAML key
+# (`tag`), whether it may appear in a pipeline body (`compute`), and its operand roles,
+# as names of its own fields (or, for the copy ops, of its copy's): the regions it reads
+# and writes and the semaphores it touches. The YAML tags, the pydantic union `Op` and the
+# key lists are derived from `OPS`; every later stage keeps one rule per class in a table
+# keyed by the class (`ringc.ir.rules.RuleTable`) and raises on a class it lacks.
 
-class Start(Node):
+
+class OpNode(Node):
+    """Base of every step operation. Class attributes (not YAML fields):
+
+    - `tag`: the YAML key that names the op (`start: push`);
+    - `compute`: allowed inside a pipeline body (the inner kernel only computes);
+    - `reads`, `writes`: fields holding the buffer refs it reads and writes (a copy op:
+      fields of its copy, `src`/`dst`, see `copy_halves`); optional fields may be None;
+    - `sems`: fields holding the semaphore refs it touches (a copy op: of its copy);
+    - `copy_halves`: a copy op's halves ("send", "recv") it starts or waits for, else ().
+    """
+    tag: ClassVar[str] = ""
+    compute: ClassVar[bool] = False
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+    sems: ClassVar[tuple[str, ...]] = ()
+    copy_halves: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def copy_name(self) -> str | None:
+        """The copy a copy op starts or waits for (its tag's value), else None."""
+        return getattr(self, self.tag) if self.copy_halves else None
+
+    def refs(self, role: str) -> list[E.Ref]:
+        """The op's own refs in `role` ("reads", "writes" or "sems"), in declaration order,
+        the absent optional ones left out. A copy op's roles name its copy's fields: ask
+        `Schedule.operands`, which knows the copies."""
+        if self.copy_halves:
+            raise TypeError(f"`{self.tag}` names its copy's operands: use Schedule.operands")
+        return [v for v in (getattr(self, f) for f in getattr(type(self), role)) if v is not None]
+
+
+class Start(OpNode):
     """Start a copy (non-blocking)."""
+    tag: ClassVar[str] = "start"
+    reads: ClassVar[tuple[str, ...]] = ("src",)
+    writes: ClassVar[tuple[str, ...]] = ("dst",)
+    sems: ClassVar[tuple[str, ...]] = ("send_sem", "recv_sem", "sem")
+    copy_halves: ClassVar[tuple[str, ...]] = ("send", "recv")
     start: str
 
 
-class Wait(Node):
+class Wait(OpNode):
     """Wait for a copy: both halves for a remote copy, the one semaphore for a local one."""
+    tag: ClassVar[str] = "wait"
+    sems: ClassVar[tuple[str, ...]] = ("send_sem", "recv_sem", "sem")
+    copy_halves: ClassVar[tuple[str, ...]] = ("send", "recv")
     wait: str
 
 
-class WaitSend(Node):
+class WaitSend(OpNode):
     """Remote copy: block until the source may be reused (the send semaphore)."""
+    tag: ClassVar[str] = "wait_send"
+    sems: ClassVar[tuple[str, ...]] = ("send_sem",)
+    copy_halves: ClassVar[tuple[str, ...]] = ("send",)
     wait_send: str
 
 
-class WaitRecv(Node):
+class WaitRecv(OpNode):
     """Remote copy: block until the destination has arrived (the receive semaphore)."""
+    tag: ClassVar[str] = "wait_recv"
+    sems: ClassVar[tuple[str, ...]] = ("recv_sem",)
+    copy_halves: ClassVar[tuple[str, ...]] = ("recv",)
     wait_recv: str
 
 
-class Signal(Node):
+class Signal(OpNode):
     """`pl.semaphore_signal`: add `inc` to `sem` on each device in `to` (default: me)."""
+    tag: ClassVar[str] = "signal"
+    sems: ClassVar[tuple[str, ...]] = ("signal",)
     signal: RefT
     to: ExprList = Field(default_factory=lambda: [E.Var("me")])
     inc: ExprT = E.Const(1)
 
 
-class SemWait(Node):
+class SemWait(OpNode):
     """`pl.semaphore_wait`: block until `sem` >= value, then subtract value."""
+    tag: ClassVar[str] = "sem_wait"
+    sems: ClassVar[tuple[str, ...]] = ("sem_wait",)
     sem_wait: RefT
     value: ExprT = E.Const(1)
 
 
-class Barrier(Node):
+class Barrier(OpNode):
     """Neighbour barrier on the global barrier semaphore: signal each device listed,
     then wait for as many signals. `double` adds the seed's second, kernel-scoped
     barrier that makes reuse of `collective_id` across invocations safe."""
+    tag: ClassVar[str] = "barrier"  # its semaphore is the global barrier semaphore, not a field
     barrier: ExprList
     double: bool = True
 
 
-class Zero(Node):
+class Zero(OpNode):
     """Fill a VMEM region with zeros."""
+    tag: ClassVar[str] = "zero"
+    compute: ClassVar[bool] = True
+    writes: ClassVar[tuple[str, ...]] = ("zero",)
     zero: RefT
 
 
-class Accumulate(Node):
+class Accumulate(OpNode):
     """`dst += src` on VMEM regions of the same shape; with `base`, `dst = base + src`."""
+    tag: ClassVar[str] = "accumulate"
+    compute: ClassVar[bool] = True
+    reads: ClassVar[tuple[str, ...]] = ("src", "base")
+    writes: ClassVar[tuple[str, ...]] = ("accumulate",)
     accumulate: RefT
     src: RefT
     base: RefT | None = Field(None, description="add src to this region instead of to dst itself, e.g. "
                                                 "a pipeline's input block when updating a region in place")
 
 
-class Assign(Node):
+class Assign(OpNode):
     """`dst = src` on VMEM regions of the same shape (a vector load and store)."""
+    tag: ClassVar[str] = "assign"
+    compute: ClassVar[bool] = True
+    reads: ClassVar[tuple[str, ...]] = ("src",)
+    writes: ClassVar[tuple[str, ...]] = ("assign",)
     assign: RefT
     src: RefT
 
 
-class Cast(Node):
+class Cast(OpNode):
     """`dst = src.astype(dst.dtype)` on VMEM regions of the same shape, e.g. a float32
     accumulator into a bfloat16 output block."""
+    tag: ClassVar[str] = "cast"
+    compute: ClassVar[bool] = True
+    reads: ClassVar[tuple[str, ...]] = ("src",)
+    writes: ClassVar[tuple[str, ...]] = ("cast",)
     cast: RefT
     src: RefT
 
 
-class Matmul(Node):
+class Matmul(OpNode):
     """`dst = a @ b` (or `dst += a @ b` with `accumulate`) on 2-D VMEM blocks, multiplied
     with float32 accumulation (`jnp.dot(..., preferred_element_type=float32)`). A
     `(bm, bn, bk)` blocking is a grid over blocks of this op: zero the accumulator at the
     first k block, accumulate, cast it out at the last."""
+    tag: ClassVar[str] = "matmul"
+    compute: ClassVar[bool] = True
+    reads: ClassVar[tuple[str, ...]] = ("a", "b")
+    writes: ClassVar[tuple[str, ...]] = ("matmul",)
     matmul: RefT
     a: RefT
     b: RefT
@@ -250,10 +327,11 @@ def _strip_line(v: Any) -> Any:
     return {k: x for k, x in v.items() if k != "__line__"} if isinstance(v, dict) else v
 
 
-class Pipeline(Node):
+class Pipeline(OpNode):
     """A nested `pltpu.emit_pipeline` over HBM-resident regions: its own grid (the key's
     value, row-major), input and output blocks streamed through double-buffered VMEM
     windows, and a body of compute ops run at every inner grid point."""
+    tag: ClassVar[str] = "pipeline"
     pipeline: Annotated[dict[str, ExprT], BeforeValidator(_strip_line)] = Field(min_length=1)
     inputs: Annotated[dict[str, BlockSpec], BeforeValidator(_strip_line)] = {}
     outputs: Annotated[dict[str, BlockSpec], BeforeValidator(_strip_line)] = {}
@@ -264,45 +342,39 @@ class Pipeline(Node):
         return {**self.inputs, **self.outputs}
 
 
-class When(Node):
+class When(OpNode):
     """Run `do` only where the guard holds, e.g. `step == 0` for a prologue."""
+    tag: ClassVar[str] = "when"
+    compute: ClassVar[bool] = True
     when: ExprT
     do: list["Op"]
 
 
-_OP_KEYS = ("when", "start", "wait", "wait_send", "wait_recv", "signal", "sem_wait",
-            "barrier", "zero", "accumulate", "assign", "cast", "matmul", "pipeline")
+# Every op class, in the order the YAML error message lists their keys. The single list.
+OPS: tuple[type[OpNode], ...] = (When, Start, Wait, WaitSend, WaitRecv, Signal, SemWait, Barrier, Zero,
+                                 Accumulate, Assign, Cast, Matmul, Pipeline)
+OP_KEYS: tuple[str, ...] = tuple(c.tag for c in OPS)
 # Ops allowed inside a pipeline body: the inner kernel only computes on its blocks.
-COMPUTE_OP_KEYS = ("when", "zero", "accumulate", "assign", "cast", "matmul")
+COMPUTE_OP_KEYS: tuple[str, ...] = tuple(c.tag for c in OPS if c.compute)
+OP_OF_TAG: dict[str, type[OpNode]] = {c.tag: c for c in OPS}
+assert len(OP_OF_TAG) == len(OPS), "two op classes share a tag"
 
 
-def _op_tag(v: Any) -> str | None:
+def op_tag(v: Any) -> str | None:
+    """The tag of an op, or of a YAML mapping that is one (None if it names no single op)."""
     if isinstance(v, dict):
-        present = [key for key in _OP_KEYS if key in v]
+        present = [key for key in OP_KEYS if key in v]
         if "accumulate" in present and ("matmul" in present or isinstance(v["accumulate"], bool)):
             present.remove("accumulate")  # matmul's own `accumulate: true` flag
         return present[0] if len(present) == 1 else None
-    return _TAG_OF_TYPE.get(type(v))
+    return v.tag if isinstance(v, OpNode) else None
 
 
 Op = Annotated[
-    Union[
-        Annotated[When, Tag("when")], Annotated[Start, Tag("start")], Annotated[Wait, Tag("wait")],
-        Annotated[WaitSend, Tag("wait_send")], Annotated[WaitRecv, Tag("wait_recv")],
-        Annotated[Signal, Tag("signal")], Annotated[SemWait, Tag("sem_wait")],
-        Annotated[Barrier, Tag("barrier")], Annotated[Zero, Tag("zero")],
-        Annotated[Accumulate, Tag("accumulate")], Annotated[Assign, Tag("assign")],
-        Annotated[Cast, Tag("cast")], Annotated[Matmul, Tag("matmul")],
-        Annotated[Pipeline, Tag("pipeline")],
-    ],
-    Discriminator(_op_tag, custom_error_type="unknown_op",
-                  custom_error_message=f"unknown operation: each step operation is one of {', '.join(_OP_KEYS)}"),
+    Union[tuple(Annotated[c, Tag(c.tag)] for c in OPS)],  # type: ignore[valid-type]
+    Discriminator(op_tag, custom_error_type="unknown_op",
+                  custom_error_message=f"unknown operation: each step operation is one of {', '.join(OP_KEYS)}"),
 ]
-
-_TAG_OF_TYPE = {When: "when", Start: "start", Wait: "wait", WaitSend: "wait_send",
-                WaitRecv: "wait_recv", Signal: "signal", SemWait: "sem_wait", Barrier: "barrier",
-                Zero: "zero", Accumulate: "accumulate", Assign: "assign", Cast: "cast",
-                Matmul: "matmul", Pipeline: "pipeline"}
 
 When.model_rebuild()
 Pipeline.model_rebuild()
@@ -376,6 +448,14 @@ class Schedule(Node):
     def header(self) -> str:
         """The YAML's leading comment: the author's explanation of the algorithm."""
         return self._header
+
+    def operands(self, op: OpNode, role: str) -> list[E.Ref]:
+        """The refs `op` has in `role` ("reads", "writes" or "sems"); for a copy op, the
+        fields of its copy that the op's roles name."""
+        if not op.copy_halves:
+            return op.refs(role)
+        c = self.copies[op.copy_name]
+        return [v for v in (getattr(c, f) for f in getattr(type(op), role)) if v is not None]
 
     def dtype_of(self, buffer: str) -> str:
         return self.buffers[buffer].dtype or self.dtype

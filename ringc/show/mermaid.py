@@ -53,7 +53,7 @@ def memory_diagram(sched: S.Schedule, program: Program) -> str:
     streams = {name: spec.ref.name for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
                for name, spec in op.specs.items()}
     for op in walk_ops(sched.body):
-        verb = S._op_tag(op)
+        verb = S.op_tag(op)
         sources = {"accumulate": ("src",), "assign": ("src",), "cast": ("src",), "matmul": ("a", "b")}.get(verb)
         if sources is None:
             continue

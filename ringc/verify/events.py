@@ -12,12 +12,21 @@ from functools import cached_property
 from math import prod
 from typing import Union
 
+from ..ir import schema as S
+
 # A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
 # the double barrier's kernel-scoped second semaphore is "barrier#2".
 SemId = tuple[int, str, tuple[int, ...]]
 BARRIER = "barrier"
 SECOND_BARRIER = "barrier#2"
 DEVICE_BARRIER = "pallas-entry-barrier#"  # + invocation: the implicit barrier without `barrier:`
+
+
+# The kinds of `Compute` event: one per compute op of the schedule (its tag), then the
+# race model's own writes. Stages that read events keep one rule per kind (`ringc.ir.rules`).
+OP_COMPUTE_KINDS: tuple[str, ...] = tuple(c.tag for c in S.OPS if c.compute and c.writes)
+MODEL_KINDS: tuple[str, ...] = ("enter", "exit", "allocate")
+COMPUTE_KINDS: tuple[str, ...] = OP_COMPUTE_KINDS + MODEL_KINDS
 
 
 def sem_text(sem: SemId) -> str:

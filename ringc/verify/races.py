@@ -12,7 +12,9 @@ decides race-freedom for the whole schedule, not for one execution.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+from ..ir.rules import RuleTable
 
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
@@ -32,6 +34,33 @@ class Access(NamedTuple):  # a tuple: one per access of every event, tens of tho
         return self.end is self.start
 
 
+class ComputeRule(NamedTuple):
+    """How the race analysis reads a compute event of one kind: its text in a finding, and
+    the access it makes of its destination (`what` for the write; None: no destination
+    access of its own, the model's entry/exit/allocate say theirs in `accesses`)."""
+    describe: Callable[[Compute, Event], str]
+    writes: str | None
+
+
+# `RACES[kind]`: one rule per compute kind (`events.COMPUTE_KINDS`).
+RACES: RuleTable[ComputeRule] = RuleTable("races (ringc/verify/races.py RACES)", "compute")
+RACES.register("enter")(ComputeRule(
+    lambda a, ev: f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it", None))
+RACES.register("exit")(ComputeRule(
+    lambda a, ev: f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller", None))
+RACES.register("allocate")(ComputeRule(
+    lambda a, ev: f"the pipeline allocates {a.dst.text()} (garbage until written)", None))
+RACES.register("zero")(ComputeRule(lambda a, ev: f"zero {a.dst.text()}", "zeroes"))
+RACES.register("matmul")(ComputeRule(
+    lambda a, ev: f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}",
+    "multiplies into"))
+RACES.register("cast")(ComputeRule(lambda a, ev: f"{a.dst.text()} = cast({a.src.text()})", "casts into"))
+RACES.register("assign")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "assigns"))
+RACES.register("accumulate")(ComputeRule(
+    lambda a, ev: (f"{a.dst.text()} = {a.base.text()} + {a.src.text()}" if a.base is not None
+                   else f"{a.dst.text()} += {a.src.text()}"), "accumulates into"))
+
+
 def describe(ev: Event) -> str:
     a = ev.action
     if isinstance(a, DmaStart):
@@ -43,23 +72,8 @@ def describe(ev: Event) -> str:
     if isinstance(a, Signal):
         return f"signal {sem_text(a.sem)} on device {a.sem[0]} (+{a.inc})"
     if isinstance(a, Compute):
-        if a.kind == "enter":
-            return f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it"
-        if a.kind == "exit":
-            return f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller"
-        if a.kind == "allocate":
-            return f"the pipeline allocates {a.dst.text()} (garbage until written)"
-        if a.kind == "zero":
-            return f"zero {a.dst.text()}"
-        if a.kind == "matmul":
-            return f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}"
-        if a.kind == "cast":
-            return f"{a.dst.text()} = cast({a.src.text()})"
-        if a.base is not None:
-            return f"{a.dst.text()} = {a.base.text()} + {a.src.text()}"
-        op = "+=" if a.kind == "accumulate" else "="
-        return f"{a.dst.text()} {op} {a.src.text()}"
-    return repr(a)
+        return RACES[a.kind].describe(a, ev)
+    raise TypeError(f"races: no description for action {a!r}")
 
 
 def accesses(program: Program, ends: DmaEnds) -> list[Access]:
@@ -83,9 +97,7 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
             elif isinstance(a, Compute) and a.kind == "allocate":
                 out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
             elif isinstance(a, Compute):
-                verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into",
-                        "cast": "casts into", "matmul": "multiplies into"}[a.kind]
-                out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
+                out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {RACES[a.kind].writes} it"))
                 for r in a.reads:
                     out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))
     return out

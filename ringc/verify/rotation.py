@@ -30,7 +30,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .events import Program
-from .unroll import _Unroller
+from .unroll import Unroller
 
 
 class NotRotational(Exception):
@@ -157,7 +157,7 @@ def box_step(v: "int | Rot", size: int, length: int, n: int) -> int:
     return v.a
 
 
-class RotationUnroller(_Unroller):
+class RotationUnroller(Unroller):
     """Unrolls device 0 with `me` symbolic; `steps[(buffer, dim)]` is each box's move per device."""
 
     def __init__(self, sched: S.Schedule, n: int):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ..ir import schema as S
+from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
 Box = tuple[tuple[int, int], ...]
@@ -586,8 +587,20 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
     return mismatches(sched, mem, range(n), n, shapes)
 
 
+# `APPLY[kind](mem, compute)`: a compute event's effect on the symbolic memory.
+APPLY: RuleTable[Callable[[Memory, Compute], None]] = RuleTable("semantics (ringc/verify/semantics.py APPLY)",
+                                                                "compute")
+APPLY.register("enter", "allocate")(lambda mem, a: mem.forget(a.dst))
+APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it is
+APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
+APPLY.register("assign", "cast")(lambda mem, a: mem.copy(a.src, a.dst))
+APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
+APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate))
+
+
 def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] | None = None) -> None:
-    """One event's effect on the symbolic memory; `remote_copy` overrides how a remote DMA lands."""
+    """One event's effect on the symbolic memory; `remote_copy` overrides how a remote DMA lands.
+    Signals and waits change no memory."""
     a = ev.action
     if isinstance(a, DmaStart):
         if a.remote and remote_copy is not None:
@@ -595,18 +608,7 @@ def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] |
         elif 0 <= a.dst.device < n:
             mem.copy(a.src, a.dst)
     elif isinstance(a, Compute):
-        if a.kind in ("enter", "allocate"):
-            mem.forget(a.dst)
-        elif a.kind == "exit":
-            return  # the caller reads the memory as it is
-        elif a.kind == "zero":
-            mem.zero(a.dst)
-        elif a.kind in ("assign", "cast"):
-            mem.copy(a.src, a.dst)
-        elif a.kind == "matmul":
-            mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
-        else:
-            mem.accumulate(a.src, a.dst, a.base)
+        APPLY[a.kind](mem, a)
 
 
 def mismatches(sched: S.Schedule, mem: Memory, devices: Iterable[int], n: int,

@@ -16,7 +16,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.schema import _op_tag
+from ..ir.rules import RuleTable
 from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
@@ -120,7 +120,9 @@ class _Context:
         return tuple(out)
 
 
-class _Unroller:
+class Unroller:
+    """Evaluates a schedule's ops on each device and grid point into events; `UNROLL` (at
+    the end of this module) holds the rule of each op class."""
     def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
         self.ctx = _Context(sched, n, sizes)
@@ -243,93 +245,9 @@ class _Unroller:
         self.same_shape(src, dst, line, f"copy `{name}`")
         return c, src, dst
 
-    def actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
-        """The concrete actions of one op; the int is a remote target to check, if any."""
-        return self.memoized(op, self.evaluate_actions, op)
-
-    def evaluate_actions(self, op: S.Op) -> list[tuple[Action, int | None]]:
-        line = op.line
-        if isinstance(op, S.Start):
-            c, src, dst = self.copy_parts(op.start, line)
-            if c.remote:
-                target = self.target(c.to, line)
-                dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
-                return [(DmaStart(op.start, src, dst_on_target, self.sem(c.send_sem, self.device, line),
-                                  self.sem(c.recv_sem, target, line)), target)]
-            return [(DmaStart(op.start, src, dst, None, self.sem(c.sem, self.device, line)), None)]
-        if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv)):
-            key = "wait" if isinstance(op, S.Wait) else "wait_send" if isinstance(op, S.WaitSend) else "wait_recv"
-            name = getattr(op, key)
-            c, src, dst = self.copy_parts(name, line)
-            if not c.remote:
-                return [(SemWait(self.sem(c.sem, self.device, line), dst.nbytes, "wait", name), None)]
-            out: list[tuple[Action, int | None]] = []
-            # Pallas' descriptor.wait() is wait_send() then wait_recv().
-            if key in ("wait", "wait_send"):
-                out.append((SemWait(self.sem(c.send_sem, self.device, line), src.nbytes, "wait_send", name), None))
-            if key in ("wait", "wait_recv"):
-                out.append((SemWait(self.sem(c.recv_sem, self.device, line), dst.nbytes, "wait_recv", name), None))
-            return out
-        if isinstance(op, S.Signal):
-            inc = self.ev(op.inc, line)
-            if inc <= 0:
-                self.fail(line, f"signal increment {inc} is not positive", "signals only add: use inc >= 1")
-            out = []
-            for t in op.to:
-                target = self.target(t, line)
-                out.append((Signal(self.sem(op.signal, target, line), inc), target))
-            return out
-        if isinstance(op, S.SemWait):
-            value = self.ev(op.value, line)
-            if value <= 0:
-                self.fail(line, f"wait value {value} is not positive", "wait for at least 1")
-            return [(SemWait(self.sem(op.sem_wait, self.device, line), value, "sem_wait"), None)]
-        if isinstance(op, S.Barrier):
-            targets = [self.target(t, line) for t in op.barrier]
-            out = [(Signal((t, BARRIER, ()), 1, "barrier"), t) for t in targets]
-            out.append((SemWait((self.device, BARRIER, ()), len(targets), "barrier"), None))
-            if op.double:
-                out += [(Signal((t, SECOND_BARRIER, ()), 1, "barrier"), t) for t in targets]
-                out.append((SemWait((self.device, SECOND_BARRIER, ()), len(targets), "barrier"), None))
-            return out
-        if isinstance(op, S.Zero):
-            return [(Compute("zero", self.region(op.zero, line)), None)]
-        if isinstance(op, (S.Accumulate, S.Assign, S.Cast)):
-            kind = _op_tag(op)
-            dst, src = self.region(getattr(op, kind), line), self.region(op.src, line)
-            self.same_shape(dst, src, line, kind)
-            base = None
-            if getattr(op, "base", None) is not None:
-                base = self.region(op.base, line)
-                self.same_shape(dst, base, line, f"{kind} base")
-            return [(Compute(kind, dst, src, base=base), None)]
-        if isinstance(op, S.Matmul):
-            dst, a, b = (self.region(r, line) for r in (op.matmul, op.a, op.b))
-            for r in (dst, a, b):
-                if len(r.shape) != 2:
-                    self.fail(line, f"matmul works on 2-D blocks, but `{r.text()}` has shape {list(r.shape)}",
-                              "index the leading dimensions away, e.g. `buf[slot]`")
-            if a.shape[1] != b.shape[0]:
-                self.fail(line, f"matmul: `{a.text()}` is {list(a.shape)} and `{b.text()}` is {list(b.shape)}: "
-                                f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})",
-                          "slice both operands to the same k block")
-            if dst.shape != (a.shape[0], b.shape[1]):
-                self.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is "
-                                f"{[a.shape[0], b.shape[1]]}", "make the destination a's rows by b's columns")
-            return [(Compute("matmul", dst, a, b, op.accumulate), None)]
-        raise AssertionError(f"unhandled op {op!r}")
-
     def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
         for op in ops:
-            if isinstance(op, S.When):
-                if self.value(op.when, op.line):
-                    self.walk(op.do, out, invocation)
-                continue
-            if isinstance(op, S.Pipeline):
-                self.pipeline(op, out, invocation)
-                continue
-            for action, target in self.actions(op):
-                self.emit(out, action, op.line, invocation, target)
+            UNROLL[type(op)](self, op, out, invocation)
 
     # -- nested pipelines ----------------------------------------------------
     def blocks(self, op: S.Pipeline, points: list[tuple[int, ...]]) -> dict[str, list[Region]]:
@@ -565,14 +483,14 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
     if n < 1 or any(v < 1 for v in sizes.values()) or n != prod(sizes.values()):
         raise ScheduleError(f"N must be at least 1 and the product of the axis sizes, got {n} for {sizes}",
                             file=sched.file)
-    return _Unroller(sched, n, sizes).run(invocations)
+    return Unroller(sched, n, sizes).run(invocations)
 
 
 
 def point_env(sched: S.Schedule, sizes: dict[str, int], device: int, point: tuple[int, ...]) -> dict[str, Any]:
     """The names an expression sees on `device` at grid `point`: me, N, params, grid
     indices, left/right and the lets (for tools that display them, like `ringc show`)."""
-    u = _Unroller(sched, prod(sizes.values()), sizes)
+    u = Unroller(sched, prod(sizes.values()), sizes)
     u.device = device
     u.set_point(point)
     return dict(u.env)
@@ -582,3 +500,134 @@ def buffer_shapes(sched: S.Schedule, sizes: dict[str, int]) -> dict[str, tuple[i
     """Every buffer's full shape for these axis sizes, without unrolling. Raises
     `ScheduleError` when a shape does not divide (e.g. for `ringc cost --bytes`)."""
     return dict(_Context(sched, prod(sizes.values()), sizes).shapes)
+
+
+# ------------------------------------------------------------------ the rules, one per op class
+#
+# `UNROLL[op class](unroller, op, out, invocation)` appends the op's events to `out`.
+# A plain op's rule is `actions_rule(evaluate)`: `evaluate(unroller, op)` gives its concrete
+# actions, each with the remote target to check (or None), memoized on the values it reads.
+
+UNROLL: RuleTable[Callable[..., None]] = RuleTable("unroll (ringc/verify/unroll.py UNROLL)", "ops")
+
+
+def actions_rule(evaluate: Callable[..., list[tuple[Action, int | None]]]) -> Callable[..., None]:
+    """The UNROLL rule of a plain op whose actions `evaluate` computes."""
+    def rule(u: Unroller, op: S.Op, out: list[Event], invocation: int) -> None:
+        for action, target in u.memoized(op, evaluate, u, op):
+            u.emit(out, action, op.line, invocation, target)
+    rule.evaluate = evaluate  # type: ignore[attr-defined]
+    return rule
+
+
+@UNROLL.register(S.When)
+def _unroll_when(u: Unroller, op: S.When, out: list[Event], invocation: int) -> None:
+    if u.value(op.when, op.line):
+        u.walk(op.do, out, invocation)
+
+
+@UNROLL.register(S.Pipeline)
+def _unroll_pipeline(u: Unroller, op: S.Pipeline, out: list[Event], invocation: int) -> None:
+    u.pipeline(op, out, invocation)
+
+
+@UNROLL.register(S.Start)
+@actions_rule
+def _start(u: Unroller, op: S.Start) -> list[tuple[Action, int | None]]:
+    line = op.line
+    c, src, dst = u.copy_parts(op.start, line)
+    if c.remote:
+        target = u.target(c.to, line)
+        dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
+        return [(DmaStart(op.start, src, dst_on_target, u.sem(c.send_sem, u.device, line),
+                          u.sem(c.recv_sem, target, line)), target)]
+    return [(DmaStart(op.start, src, dst, None, u.sem(c.sem, u.device, line)), None)]
+
+
+@UNROLL.register(S.Wait, S.WaitSend, S.WaitRecv)
+@actions_rule
+def _wait(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
+    line, key, name = op.line, op.tag, op.copy_name
+    c, src, dst = u.copy_parts(name, line)
+    if not c.remote:
+        return [(SemWait(u.sem(c.sem, u.device, line), dst.nbytes, "wait", name), None)]
+    out: list[tuple[Action, int | None]] = []
+    # Pallas' descriptor.wait() is wait_send() then wait_recv().
+    if "send" in op.copy_halves:
+        out.append((SemWait(u.sem(c.send_sem, u.device, line), src.nbytes, "wait_send", name), None))
+    if "recv" in op.copy_halves:
+        out.append((SemWait(u.sem(c.recv_sem, u.device, line), dst.nbytes, "wait_recv", name), None))
+    return out
+
+
+@UNROLL.register(S.Signal)
+@actions_rule
+def _signal(u: Unroller, op: S.Signal) -> list[tuple[Action, int | None]]:
+    line = op.line
+    inc = u.ev(op.inc, line)
+    if inc <= 0:
+        u.fail(line, f"signal increment {inc} is not positive", "signals only add: use inc >= 1")
+    out: list[tuple[Action, int | None]] = []
+    for t in op.to:
+        target = u.target(t, line)
+        out.append((Signal(u.sem(op.signal, target, line), inc), target))
+    return out
+
+
+@UNROLL.register(S.SemWait)
+@actions_rule
+def _sem_wait(u: Unroller, op: S.SemWait) -> list[tuple[Action, int | None]]:
+    value = u.ev(op.value, op.line)
+    if value <= 0:
+        u.fail(op.line, f"wait value {value} is not positive", "wait for at least 1")
+    return [(SemWait(u.sem(op.sem_wait, u.device, op.line), value, "sem_wait"), None)]
+
+
+@UNROLL.register(S.Barrier)
+@actions_rule
+def _barrier(u: Unroller, op: S.Barrier) -> list[tuple[Action, int | None]]:
+    targets = [u.target(t, op.line) for t in op.barrier]
+    out: list[tuple[Action, int | None]] = [(Signal((t, BARRIER, ()), 1, "barrier"), t) for t in targets]
+    out.append((SemWait((u.device, BARRIER, ()), len(targets), "barrier"), None))
+    if op.double:
+        out += [(Signal((t, SECOND_BARRIER, ()), 1, "barrier"), t) for t in targets]
+        out.append((SemWait((u.device, SECOND_BARRIER, ()), len(targets), "barrier"), None))
+    return out
+
+
+@UNROLL.register(S.Zero)
+@actions_rule
+def _zero(u: Unroller, op: S.Zero) -> list[tuple[Action, int | None]]:
+    return [(Compute("zero", u.region(op.zero, op.line)), None)]
+
+
+@UNROLL.register(S.Accumulate, S.Assign, S.Cast)
+@actions_rule
+def _elementwise(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
+    line, kind = op.line, op.tag
+    dst, src = u.region(getattr(op, kind), line), u.region(op.src, line)
+    u.same_shape(dst, src, line, kind)
+    base = None
+    if getattr(op, "base", None) is not None:
+        base = u.region(op.base, line)
+        u.same_shape(dst, base, line, f"{kind} base")
+    return [(Compute(kind, dst, src, base=base), None)]
+
+
+@UNROLL.register(S.Matmul)
+@actions_rule
+def _matmul(u: Unroller, op: S.Matmul) -> list[tuple[Action, int | None]]:
+    line = op.line
+    dst, a, b = (u.region(r, line) for r in (op.matmul, op.a, op.b))
+    for r in (dst, a, b):
+        if len(r.shape) != 2:
+            u.fail(line, f"matmul works on 2-D blocks, but `{r.text()}` has shape {list(r.shape)}",
+                   "index the leading dimensions away, e.g. `buf[slot]`")
+    if a.shape[1] != b.shape[0]:
+        u.fail(line, f"matmul: `{a.text()}` is {list(a.shape)} and `{b.text()}` is {list(b.shape)}: "
+                     f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})",
+               "slice both operands to the same k block")
+    if dst.shape != (a.shape[0], b.shape[1]):
+        u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is "
+                     f"{[a.shape[0], b.shape[1]]}", "make the destination a's rows by b's columns")
+    return [(Compute("matmul", dst, a, b, op.accumulate), None)]
