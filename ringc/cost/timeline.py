@@ -20,7 +20,9 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from math import prod
+from typing import Callable, NamedTuple
 
+from ..ir.rules import RuleTable
 from ..verify.events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
 from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
@@ -291,20 +293,35 @@ class TimedMachine(Machine):
         return {r: used / (self.net.capacity[r] * span) for r, used in self.net.used.items()}
 
 
+# `FLOPS[kind](compute)`: the arithmetic of one compute event, and whether it reads its
+# destination too (an accumulate); memory time comes from the regions it touches.
+class ComputeCost(NamedTuple):
+    flops: Callable[[Compute], float]
+    reads_dst: bool
+
+
+def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n]
+    (m, k), n = a.src.shape[-2:], a.rhs.shape[-1]
+    return 2.0 * m * n * k
+
+
+FLOPS: RuleTable[ComputeCost] = RuleTable("cost (ringc/cost/timeline.py FLOPS)", "compute")
+FLOPS.register("enter", "exit", "allocate", "zero", "assign", "cast")(ComputeCost(lambda a: 0.0, False))
+FLOPS.register("accumulate")(ComputeCost(lambda a: float(prod(a.dst.shape)), True))
+FLOPS.register("matmul")(ComputeCost(_matmul_flops, False))
+
+
 def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
-    """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in)."""
+    """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in).
+    The race model's own writes (entry, exit, allocate) take no time."""
+    rule = FLOPS[a.kind]
     if not a.work:
         return 0.0
     reads: list[Region] = [r for r in vars(a).values() if isinstance(r, Region) and r is not a.dst]
     writes = [a.dst]
-    if a.kind == "accumulate":
+    if rule.reads_dst:
         reads.append(a.dst)
-    flops = 0.0
-    if a.kind == "matmul":  # src [m, k] @ rhs [k, n]
-        (m, k), n = a.src.shape[-2:], a.rhs.shape[-1]
-        flops = 2.0 * m * n * k
-    elif a.kind == "accumulate":
-        flops = float(prod(a.dst.shape))
+    flops = rule.flops(a)
 
     def bw(r: Region) -> float:
         return chip.hbm_bandwidth if memory.get(r.buffer) == "hbm" else chip.vmem_bandwidth

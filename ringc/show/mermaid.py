@@ -52,15 +52,12 @@ def memory_diagram(sched: S.Schedule, program: Program) -> str:
     # A pipeline's block names stand for the HBM regions they stream.
     streams = {name: spec.ref.name for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
                for name, spec in op.specs.items()}
-    for op in walk_ops(sched.body):
-        verb = S.op_tag(op)
-        sources = {"accumulate": ("src",), "assign": ("src",), "cast": ("src",), "matmul": ("a", "b")}.get(verb)
-        if sources is None:
+    for op in walk_ops(sched.body):  # compute ops: an edge from each region read to the one written
+        if op.copy_halves or not op.writes:
             continue
-        dst = getattr(op, verb).name
-        for field in sources:
-            src = getattr(op, field).name
-            edges[(streams.get(src, src), streams.get(dst, dst))].add(verb)
+        dst = op.refs("writes")[0].name
+        for ref in op.refs("reads"):
+            edges[(streams.get(ref.name, ref.name), streams.get(dst, dst))].add(op.tag)
     for (src, dst), kinds in edges.items():
         lines.append(f'    B_{src} -->|"{_quoted("<br/>".join(sorted(kinds)))}"| B_{dst}')
     for name, buf in sched.buffers.items():

@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
+from ..ir.rules import RuleTable
 from ..verify.events import Compute, DmaStart, Event, Program, SemWait, Signal
+
+__all__ = ["SHOW", "ShowRule", "direction", "op_text", "point_text"]
+
+
+class ShowRule(NamedTuple):
+    """How pictures name a compute event of one kind: its short text (`op_text`) and its
+    mark in the slot table (`tables.slot_table`)."""
+    text: Callable[[Compute], str]
+    mark: str
+
+
+def _assignment(op: str) -> Callable[[Compute], str]:
+    return lambda a: f"{a.kind} {a.dst.buffer} {op} {a.src.buffer if a.src is not None else '?'}"
+
+
+# `SHOW[kind]`: one rule per compute kind (`events.COMPUTE_KINDS`).
+SHOW: RuleTable[ShowRule] = RuleTable("show (ringc/show/ops.py SHOW)", "compute")
+SHOW.register("enter")(ShowRule(lambda a: f"kernel entry ({a.dst.buffer})", "enter"))
+SHOW.register("exit")(ShowRule(lambda a: f"kernel exit ({a.dst.buffer})", "exit"))
+SHOW.register("allocate")(ShowRule(_assignment("="), "allocate"))
+SHOW.register("zero")(ShowRule(lambda a: f"zero {a.dst.buffer}", "zero"))
+SHOW.register("accumulate")(ShowRule(_assignment("+="), "acc"))
+SHOW.register("assign")(ShowRule(_assignment("="), "set"))
+SHOW.register("cast")(ShowRule(_assignment("="), "cast"))
+SHOW.register("matmul")(ShowRule(_assignment("="), "matmul"))
 
 
 def direction(program: Program, src: int, dst: int) -> str:
@@ -50,14 +78,8 @@ def op_text(ev: Event, program: Program) -> str:
         name = "barrier signal" if a.why != "signal" else f"signal {a.sem[1]}"
         return f"{name} -> {who}"
     if isinstance(a, Compute):
-        if a.boundary:
-            return f"kernel {'entry' if a.kind == 'enter' else 'exit'} ({a.dst.buffer})"
-        if a.kind == "zero":
-            return f"zero {a.dst.buffer}"
-        op = "+=" if a.kind == "accumulate" else "="
-        src = a.src.buffer if a.src is not None else "?"
-        return f"{a.kind} {a.dst.buffer} {op} {src}"
-    return type(a).__name__
+        return SHOW[a.kind].text(a)
+    raise TypeError(f"show: no text for action {a!r}")
 
 
 def point_text(names: tuple[str, ...], point: tuple[int, ...]) -> str:

@@ -11,7 +11,7 @@ from ..ir.resolve import walk_ops
 from ..verify.events import Compute, DmaStart, Program, Region
 from ..verify.unroll import point_env
 from .mermaid import _points_text
-from .ops import direction, point_text
+from .ops import SHOW, direction, point_text
 
 
 def _cell(text: str) -> str:
@@ -53,7 +53,7 @@ def slot_table(sched: S.Schedule, program: Program, device: int = 0) -> str:
                 elif a.dst.device == device:
                     mark.append((a.dst, f"recv from {direction(program, device, d)}"))
             elif isinstance(a, Compute) and d == device and a.work:
-                mark.append((a.dst, {"accumulate": "acc", "zero": "zero", "assign": "set"}.get(a.kind, a.kind)))
+                mark.append((a.dst, SHOW[a.kind].mark))
                 if a.src is not None:
                     mark.append((a.src, "read"))
             for region, role in mark:
@@ -102,6 +102,6 @@ def condition_table(sched: S.Schedule, program: Program, device: int = 0) -> str
         lines = {o.line for o in walk_ops(op.do)}
         pts = sorted({pt for line in lines for pt in at.get(line, [])})
         where = _points_text(program.grid_names, pts) if pts else "never"
-        kinds = ", ".join(dict.fromkeys(type(o).__name__.lower() for o in op.do))
+        kinds = ", ".join(dict.fromkeys(o.tag for o in op.do))
         rows.append([f"`{E.to_text(op.when)}`", str(op.line), where, kinds])
     return table(["condition", "line", f"grid points where it holds (device {device})", "ops"], rows)
