@@ -25,7 +25,7 @@ def main() -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, str(ROOT))
     import ringc
-    from ringc.compile import human_size
+    from ringc.units import size_text
 
     print("| schedule | target | N | result | lower + compile (s) | VMEM scoped | HBM args | HBM out "
           "| HBM temp | HBM peak | code |")
@@ -35,7 +35,7 @@ def main() -> None:
         for target in args.target or DEFAULT_TARGETS:
             r = ringc.compile_for(sched, target)
             m = r.memory
-            sizes = [human_size(m[k]) if k in m else "-" for k in
+            sizes = [size_text(m[k], decimals=1) if k in m else "-" for k in
                      ("vmem_scoped", "hbm_argument", "hbm_output", "hbm_temp", "hbm_peak", "generated_code")]
             status = "ok" if r.ok else f"FAILED [{r.error.kind}]"
             print(f"| {path.stem} | {target} | {r.devices} | {status} | "

@@ -352,8 +352,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def _sweep_table(estimates) -> str:
-    from .cost.model import _t
-    from .cost.sizing import size_text
+    from .units import size_text, time_text
     from .cost.timeline import resource_text
     first = estimates[0]
     rows = [first.header().rsplit(";", 1)[0],
@@ -361,7 +360,7 @@ def _sweep_table(estimates) -> str:
     for e in estimates:
         bn = e.bottleneck
         where = f"{resource_text(bn[0])} ({bn[1]:.0%})" if bn else "-"
-        rows.append(f"  {size_text(e.bound.volume):>9}  {_t(e.seconds):>10}  {_t(e.bound.seconds):>10}  "
+        rows.append(f"  {size_text(e.bound.volume):>9}  {time_text(e.seconds):>10}  {time_text(e.bound.seconds):>10}  "
                     f"{e.efficiency:>10.1%}  {e.bound.binding:<10} {where}")
     return "\n".join(rows)
 

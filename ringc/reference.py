@@ -30,6 +30,7 @@ import math
 from typing import Callable, Mapping
 
 from .codegen.pallas import buffers_of, partition_spec, shard_shape
+from .collectives import COLLECTIVES
 from .ir import expr as E
 from .ir import schema as S
 from .ir.resolve import axis_size_env
@@ -37,42 +38,15 @@ from .ir.resolve import axis_size_env
 
 def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None):
     """The lax call for `kind` (see the module table) on a per-device array, inside shard_map.
-    The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's)."""
-    import jax.numpy as jnp
-    from jax import lax
-
-    if kind in S.MATMUL_COLLECTIVES:
-        dtype = dtype or x.dtype
-        if kind == "all_gather_matmul":
-            x = lax.all_gather(x, axis)
-        product = jnp.einsum("jmk,kn->jmn", x, rhs, preferred_element_type=jnp.float32)
-        if kind == "matmul_psum_scatter":
-            product = lax.psum_scatter(product, axis)
-        return product.astype(dtype)
-
-    if kind == "ppermute":
-        return lax.ppermute(x, axis, [(i, (i + shift) % n) for i in range(n)])
-    if kind == "all_gather":
-        return lax.all_gather(x, axis)
-    if kind == "psum":
-        return lax.psum(x, axis)
-    if kind == "psum_scatter":
-        return lax.psum_scatter(x, axis)
-    if kind == "all_to_all":
-        return lax.all_to_all(x, axis, 0, 0)
-    raise ValueError(f"unknown collective {kind!r}")
+    The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's).
+    Each collective's call lives in its class (`ringc.collectives`)."""
+    return COLLECTIVES[kind](shift=shift).lax(x, axis, n, rhs=rhs, dtype=dtype)
 
 
 def summed_terms(kind: str, n: int, dtype: str = "float32", depth: int = 1) -> int:
     """How many rounding steps stand between an output element and its exact value, for
-    `ringc.run.tolerance`: the values summed (1 for pure data movement). A float32 matmul
-    adds `depth` products per output (times N for matmul_psum_scatter); a narrower output
-    is dominated by its roundings instead: one per hop of the ring (N for
-    matmul_psum_scatter, 1 for all_gather_matmul) plus the reference's own."""
-    if kind in S.MATMUL_COLLECTIVES:
-        hops = n if kind == "matmul_psum_scatter" else 1
-        return depth * hops if dtype == "float32" else hops + 1
-    return n if kind in ("psum", "psum_scatter") else 1
+    `ringc.run.tolerance` (`Collective.summed_terms`)."""
+    return COLLECTIVES[kind]().summed_terms(n, dtype, depth)
 
 
 def _eval_shape(dims: list[E.Expr], env: Mapping[str, int], what: str) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ import yaml
 
 import ringc
 from conftest import line_of
-from ringc.compile_errors import KINDS
+from ringc.compile.errors import KINDS
 from ringc.ir.dtypes import itemsize
 from ringc.verify.unroll import unroll
 

@@ -21,7 +21,8 @@ import ringc
 from ringc.ir import ScheduleError, load_text
 from ringc.run import run_schedule
 from ringc.verify.events import Region
-from ringc.verify.semantics import KDIM, PRODUCT, Memory, Piece, _value
+from ringc.collectives import KDIM, PRODUCT, Piece
+from ringc.verify.semantics import Memory, canonical_value
 
 REPO = Path(__file__).resolve().parent.parent
 FILE = "mine.yaml"
@@ -218,7 +219,7 @@ def test_blocked_matmul_adds_up_to_the_whole_product():
         mem.matmul(acc, _region("a", [(0, 8), (k0, k0 + 128)]), _region("b", [(k0, k0 + 128), (0, 128)]), True)
     (got,) = mem.read(acc)
     want = ((PRODUCT, ("a", 0, ((0, 0), (KDIM, 0))), ("b", 0, ((KDIM, 0), (1, 0))), 0, 256),)
-    assert got.value == _value(want, got.box)
+    assert got.value == canonical_value(want, got.box)
 
 
 def test_a_k_block_counted_twice_or_missing_is_visible():
@@ -243,7 +244,7 @@ def test_products_follow_copies_into_other_buffers():
     mem.copy(acc, dst)
     (got,) = [p for p in mem.read(_region("out", [(0, 2), (0, 8), (0, 4)])) if p.box[0] == (1, 2)]
     want = Piece(got.box, ((PRODUCT, ("a", 0, ((1, 0), (KDIM, 0))), ("b", 0, ((KDIM, 0), (2, 0))), 0, 16),))
-    assert got.value == _value(want.value, got.box)
+    assert got.value == canonical_value(want.value, got.box)
 
 
 def test_contraction_blocks_of_one_index_still_add_up():

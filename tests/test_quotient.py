@@ -16,7 +16,8 @@ from ringc.verify import quotient as Q
 from ringc.verify.check import check, check_program, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary
 from ringc.verify.rotation import NotRotational, Rot, rotation_unroll
-from ringc.verify.semantics import PRODUCT, Piece, _restrict, _value, expected
+from ringc.collectives import PRODUCT, Buffers, Piece, collective_of
+from ringc.verify.semantics import canonical_value, restrict_value
 from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
 from ringc.verify.unroll import unroll
 
@@ -148,7 +149,7 @@ def test_data_flow_rejects_a_misplaced_block():
 # -- the meaning rotates --------------------------------------------------------------
 
 def _canonical(pieces: list[Piece]) -> set:
-    return {(p.box, _value(p.value, p.box)) for p in pieces}
+    return {(p.box, canonical_value(p.value, p.box)) for p in pieces}
 
 
 @pytest.mark.parametrize("path", [p for p in LIBRARY if len(ringc.load(p).axes) == 1], ids=lambda p: p.stem)
@@ -159,17 +160,18 @@ def test_meaning_rotates_agrees_with_every_device(path):
     n = 4
     program = rotation_unroll(sched, n)
     out = sched.io_buffer("output")
+    c, b = collective_of(sched), Buffers.of(sched)
 
     def brute(prog) -> bool:
         rot = Q.Rotator(prog)
-        base = expected(sched, n, 0, prog.shapes)
-        return all(_canonical(rot.pieces(out, base, d)) == _canonical(expected(sched, n, d, prog.shapes))
+        base = c.expected(n, 0, prog.shapes, b)
+        return all(_canonical(rot.pieces(out, base, d)) == _canonical(c.expected(n, d, prog.shapes, b))
                    for d in range(n))
 
-    assert Q.meaning_rotates(sched, program) and brute(program)
+    assert Q.meaning_rotates(c, b, program) and brute(program)
     if (out, 0) in program.rotation and program.rotation[(out, 0)]:
         program.rotation[(out, 0)] = 0  # the output's device dim no longer moves
-        assert not Q.meaning_rotates(sched, program) and not brute(program)
+        assert not Q.meaning_rotates(c, b, program) and not brute(program)
 
 
 # -- symbolic sums of runs -----------------------------------------------------------
@@ -181,12 +183,12 @@ def test_runs_of_devices_are_canonical(devices, rnd):
     the same value; a different multiset of devices is a different value."""
     box = ((0, 4),)
     term = lambda d: ("x", d, ((0, 0),))  # noqa: E731
-    one = _value([term(d) for d in devices], box)
+    one = canonical_value([term(d) for d in devices], box)
     shuffled = list(devices)
     rnd.shuffle(shuffled)
-    half = _value([term(d) for d in shuffled[: len(shuffled) // 2]], box)
-    assert _value(list(half) + [term(d) for d in shuffled[len(shuffled) // 2:]], box) == one
-    assert _value([term(d) for d in devices] + [term(devices[0])], box) != one
+    half = canonical_value([term(d) for d in shuffled[: len(shuffled) // 2]], box)
+    assert canonical_value(list(half) + [term(d) for d in shuffled[len(shuffled) // 2:]], box) == one
+    assert canonical_value([term(d) for d in devices] + [term(devices[0])], box) != one
 
 
 @settings(max_examples=200, deadline=None)
@@ -201,7 +203,7 @@ def test_products_over_runs_of_devices_are_canonical(cells, rnd):
         dev = lo if hi == lo + 1 else (lo, hi)
         return (PRODUCT, ("x", dev, ((0, 0), (-1, 0))), ("y", dev, ((-1, 0), (1, 0))), k, k + 1)
 
-    one = _value([prod(d, d + 1, k) for d, k in cells], box)
+    one = canonical_value([prod(d, d + 1, k) for d, k in cells], box)
     rest, terms = sorted(cells), []
     while rest:
         d, k = rest.pop(0)
@@ -211,9 +213,9 @@ def test_products_over_runs_of_devices_are_canonical(cells, rnd):
         else:
             terms.append(prod(d, d + 1, k))
     rnd.shuffle(terms)
-    assert _value(terms, box) == one
+    assert canonical_value(terms, box) == one
     d, k = cells[0]
-    assert _value(terms + [prod(d, d + 1, k)], box) != one
+    assert canonical_value(terms + [prod(d, d + 1, k)], box) != one
 
 
 @settings(max_examples=200, deadline=None)
@@ -221,14 +223,14 @@ def test_products_over_runs_of_devices_are_canonical(cells, rnd):
        st.tuples(st.integers(0, 3), st.integers(1, 4)), st.tuples(st.integers(0, 3), st.integers(1, 4)),
        st.integers(0, 3), st.integers(0, 3))
 def test_restricting_a_canonical_value_is_canonical(imap, rows, cols, r0, c0):
-    """`_restrict` (the shortcut taken when a stored piece is cut) gives what canonical form
+    """`restrict_value` (the shortcut taken when a stored piece is cut) gives what canonical form
     of the smaller box gives, also when the cut leaves a single index."""
     big = ((rows[0], rows[0] + rows[1]), (cols[0], cols[0] + cols[1]))
     small = tuple((lo + min(o, hi - lo - 1), hi) for (lo, hi), o in zip(big, (r0, c0)))
     small = (small[0], (small[1][0], small[1][0] + 1)) if c0 % 2 else small
     terms = [("x", 0, tuple(imap)), ("x", 1, tuple(imap)), (PRODUCT, ("a", 2, ((0, 0), (-1, 3))),
                                                            ("b", 2, ((-1, 3), (1, 0))), 3, 5)]
-    assert _restrict(_value(terms, big), big, small) == _value(terms, small)
+    assert restrict_value(canonical_value(terms, big), big, small) == canonical_value(terms, small)
 
 
 def test_a_copy_stores_canonical_values():
@@ -243,7 +245,7 @@ def test_a_copy_stores_canonical_values():
     mem.accumulate(r("x", 10, 4), r("y", 0, 4))
     mem.copy(r("y", 0, 4), r("z", 6, 4))
     [piece] = mem.read(r("z", 6, 4))
-    assert len(piece.value) == 2 and piece.value == _value(piece.value, piece.box)
+    assert len(piece.value) == 2 and piece.value == canonical_value(piece.value, piece.box)
 
 
 def test_check_takes_the_quotient_and_reports_the_same():

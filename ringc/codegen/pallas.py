@@ -18,15 +18,17 @@ Layout of the emitted module:
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import keyword
 import re
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
+from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, builtin_exprs, pipeline_windows, walk_ops
 
 MAX_LINE = 100
@@ -119,155 +121,28 @@ def _escape_docstring(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------- helpers
-# Emitted verbatim when used, in this order. Each works on Python ints (giving Python values,
-# computed at trace time) and on traced int32/bool scalars.
+# Emitted verbatim when used, in the order of `runtime.py`, where they are real Python.
 
-_HELPERS: dict[str, str] = {
-    "_mod": '''
-def _mod(a, b):
-    """`a % b` with the sign of `b` (so `(me - 1) % N` is a device index)."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a % b
-    return lax.rem(lax.rem(a, b) + b, b)
-''',
-    "_floordiv": '''
-def _floordiv(a, b):
-    """`a // b` rounded towards minus infinity."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b
-    return lax.div(a - _mod(a, b), b)
-''',
-    "_and": '''
-def _and(a, b):
-    """Logical and; Python bools stay Python bools, so `pl.when` can decide statically."""
-    if isinstance(a, int) and isinstance(b, int):
-        return bool(a) and bool(b)
-    return jnp.logical_and(a, b)
-''',
-    "_or": '''
-def _or(a, b):
-    """Logical or; Python bools stay Python bools, so `pl.when` can decide statically."""
-    if isinstance(a, int) and isinstance(b, int):
-        return bool(a) or bool(b)
-    return jnp.logical_or(a, b)
-''',
-    "_not": '''
-def _not(a):
-    """Logical not; a Python bool stays a Python bool."""
-    if isinstance(a, int):
-        return not a
-    return jnp.logical_not(a)
-''',
-    "_min": '''
-def _min(*args):
-    """Minimum; of Python ints, a Python int."""
-    if all(isinstance(a, int) for a in args):
-        return min(args)
-    return functools.reduce(jnp.minimum, args)
-''',
-    "_max": '''
-def _max(*args):
-    """Maximum; of Python ints, a Python int."""
-    if all(isinstance(a, int) for a in args):
-        return max(args)
-    return functools.reduce(jnp.maximum, args)
-''',
-    "_device": '''
-def _device(coord, mesh_axes):
-    """MESH device id of the device at `coord` along AXIS; on every other mesh axis, our own
-    position (so the schedule runs along one axis of a larger mesh)."""
-    return tuple(coord if axis == AXIS else lax.axis_index(axis) for axis in mesh_axes)
-''',
-    "_device_axes": '''
-def _device(index, mesh_axes):
-    """MESH device id of the device whose row-major index over the axes AXIS is `index` (as
-    `lax.axis_index(AXIS)` numbers them); on every other mesh axis, our own position."""
-    coord = {}
-    for axis in reversed(AXIS):
-        coord[axis] = _mod(index, lax.axis_size(axis))
-        index = _floordiv(index, lax.axis_size(axis))
-    return tuple(coord[axis] if axis in coord else lax.axis_index(axis) for axis in mesh_axes)
-''',
-    "_barrier": '''
-def _barrier(neighbours, mesh_axes, double=True):
-    """Barrier with `neighbours` on the global barrier semaphore (the seed's `local_barrier`).
 
-    Signals each neighbour once, then waits for as many signals. `double` adds a second round
-    on a kernel-scoped REGULAR semaphore: a neighbour that re-enters the kernel on its next
-    invocation could otherwise signal the barrier semaphore again and release us early.
-    """
-    barrier_sem = pltpu.get_barrier_semaphore()
-    for neighbour in neighbours:
-        pl.semaphore_signal(
-            barrier_sem, 1, device_id=_device(neighbour, mesh_axes),
-            device_id_type=pl.DeviceIdType.MESH,
-        )
-    pl.semaphore_wait(barrier_sem, len(neighbours))
-    if double:
-        @functools.partial(pl.run_scoped, second_barrier=pltpu.SemaphoreType.REGULAR)
-        def _(second_barrier):
-            for neighbour in neighbours:
-                pl.semaphore_signal(
-                    second_barrier, 1, device_id=_device(neighbour, mesh_axes),
-                    device_id_type=pl.DeviceIdType.MESH,
-                )
-            pl.semaphore_wait(second_barrier, len(neighbours))
-''',
-    "_tpu_info_on_cpu": '''
-def _tpu_info_on_cpu(interpret):
-    """emit_pipeline picks its DMA tiling from the TPU generation, which CPU devices lack: in
-    interpret mode on CPU, describe them as a TPU v5e (through jax 0.10's registry of device
-    kinds, `jax._src.pallas.mosaic.tpu_info.registry`, a private API)."""
-    if interpret is None or interpret is False:
-        return
-    from jax._src.pallas.mosaic import tpu_info
+def _runtime_helpers() -> dict[str, str]:
+    """Each helper function of `ringc/codegen/runtime.py` by name, as its source text (read
+    with `ast`, as `inspect.getsource` would give it, without importing jax). A helper named
+    `_device_axes` is the multi-axis `_device` and is emitted under that name."""
+    path = Path(__file__).with_name("runtime.py")
+    source = path.read_text()
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_"):
+            text = ast.get_source_segment(source, node)
+            if node.name in _MULTI_AXIS_VARIANTS:
+                text = text.replace(f"def {node.name}(", f"def {_MULTI_AXIS_VARIANTS[node.name]}(", 1)
+            out[node.name] = "\n" + text + "\n"
+    return out
 
-    tpu_info.registry.setdefault(
-        "cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
-''',
-    "_config": '''
-def _config(mesh, overrides):
-    """N (devices along the mesh axis AXIS, or over its tuple of axes) and PARAMS updated with
-    `overrides`, checked."""
-    unknown = sorted(set(overrides) - set(PARAMS))
-    if unknown:
-        known = ", ".join(PARAMS) or "none"
-        raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
-    axes = (AXIS,) if isinstance(AXIS, str) else AXIS
-    if any(axis not in mesh.shape for axis in axes):
-        raise ValueError(f"{NAME} runs along mesh axis {AXIS!r}; the mesh has {mesh.axis_names}")
-    return math.prod(mesh.shape[axis] for axis in axes), {**PARAMS, **overrides}
-''',
-    "_check_divides": '''
-def _check_divides(a, b, what):
-    """Shapes use exact division: a floor would silently drop elements."""
-    if b == 0 or a % b:
-        raise ValueError(f"{NAME}: {what}: {a} // {b} does not divide exactly")
-''',
-    "_interpret_mode": '''
-def _interpret_mode(interpret):
-    """pallas_call's `interpret`: True means TPU interpret mode with default InterpretParams."""
-    if interpret is None or interpret is False:
-        return False
-    if interpret is True:
-        return pltpu.InterpretParams()
-    return interpret
-''',
-    "_random_input": '''
-def _random_input(key, shard_shape, dtype, mesh, spec):
-    """A random global array whose shards have `shard_shape`, placed on `mesh` as `spec`."""
-    spec = tuple(spec) + (None,) * (len(shard_shape) - len(spec))
-    # A spec entry is None, one mesh axis, or a tuple of them (sharded over their product).
-    axes = [() if a is None else (a,) if isinstance(a, str) else a for a in spec]
-    shape = tuple(d * math.prod(mesh.shape[b] for b in a) for d, a in zip(shard_shape, axes))
-    if jnp.issubdtype(dtype, jnp.integer):
-        low = 0 if jnp.issubdtype(dtype, jnp.unsignedinteger) else -8
-        value = jax.random.randint(key, shape, low, low + 16, dtype)
-    else:
-        value = jax.random.normal(key, shape, jnp.float32).astype(dtype)
-    return jax.device_put(value, jax.sharding.NamedSharding(mesh, P(*spec)))
-''',
-}
+
+# Helpers emitted under another helper's name (a schedule over several mesh axes).
+_MULTI_AXIS_VARIANTS = {"_device_axes": "_device"}
+_HELPERS: dict[str, str] = _runtime_helpers()
 
 _HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv")}
 # A schedule over several mesh axes gets these variants (same function names) instead.
@@ -613,8 +488,9 @@ class _Emitter:
             if top and is_block:
                 w.blank()
             where = f"line {op.line}: " if op.line else ""
-            w.line(f"# {where}{_summary(op)}")
-            getattr(self, f"op_{type(op).__name__.lower()}")(w, op)
+            rule = EMIT[type(op)]
+            w.line(f"# {where}{rule.summary(op)}")
+            rule.emit(self, w, op)
             if top and is_block:
                 w.blank()
 
@@ -891,41 +767,48 @@ class _Emitter:
             w.line(f"return {', '.join(returned)}")
 
 
-def _summary(op: S.Op) -> str:
-    """The op in schedule terms, for the comment above its statement."""
-    if isinstance(op, S.When):
-        return f"when {E.to_text(op.when)}"
-    if isinstance(op, S.Start):
-        return f"start {op.start}"
-    if isinstance(op, S.Wait):
-        return f"wait {op.wait}"
-    if isinstance(op, S.WaitSend):
-        return f"wait_send {op.wait_send}"
-    if isinstance(op, S.WaitRecv):
-        return f"wait_recv {op.wait_recv}"
-    if isinstance(op, S.Signal):
-        inc = "" if op.inc == E.Const(1) else f" by {E.to_text(op.inc)}"
-        return f"signal {op.signal.text()}{inc} to {', '.join(E.to_text(t) for t in op.to)}"
-    if isinstance(op, S.SemWait):
-        value = "" if op.value == E.Const(1) else f" for {E.to_text(op.value)}"
-        return f"sem_wait {op.sem_wait.text()}{value}"
-    if isinstance(op, S.Barrier):
-        single = "" if op.double else " (single)"
-        return f"barrier with {', '.join(E.to_text(t) for t in op.barrier)}{single}"
-    if isinstance(op, S.Zero):
-        return f"zero {op.zero.text()}"
-    if isinstance(op, S.Accumulate):
-        if op.base is not None:
-            return f"accumulate {op.accumulate.text()} = {op.base.text()} + {op.src.text()}"
-        return f"accumulate {op.accumulate.text()} += {op.src.text()}"
-    if isinstance(op, (S.Assign, S.Cast)):
-        key = "assign" if isinstance(op, S.Assign) else "cast"
-        return f"{key} {getattr(op, key).text()} = {op.src.text()}"
-    if isinstance(op, S.Matmul):
-        return f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}"
-    if isinstance(op, S.Pipeline):
-        return f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}"
-    raise TypeError(f"unknown op {type(op).__name__}")
+class EmitRule(NamedTuple):
+    """How the emitter writes one op class: the comment above its statement (the op in
+    schedule terms) and the `_Emitter` method that writes its statements."""
+    summary: Callable[[Any], str]
+    emit: Callable[["_Emitter", CodeWriter, Any], None]
+
+
+def _accumulate_summary(op: S.Accumulate) -> str:
+    if op.base is not None:
+        return f"accumulate {op.accumulate.text()} = {op.base.text()} + {op.src.text()}"
+    return f"accumulate {op.accumulate.text()} += {op.src.text()}"
+
+
+def _exprs(exprs: list[E.Expr]) -> str:
+    return ", ".join(E.to_text(t) for t in exprs)
+
+
+# `EMIT[op class]`: one rule per op class (`schema.OPS`).
+EMIT: RuleTable[EmitRule] = RuleTable("codegen (ringc/codegen/pallas.py EMIT)", "ops")
+EMIT.register(S.When)(EmitRule(lambda op: f"when {E.to_text(op.when)}", _Emitter.op_when))
+EMIT.register(S.Start)(EmitRule(lambda op: f"start {op.start}", _Emitter.op_start))
+EMIT.register(S.Wait)(EmitRule(lambda op: f"wait {op.wait}", _Emitter.op_wait))
+EMIT.register(S.WaitSend)(EmitRule(lambda op: f"wait_send {op.wait_send}", _Emitter.op_waitsend))
+EMIT.register(S.WaitRecv)(EmitRule(lambda op: f"wait_recv {op.wait_recv}", _Emitter.op_waitrecv))
+EMIT.register(S.Signal)(EmitRule(
+    lambda op: (f"signal {op.signal.text()}{'' if op.inc == E.Const(1) else f' by {E.to_text(op.inc)}'} "
+                f"to {_exprs(op.to)}"), _Emitter.op_signal))
+EMIT.register(S.SemWait)(EmitRule(
+    lambda op: f"sem_wait {op.sem_wait.text()}{'' if op.value == E.Const(1) else f' for {E.to_text(op.value)}'}",
+    _Emitter.op_semwait))
+EMIT.register(S.Barrier)(EmitRule(
+    lambda op: f"barrier with {_exprs(op.barrier)}{'' if op.double else ' (single)'}", _Emitter.op_barrier))
+EMIT.register(S.Zero)(EmitRule(lambda op: f"zero {op.zero.text()}", _Emitter.op_zero))
+EMIT.register(S.Accumulate)(EmitRule(_accumulate_summary, _Emitter.op_accumulate))
+EMIT.register(S.Assign)(EmitRule(lambda op: f"assign {op.assign.text()} = {op.src.text()}", _Emitter.op_assign))
+EMIT.register(S.Cast)(EmitRule(lambda op: f"cast {op.cast.text()} = {op.src.text()}", _Emitter.op_cast))
+EMIT.register(S.Matmul)(EmitRule(
+    lambda op: f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}",
+    _Emitter.op_matmul))
+EMIT.register(S.Pipeline)(EmitRule(
+    lambda op: f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}",
+    _Emitter.op_pipeline))
 
 
 def _wrap_words(text: str, width: int, first: int | None = None) -> str:

@@ -20,41 +20,21 @@ is their maximum:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
+from ..collectives import Buffers, collective_of
 from ..ir import schema as S
-from ..ir.dtypes import itemsize
 from ..verify.events import Program
 from .timeline import Hardware
-
-KIND_NAMES = {"ppermute": "permutation", "all_gather": "all-gather", "psum": "all-reduce",
-              "psum_scatter": "reduce-scatter", "all_to_all": "all-to-all",
-              "all_gather_matmul": "all-gather matmul", "matmul_psum_scatter": "matmul reduce-scatter"}
-# A fused collective moves what its plain counterpart moves: the gathered left operand, or
-# the partial products that are reduce-scattered.
-_MOVES_LIKE = {"all_gather_matmul": "all_gather", "matmul_psum_scatter": "psum_scatter"}
 
 
 def volume_buffer(sched: S.Schedule) -> str:
     """The buffer whose size is the collective's size V: the output of an all-gather (the
-    gathered array), the input otherwise."""
-    return sched.io_buffer("output" if sched.collective.kind == "all_gather" else "input")
+    gathered array), the input otherwise (`Collective.volume_role`)."""
+    return sched.io_buffer(collective_of(sched).volume_role)
 
 
 def volume(sched: S.Schedule, program: Program) -> int:
-    kind = sched.collective.kind
-    if kind in _MOVES_LIKE:  # the gathered x, or the N partial products of one output shard
-        name = sched.io_buffer("input" if kind == "all_gather_matmul" else "output")
-        return program.n * prod(program.shapes[name]) * itemsize(sched.dtype_of(name))
-    name = volume_buffer(sched)
-    return prod(program.shapes[name]) * itemsize(sched.dtype_of(name))
-
-
-def matmul_flops(sched: S.Schedule, program: Program) -> float:
-    """Per device: 2 m n k for each of the N output blocks it computes."""
-    out, x = program.shapes[sched.io_buffer("output")], program.shapes[sched.io_buffer("input")]
-    blocks = 1 if sched.collective.kind == "all_gather_matmul" else program.n
-    return 2.0 * blocks * prod(out) * x[-1]
+    return collective_of(sched).volume(program.n, program.shapes, Buffers.of(sched))
 
 
 @dataclass(frozen=True)
@@ -70,38 +50,28 @@ class Bound:
 
 
 def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
-    fused = sched.collective.kind
-    kind = _MOVES_LIKE.get(fused, fused)
+    """The maximum of the components in the module docstring; what the collective must move,
+    compute and connect comes from its class (`ringc.collectives`)."""
+    c, buffers = collective_of(sched), Buffers.of(sched)
     pl = hw.placement
-    p, V, B = program.n, volume(sched, program), hw.chip.link_bandwidth
-    shift = sched.collective.shift % p if kind == "ppermute" else None
-    frac = 1 - 1 / p
-    in_bytes, out_bytes = {
-        "all_gather": (frac * V, V / p),
-        "psum_scatter": (V / p, frac * V),
-        "psum": (2 * frac * V, 2 * frac * V),
-        "all_to_all": (frac * V, frac * V),
-        "ppermute": (float(V if shift else 0), float(V if shift else 0)),
-    }[kind]
+    p, B = program.n, hw.chip.link_bandwidth
+    V = c.volume(p, program.shapes, buffers)
+    in_bytes, out_bytes = c.traffic(p, V)
     if p == 1:
         return Bound(0.0, "none", {}, V)
     comps: dict[str, float] = {}
     degrees = [pl.degree(d) for d in range(p)]
     if min(degrees) == 0:
-        raise ValueError(f"a device of {pl.describe()} has no link to the others")
+        raise ValueError(f"a device of {pl.describe(per_instance=True)} has no link to the others")
     comps["ingress"] = max(in_bytes / (B * k) for k in degrees)
     comps["egress"] = max(out_bytes / (B * k) for k in degrees)
     # Every device's bytes must cross at least one link; the axis has sum(degrees) directed links.
     comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
-    if kind == "all_to_all":
+    if c.bisection:
         comps["bisection"] = _bisection(pl, V, B)
-    if fused in _MOVES_LIKE:
-        comps["compute"] = matmul_flops(sched, program) / hw.chip.bf16_flops
-    if kind == "ppermute":
-        far = max(pl.hops(d, (d + shift) % p) for d in range(p)) if shift else 0
-    else:
-        far = max(pl.hops(a, b) for a in range(p) for b in range(p))
-    comps["latency"] = far * hw.hop_latency
+    if c.takes_rhs:
+        comps["compute"] = c.flops(p, program.shapes, buffers) / hw.chip.bf16_flops
+    comps["latency"] = max((pl.hops(a, b) for a, b in c.far_pairs(p)), default=0) * hw.hop_latency
     binding = max(comps, key=lambda k: comps[k])
     return Bound(comps[binding], binding, comps, V)
 

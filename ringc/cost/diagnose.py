@@ -9,10 +9,15 @@ was latency and per-step work rather than transfer.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from .bounds import KIND_NAMES
-from .model import Estimate
-from .sizing import size_text
+from ..collectives import TITLES
+from ..units import size_text
+
+if TYPE_CHECKING:  # only for the annotation: `model` imports this module
+    from .model import Estimate
+
+__all__ = ["diagnose"]
 
 
 def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
@@ -33,7 +38,7 @@ def _length(spans: list[list[float]]) -> float:
     return sum(e - s for s, e in spans)
 
 
-def diagnose(e: Estimate, threshold: float = 0.95) -> list[str]:
+def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
     """Reasons the estimate is above the bound; empty when efficiency >= threshold."""
     if e.efficiency >= threshold:
         return []
@@ -54,7 +59,7 @@ def diagnose(e: Estimate, threshold: float = 0.95) -> list[str]:
     moved = sum(net.used[r] for r in net.used if r[0] == "link")
     need = e.bound.components["aggregate"] * e.hw.chip.link_bandwidth * sum(pl.degree(d) for d in range(p))
     if need and moved > 1.05 * need:
-        name = KIND_NAMES[kind]
+        name = TITLES[kind]
         far = max((len(d.links) for d in e.machine.dmas.values()), default=0)
         route = f"; sends to non-neighbours cross up to {far} links each" if far > 1 else ""
         why.append(f"moves {moved / need:.1f}x the data {'an' if name[0] in 'aeiou' else 'a'} {name} needs: "

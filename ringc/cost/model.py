@@ -6,15 +6,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import topology as T
+from ..collectives import TITLES
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
+from ..units import size_text, time_text
 from ..verify.events import Program
+from ..verify.placement import place
 from ..verify.races import describe
 from ..verify.unroll import window_id
-from .bounds import KIND_NAMES, Bound, lower_bound
+from .bounds import Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
-from .placement import place
-from .sizing import fit_volume, size_text
+from .diagnose import diagnose
+from .sizing import fit_volume
 from .timeline import Hardware, PathStep, TimedMachine, resource_text, simulate
 
 
@@ -36,7 +39,8 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
     topo = T.parse(topology, n if bare_ring else None)
     placement = place(sched, topo, along)
     if n is not None and n != placement.n:
-        raise ValueError(f"{placement.describe()} gives {placement.n} devices per instance of `{sched.name}`, "
+        raise ValueError(f"{placement.describe(per_instance=True)} gives {placement.n} devices per instance of "
+                         f"`{sched.name}`, "
                          f"not {n}; choose --devices {placement.n}, another topology, or --along")
     return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
 
@@ -97,8 +101,9 @@ class Estimate:
     def header(self) -> str:
         s = self.schedule
         params = ", ".join(f"{k}={v}" for k, v in s.params.items())
-        return (f"{s.file}: {s.name} ({KIND_NAMES[s.collective.kind]}), N={self.program.n} on "
-                f"{self.hw.placement.describe()}, chip {self.hw.chip.name}; V = {size_text(self.bound.volume)} "
+        return (f"{s.file}: {s.name} ({TITLES[s.collective.kind]}), N={self.program.n} on "
+                f"{self.hw.placement.describe(per_instance=True)}, chip {self.hw.chip.name}; "
+                f"V = {size_text(self.bound.volume)} "
                 f"({params})")
 
     def to_json(self) -> dict[str, Any]:
@@ -106,7 +111,7 @@ class Estimate:
         return {
             "file": self.schedule.file, "schedule": self.schedule.name,
             "collective": self.schedule.collective.kind, "N": self.program.n,
-            "topology": self.hw.placement.topo.spec, "along": self.hw.placement.mapping.describe(), "chip": self.hw.chip.name,
+            "topology": self.hw.placement.topo.spec, "along": self.hw.placement.describe(), "chip": self.hw.chip.name,
             "params": dict(self.schedule.params), "bytes": self.bound.volume,
             "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
             "bound": self.bound.to_json(),
@@ -121,7 +126,6 @@ class Estimate:
 
     def why(self) -> list[str]:
         """Why the estimate is short of the bound (empty at 95% efficiency or more)."""
-        from .diagnose import diagnose
         return diagnose(self)
 
     def _run_text(self, st: PathStep) -> str:
@@ -132,16 +136,16 @@ class Estimate:
 
     def to_text(self, path_steps: int = 8) -> str:
         lines = [self.header()]
-        comps = ", ".join(f"{k} {_t(v)}" for k, v in self.bound.components.items())
-        lines.append(f"  estimate   {_t(self.seconds)}")
-        lines.append(f"  bound      {_t(self.bound.seconds)}  ({self.bound.binding}; {comps})")
+        comps = ", ".join(f"{k} {time_text(v)}" for k, v in self.bound.components.items())
+        lines.append(f"  estimate   {time_text(self.seconds)}")
+        lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
         lines.append(f"  efficiency {self.efficiency:.1%}")
         bn = self.bottleneck
         if bn:
             lines.append(f"  bottleneck {resource_text(bn[0])}, busy {bn[1]:.0%} of the run")
         lines += [f"  why short:  {reason}" for reason in self.why()]
         summary = self.path_summary()
-        lines.append("  critical path: " + ", ".join(f"{k.replace('_', ' ')} {_t(v)}" for k, v in summary.items() if v))
+        lines.append("  critical path: " + ", ".join(f"{k.replace('_', ' ')} {time_text(v)}" for k, v in summary.items() if v))
         path = self.critical_path()
         shown = path if len(path) <= path_steps else path[:path_steps // 2] + [None] + path[-path_steps // 2:]
         for st in shown:
@@ -149,22 +153,14 @@ class Estimate:
                 lines.append(f"    ... {len(path) - path_steps} more steps ...")
                 continue
             text = st.detail or self._run_text(st)
-            lines.append(f"    {_t(st.start):>10} .. {_t(st.end):>10}  {st.kind:6} {text}")
+            lines.append(f"    {time_text(st.start):>10} .. {time_text(st.end):>10}  {st.kind:6} {text}")
         return "\n".join(lines)
-
-
-def _t(seconds: float) -> str:
-    """Seconds with a readable unit."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
 
 
 def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estimate:
     """Time an unrolled program. Raises CostError if it cannot run to the end."""
     if program.n != hw.placement.n:
-        raise ValueError(f"{hw.placement.describe()} has {hw.placement.n} devices on the axis, "
+        raise ValueError(f"{hw.placement.describe(per_instance=True)} has {hw.placement.n} devices on the axis, "
                          f"but the program was unrolled for N={program.n}")
     for ev, target in program.targets:
         if not 0 <= target < program.n:

@@ -6,7 +6,7 @@ import io
 from typing import Sequence
 
 from .model import Estimate
-from .sizing import size_text
+from ..units import size_text
 
 
 def require_matplotlib():

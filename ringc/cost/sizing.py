@@ -19,6 +19,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
+from ..units import size_text
 from ..verify.unroll import buffer_shapes
 from .bounds import volume_buffer
 
@@ -51,14 +52,6 @@ def parse_sweep(text: str) -> list[int]:
         sizes.append(s)
         s *= 2
     return sizes + [hi]
-
-
-def size_text(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if abs(v - round(v)) < 0.05 else f"{v:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _size_params(sched: S.Schedule) -> tuple[str, str | None]:

@@ -27,7 +27,7 @@ from ..verify.events import Compute, DmaStart, Event, Program, Region, SemId, Se
 from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
 from .network import Flow, FluidNetwork, Resource
-from .placement import Link, Placement, coord_text, link_text
+from ..verify.placement import Link, Placement, coord_text, link_text
 
 _DEVICE, _INJECT, _FLOWS, _DEPOSIT = range(4)
 

@@ -15,6 +15,7 @@ from . import expr as E
 from . import schema as S
 from .dtypes import ITEMSIZE
 from .errors import ScheduleError
+from .rules import RuleTable
 
 # Names every expression may use, besides params, grid indices and lets.
 BUILTINS = {
@@ -71,7 +72,7 @@ def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
     """Every op, depth first, including those inside `when` blocks and pipeline bodies."""
     for op in ops:
         yield op
-        if isinstance(op, (S.When, S.Pipeline)):
+        if isinstance(op, (S.When, S.Pipeline)):  # the ops with a body
             yield from walk_ops(op.do)
 
 
@@ -295,53 +296,20 @@ class _Resolver:
         self.check_body(self.s.body, self.outer)
 
     def check_body(self, ops: list[S.Op], scope: "_Scope") -> None:
-        names = scope.names
         for op in ops:
-            line = op.line
-            tag = S.op_tag(op)
-            if scope.pipeline is not None and tag not in S.COMPUTE_OP_KEYS:
+            line, tag = op.line, op.tag
+            if scope.pipeline is not None and not op.compute:
                 self.fail(line, f"`{tag}` cannot appear in a pipeline body: the inner kernel only "
                                 "computes on its blocks",
                           fix=f"move it before or after the pipeline at line {scope.pipeline.line}; "
                               f"a body may use {', '.join(S.COMPUTE_OP_KEYS)}")
-            if isinstance(op, S.When):
-                self.check_expr(op.when, names, line, "guard")
-                self.check_body(op.do, scope)
-            elif isinstance(op, S.Pipeline):
-                self.check_pipeline(op)
-            elif isinstance(op, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)):
-                key = next(k for k in ("start", "wait", "wait_send", "wait_recv") if hasattr(op, k))
-                cname = getattr(op, key)
-                copy = self.s.copies.get(cname)
-                if copy is None:
-                    self.fail(line, f"`{key}: {cname}` names no copy", known=self.s.copies, name=cname)
-                if key in ("wait_send", "wait_recv") and not copy.remote:
-                    self.fail(line, f"`{key}` applies to remote copies; `{cname}` is local",
-                              fix=f"use `wait: {cname}`")
-            elif isinstance(op, S.Signal):
-                self.check_sem_ref(op.signal, line, ("regular",), "signal")
-                for t in op.to:
-                    self.check_expr(t, names, line, "signal target")
-                self.check_expr(op.inc, names, line, "signal increment")
-            elif isinstance(op, S.SemWait):
-                self.check_sem_ref(op.sem_wait, line, ("regular",), "sem_wait")
-                self.check_expr(op.value, names, line, "wait value")
-            elif isinstance(op, S.Barrier):
-                if self.s.barrier is None:
-                    self.fail(line, "a barrier needs the barrier semaphore",
-                              fix="add `barrier: {collective_id: 0}` at the top level")
-                for t in op.barrier:
-                    self.check_expr(t, names, line, "barrier neighbour")
-            else:
-                self.check_compute(op, scope)
+            RESOLVE[type(op)](self, op, scope)
 
     def check_compute(self, op: S.Op, scope: "_Scope") -> None:
         """zero, accumulate, assign, cast, matmul: VMEM operands, a writable destination."""
-        line, key = op.line, S.op_tag(op)
+        line, key = op.line, op.tag
         dst_ref = getattr(op, key)
-        sources = {"zero": (), "matmul": ("a", "b")}.get(key, ("src",))
-        if getattr(op, "base", None) is not None:
-            sources += ("base",)
+        sources = tuple(f for f in type(op).reads if getattr(op, f) is not None)  # its roles
         dst = self.check_buffer_ref(dst_ref, line, key, scope)
         self.check_writable(dst, dst_ref, line, scope)
         self.check_vmem(dst, dst_ref, line, key)
@@ -400,6 +368,57 @@ class _Resolver:
         self.check_declarations()
         self.check_copies()
         self.check_ops()
+
+
+# `RESOLVE[op class](resolver, op, scope)`: the static checks of one op (names, kinds, ranks).
+RESOLVE: RuleTable[Callable[..., None]] = RuleTable("resolve (ringc/ir/resolve.py RESOLVE)", "ops")
+
+
+@RESOLVE.register(S.When)
+def _resolve_when(r: _Resolver, op: S.When, scope: _Scope) -> None:
+    r.check_expr(op.when, scope.names, op.line, "guard")
+    r.check_body(op.do, scope)
+
+
+@RESOLVE.register(S.Pipeline)
+def _resolve_pipeline(r: _Resolver, op: S.Pipeline, scope: _Scope) -> None:
+    r.check_pipeline(op)
+
+
+@RESOLVE.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)
+def _resolve_copy_op(r: _Resolver, op: S.Op, scope: _Scope) -> None:
+    key, cname = op.tag, op.copy_name
+    copy = r.s.copies.get(cname)
+    if copy is None:
+        r.fail(op.line, f"`{key}: {cname}` names no copy", known=r.s.copies, name=cname)
+    if "send" not in op.copy_halves or "recv" not in op.copy_halves:  # one half: remote copies only
+        if not copy.remote:
+            r.fail(op.line, f"`{key}` applies to remote copies; `{cname}` is local", fix=f"use `wait: {cname}`")
+
+
+@RESOLVE.register(S.Signal)
+def _resolve_signal(r: _Resolver, op: S.Signal, scope: _Scope) -> None:
+    r.check_sem_ref(op.signal, op.line, ("regular",), "signal")
+    for t in op.to:
+        r.check_expr(t, scope.names, op.line, "signal target")
+    r.check_expr(op.inc, scope.names, op.line, "signal increment")
+
+
+@RESOLVE.register(S.SemWait)
+def _resolve_sem_wait(r: _Resolver, op: S.SemWait, scope: _Scope) -> None:
+    r.check_sem_ref(op.sem_wait, op.line, ("regular",), "sem_wait")
+    r.check_expr(op.value, scope.names, op.line, "wait value")
+
+
+@RESOLVE.register(S.Barrier)
+def _resolve_barrier(r: _Resolver, op: S.Barrier, scope: _Scope) -> None:
+    if r.s.barrier is None:
+        r.fail(op.line, "a barrier needs the barrier semaphore", fix="add `barrier: {collective_id: 0}` at the top level")
+    for t in op.barrier:
+        r.check_expr(t, scope.names, op.line, "barrier neighbour")
+
+
+RESOLVE.register(S.Zero, S.Accumulate, S.Assign, S.Cast, S.Matmul)(_Resolver.check_compute)
 
 
 def resolve(sched: S.Schedule) -> None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator
+
+import networkx as nx
 
 from .. import topology as T
 from ..ir import schema as S
@@ -23,6 +26,16 @@ from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
 
 AXIS_NAMES = ("x", "y", "z")
+Coord = tuple[int, ...]
+Link = tuple[Coord, Coord]  # directed: data flows from the first chip to the second
+
+
+def coord_text(c: Coord) -> str:
+    return str(c[0]) if len(c) == 1 else "(" + ",".join(map(str, c)) + ")"
+
+
+def link_text(link: Link) -> str:
+    return f"{coord_text(link[0])}->{coord_text(link[1])}"
 
 
 def axis_names(topo: T.Topology) -> tuple[str, ...]:
@@ -32,6 +45,10 @@ def axis_names(topo: T.Topology) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Placement:
+    """The schedule's axes bound to the topology's (`place`), and the instance the cost model
+    prices: one instance per line (or plane) along the schedule's axes; instances use
+    disjoint links, so the first one (`coords`: schedule device index -> chip) prices the
+    collective."""
     topo: T.Topology
     axes: tuple[str, ...]       # the schedule's axes
     along: tuple[int, ...]      # the topology axis each schedule axis runs along
@@ -79,14 +96,57 @@ class Placement:
         c = self.coord(tuple(0 for _ in self.topo.shape), device)
         return "(" + ", ".join(str(x) if k in self.along else "*" for k, x in enumerate(c)) + ")"
 
-    def describe(self) -> str:
-        """E.g. `torus:4x4 (4x4, wraparound on every axis) along y (the schedule's x), 4 instances`."""
+    def describe(self, per_instance: bool = False) -> str:
+        """E.g. `torus:4x4 (4x4, wraparound on every axis) along y (the schedule's x), 4 instances`;
+        `per_instance` adds the chips of one instance, as the cost model prices one."""
         names = axis_names(self.topo)
         along = ", ".join(names[k] for k in self.along)
         if tuple(names[k] for k in self.along) != self.axes:
             along += f" (the schedule's {', '.join(self.axes)})"
         count = f", {self.instances} instances" if self.instances > 1 else ""
-        return f"{self.topo.describe()} along {along}{count}"
+        text = f"{self.topo.describe()} along {along}{count}"
+        if per_instance and self.instances > 1:
+            text += f" ({self.n} chips per instance, {self.instances} instances on disjoint links)"
+        return text
+
+    # -- one instance (the cost model's view) -------------------------------------------
+    @property
+    def n(self) -> int:
+        """Devices in one instance."""
+        return _prod(self.sizes.values())
+
+    @cached_property
+    def coords(self) -> tuple[Coord, ...]:
+        """The first instance: schedule device index -> chip coordinate."""
+        base = next(self.bases())
+        return tuple(self.coord(base, d) for d in range(self.n))
+
+    def route(self, src: int, dst: int) -> list[Link]:
+        """The directed links a send from device src to device dst crosses, in order."""
+        path = T.route(self.topo, self.coords[src], self.coords[dst])
+        return list(zip(path, path[1:]))
+
+    def hops(self, src: int, dst: int) -> int:
+        return T.hops(self.topo, self.coords[src], self.coords[dst])
+
+    @cached_property
+    def links(self) -> list[Link]:
+        """Every directed link some route between two of our devices can cross."""
+        seen: dict[Link, None] = {}
+        for s in range(self.n):
+            for d in range(self.n):
+                if s != d:
+                    seen.update(dict.fromkeys(self.route(s, d)))
+        return list(seen)
+
+    @cached_property
+    def subgraph(self) -> nx.Graph:
+        """The chips of one instance and the links between them."""
+        return self.topo.graph.subgraph(self.coords)
+
+    def degree(self, device: int) -> int:
+        """Links from this device to other devices of its instance (each full duplex)."""
+        return self.subgraph.degree(self.coords[device])
 
 
 def _prod(values) -> int:

@@ -45,7 +45,8 @@ from .events import DmaStart, Event, Program, Region, SemWait, Signal
 from .order import DmaEnds, Order
 from .races import Access, accesses, race
 from .rotation import NotRotational
-from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _span, _value, apply, device_dims, mismatches
+from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
+from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -110,7 +111,7 @@ class Rotator:
                 wrapped = wrapped or any(len(ts) > 1 for ts in terms)
                 parts.append(Piece(new_box, tuple(u for ts in terms for u in ts)))
             if wrapped or len(parts) > 1:
-                out += [Piece(q.box, _value(q.value, q.box)) for q in _rejoin(parts)]
+                out += [Piece(q.box, canonical_value(q.value, q.box)) for q in _rejoin(parts)]
             else:
                 out += [Piece(q.box, tuple(sorted(q.value, key=repr))) for q in parts]
         return out
@@ -123,9 +124,9 @@ class Rotator:
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
             # A run wrapped: cut it where either factor's devices pass N - 1.
-            (lo, hi), off = _span(a[1]), _span(b[1])[0] - _span(a[1])[0]
+            (lo, hi), off = device_span(a[1]), device_span(b[1])[0] - device_span(a[1])[0]
             cuts = sorted({lo, hi} | {c for c in (self.n - delta, self.n - delta - off) if lo < c < hi})
-            return [self.term((PRODUCT, (a[0], _dev(x0, x1), a[2]), (b[0], _dev(x0 + off, x1 + off), b[2]), k0, k1),
+            return [self.term((PRODUCT, (a[0], device_run(x0, x1), a[2]), (b[0], device_run(x0 + off, x1 + off), b[2]), k0, k1),
                               box, new_box, delta)[0] for x0, x1 in zip(cuts, cuts[1:])]
         name, dev, imap = term
         entries = []
@@ -143,11 +144,11 @@ class Rotator:
                 if x + hi - lo > self.shapes[name][i]:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
-        first, end = _span(dev)
+        first, end = device_span(dev)
         lo = (first + delta) % self.n
         hi = lo + end - first
         runs = [(lo, hi)] if hi <= self.n else [(lo, self.n), (0, hi - self.n)]
-        return [(name, _dev(a, b), tuple(entries)) for a, b in runs]
+        return [(name, device_run(a, b), tuple(entries)) for a, b in runs]
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -164,37 +165,16 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
     return parts
 
 
-def meaning_rotates(sched: S.Schedule, program: Program) -> bool:
-    """The collective's meaning on device d is device 0's rotated by d: device d's output
-    must hold what device 0's holds with device ids moved by d, and each buffer dim moved
-    by its step. Per collective: its device dims must move by one block per device and
-    the dims it maps onto each other by the same step (contraction dims not at all)."""
+def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) -> bool:
+    """The collective's meaning on device d is device 0's rotated by d, for the rotation
+    steps the program found (`Collective.meaning_rotates`)."""
     steps = program.rotation or {}
-    x, out = sched.io_buffer("input"), sched.io_buffer("output")
+    shapes = program.shapes
 
     def r(buf: str, i: int) -> int:
-        size = program.shapes[buf][i]
-        return steps.get((buf, i), 0) % size
+        return steps.get((buf, i), 0) % shapes[buf][i]
 
-    if device_dims(sched, x) != 1 or device_dims(sched, out) != 1:
-        return False
-    rank, kind = len(program.shapes[x]), sched.collective.kind
-    if kind in ("ppermute", "psum"):
-        return all(r(out, i) == r(x, i) for i in range(rank))
-    if kind == "all_gather":
-        return r(out, 0) == 1 and all(r(out, 1 + i) == r(x, i) for i in range(rank))
-    if kind == "psum_scatter":
-        return r(x, 0) == 1 and all(r(out, i) == r(x, 1 + i) for i in range(rank - 1))
-    if kind == "all_to_all":
-        return r(x, 0) == 1 and r(out, 0) == 1 and all(r(out, i) == r(x, i) for i in range(1, rank))
-    y = sched.io_buffer("rhs")
-    if kind == "all_gather_matmul":  # out[j] = x_j @ y_me
-        return (r(out, 0) == 1 and r(x, 1) == 0 and r(y, 0) == 0
-                and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1))
-    if kind == "matmul_psum_scatter":  # out = sum_j x_j[me] @ y_j
-        return (r(x, 0) == 1 and r(x, 2) == 0 and r(y, 0) == 0
-                and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1))
-    return False
+    return collective.meaning_rotates(r, shapes, buffers)
 
 
 # -- the run -------------------------------------------------------------------------
@@ -437,7 +417,8 @@ def _concurrent_pairs(group: list[Access], order: Order) -> bool:
 # -- data flow -----------------------------------------------------------------------
 
 def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
-    if not meaning_rotates(sched, program):
+    collective, buffers = collective_of(sched), Buffers.of(sched)
+    if not meaning_rotates(collective, buffers, program):
         return False
     n, mem = program.n, Memory(program.shapes)
     for name, buf in sched.buffers.items():
@@ -452,7 +433,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
 
     for ev in program.devices[0]:
         apply(mem, ev, n, land)
-    return not mismatches(sched, mem, [0], n, program.shapes)
+    return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 
 def clean(sched: S.Schedule, program: Program) -> bool:

@@ -23,22 +23,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, Mapping
 
 from ..ir import schema as S
+from ..collectives import (KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value,
+                           collective_of)
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
-Box = tuple[tuple[int, int], ...]
-# A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
-# (KDIM, offset) for a product's contraction index.
-IndexMap = tuple[tuple[int | None, int], ...]
-Term = tuple[Any, ...]   # (input buffer, device, map); (PRODUCT, a, b, k0, k1); ("?buf", device, ())
-Value = tuple[Term, ...]                     # a sorted multiset: a sum of terms
+# Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
 OPAQUE = "!"          # prefix: a value the model does not follow (a product of a product)
-PRODUCT = "@"
-KDIM = -1
 
 
 def _is_product(term: Term) -> bool:
@@ -53,11 +48,6 @@ def _map_entries(term: Term, fn: Callable[[int | None, int], tuple[int | None, i
         return (PRODUCT, _map_entries(a, fn), _map_entries(b, fn), k0, k1)
     name, dev, imap = term
     return (name, dev, tuple([e if e[0] == KDIM else fn(*e) for e in imap]))
-
-
-class Piece(NamedTuple):  # a tuple, not a frozen dataclass: made millions of times
-    box: Box
-    value: Value
 
 
 def _intersect(a: Box, b: Box) -> Box | None:
@@ -129,21 +119,21 @@ def _single_dims(box: Box) -> frozenset[int]:
     return frozenset(d for d, (lo, hi) in enumerate(box) if hi - lo == 1)
 
 
-def _restrict(value: Value, box: Box, inner: Box) -> Value:
+def restrict_value(value: Value, box: Box, inner: Box) -> Value:
     """A value canonical for `box`, made canonical for `inner` inside it: the same value
     unless `inner` is a single index along a dim where `box` is not."""
     for (a0, a1), (b0, b1) in zip(box, inner):
         if b1 - b0 == 1 and a1 - a0 != 1:
-            return _value(value, inner)
+            return canonical_value(value, inner)
     return value
 
 
-def _span(dev: Any) -> tuple[int, int]:
+def device_span(dev: Any) -> tuple[int, int]:
     """A term's devices as [lo, hi): one device j, or a run (lo, hi) of consecutive ones."""
     return (dev, dev + 1) if isinstance(dev, int) else dev
 
 
-def _dev(lo: int, hi: int) -> Any:
+def device_run(lo: int, hi: int) -> Any:
     return lo if hi == lo + 1 else (lo, hi)
 
 
@@ -187,7 +177,7 @@ def _rectangles(rects: list[tuple[int, int, int, int]]) -> list[tuple[int, int, 
     return [(x0, x1, k0, k1) for x0, x1, ks in cols for k0, k1 in ks]
 
 
-def _value(terms: Iterable[Term], box: Box) -> Value:
+def canonical_value(terms: Iterable[Term], box: Box) -> Value:
     """The canonical sum. Terms that differ only in the device, over consecutive devices,
     merge into one run (a psum of N blocks is one term, not N); products merge over
     adjacent k ranges and over runs of devices whose factors keep the same offset."""
@@ -196,21 +186,21 @@ def _value(terms: Iterable[Term], box: Box) -> Value:
         t = _canonical(terms[0], box, single)
         if _is_product(t):
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
-            return ((PRODUCT, (an, _dev(*_span(ad)), am), (bn, _dev(*_span(bd)), bm), k0, k1),)
-        return (t,) if t[0][:1] in (UNINIT, OPAQUE) else ((t[0], _dev(*_span(t[1])), t[2]),)
+            return ((PRODUCT, (an, device_run(*device_span(ad)), am), (bn, device_run(*device_span(bd)), bm), k0, k1),)
+        return (t,) if t[0][:1] in (UNINIT, OPAQUE) else ((t[0], device_run(*device_span(t[1])), t[2]),)
     odd, plain, products = [], defaultdict(list), defaultdict(list)
     for t in (_canonical(t, box, single) for t in terms):
         if _is_product(t):
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
-            lo, hi = _span(ad)
-            products[(an, am, bn, bm, _span(bd)[0] - lo)].append((lo, hi, k0, k1))
+            lo, hi = device_span(ad)
+            products[(an, am, bn, bm, device_span(bd)[0] - lo)].append((lo, hi, k0, k1))
         elif t[0][:1] in (UNINIT, OPAQUE):
             odd.append(t)
         else:
-            plain[(t[0], t[2])].append(_span(t[1]))
-    out = odd + [(name, _dev(lo, hi), imap) for (name, imap), spans in plain.items() for lo, hi in _runs(spans)]
+            plain[(t[0], t[2])].append(device_span(t[1]))
+    out = odd + [(name, device_run(lo, hi), imap) for (name, imap), spans in plain.items() for lo, hi in _runs(spans)]
     for (an, am, bn, bm, off), rects in products.items():
-        out += [(PRODUCT, (an, _dev(x0, x1), am), (bn, _dev(x0 + off, x1 + off), bm), k0, k1)
+        out += [(PRODUCT, (an, device_run(x0, x1), am), (bn, device_run(x0 + off, x1 + off), bm), k0, k1)
                 for x0, x1, k0, k1 in _rectangles(rects)]
     return tuple(out) if len(out) < 2 else tuple(sorted(out, key=repr))
 
@@ -219,11 +209,11 @@ def _single(t: Term) -> list[Term]:
     """A term with a run of devices as one term per device."""
     if _is_product(t):
         _, (an, ad, am), (bn, bd, bm), k0, k1 = t
-        (lo, hi), off = _span(ad), _span(bd)[0] - _span(ad)[0]
+        (lo, hi), off = device_span(ad), device_span(bd)[0] - device_span(ad)[0]
         return [(PRODUCT, (an, j, am), (bn, j + off, bm), k0, k1) for j in range(lo, hi)]
     if t[0][:1] in (UNINIT, OPAQUE):
         return [t]
-    lo, hi = _span(t[1])
+    lo, hi = device_span(t[1])
     return [(t[0], j, t[2]) for j in range(lo, hi)]
 
 
@@ -319,14 +309,14 @@ class Memory:
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
         ident = tuple((d, 0) for d in range(len(box)))
-        self._pieces((device, name)).add(Piece(box, _value(((name, device, ident),), box)))
+        self._pieces((device, name)).add(Piece(box, canonical_value(((name, device, ident),), box)))
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
         out, covered = [], []
         index = self._pieces((r.device, r.buffer))
         for p, ix in index.overlapping(r.box):
-            out.append(p if ix == p.box else Piece(ix, _restrict(p.value, p.box, ix)))
+            out.append(p if ix == p.box else Piece(ix, restrict_value(p.value, p.box, ix)))
             covered.append(ix)
         gaps = [r.box]
         if covered == gaps or sum(map(_volume, covered)) == _volume(r.box):
@@ -343,9 +333,9 @@ class Memory:
         for p in index.remove(*index.meeting(r.box)):
             if not _inside(p.box, r.box):
                 for b in _subtract(p.box, r.box):
-                    index.add(Piece(b, _restrict(p.value, p.box, b)))
+                    index.add(Piece(b, restrict_value(p.value, p.box, b)))
         for p in new:
-            index.add(p if canonical else Piece(p.box, _value(p.value, p.box)))
+            index.add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
 
     @staticmethod
     def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
@@ -431,101 +421,6 @@ class Memory:
         self.write(dst, [Piece(dst.box, ())])
 
 
-def _unravel(j: int, dims: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for d in reversed(dims):
-        j, c = divmod(j, d)
-        out.append(c)
-    return tuple(reversed(out))
-
-
-def device_dims(sched: S.Schedule, buffer: str) -> int:
-    """How many leading dims of `buffer` index devices (row-major), where the collective has
-    such dims: its slot dims (`slots: N`, or `slots: [N_x, N_y]` over two axes), at least 1."""
-    return max(1, len(sched.buffers[buffer].slots))
-
-
-def expected(sched: S.Schedule, n: int, device: int, shapes: dict[str, tuple[int, ...]]) -> list[Piece]:
-    """What the collective prescribes for the output of `device`, as pieces. Device-indexed
-    dims may be split row-major over several leading dims (see `device_dims`)."""
-    c = sched.collective
-    x = sched.io_buffer("input")
-    in_shape = shapes[x]
-    out_shape = shapes[sched.io_buffer("output")]
-    full = tuple((0, s) for s in out_shape)
-    rank = len(in_shape)
-    k_in, k_out = device_dims(sched, x), device_dims(sched, sched.io_buffer("output"))
-
-    def term(dev: int, imap: IndexMap) -> Term:
-        return (x, dev, imap)
-
-    def point(j: int) -> Box:
-        return tuple((i, i + 1) for i in _unravel(j, out_shape[:k_out]))
-
-    def fixed(dev: int) -> IndexMap:  # the input's device dims at `dev`'s block
-        return tuple((None, i) for i in _unravel(dev, in_shape[:k_in]))
-
-    ident = tuple((d, 0) for d in range(rank))
-    if c.kind == "ppermute":
-        return [Piece(full, (term((device - c.shift) % n, ident),))]
-    if c.kind == "psum":
-        return [Piece(full, tuple(term(j, ident) for j in range(n)))]
-    if c.kind == "all_gather":
-        shifted = tuple((d + k_out, 0) for d in range(rank))
-        return [Piece(point(j) + full[k_out:], (term(j, shifted),)) for j in range(n)]
-    if c.kind == "psum_scatter":
-        imap = fixed(device) + tuple((d, 0) for d in range(rank - k_in))
-        return [Piece(full, tuple(term(j, imap) for j in range(n)))]
-    if c.kind == "all_to_all":
-        imap = fixed(device) + tuple((k_out + d, 0) for d in range(rank - k_in))
-        return [Piece(point(j) + full[k_out:], (term(j, imap),)) for j in range(n)]
-    y, k = sched.io_buffer("rhs"), in_shape[-1]
-    if c.kind == "all_gather_matmul":  # out[j] = x_j @ y_me: x [m, k], y [k, n], out [N, m, n]
-        rhs = (y, device, ((KDIM, 0), (2, 0)))
-        return [Piece(((j, j + 1),) + full[1:], ((PRODUCT, term(j, ((1, 0), (KDIM, 0))), rhs, 0, k),))
-                for j in range(n)]
-    if c.kind == "matmul_psum_scatter":  # out = sum_j x_j[me] @ y_j: x [N, m, k], y [k, n], out [m, n]
-        return [Piece(full, tuple((PRODUCT, term(j, ((None, device), (0, 0), (KDIM, 0))),
-                                   (y, j, ((KDIM, 0), (1, 0))), 0, k) for j in range(n)))]
-    raise AssertionError(c.kind)
-
-
-def shape_problem(sched: S.Schedule, n: int, shapes: dict[str, tuple[int, ...]]) -> str | None:
-    """None if the output can hold the collective of the inputs on n devices, else the shape
-    it needs. The device dims (`device_dims`) multiply to N."""
-    kind = sched.collective.kind
-    in_shape, out_shape = tuple(shapes[sched.io_buffer("input")]), tuple(shapes[sched.io_buffer("output")])
-    k_in, k_out = device_dims(sched, sched.io_buffer("input")), device_dims(sched, sched.io_buffer("output"))
-
-    def devices(shape: tuple[int, ...], k: int) -> bool:
-        size = 1
-        for d in shape[:k]:
-            size *= d
-        return len(shape) > k and size == n
-
-    if kind in ("ppermute", "psum"):
-        ok, want = out_shape == in_shape, f"shape {list(in_shape)}"
-    elif kind == "all_gather":
-        ok = devices(out_shape, k_out) and out_shape[k_out:] == in_shape
-        want = f"shape [N, *input shape] = {[n, *in_shape]} (N may be split over leading slots)"
-    elif kind == "psum_scatter":
-        ok = devices(in_shape, k_in) and out_shape == in_shape[k_in:]
-        want = f"the input's leading N blocks (slots) and output shape {list(in_shape[k_in:])}"
-    elif kind in S.MATMUL_COLLECTIVES:
-        y = tuple(shapes[sched.io_buffer("rhs")])
-        gather = kind == "all_gather_matmul"
-        lhs = in_shape if gather else in_shape[1:]
-        if len(lhs) != 2 or len(y) != 2 or lhs[1] != y[0] or (not gather and in_shape[0] != n):
-            return (f"inputs {'[m, k] @ [k, n]' if gather else '[N, m, k] @ [k, n]'}, "
-                    f"not {list(in_shape)} @ {list(y)}")
-        want_shape = (n, lhs[0], y[1]) if gather else (lhs[0], y[1])
-        ok, want = out_shape == want_shape, f"shape {list(want_shape)}"
-    else:  # all_to_all
-        ok = devices(in_shape, k_in) and devices(out_shape, k_out) and in_shape[k_in:] == out_shape[k_out:]
-        want = f"input and output both of N={n} blocks (slots) of the same shape"
-    return None if ok else want
-
-
 def _map_text(name: str, dev: int, imap: IndexMap, box: Box) -> str:
     idx = []
     for d, off in imap:
@@ -584,7 +479,7 @@ def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
                 mem.init_input(d, name)
     for ev in order:
         apply(mem, ev, n)
-    return mismatches(sched, mem, range(n), n, shapes)
+    return mismatches(collective_of(sched), Buffers.of(sched), mem, range(n), n, shapes)
 
 
 # `APPLY[kind](mem, compute)`: a compute event's effect on the symbolic memory.
@@ -611,27 +506,29 @@ def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] |
         APPLY[a.kind](mem, a)
 
 
-def mismatches(sched: S.Schedule, mem: Memory, devices: Iterable[int], n: int,
-               shapes: dict[str, tuple[int, ...]]) -> list[Mismatch]:
-    """Every output box of `devices` that differs from what the collective prescribes."""
-    x, out = sched.io_buffer("input"), sched.io_buffer("output")
-    want_shape = shape_problem(sched, n, shapes)
+def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: Iterable[int], n: int,
+               shapes: Mapping[str, tuple[int, ...]]) -> list[Mismatch]:
+    """Every output box of `devices` that differs from what `collective` prescribes, its
+    buffers in the roles `buffers` gives them (no schedule needed: a front end without YAML
+    can call it)."""
+    x, out = buffers.input, buffers.output
+    want_shape = collective.shape_problem(n, shapes, buffers)
     if want_shape is not None:
         return [Mismatch(-1, out, f"shape {list(shapes[out])}",
-                         f"{want_shape} for {sched.collective.kind} of `{x}` {list(shapes[x])}")]
+                         f"{want_shape} for {collective.kind} of `{x}` {list(shapes[x])}")]
     found = []
     for d in devices:
         full = tuple((0, s) for s in shapes[out])
         got = sorted(mem.read(Region(out, d, full, tuple(range(len(full))), 1)), key=lambda p: p.box[0][0])
         starts = [g.box[0][0] for g in got]
         longest = max((g.box[0][1] - g.box[0][0] for g in got), default=0)
-        for w in expected(sched, n, d, shapes):
+        for w in collective.expected(n, d, shapes, buffers):
             lo, hi = w.box[0]
             for g in got[bisect_left(starts, lo - longest + 1):bisect_left(starts, hi)]:
                 ix = _intersect(g.box, w.box)
                 if ix is None:
                     continue
-                gv, wv = _value(g.value, ix), _value(w.value, ix)
+                gv, wv = canonical_value(g.value, ix), canonical_value(w.value, ix)
                 if gv != wv and _unit_products(gv) != _unit_products(wv):
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
     return found

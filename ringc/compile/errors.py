@@ -18,16 +18,17 @@ import traceback
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
-from typing import Iterator
+from typing import Callable, Iterator
 
-from .compile import human_size
-from .ir import expr as E
-from .ir import schema as S
-from .ir.dtypes import itemsize
-from .ir.errors import ScheduleError
-from .ir.resolve import walk_ops
-from .verify.events import Compute, DmaStart, Region
-from .verify.unroll import unroll
+from ..ir import expr as E
+from ..ir import schema as S
+from ..ir.dtypes import itemsize
+from ..ir.errors import ScheduleError
+from ..ir.resolve import walk_ops
+from ..ir.rules import RuleTable
+from ..units import size_text
+from ..verify.events import Compute, DmaStart, Region
+from ..verify.unroll import unroll
 
 KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "compiler_error")
 
@@ -72,7 +73,7 @@ def bad_parameters(schedule: S.Schedule, n: int, exc: ValueError) -> ScheduleErr
 
 
 @dataclass
-class _Site:
+class Site:
     """Where in the schedule the failing operation came from."""
     line: int
     op: S.Op | None = None          # the body op at `line`
@@ -81,7 +82,7 @@ class _Site:
     def describe(self) -> str:
         if self.op is None:
             return f"copy `{self.copy}`" if self.copy is not None else "the kernel"
-        return f"`{_op_text(self.op)}`"
+        return f"`{site_text(self.op)}`"
 
 
 class _Facts:
@@ -103,10 +104,10 @@ class _Facts:
         names = [n for n, b in self.s.buffers.items() if b.memory == memory]
         return sorted(names, key=lambda n: -self.nbytes(n))
 
-    def regions(self, site: _Site) -> list[tuple[E.Ref, Region]]:
+    def regions(self, site: Site) -> list[tuple[E.Ref, Region]]:
         """(schedule ref, concrete region on the first device that runs it) for each buffer
-        region the op or copy at `site` touches."""
-        refs = _refs_of(self.s, site)
+        region the op or copy at `site` touches (a pipeline's block windows left out)."""
+        refs = site_refs(self.s, site)
         if not refs:
             return []
         if self._program is None:
@@ -117,31 +118,54 @@ class _Facts:
                 if isinstance(a, DmaStart) and a.copy == site.copy:
                     return [(refs[0], a.src), (refs[1], a.dst)]
                 if ev.line == site.line and isinstance(a, Compute) and site.copy is None:
-                    return [(refs[0], a.dst)] + ([(refs[1], a.src)] if a.src is not None else [])
+                    # not a pipeline's VMEM windows: the facts know the schedule's buffers only
+                    return [(ref, reg) for ref, reg in zip(refs, (a.dst, *a.reads)) if reg.buffer in self.shapes]
         return []
 
 
-def _refs_of(s: S.Schedule, site: _Site) -> list[E.Ref]:
+def site_refs(s: S.Schedule, site: Site) -> list[E.Ref]:
+    """The buffer refs at `site`: a copy's source and destination, else the op's written
+    region then the ones it reads (its roles, `schema.OpNode`), in the order of the
+    compute event's `dst, *reads`."""
     if site.copy is not None:
         c = s.copies[site.copy]
         return [c.src, c.dst]
     op = site.op
-    if isinstance(op, S.Zero):
-        return [op.zero]
-    if isinstance(op, (S.Accumulate, S.Assign)):
-        return [op.accumulate if isinstance(op, S.Accumulate) else op.assign, op.src]
-    return []
+    if op is None or op.copy_halves:
+        return []
+    return [*op.refs("writes"), *op.refs("reads")]
 
 
-def _op_text(op: S.Op) -> str:
-    for key in ("start", "wait", "wait_send", "wait_recv", "zero", "sem_wait", "signal", "barrier"):
-        if hasattr(op, key):
-            value = getattr(op, key)
-            return f"{key}: {value.text() if isinstance(value, E.Ref) else value}"
-    if isinstance(op, (S.Accumulate, S.Assign)):
-        kind = "accumulate" if isinstance(op, S.Accumulate) else "assign"
-        return f"{kind}: {getattr(op, kind).text()} (src: {op.src.text()})"
-    return type(op).__name__.lower()
+def _value_text(value: object) -> str:
+    if isinstance(value, E.Ref):
+        return value.text()
+    if isinstance(value, list):
+        return ", ".join(E.to_text(v) for v in value)
+    return str(value)
+
+
+def _named_text(op: S.Op) -> str:
+    """`start: push`, `signal: capacity`, `barrier: left, right`, `zero: acc`."""
+    return f"{op.tag}: {_value_text(getattr(op, op.tag))}"
+
+
+def _compute_text(op: S.Op) -> str:
+    """`accumulate: out (src: recv)`, `matmul: acc (a: x, b: y)`."""
+    dst = op.refs("writes")[0]
+    reads = ", ".join(f"{f}: {getattr(op, f).text()}" for f in type(op).reads if getattr(op, f) is not None)
+    return f"{op.tag}: {dst.text()} ({reads})"
+
+
+# `SITE_TEXT[op class](op)`: how a compile error names the op it points at.
+SITE_TEXT: RuleTable[Callable[[S.Op], str]] = RuleTable("compile errors (ringc/compile/errors.py SITE_TEXT)", "ops")
+SITE_TEXT.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv, S.Signal, S.SemWait, S.Barrier, S.Zero)(_named_text)
+SITE_TEXT.register(S.Accumulate, S.Assign, S.Cast, S.Matmul)(_compute_text)
+SITE_TEXT.register(S.When, S.Pipeline)(lambda op: op.tag)
+
+
+def site_text(op: S.Op) -> str:
+    """How compile errors name the op at a site: `cast: out (src: acc)`."""
+    return SITE_TEXT[type(op)](op)
 
 
 # ---------------------------------------------------------------------------- where
@@ -166,7 +190,7 @@ def _generated_lines(exc: BaseException, path: str) -> list[int]:
     return out
 
 
-def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> _Site | None:
+def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site | None:
     """The schedule op (or copy) behind the innermost emitted line that maps to one."""
     path = module.__file__
     source = linecache.getlines(path)
@@ -177,9 +201,9 @@ def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> _Site
                 op = ops.get(int(m[1]))
                 copy = getattr(op, next((k for k in ("start", "wait", "wait_send", "wait_recv")
                                          if hasattr(op, k)), ""), None)
-                return _Site(int(m[1]), op, copy)
+                return Site(int(m[1]), op, copy)
             if m := _COPY_DOC.match(text):
-                return _Site(int(m[2]), None, m[1])
+                return Site(int(m[2]), None, m[1])
             if text.startswith("def "):  # a top-level helper: look at its caller
                 break
     return None
@@ -230,7 +254,7 @@ def _shape_text(facts: _Facts, name: str) -> str:
     exprs = ", ".join(E.to_text(d) for d in b.full_shape)
     concrete = ", ".join(map(str, facts.shapes[name]))
     shape = f"[{exprs}]" if exprs == concrete else f"[{exprs}] = [{concrete}]"
-    return f"{shape} {facts.s.dtype_of(name)}, {human_size(facts.nbytes(name))}"
+    return f"{shape} {facts.s.dtype_of(name)}, {size_text(facts.nbytes(name), decimals=1)}"
 
 
 def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileError:
@@ -241,7 +265,7 @@ def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileErro
     needed = _bytes(re.search(r"size ([\d.]+)([KMG]?)\b", text) or re.search(r"required.*?\(([\d.]+)([KMG]?)\)", text))
     limit = _bytes(re.search(r"limit ([\d.]+)([KMG]?)\b", text) or re.search(r"available.*?\(([\d.]+)([KMG]?)\)", text))
     space = memory.upper()
-    amounts = f" (it needs {human_size(needed)}, the limit is {human_size(limit)})" if needed and limit else ""
+    amounts = f" (it needs {size_text(needed, decimals=1)}, the limit is {size_text(limit, decimals=1)})" if needed and limit else ""
     listing = "; ".join(f"`{n}` (line {s.buffers[n].line}) {_shape_text(facts, n)}" for n in names)
     if not names:
         return CompileError(f"{memory}_overflow", f"the kernel does not fit in {space} on {target}{amounts}",
@@ -261,7 +285,7 @@ def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileErro
         fix=f"shrink {which} with smaller parameters{smaller}, or {where}")
 
 
-def _tiling(text: str, raw: str, facts: _Facts, site: _Site, target: str) -> CompileError | None:
+def _tiling(text: str, raw: str, facts: _Facts, site: Site, target: str) -> CompileError | None:
     s = facts.s
     regions = facts.regions(site)
     if not regions:
@@ -341,7 +365,7 @@ def _param_hint(s: S.Schedule, n: int, size: E.Expr, multiple: int) -> str | Non
     return None
 
 
-def _generic(text: str, facts: _Facts, site: _Site | None, target: str) -> CompileError:
+def _generic(text: str, facts: _Facts, site: Site | None, target: str) -> CompileError:
     s = facts.s
     where = f"{site.describe()}" if site is not None else "the kernel"
     line = site.line if site is not None else s.line

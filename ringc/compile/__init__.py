@@ -7,7 +7,7 @@ device-id order (the ring's order does not change what the compiler accepts). Ho
 devices a target has is libtpu's answer: one per chip for v5e, v5p and v6e (v5p's two
 TensorCores form one megacore device), one per TensorCore for v4 (`v4:2x2x1` has 8).
 
-A failure is translated back to the schedule by `ringc.compile_errors`; the compiler's own
+A failure is translated back to the schedule by `ringc.compile.errors`; the compiler's own
 text stays available as `CompileResult.raw_error`.
 """
 
@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ir import schema as S
-from .ir.errors import ScheduleError
+from ..ir import schema as S
+from ..ir.errors import ScheduleError
+from ..units import size_text
 
 # Targets used in examples and fixes; any `generation:topology` libtpu knows works.
 EXAMPLE_TARGETS = ("v5e:2x2", "v5p:2x2x1", "v4:2x2x1", "v6e:2x2")
@@ -96,14 +97,6 @@ class CompileResult:
         return "\n".join(lines)
 
 
-def human_size(n: int) -> str:
-    """`36.0 KiB`."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 # memory key -> label in text output, in display order
 _MEMORY_LABELS = {
     "vmem_scoped": "VMEM scoped", "hbm_argument": "HBM arguments", "hbm_output": "outputs",
@@ -113,8 +106,8 @@ _MEMORY_LABELS = {
 
 def memory_text(memory: dict[str, int]) -> str:
     """`VMEM scoped 36.0 KiB  HBM arguments 32.0 KiB, outputs 8.0 KiB, ...`"""
-    vmem = [f"{_MEMORY_LABELS[k]} {human_size(v)}" for k, v in memory.items() if k == "vmem_scoped"]
-    hbm = [f"{_MEMORY_LABELS[k]} {human_size(v)}" for k, v in memory.items()
+    vmem = [f"{_MEMORY_LABELS[k]} {size_text(v, decimals=1)}" for k, v in memory.items() if k == "vmem_scoped"]
+    hbm = [f"{_MEMORY_LABELS[k]} {size_text(v, decimals=1)}" for k, v in memory.items()
            if k != "vmem_scoped" and k in _MEMORY_LABELS and (v or k != "hbm_alias")]
     return "  ".join(filter(None, [", ".join(vmem), ", ".join(hbm)])) + " (per device)"
 
@@ -202,7 +195,7 @@ def _mesh(schedule: S.Schedule, target: str, devices: tuple):
 
     if len(schedule.axes) == 1:
         return jax.sharding.Mesh(np.array(devices), (schedule.axis,))
-    from .run import mesh_layout
+    from ..run import mesh_layout
 
     dims = [int(d) for d in TARGET_SYNTAX.match(target)["shape"].split("x")]
     if math.prod(dims) != len(devices):
@@ -227,8 +220,8 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
         raise ScheduleError(e.message, file=schedule.file, fix=e.fix) from None
     import jax
 
-    from . import compile_errors
-    from .run import load_module
+    from . import errors as compile_errors
+    from ..run import load_module
 
     schedule = with_params(schedule, params)
     n = len(devices)

@@ -1,0 +1,435 @@
+"""One class per collective: everything ringc knows about what a collective means.
+
+As in msccl-tools' `msccl/language/collectives.py`, each collective is a class and an
+instance carries its parameters (`ppermute`'s shift). A class says, in one place:
+
+- `shape_problem`: whether the buffers' shapes can hold it (None) or the shape it needs;
+- `expected`: the symbolic output of one device, as pieces (the verifier's meaning check);
+- `meaning_rotates`: whether device d's meaning is device 0's rotated by d (the quotient
+  check's fast path, `verify/quotient.py`);
+- `lax`: the `lax` reference a generated kernel must agree with (`reference.py`, `ringc run`);
+  `summed_terms`: the rounding steps `ringc run` allows for;
+- `volume`, `traffic`, `flops`, `far_pairs`, `bisection`: what the lower bound
+  (`cost/bounds.py`) needs; `title`: its name in reports;
+- `transpose`: the collective whose `lax` call is this one's linear transpose (for JAX
+  integration): all_gather <-> psum_scatter, psum <-> psum, ppermute(+k) <-> ppermute(-k),
+  all_to_all <-> all_to_all (split and concat axes both 0, as JAX's transpose rule swaps
+  them), all_gather_matmul <-> matmul_psum_scatter (with respect to the left operand x:
+  the transpose of x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), the same shape of
+  computation with y transposed). Every collective here has one.
+
+The checks take a collective object and the buffers' roles (`Buffers`), not a schedule,
+so a front end without a YAML schedule (a Pallas importer) can call them. The registry
+`COLLECTIVES` is keyed by kind and raises `MissingRule` on an unknown kind.
+
+The meaning is written in the symbolic terms of the data-flow check (`verify/semantics.py`),
+defined here so the meaning needs nothing of the verifier: a term is "input buffer `x` of
+device j, read through an affine index map" (`Term`), or a product of two such terms summed
+over a contraction range; a `Piece` is a box of a buffer holding a sum of terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
+
+from .ir import schema as S
+from .ir.dtypes import itemsize
+from .ir.rules import RuleTable
+
+__all__ = ["Box", "IndexMap", "Term", "Value", "Piece", "KDIM", "PRODUCT", "unravel", "Buffers", "Collective",
+           "COLLECTIVES", "collective_of", "TITLES"]
+
+Box = tuple[tuple[int, int], ...]
+# A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
+# (KDIM, offset) for a product's contraction index.
+IndexMap = tuple[tuple[int | None, int], ...]
+Term = tuple[Any, ...]   # (input buffer, device, map); (PRODUCT, a, b, k0, k1); ("?buf", device, ())
+Value = tuple[Term, ...]                     # a sorted multiset: a sum of terms
+PRODUCT = "@"
+KDIM = -1
+
+
+class Piece(NamedTuple):  # a tuple, not a frozen dataclass: made millions of times
+    box: Box
+    value: Value
+
+
+def unravel(j: int, dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major coordinates of index j in `dims`."""
+    out = []
+    for d in reversed(dims):
+        j, c = divmod(j, d)
+        out.append(c)
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """The collective's buffers in one kernel: the input, the output, a matmul's right-hand
+    input, each buffer's element size, and how many of its leading dims index devices
+    (row-major; a `slots: [N_x, N_y]` buffer over two axes has 2; default 1)."""
+    input: str
+    output: str
+    rhs: str | None = None
+    itemsize: Mapping[str, int] = field(default_factory=dict)
+    device_dims: Mapping[str, int] = field(default_factory=dict)
+
+    def dims(self, name: str) -> int:
+        return self.device_dims.get(name, 1)
+
+    @classmethod
+    def of(cls, sched: S.Schedule) -> "Buffers":
+        """The roles a YAML schedule gives its buffers (device dims: its slot dims, at least 1)."""
+        names = [sched.io_buffer("input"), sched.io_buffer("output")]
+        rhs = sched.io_buffer("rhs") if sched.collective.kind in S.MATMUL_COLLECTIVES else None
+        names += [rhs] if rhs else []
+        return cls(names[0], names[1], rhs, {n: itemsize(sched.dtype_of(n)) for n in names},
+                   {n: max(1, len(sched.buffers[n].slots)) for n in names})
+
+
+class Collective:
+    """Base of every collective; see the module docstring for what each method means."""
+    kind: ClassVar[str]
+    title: ClassVar[str]                 # its name in reports: "all-reduce"
+    volume_role: ClassVar[str] = "input"  # the buffer whose size is V (`cost/sizing.py`)
+    bisection: ClassVar[bool] = False     # the bound counts the bisection (all-to-all)
+
+    def __init__(self, shift: int = 1):
+        self.shift = shift
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shift={self.shift})" if self.kind == "ppermute" else type(self).__name__
+
+    def __eq__(self, other: object) -> bool:  # the shift is a parameter of ppermute only
+        return type(self) is type(other) and (self.kind != "ppermute" or self.shift == other.shift)  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.shift if self.kind == "ppermute" else 0))
+
+    @property
+    def takes_rhs(self) -> bool:
+        return self.kind in S.MATMUL_COLLECTIVES
+
+    # -- meaning ---------------------------------------------------------------------
+    def shape_problem(self, n: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> str | None:
+        raise NotImplementedError
+
+    def expected(self, n: int, device: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> list[Piece]:
+        raise NotImplementedError
+
+    def meaning_rotates(self, r: Callable[[str, int], int], shapes: Mapping[str, tuple[int, ...]],
+                        b: Buffers) -> bool:
+        """Device d's meaning is device 0's with device ids moved by d and each buffer dim
+        (buf, i) moved by its step `r(buf, i)`: the device dims must move by one block per
+        device and the dims the collective maps onto each other by the same step
+        (contraction dims not at all). Only for one device dim per buffer."""
+        if b.dims(b.input) != 1 or b.dims(b.output) != 1:
+            return False
+        return self._rotates(r, len(shapes[b.input]), b)
+
+    def _rotates(self, r: Callable[[str, int], int], rank: int, b: Buffers) -> bool:
+        raise NotImplementedError
+
+    # -- lax ---------------------------------------------------------------------------
+    def lax(self, x: Any, axis: Any, n: int, rhs: Any = None, dtype: Any = None) -> Any:
+        """The `lax` call on a per-device array inside shard_map (see `reference.py`)."""
+        raise NotImplementedError
+
+    def summed_terms(self, n: int, dtype: str = "float32", depth: int = 1) -> int:
+        """How many rounding steps stand between an output element and its exact value, for
+        `ringc.run.tolerance`: the values summed (1 for pure data movement)."""
+        return 1
+
+    # -- cost --------------------------------------------------------------------------
+    def volume(self, n: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> int:
+        """V: the collective's size per device in bytes."""
+        name = b.output if self.volume_role == "output" else b.input
+        return prod(shapes[name]) * b.itemsize[name]
+
+    def traffic(self, p: int, volume: float) -> tuple[float, float]:
+        """(bytes a device must receive, bytes it must send) that it cannot avoid."""
+        raise NotImplementedError
+
+    def flops(self, n: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> float:
+        """Arithmetic per device the collective itself prescribes (0: none)."""
+        return 0.0
+
+    def far_pairs(self, p: int) -> Iterable[tuple[int, int]]:
+        """The device pairs whose data must meet (the latency bound takes the farthest)."""
+        return ((a, c) for a in range(p) for c in range(p))
+
+    # -- transpose -----------------------------------------------------------------------
+    def transpose(self) -> "Collective | None":
+        """The collective computing this one's linear transpose (None: it has none)."""
+        raise NotImplementedError
+
+
+def _term(x: str, dev: int, imap: IndexMap) -> Term:
+    return (x, dev, imap)
+
+
+def _devices(shape: tuple[int, ...], k: int, n: int) -> bool:
+    """The first k dims multiply to n, with data dims after them."""
+    return len(shape) > k and prod(shape[:k]) == n
+
+
+COLLECTIVES: RuleTable[type[Collective]] = RuleTable("collectives (ringc/collectives.py COLLECTIVES)",
+                                                     "collectives")
+
+
+@COLLECTIVES.register("ppermute")
+class Ppermute(Collective):
+    """Device d's x lands on device (d + shift) % N."""
+    kind, title = "ppermute", "permutation"
+
+    def shape_problem(self, n, shapes, b):
+        x, out = tuple(shapes[b.input]), tuple(shapes[b.output])
+        return None if out == x else f"shape {list(x)}"
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        ident = tuple((d, 0) for d in range(len(shapes[b.input])))
+        return [Piece(full, (_term(b.input, (device - self.shift) % n, ident),))]
+
+    def _rotates(self, r, rank, b):
+        return all(r(b.output, i) == r(b.input, i) for i in range(rank))
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        from jax import lax
+        return lax.ppermute(x, axis, [(i, (i + self.shift) % n) for i in range(n)])
+
+    def traffic(self, p, volume):
+        moved = float(volume if self.shift % p else 0)
+        return moved, moved
+
+    def far_pairs(self, p):
+        shift = self.shift % p
+        return [(d, (d + shift) % p) for d in range(p)] if shift else []
+
+    def transpose(self):
+        return Ppermute(-self.shift)
+
+
+@COLLECTIVES.register("psum")
+class Psum(Collective):
+    """out = sum over devices of x."""
+    kind, title = "psum", "all-reduce"
+
+    def shape_problem(self, n, shapes, b):
+        x, out = tuple(shapes[b.input]), tuple(shapes[b.output])
+        return None if out == x else f"shape {list(x)}"
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        ident = tuple((d, 0) for d in range(len(shapes[b.input])))
+        return [Piece(full, tuple(_term(b.input, j, ident) for j in range(n)))]
+
+    def _rotates(self, r, rank, b):
+        return all(r(b.output, i) == r(b.input, i) for i in range(rank))
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        from jax import lax
+        return lax.psum(x, axis)
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        return n
+
+    def traffic(self, p, volume):  # Patarasuk & Yuan, JPDC 2009
+        frac = 1 - 1 / p
+        return 2 * frac * volume, 2 * frac * volume
+
+    def transpose(self):
+        return Psum()
+
+
+@COLLECTIVES.register("all_gather")
+class AllGather(Collective):
+    """out[j] = device j's x (a new leading dim N, which may be split over leading slots)."""
+    kind, title, volume_role = "all_gather", "all-gather", "output"
+
+    def shape_problem(self, n, shapes, b):
+        x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.output)
+        ok = _devices(out, k, n) and out[k:] == x
+        return None if ok else f"shape [N, *input shape] = {[n, *x]} (N may be split over leading slots)"
+
+    def expected(self, n, device, shapes, b):
+        out_shape, rank, k = shapes[b.output], len(shapes[b.input]), b.dims(b.output)
+        full = tuple((0, s) for s in out_shape)
+        shifted = tuple((d + k, 0) for d in range(rank))
+        return [Piece(tuple((i, i + 1) for i in unravel(j, out_shape[:k])) + full[k:],
+                      (_term(b.input, j, shifted),)) for j in range(n)]
+
+    def _rotates(self, r, rank, b):
+        return r(b.output, 0) == 1 and all(r(b.output, 1 + i) == r(b.input, i) for i in range(rank))
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        from jax import lax
+        return lax.all_gather(x, axis)
+
+    def traffic(self, p, volume):
+        return (1 - 1 / p) * volume, volume / p
+
+    def transpose(self):
+        return PsumScatter()
+
+
+@COLLECTIVES.register("psum_scatter")
+class PsumScatter(Collective):
+    """x has leading dim N (or leading slots multiplying to N); out = sum over devices of x[me]."""
+    kind, title = "psum_scatter", "reduce-scatter"
+
+    def shape_problem(self, n, shapes, b):
+        x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input)
+        ok = _devices(x, k, n) and out == x[k:]
+        return None if ok else f"the input's leading N blocks (slots) and output shape {list(x[k:])}"
+
+    def expected(self, n, device, shapes, b):
+        x_shape, k = shapes[b.input], b.dims(b.input)
+        full = tuple((0, s) for s in shapes[b.output])
+        imap = tuple((None, i) for i in unravel(device, x_shape[:k])) + tuple((d, 0) for d in range(len(x_shape) - k))
+        return [Piece(full, tuple(_term(b.input, j, imap) for j in range(n)))]
+
+    def _rotates(self, r, rank, b):
+        return r(b.input, 0) == 1 and all(r(b.output, i) == r(b.input, 1 + i) for i in range(rank - 1))
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        from jax import lax
+        return lax.psum_scatter(x, axis)
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        return n
+
+    def traffic(self, p, volume):  # partial sums of different blocks cannot be combined
+        return volume / p, (1 - 1 / p) * volume
+
+    def transpose(self):
+        return AllGather()
+
+
+@COLLECTIVES.register("all_to_all")
+class AllToAll(Collective):
+    """x has leading dim N; out[j] = device j's x[me]."""
+    kind, title, bisection = "all_to_all", "all-to-all", True
+
+    def shape_problem(self, n, shapes, b):
+        x, out, kx, ko = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input), b.dims(b.output)
+        ok = _devices(x, kx, n) and _devices(out, ko, n) and x[kx:] == out[ko:]
+        return None if ok else f"input and output both of N={n} blocks (slots) of the same shape"
+
+    def expected(self, n, device, shapes, b):
+        x_shape, out_shape, kx, ko = shapes[b.input], shapes[b.output], b.dims(b.input), b.dims(b.output)
+        full = tuple((0, s) for s in out_shape)
+        imap = tuple((None, i) for i in unravel(device, x_shape[:kx])) + tuple(
+            (ko + d, 0) for d in range(len(x_shape) - kx))
+        return [Piece(tuple((i, i + 1) for i in unravel(j, out_shape[:ko])) + full[ko:], (_term(b.input, j, imap),))
+                for j in range(n)]
+
+    def _rotates(self, r, rank, b):
+        return r(b.input, 0) == 1 and r(b.output, 0) == 1 and all(r(b.output, i) == r(b.input, i)
+                                                                 for i in range(1, rank))
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        from jax import lax
+        return lax.all_to_all(x, axis, 0, 0)
+
+    def traffic(self, p, volume):
+        frac = 1 - 1 / p
+        return frac * volume, frac * volume
+
+    def transpose(self):
+        return AllToAll()
+
+
+class _Matmul(Collective):
+    """A collective fused with a matmul: x @ y with float32 accumulation, rounded once to
+    the output's dtype. It moves what its plain counterpart (`moves_like`) moves."""
+    moves_like: ClassVar[type[Collective]]
+
+    def lax(self, x, axis, n, rhs=None, dtype=None):
+        import jax.numpy as jnp
+        from jax import lax
+        dtype = dtype or x.dtype
+        if self.kind == "all_gather_matmul":
+            x = lax.all_gather(x, axis)
+        product = jnp.einsum("jmk,kn->jmn", x, rhs, preferred_element_type=jnp.float32)
+        if self.kind == "matmul_psum_scatter":
+            product = lax.psum_scatter(product, axis)
+        return product.astype(dtype)
+
+    def traffic(self, p, volume):
+        return self.moves_like().traffic(p, volume)
+
+    def shape_problem(self, n, shapes, b):
+        x, y, out = tuple(shapes[b.input]), tuple(shapes[b.rhs]), tuple(shapes[b.output])
+        gather = self.kind == "all_gather_matmul"
+        lhs = x if gather else x[1:]
+        if len(lhs) != 2 or len(y) != 2 or lhs[1] != y[0] or (not gather and x[0] != n):
+            return f"inputs {'[m, k] @ [k, n]' if gather else '[N, m, k] @ [k, n]'}, not {list(x)} @ {list(y)}"
+        want = (n, lhs[0], y[1]) if gather else (lhs[0], y[1])
+        return None if out == want else f"shape {list(want)}"
+
+    def volume(self, n, shapes, b):  # the gathered x, or the N partial products of one output shard
+        name = b.input if self.kind == "all_gather_matmul" else b.output
+        return n * prod(shapes[name]) * b.itemsize[name]
+
+    def flops(self, n, shapes, b):
+        """Per device: 2 m n k for each of the output blocks it computes."""
+        blocks = 1 if self.kind == "all_gather_matmul" else n
+        return 2.0 * blocks * prod(shapes[b.output]) * shapes[b.input][-1]
+
+
+@COLLECTIVES.register("all_gather_matmul")
+class AllGatherMatmul(_Matmul):
+    """x [m, k], y [k, n]; out [N, m, n]: out[j] = device j's x @ my y."""
+    kind, title, moves_like = "all_gather_matmul", "all-gather matmul", AllGather
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        k = shapes[b.input][-1]
+        rhs = (b.rhs, device, ((KDIM, 0), (2, 0)))
+        return [Piece(((j, j + 1),) + full[1:], ((PRODUCT, _term(b.input, j, ((1, 0), (KDIM, 0))), rhs, 0, k),))
+                for j in range(n)]
+
+    def _rotates(self, r, rank, b):
+        x, y, out = b.input, b.rhs, b.output
+        return r(out, 0) == 1 and r(x, 1) == 0 and r(y, 0) == 0 and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1)
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        # float32: `depth` products per output; narrower: one rounding per hop plus the reference's
+        return depth if dtype == "float32" else 2
+
+    def transpose(self):
+        return MatmulPsumScatter()
+
+
+@COLLECTIVES.register("matmul_psum_scatter")
+class MatmulPsumScatter(_Matmul):
+    """x [N, m, k], y [k, n]; out [m, n]: out = sum over j of device j's x[me] @ its y."""
+    kind, title, moves_like = "matmul_psum_scatter", "matmul reduce-scatter", PsumScatter
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        k = shapes[b.input][-1]
+        return [Piece(full, tuple((PRODUCT, _term(b.input, j, ((None, device), (0, 0), (KDIM, 0))),
+                                   (b.rhs, j, ((KDIM, 0), (1, 0))), 0, k) for j in range(n)))]
+
+    def _rotates(self, r, rank, b):
+        x, y, out = b.input, b.rhs, b.output
+        return r(x, 0) == 1 and r(x, 2) == 0 and r(y, 0) == 0 and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1)
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        return depth * n if dtype == "float32" else n + 1
+
+    def transpose(self):
+        return AllGatherMatmul()
+
+
+TITLES: dict[str, str] = {kind: c.title for kind, c in COLLECTIVES.items()}
+
+
+def collective_of(sched: S.Schedule) -> Collective:
+    """The collective object of a schedule (raises `MissingRule` for an unknown kind)."""
+    c = sched.collective
+    return COLLECTIVES[c.kind](shift=c.shift)
