@@ -186,16 +186,24 @@ class Program:
         return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"
 
 
+def deposits(a: Action) -> list[tuple[SemId, int]]:
+    """What an action adds to which semaphores: a signal its increment on its target's; a DMA
+    its byte count on the receive semaphore, then (remote) on the send semaphore. Waits and
+    compute add nothing. The one place that says which actions feed a semaphore."""
+    if isinstance(a, Signal):
+        return [(a.sem, a.inc)]
+    if isinstance(a, DmaStart):
+        if a.send_sem is None:
+            return [(a.recv_sem, a.nbytes)]
+        return [(a.recv_sem, a.nbytes), (a.send_sem, a.nbytes)]
+    return []
+
+
 def feeders(program: Program) -> dict[SemId, list[Event]]:
-    """Every event that adds to each semaphore: signals, and DMA starts on both sides."""
+    """Every event that adds to each semaphore (`deposits`): signals, and DMA starts on both sides."""
     out: dict[SemId, list[Event]] = defaultdict(list)
     for events in program.devices:
         for ev in events:
-            a = ev.action
-            if isinstance(a, Signal):
-                out[a.sem].append(ev)
-            elif isinstance(a, DmaStart):
-                out[a.recv_sem].append(ev)
-                if a.send_sem is not None:
-                    out[a.send_sem].append(ev)
+            for sem, _ in deposits(ev.action):
+                out[sem].append(ev)
     return out

@@ -41,7 +41,7 @@ from itertools import accumulate
 import numpy as np
 
 from ..ir import schema as S
-from .events import DmaStart, Event, Program, Region, SemWait, Signal
+from .events import DmaStart, Event, Program, Region, SemWait, deposits
 from .order import DmaEnds, Order
 from .races import Access, accesses, race
 from .rotation import NotRotational
@@ -190,13 +190,12 @@ def _run(program: Program) -> None:
             if value[_key(a.sem)] < a.value:
                 raise _Unclear(f"a hang at line {ev.line}")
             value[_key(a.sem)] -= a.value
-        elif isinstance(a, Signal):
-            value[_key(a.sem)] += a.inc
-        elif isinstance(a, DmaStart):
-            for sem in (a.recv_sem, a.send_sem):
-                if sem is not None:
-                    value[_key(sem)] += a.nbytes
-                    sizes[_key(sem)].add(a.nbytes)
+            continue
+        dma = isinstance(a, DmaStart)
+        for sem, amount in deposits(a):  # device 0's deposits on device t: device -t's on device 0
+            value[_key(sem)] += amount
+            if dma:
+                sizes[_key(sem)].add(amount)
     if any(value.values()):
         raise _Unclear("a semaphore ends non-zero")
     for ev in program.devices[0]:
@@ -236,13 +235,10 @@ def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     n = program.n
     out: dict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
-        a = ev.action
-        if isinstance(a, Signal) and not dma_only:
-            out[_key(a.sem)].add(-a.sem[0] % n, ev, a.inc)
-        elif isinstance(a, DmaStart):
-            out[_key(a.recv_sem)].add(-a.recv_sem[0] % n, ev, a.nbytes)
-            if a.send_sem is not None:
-                out[_key(a.send_sem)].add(0, ev, a.nbytes)
+        if dma_only and not isinstance(ev.action, DmaStart):
+            continue
+        for sem, amount in deposits(ev.action):
+            out[_key(sem)].add(-sem[0] % n, ev, amount)
     for f in out.values():
         f.finish()
     return out
