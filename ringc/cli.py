@@ -213,6 +213,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
+    if args.show:
+        _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
@@ -234,30 +236,57 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
-    """Write all or nothing: a failed emit leaves no partial file behind."""
+    """Write all or nothing: a failed write leaves no partial file behind. `path` is a
+    checked `_output_path`: a regular file or absent, symlinks already followed. The
+    temporary file sits next to it under a fixed prefix (never the schedule's name) and
+    replaces it in one rename; a replaced file keeps its permissions."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # mkstemp's 0600 would surprise: behave like open()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".ringc-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would surprise: behave like open()
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _output_path(path: str, *inputs: str) -> str:
+    """Where `-o` (or --plot, --show) writes, checked before any work: through a symlink
+    to its target (the link stays), and only to a regular file or a new one, never to a
+    directory, a device, or one of the input schedules."""
+    file = inputs[0] if inputs else None
+    real = Path(os.path.realpath(path))
+    if real.is_dir() or path.endswith(os.sep):
+        raise ScheduleError(f"output {path!r} is a directory", file=file, fix="give a file name, e.g. -o out/kernel.py")
+    if not real.parent.is_dir():
+        raise ScheduleError(f"output directory {str(real.parent)!r} does not exist",
+                            file=file, fix="create it first or choose another output path")
+    if real.exists():
+        if not real.is_file():
+            raise ScheduleError(f"output {path!r} is not a regular file (a device, pipe or socket)", file=file,
+                                fix="write to a regular file; to print, leave out -o")
+        for given in inputs:
+            if os.path.exists(given) and os.path.samefile(given, real):
+                raise ScheduleError(f"output {path!r} is the input schedule {given!r}", file=file,
+                                    fix="choose another output path: writing there would replace the schedule")
+    return str(real)
+
+
 def cmd_emit(args: argparse.Namespace) -> int:
     from .codegen import emit
+    out = _output_path(args.output, args.file) if args.output else None
     sched = _load(args.file, args.param)
     text = emit(sched)
-    if args.output:
-        if not Path(args.output).parent.exists():
-            raise ScheduleError(f"output directory {str(Path(args.output).parent)!r} does not exist",
-                                file=args.file, fix="create it first or choose another -o path")
-        _write_atomically(args.output, text)
+    if out:
+        _write_atomically(out, text)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -361,13 +390,6 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a finite duration from 0 to {MAX_DURATION:g}s like 1us or "
                                          f"500ns, got {text!r}")
     return value
-
-
-def _output_path(path: str, file: str) -> str:
-    if not Path(path).parent.exists():
-        raise ScheduleError(f"output directory {str(Path(path).parent)!r} does not exist",
-                            file=file, fix="create it first or choose another output path")
-    return path
 
 
 def _cost_parser(sub, add_params) -> None:
@@ -504,7 +526,7 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
     from .cost.model import memory_of
     from .cost.timeline import simulate
     from .show.png import timeline_png
-    out = _output_path(args.show, sched.file)
+    out = _output_path(args.show, *args.files)
     program = report.program
     if program.rotation is not None:  # a clean quotient check kept device 0's events only
         from .verify.unroll import unroll

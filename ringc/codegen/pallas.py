@@ -244,6 +244,15 @@ def _check_divides(a, b, what):
     if b == 0 or a % b:
         raise ValueError(f"{NAME}: {what}: {a} // {b} does not divide exactly")
 ''',
+    "_check_shard": '''
+def _check_shard(name, x, shape, dtype):
+    """Refuse, before the kernel runs, a device's block of input `name` whose shape or dtype
+    is not the kernel's: a wrong shape would read past the data, a wrong dtype could hang."""
+    if tuple(x.shape) != tuple(shape) or x.dtype != jnp.dtype(dtype):
+        raise ValueError(f"{NAME}: input `{name}` has per-device shape {tuple(x.shape)} and dtype "
+                         f"{x.dtype}, but the kernel needs shape {tuple(shape)} and dtype "
+                         f"{jnp.dtype(dtype)}")
+''',
     "_interpret_mode": '''
 def _interpret_mode(interpret):
     """pallas_call's `interpret`: True means TPU interpret mode with default InterpretParams."""
@@ -282,7 +291,7 @@ _MODULE_NAMES = {
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
-    "per_device", "key", "keys", "_inner",
+    "per_device", "key", "keys", "_inner", "sharded",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -718,7 +727,7 @@ class _Emitter:
     # -- build and make_inputs -------------------------------------------------------------
     def api(self) -> CodeWriter:
         s = self.s
-        self.helpers |= {"_config", "_interpret_mode", "_random_input"}
+        self.helpers |= {"_config", "_interpret_mode", "_random_input", "_check_shard"}
         checks = self.division_checks()
         if checks:
             self.helpers.add("_check_divides")
@@ -879,6 +888,8 @@ class _Emitter:
             args = []
             for n in ins:
                 b = s.buffers[n]
+                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(shard_shape(b)),
+                                        f"jnp.{s.dtype_of(n)}"])
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))
             results = [self.name(n) for n in outs] + ["_"] * len(scratch)
@@ -943,5 +954,15 @@ def _wrap_words(text: str, width: int, first: int | None = None) -> str:
 
 
 def emit(schedule: S.Schedule) -> str:
-    """The Pallas TPU module for `schedule`, as Python source text (deterministic)."""
-    return _Emitter(schedule).emit()
+    """The Pallas TPU module for `schedule`, as Python source text (deterministic).
+
+    The text always compiles: Python's compiler checks it here, and a failure (names,
+    nesting and expressions are all checked when the schedule loads, so it would be a
+    ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
+    text = _Emitter(schedule).emit()
+    try:
+        compile(text, f"<ringc emit of {schedule.file}>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise RuntimeError(f"ringc emitted Python that does not compile ({type(e).__name__}: {e}); "
+                           "this is a bug in ringc") from None
+    return text
