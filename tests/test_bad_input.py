@@ -366,3 +366,15 @@ def test_emitted_kernel_refuses_shards_of_the_wrong_shape_or_dtype():
         with pytest.raises(ValueError, match=r"input `x` has per-device shape " + given
                            + r", but the kernel needs shape \(8, 128\) and dtype float32"):
             fn(bad)
+
+
+def test_a_compiler_error_on_a_multi_axis_schedule_is_explained():
+    """`compile` explains a rejection with the schedule's shapes at the target's axis sizes
+    (a 2-D schedule's `N_x`, `N_y`): before, evaluating them without those leaked ExprError."""
+    import ringc
+    from ringc import compile_errors
+    from ringc.run import load_module
+    sched = ringc.load(REPO / "schedules" / "all_gather_2d.yaml")
+    err = compile_errors.explain(RuntimeError("INTERNAL: Mosaic failed to compile TPU kernel: something"),
+                                 sched, 4, "v5e:2x2", load_module(sched), {"x": 2, "y": 2})
+    assert err.kind and "something" in str(err), str(err)

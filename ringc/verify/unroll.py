@@ -102,14 +102,24 @@ class _Context:
         limits.check("grid_points", outer * (1 + inner), f"the grid points per device (N={self.n})",
                      file=s.file, line=s.line_of("grid"), fix="choose smaller parameters (--param k=v) or N")
         nested = {id(o) for op in pipelines for o in walk_ops(op.do)}
-        per_point = sum(1 for op in walk_ops(s.body) if id(op) not in nested and not isinstance(op, S.Pipeline))
-        per_point += sum(prod(self.pipeline_grids[id(op)]) * (4 * len(op.specs) + len(list(walk_ops(op.do))))
+
+        def weight(op: S.Op) -> int:  # events per op, from above (a remote wait is two)
+            if isinstance(op, S.Barrier):
+                return 4 * (len(op.barrier) + 1)
+            return max(len(op.to), 1) if isinstance(op, S.Signal) else 2
+
+        per_point = sum(weight(op) for op in walk_ops(s.body) if id(op) not in nested
+                        and not isinstance(op, S.Pipeline))
+        per_point += sum(prod(self.pipeline_grids[id(op)]) * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do))))
                          for op in pipelines)
-        events = devices * invocations * (outer * per_point + 4 * self.n + 8)
+        # entry and exit write every buffer; without `barrier:`, back-to-back calls add
+        # Pallas' device barrier, a signal to every device
+        calls = 2 * len(s.buffers) + 8 + (self.n if invocations > 1 and s.barrier is None else 0)
+        events = devices * invocations * (outer * per_point + calls)
         limits.check("events", events, f"the events to unroll ({devices} device{'s' * (devices > 1)} x "
                      f"{invocations} invocation{'s' * (invocations > 1)} x {outer} grid points x "
-                     f"{per_point} ops, N={self.n}), counted from above,", file=s.file, line=s.line_of("body"),
-                     fix="check fewer devices or invocations, or choose smaller parameters")
+                     f"{per_point} per point, N={self.n}), counted from above,", file=s.file,
+                     line=s.line_of("body"), fix="check fewer devices or invocations, or choose smaller parameters")
 
     def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
