@@ -160,6 +160,36 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
         loader.dispose()
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _first_over(root: yaml.Node, limit: int) -> tuple[yaml.Node, int] | None:
+    """The first node whose tree, aliases expanded, has more than `limit` nodes (None if
+    none has). Linear in the nodes as written: each node's expanded size is computed once
+    (iteratively, so alias chains cannot exhaust the recursion limit). A recursive alias is
+    left to the builder, which names its line."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        if finished:
+            on_path.discard(id(node))
+            size[id(node)] = 1 + sum(size.get(id(c), 1) for c in _children(node))
+            if size[id(node)] > limit:
+                return node, size[id(node)]
+        elif id(node) not in size:
+            if id(node) in on_path:
+                return None  # a cycle
+            on_path.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    return None
+
+
 def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
     try:
         loader, node = _compose(text, file)
@@ -178,6 +208,11 @@ def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
     if node is None:
         raise ScheduleError("the file is empty", file=file, line=1, fix="start from a schedule in schedules/")
     builder = _Builder(loader, file)
+    big = _first_over(node, builder.max_nodes)  # a "billion laughs" stops here, before building
+    if big is not None:
+        from ..limits import check
+        check("yaml_nodes", big[1], "the number of YAML nodes in this one, aliases expanded,", file=file,
+              line=big[0].start_mark.line + 1, fix="write the repeated part once instead of through nested aliases")
     data = builder.build(node, ())
     if not isinstance(data, dict):
         raise ScheduleError("a schedule is a YAML mapping (name:, collective:, buffers:, ...)", file=file, line=1)
