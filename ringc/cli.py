@@ -1,8 +1,10 @@
 """The `ringc` command line: check, emit, run, compile, schema.
 
 Exit codes: 0 success, 1 a check or run failed, 2 bad input (the message names the file,
-the line and the fix). Bad input never prints a traceback; set RINGC_DEBUG=1 to see one
-for an internal error.
+the line and the fix), 3 an internal error (a bug in ringc, to be reported). Bad input
+never prints a traceback; set RINGC_DEBUG=1 to see one for an internal error. Every
+argument is range-checked while it is parsed, against the limits of `ringc.limits`
+(raised with `--limit NAME=VALUE`, read before the other arguments).
 """
 
 from __future__ import annotations
