@@ -302,6 +302,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ScheduleError("give either --devices (a ring) or --mesh (a multi-axis mesh)", file=args.file,
                             fix="e.g. --devices 2..8, or --mesh 2x4")
     sizes = args.devices or [math.prod(args.mesh)]
+    limits.check("run_devices", max(sizes), "the devices to run in interpret mode", file=args.file,
+                 fix="verify large rings with `ringc check`; run small ones")
     ensure_host_devices(max(sizes))
     from .run import mesh_layout, run_schedule
     from .verify.check import run_findings

@@ -48,6 +48,7 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("expr_depth", 64, "nesting depth of one expression (operators, parentheses, calls)"),
     Limit("devices", 16_384, "devices in one check, run, cost, show or compile target "
                              "(--devices, --mesh, --topology, --target)"),
+    Limit("run_devices", 64, "devices for `ringc run` (interpret mode simulates each on the CPU)"),
     Limit("grid_points", 10_000_000, "grid points per device, nested pipeline points included "
                                      "(check, cost, show, run)"),
     Limit("events", 50_000_000, "events unrolled for one check, cost or show: devices x invocations x grid "

@@ -179,6 +179,7 @@ def test_expression_limits_can_be_raised(tmp_path):
     (["compile", AR, "--target", "v5e:2x2", "--limit", "devices=3"], "`devices`"),
     (["run", AR, "--mesh", "1000x1000"], "`devices`"),
     (["run", AR, "--devices", "4", "--seed", "-1"], "seed"),
+    (["run", AR, "--devices", "4096"], "`run_devices`"),
     (["show", AR, "--devices", "99999999"], "`devices`"),
     (["check", AR, "--devices", "4", "--param", "rows=" + "1" * 31], "64-bit range"),
     (["check", AR, "--devices", "4", "--param", "rows=10**30"], "name=integer"),
