@@ -20,6 +20,12 @@ regression tests in tests/test_bad_input.py check at their defaults).
 Seeds are fixed (`derandomize`). `RINGC_FUZZ_EXAMPLES` sets the number of schedule
 examples (default 200; command-line and compile examples scale with it); the `slow`
 test runs 3,000 schedule examples.
+
+Record: with `RINGC_FUZZ_EXAMPLES=3000 pytest tests/test_fuzz.py -k "slow or command_lines
+or compile"`, 4,575 examples ran (3,000 mutated schedules, 1,500 command lines, 75
+compiles; 23 min on a loaded 2-core machine) and none failed. Exit codes seen: mostly 2
+(a mutation rarely leaves a valid schedule), 0 and 1 on about a tenth of them. While the
+suite was written, the classes it targets were those of issue 20, fixed first.
 """
 
 from __future__ import annotations
