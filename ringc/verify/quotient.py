@@ -44,7 +44,7 @@ from ..ir import schema as S
 from .events import DmaStart, Event, Program, Region, SemWait, Signal
 from .order import DmaEnds, Order
 from .races import Access, accesses, race
-from .rotation import NotRotational
+from .rotation import NotRotational, Torus
 from .semantics import KDIM, PRODUCT, Memory, Piece, _dev, _span, _value, apply, device_dims, mismatches
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
@@ -65,13 +65,18 @@ class Rotator:
 
     def __init__(self, program: Program):
         self.n = program.n
+        self.torus = Torus(program.axis_sizes.values())
         self.steps = program.rotation or {}
         self.shapes = program.shapes
 
+    def _move(self, buffer: str, dim: int, delta: int) -> int:
+        """How far a buffer dimension moves on device delta (r . delta, `rotation.box_step`)."""
+        r = self.steps.get((buffer, dim))
+        return self.torus.step(r, delta) if r else 0
+
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         """Where coordinate `lo` of a buffer dimension is on device delta."""
-        size = self.shapes[buffer][dim]
-        return (lo + delta * self.steps.get((buffer, dim), 0)) % size
+        return (lo + self._move(buffer, dim, delta)) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole)."""
@@ -82,13 +87,13 @@ class Rotator:
             if start + hi - lo > size:
                 raise _Unclear(f"`{region.buffer}` dim {dim} wraps under rotation")
             box.append((start, start + hi - lo))
-        return Region(region.buffer, (region.device + delta) % self.n, tuple(box), region.kept, region.itemsize)
+        return Region(region.buffer, self.torus.add(region.device, delta), tuple(box), region.kept, region.itemsize)
 
     def _split(self, buffer: str, box, delta: int):
         """`box` cut where rotating it by delta would wrap a dimension around its end."""
         boxes = [box]
         for dim, size in enumerate(self.shapes[buffer]):
-            shift = (delta * self.steps.get((buffer, dim), 0)) % size
+            shift = self._move(buffer, dim, delta) % size
             if not shift:
                 continue
             cut = size - shift
@@ -116,23 +121,23 @@ class Rotator:
         return out
 
     def term(self, term, box, new_box, delta: int) -> list:
-        """The term on device delta; a run of devices that wraps past N - 1 splits in two."""
+        """The term on device delta. A run of devices whose translation is not one run
+        (it wraps some axis: `Torus.runs`) splits into runs that are."""
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
-            # A run wrapped: cut it where either factor's devices pass N - 1.
+            # A run wrapped: cut it where either factor's devices wrap.
             (lo, hi), off = _span(a[1]), _span(b[1])[0] - _span(a[1])[0]
-            cuts = sorted({lo, hi} | {c for c in (self.n - delta, self.n - delta - off) if lo < c < hi})
+            cuts = [c - off for c in self.torus.cuts(lo + off, hi + off, delta)]
             return [self.term((PRODUCT, (a[0], _dev(x0, x1), a[2]), (b[0], _dev(x0 + off, x1 + off), b[2]), k0, k1),
-                              box, new_box, delta)[0] for x0, x1 in zip(cuts, cuts[1:])]
+                              box, new_box, delta)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
         name, dev, imap = term
         entries = []
         for i, (d, off) in enumerate(imap):
-            step = self.steps.get((name, i), 0)
             if d == KDIM:
-                if step:
+                if any(self.steps.get((name, i), ())):
                     raise _Unclear("a contraction dimension that moves under rotation")
                 entries.append((d, off))
             elif d is None:
@@ -144,10 +149,9 @@ class Rotator:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
         first, end = _span(dev)
-        lo = (first + delta) % self.n
-        hi = lo + end - first
-        runs = [(lo, hi)] if hi <= self.n else [(lo, self.n), (0, hi - self.n)]
-        return [(name, _dev(a, b), tuple(entries)) for a, b in runs]
+        if end == first + 1:
+            return [(name, self.torus.add(first, delta), tuple(entries))]
+        return [(name, _dev(y, y + x1 - x0), tuple(entries)) for x0, x1, y in self.torus.runs(first, end, delta)]
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -165,34 +169,51 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
 
 
 def meaning_rotates(sched: S.Schedule, program: Program) -> bool:
-    """The collective's meaning on device d is device 0's rotated by d: device d's output
+    """The collective's meaning on device d is device 0's translated by d: device d's output
     must hold what device 0's holds with device ids moved by d, and each buffer dim moved
-    by its step. Per collective: its device dims must move by one block per device and
-    the dims it maps onto each other by the same step (contraction dims not at all)."""
+    by its step (a vector: one entry per axis). Per collective: its device dims (one per
+    axis, row-major, so a translation moves each by one block along its own axis) must
+    move by the unit step and the dims it maps onto each other by the same step
+    (contraction dims not at all). A flat device dim over several axes does not move by
+    a fixed step, and a flat `shift` is no translation: those fall back."""
     steps = program.rotation or {}
+    axes = len(program.axis_sizes)
     x, out = sched.io_buffer("input"), sched.io_buffer("output")
 
-    def r(buf: str, i: int) -> int:
+    def r(buf: str, i: int) -> tuple[int, ...]:
         size = program.shapes[buf][i]
-        return steps.get((buf, i), 0) % size
+        return tuple(v % size for v in steps.get((buf, i), (0,) * axes))
 
-    if device_dims(sched, x) != 1 or device_dims(sched, out) != 1:
-        return False
+    def unit(buf: str, i: int) -> tuple[int, ...]:
+        return tuple(int(a == i) % program.shapes[buf][i] for a in range(axes))
+
+    def devices(buf: str) -> bool:  # its leading dims are one per axis, each moving along it
+        return device_dims(sched, buf) == axes and all(r(buf, i) == unit(buf, i) for i in range(axes))
+
+    def same(a: str, b: str, pairs) -> bool:
+        return all(r(a, i) == r(b, j) for i, j in pairs)
+
     rank, kind = len(program.shapes[x]), sched.collective.kind
-    if kind in ("ppermute", "psum"):
-        return all(r(out, i) == r(x, i) for i in range(rank))
+    if kind in ("psum", "ppermute") and len(program.shapes[out]) != rank:
+        return False
+    if kind == "psum":
+        return same(out, x, ((i, i) for i in range(rank)))
+    if kind == "ppermute":
+        return axes == 1 and same(out, x, ((i, i) for i in range(rank)))
     if kind == "all_gather":
-        return r(out, 0) == 1 and all(r(out, 1 + i) == r(x, i) for i in range(rank))
+        return devices(out) and same(out, x, ((axes + i, i) for i in range(rank)))
     if kind == "psum_scatter":
-        return r(x, 0) == 1 and all(r(out, i) == r(x, 1 + i) for i in range(rank - 1))
+        return devices(x) and same(out, x, ((i, axes + i) for i in range(rank - axes)))
     if kind == "all_to_all":
-        return r(x, 0) == 1 and r(out, 0) == 1 and all(r(out, i) == r(x, i) for i in range(1, rank))
-    y = sched.io_buffer("rhs")
+        return devices(x) and devices(out) and same(out, x, ((i, i) for i in range(axes, rank)))
+    if axes != 1:
+        return False
+    y, zero = sched.io_buffer("rhs"), (0,)
     if kind == "all_gather_matmul":  # out[j] = x_j @ y_me
-        return (r(out, 0) == 1 and r(x, 1) == 0 and r(y, 0) == 0
+        return (devices(out) and r(x, 1) == zero and r(y, 0) == zero
                 and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1))
     if kind == "matmul_psum_scatter":  # out = sum_j x_j[me] @ y_j
-        return (r(x, 0) == 1 and r(x, 2) == 0 and r(y, 0) == 0
+        return (devices(x) and r(x, 2) == zero and r(y, 0) == zero
                 and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1))
     return False
 
@@ -253,14 +274,14 @@ class _Feeds:
 def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
     by -t, is device -t's deposit into device 0's."""
-    n = program.n
+    neg = Torus(program.axis_sizes.values()).neg
     out: dict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
         a = ev.action
         if isinstance(a, Signal) and not dma_only:
-            out[_key(a.sem)].add(-a.sem[0] % n, ev, a.inc)
+            out[_key(a.sem)].add(neg(a.sem[0]), ev, a.inc)
         elif isinstance(a, DmaStart):
-            out[_key(a.recv_sem)].add(-a.recv_sem[0] % n, ev, a.nbytes)
+            out[_key(a.recv_sem)].add(neg(a.recv_sem[0]), ev, a.nbytes)
             if a.send_sem is not None:
                 out[_key(a.send_sem)].add(0, ev, a.nbytes)
     for f in out.values():
@@ -274,8 +295,16 @@ def _limits(feeds: _Feeds, row: np.ndarray, index: int) -> dict[int, int]:
     return {k: feeds.available(k, index if k == 0 else int(row[k])) for k in feeds.index}
 
 
+def _roll(row: np.ndarray, k: int, torus: Torus) -> np.ndarray:
+    """Device 0's row seen from device k: moved[j] = row[j - k] on the torus."""
+    if len(torus.shape) == 1:
+        return np.roll(row, k)
+    return np.roll(row.reshape(torus.shape), torus.coord(k), axis=tuple(range(len(torus.shape)))).reshape(-1)
+
+
 def quotient_order(program: Program) -> Order:
     events, n = program.devices[0], program.n
+    torus = Torus(program.axis_sizes.values())
     length = len(events)
     feeds = _feeds(program)
     demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
@@ -292,7 +321,7 @@ def quotient_order(program: Program) -> Order:
         if i in edges:
             cur = cur.copy()
             for k, w in edges[i].items():
-                moved = np.roll(rows[at[w]], k)
+                moved = _roll(rows[at[w]], k, torus)
                 moved[k] = w
                 np.minimum(cur, moved, out=cur)
             rows.append(cur)
@@ -317,9 +346,9 @@ def quotient_order(program: Program) -> Order:
             src = fed.index[k][j]
             if src >= i:
                 raise _Unclear("an ordering against the ring's direction")
-            back = -k % n
+            back = torus.neg(k)
             edges[src][back] = min(edges[src].get(back, i), i)
-    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True)
+    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True, torus=torus)
 
 
 # -- races ---------------------------------------------------------------------------
@@ -329,6 +358,7 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
     ends at the first wait whose possible supply (feeds not forced after it) is no more
     than its cumulative demand. Keys are (sending device, event index)."""
     feeds = _feeds(program, dma_only=True)
+    torus = Torus(program.axis_sizes.values())
     row = order.cuts[0]
     read_end: dict[tuple[int, int], Event | None] = {}
     write_end: dict[tuple[int, int], Event | None] = {}
@@ -354,7 +384,7 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
                 end = ends[(k, ev.index)]
                 if a.send_sem is not None and _key(a.send_sem) == key and k == 0:
                     read_end[(0, ev.index)] = end
-                if _key(a.recv_sem) == key and (-a.recv_sem[0] % program.n) == k:
+                if _key(a.recv_sem) == key and torus.neg(a.recv_sem[0]) == k:
                     write_end[(k, ev.index)] = end
                     if a.send_sem is None:
                         read_end[(0, ev.index)] = end
@@ -367,7 +397,7 @@ def _incoming(program: Program, rot: Rotator) -> list[Event]:
     for ev in program.devices[0]:
         a = ev.action
         if isinstance(a, DmaStart) and a.remote:
-            delta = -a.dst.device % program.n
+            delta = rot.torus.neg(a.dst.device)
             moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
                              (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]))
             out.append(Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner))
@@ -446,7 +476,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
 
     def land(ev: Event) -> None:  # what device -t sends lands in device 0
         a: DmaStart = ev.action
-        delta = -a.dst.device % n
+        delta = rot.torus.neg(a.dst.device)
         src, dst = rot.region(a.src, delta), rot.region(a.dst, delta)
         mem.move(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst)
 
