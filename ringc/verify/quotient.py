@@ -18,7 +18,7 @@ device's events, O(events per device) instead of O(N * events per device):
   k). Which feeds force a wait is the counting rule of `order.py` (a feed is necessary
   when the other feeds not forced after the wait fall short of its demand), evaluated
   with the rows already known; it can only miss orderings, never invent one, so a clean
-  verdict here is sound. Rows are numpy vectors, shared between events that feed no
+  verdict here is sound. Rows are vectors (`_Rows`), shared between events that feed no
   other device: O(N * remote feeds) memory.
 - **Races.** Only device 0's memory is checked (`symmetry.memory_symmetric`): its own
   accesses, and the DMAs of devices -t that land in it, which are device 0's own remote
@@ -37,8 +37,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from itertools import accumulate
-
-import numpy as np
+from typing import Any
 
 from ..ir import schema as S
 from .events import DmaStart, Event, Program, Region, SemWait, Signal
@@ -289,17 +288,44 @@ def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     return out
 
 
-def _limits(feeds: _Feeds, row: np.ndarray, index: int) -> dict[int, int]:
+def _limits(feeds: _Feeds, row: Any, index: int) -> dict[int, int]:
     """Per offset, the feeds not forced after device 0's event `index` (whose cut row is
     `row`): own feeds before it, device k's before its event row[k]."""
     return {k: feeds.available(k, index if k == 0 else int(row[k])) for k in feeds.index}
 
 
-def _roll(row: np.ndarray, k: int, torus: Torus) -> np.ndarray:
-    """Device 0's row seen from device k: moved[j] = row[j - k] on the torus."""
-    if len(torus.shape) == 1:
-        return np.roll(row, k)
-    return np.roll(row.reshape(torus.shape), torus.coord(k), axis=tuple(range(len(torus.shape)))).reshape(-1)
+SMALL = 64  # below this many devices, rows are lists: importing numpy would cost more
+
+
+class _Rows:
+    """The vector operations of the order's rows (one entry per device): numpy arrays, or
+    for a small torus plain lists, which give the same values."""
+
+    def __init__(self, torus: Torus):
+        self.torus = torus
+        self.np = None
+        self.perms: dict[int, list[int]] = {}
+        if torus.n > SMALL:
+            import numpy
+            self.np = numpy
+
+    def full(self, value: int) -> Any:
+        return self.np.full(self.torus.n, value, dtype=self.np.int32) if self.np else [value] * self.torus.n
+
+    def seen_from(self, row: Any, k: int) -> Any:
+        """Device 0's row seen from device k: moved[j] = row[j - k] on the torus (a copy)."""
+        t = self.torus
+        if self.np is not None:
+            if len(t.shape) == 1:
+                return self.np.roll(row, k)
+            return self.np.roll(row.reshape(t.shape), t.coord(k), axis=tuple(range(len(t.shape)))).reshape(-1)
+        perm = self.perms.get(k)
+        if perm is None:
+            perm = self.perms[k] = [t.sub(j, k) for j in range(t.n)]
+        return [row[i] for i in perm]
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        return self.np.minimum(a, b) if self.np is not None else list(map(min, a, b))
 
 
 def quotient_order(program: Program) -> Order:
@@ -314,16 +340,16 @@ def quotient_order(program: Program) -> Order:
             running[_key(ev.action.sem)] += ev.action.value
             demand[ev.index] = running[_key(ev.action.sem)]
     edges: dict[int, dict[int, int]] = defaultdict(dict)  # feed index -> {device offset: first wait it forces}
-    cur = np.full(n, length, dtype=np.int32)  # nothing forced after the end
-    rows: list[np.ndarray] = [cur]
+    vec = _Rows(torus)
+    cur = vec.full(length)  # nothing forced after the end
+    rows: list[Any] = [cur]
     at = [0] * length
     for i in range(length - 1, -1, -1):
         if i in edges:
-            cur = cur.copy()
             for k, w in edges[i].items():
-                moved = _roll(rows[at[w]], k, torus)
+                moved = vec.seen_from(rows[at[w]], k)
                 moved[k] = w
-                np.minimum(cur, moved, out=cur)
+                cur = vec.minimum(cur, moved)
             rows.append(cur)
         at[i] = len(rows) - 1
         a = events[i].action
