@@ -56,29 +56,37 @@ class Torus:
         self.shape = tuple(shape)
         self.n = prod(self.shape)
         self.strides = tuple(prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+        self.ring = len(self.shape) == 1  # the common case, with shortcuts below
+        self._coords: list[tuple[int, ...]] | None = None
 
     def coord(self, j: int) -> tuple[int, ...]:
+        if self._coords is None:  # asked per translated term: one table of N tuples
+            self._coords = [self.unflat(i) for i in range(self.n)]
+        return self._coords[j % self.n]
+
+    def unflat(self, j: int) -> tuple[int, ...]:
+        """`coord`, computed (for one-off questions: `coord` builds a table first)."""
         return tuple(j // s % size for s, size in zip(self.strides, self.shape))
 
     def flat(self, c: Iterable[int]) -> int:
         return sum((x % size) * s for x, s, size in zip(c, self.strides, self.shape))
 
     def add(self, a: int, b: int) -> int:
-        if len(self.shape) == 1:
+        if self.ring:
             return (a + b) % self.n
         return self.flat(x + y for x, y in zip(self.coord(a), self.coord(b)))
 
     def neg(self, a: int) -> int:
-        return -a % self.n if len(self.shape) == 1 else self.flat(-x for x in self.coord(a))
+        return -a % self.n if self.ring else self.flat(-x for x in self.coord(a))
 
     def sub(self, a: int, b: int) -> int:
-        if len(self.shape) == 1:
+        if self.ring:
             return (a - b) % self.n
         return self.flat(x - y for x, y in zip(self.coord(a), self.coord(b)))
 
     def step(self, r: tuple[int, ...], t: int) -> int:
         """How far a box whose step per axis is r moves under translation t: r . t."""
-        return sum(x * y for x, y in zip(r, self.coord(t)))
+        return r[0] * t if self.ring else sum(x * y for x, y in zip(r, self.coord(t)))
 
     def cuts(self, lo: int, hi: int, t: int) -> list[int]:
         """The ids j in (lo, hi) where translating by t stops mapping j - 1, j to
@@ -135,10 +143,11 @@ def _make(k: int, terms: Iterable[tuple[Atom, int]], shape: tuple[int, ...]) -> 
 class Rot:
     """A device-dependent value k + sum coef * ((c + a . d) mod m) (module docstring)."""
 
-    __slots__ = ("k", "terms", "shape")
+    __slots__ = ("k", "terms", "shape", "key")
 
     def __init__(self, k: int, terms: tuple[tuple[Atom, int], ...], shape: tuple[int, ...]):
         self.k, self.terms, self.shape = k, terms, shape
+        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.key`)
 
     @staticmethod
     def coordinate(axis: int, shape: tuple[int, ...]) -> "int | Rot":
@@ -151,7 +160,7 @@ class Rot:
         """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0."""
         torus = Torus(shape)
         return _make(0, [((ti, tuple(int(i == j) for j in range(len(shape))), size), s)
-                         for i, (ti, s, size) in enumerate(zip(torus.coord(t), torus.strides, shape))], shape)
+                         for i, (ti, s, size) in enumerate(zip(torus.unflat(t), torus.strides, shape))], shape)
 
     def __repr__(self) -> str:
         parts = [f"{coef}*(({c} + {list(a)}.d) % {m})" for (c, a, m), coef in self.terms]
@@ -159,7 +168,7 @@ class Rot:
 
     def at(self, d: "int | tuple[int, ...]") -> int:
         """The value on device d (a flat id or a coordinate tuple)."""
-        coord = Torus(self.shape).coord(d) if isinstance(d, int) else d
+        coord = Torus(self.shape).unflat(d) if isinstance(d, int) else d
         return self.k + sum(coef * ((c + sum(x * y for x, y in zip(a, coord))) % m)
                             for (c, a, m), coef in self.terms)
 
@@ -274,7 +283,8 @@ class Unknown:
 
 
 def at0(v: "int | Rot") -> int:
-    return v.at(0) if isinstance(v, Rot) else v
+    """The value on device 0 (every coordinate 0; atoms keep c reduced mod m)."""
+    return v.k + sum([coef * c for (c, _, _), coef in v.terms]) if isinstance(v, Rot) else v
 
 
 def device_offset(v: "int | Rot", torus: Torus) -> int:
@@ -311,15 +321,17 @@ class RotationUnroller(_Unroller):
         super().__init__(sched, prod(sizes.values()), sizes)
         self.torus = Torus(sizes.values())
         self.steps: dict[tuple[str, int], tuple[int, ...]] = {}
+        shape = self.torus.shape
+        self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
 
     def me(self) -> Any:
-        return Rot.translate(0, self.torus.shape)
+        return self.symbols[0]
 
     def me_axis(self, i: int, axis: str) -> Any:
-        return Rot.coordinate(i, self.torus.shape)
+        return self.symbols[1 + i]
 
     def key(self, value: Any) -> Any:
-        return (Rot, value.k, value.terms) if isinstance(value, Rot) else super().key(value)
+        return value.key if type(value) is Rot else super().key(value)
 
     def target(self, e: E.Expr, line: int) -> int:
         return device_offset(self.ev(e, line), self.torus)
@@ -327,7 +339,7 @@ class RotationUnroller(_Unroller):
     def value(self, e: E.Expr, line: int) -> Any:
         """A guard or a `let:` value; one the symbol cannot express stays `Unknown`."""
         try:
-            return super().value(e, line)
+            return _Unroller.value(self, e, line)
         except NotRotational as why:
             return Unknown(str(why))
 
