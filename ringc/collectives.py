@@ -119,17 +119,17 @@ class Collective:
     def expected(self, n: int, device: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> list[Piece]:
         raise NotImplementedError
 
-    def meaning_rotates(self, r: Callable[[str, int], int], shapes: Mapping[str, tuple[int, ...]],
-                        b: Buffers) -> bool:
+    def meaning_rotates(self, r: Callable[[str, int], tuple[int, ...]], shapes: Mapping[str, tuple[int, ...]],
+                        b: Buffers, axes: int = 1) -> bool:
         """Device d's meaning is device 0's with device ids moved by d and each buffer dim
-        (buf, i) moved by its step `r(buf, i)`: the device dims must move by one block per
-        device and the dims the collective maps onto each other by the same step
-        (contraction dims not at all). Only for one device dim per buffer."""
-        if b.dims(b.input) != 1 or b.dims(b.output) != 1:
-            return False
-        return self._rotates(r, len(shapes[b.input]), b)
+        (buf, i) moved by its step `r(buf, i)`, a vector with one entry per axis of the
+        schedule: its device dims (one per axis, row-major, so a translation moves each by
+        one block along its own axis) must move by the unit step, and the dims the
+        collective maps onto each other by the same step (contraction dims not at all). A
+        flat device dim over several axes does not move by a fixed step: that falls back."""
+        return self._rotates(_Steps(r, shapes, axes), len(shapes[b.input]), b)
 
-    def _rotates(self, r: Callable[[str, int], int], rank: int, b: Buffers) -> bool:
+    def _rotates(self, s: "_Steps", rank: int, b: Buffers) -> bool:
         raise NotImplementedError
 
     # -- lax ---------------------------------------------------------------------------
@@ -166,6 +166,29 @@ class Collective:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """The steps of a translation, for `Collective.meaning_rotates`."""
+    r: Callable[[str, int], tuple[int, ...]]
+    shapes: Mapping[str, tuple[int, ...]]
+    axes: int
+
+    def unit(self, buf: str, i: int) -> tuple[int, ...]:
+        """The step of the i-th device dim: one block along axis i."""
+        return tuple(int(a == i) % self.shapes[buf][i] for a in range(self.axes))
+
+    def devices(self, buf: str, b: Buffers) -> bool:
+        """Its leading dims are one per axis, each moving along its own axis."""
+        return b.dims(buf) == self.axes and all(self.r(buf, i) == self.unit(buf, i) for i in range(self.axes))
+
+    def same(self, a: str, c: str, pairs: Iterable[tuple[int, int]]) -> bool:
+        """Dim i of `a` moves as dim j of `c`, for each (i, j)."""
+        return all(self.r(a, i) == self.r(c, j) for i, j in pairs)
+
+    def zero(self) -> tuple[int, ...]:
+        return (0,) * self.axes
+
+
 def _term(x: str, dev: int, imap: IndexMap) -> Term:
     return (x, dev, imap)
 
@@ -193,8 +216,9 @@ class Ppermute(Collective):
         ident = tuple((d, 0) for d in range(len(shapes[b.input])))
         return [Piece(full, (_term(b.input, (device - self.shift) % n, ident),))]
 
-    def _rotates(self, r, rank, b):
-        return all(r(b.output, i) == r(b.input, i) for i in range(rank))
+    def _rotates(self, s, rank, b):
+        return (s.axes == 1 and len(s.shapes[b.output]) == rank
+                and s.same(b.output, b.input, ((i, i) for i in range(rank))))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -226,8 +250,8 @@ class Psum(Collective):
         ident = tuple((d, 0) for d in range(len(shapes[b.input])))
         return [Piece(full, tuple(_term(b.input, j, ident) for j in range(n)))]
 
-    def _rotates(self, r, rank, b):
-        return all(r(b.output, i) == r(b.input, i) for i in range(rank))
+    def _rotates(self, s, rank, b):
+        return len(s.shapes[b.output]) == rank and s.same(b.output, b.input, ((i, i) for i in range(rank)))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -261,8 +285,8 @@ class AllGather(Collective):
         return [Piece(tuple((i, i + 1) for i in unravel(j, out_shape[:k])) + full[k:],
                       (_term(b.input, j, shifted),)) for j in range(n)]
 
-    def _rotates(self, r, rank, b):
-        return r(b.output, 0) == 1 and all(r(b.output, 1 + i) == r(b.input, i) for i in range(rank))
+    def _rotates(self, s, rank, b):
+        return s.devices(b.output, b) and s.same(b.output, b.input, ((s.axes + i, i) for i in range(rank)))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -291,8 +315,8 @@ class PsumScatter(Collective):
         imap = tuple((None, i) for i in unravel(device, x_shape[:k])) + tuple((d, 0) for d in range(len(x_shape) - k))
         return [Piece(full, tuple(_term(b.input, j, imap) for j in range(n)))]
 
-    def _rotates(self, r, rank, b):
-        return r(b.input, 0) == 1 and all(r(b.output, i) == r(b.input, 1 + i) for i in range(rank - 1))
+    def _rotates(self, s, rank, b):
+        return s.devices(b.input, b) and s.same(b.output, b.input, ((i, s.axes + i) for i in range(rank - s.axes)))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -326,9 +350,9 @@ class AllToAll(Collective):
         return [Piece(tuple((i, i + 1) for i in unravel(j, out_shape[:ko])) + full[ko:], (_term(b.input, j, imap),))
                 for j in range(n)]
 
-    def _rotates(self, r, rank, b):
-        return r(b.input, 0) == 1 and r(b.output, 0) == 1 and all(r(b.output, i) == r(b.input, i)
-                                                                 for i in range(1, rank))
+    def _rotates(self, s, rank, b):
+        return (s.devices(b.input, b) and s.devices(b.output, b)
+                and s.same(b.output, b.input, ((i, i) for i in range(s.axes, rank))))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -392,9 +416,10 @@ class AllGatherMatmul(_Matmul):
         return [Piece(((j, j + 1),) + full[1:], ((PRODUCT, _term(b.input, j, ((1, 0), (KDIM, 0))), rhs, 0, k),))
                 for j in range(n)]
 
-    def _rotates(self, r, rank, b):
-        x, y, out = b.input, b.rhs, b.output
-        return r(out, 0) == 1 and r(x, 1) == 0 and r(y, 0) == 0 and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1)
+    def _rotates(self, s, rank, b):  # out[j] = x_j @ y_me
+        x, y, out, r = b.input, b.rhs, b.output, s.r
+        return (s.axes == 1 and s.devices(out, b) and r(x, 1) == s.zero() and r(y, 0) == s.zero()
+                and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1))
 
     def summed_terms(self, n, dtype="float32", depth=1):
         # float32: `depth` products per output; narrower: one rounding per hop plus the reference's
@@ -415,9 +440,10 @@ class MatmulPsumScatter(_Matmul):
         return [Piece(full, tuple((PRODUCT, _term(b.input, j, ((None, device), (0, 0), (KDIM, 0))),
                                    (b.rhs, j, ((KDIM, 0), (1, 0))), 0, k) for j in range(n)))]
 
-    def _rotates(self, r, rank, b):
-        x, y, out = b.input, b.rhs, b.output
-        return r(x, 0) == 1 and r(x, 2) == 0 and r(y, 0) == 0 and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1)
+    def _rotates(self, s, rank, b):  # out = sum_j x_j[me] @ y_j
+        x, y, out, r = b.input, b.rhs, b.output, s.r
+        return (s.axes == 1 and s.devices(x, b) and r(x, 2) == s.zero() and r(y, 0) == s.zero()
+                and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1))
 
     def summed_terms(self, n, dtype="float32", depth=1):
         return depth * n if dtype == "float32" else n + 1

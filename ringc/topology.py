@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 KINDS = ("ring", "line", "torus", "mesh")
 GENERATIONS = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}  # generation -> axes of its slices
@@ -64,7 +67,12 @@ class Topology:
     shape: tuple[int, ...]         # chips per axis
     wrap: tuple[bool, ...]         # wraparound per axis
     generation: str | None         # "v4" | "v5p" | "v5e" | "v6e" for slice names, else None
-    graph: nx.Graph = field(compare=False, repr=False)  # nodes are coordinate tuples
+
+    @cached_property
+    def graph(self) -> "nx.Graph":
+        """The chips and links; nodes are coordinate tuples (built on first use: routes and
+        checks need only the shape and wraparound, and networkx takes a while to import)."""
+        return _grid(self.shape, self.wrap)
 
     @property
     def ndim(self) -> int:
@@ -109,7 +117,8 @@ class Topology:
         return self.spec
 
 
-def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> nx.Graph:
+def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> "nx.Graph":
+    import networkx as nx
     # grid_graph takes its dimensions last-axis first; an axis of 1 or 2 chips has no distinct
     # wraparound link (periodic would add a self-loop or a duplicate edge).
     periodic = [w and s > 2 for s, w in zip(shape, wrap)]
@@ -170,8 +179,7 @@ def parse(spec: str, n: int | None = None) -> Topology:
     if math.prod(shape) > value("devices"):  # refused before the graph is built
         raise ValueError(f"topology {spec.strip()!r} has {math.prod(shape):,} devices, over the limit `devices` of "
                          f"{value('devices'):,}; raise the limit with {LIMITS['devices'].how_to_raise}")
-    return Topology(spec=spec.strip(), kind=kind, shape=shape, wrap=wrap, generation=generation,
-                    graph=_grid(shape, wrap))
+    return Topology(spec=spec.strip(), kind=kind, shape=shape, wrap=wrap, generation=generation)
 
 
 def _axis_steps(size: int, wrapped: bool, a: int, b: int) -> list[int]:

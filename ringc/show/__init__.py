@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from ..cost.model import Estimate
-from . import mermaid
-from .document import document
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..cost.model import Estimate
 
 DIAGRAMS = ("gantt", "ring", "state", "memory")
 
 
+def __getattr__(name: str) -> Any:
+    """`document` loads on first use (PEP 562): the CLI's parser reads `DIAGRAMS` only."""
+    if name == "document":
+        from .document import document
+        globals()["document"] = document  # the function, not the submodule of the same name
+        return document
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def diagram(e: Estimate, which: str = "gantt", device: int = 0) -> str:
     """One mermaid diagram (without the ``` fence)."""
+    from . import mermaid
     if which == "gantt":
         return mermaid.gantt(e.machine, f"{e.schedule.name} N={e.program.n}")
     if which == "ring":

@@ -214,16 +214,19 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
 
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -> Report | None:
-    """The clean report of a rotation-symmetric schedule on a ring, from device 0's events
-    alone (`rotation.py`, `quotient.py`); None when the full analysis must decide."""
+    """The clean report of a translation-symmetric schedule on a ring or torus, from device
+    0's events alone (`rotation.py`, `quotient.py`); None when the full analysis must decide.
+    Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ."""
     topo = placement.topo
-    if topo.ndim != 1 or not topo.wrap[0]:
+    if not all(topo.wrap[k] for k in placement.along):
         return None
-    program = rotation_unroll(sched, topo.size, invocations)
+    program = rotation_unroll(sched, placement.sizes, invocations)
     if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
             or not quotient.clean(sched, program)):
         return None
     report = Report(program, [])
+    if topo.ndim > 1:
+        program.device_labels = labels(program, placement)
     if topo.spec != "ring":
         report.placement = placement.describe()
     report.routes = rotated_route_summary(program, placement)

@@ -160,8 +160,9 @@ class Program:
     # state (see `check.megacore_findings`); `devices` holds core 0's.
     second_core: list[list[Event]] = field(default_factory=list)
     # Set by `rotation.rotation_unroll`: `devices` then holds device 0's events only, and
-    # device d runs them rotated by d, each box of buffer dim (b, i) moved by d * rotation[(b, i)].
-    rotation: dict[tuple[str, int], int] | None = None
+    # device d runs them translated by d (coordinates d_a over the schedule's axes), each
+    # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
+    rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
 
     @property
     def event_count(self) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from .events import DmaStart, Event, Program, SemId, SemWait, feeders
 from .simulate import Machine
@@ -42,13 +43,15 @@ class Order:
     program: Program
     cuts: list[list[tuple[int, ...]]]  # cuts[p][i] = positions of all devices while p waits before i
     symmetric: bool = False            # only cuts[0] is stored; device p's are it rotated by p
+    torus: Any = None                  # with `symmetric`: the translations (`rotation.Torus`), else a ring
 
     def before(self, e: Event, f: Event) -> bool:
         """e must happen before f in every interleaving."""
         if e.device == f.device:
             return e.index < f.index
         if self.symmetric:
-            return f.index >= self.cuts[0][e.index][(f.device - e.device) % self.program.n]
+            rel = self.torus.sub(f.device, e.device) if self.torus is not None else (f.device - e.device) % self.program.n
+            return f.index >= self.cuts[0][e.index][rel]
         return f.index >= self.cuts[e.device][e.index][f.device]
 
     def can_precede(self, f: Event, e: Event) -> bool:

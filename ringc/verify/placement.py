@@ -15,15 +15,16 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator
-
-import networkx as nx
+from typing import TYPE_CHECKING, Iterator
 
 from .. import topology as T
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
+
+if TYPE_CHECKING:  # networkx is imported when a graph is first built (`topology.Topology.graph`)
+    import networkx as nx
 
 AXIS_NAMES = ("x", "y", "z")
 Coord = tuple[int, ...]
@@ -140,7 +141,7 @@ class Placement:
         return list(seen)
 
     @cached_property
-    def subgraph(self) -> nx.Graph:
+    def subgraph(self) -> "nx.Graph":
         """The chips of one instance and the links between them."""
         return self.topo.graph.subgraph(self.coords)
 
@@ -238,18 +239,23 @@ def route_summary(program: Program, placement: Placement) -> dict:
 
 
 def rotated_route_summary(program: Program, placement: Placement) -> dict:
-    """`route_summary` of a program of device 0's events that every device runs rotated
-    (`Program.rotation`) on a ring: device d's routes are device 0's moved by d, so each
-    directed link carries its direction's total of device 0's hops."""
+    """`route_summary` of a program of device 0's events that every device runs translated
+    (`Program.rotation`) on wrapped axes: device d's routes are device 0's moved by d
+    (dimension-order routing depends only on the offset), so each directed link carries
+    its direction's total of device 0's hops."""
     routes = sends(program, placement, next(placement.bases()))
-    n = program.n
+    shape = placement.topo.shape
     links = [(a, b) for r in routes for a, b in zip(r.route, r.route[1:])]
-    per_direction: dict[int, int] = {}
+
+    def direction(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple((y - x) % s for x, y, s in zip(a, b, shape))
+
+    per_direction: dict[tuple[int, ...], int] = {}
     for a, b in links:
-        per_direction[(b[0] - a[0]) % n] = per_direction.get((b[0] - a[0]) % n, 0) + 1
+        per_direction[direction(a, b)] = per_direction.get(direction(a, b), 0) + 1
     top = max(per_direction.values(), default=0)
-    busiest = next(((a, b) for a, b in links if per_direction[(b[0] - a[0]) % n] == top), None)
-    return {"sends": n * len(routes), "max_hops": max((r.hops for r in routes), default=0),
+    busiest = next(((a, b) for a, b in links if per_direction[direction(a, b)] == top), None)
+    return {"sends": program.n * len(routes), "max_hops": max((r.hops for r in routes), default=0),
             "mean_hops": round(sum(r.hops for r in routes) / len(routes), 3) if routes else 0.0,
             "busiest_link": [list(busiest[0]), list(busiest[1])] if busiest else None,
             "busiest_link_sends": top}

@@ -18,7 +18,7 @@ device's events, O(events per device) instead of O(N * events per device):
   k). Which feeds force a wait is the counting rule of `order.py` (a feed is necessary
   when the other feeds not forced after the wait fall short of its demand), evaluated
   with the rows already known; it can only miss orderings, never invent one, so a clean
-  verdict here is sound. Rows are numpy vectors, shared between events that feed no
+  verdict here is sound. Rows are vectors (`_Rows`), shared between events that feed no
   other device: O(N * remote feeds) memory.
 - **Races.** Only device 0's memory is checked (`symmetry.memory_symmetric`): its own
   accesses, and the DMAs of devices -t that land in it, which are device 0's own remote
@@ -37,14 +37,13 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from itertools import accumulate
-
-import numpy as np
+from typing import Any
 
 from ..ir import schema as S
 from .events import DmaStart, Event, Program, Region, SemWait, deposits
 from .order import DmaEnds, Order
 from .races import Access, accesses, race
-from .rotation import NotRotational
+from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
 
@@ -66,13 +65,18 @@ class Rotator:
 
     def __init__(self, program: Program):
         self.n = program.n
+        self.torus = Torus(program.axis_sizes.values())
         self.steps = program.rotation or {}
         self.shapes = program.shapes
 
+    def _move(self, buffer: str, dim: int, delta: int) -> int:
+        """How far a buffer dimension moves on device delta (r . delta, `rotation.box_step`)."""
+        r = self.steps.get((buffer, dim))
+        return self.torus.step(r, delta) if r else 0
+
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         """Where coordinate `lo` of a buffer dimension is on device delta."""
-        size = self.shapes[buffer][dim]
-        return (lo + delta * self.steps.get((buffer, dim), 0)) % size
+        return (lo + self._move(buffer, dim, delta)) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole)."""
@@ -83,13 +87,13 @@ class Rotator:
             if start + hi - lo > size:
                 raise _Unclear(f"`{region.buffer}` dim {dim} wraps under rotation")
             box.append((start, start + hi - lo))
-        return Region(region.buffer, (region.device + delta) % self.n, tuple(box), region.kept, region.itemsize)
+        return Region(region.buffer, self.torus.add(region.device, delta), tuple(box), region.kept, region.itemsize)
 
     def _split(self, buffer: str, box, delta: int):
         """`box` cut where rotating it by delta would wrap a dimension around its end."""
         boxes = [box]
         for dim, size in enumerate(self.shapes[buffer]):
-            shift = (delta * self.steps.get((buffer, dim), 0)) % size
+            shift = self._move(buffer, dim, delta) % size
             if not shift:
                 continue
             cut = size - shift
@@ -117,23 +121,23 @@ class Rotator:
         return out
 
     def term(self, term, box, new_box, delta: int) -> list:
-        """The term on device delta; a run of devices that wraps past N - 1 splits in two."""
+        """The term on device delta. A run of devices whose translation is not one run
+        (it wraps some axis: `Torus.runs`) splits into runs that are."""
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
-            # A run wrapped: cut it where either factor's devices pass N - 1.
+            # A run wrapped: cut it where either factor's devices wrap.
             (lo, hi), off = device_span(a[1]), device_span(b[1])[0] - device_span(a[1])[0]
-            cuts = sorted({lo, hi} | {c for c in (self.n - delta, self.n - delta - off) if lo < c < hi})
+            cuts = [c - off for c in self.torus.cuts(lo + off, hi + off, delta)]
             return [self.term((PRODUCT, (a[0], device_run(x0, x1), a[2]), (b[0], device_run(x0 + off, x1 + off), b[2]), k0, k1),
-                              box, new_box, delta)[0] for x0, x1 in zip(cuts, cuts[1:])]
+                              box, new_box, delta)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
         name, dev, imap = term
         entries = []
         for i, (d, off) in enumerate(imap):
-            step = self.steps.get((name, i), 0)
             if d == KDIM:
-                if step:
+                if any(self.steps.get((name, i), ())):
                     raise _Unclear("a contraction dimension that moves under rotation")
                 entries.append((d, off))
             elif d is None:
@@ -145,10 +149,9 @@ class Rotator:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
         first, end = device_span(dev)
-        lo = (first + delta) % self.n
-        hi = lo + end - first
-        runs = [(lo, hi)] if hi <= self.n else [(lo, self.n), (0, hi - self.n)]
-        return [(name, device_run(a, b), tuple(entries)) for a, b in runs]
+        if end == first + 1:
+            return [(name, self.torus.add(first, delta), tuple(entries))]
+        return [(name, device_run(y, y + x1 - x0), tuple(entries)) for x0, x1, y in self.torus.runs(first, end, delta)]
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -166,15 +169,17 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
 
 
 def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) -> bool:
-    """The collective's meaning on device d is device 0's rotated by d, for the rotation
-    steps the program found (`Collective.meaning_rotates`)."""
+    """The collective's meaning on device d is device 0's translated by d, for the steps the
+    program found (`Collective.meaning_rotates`; a step is a vector, one entry per axis)."""
     steps = program.rotation or {}
     shapes = program.shapes
+    axes = len(program.axis_sizes)
 
-    def r(buf: str, i: int) -> int:
-        return steps.get((buf, i), 0) % shapes[buf][i]
+    def r(buf: str, i: int) -> tuple[int, ...]:
+        size = shapes[buf][i]
+        return tuple(v % size for v in steps.get((buf, i), (0,) * axes))
 
-    return collective.meaning_rotates(r, shapes, buffers)
+    return collective.meaning_rotates(r, shapes, buffers, axes)
 
 
 # -- the run -------------------------------------------------------------------------
@@ -232,26 +237,61 @@ class _Feeds:
 def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
     by -t, is device -t's deposit into device 0's."""
-    n = program.n
+    neg = Torus(program.axis_sizes.values()).neg
     out: dict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
         if dma_only and not isinstance(ev.action, DmaStart):
             continue
         for sem, amount in deposits(ev.action):
-            out[_key(sem)].add(-sem[0] % n, ev, amount)
+            out[_key(sem)].add(neg(sem[0]), ev, amount)
     for f in out.values():
         f.finish()
     return out
 
 
-def _limits(feeds: _Feeds, row: np.ndarray, index: int) -> dict[int, int]:
+def _limits(feeds: _Feeds, row: Any, index: int) -> dict[int, int]:
     """Per offset, the feeds not forced after device 0's event `index` (whose cut row is
     `row`): own feeds before it, device k's before its event row[k]."""
     return {k: feeds.available(k, index if k == 0 else int(row[k])) for k in feeds.index}
 
 
+SMALL = 64  # below this many devices, rows are lists: importing numpy would cost more
+
+
+class _Rows:
+    """The vector operations of the order's rows (one entry per device): numpy arrays, or
+    for a small torus plain lists, which give the same values."""
+
+    def __init__(self, torus: Torus):
+        self.torus = torus
+        self.np = None
+        self.perms: dict[int, list[int]] = {}
+        if torus.n > SMALL:
+            import numpy
+            self.np = numpy
+
+    def full(self, value: int) -> Any:
+        return self.np.full(self.torus.n, value, dtype=self.np.int32) if self.np else [value] * self.torus.n
+
+    def seen_from(self, row: Any, k: int) -> Any:
+        """Device 0's row seen from device k: moved[j] = row[j - k] on the torus (a copy)."""
+        t = self.torus
+        if self.np is not None:
+            if len(t.shape) == 1:
+                return self.np.roll(row, k)
+            return self.np.roll(row.reshape(t.shape), t.coord(k), axis=tuple(range(len(t.shape)))).reshape(-1)
+        perm = self.perms.get(k)
+        if perm is None:
+            perm = self.perms[k] = [t.sub(j, k) for j in range(t.n)]
+        return [row[i] for i in perm]
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        return self.np.minimum(a, b) if self.np is not None else list(map(min, a, b))
+
+
 def quotient_order(program: Program) -> Order:
     events, n = program.devices[0], program.n
+    torus = Torus(program.axis_sizes.values())
     length = len(events)
     feeds = _feeds(program)
     demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
@@ -261,16 +301,16 @@ def quotient_order(program: Program) -> Order:
             running[_key(ev.action.sem)] += ev.action.value
             demand[ev.index] = running[_key(ev.action.sem)]
     edges: dict[int, dict[int, int]] = defaultdict(dict)  # feed index -> {device offset: first wait it forces}
-    cur = np.full(n, length, dtype=np.int32)  # nothing forced after the end
-    rows: list[np.ndarray] = [cur]
+    vec = _Rows(torus)
+    cur = vec.full(length)  # nothing forced after the end
+    rows: list[Any] = [cur]
     at = [0] * length
     for i in range(length - 1, -1, -1):
         if i in edges:
-            cur = cur.copy()
             for k, w in edges[i].items():
-                moved = np.roll(rows[at[w]], k)
+                moved = vec.seen_from(rows[at[w]], k)
                 moved[k] = w
-                np.minimum(cur, moved, out=cur)
+                cur = vec.minimum(cur, moved)
             rows.append(cur)
         at[i] = len(rows) - 1
         a = events[i].action
@@ -293,9 +333,9 @@ def quotient_order(program: Program) -> Order:
             src = fed.index[k][j]
             if src >= i:
                 raise _Unclear("an ordering against the ring's direction")
-            back = -k % n
+            back = torus.neg(k)
             edges[src][back] = min(edges[src].get(back, i), i)
-    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True)
+    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True, torus=torus)
 
 
 # -- races ---------------------------------------------------------------------------
@@ -305,6 +345,7 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
     ends at the first wait whose possible supply (feeds not forced after it) is no more
     than its cumulative demand. Keys are (sending device, event index)."""
     feeds = _feeds(program, dma_only=True)
+    torus = Torus(program.axis_sizes.values())
     row = order.cuts[0]
     read_end: dict[tuple[int, int], Event | None] = {}
     write_end: dict[tuple[int, int], Event | None] = {}
@@ -330,7 +371,7 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
                 end = ends[(k, ev.index)]
                 if a.send_sem is not None and _key(a.send_sem) == key and k == 0:
                     read_end[(0, ev.index)] = end
-                if _key(a.recv_sem) == key and (-a.recv_sem[0] % program.n) == k:
+                if _key(a.recv_sem) == key and torus.neg(a.recv_sem[0]) == k:
                     write_end[(k, ev.index)] = end
                     if a.send_sem is None:
                         read_end[(0, ev.index)] = end
@@ -343,7 +384,7 @@ def _incoming(program: Program, rot: Rotator) -> list[Event]:
     for ev in program.devices[0]:
         a = ev.action
         if isinstance(a, DmaStart) and a.remote:
-            delta = -a.dst.device % program.n
+            delta = rot.torus.neg(a.dst.device)
             moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
                              (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]))
             out.append(Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner))
@@ -423,7 +464,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
 
     def land(ev: Event) -> None:  # what device -t sends lands in device 0
         a: DmaStart = ev.action
-        delta = -a.dst.device % n
+        delta = rot.torus.neg(a.dst.device)
         src, dst = rot.region(a.src, delta), rot.region(a.dst, delta)
         mem.move(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst)
 

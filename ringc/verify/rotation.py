@@ -1,30 +1,40 @@
-"""Prove a schedule rotation-symmetric for one N while unrolling device 0 only.
+"""Prove a schedule translation-symmetric for one size while unrolling device 0 only.
 
-`symmetry.py` decides rotation symmetry by comparing every device's concrete events,
-which needs all N of them: O(N^2) events for a ring schedule. Here the device id is
-unrolled as a symbol instead. `me` evaluates to a `Rot`, the function of the device id
+The devices of a schedule over axes a_0..a_{k-1} (sizes N_0..N_{k-1}) are the torus
+Z_{N_0} x ... x Z_{N_{k-1}}, numbered row-major (`Torus`). A ring is the 1-axis case.
+`symmetry.py` decides rotation symmetry of a ring by comparing every device's concrete
+events, which needs all of them. Here the device is unrolled as a symbol instead: `me`
+and `me_a` evaluate to `Rot`s, functions of the device coordinates d = (d_0, ...),
 
-    v(d) = k + ((c + a*d) mod m)       (or c + a*d without a modulus)
+    v(d) = k + sum_j coef_j * ((c_j + a_j . d) mod m_j)
 
-and the arithmetic of index expressions (+, -, *, //, %) keeps that form where it is
-exact. Anything else that depends on the device id (a comparison, a guard, `min`, a
-semaphore index, a product of two such values) raises `NotRotational`. When device 0
-unrolls without that, every device's events are device 0's with
+where every atom is *periodic*: a_ji * N_i = 0 mod m_j, so each atom is a function on the
+torus and translating the device by t moves it by a_j . t mod m_j. `me_a` is the atom
+(d_a mod N_a) and `me` = sum_a stride_a * me_a. The index arithmetic (+, -, *, //, %)
+keeps that form only where it is exact (see each operator); anything else that depends
+on the device (a comparison, a guard, `min`, a semaphore index, a product of two such
+values) raises `NotRotational`. When device 0 unrolls without that, every device d runs
+device 0's events translated by d:
 
-- every remote action sent the same offset around the ring: `to` is `(me + t) % N`;
-- semaphore indices, increments, guards and sizes the same on every device;
-- every box moved along each buffer dimension by a fixed step per device: a start of
-  the form `(c + a*me) mod size` with the box inside the dimension for every d.
+- every remote action goes to the same offset: its target is, as a function,
+  flat((d + t) mod N) for the fixed vector t = its target on device 0 (`device_offset`);
+- semaphore indices, increments, guards and sizes are the same on every device (they
+  could not depend on the symbol without raising);
+- every box moves along each buffer dimension by a fixed step per unit of each axis: a
+  start v with v(d + t) = v(d) + r . t (mod size) and the box inside the dimension on
+  every device (`box_step`), so device d's box is device 0's moved by r . d mod size.
 
-That is exactly what `symmetry.semaphore_symmetric` and `symmetry.memory_symmetric`
-check on concrete events, proven for all devices at once; the tests compare both.
-The proof is conservative: whatever it cannot show falls back to the full unrolling.
+That is `symmetry.semaphore_symmetric` and `symmetry.memory_symmetric` on concrete
+events, generalized to the torus and proved for all devices at once; the tests compare
+both. The proof is conservative: whatever it cannot show falls back to the full
+unrolling. Only the *program* is proved symmetric here; whether the *topology* is (its
+axes wrap, so routes are translation invariant) is `check.quotient_report`'s business.
 """
 
 from __future__ import annotations
 
-from math import gcd
-from typing import Any
+from math import gcd, prod
+from typing import Any, Iterable
 
 from ..ir import expr as E
 from ..ir import schema as S
@@ -34,46 +44,159 @@ from .unroll import Unroller
 
 
 class NotRotational(Exception):
-    """Some value depends on the device id in a way the rotation cannot express."""
+    """Some value depends on the device in a way a translation cannot express."""
 
 
-def _rot(k: int, c: int, a: int, m: int | None) -> "int | Rot":
-    if m is None:
-        return k + c if a == 0 else Rot(0, k + c, a, None)
-    a, c = a % m, c % m
-    return k + c if a == 0 else Rot(k, c, a, m)
+class Torus:
+    """The translation group of the schedule's axes: devices are flat row-major ids over
+    `shape`, and translating by t (itself a device id, i.e. a vector) moves coordinate i
+    to (c_i + t_i) mod shape[i]."""
+
+    def __init__(self, shape: Iterable[int]):
+        self.shape = tuple(shape)
+        self.n = prod(self.shape)
+        self.strides = tuple(prod(self.shape[i + 1:]) for i in range(len(self.shape)))
+        self.ring = len(self.shape) == 1  # the common case, with shortcuts below
+        self._coords: list[tuple[int, ...]] | None = None
+
+    def coord(self, j: int) -> tuple[int, ...]:
+        if self._coords is None:  # asked per translated term: one table of N tuples
+            self._coords = [self.unflat(i) for i in range(self.n)]
+        return self._coords[j % self.n]
+
+    def unflat(self, j: int) -> tuple[int, ...]:
+        """`coord`, computed (for one-off questions: `coord` builds a table first)."""
+        return tuple(j // s % size for s, size in zip(self.strides, self.shape))
+
+    def flat(self, c: Iterable[int]) -> int:
+        return sum((x % size) * s for x, s, size in zip(c, self.strides, self.shape))
+
+    def add(self, a: int, b: int) -> int:
+        if self.ring:
+            return (a + b) % self.n
+        return self.flat(x + y for x, y in zip(self.coord(a), self.coord(b)))
+
+    def neg(self, a: int) -> int:
+        return -a % self.n if self.ring else self.flat(-x for x in self.coord(a))
+
+    def sub(self, a: int, b: int) -> int:
+        if self.ring:
+            return (a - b) % self.n
+        return self.flat(x - y for x, y in zip(self.coord(a), self.coord(b)))
+
+    def step(self, r: tuple[int, ...], t: int) -> int:
+        """How far a box whose step per axis is r moves under translation t: r . t."""
+        return r[0] * t if self.ring else sum(x * y for x, y in zip(r, self.coord(t)))
+
+    def cuts(self, lo: int, hi: int, t: int) -> list[int]:
+        """The ids j in (lo, hi) where translating by t stops mapping j - 1, j to
+        consecutive ids: some coordinate wraps in the source (reaches 0) or the image
+        (reaches N_i - t_i). Between cuts, j maps to j + const."""
+        out: set[int] = set()
+        for ti, s, size in zip(self.coord(t), self.strides, self.shape):
+            if not ti:
+                continue
+            for wrap in (0, size - ti):  # the coordinate value where the offset changes
+                first = lo // s + 1  # the next block (of s ids) after lo's
+                b = first + (wrap - first) % size
+                while b * s < hi:
+                    out.add(b * s)
+                    b += size
+        return sorted(out)
+
+    def runs(self, lo: int, hi: int, t: int, extra: Iterable[int] = ()) -> list[tuple[int, int, int]]:
+        """[lo, hi) translated by t, as (x0, x1, image of x0): sub-runs whose image is the
+        consecutive run [image, image + x1 - x0); cut also at `extra` points."""
+        points = sorted({lo, hi, *self.cuts(lo, hi, t), *(x for x in extra if lo < x < hi)})
+        return [(x0, x1, self.add(x0, t)) for x0, x1 in zip(points, points[1:])]
+
+
+Atom = tuple[int, tuple[int, ...], int]  # (c, a, m): the function (c + a . d) mod m
+
+
+def _atom_range(atom: Atom) -> tuple[int, int]:
+    """The least and greatest value of an atom over the torus: a . d mod m takes exactly
+    the multiples of g = gcd(a, m), since each d_i runs over a whole period."""
+    c, a, m = atom
+    g = gcd(*a, m)
+    return c % g, m - g + c % g
+
+
+def _make(k: int, terms: Iterable[tuple[Atom, int]], shape: tuple[int, ...]) -> "int | Rot":
+    """The canonical value: atoms reduced (a, c mod m, divided by gcd(c, a, m), which
+    moves to the coefficient), constant atoms folded into k, equal atoms merged."""
+    merged: dict[Atom, int] = {}
+    for (c, a, m), coef in terms:
+        a = tuple(x % m for x in a)
+        c %= m
+        if not any(a):
+            k += coef * c
+            continue
+        g = gcd(c, *a, m)
+        if g > 1:
+            c, a, m, coef = c // g, tuple(x // g for x in a), m // g, coef * g
+        merged[(c, a, m)] = merged.get((c, a, m), 0) + coef
+    kept = tuple(sorted((atom, coef) for atom, coef in merged.items() if coef))
+    return Rot(k, kept, shape) if kept else k
 
 
 class Rot:
-    """A device-dependent value v(d) = k + ((c + a*d) mod m), or c + a*d when m is None."""
+    """A device-dependent value k + sum coef * ((c + a . d) mod m) (module docstring)."""
 
-    __slots__ = ("k", "c", "a", "m")
+    __slots__ = ("k", "terms", "shape", "key")
 
-    def __init__(self, k: int, c: int, a: int, m: int | None):
-        self.k, self.c, self.a, self.m = k, c, a, m
+    def __init__(self, k: int, terms: tuple[tuple[Atom, int], ...], shape: tuple[int, ...]):
+        self.k, self.terms, self.shape = k, terms, shape
+        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.key`)
+
+    @staticmethod
+    def coordinate(axis: int, shape: tuple[int, ...]) -> "int | Rot":
+        """`me_a`: the device's coordinate along axis `axis`."""
+        unit = tuple(int(i == axis) for i in range(len(shape)))
+        return _make(0, [((0, unit, shape[axis]), 1)], shape)
+
+    @staticmethod
+    def translate(t: int, shape: tuple[int, ...]) -> "int | Rot":
+        """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0."""
+        torus = Torus(shape)
+        return _make(0, [((ti, tuple(int(i == j) for j in range(len(shape))), size), s)
+                         for i, (ti, s, size) in enumerate(zip(torus.unflat(t), torus.strides, shape))], shape)
 
     def __repr__(self) -> str:
-        inner = f"{self.c} + {self.a}*d"
-        return f"Rot({inner})" if self.m is None else f"Rot({self.k} + ({inner}) % {self.m})"
+        parts = [f"{coef}*(({c} + {list(a)}.d) % {m})" for (c, a, m), coef in self.terms]
+        return f"Rot({self.k} + {' + '.join(parts)})"
 
-    def at(self, d: int) -> int:
-        return self.c + self.a * d if self.m is None else self.k + (self.c + self.a * d) % self.m
+    def at(self, d: "int | tuple[int, ...]") -> int:
+        """The value on device d (a flat id or a coordinate tuple)."""
+        coord = Torus(self.shape).unflat(d) if isinstance(d, int) else d
+        return self.k + sum(coef * ((c + sum(x * y for x, y in zip(a, coord))) % m)
+                            for (c, a, m), coef in self.terms)
+
+    def bounds(self) -> tuple[int, int]:
+        """A lower and an upper bound over all devices (exact for one atom)."""
+        lo = hi = self.k
+        for atom, coef in self.terms:
+            a, b = _atom_range(atom)
+            lo, hi = (lo + coef * a, hi + coef * b) if coef > 0 else (lo + coef * b, hi + coef * a)
+        return lo, hi
+
+    def same(self, other: Any) -> bool:
+        """Structural equality of canonical forms (`==` would be a condition on the device)."""
+        return isinstance(other, Rot) and (self.k, self.terms) == (other.k, other.terms)
 
     def __add__(self, other: Any) -> "int | Rot":
         if isinstance(other, Rot):
-            if self.m is None and other.m is None:
-                return _rot(0, self.c + other.c, self.a + other.a, None)
-            raise NotRotational("a sum of two device-dependent values under `%`")
-        if self.m is None:
-            return _rot(0, self.c + other, self.a, None)
-        return _rot(self.k + other, self.c, self.a, self.m)
+            if other.shape != self.shape:
+                raise NotRotational("values over different tori")
+            return _make(self.k + other.k, self.terms + other.terms, self.shape)
+        if isinstance(other, int):
+            return Rot(self.k + other, self.terms, self.shape)
+        return NotImplemented
 
     __radd__ = __add__
 
     def __neg__(self) -> "int | Rot":
-        if self.m is None:
-            return _rot(0, -self.c, -self.a, None)
-        raise NotRotational("the negation of a value under `%` (a reflection, not a rotation)")
+        return Rot(-self.k, tuple((atom, -coef) for atom, coef in self.terms), self.shape)
 
     def __sub__(self, other: Any) -> "int | Rot":
         return self + (-other)
@@ -84,34 +207,47 @@ class Rot:
     def __mul__(self, other: Any) -> "int | Rot":
         if isinstance(other, Rot):
             raise NotRotational("a product of two device-dependent values")
+        if not isinstance(other, int):
+            return NotImplemented
         if other == 0:
             return 0
-        if self.m is None:
-            return _rot(0, self.c * other, self.a * other, None)
-        if other > 0:
-            return _rot(self.k * other, self.c * other, self.a * other, self.m * other)
-        raise NotRotational("a value under `%` times a negative number")
+        return Rot(self.k * other, tuple((atom, coef * other) for atom, coef in self.terms), self.shape)
 
     __rmul__ = __mul__
 
     def __mod__(self, p: Any) -> "int | Rot":
-        if isinstance(p, Rot) or p <= 0:
+        """Exact in two cases: p divides every coef * m, so v = k + sum coef * (c + a . d)
+        (mod p), one periodic atom; or v stays within one multiple of p on every device."""
+        if not isinstance(p, int) or p <= 0:
             raise NotRotational("a modulus that depends on the device id or is not positive")
-        if self.m is None:
-            return _rot(0, self.c, self.a, p)
-        if self.m % p == 0:  # (x mod m) mod p = x mod p when p divides m
-            return _rot(0, self.k + self.c, self.a, p)
-        raise NotRotational(f"`% {p}` of a value already taken modulo {self.m}")
+        if all((coef * m) % p == 0 for (_, _, m), coef in self.terms):
+            c = self.k + sum(coef * c for (c, _, _), coef in self.terms)
+            a = [sum(coef * atom[1][i] for atom, coef in self.terms) for i in range(len(self.shape))]
+            return _make(0, [((c, tuple(a), p), 1)], self.shape)
+        lo, hi = self.bounds()
+        if lo // p == hi // p:
+            return self - p * (lo // p)
+        raise NotRotational(f"`% {p}` of {self!r}")
 
     def __floordiv__(self, p: Any) -> "int | Rot":
-        if isinstance(p, Rot) or p <= 0:
+        """Terms whose coefficient p divides divide exactly; of the rest, one atom
+        (c + a . d) mod m with coefficient 1, p dividing m, a and k, gives
+        ((c // p) + (a / p) . d) mod (m / p); otherwise the rest must stay within one
+        multiple of p on every device."""
+        if not isinstance(p, int) or p <= 0:
             raise NotRotational("a divisor that depends on the device id or is not positive")
-        if self.m is None and self.a % p == 0:
-            return _rot(0, self.c // p, self.a // p, None)
-        if self.m is not None and self.m % p == 0 and self.k % p == 0 and self.a % p == 0:
-            # (x mod m) // p = (x // p) mod (m / p) when p divides m; x // p is affine when p divides a
-            return _rot(self.k // p, self.c // p, self.a // p, self.m // p)
-        raise NotRotational(f"`// {p}` of a device-dependent value is not a rotation")
+        exact = [(atom, coef // p) for atom, coef in self.terms if coef % p == 0]
+        rest = [(atom, coef) for atom, coef in self.terms if coef % p]
+        if not rest:
+            return _make(self.k // p, exact, self.shape)
+        if len(rest) == 1:
+            (c, a, m), coef = rest[0]
+            if coef == 1 and self.k % p == 0 and m % p == 0 and all(x % p == 0 for x in a):
+                return _make(self.k // p, exact + [((c // p, tuple(x // p for x in a), m // p), 1)], self.shape)
+        lo, hi = Rot(self.k, tuple(rest), self.shape).bounds()
+        if lo // p == hi // p:
+            return _make(lo // p, exact, self.shape)
+        raise NotRotational(f"`// {p}` of {self!r}")
 
     def _compare(self, other: Any) -> bool:
         raise NotRotational("a comparison or condition on the device id")
@@ -128,52 +264,86 @@ class Rot:
     __rfloordiv__ = __rmod__
 
 
+class Unknown:
+    """A `let:` or builtin value the symbol cannot express (in 2-D, `left` = `(me - 1) % N`
+    wraps rows): harmless until something uses it, and then `NotRotational`."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def _use(self, *args: Any) -> Any:
+        raise NotRotational(self.why)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = __rmod__ = _use
+    __floordiv__ = __rfloordiv__ = __neg__ = __bool__ = __index__ = __int__ = _use
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _use
+    __hash__ = object.__hash__
+
+
 def at0(v: "int | Rot") -> int:
-    return v.at(0) if isinstance(v, Rot) else v
+    """The value on device 0 (every coordinate 0; atoms keep c reduced mod m)."""
+    return v.k + sum([coef * c for (c, _, _), coef in v.terms]) if isinstance(v, Rot) else v
 
 
-def device_offset(v: "int | Rot", n: int) -> int:
-    """t such that v(d) = (d + t) mod N on every device, or NotRotational."""
-    if isinstance(v, Rot) and v.k == 0 and v.m == n and v.a == 1:
-        return v.c
-    raise NotRotational(f"a target that is not `(me + t) % N`: {v!r}")
+def device_offset(v: "int | Rot", torus: Torus) -> int:
+    """t such that v(d) = d + t (as a translation) on every device, or NotRotational."""
+    t = at0(v)
+    want = Rot.translate(t % torus.n, torus.shape) if 0 <= t < torus.n else None
+    if isinstance(v, Rot) and v.same(want):
+        return t
+    raise NotRotational(f"a target that is not a translation of the device: {v!r}")
 
 
-def box_step(v: "int | Rot", size: int, length: int, n: int) -> int:
-    """r such that the box [v(d), v(d) + length) = [v(0) + r*d mod size, ...) stays inside
-    a dimension of `size` on every device, or NotRotational."""
+def box_step(v: "int | Rot", size: int, length: int) -> tuple[int, ...] | None:
+    """r (per axis) such that the box [v(d), v(d) + length) is device 0's moved by r . d
+    mod size, and inside the dimension on every device; None for a box that does not
+    move; NotRotational otherwise. Translating by t moves atom j by a_j . t mod m_j, so
+    by coef_j * a_j . t mod coef_j * m_j: when size divides every coef_j * m_j, v moves
+    by r . t mod size with r = sum coef_j * a_j; a start within [0, size) is then
+    exactly (v(0) + r . d) mod size."""
     if not isinstance(v, Rot):
-        return 0
-    if v.m is None:  # c + a*d, no wrap: inside the dimension at d = 0 and d = N - 1?
-        ends = (v.c, v.at(n - 1))
-        if min(ends) < 0 or max(ends) + length > size:
-            raise NotRotational(f"a box of {length} from {v!r} leaves its dimension of size {size}")
-        return v.a % size
-    if v.m != size or v.k != 0:
-        raise NotRotational(f"a start {v!r} that does not wrap around its dimension of size {size}")
-    g = gcd(v.a, v.m)
-    if v.c % g + length > g:  # the largest start, m - g + (c mod g), leaves room for the box
-        raise NotRotational(f"a box of {length} from {v!r} would cross the end of its dimension")
-    return v.a
+        return None
+    if any((coef * m) % size for (_, _, m), coef in v.terms):
+        raise NotRotational(f"a start {v!r} that does not move along its dimension of size {size}")
+    lo, hi = v.bounds()
+    if lo < 0 or hi + length > size:
+        raise NotRotational(f"a box of {length} from {v!r} may leave its dimension of size {size}")
+    return tuple(sum(coef * a[i] for (_, a, _), coef in v.terms) % size for i in range(len(v.shape)))
 
 
 class RotationUnroller(Unroller):
-    """Unrolls device 0 with `me` symbolic; `steps[(buffer, dim)]` is each box's move per device."""
+    """Unrolls device 0 with `me` symbolic; `steps[(buffer, dim)]` is each box's move per
+    unit of each axis."""
 
-    def __init__(self, sched: S.Schedule, n: int):
-        super().__init__(sched, n, {sched.axes[0]: n})
-        self.steps: dict[tuple[str, int], int] = {}
+    def __init__(self, sched: S.Schedule, sizes: dict[str, int]):
+        super().__init__(sched, prod(sizes.values()), sizes)
+        self.torus = Torus(sizes.values())
+        self.steps: dict[tuple[str, int], tuple[int, ...]] = {}
+        shape = self.torus.shape
+        self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
 
     def me(self) -> Any:
-        return Rot(0, 0, 1, self.n)
+        return self.symbols[0]
+
+    def me_axis(self, i: int, axis: str) -> Any:
+        return self.symbols[1 + i]
 
     def key(self, value: Any) -> Any:
-        return (Rot, value.k, value.c, value.a, value.m) if isinstance(value, Rot) else super().key(value)
+        return value.key if type(value) is Rot else super().key(value)
 
     def target(self, e: E.Expr, line: int) -> int:
-        return device_offset(self.ev(e, line), self.n)
+        return device_offset(self.ev(e, line), self.torus)
 
-    def _step(self, buffer: str, dim: int, r: int) -> None:
+    def value(self, e: E.Expr, line: int) -> Any:
+        """A guard or a `let:` value; one the symbol cannot express stays `Unknown`."""
+        try:
+            return Unroller.value(self, e, line)
+        except NotRotational as why:
+            return Unknown(str(why))
+
+    def _step(self, buffer: str, dim: int, r: tuple[int, ...]) -> None:
         if self.steps.setdefault((buffer, dim), r) != r:
             raise NotRotational(f"`{buffer}` dimension {dim} moves by {self.steps[(buffer, dim)]} and {r} per device")
 
@@ -182,16 +352,22 @@ class RotationUnroller(Unroller):
         if isinstance(length, Rot):
             raise NotRotational("a slice whose size depends on the device id")
         if length != size:
-            self._step(buffer, dim, box_step(start, size, length, self.n))
+            r = box_step(start, size, length)
+            self._step(buffer, dim, r if r is not None else tuple(0 for _ in self.torus.shape))
         return at0(start), length
 
 
-def rotation_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> Program | None:
-    """Device 0's events of a one-axis schedule, with `Program.rotation` set, when every
-    device provably runs them rotated; None when that cannot be shown (then unroll all)."""
-    if len(sched.axes) != 1 or n < 2:
+def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1) -> Program | None:
+    """Device 0's events, with `Program.rotation` set, when every device provably runs them
+    translated; None when that cannot be shown (then unroll all). `sizes`: devices per
+    schedule axis, or one count for a one-axis schedule."""
+    if isinstance(sizes, int):
+        if len(sched.axes) != 1:
+            return None
+        sizes = {sched.axes[0]: sizes}
+    if list(sizes) != list(sched.axes) or prod(sizes.values()) < 2:
         return None
-    u = RotationUnroller(sched, n)
+    u = RotationUnroller(sched, sizes)
     u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
     try:
         events, second = u.device_events(0, invocations)

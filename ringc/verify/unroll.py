@@ -219,6 +219,10 @@ class Unroller:
     def me(self) -> Any:
         return self.device
 
+    def me_axis(self, i: int, axis: str) -> Any:
+        """`me_a`: the device's coordinate along the schedule's axis `axis` (the i-th)."""
+        return self.device // self.strides[axis] % self.ctx.sizes[axis]
+
     def target(self, e: E.Expr, line: int) -> int:
         """The device a remote action goes to."""
         return self.ev(e, line)
@@ -392,8 +396,8 @@ class Unroller:
         if self.s.megacore:
             env["core"] = self.core
         if len(self.ctx.sizes) > 1:
-            for a, size in self.ctx.sizes.items():
-                env[f"me_{a}"] = self.device // self.strides[a] % size
+            for i, a in enumerate(self.ctx.sizes):
+                env[f"me_{a}"] = self.me_axis(i, a)
         self.env = env
         for name, e, line in self.derived:
             env[name] = self.value(e, line)

@@ -1,0 +1,134 @@
+"""The torus quotient (`rotation.py`, `quotient.py` on several axes) against the full
+analysis: on every library schedule, broken schedule and mutant, and the torus test
+schedules in tests/torus/ (some break the symmetry on purpose), at small tori. The
+quotient must never call clean what the full analysis rejects, must give the same report
+when it answers, and must answer for every clean, translation-symmetric schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import ringc
+from ringc.verify.check import check, check_program, quotient_report, resolve_topology
+from ringc.verify.rotation import rotation_unroll
+from ringc.verify.unroll import unroll
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = sorted((ROOT / "schedules").glob("*.yaml"))
+TORUS = sorted((ROOT / "tests" / "torus").glob("*.yaml"))
+BROKEN = [p for p in sorted((ROOT / "tests" / "broken").glob("*.yaml")) + sorted((ROOT / "tests" / "mutants").glob("*.yaml"))
+          if p.name != "expected.yaml"]
+# Correct, and symmetric except for what the name says: the quotient must answer for these.
+SYMMETRIC_CLEAN = {"all_gather_2d", "all_reduce_2d", "all_gather_3d"}
+# One corner does something else on purpose: never translation symmetric. The first is
+# still correct (the full analysis says so), the second hangs.
+ASYMMETRIC = {"all_gather_2d_corner_copies_twice", "all_reduce_2d_corner_skips_barrier"}
+CLEAN = SYMMETRIC_CLEAN | {"all_gather_2d_corner_copies_twice"}
+TORI = {2: ("torus:2x3", "torus:3x3", "torus:4x4"), 3: ("torus:2x2x2",)}
+
+
+def _axes(path: Path) -> int:
+    return len(ringc.load(path).axes)
+
+
+def _json(report) -> dict:
+    out = report.to_json()
+    out.pop("seconds", None)
+    return out
+
+
+def agree(sched, topo: str, along: str | None = None, calls: int = 1):
+    """The quotient's answer and the full report; asserts they agree."""
+    placement = resolve_topology(sched, None, topo, along)
+    try:
+        full = check_program(sched, unroll(sched, sizes=placement.sizes, invocations=calls), placement)
+    except ringc.ScheduleError:
+        full = None
+    fast = quotient_report(sched, placement, calls)
+    if fast is not None:
+        assert full is not None and not full.findings, \
+            f"{sched.name} on {topo}: quotient clean, full finds {full.kinds() if full else 'a bad-input error'}"
+        assert _json(fast) == _json(full), f"{sched.name} on {topo}: reports differ"
+    return fast, full
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARY + TORUS if _axes(p) > 1], ids=lambda p: p.stem)
+def test_torus_quotient_agrees_with_the_full_analysis(path):
+    sched = ringc.load(path)
+    for topo in TORI[len(sched.axes)]:
+        for calls in ((1, 2) if topo in ("torus:2x3", "torus:2x2x2") else (1,)):
+            fast, full = agree(sched, topo, calls=calls)
+            if path.stem in SYMMETRIC_CLEAN:
+                assert full is not None and full.ok and fast is not None, f"{path.stem} on {topo} x{calls}"
+            if path.stem in ASYMMETRIC:
+                assert rotation_unroll(sched, resolve_topology(sched, None, topo).sizes, calls) is None
+                assert fast is None
+            assert (full is not None and full.ok) == (path.stem in CLEAN), f"{path.stem} on {topo} x{calls}"
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARY + BROKEN if _axes(p) == 1], ids=lambda p: p.stem)
+def test_one_axis_schedules_along_a_torus_axis(path):
+    """A one-axis schedule along one axis of a torus is a ring per row (or column): the
+    quotient's report, labels and routes are the full analysis's."""
+    sched = ringc.load(path)
+    for topo, along in (("torus:2x3", "y"), ("torus:4x4", "x")):
+        fast, full = agree(sched, topo, along)
+        if path in LIBRARY:
+            assert fast is not None and full.ok, f"{path.stem} on {topo} along {along}"
+
+
+@pytest.mark.parametrize("topo", ["mesh:3x3", "v5e:4x4", "v4:2x2x2"])
+def test_no_quotient_without_wraparound(topo):
+    """Only wrapped axes are translation symmetric: on a mesh the corner devices' routes
+    differ, so the full analysis decides (and reports the missing wraparound)."""
+    for name in ("all_gather_2d", "all_gather_3d"):
+        path = ROOT / ("schedules" if name == "all_gather_2d" else "tests/torus") / f"{name}.yaml"
+        sched = ringc.load(path)
+        if len(sched.axes) > len(topo.split(":")[1].split("x")):
+            continue
+        report = check(sched, topology=topo)
+        assert report.program.rotation is None
+        assert quotient_report(sched, resolve_topology(sched, None, topo), 1) is None
+
+
+def test_check_takes_the_torus_quotient():
+    sched = ringc.load(ROOT / "schedules" / "all_reduce_2d.yaml")
+    report = check(sched, topology="torus:8x8")
+    assert report.ok and report.program.rotation is not None and len(report.program.devices) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in LIBRARY + TORUS if _axes(p) > 1], ids=lambda p: p.stem)
+def test_torus_quotient_agrees_on_larger_tori(path):
+    sched = ringc.load(path)
+    for topo in {2: ("torus:2x5", "torus:5x3", "torus:6x4", "torus:2x8"), 3: ("torus:2x3x2", "torus:3x3x3")}[len(sched.axes)]:
+        fast, full = agree(sched, topo)
+        if path.stem in SYMMETRIC_CLEAN:
+            assert fast is not None and full.ok, f"{path.stem} on {topo}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in LIBRARY + BROKEN if _axes(p) == 1], ids=lambda p: p.stem)
+def test_one_axis_schedules_along_larger_tori(path):
+    sched = ringc.load(path)
+    for topo, along in (("torus:3x5", "y"), ("torus:6x2", "x"), ("torus:2x2x3", "z")):
+        for calls in (1, 2):
+            fast, full = agree(sched, topo, along, calls)
+            if path in LIBRARY:
+                assert fast is not None and full.ok, f"{path.stem} on {topo} along {along} x{calls}"
+
+
+@pytest.mark.parametrize("name, sizes", [("all_reduce_ring", {"i": 5}), ("all_gather_2d", {"x": 3, "y": 4}),
+                                         ("all_reduce_2d", {"x": 4, "y": 3})])
+def test_rows_as_lists_and_as_numpy_agree(name, sizes, monkeypatch):
+    """Small tori keep the order's rows as lists, large ones as numpy arrays: same rows."""
+    from ringc.verify import quotient as Q
+    sched = ringc.load(ROOT / "schedules" / f"{name}.yaml")
+    program = rotation_unroll(sched, dict(zip(sched.axes, sizes.values())))
+    as_lists = [list(r) for r in Q.quotient_order(program).cuts[0]]
+    monkeypatch.setattr(Q, "SMALL", 0)
+    order = Q.quotient_order(program)
+    assert type(order.cuts[0][0]).__module__ == "numpy"
+    assert [list(map(int, r)) for r in order.cuts[0]] == as_lists
