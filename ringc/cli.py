@@ -1,46 +1,87 @@
 """The `ringc` command line: check, emit, run, compile, schema.
 
 Exit codes: 0 success, 1 a check or run failed, 2 bad input (the message names the file,
-the line and the fix). Bad input never prints a traceback; set RINGC_DEBUG=1 to see one
-for an internal error.
+the line and the fix), 3 an internal error (a bug in ringc, to be reported). Bad input
+never prints a traceback; set RINGC_DEBUG=1 to see one for an internal error. Every
+argument is range-checked while it is parsed, against the limits of `ringc.limits`
+(raised with `--limit NAME=VALUE`, read before the other arguments).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from . import limits
 from .ir.errors import ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
-def _devices(text: str) -> list[int]:
-    """`8` or `2..8` (inclusive)."""
+def _integer(text: str, what: str) -> int:
+    """An integer argument, read without Python's slow path for thousands of digits."""
+    t = text.strip().replace("_", "")
+    if not t.lstrip("+-").isascii() or not t.lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    if len(t.lstrip("+-")) > 30:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}...: an integer outside the 64-bit range")
+    value = int(t)
+    if not limits.INT64_MIN <= value <= limits.INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r}: an integer outside the 64-bit range")
+    return value
+
+
+def _within(name: str, amount: int, what: str) -> None:
+    """An argument past a limit (`ringc.limits`): refused while parsing, before any work."""
     try:
-        if ".." in text:
-            lo, hi = (int(p) for p in text.split("..", 1))
-        else:
-            lo = hi = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or A..B, got {text!r}") from None
+        limits.check(name, amount, what)
+    except ScheduleError as e:
+        raise argparse.ArgumentTypeError(f"{e.message} ({e.fix})") from None
+
+
+def _devices(text: str) -> range:
+    """`8` or `2..8` (inclusive), at most the `devices` limit."""
+    lo_text, sep, hi_text = text.partition("..")
+    try:
+        lo = _integer(lo_text, "N or A..B")
+        hi = _integer(hi_text, "N or A..B") if sep else lo
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"expected N or A..B, got {text!r}: {e}") from None
     if lo < 1 or hi < lo:
         raise argparse.ArgumentTypeError(f"device counts must satisfy 1 <= A <= B, got {text!r}")
-    return list(range(lo, hi + 1))
+    _within("devices", hi, "the device count")
+    return range(lo, hi + 1)
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = _integer(text, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _device_count(text: str) -> int:
+    value = _positive(text)
+    _within("devices", value, "the device count")
+    return value
+
+
+def _invocations(text: str) -> int:
+    value = _positive(text)
+    _within("invocations", value, "--invocations")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _integer(text, "a seed between 0 and 2**32 - 1")
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed between 0 and 2**32 - 1, got {text!r}")
     return value
 
 
@@ -55,27 +96,57 @@ def _topology(text: str) -> str:
 
 def _mesh_shape(text: str) -> tuple[int, ...]:
     parts = text.lower().split("x")
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
+    if not all(p.isascii() and p.isdigit() and len(p) < 19 and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected a mesh shape like 2x4, got {text!r}")
-    return tuple(int(p) for p in parts)
+    shape = tuple(int(p) for p in parts)
+    _within("devices", math.prod(shape), f"the mesh {text}'s device count")
+    return shape
 
 
 def _param(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}")
     try:
-        if not sep or not name:
-            raise ValueError
-        return name.strip(), int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}") from None
+        return name.strip(), _integer(value, "an integer")
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}: {e}") from None
 
 
 def _target(text: str) -> str:
     from .compile import EXAMPLE_TARGETS, TARGET_SYNTAX
-    if not TARGET_SYNTAX.match(text):
+    m = TARGET_SYNTAX.match(text)
+    if not m or not text.isascii():
         raise argparse.ArgumentTypeError(f"expected GENERATION:TOPOLOGY such as {', '.join(EXAMPLE_TARGETS)}, "
                                          f"got {text!r}")
+    dims = m["shape"].split("x")
+    _within("devices", math.prod(int(d) if len(d) < 19 else 10**19 for d in dims),
+            f"the target {text}'s chip count")
     return text
+
+
+def _limit(text: str) -> tuple[str, int]:
+    try:
+        return limits.parse_override(text)
+    except ScheduleError as e:
+        raise argparse.ArgumentTypeError(f"{e.message} ({e.fix})") from None
+
+
+def _add_limit(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--limit", type=_limit, action="append", default=[], metavar="NAME=VALUE",
+                    help="raise (or lower) one of ringc's input limits for this run; README.md lists them")
+
+
+def _limit_overrides(argv: list[str]) -> dict[str, int]:
+    """The `--limit` values, read before the full parse: argument types check limits."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--limit", action="append", default=[])
+    known, _ = pre.parse_known_args([a for a in argv if a != "--"])
+    out = {}
+    for text in known.limit:
+        name, value = limits.parse_override(text)
+        out[name] = value
+    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     def add_params(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--param", type=_param, action="append", default=[], metavar="K=V",
                         help="override a schedule parameter (repeatable)")
+        _add_limit(sp)
 
     c = sub.add_parser("check", help="verify schedules for one or more device counts")
     c.add_argument("files", nargs="+", metavar="FILE")
@@ -98,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="topology axes the schedule's axes run along, e.g. y or x,y (default: axes of the same "
                         "name, else the first ones)")
     c.add_argument("--strict", action="store_true", help="treat warnings (e.g. a missing wraparound) as failures")
-    c.add_argument("--invocations", type=_positive, default=1, metavar="K",
+    c.add_argument("--invocations", type=_invocations, default=1, metavar="K",
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
@@ -116,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--mesh", type=_mesh_shape, metavar="AxB[xC]",
                    help="run on a multi-axis mesh of this shape (needed for a schedule over several axes)")
     r.add_argument("--along", metavar="AXES", help="mesh axes the schedule's axes run along, e.g. y")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=_seed, default=0)
     add_params(r)
 
     k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler (no TPU needed)")
@@ -128,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--verbose", action="store_true", help="also print the compiler's own message on failure")
     add_params(k)
 
-    sub.add_parser("schema", help="print the schedule format's JSON Schema")
+    _add_limit(sub.add_parser("schema", help="print the schedule format's JSON Schema"))
     _cost_parser(sub, add_params)
     _show_parser(sub, add_params)
     return p
@@ -143,6 +215,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
+    if args.show:
+        _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
@@ -164,30 +238,57 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
-    """Write all or nothing: a failed emit leaves no partial file behind."""
+    """Write all or nothing: a failed write leaves no partial file behind. `path` is a
+    checked `_output_path`: a regular file or absent, symlinks already followed. The
+    temporary file sits next to it under a fixed prefix (never the schedule's name) and
+    replaces it in one rename; a replaced file keeps its permissions."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # mkstemp's 0600 would surprise: behave like open()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".ringc-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would surprise: behave like open()
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _output_path(path: str, *inputs: str) -> str:
+    """Where `-o` (or --plot, --show) writes, checked before any work: through a symlink
+    to its target (the link stays), and only to a regular file or a new one, never to a
+    directory, a device, or one of the input schedules."""
+    file = inputs[0] if inputs else None
+    real = Path(os.path.realpath(path))
+    if real.is_dir() or path.endswith(os.sep):
+        raise ScheduleError(f"output {path!r} is a directory", file=file, fix="give a file name, e.g. -o out/kernel.py")
+    if not real.parent.is_dir():
+        raise ScheduleError(f"output directory {str(real.parent)!r} does not exist",
+                            file=file, fix="create it first or choose another output path")
+    if real.exists():
+        if not real.is_file():
+            raise ScheduleError(f"output {path!r} is not a regular file (a device, pipe or socket)", file=file,
+                                fix="write to a regular file; to print, leave out -o")
+        for given in inputs:
+            if os.path.exists(given) and os.path.samefile(given, real):
+                raise ScheduleError(f"output {path!r} is the input schedule {given!r}", file=file,
+                                    fix="choose another output path: writing there would replace the schedule")
+    return str(real)
+
+
 def cmd_emit(args: argparse.Namespace) -> int:
     from .codegen import emit
+    out = _output_path(args.output, args.file) if args.output else None
     sched = _load(args.file, args.param)
     text = emit(sched)
-    if args.output:
-        if not Path(args.output).parent.exists():
-            raise ScheduleError(f"output directory {str(Path(args.output).parent)!r} does not exist",
-                                file=args.file, fix="create it first or choose another -o path")
-        _write_atomically(args.output, text)
+    if out:
+        _write_atomically(out, text)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -201,6 +302,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ScheduleError("give either --devices (a ring) or --mesh (a multi-axis mesh)", file=args.file,
                             fix="e.g. --devices 2..8, or --mesh 2x4")
     sizes = args.devices or [math.prod(args.mesh)]
+    limits.check("run_devices", max(sizes), "the devices to run in interpret mode", file=args.file,
+                 fix="verify large rings with `ringc check`; run small ones")
     ensure_host_devices(max(sizes))
     from .run import mesh_layout, run_schedule
     from .verify.check import run_findings
@@ -257,38 +360,40 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def _size(text: str) -> int:
     from .cost.sizing import parse_size
     try:
-        return parse_size(text)
+        value = parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    _within("size_bytes", value, "the collective size")
+    return value
 
 
 def _sweep(text: str) -> list[int]:
     from .cost.sizing import parse_sweep
     try:
-        return parse_sweep(text)
+        sizes = parse_sweep(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    _within("size_bytes", sizes[-1], "the sweep's largest size")
+    return sizes
+
+
+MAX_DURATION = 1.0  # seconds: a per-hop latency or DMA issue cost past this is a typo
 
 
 def _duration(text: str) -> float:
-    """`1us`, `500ns`, `0.002ms`, `1e-6` (seconds)."""
+    """`1us`, `500ns`, `0.002ms`, `1e-6` (seconds): finite, from 0 to 1 s (`nan` would make
+    every comparison false, and the timed run would call a correct schedule a hang)."""
     units = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     t = text.strip()
     unit = next((u for u in ("ms", "us", "ns", "s") if t.endswith(u)), "")
     try:
         value = float(t[: len(t) - len(unit)]) * units.get(unit, 1.0)
     except ValueError:
-        value = -1.0
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a duration like 1us or 500ns, got {text!r}")
+        value = math.nan
+    if not 0 <= value <= MAX_DURATION:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected a finite duration from 0 to {MAX_DURATION:g}s like 1us or "
+                                         f"500ns, got {text!r}")
     return value
-
-
-def _output_path(path: str, file: str) -> str:
-    if not Path(path).parent.exists():
-        raise ScheduleError(f"output directory {str(Path(path).parent)!r} does not exist",
-                            file=file, fix="create it first or choose another output path")
-    return path
 
 
 def _cost_parser(sub, add_params) -> None:
@@ -372,7 +477,7 @@ def _show_parser(sub, add_params) -> None:
     c = sub.add_parser("show", help="draw a schedule: timeline, ring, state machine, slot table (mermaid, md, png)",
                        description="Pictures of a schedule from the cost model's timed run of its unrolled events.")
     c.add_argument("file", metavar="FILE")
-    c.add_argument("--devices", type=_positive, metavar="N", help="device count (default: from --topology)")
+    c.add_argument("--devices", type=_device_count, metavar="N", help="device count (default: from --topology)")
     c.add_argument("--topology", metavar="SPEC", help="default ring:N")
     c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along (as `check`)")
     c.add_argument("--format", choices=("mermaid", "png", "md"), default="md")
@@ -424,7 +529,7 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
     from .cost.model import memory_of
     from .cost.timeline import simulate
     from .show.png import timeline_png
-    out = _output_path(args.show, sched.file)
+    out = _output_path(args.show, *args.files)
     program = report.program
     if program.rotation is not None:  # a clean quotient check kept device 0's events only
         from .verify.unroll import unroll
@@ -442,7 +547,18 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        overrides = _limit_overrides(argv)
+    except ScheduleError as e:
+        print(f"ringc: error: {e.message}\n  fix: {e.fix}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with limits.overridden(overrides):
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)  # bad arguments: argparse's usage message, exit 2
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
                "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show}[args.command]
     try:

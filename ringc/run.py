@@ -79,11 +79,12 @@ def load_module(schedule: S.Schedule) -> ModuleType:
     """Emit the schedule's module and import it. The source goes through a temporary file
     (deleted afterwards) and stays in `linecache`, so tracebacks show the generated lines."""
     text = emit(schedule)
-    stem = "".join(c if c.isalnum() else "_" for c in schedule.name)
+    # The file and module are named `kernel`, never after the schedule: a schedule's name
+    # may be longer than a file name or hold characters a path cannot.
     with tempfile.TemporaryDirectory(prefix="ringc-") as tmp:
-        path = str(Path(tmp) / f"{stem}.py")
+        path = str(Path(tmp) / "kernel.py")
         Path(path).write_text(text)
-        spec = importlib.util.spec_from_file_location(f"ringc_generated_{stem}", path)
+        spec = importlib.util.spec_from_file_location("ringc_generated_kernel", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     # mtime None: linecache.checkcache keeps the entry although the file is gone.

@@ -121,7 +121,7 @@ def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> nx.Graph:
 
 def _dims(text: str, spec: str) -> tuple[int, ...]:
     parts = text.split("x")
-    if not text or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if not text or not all(p.isascii() and p.isdigit() and len(p) < 19 and int(p) > 0 for p in parts):
         raise ValueError(f"bad topology {spec!r}: expected sizes like 4 or 4x4 or 4x4x4 after the colon; "
                          f"supported spellings: {SPELLINGS}")
     return tuple(int(p) for p in parts)
@@ -166,6 +166,10 @@ def parse(spec: str, n: int | None = None) -> Topology:
     if n is not None and math.prod(shape) != n:
         raise ValueError(f"topology {spec!r} has {math.prod(shape)} devices, but N={n}; "
                          f"pass --devices {math.prod(shape)} or a topology of {n} devices")
+    from .limits import LIMITS, value
+    if math.prod(shape) > value("devices"):  # refused before the graph is built
+        raise ValueError(f"topology {spec.strip()!r} has {math.prod(shape):,} devices, over the limit `devices` of "
+                         f"{value('devices'):,}; raise the limit with {LIMITS['devices'].how_to_raise}")
     return Topology(spec=spec.strip(), kind=kind, shape=shape, wrap=wrap, generation=generation,
                     graph=_grid(shape, wrap))
 

@@ -159,7 +159,7 @@ _MODULE_NAMES = {
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
-    "per_device", "key", "keys", "_inner",
+    "per_device", "key", "keys", "_inner", "sharded",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -575,7 +575,7 @@ class _Emitter:
     # -- build and make_inputs -------------------------------------------------------------
     def api(self) -> CodeWriter:
         s = self.s
-        self.helpers |= {"_config", "_interpret_mode", "_random_input"}
+        self.helpers |= {"_config", "_interpret_mode", "_random_input", "_check_shard"}
         checks = self.division_checks()
         if checks:
             self.helpers.add("_check_divides")
@@ -736,6 +736,8 @@ class _Emitter:
             args = []
             for n in ins:
                 b = s.buffers[n]
+                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(b.shard_shape),
+                                        f"jnp.{s.dtype_of(n)}"])
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))
             results = [self.name(n) for n in outs] + ["_"] * len(scratch)
@@ -807,5 +809,15 @@ def _wrap_words(text: str, width: int, first: int | None = None) -> str:
 
 
 def emit(schedule: S.Schedule) -> str:
-    """The Pallas TPU module for `schedule`, as Python source text (deterministic)."""
-    return _Emitter(schedule).emit()
+    """The Pallas TPU module for `schedule`, as Python source text (deterministic).
+
+    The text always compiles: Python's compiler checks it here, and a failure (names,
+    nesting and expressions are all checked when the schedule loads, so it would be a
+    ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
+    text = _Emitter(schedule).emit()
+    try:
+        compile(text, f"<ringc emit of {schedule.file}>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise RuntimeError(f"ringc emitted Python that does not compile ({type(e).__name__}: {e}); "
+                           "this is a bug in ringc") from None
+    return text

@@ -149,6 +149,15 @@ def _check_divides(a, b, what):
         raise ValueError(f"{NAME}: {what}: {a} // {b} does not divide exactly")
 
 
+def _check_shard(name, x, shape, dtype):
+    """Refuse, before the kernel runs, a device's block of input `name` whose shape or dtype
+    is not the kernel's: a wrong shape would read past the data, a wrong dtype could hang."""
+    if tuple(x.shape) != tuple(shape) or x.dtype != jnp.dtype(dtype):
+        raise ValueError(f"{NAME}: input `{name}` has per-device shape {tuple(x.shape)} and dtype "
+                         f"{x.dtype}, but the kernel needs shape {tuple(shape)} and dtype "
+                         f"{jnp.dtype(dtype)}")
+
+
 def _interpret_mode(interpret):
     """pallas_call's `interpret`: True means TPU interpret mode with default InterpretParams."""
     if interpret is None or interpret is False:

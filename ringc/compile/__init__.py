@@ -226,6 +226,11 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
     schedule = with_params(schedule, params)
     n = len(devices)
     mesh = _mesh(schedule, target, devices)
+    # Shapes that do not divide, or past the `buffer_bytes` limit, are refused at their line
+    # before anything is emitted or traced (the verifier's own evaluation of them).
+    from ..verify.unroll import buffer_shapes
+    sizes = {a: mesh.shape[a] for a in schedule.axes}
+    buffer_shapes(schedule, sizes)
     module = load_module(schedule)
     try:
         fn = module.build(mesh, interpret=False)
@@ -250,7 +255,7 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
             compile_s = elapsed
         else:
             lower_s = elapsed
-        error = compile_errors.explain(e, schedule, n, target, module)
+        error = compile_errors.explain(e, schedule, n, target, module, sizes)
         return CompileResult(schedule.name, schedule.file, target, kind, n, False, lower_s, compile_s,
                              error=error, raw_error=compile_errors.raw_text(e))
     return CompileResult(schedule.name, schedule.file, target, kind, n, True, lower_s, compile_s,

@@ -28,7 +28,7 @@ from ..ir.resolve import walk_ops
 from ..ir.rules import RuleTable
 from ..units import size_text
 from ..verify.events import Compute, DmaStart, Region
-from ..verify.unroll import unroll
+from ..verify.unroll import buffer_shapes, unroll
 
 __all__ = ["KINDS", "CompileError", "raw_text", "bad_parameters", "Site", "site_refs", "SITE_TEXT",
            "site_text", "explain"]
@@ -91,12 +91,11 @@ class Site:
 class _Facts:
     """The schedule at this N: buffer sizes, and the regions an op touches."""
 
-    def __init__(self, schedule: S.Schedule, n: int):
+    def __init__(self, schedule: S.Schedule, n: int, sizes: dict[str, int] | None = None):
         self.s = schedule
         self.n = n
-        env = {"N": n, **schedule.params}
-        self.shapes = {name: tuple(E.evaluate(d, env) for d in b.full_shape)
-                       for name, b in schedule.buffers.items()}
+        self.sizes = sizes or {schedule.axes[0]: n}  # devices along each axis
+        self.shapes = buffer_shapes(schedule, self.sizes)  # ScheduleError, at its line, if one does not divide
         self._program = None
 
     def nbytes(self, name: str) -> int:
@@ -114,7 +113,7 @@ class _Facts:
         if not refs:
             return []
         if self._program is None:
-            self._program = unroll(self.s, self.n)
+            self._program = unroll(self.s, sizes=self.sizes)
         for events in self._program.devices:
             for ev in events:
                 a = ev.action
@@ -215,10 +214,12 @@ def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site 
 # ---------------------------------------------------------------------------- what
 
 
-def explain(exc: BaseException, schedule: S.Schedule, n: int, target: str, module: ModuleType) -> CompileError:
-    """`exc`, raised by lowering or compiling `schedule`'s kernel for `target` with N = n."""
+def explain(exc: BaseException, schedule: S.Schedule, n: int, target: str, module: ModuleType,
+            sizes: dict[str, int] | None = None) -> CompileError:
+    """`exc`, raised by lowering or compiling `schedule`'s kernel for `target` with N = n
+    (`sizes`: devices along each of the schedule's axes, for a schedule over several)."""
     text = _core_message(str(exc))
-    facts = _Facts(schedule, n)
+    facts = _Facts(schedule, n, sizes)
     site = _site(schedule, exc, module)
     low = text.lower()
     if "vmem" in low and ("out of memory" in low or "limit" in low or "oom" in low):

@@ -40,7 +40,7 @@ def _length(spans: list[list[float]]) -> float:
 
 def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
     """Reasons the estimate is above the bound; empty when efficiency >= threshold."""
-    if e.efficiency >= threshold:
+    if e.efficiency >= threshold or e.bound.binding == "none":  # one device: no link to price
         return []
     why: list[str] = []
     pl, net = e.hw.placement, e.machine.net

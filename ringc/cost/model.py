@@ -42,6 +42,12 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
         raise ValueError(f"{placement.describe(per_instance=True)} gives {placement.n} devices per instance of "
                          f"`{sched.name}`, "
                          f"not {n}; choose --devices {placement.n}, another topology, or --along")
+    # The timed run prices every link that a route between two devices crosses: it follows
+    # n^2 routes of up to sum(shape) hops each. Refuse that work up front past the limit.
+    from .. import limits
+    limits.check("events", placement.n ** 2 * sum(topo.shape), f"the route steps to price on {topo.spec} "
+                 f"({placement.n} devices, each route up to {sum(topo.shape)} hops)", file=sched.file,
+                 fix="price a smaller topology (the estimate scales with N)")
     return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
 
 

@@ -33,6 +33,8 @@ def parse_size(text: str) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"expected a size like 4096, 4KiB, 64MiB or 1GiB, got {text!r}")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not value < 2**63:  # also inf, from hundreds of digits
+        raise ValueError(f"a size must be below 2**63 bytes, got {text!r}")
     if value < 1:
         raise ValueError(f"a size must be at least 1 byte, got {text!r}")
     return int(value)

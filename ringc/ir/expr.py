@@ -62,16 +62,57 @@ _AST_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", as
 _AST_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
+def _over_limit(name: str, amount: int, what: str) -> ExprError:
+    from ..limits import LIMITS, value
+    return ExprError(f"{what} is {amount:,}, over the limit `{name}` of {value(name):,} (raise it with "
+                     f"{LIMITS[name].how_to_raise})")
+
+
+def _depth(node: ast.AST, limit: int) -> int:
+    """The nesting depth of a Python AST, walked without recursion (stops past `limit`)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            break
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(n) if not isinstance(c, (ast.expr_context,
+                                                                                        ast.operator, ast.cmpop,
+                                                                                        ast.boolop, ast.unaryop)))
+    return deepest
+
+
 def _parse_python(text: str) -> ast.expr:
+    """Python's parser on a short, shallow text: the length and depth limits (`ringc.limits`)
+    are checked first, so nothing downstream (conversion, evaluation, printing, all
+    recursive) can exhaust Python's recursion limit."""
+    from ..limits import value
+    text = str(text).strip()
+    if len(text) > value("expr_chars"):
+        raise _over_limit("expr_chars", len(text), f"the length of expression {text[:20]!r}...")
     try:
-        return ast.parse(str(text).strip(), mode="eval").body
+        tree = ast.parse(text, mode="eval").body
     except SyntaxError as e:
         raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        raise _over_limit("expr_depth", value("expr_depth") + 1, f"the nesting of {text[:20]!r}...") from None
+    depth = _depth(tree, value("expr_depth"))
+    if depth > value("expr_depth"):
+        raise _over_limit("expr_depth", depth, f"the nesting depth of {text[:20]!r}... (at least)")
+    return tree
+
+
+def _int64(v: int) -> int:
+    from ..limits import INT64_MAX, INT64_MIN
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise ExprError(f"the integer {str(v)[:20]}... is outside the 64-bit range "
+                        f"[{INT64_MIN}, {INT64_MAX}]")
+    return v
 
 
 def _convert(node: ast.AST, text: str) -> Expr:
     if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
-        return Const(node.value)
+        return Const(_int64(node.value))
     if isinstance(node, ast.Name):
         return Var(node.id)
     if isinstance(node, ast.BinOp) and type(node.op) in _AST_BINOPS:
@@ -118,7 +159,7 @@ def parse(text: str | int) -> Expr:
     if isinstance(text, bool):
         return Const(text)
     if isinstance(text, int):
-        return Const(text)
+        return Const(_int64(text))
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string or integer, got {type(text).__name__} {text!r}")
     return _convert(_parse_python(text), text)

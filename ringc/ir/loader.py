@@ -20,32 +20,179 @@ from .schema import Schedule
 LineTable = dict[tuple, int]
 
 
-def _build(node: yaml.Node, path: tuple, lines: LineTable, loader: yaml.SafeLoader, file: str) -> Any:
-    line = node.start_mark.line + 1
-    lines[path] = line
-    if isinstance(node, yaml.MappingNode):
+_CORE = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "timestamp")}
+_MERGE = _CORE + "merge"
+
+
+class _Builder:
+    """Plain data from a composed YAML node tree, with a path -> line table.
+
+    Guards (`ringc.limits`): at most `yaml_nodes` nodes are built, aliases counted each time
+    they are expanded (so a "billion laughs" file stops after that many, not after 10^9);
+    at most `yaml_depth` levels of nesting (Python's own recursion limit is never the
+    guard); an alias inside its own anchor is refused; tags other than YAML's core scalar
+    tags are refused at their line; integers are 64-bit. Merge keys (`<<: *base`,
+    `<<: [*a, *b]`) are expanded as YAML 1.1 defines them: keys written in the mapping win,
+    then earlier merged mappings over later ones; a merged key keeps the line where it
+    was written (in the anchored mapping)."""
+
+    def __init__(self, loader: yaml.SafeLoader, file: str):
+        from ..limits import value
+        self.loader = loader
+        self.file = file
+        self.lines: LineTable = {}
+        self.nodes = 0
+        self.max_nodes = value("yaml_nodes")
+        self.max_depth = value("yaml_depth")
+        self.open: set[int] = set()  # ids of the collection nodes being built (alias cycles)
+
+    def fail(self, node: yaml.Node, msg: str, fix: str | None = None) -> None:
+        raise ScheduleError(msg, file=self.file, line=node.start_mark.line + 1, fix=fix)
+
+    def build(self, node: yaml.Node, path: tuple, depth: int = 1) -> Any:
+        self.nodes += 1
+        line = node.start_mark.line + 1
+        if self.nodes > self.max_nodes or depth > self.max_depth:
+            from ..limits import check
+            check("yaml_nodes", self.nodes, "the number of YAML nodes, aliases expanded,", file=self.file,
+                  line=line, fix="write the repeated part once instead of through nested aliases")
+            check("yaml_depth", depth, "the YAML nesting depth", file=self.file, line=line)
+        self.lines[path] = line
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node)
+        if node.tag not in (_CORE + "map", _CORE + "seq"):
+            self.fail(node, f"YAML tag `{node.tag}` is not supported",
+                      fix="remove the tag: a schedule uses plain mappings, lists and scalars")
+        if id(node) in self.open:
+            self.fail(node, "an alias refers to the mapping or list that contains it (a recursive alias)",
+                      fix="an alias (*name) may only repeat a node defined before, outside it")
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.build(v, path + (i,), depth + 1) for i, v in enumerate(node.value)]
+            return self.mapping(node, path, depth)
+        finally:
+            self.open.discard(id(node))
+
+    def scalar(self, node: yaml.ScalarNode) -> Any:
+        from ..limits import check_int64
+        if node.tag not in _SCALAR_TAGS:
+            what = "a merge key `<<` needs a mapping (or a list of them) as its value" if node.tag == _MERGE \
+                else f"YAML tag `{node.tag}` is not supported"
+            self.fail(node, what, fix="remove the tag: a schedule uses plain mappings, lists and scalars")
+        if node.tag in (_CORE + "str", _CORE + "timestamp"):
+            return node.value  # a date-like string stays text
+        if node.tag == _CORE + "int":
+            digits = node.value.lstrip("+-").replace("_", "")
+            if len(digits) > 40:
+                check_int64(10**41, "this integer", file=self.file, line=node.start_mark.line + 1)
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, OverflowError) as e:
+            self.fail(node, f"cannot read the value {node.value[:40]!r}: {e}")
+        if isinstance(value, int) and not isinstance(value, bool):
+            check_int64(value, "this integer", file=self.file, line=node.start_mark.line + 1)
+        return value
+
+    def mapping(self, node: yaml.MappingNode, path: tuple, depth: int) -> dict:
         out: dict[Any, Any] = {}
+        merged: list[yaml.Node] = []
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node)
-            if not isinstance(key, (str, int)):
-                raise ScheduleError(f"mapping keys must be names, got {key!r}", file=file,
-                                    line=key_node.start_mark.line + 1)
+            if key_node.tag == _MERGE:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                if not all(isinstance(m, yaml.MappingNode) for m in sources) or not sources:
+                    self.fail(value_node, "a merge key `<<` needs a mapping (or a list of them) as its value",
+                              fix="write `<<: *name` where `&name` anchors a mapping")
+                merged += sources
+                continue
+            key = self.key(key_node)
             if key in out:
-                raise ScheduleError(f"duplicate key `{key}`", file=file, line=key_node.start_mark.line + 1,
-                                    fix="each key may appear once per mapping; remove or rename one of them")
-            out[key] = _build(value_node, path + (key,), lines, loader, file)
-        out["__line__"] = line
+                self.fail(key_node, f"duplicate key `{key}`",
+                          fix="each key may appear once per mapping; remove or rename one of them")
+            out[key] = self.build(value_node, path + (key,), depth + 1)
+        for source in merged:
+            if id(source) in self.open:
+                self.fail(source, "a merge key `<<` merges a mapping into itself",
+                          fix="merge a mapping anchored outside this one")
+            self.open.add(id(source))
+            try:
+                for key_node, value_node in source.value:
+                    if key_node.tag == _MERGE:
+                        self.fail(key_node, "a merged mapping has a merge key of its own",
+                                  fix="merge the mappings in one list instead: `<<: [*a, *b]`")
+                    key = self.key(key_node)
+                    if key not in out:
+                        out[key] = self.build(value_node, path + (key,), depth + 1)
+            finally:
+                self.open.discard(id(source))
+        out["__line__"] = node.start_mark.line + 1
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(v, path + (i,), lines, loader, file) for i, v in enumerate(node.value)]
-    return loader.construct_object(node)
+
+    def key(self, node: yaml.Node) -> str | int:
+        key = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(key, (str, int)) or isinstance(key, bool):
+            shown = node.value if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+            self.fail(node, f"mapping keys must be names, got {shown!r}")
+        return key
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: 25x faster
+
+
+def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
+    """The YAML node tree, composed only after an iterative pass over the parser's events
+    has found the nesting within the `yaml_depth` limit (composition recurses)."""
+    from ..limits import check, value
+    limit, depth = value("yaml_depth"), 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > limit:
+                check("yaml_depth", depth, "the YAML nesting depth (at least)", file=file,
+                      line=event.start_mark.line + 1)
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+    loader = _Loader(text)
+    try:
+        return loader, loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _first_over(root: yaml.Node, limit: int) -> tuple[yaml.Node, int] | None:
+    """The first node whose tree, aliases expanded, has more than `limit` nodes (None if
+    none has). Linear in the nodes as written: each node's expanded size is computed once
+    (iteratively, so alias chains cannot exhaust the recursion limit). A recursive alias is
+    left to the builder, which names its line."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        if finished:
+            on_path.discard(id(node))
+            size[id(node)] = 1 + sum(size.get(id(c), 1) for c in _children(node))
+            if size[id(node)] > limit:
+                return node, size[id(node)]
+        elif id(node) not in size:
+            if id(node) in on_path:
+                return None  # a cycle
+            on_path.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    return None
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
-    loader = None
     try:
-        loader = yaml.SafeLoader(text)
-        node = loader.get_single_node()
+        loader, node = _compose(text, file)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
@@ -55,16 +202,21 @@ def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
         raise ScheduleError(f"malformed YAML: {problem}", file=file,
                             line=mark.line + 1 if mark else None,
                             fix="check indentation and that every `key: value` pair is well formed") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
+    except UnicodeEncodeError as e:  # libyaml, on a lone surrogate (text from Python, not a file)
+        raise ScheduleError(f"malformed YAML: character {e.object[e.start]!r} is not allowed in YAML", file=file,
+                            line=text.count("\n", 0, e.start) + 1, fix="remove it") from None
     if node is None:
         raise ScheduleError("the file is empty", file=file, line=1, fix="start from a schedule in schedules/")
-    lines: LineTable = {}
-    data = _build(node, (), lines, loader, file)
+    builder = _Builder(loader, file)
+    big = _first_over(node, builder.max_nodes)  # a "billion laughs" stops here, before building
+    if big is not None:
+        from ..limits import check
+        check("yaml_nodes", big[1], "the number of YAML nodes in this one, aliases expanded,", file=file,
+              line=big[0].start_mark.line + 1, fix="write the repeated part once instead of through nested aliases")
+    data = builder.build(node, ())
     if not isinstance(data, dict):
         raise ScheduleError("a schedule is a YAML mapping (name:, collective:, buffers:, ...)", file=file, line=1)
-    return data, lines
+    return data, builder.lines
 
 
 def _header_comment(text: str) -> str:
@@ -139,6 +291,12 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
 
 
 def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | None = None) -> Schedule:
+    from ..limits import check, check_int64
+    check("schedule_bytes", len(text), "the schedule's size in characters", file=file)
+    for name, v in (params or {}).items():
+        if not isinstance(v, int):
+            raise ScheduleError(f"parameter {name!r}: expected an integer, got {v!r}", file=file)
+        check_int64(v, f"parameter {name!r}", file=file)
     data, lines = parse_yaml(text, file)
     try:
         sched = Schedule.model_validate(data)
@@ -161,13 +319,19 @@ def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | N
 
 def load(path: str | Path, params: Mapping[str, int] | None = None) -> Schedule:
     """Load and statically validate a schedule file. Raises `ScheduleError` on bad input."""
-    p = Path(path)
+    from ..limits import check, value
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # at most one byte past the limit: /dev/zero ends here too
+            data = f.read(value("schedule_bytes") + 1)
     except OSError as e:
         raise ScheduleError(f"cannot read schedule: {e.strerror}", file=str(path)) from None
+    check("schedule_bytes", len(data), "the schedule file's size in bytes"
+          + (" (at least)" if len(data) > value("schedule_bytes") else ""), file=str(path),
+          fix="check that this is a schedule file (a schedule is a few kilobytes)")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = p.read_bytes()[:e.start].count(b"\n") + 1
+        line = data[:e.start].count(b"\n") + 1
         raise ScheduleError(f"the file is not UTF-8 text (byte {e.object[e.start]:#x})", file=str(path),
                             line=line, fix="save the schedule as UTF-8") from None
     return load_text(text, str(path), params)

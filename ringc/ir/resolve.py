@@ -140,10 +140,13 @@ class _Resolver:
                 line = line_of(name)
                 # Copies are only named by op keys; every other name appears in expressions,
                 # which Python's parser reads, so it must be a non-keyword identifier.
-                if not isinstance(name, str) or not name.isidentifier() or (
+                # ASCII only: Python reads `ｒｏｗｓ` (full-width) as `rows` (NFKC), so two
+                # names distinct here could be one name in the emitted module.
+                if not isinstance(name, str) or not name.isascii() or not name.isidentifier() or (
                         kind != "copy" and keyword.iskeyword(name)):
                     self.fail(line, f"`{name}` is not a valid name for a {kind}",
-                              fix="use letters, digits and _, not starting with a digit")
+                              fix="use ASCII letters, digits and _, not starting with a digit, and not a Python "
+                                  "keyword")
                 if name in self.builtins or name in ("min", "max", "barrier"):
                     self.fail(line, f"`{name}` is reserved and cannot name a {kind}",
                               fix="choose another name")
@@ -167,7 +170,7 @@ class _Resolver:
         s = self.s
         line = s.line_of("axes")
         for a in s.axes:
-            if not isinstance(a, str) or not a.isidentifier() or keyword.iskeyword(a):
+            if not isinstance(a, str) or not a.isascii() or not a.isidentifier() or keyword.iskeyword(a):
                 self.fail(line, f"axis name `{a}` is not an identifier",
                           fix="name mesh axes with letters, digits and _, e.g. x, y, data")
         if len(set(s.axes)) != len(s.axes):
@@ -298,15 +301,27 @@ class _Resolver:
     def check_ops(self) -> None:
         self.check_body(self.s.body, self.outer)
 
-    def check_body(self, ops: list[S.Op], scope: "_Scope") -> None:
-        for op in ops:
-            line, tag = op.line, op.tag
-            if scope.pipeline is not None and not op.compute:
-                self.fail(line, f"`{tag}` cannot appear in a pipeline body: the inner kernel only "
-                                "computes on its blocks",
-                          fix=f"move it before or after the pipeline at line {scope.pipeline.line}; "
-                              f"a body may use {', '.join(S.COMPUTE_OP_KEYS)}")
-            RESOLVE[type(op)](self, op, scope)
+    depth = 1  # the nesting depth of the body being checked (`when` and `pipeline` blocks)
+
+    def check_body(self, ops: list[S.Op], scope: "_Scope", depth: int = 1) -> None:
+        from ..limits import check
+        outer, self.depth = self.depth, depth
+        try:
+            for op in ops:
+                line, tag = op.line, op.tag
+                if isinstance(op, (S.When, S.Pipeline)):
+                    check("op_depth", depth, "the nesting depth of `when` and `pipeline` blocks", file=self.file,
+                          line=line, fix="combine nested guards with `and`")
+                if isinstance(op, S.When) and not op.do:
+                    self.fail(line, "`when` has an empty `do:`", fix="give it at least one operation, or remove it")
+                if scope.pipeline is not None and not op.compute:
+                    self.fail(line, f"`{tag}` cannot appear in a pipeline body: the inner kernel only "
+                                    "computes on its blocks",
+                              fix=f"move it before or after the pipeline at line {scope.pipeline.line}; "
+                                  f"a body may use {', '.join(S.COMPUTE_OP_KEYS)}")
+                RESOLVE[type(op)](self, op, scope)
+        finally:
+            self.depth = outer
 
     def check_compute(self, op: S.Op, scope: "_Scope") -> None:
         """zero, accumulate, assign, cast, matmul: VMEM operands, a writable destination."""
@@ -328,7 +343,7 @@ class _Resolver:
         buf = scope.windows.get(ref.name) or self.s.buffers[ref.name]
         return buf.dtype or self.s.dtype
 
-    def check_pipeline(self, op: S.Pipeline) -> None:
+    def check_pipeline(self, op: S.Pipeline, depth: int = 1) -> None:
         line = op.line
         for name, size in op.pipeline.items():
             self.check_expr(size, self.static_names(), line, f"pipeline grid size `{name}`")
@@ -363,7 +378,7 @@ class _Resolver:
             for ix in spec.index:
                 self.check_expr(ix, inner, spec.line, f"block index of `{name}`")
         body = _Scope(inner, pipeline_windows(self.s, op), set(op.inputs), op)
-        self.check_body(op.do, body)
+        self.check_body(op.do, body, depth + 1)
 
     def run(self) -> None:
         self.check_axes()
@@ -380,12 +395,12 @@ RESOLVE: RuleTable[Callable[..., None]] = RuleTable("resolve (ringc/ir/resolve.p
 @RESOLVE.register(S.When)
 def _resolve_when(r: _Resolver, op: S.When, scope: _Scope) -> None:
     r.check_expr(op.when, scope.names, op.line, "guard")
-    r.check_body(op.do, scope)
+    r.check_body(op.do, scope, r.depth + 1)
 
 
 @RESOLVE.register(S.Pipeline)
 def _resolve_pipeline(r: _Resolver, op: S.Pipeline, scope: _Scope) -> None:
-    r.check_pipeline(op)
+    r.check_pipeline(op, r.depth)
 
 
 @RESOLVE.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)

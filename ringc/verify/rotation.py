@@ -192,6 +192,7 @@ def rotation_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> Program 
     if len(sched.axes) != 1 or n < 2:
         return None
     u = RotationUnroller(sched, n)
+    u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
     try:
         events, second = u.device_events(0, invocations)
     except (NotRotational, ScheduleError):

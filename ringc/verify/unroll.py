@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
+from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_ops
@@ -80,6 +81,9 @@ class _Context:
                     self.shapes[window_id(op, name)] = (2, *block)
                     self.itemsize[window_id(op, name)] = itemsize(window.dtype)
         for name, buf in sched.buffers.items():
+            limits.check("buffer_bytes", prod(self.shapes[name]) * self.itemsize[name],
+                         f"buffer `{name}` {list(self.shapes[name])} {sched.dtype_of(name)} in bytes (N={n})",
+                         file=sched.file, line=buf.line, fix="choose smaller parameters (--param k=v) or N")
             if buf.shard is not None:
                 shard = self._shape(buf.shard, f"shard shape of `{name}`", buf.line)
                 if prod(shard) != prod(self.shapes[name]):
@@ -87,6 +91,37 @@ class _Context:
                         f"buffer `{name}`: shard shape {list(shard)} has {prod(shard)} elements but "
                         f"slots + shape {list(self.shapes[name])} has {prod(self.shapes[name])} (N={n})",
                         file=sched.file, line=buf.line, fix="make both describe the same per-device array")
+
+    def work(self, devices: int, invocations: int) -> None:
+        """Refuse, before unrolling, an unrolling past the `grid_points` or `events` limit.
+        Events are counted from above: every op at every grid point (a `when` may skip
+        some), a pipeline's blocks as four DMA events each per inner point, and the
+        barriers' signals to every device."""
+        s = self.s
+        outer = prod(self.grid) * (2 if s.megacore else 1)
+        pipelines = [op for op in walk_ops(s.body) if isinstance(op, S.Pipeline)]
+        inner = sum(prod(self.pipeline_grids[id(op)]) for op in pipelines)
+        limits.check("grid_points", outer * (1 + inner), f"the grid points per device (N={self.n})",
+                     file=s.file, line=s.line_of("grid"), fix="choose smaller parameters (--param k=v) or N")
+        nested = {id(o) for op in pipelines for o in walk_ops(op.do)}
+
+        def weight(op: S.Op) -> int:  # events per op, from above (a remote wait is two)
+            if isinstance(op, S.Barrier):
+                return 4 * (len(op.barrier) + 1)
+            return max(len(op.to), 1) if isinstance(op, S.Signal) else 2
+
+        per_point = sum(weight(op) for op in walk_ops(s.body) if id(op) not in nested
+                        and not isinstance(op, S.Pipeline))
+        per_point += sum(prod(self.pipeline_grids[id(op)]) * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do))))
+                         for op in pipelines)
+        # entry and exit write every buffer; without `barrier:`, back-to-back calls add
+        # Pallas' device barrier, a signal to every device
+        calls = 2 * len(s.buffers) + 8 + (self.n if invocations > 1 and s.barrier is None else 0)
+        events = devices * invocations * (outer * per_point + calls)
+        limits.check("events", events, f"the events to unroll ({devices} device{'s' * (devices > 1)} x "
+                     f"{invocations} invocation{'s' * (invocations > 1)} x {outer} grid points x "
+                     f"{per_point} per point, N={self.n}), counted from above,", file=s.file,
+                     line=s.line_of("body"), fix="check fewer devices or invocations, or choose smaller parameters")
 
     def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
@@ -454,6 +489,7 @@ class Unroller:
                        axis_sizes=dict(self.ctx.sizes), second_core=second_core, **extra)
 
     def run(self, invocations: int) -> Program:
+        self.ctx.work(self.n, invocations)
         devices: list[list[Event]] = []
         second_core: list[list[Event]] = []
         for d in range(self.n):

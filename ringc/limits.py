@@ -1,0 +1,130 @@
+"""Every size limit on ringc's input, in one table: name, default, what it bounds.
+
+Each limit is checked before the work it bounds starts (the file before it is read, a
+device count before a topology is built, an unrolling's event count before it runs), so
+an input past a limit fails at once with exit 2, naming the limit and how to raise it.
+The defaults admit any real pod (4,096 chips; v5p pods have 8,960) and any real kernel;
+they stop inputs whose work would not finish (a YAML "billion laughs", a ring of a
+hundred thousand devices, `--invocations 100000`).
+
+A limit is raised for one run with `--limit NAME=VALUE` (every command), or for a shell
+with the environment variable `RINGC_LIMIT_<NAME>` (e.g. `RINGC_LIMIT_DEVICES=20000`).
+The README's limits table is tested against `LIMITS` (tests/test_bad_input.py).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from .ir.errors import ScheduleError
+
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    default: int
+    what: str   # what it bounds, for the README table and the message
+
+    @property
+    def env(self) -> str:
+        return f"RINGC_LIMIT_{self.name.upper()}"
+
+    @property
+    def how_to_raise(self) -> str:
+        return f"--limit {self.name}=VALUE or {self.env}=VALUE"
+
+
+LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
+    Limit("schedule_bytes", 1 << 20, "size of a schedule file in bytes"),
+    Limit("yaml_nodes", 100_000, "YAML nodes after expanding aliases (a 'billion laughs' file stops here)"),
+    Limit("yaml_depth", 64, "nesting depth of YAML mappings and lists"),
+    Limit("op_depth", 16, "nesting depth of `when` and `pipeline` blocks"),
+    Limit("expr_chars", 1_000, "characters in one expression or reference"),
+    Limit("expr_depth", 64, "nesting depth of one expression (operators, parentheses, calls)"),
+    Limit("devices", 16_384, "devices in one check, run, cost, show or compile target "
+                             "(--devices, --mesh, --topology, --target)"),
+    Limit("run_devices", 64, "devices for `ringc run` (interpret mode simulates each on the CPU)"),
+    Limit("grid_points", 10_000_000, "grid points per device, nested pipeline points included "
+                                     "(check, cost, show, run)"),
+    Limit("events", 50_000_000, "events unrolled for one check, cost or show: devices x invocations x grid "
+                                "points x ops, counted before unrolling"),
+    Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),
+    Limit("buffer_bytes", 1 << 40, "bytes of one per-device buffer, for the chosen parameters and N"),
+    Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),
+)}
+
+_overrides: dict[str, int] = {}
+
+
+def value(name: str) -> int:
+    """The limit in force: a `--limit` override, else the environment, else the default."""
+    lim = LIMITS[name]
+    if name in _overrides:
+        return _overrides[name]
+    env = os.environ.get(lim.env)
+    if env is not None:
+        return parse_value(name, env, lim.env)
+    return lim.default
+
+
+def parse_value(name: str, text: str, source: str) -> int:
+    try:
+        v = int(str(text).strip().replace("_", ""))
+    except ValueError:
+        v = 0
+    if not 1 <= v <= INT64_MAX:
+        raise ScheduleError(f"{source}: limit `{name}` must be a positive integer, got {text!r}",
+                            fix=f"e.g. {source}={LIMITS[name].default}")
+    return v
+
+
+def parse_override(text: str) -> tuple[str, int]:
+    """`NAME=VALUE` for `--limit`. Raises ScheduleError for an unknown name or a bad value."""
+    name, sep, v = text.partition("=")
+    name = name.strip()
+    if not sep or name not in LIMITS:
+        raise ScheduleError(f"--limit {text!r}: expected NAME=VALUE with NAME one of {', '.join(LIMITS)}",
+                            fix="see the limits table in README.md")
+    return name, parse_value(name, v, f"--limit {name}")
+
+
+@contextmanager
+def overridden(values: Mapping[str, int]) -> Iterator[None]:
+    """Limits raised (or lowered) for the duration of one command."""
+    saved = dict(_overrides)
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+def check(name: str, amount: int | float, what: str, *, file: str | None = None, line: int | None = None,
+          fix: str | None = None) -> None:
+    """Raise ScheduleError when `amount` exceeds limit `name`: `what` says what was counted."""
+    limit = value(name)
+    if amount > limit:
+        raise ScheduleError(f"{what} is {amount:,}, over the limit `{name}` of {limit:,}", file=file, line=line,
+                            fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
+
+
+def check_int64(v: int, what: str, *, file: str | None = None, line: int | None = None) -> int:
+    """Integers are 64-bit in the emitted kernel and in JAX: refuse others where they are read."""
+    if not INT64_MIN <= v <= INT64_MAX:
+        digits = len(str(abs(v))) if abs(v) < 10**100 else "over 100"
+        raise ScheduleError(f"{what}: an integer of {digits} digits is outside the 64-bit range", file=file,
+                            line=line, fix=f"use an integer between {INT64_MIN} and {INT64_MAX}")
+    return v
+
+
+def markdown_table() -> str:
+    """The README's limits table (tests compare the README with this)."""
+    rows = ["| limit | default | bounds |", "|---|---|---|"]
+    rows += [f"| `{lim.name}` | {lim.default:,} | {lim.what} |" for lim in LIMITS.values()]
+    return "\n".join(rows)

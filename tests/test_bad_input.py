@@ -1,0 +1,386 @@
+"""One regression test per class of bad input in issue 20: each is refused with exit 2, at
+its line, with a fix and quickly (or, for merge keys and long names, works).
+
+Every command runs in-process through `cli_run.run_cli`, under a time budget, so a hang
+fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cli_run import assert_clean, assert_refused, run_cli
+from conftest import REPO, line_of
+
+from ringc import limits
+
+AG = REPO / "schedules" / "all_gather_ring.yaml"
+AR = REPO / "schedules" / "all_reduce_ring.yaml"
+PP = REPO / "schedules" / "ppermute_right.yaml"
+PIPE = REPO / "schedules" / "reduce_scatter_pipelined.yaml"
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def edited(path: Path, old: str, new: str) -> str:
+    text = path.read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+# ----------------------------------------------------------------------- YAML
+
+def test_yaml_tag_is_refused_at_its_line(tmp_path):
+    text = edited(AG, "collective: all_gather", "collective: !custom all_gather")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "!custom"), says="YAML tag `!custom`")
+
+
+@pytest.mark.parametrize("tag", ["!!python/object:os.system", "!!binary aGk=", "!!set {a, b}"])
+def test_other_tags_are_refused(tmp_path, tag):
+    text = edited(AG, "name: all_gather_ring", f"name: all_gather_ring\ndescription: {tag}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, tag), says="YAML tag")
+
+
+MERGED = """\
+  x:   &io {kind: input,  shape: [rows, cols]}
+  out:
+    <<: *io
+    kind: output
+    slots: N"""
+
+
+def test_merge_keys_work(tmp_path):
+    text = edited(AG, "  x:   {kind: input,  shape: [rows, cols]}\n  out: {kind: output, slots: N, shape: [rows, cols]}",
+                  MERGED)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert o.code == 0, str(o)
+
+
+def test_an_error_in_a_merged_key_names_the_line_it_was_written_on(tmp_path):
+    # `params` is merged into a buffer: its keys are not buffer keys, and the error names
+    # the line where the merged key was written, in the anchored mapping.
+    text = edited(AG, "params: {rows: 8, cols: 128}", "params: &p\n  rows: 8\n  cols: 128")
+    text = edited(Path(write(tmp_path, text)), "  x:   {kind: input,  shape: [rows, cols]}",
+                  "  x:\n    <<: *p\n    kind: input\n    shape: [rows, cols]")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  rows: 8"), says="unknown key `rows`")
+
+
+def test_a_model_error_in_a_merging_mapping_names_the_mapping(tmp_path):
+    text = edited(AG, "  x:   {kind: input,  shape: [rows, cols]}",
+                  "  x:   &io {kind: input,  shape: [rows, cols], space: hbm}\n  tmp:\n    <<: *io\n"
+                  "    kind: hbm_scratch")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "<<: *io"), says="`space` applies to inputs and outputs only")
+
+
+def test_recursive_alias_is_refused(tmp_path):
+    text = AG.read_text() + "extra: &a [*a]\n"
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "extra:"), says="recursive alias")
+
+
+def test_billion_laughs_stops_at_the_node_limit(tmp_path):
+    text = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        text += f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]\n"
+    assert len(text) < 1024
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, says="`yaml_nodes`")
+    assert "--limit yaml_nodes=" in o.err and "RINGC_LIMIT_YAML_NODES" in o.err
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_yaml_is_refused(tmp_path, depth):
+    text = AG.read_text() + "description: " + "[" * depth + "]" * depth + "\n"
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, says="`yaml_depth`")
+
+
+def test_integer_of_thousands_of_digits_is_refused_at_its_line(tmp_path):
+    text = edited(AG, "params: {rows: 8, cols: 128}", "params: {rows: 8, cols: " + "9" * 5000 + "}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "params:"), says="64-bit range")
+
+
+def test_integer_just_past_64_bits_is_refused_in_an_expression(tmp_path):
+    text = edited(AG, "grid: {step: N - 1}", f"grid: {{step: N - 1 + {2**63} - {2**63}}}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "grid:"), says="64-bit range")
+
+
+# ----------------------------------------------------------------------- files
+
+def test_ten_megabyte_schedule_is_refused_unread(tmp_path):
+    text = AG.read_text() + "# " + "x" * (10 << 20) + "\n"
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, says="`schedule_bytes`")
+
+
+def test_dev_zero_is_refused():
+    o = run_cli(["check", "/dev/zero", "--devices", "4"])
+    assert_refused(o, says="`schedule_bytes`")
+
+
+def test_the_file_size_limit_can_be_raised(tmp_path):
+    text = AG.read_text() + "# " + "x" * (2 << 20) + "\n"
+    p = write(tmp_path, text)
+    assert run_cli(["check", p, "--devices", "2"]).code == 2
+    o = run_cli(["check", p, "--devices", "2", "--limit", f"schedule_bytes={3 << 20}"], budget=60)
+    assert o.code == 0, str(o)
+
+
+# ----------------------------------------------------------------------- expressions
+
+@pytest.mark.parametrize("expr,limit", [
+    ("(" * 1000 + "N" + ")" * 1000, "expr_chars"),
+    (" + ".join(["1"] * 20_000), "expr_chars"),
+    ("(" * 90 + "N" + " + 0)" * 90, "expr_depth"),
+    ("not " * 100 + "N", "expr_depth"),
+    ("-" * 200 + "N", "expr_depth"),
+])
+def test_long_or_deep_expressions_are_refused_at_their_line(tmp_path, expr, limit):
+    text = edited(AG, "  slot: (me - step) % N", f"  slot: {expr}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  slot:"), says=f"`{limit}`")
+
+
+def test_expression_limits_can_be_raised(tmp_path):
+    text = edited(AG, "  slot: (me - step) % N", "  slot: " + "(" * 70 + "(me - step) % N" + " + 0)" * 70)
+    p = write(tmp_path, text)
+    assert run_cli(["check", p, "--devices", "4"]).code == 2
+    assert run_cli(["check", p, "--devices", "4", "--limit", "expr_depth=100"]).code == 0
+
+
+# ----------------------------------------------------------------------- sizes and arguments
+
+@pytest.mark.parametrize("argv,says", [
+    (["check", AR, "--devices", "1..100000000000000000000000"], "64-bit range"),
+    (["check", AR, "--devices", "1..1000000"], "`devices`"),
+    (["check", AR, "--devices", "4", "--invocations", "100000"], "`invocations`"),
+    (["check", AR, "--topology", "torus:100000x100000"], "`devices`"),
+    (["cost", AR, "--topology", "ring:100000"], "`devices`"),
+    (["cost", AR, "--topology", "ring:4", "--hop-latency", "inf"], "finite duration"),
+    (["cost", AR, "--topology", "ring:4", "--hop-latency", "nan"], "finite duration"),
+    (["cost", AR, "--topology", "ring:4", "--dma-overhead=-1us"], "finite duration"),
+    (["cost", AR, "--topology", "ring:4", "--bytes", "9" * 400], "size"),
+    (["cost", AR, "--topology", "ring:4", "--bytes", "2000TiB"], "`size_bytes`"),
+    (["compile", AR, "--target", "v5e:1000x1000"], "`devices`"),
+    (["compile", AR, "--target", "v5e:2x2", "--limit", "devices=3"], "`devices`"),
+    (["run", AR, "--mesh", "1000x1000"], "`devices`"),
+    (["run", AR, "--devices", "4", "--seed", "-1"], "seed"),
+    (["run", AR, "--devices", "4096"], "`run_devices`"),
+    (["show", AR, "--devices", "99999999"], "`devices`"),
+    (["check", AR, "--devices", "4", "--param", "rows=" + "1" * 31], "64-bit range"),
+    (["check", AR, "--devices", "4", "--param", "rows=10**30"], "name=integer"),
+    (["check", AR, "--devices", "4", "--limit", "nonsense=3"], "--limit"),
+    (["check", AR, "--devices", "4", "--limit", "devices=-3"], "positive integer"),
+])
+def test_arguments_are_range_checked_for_every_command(argv, says):
+    o = run_cli(argv)
+    assert_refused(o, says=says)
+
+
+def test_a_huge_parameter_is_refused_where_shapes_are_evaluated():
+    o = run_cli(["check", AR, "--devices", "4", "--param", f"rows={2**40}"])
+    assert_refused(o, line_of(AR.read_text(), "  x: "), says="`buffer_bytes`")
+
+
+def test_a_grid_of_billions_is_refused(tmp_path):
+    text = edited(AG, "grid: {step: N - 1}", "grid: {step: 1000000000 * N}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "grid:"), says="`grid_points`")
+
+
+def test_a_pipeline_grid_of_millions_of_blocks_is_refused():
+    o = run_cli(["check", PIPE, "--devices", "4", "--param", f"rows={16 << 20}"])
+    assert_refused(o, says="`grid_points`")
+
+
+def test_the_events_limit_is_counted_before_unrolling():
+    # a broken schedule is not decided from device 0's events: all 4,096 would be unrolled
+    # (refused after the attempt from device 0's events alone, which is itself bounded)
+    o = run_cli(["check", REPO / "tests" / "broken" / "all_reduce_no_capacity_wait.yaml", "--devices", "4096"],
+                budget=60)
+    assert_refused(o, says="`events`", seconds=60)
+    assert re.search(r"all_reduce_no_capacity_wait.yaml:\d+: error: the events to unroll", o.err), str(o)
+    # the cost model prices the links of n^2 routes
+    assert_refused(run_cli(["cost", AR, "--topology", "ring:4096"]), says="`events`")
+
+
+def test_a_real_pod_is_not_refused():
+    """4,096 chips: the library's rotation-symmetric ring is checked from device 0's events."""
+    o = run_cli(["check", AG, "--devices", "4096"], budget=120)
+    assert o.code == 0, str(o)
+
+
+def test_nan_hop_latency_never_calls_a_correct_schedule_a_hang():
+    o = run_cli(["cost", AR, "--topology", "ring:4", "--hop-latency", "nan"])
+    assert o.code == 2 and "hang" not in o.out + o.err, str(o)
+
+
+def test_cost_on_one_device():
+    o = run_cli(["cost", AR, "--topology", "ring:1"])
+    assert_clean(o)
+    assert o.code == 0, str(o)
+
+
+def test_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RINGC_LIMIT_DEVICES", "3")
+    assert_refused(run_cli(["check", AR, "--devices", "4"]), says="`devices`")
+    monkeypatch.setenv("RINGC_LIMIT_DEVICES", "banana")
+    o = run_cli(["check", AR, "--devices", "4"])
+    assert_refused(o, says="RINGC_LIMIT_DEVICES")
+
+
+def test_readme_limits_table_is_the_limits_module():
+    readme = (REPO / "README.md").read_text()
+    assert limits.markdown_table() in readme
+    for lim in limits.LIMITS.values():  # a real pod is below every count limit
+        assert lim.default >= 1
+    assert limits.LIMITS["devices"].default >= 4096
+
+
+# ----------------------------------------------------------------------- emit
+
+def test_empty_do_is_refused_at_its_line(tmp_path):
+    text = edited(AG, "    do:\n      - start: own\n      - wait: own", "    do: []\n  - start: own\n  - wait: own")
+    o = run_cli(["emit", write(tmp_path, text)])
+    assert_refused(o, line_of(text, "when: step == 0"), says="empty `do:`")
+
+
+def test_when_nested_a_hundred_deep_is_refused_at_its_line(tmp_path):
+    ops = "      - start: own\n      - wait: own"
+    nested = ""
+    for i in range(100):
+        pad = "  " * (2 * i)
+        nested += f"{pad}  - when: step == 0\n{pad}    do:\n"
+    pad = "  " * 200
+    nested += f"{pad}  - start: own\n{pad}  - wait: own\n"
+    text = edited(AG, "  - when: step == 0\n    do:\n" + ops + "\n", nested)
+    o = run_cli(["emit", write(tmp_path, text), "--limit", "yaml_depth=1000"])
+    whens = [i for i, line in enumerate(text.splitlines(), 1) if "when: step == 0" in line]
+    assert_refused(o, whens[limits.LIMITS["op_depth"].default], says="`op_depth`")
+
+
+def test_names_that_python_would_merge_are_refused(tmp_path):
+    text = edited(AG, "params: {rows: 8, cols: 128}", "params: {rows: 8, cols: 128, ｒｏｗｓ: 4}")
+    o = run_cli(["emit", write(tmp_path, text)])
+    assert_refused(o, line_of(text, "params:"), says="is not a valid name")
+
+
+@pytest.mark.parametrize("name", ["build", "jax", "sharded", "_check_shard", "per_device", "kernel", "NAME"])
+def test_names_of_the_module_itself_are_renamed_and_the_module_compiles(tmp_path, name):
+    text = edited(AG, "params: {rows: 8, cols: 128}", f"params: {{rows: 8, cols: 128, {name}: 3}}")
+    out = tmp_path / "k.py"
+    o = run_cli(["emit", write(tmp_path, text), "-o", out])
+    assert o.code == 0, str(o)
+    compile(out.read_text(), str(out), "exec")
+
+
+def test_a_schedule_name_longer_than_a_file_name_loads_as_a_module(tmp_path):
+    import ringc
+    from ringc.run import load_module
+    text = edited(PP, "name: ppermute_right", "name: " + "n" * 400)
+    module = load_module(ringc.load(write(tmp_path, text)))
+    assert module.NAME == "n" * 400
+
+
+# ----------------------------------------------------------------------- output paths
+
+def _no_temp_files(directory: Path) -> None:
+    assert not [p.name for p in directory.iterdir() if p.name.startswith(".ringc-")]
+
+
+def test_output_refuses_a_directory(tmp_path):
+    o = run_cli(["emit", PP, "-o", tmp_path])
+    assert_refused(o, says="is a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_refuses_the_input_schedule(tmp_path):
+    src = write(tmp_path, PP.read_text())
+    before = src.read_text()
+    for argv in (["emit", src, "-o", src], ["show", src, "--devices", "2", "-o", src],
+                 ["cost", src, "--topology", "ring:2", "--plot", src],
+                 ["check", src, "--devices", "2", "--show", src]):
+        assert_refused(run_cli(argv), says="is the input schedule")
+    assert src.read_text() == before
+    _no_temp_files(tmp_path)
+
+
+def test_output_refuses_a_device():
+    assert_refused(run_cli(["emit", PP, "-o", "/dev/null"]), says="not a regular file")
+
+
+def test_output_writes_through_a_symlink_and_keeps_it(tmp_path):
+    target = tmp_path / "real.py"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link = tmp_path / "link.py"
+    link.symlink_to(target.name)
+    o = run_cli(["emit", PP, "-o", link])
+    assert o.code == 0, str(o)
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert target.read_text().startswith('"""Generated by ringc')
+    assert target.stat().st_mode & 0o777 == 0o640
+    _no_temp_files(tmp_path)
+
+
+def test_a_failed_emit_writes_nothing(tmp_path):
+    bad = write(tmp_path, edited(AG, "grid: {step: N - 1}", "grid: {step: N - nope}"))
+    out = tmp_path / "k.py"
+    assert_refused(run_cli(["emit", bad, "-o", out]), says="unknown name")
+    assert not out.exists()
+    _no_temp_files(tmp_path)
+
+
+def test_emit_compiles_what_it_writes(monkeypatch):
+    """A module Python cannot compile is a ringc bug: exit 3, reported, and nothing written."""
+    from ringc.codegen import pallas
+    monkeypatch.setattr(pallas._Emitter, "emit", lambda self: "def broken(:\n")
+    o = run_cli(["emit", PP])
+    assert o.code == 3 and "bug in ringc" in o.err and "please report it" in o.err, str(o)
+    assert o.out == ""
+
+
+# ----------------------------------------------------------------------- the emitted guard
+
+def test_emitted_kernel_refuses_shards_of_the_wrong_shape_or_dtype():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import ringc
+    from ringc.run import load_module
+    module = load_module(ringc.load(PP))
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+    fn = module.build(mesh, interpret=True)
+    (good,) = module.make_inputs(mesh, 0)
+    for bad, given in ((jnp.zeros((16, 256), jnp.float32), r"\(16, 128\) and dtype float32"),
+                       (good.astype(jnp.bfloat16), r"\(8, 128\) and dtype bfloat16")):
+        with pytest.raises(ValueError, match=r"input `x` has per-device shape " + given
+                           + r", but the kernel needs shape \(8, 128\) and dtype float32"):
+            fn(bad)
+
+
+def test_a_compiler_error_on_a_multi_axis_schedule_is_explained():
+    """`compile` explains a rejection with the schedule's shapes at the target's axis sizes
+    (a 2-D schedule's `N_x`, `N_y`): before, evaluating them without those leaked ExprError."""
+    import ringc
+    from ringc.compile import errors as compile_errors
+    from ringc.run import load_module
+    sched = ringc.load(REPO / "schedules" / "all_gather_2d.yaml")
+    err = compile_errors.explain(RuntimeError("INTERNAL: Mosaic failed to compile TPU kernel: something"),
+                                 sched, 4, "v5e:2x2", load_module(sched), {"x": 2, "y": 2})
+    assert err.kind and "something" in str(err), str(err)
