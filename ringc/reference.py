@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from .codegen.pallas import buffers_of, partition_spec, shard_shape
 from .collectives import COLLECTIVES
 from .ir import expr as E
 from .ir import schema as S
 from .ir.resolve import axis_size_env
+
+__all__ = ["apply_collective", "summed_terms", "reference"]
 
 
 def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None):
@@ -70,12 +71,12 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
                          f"(parameters: {', '.join(s.params) or 'none'})")
     n = math.prod(mesh.shape[a] for a in s.axes)  # over a tuple of axes, lax counts all their devices
     env = {"N": n, **axis_size_env(s.axes, mesh.shape), **s.params, **params}
-    inputs = buffers_of(s, "input")
+    inputs = s.buffers_of("input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")
     src_shape = _eval_shape(s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
-    dst_shape = _eval_shape(shard_shape(s.buffers[dst]), env, f"shard shape of buffer `{dst}`")
-    in_specs = tuple(P(*partition_spec(s, b)) for b in inputs)
-    out_spec = P(*partition_spec(s, dst))
+    dst_shape = _eval_shape(s.buffers[dst].shard_shape, env, f"shard shape of buffer `{dst}`")
+    in_specs = tuple(P(*s.partition_spec(b)) for b in inputs)
+    out_spec = P(*s.partition_spec(dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
     rhs = s.io_buffer("rhs") if kind in S.MATMUL_COLLECTIVES else None
     rhs_shape = _eval_shape(s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None

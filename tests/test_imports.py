@@ -94,3 +94,24 @@ def test_every_module_imports_alone():
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not done.stdout.strip(), done.stdout
+
+
+def test_no_private_name_is_imported_across_modules():
+    """`from ringc.x import _name` hides a dependency on an internal: give it a public name."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("ringc")):
+                bad += [f"{name} imports {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad
+
+
+def test_every_public_list_names_real_things():
+    import importlib
+    for name in MODULES:
+        if name == "ringc.__main__" or name == "ringc.codegen.runtime":
+            continue
+        mod = importlib.import_module(name)
+        missing = [n for n in getattr(mod, "__all__", []) if not hasattr(mod, n)]
+        assert not missing, (name, missing)

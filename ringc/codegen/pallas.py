@@ -31,6 +31,8 @@ from ..ir import schema as S
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, builtin_exprs, pipeline_windows, walk_ops
 
+__all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
+
 MAX_LINE = 100
 INDENT = "    "
 
@@ -164,27 +166,6 @@ _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
 
 
 # ---------------------------------------------------------------------------- shared facts
-
-
-def partition_spec(schedule: S.Schedule, name: str) -> tuple[str | tuple[str, ...] | None, ...]:
-    """The PartitionSpec entries of an input or output: `spec`, or the schedule's axis (the
-    tuple of its axes) on the first dimension of the per-device array and None elsewhere."""
-    buf = schedule.buffers[name]
-    if buf.spec is not None:
-        return tuple(tuple(a) if isinstance(a, list) else a for a in buf.spec)
-    rank = len(shard_shape(buf))
-    return (schedule.axis,) + (None,) * (rank - 1)
-
-
-def shard_shape(buf: S.Buffer) -> list[E.Expr]:
-    """The per-device array under shard_map (default: the kernel's slots + shape)."""
-    return list(buf.shard) if buf.shard is not None else buf.full_shape
-
-
-def buffers_of(schedule: S.Schedule, *kinds: str) -> list[str]:
-    """Buffer names of the given kinds, grouped by kind in the order given, each group in
-    declaration order."""
-    return [n for k in kinds for n, b in schedule.buffers.items() if b.kind == k]
 
 
 def _str(text: str) -> str:
@@ -385,17 +366,17 @@ class _Emitter:
 
     def constants(self, w: CodeWriter) -> None:
         s = self.s
-        ins = buffers_of(s, "input")
-        outs = buffers_of(s, "output")
+        ins = s.buffers_of("input")
+        outs = s.buffers_of("output")
         w.line(f"NAME = {_str(s.name)}")
         w.line(f"COLLECTIVE = {_str(s.collective.kind)}")
         if s.collective.kind == "ppermute":
             w.line(f"SHIFT = {s.collective.shift!r}  # device d sends to (d + SHIFT) % N")
         w.line(f"AXIS = {_axis_text(s.axis)}")
         w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
-        w.line(f"IN_SPECS = {_tuple_text([_spec_text(partition_spec(s, n)) for n in ins])}"
+        w.line(f"IN_SPECS = {_tuple_text([_spec_text(s.partition_spec(n)) for n in ins])}"
                f"  # {', '.join(ins)}")
-        out_specs = [_spec_text(partition_spec(s, n)) for n in outs]
+        out_specs = [_spec_text(s.partition_spec(n)) for n in outs]
         w.line(f"OUT_SPECS = {out_specs[0] if len(outs) == 1 else _tuple_text(out_specs)}"
                f"  # {', '.join(outs)}")
 
@@ -404,11 +385,11 @@ class _Emitter:
         """(schedule name, role) in pallas_call order: inputs, outputs, HBM scratch (extra
         outputs), semaphores, VMEM scratch."""
         s = self.s
-        refs = [(n, "input") for n in buffers_of(s, "input")]
-        refs += [(n, "output") for n in buffers_of(s, "output")]
-        refs += [(n, "HBM scratch") for n in buffers_of(s, "hbm_scratch")]
+        refs = [(n, "input") for n in s.buffers_of("input")]
+        refs += [(n, "output") for n in s.buffers_of("output")]
+        refs += [(n, "HBM scratch") for n in s.buffers_of("hbm_scratch")]
         refs += [(n, "semaphore") for n in s.semaphores]
-        refs += [(n, "VMEM scratch") for n in buffers_of(s, "vmem_scratch")]
+        refs += [(n, "VMEM scratch") for n in s.buffers_of("vmem_scratch")]
         return refs
 
     def kernel(self) -> CodeWriter:
@@ -620,16 +601,16 @@ class _Emitter:
         with w.block("def make_inputs(mesh, key, **params):"):
             w.docstring("Random global inputs for `build(mesh, **params)`, placed as IN_SPECS.\n\n"
                         "`key` is a PRNG key or an int seed.")
-            shapes = [shard_shape(s.buffers[n]) for n in buffers_of(s, "input")]
+            shapes = [s.buffers[n].shard_shape for n in s.buffers_of("input")]
             used = {n for sh in shapes for d in sh for n in E.names(d)}
             self.config(w, checks, uses_n="N" in used, sizes=used)
-            ins = buffers_of(s, "input")
+            ins = s.buffers_of("input")
             with w.block("if isinstance(key, int):"):
                 w.line("key = jax.random.key(key)")
             w.line(f"keys = jax.random.split(key, {len(ins)})")
             for i, n in enumerate(ins):
                 w.call(f"{self.name(n)} = _random_input", [
-                    f"keys[{i}]", self.static_tuple(shard_shape(s.buffers[n])),
+                    f"keys[{i}]", self.static_tuple(s.buffers[n].shard_shape),
                     f"jnp.{s.dtype_of(n)}", "mesh", f"IN_SPECS[{i}]"])
             w.line(f"return {_tuple_text([self.name(n) for n in ins])}")
         return w
@@ -677,7 +658,7 @@ class _Emitter:
 
     def pallas_call(self, w: CodeWriter) -> None:
         s = self.s
-        outs = buffers_of(s, "output", "hbm_scratch")
+        outs = s.buffers_of("output", "hbm_scratch")
         single = len(outs) == 1
 
         def memory(n: str) -> str:
@@ -702,7 +683,7 @@ class _Emitter:
             with w.block("grid_spec=pltpu.PrefetchScalarGridSpec("):
                 w.line("num_scalar_prefetch=0,")
                 with w.block("in_specs=["):
-                    for n in buffers_of(s, "input"):
+                    for n in s.buffers_of("input"):
                         w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
                 w.line("],")
                 if single:
@@ -741,21 +722,21 @@ class _Emitter:
         for n, sem in s.semaphores.items():
             kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
             out.append((f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind, n))
-        for n in buffers_of(s, "vmem_scratch"):
+        for n in s.buffers_of("vmem_scratch"):
             out.append((f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
                         f"jnp.{s.dtype_of(n)})", n))
         return out
 
     def per_device(self, w: CodeWriter) -> None:
         s = self.s
-        ins = buffers_of(s, "input")
-        outs = buffers_of(s, "output")
-        scratch = buffers_of(s, "hbm_scratch")
+        ins = s.buffers_of("input")
+        outs = s.buffers_of("output")
+        scratch = s.buffers_of("hbm_scratch")
         with w.block(f"def per_device({', '.join(self.name(n) for n in ins)}):"):
             args = []
             for n in ins:
                 b = s.buffers[n]
-                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(shard_shape(b)),
+                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(b.shard_shape),
                                         f"jnp.{s.dtype_of(n)}"])
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))

@@ -30,6 +30,9 @@ from ..units import size_text
 from ..verify.events import Compute, DmaStart, Region
 from ..verify.unroll import buffer_shapes, unroll
 
+__all__ = ["KINDS", "CompileError", "raw_text", "bad_parameters", "Site", "site_refs", "SITE_TEXT",
+           "site_text", "explain"]
+
 KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "compiler_error")
 
 _OP_COMMENT = re.compile(r"^\s*# line (\d+): ")

@@ -26,6 +26,8 @@ from ..ir import schema as S
 from ..verify.events import Program
 from .timeline import Hardware
 
+__all__ = ["volume_buffer", "volume", "Bound", "lower_bound"]
+
 
 def volume_buffer(sched: S.Schedule) -> str:
     """The buffer whose size is the collective's size V: the output of an all-gather (the

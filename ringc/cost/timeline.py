@@ -333,5 +333,5 @@ def simulate(program: Program, hw: Hardware, memory: dict[str, str]) -> TimedMac
     return TimedMachine(program, hw, memory).run()
 
 
-__all__ = ["Hardware", "Dma", "Span", "PathStep", "TimedMachine", "simulate", "compute_time",
+__all__ = ["Hardware", "Dma", "Span", "PathStep", "TimedMachine", "simulate", "compute_time", "FLOPS", "ComputeCost",
            "resource_text", "coord_text"]

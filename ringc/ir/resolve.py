@@ -17,6 +17,9 @@ from .dtypes import ITEMSIZE
 from .errors import ScheduleError
 from .rules import RuleTable
 
+__all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
+           "builtin_exprs", "walk_ops", "pipeline_windows", "RESOLVE", "resolve"]
+
 # Names every expression may use, besides params, grid indices and lets.
 BUILTINS = {
     "me": "this device's index along the schedule axis",

@@ -16,6 +16,11 @@ from pydantic.json_schema import SkipJsonSchema
 
 from . import expr as E
 
+__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "Collective",
+           "Buffer", "Semaphore", "BarrierConfig", "Copy", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv",
+           "Signal", "SemWait", "Barrier", "Zero", "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec",
+           "Pipeline", "When", "OPS", "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Schedule"]
+
 
 def _parse_expr(v: Any) -> E.Expr:
     if isinstance(v, (E.Const, E.Var, E.BinOp, E.Not, E.Neg, E.Call)):
@@ -105,6 +110,11 @@ class Buffer(Node):
     @property
     def full_shape(self) -> list[E.Expr]:
         return [*self.slots, *self.shape]
+
+    @property
+    def shard_shape(self) -> list[E.Expr]:
+        """The per-device array under shard_map (default: the kernel's slots + shape)."""
+        return list(self.shard) if self.shard is not None else self.full_shape
 
     @property
     def memory(self) -> Literal["hbm", "vmem"]:
@@ -456,6 +466,19 @@ class Schedule(Node):
             return op.refs(role)
         c = self.copies[op.copy_name]
         return [v for v in (getattr(c, f) for f in getattr(type(op), role)) if v is not None]
+
+    def buffers_of(self, *kinds: str) -> list[str]:
+        """Buffer names of the given kinds, grouped by kind in the order given, each group in
+        declaration order."""
+        return [n for k in kinds for n, b in self.buffers.items() if b.kind == k]
+
+    def partition_spec(self, name: str) -> tuple[str | tuple[str, ...] | None, ...]:
+        """The PartitionSpec entries of an input or output: `spec`, or the schedule's axis (the
+        tuple of its axes) on the first dimension of the per-device array and None elsewhere."""
+        buf = self.buffers[name]
+        if buf.spec is not None:
+            return tuple(tuple(a) if isinstance(a, list) else a for a in buf.spec)
+        return (self.axis,) + (None,) * (len(buf.shard_shape) - 1)
 
     def dtype_of(self, buffer: str) -> str:
         return self.buffers[buffer].dtype or self.dtype

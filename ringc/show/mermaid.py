@@ -11,7 +11,7 @@ from ..ir import schema as S
 from ..ir.resolve import walk_ops
 from ..verify.events import Compute, DmaStart, Program
 from ..cost.timeline import TimedMachine
-from .ops import direction, op_text, point_text
+from .ops import direction, op_text, point_text, points_text
 
 HBM_STYLE = "fill:#e1f5fe"
 VMEM_STYLE = "fill:#fff3e0"
@@ -129,28 +129,6 @@ def gantt(machine: TimedMachine, title: str, max_tasks: int = 400) -> str:
 
 # --- state machine ----------------------------------------------------------------------------
 
-def _range_text(values: list[int]) -> str:
-    values = sorted(set(values))
-    if len(values) == 1:
-        return str(values[0])
-    if values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}..{values[-1]}"
-    return ",".join(map(str, values))
-
-
-def _points_text(names: tuple[str, ...], points: list[tuple[int, ...]], limit: int = 4) -> str:
-    """`step=1..6` when the points are a full box of ranges, else the points themselves."""
-    pts = sorted(set(points))
-    per_dim = [sorted({p[i] for p in pts}) for i in range(len(names))]
-    box = 1
-    for vals in per_dim:
-        box *= len(vals)
-    if box == len(pts):
-        return " ".join(f"{k}={_range_text(v)}" for k, v in zip(names, per_dim))
-    shown = ", ".join(point_text(names, p) for p in pts[:limit])
-    return shown + (f", ... ({len(pts)} points)" if len(pts) > limit else "")
-
-
 def phases(program: Program, device: int = 0) -> tuple[list[tuple], dict[tuple, list], list[tuple]]:
     """Group the device's grid points by what it does there (the sequence of ops).
     Returns (signatures in first-seen order, signature -> points, the point sequence)."""
@@ -174,7 +152,7 @@ def state_diagram(program: Program, device: int = 0) -> str:
     names = program.grid_names
     ids = []
     for i, sig in enumerate(sigs):
-        base = re.sub(r"\W+", "_", _points_text(names, groups[sig]).replace("..", "_to_")).strip("_")
+        base = re.sub(r"\W+", "_", points_text(names, groups[sig]).replace("..", "_to_")).strip("_")
         ids.append(f"S{i}_{base}"[:60])
     lines = ["stateDiagram-v2"]
     if seq:
@@ -196,7 +174,7 @@ def state_diagram(program: Program, device: int = 0) -> str:
     for a, b, pt in zip(flat, flat[1:], _sequence_points(groups, seq)[1:]):
         moves[(a, b)].append(pt)
     for (a, b), pts in moves.items():
-        lines.append(f"    {ids[a]} --> {ids[b]} : {_plain(_points_text(names, pts))}")
+        lines.append(f"    {ids[a]} --> {ids[b]} : {_plain(points_text(names, pts))}")
     if seq:
         lines.append(f"    {ids[flat[-1]]} --> [*]")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 from ..ir.rules import RuleTable
 from ..verify.events import Compute, DmaStart, Event, Program, SemWait, Signal
 
-__all__ = ["SHOW", "ShowRule", "direction", "op_text", "point_text"]
+__all__ = ["SHOW", "ShowRule", "direction", "op_text", "point_text", "points_text"]
 
 
 class ShowRule(NamedTuple):
@@ -84,3 +84,25 @@ def op_text(ev: Event, program: Program) -> str:
 
 def point_text(names: tuple[str, ...], point: tuple[int, ...]) -> str:
     return " ".join(f"{k}={v}" for k, v in zip(names, point))
+
+
+def _range_text(values: list[int]) -> str:
+    values = sorted(set(values))
+    if len(values) == 1:
+        return str(values[0])
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}..{values[-1]}"
+    return ",".join(map(str, values))
+
+
+def points_text(names: tuple[str, ...], points: list[tuple[int, ...]], limit: int = 4) -> str:
+    """`step=1..6` when the points are a full box of ranges, else the points themselves."""
+    pts = sorted(set(points))
+    per_dim = [sorted({p[i] for p in pts}) for i in range(len(names))]
+    box = 1
+    for vals in per_dim:
+        box *= len(vals)
+    if box == len(pts):
+        return " ".join(f"{k}={_range_text(v)}" for k, v in zip(names, per_dim))
+    shown = ", ".join(point_text(names, p) for p in pts[:limit])
+    return shown + (f", ... ({len(pts)} points)" if len(pts) > limit else "")

@@ -10,8 +10,7 @@ from ..ir import schema as S
 from ..ir.resolve import walk_ops
 from ..verify.events import Compute, DmaStart, Program, Region
 from ..verify.unroll import point_env
-from .mermaid import _points_text
-from .ops import SHOW, direction, point_text
+from .ops import SHOW, direction, point_text, points_text
 
 
 def _cell(text: str) -> str:
@@ -101,7 +100,7 @@ def condition_table(sched: S.Schedule, program: Program, device: int = 0) -> str
             continue
         lines = {o.line for o in walk_ops(op.do)}
         pts = sorted({pt for line in lines for pt in at.get(line, [])})
-        where = _points_text(program.grid_names, pts) if pts else "never"
+        where = points_text(program.grid_names, pts) if pts else "never"
         kinds = ", ".join(dict.fromkeys(o.tag for o in op.do))
         rows.append([f"`{E.to_text(op.when)}`", str(op.line), where, kinds])
     return table(["condition", "line", f"grid points where it holds (device {device})", "ops"], rows)

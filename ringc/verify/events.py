@@ -14,6 +14,10 @@ from typing import Union
 
 from ..ir import schema as S
 
+__all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS",
+           "COMPUTE_KINDS", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
+           "Event", "Program", "deposits", "feeders"]
+
 # A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
 # the double barrier's kernel-scoped second semaphore is "barrier#2".
 SemId = tuple[int, str, tuple[int, ...]]

@@ -26,6 +26,10 @@ from .findings import Finding
 if TYPE_CHECKING:  # networkx is imported when a graph is first built (`topology.Topology.graph`)
     import networkx as nx
 
+__all__ = ["AXIS_NAMES", "Coord", "Link", "coord_text", "link_text", "axis_names", "Placement", "place",
+           "Send", "sends", "route_summary", "rotated_route_summary", "v5e_offset_ok", "route_findings",
+           "labels"]
+
 AXIS_NAMES = ("x", "y", "z")
 Coord = tuple[int, ...]
 Link = tuple[Coord, Coord]  # directed: data flows from the first chip to the second

@@ -47,6 +47,8 @@ from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
 
+__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean"]
+
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
 

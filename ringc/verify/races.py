@@ -21,6 +21,8 @@ from .findings import Finding
 from .order import DmaEnds, Order
 from .simulate import Machine
 
+__all__ = ["Access", "ComputeRule", "RACES", "describe", "accesses", "racing_pairs", "race", "find_races"]
+
 
 class Access(NamedTuple):  # a tuple: one per access of every event, tens of thousands
     region: Region

@@ -31,6 +31,9 @@ from ..collectives import (KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pi
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
+__all__ = ["UNINIT", "OPAQUE", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
+           "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
+
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
 OPAQUE = "!"          # prefix: a value the model does not follow (a product of a product)

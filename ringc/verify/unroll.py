@@ -22,6 +22,9 @@ from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_op
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
+__all__ = ["node_inputs", "window_id", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
+           "actions_rule"]
+
 
 _MISSING = object()
 
@@ -33,10 +36,9 @@ def node_inputs(sched: S.Schedule, node: Any) -> tuple[tuple[str, ...], tuple[st
         nodes = [node]
     else:
         nodes = [getattr(node, f) for f in type(node).model_fields if f != "line"]
-        for field in ("start", "wait", "wait_send", "wait_recv"):
-            if isinstance(getattr(node, field, None), str):
-                c = sched.copies[getattr(node, field)]
-                nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
+        if getattr(node, "copy_halves", ()):  # a copy op: its copy's fields too
+            c = sched.copies[node.copy_name]
+            nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
     names: set[str] = set()
     refs: set[str] = set()
     for part in nodes:
