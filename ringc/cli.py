@@ -139,11 +139,40 @@ def _load(path: str, params: list[tuple[str, int]]):
     return load(path, dict(params))
 
 
+def _check_kernel(args: argparse.Namespace, path: str) -> bool:
+    """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md)."""
+    from .run import ensure_host_devices
+    ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
+    from .pallas import check_module
+    sizes_list: list = []
+    if args.topology.strip() != "ring":
+        dims = args.topology.partition(":")[2].split("x")
+        if not all(d.isdigit() for d in dims):
+            raise ScheduleError(f"a Pallas module is checked on a ring or a mesh shape (torus:AxB), not "
+                                f"{args.topology}", file=path, fix="pass --devices N, or --topology torus:AxB")
+        sizes_list = [[int(d) for d in dims]]
+    elif args.devices is None:
+        raise ScheduleError("--devices is required", file=path, fix="pass --devices N or A..B")
+    ok = True
+    for item in sizes_list or args.devices:
+        if isinstance(item, list):
+            report = check_module(path, None, shape=tuple(item), invocations=args.invocations,
+                                  params=dict(args.param), topology=args.topology)
+        else:
+            report = check_module(path, item, invocations=args.invocations, params=dict(args.param))
+        ok &= report.ok
+        print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
+    return ok
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
     for path in args.files:
+        if path.endswith(".py"):
+            ok &= _check_kernel(args, path)
+            continue
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
             raise ScheduleError("--devices is required with the default topology `ring`", file=path,

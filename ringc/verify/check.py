@@ -202,7 +202,8 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         order = compute_order(program, use_symmetry=use_symmetry)
         memory = {0} if order.symmetric and memory_symmetric(program) else None  # see symmetry.py
         findings += find_races(program, order, dma_ends(program, order, memory), devices=memory)
-        for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
+        meaning = check_semantics(sched, program, m.order, program.shapes) if sched.collective is not None else []
+        for mm in meaning[:8]:
             findings.append(Finding(
                 "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                 f"{sched.collective.kind} needs {mm.want}", device=mm.device))

@@ -94,7 +94,8 @@ class Compute:
     """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
     dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
-    VMEM blocks hold garbage), and `exit` (the caller takes the memory back)."""
+    VMEM blocks hold garbage), and `exit` (the caller takes the memory back). `opaque`: an
+    imported Pallas kernel writes data the model does not follow (its own arithmetic)."""
     kind: str
     dst: Region
     src: Region | None = None

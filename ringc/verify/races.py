@@ -51,6 +51,8 @@ def describe(ev: Event) -> str:
             return f"the pipeline allocates {a.dst.text()} (garbage until written)"
         if a.kind == "zero":
             return f"zero {a.dst.text()}"
+        if a.kind == "opaque":
+            return f"compute into {a.dst.text()}"
         if a.kind == "matmul":
             return f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}"
         if a.kind == "cast":
@@ -84,7 +86,7 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
                 out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
             elif isinstance(a, Compute):
                 verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into",
-                        "cast": "casts into", "matmul": "multiplies into"}[a.kind]
+                        "cast": "casts into", "matmul": "multiplies into", "opaque": "computes into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
                 for r in a.reads:
                     out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))

@@ -556,7 +556,7 @@ def _term_text(t: Term, box: Box) -> str:
     if t[0].startswith(UNINIT):
         return f"uninitialized `{t[0][1:]}` of device {t[1]}"
     if t[0].startswith(OPAQUE):
-        return f"a product of a product in `{t[0][1:]}` of device {t[1]}"
+        return f"a value ringc does not follow (a product of a product, or arithmetic it does not model) in `{t[0][1:]}` of device {t[1]}"
     return _map_text(*t, box)
 
 
@@ -601,6 +601,8 @@ def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] |
             return  # the caller reads the memory as it is
         elif a.kind == "zero":
             mem.zero(a.dst)
+        elif a.kind == "opaque":  # data the model does not follow (an imported kernel's own arithmetic)
+            mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))])
         elif a.kind in ("assign", "cast"):
             mem.copy(a.src, a.dst)
         elif a.kind == "matmul":
