@@ -144,22 +144,18 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_module
-    sizes_list: list = []
-    if args.topology.strip() != "ring":
-        dims = args.topology.partition(":")[2].split("x")
-        if not all(d.isdigit() for d in dims):
-            raise ScheduleError(f"a Pallas module is checked on a ring or a mesh shape (torus:AxB), not "
-                                f"{args.topology}", file=path, fix="pass --devices N, or --topology torus:AxB")
-        sizes_list = [[int(d) for d in dims]]
-    elif args.devices is None:
-        raise ScheduleError("--devices is required", file=path, fix="pass --devices N or A..B")
+    ring = args.topology.strip() == "ring"
+    if ring and args.devices is None:
+        raise ScheduleError("--devices is required with the default topology `ring`", file=path,
+                            fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
     ok = True
-    for item in sizes_list or args.devices:
-        if isinstance(item, list):
-            report = check_module(path, None, shape=tuple(item), invocations=args.invocations,
-                                  params=dict(args.param), topology=args.topology)
-        else:
-            report = check_module(path, item, invocations=args.invocations, params=dict(args.param))
+    for n in args.devices or [None]:
+        report = check_module(path, n, invocations=args.invocations, params=dict(args.param),
+                              topology=None if ring else args.topology, along=args.along)
+        if args.strict:
+            for f in report.findings:
+                if f.severity == "warning":
+                    f.severity = "error"
         ok &= report.ok
         print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
     return ok

@@ -133,9 +133,11 @@ def _collective(module: Any) -> Collective | None:
 
 
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
-                 params: dict[str, int] | None = None, topology: str | None = None) -> Report:
+                 params: dict[str, int] | None = None, topology: str | None = None,
+                 along: str | None = None) -> Report:
     """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
-    or on a mesh of `shape` (one size per axis of a tuple AXIS)."""
+    on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
+    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`)."""
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()
@@ -148,7 +150,13 @@ def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | No
             "(build(mesh, **params), make_inputs(mesh, key, **params), COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS)",
             file=path, fix="add them, or call ringc.check_pallas(fn, args, mesh) from Python for other code")
     axes = (module.AXIS,) if isinstance(module.AXIS, str) else tuple(module.AXIS)
-    if shape is not None:
+    placement = None
+    if topology is not None and shape is None:
+        from ..verify.check import resolve_topology
+        stub = KernelSpec(Path(path).stem, path, list(axes), {}, None)
+        placement = resolve_topology(stub, n if len(axes) == 1 and ":" not in topology else None, topology, along)
+        sizes = dict(placement.sizes)
+    elif shape is not None:
         if len(shape) != len(axes):
             raise ScheduleError(f"AXIS is {module.AXIS!r} ({len(axes)} axes), but the mesh shape {list(shape)} has "
                                 f"{len(shape)}", file=path, fix="give one size per axis")
@@ -176,7 +184,7 @@ def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | No
         if _needs_values(jaxpr):
             values = _sample_inputs(module, sizes, params, path)
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
-                          topology)
+                          placement or topology)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
     report.seconds = time.perf_counter() - t0
@@ -397,7 +405,7 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
 
 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
-                 values: list | None, invocations: int, log: AliasLog, topology: str | None) -> Report:
+                 values: list | None, invocations: int, log: AliasLog, topology: Any) -> Report:
     from ..verify.check import _collector_paused, check_program, resolve_topology
     outer = _Outer(file, values)
     outer.top(jaxpr)
@@ -437,15 +445,21 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
             roles[role] = h.buffer.name
             buffers[h.buffer.name].slots = _slots(b.buffers[h.buffer.name].shape, n)
     axes = list(sizes)
-    spec = KernelSpec(name, file, axes, buffers, collective, roles)
-    topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
-    placement = resolve_topology(spec, program.n if len(axes) == 1 else None, topo)
+    spec = KernelSpec(name, file, axes, buffers, collective, roles, megacore=b.megacore)
+    if topology is not None and not isinstance(topology, str):
+        placement = topology
+    else:
+        topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
+        placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
     with _collector_paused():
         report = check_program(spec, program, placement)
     report.assumptions += [f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                            f"{len(outer.calls)} pallas_call(s)"
                            + (f" x {invocations} invocations" if invocations > 1 else ""),
                            "DMA ordering: " + DMA_MODEL]
+    if b.megacore:
+        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
+                                  "the second half of its indices on core 1")
     if collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
     report.assumptions += [f"checked with alias {a}" for a in log.used]

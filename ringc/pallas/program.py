@@ -103,6 +103,11 @@ class Builder(Sink):
         self.aliases_used: list[str] = []
         self.notes: list[str] = []
         self._current_call: int | None = None
+        # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
+        # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
+        self.second_core: list[list[Event]] = [[] for _ in range(self.n)]
+        self.core = 0
+        self.megacore = False
 
     # -- naming --------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -126,9 +131,11 @@ class Builder(Sink):
 
     # -- Sink ----------------------------------------------------------------------
     def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
-        out = self.devices[device]
+        out = self.second_core[device] if self.core else self.devices[device]
         ev = Event(device, len(out), point, line, action, self.invocation)
         out.append(ev)
+        if self.core:
+            return  # core 1 may only compute on its own VMEM: `check.megacore_findings`
         if target is not None:
             self.targets.append((ev, target))
         if self._current_call is not None and isinstance(action, (Signal, SemWait)) and action.why == "barrier":
@@ -185,6 +192,10 @@ class Builder(Sink):
                 raise KernelError(f"pallas_call `{call.name}` has a dynamic grid {grid}", file=self.file,
                                   fix="use a static grid")
         n_pref, n_in, n_out = gm.num_index_operands, gm.num_inputs, gm.num_outputs
+        split = next((k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower()
+                      and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)
+        if split is not None:
+            self.megacore = True
         line = kernel_location(eqn)
         # Bind operands and outputs to buffers.
         aliases = dict(p.get("input_output_aliases") or ())
@@ -234,6 +245,7 @@ class Builder(Sink):
             else:
                 bm = gm.block_mappings[n_in + j]
                 h.buffer = self.new_buffer(name, bm.array_aval, "output", int(line))
+                h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"
                 h.origin = "kernel"
             refs_of.append(h.buffer)
         # Windows (blocked specs) and whole-array refs.
@@ -302,6 +314,7 @@ class Builder(Sink):
             blocks = [[self.block_index(it, bm, pt, args[:n_pref]) for pt in points] for _, _, bm, _ in windows]
             for i, pt in enumerate(points):
                 it.point = pt
+                self.core = int(split is not None and pt[split] >= grid[split] // 2)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if not is_out and (i == 0 or idx[i] != idx[i - 1]):
                         src = _block_ref(arr, d, bm, idx[i])
@@ -311,6 +324,7 @@ class Builder(Sink):
                     if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
                         dst = _block_ref(arr, d, bm, idx[i])
                         self.emit(d, pt, line, Compute("assign", dst.region(), Ref.whole(win, d).region()), None)
+            self.core = 0
             for b in all_bufs:
                 self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
         self._current_call = None
@@ -361,7 +375,8 @@ class Builder(Sink):
         shapes = {b.name: b.shape for b in self.buffers.values()}
         grid_names = ("i", "j", "k", "l", "m", "n")
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
-                       self.targets, axis_sizes=dict(self.axis_sizes))
+                       self.targets, axis_sizes=dict(self.axis_sizes),
+                       second_core=self.second_core if self.megacore else [])
 
 
 def kernel_location(eqn: Any) -> Loc:
