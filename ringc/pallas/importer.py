@@ -28,6 +28,7 @@ import numpy as np
 
 from ..ir.errors import ScheduleError
 from ..verify.findings import Report
+from . import interpret
 from .compat import AliasLog, aliases
 from .interpret import RULES, Interpreter, KernelError, _pure, user_location
 from .program import Builder, Call, Handle, _is_sem
@@ -138,6 +139,15 @@ def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | No
     """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
     on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
     (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`)."""
+    interpret.PREFERRED.append(os.path.abspath(path))
+    try:
+        return _check_module(path, n, shape, invocations, params, topology, along)
+    finally:
+        interpret.PREFERRED.pop()
+
+
+def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
+                  params: dict[str, int] | None, topology: str | None, along: str | None) -> Report:
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()

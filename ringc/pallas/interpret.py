@@ -58,29 +58,44 @@ def _jax_src() -> str:
     return os.path.join(os.path.dirname(jax.__file__), "_src") + os.sep
 
 
+PREFERRED: list[str] = []  # the checked module's path: its frames win over helper modules'
+
+
 def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-process cache
-    """The innermost frame of the equation's traceback outside JAX's internals, the Python
-    standard library and ringc: the user's line (or, for JAX's own ops, the op's file)."""
-    key = id(eqn.source_info)
+    """Where an equation comes from: the innermost frame of its traceback in the checked
+    module (so a helper's DMA points at the kernel line that calls the helper), else the
+    innermost frame outside JAX's internals, the standard library and ringc (for JAX's own
+    ops, the op's file)."""
+    preferred = PREFERRED[-1] if PREFERRED else None
+    key = (id(eqn.source_info), preferred)
     hit = cache.get(key)
     if hit is not None and hit[0] is eqn.source_info:
         return hit[1]
     from jax._src import source_info_util as siu
     tb = eqn.source_info.traceback
-    loc = Loc(0, "<unknown>")
+    loc = None
     if tb is not None:
         jax_src = _jax_src()
         codes, lastis = tb.raw_frames()
         for code, lasti in zip(codes, lastis):
-            f = siu.raw_frame_to_frame(code, lasti)
-            name = f.file_name
+            name = code.co_filename
             if name.startswith(jax_src) or name.startswith(_STDLIB) or name.startswith(_HERE):
                 continue
-            rel = os.path.relpath(name)
-            loc = Loc(f.start_line, name if rel.startswith("..") else rel)
-            break
+            f = siu.raw_frame_to_frame(code, lasti)
+            here = _loc(f.start_line, name)
+            if loc is None:
+                loc = here
+            if preferred is not None and os.path.abspath(name) == preferred:
+                loc = here
+                break
+    loc = loc or Loc(0, "<unknown>")
     cache[key] = (eqn.source_info, loc)
     return loc
+
+
+def _loc(line: int, name: str) -> Loc:
+    rel = os.path.relpath(name)
+    return Loc(line, name if rel.startswith("..") else rel)
 
 
 class KernelError(ScheduleError):
@@ -99,10 +114,19 @@ class Interpreter:
         self.grid: tuple[int, ...] = ()
         self.barrier: SemRef | None = None
         self.eqn: Any = None
+        self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
-        return user_location(eqn if eqn is not None else self.eqn)
+        """The user's line of the equation; for equations traced with no user frame (the
+        insides of `emit_pipeline`), the line of the innermost enclosing one that has it."""
+        loc = user_location(eqn if eqn is not None else self.eqn)
+        if not int(loc):
+            for outer in reversed(self.enclosing):
+                loc = user_location(outer)
+                if int(loc):
+                    break
+        return loc
 
     def fail(self, message: str, fix: str, eqn: Any = None) -> KernelError:
         loc = self.where(eqn)
@@ -123,12 +147,17 @@ class Interpreter:
 
     # -- evaluation ------------------------------------------------------------
     def run(self, jaxpr: Any, consts: list, args: list) -> list:
-        outer_used = getattr(self, "used", frozenset())
+        outer_used, outer_eqn = getattr(self, "used", frozenset()), self.eqn
         self.used = _used_vars(jaxpr)
+        if outer_eqn is not None:
+            self.enclosing.append(outer_eqn)
         try:
             return self._run(jaxpr, consts, args)
         finally:
             self.used = outer_used
+            if outer_eqn is not None:
+                self.enclosing.pop()
+            self.eqn = outer_eqn
 
     def _run(self, jaxpr: Any, consts: list, args: list) -> list:
         env: dict[Any, Any] = {}

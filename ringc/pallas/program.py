@@ -294,12 +294,12 @@ class Builder(Sink):
             it.grid = grid
             it.point = tuple(0 for _ in grid)
             it.barrier = barrier if collective_id is not None else None
-            if collective_id is not None:
-                if repeat > 0 or self.invocation > 0:
+            if collective_id is not None or skip_barrier:
+                if collective_id is not None and (repeat > 0 or self.invocation > 0):
                     self.interloper(d, call_index, barrier, line, it.point)
                 for b in enter_bufs:
                     self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
-            elif self.invocation > 0 and not skip_barrier:
+            elif self.invocation > 0:
                 for t in range(self.n):
                     if t != d:
                         self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
