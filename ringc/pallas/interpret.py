@@ -79,7 +79,8 @@ def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-proc
         codes, lastis = tb.raw_frames()
         for code, lasti in zip(codes, lastis):
             name = code.co_filename
-            if name.startswith(jax_src) or name.startswith(_STDLIB) or name.startswith(_HERE):
+            if (name.startswith(jax_src) or name.startswith(_HERE)
+                    or name.startswith(_STDLIB) and "site-packages" not in name):
                 continue
             f = siu.raw_frame_to_frame(code, lasti)
             here = _loc(f.start_line, name)

@@ -175,7 +175,7 @@ class Program:
         if ev.inner:
             pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
-        return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"
+        return f"device {self.label(ev.device)},{inv}{' ' + pt if pt else ''} (line {ev.line})"
 
 
 def feeders(program: Program) -> dict[SemId, list[Event]]:
