@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import sysconfig
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -136,6 +136,8 @@ class Interpreter:
 
     def scalar(self, v: Any, what: str) -> int:
         """A concrete integer, or an error saying why it must be one."""
+        if type(v) is int:
+            return v
         if isinstance(v, (Data, Unknown)):
             why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
             raise self.fail(f"{what} is not known before the kernel runs: {why}",
@@ -161,28 +163,35 @@ class Interpreter:
             self.eqn = outer_eqn
 
     def _run(self, jaxpr: Any, consts: list, args: list) -> list:
-        env: dict[Any, Any] = {}
-        for v, x in zip(jaxpr.constvars, consts):
-            env[v] = x
-        for v, x in zip(jaxpr.invars, args):
-            env[v] = x
+        env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        steps, outs_plan = self._plan(jaxpr)
+        for eqn, fn, ins, outvars in steps:
+            self.eqn = eqn
+            outs = fn(self, eqn, [lit if a is _LIT else env[a] for a, lit in ins])
+            self.eqn = eqn
+            for v, x in zip(outvars, outs):
+                env[v] = x
+        return [lit if a is _LIT else env[a] for a, lit in outs_plan]
 
-        def read(atom: Any) -> Any:
-            if type(atom).__name__ == "Literal":
-                return _py(atom.val)
-            return env[atom]
+    def _plan(self, jaxpr: Any) -> tuple[list, list]:
+        """Per jaxpr, once: each equation with its rule, its inputs as (var, None) or
+        (None, literal value), and its outputs."""
+        hit = _PLANS.get(id(jaxpr))
+        if hit is not None and hit[0] is jaxpr:
+            return hit[1]
 
+        def atom(a: Any) -> tuple:
+            return (_LIT, _py(a.val)) if type(a).__name__ == "Literal" else (a, None)
+
+        steps = []
         for eqn in jaxpr.eqns:
             self.eqn = eqn
-            invals = [read(a) for a in eqn.invars]
-            fn = RULES.get(eqn.primitive.name)
-            if fn is None:
-                fn = self.generic(eqn)
-            outs = fn(self, eqn, invals)
-            self.eqn = eqn
-            for v, x in zip(eqn.outvars, outs):
-                env[v] = x
-        return [read(a) for a in jaxpr.outvars]
+            fn = RULES.get(eqn.primitive.name) or self.generic(eqn)
+            steps.append((eqn, fn, [atom(a) for a in eqn.invars], eqn.outvars))
+        plan = (steps, [atom(a) for a in jaxpr.outvars])
+        _PLANS[id(jaxpr)] = (jaxpr, plan)
+        return plan
 
     def run_closed(self, closed: Any, args: list) -> list:
         return self.run(closed.jaxpr, [_py(c) for c in closed.consts], args)
@@ -206,6 +215,8 @@ class Interpreter:
 
 
 _USED: dict[int, tuple[Any, frozenset]] = {}
+_LIT = object()  # marks a literal input in a plan
+_PLANS: dict[int, tuple[Any, tuple]] = {}  # per jaxpr: its equations' rules and inputs (`Interpreter._plan`)
 
 
 def _used_vars(jaxpr: Any) -> frozenset:
@@ -253,6 +264,49 @@ _NUMPY: dict[str, Callable[..., Any]] = {
 }
 
 
+_OUT_KIND: dict[int, tuple[Any, Any]] = {}
+
+
+def _out_kind(eqn: Any) -> Any:
+    """bool, 2**(bits-1) for an integer output, or None (floats: numpy computes them)."""
+    hit = _OUT_KIND.get(id(eqn))
+    if hit is not None and hit[0] is eqn:
+        return hit[1]
+    dt = np.dtype(eqn.outvars[0].aval.dtype)
+    kind = bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
+    _OUT_KIND[id(eqn)] = (eqn, kind)
+    return kind
+
+
+def _c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q
+
+
+def _c_rem(a: int, b: int) -> int:
+    return a - b * _c_div(a, b)
+
+
+def _select(p: Any, *cases: Any) -> Any:
+    return cases[int(p)]
+
+
+# Scalar arithmetic on Python ints with XLA's semantics (C division and remainder); the
+# result is checked against the output dtype's range, else numpy computes it.
+_INT_OPS: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: _c_div(a, b) if b else None, "rem": lambda a, b: _c_rem(a, b) if b else None,
+    "max": max, "min": min, "neg": lambda a: -a, "abs": abs,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "and": lambda a, b: a and b if type(a) is bool else a & b,
+    "or": lambda a, b: a or b if type(a) is bool else a | b,
+    "not": lambda a: (not a) if type(a) is bool else ~a,
+    "select_n": _select, "convert_element_type": lambda a: a,
+    "sign": lambda a: (a > 0) - (a < 0),
+}
+
+
 def _int_div(a: Any, b: Any) -> Any:
     q = np.abs(a) // np.abs(b)
     return np.where(np.sign(a) * np.sign(b) < 0, -q, q)
@@ -262,6 +316,16 @@ def _pure(it: Interpreter, eqn: Any, invals: list) -> list:
     """Effect-free: numpy/JAX on concrete inputs, opaque data otherwise."""
     name = eqn.primitive.name
     outs = eqn.outvars
+    fast = _INT_OPS.get(name)
+    if fast is not None and all(type(v) is int or type(v) is bool for v in invals):
+        r = fast(*invals)
+        kind = _out_kind(eqn)
+        if r is None:
+            pass  # division by zero: numpy below says what XLA would
+        elif kind is bool:
+            return [bool(r)]
+        elif kind is not None and -kind <= r < kind:
+            return [int(r)]
     if all(is_concrete(v) for v in invals):
         dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
         args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
@@ -382,8 +446,9 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
 def apply_transforms(it: Interpreter, ref: Any, transforms: Any) -> Any:
     """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`)."""
     for t in transforms or ():
-        if type(t).__name__ != "NDIndexer":
-            raise it.fail(f"the ref transform `{type(t).__name__}` is not supported",
+        if not isinstance(t, _Indexer):
+            what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
+            raise it.fail(f"the ref transform `{what}` is not supported",
                           "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`)")
         if getattr(t, "int_indexer_shape", ()):
             raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
@@ -395,11 +460,11 @@ def index(it: Interpreter, ref: Any, indices: tuple) -> Any:
     if isinstance(ref, SemRef):
         fixed = list(ref.index)
         for k, ix in enumerate(indices):
-            if type(ix).__name__ == "Slice":
+            if isinstance(ix, _Slice):
                 start, size = it.scalar(ix.start, "a semaphore index"), it.scalar(ix.size, "a semaphore index")
                 if start != 0 or size != ref.rest[k]:
                     raise it.fail("a slice of a semaphore array", "index semaphores with integers")
-                if any(type(j).__name__ != "Slice" for j in indices[k:]):
+                if any(not isinstance(j, _Slice) for j in indices[k:]):
                     raise it.fail("a semaphore index after a full slice", "index semaphores with integers")
                 break
             i = it.scalar(ix, "a semaphore index")
@@ -421,10 +486,10 @@ def index(it: Interpreter, ref: Any, indices: tuple) -> Any:
         if ix is None:
             kept.append(dim)
             continue
-        if type(ix).__name__ == "Slice":
+        if isinstance(ix, _Slice):
             start = it.scalar(ix.start, "a slice start")
             size = it.scalar(ix.size, "a slice size")
-            stride = it.scalar(getattr(ix, "stride", 1), "a slice stride")
+            stride = it.scalar(ix.stride, "a slice stride")
             if stride != 1:
                 raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
                               "ringc models contiguous boxes; use stride 1")
@@ -442,15 +507,103 @@ def index(it: Interpreter, ref: Any, indices: tuple) -> Any:
     return Ref(ref.buffer, ref.device, tuple(box), tuple(kept))
 
 
-def _unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
+class _Hole:
+    """A placeholder leaf: the position of an equation input in a params pytree."""
+    __slots__ = ("k",)
+    shape: tuple = ()
+    ndim = 0
+    dtype = np.dtype("int32")
+
+    def __init__(self, k: int):
+        self.k = k
+
+
+class _TRef(NamedTuple):
+    ref: Any
+    transforms: tuple
+
+
+class _Indexer(NamedTuple):
+    indices: tuple
+    int_indexer_shape: tuple
+
+
+class _Slice(NamedTuple):
+    start: Any
+    size: Any
+    stride: Any
+
+
+_TEMPLATES: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _template(eqn: Any, key: str, n: int) -> Any:
+    """The params pytree `key` of `eqn`, built once with `_Hole`s for the inputs and turned
+    into plain tuples (`_TRef`, `_Indexer`, `_Slice`): filling it per evaluation is much
+    cheaper than JAX's own unflatten, which validates every indexer again."""
+    k = (id(eqn), key)
+    hit = _TEMPLATES.get(k)
+    if hit is not None and hit[0] is eqn:
+        return hit[1]
     import jax
-    return jax.tree.unflatten(eqn.params[key], invals)
+    tree = jax.tree.unflatten(eqn.params[key], [_Hole(i) for i in range(n)])
+
+    def plain(x: Any) -> Any:
+        name = type(x).__name__
+        if name == "TransformedRef":
+            return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
+        if name == "NDIndexer":
+            return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
+        if name == "Slice":
+            return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
+        if isinstance(x, tuple):
+            return tuple(plain(i) for i in x)
+        if isinstance(x, list):
+            return [plain(i) for i in x]
+        if isinstance(x, dict):
+            return {a: plain(b) for a, b in x.items()}
+        if isinstance(x, (_Hole, int, float, bool, str)) or x is None:
+            return x
+        return ("?", type(x).__name__)  # a transform ringc does not model
+
+    fill = _compile(plain(tree))
+    _TEMPLATES[k] = (eqn, fill)
+    return fill
+
+
+def _compile(t: Any) -> Callable[[list], Any]:
+    """A function that fills the template's holes from the inputs; parts without holes are
+    shared constants."""
+    if isinstance(t, _Hole):
+        k = t.k
+        return lambda vals: vals[k]
+    if isinstance(t, (tuple, list)):
+        parts = [_compile(i) for i in t]
+        if all(getattr(p, "constant", False) for p in parts):
+            return _constant(t)
+        make = tuple if type(t) is tuple else list if type(t) is list else (lambda xs, c=type(t): c(*xs))
+        return lambda vals: make([p(vals) for p in parts])
+    if isinstance(t, dict):
+        items = [(a, _compile(b)) for a, b in t.items()]
+        return lambda vals: {a: p(vals) for a, p in items}
+    return _constant(t)
+
+
+def _constant(t: Any) -> Callable[[list], Any]:
+    def get(vals: list) -> Any:
+        return t
+    get.constant = True
+    return get
+
+
+def _unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
+    return _template(eqn, key, len(invals))(invals)
 
 
 def _split(it: Interpreter, x: Any) -> tuple[Any, Any]:
     if x is None:
         return None, ()
-    if type(x).__name__ == "TransformedRef":
+    if isinstance(x, _TRef):
         return apply_transforms(it, x.ref, x.transforms), None
     return x, None
 
@@ -622,8 +775,7 @@ def store_actions(dst: Any, v: Data) -> list:
 
 
 def _indexed(it: Interpreter, eqn: Any, ref: Any, flat: list, key: str = "tree") -> Any:
-    import jax
-    transforms = jax.tree.unflatten(eqn.params[key], flat) if key in eqn.params else ()
+    transforms = _unflatten(it, eqn, flat, key) if key in eqn.params else ()
     return apply_transforms(it, ref, transforms)
 
 
