@@ -151,6 +151,15 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()
+    source = Path(path).read_text() if Path(path).exists() else ""
+    if "def build" not in source and "build =" not in source:
+        raise ScheduleError(
+            "the module has no build(mesh): ringc checks a module by importing it and tracing build(mesh), and will "
+            "not run a script that has none (a notebook's cells run their kernels, and may assert a TPU, as they "
+            "import)", file=path,
+            fix="put the pallas_call and its shard_map in `def build(mesh, **params)` returning the jitted function, "
+                "with make_inputs, COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS (see tests/pallas_import/right_permute.py), "
+                "or call ringc.check_pallas(fn, args, mesh) from Python")
     module = load_module(path, log)
     sizes = None
     missing = [a for a in MODULE_API if not hasattr(module, a)]
@@ -184,6 +193,11 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
             fn = module.build(mesh, **params)
             import jax
             shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
+            leaves = jax.tree.leaves(shapes)
+            if len(specs) == len(leaves):  # the convention: inputs placed as IN_SPECS
+                shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
+                          for a, spec in zip(leaves, specs)]
         except ScheduleError:
             raise
         except Exception as e:
@@ -426,12 +440,15 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if dict(b.axis_sizes) != dict(sizes):
         raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
                             fix="build the function over the mesh you check")
+    t0 = time.perf_counter()
+    b.calls = outer.calls
     with _collector_paused():
         for rep in range(invocations):
             for k, call in enumerate(outer.calls):
                 b.run_call(call, k, rep)
                 b.invocation += 1
     program = b.program(name)
+    evaluated = time.perf_counter()
     buffers = {nm: _Buf("value" if buf.kind == "value" else buf.kind, buf.memory, buf.line)
                for nm, buf in b.buffers.items()}
     roles: dict[str, str] = {}
@@ -463,6 +480,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
     with _collector_paused():
         report = check_program(spec, program, placement)
+    report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
     report.assumptions += [f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                            f"{len(outer.calls)} pallas_call(s)"
                            + (f" x {invocations} invocations" if invocations > 1 else ""),

@@ -704,6 +704,7 @@ def _read(it: Interpreter, ref: Ref) -> Any:
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
         return _py(arr[sl])
+    _vector_memory(it, ref, "load")
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device)
     it.emit(Compute("assign", dst.region(), ref.region()))
@@ -720,6 +721,7 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
             buf.store[ref.device] = buf.store[ref.device].copy()
             buf.store[ref.device][sl] = value
             return
+    _vector_memory(it, ref, "store")
     dst = ref.region()
     if is_concrete(value):
         kind = "zero" if not np.any(np.asarray(value)) else "opaque"
@@ -730,6 +732,13 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
         return
     for action in store_actions(dst, value):
         it.emit(action)
+
+
+def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
+    """Loads and stores reach VMEM or SMEM only (as in Mosaic and TPU interpret mode)."""
+    if ref.buffer.space == "hbm":
+        raise it.fail(f"a {what} of `{ref.buffer.name}`, which lives in HBM (memory space ANY/HBM)",
+                      "copy it to VMEM with a DMA (pltpu.sync_copy / make_async_copy) first")
 
 
 def store_actions(dst: Any, v: Data) -> list:
@@ -941,3 +950,19 @@ class Sink:
 
 __all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "user_location", "store_actions",
            "BARRIER"]
+
+
+def rule_table_markdown() -> str:
+    """The supported primitives as a markdown table (docs/pallas-import.md embeds it;
+    tests/test_pallas_import.py checks the doc matches)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(RULES):
+        groups.setdefault(RULE_DOCS[name], []).append(f"`{name}`")
+    lines = ["| primitive | what ringc does with it |", "|---|---|"]
+    for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        lines.append(f"| {', '.join(names)} | {doc} |")
+    lines.append("| any other primitive with no effects, refs or sub-jaxprs | pure: numpy/JAX on concrete "
+                 "scalars, opaque data on tensors (`add`, `convert_element_type`, `dot_general` are followed "
+                 "by the meaning check) |")
+    lines.append("| any other primitive | an error naming it and the line |")
+    return "\n".join(lines)

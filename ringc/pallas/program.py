@@ -106,6 +106,8 @@ class Builder(Sink):
         # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
         # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
         self.second_core: list[list[Event]] = [[] for _ in range(self.n)]
+        self.calls: list[Call] = []         # the program's pallas_calls, in order (one repeat)
+        self.carried: set[str] = set()      # buffers a previous call handed on to a later one
         self.core = 0
         self.megacore = False
 
@@ -285,8 +287,14 @@ class Builder(Sink):
         self.sem_kinds[entry_sem] = "barrier"
         all_bufs = _unique([b for b in refs_of if isinstance(b, Buffer)] + [w for _, w, _, _ in windows] +
                            [s for s in scratch if isinstance(s, Buffer)])
-        enter_bufs = _unique([b for b in written if b.kind != "prefetch"] +
-                             [s for s in scratch if isinstance(s, Buffer)])
+        # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
+        # and no entry in the later call (a DMA may be in flight across the boundary).
+        # (A later call's operand is this call's output or input handle itself, bound by now.)
+        later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
+                 if h.root().buffer is not None}
+        kept = {b.name for b in all_bufs if b.name in later}
+        enter_bufs = [b for b in _unique([b for b in written if b.kind != "prefetch"] +
+                                         [s for s in scratch if isinstance(s, Buffer)]) if b.name not in self.carried]
         self._current_call = call_index
         zero = ()
         for d in range(self.n):
@@ -326,8 +334,10 @@ class Builder(Sink):
                         self.emit(d, pt, line, Compute("assign", dst.region(), Ref.whole(win, d).region()), None)
             self.core = 0
             for b in all_bufs:
-                self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
+                if b.name not in kept:
+                    self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
         self._current_call = None
+        self.carried = (self.carried | kept) - {b.name for b in all_bufs if b.name not in kept}
         self.call_names.append(call.name)
         del zero
 
