@@ -707,7 +707,7 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     _vector_memory(it, ref, "load")
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device)
-    it.emit(Compute("assign", dst.region(), ref.region()))
+    it.emit(Compute("load", dst.region(), ref.region()))
     return Data(ref.shape, ("load", dst.region()))
 
 

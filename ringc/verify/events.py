@@ -95,7 +95,8 @@ class Compute:
     dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
     VMEM blocks hold garbage), and `exit` (the caller takes the memory back). `opaque`: an
-    imported Pallas kernel writes data the model does not follow (its own arithmetic)."""
+    imported Pallas kernel writes data the model does not follow (its own arithmetic); `load`:
+    it reads `src` into a value register `dst` (an assign, named for the messages)."""
     kind: str
     dst: Region
     src: Region | None = None

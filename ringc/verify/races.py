@@ -86,7 +86,8 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
                 out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
             elif isinstance(a, Compute):
                 verb = {"zero": "zeroes", "assign": "assigns", "accumulate": "accumulates into",
-                        "cast": "casts into", "matmul": "multiplies into", "opaque": "computes into"}[a.kind]
+                        "cast": "casts into", "matmul": "multiplies into", "opaque": "computes into",
+                        "load": "loads into"}[a.kind]
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {verb} it"))
                 for r in a.reads:
                     out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))

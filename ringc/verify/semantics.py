@@ -603,7 +603,7 @@ def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] |
             mem.zero(a.dst)
         elif a.kind == "opaque":  # data the model does not follow (an imported kernel's own arithmetic)
             mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))])
-        elif a.kind in ("assign", "cast"):
+        elif a.kind in ("assign", "cast", "load"):
             mem.copy(a.src, a.dst)
         elif a.kind == "matmul":
             mem.matmul(a.dst, a.src, a.rhs, a.accumulate)
