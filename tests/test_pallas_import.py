@@ -44,6 +44,13 @@ def test_forgetting_the_wait_in_the_second_call_is_caught():
     assert {"dma_not_waited", "race"} <= report.kinds(), report.to_text()
 
 
+def test_a_fori_loop_around_pallas_calls_is_unrolled():
+    report = check_module(str(SPLIT_CALLS), 4, params={"rounds": 3})
+    assert "6 pallas_call(s)" in report.to_text()
+    assert report.kinds() == {"wrong_result"}, report.to_text()  # a permute by 3, not by SHIFT = 1
+    assert "x_ref@1[" in report.to_text()  # device 0 holds device 1's block: (0 - 3) % 4
+
+
 def test_a_script_without_build_is_refused_before_it_runs(tmp_path):
     script = tmp_path / "notebook.py"
     script.write_text("raise SystemExit('ran')\n")

@@ -269,6 +269,16 @@ def _walk_eqns(jaxpr: Any):
                     yield from _walk_eqns(sub)
 
 
+def _has_pallas(eqn: Any) -> bool:
+    from jax._src import core
+    for p in eqn.params.values():
+        for sub in (p if isinstance(p, (tuple, list)) else [p]):
+            j = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub if isinstance(sub, core.Jaxpr) else None
+            if j is not None and any(e.primitive.name == "pallas_call" for e in _walk_eqns(j)):
+                return True
+    return False
+
+
 def _needs_values(jaxpr: Any) -> bool:
     return any(e.primitive.name == "pallas_call" and e.params["grid_mapping"].num_index_operands
                for e in _walk_eqns(jaxpr.jaxpr))
@@ -343,11 +353,55 @@ class _Outer:
                 outs = ins
             elif name in _PASSTHROUGH and len(ins) == 1:
                 outs = [self.passthrough(ins[0], eqn.outvars[0])]
+            elif name == "scan" and _has_pallas(eqn):
+                outs = self.scan(eqn, ins, per_device)
+            elif name == "while" and _has_pallas(eqn):
+                outs = self.while_loop(eqn, ins, per_device)
+            elif _has_pallas(eqn):
+                raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
+                                    line=int(user_location(eqn)) or None,
+                                    fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
+                                        "call them directly")
             else:
                 outs = self.compute(eqn, ins)
             for v, h in zip(eqn.outvars, outs):
                 env[v] = h
         return [read(a) for a in jaxpr.outvars]
+
+    def scan(self, eqn: Any, ins: list, per_device: Any) -> list:
+        """A `scan` (or `fori_loop` with a static trip count) around pallas_calls: unrolled,
+        the carried arrays passed from one iteration to the next."""
+        p = eqn.params
+        nc, nk = p["num_consts"], p["num_carry"]
+        consts, carry, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+        body = p["jaxpr"]
+        ys = []
+        for i in range(p["length"]):
+            x_i = [Handle(getattr(v, "aval", None)) for v in body.jaxpr.invars[nc + nk:]]
+            out = self.walk(body.jaxpr, [*consts, *carry, *x_i], per_device)
+            carry, y = out[:nk], out[nk:]
+            ys.append(y)
+        return [*carry, *[Handle(v.aval) for v in eqn.outvars[nk:]]]
+
+    def while_loop(self, eqn: Any, ins: list, per_device: Any) -> list:
+        """A `while` (a `fori_loop`) around pallas_calls: unrolled while its condition is
+        known from constants (the loop counter)."""
+        p = eqn.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        for _ in range(10_000):
+            (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
+            known = c.values is not None and (c.values[0] == "literal" or
+                                              all(v is not None for v in c.values))
+            if not known:
+                raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
+                                    file=self.file, line=int(user_location(eqn)) or None,
+                                    fix="use a fori_loop with constant bounds")
+            flag = c.values[1] if c.values[0] == "literal" else c.values[0]
+            if not bool(np.asarray(flag)):
+                return val
+            val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
+        raise ScheduleError("a loop around pallas_calls ran 10000 times", file=self.file, fix="bound the loop")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
         if h.values is not None and self.mesh_axes is not None and h.values[0] != "literal":

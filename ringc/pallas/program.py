@@ -293,8 +293,10 @@ class Builder(Sink):
         later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
                  if h.root().buffer is not None}
         kept = {b.name for b in all_bufs if b.name in later}
+        inputs = {b.name for b in refs_of[:n_pref + n_in] if isinstance(b, Buffer)}  # aliased outputs included
         enter_bufs = [b for b in _unique([b for b in written if b.kind != "prefetch"] +
-                                         [s for s in scratch if isinstance(s, Buffer)]) if b.name not in self.carried]
+                                         [s for s in scratch if isinstance(s, Buffer)])
+                      if b.name not in self.carried and b.name not in inputs]
         self._current_call = call_index
         zero = ()
         for d in range(self.n):
