@@ -31,7 +31,7 @@ from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
 from .interpret import RULES, Interpreter, KernelError, _pure, user_location
-from .program import Builder, Call, Handle, _is_sem
+from .program import Builder, Call, Handle
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -298,7 +298,6 @@ class Builder(Sink):
                                          [s for s in scratch if isinstance(s, Buffer)])
                       if b.name not in self.carried and b.name not in inputs]
         self._current_call = call_index
-        zero = ()
         for d in range(self.n):
             it = Interpreter(self, d, self._coords(d), self.axis_sizes)
             it.grid = grid
@@ -341,7 +340,6 @@ class Builder(Sink):
         self._current_call = None
         self.carried = (self.carried | kept) - {b.name for b in all_bufs if b.name not in kept}
         self.call_names.append(call.name)
-        del zero
 
     def interloper(self, d: int, call_index: int, barrier: SemRef, line: Loc, point: tuple) -> None:
         """Another kernel with the same collective_id, between two calls: one barrier round
