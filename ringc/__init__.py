@@ -23,5 +23,13 @@ def compile_for(schedule: Schedule, target: str, **params: int):
     return _compile_for(schedule, target, **params)
 
 
-__all__ = ["load", "load_text", "check", "emit", "compile_for", "Schedule", "ScheduleError", "Report"]
+def check_pallas(fn, args, mesh, collective=None, **kw):
+    """Check a function that runs Pallas TPU kernels under `shard_map` over `mesh` (see
+    docs/pallas-import.md): hangs, balance, races over every interleaving and, when
+    `collective` names one, its meaning. Returns a `Report`."""
+    from .pallas import check_pallas as _check_pallas
+    return _check_pallas(fn, args, mesh, collective, **kw)
+
+
+__all__ = ["check_pallas", "load", "load_text", "check", "emit", "compile_for", "Schedule", "ScheduleError", "Report"]
 __version__ = "0.1.0"

@@ -309,6 +309,15 @@ FLOPS: RuleTable[ComputeCost] = RuleTable("cost (ringc/cost/timeline.py FLOPS)",
 FLOPS.register("enter", "exit", "allocate", "zero", "assign", "cast")(ComputeCost(lambda a: 0.0, False))
 FLOPS.register("accumulate")(ComputeCost(lambda a: float(prod(a.dst.shape)), True))
 FLOPS.register("matmul")(ComputeCost(_matmul_flops, False))
+FLOPS.register("load")(ComputeCost(lambda a: 0.0, False))  # a copy into a value (Pallas import)
+
+
+def _unpriced(a: Compute) -> float:
+    raise ValueError(f"the cost model cannot price `{a.dst.buffer}`: an imported Pallas kernel's own "
+                     "arithmetic (an `opaque` compute) has no known FLOP count")
+
+
+FLOPS.register("opaque")(ComputeCost(_unpriced, False))
 
 
 def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:

@@ -31,6 +31,8 @@ SHOW.register("accumulate")(ShowRule(_assignment("+="), "acc"))
 SHOW.register("assign")(ShowRule(_assignment("="), "set"))
 SHOW.register("cast")(ShowRule(_assignment("="), "cast"))
 SHOW.register("matmul")(ShowRule(_assignment("="), "matmul"))
+SHOW.register("load")(ShowRule(_assignment("="), "load"))  # Pallas import only
+SHOW.register("opaque")(ShowRule(lambda a: f"compute {a.dst.buffer}", "compute"))
 
 
 def direction(program: Program, src: int, dst: int) -> str:

@@ -202,7 +202,8 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         order = compute_order(program, use_symmetry=use_symmetry)
         memory = {0} if order.symmetric and memory_symmetric(program) else None  # see symmetry.py
         findings += find_races(program, order, dma_ends(program, order, memory), devices=memory)
-        for mm in check_semantics(sched, program, m.order, program.shapes)[:8]:
+        meaning = check_semantics(sched, program, m.order, program.shapes) if sched.collective is not None else []
+        for mm in meaning[:8]:
             findings.append(Finding(
                 "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                 f"{sched.collective.kind} needs {mm.want}", device=mm.device))
@@ -234,7 +235,7 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -
 
 
 @contextmanager
-def _collector_paused():
+def collector_paused():
     """The analysis allocates millions of small tuples that never form cycles; Python's
     cyclic collector would scan them over and over (a quarter of the time at N = 1024)
     and free nothing. Reference counting still frees everything."""
@@ -255,7 +256,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     Raises `ScheduleError` for bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
-    with _collector_paused():
+    with collector_paused():
         report = quotient_report(sched, placement, invocations)
         if report is None:
             program = unroll(sched, sizes=placement.sizes, invocations=invocations)

@@ -14,7 +14,7 @@ from typing import Union
 
 from ..ir import schema as S
 
-__all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS",
+__all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
            "COMPUTE_KINDS", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
            "Event", "Program", "deposits", "feeders"]
 
@@ -30,7 +30,10 @@ DEVICE_BARRIER = "pallas-entry-barrier#"  # + invocation: the implicit barrier w
 # race model's own writes. Stages that read events keep one rule per kind (`ringc.ir.rules`).
 OP_COMPUTE_KINDS: tuple[str, ...] = tuple(c.tag for c in S.OPS if c.compute and c.writes)
 MODEL_KINDS: tuple[str, ...] = ("enter", "exit", "allocate")
-COMPUTE_KINDS: tuple[str, ...] = OP_COMPUTE_KINDS + MODEL_KINDS
+# Kinds only the Pallas importer makes: `load` reads `src` into a value (an assign, named for
+# the messages); `opaque` writes data the model does not follow (a kernel's own arithmetic).
+IMPORT_KINDS: tuple[str, ...] = ("load", "opaque")
+COMPUTE_KINDS: tuple[str, ...] = OP_COMPUTE_KINDS + MODEL_KINDS + IMPORT_KINDS
 
 
 def sem_text(sem: SemId) -> str:
@@ -107,7 +110,9 @@ class Compute:
     """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
     dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
-    VMEM blocks hold garbage), and `exit` (the caller takes the memory back)."""
+    VMEM blocks hold garbage), and `exit` (the caller takes the memory back). `opaque`: an
+    imported Pallas kernel writes data the model does not follow (its own arithmetic); `load`:
+    it reads `src` into a value register `dst` (an assign, named for the messages)."""
     kind: str
     dst: Region
     src: Region | None = None
@@ -188,7 +193,7 @@ class Program:
         if ev.inner:
             pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
         inv = f" call {ev.invocation + 1}," if ev.invocation else ""
-        return f"device {self.label(ev.device)},{inv} {pt} (line {ev.line})"
+        return f"device {self.label(ev.device)},{inv}{' ' + pt if pt else ''} (line {ev.line})"
 
 
 def deposits(a: Action) -> list[tuple[SemId, int]]:

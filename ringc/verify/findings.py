@@ -45,7 +45,8 @@ class Finding:
             if (ev or self.device is not None) else None,  # e.g. "(1, 2)" on a 2-D topology
             "step": dict(zip(program.grid_names, ev.point)) if ev else None,
             "invocation": ev.invocation if ev else None,
-            "line": ev.line if ev else None,
+            "line": int(ev.line) if ev else None,
+            "file": getattr(ev.line, "file", program.file) if ev else program.file,
             "message": self.message,
             "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
                          "line": r.line} for r in self.related],
@@ -53,7 +54,8 @@ class Finding:
         }
 
     def to_text(self, program: Program, explain: bool = False) -> str:
-        loc = f"{program.file}:{self.event.line}: " if self.event else f"{program.file}: "
+        ev = self.event  # a line may carry its own file (a Pallas kernel's helper module)
+        loc = f"{getattr(ev.line, 'file', program.file)}:{int(ev.line)}: " if ev else f"{program.file}: "
         head = f"{loc}{self.severity}: [{self.kind}] {self.message}"
         if explain and self.trace:
             head += "\n    a run that shows it:\n" + "\n".join(f"      {t}" for t in self.trace)
@@ -67,6 +69,7 @@ class Report:
     seconds: float = 0.0
     placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring
     routes: dict | None = None     # `placement.route_summary`: sends, hops, the busiest link
+    assumptions: list[str] = field(default_factory=list)  # what a verdict assumes (Pallas imports)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +84,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         p = self.program
         return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
-                "routes": self.routes, "ok": self.ok,
+                "routes": self.routes, "ok": self.ok, "assumptions": self.assumptions,
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 
@@ -91,5 +94,6 @@ class Report:
         events = p.event_count
         on = f" on {self.placement}" if self.placement else ""
         lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
+        lines += [f"  assumes: {a}" for a in self.assumptions]
         lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)

@@ -58,6 +58,8 @@ RACES.register("matmul")(ComputeRule(
     "multiplies into"))
 RACES.register("cast")(ComputeRule(lambda a, ev: f"{a.dst.text()} = cast({a.src.text()})", "casts into"))
 RACES.register("assign")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "assigns"))
+RACES.register("load")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "loads into"))
+RACES.register("opaque")(ComputeRule(lambda a, ev: f"compute into {a.dst.text()}", "computes into"))
 RACES.register("accumulate")(ComputeRule(
     lambda a, ev: (f"{a.dst.text()} = {a.base.text()} + {a.src.text()}" if a.base is not None
                    else f"{a.dst.text()} += {a.src.text()}"), "accumulates into"))

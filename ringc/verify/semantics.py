@@ -455,7 +455,7 @@ def _term_text(t: Term, box: Box) -> str:
     if t[0].startswith(UNINIT):
         return f"uninitialized `{t[0][1:]}` of device {t[1]}"
     if t[0].startswith(OPAQUE):
-        return f"a product of a product in `{t[0][1:]}` of device {t[1]}"
+        return f"a value ringc does not follow (a product of a product, or arithmetic it does not model) in `{t[0][1:]}` of device {t[1]}"
     return _map_text(*t, box)
 
 
@@ -491,7 +491,9 @@ APPLY: RuleTable[Callable[[Memory, Compute], None]] = RuleTable("semantics (ring
 APPLY.register("enter", "allocate")(lambda mem, a: mem.forget(a.dst))
 APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it is
 APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
-APPLY.register("assign", "cast")(lambda mem, a: mem.copy(a.src, a.dst))
+APPLY.register("assign", "cast", "load")(lambda mem, a: mem.copy(a.src, a.dst))
+# data the model does not follow (an imported kernel's own arithmetic)
+APPLY.register("opaque")(lambda mem, a: mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))]))
 APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
 APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate))
 

@@ -1,0 +1,556 @@
+"""`ringc check kernel.py` and `ringc.check_pallas(fn, args, mesh)`: check Pallas TPU kernels as written.
+
+1. Import the user's module (in this process: it runs the module's code, so only files the
+   user names are imported) with the compatibility aliases of `compat.py`.
+2. Trace `build(mesh)` with `jax.make_jaxpr` on abstract inputs (`make_inputs` under
+   `jax.eval_shape`) over an abstract mesh of N devices that claims to be a TPU, so no
+   devices are needed, whatever N. Only when a kernel takes scalar-prefetch operands does
+   ringc run `make_inputs` for real (on N CPU devices) to sample their values.
+3. Walk the traced program (`jit`, `shard_map`, `pallas_call`s in order) and evaluate every
+   kernel for every device and grid point (`program.py`, `interpret.py`).
+4. Check the resulting `Program` with the YAML verifier's own `check_program`: hangs,
+   balance, byte counts, targets, races over every interleaving, and the collective's
+   meaning when `COLLECTIVE` names one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ir.errors import ScheduleError
+from ..verify.findings import Report
+from . import interpret
+from .compat import AliasLog, aliases
+from .interpret import RULES, Interpreter, KernelError, pure_rule, user_location
+from .program import Builder, Call, Handle
+from .values import Data, is_concrete
+
+MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
+COLLECTIVES = ("ppermute", "all_gather", "psum", "psum_scatter", "all_to_all", "all_gather_matmul",
+               "matmul_psum_scatter")
+_PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
+_CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
+DMA_MODEL = ("a DMA's bytes may land in any order until a wait on its semaphore covers them; "
+             "waits and signals as in the YAML model")
+
+
+@dataclass
+class Collective:
+    kind: str
+    shift: int = 1
+
+
+@dataclass
+class _Buf:
+    kind: str
+    memory: str
+    line: int = 0
+    slots: list = field(default_factory=list)
+    dtype: str = "float32"
+
+
+@dataclass
+class KernelSpec:
+    """What the verifier's checks read from a schedule, for a traced Pallas program."""
+    name: str
+    file: str
+    axes: list[str]
+    buffers: dict[str, _Buf]
+    collective: Collective | None
+    roles: dict[str, str] = field(default_factory=dict)
+    megacore: bool = False
+
+    def io_buffer(self, role: str) -> str:
+        return self.roles[role]
+
+    def dtype_of(self, name: str) -> str:
+        return self.buffers[name].dtype
+
+    def line_of(self, key: str) -> int:
+        return 0
+
+
+def _mesh(axes: dict[str, int]) -> Any:
+    """An abstract mesh that says it is a TPU v5e (one TensorCore per chip), so Pallas' TPU
+    helpers (e.g. `emit_pipeline`'s tiling) trace without devices."""
+    from jax.sharding import AbstractMesh, AxisType
+    from jax._src.mesh import AbstractDevice
+    return AbstractMesh(tuple(axes.values()), tuple(axes), axis_types=(AxisType.Explicit,) * len(axes),
+                        abstract_device=AbstractDevice("TPU v5 lite", 1, "tpu"))
+
+
+def load_module(path: str, log: AliasLog) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise ScheduleError("no such file", file=path)
+    name = f"_ringc_user_{abs(hash(str(p.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        with aliases(log):
+            spec.loader.exec_module(module)
+    except ScheduleError:
+        raise
+    except Exception as e:
+        line = _user_line(e, str(p))
+        raise ScheduleError(f"importing the module failed: {type(e).__name__}: {e}", file=path, line=line,
+                            fix="the module must import with the installed jax (" + _jax_version() + ")") from None
+    return module
+
+
+def _jax_version() -> str:
+    import jax
+    return f"jax {jax.__version__}"
+
+
+def _user_line(e: BaseException, file: str) -> int | None:
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(file):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _collective(module: Any) -> Collective | None:
+    c = getattr(module, "COLLECTIVE", None)
+    if c is None:
+        return None
+    if isinstance(c, dict):
+        kind, shift = c.get("kind"), int(c.get("shift", 1))
+    else:
+        kind, shift = c, int(getattr(module, "SHIFT", 1))
+    if kind not in COLLECTIVES:
+        raise ScheduleError(f"COLLECTIVE = {c!r} is not one ringc knows ({', '.join(COLLECTIVES)})",
+                            file=getattr(module, "__file__", None),
+                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance and races only")
+    return Collective(kind, shift)
+
+
+def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
+                 params: dict[str, int] | None = None, topology: str | None = None,
+                 along: str | None = None) -> Report:
+    """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
+    on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
+    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`)."""
+    interpret.PREFERRED.append(os.path.abspath(path))
+    try:
+        return _check_module(path, n, shape, invocations, params, topology, along)
+    finally:
+        interpret.PREFERRED.pop()
+
+
+def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
+                  params: dict[str, int] | None, topology: str | None, along: str | None) -> Report:
+    t0 = time.perf_counter()
+    params = dict(params or {})
+    log = AliasLog()
+    source = Path(path).read_text() if Path(path).exists() else ""
+    if "def build" not in source and "build =" not in source:
+        raise ScheduleError(
+            "the module has no build(mesh): ringc checks a module by importing it and tracing build(mesh), and will "
+            "not run a script that has none (a notebook's cells run their kernels, and may assert a TPU, as they "
+            "import)", file=path,
+            fix="put the pallas_call and its shard_map in `def build(mesh, **params)` returning the jitted function, "
+                "with make_inputs, COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS (see tests/pallas_import/right_permute.py), "
+                "or call ringc.check_pallas(fn, args, mesh) from Python")
+    module = load_module(path, log)
+    sizes = None
+    missing = [a for a in MODULE_API if not hasattr(module, a)]
+    if missing:
+        raise ScheduleError(
+            f"the module lacks {', '.join(missing)}: `ringc check` reads the interface `ringc emit` writes "
+            "(build(mesh, **params), make_inputs(mesh, key, **params), COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS)",
+            file=path, fix="add them, or call ringc.check_pallas(fn, args, mesh) from Python for other code")
+    axes = (module.AXIS,) if isinstance(module.AXIS, str) else tuple(module.AXIS)
+    placement = None
+    if topology is not None and shape is None:
+        from ..verify.check import resolve_topology
+        stub = KernelSpec(Path(path).stem, path, list(axes), {}, None)
+        placement = resolve_topology(stub, n if len(axes) == 1 and ":" not in topology else None, topology, along)
+        sizes = dict(placement.sizes)
+    elif shape is not None:
+        if len(shape) != len(axes):
+            raise ScheduleError(f"AXIS is {module.AXIS!r} ({len(axes)} axes), but the mesh shape {list(shape)} has "
+                                f"{len(shape)}", file=path, fix="give one size per axis")
+        sizes = dict(zip(axes, shape))
+    else:
+        if len(axes) > 1:
+            raise ScheduleError(f"AXIS is {axes}: several mesh axes need a mesh shape", file=path,
+                                fix=f"pass --topology torus:{'x'.join(['2'] * len(axes))} (one size per axis)")
+        if n is None:
+            raise ScheduleError("no device count given", file=path, fix="pass --devices N")
+        sizes = {axes[0]: n}
+    mesh = _mesh(sizes)
+    with aliases(log):
+        try:
+            fn = module.build(mesh, **params)
+            import jax
+            shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
+            leaves = jax.tree.leaves(shapes)
+            if len(specs) == len(leaves):  # the convention: inputs placed as IN_SPECS
+                shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
+                          for a, spec in zip(leaves, specs)]
+        except ScheduleError:
+            raise
+        except Exception as e:
+            raise ScheduleError(f"build/make_inputs failed: {type(e).__name__}: {e}", file=path,
+                                line=_user_line(e, path), fix="check --param values and N") from None
+        values = None
+        jaxpr = _trace(fn, shapes, path)
+        if _needs_values(jaxpr):
+            values = _sample_inputs(module, sizes, params, path)
+    report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
+                          placement or topology)
+    if values is not None:
+        report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict | None" = None, *,
+                 invocations: int = 1, topology: str | None = None) -> Report:
+    """Check any function whose body runs pallas_calls under `shard_map` over `mesh`.
+    `args` are arrays (their values feed scalar-prefetch operands) or ShapeDtypeStructs;
+    `collective` names the meaning to check (see the README table) or None."""
+    t0 = time.perf_counter()
+    import jax
+    log = AliasLog()
+    sizes = dict(mesh.shape)
+    with aliases(log):
+        jaxpr = _trace(fn, args, None)
+    file = _first_file(jaxpr) or "<check_pallas>"
+    values = None
+    if _needs_values(jaxpr):
+        if not all(isinstance(a, jax.Array) for a in jax.tree.leaves(args)):
+            raise ScheduleError("a kernel takes scalar-prefetch operands, but the arguments have no values",
+                                file=file, fix="pass concrete arrays")
+        values = [np.asarray(a) for a in jax.tree.leaves(args)]
+    coll = None
+    if collective is not None:
+        c = collective if isinstance(collective, dict) else {"kind": collective}
+        coll = Collective(c["kind"], int(c.get("shift", 1)))
+    report = _check_jaxpr(jaxpr, sizes, file, getattr(fn, "__name__", "kernel"), coll, values, invocations, log,
+                          topology)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _trace(fn: Callable, args: Any, path: str | None) -> Any:
+    import jax
+    try:
+        return jax.make_jaxpr(fn)(*args)
+    except ScheduleError:
+        raise
+    except Exception as e:
+        raise ScheduleError(f"tracing failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                            file=path, line=_user_line(e, path) if path else None,
+                            fix="the function must trace with jax.make_jaxpr on its inputs") from None
+
+
+def _walk_eqns(jaxpr: Any):
+    from jax._src import core
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "pallas_call":
+            continue
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else [p]):
+                if isinstance(sub, core.ClosedJaxpr):
+                    yield from _walk_eqns(sub.jaxpr)
+                elif isinstance(sub, core.Jaxpr):
+                    yield from _walk_eqns(sub)
+
+
+def _has_pallas(eqn: Any) -> bool:
+    from jax._src import core
+    for p in eqn.params.values():
+        for sub in (p if isinstance(p, (tuple, list)) else [p]):
+            j = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub if isinstance(sub, core.Jaxpr) else None
+            if j is not None and any(e.primitive.name == "pallas_call" for e in _walk_eqns(j)):
+                return True
+    return False
+
+
+def _needs_values(jaxpr: Any) -> bool:
+    return any(e.primitive.name == "pallas_call" and e.params["grid_mapping"].num_index_operands
+               for e in _walk_eqns(jaxpr.jaxpr))
+
+
+def _first_file(jaxpr: Any) -> str | None:
+    for e in _walk_eqns(jaxpr.jaxpr):
+        if e.primitive.name == "pallas_call":
+            return user_location(e).file
+    return None
+
+
+def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str) -> list:
+    import jax
+    n = math.prod(sizes.values())
+    if len(jax.devices()) < n:
+        raise ScheduleError(
+            f"a kernel takes scalar-prefetch operands, so ringc samples make_inputs' values on {n} devices, "
+            f"but JAX has {len(jax.devices())}", file=path,
+            fix=f"run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (the CLI sets it itself)")
+    mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), devices=jax.devices()[:n])
+    return [np.asarray(a) for a in jax.tree.leaves(module.make_inputs(mesh, 0, **params))]
+
+
+class _Outer:
+    """Walks the traced program outside the kernels, collecting pallas_calls in order."""
+
+    def __init__(self, file: str, values: list | None):
+        self.file = file
+        self.values = values
+        self.calls: list[Call] = []
+        self.builder: Builder | None = None
+        self.ins: list[Handle] = []
+        self.outs: list[Handle] = []
+        self.mesh_axes: dict[str, int] | None = None
+
+    def top(self, closed: Any) -> None:
+        handles = []
+        for k, v in enumerate(closed.jaxpr.invars):
+            handles.append(Handle(v.aval, origin="input", role=k,
+                                  values=None if self.values is None else [self.values[k]]))
+        self.ins = handles
+        self.outs = self.walk(closed.jaxpr, handles, None)
+
+    def walk(self, jaxpr: Any, handles: list, per_device: Any) -> list:
+        env: dict[Any, Any] = dict(zip(jaxpr.invars, handles))
+        for v, c in zip(jaxpr.constvars, getattr(jaxpr, "consts", []) or []):
+            env[v] = Handle(getattr(v, "aval", None), values=None)
+
+        def read(a: Any) -> Handle:
+            if type(a).__name__ == "Literal":
+                return Handle(a.aval, values=["literal", a.val])
+            return env[a]
+
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            ins = [read(a) for a in eqn.invars]
+            if name == "shard_map":
+                outs = self.shard_map(eqn, ins)
+            elif name == "pallas_call":
+                outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
+                if self.mesh_axes is None:
+                    raise ScheduleError("a pallas_call outside shard_map", file=user_location(eqn).file,
+                                        line=int(user_location(eqn)),
+                                        fix="ringc checks collectives: run the kernel under jax.shard_map")
+                self.calls.append(Call(eqn, ins, outs, f"call {len(self.calls) + 1}"))
+            elif name in _CALLS:
+                p = eqn.params
+                sub = p.get("jaxpr") or p.get("call_jaxpr")
+                outs = self.walk(getattr(sub, "jaxpr", sub), ins, per_device)
+            elif name == "optimization_barrier":
+                outs = ins
+            elif name in _PASSTHROUGH and len(ins) == 1:
+                outs = [self.passthrough(ins[0], eqn.outvars[0])]
+            elif name == "scan" and _has_pallas(eqn):
+                outs = self.scan(eqn, ins, per_device)
+            elif name == "while" and _has_pallas(eqn):
+                outs = self.while_loop(eqn, ins, per_device)
+            elif _has_pallas(eqn):
+                raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
+                                    line=int(user_location(eqn)) or None,
+                                    fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
+                                        "call them directly")
+            else:
+                outs = self.compute(eqn, ins)
+            for v, h in zip(eqn.outvars, outs):
+                env[v] = h
+        return [read(a) for a in jaxpr.outvars]
+
+    def scan(self, eqn: Any, ins: list, per_device: Any) -> list:
+        """A `scan` (or `fori_loop` with a static trip count) around pallas_calls: unrolled,
+        the carried arrays passed from one iteration to the next."""
+        p = eqn.params
+        nc, nk = p["num_consts"], p["num_carry"]
+        consts, carry, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+        body = p["jaxpr"]
+        ys = []
+        for i in range(p["length"]):
+            x_i = [Handle(getattr(v, "aval", None)) for v in body.jaxpr.invars[nc + nk:]]
+            out = self.walk(body.jaxpr, [*consts, *carry, *x_i], per_device)
+            carry, y = out[:nk], out[nk:]
+            ys.append(y)
+        return [*carry, *[Handle(v.aval) for v in eqn.outvars[nk:]]]
+
+    def while_loop(self, eqn: Any, ins: list, per_device: Any) -> list:
+        """A `while` (a `fori_loop`) around pallas_calls: unrolled while its condition is
+        known from constants (the loop counter)."""
+        p = eqn.params
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        for _ in range(10_000):
+            (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
+            known = c.values is not None and (c.values[0] == "literal" or
+                                              all(v is not None for v in c.values))
+            if not known:
+                raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
+                                    file=self.file, line=int(user_location(eqn)) or None,
+                                    fix="use a fori_loop with constant bounds")
+            flag = c.values[1] if c.values[0] == "literal" else c.values[0]
+            if not bool(np.asarray(flag)):
+                return val
+            val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
+        raise ScheduleError("a loop around pallas_calls ran 10000 times", file=self.file, fix="bound the loop")
+
+    def passthrough(self, h: Handle, out: Any) -> Handle:
+        if h.values is not None and self.mesh_axes is not None and h.values[0] != "literal":
+            return Handle(out.aval, values=[np.asarray(v).reshape(out.aval.shape) for v in h.values],
+                          origin=h.origin, role=h.role, link=h)
+        return h
+
+    def shard_map(self, eqn: Any, ins: list) -> list:
+        mesh = eqn.params["mesh"]
+        axes = dict(mesh.shape)
+        if self.mesh_axes is not None and self.mesh_axes != axes:
+            raise ScheduleError("two shard_maps over different meshes", file=self.file,
+                                fix="check one mesh at a time")
+        self.mesh_axes = axes
+        if self.builder is None:
+            self.builder = Builder(self.file, axes)
+        n = math.prod(axes.values())
+        local = []
+        for h, spec, v in zip(ins, eqn.params["in_specs"], eqn.params["jaxpr"].invars):
+            vals = None
+            if h.values is not None and h.values[0] != "literal":
+                vals = [_shard(np.asarray(h.values[0]), spec, axes, d) for d in range(n)]
+            local.append(Handle(v.aval, values=vals, origin=h.origin, role=h.role, link=h))
+        body = eqn.params["jaxpr"]
+        return self.walk(getattr(body, "jaxpr", body), local, True)
+
+    def compute(self, eqn: Any, ins: list) -> list:
+        """An op outside the kernels: concrete per device when its inputs are, else a new array."""
+        known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
+        if known:
+            n = math.prod(self.mesh_axes.values())
+            per: list[list] = [[] for _ in eqn.outvars]
+            for d in range(n):
+                it = Interpreter(self.builder, d, self.builder._coords(d), self.mesh_axes)
+                it.eqn = eqn
+                vals = [h.values[1] if h.values[0] == "literal" else h.values[d] for h in ins]
+                vals = [np.asarray(v) if not isinstance(v, (int, float, bool)) else v for v in vals]
+                rule = RULES.get(eqn.primitive.name, pure_rule)
+                try:
+                    out = rule(it, eqn, vals)
+                except KernelError:
+                    return [Handle(v.aval) for v in eqn.outvars]
+                for k, o in enumerate(out):
+                    per[k].append(o if is_concrete(o) else None)
+            return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
+                    for v, p in zip(eqn.outvars, per)]
+        return [Handle(v.aval) for v in eqn.outvars]
+
+
+def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:
+    """Device d's block of a global array under a PartitionSpec (row-major device order)."""
+    coords, rest = {}, d
+    for name in reversed(list(axes)):
+        coords[name] = rest % axes[name]
+        rest //= axes[name]
+    index = []
+    entries = tuple(spec) if spec is not None else ()
+    for dim in range(a.ndim):
+        e = entries[dim] if dim < len(entries) else None
+        names = () if e is None else (e,) if isinstance(e, str) else tuple(e)
+        parts, i = 1, 0
+        for nm in names:
+            parts *= axes[nm]
+            i = i * axes[nm] + coords[nm]
+        size = a.shape[dim] // parts
+        index.append(slice(i * size, (i + 1) * size))
+    return a[tuple(index)]
+
+
+def _slots(shape: tuple[int, ...], n: int) -> list:
+    prod = 1
+    for k, s in enumerate(shape):
+        prod *= s
+        if prod == n:
+            return list(shape[:k + 1])
+        if prod > n:
+            break
+    return []
+
+
+def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
+                 values: list | None, invocations: int, log: AliasLog, topology: Any) -> Report:
+    from ..verify.check import collector_paused, check_program, resolve_topology
+    outer = _Outer(file, values)
+    outer.top(jaxpr)
+    if not outer.calls:
+        raise ScheduleError("no pallas_call under shard_map in the traced program", file=file,
+                            fix="ringc checks Pallas TPU kernels run under jax.shard_map")
+    b = outer.builder
+    if dict(b.axis_sizes) != dict(sizes):
+        raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
+                            fix="build the function over the mesh you check")
+    t0 = time.perf_counter()
+    b.calls = outer.calls
+    with collector_paused():
+        for rep in range(invocations):
+            for k, call in enumerate(outer.calls):
+                b.run_call(call, k, rep)
+                b.invocation += 1
+    program = b.program(name)
+    evaluated = time.perf_counter()
+    buffers = {nm: _Buf("value" if buf.kind == "value" else buf.kind, buf.memory, buf.line,
+                        dtype=np.dtype(buf.dtype).name if buf.space != "semaphore" else "int32")
+               for nm, buf in b.buffers.items()}
+    roles: dict[str, str] = {}
+    for h in outer.ins:
+        h = h.root()
+        if h.buffer is not None:
+            buffers[h.buffer.name].kind = "input"
+    if collective is not None:
+        n = program.n
+        role_handles = {"input": outer.ins[0] if outer.ins else None,
+                        "rhs": outer.ins[1] if len(outer.ins) > 1 else None,
+                        "output": outer.outs[0] if outer.outs else None}
+        for role, h in role_handles.items():
+            h = h.root() if h is not None else None
+            if h is None or h.buffer is None:
+                if role == "rhs" and collective.kind not in ("all_gather_matmul", "matmul_psum_scatter"):
+                    continue
+                raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
+                                    "(ringc states the meaning on the kernels' arrays)", file=file,
+                                    fix="pass the input to a pallas_call and return a pallas_call's output")
+            roles[role] = h.buffer.name
+            buffers[h.buffer.name].slots = _slots(b.buffers[h.buffer.name].shape, n)
+    axes = list(sizes)
+    spec = KernelSpec(name, file, axes, buffers, collective, roles, megacore=b.megacore)
+    if topology is not None and not isinstance(topology, str):
+        placement = topology
+    else:
+        topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
+        placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
+    with collector_paused():
+        report = check_program(spec, program, placement)
+    report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
+    report.assumptions += [f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                           f"{len(outer.calls)} pallas_call(s)"
+                           + (f" x {invocations} invocations" if invocations > 1 else ""),
+                           "DMA ordering: " + DMA_MODEL]
+    if b.megacore:
+        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
+                                  "the second half of its indices on core 1")
+    if collective is None:
+        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
+    report.assumptions += [f"checked with alias {a}" for a in log.used]
+    return report
+
+
+__all__ = ["check_module", "check_pallas", "KernelSpec", "Collective", "Data"]

@@ -1,0 +1,968 @@
+"""Evaluate a Pallas TPU kernel's jaxpr on one device at one grid point, recording events.
+
+One rule table, `RULES`, keyed by the jax primitive's name, like Pallas' own Mosaic
+lowering and TPU interpret mode. Each rule reads the equation's inputs (concrete scalars,
+`Ref`s, `SemRef`s, `Data`) and returns its outputs, emitting the verifier's events
+(`ringc/verify/events.py`) as it goes:
+
+- `dma_start` -> DmaStart (regions as boxes, the target device, both semaphores);
+  `dma_wait` -> SemWait for the bytes of the waited side (a descriptor's `wait()` is
+  `wait_send()` then `wait_recv()`, two equations);
+- `semaphore_signal` / `semaphore_wait` -> Signal / SemWait, on the barrier semaphore too;
+- `get` / `swap` / `addupdate` on VMEM or HBM -> Compute: a load copies the region into a
+  *value register* (a buffer private to the device, one per load site), so the read happens
+  when the kernel reads, and a store writes what the value is made of (a copy, a sum, a
+  product, zero, or opaque data);
+- control flow (`cond`, `scan`, `while`, `jit`, `run_scoped`, ...) runs with concrete
+  predicates and trip counts: loops are unrolled, the branch taken is the one evaluated.
+
+A primitive that has effects, touches a ref, or holds a sub-jaxpr and is not in the table
+is an error naming it and the user's line: skipping a DMA would make a racy kernel look
+clean. Effect-free primitives on values are pure: computed with numpy (or JAX itself) when
+their inputs are concrete, opaque `Data` when they are tensor data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sysconfig
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from ..ir.errors import ScheduleError
+from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
+from .values import Buffer, Data, Loc, Ref, SemRef, Unknown, is_concrete
+
+Rule = Callable[["Interpreter", Any, list], list]
+RULES: dict[str, Rule] = {}
+RULE_DOCS: dict[str, str] = {}
+
+
+def rule(*names: str, doc: str = ""):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+            RULE_DOCS[name] = doc or (fn.__doc__ or "").strip().splitlines()[0]
+        return fn
+    return register
+
+
+_STDLIB = sysconfig.get_path("stdlib")
+_HERE = os.path.dirname(os.path.dirname(__file__)) + os.sep
+
+
+def _jax_src() -> str:
+    import jax
+    return os.path.join(os.path.dirname(jax.__file__), "_src") + os.sep
+
+
+PREFERRED: list[str] = []  # the checked module's path: its frames win over helper modules'
+
+
+def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-process cache
+    """Where an equation comes from: the innermost frame of its traceback in the checked
+    module (so a helper's DMA points at the kernel line that calls the helper), else the
+    innermost frame outside JAX's internals, the standard library and ringc (for JAX's own
+    ops, the op's file)."""
+    preferred = PREFERRED[-1] if PREFERRED else None
+    key = (id(eqn.source_info), preferred)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is eqn.source_info:
+        return hit[1]
+    from jax._src import source_info_util as siu
+    tb = eqn.source_info.traceback
+    loc = None
+    if tb is not None:
+        jax_src = _jax_src()
+        codes, lastis = tb.raw_frames()
+        for code, lasti in zip(codes, lastis):
+            name = code.co_filename
+            if (name.startswith(jax_src) or name.startswith(_HERE)
+                    or name.startswith(_STDLIB) and "site-packages" not in name):
+                continue
+            f = siu.raw_frame_to_frame(code, lasti)
+            here = _loc(f.start_line, name)
+            if loc is None:
+                loc = here
+            if preferred is not None and os.path.abspath(name) == preferred:
+                loc = here
+                break
+    loc = loc or Loc(0, "<unknown>")
+    cache[key] = (eqn.source_info, loc)
+    return loc
+
+
+def _loc(line: int, name: str) -> Loc:
+    rel = os.path.relpath(name)
+    return Loc(line, name if rel.startswith("..") else rel)
+
+
+class KernelError(ScheduleError):
+    """Bad or unsupported input found while evaluating a kernel."""
+
+
+class Interpreter:
+    """Evaluates kernel jaxprs for one device; `sink` receives the events."""
+
+    def __init__(self, sink: "Sink", device: int, coords: dict[str, int], axis_sizes: dict[str, int]):
+        self.sink = sink
+        self.device = device
+        self.coords = coords
+        self.axis_sizes = axis_sizes
+        self.point: tuple[int, ...] = ()
+        self.grid: tuple[int, ...] = ()
+        self.barrier: SemRef | None = None
+        self.eqn: Any = None
+        self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
+
+    # -- errors and locations --------------------------------------------------
+    def where(self, eqn: Any = None) -> Loc:
+        """The user's line of the equation; for equations traced with no user frame (the
+        insides of `emit_pipeline`), the line of the innermost enclosing one that has it."""
+        loc = user_location(eqn if eqn is not None else self.eqn)
+        if not int(loc):
+            for outer in reversed(self.enclosing):
+                loc = user_location(outer)
+                if int(loc):
+                    break
+        return loc
+
+    def fail(self, message: str, fix: str, eqn: Any = None) -> KernelError:
+        loc = self.where(eqn)
+        return KernelError(f"{message} (device {self.device}, grid point {self.point})", file=loc.file,
+                           line=int(loc) or None, fix=fix)
+
+    def scalar(self, v: Any, what: str) -> int:
+        """A concrete integer, or an error saying why it must be one."""
+        if type(v) is int:
+            return v
+        if isinstance(v, (Data, Unknown)):
+            why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
+            raise self.fail(f"{what} is not known before the kernel runs: {why}",
+                            "ringc follows control flow, indices and targets computed from grid indices, "
+                            "device ids, loop counters, SMEM and scalar-prefetch values only")
+        a = np.asarray(v)
+        if a.size != 1:
+            raise self.fail(f"{what} is an array of shape {a.shape}, not a scalar", "index with scalars")
+        return int(a.reshape(()))
+
+    # -- evaluation ------------------------------------------------------------
+    def run(self, jaxpr: Any, consts: list, args: list) -> list:
+        outer_used, outer_eqn = getattr(self, "used", frozenset()), self.eqn
+        self.used = _used_vars(jaxpr)
+        if outer_eqn is not None:
+            self.enclosing.append(outer_eqn)
+        try:
+            return self._run(jaxpr, consts, args)
+        finally:
+            self.used = outer_used
+            if outer_eqn is not None:
+                self.enclosing.pop()
+            self.eqn = outer_eqn
+
+    def _run(self, jaxpr: Any, consts: list, args: list) -> list:
+        env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        steps, outs_plan = self._plan(jaxpr)
+        for eqn, fn, ins, outvars in steps:
+            self.eqn = eqn
+            outs = fn(self, eqn, [lit if a is _LIT else env[a] for a, lit in ins])
+            self.eqn = eqn
+            for v, x in zip(outvars, outs):
+                env[v] = x
+        return [lit if a is _LIT else env[a] for a, lit in outs_plan]
+
+    def _plan(self, jaxpr: Any) -> tuple[list, list]:
+        """Per jaxpr, once: each equation with its rule, its inputs as (var, None) or
+        (None, literal value), and its outputs."""
+        hit = _PLANS.get(id(jaxpr))
+        if hit is not None and hit[0] is jaxpr:
+            return hit[1]
+
+        def atom(a: Any) -> tuple:
+            return (_LIT, _py(a.val)) if type(a).__name__ == "Literal" else (a, None)
+
+        steps = []
+        for eqn in jaxpr.eqns:
+            self.eqn = eqn
+            fn = RULES.get(eqn.primitive.name) or self.generic(eqn)
+            steps.append((eqn, fn, [atom(a) for a in eqn.invars], eqn.outvars))
+        plan = (steps, [atom(a) for a in jaxpr.outvars])
+        _PLANS[id(jaxpr)] = (jaxpr, plan)
+        return plan
+
+    def run_closed(self, closed: Any, args: list) -> list:
+        return self.run(closed.jaxpr, [_py(c) for c in closed.consts], args)
+
+    def generic(self, eqn: Any) -> Rule:
+        """Pure primitives: no effects, no refs, no sub-jaxprs."""
+        from jax._src import core
+        touches_refs = any(isinstance(getattr(v, "aval", None), _ref_types()) for v in (*eqn.invars, *eqn.outvars))
+        has_sub = any(isinstance(p, (core.Jaxpr, core.ClosedJaxpr)) or
+                      (isinstance(p, (tuple, list)) and any(isinstance(q, (core.Jaxpr, core.ClosedJaxpr)) for q in p))
+                      for p in eqn.params.values())
+        if eqn.effects or touches_refs or has_sub:
+            raise self.fail(f"ringc does not know the primitive `{eqn.primitive.name}`",
+                            "see docs/pallas-import.md for the supported primitives; a primitive with effects "
+                            "cannot be skipped (a skipped DMA would make a racy kernel look clean)", eqn)
+        return pure_rule
+
+    # -- events ----------------------------------------------------------------
+    def emit(self, action: Any, target: int | None = None) -> None:
+        self.sink.emit(self.device, self.point, self.where(), action, target)
+
+
+_USED: dict[int, tuple[Any, frozenset]] = {}
+_LIT = object()  # marks a literal input in a plan
+_PLANS: dict[int, tuple[Any, tuple]] = {}  # per jaxpr: its equations' rules and inputs (`Interpreter._plan`)
+
+
+def _used_vars(jaxpr: Any) -> frozenset:
+    """The variables a jaxpr reads (a swap's old value is loaded only when used)."""
+    hit = _USED.get(id(jaxpr))
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    used = set()
+    for eqn in jaxpr.eqns:
+        used.update(v for v in eqn.invars if type(v).__name__ != "Literal")
+    used.update(v for v in jaxpr.outvars if type(v).__name__ != "Literal")
+    out = frozenset(used)
+    _USED[id(jaxpr)] = (jaxpr, out)
+    return out
+
+
+def _ref_types() -> tuple:
+    from jax._src.state.types import AbstractRef
+    return (AbstractRef,)
+
+
+def _py(v: Any) -> Any:
+    """Concrete values as Python scalars (0-d) or numpy arrays."""
+    if isinstance(v, (int, float, bool)):
+        return v
+    if isinstance(v, (np.ndarray, np.generic)):
+        a = np.asarray(v)
+        return a.item() if a.ndim == 0 else a
+    try:
+        a = np.asarray(v)
+    except Exception:
+        return v
+    if a.dtype == object:
+        return v
+    return a.item() if a.ndim == 0 else a
+
+
+# -- pure values ------------------------------------------------------------------
+_NUMPY: dict[str, Callable[..., Any]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative,
+    "max": np.maximum, "min": np.minimum, "abs": np.abs, "sign": np.sign,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "not": np.invert, "shift_left": np.left_shift, "shift_right_arithmetic": np.right_shift,
+}
+
+
+_OUT_KIND: dict[int, tuple[Any, Any]] = {}
+
+
+def _out_kind(eqn: Any) -> Any:
+    """bool, 2**(bits-1) for an integer output, or None (floats: numpy computes them)."""
+    hit = _OUT_KIND.get(id(eqn))
+    if hit is not None and hit[0] is eqn:
+        return hit[1]
+    dt = np.dtype(eqn.outvars[0].aval.dtype)
+    kind = bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
+    _OUT_KIND[id(eqn)] = (eqn, kind)
+    return kind
+
+
+def _c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q
+
+
+def _c_rem(a: int, b: int) -> int:
+    return a - b * _c_div(a, b)
+
+
+def _select(p: Any, *cases: Any) -> Any:
+    return cases[int(p)]
+
+
+# Scalar arithmetic on Python ints with XLA's semantics (C division and remainder); the
+# result is checked against the output dtype's range, else numpy computes it.
+_INT_OPS: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: _c_div(a, b) if b else None, "rem": lambda a, b: _c_rem(a, b) if b else None,
+    "max": max, "min": min, "neg": lambda a: -a, "abs": abs,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "and": lambda a, b: a and b if type(a) is bool else a & b,
+    "or": lambda a, b: a or b if type(a) is bool else a | b,
+    "not": lambda a: (not a) if type(a) is bool else ~a,
+    "select_n": _select, "convert_element_type": lambda a: a,
+    "sign": lambda a: (a > 0) - (a < 0),
+}
+
+
+def _int_div(a: Any, b: Any) -> Any:
+    q = np.abs(a) // np.abs(b)
+    return np.where(np.sign(a) * np.sign(b) < 0, -q, q)
+
+
+def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
+    """Effect-free: numpy/JAX on concrete inputs, opaque data otherwise."""
+    name = eqn.primitive.name
+    outs = eqn.outvars
+    fast = _INT_OPS.get(name)
+    if fast is not None and all(type(v) is int or type(v) is bool for v in invals):
+        r = fast(*invals)
+        kind = _out_kind(eqn)
+        if r is None:
+            pass  # division by zero: numpy below says what XLA would
+        elif kind is bool:
+            return [bool(r)]
+        elif kind is not None and -kind <= r < kind:
+            return [int(r)]
+    if all(is_concrete(v) for v in invals):
+        dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
+        args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
+                for v, d in zip(invals, dt)]
+        try:
+            if name in _NUMPY:
+                r = _NUMPY[name](*args)
+            elif name == "div":
+                r = _int_div(*args) if np.issubdtype(args[0].dtype, np.integer) else np.divide(*args)
+            elif name == "rem":
+                r = np.fmod(*args)
+            elif name == "select_n":
+                r = np.choose(np.asarray(args[0]).astype(np.int32), args[1:])
+            elif name == "convert_element_type":
+                r = np.asarray(args[0]).astype(eqn.params["new_dtype"])
+            elif name == "integer_pow":
+                r = np.power(args[0], eqn.params["y"])
+            else:
+                import jax
+                with jax.ensure_compile_time_eval():
+                    r = eqn.primitive.bind(*args, **eqn.params)
+            r = r if eqn.primitive.multiple_results else [r]
+            return [_py(np.asarray(x).astype(o.aval.dtype)) for x, o in zip(r, outs)]
+        except KernelError:
+            raise
+        except Exception as e:  # pragma: no cover - a primitive JAX itself cannot evaluate here
+            raise it.fail(f"cannot evaluate `{name}` on concrete values: {type(e).__name__}: {e}",
+                          "report it: ringc evaluates scalar arithmetic with numpy and JAX") from None
+    if any(isinstance(v, Unknown) for v in invals):
+        u = next(v for v in invals if isinstance(v, Unknown))
+        return [u for _ in outs]
+    data = [v for v in invals if isinstance(v, Data)]
+    shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
+    if name == "add" and len(data) == 2 and data[0].shape == data[1].shape == shapes[0]:
+        return [Data(shapes[0], ("add", data[0], data[1]))]
+    if name == "convert_element_type" and data and data[0].shape == shapes[0]:
+        return [Data(shapes[0], ("cast", data[0]))]
+    if name == "dot_general" and len(data) == 2:
+        (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+        if len(data[0].shape) == len(data[1].shape) == 2 and tuple(lc) == (1,) and tuple(rc) == (0,) and not lb:
+            return [Data(shapes[0], ("dot", data[0], data[1]))]
+    if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
+           for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
+        return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
+    return [Data(s, ("opaque", name)) for s in shapes]
+
+
+# -- grid and devices ---------------------------------------------------------------
+@rule("program_id", doc="the grid index of the point being evaluated")
+def _program_id(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [it.point[eqn.params["axis"]]]
+
+
+@rule("num_programs", doc="the grid size")
+def _num_programs(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [it.grid[eqn.params["axis"]]]
+
+
+@rule("axis_index", doc="this device's coordinate along a mesh axis (or a tuple of axes, row-major)")
+def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
+    names = eqn.params["axis_name"]
+    names = names if isinstance(names, tuple) else (names,)
+    idx = 0
+    for a in names:
+        if a not in it.coords:
+            raise it.fail(f"axis_index of `{a}`, which is not a mesh axis ({', '.join(it.coords)})",
+                          "use the mesh's axis names")
+        idx = idx * it.axis_sizes[a] + it.coords[a]
+    return [idx]
+
+
+@rule("psum", doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
+def _psum(it: Interpreter, eqn: Any, invals: list) -> list:
+    names = eqn.params["axes"]
+    size = math.prod(it.axis_sizes[a] for a in names if isinstance(a, str))
+    if not all(is_concrete(v) for v in invals):
+        raise it.fail("a collective (`psum`) on tensor data inside a kernel", "collectives run outside pallas_call")
+    return [_py(np.asarray(v) * size) for v in invals]
+
+
+def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
+    """A DMA's or signal's target as a logical device index (row-major over the mesh)."""
+    kind = getattr(id_type, "name", str(id_type))
+    axes = list(it.axis_sizes)
+    if kind == "MESH":
+        if isinstance(dev, dict):
+            coords = dict(it.coords)
+            for k, v in dev.items():
+                ks = k if isinstance(k, tuple) else (k,)
+                val = it.scalar(v, "the target device id")
+                for a in reversed(ks):  # a tuple of axes: row-major over them
+                    coords[a] = val % it.axis_sizes[a]
+                    val //= it.axis_sizes[a]
+        else:
+            parts = dev if isinstance(dev, (tuple, list)) else (dev,)
+            if len(parts) != len(axes):
+                raise it.fail(f"a MESH device id with {len(parts)} coordinates on a mesh of {len(axes)} axes "
+                              f"({', '.join(axes)})", "give one coordinate per mesh axis, or use "
+                              "DeviceIdType.LOGICAL")
+            coords = {a: it.scalar(p, "the target device id") for a, p in zip(axes, parts)}
+        out = 0
+        for a in axes:
+            c = coords[a]
+            if not 0 <= c < it.axis_sizes[a]:
+                return -1 - abs(c)  # a device that does not exist: a `bad_target` finding
+            out = out * it.axis_sizes[a] + c
+        return out
+    if isinstance(dev, (tuple, list)):
+        if len(dev) != 1:
+            raise it.fail("a LOGICAL device id must be one integer", "pass one integer")
+        dev = dev[0]
+    d = it.scalar(dev, "the target device id")
+    n = math.prod(it.axis_sizes.values())
+    return d if 0 <= d < n else (-1 - abs(d) if d < 0 else d)
+
+
+# -- refs -----------------------------------------------------------------------------
+def apply_transforms(it: Interpreter, ref: Any, transforms: Any) -> Any:
+    """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`)."""
+    for t in transforms or ():
+        if not isinstance(t, _Indexer):
+            what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
+            raise it.fail(f"the ref transform `{what}` is not supported",
+                          "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`)")
+        if getattr(t, "int_indexer_shape", ()):
+            raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
+        ref = index(it, ref, t.indices)
+    return ref
+
+
+def index(it: Interpreter, ref: Any, indices: tuple) -> Any:
+    if isinstance(ref, SemRef):
+        fixed = list(ref.index)
+        for k, ix in enumerate(indices):
+            if isinstance(ix, _Slice):
+                start, size = it.scalar(ix.start, "a semaphore index"), it.scalar(ix.size, "a semaphore index")
+                if start != 0 or size != ref.rest[k]:
+                    raise it.fail("a slice of a semaphore array", "index semaphores with integers")
+                if any(not isinstance(j, _Slice) for j in indices[k:]):
+                    raise it.fail("a semaphore index after a full slice", "index semaphores with integers")
+                break
+            i = it.scalar(ix, "a semaphore index")
+            dim = ref.shape[len(fixed)]
+            if not 0 <= i < dim:
+                raise it.fail(f"semaphore `{ref.name}` index {i} is out of range [0, {dim})",
+                              "index within the semaphore array")
+            fixed.append(i)
+        return SemRef(ref.name, ref.kind, ref.shape, tuple(fixed))
+    if not isinstance(ref, Ref):
+        raise it.fail(f"indexing something that is not a ref ({type(ref).__name__})", "index refs")
+    box = list(ref.box)
+    kept = []
+    if len(indices) > len(ref.kept):
+        raise it.fail(f"{len(indices)} indices for a ref of rank {len(ref.kept)}", "index each dimension once")
+    for k, dim in enumerate(ref.kept):
+        lo, hi = ref.box[dim]
+        ix = indices[k] if k < len(indices) else None
+        if ix is None:
+            kept.append(dim)
+            continue
+        if isinstance(ix, _Slice):
+            start = it.scalar(ix.start, "a slice start")
+            size = it.scalar(ix.size, "a slice size")
+            stride = it.scalar(ix.stride, "a slice stride")
+            if stride != 1:
+                raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
+                              "ringc models contiguous boxes; use stride 1")
+            if start < 0 or start + size > hi - lo:
+                raise it.fail(f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
+                              f"range [0, {hi - lo})", "keep slices inside the ref")
+            box[dim] = (lo + start, lo + start + size)
+            kept.append(dim)
+        else:
+            i = it.scalar(ix, "an index")
+            if not 0 <= i < hi - lo:
+                raise it.fail(f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
+                              "keep indices inside the ref")
+            box[dim] = (lo + i, lo + i + 1)
+    return Ref(ref.buffer, ref.device, tuple(box), tuple(kept))
+
+
+class _Hole:
+    """A placeholder leaf: the position of an equation input in a params pytree."""
+    __slots__ = ("k",)
+    shape: tuple = ()
+    ndim = 0
+    dtype = np.dtype("int32")
+
+    def __init__(self, k: int):
+        self.k = k
+
+
+class _TRef(NamedTuple):
+    ref: Any
+    transforms: tuple
+
+
+class _Indexer(NamedTuple):
+    indices: tuple
+    int_indexer_shape: tuple
+
+
+class _Slice(NamedTuple):
+    start: Any
+    size: Any
+    stride: Any
+
+
+_TEMPLATES: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _template(eqn: Any, key: str, n: int) -> Any:
+    """The params pytree `key` of `eqn`, built once with `_Hole`s for the inputs and turned
+    into plain tuples (`_TRef`, `_Indexer`, `_Slice`): filling it per evaluation is much
+    cheaper than JAX's own unflatten, which validates every indexer again."""
+    k = (id(eqn), key)
+    hit = _TEMPLATES.get(k)
+    if hit is not None and hit[0] is eqn:
+        return hit[1]
+    import jax
+    tree = jax.tree.unflatten(eqn.params[key], [_Hole(i) for i in range(n)])
+
+    def plain(x: Any) -> Any:
+        name = type(x).__name__
+        if name == "TransformedRef":
+            return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
+        if name == "NDIndexer":
+            return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
+        if name == "Slice":
+            return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
+        if isinstance(x, tuple):
+            return tuple(plain(i) for i in x)
+        if isinstance(x, list):
+            return [plain(i) for i in x]
+        if isinstance(x, dict):
+            return {a: plain(b) for a, b in x.items()}
+        if isinstance(x, (_Hole, int, float, bool, str)) or x is None:
+            return x
+        return ("?", type(x).__name__)  # a transform ringc does not model
+
+    fill = _compile(plain(tree))
+    _TEMPLATES[k] = (eqn, fill)
+    return fill
+
+
+def _compile(t: Any) -> Callable[[list], Any]:
+    """A function that fills the template's holes from the inputs; parts without holes are
+    shared constants."""
+    if isinstance(t, _Hole):
+        k = t.k
+        return lambda vals: vals[k]
+    if isinstance(t, (tuple, list)):
+        parts = [_compile(i) for i in t]
+        if all(getattr(p, "constant", False) for p in parts):
+            return _constant(t)
+        make = tuple if type(t) is tuple else list if type(t) is list else (lambda xs, c=type(t): c(*xs))
+        return lambda vals: make([p(vals) for p in parts])
+    if isinstance(t, dict):
+        items = [(a, _compile(b)) for a, b in t.items()]
+        return lambda vals: {a: p(vals) for a, p in items}
+    return _constant(t)
+
+
+def _constant(t: Any) -> Callable[[list], Any]:
+    def get(vals: list) -> Any:
+        return t
+    get.constant = True
+    return get
+
+
+def _unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
+    return _template(eqn, key, len(invals))(invals)
+
+
+def _split(it: Interpreter, x: Any) -> tuple[Any, Any]:
+    if x is None:
+        return None, ()
+    if isinstance(x, _TRef):
+        return apply_transforms(it, x.ref, x.transforms), None
+    return x, None
+
+
+def sem_id(it: Interpreter, s: Any, device: int, what: str) -> tuple:
+    if not isinstance(s, SemRef):
+        raise it.fail(f"{what} is not a semaphore", "pass a semaphore ref")
+    if s.rest:
+        raise it.fail(f"{what}: semaphore `{s.name}` of shape {list(s.shape)} is used without an index for its last "
+                      f"{len(s.rest)} dims", "index it down to one semaphore, e.g. sems.at[i]")
+    return (device, s.name, s.index)
+
+
+# -- DMAs and semaphores -----------------------------------------------------------------
+@rule("dma_start", doc="an async copy, local or remote: DmaStart")
+def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
+    src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
+    src, dst = _split(it, src)[0], _split(it, dst)[0]
+    dst_sem, src_sem = _split(it, dst_sem)[0], _split(it, src_sem)[0]
+    if eqn.params.get("add"):
+        raise it.fail("an accumulating DMA (`add=True`)", "ringc models plain copies")
+    for r, what in ((src, "source"), (dst, "destination")):
+        if not isinstance(r, Ref):
+            raise it.fail(f"the DMA {what} is not a ref", "copy between refs")
+    if src.shape != dst.shape:
+        raise it.fail(f"DMA from `{src.region().text()}` {list(src.shape)} to `{dst.region().text()}` "
+                      f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
+    name = f"{src.buffer.name}->{dst.buffer.name}"
+    if dev is None:
+        it.emit(DmaStart(name, src.region(), dst.region(), None, sem_id(it, dst_sem, it.device, "the DMA semaphore")))
+        return []
+    target = device_of(it, dev, eqn.params["device_id_type"])
+    it.emit(DmaStart(name, src.region(), dst.region(target), sem_id(it, src_sem, it.device, "the send semaphore"),
+                     sem_id(it, dst_sem, target, "the receive semaphore")), target)
+    return []
+
+
+@rule("dma_wait", doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
+def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
+    src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
+    src, dst = _split(it, src)[0], _split(it, dst)[0]
+    sem = _split(it, dst_sem)[0]
+    remote = src_sem is not None
+    why = "wait_send" if eqn.params.get("insert_dummy_device") else "wait_recv" if remote else "wait"
+    # wait_send swaps source and destination: the waited ref is then the copy's source.
+    waited = dst if isinstance(dst, Ref) else src
+    copy = f"{dst.buffer.name}->{src.buffer.name}" if why == "wait_send" else f"{src.buffer.name}->{dst.buffer.name}"
+    nbytes = math.prod(waited.shape) * waited.buffer.itemsize
+    it.emit(SemWait(sem_id(it, sem, it.device, "the waited semaphore"), nbytes, why, copy))
+    return []
+
+
+@rule("semaphore_signal", doc="`pl.semaphore_signal`, local or on another device: Signal")
+def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
+    sem, transforms, inc, dev, core = _unflatten(it, eqn, invals, "args_tree")
+    sem = apply_transforms(it, sem, transforms)
+    amount = it.scalar(inc, "the signal increment")
+    if core is not None:
+        raise it.fail("a signal to another TensorCore (`core_index`)", "ringc models one core per device")
+    target = it.device if dev is None else device_of(it, dev, eqn.params["device_id_type"])
+    why = "barrier" if isinstance(sem, SemRef) and sem.kind == "barrier" else "signal"
+    it.emit(Signal(sem_id(it, sem, target, "the signalled semaphore"), amount, why),
+            target if dev is not None else None)
+    return []
+
+
+@rule("semaphore_wait", doc="`pl.semaphore_wait` (decrementing): SemWait")
+def _sem_wait(it: Interpreter, eqn: Any, invals: list) -> list:
+    sem, transforms, value, decrement = _unflatten(it, eqn, invals, "args_tree")
+    sem = apply_transforms(it, sem, transforms)
+    if not decrement:
+        raise it.fail("a non-decrementing semaphore wait", "ringc models `semaphore_wait(sem, value)`, which decrements")
+    amount = it.scalar(value, "the wait value")
+    why = "barrier" if isinstance(sem, SemRef) and sem.kind == "barrier" else "sem_wait"
+    it.emit(SemWait(sem_id(it, sem, it.device, "the waited semaphore"), amount, why))
+    return []
+
+
+@rule("semaphore_read", doc="a semaphore's value: unknown before the run (an error if it steers control flow)")
+def _sem_read(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [Unknown(f"it is read from a semaphore (line {int(it.where())}), whose value depends on timing")]
+
+
+@rule("get_barrier_semaphore", doc="the barrier semaphore of the kernel's `collective_id`")
+def _barrier(it: Interpreter, eqn: Any, invals: list) -> list:
+    if it.barrier is None:
+        raise it.fail("get_barrier_semaphore in a kernel without `collective_id`",
+                      "set pltpu.CompilerParams(collective_id=...)")
+    return [it.barrier]
+
+
+# -- memory ------------------------------------------------------------------------------
+def _read(it: Interpreter, ref: Ref) -> Any:
+    """A load: concrete from SMEM/prefetch stores; otherwise copied into the load site's value
+    register (so the read happens now) and returned as data made of that register."""
+    buf = ref.buffer
+    if ref.device in buf.store:
+        arr = buf.store[ref.device]
+        sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
+        return _py(arr[sl])
+    _vector_memory(it, ref, "load")
+    reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
+    dst = Ref.whole(reg, it.device)
+    it.emit(Compute("load", dst.region(), ref.region()))
+    return Data(ref.shape, ("load", dst.region()))
+
+
+def _write(it: Interpreter, ref: Ref, value: Any) -> None:
+    buf = ref.buffer
+    if ref.device in buf.store:
+        if not is_concrete(value):
+            buf.store.pop(ref.device)  # no longer known: later reads are data
+        else:
+            sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
+            buf.store[ref.device] = buf.store[ref.device].copy()
+            buf.store[ref.device][sl] = value
+            return
+    _vector_memory(it, ref, "store")
+    dst = ref.region()
+    if is_concrete(value):
+        kind = "zero" if not np.any(np.asarray(value)) else "opaque"
+        it.emit(Compute(kind, dst))
+        return
+    if isinstance(value, Unknown):
+        it.emit(Compute("opaque", dst))
+        return
+    for action in store_actions(dst, value):
+        it.emit(action)
+
+
+def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
+    """Loads and stores reach VMEM or SMEM only (as in Mosaic and TPU interpret mode)."""
+    if ref.buffer.space == "hbm":
+        raise it.fail(f"a {what} of `{ref.buffer.name}`, which lives in HBM (memory space ANY/HBM)",
+                      "copy it to VMEM with a DMA (pltpu.sync_copy / make_async_copy) first")
+
+
+def store_actions(dst: Any, v: Data) -> list:
+    """The Compute events that make `dst` hold `v`: a copy, a cast, a sum, a product, zero,
+    or opaque data when the model does not follow the value."""
+    shape = dst.shape
+
+    def load(x: Data):
+        return x.how[1] if x.how[0] == "load" and x.shape == shape else None
+
+    def plain(x: Data) -> Data:
+        while x.how[0] == "cast":
+            x = x.how[1]
+        return x
+
+    how = v.how[0]
+    if v.shape != shape:
+        return [Compute("opaque", dst)]
+    if how == "load":
+        return [Compute("assign", dst, load(v))]
+    if how == "zero":
+        return [Compute("zero", dst)]
+    if how == "cast" and load(plain(v)) is not None:
+        return [Compute("cast", dst, load(plain(v)))]
+    if how == "cast":
+        return store_actions(dst, plain(v))
+    if how == "dot":
+        a, b = plain(v.how[1]), plain(v.how[2])
+        if a.how[0] == "load" and b.how[0] == "load":
+            return [Compute("matmul", dst, a.how[1], b.how[1], False)]
+    if how == "add":
+        a, b = plain(v.how[1]), plain(v.how[2])
+        for x, y in ((a, b), (b, a)):
+            if y.how[0] == "dot" and plain(y.how[1]).how[0] == "load" and plain(y.how[2]).how[0] == "load":
+                return store_actions(dst, x) + [Compute("matmul", dst, plain(y.how[1]).how[1],
+                                                        plain(y.how[2]).how[1], True)]
+        if load(a) is not None and load(b) is not None:
+            return [Compute("accumulate", dst, load(b), base=load(a))]
+        for x, y in ((a, b), (b, a)):
+            if load(y) is not None:
+                return store_actions(dst, x) + [Compute("accumulate", dst, load(y))]
+    return [Compute("opaque", dst)]
+
+
+def _indexed(it: Interpreter, eqn: Any, ref: Any, flat: list, key: str = "tree") -> Any:
+    transforms = _unflatten(it, eqn, flat, key) if key in eqn.params else ()
+    return apply_transforms(it, ref, transforms)
+
+
+@rule("get", doc="`x = ref[idx]`: a load (a Compute into the load site's value register)")
+def _get(it: Interpreter, eqn: Any, invals: list) -> list:
+    ref = _indexed(it, eqn, invals[0], invals[1:])
+    if isinstance(ref, SemRef):
+        return [Unknown("it is a semaphore's value")]
+    return [_read(it, ref)]
+
+
+@rule("swap", doc="`ref[idx] = x`: a store (Compute: copy, cast, sum, product, zero, or opaque)")
+def _swap(it: Interpreter, eqn: Any, invals: list) -> list:
+    ref = _indexed(it, eqn, invals[0], invals[2:])
+    old = _read(it, ref) if eqn.outvars[0] in it.used else None
+    _write(it, ref, invals[1])
+    return [old]
+
+
+@rule("addupdate", doc="`ref[idx] += x`: an accumulate")
+def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
+    ref = _indexed(it, eqn, invals[0], invals[2:])
+    value = invals[1]
+    if ref.device in ref.buffer.store and is_concrete(value):
+        _write(it, ref, np.asarray(_read(it, ref)) + value)
+        return []
+    old = _read(it, ref)
+    _write(it, ref, Data(ref.shape, ("add", old, value)) if isinstance(value, Data) else
+           Data(ref.shape, ("opaque", "addupdate")))
+    return []
+
+
+@rule("masked_load", doc="`pl.load` without a mask: a load")
+def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
+    args = _unflatten(it, eqn, invals, "args_tree")
+    ref, transforms, mask = args[0], args[1], args[2]
+    if mask is not None:
+        raise it.fail("a masked load", "ringc models whole-box loads")
+    return [_read(it, apply_transforms(it, ref, transforms))]
+
+
+@rule("masked_swap", doc="`pl.store` without a mask: a store")
+def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
+    args = _unflatten(it, eqn, invals, "args_tree")
+    ref, transforms, val, mask = args[0], args[1], args[2], args[3]
+    if mask is not None:
+        raise it.fail("a masked store", "ringc models whole-box stores")
+    ref = apply_transforms(it, ref, transforms)
+    _write(it, ref, val)
+    return [None for _ in eqn.outvars]
+
+
+@rule("broadcast_in_dim", doc="a broadcast: zero when it broadcasts a concrete 0 into tensor data")
+def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
+    shape = tuple(eqn.params["shape"])
+    x = invals[0]
+    if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > 64:
+        return [Data(shape, ("zero",)) if not x else Data(shape, ("opaque", "a constant"))]
+    return pure_rule(it, eqn, invals)
+
+
+# -- control flow ----------------------------------------------------------------------
+@rule("cond", doc="`lax.cond` / `pl.when`: the branch the concrete predicate selects")
+def _cond(it: Interpreter, eqn: Any, invals: list) -> list:
+    branches = eqn.params["branches"]
+    i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)")
+    i = min(max(i, 0), len(branches) - 1)
+    return it.run_closed(branches[i], invals[1:])
+
+
+@rule("scan", doc="`lax.scan` / `fori_loop` with a static trip count: unrolled")
+def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
+    p = eqn.params
+    nc, nk = p["num_consts"], p["num_carry"]
+    consts, carry, xs = invals[:nc], invals[nc:nc + nk], invals[nc + nk:]
+    length = p["length"]
+    ys: list[list] = []
+    order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
+    for i in order:
+        x_i = [x[i] if isinstance(x, np.ndarray) else Data(x.shape[1:], ("opaque", "scan")) if isinstance(x, Data)
+               else x for x in xs]
+        out = it.run_closed(p["jaxpr"], [*consts, *carry, *[_py(x) for x in x_i]])
+        carry, y = out[:nk], out[nk:]
+        ys.append(y)
+    if p.get("reverse"):
+        ys.reverse()
+    stacked = []
+    for k, o in enumerate(eqn.outvars[nk:]):
+        col = [y[k] for y in ys]
+        stacked.append(np.stack([np.asarray(c) for c in col]) if col and all(is_concrete(c) for c in col)
+                       else Data(tuple(o.aval.shape), ("opaque", "scan")))
+    return [*carry, *stacked]
+
+
+MAX_ITERATIONS = 1_000_000
+
+
+@rule("while", doc="`lax.while_loop` / `fori_loop` with concrete bounds: unrolled")
+def _while(it: Interpreter, eqn: Any, invals: list) -> list:
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
+    for _ in range(MAX_ITERATIONS):
+        (c,) = it.run_closed(p["cond_jaxpr"], [*cconsts, *val])
+        if not it.scalar(c, "a loop condition"):
+            return val
+        val = it.run_closed(p["body_jaxpr"], [*bconsts, *val])
+    raise it.fail(f"a while loop ran {MAX_ITERATIONS} iterations", "bound the loop")
+
+
+@rule("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
+      "checkpoint", "remat", "custom_lin", doc="a nested function: evaluated inline")
+def _call(it: Interpreter, eqn: Any, invals: list) -> list:
+    from jax._src import core
+    p = eqn.params
+    sub = p.get("jaxpr") or p.get("call_jaxpr") or p.get("fun_jaxpr")
+    if isinstance(sub, core.ClosedJaxpr):
+        return it.run_closed(sub, invals)
+    return it.run(sub, [], invals)
+
+
+@rule("run_scoped", doc="`pl.run_scoped`: fresh scratch (VMEM holds garbage) and semaphores for the scope")
+def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
+    if eqn.params.get("collective_axes"):
+        raise it.fail("run_scoped with collective axes", "allocate per core")
+    body = eqn.params["jaxpr"]
+    allocs = []
+    for k, v in enumerate(body.invars):
+        allocs.append(it.sink.scoped(it, eqn, k, v.aval))
+    for a in allocs:
+        if isinstance(a, Ref) and not a.buffer.store:
+            it.emit(Compute("allocate", a.region()))
+    return it.run(body, invals, allocs)  # the scope's closed-over values are its constvars
+
+
+@rule("multiple_of", "pallas_multiple_of", doc="an alignment hint: the value itself")
+def _multiple_of(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [invals[0]]
+
+
+@rule("delay", "trace_value", "add_dependency", doc="no effect on memory or semaphores")
+def _nothing(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [invals[0] if invals else None for _ in eqn.outvars]
+
+
+@rule("debug_callback", "debug_print", doc="printing: ignored (no memory or semaphore effect)")
+def _print(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [None for _ in eqn.outvars]
+
+
+class Sink:
+    """Where an interpreter's events go, and how scratch and value registers are named."""
+
+    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
+        raise NotImplementedError
+
+    def register(self, eqn: Any, line: Loc, shape: tuple[int, ...], dtype: Any) -> Buffer:
+        raise NotImplementedError
+
+    def scoped(self, it: Interpreter, eqn: Any, k: int, aval: Any) -> Any:
+        raise NotImplementedError
+
+
+__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "user_location", "store_actions", "pure_rule",
+           "BARRIER"]
+
+
+def rule_table_markdown() -> str:
+    """The supported primitives as a markdown table (docs/pallas-import.md embeds it;
+    tests/test_pallas_import.py checks the doc matches)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(RULES):
+        groups.setdefault(RULE_DOCS[name], []).append(f"`{name}`")
+    lines = ["| primitive | what ringc does with it |", "|---|---|"]
+    for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        lines.append(f"| {', '.join(names)} | {doc} |")
+    lines.append("| any other primitive with no effects, refs or sub-jaxprs | pure: numpy/JAX on concrete "
+                 "scalars, opaque data on tensors (`add`, `convert_element_type`, `dot_general` are followed "
+                 "by the meaning check) |")
+    lines.append("| any other primitive | an error naming it and the line |")
+    return "\n".join(lines)

@@ -1,0 +1,464 @@
+"""From a traced JAX program to the verifier's `Program`: every pallas_call, every device.
+
+The outer program (`jit` / `shard_map` around the kernels) is walked once; each array it
+passes around is a `Handle`. An array a kernel receives is the buffer the kernel reads; an
+output is a new buffer, or the input's under `input_output_aliases`; arrays passed
+unchanged (or reshaped) from one pallas_call to the next are the same buffer, so data and
+semaphores flow between calls. Each pallas_call is then evaluated for every device and
+every grid point (`interpret.py`), in grid order, as one *call*: the verifier's
+invocation index counts calls (and `--invocations` repeats the whole sequence).
+
+Around each call, as in the YAML model (`ringc/verify/unroll.py`):
+- a kernel with `collective_id` owns its synchronisation: on entry every buffer it writes
+  changes hands (an `enter` write); on a repeated call, another kernel with the same
+  barrier semaphore may run in between (one barrier round with the same neighbours);
+- a kernel without one gets Mosaic's device barrier at entry when another call came
+  before it (the first call's entry barrier orders nothing the model sees);
+- on exit every buffer goes back to the caller (an `exit` write): a DMA still in flight
+  then races with whatever runs next.
+Blocked `BlockSpec`s are Pallas' automatic pipeline: the block is copied into a VMEM
+window before the first grid point that uses it and back out after the last (as Compute
+copies: the pipeline waits for its own DMAs around the body).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
+from .interpret import Interpreter, KernelError, Sink, user_location
+from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
+
+
+@dataclass
+class Handle:
+    """An array of the outer program: the buffer it is (once a kernel binds it), or a
+    semaphore array; concrete per-device values when known (scalar-prefetch operands)."""
+    aval: Any
+    buffer: Buffer | None = None
+    sem: SemRef | None = None
+    values: list | None = None          # per device, when concrete
+    origin: str = "computed"            # input | kernel | computed
+    role: int | None = None             # index among the shard_map's inputs
+    link: "Handle | None" = None        # the same array under another name (shard_map, reshape)
+
+    def root(self) -> "Handle":
+        h = self
+        while h.link is not None:
+            h = h.link
+        return h
+
+
+@dataclass
+class Call:
+    """One pallas_call as the outer program makes it."""
+    eqn: Any
+    operands: list[Handle]
+    outputs: list[Handle]
+    name: str
+
+
+def _space(aval: Any) -> str:
+    ms = str(getattr(aval, "memory_space", "any")).lower()
+    if "sem" in ms or "sem" in str(getattr(aval, "dtype", "")):
+        return "semaphore"
+    for s in ("vmem", "smem", "hbm"):
+        if s in ms:
+            return s
+    return "hbm"  # ANY: left where the caller has it (HBM)
+
+
+def _sem_kind(aval: Any) -> str:
+    d = str(getattr(aval, "dtype", ""))
+    if "barrier" in d:
+        return "barrier"
+    return "dma" if "dma" in d else "regular"
+
+
+def _is_sem(aval: Any) -> bool:
+    return "sem" in str(getattr(aval, "dtype", "")) or _space(aval) == "semaphore"
+
+
+class Builder(Sink):
+    """Collects events, buffers and semaphores of a whole traced program."""
+
+    def __init__(self, file: str, mesh_axes: dict[str, int]):
+        self.file = file
+        self.axis_sizes = dict(mesh_axes)
+        self.n = math.prod(mesh_axes.values())
+        self.devices: list[list[Event]] = [[] for _ in range(self.n)]
+        self.targets: list[tuple[Event, int]] = []
+        self.buffers: dict[str, Buffer] = {}
+        self.sem_kinds: dict[str, str] = {BARRIER: "barrier"}
+        self.registers: dict[tuple, Buffer] = {}
+        self.scoped_allocs: dict[tuple, Any] = {}
+        self.invocation = 0
+        self.call_names: list[str] = []
+        self.first_barrier_round: dict[int, dict[int, list[tuple[int, Loc]]]] = {}
+        self.aliases_used: list[str] = []
+        self.notes: list[str] = []
+        self._current_call: int | None = None
+        # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
+        # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
+        self.second_core: list[list[Event]] = [[] for _ in range(self.n)]
+        self.calls: list[Call] = []         # the program's pallas_calls, in order (one repeat)
+        self.carried: set[str] = set()      # buffers a previous call handed on to a later one
+        self.core = 0
+        self.megacore = False
+
+    # -- naming --------------------------------------------------------------------
+    def unique(self, name: str) -> str:
+        base, k = name, 2
+        taken = set(self.buffers) | set(self.sem_kinds)
+        while name in taken:
+            name = f"{base}#{k}"
+            k += 1
+        return name
+
+    def new_buffer(self, name: str, aval: Any, kind: str, line: int = 0, shape: tuple | None = None) -> Buffer:
+        buf = Buffer(self.unique(name), tuple(shape if shape is not None else aval.shape), aval.dtype,
+                     _space(aval), kind, line)
+        self.buffers[buf.name] = buf
+        return buf
+
+    def new_sem(self, name: str, aval: Any) -> SemRef:
+        s = SemRef(self.unique(name), _sem_kind(aval), tuple(aval.shape))
+        self.sem_kinds[s.name] = s.kind
+        return s
+
+    # -- Sink ----------------------------------------------------------------------
+    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
+        out = self.second_core[device] if self.core else self.devices[device]
+        ev = Event(device, len(out), point, line, action, self.invocation)
+        out.append(ev)
+        if self.core:
+            return  # core 1 may only compute on its own VMEM: `check.megacore_findings`
+        if target is not None:
+            self.targets.append((ev, target))
+        if self._current_call is not None and isinstance(action, (Signal, SemWait)) and action.why == "barrier":
+            rounds = self.first_barrier_round.setdefault(self._current_call, {})
+            mine = rounds.setdefault(device, [])
+            if isinstance(action, Signal) and not any(isinstance(m, str) for m in mine):
+                mine.append((action.sem[0], line))
+            elif isinstance(action, SemWait) and not any(isinstance(m, str) for m in mine):
+                mine.append("closed")
+
+    def register(self, eqn: Any, line: Loc, shape: tuple[int, ...], dtype: Any) -> Buffer:
+        """The value register of one load site (one equation): private to the device."""
+        key = (id(eqn), shape, str(dtype))
+        buf = self.registers.get(key)
+        if buf is None:
+            name = self.unique(f"value@{int(line)}")
+            buf = Buffer(name, tuple(shape), dtype, "vmem", "value", int(line))
+            self.registers[key] = buf
+            self.buffers[name] = buf
+        return buf
+
+    def scoped(self, it: Interpreter, eqn: Any, k: int, aval: Any) -> Any:
+        key = (id(eqn), k)
+        got = self.scoped_allocs.get(key)
+        line = user_location(eqn)
+        if got is None:
+            if _is_sem(aval):
+                got = self.new_sem(f"scoped_sem@{int(line)}", aval)
+            else:
+                got = self.new_buffer(f"scoped@{int(line)}", aval, "scratch", int(line))
+            self.scoped_allocs[key] = got
+        if isinstance(got, SemRef):
+            return got
+        if got.space == "smem":
+            got.store.setdefault(it.device, np.zeros(got.shape, got.dtype))
+        return Ref.whole(got, it.device)
+
+    # -- calls ---------------------------------------------------------------------
+    def run_call(self, call: Call, call_index: int, repeat: int) -> None:
+        """Evaluate one pallas_call on every device."""
+        eqn = call.eqn
+        p = eqn.params
+        gm = p["grid_mapping"]
+        kernel = p["jaxpr"]
+        names = _arg_names(kernel)
+        cp = p.get("compiler_params")
+        cp = cp.get("mosaic_tpu", cp) if isinstance(cp, dict) else cp
+        collective_id = getattr(cp, "collective_id", None)
+        skip_barrier = bool(getattr(cp, "skip_device_barrier", False))
+        semantics = tuple(getattr(cp, "dimension_semantics", None) or ())
+        grid = tuple(gm.grid)
+        for g in grid:
+            if not isinstance(g, int):
+                raise KernelError(f"pallas_call `{call.name}` has a dynamic grid {grid}", file=self.file,
+                                  fix="use a static grid")
+        n_pref, n_in, n_out = gm.num_index_operands, gm.num_inputs, gm.num_outputs
+        split = next((k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower()
+                      and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)
+        if split is not None:
+            self.megacore = True
+        line = kernel_location(eqn)
+        # Bind operands and outputs to buffers.
+        aliases = dict(p.get("input_output_aliases") or ())
+        in_handles = call.operands
+        kernel_vars = kernel.invars
+        refs_of: list[Any] = []  # per kernel invar: Buffer | SemRef (whole), in order
+        written: list[Buffer] = []
+        read_only: list[Buffer] = []
+        windows: list[tuple[Buffer, Buffer, Any, bool]] = []  # (array buffer, window, block mapping, is_output)
+        for k, h in enumerate(in_handles):
+            h = h.root()
+            v = kernel_vars[k]
+            name = names[k] if k < len(names) else f"arg{k}"
+            if _is_sem(v.aval):
+                if h.sem is None:
+                    h.sem = self.new_sem(name, v.aval)
+                refs_of.append(h.sem)
+                continue
+            if k < n_pref:
+                buf = self.new_buffer(name, v.aval, "prefetch", int(line))
+                buf.space = "smem"
+                if h.values is None:
+                    raise KernelError(
+                        f"scalar-prefetch operand `{name}` of pallas_call `{call.name}` is not known before the run",
+                        file=line.file, line=int(line),
+                        fix="compute it from make_inputs' values (ringc runs make_inputs on CPU devices) or from "
+                            "constants")
+                for d in range(self.n):
+                    buf.store[d] = np.asarray(h.values[d]).reshape(buf.shape)
+                refs_of.append(buf)
+                continue
+            buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
+            refs_of.append(buf)
+        for j, h in enumerate(call.outputs):
+            h = h.root()
+            v = kernel_vars[n_pref + n_in + j]
+            name = names[n_pref + n_in + j] if n_pref + n_in + j < len(names) else f"out{j}"
+            if _is_sem(v.aval):
+                src = next((i for i, o in aliases.items() if o == j), None)
+                h.sem = in_handles[src].root().sem if src is not None else self.new_sem(name, v.aval)
+                refs_of.append(h.sem)
+                continue
+            src = next((i for i, o in aliases.items() if o == j), None)
+            if src is not None:
+                h.buffer = in_handles[src].root().buffer
+                h.origin = "kernel"
+            else:
+                bm = gm.block_mappings[n_in + j]
+                h.buffer = self.new_buffer(name, bm.array_aval, "output", int(line))
+                h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"
+                h.origin = "kernel"
+            refs_of.append(h.buffer)
+        # Windows (blocked specs) and whole-array refs.
+        kernel_refs: list[Any] = []
+        for k, (v, target) in enumerate(zip(kernel_vars[:n_pref + n_in + n_out], refs_of)):
+            if isinstance(target, SemRef) or k < n_pref:
+                kernel_refs.append(target)
+                continue
+            bm = gm.block_mappings[k - n_pref]
+            is_out = k >= n_pref + n_in
+            if _whole(bm, target):
+                kernel_refs.append(target)
+                (written if is_out else read_only).append(target)
+            else:
+                win = self.new_buffer(f"{target.name}.block", v.aval, "scratch", int(line),
+                                      shape=tuple(v.aval.shape))
+                win.space = "vmem"
+                windows.append((target, win, bm, is_out))
+                kernel_refs.append(win)
+                written.append(win)
+                (written if is_out else read_only).append(target)
+        scratch: list[Any] = []
+        for k, v in enumerate(kernel_vars[n_pref + n_in + n_out:]):
+            name = names[n_pref + n_in + n_out + k] if n_pref + n_in + n_out + k < len(names) else f"scratch{k}"
+            key = (id(eqn), "scratch", k)
+            got = self.scoped_allocs.get(key)
+            if got is None:
+                got = self.new_sem(name, v.aval) if _is_sem(v.aval) else self.new_buffer(name, v.aval, "scratch",
+                                                                                          int(line))
+                self.scoped_allocs[key] = got
+            scratch.append(got)
+            if isinstance(got, Buffer):
+                written.append(got)
+        barrier = SemRef(BARRIER if not collective_id else f"{BARRIER}@{collective_id}", "barrier", ())
+        self.sem_kinds[barrier.name] = "barrier"
+        entry_sem = f"{DEVICE_BARRIER}{self.invocation}"
+        self.sem_kinds[entry_sem] = "barrier"
+        all_bufs = _unique([b for b in refs_of if isinstance(b, Buffer)] + [w for _, w, _, _ in windows] +
+                           [s for s in scratch if isinstance(s, Buffer)])
+        # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
+        # and no entry in the later call (a DMA may be in flight across the boundary).
+        # (A later call's operand is this call's output or input handle itself, bound by now.)
+        later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
+                 if h.root().buffer is not None}
+        kept = {b.name for b in all_bufs if b.name in later}
+        inputs = {b.name for b in refs_of[:n_pref + n_in] if isinstance(b, Buffer)}  # aliased outputs included
+        enter_bufs = [b for b in _unique([b for b in written if b.kind != "prefetch"] +
+                                         [s for s in scratch if isinstance(s, Buffer)])
+                      if b.name not in self.carried and b.name not in inputs]
+        self._current_call = call_index
+        for d in range(self.n):
+            it = Interpreter(self, d, self._coords(d), self.axis_sizes)
+            it.grid = grid
+            it.point = tuple(0 for _ in grid)
+            it.barrier = barrier if collective_id is not None else None
+            if collective_id is not None or skip_barrier:
+                if collective_id is not None and (repeat > 0 or self.invocation > 0):
+                    self.interloper(d, call_index, barrier, line, it.point)
+                for b in enter_bufs:
+                    self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
+            elif self.invocation > 0:
+                for t in range(self.n):
+                    if t != d:
+                        self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
+                self.emit(d, it.point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
+            for b in scratch:
+                if isinstance(b, Buffer) and b.space == "smem":
+                    b.store[d] = np.zeros(b.shape, b.dtype)
+            args = []
+            for r in [*kernel_refs, *scratch]:
+                args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))
+            points = list(itertools.product(*(range(g) for g in grid)))
+            blocks = [[self.block_index(it, bm, pt, args[:n_pref]) for pt in points] for _, _, bm, _ in windows]
+            for i, pt in enumerate(points):
+                it.point = pt
+                self.core = int(split is not None and pt[split] >= grid[split] // 2)
+                for (arr, win, bm, is_out), idx in zip(windows, blocks):
+                    if not is_out and (i == 0 or idx[i] != idx[i - 1]):
+                        src = _block_ref(arr, d, bm, idx[i])
+                        self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), src.region()), None)
+                it.run(kernel, [], args)
+                for (arr, win, bm, is_out), idx in zip(windows, blocks):
+                    if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
+                        dst = _block_ref(arr, d, bm, idx[i])
+                        self.emit(d, pt, line, Compute("assign", dst.region(), Ref.whole(win, d).region()), None)
+            self.core = 0
+            for b in all_bufs:
+                if b.name not in kept:
+                    self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
+        self._current_call = None
+        self.carried = (self.carried | kept) - {b.name for b in all_bufs if b.name not in kept}
+        self.call_names.append(call.name)
+
+    def interloper(self, d: int, call_index: int, barrier: SemRef, line: Loc, point: tuple) -> None:
+        """Another kernel with the same collective_id, between two calls: one barrier round
+        with the neighbours this call's first barrier signals went to."""
+        rounds = self.first_barrier_round.get(call_index, {})
+        targets = [t for t in rounds.get(d, []) if not isinstance(t, str)]
+        for t, at in targets:
+            self.emit(d, point, at, Signal((t, barrier.name, ()), 1, "another kernel's barrier"), t)
+        if targets:
+            self.emit(d, point, targets[0][1], SemWait((d, barrier.name, ()), len(targets),
+                                                       "another kernel's barrier"), None)
+
+    def bind(self, h: Handle, name: str, aval: Any, bm: Any, line: int) -> Buffer:
+        """The buffer an operand is: the handle's, or a new one (an input of the program, or
+        an array computed outside the kernels)."""
+        shape = tuple(bm.array_aval.shape)
+        if h.buffer is None:
+            kind = "input" if h.origin == "input" else "computed"
+            h.buffer = self.new_buffer(name, bm.array_aval, kind, line, shape=shape)
+            h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"
+        elif h.buffer.shape != shape:
+            if math.prod(h.buffer.shape) != math.prod(shape):
+                raise KernelError(f"`{h.buffer.name}` reaches a pallas_call as {list(shape)} but is "
+                                  f"{list(h.buffer.shape)}", file=self.file, line=line,
+                                  fix="pass arrays between pallas_calls unchanged")
+            raise KernelError(f"`{h.buffer.name}` is reshaped between pallas_calls ({list(h.buffer.shape)} -> "
+                              f"{list(shape)})", file=self.file, line=line,
+                              fix="ringc follows arrays passed unchanged between pallas_calls")
+        return h.buffer
+
+    def block_index(self, it: Interpreter, bm: Any, point: tuple, prefetch: list) -> tuple[int, ...]:
+        out = it.run_closed(bm.index_map_jaxpr, [*point, *prefetch])
+        return tuple(it.scalar(o, "a BlockSpec index") for o in out)
+
+    def _coords(self, d: int) -> dict[str, int]:
+        coords, rest = {}, d
+        for a in reversed(list(self.axis_sizes)):
+            coords[a] = rest % self.axis_sizes[a]
+            rest //= self.axis_sizes[a]
+        return dict(reversed(list(coords.items())))
+
+    def program(self, name: str) -> Program:
+        shapes = {b.name: b.shape for b in self.buffers.values()}
+        grid_names = ("i", "j", "k", "l", "m", "n")
+        return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
+                       self.targets, axis_sizes=dict(self.axis_sizes),
+                       second_core=self.second_core if self.megacore else [])
+
+
+def kernel_location(eqn: Any) -> Loc:
+    """Where a pallas_call's kernel is: the call's user frame if tracing saw one, else the
+    kernel function's definition (tracing under jit/shard_map rarely has the user's frame)."""
+    loc = user_location(eqn)
+    if int(loc):
+        return loc
+    info = getattr(eqn.params["jaxpr"], "debug_info", None)
+    src = getattr(info, "func_src_info", None) or ""
+    if " at " in src and ":" in src:
+        file, _, line = src.rpartition(" at ")[2].rpartition(":")
+        if line.isdigit():
+            return Loc(int(line), file)
+    return loc
+
+
+def _unique(bufs: list[Buffer]) -> list[Buffer]:
+    seen, out = set(), []
+    for b in bufs:
+        if b.name not in seen:
+            seen.add(b.name)
+            out.append(b)
+    return out
+
+
+def _arg_names(kernel: Any) -> list[str]:
+    info = getattr(kernel, "debug_info", None)
+    names = list(getattr(info, "arg_names", None) or [])
+    out = []
+    for k, n in enumerate(names):
+        n = (n or f"arg{k}").split("'")[1] if "'" in (n or "") else (n or f"arg{k}")
+        out.append(n.replace("[", "").replace("]", "") if n.startswith("args[") else n)
+    return out
+
+
+def _block_dims(bm: Any) -> list[tuple[str, int | None]]:
+    out = []
+    for b in bm.block_shape:
+        kind = type(b).__name__
+        size = getattr(b, "block_size", None)
+        out.append((kind, size))
+    return out
+
+
+def _whole(bm: Any, buf: Buffer | None) -> bool:
+    """The kernel sees the whole array in place: memory space ANY/HBM, or a block as big
+    as the array whose index map is constant zero."""
+    space = _space(bm.transformed_block_aval)
+    if space == "hbm":
+        return True
+    dims = _block_dims(bm)
+    full = all(k == "Blocked" and s == a for (k, s), a in zip(dims, bm.array_aval.shape))
+    if not full:
+        return False
+    jaxpr = bm.index_map_jaxpr.jaxpr
+    return not jaxpr.eqns and all(type(o).__name__ == "Literal" and int(np.asarray(o.val)) == 0
+                                  for o in jaxpr.outvars)
+
+
+def _block_ref(buf: Buffer, device: int, bm: Any, idx: tuple[int, ...]) -> Ref:
+    box, kept = [], []
+    for d, ((kind, size), i, extent) in enumerate(zip(_block_dims(bm), idx, buf.shape)):
+        if kind == "Blocked":
+            box.append((i * size, min(extent, (i + 1) * size)))
+            kept.append(d)
+        elif kind == "Squeezed" or size is None:
+            box.append((i, i + 1))
+        else:  # Element: the index is the start
+            box.append((i, i + (size or 1)))
+            kept.append(d)
+    return Ref(buf, device, tuple(box), tuple(kept))
+
+
+__all__ = ["Builder", "Handle", "Call", "Data", "is_concrete"]

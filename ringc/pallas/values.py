@@ -1,0 +1,110 @@
+"""The values the kernel interpreter computes with.
+
+A kernel's scalars (grid indices, device ids, loop counters, slot arithmetic, numbers kept
+in SMEM) are computed concretely, per device and grid point: they decide which memory a DMA
+touches and which device it goes to. Tensor data is not computed: a `Data` value records
+only its shape and where it came from (a load, a sum, a product, a cast, a zero), which is
+exactly what the verifier's symbolic data flow needs. Anything else is `opaque` data: it
+may be stored, and the meaning check then says the output is not what the collective needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..verify.events import Region
+
+
+class Loc(int):
+    """A source line that also knows its file: `Event.line` stays an int (the verifier
+    compares and prints it as one) while findings can name the user's file."""
+
+    file: str
+
+    def __new__(cls, line: int, file: str) -> "Loc":
+        obj = super().__new__(cls, line)
+        obj.file = file
+        return obj
+
+    def __reduce__(self):  # picklable, like an int
+        return (Loc, (int(self), self.file))
+
+
+@dataclass
+class Buffer:
+    """One array of one pallas_call (or one carried between calls) on every device."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: Any
+    space: str                 # hbm | vmem | smem | semaphore
+    kind: str                  # input | output | scratch | value (a loaded value's register)
+    line: int = 0
+    # Concrete contents per device, for SMEM and scalar-prefetch arrays (small integers).
+    store: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def memory(self) -> str:  # the word `megacore_findings` uses
+        return "vmem" if self.space in ("vmem", "smem") else "hbm"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A view of a buffer on one device: a box over the buffer's full shape, and the dims
+    the view still has (the others are point-indexed)."""
+    buffer: Buffer
+    device: int
+    box: tuple[tuple[int, int], ...]
+    kept: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
+
+    def region(self, device: int | None = None) -> Region:
+        return Region(self.buffer.name, self.device if device is None else device, self.box, self.kept,
+                      self.buffer.itemsize)
+
+    @staticmethod
+    def whole(buffer: Buffer, device: int) -> "Ref":
+        return Ref(buffer, device, tuple((0, s) for s in buffer.shape), tuple(range(len(buffer.shape))))
+
+
+@dataclass(frozen=True)
+class SemRef:
+    """A view of a semaphore array: its name, kind (dma | regular | barrier), full shape,
+    the index already fixed for the leading dims, and the remaining shape."""
+    name: str
+    kind: str
+    shape: tuple[int, ...]
+    index: tuple[int, ...] = ()
+
+    @property
+    def rest(self) -> tuple[int, ...]:
+        return self.shape[len(self.index):]
+
+
+@dataclass(frozen=True)
+class Data:
+    """Tensor data, not computed: its shape and how it was made.
+    how: ("load", Region of a value register) | ("add", Data, Data) | ("dot", Data, Data)
+         | ("cast", Data) | ("zero",) | ("opaque", why)"""
+    shape: tuple[int, ...]
+    how: tuple
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A scalar the model cannot know statically (a semaphore's value, a value read from
+    tensor data): fine to carry, an error to branch or index on."""
+    why: str
+
+
+def is_concrete(v: Any) -> bool:
+    return isinstance(v, (int, float, bool, np.ndarray, np.generic))

@@ -1,0 +1,116 @@
+"""`ringc check kernel.py` on hand-written Pallas kernels (tests/pallas_import/)."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import line_of
+from ringc.ir.errors import ScheduleError
+from ringc.pallas import check_module
+
+HERE = Path(__file__).parent / "pallas_import"
+RIGHT_PERMUTE = HERE / "right_permute.py"
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_hand_written_right_permute_passes(n):
+    report = check_module(str(RIGHT_PERMUTE), n)
+    assert report.ok, report.to_text()
+    assert report.program.n == n
+
+
+def test_wait_recv_after_the_read_is_a_race_at_the_read():
+    report = check_module(str(RIGHT_PERMUTE), 4, params={"late": 1})
+    races = [f for f in report.findings if f.kind == "race"]
+    assert races, report.to_text()
+    read = line_of(RIGHT_PERMUTE.read_text(), "out_ref[...] = recv_buf[...]")
+    assert {int(f.event.line) for f in races} == {read}
+    assert races[0].event.line.file.endswith("right_permute.py")
+    text = report.to_text()
+    assert f"right_permute.py:{read}: error: [race]" in text
+
+
+SPLIT_CALLS = HERE / "split_calls.py"
+
+
+def test_dma_started_in_one_call_and_waited_in_the_next_is_one_dma():
+    report = check_module(str(SPLIT_CALLS), 3)
+    assert report.ok, report.to_text()
+    assert "2 pallas_call(s)" in report.to_text()
+
+
+def test_forgetting_the_wait_in_the_second_call_is_caught():
+    report = check_module(str(SPLIT_CALLS), 3, params={"wait": 0})
+    assert {"dma_not_waited", "race"} <= report.kinds(), report.to_text()
+
+
+def test_a_fori_loop_around_pallas_calls_is_unrolled():
+    report = check_module(str(SPLIT_CALLS), 4, params={"rounds": 3})
+    assert "6 pallas_call(s)" in report.to_text()
+    assert report.kinds() == {"wrong_result"}, report.to_text()  # a permute by 3, not by SHIFT = 1
+    assert "x_ref@1[" in report.to_text()  # device 0 holds device 1's block: (0 - 3) % 4
+
+
+def test_a_script_without_build_is_refused_before_it_runs(tmp_path):
+    script = tmp_path / "notebook.py"
+    script.write_text("raise SystemExit('ran')\n")
+    with pytest.raises(ScheduleError, match="no build"):
+        check_module(str(script), 2)
+
+
+KERNEL_TEMPLATE = '''
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+P = jax.sharding.PartitionSpec
+COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS = None, "x", (P("x", None),), P("x", None)
+
+def kernel(x_ref, o_ref):
+{body}
+
+def build(mesh, **params):
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space={space})],
+                          out_specs=pl.BlockSpec(memory_space={space}))
+    return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=IN_SPECS, out_specs=OUT_SPECS, check_vma=False))
+
+def make_inputs(mesh, key, **params):
+    return (jnp.zeros((8 * mesh.shape["x"], 128), jnp.float32),)
+'''
+
+
+def _kernel(tmp_path, body: str, space: str = "pltpu.VMEM") -> str:
+    path = tmp_path / "k.py"
+    path.write_text(KERNEL_TEMPLATE.format(body=body, space=space))
+    return str(path)
+
+
+def test_an_unknown_primitive_with_effects_is_an_error_at_its_line(tmp_path):
+    path = _kernel(tmp_path, "    pltpu.prng_seed(0)\n    o_ref[...] = x_ref[...]")
+    with pytest.raises(ScheduleError) as e:
+        check_module(path, 2)
+    assert "prng_seed" in str(e.value) and e.value.line == 10 and e.value.file.endswith("k.py")
+
+
+def test_a_branch_on_tensor_data_is_an_error(tmp_path):
+    body = ("    @pl.when(x_ref[0, 0] > 0)\n    def _():\n        o_ref[...] = x_ref[...]")
+    with pytest.raises(ScheduleError, match="not known before the kernel runs"):
+        check_module(_kernel(tmp_path, body), 2)
+
+
+def test_old_spellings_get_an_alias_and_the_verdict_says_so(tmp_path):
+    path = _kernel(tmp_path, "    o_ref[...] = x_ref[...]", space="pltpu.TPUMemorySpace.ANY")
+    with pytest.raises(ScheduleError):  # HBM refs cannot be loaded: Pallas itself refuses
+        check_module(path, 2)
+    path = _kernel(tmp_path, "    pltpu.sync_copy(x_ref, o_ref)", space="pltpu.TPUMemorySpace.ANY")
+    report = check_module(path, 2)
+    assert report.ok, report.to_text()
+    assert any("checked with alias pltpu.TPUMemorySpace" in a for a in report.assumptions)
+
+
+def test_docs_list_exactly_the_rule_table():
+    from ringc.pallas.interpret import rule_table_markdown
+    doc = (Path(__file__).parent.parent / "docs" / "pallas-import.md").read_text()
+    table = doc.split("<!-- rules:start -->\n")[1].split("\n<!-- rules:end -->")[0]
+    assert table == rule_table_markdown()
