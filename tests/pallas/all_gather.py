@@ -51,22 +51,32 @@ def all_gather_kernel(input_ref, output_ref, local_copy_sem, send_sem, recv_sems
     remote_copy_op.wait()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    kernel = pl.pallas_call(
-        lambda *refs: all_gather_kernel(*refs, num_devices=n),
-        out_shape=jax.ShapeDtypeStruct((n, p["rows"], p["cols"]), jnp.float32),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 2
-                            + [pltpu.SemaphoreType.DMA((n - 1,))]),
-            grid=(n - 1,),
-        ),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=None):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=jax.ShapeDtypeStruct((n, p["rows"], p["cols"]), jnp.float32),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                scratch_shapes=([pltpu.SemaphoreType.DMA] * 2
+                                + [pltpu.SemaphoreType.DMA((n - 1,))]),
+                grid=(n - 1,),
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(all_gather_kernel)
 
 
 def make_inputs(mesh, key, **params):

@@ -76,30 +76,39 @@ def all_gather_matmul_kernel(x_ref, y_ref, o_ref, x_scratch, x_vmem, send_sem, r
         dma.wait_recv()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols, depth = p["rows"], p["cols"], p["depth"]
-    kernel = pl.pallas_call(
-        lambda *refs: all_gather_matmul_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct((n, rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((max(n - 1, 1), rows, depth), jnp.float32)),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=[pltpu.VMEM((rows, depth), jnp.float32),
-                            pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
-                            pltpu.SemaphoreType.DMA],
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x, y: kernel(x, y)[0].reshape(n * rows, cols),
-                   mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        rows, cols, depth = p["rows"], p["cols"], p["depth"]
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=(jax.ShapeDtypeStruct((n, rows, cols), jnp.float32),
+                       jax.ShapeDtypeStruct((max(n - 1, 1), rows, depth), jnp.float32)),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY),
+                          pl.BlockSpec(memory_space=pltpu.VMEM)],
+                out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                           pl.BlockSpec(memory_space=pl.ANY)],
+                grid=(n,),
+                scratch_shapes=[pltpu.VMEM((rows, depth), jnp.float32),
+                                pltpu.SemaphoreType.DMA,
+                                pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
+                                pltpu.SemaphoreType.DMA],
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(lambda x, y: kernel(x, y)[0].reshape(n * rows, cols),
+                       mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(all_gather_matmul_kernel)
 
 
 def make_inputs(mesh, key, **params):

@@ -15,13 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
-                           local_barrier, mod, pl, pltpu, random_inputs, sharded)
-
-COLLECTIVE = "all_gather_matmul"
-IN_SPECS = (P(AXIS, None), P(None, AXIS))
-OUT_SPECS = P(None, AXIS)
-PARAMS = {"rows": 8, "cols": 128, "depth": 128}
+from corpus_common import (AXIS, jnp, lax, local_barrier, mod, pl, pltpu)  # noqa: E402
+from all_gather_matmul import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                               make_build, make_inputs)
 
 
 def all_gather_matmul_kernel(x_ref, y_ref, o_ref, x_scratch, x_vmem, send_sem, recv_sems,
@@ -80,33 +76,4 @@ def all_gather_matmul_kernel(x_ref, y_ref, o_ref, x_scratch, x_vmem, send_sem, r
         dma.wait_recv()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols, depth = p["rows"], p["cols"], p["depth"]
-    kernel = pl.pallas_call(
-        lambda *refs: all_gather_matmul_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct((n, rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((max(n - 1, 1), rows, depth), jnp.float32)),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=[pltpu.VMEM((rows, depth), jnp.float32),
-                            pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
-                            pltpu.SemaphoreType.DMA],
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x, y: kernel(x, y)[0].reshape(n * rows, cols),
-                   mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    _, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(p["rows"], p["depth"]), (p["depth"], p["cols"])],
-                         IN_SPECS)
+build = make_build(all_gather_matmul_kernel)

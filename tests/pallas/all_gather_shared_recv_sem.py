@@ -17,13 +17,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax, pl,  # noqa: E402
-                           pltpu, random_inputs, sharded)
-
-COLLECTIVE = "all_gather"
-IN_SPECS = (P(AXIS, None),)
-OUT_SPECS = P(AXIS, None, None)
-PARAMS = {"rows": 8, "cols": 128}
+from corpus_common import AXIS, lax, pl, pltpu  # noqa: E402
+from all_gather import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                        make_build, make_inputs)
 
 
 def all_gather_kernel(input_ref, output_ref, local_copy_sem, send_sem, recv_sems, *,
@@ -56,24 +52,4 @@ def all_gather_kernel(input_ref, output_ref, local_copy_sem, send_sem, recv_sems
     remote_copy_op.wait()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    kernel = pl.pallas_call(
-        lambda *refs: all_gather_kernel(*refs, num_devices=n),
-        out_shape=jax.ShapeDtypeStruct((n, p["rows"], p["cols"]), jnp.float32),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 2
-                            + [pltpu.SemaphoreType.DMA((n - 1,))]),
-            grid=(n - 1,),
-        ),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    _, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(p["rows"], p["cols"])], IN_SPECS)
+build = make_build(all_gather_kernel)

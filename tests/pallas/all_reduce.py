@@ -74,27 +74,36 @@ def all_reduce_kernel(x_ref, o_ref, hbm_scratch, copy_sem, remote_recv_sem,
     remote_copy.wait()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    shape = (p["rows"], p["cols"])
-    kernel = pl.pallas_call(
-        lambda *refs: all_reduce_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct(shape, jnp.float32),
-                   jax.ShapeDtypeStruct((2, *shape), jnp.float32)),  # hbm_scratch
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 3
-                            + [pltpu.SemaphoreType.REGULAR]
-                            + [pltpu.VMEM(shape, jnp.float32)]),
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x: kernel(x)[0], mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        shape = (p["rows"], p["cols"])
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=(jax.ShapeDtypeStruct(shape, jnp.float32),
+                       jax.ShapeDtypeStruct((2, *shape), jnp.float32)),  # hbm_scratch
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                           pl.BlockSpec(memory_space=pl.ANY)],
+                grid=(n,),
+                scratch_shapes=([pltpu.SemaphoreType.DMA] * 3
+                                + [pltpu.SemaphoreType.REGULAR]
+                                + [pltpu.VMEM(shape, jnp.float32)]),
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(lambda x: kernel(x)[0], mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(all_reduce_kernel)
 
 
 def make_inputs(mesh, key, **params):

@@ -18,13 +18,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
-                           local_barrier, pl, pltpu, random_inputs, sharded)
-
-COLLECTIVE = "psum"
-IN_SPECS = (P(None, AXIS),)
-OUT_SPECS = P(None, AXIS)
-PARAMS = {"rows": 8, "cols": 128}
+from corpus_common import (AXIS, jnp, lax, local_barrier, pl, pltpu)  # noqa: E402
+from all_reduce import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                        make_build, make_inputs)
 
 
 def all_reduce_kernel(x_ref, o_ref, hbm_scratch, copy_sem, remote_recv_sem,
@@ -80,29 +76,5 @@ def all_reduce_kernel(x_ref, o_ref, hbm_scratch, copy_sem, remote_recv_sem,
     remote_copy.wait()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    shape = (p["rows"], p["cols"])
-    kernel = pl.pallas_call(
-        lambda *refs: all_reduce_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct(shape, jnp.float32),
-                   jax.ShapeDtypeStruct((2, *shape), jnp.float32)),  # hbm_scratch
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 3
-                            + [pltpu.SemaphoreType.REGULAR]
-                            + [pltpu.VMEM(shape, jnp.float32)]),
-        ),
-        compiler_params=pltpu.CompilerParams(skip_device_barrier=True),  # no default barrier either
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x: kernel(x)[0], mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    _, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(p["rows"], p["cols"])], IN_SPECS)
+build = make_build(  # BUG (2): and no default barrier either
+    all_reduce_kernel, compiler_params=pltpu.CompilerParams(skip_device_barrier=True))

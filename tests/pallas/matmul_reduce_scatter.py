@@ -63,31 +63,40 @@ def matmul_reduce_scatter_kernel(x_ref, y_ref, o_ref, scratch, acc_vmem, recv_vm
         o_ref[...] = acc_vmem[...]
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols, depth = p["rows"], p["cols"], p["depth"]
-    kernel = pl.pallas_call(
-        lambda *refs: matmul_reduce_scatter_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((max(n - 1, 1), rows, cols), jnp.float32)),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=[pltpu.VMEM((rows, cols), jnp.float32),
-                            pltpu.VMEM((rows, cols), jnp.float32),
-                            pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
-                            pltpu.SemaphoreType.DMA],
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x, y: kernel(x.reshape(n, rows, depth), y)[0],
-                   mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        rows, cols, depth = p["rows"], p["cols"], p["depth"]
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
+                       jax.ShapeDtypeStruct((max(n - 1, 1), rows, cols), jnp.float32)),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                          pl.BlockSpec(memory_space=pltpu.VMEM)],
+                out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                           pl.BlockSpec(memory_space=pl.ANY)],
+                grid=(n,),
+                scratch_shapes=[pltpu.VMEM((rows, cols), jnp.float32),
+                                pltpu.VMEM((rows, cols), jnp.float32),
+                                pltpu.SemaphoreType.DMA,
+                                pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
+                                pltpu.SemaphoreType.DMA],
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(lambda x, y: kernel(x.reshape(n, rows, depth), y)[0],
+                       mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(matmul_reduce_scatter_kernel)
 
 
 def make_inputs(mesh, key, **params):

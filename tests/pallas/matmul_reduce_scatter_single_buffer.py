@@ -17,13 +17,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
-                           local_barrier, mod, pl, pltpu, random_inputs, sharded)
-
-COLLECTIVE = "matmul_psum_scatter"
-IN_SPECS = (P(None, AXIS), P(AXIS, None))
-OUT_SPECS = P(AXIS, None)
-PARAMS = {"rows": 8, "cols": 128, "depth": 128}
+from corpus_common import (AXIS, jnp, lax, local_barrier, mod, pl, pltpu)  # noqa: E402
+from matmul_reduce_scatter import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                                   make_build, make_inputs)
 
 
 def matmul_reduce_scatter_kernel(x_ref, y_ref, o_ref, scratch, acc_vmem, recv_vmem,
@@ -67,34 +63,4 @@ def matmul_reduce_scatter_kernel(x_ref, y_ref, o_ref, scratch, acc_vmem, recv_vm
         o_ref[...] = acc_vmem[...]
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols, depth = p["rows"], p["cols"], p["depth"]
-    kernel = pl.pallas_call(
-        lambda *refs: matmul_reduce_scatter_kernel(*refs, num_devices=n),
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((max(n - 1, 1), rows, cols), jnp.float32)),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n,),
-            scratch_shapes=[pltpu.VMEM((rows, cols), jnp.float32),
-                            pltpu.VMEM((rows, cols), jnp.float32),
-                            pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((max(n - 1, 1),)),
-                            pltpu.SemaphoreType.DMA],
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x, y: kernel(x.reshape(n, rows, depth), y)[0],
-                   mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(n * p["rows"], p["depth"]), (p["depth"], p["cols"])],
-                         IN_SPECS)
+build = make_build(matmul_reduce_scatter_kernel)

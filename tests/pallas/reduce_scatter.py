@@ -145,27 +145,36 @@ def reduce_scatter_kernel(x_ref, o_ref, hbm_scratch, local_copy_sem, left_recv_s
             pl.semaphore_wait(left_capacity_sem, 1)
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols = p["rows"], p["cols"]
-    kernel = pl.pallas_call(
-        lambda *refs: reduce_scatter_kernel(*refs, num_devices=n, rows=rows),
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),  # hbm_scratch
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n, 2),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 5
-                            + [pltpu.SemaphoreType.REGULAR] * 2
-                            + [pltpu.VMEM((rows // 2, cols), jnp.float32)]),
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x: kernel(x.reshape(n, rows, cols))[0], mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        rows, cols = p["rows"], p["cols"]
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n, rows=rows),
+            out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
+                       jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),  # hbm_scratch
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                           pl.BlockSpec(memory_space=pl.ANY)],
+                grid=(n, 2),
+                scratch_shapes=([pltpu.SemaphoreType.DMA] * 5
+                                + [pltpu.SemaphoreType.REGULAR] * 2
+                                + [pltpu.VMEM((rows // 2, cols), jnp.float32)]),
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(lambda x: kernel(x.reshape(n, rows, cols))[0], mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(reduce_scatter_kernel)
 
 
 def make_inputs(mesh, key, **params):

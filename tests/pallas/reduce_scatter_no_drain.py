@@ -15,13 +15,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
-                           local_barrier, mod, pl, pltpu, random_inputs, sharded, signal)
+from corpus_common import (AXIS, jnp, lax, local_barrier, mod, pl, pltpu, signal)  # noqa: E402
+from reduce_scatter import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                            make_build, make_inputs)
 
-COLLECTIVE = "psum_scatter"
-IN_SPECS = (P(None, AXIS),)
-OUT_SPECS = P(AXIS, None)
-PARAMS = {"rows": 16, "cols": 128}
 LEFT = 0
 RIGHT = 1
 
@@ -147,29 +144,4 @@ def reduce_scatter_kernel(x_ref, o_ref, hbm_scratch, local_copy_sem, left_recv_s
             pl.semaphore_wait(left_capacity_sem, 1)
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols = p["rows"], p["cols"]
-    kernel = pl.pallas_call(
-        lambda *refs: reduce_scatter_kernel(*refs, num_devices=n, rows=rows),
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),  # hbm_scratch
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-            out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n, 2),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 5
-                            + [pltpu.SemaphoreType.REGULAR] * 2
-                            + [pltpu.VMEM((rows // 2, cols), jnp.float32)]),
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x: kernel(x.reshape(n, rows, cols))[0], mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(n * p["rows"], p["cols"])], IN_SPECS)
+build = make_build(reduce_scatter_kernel)

@@ -21,16 +21,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
-                           local_barrier, mod, pl, pltpu, random_inputs,
-                           register_cpu_tpu_info, sharded, signal)
+from corpus_common import (AXIS, jnp, lax, local_barrier, mod, pl, pltpu,  # noqa: E402
+                           register_cpu_tpu_info, signal)
+from reduce_scatter_pipelined import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                                      make_build, make_inputs)
 
 register_cpu_tpu_info()  # emit_pipeline asks for the TPU generation even when traced on CPU
 
-COLLECTIVE = "psum_scatter"
-IN_SPECS = (P(None, AXIS),)
-OUT_SPECS = P(AXIS, None)
-PARAMS = {"rows": 32, "cols": 256, "bm": 8, "bn": 128}
 LEFT = 0
 RIGHT = 1
 
@@ -162,29 +159,4 @@ def reduce_scatter_pipelined_kernel(x_ref, o_ref, hbm_scratch, local_copy_sem, l
             pl.semaphore_wait(left_capacity_sem, 1)
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    rows, cols = p["rows"], p["cols"]
-    kernel = pl.pallas_call(
-        lambda *refs: reduce_scatter_pipelined_kernel(
-            *refs, num_devices=n, rows=rows, cols=cols, bm=p["bm"], bn=p["bn"]),
-        out_shape=(jax.ShapeDtypeStruct((rows, cols), jnp.float32),
-                   jax.ShapeDtypeStruct((2, rows, cols), jnp.float32)),  # hbm_scratch
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=0,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=[pl.BlockSpec(memory_space=pl.ANY),
-                       pl.BlockSpec(memory_space=pl.ANY)],
-            grid=(n, 2),
-            scratch_shapes=([pltpu.SemaphoreType.DMA] * 5
-                            + [pltpu.SemaphoreType.REGULAR] * 2),
-        ),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(lambda x: kernel(x.reshape(n, rows, cols))[0], mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(n * p["rows"], p["cols"])], IN_SPECS)
+build = make_build(reduce_scatter_pipelined_kernel)

@@ -45,20 +45,29 @@ def right_permute_kernel(x_ref, o_ref, landing, send_sem, recv_sem, *, num_devic
     copy.wait_send()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    shape = (p["rows"], p["cols"])
-    kernel = pl.pallas_call(
-        lambda *refs: right_permute_kernel(*refs, num_devices=n),
-        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
-        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-        scratch_shapes=[pltpu.VMEM(shape, jnp.float32),
-                        pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        shape = (p["rows"], p["cols"])
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch_shapes=[pltpu.VMEM(shape, jnp.float32),
+                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(right_permute_kernel)
 
 
 def make_inputs(mesh, key, **params):

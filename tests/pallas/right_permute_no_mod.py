@@ -15,13 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax, pl,  # noqa: E402
-                           pltpu, random_inputs, sharded)
-
-COLLECTIVE = "ppermute"
-IN_SPECS = (P(None, AXIS),)
-OUT_SPECS = P(None, AXIS)
-PARAMS = {"rows": 8, "cols": 128}
+from corpus_common import AXIS, lax, pl, pltpu  # noqa: E402
+from right_permute import (COLLECTIVE, IN_SPECS, OUT_SPECS, PARAMS,  # noqa: E402,F401
+                           make_build, make_inputs)
 
 
 def right_permute_kernel(x_ref, o_ref, landing, send_sem, recv_sem, *, num_devices):
@@ -49,22 +45,4 @@ def right_permute_kernel(x_ref, o_ref, landing, send_sem, recv_sem, *, num_devic
     copy.wait_send()
 
 
-def build(mesh, *, interpret=None, **params):
-    n, p = config(__name__, mesh, PARAMS, params)
-    shape = (p["rows"], p["cols"])
-    kernel = pl.pallas_call(
-        lambda *refs: right_permute_kernel(*refs, num_devices=n),
-        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
-        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-        scratch_shapes=[pltpu.VMEM(shape, jnp.float32),
-                        pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-        compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=interpret_mode(interpret),
-    )
-    return sharded(kernel, mesh, IN_SPECS, OUT_SPECS)
-
-
-def make_inputs(mesh, key, **params):
-    _, p = config(__name__, mesh, PARAMS, params)
-    return random_inputs(mesh, key, [(p["rows"], p["cols"])], IN_SPECS)
+build = make_build(right_permute_kernel)
