@@ -1,0 +1,111 @@
+"""All-reduce sum (`lax.psum`) over a ring with a double-buffered HBM scratch and a
+capacity handshake, hand-written after the Pallas TPU distributed tutorial. Correct.
+
+Grid (N,). Step 0 barriers with both neighbours, zeroes the accumulator and pushes x into
+the right neighbour's working slot. Every step: tell the left neighbour we are ready
+(capacity signal), copy our working slot to VMEM, wait until the right neighbour is
+ready, forward the working slot into its receiving slot, accumulate, wait. Without the
+capacity handshake a left neighbour one step ahead could write our working slot while
+we read it.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus_common import (AXIS, P, config, interpret_mode, jax, jnp, lax,  # noqa: E402
+                           local_barrier, pl, pltpu, random_inputs, sharded)
+
+COLLECTIVE = "psum"
+IN_SPECS = (P(None, AXIS),)
+OUT_SPECS = P(None, AXIS)
+PARAMS = {"rows": 8, "cols": 128}
+
+
+def all_reduce_kernel(x_ref, o_ref, hbm_scratch, copy_sem, remote_recv_sem,
+                      remote_send_sem, capacity_sem, receive_scratch, *, num_devices):
+    outer_step = pl.program_id(0)
+    working_slot = lax.rem(outer_step, 2)
+    receiving_slot = 1 - working_slot
+
+    my_id = lax.axis_index(AXIS)
+    right_neighbor = lax.rem(my_id + 1, num_devices)
+    left_neighbor = lax.rem(my_id - 1 + num_devices, num_devices)
+
+    @pl.when(outer_step == 0)
+    def _():
+        local_barrier(left_neighbor, right_neighbor)
+        o_ref[...] = jnp.zeros_like(o_ref)
+        receive_scratch[...] = jnp.zeros_like(receive_scratch)
+        initial_copy = pltpu.make_async_remote_copy(
+            src_ref=x_ref,
+            dst_ref=hbm_scratch.at[working_slot],
+            send_sem=remote_send_sem,
+            recv_sem=remote_recv_sem,
+            device_id=(right_neighbor,),
+            device_id_type=pl.DeviceIdType.MESH,
+        )
+        initial_copy.start()
+        initial_copy.wait()
+
+    # Tell the left neighbour it may write our receiving slot.
+    pl.semaphore_signal(capacity_sem, inc=1, device_id=(left_neighbor,),
+                        device_id_type=pl.DeviceIdType.MESH)
+
+    local_copy = pltpu.make_async_copy(
+        src_ref=hbm_scratch.at[working_slot],
+        dst_ref=receive_scratch,
+        sem=copy_sem,
+    )
+    local_copy.start()
+
+    # Block until the right neighbour is ready to receive.
+    pl.semaphore_wait(capacity_sem, 1)
+    remote_copy = pltpu.make_async_remote_copy(
+        src_ref=hbm_scratch.at[working_slot],
+        dst_ref=hbm_scratch.at[receiving_slot],
+        send_sem=remote_send_sem,
+        recv_sem=remote_recv_sem,
+        device_id=(right_neighbor,),
+        device_id_type=pl.DeviceIdType.MESH,
+    )
+    remote_copy.start()
+    local_copy.wait()
+    o_ref[...] += receive_scratch[...]
+    remote_copy.wait()
+
+
+def make_build(kernel_body, compiler_params=pltpu.CompilerParams(collective_id=0)):
+    """`build` for this kernel with `kernel_body` as the kernel (the variants pass theirs)."""
+
+    def build(mesh, *, interpret=None, **params):
+        """The kernel on `mesh` as a jitted function of the global inputs (IN_SPECS)."""
+        n, p = config(__name__, mesh, PARAMS, params)
+        shape = (p["rows"], p["cols"])
+        kernel = pl.pallas_call(
+            lambda *refs: kernel_body(*refs, num_devices=n),
+            out_shape=(jax.ShapeDtypeStruct(shape, jnp.float32),
+                       jax.ShapeDtypeStruct((2, *shape), jnp.float32)),  # hbm_scratch
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM),
+                           pl.BlockSpec(memory_space=pl.ANY)],
+                grid=(n,),
+                scratch_shapes=([pltpu.SemaphoreType.DMA] * 3
+                                + [pltpu.SemaphoreType.REGULAR]
+                                + [pltpu.VMEM(shape, jnp.float32)]),
+            ),
+            compiler_params=compiler_params,
+            interpret=interpret_mode(interpret),
+        )
+        return sharded(lambda x: kernel(x)[0], mesh, IN_SPECS, OUT_SPECS)
+
+    return build
+
+
+build = make_build(all_reduce_kernel)
+
+
+def make_inputs(mesh, key, **params):
+    _, p = config(__name__, mesh, PARAMS, params)
+    return random_inputs(mesh, key, [(p["rows"], p["cols"])], IN_SPECS)
