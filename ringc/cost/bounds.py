@@ -14,6 +14,12 @@ is their maximum:
 - aggregate: all the bytes that must cross some link, over all the axis' directed links.
 - bisection (all-to-all): the bytes that must cross between two halves of the axis, over
   the links between them, for the tightest contiguous split.
+- ring (a permutation on a wrapped ring of p >= 3): a send by s positions goes either s
+  links one way or p - s links the other. If a fraction f of the bytes goes the long way,
+  the p links of one direction carry (1 - f) p V s bytes and those of the other f p V (p - s),
+  so some link carries max((1 - f) s, f (p - s)) V >= s (p - s) / p x V (equal at
+  f = s / p): the bound is s (p - s) / p x V / B. (The ingress bound, V / 2B, assumes both
+  incoming links could be used fully, which a shift cannot profit from.)
 - latency: the farthest pair whose data must meet, hops x hop latency.
 """
 
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+
+import networkx as nx
 
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
@@ -95,6 +103,8 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
     if kind == "all_to_all":
         comps["bisection"] = _bisection(pl, V, B)
+    if kind == "ppermute" and shift and _is_cycle(pl):
+        comps["ring"] = shift * (p - shift) / p * V / B
     if fused in _MOVES_LIKE:
         comps["compute"] = matmul_flops(sched, program) / hw.chip.bf16_flops
     if kind == "ppermute":
@@ -104,6 +114,12 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     comps["latency"] = far * hw.hop_latency
     binding = max(comps, key=lambda k: comps[k])
     return Bound(comps[binding], binding, comps, V)
+
+
+def _is_cycle(pl) -> bool:
+    """The instance's chips and links form one cycle of at least 3 chips (a wrapped ring)."""
+    g = pl.subgraph
+    return pl.n >= 3 and all(d == 2 for _, d in g.degree) and nx.is_connected(g)
 
 
 def _bisection(pl, V: float, B: float) -> float:
