@@ -256,6 +256,8 @@ def test_params_override(schedule_path):
     doubled = {name: 2 * schedule.params[name]}
     if len(schedule.axes) == 1:
         check(run_schedule(schedule, 3, params=doubled))
+    elif len(schedule.axes) == 3:
+        check(run_schedule(schedule, 8, params=doubled, mesh_shape=(2, 2, 2)))
     else:
         check(run_schedule(schedule, 4, params=doubled, mesh_shape=(2, 2)))
 
