@@ -1,8 +1,9 @@
-"""Efficiency (bound / estimate) of every library schedule on v5e:4x4 (an axis of 4 for a
-1-axis schedule, the whole 4x4 for a 2-axis one) and ring:16, at 4 KiB, 1 MiB and 256 MiB,
-and why those under 95% at 256 MiB fall short.
+"""Efficiency (bound / estimate) of every library schedule on ring:16, v5e:4x4 (an axis of 4
+for a 1-axis schedule, the whole 4x4 for a 2-axis one), torus:4x4 and v5p:4x4x4 (an axis of
+4, a 4x4 plane or the whole 4x4x4 cube, by the schedule's axes), at 4 KiB, 1 MiB and
+256 MiB, and why those under 95% at 256 MiB fall short.
 
-    python benchmarks/cost_library.py [--sizes 4KiB,1MiB,256MiB] [--topologies v5e:4x4,ring:16]
+    python benchmarks/cost_library.py [--sizes 4KiB,1MiB,256MiB] [--topologies ring:16,v5e:4x4,...]
                                       [--schedules schedules/*.yaml] [--markdown]
 """
 
@@ -25,7 +26,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4KiB,1MiB,256MiB")
-    ap.add_argument("--topologies", default="v5e:4x4,ring:16")
+    ap.add_argument("--topologies", default="ring:16,v5e:4x4,torus:4x4,v5p:4x4x4")
     ap.add_argument("--schedules", nargs="*", default=sorted(str(p) for p in (ROOT / "schedules").glob("*.yaml")))
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = ap.parse_args()

@@ -202,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_limit(sub.add_parser("schema", help="print the schedule format's JSON Schema"))
     _cost_parser(sub, add_params)
+    _tune_parser(sub, add_params)
     _show_parser(sub, add_params)
     return p
 
@@ -421,13 +422,49 @@ def _duration(text: str) -> float:
     return value
 
 
+def _tune_parser(sub, add_params) -> None:
+    from .cost.chips import CHIPS
+    c = sub.add_parser("tune", help="choose a schedule's params with the cost model (and the TPU compiler)",
+                       description="Price every combination of --param-range at --bytes on --topology, drop "
+                                   "what the TPU compiler rejects, verify the best (ringc/cost/tune.py).")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, ...")
+    c.add_argument("--bytes", type=_size, required=True, metavar="SIZE", help="collective size V (e.g. 256MiB)")
+    c.add_argument("--param-range", action="append", default=[], metavar="NAME=A..B",
+                   help="a parameter to sweep: chunks=1..16 (every integer) or chunks=1,2,4; repeatable")
+    c.add_argument("--along", metavar="AXES")
+    c.add_argument("--chip", choices=sorted(CHIPS))
+    c.add_argument("--no-compile", action="store_true", help="do not compile the choices with libtpu")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    add_params(c)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .cost import hardware
+    from .cost.tune import parse_range, tune
+    sched = _load(args.file, args.param)
+    try:
+        ranges = dict(parse_range(r) for r in args.param_range)
+        hw = hardware(args.topology, sched, along=args.along, chip=args.chip)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=args.file, fix="see `ringc tune --help`") from None
+    if not ranges:
+        raise ScheduleError("nothing to tune", file=args.file, fix="add --param-range NAME=A..B, e.g. chunks=1..16")
+    result = tune(sched, hw, args.bytes, ranges, compile=not args.no_compile)
+    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
+    return EXIT_OK if result.best else EXIT_FAILED
+
+
 def _cost_parser(sub, add_params) -> None:
     from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
     c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology, against the lower bound",
                        description="Time the unrolled schedule on a model of the ICI network (see "
                                    "docs/cost-model.md) and compare it with the collective's lower bound.")
-    c.add_argument("file", metavar="FILE")
+    c.add_argument("file", metavar="FILE", nargs="?", help="the schedule (or use --collective)")
     c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, ...")
+    c.add_argument("--collective", metavar="KIND", help="rank every library schedule of this collective (psum, "
+                                                        "all_gather, ...) at each --sweep size, instead of FILE")
+    c.add_argument("--library", metavar="DIR", help="the schedules --collective ranks (default: the library)")
     c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along, e.g. y "
                                                    "(default: as `ringc check`)")
     c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
@@ -446,6 +483,12 @@ def _cost_parser(sub, add_params) -> None:
 def cmd_cost(args: argparse.Namespace) -> int:
     from .cost import CostError, estimate, hardware
     from .cost.sizing import parse_sweep
+    if args.collective:
+        return _cmd_rank(args)
+    if not args.file:
+        raise ScheduleError("`ringc cost` needs a schedule FILE, or --collective KIND to rank the library",
+                            file="<command line>", fix="e.g. ringc cost --collective psum --topology ring:16 "
+                                                       "--sweep 4KiB..1GiB")
     sched = _load(args.file, args.param)
     try:
         hw = hardware(args.topology, sched, along=args.along, chip=args.chip, hop_latency=args.hop_latency,
@@ -478,6 +521,31 @@ def cmd_cost(args: argparse.Namespace) -> int:
             raise ScheduleError(str(e), file=args.file, fix="install the plot extra") from None
         _write_atomically(plot, data)
         print(f"wrote {plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_rank(args: argparse.Namespace) -> int:
+    """`ringc cost --collective KIND`: ringc/cost/rank.py."""
+    from .cost.rank import rank, ranking_png
+    from .cost.sizing import parse_sweep
+    where = args.file or "<command line>"
+    if args.file or args.param:
+        raise ScheduleError("--collective ranks the library: give no FILE and no --param", file=where,
+                            fix="drop FILE, or drop --collective to price one schedule")
+    try:
+        ranking = rank(args.collective, args.topology, args.sweep or [args.bytes or parse_sweep("4KiB..1GiB")[0]],
+                       library=Path(args.library) if args.library else None, along=args.along, chip=args.chip,
+                       hop_latency=args.hop_latency, dma_overhead=args.dma_overhead)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=where, fix="see `ringc cost --help`") from None
+    print(json.dumps(ranking.to_json(), indent=1) if args.format == "json" else ranking.to_text())
+    if args.plot:
+        out = _output_path(args.plot, args.library or "schedules")
+        try:
+            _write_atomically(out, ranking_png(ranking))
+        except RuntimeError as e:
+            raise ScheduleError(str(e), file=where, fix="install the plot extra") from None
+        print(f"wrote {out}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -585,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)  # bad arguments: argparse's usage message, exit 2
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
-               "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show}[args.command]
+               "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
     try:
         return handler(args)
     except ScheduleError as e:

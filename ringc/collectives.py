@@ -156,6 +156,11 @@ class Collective:
         """Arithmetic per device the collective itself prescribes (0: none)."""
         return 0.0
 
+    def cycle_bytes(self, p: int, volume: float) -> float | None:
+        """Bytes that some link of a wrapped ring of p chips must carry, when the collective
+        has such a bound beyond the per-device ones (`cost/bounds.py`, "ring"); None: none."""
+        return None
+
     def far_pairs(self, p: int) -> Iterable[tuple[int, int]]:
         """The device pairs whose data must meet (the latency bound takes the farthest)."""
         return ((a, c) for a in range(p) for c in range(p))
@@ -227,6 +232,11 @@ class Ppermute(Collective):
     def traffic(self, p, volume):
         moved = float(volume if self.shift % p else 0)
         return moved, moved
+
+    def cycle_bytes(self, p, volume):
+        """A shift by s on a wrapped ring: the proof is in `cost/bounds.py` ("ring")."""
+        s = self.shift % p
+        return s * (p - s) / p * volume if s else None
 
     def far_pairs(self, p):
         shift = self.shift % p

@@ -16,8 +16,8 @@ from ringc.verify.findings import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
-ONE_AXIS = [p for p in LIBRARY if "\naxes: [x, y]" not in p.read_text()]  # ring schedules
-TWO_AXES = [p for p in LIBRARY if p not in ONE_AXIS]                      # need a 2-D topology
+ONE_AXIS = [p for p in LIBRARY if "\naxes: [x, y" not in p.read_text()]  # ring schedules
+TWO_AXES = [p for p in LIBRARY if "\naxes: [x, y]\n" in p.read_text()]  # need a 2-D topology
 BROKEN = REPO / "tests" / "broken"
 RACY = BROKEN / "all_reduce_read_before_wait.yaml"      # one race, nothing else
 NOT_WAITED = BROKEN / "ppermute_no_wait.yaml"          # dma_not_waited, and the race with kernel exit

@@ -32,6 +32,21 @@ EXPECTED = {
                                      out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_gather_megacore": dict(collective="all_gather", in_specs=(P("x", None),),
                                 out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    # issue 16: the bandwidth-bound library
+    "reduce_scatter_chunked": dict(collective="psum_scatter", in_specs=(P(None, "x"),), out_specs=P("x", None),
+                                   params={"rows": 32, "cols": 128, "chunks": 2}),
+    "all_reduce_bidirectional": dict(collective="psum", in_specs=(P("x", None, None),),
+                                     out_specs=P("x", None, None), params={"rows": 32, "cols": 128, "chunks": 2}),
+    "all_to_all_direct": dict(collective="all_to_all", in_specs=(P("x", None, None),),
+                              out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    "all_reduce_one_shot": dict(collective="psum", in_specs=(P("x", None),), out_specs=P("x", None),
+                                params={"rows": 8, "cols": 128}),
+    "ppermute_bidirectional": dict(collective="ppermute", in_specs=(P(None, "x"),), out_specs=P(None, "x"),
+                                   params={"rows": 8, "cols": 128}),
+    "all_reduce_2d_bidirectional": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
+                                        out_specs=P(None, ("x", "y")), params={"rows": 8, "cols": 128}),
+    "all_reduce_3d_bidirectional": dict(collective="psum", axis=("x", "y", "z"), in_specs=(P(None, ("x", "y", "z")),),
+                                        out_specs=P(None, ("x", "y", "z")), params={"rows": 8, "cols": 128}),
     "all_to_all_ring": dict(collective="all_to_all", in_specs=(P("x", None, None),),
                             out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     # Over two axes: lax's tuple axis, in the specs too.
@@ -59,7 +74,7 @@ def mesh_of(n, shape=None):
     """n devices on a 1-D mesh ("x"), or shaped `shape` with axes x, y."""
     if shape is None:
         return jax.sharding.Mesh(np.array(jax.devices()[:n]), ("x",))
-    return jax.sharding.Mesh(np.array(jax.devices()[:n]).reshape(shape), ("x", "y")[:len(shape)])
+    return jax.sharding.Mesh(np.array(jax.devices()[:n]).reshape(shape), ("x", "y", "z")[:len(shape)])
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +249,8 @@ def test_interpret_argument(all_reduce):
 
 def test_make_inputs_shapes_and_shardings(schedule_path):
     module = load_module(load(schedule_path))
-    mesh = mesh_of(4, (2, 2) if isinstance(module.AXIS, tuple) else None)
+    axes = len(module.AXIS) if isinstance(module.AXIS, tuple) else 1
+    mesh = mesh_of(8, (2, 2, 2)) if axes == 3 else mesh_of(4, (2, 2) if axes == 2 else None)
     inputs = module.make_inputs(mesh, 0)
     assert [x.sharding.spec for x in inputs] == list(module.IN_SPECS)
     assert all(x.dtype == jnp.float32 for x in inputs)
@@ -251,7 +267,13 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "reduce_scatter_pipelined": [(4 * rows, 4 * cols)],
             "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
             "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],
-            "matmul_reduce_scatter": [(4 * rows, 4 * depth), (4 * depth, cols)]}[schedule_path.stem]
+            "matmul_reduce_scatter": [(4 * rows, 4 * depth), (4 * depth, cols)],
+            "reduce_scatter_chunked": [(4 * rows, 4 * cols)],
+            "all_reduce_bidirectional": [(16, rows, cols)],
+            "all_to_all_direct": [(16, rows, cols)], "all_reduce_one_shot": [(4 * rows, cols)],
+            "ppermute_bidirectional": [(4 * rows, 4 * cols)],
+            "all_reduce_2d_bidirectional": [(4 * 4 * rows, 4 * cols)],  # [4 N rows, cols], N = 2 x 2
+            "all_reduce_3d_bidirectional": [(6 * 8 * rows, 8 * cols)]}[schedule_path.stem]
     assert [x.shape for x in inputs] == want
     again = module.make_inputs(mesh, jax.random.key(0))
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(inputs, again))

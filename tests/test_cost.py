@@ -294,3 +294,123 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+# ---------------------------------------------------------------------------- issue 16: the library at the bound
+
+def test_ring_bound_for_a_shift():
+    """A shift by s on a wrapped ring of p moves s (p - s) / p x V per link at least (the
+    `ring` component); on a line (no wraparound) there is no such component."""
+    V = 256 * 2**20
+    for s in (1, 3):
+        text = (LIB / "ppermute_right.yaml").read_text().replace("shift: 1", f"shift: {s}")
+        sched = load_text(text, "shift.yaml")
+        hw = hardware("ring:8", sched)
+        e = estimate(sched, hw, nbytes=V)
+        assert e.bound.binding == "ring"
+        assert e.bound.components["ring"] == pytest.approx(s * (8 - s) / 8 * V / CHIPS["v5e"].link_bandwidth, rel=1e-3)
+    line = estimate(ringc.load(LIB / "ppermute_right.yaml"), hardware("v5e:4x4", ringc.load(LIB / "ppermute_right.yaml")),
+                    nbytes=V)
+    assert "ring" not in line.bound.components
+
+
+@pytest.mark.parametrize("stem, topology, floor", [
+    ("all_reduce_bidirectional", "ring:16", 0.95), ("reduce_scatter_chunked", "ring:16", 0.95),
+    ("all_to_all_direct", "ring:16", 0.90), ("ppermute_bidirectional", "ring:16", 0.95),
+    ("all_reduce_2d_bidirectional", "torus:4x4", 0.90)])
+def test_library_reaches_its_target_at_256MiB(stem, topology, floor):
+    sched = ringc.load(LIB / f"{stem}.yaml")
+    e = estimate(sched, hardware(topology, sched), nbytes=256 * 2**20)
+    assert e.efficiency >= floor, e.to_text()
+
+
+def test_bidirectional_permute_beats_the_right_permute_on_a_ring_only():
+    V = 64 * 2**20
+    times = {}
+    for topo in ("ring:8", "v5e:4x4"):
+        for stem in ("ppermute_right", "ppermute_bidirectional"):
+            sched = ringc.load(LIB / f"{stem}.yaml")
+            times[topo, stem] = estimate(sched, hardware(topo, sched), nbytes=V).seconds
+    # 1/8 of the shard goes the long way: 7/8 of the time on a ring of 8; on a line, a detour.
+    assert times["ring:8", "ppermute_bidirectional"] == pytest.approx(7 / 8 * times["ring:8", "ppermute_right"], rel=0.02)
+    assert times["v5e:4x4", "ppermute_bidirectional"] > times["v5e:4x4", "ppermute_right"]
+
+
+def test_one_shot_wins_small_and_loses_large():
+    """The latency-bound one-shot all-reduce against the bandwidth-optimal ring on ring:8."""
+    from ringc.cost.rank import rank
+    r = rank("all_reduce", "ring:8", [4096, 64 * 2**20])
+    assert [r.winner(0), r.winner(1)] == ["all_reduce_one_shot", "all_reduce_bidirectional"]
+    assert {"all_reduce_2d", "all_reduce_2d_bidirectional", "all_reduce_3d_bidirectional"} <= {n for n, _ in r.skipped}
+    assert "* marks the fastest" in r.to_text() and r.to_json()["winners"] == [r.winner(0), r.winner(1)]
+    with pytest.raises(ValueError, match="unknown collective"):
+        rank("all_reduce_twice", "ring:8", [4096])
+
+
+def test_rank_only_spans_the_whole_topology():
+    from ringc.cost.rank import rank
+    r = rank("psum", "v5e:4x4", [2**20])
+    assert set(r.table) == {"all_reduce_2d", "all_reduce_2d_bidirectional"}
+    assert any("4 of the 16 chips" in why for _, why in r.skipped)
+
+
+def test_tune_ranges():
+    from ringc.cost.tune import parse_range
+    assert parse_range("chunks=1..4") == ("chunks", [1, 2, 3, 4])
+    assert parse_range("chunks=1,2,8") == ("chunks", [1, 2, 8])
+    for bad in ("chunks", "chunks=a..b", "chunks=4..1", "=3"):
+        with pytest.raises(ValueError):
+            parse_range(bad)
+
+
+def test_tune_picks_the_fastest_choice_that_verifies():
+    """Four receive semaphores per direction are what makes the pipelined all-reduce safe; with
+    two, `check` finds a race whenever chunks >= 2 (on rings of 3 or more). The tuner must skip
+    those choices however fast they are priced, and take the fastest one that verifies."""
+    from ringc.cost.tune import tune
+    from ringc.verify.check import check
+    text = (LIB / "all_reduce_bidirectional.yaml").read_text()
+    racy = load_text(text.replace("shape: [4]}", "shape: [2]}").replace(" % 4]", " % 2]"), "racy.yaml")
+    hw = hardware("ring:4", racy)
+    res = tune(racy, hw, 2**20, {"chunks": [1, 2, 4]}, compile=False)
+    by = {c.params["chunks"]: c for c in res.choices}
+    assert by[2].seconds < by[1].seconds < by[4].seconds  # fastest first: 2 is tried, refused
+    assert by[2].problem == "REFUSED by ringc check: race" and by[4].problem == ""
+    assert res.best is by[1] and res.verified.startswith("verified")
+    assert check(racy.model_copy(update={"params": {**racy.params, "chunks": 1}}), 4).ok
+    good = ringc.load(LIB / "all_reduce_bidirectional.yaml")
+    res = tune(good, hardware("ring:4", good), 2**20, {"chunks": [1, 2, 4]}, compile=False)
+    assert res.best.seconds == min(c.seconds for c in res.choices)
+    assert "best" in res.to_text() and res.to_json()["best"] == res.best.params
+    with pytest.raises(ringc.ScheduleError, match="no parameter `depth`"):
+        tune(good, hw, 2**20, {"depth": [1]}, compile=False)
+
+
+@pytest.mark.slow
+def test_tune_drops_what_the_compiler_rejects():
+    """At 64 MiB on 4 chips the VMEM-resident all-reduce needs 3 x 64 MiB of VMEM: v5e's
+    compiler refuses it whatever the chunks, and says so; at 1 MiB it compiles."""
+    from ringc.cost.tune import tune
+    sched = ringc.load(LIB / "all_reduce_bidirectional.yaml")
+    hw = hardware("ring:4", sched)
+    big = tune(sched, hw, 64 * 2**20, {"chunks": [2]})
+    assert big.target == "v5e:2x2" and big.best is None
+    assert big.choices[0].problem == "rejected by the compiler: vmem_overflow"
+    small = tune(sched, hw, 2**20, {"chunks": [1, 2]})
+    assert small.best is not None and all(c.compiled and c.vmem for c in small.choices)
+
+
+def test_tune_and_rank_on_the_command_line(capsys):
+    ar = str(LIB / "all_reduce_bidirectional.yaml")
+    assert main(["tune", ar, "--topology", "ring:4", "--bytes", "64KiB", "--param-range", "chunks=1,2",
+                 "--no-compile"]) == 0
+    out = capsys.readouterr().out
+    assert "chunks  estimate  efficiency  VMEM  verdict" in out and "best: chunks=" in out
+    assert main(["tune", ar, "--topology", "ring:4", "--bytes", "64KiB"]) == 2  # nothing to tune
+    assert "fix: add --param-range" in capsys.readouterr().err
+    assert main(["tune", ar, "--topology", "ring:4", "--bytes", "64KiB", "--param-range", "chunks=x"]) == 2
+    assert main(["cost", "--collective", "psum", "--topology", "ring:4", "--sweep", "4KiB..8KiB"]) == 0
+    assert "all_reduce_one_shot" in capsys.readouterr().out
+    assert main(["cost", ar, "--collective", "psum", "--topology", "ring:4", "--sweep", "4KiB..8KiB"]) == 2
+    assert main(["cost", "--topology", "ring:4", "--bytes", "4KiB"]) == 2
+    assert "or --collective KIND" in capsys.readouterr().err

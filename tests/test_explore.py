@@ -42,6 +42,9 @@ MUST_COMPLETE |= {(stem, n) for stem in ("all_gather_bidirectional", "all_to_all
 def test_library_schedule_is_clean_in_every_interleaving(schedule_path, n):
     """On a ring of n devices; a 2-D schedule on a 2 x n torus."""
     sched = ringc.load(schedule_path)
+    if len(sched.axes) == 3:  # 2 x 2 x n: too many states to explore; the analysis alone
+        assert check(sched, topology=f"torus:2x2x{n}").ok
+        return
     if len(sched.axes) == 2:
         res = explore(unroll(sched, sizes={"x": 2, "y": n}), max_states=BUDGET)
         assert res.complete and not (res.races or res.hang or res.nonzero_exit), res.summary()

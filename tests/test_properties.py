@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import ringc
@@ -42,7 +42,13 @@ def assert_verified(path: Path, n: int) -> None:
 @settings(max_examples=12, deadline=None)
 @given(n=st.integers(2, 24))
 def test_library_verifies_for_any_n(path, n):
+    # The 2-D and 3-D bandwidth schedules take 5-10 s to check at 24 devices: up to 12 here,
+    # up to 64 under slow.
+    assume(path.stem not in MANY_STREAMS or n <= 12)
     assert_verified(path, n)
+
+
+MANY_STREAMS = {"all_reduce_2d_bidirectional", "all_reduce_3d_bidirectional"}
 
 
 @pytest.mark.slow

@@ -4,6 +4,8 @@ it must reach the clean verdict on the library, or `check` at large N is slow.""
 
 from __future__ import annotations
 
+import itertools
+
 from math import prod
 from pathlib import Path
 
@@ -141,7 +143,8 @@ def test_quotient_is_sound_and_complete_on_the_library(path):
             assert not clean or full_clean, f"{path.name} N={n} x{calls}: quotient clean, full finds {full.kinds()}"
             if path in LIBRARY:
                 assert clean == full_clean, f"{path.name} N={n} x{calls}"
-                assert fast.routes == route_summary(full.program, placement)
+                if clean:  # (a schedule that sends past its neighbours gets a warning: not clean)
+                    assert fast.routes == route_summary(full.program, placement)
 
 
 @pytest.mark.parametrize("mutant, stage", [
@@ -181,17 +184,34 @@ def test_data_flow_rejects_a_misplaced_block():
 
 # -- the meaning rotates --------------------------------------------------------------
 
-def _canonical(pieces: list[Piece]) -> set:
-    return {(p.box, canonical_value(p.value, p.box)) for p in pieces}
+def _canonical(pieces: list[Piece], cuts: list[list[int]] | None = None) -> set:
+    """The pieces as (box, canonical value) pairs, each first cut at `cuts` (sorted cut
+    points per dimension): two partitions of the same content compare equal once both are
+    cut at the union of their boundaries (a translated piece may wrap into several)."""
+    out = set()
+    for p in pieces:
+        if cuts is None:
+            out.add((p.box, canonical_value(p.value, p.box)))
+            continue
+        value = canonical_value(p.value, p.box)
+        ranges = [[(x, y) for x, y in zip(c, c[1:]) if a <= x and y <= b] for c, (a, b) in zip(cuts, p.box)]
+        for cell in itertools.product(*ranges):
+            out.add((cell, canonical_value(restrict_value(value, p.box, cell), cell)))
+    return out
+
+
+def _same_content(a: list[Piece], b: list[Piece]) -> bool:
+    cuts = [sorted({x for p in a + b for x in p.box[i]}) for i in range(len(a[0].box))] if a and b else None
+    return _canonical(a, cuts) == _canonical(b, cuts)
 
 
 @pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
 def test_meaning_rotates_agrees_with_every_device(path):
     """`meaning_rotates` says device d's expected output is device 0's translated by d;
-    check it against `expected` on every device (of a ring, or a 3x4 torus), and that a
+    check it against `expected` on every device (of a ring, a 3x4 or a 2x3x2 torus), and that a
     wrong step breaks both."""
     sched = ringc.load(path)
-    sizes = dict(zip(sched.axes, (4,) if len(sched.axes) == 1 else (3, 4)))
+    sizes = dict(zip(sched.axes, {1: (4,), 2: (3, 4), 3: (2, 3, 2)}[len(sched.axes)]))
     n = prod(sizes.values())
     program = rotation_unroll(sched, sizes)
     out = sched.io_buffer("output")
@@ -201,7 +221,7 @@ def test_meaning_rotates_agrees_with_every_device(path):
         rot = Q.Rotator(prog)
         base = c.expected(n, 0, prog.shapes, b)
         try:
-            return all(_canonical(rot.pieces(out, base, d)) == _canonical(c.expected(n, d, prog.shapes, b))
+            return all(_same_content(rot.pieces(out, base, d), c.expected(n, d, prog.shapes, b))
                        for d in range(n))
         except Q._Unclear:  # the steps move an input dim past its end: no rotation
             return False
@@ -209,7 +229,17 @@ def test_meaning_rotates_agrees_with_every_device(path):
     assert Q.meaning_rotates(c, b, program) and brute(program)
     if any(program.rotation.get((out, 0), ())):
         program.rotation[(out, 0)] = (0,) * len(sizes)  # the output's device dim no longer moves
-        assert not Q.meaning_rotates(c, b, program) and not brute(program)
+        assert not _or_unclear(Q.meaning_rotates, c, b, program) and not _or_unclear(brute, program)
+
+
+def _or_unclear(claim, *args) -> bool:
+    """The claim, or False where the rotation cannot tell (the check then falls back to the
+    full analysis): with the output pinned, an input that moves per device (a psum's
+    `x[block]` indexed from `me`) no longer lines up with it."""
+    try:
+        return claim(*args)
+    except Q._Unclear:
+        return False
 
 
 # -- symbolic sums of runs -----------------------------------------------------------

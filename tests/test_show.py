@@ -34,8 +34,9 @@ def timed(path: Path, n: int):
 def test_show_md_document_has_valid_mermaid(path, tmp_path, capsys):
     out = tmp_path / "doc.md"
     sched = ringc.load(path)
-    topo = "ring" if len(sched.axes) == 1 else "torus:2x2"  # 2-axis schedules: a 2x2 torus
-    assert main(["show", str(path), "--devices", "4", "--topology", topo, "-o", str(out)]) == 0
+    # 2-axis schedules on a 2x2 torus, 3-axis ones on 2x2x2
+    devices, topo = {1: ("4", "ring"), 2: ("4", "torus:2x2"), 3: ("8", "torus:2x2x2")}[len(sched.axes)]
+    assert main(["show", str(path), "--devices", devices, "--topology", topo, "-o", str(out)]) == 0
     text = out.read_text()
     found = [validate(b) for b in blocks(text)]
     assert found == ["graph", "graph", "gantt", "stateDiagram-v2"]
@@ -43,9 +44,9 @@ def test_show_md_document_has_valid_mermaid(path, tmp_path, capsys):
                     "## Slot Occupancy", "## Performance"):
         assert section in text
     # One gantt section per device, one task per simulated span (up to the 400 drawn).
-    e = estimate(sched, hardware(topo, sched, n=4))
+    e = estimate(sched, hardware(topo, sched, n=int(devices)))
     gantt = diagram(e, "gantt")
-    assert gantt.count("\n    section device ") == 4
+    assert gantt.count("\n    section device ") == int(devices)
     tasks = sum(1 for l in gantt.splitlines() if " :" in l and ", t" in l)
     assert tasks == min(len(e.machine.spans), 400)
     assert ("spans not drawn" in gantt) == (len(e.machine.spans) > 400)
@@ -159,8 +160,8 @@ MERMAID_DIR = os.environ.get("RINGC_MERMAID_DIR")  # a directory with `npm insta
 @pytest.mark.parametrize("path", SCHEDULES, ids=lambda p: p.stem)
 def test_mermaid_itself_parses_the_document(path, tmp_path):
     out = tmp_path / "doc.md"
-    topo = "ring" if len(ringc.load(path).axes) == 1 else "torus:2x2"
-    assert main(["show", str(path), "--devices", "4", "--topology", topo, "-o", str(out)]) == 0
+    devices, topo = {1: ("4", "ring"), 2: ("4", "torus:2x2"), 3: ("8", "torus:2x2x2")}[len(ringc.load(path).axes)]
+    assert main(["show", str(path), "--devices", devices, "--topology", topo, "-o", str(out)]) == 0
     script = tmp_path / "parse.mjs"
     script.write_text(
         "import { JSDOM } from 'jsdom';\n"

@@ -438,8 +438,8 @@ def test_verifier_agrees_with_the_explorer(name):
     path = BROKEN_DIR / name if name in MANIFEST else LIBRARY_DIR / name
     sched = ringc.load(path)
     entry = MANIFEST.get(name, {})
-    if len(sched.axes) > 1 or "topology" in entry:  # on its topology (a 2-D schedule: 2 x 2)
-        topo = entry.get("topology", "torus:2x2")
+    if len(sched.axes) > 1 or "topology" in entry:  # on its topology (a 2-D schedule: 2 x 2, 3-D 2 x 2 x 2)
+        topo = entry.get("topology", "torus:2x2" if len(sched.axes) < 3 else "torus:2x2x2")
         report = _check_entry(path, {"devices": None, **entry, "topology": topo})
         program = report.program
         if program.rotation is not None:  # a clean quotient check kept device 0's events only

@@ -14,6 +14,12 @@ is their maximum:
 - aggregate: all the bytes that must cross some link, over all the axis' directed links.
 - bisection (all-to-all): the bytes that must cross between two halves of the axis, over
   the links between them, for the tightest contiguous split.
+- ring (a permutation on a wrapped ring of p >= 3): a send by s positions goes either s
+  links one way or p - s links the other. If a fraction f of the bytes goes the long way,
+  the p links of one direction carry (1 - f) p V s bytes and those of the other f p V (p - s),
+  so some link carries max((1 - f) s, f (p - s)) V >= s (p - s) / p x V (equal at
+  f = s / p): the bound is s (p - s) / p x V / B. (The ingress bound, V / 2B, assumes both
+  incoming links could be used fully, which a shift cannot profit from.)
 - latency: the farthest pair whose data must meet, hops x hop latency.
 """
 
@@ -71,11 +77,21 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
     if c.bisection:
         comps["bisection"] = _bisection(pl, V, B)
+    ring = c.cycle_bytes(p, V)
+    if ring is not None and _is_cycle(pl):
+        comps["ring"] = ring / B
     if c.takes_rhs:
         comps["compute"] = c.flops(p, program.shapes, buffers) / hw.chip.bf16_flops
     comps["latency"] = max((pl.hops(a, b) for a, b in c.far_pairs(p)), default=0) * hw.hop_latency
     binding = max(comps, key=lambda k: comps[k])
     return Bound(comps[binding], binding, comps, V)
+
+
+def _is_cycle(pl) -> bool:
+    """The instance's chips and links form one cycle of at least 3 chips (a wrapped ring)."""
+    import networkx as nx
+    g = pl.subgraph
+    return pl.n >= 3 and all(d == 2 for _, d in g.degree) and nx.is_connected(g)
 
 
 def _bisection(pl, V: float, B: float) -> float:

@@ -1,0 +1,139 @@
+"""`ringc cost --collective psum --topology T --sweep A..B`: which library schedule at which size.
+
+Every schedule of the library (`schedules/*.yaml`, or `--library DIR`) that computes the
+collective and spans the whole topology with one instance (a ring schedule on `ring:16`,
+a 2-axis one on `v5e:4x4`, a 3-axis one on `v5p:4x4x4`) is priced at every size of the
+sweep; the table ranks them per size, NCCL-tuner style. Schedules that do not fit the
+topology are listed with the reason. A schedule's own params stay at their defaults
+except the one `--bytes` sizing sets (tune the rest with `ringc tune`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import get_args
+
+from ..ir import schema as S
+from ..ir.errors import ScheduleError
+from .model import CostError, Estimate, estimate, hardware
+from ..units import size_text, time_text
+
+# Names a user may give for a collective, as `collective:` kinds.
+ALIASES = {"all_reduce": "psum", "allreduce": "psum", "reduce_scatter": "psum_scatter",
+           "allgather": "all_gather", "alltoall": "all_to_all", "permute": "ppermute"}
+
+
+def library_dir() -> Path:
+    """The library shipped next to the package (the repository's `schedules/`)."""
+    return Path(__file__).resolve().parents[2] / "schedules"
+
+
+@dataclass
+class Ranking:
+    collective: str
+    topology: str
+    sizes: list[int]
+    table: dict[str, list[Estimate | None]]  # schedule name -> one estimate per size
+    skipped: list[tuple[str, str]]            # (schedule, why)
+
+    def winner(self, i: int) -> str | None:
+        timed = [(row[i].seconds, name) for name, row in self.table.items() if row[i] is not None]
+        return min(timed)[1] if timed else None
+
+    def to_text(self) -> str:
+        names = list(self.table)
+        lines = [f"{self.collective} on {self.topology}: estimate (efficiency) of each library schedule; "
+                 f"* marks the fastest"]
+        head = ["V"] + names
+        rows = []
+        for i, size in enumerate(self.sizes):
+            best = self.winner(i)
+            cells = [size_text(next(r[i].bound.volume for r in self.table.values() if r[i]) if best else size)]
+            for name in names:
+                e = self.table[name][i]
+                cells.append("-" if e is None else f"{'*' if name == best else ''}{time_text(e.seconds)} ({e.efficiency:.0%})")
+            rows.append(cells)
+        widths = [max(len(r[k]) for r in [head] + rows) for k in range(len(head))]
+        for r in [head] + rows:
+            lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        lines += [f"  not ranked: {name}: {why}" for name, why in self.skipped]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"collective": self.collective, "topology": self.topology, "sizes": self.sizes,
+                "winners": [self.winner(i) for i in range(len(self.sizes))],
+                "schedules": {name: [None if e is None else {"bytes": e.bound.volume, "estimate_s": e.seconds,
+                                                             "efficiency": e.efficiency} for e in row]
+                              for name, row in self.table.items()},
+                "skipped": [{"schedule": n, "why": w} for n, w in self.skipped]}
+
+
+def collective_kind(name: str) -> str:
+    kind = ALIASES.get(name.lower(), name.lower())
+    kinds = get_args(S.CollectiveKind)
+    if kind not in kinds:
+        raise ValueError(f"unknown collective {name!r}; one of {', '.join(kinds)}")
+    return kind
+
+
+def rank(collective: str, topology: str, sizes: list[int], library: Path | None = None,
+         **hw_options) -> Ranking:
+    from ..ir.loader import load
+    kind = collective_kind(collective)
+    directory = library or library_dir()
+    paths = sorted(Path(directory).glob("*.yaml"))
+    if not paths:
+        raise ValueError(f"no schedules in {directory}")
+    table: dict[str, list[Estimate | None]] = {}
+    skipped: list[tuple[str, str]] = []
+    for path in paths:
+        sched = load(path)
+        if sched.collective.kind != kind:
+            continue
+        try:
+            hw = hardware(topology, sched, **hw_options)
+        except (ValueError, ScheduleError) as e:
+            skipped.append((sched.name, getattr(e, "message", str(e)).splitlines()[0]))
+            continue
+        chips = hw.placement.topo.size
+        if hw.placement.n != chips:
+            skipped.append((sched.name, f"one instance spans {hw.placement.n} of the {chips} chips "
+                                        f"(price it with `ringc cost --along`)"))
+            continue
+        row: list[Estimate | None] = []
+        for size in sizes:
+            try:
+                row.append(estimate(sched, hw, nbytes=size))
+            except (ScheduleError, CostError):
+                row.append(None)
+        table[sched.name] = row
+    if not table:
+        raise ValueError(f"no library schedule computes {kind} over the whole of {topology}"
+                         + "".join(f"\n  {n}: {w}" for n, w in skipped))
+    return Ranking(kind, topology, sizes, table, skipped)
+
+
+def ranking_png(r: Ranking) -> bytes:
+    from .plot import png_bytes, require_matplotlib
+    plt = require_matplotlib()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
+    for name, row in r.table.items():
+        pts = [(e.bound.volume, e.seconds, e.efficiency) for e in row if e is not None]
+        if not pts:
+            continue
+        xs, ts, effs = zip(*pts)
+        top.loglog(xs, ts, "o-", ms=3, label=name)
+        bottom.semilogx(xs, [100 * f for f in effs], "o-", ms=3)
+    top.set_ylabel("estimated time (s)")
+    top.set_title(f"{r.collective} on {r.topology}: the library's schedules")
+    top.grid(True, which="both", alpha=0.3)
+    top.legend(fontsize=8)
+    bottom.set_ylabel("efficiency (%)")
+    bottom.set_ylim(0, 105)
+    bottom.set_xlabel("collective size V")
+    ticks = r.sizes[:: max(1, len(r.sizes) // 8)]
+    bottom.set_xticks(ticks, [size_text(s) for s in ticks], rotation=30)
+    data = png_bytes(fig)
+    plt.close(fig)
+    return data
