@@ -207,23 +207,33 @@ COLLECTIVES: RuleTable[type[Collective]] = RuleTable("collectives (ringc/collect
                                                      "collectives")
 
 
-@COLLECTIVES.register("ppermute")
-class Ppermute(Collective):
-    """Device d's x lands on device (d + shift) % N."""
-    kind, title = "ppermute", "permutation"
+class _SameShape(Collective):
+    """A collective whose output has the input's shape, element by element."""
 
     def shape_problem(self, n, shapes, b):
         x, out = tuple(shapes[b.input]), tuple(shapes[b.output])
         return None if out == x else f"shape {list(x)}"
 
+    @staticmethod
+    def _full(shapes, b) -> tuple[Box, IndexMap]:
+        """The output's whole box, and the identity map onto the input."""
+        return tuple((0, s) for s in shapes[b.output]), tuple((d, 0) for d in range(len(shapes[b.input])))
+
+    def _rotates(self, s, rank, b):  # the output moves exactly as the input
+        return len(s.shapes[b.output]) == rank and s.same(b.output, b.input, ((i, i) for i in range(rank)))
+
+
+@COLLECTIVES.register("ppermute")
+class Ppermute(_SameShape):
+    """Device d's x lands on device (d + shift) % N."""
+    kind, title = "ppermute", "permutation"
+
     def expected(self, n, device, shapes, b):
-        full = tuple((0, s) for s in shapes[b.output])
-        ident = tuple((d, 0) for d in range(len(shapes[b.input])))
+        full, ident = self._full(shapes, b)
         return [Piece(full, (_term(b.input, (device - self.shift) % n, ident),))]
 
-    def _rotates(self, s, rank, b):
-        return (s.axes == 1 and len(s.shapes[b.output]) == rank
-                and s.same(b.output, b.input, ((i, i) for i in range(rank))))
+    def _rotates(self, s, rank, b):  # a flat shift is no translation of a torus
+        return s.axes == 1 and super()._rotates(s, rank, b)
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
@@ -247,21 +257,13 @@ class Ppermute(Collective):
 
 
 @COLLECTIVES.register("psum")
-class Psum(Collective):
+class Psum(_SameShape):
     """out = sum over devices of x."""
     kind, title = "psum", "all-reduce"
 
-    def shape_problem(self, n, shapes, b):
-        x, out = tuple(shapes[b.input]), tuple(shapes[b.output])
-        return None if out == x else f"shape {list(x)}"
-
     def expected(self, n, device, shapes, b):
-        full = tuple((0, s) for s in shapes[b.output])
-        ident = tuple((d, 0) for d in range(len(shapes[b.input])))
+        full, ident = self._full(shapes, b)
         return [Piece(full, tuple(_term(b.input, j, ident) for j in range(n)))]
-
-    def _rotates(self, s, rank, b):
-        return len(s.shapes[b.output]) == rank and s.same(b.output, b.input, ((i, i) for i in range(rank)))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax

@@ -36,7 +36,7 @@ def test_library_schedule_round_trips(tmp_path, path, n):
     if len(sched.axes) == 1:
         want, got = ringc.check(sched, n), check_module(module, n)
     else:
-        topo = f"torus:2x{n // 2}"
+        topo = f"torus:2x{n // 2}" if len(sched.axes) == 2 else f"torus:2x2x{max(2, n // 4)}"
         want, got = ringc.check(sched, topology=topo), check_module(module, topology=topo)
     assert want.ok
     _agree(want, got)

@@ -28,11 +28,10 @@ def check(result: RunResult) -> None:
 
 # ---------------------------------------------------------------------------- the library
 
-@settings(max_examples=3, deadline=None, database=None)
+@settings(max_examples=1, deadline=None, database=None)
 @given(n=st.integers(2, 8))
 @example(n=2)
 @example(n=3)
-@example(n=5)
 @example(n=8)
 def test_library_schedule_matches_lax(schedule_path, n):
     """Property: every library schedule equals lax on any ring size (a 2-D schedule: on one

@@ -21,7 +21,8 @@ TORUS = sorted((ROOT / "tests" / "torus").glob("*.yaml"))
 BROKEN = [p for p in sorted((ROOT / "tests" / "broken").glob("*.yaml")) + sorted((ROOT / "tests" / "mutants").glob("*.yaml"))
           if p.name != "expected.yaml"]
 # Correct, and symmetric except for what the name says: the quotient must answer for these.
-SYMMETRIC_CLEAN = {"all_gather_2d", "all_reduce_2d", "all_gather_3d"}
+SYMMETRIC_CLEAN = {"all_gather_2d", "all_reduce_2d", "all_gather_3d", "all_reduce_2d_bidirectional",
+                   "all_reduce_3d_bidirectional"}
 # One corner does something else on purpose: never translation symmetric. The first is
 # still correct (the full analysis says so), the second hangs.
 ASYMMETRIC = {"all_gather_2d_corner_copies_twice", "all_reduce_2d_corner_skips_barrier"}
@@ -75,8 +76,9 @@ def test_one_axis_schedules_along_a_torus_axis(path):
     sched = ringc.load(path)
     for topo, along in (("torus:2x3", "y"), ("torus:4x4", "x")):
         fast, full = agree(sched, topo, along)
-        if path in LIBRARY:
-            assert fast is not None and full.ok, f"{path.stem} on {topo} along {along}"
+        if path in LIBRARY:  # the quotient answers, unless a route warning asks the full analysis to explain it
+            warned = any(f.severity == "warning" for f in full.findings)
+            assert full.ok and (fast is not None or warned), f"{path.stem} on {topo} along {along}"
 
 
 @pytest.mark.parametrize("topo", ["mesh:3x3", "v5e:4x4", "v4:2x2x2"])

@@ -192,8 +192,10 @@ class Program:
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
         if ev.inner:
             pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
-        inv = f" call {ev.invocation + 1}," if ev.invocation else ""
-        return f"device {self.label(ev.device)},{inv}{' ' + pt if pt else ''} (line {ev.line})"
+        parts = [f"device {self.label(ev.device)}"] + ([f"call {ev.invocation + 1}"] if ev.invocation else [])
+        if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
+            parts.append(pt)
+        return f"{', '.join(parts)} (line {ev.line})"
 
 
 def deposits(a: Action) -> list[tuple[SemId, int]]:
