@@ -102,11 +102,14 @@ def _blank_magic(line: str) -> str:
 
 
 def _myst_code(text: str) -> str:
+    """A MyST notebook runs its `{code-cell}` blocks (a ```python fence there is prose: an
+    API signature, say); plain Markdown with no code cells runs its ```python fences."""
     out: list[str] = []
     cell = header = False
+    opens = ("```{code-cell}",) if "```{code-cell}" in text else ("```python", "```python3", "```py")
     for line in text.splitlines():
         fence = line.strip()
-        if not cell and (fence.startswith("```{code-cell}") or fence in ("```python", "```python3", "```py")):
+        if not cell and (fence.startswith("```{code-cell}") if opens[0] == "```{code-cell}" else fence in opens):
             cell, header = True, fence.startswith("```{code-cell}")
             out.append("")
             continue
