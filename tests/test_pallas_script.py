@@ -83,3 +83,21 @@ def test_a_script_takes_no_params_and_needs_devices():
         check_file(str(NOTEBOOK), 2, params={"rows": 8})
     with pytest.raises(ScheduleError, match="--devices"):
         check_file(str(NOTEBOOK), None)
+
+
+UNITTESTS = Path(__file__).parent / "pallas_import" / "unittest_permute.py"
+
+
+def test_a_test_module_runs_its_tests_and_checks_every_kernel_call():
+    reports = check_file(str(UNITTESTS), 3)
+    by_test = {r.title.split(":")[0]: r for r in reports}
+    assert set(by_test) == {"PermuteTest.test_permute_eager", "PermuteTest.test_permute_no_recv_wait",
+                            "PermuteTest.test_permute_on_tpu"}
+    # The same kernel in two tests (other interpret settings) is checked once, and says so.
+    assert "and 1 identical call" in by_test["PermuteTest.test_permute_eager"].title
+    assert by_test["PermuteTest.test_permute_eager"].ok
+    assert by_test["PermuteTest.test_permute_on_tpu"].ok  # skipped off TPU, rerun as on a TPU
+    broken = by_test["PermuteTest.test_permute_no_recv_wait"]
+    assert {"dma_not_waited", "race"} <= broken.kinds()
+    notes = [a for r in reports for a in r.assumptions if a.startswith("script note")]
+    assert any("test_broken_before_any_kernel stopped before any kernel call" in a for a in notes)

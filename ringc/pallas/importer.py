@@ -256,11 +256,18 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     for k, cap in enumerate(script.captures):
         t1 = time.perf_counter()
         sizes = _mesh_axes(cap.jaxpr, path, cap.line)
-        values = [np.asarray(a) for a in cap.args] if _needs_values(cap.jaxpr) else None
+        values = _small_int_values(cap.args)
         coll = Collective(cap.reference["kind"], int(cap.reference.get("shift", 1))) if cap.reference else None
-        report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
-                              log, topology if topology is None or along is None else topology)
-        report.title = f"{cap.name} (line {cap.line}, kernel call {k + 1} of {len(script.captures)})"
+        test = f"{cap.test}: " if cap.test else ""
+        copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
+        title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(script.captures)}{copies})"
+        try:
+            report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
+                                  log, topology if topology is None or along is None else topology)
+        except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
+            reports.append(CallError(path, title, e))
+            continue
+        report.title = title
         report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
                                      "captured; their results were zeros placeholders, not computed")
         if cap.reference:
@@ -268,11 +275,45 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
         if values is not None:
-            report.assumptions.append("scalar-prefetch values as the script passed them")
-        report.assumptions += [f"script note: {note}" for note in script.notes]
+            report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
+        if not reports:  # the script's notes once, on its first verdict
+            report.assumptions += [f"script note: {note}" for note in script.notes]
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
         reports.append(report)
     return reports
+
+
+@dataclass
+class CallError:
+    """A captured kernel call that could not be checked (an index out of range, an unknown
+    primitive): its verdict is the error, and the script's other calls are still checked."""
+    file: str
+    title: str
+    error: ScheduleError
+    findings: list = field(default_factory=list)
+    ok: bool = False
+
+    def kinds(self) -> set[str]:
+        return {"error"}
+
+    def to_text(self, explain: bool = False) -> str:
+        return f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
+
+    def to_json(self) -> dict:
+        e = self.error
+        return {"file": self.file, "call": self.title, "ok": False,
+                "error": {"message": e.message, "line": e.line, "fix": e.fix}}
+
+
+def _small_int_values(args: list) -> list | None:
+    """The values of a script's small integer arguments (indices, sizes, routing tables that
+    SMEM or scalar prefetch may read); data arrays are not followed."""
+    values = [np.asarray(a) if np.issubdtype(np.asarray(a).dtype, np.integer) and np.size(a) <= _SMALL
+              else None for a in args]
+    return values if any(v is not None for v in values) else None
+
+
+_SMALL = 1 << 16
 
 
 def _mesh_axes(jaxpr: Any, path: str, line: int) -> dict[str, int]:
@@ -347,6 +388,11 @@ def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str) 
     return [np.asarray(a) for a in jax.tree.leaves(module.make_inputs(mesh, 0, **params))]
 
 
+def _literal(h: Handle) -> bool:
+    """A handle of a jaxpr literal: values are ("literal", value), not one per device."""
+    return isinstance(h.values[0], str) and h.values[0] == "literal"
+
+
 class _Outer:
     """Walks the traced program outside the kernels, collecting pallas_calls in order."""
 
@@ -363,13 +409,14 @@ class _Outer:
         handles = []
         for k, v in enumerate(closed.jaxpr.invars):
             handles.append(Handle(v.aval, origin="input", role=k,
-                                  values=None if self.values is None else [self.values[k]]))
+                                  values=None if self.values is None or self.values[k] is None
+                                  else [self.values[k]]))
         self.ins = handles
         self.outs = self.walk(closed.jaxpr, handles, None)
 
     def walk(self, jaxpr: Any, handles: list, per_device: Any) -> list:
         env: dict[Any, Any] = dict(zip(jaxpr.invars, handles))
-        for v, c in zip(jaxpr.constvars, getattr(jaxpr, "consts", []) or []):
+        for v in jaxpr.constvars:  # arrays the traced function closed over: values not followed
             env[v] = Handle(getattr(v, "aval", None), values=None)
 
         def read(a: Any) -> Handle:
@@ -435,20 +482,20 @@ class _Outer:
         cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
         for _ in range(10_000):
             (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
-            known = c.values is not None and (c.values[0] == "literal" or
+            known = c.values is not None and (_literal(c) or
                                               all(v is not None for v in c.values))
             if not known:
                 raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
                                     file=self.file, line=int(user_location(eqn)) or None,
                                     fix="use a fori_loop with constant bounds")
-            flag = c.values[1] if c.values[0] == "literal" else c.values[0]
+            flag = c.values[1] if _literal(c) else c.values[0]
             if not bool(np.asarray(flag)):
                 return val
             val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
         raise ScheduleError("a loop around pallas_calls ran 10000 times", file=self.file, fix="bound the loop")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
-        if h.values is not None and self.mesh_axes is not None and h.values[0] != "literal":
+        if h.values is not None and self.mesh_axes is not None and not _literal(h):
             return Handle(out.aval, values=[np.asarray(v).reshape(out.aval.shape) for v in h.values],
                           origin=h.origin, role=h.role, link=h)
         return h
@@ -466,7 +513,7 @@ class _Outer:
         local = []
         for h, spec, v in zip(ins, eqn.params["in_specs"], eqn.params["jaxpr"].invars):
             vals = None
-            if h.values is not None and h.values[0] != "literal":
+            if h.values is not None and not _literal(h):
                 vals = [_shard(np.asarray(h.values[0]), spec, axes, d) for d in range(n)]
             local.append(Handle(v.aval, values=vals, origin=h.origin, role=h.role, link=h))
         body = eqn.params["jaxpr"]
@@ -481,7 +528,7 @@ class _Outer:
             for d in range(n):
                 it = Interpreter(self.builder, d, self.builder._coords(d), self.mesh_axes)
                 it.eqn = eqn
-                vals = [h.values[1] if h.values[0] == "literal" else h.values[d] for h in ins]
+                vals = [h.values[1] if _literal(h) else h.values[d] for h in ins]
                 vals = [np.asarray(v) if not isinstance(v, (int, float, bool)) else v for v in vals]
                 rule = RULES.get(eqn.primitive.name, pure_rule)
                 try:
@@ -593,4 +640,4 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     return report
 
 
-__all__ = ["check_file", "check_module", "check_script", "check_pallas", "KernelSpec", "Collective", "Data"]
+__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "Collective", "Data"]

@@ -61,6 +61,8 @@ class Capture:
     arg_ids: tuple[int, ...]      # id() of each argument array, to pair the lax reference
     reference: dict | None = None  # {"kind": ..., "shift": ...}: the lax collective run on the same input
     reference_line: int = 0        # where the script computes that reference
+    test: str | None = None        # the test method that made the call (a test module)
+    copies: int = 0                # identical calls after it (parameterized tests), checked once
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Script:
     n: int
     captures: list[Capture] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    test: str | None = None        # the test running now
+    seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
 
 
 def is_script(source: str) -> bool:
@@ -153,6 +157,13 @@ def _ipynb_code(path: str, text: str) -> str:
             out[k] = _blank_magic(s.rstrip("\n"))
             cursor = k + 1
     return "\n".join(out) + "\n"
+
+
+def _small_int_bytes(a: Any) -> bytes:
+    """A small integer argument's values (they may steer the kernel: a routing table), else b""."""
+    if np.issubdtype(np.dtype(a.dtype), np.integer) and np.size(a) <= 1 << 16:
+        return np.asarray(a).tobytes()
+    return b""
 
 
 def _kernel_names(jaxpr: Any) -> str:
@@ -246,16 +257,27 @@ def _capturing(script: Script) -> Iterator[None]:
     def impl(*args, jaxpr, **params):
         ids = tuple(id(a) for a in args)
         def zeros():
-            return [np.zeros(v.aval.shape, v.aval.dtype) for v in jaxpr.jaxpr.outvars], None, None, []
+            import jax  # jax arrays, so that `.block_until_ready()` and the like work on them
+            return [jax.device_put(np.zeros(v.aval.shape, v.aval.dtype)) for v in jaxpr.jaxpr.outvars], None, None, []
 
-        if any(e.primitive.name == "pallas_call" for e in walk_eqns(jaxpr.jaxpr)):
-            script.captures.append(Capture(jaxpr, list(args), _caller_line(script.path), _kernel_names(jaxpr.jaxpr),
-                                           ids))
+        kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        if kernels:
+            line = _caller_line(script.path)
+            # Parameterized tests run one kernel many times with other interpret settings: check it once.
+            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
+                   tuple((a.shape, str(a.dtype), _small_int_bytes(a)) for a in args if hasattr(a, "shape")))
+            if key in script.seen:
+                script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
+                script.seen[key].copies += 1
+                return zeros()
+            script.seen[key] = cap = Capture(jaxpr, list(args), line, _kernel_names(jaxpr.jaxpr), ids,
+                                             test=script.test)
+            script.captures.append(cap)
             return zeros()
         ref = _reference(jaxpr.jaxpr)
         if ref is not None:
             for c in reversed(script.captures):
-                if c.reference is None and ids and c.arg_ids[:1] == ids[:1]:
+                if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):
                     c.reference, c.reference_line = ref, _caller_line(script.path)
                     return zeros()  # the reference only names the meaning: its values are not needed
         return run(*args, jaxpr=jaxpr, **params)
@@ -265,6 +287,109 @@ def _capturing(script: Script) -> Iterator[None]:
         yield
     finally:
         pjit._pjit_call_impl_python = run
+
+
+@contextlib.contextmanager
+def _claim_tpu() -> Iterator[None]:
+    """JAX's test helpers answer as on a TPU (`jtu.test_device_matches(["tpu"])`,
+    `jtu.is_device_tpu_at_least(4)`): for tests that skip themselves off TPU. Nothing runs
+    the kernels, so nothing depends on the claim but which tests run."""
+    try:
+        from jax._src import test_util as jtu
+    except ImportError:
+        yield
+        return
+    saved = {k: getattr(jtu, k) for k in ("test_device_matches", "is_device_tpu_at_least", "is_device_tpu",
+                                          "device_under_test")}
+    jtu.test_device_matches = lambda types: "tpu" in list(types)
+    jtu.is_device_tpu_at_least = lambda version: True
+    jtu.is_device_tpu = lambda version=None, variant="": True
+    jtu.device_under_test = lambda: "tpu"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(jtu, k, v)
+
+
+def _run_tests(script: Script, env: dict) -> None:
+    """What `unittest.main()` / `absltest.main()` does for a test module, under ringc: run
+    every test method of the module's TestCase classes, one at a time, the kernel calls
+    captured and titled with the test. A test that skips itself is run again with JAX's test
+    helpers answering as on a TPU (`_claim_tpu`); one that still skips is a note. Test
+    failures are expected (the kernels' results are placeholders) and are not reported."""
+    import unittest
+    classes = [v for v in list(env.values())
+               if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == env["__name__"]]
+    loader = unittest.TestLoader()
+    for cls in classes:
+        for test in loader.loadTestsFromTestCase(cls):
+            name = test.id().rsplit(".", 2)[-2:]
+            script.test = ".".join(name)
+            before = sum(c.copies for c in script.captures)
+            for claim in (contextlib.nullcontext(), _claim_tpu()):
+                result = unittest.TestResult()
+                with claim:
+                    test.run(result)
+                if not result.skipped:
+                    break
+            else:
+                script.notes.append(f"test {script.test} skipped itself ({result.skipped[0][1][:100]}): its kernels "
+                                    "were not checked")
+                continue
+            trouble = result.errors + result.failures
+            if trouble and not any(c.test == script.test for c in script.captures) and not _copied(script, before):
+                last = trouble[0][1].strip().splitlines()[-1]
+                script.notes.append(f"test {script.test} stopped before any kernel call ({last[:160]}): its "
+                                    "kernels were not checked")
+    script.test = None
+
+
+def _copied(script: Script, before: int) -> bool:
+    """The test made a call identical to an earlier one (a parameterized copy)."""
+    return sum(c.copies for c in script.captures) > before
+
+
+@contextlib.contextmanager
+def _test_main(script: Script, env: dict) -> Iterator[None]:
+    """`unittest.main` and `absltest.main` run the module's tests under ringc (`_run_tests`);
+    `jtu.request_cpu_devices` keeps ringc's devices."""
+    import unittest
+    patches = [(unittest, "main")]
+    try:
+        from absl.testing import absltest
+        patches.append((absltest, "main"))
+    except ImportError:
+        pass
+    try:
+        from jax._src import test_util as jtu
+        patches.append((jtu, "request_cpu_devices"))
+    except ImportError:
+        pass
+    try:  # JAX's interpret tests read the race detector's state after a call: give them a fresh one
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+        if ipc.races is None:
+            patches.append((ipc, "races"))
+    except ImportError:
+        ipc = None
+    saved = [(m, k, getattr(m, k)) for m, k in patches]
+
+    def main(*args, **kwargs):
+        _run_tests(script, env)
+
+    for m, k in patches:
+        if k == "races":
+            from jax._src.pallas.mosaic.interpret.race_detection_state import RaceDetectionState
+            setattr(m, k, RaceDetectionState(num_cores=1))
+        else:
+            setattr(m, k, (lambda nr_devices: None) if k == "request_cpu_devices" else main)
+    argv, sys.argv = sys.argv, [script.path]  # absl parses flags from sys.argv
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        for m, k, v in saved:
+            setattr(m, k, v)
 
 
 def _cpu_tpu_info() -> None:
@@ -290,7 +415,7 @@ def run_script(path: str, n: int, log: Any) -> Script:
     sys.path.insert(0, folder)
     try:
         # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
-        with _devices(n, script.notes), _capturing(script), aliases(log), \
+        with _devices(n, script.notes), _capturing(script), aliases(log), _test_main(script, env), \
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             for stmt in tree.body:
                 code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
