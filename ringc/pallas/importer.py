@@ -251,16 +251,24 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             fix="ringc runs a script and checks the jitted calls it makes; for a module of functions, add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py), or call ringc.check_pallas(fn, args, mesh) from Python")
+    local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
+    for c in local:
+        script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
+                            "not checked")
+    captures = [c for c in script.captures if c not in local]
+    if not captures:
+        raise ScheduleError("the script's kernel calls all run outside shard_map (single-device kernels)", file=path,
+                            line=local[0].line, fix="ringc checks collectives: kernels run under jax.shard_map")
     reports = []
     ran = time.perf_counter() - t0
-    for k, cap in enumerate(script.captures):
+    for k, cap in enumerate(captures):
         t1 = time.perf_counter()
-        sizes = _mesh_axes(cap.jaxpr, path, cap.line)
+        sizes = _mesh_axes(cap.jaxpr)
         values = _small_int_values(cap.args)
         coll = Collective(cap.reference["kind"], int(cap.reference.get("shift", 1))) if cap.reference else None
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
-        title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(script.captures)}{copies})"
+        title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
         try:
             report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
                                   log, topology if topology is None or along is None else topology)
@@ -316,12 +324,10 @@ def _small_int_values(args: list) -> list | None:
 _SMALL = 1 << 16
 
 
-def _mesh_axes(jaxpr: Any, path: str, line: int) -> dict[str, int]:
+def _mesh_axes(jaxpr: Any) -> dict[str, int]:
+    """The axes of the first shard_map in a traced call ({} if it has none)."""
     meshes = [e.params["mesh"] for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "shard_map"]
-    if not meshes:
-        raise ScheduleError("a jitted call runs a pallas_call outside shard_map", file=path, line=line or None,
-                            fix="ringc checks collectives: run the kernel under jax.shard_map")
-    return dict(meshes[0].shape)
+    return dict(meshes[0].shape) if meshes else {}
 
 
 def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict | None" = None, *,

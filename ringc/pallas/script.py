@@ -339,10 +339,20 @@ def _run_tests(script: Script, env: dict) -> None:
                 continue
             trouble = result.errors + result.failures
             if trouble and not any(c.test == script.test for c in script.captures) and not _copied(script, before):
-                last = trouble[0][1].strip().splitlines()[-1]
+                last = _exception_line(trouble[0][1])
                 script.notes.append(f"test {script.test} stopped before any kernel call ({last[:160]}): its "
                                     "kernels were not checked")
     script.test = None
+
+
+def _exception_line(tb: str) -> str:
+    """The `Type: message` line of a formatted traceback (JAX appends notes after it)."""
+    lines = [ln for ln in tb.strip().splitlines() if ln and not ln[0].isspace()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if head.replace(".", "").replace("_", "").isalnum() and ("Error" in head or "Exception" in head):
+            return ln
+    return lines[-1] if lines else tb.strip()[-160:]
 
 
 def _copied(script: Script, before: int) -> bool:
