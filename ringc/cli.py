@@ -216,21 +216,21 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md)."""
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
-    from .pallas import check_module
+    from .pallas import check_file
     ring = args.topology.strip() == "ring"
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
     ok = True
     for n in args.devices or [None]:
-        report = check_module(path, n, invocations=args.invocations, params=dict(args.param),
-                              topology=None if ring else args.topology, along=args.along)
-        if args.strict:
-            for f in report.findings:
-                if f.severity == "warning":
-                    f.severity = "error"
-        ok &= report.ok
-        print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
+        for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
+                                 topology=None if ring else args.topology, along=args.along):
+            if args.strict:
+                for f in report.findings:
+                    if f.severity == "warning":
+                        f.severity = "error"
+            ok &= report.ok
+            print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
     return ok
 
 
@@ -241,7 +241,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show:
         _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:
-        if path.endswith(".py"):
+        if path.endswith((".py", ".md", ".ipynb")):
             ok &= _check_kernel(args, path)
             continue
         sched = _load(path, args.param)
