@@ -58,6 +58,7 @@ class Torus:
         self.strides = tuple(prod(self.shape[i + 1:]) for i in range(len(self.shape)))
         self.ring = len(self.shape) == 1  # the common case, with shortcuts below
         self._coords: list[tuple[int, ...]] | None = None
+        self._adders: dict[int, list[int]] = {}
 
     def coord(self, j: int) -> tuple[int, ...]:
         if self._coords is None:  # asked per translated term: one table of N tuples
@@ -75,6 +76,17 @@ class Torus:
         if self.ring:
             return (a + b) % self.n
         return self.flat(x + y for x, y in zip(self.coord(a), self.coord(b)))
+
+    def adder(self, t: int) -> list[int]:
+        """The translation by t as a table: `adder(t)[j] == add(j, t)` (one list of N per
+        translation asked for; the quotient asks for a device's few neighbours)."""
+        table = self._adders.get(t)
+        if table is None and self.ring:
+            table = self._adders[t] = [(j + t) % self.n for j in range(self.n)]
+        elif table is None:
+            c = self.coord(t)
+            table = self._adders[t] = [self.flat(x + y for x, y in zip(self.coord(j), c)) for j in range(self.n)]
+        return table
 
     def neg(self, a: int) -> int:
         return -a % self.n if self.ring else self.flat(-x for x in self.coord(a))
@@ -103,6 +115,46 @@ class Torus:
                     out.add(b * s)
                     b += size
         return sorted(out)
+
+    def image(self, lo: int, hi: int, t: int) -> list[tuple[int, int]]:
+        """The ids [lo, hi) translated by t, as maximal runs [y0, y1) in increasing order.
+        Row-major, [lo, hi) is at most 2k - 1 aligned blocks (k axes): outer coordinates
+        fixed, one coordinate c_i in an interval, the inner ones whole. A translation
+        moves the fixed coordinates, the interval (cut in two where it wraps) and keeps
+        the whole ones whole, so each block's image is one or two runs: O(k) work, where
+        `runs` cuts at every wrap of an inner axis (N / N_k pieces for a whole torus)."""
+        if self.ring:
+            y0 = (lo + t) % self.n
+            y1 = y0 + hi - lo
+            if y1 <= self.n or hi - lo == self.n:
+                return [(y0, y1)] if y1 <= self.n else [(0, self.n)]
+            return [(0, y1 - self.n), (y0, self.n)]
+        shape, strides, tc = self.shape, self.strides, self.coord(t)
+        out: list[tuple[int, int]] = []
+        cur = lo
+        while cur < hi:
+            for i, s in enumerate(strides):  # the outermost axis whose blocks start at cur
+                if cur % s:
+                    continue
+                c = cur // s % shape[i]
+                m = min((hi - cur) // s, shape[i] - c)
+                if m:
+                    break
+            base = sum(((cur // strides[j] % shape[j]) + tc[j]) % shape[j] * strides[j] for j in range(i))
+            a = (c + tc[i]) % shape[i]
+            first = min(m, shape[i] - a)
+            out.append((base + a * s, base + (a + first) * s))
+            if first < m:
+                out.append((base, base + (m - first) * s))
+            cur += m * s
+        out.sort()
+        merged = [out[0]]
+        for y0, y1 in out[1:]:
+            if y0 == merged[-1][1]:
+                merged[-1] = (merged[-1][0], y1)
+            else:
+                merged.append((y0, y1))
+        return merged
 
     def runs(self, lo: int, hi: int, t: int, extra: Iterable[int] = ()) -> list[tuple[int, int, int]]:
         """[lo, hi) translated by t, as (x0, x1, image of x0): sub-runs whose image is the
