@@ -199,7 +199,7 @@ class Rot:
 
     def __init__(self, k: int, terms: tuple[tuple[Atom, int], ...], shape: tuple[int, ...]):
         self.k, self.terms, self.shape = k, terms, shape
-        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.key`)
+        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.keyed`)
 
     @staticmethod
     def coordinate(axis: int, shape: tuple[int, ...]) -> "int | Rot":
@@ -208,9 +208,10 @@ class Rot:
         return _make(0, [((0, unit, shape[axis]), 1)], shape)
 
     @staticmethod
-    def translate(t: int, shape: tuple[int, ...]) -> "int | Rot":
-        """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0."""
-        torus = Torus(shape)
+    def translate(t: int, shape: tuple[int, ...], torus: "Torus | None" = None) -> "int | Rot":
+        """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0.
+        (`torus`: `Torus(shape)`, if the caller has it.)"""
+        torus = torus or Torus(shape)
         return _make(0, [((ti, tuple(int(i == j) for j in range(len(shape))), size), s)
                          for i, (ti, s, size) in enumerate(zip(torus.unflat(t), torus.strides, shape))], shape)
 
@@ -342,7 +343,7 @@ def at0(v: "int | Rot") -> int:
 def device_offset(v: "int | Rot", torus: Torus) -> int:
     """t such that v(d) = d + t (as a translation) on every device, or NotRotational."""
     t = at0(v)
-    want = Rot.translate(t % torus.n, torus.shape) if 0 <= t < torus.n else None
+    want = Rot.translate(t % torus.n, torus.shape, torus) if 0 <= t < torus.n else None
     if isinstance(v, Rot) and v.same(want):
         return t
     raise NotRotational(f"a target that is not a translation of the device: {v!r}")
@@ -382,8 +383,7 @@ class RotationUnroller(Unroller):
     def me_axis(self, i: int, axis: str) -> Any:
         return self.symbols[1 + i]
 
-    def key(self, value: Any) -> Any:
-        return value.key if type(value) is Rot else super().key(value)
+    keyed = {**Unroller.keyed, Rot: lambda v: v.key}
 
     def target(self, e: E.Expr, line: int) -> int:
         return device_offset(self.ev(e, line), self.torus)
