@@ -69,6 +69,8 @@ def test_a_wait_for_the_total_of_two_dmas_is_accepted(n):
     # The fast path decides it, and the full analysis agrees with no finding at all.
     placement = resolve_topology(sched, n, "ring")
     assert quotient_report(sched, placement, 1) is not None
+    in_order = ringc.check(sched, n, dma_order="in-order")
+    assert in_order.ok and in_order.assumptions == [f"DMA ordering: {DMA_ORDERS['in-order']}"]
     full = check_program(sched, unroll(sched, n), placement, use_symmetry=False)
     assert full.ok and not full.findings, full.to_text()
     result = explore(unroll(sched, n))

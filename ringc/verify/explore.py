@@ -80,6 +80,9 @@ when `t` is *safe*:
 
 (c) is decided by one maximal run from `s` that never executes `t` (`held_run`): by
 monotonicity, every device gets at least as far in it as in any run that withholds `t`.
+With ``dma_order="in-order"`` monotonicity still holds (a DMA side enabled because the one
+before it on its link has landed stays enabled), and withholding a side's last byte also
+withholds every side queued behind it on its link, which `held_run` does.
 This is the same principle as the analysis's withholding runs (`order.py`), implemented
 separately; `reduction="local"` drops (c) and `reduction="none"` explores everything,
 and the tests check that all three find the same racing pairs, hangs and exit values.
