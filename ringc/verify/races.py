@@ -302,7 +302,7 @@ def _in_order(acc: Access, fifo: DmaEnds) -> Access:
     return acc._replace(end=ends.get(acc.start))
 
 
-def _out_of_order_text(program: Program, order: Order, accs: tuple[Access, ...], fifo: DmaEnds) -> str:
+def _out_of_order_text(program: Program, fed: dict, accs: tuple[Access, ...], fifo: DmaEnds) -> str:
     """Which two DMAs of one link the race needs to land out of order: the copy whose
     interval the in-order model ends earlier, and a copy started after it on the same link
     whose bytes its wait may count."""
@@ -312,14 +312,14 @@ def _out_of_order_text(program: Program, order: Order, accs: tuple[Access, ...],
         x, a = acc.start, acc.start.action
         key = link(x)
         sem = a.recv_sem if acc.write else a.send_sem
-        later = next((ev for ev in feeders(program).get(sem, []) if ev.device == x.device and ev.index > x.index
+        later = next((ev for ev in fed.get(sem, []) if ev.device == x.device and ev.index > x.index
                       and link(ev) == key and isinstance(ev.action, DmaStart)), None)
         side = "land" if acc.write else "finish being read"
         if later is None or key is None:
             break
         return (f" [relies on {OUT_OF_ORDER}: copy `{later.action.copy}` ({program.where(later)}), started after "
-                f"copy `{a.copy}` from device {program.label(key[0])} to device {program.label(key[1])}, must "
-                f"{side} before it does; with --dma-order in-order this race goes away]")
+                f"copy `{a.copy}` ({program.where(x)}) on the link from device {program.label(key[0])} to device "
+                f"{program.label(key[1])}, must {side} before it does; with --dma-order in-order this race goes away]")
     return f" [relies on {OUT_OF_ORDER}; with --dma-order in-order this race goes away]"
 
 
@@ -374,9 +374,10 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
             at, other = (first, second) if _is_boundary(second) else (second, first)
             findings.append(Finding("race", msg, event=at.start, related=[other.start],
                                     trace=_witness(program, first, second)))
-    if in_order is not None:
+    if in_order is not None and len(robust) < len(pairs):
+        fed = feeders(program)
         for f, (key, pair) in zip(findings, pairs.items()):
             if key not in robust:
                 f.relies_on = OUT_OF_ORDER
-                f.message += _out_of_order_text(program, order, pair, in_order)
+                f.message += _out_of_order_text(program, fed, pair, in_order)
     return findings
