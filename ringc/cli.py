@@ -174,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
+    c.add_argument("--dma-order", choices=("any", "in-order"), default="any",
+                   help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
+                        "`in-order` (per source/destination pair FIFO); see docs/verification.md")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     add_params(c)
 
@@ -224,7 +227,8 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     ok = True
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
-                                 topology=None if ring else args.topology, along=args.along):
+                                 topology=None if ring else args.topology, along=args.along,
+                                 dma_order=args.dma_order):
             if args.strict:
                 for f in report.findings:
                     if f.severity == "warning":
@@ -250,7 +254,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                                 fix="pass --devices N, or a sized topology such as --topology torus:4x4")
         for n in args.devices or [None]:
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict)
+                           strict=args.strict, dma_order=args.dma_order)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 LIBRARY_DIR = REPO / "schedules"
 BROKEN_DIR = REPO / "tests" / "broken"
 MANIFEST = yaml.safe_load((BROKEN_DIR / "expected.yaml").read_text())
-WARNING_KINDS = {"not_neighbour", "self_target", "no_wraparound"}
+WARNING_KINDS = {"not_neighbour", "self_target", "no_wraparound", "byte_mismatch"}
 ERROR_KINDS = set(KINDS) - WARNING_KINDS
 
 
@@ -44,10 +44,11 @@ def test_manifest_lists_exactly_the_corpus():
     files = {p.name for p in BROKEN_DIR.glob("*.yaml")} - {"expected.yaml"}
     assert files == set(MANIFEST)
     for name, entry in MANIFEST.items():
-        assert set(entry) <= {"devices", "kinds", "at", "topology", "along", "strict"}, name
+        assert set(entry) <= {"devices", "kinds", "warnings", "at", "topology", "along", "strict"}, name
         assert isinstance(entry["devices"], int) and entry["devices"] >= 2
         assert entry["kinds"] and set(entry["kinds"]) <= set(KINDS), name
-        assert set(entry.get("at", {})) <= set(entry["kinds"]), name
+        assert set(entry.get("warnings", [])) <= WARNING_KINDS, name
+        assert set(entry.get("at", {})) <= set(entry["kinds"]) | set(entry.get("warnings", [])), name
 
 
 def test_every_error_kind_has_a_broken_case():
@@ -86,6 +87,8 @@ def test_broken_schedule_is_rejected(name):
     assert set(entry["kinds"]) <= kinds, f"expected {entry['kinds']}, got {sorted(kinds)}"
     assert all(f.kind in KINDS for f in report.findings)
     assert all(f.severity == "error" for f in report.findings if f.kind in entry["kinds"])
+    for kind in entry.get("warnings", []):
+        assert any(f.kind == kind and f.severity == "warning" for f in report.findings), (kind, report.to_text())
     text = path.read_text()
     for kind, at in entry.get("at", {}).items():
         line = line_of(text, at)

@@ -40,8 +40,6 @@ COLLECTIVES = ("ppermute", "all_gather", "psum", "psum_scatter", "all_to_all", "
                "matmul_psum_scatter")
 _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
-DMA_MODEL = ("a DMA's bytes may land in any order until a wait on its semaphore covers them; "
-             "waits and signals as in the YAML model")
 
 
 @dataclass
@@ -140,19 +138,21 @@ def _collective(module: Any) -> Collective | None:
 
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
                  params: dict[str, int] | None = None, topology: str | None = None,
-                 along: str | None = None) -> Report:
+                 along: str | None = None, dma_order: str = "any") -> Report:
     """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
     on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
-    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`)."""
+    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`), under
+    the DMA ordering model `dma_order` ("any" or "in-order", docs/verification.md)."""
     interpret.PREFERRED.append(os.path.abspath(path))
     try:
-        return _check_module(path, n, shape, invocations, params, topology, along)
+        return _check_module(path, n, shape, invocations, params, topology, along, dma_order)
     finally:
         interpret.PREFERRED.pop()
 
 
 def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
-                  params: dict[str, int] | None, topology: str | None, along: str | None) -> Report:
+                  params: dict[str, int] | None, topology: str | None, along: str | None,
+                  dma_order: str = "any") -> Report:
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()
@@ -209,7 +209,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         if _needs_values(jaxpr):
             values = _sample_inputs(module, sizes, params, path)
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
-                          placement or topology)
+                          placement or topology, dma_order)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
     report.seconds = time.perf_counter() - t0
@@ -217,7 +217,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
 
 
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
-               topology: str | None = None, along: str | None = None) -> list[Report]:
+               topology: str | None = None, along: str | None = None, dma_order: str = "any") -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call)."""
     from .script import is_script, script_source
@@ -230,12 +230,13 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
-        return check_script(path, n, invocations=invocations, topology=topology, along=along)
-    return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along)]
+        return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order)
+    return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
+                         dma_order=dma_order)]
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
-                 along: str | None = None) -> list[Report]:
+                 along: str | None = None, dma_order: str = "any") -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices,
     capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
     and check every captured call; one report per call, in the script's order."""
@@ -271,7 +272,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
         try:
             report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
-                                  log, topology if topology is None or along is None else topology)
+                                  log, topology, dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             reports.append(CallError(path, title, e))
             continue
@@ -331,10 +332,11 @@ def _mesh_axes(jaxpr: Any) -> dict[str, int]:
 
 
 def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict | None" = None, *,
-                 invocations: int = 1, topology: str | None = None) -> Report:
+                 invocations: int = 1, topology: str | None = None, dma_order: str = "any") -> Report:
     """Check any function whose body runs pallas_calls under `shard_map` over `mesh`.
     `args` are arrays (their values feed scalar-prefetch operands) or ShapeDtypeStructs;
-    `collective` names the meaning to check (see the README table) or None."""
+    `collective` names the meaning to check (see the README table) or None; `dma_order` is
+    the DMA ordering model ("any" or "in-order", docs/verification.md)."""
     t0 = time.perf_counter()
     import jax
     log = AliasLog()
@@ -353,7 +355,7 @@ def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict |
         c = collective if isinstance(collective, dict) else {"kind": collective}
         coll = Collective(c["kind"], int(c.get("shift", 1)))
     report = _check_jaxpr(jaxpr, sizes, file, getattr(fn, "__name__", "kernel"), coll, values, invocations, log,
-                          topology)
+                          topology, dma_order)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -580,7 +582,8 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
 
 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
-                 values: list | None, invocations: int, log: AliasLog, topology: Any) -> Report:
+                 values: list | None, invocations: int, log: AliasLog, topology: Any,
+                 dma_order: str = "any") -> Report:
     from ..verify.check import collector_paused, check_program, resolve_topology
     outer = _Outer(file, values)
     outer.top(jaxpr)
@@ -631,12 +634,11 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
     with collector_paused():
-        report = check_program(spec, program, placement)
+        report = check_program(spec, program, placement, dma_order=dma_order)
     report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
-    report.assumptions += [f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
-                           f"{len(outer.calls)} pallas_call(s)"
-                           + (f" x {invocations} invocations" if invocations > 1 else ""),
-                           "DMA ordering: " + DMA_MODEL]
+    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                                 f"{len(outer.calls)} pallas_call(s)"
+                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
                                   "the second half of its indices on core 1")

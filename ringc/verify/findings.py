@@ -12,7 +12,7 @@ KINDS = {
     "hang": "a wait that can never be satisfied",
     "unbalanced": "a semaphore non-zero at exit (over-signalled)",
     "dma_not_waited": "a DMA started and never waited",
-    "byte_mismatch": "a DMA wait expects a different byte count than was sent",
+    "byte_mismatch": "a DMA wait's byte count is no sum of the sizes of the DMAs on its semaphore (a warning)",
     "bad_target": "a send to a device that does not exist (a missing `% N`?)",
     "self_target": "a remote copy or signal to the sending device itself",
     "not_neighbour": "a send to a device that is not a graph neighbour",
@@ -34,6 +34,9 @@ class Finding:
     related: list[Event] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     device: int | None = None
+    # What the finding needs beyond the model's guarantees, e.g. "out-of-order landing on one
+    # link" (`races.OUT_OF_ORDER`): it goes away under `--dma-order in-order`. None: nothing.
+    relies_on: str | None = None
 
     def to_json(self, program: Program) -> dict[str, Any]:
         ev = self.event
@@ -51,6 +54,7 @@ class Finding:
             "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
                          "line": r.line} for r in self.related],
             "trace": self.trace,
+            "relies_on": self.relies_on,
         }
 
     def to_text(self, program: Program, explain: bool = False) -> str:

@@ -35,13 +35,13 @@ fast path for the clean verdict, never a second source of findings.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import accumulate
 from typing import Any
 
 from ..ir import schema as S
 from .events import DmaStart, Event, Program, Region, SemWait, deposits
-from .order import DmaEnds, Order
+from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
@@ -194,9 +194,9 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) 
 
 def _run(program: Program) -> None:
     """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
-    DMA wait expects the size of some DMA on its semaphore."""
+    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`)."""
     value: dict[Key, int] = defaultdict(int)
-    sizes: dict[Key, set[int]] = defaultdict(set)
+    sizes: dict[Key, list[int]] = defaultdict(list)
     for ev in program.devices[0]:
         a = ev.action
         if isinstance(a, SemWait):
@@ -208,13 +208,14 @@ def _run(program: Program) -> None:
         for sem, amount in deposits(a):  # device 0's deposits on device t: device -t's on device 0
             value[_key(sem)] += amount
             if dma:
-                sizes[_key(sem)].add(amount)
+                sizes[_key(sem)].append(amount)
     if any(value.values()):
         raise _Unclear("a semaphore ends non-zero")
+    counts = {key: Counter(v) for key, v in sizes.items()}
     for ev in program.devices[0]:
         a = ev.action
         if (isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma"
-                and sizes[_key(a.sem)] and a.value not in sizes[_key(a.sem)]):
+                and _key(a.sem) in counts and not sums_to(a.value, counts[_key(a.sem)])):
             raise _Unclear(f"a byte count mismatch at line {ev.line}")
 
 
