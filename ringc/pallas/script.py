@@ -8,7 +8,8 @@ such a script as it is, on N CPU devices, and *captures* every top-level call of
 function whose program contains a `pallas_call` instead of running it:
 
 - `jax.devices()`, `jax.local_devices()`, `jax.device_count()` and `jax.local_device_count()`
-  answer with N CPU devices (`--devices N`), and `jax.make_mesh` builds its mesh over them;
+  answer with N CPU devices (`--devices N`), and `jax.make_mesh` and
+  `mesh_utils.create_device_mesh` build their meshes over them;
   `jax.make_mesh` without `axis_types` makes Auto axes, as it did before JAX made Explicit
   axes the default (the scripts were written for that default).
 - A call whose jaxpr holds a `pallas_call` is recorded (its closed jaxpr and the argument
@@ -235,6 +236,13 @@ def _devices(n: int, notes: list[str]) -> Iterator[None]:
                 notes.append(text)
         return make_mesh(axis_shapes, axis_names, *args, axis_types=axis_types, devices=devices, **kw)
 
+    from jax.experimental import mesh_utils
+    create_device_mesh = mesh_utils.create_device_mesh
+
+    def device_mesh(mesh_shape, devices=None, *args, **kw):
+        return create_device_mesh(mesh_shape, jax.devices() if devices is None else devices, *args, **kw)
+
+    mesh_utils.create_device_mesh = device_mesh
     jax.devices = lambda backend=None: list(devices)
     jax.local_devices = lambda process_index=None, backend=None: list(devices)
     jax.device_count = lambda backend=None: n
@@ -245,6 +253,7 @@ def _devices(n: int, notes: list[str]) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(jax, k, v)
+        mesh_utils.create_device_mesh = create_device_mesh
 
 
 @contextlib.contextmanager
