@@ -45,7 +45,7 @@ import numpy as np
 from ..ir.errors import ScheduleError
 from .jaxprs import walk_eqns
 
-__all__ = ["Capture", "Script", "run_script", "script_source", "is_script"]
+__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `_reference`).
 _LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
@@ -411,7 +411,7 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
             setattr(m, k, v)
 
 
-def _cpu_tpu_info() -> None:
+def register_cpu_tpu_info() -> None:
     """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer v5e (one
     TensorCore), as the importer's abstract mesh does."""
     from jax._src.pallas.mosaic import tpu_info
@@ -428,7 +428,7 @@ def run_script(path: str, n: int, log: Any) -> Script:
         raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
                             fix="fix the syntax; ringc runs the script as Python") from None
     script = Script(path, n)
-    _cpu_tpu_info()
+    register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__}
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)
