@@ -260,16 +260,8 @@ def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False
         return -evaluate(expr.operand, env, exact_division=exact_division)
     if isinstance(expr, Not):
         return not evaluate(expr.operand, env, exact_division=exact_division)
-    if isinstance(expr, Invert):
-        return ~_integer(evaluate(expr.operand, env, exact_division=exact_division), expr)
-    if isinstance(expr, IfExp):
-        taken = expr.then if evaluate(expr.cond, env, exact_division=exact_division) else expr.orelse
-        return evaluate(taken, env, exact_division=exact_division)
-    if isinstance(expr, Call):
-        vals = [evaluate(a, env, exact_division=exact_division) for a in expr.args]
-        if expr.func == "log2":
-            return _log2(vals[0], expr)
-        return min(vals) if expr.func == "min" else max(vals)
+    if not isinstance(expr, BinOp):  # the rarer nodes; binary operators are the hot path
+        return _evaluate_other(expr, env, exact_division)
     a = evaluate(expr.left, env, exact_division=exact_division)
     if expr.op == "and":
         return bool(a) and bool(evaluate(expr.right, env, exact_division=exact_division))
@@ -280,19 +272,49 @@ def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False
         raise ExprError(f"division by zero in {to_text(expr)}")
     if expr.op == "//" and exact_division and a % b:
         raise ExprError(f"{to_text(expr)} = {a} // {b} does not divide exactly")
-    if expr.op in BITWISE:
-        a, b = _integer(a, expr), _integer(b, expr)
-        if expr.op in ("<<", ">>") and isinstance(b, int) and not 0 <= b <= 63:
-            raise ExprError(f"{to_text(expr)}: the shift count {b} is outside 0..63")
-        return _int64(_PY_OPS[expr.op](a, b)) if expr.op == "<<" and isinstance(a, int) else _PY_OPS[expr.op](a, b)
-    return _PY_OPS[expr.op](a, b)
+    try:
+        return _PY_OPS[expr.op](a, b)
+    except _Refused as why:  # a bitwise operator's own checks
+        raise ExprError(f"{to_text(expr)}: {why}") from None
 
 
-def _integer(v: Any, expr: Expr) -> Any:
+def _evaluate_other(expr: Expr, env: Mapping[str, int], exact_division: bool) -> Any:
+    """`evaluate` of `~`, a conditional and a call."""
+    if isinstance(expr, Invert):
+        return ~_integer(evaluate(expr.operand, env, exact_division=exact_division), expr)
+    if isinstance(expr, IfExp):
+        taken = expr.then if evaluate(expr.cond, env, exact_division=exact_division) else expr.orelse
+        return evaluate(taken, env, exact_division=exact_division)
+    vals = [evaluate(a, env, exact_division=exact_division) for a in expr.args]
+    if expr.func == "log2":
+        return _log2(vals[0], expr)
+    return min(vals) if expr.func == "min" else max(vals)
+
+
+class _Refused(Exception):
+    """A bitwise operand or shift count out of the language's range (`evaluate` names the expression)."""
+
+
+def _integer(v: Any, expr: Expr | None = None) -> Any:
     """A bitwise operand: an integer, not a truth value (a symbolic value passes through)."""
     if isinstance(v, bool):
-        raise ExprError(f"{to_text(expr)}: bitwise operators apply to integers, not to the truth value {v}")
+        why = f"bitwise operators apply to integers, not to the truth value {v}"
+        raise ExprError(f"{to_text(expr)}: {why}") if expr is not None else _Refused(why)
     return v
+
+
+def _shift(a: Any, b: Any, left: bool) -> Any:
+    a, b = _integer(a), _integer(b)
+    if isinstance(b, int) and not 0 <= b <= 63:
+        raise _Refused(f"the shift count {b} is outside 0..63")
+    if not left:
+        return a >> b
+    if isinstance(a, int):
+        try:
+            return _int64(a << b)
+        except ExprError as e:
+            raise _Refused(str(e)) from None
+    return a << b
 
 
 class Log2Error(ExprError):
@@ -314,8 +336,9 @@ def _log2(v: Any, expr: Expr) -> int:
 _PY_OPS: dict[str, Callable[[int, int], int | bool]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "//": lambda a, b: a // b, "%": lambda a, b: a % b,
-    "^": lambda a, b: a ^ b, "&": lambda a, b: a & b, "|": lambda a, b: a | b,
-    "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b,
+    "^": lambda a, b: _integer(a) ^ _integer(b), "&": lambda a, b: _integer(a) & _integer(b),
+    "|": lambda a, b: _integer(a) | _integer(b),
+    "<<": lambda a, b: _shift(a, b, True), ">>": lambda a, b: _shift(a, b, False),
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
