@@ -316,6 +316,13 @@ class Rot:
 
     __rfloordiv__ = __rmod__
 
+    def _bitwise(self, *other: Any) -> Any:
+        # `me ^ (1 << k)` (a hypercube partner) is a reflection, not a translation
+        raise NotRotational("a bitwise operation on the device id")
+
+    __xor__ = __rxor__ = __and__ = __rand__ = __or__ = __ror__ = _bitwise
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _bitwise
+
 
 class Unknown:
     """A `let:` or builtin value the symbol cannot express (in 2-D, `left` = `(me - 1) % N`
@@ -331,6 +338,8 @@ class Unknown:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = __rmod__ = _use
     __floordiv__ = __rfloordiv__ = __neg__ = __bool__ = __index__ = __int__ = _use
+    __xor__ = __rxor__ = __and__ = __rand__ = __or__ = __ror__ = _use
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _use
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _use
     __hash__ = object.__hash__
 

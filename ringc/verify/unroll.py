@@ -18,7 +18,7 @@ from ..ir.dtypes import itemsize
 from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, builtin_exprs, inline_static_lets, pipeline_windows, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
@@ -127,7 +127,7 @@ class _Context:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
         extent, say so in those terms, with the blocks that use it."""
         if isinstance(size, E.BinOp) and size.op == "//":
-            extent, block = (E.evaluate(e, self.static) for e in (size.left, size.right))
+            extent, block = (E.evaluate(inline_static_lets(self.s, e), self.static) for e in (size.left, size.right))
             if block > 0 and extent % block:
                 users = [f"`{n}` [{', '.join(E.to_text(d) for d in spec.block)}]" for n, spec in op.specs.items()
                          if any(size.right == d for d in spec.block)]
@@ -145,11 +145,12 @@ class _Context:
                fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
         out = []
         for d in dims:
-            try:
-                v = E.evaluate(d, self.static, exact_division=True)
+            try:  # a static let in a shape is inlined: its divisions are exact too
+                v = E.evaluate(inline_static_lets(self.s, d), self.static, exact_division=True)
             except E.ExprError as e:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
-                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line, fix=fix) from None
+                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
+                                    fix=getattr(e, "fix", None) or fix) from None
             if v <= 0:
                 raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
                                     file=self.s.file, line=line, fix="sizes must be at least 1")
@@ -195,7 +196,7 @@ class Unroller:
         try:
             return E.evaluate(e, self.env)
         except E.ExprError as err:
-            self.fail(line, str(err), "guard the op with `when:` or fix the expression")
+            self.fail(line, str(err), getattr(err, "fix", None) or "guard the op with `when:` or fix the expression")
 
     # How a value of each type stands in a dictionary key (see `rotation.py` for symbolic
     # values); other values stand for themselves. True is kept apart from 1: it would
