@@ -177,6 +177,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dma-order", choices=("any", "in-order"), default="any",
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
+    c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
+                   "every public one taking mesh and axis_name); see docs/pallas-import.md")
+    c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
+                   help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
+                        "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     add_params(c)
 
@@ -210,6 +215,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _array_arg(text: str):
+    from .pallas.script import parse_arg
+    try:
+        return parse_arg(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _load(path: str, params: list[tuple[str, int]]):
     from .ir.loader import load
     return load(path, dict(params))
@@ -228,7 +241,7 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
-                                 dma_order=args.dma_order):
+                                 dma_order=args.dma_order, entry=args.entry, args=args.arg):
             if args.strict:
                 for f in report.findings:
                     if f.severity == "warning":

@@ -101,3 +101,40 @@ def test_a_test_module_runs_its_tests_and_checks_every_kernel_call():
     assert {"dma_not_waited", "race"} <= broken.kinds()
     notes = [a for r in reports for a in r.assumptions if a.startswith("script note")]
     assert any("test_broken_before_any_kernel stopped before any kernel call" in a for a in notes)
+
+
+def test_a_module_of_functions_has_its_entry_function_called():
+    """JAX's own all-gather op, unmodified (`ringc check .../ops/tpu/all_gather.py`): no build,
+    no top-level call; ringc calls `all_gather(x, mesh=, axis_name=)` with a default x."""
+    from jax.experimental.pallas.ops.tpu import all_gather as op
+    ok, = check_file(op.__file__, 2)
+    assert ok.ok, ok.to_text()
+    assert ok.title.startswith("all_gather(x=float32[8*N,128]@x (default; set with --arg))")
+    racy, = check_file(op.__file__, 3)
+    assert racy.kinds() == {"race"}
+    assert any("entry functions ringc called" in a and "all_gather ran 1 kernel call" in a for a in racy.assumptions)
+
+
+def test_entry_and_arg_name_the_call():
+    from jax.experimental.pallas.ops.tpu import all_gather as op
+    from ringc.pallas.script import parse_arg
+    report, = check_file(op.__file__, 2, entry="all_gather", args=[parse_arg("x=float32[16*N,128]@x")])
+    assert report.ok and "x=float32[16*N,128]@x)" in report.title
+    with pytest.raises(ScheduleError, match="no function of that name"):
+        check_file(op.__file__, 2, entry="all_gatherr")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x=float32[8*N,128]@x,", None),
+    ("x float32[8]", "is not NAME=DTYPE"),
+    ("x=float99[8]", "unknown dtype"),
+    ("x=float32[8]@x,y", "2 sharding entries for 1 dimensions"),
+])
+def test_arg_syntax(text, message):
+    from ringc.pallas.script import parse_arg
+    if message is None:
+        a = parse_arg(text)
+        assert (a.name, a.dtype, a.dims, a.spec) == ("x", "float32", ("8*N", "128"), ("x", ""))
+    else:
+        with pytest.raises(ValueError, match=message):
+            parse_arg(text)

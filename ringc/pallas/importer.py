@@ -217,41 +217,45 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
 
 
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
-               topology: str | None = None, along: str | None = None, dma_order: str = "any") -> list[Report]:
+               topology: str | None = None, along: str | None = None, dma_order: str = "any",
+               entry: str | None = None, args: list | None = None) -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call)."""
     from .script import is_script, script_source
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
-    if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)):
+    if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args:
         if params:
             raise ScheduleError(f"--param {', '.join(params)}: a script takes no params (it has no build(mesh))",
                                 file=path, fix="drop --param, or edit the script's own values")
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
-        return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order)
+        return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
+                            entry=entry, args=args)
     return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
                          dma_order=dma_order)]
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
-                 along: str | None = None, dma_order: str = "any") -> list[Report]:
+                 along: str | None = None, dma_order: str = "any", entry: str | None = None,
+                 args: list | None = None) -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices,
     capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
     and check every captured call; one report per call, in the script's order."""
     from .script import run_script
     t0 = time.perf_counter()
     log = AliasLog()
-    script = run_script(path, n, log)
+    script = run_script(path, n, log, entry=entry, args=args)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(
-            "the script ran no pallas_call under jit at top level, and has no build(mesh)"
+            "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
+            "(one taking mesh and axis_name) ran one"
             + (f" ({notes})" if notes else ""), file=path,
-            fix="ringc runs a script and checks the jitted calls it makes; for a module of functions, add "
+            fix="name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
-                "tests/pallas_import/right_permute.py), or call ringc.check_pallas(fn, args, mesh) from Python")
+                "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
     local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
     for c in local:
         script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
@@ -279,6 +283,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.title = title
         report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
                                      "captured; their results were zeros placeholders, not computed")
+        if cap.test and "(" in cap.test:  # an entry function ringc called: the arrays it made up
+            report.assumptions.insert(1, f"ringc called {cap.test} with mesh = ringc's mesh of {n} devices along "
+                                         "`x`, axis_name = 'x'")
         if cap.reference:
             shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "

@@ -23,7 +23,15 @@ function whose program contains a `pallas_call` instead of running it:
   array as a captured kernel (the tutorial's `xla_result`) names the meaning to check that
   kernel against.
 
-Each captured call is then checked like a module's `build(mesh)`: `importer.check_traced`.
+A module of functions (JAX's `ops/tpu/all_gather.py`: `all_gather(x, *, mesh, axis_name)`)
+makes no call at top level. Then ringc calls its *entry functions* itself (`call_entries`):
+`--entry NAME`, or every public function of the module that takes a `mesh` and an
+`axis_name`; `mesh` is ringc's mesh of N devices, `axis_name` its axis, and each other
+required argument an array from `--arg NAME=DTYPE[DIMS]@SPEC` or, by default,
+`float32[8*N, 128]` sharded along the axis on its first dimension (one (8, 128) tile per
+device). The verdict states every argument it made up.
+
+Each captured call is then checked like a module's `build(mesh)`.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ import numpy as np
 from ..ir.errors import ScheduleError
 from .jaxprs import walk_eqns
 
-__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info"]
+__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec",
+           "parse_arg"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `_reference`).
 _LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
@@ -73,6 +82,7 @@ class Script:
     captures: list[Capture] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     test: str | None = None        # the test running now
+    entry_line: int = 0            # the entry function ringc is calling (its def line), else 0
     seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
 
 
@@ -271,7 +281,7 @@ def _capturing(script: Script) -> Iterator[None]:
 
         kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
         if kernels:
-            line = _caller_line(script.path)
+            line = _caller_line(script.path) or script.entry_line
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
             key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
                    tuple((a.shape, str(a.dtype), _small_int_bytes(a)) for a in args if hasattr(a, "shape")))
@@ -418,8 +428,122 @@ def register_cpu_tpu_info() -> None:
     tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
 
 
-def run_script(path: str, n: int, log: Any) -> Script:
-    """Run the script at `path` on n CPU devices, capturing its kernel calls."""
+@dataclass(frozen=True)
+class ArgSpec:
+    """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
+    (expressions in N), dtype and PartitionSpec entries (axis name or "" for unsharded)."""
+    name: str
+    dtype: str
+    dims: tuple[str, ...]
+    spec: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
+
+
+_DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
+
+
+def parse_arg(text: str) -> ArgSpec:
+    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
+    import re
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
+    if not m:
+        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
+    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
+    try:
+        np.dtype(dtype) if dtype != "bfloat16" else None
+    except TypeError:
+        raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
+    dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
+    spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
+    if len(spec_t) > len(dims_t):
+        raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
+    return ArgSpec(name, dtype, dims_t, spec_t)
+
+
+def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
+    """The functions ringc calls in a module of functions (see the module docstring)."""
+    import inspect
+    if entry is not None:
+        fn = env.get(entry)
+        if not callable(fn):
+            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_"))
+            raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
+                                fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
+        return [(entry, fn)]
+    out = []
+    for name, fn in env.items():
+        target = inspect.unwrap(fn) if callable(fn) else None
+        if name.startswith("_") or not inspect.isfunction(target) or target.__module__ != env["__name__"]:
+            continue
+        params = inspect.signature(target).parameters
+        if "mesh" in params and ("axis_name" in params or "axis" in params):
+            out.append((name, fn))
+    return out
+
+
+def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec]) -> None:
+    """Call the module's entry functions under capture (the kernels they run are recorded)."""
+    import inspect
+    import jax
+    from ..ir import expr as E
+    n = script.n
+    given = {a.name: a for a in args}
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:n])
+    tried: list[str] = []
+    for name, fn in _entries(env, entry, script.path):
+        params = inspect.signature(inspect.unwrap(fn)).parameters
+        if entry is None and any(p.endswith(("_ref", "_refs", "_sem", "_sems")) for p in params):
+            continue  # a kernel body (it takes refs), not a function to call
+        call: dict[str, Any] = {}
+        made: list[str] = []
+        for p in params.values():
+            if p.name == "mesh":
+                call[p.name] = mesh
+            elif p.name in ("axis_name", "axis"):
+                call[p.name] = "x"
+            elif p.name in given or (p.default is inspect.Parameter.empty and
+                                     p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)):
+                a = given.get(p.name) or ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], ("x",))
+                try:
+                    shape = tuple(E.evaluate(E.parse(d), {"N": n}, exact_division=True) for d in a.dims)
+                except (E.ExprError, ZeroDivisionError) as e:
+                    raise ScheduleError(f"--arg {a.text()}: {e}", file=script.path,
+                                        fix="dimensions are integer expressions in N, e.g. 8*N") from None
+                spec = jax.sharding.PartitionSpec(*[s or None for s in a.spec])
+                value = jax.device_put(jax.numpy.zeros(shape, jax.numpy.dtype(a.dtype)),
+                                       jax.sharding.NamedSharding(mesh, spec))
+                call[p.name] = value
+                made.append(a.text() + ("" if p.name in given else " (default; set with --arg)"))
+        script.test = f"{name}({', '.join(made)})"
+        try:
+            script.entry_line = inspect.getsourcelines(inspect.unwrap(fn))[1]
+        except (OSError, TypeError):
+            script.entry_line = 0
+        before = len(script.captures)
+        failed = ""
+        try:
+            positional = [call.pop(p.name) for p in params.values()
+                          if p.kind == p.POSITIONAL_ONLY and p.name in call]
+            fn(*positional, **call)
+        except Exception as e:  # noqa: BLE001 - the user's function failed: say so
+            failed = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        ran = len(script.captures) - before
+        tried.append(f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}" if ran else
+                     f"{name} ran no kernel ({failed or 'no pallas_call under jit'})")
+    if tried:
+        script.notes.append("entry functions ringc called: " + "; ".join(tried))
+    elif entry is None:
+        script.notes.append("no entry function: none takes both mesh and axis_name (name one with --entry)")
+    script.entry_line = 0
+    script.test = None
+
+
+def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
+               args: list[ArgSpec] | None = None) -> Script:
+    """Run the script at `path` on n CPU devices, capturing its kernel calls; a module of
+    functions that makes none has its entry functions called (`call_entries`)."""
     from .compat import aliases
     source = script_source(path)
     try:
@@ -449,6 +573,8 @@ def run_script(path: str, n: int, log: Any) -> Script:
                     first = str(e).splitlines()[0] if str(e) else ""
                     script.notes.append(f"line {stmt.lineno}: {type(e).__name__}: {first[:160]} "
                                         "(ringc ran the next statement)")
+            if entry is not None or args or not script.captures:
+                call_entries(script, env, entry, list(args or []))
     finally:
         sys.path.remove(folder)
     return script
