@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..collectives import COLLECTIVES, Buffers, Collective
 from ..ir.errors import ScheduleError
 from ..verify.findings import Report
 from . import interpret
@@ -36,46 +37,39 @@ from .program import Builder, Call, Handle
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
-COLLECTIVES = ("ppermute", "all_gather", "psum", "psum_scatter", "all_to_all", "all_gather_matmul",
-               "matmul_psum_scatter")
 _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
 
 
 @dataclass
-class Collective:
-    kind: str
-    shift: int = 1
-
-
-@dataclass
 class _Buf:
-    kind: str
-    memory: str
+    kind: str     # input | output | scratch | value | prefetch ...
+    memory: str   # hbm | vmem | smem | semaphore
     line: int = 0
-    slots: list = field(default_factory=list)
-    dtype: str = "float32"
 
 
 @dataclass
 class KernelSpec:
-    """What the verifier's checks read from a schedule, for a traced Pallas program."""
+    """What `check_program` reads besides the events and the meaning, for a traced Pallas
+    program: where it comes from, its mesh axes, its buffers' kinds and memories (megacore
+    checks, the initial symbolic memory) and whether a grid dim is split over two cores.
+    The meaning itself is passed as `(Collective, Buffers)` (`_meaning`)."""
     name: str
     file: str
     axes: list[str]
     buffers: dict[str, _Buf]
-    collective: Collective | None
-    roles: dict[str, str] = field(default_factory=dict)
     megacore: bool = False
-
-    def io_buffer(self, role: str) -> str:
-        return self.roles[role]
-
-    def dtype_of(self, name: str) -> str:
-        return self.buffers[name].dtype
 
     def line_of(self, key: str) -> int:
         return 0
+
+
+def collective_named(kind: str, shift: int = 1, file: str | None = None) -> Collective:
+    """`COLLECTIVE = "ppermute"` (with `SHIFT`), or a `lax` reference's kind: its class."""
+    if kind not in COLLECTIVES:
+        raise ScheduleError(f"COLLECTIVE = {kind!r} is not one ringc knows ({', '.join(COLLECTIVES)})", file=file,
+                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance and races only")
+    return COLLECTIVES[kind](shift=shift)
 
 
 def _mesh(axes: dict[str, int]) -> Any:
@@ -129,11 +123,7 @@ def _collective(module: Any) -> Collective | None:
         kind, shift = c.get("kind"), int(c.get("shift", 1))
     else:
         kind, shift = c, int(getattr(module, "SHIFT", 1))
-    if kind not in COLLECTIVES:
-        raise ScheduleError(f"COLLECTIVE = {c!r} is not one ringc knows ({', '.join(COLLECTIVES)})",
-                            file=getattr(module, "__file__", None),
-                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance and races only")
-    return Collective(kind, shift)
+    return collective_named(kind, shift, getattr(module, "__file__", None))
 
 
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
@@ -173,7 +163,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
     placement = None
     if topology is not None and shape is None:
         from ..verify.check import resolve_topology
-        stub = KernelSpec(Path(path).stem, path, list(axes), {}, None)
+        stub = KernelSpec(Path(path).stem, path, list(axes), {})
         placement = resolve_topology(stub, n if len(axes) == 1 and ":" not in topology else None, topology, along)
         sizes = dict(placement.sizes)
     elif shape is not None:
@@ -270,7 +260,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         t1 = time.perf_counter()
         sizes = _mesh_axes(cap.jaxpr)
         values = _small_int_values(cap.args)
-        coll = Collective(cap.reference["kind"], int(cap.reference.get("shift", 1))) if cap.reference else None
+        coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
+            if cap.reference else None
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -360,7 +351,7 @@ def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict |
     coll = None
     if collective is not None:
         c = collective if isinstance(collective, dict) else {"kind": collective}
-        coll = Collective(c["kind"], int(c.get("shift", 1)))
+        coll = collective_named(c["kind"], int(c.get("shift", 1)))
     report = _check_jaxpr(jaxpr, sizes, file, getattr(fn, "__name__", "kernel"), coll, values, invocations, log,
                           topology, dma_order)
     report.seconds = time.perf_counter() - t0
@@ -588,6 +579,29 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
     return []
 
 
+def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: str) -> tuple[Collective, Buffers]:
+    """The collective on the program's arrays: its first input, first output and (matmul
+    collectives) second input, each the kernel buffer it reaches; the leading dims that
+    index devices are those whose product is N (`_slots`)."""
+    role_handles = {"input": outer.ins[0] if outer.ins else None,
+                    "rhs": outer.ins[1] if len(outer.ins) > 1 else None,
+                    "output": outer.outs[0] if outer.outs else None}
+    roles: dict[str, str] = {}
+    for role, h in role_handles.items():
+        h = h.root() if h is not None else None
+        if h is None or h.buffer is None:
+            if role == "rhs" and not collective.takes_rhs:
+                continue
+            raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
+                                "(ringc states the meaning on the kernels' arrays)", file=file,
+                                fix="pass the input to a pallas_call and return a pallas_call's output")
+        roles[role] = h.buffer.name
+    names = list(roles.values())
+    return collective, Buffers(roles["input"], roles["output"], roles.get("rhs"),
+                               {nm: np.dtype(b.buffers[nm].dtype).itemsize for nm in names},
+                               {nm: max(1, len(_slots(b.buffers[nm].shape, n))) for nm in names})
+
+
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
                  values: list | None, invocations: int, log: AliasLog, topology: Any,
                  dma_order: str = "any") -> Report:
@@ -610,38 +624,21 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                 b.invocation += 1
     program = b.program(name)
     evaluated = time.perf_counter()
-    buffers = {nm: _Buf("value" if buf.kind == "value" else buf.kind, buf.memory, buf.line,
-                        dtype=np.dtype(buf.dtype).name if buf.space != "semaphore" else "int32")
-               for nm, buf in b.buffers.items()}
-    roles: dict[str, str] = {}
+    buffers = {nm: _Buf(buf.kind, buf.memory, buf.line) for nm, buf in b.buffers.items()}
     for h in outer.ins:
         h = h.root()
         if h.buffer is not None:
             buffers[h.buffer.name].kind = "input"
-    if collective is not None:
-        n = program.n
-        role_handles = {"input": outer.ins[0] if outer.ins else None,
-                        "rhs": outer.ins[1] if len(outer.ins) > 1 else None,
-                        "output": outer.outs[0] if outer.outs else None}
-        for role, h in role_handles.items():
-            h = h.root() if h is not None else None
-            if h is None or h.buffer is None:
-                if role == "rhs" and collective.kind not in ("all_gather_matmul", "matmul_psum_scatter"):
-                    continue
-                raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
-                                    "(ringc states the meaning on the kernels' arrays)", file=file,
-                                    fix="pass the input to a pallas_call and return a pallas_call's output")
-            roles[role] = h.buffer.name
-            buffers[h.buffer.name].slots = _slots(b.buffers[h.buffer.name].shape, n)
+    meaning = _meaning(collective, outer, b, program.n, file) if collective is not None else None
     axes = list(sizes)
-    spec = KernelSpec(name, file, axes, buffers, collective, roles, megacore=b.megacore)
+    spec = KernelSpec(name, file, axes, buffers, megacore=b.megacore)
     if topology is not None and not isinstance(topology, str):
         placement = topology
     else:
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
     with collector_paused():
-        report = check_program(spec, program, placement, dma_order=dma_order)
+        report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
     report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
     report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                                  f"{len(outer.calls)} pallas_call(s)"
@@ -655,4 +652,4 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     return report
 
 
-__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "Collective", "Data"]
+__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]

@@ -13,6 +13,9 @@ import time
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 
+from typing import Any
+
+from ..collectives import Buffers, Collective, collective_of
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
@@ -214,11 +217,22 @@ def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
     return findings
 
 
+def meaning_of(sched: S.Schedule) -> "tuple[Collective, Buffers] | None":
+    """A YAML schedule's meaning: its collective's class and the roles of its buffers."""
+    return (collective_of(sched), Buffers.of(sched)) if sched.collective is not None else None
+
+
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
-                  use_symmetry: bool = True, dma_order: str = "any") -> Report:
+                  use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule") -> Report:
     """Every check of `program` (unrolled on `placement`). `dma_order` is the DMA ordering
     model (`order.DMA_ORDERS`): under "any" each race that needs two DMAs of one link to land
-    out of order is labelled (`Finding.relies_on`); under "in-order" those are not reported."""
+    out of order is labelled (`Finding.relies_on`); under "in-order" those are not reported.
+    `meaning` is what the program computes, `(Collective, Buffers)` or None (no meaning
+    check); by default the schedule's own (`meaning_of`). `sched` supplies the rest: its
+    file, axes, megacore flag and buffers' kinds and memories (a traced Pallas program
+    passes its own description, `pallas.importer.KernelSpec`)."""
+    if meaning == "schedule":
+        meaning = meaning_of(sched)
     if dma_order not in DMA_ORDERS:
         raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
                             fix=f"use one of {', '.join(DMA_ORDERS)}")
@@ -237,11 +251,13 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         # computed only if there is a race to label).
         fifo = (lambda: dma_ends(program, order, memory, "in-order")) if dma_order == "any" else None
         findings += find_races(program, order, ends, devices=memory, in_order=fifo)
-        meaning = check_semantics(sched, program, m.order, program.shapes) if sched.collective is not None else []
-        for mm in meaning[:8]:
-            findings.append(Finding(
-                "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
-                                f"{sched.collective.kind} needs {mm.want}", device=mm.device))
+        if meaning is not None:
+            collective, buffers = meaning
+            inputs = [name for name, buf in sched.buffers.items() if buf.kind == "input"]
+            for mm in check_semantics(collective, buffers, inputs, program, m.order, program.shapes)[:8]:
+                findings.append(Finding(
+                    "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
+                                    f"{collective.kind} needs {mm.want}", device=mm.device))
     report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()

@@ -25,9 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ..ir import schema as S
-from ..collectives import (KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value,
-                           collective_of)
+from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
@@ -471,18 +469,19 @@ class Mismatch:
     want: str
 
 
-def check_semantics(sched: S.Schedule, program: Program, order: list[Event],
-                    shapes: dict[str, tuple[int, ...]]) -> list[Mismatch]:
-    """Replay the run symbolically and compare every output box with the collective."""
+def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[str], program: Program,
+                    order: list[Event], shapes: dict[str, tuple[int, ...]]) -> list[Mismatch]:
+    """Replay the run symbolically (every buffer in `inputs` starts as each device's own
+    data) and compare every output box with what `collective` means on `buffers`."""
     n = program.n
     mem = Memory(shapes)
+    inputs = list(inputs)
     for d in range(n):
-        for name, buf in sched.buffers.items():
-            if buf.kind == "input":
-                mem.init_input(d, name)
+        for name in inputs:
+            mem.init_input(d, name)
     for ev in order:
         apply(mem, ev, n)
-    return mismatches(collective_of(sched), Buffers.of(sched), mem, range(n), n, shapes)
+    return mismatches(collective, buffers, mem, range(n), n, shapes)
 
 
 # `APPLY[kind](mem, compute)`: a compute event's effect on the symbolic memory.
