@@ -95,6 +95,21 @@ def test_torus_runs_translate_exactly():
                     assert got == [torus.add(j, t) for j in range(lo, hi)], (shape, t, lo, hi)
 
 
+def test_torus_image_is_the_translated_set_in_maximal_runs():
+    """`Torus.image` gives exactly the translated ids, as sorted, maximal runs (a whole
+    torus or whole inner rows stay one run), and `adder` agrees with `add`."""
+    for shape in ((6,), (3, 4), (2, 3, 2), (4, 1, 3)):
+        torus = Torus(shape)
+        for t in range(torus.n):
+            assert torus.adder(t) == [torus.add(j, t) for j in range(torus.n)]
+            for lo in range(torus.n):
+                for hi in range(lo + 1, torus.n + 1):
+                    got = torus.image(lo, hi, t)
+                    assert [y for a, b in got for y in range(a, b)] == sorted(torus.add(j, t) for j in range(lo, hi))
+                    assert all(a < b for a, b in got) and all(x[1] < y[0] for x, y in zip(got, got[1:]))
+        assert torus.image(0, torus.n, 1) == [(0, torus.n)]
+
+
 # -- proving symmetry without the other devices ------------------------------------
 
 @pytest.mark.parametrize("path", ONE_AXIS, ids=lambda p: p.stem)

@@ -417,10 +417,11 @@ def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
     groups: dict[str, list[Access]] = defaultdict(list)
     for acc in accs:
         groups[acc.region.buffer].append(acc)
-    return not any(_concurrent_pairs(group, order) for group in groups.values())
+    columns: dict[int, list[int]] = {}
+    return not any(_concurrent_pairs(group, order, columns) for group in groups.values())
 
 
-def _concurrent_pairs(group: list[Access], order: Order) -> bool:
+def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list[int]]) -> bool:
     """Whether two accesses race, by a sweep over device 0's program order. Every access
     here ends at an event of device 0, and starts at one of device 0 or of device k; a
     start (k, j) is placed just after the last event of device 0 that must precede it
@@ -428,12 +429,16 @@ def _concurrent_pairs(group: list[Access], order: Order) -> bool:
     over before the other begins iff their spans do not meet: the sweep only looks at
     spans that meet, and `races.race` decides each such pair exactly."""
     rows = order.cuts[0]
-    length = len(rows)
+
+    def column(k: int) -> list[int]:
+        """rows[e][k] for every e (non-decreasing in e), as plain ints: once per device k."""
+        if k not in columns:
+            columns[k] = [int(row[k]) for row in rows]
+        return columns[k]
 
     def span(acc: Access) -> tuple[int, float]:
         ev = acc.start
-        lo = ev.index if ev.device == 0 else bisect.bisect_right(range(length), ev.index,
-                                                                  key=lambda e: rows[e][ev.device])
+        lo = ev.index if ev.device == 0 else bisect.bisect_right(column(ev.device), ev.index)
         return lo, (acc.end.index if acc.end is not None else float("inf"))
 
     spans = sorted(((*span(acc), i) for i, acc in enumerate(group)))

@@ -41,17 +41,20 @@ def _is_product(term: Term) -> bool:
     return term[0] == PRODUCT
 
 
-def _map_entries(term: Term, fn: Callable[[int | None, int], tuple[int | None, int]]) -> Term:
-    """Apply `fn` to every buffer-dim or constant entry of the term's maps (a product's
-    two factors included); contraction entries are left alone."""
-    if _is_product(term):
-        _, a, b, k0, k1 = term
-        return (PRODUCT, _map_entries(a, fn), _map_entries(b, fn), k0, k1)
+def _remap(term: Term, table: list[tuple[int | None, int]]) -> Term:
+    """The term with its maps (a product's two factors included) moved by a table per
+    buffer dim: the entry (d, off) becomes (table[d][0], off + table[d][1]); constant and
+    contraction entries stay."""
+    if term[0] == PRODUCT:
+        return (PRODUCT, _remap(term[1], table), _remap(term[2], table), term[3], term[4])
     name, dev, imap = term
-    return (name, dev, tuple([e if e[0] == KDIM else fn(*e) for e in imap]))
+    return (name, dev, tuple([e if e[0] is None or e[0] == KDIM else (table[e[0]][0], e[1] + table[e[0]][1])
+                              for e in imap]))
 
 
 def _intersect(a: Box, b: Box) -> Box | None:
+    if a == b:  # reading back a stored piece: the common case
+        return a
     out = []
     for (a0, a1), (b0, b1) in zip(a, b):
         lo = a0 if a0 > b0 else b0  # not max()/min(): this runs millions of times
@@ -98,9 +101,10 @@ def _canonical(term: Term, box: Box, single: frozenset[int]) -> Term:
     """Fix map entries over dims where the box is a single index (`single`), so equal data
     compares equal; a product's contraction index is renumbered so its left factor reads k
     itself. Terms that need neither come back as they are."""
-    if single and any(d in single for f in _factors(term) for d, _ in f[2]):
-        term = _map_entries(term, lambda d, off: (None, box[d][0] + off) if d in single else (d, off))
-    if not _is_product(term):
+    product = term[0] == PRODUCT
+    if single and any([e[0] in single for f in (term[1:3] if product else (term,)) for e in f[2]]):
+        term = _remap(term, [(None, lo) if d in single else (d, 0) for d, (lo, _) in enumerate(box)])
+    if not product:
         return term
     _, a, b, k0, k1 = term
     shift = next((off for d, off in a[2] if d == KDIM), 0)
@@ -110,10 +114,6 @@ def _canonical(term: Term, box: Box, single: frozenset[int]) -> Term:
     def renumber(t: Term) -> Term:
         return (t[0], t[1], tuple((d, off - shift) if d == KDIM else (d, off) for d, off in t[2]))
     return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
-
-
-def _factors(term: Term) -> tuple[Term, ...]:
-    return term[1:3] if _is_product(term) else (term,)
 
 
 def _single_dims(box: Box) -> frozenset[int]:
@@ -271,19 +271,36 @@ class _Index:
                 [p for p in self.long if _meets(p.box, box)])
 
     def overlapping(self, box: Box) -> list[tuple[Piece, Box]]:
-        """The pieces that overlap `box`, each with the overlap."""
-        positions, long = self.meeting(box)
-        return [(p, _intersect(p.box, box)) for p in [self.short[i] for i in positions] + long]
+        """The pieces that overlap `box`, each with the overlap (`meeting`, in one pass)."""
+        lo, hi = box[0]
+        short = self.short
+        out = []
+        for i in range(bisect_left(self.starts, lo - self.reach + 1), bisect_left(self.starts, hi)):
+            p = short[i]
+            if p.box[0][1] > lo:
+                ix = _intersect(p.box, box)
+                if ix is not None:
+                    out.append((p, ix))
+        for p in self.long:
+            ix = _intersect(p.box, box)
+            if ix is not None:
+                out.append((p, ix))
+        return out
 
     def add(self, piece: Piece) -> None:
-        length = piece.box[0][1] - piece.box[0][0]
-        if length > self.cap:
+        lo, hi = piece.box[0]
+        if hi - lo > self.cap:
             self.long.append(piece)
             return
-        self.reach = max(self.reach, length)
-        i = bisect_left(self.starts, piece.box[0][0])
-        self.starts.insert(i, piece.box[0][0])
+        self.reach = max(self.reach, hi - lo)
+        i = bisect_left(self.starts, lo)
+        self.starts.insert(i, lo)
         self.short.insert(i, piece)
+
+    def first(self, i: int) -> bool:
+        """Whether short piece i comes first of those starting where it does (where `add`
+        would insert it again)."""
+        return i == 0 or self.starts[i - 1] != self.starts[i]
 
     def remove(self, positions: list[int], long: list[Piece]) -> list[Piece]:
         gone = [self.short[i] for i in positions] + long
@@ -301,11 +318,13 @@ class Memory:
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
         self.index: dict[tuple[int, str], _Index] = {}
+        self.moves: dict[tuple, tuple[Box, list[tuple[int | None, int]]]] = {}  # `translate`'s
 
     def _pieces(self, key: tuple[int, str]) -> _Index:
-        if key not in self.index:
-            self.index[key] = _Index(self.shapes[key[1]][0])
-        return self.index[key]
+        index = self.index.get(key)
+        if index is None:
+            index = self.index[key] = _Index(self.shapes[key[1]][0])
+        return index
 
     def init_input(self, device: int, name: str) -> None:
         box = tuple((0, s) for s in self.shapes[name])
@@ -331,31 +350,36 @@ class Memory:
     def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
-        for p in index.remove(*index.meeting(r.box)):
+        positions, long = index.meeting(r.box)
+        if (len(new) == 1 and new[0].box == r.box and len(positions) == 1 and not long
+                and index.short[positions[0]].box == r.box and index.first(positions[0])):
+            # One piece replaces one piece: in place, where removing and adding would put it.
+            index.short[positions[0]] = new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box))
+            return
+        for p in index.remove(positions, long):
             if not _inside(p.box, r.box):
                 for b in _subtract(p.box, r.box):
                     index.add(Piece(b, restrict_value(p.value, p.box, b)))
         for p in new:
             index.add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
 
-    @staticmethod
-    def translate(pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
+    def translate(self, pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
         """Move pieces read from `src` to the matching coordinates of `dst`."""
-        shift = {s: (d, dst.box[d][0] - src.box[s][0]) for s, d in zip(src.kept, dst.kept)}
         out = []
         for p in pieces:
-            box = list(dst.box)
-            for s, (d, off) in shift.items():
-                box[d] = (p.box[s][0] + off, p.box[s][1] + off)
-
-            def moved(d: int | None, off: int, p: Piece = p) -> tuple[int | None, int]:
-                if d is None:
-                    return (None, off)
-                if d in shift:
-                    nd, delta = shift[d]
-                    return (nd, off - delta)
-                return (None, p.box[d][0] + off)  # a point-indexed source dim: a constant coordinate
-            out.append(Piece(tuple(box), tuple([_map_entries(t, moved) for t in p.value])))
+            key = (src.box, src.kept, dst.box, dst.kept, p.box)  # most moves repeat: a table of them
+            move = self.moves.get(key)
+            if move is None:
+                shift = {s: (d, dst.box[d][0] - src.box[s][0]) for s, d in zip(src.kept, dst.kept)}
+                box = list(dst.box)
+                for s, (d, off) in shift.items():
+                    box[d] = (p.box[s][0] + off, p.box[s][1] + off)
+                # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
+                # moves to its destination dim, a point-indexed one becomes a constant coordinate.
+                move = self.moves[key] = (tuple(box), [(shift[d][0], -shift[d][1]) if d in shift else (None, lo)
+                                                       for d, (lo, _) in enumerate(p.box)])
+            box, table = move
+            out.append(Piece(box, tuple([_remap(t, table) for t in p.value])))
         return out
 
     def copy(self, src: Region, dst: Region) -> None:
@@ -394,23 +418,21 @@ class Memory:
                 box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
                 box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
 
-                def factor(t: Term, piece: Piece, reg: Region, kdim: int, free: int, to: int) -> Term:
-                    def entry(d: int | None, off: int) -> tuple[int | None, int]:
-                        if d == free:
-                            return (to, off + reg.box[free][0] - dst.box[to][0])
-                        if d == kdim:
-                            return (KDIM, off + reg.box[kdim][0])
-                        return (None, off if d is None else piece.box[d][0] + off)
-                    return _map_entries(t, entry)
+                def factor(piece: Piece, reg: Region, kdim: int, free: int, to: int) -> list[tuple[int | None, int]]:
+                    """A factor's map, as a `_remap` table: its free dim goes to the
+                    destination's, its contraction dim becomes k, the others constants."""
+                    return [(to, reg.box[free][0] - dst.box[to][0]) if d == free else
+                            (KDIM, reg.box[kdim][0]) if d == kdim else (None, lo)
+                            for d, (lo, _) in enumerate(piece.box)]
 
+                fa, fb = factor(pa, a, ka, ra, rd), factor(pb, b, kb, cb, cd)
                 terms = []
                 for ta in (u for t in pa.value for u in _single(t)):
                     for tb in (u for t in pb.value for u in _single(t)):
                         odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
                         if odd is None and (_is_product(ta) or _is_product(tb)):
                             odd = (OPAQUE + dst.buffer, dst.device, ())
-                        terms.append(odd or (PRODUCT, factor(ta, pa, a, ka, ra, rd),
-                                             factor(tb, pb, b, kb, cb, cd), k0, k1))
+                        terms.append(odd or (PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1))
                 result = _add(result, Piece(tuple(box), tuple(terms)))
         self.write(dst, result)
 

@@ -297,8 +297,10 @@ class Unroller:
             UNROLL[type(op)](self, op, out, invocation)
 
     # -- nested pipelines ----------------------------------------------------
-    def blocks(self, op: S.Pipeline, points: list[tuple[int, ...]]) -> dict[str, list[Region]]:
-        """For each block spec, the HBM block every inner grid point uses."""
+    def blocks(self, op: S.Pipeline, points: list[tuple[int, ...]],
+               envs: list[dict[str, Any]]) -> dict[str, list[Region]]:
+        """For each block spec, the HBM block every inner grid point uses (`envs`: the
+        names each point sees)."""
         out: dict[str, list[Region]] = {}
         outer_env = self.env
         for name, spec in op.specs.items():
@@ -312,8 +314,8 @@ class Unroller:
                               "block), or parameters (--param k=v) that make them divide")
             counts = [size // b for size, b in zip(region.shape, block)]
             out[name] = []
-            for pt in points:
-                self.env = {**outer_env, **dict(zip(op.pipeline, pt))}
+            for pt, env in zip(points, envs):
+                self.env = env
                 idx = [self.ev(e, spec.line) for e in spec.index]
                 self.env = outer_env
                 if any(not 0 <= i < c for i, c in zip(idx, counts)):
@@ -337,18 +339,6 @@ class Unroller:
                                                 self.ctx.itemsize[buffer])
         return region
 
-    def block_inputs(self, op: S.Pipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """What a pipeline's blocks depend on: the names its block specs' refs and block
-        indices read (the inner grid names among them are set by the pipeline itself)."""
-        names: set[str] = set()
-        refs: set[str] = set()
-        for spec in op.specs.values():
-            for node in (spec.ref, *spec.index):
-                n, r = node_inputs(self.s, node)
-                names.update(n)
-                refs.update(r)
-        return tuple(sorted(names)), tuple(sorted(refs))
-
     def pipeline(self, op: S.Pipeline, out: list[Event], inv: int) -> None:
         """`emit_pipeline` as the local DMAs and waits Pallas' pipeline scheduler issues
         (jax/_src/pallas/mosaic/pipeline.py, two buffers per block): the first input
@@ -357,11 +347,10 @@ class Unroller:
         outputs whose block changes next written back, and the previous write-back waited
         for. Each window slot has its own DMA semaphore, as in Pallas."""
         points = list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)])))
-        if id(op) not in self.inputs:
-            self.inputs[id(op)] = self.block_inputs(op)
-        blocks = self.memoized(op, self.blocks, op, points)  # the same for most outer points
-        last = len(points) - 1
         outer_env = self.env
+        envs = [{**outer_env, **dict(zip(op.pipeline, pt))} for pt in points]
+        blocks = self.blocks(op, points, envs)
+        last = len(points) - 1
         slots = {name: {"copy": 0, "wait": 0} for name in op.specs}
         ids = {name: window_id(op, name) for name in op.specs}
 
@@ -400,7 +389,7 @@ class Unroller:
                     wait(name, "in")
             self.window_slot = {name: (ids[name], slots[name]["wait" if name in op.inputs else "copy"])
                                 for name in op.specs}
-            self.env = {**outer_env, **dict(self.inner)}
+            self.env = envs[t]
             self.walk(op.do, out, inv)
             self.env, self.window_slot = outer_env, {}
             for name in op.outputs:
