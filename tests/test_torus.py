@@ -114,15 +114,27 @@ def test_torus_quotient_agrees_on_larger_tori(path):
             assert fast is not None and full.ok, f"{path.stem} on {topo}"
 
 
+# Where the quotient does not apply and the full analysis decides (same verdict): the
+# hypercube's partner `me ^ (1 << k)` is no rotation; the one-shot all-reduce and the direct
+# all-to-all fall back on these tori (their rotation proof fails there; noted in issue 17).
+FULL_ANALYSIS = {"all_gather_hypercube", "all_reduce_one_shot", "all_to_all_direct"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in LIBRARY + BROKEN if _axes(p) == 1], ids=lambda p: p.stem)
 def test_one_axis_schedules_along_larger_tori(path):
+    from ringc.testing import supports
     sched = ringc.load(path)
-    for topo, along in (("torus:3x5", "y"), ("torus:6x2", "x"), ("torus:2x2x3", "z")):
+    for topo, along in (("torus:3x5", "y"), ("torus:6x2", "x"), ("torus:2x2x3", "z"), ("torus:3x4", "y")):
+        n = {"torus:3x5": 5, "torus:6x2": 6, "torus:2x2x3": 3, "torus:3x4": 4}[topo]
+        if not supports(sched, n):  # a hypercube runs on powers of two only
+            continue
         for calls in (1, 2):
             fast, full = agree(sched, topo, along, calls)
             if path in LIBRARY:
-                assert fast is not None and full.ok, f"{path.stem} on {topo} along {along} x{calls}"
+                assert full.ok, f"{path.stem} on {topo} along {along} x{calls}"
+                if path.stem not in FULL_ANALYSIS:
+                    assert fast is not None, f"{path.stem} on {topo} along {along} x{calls}: no quotient"
 
 
 @pytest.mark.parametrize("name, sizes", [("all_reduce_ring", {"i": 5}), ("all_gather_2d", {"x": 3, "y": 4}),
