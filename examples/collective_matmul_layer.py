@@ -22,22 +22,21 @@ reference: `compare` returns the largest differences of the loss and of every gr
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+import ringc
+from ringc.run import ensure_host_devices
+
 REPO = Path(__file__).resolve().parent.parent
-N = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 2
-if __name__ == "__main__":  # one spare CPU device: see ringc/run.py
-    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={N + 1}")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":  # before jax starts: N CPU devices and a spare (ringc/run.py)
+    N = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    ensure_host_devices(N)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
-
-import ringc  # noqa: E402
 
 P = jax.sharding.PartitionSpec
 gather_matmul = ringc.kernel(REPO / "schedules" / "all_gather_matmul.yaml")

@@ -15,22 +15,21 @@ the largest difference of the weight gradients.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+import ringc
+from ringc.run import ensure_host_devices
+
 REPO = Path(__file__).resolve().parent.parent
-N = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 4
-if __name__ == "__main__":  # one spare CPU device: see ringc/run.py
-    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={N + 1}")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":  # before jax starts: N CPU devices and a spare (ringc/run.py)
+    N = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    ensure_host_devices(N)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
-
-import ringc  # noqa: E402
 
 P = jax.sharding.PartitionSpec
 # Checked (rings of 2, 3 and 4), emitted and imported in memory: no file is written.
@@ -70,12 +69,14 @@ def lax_reduce(h):
     return lax.psum(h, "model")
 
 
-def compare(n: int = 4, batch: int = 8, d_in: int = 64, d_out: int = 128, seed: int = 0):
-    """(ringc loss, lax loss, max |ringc grad - lax grad|, max |lax grad|) on n devices."""
+def compare(n: int = 4, batch: int = 8, d_shard: int = 16, d_out: int = 128, seed: int = 0):
+    """(ringc loss, lax loss, max |ringc grad - lax grad|, max |lax grad|) on n devices, the
+    contraction dimension d_in = n * d_shard."""
     from jax.experimental.pallas import tpu as pltpu
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:n]), ("model",))
     k = jax.random.split(jax.random.key(seed), 3)
+    d_in = n * d_shard
     w = jax.random.normal(k[0], (d_in, d_out)) / np.sqrt(d_in)
     x = jax.random.normal(k[1], (batch, d_in))
     target = jax.random.normal(k[2], (batch, d_out))

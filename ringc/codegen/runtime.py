@@ -177,10 +177,11 @@ def _infer(params, name, buffer, shape, dim, scale, offset, text):
                          f"the kernel needs {dim + 1} or more dimensions ({dim} is {text})")
     size = shape[dim] - offset
     if scale <= 0 or size <= 0 or size % scale:
+        form = f"{scale} * {name}" + (f" + {offset}" if offset else "")
         raise ValueError(f"{NAME}: cannot infer `{name}` from input `{buffer}` of per-device "
-                         f"shape {tuple(shape)}: dimension {dim} is {text} = {scale} * {name} + "
-                         f"{offset}, and {shape[dim]} is not of that form for a positive integer "
-                         f"{name}; pass {name}= or give `{buffer}` a shape that fits")
+                         f"shape {tuple(shape)}: dimension {dim} is {text} = {form}, and "
+                         f"{shape[dim]} is not of that form for a positive integer {name}; "
+                         f"pass {name}= or give `{buffer}` a shape that fits")
     return size // scale
 
 
