@@ -80,9 +80,10 @@ def test_collective_matmul_layer_matches_lax_values_and_gradients():
 
 # ---------------------------------------------------------------------------- gradients per collective
 
-def _grad_case(path: str, n: int, shape: tuple[int, ...], spec: P, lax_fn, seed: int = 0):
+def _grad_case(path: str, n: int, shape: tuple[int, ...], spec: P, lax_fn, seed: int = 0, ours=None):
     module = ringc.kernel(REPO / "schedules" / path)
     mesh = mesh_of(n)
+    ours = ours or (lambda s: module.kernel(s, axis_name="i", interpret=True))
 
     def loss(f):
         body = jax.shard_map(lambda x: jnp.sum(jnp.sin(f(x)) ** 2)[None], mesh=mesh, in_specs=spec,
@@ -90,7 +91,7 @@ def _grad_case(path: str, n: int, shape: tuple[int, ...], spec: P, lax_fn, seed:
         return jax.jit(jax.value_and_grad(lambda x: jnp.sum(body(x))))
 
     x = jax.random.normal(jax.random.key(seed), shape)
-    got = interpreted(loss(lambda s: module.kernel(s, axis_name="i", interpret=True)), x)
+    got = interpreted(loss(ours), x)
     want = loss(lax_fn)(x)
     assert abs(float(got[0]) - float(want[0])) <= 1e-4 * max(1.0, abs(float(want[0])))
     assert float(jnp.max(jnp.abs(got[1] - want[1]))) <= 1e-5 * max(1.0, float(jnp.max(jnp.abs(want[1]))))
@@ -272,3 +273,24 @@ def test_kernel_over_two_renamed_axes():
     got = interpreted(on(lambda s: module.kernel(s, axis_name=("p", "q"), interpret=True)), x)
     want = on(lambda s: lax.psum(s, ("p", "q")))(x)
     assert float(jnp.max(jnp.abs(got - want))) <= 4e-6
+
+
+@pytest.mark.slow
+def test_a_library_kernel_as_the_backward_pass():
+    """all_gather_ring forward, reduce_scatter_bidirectional (psum_scatter, its transpose)
+    backward through `transpose=`: jax.grad equals lax's, and both kernels run."""
+    gather = ringc.kernel(REPO / "schedules" / "all_gather_ring.yaml")
+    scatter = ringc.kernel(REPO / "schedules" / "reduce_scatter_bidirectional.yaml")
+
+    def backward(g):  # g: [N, rows, cols] per device; the scatter kernel takes [N * rows, cols]
+        return scatter.kernel(g.reshape(-1, g.shape[-1]), axis_name="i", interpret=True)
+
+    def ours(s):
+        return gather.kernel(s, axis_name="i", interpret=True, transpose=backward)
+
+    _grad_case("all_gather_ring.yaml", 2, (2 * 8, 128), P("i", None), lambda s: lax.all_gather(s, "i"), ours=ours)
+    mesh = mesh_of(2)
+    body = jax.shard_map(lambda s: jnp.sum(ours(s) ** 2)[None], mesh=mesh, in_specs=P("i", None),
+                         out_specs=P("i"), check_vma=False)
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda x: jnp.sum(body(x))))(jnp.zeros((16, 128))))
+    assert jaxpr.count("pallas_call") == 2

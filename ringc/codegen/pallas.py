@@ -203,7 +203,7 @@ _MODULE_NAMES = {
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
     "per_device", "key", "keys", "_inner", "sharded", "axis", "axis_name", "dtype", "sizes", "call",
-    "forward", "backward", "residuals", "cotangent", "i", "_sizes", "_call",
+    "forward", "backward", "residuals", "cotangent", "i", "_sizes", "_call", "transpose",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -840,7 +840,8 @@ class _Emitter:
         s = self.s
         ins = [self.name(n) for n in s.buffers_of("input")]
         coll = collective_of(s)
-        with w.block(f"def kernel({', '.join(ins)}, *, axis_name=AXIS, interpret=None, **params):"):
+        with w.block(f"def kernel({', '.join(ins)}, *, axis_name=AXIS, interpret=None, transpose=None, "
+                     "**params):"):
             w.docstring(self.kernel_doc(coll))
             w.line(f"sizes = _sizes({', '.join(ins)}, axis_name=axis_name, params=params)")
             w.blank()
@@ -902,7 +903,11 @@ class _Emitter:
             "Parameters that the shard shapes determine are solved from them; give any in `params` "
             "to fix it (the others default to PARAMS). Buffers whose dtype the schedule does not fix "
             f"take `{x}`'s. Wrong shapes or dtypes raise ValueError before the kernel runs.\n\n"
-            f"jax.grad works through it (jax.custom_vjp): {self.backward_text(coll)}.")
+            f"jax.grad works through it (jax.custom_vjp): {self.backward_text(coll)}. `transpose`, "
+            "if given, replaces that backward pass: a per-shard function from the output's cotangent "
+            + (f"and the inputs, called as transpose({given}, cotangent), to their cotangents "
+               if coll.takes_rhs else f"to `{x}`'s ")
+            + "(say, another ringc kernel of the transpose collective).")
 
     def backward_fn(self, w: CodeWriter, coll: Any) -> None:
         s = self.s
@@ -911,6 +916,9 @@ class _Emitter:
         names = {n: self.name(n) for n in s.buffers}
         with w.block("def backward(residuals, cotangent):"):
             w.docstring(self.backward_text(coll)[0].upper() + self.backward_text(coll)[1:] + ".")
+            with w.block("if transpose is not None:  # the caller's backward pass"):
+                w.line(f"return tuple(transpose({'*residuals, ' if coll.takes_rhs else ''}cotangent))"
+                       if coll.takes_rhs else "return (transpose(cotangent),)")
             if coll.transpose() is None:
                 w.line(f"raise NotImplementedError({_str(self.backward_text(coll))})")
                 return
