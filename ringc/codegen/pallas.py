@@ -766,7 +766,7 @@ class _Emitter:
         ins = s.buffers_of("input")
         with w.block(f"def _sizes({', '.join(self.name(n) for n in ins)}, *, axis_name, params):"):
             w.docstring(
-                "N, the axis sizes and every parameter for these shards, by name. A parameter "
+                "N, the axis sizes and every parameter for these shards, by `_call`'s names. A parameter "
                 "not in `params` is solved from the shard shapes (the schedule's shape expressions) "
                 "or is PARAMS' value when no shape mentions it; then the shapes and dtypes are "
                 "checked, before the kernel runs.")
@@ -801,8 +801,8 @@ class _Emitter:
             for n in ins:
                 w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
                                         self.dtype_text(n)])
-            names = ["N", *sizes, *s.params]
-            w.line(f"return {{{', '.join(f'{_str(n)}: {self.name(n) if n in s.params else n}' for n in names)}}}")
+            names = ["N", *sizes, *(self.name(n) for n in s.params)]  # `_call`'s keyword names
+            w.line(f"return {{{', '.join(f'{_str(n)}: {n}' for n in names)}}}")
 
     def call_fn(self, w: CodeWriter) -> None:
         s = self.s
@@ -933,7 +933,8 @@ class _Emitter:
             if re.search(r"\bN\b", f"{dx} {dy}"):
                 used.add("N")
             for n in sorted(used):
-                w.line(f"{self.name(n) if n in s.params else n} = sizes[{_str(n)}]")
+                ident = self.name(n) if n in s.params else n
+                w.line(f"{ident} = sizes[{_str(ident)}]")
 
             def full(n: str, value: str) -> str:
                 b = s.buffers[n]
