@@ -1,15 +1,19 @@
 """Time and peak memory of `ringc check` at scale, for every library schedule.
 
-    python benchmarks/verify_scale.py [--max-n 1024] [--repeats 3] [--only NAME] [--jax]
+    python benchmarks/verify_scale.py [--min-n 64] [--max-n 1024] [--repeats 3] [--only NAME]
+                                      [--timeout 120] [--jax]
 
 One-axis schedules run on rings of N = 64..1024 (--min-n, --max-n); two-axis ones on
-the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16. The library has
-no three-axis schedule, so those rows use the test schedule tests/torus/all_gather_3d.yaml.
-`path` says whether the quotient decided (device 0's events only, `ringc/verify/quotient.py`)
-or the full analysis did. Times are the best of --repeats runs; the load average is
-printed before and after, since a loaded machine inflates them. Targets: every library
-schedule under 2 s at N = 1024 on a ring and on torus:32x32, three axes on 16x16x16
-under 5 s. (`benchmarks/cli_start.py` times the command line's start.)
+the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16 (--max-torus caps
+the side). Columns: schedule, topology, events (of all devices), path (whether the
+quotient decided from device 0's events alone, `ringc/verify/quotient.py`, or the full
+analysis did), check s (wall) and cpu s, each the best of --repeats runs, peak MiB
+(a separate traced run) and bytes per event. Each row runs in its own process, killed
+after --timeout seconds (the row then says `timeout`), so one slow row cannot eat the
+run. The load average is printed before and after, since a loaded machine inflates the
+times; CPU time is what load inflates least. Targets (issue 17, idle 2-core machine):
+every library schedule under 2 s at N = 1024 on a ring and on torus:32x32, three axes on
+16x16x16 under 5 s. (`benchmarks/cli_start.py` times the command line's start.)
 
 With --jax it also times one JAX interpret-mode run (with its race detector) at N = 8
 and 16 and prints the ratio: how much faster the all-interleavings proof is than one
@@ -19,6 +23,7 @@ dynamic execution.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import time
@@ -28,7 +33,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TORI = {2: ("torus:8x8", "torus:16x16", "torus:32x32"), 3: ("torus:8x8x8", "torus:16x16x16")}
-THREE_AXES = [ROOT / "tests" / "torus" / "all_gather_3d.yaml"]
 
 
 def measure(sched, n: int | None, topology: str = "ring",
@@ -52,6 +56,31 @@ def measure(sched, n: int | None, topology: str = "ring",
     return seconds, cpu, peak, report.program.event_count, report.ok, path
 
 
+def _row(conn, path: Path, n: int | None, topology: str, repeats: int) -> None:
+    """A child process: one row's measurement, sent back through `conn`."""
+    import ringc
+    try:
+        conn.send(measure(ringc.load(path), n, topology, repeats))
+    except Exception as e:  # shown in the row, not a traceback in the middle of the table
+        conn.send(f"{type(e).__name__}: {e}")
+    conn.close()
+
+
+def measure_with_timeout(path: Path, n: int | None, topology: str, repeats: int, timeout: float):
+    """`measure` in a forked process killed after `timeout` seconds: its result, an error
+    text, or None for a timeout."""
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_row, args=(there, path, n, topology, repeats))
+    proc.start()
+    there.close()
+    result = here.recv() if here.poll(timeout) else None
+    if result is None:
+        proc.kill()
+    proc.join()
+    return result
+
+
 def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"
 
@@ -63,6 +92,7 @@ def main() -> None:
     ap.add_argument("--max-torus", type=int, default=32, help="largest torus side (two axes; 16 for three)")
     ap.add_argument("--repeats", type=int, default=3, help="time the best of this many runs")
     ap.add_argument("--only", action="append", help="schedules whose name contains this (repeatable)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds per row before it is killed")
     ap.add_argument("--jax", action="store_true", help="also time JAX interpret mode at N=8, 16")
     args = ap.parse_args()
     if args.jax:
@@ -74,7 +104,7 @@ def main() -> None:
     rings = [n for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024) if args.min_n <= n <= args.max_n]
     print(f"{'schedule':40} {'topology':>16} {'events':>10} {'path':>8} {'check s':>8} {'cpu s':>7} {'peak MiB':>9} "
           f"{'B/event':>8}  ok")
-    for path in sorted((ROOT / "schedules").glob("*.yaml")) + THREE_AXES:
+    for path in sorted((ROOT / "schedules").glob("*.yaml")):
         if args.only and not any(o in path.stem for o in args.only):
             continue
         sched = ringc.load(path)
@@ -82,7 +112,11 @@ def main() -> None:
         runs = [(n, "ring", f"ring:{n}") for n in rings] if axes == 1 else \
             [(None, t, t) for t in TORI[axes] if int(t.split(":")[1].split("x")[0]) <= args.max_torus]
         for n, topology, label in runs:
-            s, cpu, mib, events, ok, how = measure(sched, n, topology, args.repeats)
+            result = measure_with_timeout(path, n, topology, args.repeats, args.timeout)
+            if not isinstance(result, tuple):
+                print(f"{path.stem:40} {label:>16} {result or f'timeout after {args.timeout:g} s'}", flush=True)
+                continue
+            s, cpu, mib, events, ok, how = result
             print(f"{path.stem:40} {label:>16} {events:>10} {how:>8} {s:>8.3f} {cpu:>7.3f} {mib:>9.1f} "
                   f"{mib * 2**20 / events:>8.1f}  {ok}", flush=True)
     print(_load())

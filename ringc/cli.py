@@ -174,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="check K back-to-back calls of the kernel (barrier reuse)")
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
+    c.add_argument("--dma-order", choices=("any", "in-order"), default="any",
+                   help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
+                        "`in-order` (per source/destination pair FIFO); see docs/verification.md")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     add_params(c)
 
@@ -221,21 +224,22 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md)."""
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
-    from .pallas import check_module
+    from .pallas import check_file
     ring = args.topology.strip() == "ring"
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
     ok = True
     for n in args.devices or [None]:
-        report = check_module(path, n, invocations=args.invocations, params=dict(args.param),
-                              topology=None if ring else args.topology, along=args.along)
-        if args.strict:
-            for f in report.findings:
-                if f.severity == "warning":
-                    f.severity = "error"
-        ok &= report.ok
-        print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
+        for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
+                                 topology=None if ring else args.topology, along=args.along,
+                                 dma_order=args.dma_order):
+            if args.strict:
+                for f in report.findings:
+                    if f.severity == "warning":
+                        f.severity = "error"
+            ok &= report.ok
+            print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
     return ok
 
 
@@ -246,7 +250,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show:
         _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:
-        if path.endswith(".py"):
+        if path.endswith((".py", ".md", ".ipynb")):
             ok &= _check_kernel(args, path)
             continue
         sched = _load(path, args.param)
@@ -255,7 +259,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                                 fix="pass --devices N, or a sized topology such as --topology torus:4x4")
         for n in args.devices or [None]:
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict)
+                           strict=args.strict, dma_order=args.dma_order)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)

@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 from .collectives import COLLECTIVES
 from .ir import expr as E
 from .ir import schema as S
-from .ir.resolve import axis_size_env
+from .ir.resolve import axis_size_env, inline_static_lets
 
 __all__ = ["apply_collective", "summed_terms", "reference"]
 
@@ -50,9 +50,9 @@ def summed_terms(kind: str, n: int, dtype: str = "float32", depth: int = 1) -> i
     return COLLECTIVES[kind]().summed_terms(n, dtype, depth)
 
 
-def _eval_shape(dims: list[E.Expr], env: Mapping[str, int], what: str) -> tuple[int, ...]:
+def _eval_shape(s: S.Schedule, dims: list[E.Expr], env: Mapping[str, int], what: str) -> tuple[int, ...]:
     try:
-        return tuple(int(E.evaluate(d, env, exact_division=True)) for d in dims)
+        return tuple(int(E.evaluate(inline_static_lets(s, d), env, exact_division=True)) for d in dims)
     except E.ExprError as e:
         raise ValueError(f"{what}: {e}") from None
 
@@ -73,13 +73,13 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     env = {"N": n, **axis_size_env(s.axes, mesh.shape), **s.params, **params}
     inputs = s.buffers_of("input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")
-    src_shape = _eval_shape(s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
-    dst_shape = _eval_shape(s.buffers[dst].shard_shape, env, f"shard shape of buffer `{dst}`")
+    src_shape = _eval_shape(s, s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
+    dst_shape = _eval_shape(s, s.buffers[dst].shard_shape, env, f"shard shape of buffer `{dst}`")
     in_specs = tuple(P(*s.partition_spec(b)) for b in inputs)
     out_spec = P(*s.partition_spec(dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
     rhs = s.io_buffer("rhs") if kind in S.MATMUL_COLLECTIVES else None
-    rhs_shape = _eval_shape(s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
+    rhs_shape = _eval_shape(s, s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
     out_dtype = s.dtype_of(dst)
 
     def per_device(*args):

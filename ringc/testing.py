@@ -49,11 +49,36 @@ def topology_for(sched: S.Schedule, n: int) -> str:
     return "torus:" + "x".join(map(str, best))
 
 
+def supports(sched: S.Schedule, n: int) -> bool:
+    """Whether a one-axis schedule's shapes and grid are defined for n devices (a
+    hypercube's `log2(N)` is for powers of two only); a multi-axis one: always."""
+    from .ir.errors import ScheduleError
+    from .verify.unroll import buffer_shapes
+    if len(sched.axes) > 1:
+        return True
+    try:
+        buffer_shapes(sched, {sched.axes[0]: n})
+    except ScheduleError:
+        return False
+    return True
+
+
+def supported_size(sched: S.Schedule, n: int) -> int:
+    """n, or for a schedule defined only for some device counts the largest one below n
+    (else the smallest above it): a hypercube checked at "about 6" runs at 4."""
+    for m in [*range(n, 1, -1), *range(n + 1, 4 * n + 2)]:
+        if supports(sched, m):
+            return m
+    return n  # none: let the check say why
+
+
 def check_sized(sched: S.Schedule, n: int, **kwargs):
     """`ringc.check` on `topology_for(sched, n)`: n devices on a ring for a one-axis
-    schedule, a torus of about n devices for a multi-axis one."""
+    schedule (`supported_size`: a power of two for a hypercube), a torus of about n
+    devices for a multi-axis one."""
     from .verify import check
 
+    n = supported_size(sched, n)
     topo = topology_for(sched, n)
     return check(sched, n if topo == "ring" else None, topology=topo, **kwargs)
 

@@ -384,3 +384,68 @@ def test_a_compiler_error_on_a_multi_axis_schedule_is_explained():
     err = compile_errors.explain(RuntimeError("INTERNAL: Mosaic failed to compile TPU kernel: something"),
                                  sched, 4, "v5e:2x2", load_module(sched), {"x": 2, "y": 2})
     assert err.kind and "something" in str(err), str(err)
+
+
+# ----------------------------------------------------------------------- issue 13: the format
+
+HC = REPO / "schedules" / "all_gather_hypercube.yaml"
+
+
+def test_a_hypercube_on_a_device_count_not_a_power_of_two_names_the_fix():
+    o = run_cli(["check", HC, "--devices", "6"])
+    assert_refused(o, line_of(HC.read_text(), "recv_sems: {kind: dma"), says="N = 6 is not a power of two")
+    assert "fix: log2 needs a power of two: run on N = 2, 4, 8" in o.err
+
+
+@pytest.mark.parametrize("slot,says", [
+    ("(me - step) % N + (1 << (step + 64))", "shift count 64 is outside 0..63"),
+    ("me ^ (step == 0)", "`step == 0` is a condition"),
+    ("~(step > 0)", "`step > 0` is a condition"),
+    ("me if step == 0 else nope", "unknown name `nope`"),
+    ("me if step == 0", "cannot parse expression"),
+])
+def test_bitwise_and_conditional_expressions_refused_at_their_line(tmp_path, slot, says):
+    text = edited(AG, "  slot: (me - step) % N", f"  slot: {slot}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  slot:"), says=says)
+    assert "fix:" in o.err
+
+
+def test_a_let_of_the_device_in_a_shape_is_refused_with_its_cause(tmp_path):
+    text = edited(AG, "  slot: (me - step) % N", "  slot: (me - step) % N\n  size: rows + me")
+    text = edited(Path(write(tmp_path, text)), "shape: [rows, cols]}", "shape: [size, cols]}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  x:"), says="let `size` in shape of `x` `size` depends on `me`")
+    assert "fix: shape of `x` may use N, params and lets of those only" in o.err
+
+
+def test_a_static_guard_on_a_bad_n_names_the_fix(tmp_path):
+    text = edited(AG, "  - start: forward\n", "  - when: log2(N) > 1\n    do:\n      - start: forward\n")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "3"])
+    assert_refused(o, line_of(text, "when: log2(N)"), says="log2(N): N = 3 is not a power of two")
+    assert "fix: log2 needs a power of two" in o.err
+
+
+YAML11 = "let:\n  off: (me - step) % N\n  on: off\n  yes: on\n  no: yes\n  y: no\n  n: y\n  slot: n\n"
+
+
+def test_yaml_1_1_booleans_are_names(tmp_path):
+    text = edited(AG, "let:\n  slot: (me - step) % N\n", YAML11)
+    text = edited(Path(write(tmp_path, text)), "params: {rows: 8, cols: 128}", "params: {rows: 8, cols: 128, On: 1}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert o.code == 0, str(o)
+
+
+@pytest.mark.parametrize("old,new,at,says", [
+    ("params: {rows: 8, cols: 128}", "params: {rows: 8, cols: 128, true: 1}", "params:",
+     "mapping keys must be names, but YAML reads `true` as a boolean"),
+    ("params: {rows: 8, cols: 128}", "params: {rows: 8, cols: 128, 1.5: 1}", "params:",
+     "YAML reads `1.5` as a number"),
+    ("collective: all_gather", "collective: {kind: all_gather, input: false}", "collective:",
+     "collective.input: expected a name, but YAML reads `false` as a boolean"),
+])
+def test_what_yaml_still_reads_as_a_boolean_or_number_names_the_key_and_cause(tmp_path, old, new, at, says):
+    text = edited(AG, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, at), says=says)
+    assert "fix: quote it" in o.err

@@ -41,6 +41,8 @@ EXPECTED = {
                               out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_reduce_one_shot": dict(collective="psum", in_specs=(P("x", None),), out_specs=P("x", None),
                                 params={"rows": 8, "cols": 128}),
+    "all_gather_hypercube": dict(collective="all_gather", in_specs=(P("x", None),),
+                                 out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "ppermute_bidirectional": dict(collective="ppermute", in_specs=(P(None, "x"),), out_specs=P(None, "x"),
                                    params={"rows": 8, "cols": 128}),
     "all_reduce_2d_bidirectional": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
@@ -271,6 +273,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "reduce_scatter_chunked": [(4 * rows, 4 * cols)],
             "all_reduce_bidirectional": [(16, rows, cols)],
             "all_to_all_direct": [(16, rows, cols)], "all_reduce_one_shot": [(4 * rows, cols)],
+            "all_gather_hypercube": [(4 * rows, cols)],
             "ppermute_bidirectional": [(4 * rows, 4 * cols)],
             "all_reduce_2d_bidirectional": [(4 * 4 * rows, 4 * cols)],  # [4 N rows, cols], N = 2 x 2
             "all_reduce_3d_bidirectional": [(6 * 8 * rows, 8 * cols)]}[schedule_path.stem]

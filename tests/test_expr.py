@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ringc.ir.expr import (BinOp, Call, Const, ExprError, Neg, Not, Ref, Slice, Var, evaluate, names,
-                           parse, parse_ref, substitute, to_text)
+from ringc.ir.expr import (BinOp, Call, Const, ExprError, IfExp, Invert, Neg, Not, Ref, Slice, Var, evaluate,
+                           names, parse, parse_ref, substitute, to_python, to_text)
 
 VARS = ("a", "b", "c", "me", "N")
 
@@ -154,12 +156,13 @@ def test_exact_division():
     ("min(a)", "min(a)"),
     ("min(a, b, key=c)", "min(a, b, key=c)"),
     ("a / b", "a / b"),
-    ("a if b else c", "a if b else c"),
+    ("a ** b", "a ** b"),
     ("a[0]", "a[0]"),
     ("a in b", "a in b"),
     ("a is b", "a is b"),
-    ("a & b", "a & b"),
-    ("~a", "~a"),
+    ("a @ b", "a @ b"),
+    ("log2(a, b)", "log2(a, b)"),
+    ("lambda: a", "lambda: a"),
     ("1.5", "1.5"),
     ("[a, b]", "[a, b]"),
     ("(a := 1)", "a := 1"),
@@ -197,6 +200,9 @@ def test_expr_error_is_a_value_error():
     "(me - 1) % N", "-a", "-(a + b)", "--a", "not a == b", "(not a) == b", "a and (b or c)",
     "a or b and c", "min(a, b + 1, -c)", "max(min(a, b), c) % N", "a < b < c",
     "-3 % N", "a - -3", "not (a and b)", "True", "step == 0 and phase == 0",
+    "me ^ (1 << k)", "(me >> k) << k", "~a & b | c", "a ^ b ^ c", "a ^ (b ^ c)", "(a + 1) << k", "-~a",
+    "a if c < 0 else b", "a if c else b if d else e", "(a if c else b) + 1", "(a if c else b) if d else e",
+    "log2(N)", "log2(N) - 1",
 ])
 def test_to_text_round_trips_examples(text):
     e = parse(text)
@@ -227,8 +233,13 @@ def _int_exprs():
 
     def extend(children):
         return st.one_of(
-            st.tuples(st.sampled_from(["+", "-", "*", "//", "%"]), children, children)
+            st.tuples(st.sampled_from(["+", "-", "*", "//", "%", "^", "&", "|"]), children, children)
               .map(lambda t: BinOp(*t)),
+            st.tuples(st.sampled_from(["<<", ">>"]), children, st.integers(0, 8).map(Const))
+              .map(lambda t: BinOp(*t)),
+            children.filter(lambda c: not isinstance(c, Const)).map(Invert),
+            st.tuples(st.sampled_from(["<", "=="]), children, children, children, children)
+              .map(lambda t: IfExp(BinOp(t[0], t[1], t[2]), t[3], t[4])),
             children.filter(lambda c: not isinstance(c, Const)).map(Neg),
             st.tuples(st.sampled_from(["min", "max"]), st.lists(children, min_size=2, max_size=3))
               .map(lambda t: Call(t[0], tuple(t[1]))),
@@ -273,17 +284,22 @@ def _python_value(text: str, env: dict[str, int]):
 
 def _our_value(e, env):
     try:
-        return ("ok", evaluate(e, env))
+        value = evaluate(e, env)
     except ExprError as err:
+        if "64-bit range" in str(err):  # `x << k` past 64 bits: refused here, a big int in Python
+            return ("range", None)
         assert "division by zero" in str(err)
         return ("error", None)
+    return ("ok", value)
 
 
 @settings(max_examples=300, deadline=None)
 @given(EXPRS, ENVS)
 def test_evaluate_agrees_with_python_on_the_printed_text(e, env):
     text = to_text(e)
-    assert _our_value(e, env) == _python_value(text, env)
+    ours = _our_value(e, env)
+    assume(ours[0] != "range")
+    assert ours == _python_value(text, env)
 
 
 @settings(max_examples=200, deadline=None)
@@ -347,3 +363,56 @@ def test_parse_ref_rejects_bad_index_expressions():
         parse_ref("buf[a ** 2]")
     with pytest.raises(ExprError, match="expected a reference"):
         parse_ref(3)
+
+
+# ------------------------------------------------------------------- bitwise and conditional
+
+
+@pytest.mark.parametrize("text,env,want", [
+    ("me ^ (1 << k)", {"me": 5, "k": 1}, 7),
+    ("me ^ (1 << k)", {"me": 5, "k": 0}, 4),
+    ("(me >> k) << k", {"me": 7, "k": 2}, 4),
+    ("me & ~((1 << k) - 1)", {"me": 7, "k": 2}, 4),
+    ("a | b", {"a": 4, "b": 1}, 5),
+    ("-9 >> 1", {}, -5),  # arithmetic: floor division by 2, as lax.shift_right_arithmetic
+    ("~a", {"a": 0}, -1),
+    ("a if c else b", {"a": 1, "b": 2, "c": 0}, 2),
+    ("a if c > 0 else b", {"a": 1, "b": 2, "c": 3}, 1),
+    ("log2(N)", {"N": 1024}, 10),
+    ("log2(N)", {"N": 1}, 0),
+])
+def test_bitwise_conditional_and_log2(text, env, want):
+    assert ev(text, **env) == want
+
+
+def test_a_conditional_evaluates_only_the_branch_taken():
+    assert ev("a // b if b != 0 else 0", a=1, b=0) == 0
+    assert ev("missing if c else 7", c=False) == 7
+
+
+@pytest.mark.parametrize("text,env,says", [
+    ("1 << k", {"k": 64}, "shift count 64 is outside 0..63"),
+    ("a >> k", {"a": 8, "k": -1}, "shift count -1 is outside 0..63"),
+    ("1 << k", {"k": 63}, "64-bit range"),
+    ("a ^ b", {"a": 1, "b": True}, "apply to integers, not to the truth value True"),
+    ("~a", {"a": True}, "apply to integers"),
+    ("log2(N)", {"N": 6}, "N = 6 is not a power of two"),
+    ("log2(N)", {"N": 0}, "not a power of two"),
+])
+def test_bitwise_errors_are_named(text, env, says):
+    with pytest.raises(ExprError, match=re.escape(says)):
+        evaluate(parse(text), env)
+
+
+@pytest.mark.parametrize("text", ["(a < b) ^ 1", "~(a == b)", "True & a", "(a and b) << 1"])
+def test_bitwise_on_a_condition_is_refused_when_parsed(text):
+    with pytest.raises(ExprError, match="is a condition: combine conditions with and/or/not"):
+        parse(text)
+
+
+def test_the_kernel_text_of_the_new_expressions():
+    assert to_python(parse("me ^ (1 << k)")) == "me ^ (1 << k)"
+    assert to_python(parse("a if c else b % N")) == "_select(c, a, _mod(b, N))"
+    assert to_python(parse("log2(N)")) == "_log2(N)"
+    assert names(parse("a if c else ~b")) == {"a", "b", "c"}
+    assert substitute(parse("x if c else ~x"), {"x": Var("y")}) == parse("y if c else ~y")

@@ -104,7 +104,8 @@ def test_rotation_unroll_is_device_0_and_only_when_symmetric(path):
         try:
             full = unroll(sched, n)
         except ringc.ScheduleError:
-            assert rotation_unroll(sched, n) is None
+            with pytest.raises(ringc.ScheduleError):  # the same error, from device 0
+                rotation_unroll(sched, n)
             continue
         quot = rotation_unroll(sched, n)
         symmetric = semaphore_symmetric(full) and memory_symmetric(full)
@@ -119,8 +120,14 @@ def test_rotation_unroll_is_device_0_and_only_when_symmetric(path):
 @pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
 def test_library_is_proven_rotational(path):
     sched = ringc.load(path)
-    if len(sched.axes) == 1:
+    if path.stem in NOT_ROTATIONAL:  # partners me ^ (1 << k): a reflection, not a translation
+        assert rotation_unroll(sched, 4) is None
+    elif len(sched.axes) == 1:
         assert rotation_unroll(sched, 5) is not None
+
+
+# Library schedules no device translation maps onto themselves: checked in full.
+NOT_ROTATIONAL = {"all_gather_hypercube"}
 
 
 # -- the verdict ---------------------------------------------------------------------
@@ -137,11 +144,15 @@ def test_quotient_is_sound_and_complete_on_the_library(path):
                 full = check_program(sched, unroll(sched, sizes=placement.sizes, invocations=calls), placement)
             except ringc.ScheduleError:
                 full = None
-            fast = quotient_report(sched, placement, calls)
+            try:
+                fast = quotient_report(sched, placement, calls)
+            except ringc.ScheduleError:  # the same bad input (a hypercube at N = 3)
+                assert full is None
+                fast = None
             clean = fast is not None
             full_clean = full is not None and not full.findings
             assert not clean or full_clean, f"{path.name} N={n} x{calls}: quotient clean, full finds {full.kinds()}"
-            if path in LIBRARY:
+            if path in LIBRARY and path.stem not in NOT_ROTATIONAL:
                 assert clean == full_clean, f"{path.name} N={n} x{calls}"
                 if clean:  # (a schedule that sends past its neighbours gets a warning: not clean)
                     assert fast.routes == route_summary(full.program, placement)
@@ -211,6 +222,8 @@ def test_meaning_rotates_agrees_with_every_device(path):
     check it against `expected` on every device (of a ring, a 3x4 or a 2x3x2 torus), and that a
     wrong step breaks both."""
     sched = ringc.load(path)
+    if path.stem in NOT_ROTATIONAL:
+        pytest.skip("not rotational: no translated meaning to compare")
     sizes = dict(zip(sched.axes, {1: (4,), 2: (3, 4), 3: (2, 3, 2)}[len(sched.axes)]))
     n = prod(sizes.values())
     program = rotation_unroll(sched, sizes)

@@ -37,6 +37,14 @@ def test_logic_stays_static_on_python_values():
     assert int(jax.jit(lambda x: R._max(x, 7))(jnp.int32(9))) == 9
 
 
+def test_select_and_log2_on_python_and_traced_values():
+    assert R._select(True, 1, 2) == 1 and R._select(0, 1, 2) == 2
+    assert int(jax.jit(lambda c: R._select(c > 0, 5, 7))(jnp.int32(-1))) == 7
+    assert R._log2(8) == 3 and int(jax.jit(R._log2)(jnp.int32(64))) == 6
+    with pytest.raises(ValueError, match="6 is not a power of two"):
+        R._log2(6)
+
+
 def test_check_divides_and_config_refuse_bad_input(monkeypatch):
     with pytest.raises(ValueError, match="does not divide exactly"):
         R._check_divides(7, 2, "rows")

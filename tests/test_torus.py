@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import ringc
+from ringc.testing import supports
 from ringc.verify.check import check, check_program, quotient_report, resolve_topology
 from ringc.verify.rotation import rotation_unroll
 from ringc.verify.unroll import unroll
@@ -75,6 +76,8 @@ def test_one_axis_schedules_along_a_torus_axis(path):
     quotient's report, labels and routes are the full analysis's."""
     sched = ringc.load(path)
     for topo, along in (("torus:2x3", "y"), ("torus:4x4", "x")):
+        if not supports(sched, int(topo.split(":")[1].split("x")["xy".index(along)])):
+            continue  # a hypercube on a ring of 3
         fast, full = agree(sched, topo, along)
         if path in LIBRARY:  # the quotient answers, unless a route warning asks the full analysis to explain it
             warned = any(f.severity == "warning" for f in full.findings)

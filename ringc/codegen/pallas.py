@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_builtins, builtin_exprs, pipeline_windows, walk_ops
+from ..ir.resolve import axis_builtins, builtin_exprs, inline_static_lets, is_static, pipeline_windows, walk_ops
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
 
@@ -277,14 +277,8 @@ def _plus(a: E.Expr, b: E.Expr, op: str) -> E.Expr:
 
 def _walk_exprs(e: E.Expr) -> Iterator[E.Expr]:
     yield e
-    if isinstance(e, E.BinOp):
-        yield from _walk_exprs(e.left)
-        yield from _walk_exprs(e.right)
-    elif isinstance(e, (E.Not, E.Neg)):
-        yield from _walk_exprs(e.operand)
-    elif isinstance(e, E.Call):
-        for a in e.args:
-            yield from _walk_exprs(a)
+    for c in E.children(e):
+        yield from _walk_exprs(c)
 
 
 # ---------------------------------------------------------------------------- emitter
@@ -347,18 +341,23 @@ class _Emitter:
                 self.helpers.add("_not")
             elif isinstance(sub, E.Call):
                 self.helpers.add(f"_{sub.func}")
+            elif isinstance(sub, E.IfExp):
+                self.helpers.add("_select")
             elif isinstance(sub, E.Var):
                 self.names_used.add(sub.name)
         return E.to_python(e, self.rename)
 
     def static(self, e: E.Expr) -> str:
-        """An expression of N and params outside the kernel: plain Python on ints."""
-        bindings = {n: E.Var(self.rename[n]) for n in E.names(e) if self.rename.get(n, n) != n}
-        return E.to_text(E.substitute(e, bindings) if bindings else e)
+        """An expression of N and params outside the kernel: plain Python on ints, with the
+        lets it uses that depend only on N and params written out (`inline_static_lets`)."""
+        e = inline_static_lets(self.s, e)
+        if any(isinstance(sub, E.Call) and sub.func == "log2" for sub in _walk_exprs(e)):
+            self.helpers.add("_log2")
+        return E.to_static_python(e, self.rename)
 
     def divisions(self, exprs: Iterable[E.Expr]) -> Iterator[tuple[str, str]]:
         for e in exprs:
-            for sub in _walk_exprs(e):
+            for sub in _walk_exprs(inline_static_lets(self.s, e)):
                 if isinstance(sub, E.BinOp) and sub.op == "//":
                     yield self.static(sub.left), self.static(sub.right)
 
@@ -567,6 +566,10 @@ class _Emitter:
                 w.blank()
 
     def op_when(self, w: CodeWriter, op: S.When) -> None:
+        if is_static(self.s, op.when):  # N and params are Python ints: decided when traced
+            with w.block(f"if {self.py(op.when)}:"):
+                self.ops(w, op.do)
+            return
         w.line(f"@pl.when({self.py(op.when)})")
         with w.block("def _():"):
             self.ops(w, op.do)
@@ -739,7 +742,8 @@ class _Emitter:
         offset use only N, the axis sizes and parameters found before; scale None: the
         shapes do not determine it (it appears with other unknowns, or not linearly)."""
         s = self.s
-        dims = [(n, i, d) for n in s.buffers_of("input") for i, d in enumerate(s.buffers[n].shard_shape)]
+        dims = [(n, i, inline_static_lets(s, d)) for n in s.buffers_of("input")
+                for i, d in enumerate(s.buffers[n].shard_shape)]
         params = set(s.params)
         found: set[str] = set()
         plan: list = []

@@ -77,6 +77,23 @@ def _max(*args):
     return functools.reduce(jnp.maximum, args)
 
 
+def _select(cond, a, b):
+    """`a if cond else b`: on a Python bool, a Python choice (a Python value stays one);
+    on a traced condition, `jnp.where`. Both branches are evaluated (they are arguments)."""
+    if isinstance(cond, int):
+        return a if cond else b
+    return jnp.where(cond, a, b)
+
+
+def _log2(a):
+    """`log2(a)` of a power of two, exactly (a round count such as `log2(N)`)."""
+    if isinstance(a, int):
+        if a <= 0 or a & (a - 1):
+            raise ValueError(f"{NAME}: log2({a}): {a} is not a power of two")
+        return a.bit_length() - 1
+    return 31 - lax.clz(a)
+
+
 def _device(coord, axis, mesh_axes):
     """MESH device id of the device at `coord` along the kernel's mesh axis `axis`; on every
     other mesh axis, our own position (so the schedule runs along one axis of a larger mesh)."""

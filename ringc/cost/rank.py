@@ -102,11 +102,16 @@ def rank(collective: str, topology: str, sizes: list[int], library: Path | None 
                                         f"(price it with `ringc cost --along`)"))
             continue
         row: list[Estimate | None] = []
+        why = ""
         for size in sizes:
             try:
                 row.append(estimate(sched, hw, nbytes=size))
-            except (ScheduleError, CostError):
+            except (ScheduleError, CostError) as e:
                 row.append(None)
+                why = why or getattr(e, "message", str(e)).splitlines()[0]
+        if all(e is None for e in row):  # e.g. a hypercube on a ring of 6: say why, not a row of dashes
+            skipped.append((sched.name, why))
+            continue
         table[sched.name] = row
     if not table:
         raise ValueError(f"no library schedule computes {kind} over the whole of {topology}"

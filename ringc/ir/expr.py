@@ -6,17 +6,31 @@ the typed tree below; anything outside the whitelist is rejected with a message.
 Semantics differ from C and from `lax.rem` on purpose: `%` is the mathematical modulo
 (the result has the sign of the divisor, so `(me - 1) % N` is a valid device id) and `//`
 is floor division. The code generator emits helpers with the same meaning.
+
+The bitwise operators `^ & | << >> ~` take integers only (a condition is combined with
+`and`/`or`/`not`: `~True` is -2 in Python but False in JAX, so booleans are refused
+rather than given two meanings); `>>` is arithmetic (floor division by a power of two,
+as Python and `lax.shift_right_arithmetic`), and a shift count must lie in 0..63.
+`a if c else b` evaluates only the branch taken. `log2(x)` is exact: x must be a power of
+two (the round count of a recursive-doubling schedule, `log2(N)`).
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union, get_args
+from typing import Any, Callable, Mapping, Union, get_args
 
 
 class ExprError(ValueError):
-    """A malformed or ill-typed expression; the loader adds the file and line."""
+    """A malformed or ill-typed expression; the loader adds the file and line. `fix`, when
+    set, says what to write instead."""
+    fix: str | None = None
+
+    def __init__(self, msg: str, fix: str | None = None):
+        super().__init__(msg)
+        if fix is not None:
+            self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -31,7 +45,7 @@ class Var:
 
 @dataclass(frozen=True)
 class BinOp:
-    op: str  # + - * // % == != < <= > >= and or
+    op: str  # + - * // % ^ & | << >> == != < <= > >= and or
     left: "Expr"
     right: "Expr"
 
@@ -47,18 +61,35 @@ class Neg:
 
 
 @dataclass(frozen=True)
+class Invert:
+    """`~a`: bitwise not of an integer (-a - 1)."""
+    operand: "Expr"
+
+
+@dataclass(frozen=True)
 class Call:
-    func: str  # min | max
+    func: str  # min | max | log2
     args: tuple["Expr", ...]
 
 
-Expr = Union[Const, Var, BinOp, Not, Neg, Call]
+@dataclass(frozen=True)
+class IfExp:
+    """`then if cond else orelse`: only the branch taken is evaluated."""
+    cond: "Expr"
+    then: "Expr"
+    orelse: "Expr"
+
+
+Expr = Union[Const, Var, BinOp, Not, Neg, Invert, Call, IfExp]
 EXPR_TYPES = get_args(Expr)  # for isinstance
 
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
-FUNCS = ("min", "max")
+BITWISE = ("^", "&", "|", "<<", ">>")
+FUNCS = ("min", "max", "log2")
+_ARITY = {"min": (2, None), "max": (2, None), "log2": (1, 1)}  # (least, most) arguments
 
-_AST_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_AST_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%",
+               ast.BitXor: "^", ast.BitAnd: "&", ast.BitOr: "|", ast.LShift: "<<", ast.RShift: ">>"}
 _AST_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
@@ -116,8 +147,18 @@ def _convert(node: ast.AST, text: str) -> Expr:
     if isinstance(node, ast.Name):
         return Var(node.id)
     if isinstance(node, ast.BinOp) and type(node.op) in _AST_BINOPS:
-        return BinOp(_AST_BINOPS[type(node.op)], _convert(node.left, text), _convert(node.right, text))
+        op = _AST_BINOPS[type(node.op)]
+        left, right = _convert(node.left, text), _convert(node.right, text)
+        if op in BITWISE:
+            _integer_operands(op, (left, right), text)
+        return BinOp(op, left, right)
+    if isinstance(node, ast.IfExp):
+        return IfExp(_convert(node.test, text), _convert(node.body, text), _convert(node.orelse, text))
     if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.Invert):
+            inner = _convert(node.operand, text)
+            _integer_operands("~", (inner,), text)
+            return Const(~inner.value) if isinstance(inner, Const) else Invert(inner)
         if isinstance(node.op, ast.USub):
             inner = _convert(node.operand, text)
             return Const(-inner.value) if isinstance(inner, Const) else Neg(inner)
@@ -145,13 +186,30 @@ def _convert(node: ast.AST, text: str) -> Expr:
         for v in node.values[1:]:
             out = BinOp(op, out, _convert(v, text))
         return out
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id in FUNCS and not node.keywords and len(node.args) >= 2):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS
+            and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)
+            and _ARITY[node.func.id][0] <= len(node.args) <= (_ARITY[node.func.id][1] or len(node.args))):
         return Call(node.func.id, tuple(_convert(a, text) for a in node.args))
     snippet = ast.get_source_segment(text, node) or type(node).__name__
     raise ExprError(
         f"unsupported syntax {snippet!r} in {text!r}: expressions allow integers, names, "
-        "+ - * // %, comparisons, and/or/not, min(...) and max(...)")
+        "+ - * // %, bitwise ^ & | << >> ~ on integers, comparisons, and/or/not, `a if c else b`, "
+        "min(...), max(...) and log2(...)")
+
+
+def _is_condition(e: Expr) -> bool:
+    """Whether `e` is a truth value by its form: a comparison, and/or/not, True/False."""
+    return ((isinstance(e, BinOp) and (e.op in COMPARE or e.op in ("and", "or"))) or isinstance(e, Not)
+            or (isinstance(e, Const) and isinstance(e.value, bool)))
+
+
+def _integer_operands(op: str, operands: tuple[Expr, ...], text: str) -> None:
+    for e in operands:
+        if _is_condition(e):
+            raise ExprError(f"`{op}` in {text!r} applies to integers, but `{to_text(e)}` is a condition: "
+                            "combine conditions with and/or/not",
+                            fix=f"use and/or/not on conditions, or turn one into an integer: "
+                                f"`(1 if {to_text(e)} else 0)`")
 
 
 def parse(text: str | int) -> Expr:
@@ -169,13 +227,23 @@ def names(expr: Expr) -> set[str]:
     """All variable names an expression mentions."""
     if isinstance(expr, Var):
         return {expr.name}
+    out: set[str] = set()
+    for c in children(expr):
+        out |= names(c)
+    return out
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of `expr`, in source order."""
     if isinstance(expr, BinOp):
-        return names(expr.left) | names(expr.right)
-    if isinstance(expr, (Not, Neg)):
-        return names(expr.operand)
+        return (expr.left, expr.right)
+    if isinstance(expr, (Not, Neg, Invert)):
+        return (expr.operand,)
     if isinstance(expr, Call):
-        return set().union(*(names(a) for a in expr.args))
-    return set()
+        return expr.args
+    if isinstance(expr, IfExp):
+        return (expr.then, expr.cond, expr.orelse)
+    return ()
 
 
 def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False) -> int:
@@ -192,9 +260,8 @@ def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False
         return -evaluate(expr.operand, env, exact_division=exact_division)
     if isinstance(expr, Not):
         return not evaluate(expr.operand, env, exact_division=exact_division)
-    if isinstance(expr, Call):
-        vals = [evaluate(a, env, exact_division=exact_division) for a in expr.args]
-        return min(vals) if expr.func == "min" else max(vals)
+    if not isinstance(expr, BinOp):  # the rarer nodes; binary operators are the hot path
+        return _evaluate_other(expr, env, exact_division)
     a = evaluate(expr.left, env, exact_division=exact_division)
     if expr.op == "and":
         return bool(a) and bool(evaluate(expr.right, env, exact_division=exact_division))
@@ -205,19 +272,82 @@ def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False
         raise ExprError(f"division by zero in {to_text(expr)}")
     if expr.op == "//" and exact_division and a % b:
         raise ExprError(f"{to_text(expr)} = {a} // {b} does not divide exactly")
-    return _PY_OPS[expr.op](a, b)
+    try:
+        return _PY_OPS[expr.op](a, b)
+    except _Refused as why:  # a bitwise operator's own checks
+        raise ExprError(f"{to_text(expr)}: {why}") from None
+
+
+def _evaluate_other(expr: Expr, env: Mapping[str, int], exact_division: bool) -> Any:
+    """`evaluate` of `~`, a conditional and a call."""
+    if isinstance(expr, Invert):
+        return ~_integer(evaluate(expr.operand, env, exact_division=exact_division), expr)
+    if isinstance(expr, IfExp):
+        taken = expr.then if evaluate(expr.cond, env, exact_division=exact_division) else expr.orelse
+        return evaluate(taken, env, exact_division=exact_division)
+    vals = [evaluate(a, env, exact_division=exact_division) for a in expr.args]
+    if expr.func == "log2":
+        return _log2(vals[0], expr)
+    return min(vals) if expr.func == "min" else max(vals)
+
+
+class _Refused(Exception):
+    """A bitwise operand or shift count out of the language's range (`evaluate` names the expression)."""
+
+
+def _integer(v: Any, expr: Expr | None = None) -> Any:
+    """A bitwise operand: an integer, not a truth value (a symbolic value passes through)."""
+    if isinstance(v, bool):
+        why = f"bitwise operators apply to integers, not to the truth value {v}"
+        raise ExprError(f"{to_text(expr)}: {why}") if expr is not None else _Refused(why)
+    return v
+
+
+def _shift(a: Any, b: Any, left: bool) -> Any:
+    a, b = _integer(a), _integer(b)
+    if isinstance(b, int) and not 0 <= b <= 63:
+        raise _Refused(f"the shift count {b} is outside 0..63")
+    if not left:
+        return a >> b
+    if isinstance(a, int):
+        try:
+            return _int64(a << b)
+        except ExprError as e:
+            raise _Refused(str(e)) from None
+    return a << b
+
+
+class Log2Error(ExprError):
+    """`log2(x)` of an x that is not a power of two; `fix` says what to change."""
+    fix = ("log2 needs a power of two: run on N = 2, 4, 8, ... devices (--devices), or choose "
+           "parameters (--param k=v) that make its argument one")
+
+
+def _log2(v: Any, expr: Expr) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        v = _integer(v, expr)
+        raise ExprError(f"{to_text(expr)}: the argument must not depend on the device")
+    if v <= 0 or v & (v - 1):
+        arg = to_text(expr.args[0])
+        raise Log2Error(f"{to_text(expr)}: {arg}{f' = {v}' if arg != str(v) else ''} is not a power of two")
+    return v.bit_length() - 1
 
 
 _PY_OPS: dict[str, Callable[[int, int], int | bool]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "//": lambda a, b: a // b, "%": lambda a, b: a % b,
+    "^": lambda a, b: _integer(a) ^ _integer(b), "&": lambda a, b: _integer(a) & _integer(b),
+    "|": lambda a, b: _integer(a) | _integer(b),
+    "<<": lambda a, b: _shift(a, b, True), ">>": lambda a, b: _shift(a, b, False),
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
 
-# Binding strength for printing with the fewest parentheses.
+# Binding strength for printing with the fewest parentheses (Python's: a conditional
+# expression 0, not 3, the unary operators 12).
 _PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4,
-         "+": 5, "-": 5, "*": 6, "//": 6, "%": 6}
+         "|": 5, "^": 6, "&": 7, "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "//": 10, "%": 10}
+_UNARY = 12
 
 
 def to_text(expr: Expr) -> str:
@@ -237,18 +367,29 @@ def _render(expr: Expr, hook: Callable[[Expr], str | None], prec: int = 0) -> st
         return str(expr.value)
     if isinstance(expr, Var):
         return expr.name
-    if isinstance(expr, Neg):
-        return "-" + _render(expr.operand, hook, 7)
+    if isinstance(expr, (Neg, Invert)):
+        return ("-" if isinstance(expr, Neg) else "~") + _render(expr.operand, hook, _UNARY)
     if isinstance(expr, Not):
         s = "not " + _render(expr.operand, hook, 3)
         return f"({s})" if prec > 3 else s
+    if isinstance(expr, IfExp):
+        # `a if c else b` binds loosest; its `else` part may be another one unparenthesised.
+        s = f"{_render(expr.then, hook, 1)} if {_render(expr.cond, hook, 1)} else {_render(expr.orelse, hook, 0)}"
+        return f"({s})" if prec > 0 else s
     if isinstance(expr, Call):
         return f"{expr.func}({', '.join(_render(a, hook) for a in expr.args)})"
     p = _PREC[expr.op]
     # Left-associative: the right operand of an equal-precedence op needs parentheses.
     # Comparisons chain in Python (`a < b < c`), so a comparison operand always does.
     left_prec = p + 1 if expr.op in COMPARE else p
-    s = f"{_render(expr.left, hook, left_prec)} {expr.op} {_render(expr.right, hook, p + 1)}"
+    right_prec = p + 1
+    # `me ^ (1 << k)`, not `me ^ 1 << k`: a bitwise operator's operands that mix in another
+    # operator, and a comparison's bitwise operands (`j < (1 << k)`), keep parentheses.
+    if expr.op in BITWISE or expr.op in COMPARE:
+        left_prec, right_prec = (_UNARY if isinstance(side, BinOp) and side.op != expr.op and (
+                                     expr.op in BITWISE or side.op in BITWISE) else prec_
+                                 for side, prec_ in ((expr.left, left_prec), (expr.right, right_prec)))
+    s = f"{_render(expr.left, hook, left_prec)} {expr.op} {_render(expr.right, hook, right_prec)}"
     return f"({s})" if prec > p else s
 
 
@@ -270,6 +411,24 @@ def to_python(expr: Expr, rename: Mapping[str, str] | None = None) -> str:
             return f"_not({to_python(e.operand, rename)})"
         if isinstance(e, Call):
             return f"_{e.func}({', '.join(to_python(a, rename) for a in e.args)})"
+        if isinstance(e, IfExp):
+            return f"_select({to_python(e.cond, rename)}, {to_python(e.then, rename)}, {to_python(e.orelse, rename)})"
+        return None
+
+    return _render(expr, hook)
+
+
+def to_static_python(expr: Expr, rename: Mapping[str, str] | None = None) -> str:
+    """Python source for an expression of N and params evaluated on Python ints outside
+    the kernel: the schedule text itself (Python's operators mean the same on ints), with
+    names renamed and `log2` through its helper `_log2`."""
+    rename = rename or {}
+
+    def hook(e: Expr) -> str | None:
+        if isinstance(e, Var):
+            return rename.get(e.name, e.name)
+        if isinstance(e, Call) and e.func == "log2":
+            return f"_log2({to_static_python(e.args[0], rename)})"
         return None
 
     return _render(expr, hook)
@@ -281,12 +440,12 @@ def substitute(expr: Expr, bindings: Mapping[str, Expr]) -> Expr:
         return bindings.get(expr.name, expr)
     if isinstance(expr, BinOp):
         return BinOp(expr.op, substitute(expr.left, bindings), substitute(expr.right, bindings))
-    if isinstance(expr, Not):
-        return Not(substitute(expr.operand, bindings))
-    if isinstance(expr, Neg):
-        return Neg(substitute(expr.operand, bindings))
+    if isinstance(expr, (Not, Neg, Invert)):
+        return type(expr)(substitute(expr.operand, bindings))
     if isinstance(expr, Call):
         return Call(expr.func, tuple(substitute(a, bindings) for a in expr.args))
+    if isinstance(expr, IfExp):
+        return IfExp(*(substitute(x, bindings) for x in (expr.cond, expr.then, expr.orelse)))
     return expr
 
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import ScheduleError
+from .expr import ExprError
 from .schema import Schedule
 
 LineTable = dict[tuple, int]
@@ -32,7 +33,9 @@ class _Builder:
     they are expanded (so a "billion laughs" file stops after that many, not after 10^9);
     at most `yaml_depth` levels of nesting (Python's own recursion limit is never the
     guard); an alias inside its own anchor is refused; tags other than YAML's core scalar
-    tags are refused at their line; integers are 64-bit. Merge keys (`<<: *base`,
+    tags are refused at their line; integers are 64-bit. Booleans are YAML 1.2's: only
+    true/false (True, TRUE, ...); YAML 1.1's yes/no/on/off (which PyYAML still resolves
+    as booleans) stay text, so `off:` or `n:` can name a let, a param or a buffer. Merge keys (`<<: *base`,
     `<<: [*a, *b]`) are expanded as YAML 1.1 defines them: keys written in the mapping win,
     then earlier merged mappings over later ones; a merged key keeps the line where it
     was written (in the anchored mapping)."""
@@ -83,6 +86,8 @@ class _Builder:
             self.fail(node, what, fix="remove the tag: a schedule uses plain mappings, lists and scalars")
         if node.tag in (_CORE + "str", _CORE + "timestamp"):
             return node.value  # a date-like string stays text
+        if node.tag == _CORE + "bool" and node.value.lower() not in ("true", "false"):
+            return node.value  # YAML 1.1's yes/no/on/off: text, as in YAML 1.2
         if node.tag == _CORE + "int":
             digits = node.value.lstrip("+-").replace("_", "")
             if len(digits) > 40:
@@ -132,9 +137,18 @@ class _Builder:
     def key(self, node: yaml.Node) -> str | int:
         key = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(key, (str, int)) or isinstance(key, bool):
-            shown = node.value if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
-            self.fail(node, f"mapping keys must be names, got {shown!r}")
+            if isinstance(node, yaml.ScalarNode):
+                self.fail(node, f"mapping keys must be names, but YAML reads `{node.value}` as {_yaml_kind(key)}",
+                          fix=f'quote it (`"{node.value}":`) to use it as a name, or choose another name')
+            self.fail(node, f"mapping keys must be names, got a {node.id}", fix="write a plain name as the key")
         return key
+
+
+def _yaml_kind(value: Any) -> str:
+    """What YAML made of a plain scalar that is not text, for error messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return {float: "a number", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed: 25x faster
@@ -279,6 +293,13 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
             close = difflib.get_close_matches(str(given[0]), OP_KEYS, n=1) if given else []
             fix = (f"did you mean `{close[0]}`?" if close else
                    f"start the op with one of: {', '.join(OP_KEYS)}")
+    elif e["type"] == "string_type" and isinstance(e["input"], (bool, int, float)):
+        shown = str(e["input"]).lower() if isinstance(e["input"], bool) else e["input"]
+        msg = f"expected a name, but YAML reads `{shown}` as {_yaml_kind(e['input'])}"
+        fix = f'quote it ("{shown}") to use it as a name'
+    elif isinstance((e.get("ctx") or {}).get("error"), ExprError):
+        fix = e["ctx"]["error"].fix or "expressions are Python-style integer expressions: see the Expressions " \
+                                       "section of docs/schedule-format.md"
     elif e["type"] == "missing":
         msg = f"missing required key `{loc[-1]}`"
         fix = "see docs/schedule-format.md for what this entry needs"

@@ -18,7 +18,8 @@ from .errors import ScheduleError
 from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
-           "builtin_exprs", "walk_ops", "pipeline_windows", "RESOLVE", "resolve"]
+           "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "pipeline_windows",
+           "RESOLVE", "resolve"]
 
 # Names every expression may use, besides params, grid indices and lets.
 BUILTINS = {
@@ -69,6 +70,35 @@ def axis_builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
 def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
     """Every derived builtin name of a schedule over `axes`, in dependency order."""
     return {**BUILTIN_EXPRS, **axis_builtin_exprs(axes)}
+
+
+def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
+    """The lets that depend only on `N`, the per-axis sizes `N_a`, the params and earlier
+    such lets, each written out over N, N_a and params alone (earlier ones inlined). They
+    are known before the kernel runs, so they may appear wherever a param may: shapes,
+    grid sizes, pipeline grids and block shapes (`mbs: rows // M`, `rounds: log2(N)`).
+    Where a shape uses one, it is evaluated inlined, so its divisions are exact there as
+    a shape's own are."""
+    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
+    out: dict[str, E.Expr] = {}
+    for name, e in sched.let.items():
+        if E.names(e) <= static | set(out):
+            out[name] = E.substitute(e, out) if out else e
+    return out
+
+
+def inline_static_lets(sched: S.Schedule, e: E.Expr) -> E.Expr:
+    """`e` with the static lets it names written out (`static_lets`)."""
+    lets = static_lets(sched) if sched.let else {}
+    return E.substitute(e, lets) if lets and E.names(e) & set(lets) else e
+
+
+def is_static(sched: S.Schedule, e: E.Expr) -> bool:
+    """Whether `e` depends only on N, the per-axis sizes and params (through static lets
+    too): a `when:` guard of that kind is decided once per N, before the kernel runs, and
+    emitted as a Python `if`."""
+    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
+    return E.names(inline_static_lets(sched, e)) <= static
 
 
 def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
@@ -158,10 +188,17 @@ class _Resolver:
 
     def check_expr(self, e: E.Expr, allowed: set[str], line: int, what: str) -> None:
         for n in sorted(E.names(e) - allowed):
+            if n in self.s.let and "N" in allowed and "me" not in allowed:  # a shape or size: static only
+                uses = sorted(E.names(inline_static_lets(self.s, self.s.let[n])) - self.static_names())
+                self.fail(line, f"let `{n}` in {what} `{E.to_text(e)}` depends on {', '.join(f'`{u}`' for u in uses)}, "
+                                "so it is not known before the kernel runs",
+                          fix=f"{what} may use N, params and lets of those only: compute `{n}` from them, "
+                              "or write the size out")
             self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
 
     def static_names(self) -> set[str]:
-        return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params}
+        """N, N_a, params and the lets of them only (`static_lets`): usable in shapes."""
+        return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params, *static_lets(self.s)}
 
     def step_names(self) -> set[str]:
         return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let}

@@ -23,7 +23,7 @@ __all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLEC
 
 
 def _parse_expr(v: Any) -> E.Expr:
-    if isinstance(v, (E.Const, E.Var, E.BinOp, E.Not, E.Neg, E.Call)):
+    if isinstance(v, E.EXPR_TYPES):
         return v
     return E.parse(v)
 

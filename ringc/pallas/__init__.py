@@ -2,9 +2,9 @@
 
 `importer.py` traces the program and runs the checks, `program.py` turns pallas_calls into
 the verifier's events, `interpret.py` holds the rule table per JAX primitive, `compat.py`
-the aliases for old Pallas spellings. See docs/pallas-import.md.
+the aliases for old Pallas spellings, `script.py` runs scripts and notebooks as published. See docs/pallas-import.md.
 """
 
-from .importer import check_module, check_pallas
+from .importer import check_file, check_module, check_pallas, check_script
 
-__all__ = ["check_module", "check_pallas"]
+__all__ = ["check_file", "check_module", "check_pallas", "check_script"]

@@ -40,6 +40,89 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
 ]
 
 
+# (module getter, enum attribute, old member, new object getter, text): a member an enum lost
+# (`pltpu.MemorySpace.ANY` is `pl.ANY` now) while the enum itself is still there.
+MEMBER_ALIASES: list[tuple[Callable[[], Any], str, str, Callable[[], Any], str]] = [
+    (_pltpu, "MemorySpace", "ANY", lambda: _pl().ANY, "pltpu.MemorySpace.ANY -> pl.ANY"),
+]
+
+
+def _vmem_blocks(specs: Any, log: "AliasLog") -> Any:
+    """Old `emit_pipeline` buffered every block in VMEM whatever its spec's memory space said
+    (the tutorial's inner specs say `MemorySpace.ANY`); today's refuses ANY there. A spec
+    with ANY becomes the same spec in VMEM, which is what the old pipeline did with it."""
+    pl, pltpu = _pl(), _pltpu()
+
+    def fix(spec: Any) -> Any:
+        if isinstance(spec, pl.BlockSpec) and spec.memory_space is pl.ANY:
+            log.note("pltpu.emit_pipeline block spec memory_space=ANY -> VMEM (old emit_pipeline buffered every "
+                     "block in VMEM)")
+            import dataclasses
+            return dataclasses.replace(spec, memory_space=pltpu.VMEM)
+        return spec
+    if isinstance(specs, (list, tuple)):
+        return type(specs)(fix(s) for s in specs)
+    return fix(specs)
+
+
+def _accumulating_pipeline(emit_pipeline: Callable[..., Any], log: "AliasLog", text: str) -> Callable[..., Any]:
+    """`emit_pipeline` as it was with `should_accumulate_out=True`: each output block the body
+    writes is added to what the output already holds (the tutorial's inner kernel writes
+    `accum_ref[...] = input_ref[...]` for "accumulate"). Today's emit_pipeline has no such
+    option, so the shim reads each output block in as an extra input and adds it after the
+    body: out[block] = body's block + out[block], the removed option's meaning."""
+
+    def shim(body, *args, should_accumulate_out=False, in_specs=(), out_specs=(), **kwargs):
+        in_specs, out_specs = _vmem_blocks(in_specs, log), _vmem_blocks(out_specs, log)
+        if not should_accumulate_out:
+            return emit_pipeline(body, *args, in_specs=in_specs, out_specs=out_specs, **kwargs)
+        log.note(text)
+        ins = list(in_specs) if isinstance(in_specs, (list, tuple)) else [in_specs]
+        outs = list(out_specs) if isinstance(out_specs, (list, tuple)) else [out_specs]
+        k, m = len(ins), len(outs)
+
+        def accumulating_body(*refs):
+            body(*refs[:k], *refs[k + m:])
+            for out, old in zip(refs[k + m:], refs[k:k + m]):
+                out[...] = out[...] + old[...]
+
+        inner = emit_pipeline(accumulating_body, *args, in_specs=[*ins, *outs], out_specs=out_specs, **kwargs)
+
+        def pipeline(*refs, **call_kwargs):
+            return inner(*refs[:k], *refs[k:], *refs[k:], **call_kwargs)
+        return pipeline
+    return shim
+
+
+# (module getter, function, removed keyword, shim factory, text): a keyword a function lost,
+# emulated with today's API where its meaning can be kept exactly.
+KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]] = [
+    (_pltpu, "emit_pipeline", "should_accumulate_out", _accumulating_pipeline,
+     "pltpu.emit_pipeline(should_accumulate_out=True) -> emit_pipeline reading each output block back and adding "
+     "it after the body"),
+]
+
+
+class _Members:
+    """An enum with its lost members put back: every other attribute is the enum's own."""
+
+    def __init__(self, enum: Any, extra: dict[str, tuple[Callable[[], Any], str]], log: "AliasLog"):
+        self._enum, self._extra, self._log = enum, extra, log
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._extra:
+            get_new, text = self._extra[name]
+            self._log.note(text)
+            return get_new()
+        return getattr(self._enum, name)
+
+    def __iter__(self):
+        return iter(self._enum)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._enum[name]
+
+
 class AliasLog:
     """Which aliases the user's code actually looked up."""
 
@@ -86,9 +169,38 @@ def aliases(log: AliasLog) -> Iterator[AliasLog]:
                 return fallback(name)
             raise AttributeError(name)
         module.__getattr__ = getattr_hook
+    replaced: list[tuple[Any, str, Any]] = []  # (module, attribute, the original) to put back
+    for get_module, attr, member, get_new, text in MEMBER_ALIASES:
+        try:
+            module = get_module()
+        except ImportError:
+            continue
+        enum = vars(module).get(attr)
+        if enum is None or hasattr(enum, member) or isinstance(enum, _Members):
+            continue
+        replaced.append((module, attr, enum))
+        setattr(module, attr, _Members(enum, {member: (get_new, text)}, log))
+    import inspect
+    for get_module, attr, keyword, factory, text in KEYWORD_SHIMS:
+        try:
+            module = get_module()
+        except ImportError:
+            continue
+        fn = vars(module).get(attr)
+        try:
+            if fn is None or keyword in inspect.signature(fn).parameters or getattr(fn, "_ringc_shim", False):
+                continue
+        except (TypeError, ValueError):
+            continue
+        shim = factory(fn, log, text)
+        shim._ringc_shim = True
+        replaced.append((module, attr, fn))
+        setattr(module, attr, shim)
     try:
         yield log
     finally:
+        for module, attr, enum in reversed(replaced):
+            setattr(module, attr, enum)
         for module, old in previous.items():
             if old is None:
                 vars(module).pop("__getattr__", None)

@@ -30,6 +30,7 @@ from ..ir.errors import ScheduleError
 from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
+from .jaxprs import has_pallas, walk_eqns
 from .interpret import RULES, Interpreter, KernelError, pure_rule, user_location
 from .program import Builder, Call, Handle
 from .values import Data, is_concrete
@@ -39,8 +40,6 @@ COLLECTIVES = ("ppermute", "all_gather", "psum", "psum_scatter", "all_to_all", "
                "matmul_psum_scatter")
 _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
-DMA_MODEL = ("a DMA's bytes may land in any order until a wait on its semaphore covers them; "
-             "waits and signals as in the YAML model")
 
 
 @dataclass
@@ -139,31 +138,29 @@ def _collective(module: Any) -> Collective | None:
 
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
                  params: dict[str, int] | None = None, topology: str | None = None,
-                 along: str | None = None) -> Report:
+                 along: str | None = None, dma_order: str = "any") -> Report:
     """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
     on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
-    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`)."""
+    (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`), under
+    the DMA ordering model `dma_order` ("any" or "in-order", docs/verification.md)."""
     interpret.PREFERRED.append(os.path.abspath(path))
     try:
-        return _check_module(path, n, shape, invocations, params, topology, along)
+        return _check_module(path, n, shape, invocations, params, topology, along, dma_order)
     finally:
         interpret.PREFERRED.pop()
 
 
 def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
-                  params: dict[str, int] | None, topology: str | None, along: str | None) -> Report:
+                  params: dict[str, int] | None, topology: str | None, along: str | None,
+                  dma_order: str = "any") -> Report:
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()
-    source = Path(path).read_text() if Path(path).exists() else ""
-    if "def build" not in source and "build =" not in source:
-        raise ScheduleError(
-            "the module has no build(mesh): ringc checks a module by importing it and tracing build(mesh), and will "
-            "not run a script that has none (a notebook's cells run their kernels, and may assert a TPU, as they "
-            "import)", file=path,
-            fix="put the pallas_call and its shard_map in `def build(mesh, **params)` returning the jitted function, "
-                "with make_inputs, COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS (see tests/pallas_import/right_permute.py), "
-                "or call ringc.check_pallas(fn, args, mesh) from Python")
+    from .script import is_script
+    if is_script(Path(path).read_text() if Path(path).is_file() else "def build(): pass"):
+        raise ScheduleError("the module has no build(mesh), so importing it would run it as a script", file=path,
+                            fix="check it with ringc.pallas.check_file or check_script (what `ringc check` does), "
+                                "which run scripts as published and capture their kernel calls")
     module = load_module(path, log)
     sizes = None
     missing = [a for a in MODULE_API if not hasattr(module, a)]
@@ -212,18 +209,134 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         if _needs_values(jaxpr):
             values = _sample_inputs(module, sizes, params, path)
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
-                          placement or topology)
+                          placement or topology, dma_order)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
     report.seconds = time.perf_counter() - t0
     return report
 
 
+def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
+               topology: str | None = None, along: str | None = None, dma_order: str = "any") -> list[Report]:
+    """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
+    script or notebook run as published (`check_script`, one report per kernel call)."""
+    from .script import is_script, script_source
+    if not Path(path).is_file():
+        raise ScheduleError("no such file", file=path)
+    if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)):
+        if params:
+            raise ScheduleError(f"--param {', '.join(params)}: a script takes no params (it has no build(mesh))",
+                                file=path, fix="drop --param, or edit the script's own values")
+        if n is None:
+            raise ScheduleError("a script runs on a device count: give --devices N", file=path,
+                                fix="pass --devices N (a script's mesh is its own, over jax.devices())")
+        return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order)
+    return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
+                         dma_order=dma_order)]
+
+
+def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
+                 along: str | None = None, dma_order: str = "any") -> list[Report]:
+    """Check a script (or a notebook's code cells) as published: run it on n CPU devices,
+    capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
+    and check every captured call; one report per call, in the script's order."""
+    from .script import run_script
+    t0 = time.perf_counter()
+    log = AliasLog()
+    script = run_script(path, n, log)
+    if not script.captures:
+        notes = "; ".join(script.notes[:3])
+        raise ScheduleError(
+            "the script ran no pallas_call under jit at top level, and has no build(mesh)"
+            + (f" ({notes})" if notes else ""), file=path,
+            fix="ringc runs a script and checks the jitted calls it makes; for a module of functions, add "
+                "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
+                "tests/pallas_import/right_permute.py), or call ringc.check_pallas(fn, args, mesh) from Python")
+    local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
+    for c in local:
+        script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
+                            "not checked")
+    captures = [c for c in script.captures if c not in local]
+    if not captures:
+        raise ScheduleError("the script's kernel calls all run outside shard_map (single-device kernels)", file=path,
+                            line=local[0].line, fix="ringc checks collectives: kernels run under jax.shard_map")
+    reports = []
+    ran = time.perf_counter() - t0
+    for k, cap in enumerate(captures):
+        t1 = time.perf_counter()
+        sizes = _mesh_axes(cap.jaxpr)
+        values = _small_int_values(cap.args)
+        coll = Collective(cap.reference["kind"], int(cap.reference.get("shift", 1))) if cap.reference else None
+        test = f"{cap.test}: " if cap.test else ""
+        copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
+        title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
+        try:
+            report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
+                                  log, topology, dma_order)
+        except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
+            reports.append(CallError(path, title, e))
+            continue
+        report.title = title
+        report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
+                                     "captured; their results were zeros placeholders, not computed")
+        if cap.reference:
+            shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
+            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "
+                                      f"computes on the same input at line {cap.reference_line} (not run)")
+        if values is not None:
+            report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
+        if not reports:  # the script's notes once, on its first verdict
+            report.assumptions += [f"script note: {note}" for note in script.notes]
+        report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
+        reports.append(report)
+    return reports
+
+
+@dataclass
+class CallError:
+    """A captured kernel call that could not be checked (an index out of range, an unknown
+    primitive): its verdict is the error, and the script's other calls are still checked."""
+    file: str
+    title: str
+    error: ScheduleError
+    findings: list = field(default_factory=list)
+    ok: bool = False
+
+    def kinds(self) -> set[str]:
+        return {"error"}
+
+    def to_text(self, explain: bool = False) -> str:
+        return f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
+
+    def to_json(self) -> dict:
+        e = self.error
+        return {"file": self.file, "call": self.title, "ok": False,
+                "error": {"message": e.message, "line": e.line, "fix": e.fix}}
+
+
+def _small_int_values(args: list) -> list | None:
+    """The values of a script's small integer arguments (indices, sizes, routing tables that
+    SMEM or scalar prefetch may read); data arrays are not followed."""
+    values = [np.asarray(a) if np.issubdtype(np.asarray(a).dtype, np.integer) and np.size(a) <= _SMALL
+              else None for a in args]
+    return values if any(v is not None for v in values) else None
+
+
+_SMALL = 1 << 16
+
+
+def _mesh_axes(jaxpr: Any) -> dict[str, int]:
+    """The axes of the first shard_map in a traced call ({} if it has none)."""
+    meshes = [e.params["mesh"] for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "shard_map"]
+    return dict(meshes[0].shape) if meshes else {}
+
+
 def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict | None" = None, *,
-                 invocations: int = 1, topology: str | None = None) -> Report:
+                 invocations: int = 1, topology: str | None = None, dma_order: str = "any") -> Report:
     """Check any function whose body runs pallas_calls under `shard_map` over `mesh`.
     `args` are arrays (their values feed scalar-prefetch operands) or ShapeDtypeStructs;
-    `collective` names the meaning to check (see the README table) or None."""
+    `collective` names the meaning to check (see the README table) or None; `dma_order` is
+    the DMA ordering model ("any" or "in-order", docs/verification.md)."""
     t0 = time.perf_counter()
     import jax
     log = AliasLog()
@@ -242,7 +355,7 @@ def check_pallas(fn: Callable, args: tuple, mesh: Any, collective: "str | dict |
         c = collective if isinstance(collective, dict) else {"kind": collective}
         coll = Collective(c["kind"], int(c.get("shift", 1)))
     report = _check_jaxpr(jaxpr, sizes, file, getattr(fn, "__name__", "kernel"), coll, values, invocations, log,
-                          topology)
+                          topology, dma_order)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -259,37 +372,13 @@ def _trace(fn: Callable, args: Any, path: str | None) -> Any:
                             fix="the function must trace with jax.make_jaxpr on its inputs") from None
 
 
-def _walk_eqns(jaxpr: Any):
-    from jax._src import core
-    for eqn in jaxpr.eqns:
-        yield eqn
-        if eqn.primitive.name == "pallas_call":
-            continue
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, (tuple, list)) else [p]):
-                if isinstance(sub, core.ClosedJaxpr):
-                    yield from _walk_eqns(sub.jaxpr)
-                elif isinstance(sub, core.Jaxpr):
-                    yield from _walk_eqns(sub)
-
-
-def _has_pallas(eqn: Any) -> bool:
-    from jax._src import core
-    for p in eqn.params.values():
-        for sub in (p if isinstance(p, (tuple, list)) else [p]):
-            j = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub if isinstance(sub, core.Jaxpr) else None
-            if j is not None and any(e.primitive.name == "pallas_call" for e in _walk_eqns(j)):
-                return True
-    return False
-
-
 def _needs_values(jaxpr: Any) -> bool:
     return any(e.primitive.name == "pallas_call" and e.params["grid_mapping"].num_index_operands
-               for e in _walk_eqns(jaxpr.jaxpr))
+               for e in walk_eqns(jaxpr.jaxpr))
 
 
 def _first_file(jaxpr: Any) -> str | None:
-    for e in _walk_eqns(jaxpr.jaxpr):
+    for e in walk_eqns(jaxpr.jaxpr):
         if e.primitive.name == "pallas_call":
             return user_location(e).file
     return None
@@ -305,6 +394,11 @@ def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str) 
             fix=f"run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (the CLI sets it itself)")
     mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), devices=jax.devices()[:n])
     return [np.asarray(a) for a in jax.tree.leaves(module.make_inputs(mesh, 0, **params))]
+
+
+def _literal(h: Handle) -> bool:
+    """A handle of a jaxpr literal: values are ("literal", value), not one per device."""
+    return isinstance(h.values[0], str) and h.values[0] == "literal"
 
 
 class _Outer:
@@ -323,13 +417,14 @@ class _Outer:
         handles = []
         for k, v in enumerate(closed.jaxpr.invars):
             handles.append(Handle(v.aval, origin="input", role=k,
-                                  values=None if self.values is None else [self.values[k]]))
+                                  values=None if self.values is None or self.values[k] is None
+                                  else [self.values[k]]))
         self.ins = handles
         self.outs = self.walk(closed.jaxpr, handles, None)
 
     def walk(self, jaxpr: Any, handles: list, per_device: Any) -> list:
         env: dict[Any, Any] = dict(zip(jaxpr.invars, handles))
-        for v, c in zip(jaxpr.constvars, getattr(jaxpr, "consts", []) or []):
+        for v in jaxpr.constvars:  # arrays the traced function closed over: values not followed
             env[v] = Handle(getattr(v, "aval", None), values=None)
 
         def read(a: Any) -> Handle:
@@ -357,11 +452,11 @@ class _Outer:
                 outs = ins
             elif name in _PASSTHROUGH and len(ins) == 1:
                 outs = [self.passthrough(ins[0], eqn.outvars[0])]
-            elif name == "scan" and _has_pallas(eqn):
+            elif name == "scan" and has_pallas(eqn):
                 outs = self.scan(eqn, ins, per_device)
-            elif name == "while" and _has_pallas(eqn):
+            elif name == "while" and has_pallas(eqn):
                 outs = self.while_loop(eqn, ins, per_device)
-            elif _has_pallas(eqn):
+            elif has_pallas(eqn):
                 raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
                                     line=int(user_location(eqn)) or None,
                                     fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
@@ -395,20 +490,20 @@ class _Outer:
         cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
         for _ in range(10_000):
             (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
-            known = c.values is not None and (c.values[0] == "literal" or
+            known = c.values is not None and (_literal(c) or
                                               all(v is not None for v in c.values))
             if not known:
                 raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
                                     file=self.file, line=int(user_location(eqn)) or None,
                                     fix="use a fori_loop with constant bounds")
-            flag = c.values[1] if c.values[0] == "literal" else c.values[0]
+            flag = c.values[1] if _literal(c) else c.values[0]
             if not bool(np.asarray(flag)):
                 return val
             val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
         raise ScheduleError("a loop around pallas_calls ran 10000 times", file=self.file, fix="bound the loop")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
-        if h.values is not None and self.mesh_axes is not None and h.values[0] != "literal":
+        if h.values is not None and self.mesh_axes is not None and not _literal(h):
             return Handle(out.aval, values=[np.asarray(v).reshape(out.aval.shape) for v in h.values],
                           origin=h.origin, role=h.role, link=h)
         return h
@@ -426,7 +521,7 @@ class _Outer:
         local = []
         for h, spec, v in zip(ins, eqn.params["in_specs"], eqn.params["jaxpr"].invars):
             vals = None
-            if h.values is not None and h.values[0] != "literal":
+            if h.values is not None and not _literal(h):
                 vals = [_shard(np.asarray(h.values[0]), spec, axes, d) for d in range(n)]
             local.append(Handle(v.aval, values=vals, origin=h.origin, role=h.role, link=h))
         body = eqn.params["jaxpr"]
@@ -441,7 +536,7 @@ class _Outer:
             for d in range(n):
                 it = Interpreter(self.builder, d, self.builder._coords(d), self.mesh_axes)
                 it.eqn = eqn
-                vals = [h.values[1] if h.values[0] == "literal" else h.values[d] for h in ins]
+                vals = [h.values[1] if _literal(h) else h.values[d] for h in ins]
                 vals = [np.asarray(v) if not isinstance(v, (int, float, bool)) else v for v in vals]
                 rule = RULES.get(eqn.primitive.name, pure_rule)
                 try:
@@ -487,7 +582,8 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
 
 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
-                 values: list | None, invocations: int, log: AliasLog, topology: Any) -> Report:
+                 values: list | None, invocations: int, log: AliasLog, topology: Any,
+                 dma_order: str = "any") -> Report:
     from ..verify.check import collector_paused, check_program, resolve_topology
     outer = _Outer(file, values)
     outer.top(jaxpr)
@@ -538,12 +634,11 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
     with collector_paused():
-        report = check_program(spec, program, placement)
+        report = check_program(spec, program, placement, dma_order=dma_order)
     report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
-    report.assumptions += [f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
-                           f"{len(outer.calls)} pallas_call(s)"
-                           + (f" x {invocations} invocations" if invocations > 1 else ""),
-                           "DMA ordering: " + DMA_MODEL]
+    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                                 f"{len(outer.calls)} pallas_call(s)"
+                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
                                   "the second half of its indices on core 1")
@@ -553,4 +648,4 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     return report
 
 
-__all__ = ["check_module", "check_pallas", "KernelSpec", "Collective", "Data"]
+__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "Collective", "Data"]

@@ -230,6 +230,11 @@ class Builder(Sink):
                 refs_of.append(buf)
                 continue
             buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
+            local = in_handles[k].values  # per device, as the shard_map hands them to the kernel
+            if buf.space == "smem" and local is not None and len(local) == self.n and not buf.store:
+                # An SMEM input whose values are known (a routing table the caller passed): the kernel reads them.
+                for d in range(self.n):
+                    buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
             refs_of.append(buf)
         for j, h in enumerate(call.outputs):
             h = h.root()

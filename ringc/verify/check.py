@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 
 from ..ir import schema as S
@@ -18,7 +18,7 @@ from ..ir.errors import ScheduleError
 from .. import topology
 from .events import Compute, DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
 from .findings import Finding, Report
-from .order import compute_order, dma_ends
+from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
 from .placement import Placement, labels, place, rotated_route_summary, route_findings, route_summary
 from .races import describe, find_races
@@ -96,29 +96,7 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
             "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
                     f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
             trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
-    # Byte counts: a DMA wait must expect the size of some DMA on its semaphore. (Which
-    # DMA a wait ends up consuming depends on arrival order; sizes do not.)
-    sizes: dict = defaultdict(dict)
-    for events in program.devices:
-        for ev in events:
-            if isinstance(ev.action, DmaStart):
-                for sem in (ev.action.recv_sem, ev.action.send_sem):
-                    if sem is not None:
-                        sizes[sem].setdefault(ev.action.nbytes, ev)
-    flagged = set()
-    for events in program.devices:
-        for ev in events:
-            a = ev.action
-            if (not isinstance(a, SemWait) or program.sem_kinds.get(a.sem[1]) != "dma"
-                    or not sizes[a.sem] or a.value in sizes[a.sem] or ev.line in flagged):
-                continue
-            flagged.add(ev.line)
-            size, src = next(iter(sizes[a.sem].items()))
-            findings.append(Finding(
-                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, but the "
-                                 f"DMAs on {sem_text(a.sem)} carry {', '.join(map(str, sizes[a.sem]))} bytes, "
-                                 f"e.g. {describe(src)} at {program.where(src)}",
-                event=ev, related=[src]))
+    findings += byte_findings(program)
     if stuck:
         return findings  # balance at exit is moot when the kernel never exits
     leftover: dict[tuple[str, int], list] = defaultdict(list)
@@ -146,6 +124,53 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
                 "unbalanced", f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]}, not 0: "
                               f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
                 event=ev))
+    return findings
+
+
+def byte_findings(program: Program) -> list[Finding]:
+    """A DMA semaphore counts bytes from any DMA that signals it, so a wait may take the
+    total of several DMAs (one descriptor sized to the total, used only for its wait), or a
+    part of one: the counting model (`order.dma_ends`) is exact about what has landed, and
+    hangs, balance and races follow from the counts. A wait whose byte count is no sum of
+    the sizes of the DMAs on its semaphore (`sums_to`) is still suspicious (a descriptor of
+    the wrong size): a warning, once per op, naming every DMA on that semaphore and their
+    total."""
+    on_sem: dict = defaultdict(list)
+    for events in program.devices:
+        for ev in events:
+            if isinstance(ev.action, DmaStart):
+                for sem in (ev.action.recv_sem, ev.action.send_sem):
+                    if sem is not None:
+                        on_sem[sem].append(ev)
+    findings, flagged, sizes = [], set(), {}
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if (not isinstance(a, SemWait) or program.sem_kinds.get(a.sem[1]) != "dma"
+                    or not on_sem[a.sem] or ev.line in flagged):
+                continue
+            dmas = on_sem[a.sem]
+            if a.sem not in sizes:
+                sizes[a.sem] = Counter(d.action.nbytes for d in dmas)
+            if sums_to(a.value, sizes[a.sem]):
+                continue
+            flagged.add(ev.line)
+            by_copy: dict[str, list[Event]] = defaultdict(list)
+            for d in dmas:
+                by_copy[d.action.copy].append(d)
+            listed = "; ".join(
+                f"copy `{name}` {len(evs)} x {evs[0].action.nbytes} bytes (first at {program.where(evs[0])})"
+                if len(evs) > 1 else f"copy `{name}` {evs[0].action.nbytes} bytes ({program.where(evs[0])})"
+                for name, evs in list(by_copy.items())[:6])
+            if len(by_copy) > 6:
+                listed += f"; and {len(by_copy) - 6} more copies"
+            total = sum(d.action.nbytes for d in dmas)
+            findings.append(Finding(
+                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, which is no sum "
+                                 f"of the DMAs on {sem_text(a.sem)} of device {program.label(a.sem[0])}: {listed}; "
+                                 f"{total} bytes in all. A wait takes whatever bytes have arrived, so check the "
+                                 "size of the descriptor it waits with", severity="warning",
+                event=ev, related=[dmas[0]]))
     return findings
 
 
@@ -190,7 +215,13 @@ def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
 
 
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
-                  use_symmetry: bool = True) -> Report:
+                  use_symmetry: bool = True, dma_order: str = "any") -> Report:
+    """Every check of `program` (unrolled on `placement`). `dma_order` is the DMA ordering
+    model (`order.DMA_ORDERS`): under "any" each race that needs two DMAs of one link to land
+    out of order is labelled (`Finding.relies_on`); under "in-order" those are not reported."""
+    if dma_order not in DMA_ORDERS:
+        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
+                            fix=f"use one of {', '.join(DMA_ORDERS)}")
     if not isinstance(placement, Placement):
         placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
     if placement.topo.ndim > 1:
@@ -201,23 +232,29 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     if m.finished():
         order = compute_order(program, use_symmetry=use_symmetry)
         memory = {0} if order.symmetric and memory_symmetric(program) else None  # see symmetry.py
-        findings += find_races(program, order, dma_ends(program, order, memory), devices=memory)
+        ends = dma_ends(program, order, memory, dma_order)
+        # Under "any", label what the in-order model would not report (its intervals are
+        # computed only if there is a race to label).
+        fifo = (lambda: dma_ends(program, order, memory, "in-order")) if dma_order == "any" else None
+        findings += find_races(program, order, ends, devices=memory, in_order=fifo)
         meaning = check_semantics(sched, program, m.order, program.shapes) if sched.collective is not None else []
         for mm in meaning[:8]:
             findings.append(Finding(
                 "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                 f"{sched.collective.kind} needs {mm.want}", device=mm.device))
-    report = Report(program, findings)
+    report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
 
 
-def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -> Report | None:
+def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
     """The clean report of a translation-symmetric schedule on a ring or torus, from device
     0's events alone (`rotation.py`, `quotient.py`); None when the full analysis must decide.
-    Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ."""
+    Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ.
+    The quotient decides under the "any" DMA ordering; a schedule clean under it is clean
+    under "in-order" too (in order, every DMA interval ends no later: `order.dma_ends`)."""
     topo = placement.topo
     if not all(topo.wrap[k] for k in placement.along):
         return None
@@ -225,7 +262,7 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int) -
     if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
             or not quotient.clean(sched, program)):
         return None
-    report = Report(program, [])
+    report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if topo.ndim > 1:
         program.device_labels = labels(program, placement)
     if topo.spec != "ring":
@@ -249,18 +286,22 @@ def collector_paused():
 
 
 def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
-          invocations: int = 1, along: str | None = None, strict: bool = False) -> Report:
+          invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any") -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
     spelling such as `torus:4x4` or `v5e:4x4` (then `n`, if given, must be its size), with
     the schedule's axes along `along` (e.g. `y`). `strict` turns warnings into errors.
+    `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`, docs/verification.md).
     Raises `ScheduleError` for bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
     with collector_paused():
-        report = quotient_report(sched, placement, invocations)
+        if dma_order not in DMA_ORDERS:
+            raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
+                                fix=f"use one of {', '.join(DMA_ORDERS)}")
+        report = quotient_report(sched, placement, invocations, dma_order)
         if report is None:
             program = unroll(sched, sizes=placement.sizes, invocations=invocations)
-            report = check_program(sched, program, placement)
+            report = check_program(sched, program, placement, dma_order=dma_order)
     if strict:
         for f in report.findings:
             if f.severity == "warning":

@@ -33,7 +33,19 @@ How the sides of a DMA are modelled is `dma_model`:
   source read and the destination write end together at the last byte.
 
 A local copy always has one side: its one semaphore, both accesses live until its last
-byte. Deposits to a device that does not exist are dropped, and accesses to its memory
+byte.
+
+Semaphores count bytes from whatever DMA deposits them, and a wait of v takes v: one wait
+may take the total of several DMAs, or part of one. What has landed when a wait passes is
+whatever the explored arrivals say; nothing here reasons about it by counting.
+
+The order of DMAs on one link is `dma_order`:
+
+- ``"any"`` (default): DMA sides advance in any order;
+- ``"in-order"``: the remote DMAs from one device to another (the starting device and the
+  destination device) are FIFO per side: a side of such a DMA deposits nothing until the
+  same side of every DMA started before it on that link has deposited its last byte (with
+  ``"coupled"``, its one side). Local copies, and DMAs of different links, stay free. Deposits to a device that does not exist are dropped, and accesses to its memory
 are ignored. The behaviours of the three models are nested, coupled < causal <
 independent, so a race found under a smaller model is found under a larger one.
 
@@ -68,6 +80,9 @@ when `t` is *safe*:
 
 (c) is decided by one maximal run from `s` that never executes `t` (`held_run`): by
 monotonicity, every device gets at least as far in it as in any run that withholds `t`.
+With ``dma_order="in-order"`` monotonicity still holds (a DMA side enabled because the one
+before it on its link has landed stays enabled), and withholding a side's last byte also
+withholds every side queued behind it on its link, which `held_run` does.
 This is the same principle as the analysis's withholding runs (`order.py`), implemented
 separately; `reduction="local"` drops (c) and `reduction="none"` explores everything,
 and the tests check that all three find the same racing pairs, hangs and exit values.
@@ -100,6 +115,7 @@ from .events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, S
 DEFAULT_MAX_STATES = 2_000_000
 DMA_MODELS = ("independent", "causal", "coupled")
 REDUCTIONS = ("withhold", "local", "none")
+DMA_ORDERS = ("any", "in-order")
 
 
 @dataclass
@@ -133,10 +149,11 @@ def _conflicting(xs: list[Access], ys: list[Access]) -> bool:
 
 
 def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
-            dma_model: str = "independent", reduction: str = "withhold") -> ExploreResult:
+            dma_model: str = "independent", reduction: str = "withhold", dma_order: str = "any") -> ExploreResult:
     """Search every interleaving of `program` for races, hangs and non-zero exits.
 
     `dma_model`: "independent" (default), "causal" or "coupled" (see the module doc).
+    `dma_order`: "any" (default) or "in-order" (FIFO per link and side, see the module doc).
     `reduction`: "withhold" (default), "local" or "none" (no partial-order reduction).
     At most `max_states` distinct states are visited; if the budget runs out the result
     has `complete=False` and its verdicts cover only what was seen (a race found is real;
@@ -144,6 +161,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     """
     if dma_model not in DMA_MODELS:
         raise ValueError(f"dma_model must be one of {DMA_MODELS}, not {dma_model!r}")
+    if dma_order not in DMA_ORDERS:
+        raise ValueError(f"dma_order must be one of {DMA_ORDERS}, not {dma_order!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
     reduce = reduction != "none"
@@ -182,6 +201,9 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     unit_sems: list[tuple[int, ...]] = []
     unit_bytes: list[int] = []
     unit_after: list[int] = []   # causal model: the send side this receive side trails
+    unit_fifo: list[int] = []    # in-order: the same side of the previous DMA on its link, or -1
+    fifo_chain: dict[int, list[int]] = {}  # in-order: unit -> the units after it on its link and side
+    fifo_last: dict[tuple, int] = {}
 
     def new_unit(g: int, acc: list[Access], sems: tuple[int, ...] = (), nbytes: int = 0) -> int:
         unit_event.append(g)
@@ -189,7 +211,18 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         unit_sems.append(tuple(s for s in sems if s >= 0))
         unit_bytes.append(nbytes)
         unit_after.append(-1)
+        unit_fifo.append(-1)
         return len(unit_event) - 1
+
+    def queue(u: int, side: str, ev: Event) -> None:
+        """In order: `u` lands after the previous unit of its (link, side)."""
+        key = (side, ev.device, ev.action.dst.device)
+        prev = fifo_last.get(key, -1)
+        unit_fifo[u] = prev
+        fifo_last[key] = u
+        while prev >= 0:
+            fifo_chain.setdefault(prev, []).append(u)
+            prev = unit_fifo[prev]
 
     for g, ev in enumerate(events):
         a = ev.action
@@ -206,14 +239,21 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         elif isinstance(a, DmaStart):
             kind.append(3); sem_op.append(-1); amount.append(0)
             src, dst, nb = live(a.src, False), live(a.dst, True), a.nbytes
+            fifo = dma_order == "in-order" and a.send_sem is not None
             if a.send_sem is None or dma_model == "coupled":
                 sems = (sem_of(a.recv_sem), sem_of(a.send_sem))
-                event_units.append((new_unit(g, dst + src, sems, nb),))
+                u = new_unit(g, dst + src, sems, nb)
+                if fifo:
+                    queue(u, "both", ev)
+                event_units.append((u,))
             else:
                 recv = new_unit(g, dst, (sem_of(a.recv_sem),), nb)
                 send = new_unit(g, src, (sem_of(a.send_sem),), nb)
                 if dma_model == "causal":
                     unit_after[recv] = send
+                if fifo:
+                    queue(recv, "recv", ev)
+                    queue(send, "send", ev)
                 event_units.append((recv, send))
         else:  # pragma: no cover - the IR has no other actions
             raise TypeError(f"unknown action {a!r}")
@@ -256,7 +296,11 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         pc = list(pcs)
         val = list(sems)
 
+        behind = set(fifo_chain.get(hold_unit, ())) if hold_unit >= 0 else set()
+
         def deliver(u: int, st: int) -> None:
+            if u in behind:
+                return  # in order: queued behind the withheld last byte, nothing arrives
             nb = unit_bytes[u]
             cap = nb - 1 if hold_unit >= 0 and hold_unit in (u, unit_after[u]) else nb
             add = cap - (nb - 1 if st else 0)
@@ -351,6 +395,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
             lead = unit_after[u]
             if lead >= 0 and lead in stage and stage[lead] <= st:
                 continue  # causal: the receive side may not overtake the send side
+            if unit_fifo[u] >= 0 and unit_fifo[u] in stage:
+                continue  # in order: the previous DMA on this link and side is still arriving
             enabled.append((1, c))
             if chosen is None and st == 0:
                 chosen = (1, c)

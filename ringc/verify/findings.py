@@ -12,7 +12,7 @@ KINDS = {
     "hang": "a wait that can never be satisfied",
     "unbalanced": "a semaphore non-zero at exit (over-signalled)",
     "dma_not_waited": "a DMA started and never waited",
-    "byte_mismatch": "a DMA wait expects a different byte count than was sent",
+    "byte_mismatch": "a DMA wait's byte count is no sum of the sizes of the DMAs on its semaphore (a warning)",
     "bad_target": "a send to a device that does not exist (a missing `% N`?)",
     "self_target": "a remote copy or signal to the sending device itself",
     "not_neighbour": "a send to a device that is not a graph neighbour",
@@ -34,6 +34,9 @@ class Finding:
     related: list[Event] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     device: int | None = None
+    # What the finding needs beyond the model's guarantees, e.g. "out-of-order landing on one
+    # link" (`races.OUT_OF_ORDER`): it goes away under `--dma-order in-order`. None: nothing.
+    relies_on: str | None = None
 
     def to_json(self, program: Program) -> dict[str, Any]:
         ev = self.event
@@ -51,6 +54,7 @@ class Finding:
             "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
                          "line": r.line} for r in self.related],
             "trace": self.trace,
+            "relies_on": self.relies_on,
         }
 
     def to_text(self, program: Program, explain: bool = False) -> str:
@@ -70,6 +74,7 @@ class Report:
     placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring
     routes: dict | None = None     # `placement.route_summary`: sends, hops, the busiest link
     assumptions: list[str] = field(default_factory=list)  # what a verdict assumes (Pallas imports)
+    title: str | None = None       # which of a script's kernel calls this is, e.g. "right_permute (line 252)"
 
     @property
     def ok(self) -> bool:
@@ -84,16 +89,26 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         p = self.program
         return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
-                "routes": self.routes, "ok": self.ok, "assumptions": self.assumptions,
+                "routes": self.routes, "ok": self.ok,
+                **({"call": self.title} if self.title else {}), "assumptions": self.assumptions,
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
+
+    SHOWN_PER_KIND = 5  # text output lists this many findings of each kind; --explain and JSON list all
 
     def to_text(self, explain: bool = False) -> str:
         p = self.program
         status = "ok" if self.ok else "FAILED"
         events = p.event_count
         on = f" on {self.placement}" if self.placement else ""
-        lines = [f"{p.file} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
+        call = f" {self.title}" if self.title else ""
+        lines = [f"{p.file}{call} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         lines += [f"  assumes: {a}" for a in self.assumptions]
-        lines += ["  " + f.to_text(p, explain).replace("\n", "\n  ") for f in self.findings]
+        shown: dict[str, int] = {}
+        for f in self.findings:
+            shown[f.kind] = shown.get(f.kind, 0) + 1
+            if explain or shown[f.kind] <= self.SHOWN_PER_KIND:
+                lines.append("  " + f.to_text(p, explain).replace("\n", "\n  "))
+        lines += [f"  ... and {count - self.SHOWN_PER_KIND} more [{kind}] findings (all of them: --explain or "
+                  "--format json)" for kind, count in shown.items() if not explain and count > self.SHOWN_PER_KIND]
         return "\n".join(lines)

@@ -15,12 +15,9 @@ O(N * signals) distinct cut tuples in memory.
 
 DMA completion is not an event of the machine (it deposits at start). Whether a DMA's
 bytes must all have landed before a wait W is decided by counting, at byte granularity,
-in `dma_ends`: with S = the bytes deposited on W's semaphore by starts not forced after
-W and D = the cumulative demand of W and the earlier waits on that semaphore, a DMA
-that may still have a byte in flight lets W complete iff S - 1 >= D. So every DMA not
-forced after W has fully landed before W iff S <= D. This is sound (it can only make
-an interval longer than the truth), and exact when the waits' supply is tight, as in
-every correctly synchronised schedule.
+in `dma_ends` (the argument is in its docstring). A DMA semaphore counts bytes, whatever
+DMA they come from, so one wait may take the total of several DMAs (a descriptor sized
+to the total, used only for its wait) or a part of one: only the counts matter.
 
 Rotation symmetry (`symmetry.py`): when device d's semaphore traffic is device 0's with
 every owner moved by d, holding device p before event i gives device 0's cuts rotated by
@@ -29,13 +26,69 @@ p. One incremental pass then replaces N of them: O(events) instead of O(N * even
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
 from .events import DmaStart, Event, Program, SemId, SemWait, feeders
 from .simulate import Machine
 from .symmetry import semaphore_symmetric
+
+__all__ = ["DMA_ORDERS", "Order", "compute_order", "DmaEnds", "dma_ends", "link", "sums_to"]
+
+# The DMA ordering models (`ringc check --dma-order`): what each assumes, as a verdict's
+# assumptions line says it. docs/verification.md ("DMA ordering") gives the sources.
+DMA_ORDERS: dict[str, str] = {
+    "any": ("any order: a DMA's bytes may land in any order, also after the bytes of a DMA started "
+            "later on the same link, until a wait on its semaphore covers them (the default, safe model)"),
+    "in-order": ("in order per link (--dma-order in-order): the remote DMAs from one device to another "
+                 "land in the order they were started, each side (send, receive) completing in that order; "
+                 "DMAs on different links, and local copies, in any order"),
+}
+
+
+def link(ev: Event) -> tuple[int, int] | None:
+    """The (source, destination) devices of a remote DMA start, or None (a local copy, or
+    not a DMA). The source is the starting device: a copy reads its own device's memory."""
+    a = ev.action
+    if isinstance(a, DmaStart) and a.remote:
+        return (ev.device, a.dst.device)
+    return None
+
+
+def sums_to(value: int, sizes: "Iterable[int] | dict[int, int]") -> bool:
+    """Whether some sub-multiset of `sizes` (sizes, or a dict size -> how many) adds up to
+    `value` exactly: subset sum over the distinct sizes, each used at most as often as it
+    occurs. The sizes on one semaphore are few and the distinct ones fewer (one to three in
+    practice), so the search over how many of each size is small; memoized, and cut off at
+    100,000 steps, where it answers True (no warning rather than a wrong one)."""
+    counts = dict(sizes) if isinstance(sizes, dict) else Counter(sizes)
+    if counts.get(value):
+        return True
+    return _sums_to(value, tuple(sorted(((s, c) for s, c in counts.items() if s > 0), reverse=True)))
+
+
+@lru_cache(maxsize=4096)
+def _sums_to(value: int, items: tuple[tuple[int, int], ...]) -> bool:
+    budget = [100_000]
+    seen: set[tuple[int, int]] = set()
+    left = [sum(s * c for s, c in items[i:]) for i in range(len(items) + 1)]
+
+    def go(i: int, rest: int) -> bool:
+        if rest == 0:
+            return True
+        if i == len(items) or rest > left[i] or (i, rest) in seen:
+            return False
+        budget[0] -= 1
+        if budget[0] < 0:
+            return True
+        seen.add((i, rest))
+        size, count = items[i]
+        return any(go(i + 1, rest - k * size) for k in range(min(count, rest // size), -1, -1))
+
+    return go(0, value)
 
 
 @dataclass
@@ -95,8 +148,43 @@ class DmaEnds:
     write_end: dict[Event, Event | None]
 
 
-def dma_ends(program: Program, order: Order, owners: set[int] | None = None) -> DmaEnds:
-    """The DMA intervals, for the semaphores owned by `owners` (default: every device)."""
+def dma_ends(program: Program, order: Order, owners: set[int] | None = None, dma_order: str = "any") -> DmaEnds:
+    """The DMA intervals, for the semaphores owned by `owners` (default: every device).
+
+    The counting model. A DMA semaphore counts bytes from any DMA that signals it, a DMA's
+    bytes arrive one by one after its start, and a wait of v bytes completes once the count
+    is at least v and takes v. So which DMAs have fully landed when a wait W completes is
+    decided by counts alone. Let W be the k-th wait on semaphore s, D the demand of waits
+    1..k on s (all of one device, in program order), P the DMAs on s whose start is not
+    forced after W (`Order.before`), S their bytes. For a DMA X in P:
+
+    *X may be in flight when W completes iff S_X - 1 >= D*, where S_X is the most the DMAs
+    of P can have delivered while X's last byte is missing. With `dma_order="any"` S_X = S:
+    every other DMA of P may have landed. With `"in-order"` the remote DMAs of one link
+    (source and destination device, `link`) land in start order, so a DMA of X's link
+    started after X has delivered nothing while X is in flight: S_X = S minus their bytes.
+
+    Why: (if) by persistence (`simulate.py`) the run that holds W's device just before W
+    executes every start of P at once; let every DMA of P land fully, except X with one
+    byte missing and, in order, X's later link-mates with none. The count that reaches s
+    is then S_X - 1 >= D, and the waits before W took D - v, so W can complete with X in
+    flight. (Only if) when W completes, waits 1..k have taken D bytes, all from DMAs that
+    started before W completed, which are in P; with X's last byte missing they supply at
+    most S_X - 1 < D. The "if" direction assumes the held run's starts need none of the
+    missing bytes: when one does, the count above overstates what can arrive, so X is
+    taken as possibly in flight when it is not. That error only makes intervals longer:
+    sound (no race is missed), and exact in the common case where the waits are tight.
+
+    So X has landed at W iff S_X <= D, and X's interval ends at the first such wait (a later
+    wait of the same device completes after it), or never (it may be in flight until the
+    kernel exits). With `"any"` the condition is the same for every X in P: all of P has
+    landed or none is known to have. A wait for the total of several DMAs (S = D) ends them
+    all; a total short by one DMA (S > D) ends none. Under `"in-order"` S_X <= S, so every
+    interval ends no later than under `"any"`: the in-order races are a subset.
+    """
+    if dma_order not in DMA_ORDERS:
+        raise ValueError(f"dma_order must be one of {sorted(DMA_ORDERS)}, not {dma_order!r}")
+    in_order = dma_order == "in-order"
     deposits = {sem: [e for e in fed if isinstance(e.action, DmaStart)] for sem, fed in feeders(program).items()}
     waits: dict[SemId, list[Event]] = defaultdict(list)
     for events in program.devices:
@@ -114,10 +202,24 @@ def dma_ends(program: Program, order: Order, owners: set[int] | None = None) -> 
             if not open_deps:
                 break
             possible = [d for d in deposits[sem] if not order.before(w, d)]
-            if sum(d.action.nbytes for d in possible) <= demand:
-                for d in possible:
-                    if ends[d] is None:
-                        ends[d] = w
+            supply = sum(d.action.nbytes for d in possible)
+            if not in_order:
+                landed = possible if supply <= demand else []
+            else:
+                # S_X: the supply without the DMAs after X on X's link (`possible` is in
+                # device order, so a link's DMAs are in start order).
+                later: dict[tuple[int, int], int] = defaultdict(int)
+                landed = []
+                for d in reversed(possible):
+                    key = link(d)
+                    if supply - (later[key] if key is not None else 0) <= demand:
+                        landed.append(d)
+                    if key is not None:
+                        later[key] += d.action.nbytes
+            for d in landed:
+                if ends[d] is None:
+                    ends[d] = w
+            if landed:
                 open_deps = [d for d in open_deps if ends[d] is None]
         return ends
 

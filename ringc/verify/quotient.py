@@ -35,13 +35,13 @@ fast path for the clean verdict, never a second source of findings.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import accumulate
 from typing import Any
 
 from ..ir import schema as S
 from .events import DmaStart, Event, Program, Region, SemWait, deposits
-from .order import DmaEnds, Order
+from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
@@ -70,11 +70,16 @@ class Rotator:
         self.torus = Torus(program.axis_sizes.values())
         self.steps = program.rotation or {}
         self.shapes = program.shapes
+        self.moves: dict[tuple[str, int, int], int] = {}
 
     def _move(self, buffer: str, dim: int, delta: int) -> int:
         """How far a buffer dimension moves on device delta (r . delta, `rotation.box_step`)."""
-        r = self.steps.get((buffer, dim))
-        return self.torus.step(r, delta) if r else 0
+        key = (buffer, dim, delta)
+        move = self.moves.get(key)
+        if move is None:
+            r = self.steps.get((buffer, dim))
+            move = self.moves[key] = self.torus.step(r, delta) if r else 0
+        return move
 
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         """Where coordinate `lo` of a buffer dimension is on device delta."""
@@ -89,7 +94,7 @@ class Rotator:
             if start + hi - lo > size:
                 raise _Unclear(f"`{region.buffer}` dim {dim} wraps under rotation")
             box.append((start, start + hi - lo))
-        return Region(region.buffer, self.torus.add(region.device, delta), tuple(box), region.kept, region.itemsize)
+        return Region(region.buffer, self.torus.adder(delta)[region.device], tuple(box), region.kept, region.itemsize)
 
     def _split(self, buffer: str, box, delta: int):
         """`box` cut where rotating it by delta would wrap a dimension around its end."""
@@ -124,7 +129,8 @@ class Rotator:
 
     def term(self, term, box, new_box, delta: int) -> list:
         """The term on device delta. A run of devices whose translation is not one run
-        (it wraps some axis: `Torus.runs`) splits into runs that are."""
+        (it wraps some axis) becomes the runs of its image (`Torus.image`); a product's
+        factors are cut where either's devices wrap (`Torus.runs`), so they stay paired."""
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
@@ -152,8 +158,8 @@ class Rotator:
                 entries.append((d, x - new_box[d][0]))
         first, end = device_span(dev)
         if end == first + 1:
-            return [(name, self.torus.add(first, delta), tuple(entries))]
-        return [(name, device_run(y, y + x1 - x0), tuple(entries)) for x0, x1, y in self.torus.runs(first, end, delta)]
+            return [(name, self.torus.adder(delta)[first], tuple(entries))]
+        return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -188,9 +194,9 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) 
 
 def _run(program: Program) -> None:
     """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
-    DMA wait expects the size of some DMA on its semaphore."""
+    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`)."""
     value: dict[Key, int] = defaultdict(int)
-    sizes: dict[Key, set[int]] = defaultdict(set)
+    sizes: dict[Key, list[int]] = defaultdict(list)
     for ev in program.devices[0]:
         a = ev.action
         if isinstance(a, SemWait):
@@ -202,13 +208,14 @@ def _run(program: Program) -> None:
         for sem, amount in deposits(a):  # device 0's deposits on device t: device -t's on device 0
             value[_key(sem)] += amount
             if dma:
-                sizes[_key(sem)].add(amount)
+                sizes[_key(sem)].append(amount)
     if any(value.values()):
         raise _Unclear("a semaphore ends non-zero")
+    counts = {key: Counter(v) for key, v in sizes.items()}
     for ev in program.devices[0]:
         a = ev.action
         if (isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma"
-                and sizes[_key(a.sem)] and a.value not in sizes[_key(a.sem)]):
+                and _key(a.sem) in counts and not sums_to(a.value, counts[_key(a.sem)])):
             raise _Unclear(f"a byte count mismatch at line {ev.line}")
 
 

@@ -18,10 +18,10 @@ from ..ir.rules import RuleTable
 
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
-from .order import DmaEnds, Order
+from .order import DmaEnds, Order, link
 from .simulate import Machine
 
-__all__ = ["Access", "ComputeRule", "RACES", "describe", "accesses", "racing_pairs", "race", "find_races"]
+__all__ = ["Access", "ComputeRule", "RACES", "describe", "accesses", "racing_pairs", "race", "find_races", "OUT_OF_ORDER"]
 
 
 class Access(NamedTuple):  # a tuple: one per access of every event, tens of thousands
@@ -291,23 +291,76 @@ def race(a: Access, b: Access, order: Order) -> bool:
     return not (_ordered(order, a, b) or _ordered(order, b, a))
 
 
+OUT_OF_ORDER = "out-of-order landing on one link"
+
+
+def _in_order(acc: Access, fifo: DmaEnds) -> Access:
+    """The access with its interval as the in-order model ends it (`order.dma_ends`)."""
+    if not isinstance(acc.start.action, DmaStart):
+        return acc
+    ends = fifo.write_end if acc.write else fifo.read_end
+    return acc._replace(end=ends.get(acc.start))
+
+
+def _out_of_order_text(program: Program, fed: dict, accs: tuple[Access, ...], fifo: DmaEnds) -> str:
+    """Which two DMAs of one link the race needs to land out of order: the copy whose
+    interval the in-order model ends earlier, and a copy started after it on the same link
+    whose bytes its wait may count."""
+    for acc in accs:
+        if not isinstance(acc.start.action, DmaStart) or _in_order(acc, fifo).end is acc.end:
+            continue
+        x, a = acc.start, acc.start.action
+        key = link(x)
+        sem = a.recv_sem if acc.write else a.send_sem
+        later = next((ev for ev in fed.get(sem, []) if ev.device == x.device and ev.index > x.index
+                      and link(ev) == key and isinstance(ev.action, DmaStart)), None)
+        side = "land" if acc.write else "finish being read"
+        if later is None or key is None:
+            break
+        return (f" [relies on {OUT_OF_ORDER}: copy `{later.action.copy}` ({program.where(later)}), started after "
+                f"copy `{a.copy}` ({program.where(x)}) on the link from device {program.label(key[0])} to device "
+                f"{program.label(key[1])}, must {side} before it does; with --dma-order in-order this race goes away]")
+    return f" [relies on {OUT_OF_ORDER}; with --dma-order in-order this race goes away]"
+
+
 def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
-               devices: set[int] | None = None) -> list[Finding]:
+               devices: set[int] | None = None,
+               in_order: "DmaEnds | Callable[[], DmaEnds] | None" = None) -> list[Finding]:
     """Races on the memory of `devices` (default: every device; one suffices when the
-    program is `symmetry.memory_symmetric`)."""
+    program is `symmetry.memory_symmetric`). One finding per pair of ops (YAML lines).
+
+    With `in_order` (the DMA intervals of the in-order model, computed for the same
+    devices), every finding whose pair of ops races under `ends` in no instance under
+    `in_order` is labelled as relying on out-of-order landing on one link (`relies_on`):
+    exactly the findings that `--dma-order in-order` does not report."""
     by_memory: dict[tuple[int, str], list[Access]] = defaultdict(list)
     for acc in accesses(program, ends):
         if devices is not None and acc.region.device not in devices:
             continue
         by_memory[(acc.region.device, acc.region.buffer)].append(acc)
     findings: list[Finding] = []
-    seen: set[tuple] = set()
+    pairs: dict[tuple, tuple[Access, Access]] = {}
+    robust: set[tuple] = set()   # pairs of ops that race under the in-order model too
+
+    def settled() -> bool:
+        return len(findings) >= limit and (in_order is None or len(robust) == len(pairs))
+
     for group in by_memory.values():
+        if settled():
+            break
         for a, b in racing_pairs(group, order):
+            if callable(in_order):
+                in_order = in_order()
             key = tuple(sorted([(a.start.line, a.write), (b.start.line, b.write)]))
-            if key in seen:
+            if key not in pairs and len(findings) >= limit:
+                if settled():
+                    break
+                continue  # past the limit: only deciding the labels of the findings made
+            if in_order is not None and key not in robust and race(_in_order(a, in_order), _in_order(b, in_order), order):
+                robust.add(key)
+            if key in pairs:
                 continue  # one finding per pair of ops, either way round; the first explains it
-            seen.add(key)
+            pairs[key] = (a, b)
             first, second = (a, b) if not a.point else (b, a)
             if not second.point and second.end is None and first.end is not None:
                 first, second = second, first  # explain the copy that never ends
@@ -321,6 +374,10 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
             at, other = (first, second) if _is_boundary(second) else (second, first)
             findings.append(Finding("race", msg, event=at.start, related=[other.start],
                                     trace=_witness(program, first, second)))
-            if len(findings) >= limit:
-                return findings
+    if in_order is not None and len(robust) < len(pairs):
+        fed = feeders(program)
+        for f, (key, pair) in zip(findings, pairs.items()):
+            if key not in robust:
+                f.relies_on = OUT_OF_ORDER
+                f.message += _out_of_order_text(program, fed, pair, in_order)
     return findings

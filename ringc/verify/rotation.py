@@ -58,6 +58,7 @@ class Torus:
         self.strides = tuple(prod(self.shape[i + 1:]) for i in range(len(self.shape)))
         self.ring = len(self.shape) == 1  # the common case, with shortcuts below
         self._coords: list[tuple[int, ...]] | None = None
+        self._adders: dict[int, list[int]] = {}
 
     def coord(self, j: int) -> tuple[int, ...]:
         if self._coords is None:  # asked per translated term: one table of N tuples
@@ -75,6 +76,17 @@ class Torus:
         if self.ring:
             return (a + b) % self.n
         return self.flat(x + y for x, y in zip(self.coord(a), self.coord(b)))
+
+    def adder(self, t: int) -> list[int]:
+        """The translation by t as a table: `adder(t)[j] == add(j, t)` (one list of N per
+        translation asked for; the quotient asks for a device's few neighbours)."""
+        table = self._adders.get(t)
+        if table is None and self.ring:
+            table = self._adders[t] = [(j + t) % self.n for j in range(self.n)]
+        elif table is None:
+            c = self.coord(t)
+            table = self._adders[t] = [self.flat(x + y for x, y in zip(self.coord(j), c)) for j in range(self.n)]
+        return table
 
     def neg(self, a: int) -> int:
         return -a % self.n if self.ring else self.flat(-x for x in self.coord(a))
@@ -103,6 +115,46 @@ class Torus:
                     out.add(b * s)
                     b += size
         return sorted(out)
+
+    def image(self, lo: int, hi: int, t: int) -> list[tuple[int, int]]:
+        """The ids [lo, hi) translated by t, as maximal runs [y0, y1) in increasing order.
+        Row-major, [lo, hi) is at most 2k - 1 aligned blocks (k axes): outer coordinates
+        fixed, one coordinate c_i in an interval, the inner ones whole. A translation
+        moves the fixed coordinates, the interval (cut in two where it wraps) and keeps
+        the whole ones whole, so each block's image is one or two runs: O(k) work, where
+        `runs` cuts at every wrap of an inner axis (N / N_k pieces for a whole torus)."""
+        if self.ring:
+            y0 = (lo + t) % self.n
+            y1 = y0 + hi - lo
+            if y1 <= self.n or hi - lo == self.n:
+                return [(y0, y1)] if y1 <= self.n else [(0, self.n)]
+            return [(0, y1 - self.n), (y0, self.n)]
+        shape, strides, tc = self.shape, self.strides, self.coord(t)
+        out: list[tuple[int, int]] = []
+        cur = lo
+        while cur < hi:
+            for i, s in enumerate(strides):  # the outermost axis whose blocks start at cur
+                if cur % s:
+                    continue
+                c = cur // s % shape[i]
+                m = min((hi - cur) // s, shape[i] - c)
+                if m:
+                    break
+            base = sum(((cur // strides[j] % shape[j]) + tc[j]) % shape[j] * strides[j] for j in range(i))
+            a = (c + tc[i]) % shape[i]
+            first = min(m, shape[i] - a)
+            out.append((base + a * s, base + (a + first) * s))
+            if first < m:
+                out.append((base, base + (m - first) * s))
+            cur += m * s
+        out.sort()
+        merged = [out[0]]
+        for y0, y1 in out[1:]:
+            if y0 == merged[-1][1]:
+                merged[-1] = (merged[-1][0], y1)
+            else:
+                merged.append((y0, y1))
+        return merged
 
     def runs(self, lo: int, hi: int, t: int, extra: Iterable[int] = ()) -> list[tuple[int, int, int]]:
         """[lo, hi) translated by t, as (x0, x1, image of x0): sub-runs whose image is the
@@ -147,7 +199,7 @@ class Rot:
 
     def __init__(self, k: int, terms: tuple[tuple[Atom, int], ...], shape: tuple[int, ...]):
         self.k, self.terms, self.shape = k, terms, shape
-        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.key`)
+        self.key = (Rot, k, terms)  # for memo keys (`RotationUnroller.keyed`)
 
     @staticmethod
     def coordinate(axis: int, shape: tuple[int, ...]) -> "int | Rot":
@@ -156,9 +208,10 @@ class Rot:
         return _make(0, [((0, unit, shape[axis]), 1)], shape)
 
     @staticmethod
-    def translate(t: int, shape: tuple[int, ...]) -> "int | Rot":
-        """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0."""
-        torus = Torus(shape)
+    def translate(t: int, shape: tuple[int, ...], torus: "Torus | None" = None) -> "int | Rot":
+        """The flat id of d + t: sum_i stride_i * ((d_i + t_i) mod N_i); `me` is t = 0.
+        (`torus`: `Torus(shape)`, if the caller has it.)"""
+        torus = torus or Torus(shape)
         return _make(0, [((ti, tuple(int(i == j) for j in range(len(shape))), size), s)
                          for i, (ti, s, size) in enumerate(zip(torus.unflat(t), torus.strides, shape))], shape)
 
@@ -263,6 +316,13 @@ class Rot:
 
     __rfloordiv__ = __rmod__
 
+    def _bitwise(self, *other: Any) -> Any:
+        # `me ^ (1 << k)` (a hypercube partner) is a reflection, not a translation
+        raise NotRotational("a bitwise operation on the device id")
+
+    __xor__ = __rxor__ = __and__ = __rand__ = __or__ = __ror__ = _bitwise
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _bitwise
+
 
 class Unknown:
     """A `let:` or builtin value the symbol cannot express (in 2-D, `left` = `(me - 1) % N`
@@ -278,6 +338,8 @@ class Unknown:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = __rmod__ = _use
     __floordiv__ = __rfloordiv__ = __neg__ = __bool__ = __index__ = __int__ = _use
+    __xor__ = __rxor__ = __and__ = __rand__ = __or__ = __ror__ = _use
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _use
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _use
     __hash__ = object.__hash__
 
@@ -290,7 +352,7 @@ def at0(v: "int | Rot") -> int:
 def device_offset(v: "int | Rot", torus: Torus) -> int:
     """t such that v(d) = d + t (as a translation) on every device, or NotRotational."""
     t = at0(v)
-    want = Rot.translate(t % torus.n, torus.shape) if 0 <= t < torus.n else None
+    want = Rot.translate(t % torus.n, torus.shape, torus) if 0 <= t < torus.n else None
     if isinstance(v, Rot) and v.same(want):
         return t
     raise NotRotational(f"a target that is not a translation of the device: {v!r}")
@@ -330,8 +392,7 @@ class RotationUnroller(Unroller):
     def me_axis(self, i: int, axis: str) -> Any:
         return self.symbols[1 + i]
 
-    def key(self, value: Any) -> Any:
-        return value.key if type(value) is Rot else super().key(value)
+    keyed = {**Unroller.keyed, Rot: lambda v: v.key}
 
     def target(self, e: E.Expr, line: int) -> int:
         return device_offset(self.ev(e, line), self.torus)

@@ -529,11 +529,14 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
         longest = max((g.box[0][1] - g.box[0][0] for g in got), default=0)
         for w in collective.expected(n, d, shapes, buffers):
             lo, hi = w.box[0]
+            # Canonical once for the whole box, then restricted to each overlap (a psum's
+            # meaning lists N terms, which merge into one run: not once per output block).
+            want = canonical_value(w.value, w.box)
             for g in got[bisect_left(starts, lo - longest + 1):bisect_left(starts, hi)]:
                 ix = _intersect(g.box, w.box)
                 if ix is None:
                     continue
-                gv, wv = canonical_value(g.value, ix), canonical_value(w.value, ix)
+                gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
                 if gv != wv and _unit_products(gv) != _unit_products(wv):
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
     return found

@@ -18,7 +18,7 @@ from ..ir.dtypes import itemsize
 from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_size_env, builtin_exprs, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, builtin_exprs, inline_static_lets, pipeline_windows, walk_ops
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
@@ -127,7 +127,7 @@ class _Context:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
         extent, say so in those terms, with the blocks that use it."""
         if isinstance(size, E.BinOp) and size.op == "//":
-            extent, block = (E.evaluate(e, self.static) for e in (size.left, size.right))
+            extent, block = (E.evaluate(inline_static_lets(self.s, e), self.static) for e in (size.left, size.right))
             if block > 0 and extent % block:
                 users = [f"`{n}` [{', '.join(E.to_text(d) for d in spec.block)}]" for n, spec in op.specs.items()
                          if any(size.right == d for d in spec.block)]
@@ -145,11 +145,12 @@ class _Context:
                fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
         out = []
         for d in dims:
-            try:
-                v = E.evaluate(d, self.static, exact_division=True)
+            try:  # a static let in a shape is inlined: its divisions are exact too
+                v = E.evaluate(inline_static_lets(self.s, d), self.static, exact_division=True)
             except E.ExprError as e:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
-                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line, fix=fix) from None
+                raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
+                                    fix=getattr(e, "fix", None) or fix) from None
             if v <= 0:
                 raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
                                     file=self.s.file, line=line, fix="sizes must be at least 1")
@@ -183,6 +184,7 @@ class Unroller:
         # points repeat earlier ones: see `memoized`.
         self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.memo: dict[tuple, Any] = {}
+        self.windows: dict[tuple[str, int, int], Region] = {}
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -194,26 +196,30 @@ class Unroller:
         try:
             return E.evaluate(e, self.env)
         except E.ExprError as err:
-            self.fail(line, str(err), "guard the op with `when:` or fix the expression")
+            self.fail(line, str(err), getattr(err, "fix", None) or "guard the op with `when:` or fix the expression")
 
-    def key(self, value: Any) -> Any:
-        """`value` as part of a dictionary key (see `rotation.py` for symbolic values).
-        True is kept apart from 1: it would compute the same, but print as `True`."""
-        return (bool, value) if isinstance(value, bool) else value
+    # How a value of each type stands in a dictionary key (see `rotation.py` for symbolic
+    # values); other values stand for themselves. True is kept apart from 1: it would
+    # compute the same, but print as `True`.
+    keyed: dict[type, Callable[[Any], Any]] = {bool: lambda v: (bool, v)}
 
     def memoized(self, node: Any, compute: Callable[..., Any], *args: Any) -> Any:
         """`compute(*args)`, memoized on the values of the names `node` reads and the window
-        slots of the blocks it names. Errors are raised the first time, never memoized."""
+        slots of the blocks it names. Errors are raised the first time, never memoized.
+        (The key is flat: a node always reads the same names, so its parts cannot shift.)"""
         inputs = self.inputs.get(id(node))
         if inputs is None:
             inputs = self.inputs[id(node)] = node_inputs(self.s, node)
         names, blocks = inputs
-        env, slots = self.env, self.window_slot
-        key = (id(node), tuple([self.key(env.get(n, _MISSING)) for n in names]),
-               tuple([slots.get(b) for b in blocks]) if slots else ())
-        if key not in self.memo:
-            self.memo[key] = compute(*args)
-        return self.memo[key]
+        env, keyed = self.env, self.keyed
+        key = (id(node), *[v if (f := keyed.get(type(v))) is None else f(v)
+                           for v in [env.get(n, _MISSING) for n in names]])
+        if blocks and self.window_slot:
+            key += tuple([self.window_slot.get(b) for b in blocks])
+        value = self.memo.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.memo[key] = compute(*args)
+        return value
 
     def value(self, e: E.Expr, line: int) -> Any:
         return self.memoized(e, self.ev, e, line)
@@ -322,9 +328,26 @@ class Unroller:
         return out
 
     def window(self, buffer: str, slot: int) -> Region:
-        shape = self.ctx.shapes[buffer]
-        box = ((slot, slot + 1), *((0, d) for d in shape[1:]))
-        return Region(buffer, self.device, box, tuple(range(1, len(shape))), self.ctx.itemsize[buffer])
+        key = (buffer, slot, self.device)  # the same region at every point: made once
+        region = self.windows.get(key)
+        if region is None:
+            shape = self.ctx.shapes[buffer]
+            box = ((slot, slot + 1), *((0, d) for d in shape[1:]))
+            region = self.windows[key] = Region(buffer, self.device, box, tuple(range(1, len(shape))),
+                                                self.ctx.itemsize[buffer])
+        return region
+
+    def block_inputs(self, op: S.Pipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What a pipeline's blocks depend on: the names its block specs' refs and block
+        indices read (the inner grid names among them are set by the pipeline itself)."""
+        names: set[str] = set()
+        refs: set[str] = set()
+        for spec in op.specs.values():
+            for node in (spec.ref, *spec.index):
+                n, r = node_inputs(self.s, node)
+                names.update(n)
+                refs.update(r)
+        return tuple(sorted(names)), tuple(sorted(refs))
 
     def pipeline(self, op: S.Pipeline, out: list[Event], inv: int) -> None:
         """`emit_pipeline` as the local DMAs and waits Pallas' pipeline scheduler issues
@@ -334,7 +357,9 @@ class Unroller:
         outputs whose block changes next written back, and the previous write-back waited
         for. Each window slot has its own DMA semaphore, as in Pallas."""
         points = list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)])))
-        blocks = self.blocks(op, points)
+        if id(op) not in self.inputs:
+            self.inputs[id(op)] = self.block_inputs(op)
+        blocks = self.memoized(op, self.blocks, op, points)  # the same for most outer points
         last = len(points) - 1
         outer_env = self.env
         slots = {name: {"copy": 0, "wait": 0} for name in op.specs}

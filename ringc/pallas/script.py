@@ -1,0 +1,454 @@
+"""`ringc check script.py` for code as published: a script (or a notebook's code cells) that
+builds its inputs and runs its kernels at top level, with no `build(mesh)`.
+
+The tutorial's kernels, for example, are notebook cells: `num_devices =
+jax.local_device_count()`, an `assert` that the devices are TPUs, a mesh over every device,
+then `jax.jit(jax.shard_map(kernel, ...))(input_arr)` next to the `lax` reference. ringc runs
+such a script as it is, on N CPU devices, and *captures* every top-level call of a jitted
+function whose program contains a `pallas_call` instead of running it:
+
+- `jax.devices()`, `jax.local_devices()`, `jax.device_count()` and `jax.local_device_count()`
+  answer with N CPU devices (`--devices N`), and `jax.make_mesh` and
+  `mesh_utils.create_device_mesh` build their meshes over them;
+  `jax.make_mesh` without `axis_types` makes Auto axes, as it did before JAX made Explicit
+  axes the default (the scripts were written for that default).
+- A call whose jaxpr holds a `pallas_call` is recorded (its closed jaxpr and the argument
+  values) and returns zeros of the output shapes: the kernel is checked, not run. Every
+  other computation (input generation, the `lax` reference) runs on CPU as usual.
+- Top-level statements run one by one. One that raises (an `assert` that the devices are
+  TPUs, a print of a placeholder result) is reported as a note with its line, and the
+  script continues with the next statement, the way a notebook runs its next cell; the
+  verdict lists every such note, so nothing is skipped silently.
+- A later call that computes exactly one `lax` collective under `shard_map` on the same input
+  array as a captured kernel (the tutorial's `xla_result`) names the meaning to check that
+  kernel against.
+
+Each captured call is then checked like a module's `build(mesh)`: `importer.check_traced`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import math
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..ir.errors import ScheduleError
+from .jaxprs import walk_eqns
+
+__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info"]
+
+# `lax` collective primitive -> the ringc collective it computes (see `_reference`).
+_LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
+                    "psum_invariant": "psum", "reduce_scatter": "psum_scatter", "all_to_all": "all_to_all"}
+
+
+@dataclass
+class Capture:
+    """One top-level call of a jitted function that runs pallas_calls."""
+    jaxpr: Any                    # the call's ClosedJaxpr
+    args: list[Any]               # the argument arrays (values feed scalar prefetch)
+    line: int                     # the script line that made the call
+    name: str                     # the jitted function's name
+    arg_ids: tuple[int, ...]      # id() of each argument array, to pair the lax reference
+    reference: dict | None = None  # {"kind": ..., "shift": ...}: the lax collective run on the same input
+    reference_line: int = 0        # where the script computes that reference
+    test: str | None = None        # the test method that made the call (a test module)
+    copies: int = 0                # identical calls after it (parameterized tests), checked once
+
+
+@dataclass
+class Script:
+    path: str
+    n: int
+    captures: list[Capture] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    test: str | None = None        # the test running now
+    seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
+
+
+def is_script(source: str) -> bool:
+    """A module without `build`: ringc runs it as a script (and reports a syntax error at its line)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    return not any(isinstance(s, (ast.FunctionDef, ast.Assign)) and
+                   (getattr(s, "name", None) == "build" or
+                    any(isinstance(t, ast.Name) and t.id == "build" for t in getattr(s, "targets", [])))
+                   for s in tree.body)
+
+
+def script_source(path: str) -> str:
+    """The Python to run: the file itself, or a notebook's code cells (MyST `.md` or `.ipynb`)
+    with every other line blank, so that a line number in the result is the line in the
+    `.md` file (for `.ipynb`, in the JSON file)."""
+    p = Path(path)
+    text = p.read_text()
+    if p.suffix == ".md":
+        return _myst_code(text)
+    if p.suffix == ".ipynb":
+        return _ipynb_code(path, text)
+    return text
+
+
+def _blank_magic(line: str) -> str:
+    """IPython magics and shell escapes are not Python: blank them (they do not run kernels)."""
+    return "" if line.lstrip().startswith(("%", "!")) else line
+
+
+def _myst_code(text: str) -> str:
+    """A MyST notebook runs its `{code-cell}` blocks (a ```python fence there is prose: an
+    API signature, say); plain Markdown with no code cells runs its ```python fences."""
+    out: list[str] = []
+    cell = header = False
+    opens = ("```{code-cell}",) if "```{code-cell}" in text else ("```python", "```python3", "```py")
+    for line in text.splitlines():
+        fence = line.strip()
+        if not cell and (fence.startswith("```{code-cell}") if opens[0] == "```{code-cell}" else fence in opens):
+            cell, header = True, fence.startswith("```{code-cell}")
+            out.append("")
+            continue
+        if cell and fence == "```":
+            cell = False
+            out.append("")
+            continue
+        if cell and header:  # a code cell's `---` options block, or its first line of code
+            if fence == "---":
+                header = "open" if header is True else False
+                out.append("")
+                continue
+            if header == "open" or fence.startswith(":"):
+                out.append("")
+                continue
+            header = False
+        out.append(_blank_magic(line) if cell else "")
+    return "\n".join(out) + "\n"
+
+
+def _ipynb_code(path: str, text: str) -> str:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScheduleError(f"not a notebook: {e.msg}", file=path, line=e.lineno,
+                            fix="give a .ipynb file in Jupyter's JSON format, or a .py script") from None
+    lines = text.splitlines()
+    out = [""] * (len(lines) + 1)
+    cursor = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", [])
+        src = src if isinstance(src, list) else src.splitlines(keepends=True)
+        for s in src:
+            encoded = json.dumps(s)[1:-1]
+            k = next((i for i in range(cursor, len(lines)) if encoded in lines[i]), None)
+            if k is None:  # a notebook written on one line: keep the cell's order, not its lines
+                out.append(_blank_magic(s.rstrip("\n")))
+                continue
+            out[k] = _blank_magic(s.rstrip("\n"))
+            cursor = k + 1
+    return "\n".join(out) + "\n"
+
+
+def _small_int_bytes(a: Any) -> bytes:
+    """A small integer argument's values (they may steer the kernel: a routing table), else b""."""
+    if np.issubdtype(np.dtype(a.dtype), np.integer) and np.size(a) <= 1 << 16:
+        return np.asarray(a).tobytes()
+    return b""
+
+
+def _kernel_names(jaxpr: Any) -> str:
+    """The kernels a call runs, by their Python names: `right_permute_kernel`."""
+    names = []
+    for e in walk_eqns(jaxpr):
+        if e.primitive.name == "pallas_call":
+            debug = getattr(e.params.get("jaxpr"), "debug_info", None)
+            name = e.params.get("name") or getattr(debug, "func_name", None) or "kernel"
+            if name not in names:
+                names.append(name)
+    return ", ".join(names)
+
+
+def _reference(jaxpr: Any) -> dict | None:
+    """The one `lax` collective that a jitted `shard_map` computes, if that is all it does
+    (besides reshapes and the like): {"kind", "shift"}."""
+    found = [e for e in walk_eqns(jaxpr) if e.primitive.name in _LAX_COLLECTIVES]
+    if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in walk_eqns(jaxpr)):
+        return None
+    e = found[0]
+    kind = _LAX_COLLECTIVES[e.primitive.name]
+    if kind == "ppermute":
+        perm = e.params["perm"]
+        n = len(perm)
+        shifts = {(dst - src) % n for src, dst in perm}
+        if len(shifts) != 1 or sorted(s for s, _ in perm) != list(range(n)):
+            return None
+        return {"kind": kind, "shift": shifts.pop()}
+    if kind == "all_gather" and not e.params.get("tiled", False) and e.params.get("all_gather_dimension", 0) != 0:
+        return None
+    if kind == "psum_scatter" and e.params.get("scatter_dimension", 0) != 0:
+        return None
+    return {"kind": kind}
+
+
+def _caller_line(path: str) -> int:
+    """The last frame of the user's script on the stack: the line that made the call."""
+    target = os.path.abspath(path)
+    line = 0
+    for frame in traceback.extract_stack():
+        if os.path.abspath(frame.filename) == target:
+            line = frame.lineno or line
+    return line
+
+
+@contextlib.contextmanager
+def _devices(n: int, notes: list[str]) -> Iterator[None]:
+    """`jax.devices()` and friends answer with the first n CPU devices; `jax.make_mesh` uses
+    them, with Auto axes unless the script names axis types."""
+    import jax
+    from jax.sharding import AxisType
+    devices = jax.devices()[:n]
+    if len(devices) < n:
+        raise ScheduleError(f"ringc runs the script on {n} CPU devices, but JAX has {len(devices)}",
+                            fix=f"set XLA_FLAGS=--xla_force_host_platform_device_count={n} before jax starts "
+                                "(the CLI does this itself)")
+    saved = {k: getattr(jax, k) for k in ("devices", "local_devices", "device_count", "local_device_count",
+                                          "make_mesh")}
+    make_mesh = saved["make_mesh"]
+
+    def mesh(axis_shapes, axis_names, *args, axis_types=None, devices=None, **kw):
+        if devices is None:
+            devices = jax.devices()[:math.prod(axis_shapes)]
+        if axis_types is None:
+            axis_types = (AxisType.Auto,) * len(axis_shapes)
+            text = "jax.make_mesh without axis_types makes Auto axes (JAX's default when such scripts were written)"
+            if text not in notes:
+                notes.append(text)
+        return make_mesh(axis_shapes, axis_names, *args, axis_types=axis_types, devices=devices, **kw)
+
+    from jax.experimental import mesh_utils
+    create_device_mesh = mesh_utils.create_device_mesh
+
+    def device_mesh(mesh_shape, devices=None, *args, **kw):
+        return create_device_mesh(mesh_shape, jax.devices() if devices is None else devices, *args, **kw)
+
+    mesh_utils.create_device_mesh = device_mesh
+    jax.devices = lambda backend=None: list(devices)
+    jax.local_devices = lambda process_index=None, backend=None: list(devices)
+    jax.device_count = lambda backend=None: n
+    jax.local_device_count = lambda backend=None: n
+    jax.make_mesh = mesh
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(jax, k, v)
+        mesh_utils.create_device_mesh = create_device_mesh
+
+
+@contextlib.contextmanager
+def _capturing(script: Script) -> Iterator[None]:
+    """Top-level jitted calls that run pallas_calls are recorded and return zeros; a call that
+    computes one lax collective on a captured call's input names that call's meaning."""
+    from jax._src import pjit
+    run = pjit._pjit_call_impl_python
+
+    def impl(*args, jaxpr, **params):
+        ids = tuple(id(a) for a in args)
+        def zeros():
+            import jax  # jax arrays, so that `.block_until_ready()` and the like work on them
+            return [jax.device_put(np.zeros(v.aval.shape, v.aval.dtype)) for v in jaxpr.jaxpr.outvars], None, None, []
+
+        kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        if kernels:
+            line = _caller_line(script.path)
+            # Parameterized tests run one kernel many times with other interpret settings: check it once.
+            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
+                   tuple((a.shape, str(a.dtype), _small_int_bytes(a)) for a in args if hasattr(a, "shape")))
+            if key in script.seen:
+                script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
+                script.seen[key].copies += 1
+                return zeros()
+            script.seen[key] = cap = Capture(jaxpr, list(args), line, _kernel_names(jaxpr.jaxpr), ids,
+                                             test=script.test)
+            script.captures.append(cap)
+            return zeros()
+        ref = _reference(jaxpr.jaxpr)
+        if ref is not None:
+            for c in reversed(script.captures):
+                if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):
+                    c.reference, c.reference_line = ref, _caller_line(script.path)
+                    return zeros()  # the reference only names the meaning: its values are not needed
+        return run(*args, jaxpr=jaxpr, **params)
+
+    pjit._pjit_call_impl_python = impl
+    try:
+        yield
+    finally:
+        pjit._pjit_call_impl_python = run
+
+
+@contextlib.contextmanager
+def _claim_tpu() -> Iterator[None]:
+    """JAX's test helpers answer as on a TPU (`jtu.test_device_matches(["tpu"])`,
+    `jtu.is_device_tpu_at_least(4)`): for tests that skip themselves off TPU. Nothing runs
+    the kernels, so nothing depends on the claim but which tests run."""
+    try:
+        from jax._src import test_util as jtu
+    except ImportError:
+        yield
+        return
+    saved = {k: getattr(jtu, k) for k in ("test_device_matches", "is_device_tpu_at_least", "is_device_tpu",
+                                          "device_under_test")}
+    jtu.test_device_matches = lambda types: "tpu" in list(types)
+    jtu.is_device_tpu_at_least = lambda version: True
+    jtu.is_device_tpu = lambda version=None, variant="": True
+    jtu.device_under_test = lambda: "tpu"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(jtu, k, v)
+
+
+def _run_tests(script: Script, env: dict) -> None:
+    """What `unittest.main()` / `absltest.main()` does for a test module, under ringc: run
+    every test method of the module's TestCase classes, one at a time, the kernel calls
+    captured and titled with the test. A test that skips itself is run again with JAX's test
+    helpers answering as on a TPU (`_claim_tpu`); one that still skips is a note. Test
+    failures are expected (the kernels' results are placeholders) and are not reported."""
+    import unittest
+    classes = [v for v in list(env.values())
+               if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == env["__name__"]]
+    loader = unittest.TestLoader()
+    for cls in classes:
+        for test in loader.loadTestsFromTestCase(cls):
+            name = test.id().rsplit(".", 2)[-2:]
+            script.test = ".".join(name)
+            before = sum(c.copies for c in script.captures)
+            for claim in (contextlib.nullcontext(), _claim_tpu()):
+                result = unittest.TestResult()
+                with claim:
+                    test.run(result)
+                if not result.skipped:
+                    break
+            else:
+                script.notes.append(f"test {script.test} skipped itself ({result.skipped[0][1][:100]}): its kernels "
+                                    "were not checked")
+                continue
+            trouble = result.errors + result.failures
+            if trouble and not any(c.test == script.test for c in script.captures) and not _copied(script, before):
+                last = _exception_line(trouble[0][1])
+                script.notes.append(f"test {script.test} stopped before any kernel call ({last[:160]}): its "
+                                    "kernels were not checked")
+    script.test = None
+
+
+def _exception_line(tb: str) -> str:
+    """The `Type: message` line of a formatted traceback (JAX appends notes after it)."""
+    lines = [ln for ln in tb.strip().splitlines() if ln and not ln[0].isspace()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if head.replace(".", "").replace("_", "").isalnum() and ("Error" in head or "Exception" in head):
+            return ln
+    return lines[-1] if lines else tb.strip()[-160:]
+
+
+def _copied(script: Script, before: int) -> bool:
+    """The test made a call identical to an earlier one (a parameterized copy)."""
+    return sum(c.copies for c in script.captures) > before
+
+
+@contextlib.contextmanager
+def _test_main(script: Script, env: dict) -> Iterator[None]:
+    """`unittest.main` and `absltest.main` run the module's tests under ringc (`_run_tests`);
+    `jtu.request_cpu_devices` keeps ringc's devices."""
+    import unittest
+    patches = [(unittest, "main")]
+    try:
+        from absl.testing import absltest
+        patches.append((absltest, "main"))
+    except ImportError:
+        pass
+    try:
+        from jax._src import test_util as jtu
+        patches.append((jtu, "request_cpu_devices"))
+    except ImportError:
+        pass
+    try:  # JAX's interpret tests read the race detector's state after a call: give them a fresh one
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+        if ipc.races is None:
+            patches.append((ipc, "races"))
+    except ImportError:
+        ipc = None
+    saved = [(m, k, getattr(m, k)) for m, k in patches]
+
+    def main(*args, **kwargs):
+        _run_tests(script, env)
+
+    for m, k in patches:
+        if k == "races":
+            from jax._src.pallas.mosaic.interpret.race_detection_state import RaceDetectionState
+            setattr(m, k, RaceDetectionState(num_cores=1))
+        else:
+            setattr(m, k, (lambda nr_devices: None) if k == "request_cpu_devices" else main)
+    argv, sys.argv = sys.argv, [script.path]  # absl parses flags from sys.argv
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        for m, k, v in saved:
+            setattr(m, k, v)
+
+
+def register_cpu_tpu_info() -> None:
+    """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer v5e (one
+    TensorCore), as the importer's abstract mesh does."""
+    from jax._src.pallas.mosaic import tpu_info
+    tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+
+
+def run_script(path: str, n: int, log: Any) -> Script:
+    """Run the script at `path` on n CPU devices, capturing its kernel calls."""
+    from .compat import aliases
+    source = script_source(path)
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as e:
+        raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
+                            fix="fix the syntax; ringc runs the script as Python") from None
+    script = Script(path, n)
+    register_cpu_tpu_info()
+    env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__}
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
+        with _devices(n, script.notes), _capturing(script), aliases(log), _test_main(script, env), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            for stmt in tree.body:
+                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+                try:
+                    exec(code, env)
+                except SystemExit:
+                    script.notes.append(f"line {stmt.lineno}: the script exited; statements after it did not run")
+                    break
+                except KeyboardInterrupt:
+                    raise
+                except Exception as e:  # a notebook cell that fails: note it, run the next statement
+                    first = str(e).splitlines()[0] if str(e) else ""
+                    script.notes.append(f"line {stmt.lineno}: {type(e).__name__}: {first[:160]} "
+                                        "(ringc ran the next statement)")
+    finally:
+        sys.path.remove(folder)
+    return script
