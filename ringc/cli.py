@@ -323,7 +323,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
     sched = _load(args.file, args.param)
     if not args.unchecked:
         from .jaxapi import check_before_emit, refusal
-        reports = check_before_emit(sched, args.devices)
+        reports, refused = check_before_emit(sched, args.devices)
+        for e in refused:
+            print(f"note: not checked there: {e.message}", file=sys.stderr)
         if not all(r.ok for r in reports):
             err = refusal(sched, reports)
             print(str(err), file=sys.stderr)

@@ -32,7 +32,7 @@ __all__ = ["CHECK_SIZES", "check_topologies", "check_before_emit", "refusal", "i
 
 # Device counts `ringc emit` and `ringc.kernel` check a one-axis schedule at: the smallest
 # ring (left = right), an odd one and an even one beyond it.
-CHECK_SIZES = (2, 3, 4)
+CHECK_SIZES = (2, 3, 4)  # sizes a schedule refuses (log2(N) at N = 3) are skipped
 
 
 def check_topologies(sched: Schedule, devices: Iterable[int] | None = None) -> list[tuple[int | None, str]]:
@@ -64,17 +64,25 @@ def _square(n: int, k: int) -> tuple[int, ...] | None:
     return min(shapes, key=lambda sh: (max(sh) - min(sh), sh)) if shapes else None
 
 
-def check_before_emit(sched: Schedule, devices: Iterable[int] | None = None) -> list:
-    """`ringc.check` reports of `sched` on `check_topologies(sched, devices)`, in order,
-    up to the first that fails."""
+def check_before_emit(sched: Schedule, devices: Iterable[int] | None = None) -> tuple[list, list[ScheduleError]]:
+    """`ringc.check` reports of `sched` on `check_topologies(sched, devices)`, in order, up
+    to the first that fails; and the sizes the schedule itself refuses (a ScheduleError such
+    as `log2(N)` of an N that is not a power of two: its kernel refuses that N too), which
+    are skipped. If it refuses every size, the first refusal is raised."""
     from .verify import check
 
-    reports = []
+    reports, refused = [], []
     for n, topo in check_topologies(sched, devices):
-        reports.append(check(sched, n, topology=topo))
+        try:
+            reports.append(check(sched, n, topology=topo))
+        except ScheduleError as e:
+            refused.append(e)
+            continue
         if not reports[-1].ok:
             break
-    return reports
+    if not reports:
+        raise refused[0]
+    return reports, refused
 
 
 def refusal(sched: Schedule, reports: list) -> ScheduleError:
@@ -120,7 +128,7 @@ def kernel(source: str | Path | Schedule, *, unchecked: bool = False, devices: I
     else:
         sched = load(source, dict(params or {}))
     if not unchecked:
-        reports = check_before_emit(sched, devices)
+        reports, _ = check_before_emit(sched, devices)
         if not all(r.ok for r in reports):
             raise refusal(sched, reports)
     return import_kernel(sched)
