@@ -2,7 +2,8 @@
 
     sched = ringc.load("schedules/all_reduce_ring.yaml")
     report = ringc.check(sched, 8)          # hangs, balance, races, semantics
-    source = ringc.emit(sched)              # a Pallas TPU kernel module
+    source = ringc.emit(sched)              # a Pallas TPU kernel module (text)
+    module = ringc.kernel(sched)            # checked, emitted, imported: module.kernel(x, axis_name="i")
     result = ringc.compile_for(sched, "v5e:2x2")  # the real TPU compiler, no TPU needed
 """
 
@@ -14,6 +15,15 @@ def emit(schedule: Schedule) -> str:
     """The Pallas TPU kernel module for `schedule`, as Python source text."""
     from .codegen import emit as _emit
     return _emit(schedule)
+
+
+def kernel(source, *, unchecked: bool = False, devices=None, params=None):
+    """The kernel module of a schedule (a path or a loaded Schedule): checked first, then
+    emitted and imported in memory, no file written. Its `kernel(*shards, axis_name=...)` is
+    the per-shard call for your own shard_map (docs/jax-api.md). Raises ScheduleError with
+    the findings when the check fails, unless `unchecked`."""
+    from .jaxapi import kernel as _kernel
+    return _kernel(source, unchecked=unchecked, devices=devices, params=params)
 
 
 def compile_for(schedule: Schedule, target: str, **params: int):
@@ -31,5 +41,5 @@ def check_pallas(fn, args, mesh, collective=None, **kw):
     return _check_pallas(fn, args, mesh, collective, **kw)
 
 
-__all__ = ["check_pallas", "load", "load_text", "check", "emit", "compile_for", "Schedule", "ScheduleError", "Report"]
+__all__ = ["check_pallas", "load", "load_text", "check", "emit", "kernel", "compile_for", "Schedule", "ScheduleError", "Report"]
 __version__ = "0.1.0"

@@ -188,6 +188,11 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
     e.add_argument("file", metavar="FILE")
     e.add_argument("-o", "--output", metavar="OUT.py", help="write here instead of stdout")
+    e.add_argument("--devices", type=_devices, metavar="N|A..B",
+                   help="device counts to check at before emitting (default: rings of 2, 3, 4; tori "
+                        "2x..x2 and 3x2..x2 for a schedule over several axes)")
+    e.add_argument("--unchecked", action="store_true",
+                   help="emit without checking first (a schedule that fails `ringc check`, on purpose)")
     add_params(e)
 
     r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")
@@ -329,6 +334,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
     from .codegen import emit
     out = _output_path(args.output, args.file) if args.output else None
     sched = _load(args.file, args.param)
+    if not args.unchecked:
+        from .jaxapi import check_before_emit, refusal
+        reports, refused = check_before_emit(sched, args.devices)
+        for e in refused:
+            print(f"note: not checked there: {e.message}", file=sys.stderr)
+        if not all(r.ok for r in reports):
+            err = refusal(sched, reports)
+            print(str(err), file=sys.stderr)
+            return EXIT_FAILED
     text = emit(sched)
     if out:
         _write_atomically(out, text)

@@ -17,6 +17,10 @@ instance carries its parameters (`ppermute`'s shift). A class says, in one place
   them), all_gather_matmul <-> matmul_psum_scatter (with respect to the left operand x:
   the transpose of x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), the same shape of
   computation with y transposed). Every collective here has one.
+- `lax_text`, `vjp_text`: the `lax` call and the cotangents of its inputs as Python source, for
+  the kernels `ringc emit` writes (self-contained: they cannot import ringc). `vjp_text` is
+  the transpose's `lax_text`; a matmul collective adds its right-hand input's cotangent
+  (tests/test_jax_api.py checks both against `lax` and `jax.vjp` of it).
 
 The checks take a collective object and the buffers' roles (`Buffers`), not a schedule,
 so a front end without a YAML schedule (a Pallas importer) can call them. The registry
@@ -137,6 +141,19 @@ class Collective:
         """The `lax` call on a per-device array inside shard_map (see `reference.py`)."""
         raise NotImplementedError
 
+    def lax_text(self, x: str, axis: str, n: str, rhs: str | None = None) -> str:
+        """`lax(x, axis, n, rhs)` (in x's dtype) as a Python expression over the source names
+        given, with `lax`, `jnp` imported as usual."""
+        raise NotImplementedError
+
+    def vjp_text(self, x: str, axis: str, n: str, g: str, rhs: str | None = None) -> tuple[str, str | None]:
+        """The cotangents of x (and of a matmul's rhs; None otherwise) given the output's
+        cotangent `g`, as Python expressions: the transpose collective's `lax_text` on g."""
+        t = self.transpose()
+        if t is None:
+            raise ValueError(f"{self.kind} has no transpose")
+        return t.lax_text(g, axis, n), None
+
     def summed_terms(self, n: int, dtype: str = "float32", depth: int = 1) -> int:
         """How many rounding steps stand between an output element and its exact value, for
         `ringc.run.tolerance`: the values summed (1 for pure data movement)."""
@@ -239,6 +256,10 @@ class Ppermute(_SameShape):
         from jax import lax
         return lax.ppermute(x, axis, [(i, (i + self.shift) % n) for i in range(n)])
 
+    def lax_text(self, x, axis, n, rhs=None):
+        step = f"+ {self.shift}" if self.shift >= 0 else f"- {-self.shift}"
+        return f"lax.ppermute({x}, {axis}, [(i, (i {step}) % {n}) for i in range({n})])"
+
     def traffic(self, p, volume):
         moved = float(volume if self.shift % p else 0)
         return moved, moved
@@ -268,6 +289,9 @@ class Psum(_SameShape):
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
         return lax.psum(x, axis)
+
+    def lax_text(self, x, axis, n, rhs=None):
+        return f"lax.psum({x}, {axis})"
 
     def summed_terms(self, n, dtype="float32", depth=1):
         return n
@@ -304,6 +328,9 @@ class AllGather(Collective):
         from jax import lax
         return lax.all_gather(x, axis)
 
+    def lax_text(self, x, axis, n, rhs=None):
+        return f"lax.all_gather({x}, {axis})"
+
     def traffic(self, p, volume):
         return (1 - 1 / p) * volume, volume / p
 
@@ -333,6 +360,9 @@ class PsumScatter(Collective):
     def lax(self, x, axis, n, rhs=None, dtype=None):
         from jax import lax
         return lax.psum_scatter(x, axis)
+
+    def lax_text(self, x, axis, n, rhs=None):
+        return f"lax.psum_scatter({x}, {axis})"
 
     def summed_terms(self, n, dtype="float32", depth=1):
         return n
@@ -370,6 +400,9 @@ class AllToAll(Collective):
         from jax import lax
         return lax.all_to_all(x, axis, 0, 0)
 
+    def lax_text(self, x, axis, n, rhs=None):
+        return f"lax.all_to_all({x}, {axis}, 0, 0)"
+
     def traffic(self, p, volume):
         frac = 1 - 1 / p
         return frac * volume, frac * volume
@@ -393,6 +426,27 @@ class _Matmul(Collective):
         if self.kind == "matmul_psum_scatter":
             product = lax.psum_scatter(product, axis)
         return product.astype(dtype)
+
+    def lax_text(self, x, axis, n, rhs=None):
+        gather = self.kind == "all_gather_matmul"
+        lhs = f"lax.all_gather({x}, {axis})" if gather else x
+        product = f'jnp.einsum("jmk,kn->jmn", {lhs}, {rhs}, preferred_element_type=jnp.float32)'
+        if not gather:
+            product = f"lax.psum_scatter({product}, {axis})"
+        return f"{product}.astype({x}.dtype)"
+
+    def vjp_text(self, x, axis, n, g, rhs=None):
+        """x's cotangent is the transpose collective on g with y transposed; y's is the
+        contraction of the gathered x with g (all_gather_matmul: out[j] = x_j @ y, so
+        dy = sum_j x_j^T g[j]) or of x with the gathered g (matmul_psum_scatter:
+        out = sum_j x_j[me] @ y_j, so device j's dy = sum_d x_j[d]^T g_d)."""
+        dx = self.transpose().lax_text(g, axis, n, rhs=f"{rhs}.T")
+        if self.kind == "all_gather_matmul":
+            pair = f"lax.all_gather({x}, {axis}), {g}"
+        else:
+            pair = f"{x}, lax.all_gather({g}, {axis})"
+        dy = f'jnp.einsum("jmk,jmn->kn", {pair}, preferred_element_type=jnp.float32).astype({rhs}.dtype)'
+        return f"{dx.removesuffix(f'.astype({g}.dtype)')}.astype({x}.dtype)", dy
 
     def traffic(self, p, volume):
         return self.moves_like().traffic(p, volume)

@@ -14,20 +14,15 @@ when the spare is missing and an operand is that large.
 
 from __future__ import annotations
 
-import importlib.util
-import linecache
 import math
 import os
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Mapping
 
-from .codegen import emit
 from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
@@ -76,20 +71,11 @@ def ensure_host_devices(n: int) -> bool:
 
 
 def load_module(schedule: S.Schedule) -> ModuleType:
-    """Emit the schedule's module and import it. The source goes through a temporary file
-    (deleted afterwards) and stays in `linecache`, so tracebacks show the generated lines."""
-    text = emit(schedule)
-    # The file and module are named `kernel`, never after the schedule: a schedule's name
-    # may be longer than a file name or hold characters a path cannot.
-    with tempfile.TemporaryDirectory(prefix="ringc-") as tmp:
-        path = str(Path(tmp) / "kernel.py")
-        Path(path).write_text(text)
-        spec = importlib.util.spec_from_file_location("ringc_generated_kernel", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    # mtime None: linecache.checkcache keeps the entry although the file is gone.
-    linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
-    return module
+    """Emit the schedule's module and import it in memory, unchecked (`ringc.jaxapi.import_kernel`:
+    tracebacks show the generated lines). `ringc run` refuses a schedule that would hang itself."""
+    from .jaxapi import import_kernel
+
+    return import_kernel(schedule)
 
 
 def _cpu_devices() -> list:

@@ -197,7 +197,7 @@ body:
 """)
     module = load_module(schedule)
     params = list(inspect.signature(module._kernel).parameters)
-    assert params == ["i1", "o2", "o1", "h1", "s2", "s1", "v1", "v0", "N", "rows", "mesh_axes"]
+    assert params == ["i1", "o2", "o1", "h1", "s2", "s1", "v1", "v0", "N", "rows", "axis", "mesh_axes"]
     assert module.OUT_SPECS == (P("x", None), P("x", None))
 
 
@@ -220,7 +220,7 @@ body:
 """)
     text = emit(schedule)
     compile(text, "clashes.py", "exec")
-    assert "def _kernel(input_, pl_, lax_, recv_sem, *, N, rows, len_, mesh_axes):" in text
+    assert "def _kernel(input_, pl_, lax_, recv_sem, *, N, rows, len_, axis, mesh_axes):" in text
     assert "def _mod_():" in text and "sum_ = rows + 0" in text
     assert 'len_ = p["len"]' in text
 

@@ -262,6 +262,8 @@ def command_lines(draw, stem: str, command: str):
     elif command == "emit":
         if maybe(0.6):
             flags += ["-o", "{OUT}"]
+        if maybe(0.5):  # emit even what fails `check`: the emitter sees every mutant
+            flags.append("--unchecked")
     elif command == "cost":
         flags += ["--topology", pick(TOPOLOGIES)] if maybe(0.9) else []
         if maybe(0.3):

@@ -85,6 +85,24 @@ class CodeWriter:
                 self.line(f"{INDENT}{arg},")
         self.line(f"){tail}")
 
+    def expr(self, head: str, text: str, tail: str = "") -> None:
+        """`head + text + tail` for a Python expression `text`; when too long, its outermost
+        call's arguments go one per line, each wrapped the same way."""
+        if len(head + text + tail) <= self.width:
+            self.line(head + text + tail)
+            return
+        split = _outer_call(text)
+        if split is None:
+            self.line(head + text + tail)
+            return
+        callee, args, after = split
+        self.line(f"{head}{callee}(")
+        self.level += 1
+        for arg in args:
+            self.expr("", arg, ",")
+        self.level -= 1
+        self.line(f"){after}{tail}")
+
     def docstring(self, text: str, wrap: bool = True) -> None:
         """A docstring; `wrap` refills each paragraph to the line width (else kept as is)."""
         text = _escape_docstring(text)
@@ -109,6 +127,31 @@ class CodeWriter:
 
     def text(self) -> str:
         return "\n".join(_rstrip_blank(self.lines)) + "\n"
+
+
+def _outer_call(text: str) -> tuple[str, list[str], str] | None:
+    """`f(a, b).g(c)` -> ("f", ["a", "b"], ".g(c)"): the first top-level call's callee, its
+    arguments split at top-level commas, and what follows it; None if it has none."""
+    depth, start, args, quote = 0, None, [], None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            if depth == 0 and ch == "(":
+                start, args = i, []
+                last = i + 1
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0 and ch == ")" and start is not None:
+                args.append(text[last:i].strip())
+                return text[:start], [a for a in args if a], text[i + 1:]
+        elif ch == "," and depth == 1 and start is not None:
+            args.append(text[last:i].strip())
+            last = i + 1
+    return None
 
 
 def _rstrip_blank(lines: list[str]) -> list[str]:
@@ -159,7 +202,8 @@ _MODULE_NAMES = {
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
-    "per_device", "key", "keys", "_inner", "sharded",
+    "per_device", "key", "keys", "_inner", "sharded", "axis", "axis_name", "dtype", "sizes", "call",
+    "forward", "backward", "residuals", "cotangent", "i", "_sizes", "_call", "transpose",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -190,6 +234,45 @@ def _tuple_text(items: list[str]) -> str:
 def _identifier(name: str) -> str:
     ident = re.sub(r"\W", "_", name)
     return "_" + ident if not ident or ident[0].isdigit() else ident
+
+
+def _linear(e: E.Expr, name: str) -> tuple[E.Expr, E.Expr] | None:
+    """(a, b) with e = a * name + b and neither a nor b mentioning `name`, when e is linear
+    in it (sums, differences, and products with one side free of it); else None."""
+    if name not in E.names(e):
+        return E.Const(0), e
+    if e == E.Var(name):
+        return E.Const(1), E.Const(0)
+    if isinstance(e, E.Neg):
+        inner = _linear(e.operand, name)
+        return None if inner is None else (_times(E.Const(-1), inner[0]), _times(E.Const(-1), inner[1]))
+    if not isinstance(e, E.BinOp) or e.op not in ("+", "-", "*"):
+        return None
+    left, right = _linear(e.left, name), _linear(e.right, name)
+    if left is None or right is None:
+        return None
+    if e.op == "*":
+        if name in E.names(e.left) and name in E.names(e.right):
+            return None
+        (a, b), other = (left, e.right) if name in E.names(e.left) else (right, e.left)
+        return _times(a, other), _times(b, other)
+    return _plus(left[0], right[0], e.op), _plus(left[1], right[1], e.op)
+
+
+def _times(a: E.Expr, b: E.Expr) -> E.Expr:
+    if E.Const(0) in (a, b):
+        return E.Const(0)
+    if a == E.Const(1):
+        return b
+    return a if b == E.Const(1) else E.BinOp("*", a, b)
+
+
+def _plus(a: E.Expr, b: E.Expr, op: str) -> E.Expr:
+    if b == E.Const(0):
+        return a
+    if a == E.Const(0):
+        return b if op == "+" else E.Neg(b)
+    return E.BinOp(op, a, b)
 
 
 def _walk_exprs(e: E.Expr) -> Iterator[E.Expr]:
@@ -325,7 +408,7 @@ class _Emitter:
 
     def device(self, target: E.Expr) -> str:
         self.helpers.add("_device")  # `_device_axes` for a multi-axis schedule, see `emit`
-        return f"_device({self.py(target)}, mesh_axes)"
+        return f"_device({self.py(target)}, axis, mesh_axes)"
 
     # -- module ----------------------------------------------------------------------
     def emit(self) -> str:
@@ -361,6 +444,13 @@ class _Emitter:
             parts.append(self.s.header)
         if self.s.description:
             parts.append(self.s.description.strip())
+        from ..collectives import collective_of
+        ins = ", ".join(self.name(n) for n in self.s.buffers_of("input"))
+        parts.append(_wrap_words(
+            f"Use: `kernel({ins}, axis_name=...)` on one device's shards inside your own jax.shard_map "
+            f"(where the lax collective would be; shapes and dtype come from the arguments), or "
+            f"`build(mesh)` for global arrays. Gradient: {self.backward_text(collective_of(self.s))}.",
+            MAX_LINE))
         w.docstring("\n\n".join(parts), wrap=False)
 
     def constants(self, w: CodeWriter) -> None:
@@ -404,13 +494,13 @@ class _Emitter:
 
         w = CodeWriter()
         refs = [self.name(n) for n, _ in self.kernel_refs()]
-        statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params), "mesh_axes"]
+        statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params), "axis", "mesh_axes"]
         w.call("def _kernel", refs + ["*"] + statics, ":")
         w.level = 1
         grid = ", ".join(s.grid)
         w.docstring(f"One point of the grid ({grid}) of `{s.name}` on one device.\n\n"
                     + self.kernel_ref_doc())
-        w.line("me = lax.axis_index(AXIS)")
+        w.line("me = lax.axis_index(axis)")
         if s.megacore:
             w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
         for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
@@ -419,9 +509,9 @@ class _Emitter:
         for b, e in reversed(builtin_exprs(s.axes).items()):  # dependents first: they add names
             if b in self.names_used:
                 derived.insert(0, f"{b} = {self.py(e)}")
-        for a in s.axes:
+        for i, a in enumerate(s.axes):
             if f"me_{a}" in self.names_used:
-                w.line(f"me_{a} = lax.axis_index({_str(a)})")
+                w.line(f"me_{a} = lax.axis_index(axis[{i}])")
         w.lines.extend(INDENT + line for line in derived)
         w.lines.extend(lets)
         w.blank()
@@ -437,7 +527,8 @@ class _Emitter:
             plural = "s" if len(refs) > 1 and role in ("input", "output", "semaphore") else ""
             note = " (allocated as extra outputs)" if role == "HBM scratch" else ""
             parts.append(f"{role}{plural} {', '.join(refs)}{note}")
-        return "Refs, in pallas_call order: " + "; ".join(parts) + "."
+        return ("Refs, in pallas_call order: " + "; ".join(parts) + ". `axis` is the kernel's mesh "
+                "axis name (a tuple over several), `mesh_axes` every mesh axis in order.")
 
     def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
         where = f" (line {c.line})" if c.line else ""
@@ -509,7 +600,7 @@ class _Emitter:
 
     def op_barrier(self, w: CodeWriter, op: S.Barrier) -> None:
         self.helpers.add("_barrier")
-        args = [f"[{', '.join(self.py(t) for t in op.barrier)}]", "mesh_axes"]
+        args = [f"[{', '.join(self.py(t) for t in op.barrier)}]", "axis", "mesh_axes"]
         if not op.double:
             args.append("double=False")
         w.call("_barrier", args)
@@ -525,7 +616,7 @@ class _Emitter:
 
     def op_accumulate(self, w: CodeWriter, op: S.Accumulate) -> None:
         src = self.value_ref(op.src)
-        if self.dtype(op.src.name) != self.dtype(op.accumulate.name):
+        if self.dtype_key(op.src.name) != self.dtype_key(op.accumulate.name):
             src += f".astype({self.name(op.accumulate.name)}.dtype)"
         if op.base is not None:
             w.line(f"{self.value_ref(op.accumulate)} = {self.value_ref(op.base)} + {src}")
@@ -538,7 +629,7 @@ class _Emitter:
     def op_matmul(self, w: CodeWriter, op: S.Matmul) -> None:
         dst = self.value_ref(op.matmul)
         args = [self.value_ref(op.a), self.value_ref(op.b), "preferred_element_type=jnp.float32"]
-        if self.dtype(op.matmul.name) == "float32":
+        if self.dtype_key(op.matmul.name) == "float32":
             w.call(f"{dst} {'+=' if op.accumulate else '='} jnp.dot", args)
         else:  # float32 products, rounded once into the destination's type
             head = f"{dst} = ({dst} + jnp.dot" if op.accumulate else f"{dst} = (jnp.dot"
@@ -575,26 +666,36 @@ class _Emitter:
     def op_assign(self, w: CodeWriter, op: S.Assign) -> None:
         w.line(f"{self.value_ref(op.assign)} = {self.value_ref(op.src)}")
 
-    # -- build and make_inputs -------------------------------------------------------------
+    # -- kernel, build and make_inputs ------------------------------------------------------
     def api(self) -> CodeWriter:
         s = self.s
-        self.helpers |= {"_config", "_interpret_mode", "_random_input", "_check_shard"}
+        self.helpers |= {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard"}
         checks = self.division_checks()
         if checks:
             self.helpers.add("_check_divides")
         w = CodeWriter()
+        self.sizes_fn(w, checks)
+        w.blank(2)
+        self.call_fn(w)
+        w.blank(2)
+        self.kernel_fn(w)
+        w.blank(2)
+        ins = ", ".join(self.name(n) for n in s.buffers_of("input"))
         with w.block("def build(mesh, *, interpret=None, **params):"):
             w.docstring(
-                f"`{s.name}` on `mesh` as a jitted function of the global inputs (IN_SPECS).\n\n"
-                "`params` override PARAMS. `interpret`: None or False compiles for TPU; True\n"
-                "runs in Pallas TPU interpret mode with default `pltpu.InterpretParams()`; an\n"
+                f"`{s.name}` on `mesh` as a jitted function of the global inputs (IN_SPECS): "
+                "`kernel` under `jax.shard_map` along AXIS.\n\n"
+                "`params` override PARAMS; every parameter is fixed (PARAMS by default), so the "
+                "inputs must have the shapes they give, and the schedule's dtype. `interpret`: None or False compiles for TPU; "
+                "True runs in Pallas TPU interpret mode with default `pltpu.InterpretParams()`; an "
                 "`InterpretParams` instance is used as given.")
             self.config(w, checks)
-            if "_tpu_info_on_cpu" in self.helpers:
-                w.line("_tpu_info_on_cpu(interpret)")
-            self.pallas_call(w)
             w.blank()
-            self.per_device(w)
+            with w.block(f"def per_device({ins}):"):
+                for n in s.buffers_of("input"):
+                    w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
+                                            f"jnp.{s.dtype_of(n)}"])
+                w.line(f"return kernel({ins}, axis_name=AXIS, interpret=interpret, **p)")
             w.blank()
             w.call("sharded = jax.shard_map", [
                 "per_device", "mesh=mesh", "in_specs=IN_SPECS", "out_specs=OUT_SPECS",
@@ -607,16 +708,259 @@ class _Emitter:
             shapes = [s.buffers[n].shard_shape for n in s.buffers_of("input")]
             used = {n for sh in shapes for d in sh for n in E.names(d)}
             self.config(w, checks, uses_n="N" in used, sizes=used)
-            ins = s.buffers_of("input")
+            ins_list = s.buffers_of("input")
             with w.block("if isinstance(key, int):"):
                 w.line("key = jax.random.key(key)")
-            w.line(f"keys = jax.random.split(key, {len(ins)})")
-            for i, n in enumerate(ins):
+            w.line(f"keys = jax.random.split(key, {len(ins_list)})")
+            for i, n in enumerate(ins_list):
                 w.call(f"{self.name(n)} = _random_input", [
                     f"keys[{i}]", self.static_tuple(s.buffers[n].shard_shape),
                     f"jnp.{s.dtype_of(n)}", "mesh", f"IN_SPECS[{i}]"])
-            w.line(f"return {_tuple_text([self.name(n) for n in ins])}")
+            w.line(f"return {_tuple_text([self.name(n) for n in ins_list])}")
         return w
+
+    # -- dtypes ----------------------------------------------------------------------------
+    def follows(self, name: str) -> bool:
+        """Whether buffer (or pipeline block) `name` takes its dtype from the collective's
+        input at call time: neither it, nor the schedule, nor that input fixes one."""
+        s = self.s
+        return (self.buffer(name).dtype is None and "dtype" not in s.model_fields_set
+                and s.buffers[s.io_buffer("input")].dtype is None)
+
+    def dtype_key(self, name: str) -> str | None:
+        """The fixed dtype of `name`, or None when it follows the input's."""
+        return None if self.follows(name) else self.dtype(name)
+
+    def dtype_text(self, name: str) -> str:
+        """`dtype` (the input's, in `_call`) or the fixed `jnp.<dtype>`."""
+        return "dtype" if self.follows(name) else f"jnp.{self.dtype(name)}"
+
+    # -- shapes from the arguments -----------------------------------------------------------
+    def solve_plan(self) -> list[tuple[str, str, int, E.Expr | None, E.Expr | None, E.Expr]]:
+        """How `_sizes` finds each parameter that the inputs' shard shapes mention:
+        (param, input, dim, scale, offset, dim expression), in an order where scale and
+        offset use only N, the axis sizes and parameters found before; scale None: the
+        shapes do not determine it (it appears with other unknowns, or not linearly)."""
+        s = self.s
+        dims = [(n, i, inline_static_lets(s, d)) for n in s.buffers_of("input")
+                for i, d in enumerate(s.buffers[n].shard_shape)]
+        params = set(s.params)
+        found: set[str] = set()
+        plan: list = []
+        progress = True
+        while progress:
+            progress = False
+            for n, i, d in dims:
+                unknown = (E.names(d) & params) - found
+                if len(unknown) == 1:
+                    (name,) = unknown
+                    linear = _linear(d, name)
+                    if linear is not None:
+                        plan.append((name, n, i, *linear, d))
+                        found.add(name)
+                        progress = True
+        for n, i, d in dims:
+            for name in sorted((E.names(d) & params) - found):
+                plan.append((name, n, i, None, None, d))
+                found.add(name)
+        return plan
+
+    def sizes_fn(self, w: CodeWriter, checks: list[tuple[str, str, str]]) -> None:
+        s = self.s
+        ins = s.buffers_of("input")
+        with w.block(f"def _sizes({', '.join(self.name(n) for n in ins)}, *, axis_name, params):"):
+            w.docstring(
+                "N, the axis sizes and every parameter for these shards, by `_call`'s names. A parameter "
+                "not in `params` is solved from the shard shapes (the schedule's shape expressions) "
+                "or is PARAMS' value when no shape mentions it; then the shapes and dtypes are "
+                "checked, before the kernel runs.")
+            sizes = self.axis_sizes()
+            if sizes:
+                w.line(f"{', '.join(sizes)} = _axis_sizes(axis_name)")
+                w.line(f"N = {' * '.join(sizes)}")
+            else:
+                w.line("(N,) = _axis_sizes(axis_name)")
+            w.line("p = _given(params)")
+            planned = set()
+            for name, buf, dim, scale, offset, d in self.solve_plan():
+                planned.add(name)
+                shape = f"{self.name(buf)}.shape"
+                if scale is None:
+                    self.helpers.add("_not_inferred")
+                    w.call(f"{self.name(name)} = _not_inferred",
+                           ["p", _str(name), _str(buf), shape, _str(E.to_text(d))])
+                else:
+                    self.helpers.add("_infer")
+                    w.call(f"{self.name(name)} = _infer", [
+                        "p", _str(name), _str(buf), shape, str(dim), self.static(scale),
+                        self.static(offset), _str(E.to_text(d))])
+            for name in s.params:
+                if name not in planned:
+                    w.line(f"{self.name(name)} = p.get({_str(name)}, PARAMS[{_str(name)}])")
+            for a, b, what in checks:
+                w.line(f"_check_divides({a}, {b}, {_str(what)})")
+            src = self.name(s.io_buffer("input"))
+            if any(self.follows(n) for n in ins):
+                w.line(f"dtype = {src}.dtype")
+            for n in ins:
+                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
+                                        self.dtype_text(n)])
+            names = ["N", *sizes, *(self.name(n) for n in s.params)]  # `_call`'s keyword names
+            w.line(f"return {{{', '.join(f'{_str(n)}: {n}' for n in names)}}}")
+
+    def call_fn(self, w: CodeWriter) -> None:
+        s = self.s
+        ins = s.buffers_of("input")
+        outs = s.buffers_of("output")
+        scratch = s.buffers_of("hbm_scratch")
+        statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params)]
+        with w.block(f"def _call({', '.join(self.name(n) for n in ins)}, *, axis_name, interpret, "
+                     f"{', '.join(statics)}):"):
+            w.docstring(f"The pallas_call of `{s.name}` on one device's shards, for sizes from "
+                        "`_sizes` (no gradient rule: `kernel` adds it).")
+            if any(self.follows(n) for n in s.buffers):
+                w.line(f"dtype = {self.name(s.io_buffer('input'))}.dtype")
+            if "_tpu_info_on_cpu" in self.helpers:
+                w.line("_tpu_info_on_cpu(interpret)")
+            w.line("mesh_axes = tuple(jax.sharding.get_abstract_mesh().axis_names)")
+            self.pallas_call(w)
+            args = []
+            for n in ins:
+                b = s.buffers[n]
+                args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
+                            if b.shard is not None else self.name(n))
+            results = [self.name(n) for n in outs] + ["_"] * len(scratch)
+            w.call(f"{', '.join(results)} = call", args)
+            returned = []
+            for n in outs:
+                b = s.buffers[n]
+                returned.append(f"{self.name(n)}.reshape{self.static_tuple(b.shard)}"
+                                if b.shard is not None else self.name(n))
+            w.line(f"return {', '.join(returned)}")
+
+    def kernel_fn(self, w: CodeWriter) -> None:
+        from ..collectives import collective_of
+
+        s = self.s
+        ins = [self.name(n) for n in s.buffers_of("input")]
+        coll = collective_of(s)
+        with w.block(f"def kernel({', '.join(ins)}, *, axis_name=AXIS, interpret=None, transpose=None, "
+                     "**params):"):
+            w.docstring(self.kernel_doc(coll))
+            w.line(f"sizes = _sizes({', '.join(ins)}, axis_name=axis_name, params=params)")
+            w.blank()
+            w.line("@jax.custom_vjp")
+            with w.block(f"def call({', '.join(ins)}):"):
+                w.line(f"return _call({', '.join(ins)}, axis_name=axis_name, interpret=interpret, **sizes)")
+            w.blank()
+            with w.block(f"def forward({', '.join(ins)}):"):
+                saved = _tuple_text(ins) if coll.takes_rhs else "None"
+                w.line(f"return call({', '.join(ins)}), {saved}")
+            w.blank()
+            self.backward_fn(w, coll)
+            w.blank()
+            w.line("call.defvjp(forward, backward)")
+            w.line(f"return call({', '.join(ins)})")
+
+    def own_transpose(self, coll: Any) -> bool:
+        """Whether this kernel computes its own transpose: the transpose collective is this
+        one, on the same shard shapes (psum, all_to_all)."""
+        s = self.s
+        if coll.transpose() != coll or coll.takes_rhs or len(s.buffers_of("input", "output")) != 2:
+            return False
+        src, dst = s.buffers[s.io_buffer("input")], s.buffers[s.io_buffer("output")]
+        return src.shard_shape == dst.shard_shape and src.full_shape == dst.full_shape
+
+    def backward_text(self, coll: Any) -> str:
+        """One sentence for docstrings: what the backward pass runs."""
+        t = coll.transpose()
+        if t is None:
+            return f"{coll.kind} has no transpose in ringc.collectives: jax.grad raises"
+        def label(c: Any) -> str:
+            return f"{c.kind} (shift {c.shift:+d})" if c.kind == "ppermute" else c.kind
+        if self.own_transpose(coll):
+            return (f"the transpose of {label(coll)} is {label(t)} on the same shapes, so the backward pass "
+                    "runs this kernel again")
+        what = f"the transpose of {label(coll)} is {label(t)}"
+        if coll.takes_rhs:
+            what += (" (for x, with y transposed; y's cotangent is a local matmul with the gathered "
+                     f"{'x' if coll.kind == 'all_gather_matmul' else 'cotangent'})")
+        return what + f"; this module has no ringc kernel for it, so the backward pass runs lax"
+
+    def kernel_doc(self, coll: Any) -> str:
+        s = self.s
+        ins = [self.name(n) for n in s.buffers_of("input")]
+        src, dst = s.io_buffer("input"), s.io_buffer("output")
+        x = self.name(src)
+        rhs = self.name(s.io_buffer("rhs")) if coll.takes_rhs else None
+        same = all(s.buffers[n].shard is None for n in (src, dst, *([s.io_buffer("rhs")] if rhs else [])))
+        call = coll.lax_text(x, "axis_name", "N", rhs=rhs)
+        meaning = (f"`{call}`" if same else
+                   f"`{call}` on the kernel's arrays (`{x}` reshaped to "
+                   f"{self.static_tuple(s.buffers[src].full_shape)}, the result reshaped to "
+                   f"{self.static_tuple(s.buffers[dst].shard_shape)})")
+        given = ", ".join(ins)
+        return (
+            f"`{s.name}` on this device's shards {given}: call it inside your own `jax.shard_map` "
+            f"(check_vma=False) where the lax collective would be. It computes {meaning}, "
+            f"N devices along `axis_name` (default AXIS, or your mesh's name for it).\n\n"
+            "Parameters that the shard shapes determine are solved from them; give any in `params` "
+            "to fix it (the others default to PARAMS). Buffers whose dtype the schedule does not fix "
+            f"take `{x}`'s. Wrong shapes or dtypes raise ValueError before the kernel runs.\n\n"
+            f"jax.grad works through it (jax.custom_vjp): {self.backward_text(coll)}. `transpose`, "
+            "if given, replaces that backward pass: a per-shard function from the output's cotangent "
+            + (f"and the inputs, called as transpose({given}, cotangent), to their cotangents "
+               if coll.takes_rhs else f"to `{x}`'s ")
+            + "(say, another ringc kernel of the transpose collective).")
+
+    def backward_fn(self, w: CodeWriter, coll: Any) -> None:
+        s = self.s
+        ins = s.buffers_of("input")
+        src, dst = s.io_buffer("input"), s.io_buffer("output")
+        names = {n: self.name(n) for n in s.buffers}
+        with w.block("def backward(residuals, cotangent):"):
+            w.docstring(self.backward_text(coll)[0].upper() + self.backward_text(coll)[1:] + ".")
+            with w.block("if transpose is not None:  # the caller's backward pass"):
+                w.line(f"return tuple(transpose({'*residuals, ' if coll.takes_rhs else ''}cotangent))"
+                       if coll.takes_rhs else "return (transpose(cotangent),)")
+            if coll.transpose() is None:
+                w.line(f"raise NotImplementedError({_str(self.backward_text(coll))})")
+                return
+            if self.own_transpose(coll):
+                w.line("return (call(cotangent),)")
+                return
+            rhs = s.io_buffer("rhs") if coll.takes_rhs else None
+            dx, dy = coll.vjp_text(names[src], "axis_name", "N", "cotangent",
+                                   rhs=names[rhs] if rhs else None)
+            reshaped = [b for b in s.buffers.values() if b.kind in ("input", "output") and b.shard is not None]
+            used = {n for b in reshaped for d in b.full_shape + b.shard for n in E.names(d)}
+            if re.search(r"\bN\b", f"{dx} {dy}"):
+                used.add("N")
+            for n in sorted(used):
+                ident = self.name(n) if n in s.params else n
+                w.line(f"{ident} = sizes[{_str(ident)}]")
+
+            def full(n: str, value: str) -> str:
+                b = s.buffers[n]
+                return f"{value}.reshape{self.static_tuple(b.full_shape)}" if b.shard is not None else value
+
+            def shard(n: str, value: str) -> str:
+                b = s.buffers[n]
+                return f"{value}.reshape{self.static_tuple(b.shard)}" if b.shard is not None else value
+
+            if rhs:
+                w.line(f"{names[src]}, {names[rhs]} = residuals")
+                for n in (src, rhs):
+                    if s.buffers[n].shard is not None:
+                        w.line(f"{names[n]} = {full(n, names[n])}")
+            if s.buffers[dst].shard is not None:
+                w.line(f"cotangent = {full(dst, 'cotangent')}")
+            results = {src: shard(src, dx)}
+            if rhs:
+                results[rhs] = shard(rhs, dy)
+            for n in ins:
+                w.expr(f"d_{names[n]} = ", results[n])
+            w.line(f"return {_tuple_text([f'd_{names[n]}' for n in ins])}")
 
     def division_checks(self) -> list[tuple[str, str, str]]:
         s = self.s
@@ -668,13 +1012,12 @@ class _Emitter:
             return "pltpu.VMEM" if s.buffers[n].memory == "vmem" else "pl.ANY"
 
         def shape_dtype(n: str) -> str:
-            return (f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, "
-                    f"jnp.{s.dtype_of(n)})")
+            return f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, {self.dtype_text(n)})"
 
         statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
                    *(f"{self.name(p)}={self.name(p)}" for p in s.params),
-                   "mesh_axes=tuple(mesh.axis_names)"]
-        with w.block("kernel = pl.pallas_call("):
+                   "axis=axis_name", "mesh_axes=mesh_axes"]
+        with w.block("call = pl.pallas_call("):
             w.call("functools.partial", ["_kernel", *statics], ",")
             if single:
                 w.line(f"out_shape={shape_dtype(outs[0])},  # {outs[0]}")
@@ -727,30 +1070,8 @@ class _Emitter:
             out.append((f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind, n))
         for n in s.buffers_of("vmem_scratch"):
             out.append((f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
-                        f"jnp.{s.dtype_of(n)})", n))
+                        f"{self.dtype_text(n)})", n))
         return out
-
-    def per_device(self, w: CodeWriter) -> None:
-        s = self.s
-        ins = s.buffers_of("input")
-        outs = s.buffers_of("output")
-        scratch = s.buffers_of("hbm_scratch")
-        with w.block(f"def per_device({', '.join(self.name(n) for n in ins)}):"):
-            args = []
-            for n in ins:
-                b = s.buffers[n]
-                w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(b.shard_shape),
-                                        f"jnp.{s.dtype_of(n)}"])
-                args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
-                            if b.shard is not None else self.name(n))
-            results = [self.name(n) for n in outs] + ["_"] * len(scratch)
-            w.call(f"{', '.join(results)} = kernel", args)
-            returned = []
-            for n in outs:
-                b = s.buffers[n]
-                returned.append(f"{self.name(n)}.reshape{self.static_tuple(b.shard)}"
-                                if b.shard is not None else self.name(n))
-            w.line(f"return {', '.join(returned)}")
 
 
 class EmitRule(NamedTuple):

@@ -94,23 +94,24 @@ def _log2(a):
     return 31 - lax.clz(a)
 
 
-def _device(coord, mesh_axes):
-    """MESH device id of the device at `coord` along AXIS; on every other mesh axis, our own
-    position (so the schedule runs along one axis of a larger mesh)."""
-    return tuple(coord if axis == AXIS else lax.axis_index(axis) for axis in mesh_axes)
+def _device(coord, axis, mesh_axes):
+    """MESH device id of the device at `coord` along the kernel's mesh axis `axis`; on every
+    other mesh axis, our own position (so the schedule runs along one axis of a larger mesh)."""
+    return tuple(coord if name == axis else lax.axis_index(name) for name in mesh_axes)
 
 
-def _device_axes(index, mesh_axes):
-    """MESH device id of the device whose row-major index over the axes AXIS is `index` (as
-    `lax.axis_index(AXIS)` numbers them); on every other mesh axis, our own position."""
+def _device_axes(index, axis, mesh_axes):
+    """MESH device id of the device whose row-major index over the kernel's mesh axes `axis`
+    (a tuple) is `index` (as `lax.axis_index(axis)` numbers them); on every other mesh axis,
+    our own position."""
     coord = {}
-    for axis in reversed(AXIS):
-        coord[axis] = _mod(index, lax.axis_size(axis))
-        index = _floordiv(index, lax.axis_size(axis))
-    return tuple(coord[axis] if axis in coord else lax.axis_index(axis) for axis in mesh_axes)
+    for name in reversed(axis):
+        coord[name] = _mod(index, lax.axis_size(name))
+        index = _floordiv(index, lax.axis_size(name))
+    return tuple(coord[name] if name in coord else lax.axis_index(name) for name in mesh_axes)
 
 
-def _barrier(neighbours, mesh_axes, double=True):
+def _barrier(neighbours, axis, mesh_axes, double=True):
     """Barrier with `neighbours` on the global barrier semaphore (the seed's `local_barrier`).
 
     Signals each neighbour once, then waits for as many signals. `double` adds a second round
@@ -120,7 +121,7 @@ def _barrier(neighbours, mesh_axes, double=True):
     barrier_sem = pltpu.get_barrier_semaphore()
     for neighbour in neighbours:
         pl.semaphore_signal(
-            barrier_sem, 1, device_id=_device(neighbour, mesh_axes),
+            barrier_sem, 1, device_id=_device(neighbour, axis, mesh_axes),
             device_id_type=pl.DeviceIdType.MESH,
         )
     pl.semaphore_wait(barrier_sem, len(neighbours))
@@ -129,7 +130,7 @@ def _barrier(neighbours, mesh_axes, double=True):
         def _(second_barrier):
             for neighbour in neighbours:
                 pl.semaphore_signal(
-                    second_barrier, 1, device_id=_device(neighbour, mesh_axes),
+                    second_barrier, 1, device_id=_device(neighbour, axis, mesh_axes),
                     device_id_type=pl.DeviceIdType.MESH,
                 )
             pl.semaphore_wait(second_barrier, len(neighbours))
@@ -147,17 +148,67 @@ def _tpu_info_on_cpu(interpret):
         "cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
 
 
-def _config(mesh, overrides):
-    """N (devices along the mesh axis AXIS, or over its tuple of axes) and PARAMS updated with
-    `overrides`, checked."""
-    unknown = sorted(set(overrides) - set(PARAMS))
+def _given(params):
+    """The parameters the caller set (`params`), refusing names PARAMS does not have."""
+    unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         known = ", ".join(PARAMS) or "none"
         raise ValueError(f"{NAME}: unknown parameter {', '.join(unknown)} (parameters: {known})")
+    return dict(params)
+
+
+def _config(mesh, overrides):
+    """N (devices along the mesh axis AXIS, or over its tuple of axes) and PARAMS updated with
+    `overrides`, checked."""
+    overrides = _given(overrides)
     axes = (AXIS,) if isinstance(AXIS, str) else AXIS
     if any(axis not in mesh.shape for axis in axes):
         raise ValueError(f"{NAME} runs along mesh axis {AXIS!r}; the mesh has {mesh.axis_names}")
     return math.prod(mesh.shape[axis] for axis in axes), {**PARAMS, **overrides}
+
+
+def _axis_sizes(axis_name):
+    """The size of each mesh axis of `axis_name` (one name, or a tuple of as many names as
+    AXIS has), read inside `jax.shard_map`; a clear error outside it."""
+    names = (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+    want = 1 if isinstance(AXIS, str) else len(AXIS)
+    if len(names) != want or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{NAME} runs over {want} mesh axis name(s) like AXIS = {AXIS!r}, "
+                         f"not axis_name={axis_name!r}")
+    try:
+        return tuple(lax.axis_size(name) for name in names)
+    except NameError:
+        raise ValueError(f"{NAME}: kernel(...) runs on one device's shards inside jax.shard_map "
+                         f"over mesh axis {axis_name!r}, which is not bound here; for global "
+                         "arrays use build(mesh)") from None
+
+
+def _infer(params, name, buffer, shape, dim, scale, offset, text):
+    """Parameter `name`: as given in `params`, else solved from dimension `dim` of input
+    `buffer`'s per-device `shape`, which the schedule writes as `text` = scale * name + offset
+    (scale and offset already evaluated). Refuses a size that this does not divide."""
+    if name in params:
+        return params[name]
+    if dim >= len(shape):
+        raise ValueError(f"{NAME}: input `{buffer}` has per-device shape {tuple(shape)}, but "
+                         f"the kernel needs {dim + 1} or more dimensions ({dim} is {text})")
+    size = shape[dim] - offset
+    if scale <= 0 or size <= 0 or size % scale:
+        form = f"{scale} * {name}" + (f" + {offset}" if offset else "")
+        raise ValueError(f"{NAME}: cannot infer `{name}` from input `{buffer}` of per-device "
+                         f"shape {tuple(shape)}: dimension {dim} is {text} = {form}, and "
+                         f"{shape[dim]} is not of that form for a positive integer {name}; "
+                         f"pass {name}= or give `{buffer}` a shape that fits")
+    return size // scale
+
+
+def _not_inferred(params, name, buffer, shape, text):
+    """Parameter `name`, which the shapes do not determine (it appears in input `buffer`'s
+    shape only as `text`, with other unknowns or not linearly): the caller must give it."""
+    if name in params:
+        return params[name]
+    raise ValueError(f"{NAME}: cannot infer `{name}` from input `{buffer}` of per-device shape "
+                     f"{tuple(shape)} ({text}): the shapes do not determine it; pass {name}=")
 
 
 def _check_divides(a, b, what):
