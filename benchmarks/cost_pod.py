@@ -44,7 +44,7 @@ def run(stem: str, topology: str) -> list[str]:
         return [stem, topology, "-", "-", "-", "-", f"{wall:.1f}", f"{cpu:.1f}",
                 f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1][:80]}"]
     doc = json.loads(proc.stdout)
-    how = "quotient" if doc.get("assumes") else "every device"
+    how = "quotient" if doc.get("assumptions") else "every device"
     return [stem, topology, str(doc["N"]), how, f"{doc['estimate_s'] * 1e6:.4g} us", f"{doc['efficiency']:.1%}",
             f"{wall:.1f}", f"{cpu:.1f}", ""]
 

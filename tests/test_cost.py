@@ -267,7 +267,7 @@ def test_the_quotient_critical_path_names_the_devices_it_stands_for():
             src, dst = (int(x) for x in re.search(r"d(\d+)->d(\d+)", a.detail).groups())
             assert src == a.device and dst == b.device, (a, b)
     doc = e.to_json()
-    assert doc["assumes"] == e.assumptions and "symmetric quotient" in e.to_text()
+    assert doc["assumptions"] == e.assumptions and "symmetric quotient" in e.to_text()
     assert all(step["device"] == st.device for step, st in zip(doc["critical_path"], path))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
@@ -63,6 +63,7 @@ class Estimate:
     hw: Hardware
     machine: TimedMachine
     bound: Bound
+    _path: list[PathStep] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
@@ -84,7 +85,9 @@ class Estimate:
         return r, pool[r]
 
     def critical_path(self) -> list[PathStep]:
-        return self.machine.critical_path()
+        if self._path is None:  # asked by the text, the JSON, the summary and the diagnosis
+            self._path = self.machine.critical_path()
+        return self._path
 
     @property
     def assumptions(self) -> list[str]:
@@ -130,7 +133,7 @@ class Estimate:
                                or self._run_text(st)} for st in self.critical_path()],
             "critical_path_breakdown_s": self.path_summary(),
             "why": self.why(),
-            "assumes": self.assumptions,
+            "assumptions": self.assumptions,
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
         }
 

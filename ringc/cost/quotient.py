@@ -53,9 +53,8 @@ from .timeline import Hardware, TimedMachine
 
 __all__ = ["QuotientMachine", "ASSUMPTION"]
 
-ASSUMPTION = ("timed on the symmetric quotient: every device runs device 0's events translated (proved while "
-              "unrolling device 0) and routes are translation invariant, so device 0's timeline is every device's; "
-              "links are priced by class (axis and direction, docs/cost-model.md)")
+ASSUMPTION = ("timed on the symmetric quotient: every device runs device 0's events translated (proved), over "
+              "translation-invariant routes, so device 0's run stands for all (docs/cost-model.md)")
 
 
 class QuotientMachine(TimedMachine):
