@@ -194,6 +194,8 @@ def test_two_dmas_on_one_link_take_twice_as_long():
 # a 2-axis one over the plane), and a 2x2x2 slice (axes of 2 chips, no wraparound links).
 QUOTIENT_TOPOLOGIES = ["ring:5", "torus:4x4", "v5p:2x2x2"]
 MORE_TOPOLOGIES = ["ring:8", "torus:3x4", "torus:2x2x4"]  # the slow test's
+# Device d sends to d XOR 2^k: not a translation of device 0's sends, so timed on every device.
+NOT_TRANSLATION_SYMMETRIC = {"all_gather_hypercube"}
 
 
 def _fits(sched, topology: str):
@@ -215,11 +217,17 @@ def _quotient_matches_every_device(path: Path, max_events: int | None, topologie
         if hw is None:
             continue
         for nbytes in (None, MiB):
-            q = estimate(sched, hw, nbytes=nbytes)
+            try:
+                q = estimate(sched, hw, nbytes=nbytes)
+            except ScheduleError:  # e.g. a hypercube on a ring of 5
+                continue
             if max_events is not None and len(q.program.devices[0]) > max_events:
                 continue
             full = estimate(sched, hw, nbytes=nbytes, every_device=True)
-            assert isinstance(q.machine, QuotientMachine) and q.assumptions, (topology, "not timed on the quotient")
+            if path.stem in NOT_TRANSLATION_SYMMETRIC:
+                assert type(q.machine) is TimedMachine and not q.assumptions, (topology, "timed on the quotient")
+            else:
+                assert isinstance(q.machine, QuotientMachine) and q.assumptions, (topology, "not timed on the quotient")
             assert type(full.machine) is TimedMachine and not full.assumptions
             where = (path.stem, topology, nbytes)
             assert q.seconds == pytest.approx(full.seconds, rel=1e-9), where
