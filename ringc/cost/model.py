@@ -192,20 +192,18 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
 
 
 def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_placement: bool = False) -> None:
-    """Refuse, before unrolling every device, a timed run of every device past the `events`
-    limit. Its work grows as N^2 per event: each of the N devices' events may start or end
-    a transfer, and every start or end re-rates the transfers in flight, some on each of
-    the N devices (`network.FluidNetwork.allocate`). Device 0's events (one device's
-    unrolling, itself under the limit) stand for each device's."""
+    """Refuse, before unrolling, a timed run of every device past the `events` limit. Its
+    work grows as N^2 per event: each of the N devices' events may start or end a transfer,
+    and every start or end re-rates the transfers in flight, some on each of the N devices
+    (`network.FluidNetwork.allocate`). A device's events are counted from above, as the
+    unroller counts them (`Unroller.ctx.work`), without unrolling."""
     from .. import limits
     from ..verify.unroll import Unroller
     n = prod(sizes.values())
-    unroller = Unroller(sched, n, sizes)
-    unroller.ctx.work(1, 1)
-    events = len(unroller.device_events(0, 1)[0])
+    events = Unroller(sched, n, sizes).ctx.work(1, 1)
     limits.check("events", n * n * events,
-                 f"the timed run of every device ({n} devices x {events} events of device 0 x {n} devices' "
-                 f"transfers re-rated at each)", file=sched.file,
+                 f"the timed run of every device ({n} devices x {events:,} events each, counted from above, "
+                 f"x {n} devices' transfers re-rated at each)", file=sched.file,
                  fix=("the schedule is not proved translation-symmetric (`ringc check` says whether it is "
                       "checked from device 0's events), so every device is timed: price fewer devices"
                       if symmetric_placement else
