@@ -631,7 +631,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     out = _output_path(args.output, args.file) if args.output else None
     hw = _timed(sched, args.topology or "ring", args.along, args.devices)
     try:
-        e = estimate(sched, hw, nbytes=args.bytes)
+        e = estimate(sched, hw, nbytes=args.bytes, every_device=True)  # a timeline of every device
     except CostError as err:
         print(f"{err}\n  (`ringc check --show OUT.png` draws where it goes wrong)", file=sys.stderr)
         return EXIT_FAILED

@@ -178,9 +178,10 @@ class Collective:
         has such a bound beyond the per-device ones (`cost/bounds.py`, "ring"); None: none."""
         return None
 
-    def far_pairs(self, p: int) -> Iterable[tuple[int, int]]:
-        """The device pairs whose data must meet (the latency bound takes the farthest)."""
-        return ((a, c) for a in range(p) for c in range(p))
+    def far_pairs(self, p: int) -> Iterable[tuple[int, int]] | None:
+        """The device pairs whose data must meet (the latency bound takes the farthest);
+        None: every pair (the bound takes the placement's diameter, without p^2 pairs)."""
+        return None
 
     # -- transpose -----------------------------------------------------------------------
     def transpose(self) -> "Collective | None":

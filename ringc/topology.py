@@ -196,12 +196,16 @@ def _axis_steps(size: int, wrapped: bool, a: int, b: int) -> list[int]:
     return [(a + step * k) % size for k in range(1, count + 1)]
 
 
+def _check_devices(topo: Topology, *coords: tuple) -> None:
+    for c in coords:
+        if len(c) != topo.ndim or not all(0 <= x < s for x, s in zip(c, topo.shape)):
+            raise ValueError(f"device {c} is not in {topo.describe()}")
+
+
 def route(topo: Topology, src: tuple, dst: tuple) -> list[tuple]:
     """The physical path of a send, src..dst inclusive: dimension-order routing (axis 0
     first), the shortest way round on wrapped axes."""
-    for c in (src, dst):
-        if len(c) != topo.ndim or not all(0 <= x < s for x, s in zip(c, topo.shape)):
-            raise ValueError(f"device {c} is not in {topo.describe()}")
+    _check_devices(topo, src, dst)
     path = [tuple(src)]
     cur = list(src)
     for axis, (size, wrapped) in enumerate(zip(topo.shape, topo.wrap)):
@@ -211,9 +215,19 @@ def route(topo: Topology, src: tuple, dst: tuple) -> list[tuple]:
     return path
 
 
+def _axis_hops(size: int, wrapped: bool, a: int, b: int) -> int:
+    """`len(_axis_steps(size, wrapped, a, b))`, by arithmetic: the short way round a wrapped
+    axis of more than 2 chips, straight along any other."""
+    if wrapped and size > 2:
+        forward = (b - a) % size
+        return min(forward, size - forward)
+    return abs(b - a)
+
+
 def hops(topo: Topology, src: tuple, dst: tuple) -> int:
-    """Links a send from src to dst crosses on its route."""
-    return len(route(topo, src, dst)) - 1
+    """Links a send from src to dst crosses on its route (`route`, counted without building it)."""
+    _check_devices(topo, src, dst)
+    return sum(_axis_hops(size, wrapped, a, b) for size, wrapped, a, b in zip(topo.shape, topo.wrap, src, dst))
 
 
 def axis_ring(topo: Topology, axis: int, fixed: tuple) -> list[tuple]:

@@ -214,14 +214,19 @@ def test_the_events_limit_is_counted_before_unrolling():
                 budget=60)
     assert_refused(o, says="`events`", seconds=60)
     assert re.search(r"all_reduce_no_capacity_wait.yaml:\d+: error: the events to unroll", o.err), str(o)
-    # the cost model prices the links of n^2 routes
-    assert_refused(run_cli(["cost", AR, "--topology", "ring:4096"]), says="`events`")
+    # the cost model times every device of a schedule not proved symmetric: N^2 per event
+    corner = REPO / "tests" / "torus" / "all_gather_2d_corner_copies_twice.yaml"
+    o = run_cli(["cost", corner, "--topology", "torus:64x64"], budget=60)
+    assert_refused(o, says="`events`", seconds=60)
+    assert "the timed run of every device (4096 devices" in o.err, str(o)
 
 
 def test_a_real_pod_is_not_refused():
-    """4,096 chips: the library's rotation-symmetric ring is checked from device 0's events."""
+    """4,096 chips: the library's rotation-symmetric ring is checked, and priced, from device 0's events."""
     o = run_cli(["check", AG, "--devices", "4096"], budget=120)
     assert o.code == 0, str(o)
+    o = run_cli(["cost", AR, "--topology", "ring:4096"], budget=120)
+    assert o.code == 0 and "symmetric quotient" in o.out, str(o)
 
 
 def test_nan_hop_latency_never_calls_a_correct_schedule_a_hang():

@@ -8,6 +8,7 @@ unrolled schedule.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,12 @@ from ringc.cli import main
 from ringc.cost import CostError, estimate, hardware
 from ringc.cost.chips import CHIPS
 from ringc.cost.network import Flow, FluidNetwork
+from ringc.cost.quotient import QuotientMachine
+from ringc.cost.timeline import TimedMachine
 from ringc.cost.sizing import fit_volume, parse_size, parse_sweep
 from ringc.ir.errors import ScheduleError
 from ringc.ir.loader import load_text
+from ringc.verify.rotation import Torus
 
 REPO = Path(__file__).resolve().parent.parent
 LIB = REPO / "schedules"
@@ -182,6 +186,177 @@ def test_two_dmas_on_one_link_take_twice_as_long():
     ends = sorted(d.sent for d in e.machine.dmas.values() if d.event.device == 0)
     assert ends[0] == pytest.approx(ends[1], rel=1e-6)
     assert ends[0] == pytest.approx(e.bound.volume / hw.chip.link_bandwidth, rel=1e-3)
+
+
+# --- the symmetric quotient: device 0's events stand for every device's ----------------------
+
+# Every library schedule on rings (odd and even), a torus (a 1-axis schedule runs along x,
+# a 2-axis one over the plane), and a 2x2x2 slice (axes of 2 chips, no wraparound links).
+QUOTIENT_TOPOLOGIES = ["ring:5", "torus:4x4", "v5p:2x2x2"]
+MORE_TOPOLOGIES = ["ring:8", "torus:3x4", "torus:2x2x4"]  # the slow test's
+# Device d sends to d XOR 2^k: not a translation of device 0's sends, so timed on every device.
+NOT_TRANSLATION_SYMMETRIC = {"all_gather_hypercube"}
+
+
+def _fits(sched, topology: str):
+    try:
+        return hardware(topology, sched)
+    except (ValueError, ScheduleError):
+        return None
+
+
+def _quotient_matches_every_device(path: Path, max_events: int | None, topologies: list[str]) -> int:
+    """The quotient run (`cost/quotient.py`) gives the full run's estimate, bound, efficiency,
+    bottleneck (its class and utilization) and diagnosis, for the defaults and 1 MiB (where
+    transfers outlast the hops), on every topology of QUOTIENT_TOPOLOGIES the schedule fits.
+    Runs whose device 0 has more than `max_events` events are not timed on every device."""
+    sched = load(path)
+    timed = 0
+    for topology in topologies:
+        hw = _fits(sched, topology)
+        if hw is None:
+            continue
+        for nbytes in (None, MiB):
+            try:
+                q = estimate(sched, hw, nbytes=nbytes)
+            except ScheduleError:  # e.g. a hypercube on a ring of 5
+                continue
+            if max_events is not None and len(q.program.devices[0]) > max_events:
+                continue
+            full = estimate(sched, hw, nbytes=nbytes, every_device=True)
+            if path.stem in NOT_TRANSLATION_SYMMETRIC:
+                assert type(q.machine) is TimedMachine and not q.assumptions, (topology, "timed on the quotient")
+            else:
+                assert isinstance(q.machine, QuotientMachine) and q.assumptions, (topology, "not timed on the quotient")
+            assert type(full.machine) is TimedMachine and not full.assumptions
+            where = (path.stem, topology, nbytes)
+            assert q.seconds == pytest.approx(full.seconds, rel=1e-9), where
+            assert q.bound == full.bound, where
+            assert q.efficiency == pytest.approx(full.efficiency, rel=1e-9), where
+            (rq, uq), (rf, uf) = q.bottleneck, full.bottleneck
+            pl = hw.placement
+            assert uq == pytest.approx(uf, rel=1e-9), where
+            # the full run's bottleneck is a link of a class as busy as the quotient's busiest
+            busiest = q.machine.utilization()[("link", *pl.representative(rf[1:]))]
+            assert busiest == pytest.approx(uq, rel=1e-9), where
+            assert q.why() == full.why(), where
+            assert q.machine.link_bytes() == pytest.approx(full.machine.link_bytes(), rel=1e-9), where
+            timed += 1
+    return timed
+
+
+@pytest.mark.parametrize("path", sorted(LIB.glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_quotient_times_like_every_device(path):
+    # the big nested pipelines (matmuls at 1 MiB: thousands of events per device) in the slow test
+    assert _quotient_matches_every_device(path, 1500, QUOTIENT_TOPOLOGIES), f"{path.stem}: nothing compared"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(LIB.glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_quotient_times_like_every_device_at_every_size(path):
+    assert _quotient_matches_every_device(path, None, QUOTIENT_TOPOLOGIES + MORE_TOPOLOGIES)
+
+
+def test_the_quotient_critical_path_names_the_devices_it_stands_for():
+    sched = load(LIB / "all_reduce_2d_bidirectional.yaml")
+    e = estimate(sched, hardware("torus:4x4", sched), nbytes=MiB)
+    assert isinstance(e.machine, QuotientMachine)
+    path = e.critical_path()
+    assert path[0].start == 0.0 and path[-1].end == pytest.approx(e.seconds)
+    for a, b in zip(path, path[1:]):
+        assert b.start == pytest.approx(a.end, abs=1e-12)
+    assert sum(e.path_summary().values()) == pytest.approx(e.seconds)
+    # it ends on device 0, and each transfer arrives on the device the next step runs on
+    assert path[-1].device == 0 or path[-1].kind != "run"
+    devices = {st.device for st in path}
+    assert len(devices) > 1 and all(0 <= d < 16 for d in devices)
+    for a, b in zip(path, path[1:]):
+        if a.kind in ("dma", "signal"):
+            src, dst = (int(x) for x in re.search(r"d(\d+)->d(\d+)", a.detail).groups())
+            assert src == a.device and dst == b.device, (a, b)
+    doc = e.to_json()
+    assert doc["assumptions"] == e.assumptions and "symmetric quotient" in e.to_text()
+    assert all(step["device"] == st.device for step, st in zip(doc["critical_path"], path))
+
+
+@pytest.mark.parametrize("path, topology", [
+    (REPO / "tests" / "torus" / "all_gather_2d_corner_copies_twice.yaml", "torus:4x4"),  # device (0, 0) differs
+    (AG_RING, "v5e:4x4"),  # an axis of 4 without wraparound: the end chips' routes differ
+])
+def test_what_is_not_proved_symmetric_is_timed_on_every_device(path, topology):
+    sched = load(path)
+    e = estimate(sched, hardware(topology, sched), nbytes=MiB)
+    assert type(e.machine) is TimedMachine and e.assumptions == []
+    assert len(e.machine.devices) == e.program.n
+
+
+def test_a_hang_on_the_quotient_is_every_devices_hang():
+    sched = load(REPO / "tests" / "broken" / "all_reduce_over_wait.yaml")
+    with pytest.raises(CostError, match=r"hangs \(4 device\(s\) never finish"):
+        estimate(sched, hardware("ring:4", sched))
+
+
+# --- placement arithmetic against the routes ---------------------------------------------------
+
+PLACEMENTS = [("ring:2", None), ("ring:5", None), ("line:5", None), ("torus:2x2", None), ("mesh:3x2", None),
+              ("torus:3x4", "y"), ("torus:3x4", None), ("v5e:4x4", None), ("v5e:4x4", "y"), ("v5p:2x2x2", None),
+              ("torus:4x3x2", None), ("torus:2x4x3", "z,x"), ("mesh:2x3x2", "y,z")]
+
+
+def _schedule_over(axes: list[str]):
+    """A placeholder schedule over `axes` (placement reads only its axes)."""
+    sched = load(LIB / "ppermute_right.yaml")
+    return sched.model_copy(update={"axes": axes})
+
+
+@pytest.mark.parametrize("topology, along", PLACEMENTS)
+def test_links_hops_and_degrees_are_the_routes(topology, along):
+    """`Placement.links`, `hops`, `diameter`, `degree` and `is_cycle` by arithmetic, against
+    the n^2 routes and the topology's graph they replace."""
+    from ringc import topology as T
+    from ringc.verify.placement import place
+    topo = T.parse(topology)
+    pl = place(_schedule_over(["x", "y", "z"][:len(along.split(",")) if along else topo.ndim]), topo, along)
+    p = pl.n
+    routed = {link for s in range(p) for d in range(p) if s != d for link in pl.route(s, d)}
+    assert set(pl.links) == routed and len(pl.links) == len(routed)
+    assert all(pl.hops(s, d) == len(pl.route(s, d)) for s in range(p) for d in range(p))
+    assert pl.diameter == max(pl.hops(s, d) for s in range(p) for d in range(p))
+    graph = topo.graph.subgraph(pl.coords)
+    assert [pl.degree(d) for d in range(p)] == [graph.degree(c) for c in pl.coords]
+    import networkx as nx
+    assert pl.is_cycle() == (p >= 3 and all(k == 2 for _, k in graph.degree) and nx.is_connected(graph))
+    if pl.symmetric:  # a translation maps a route to the route of the moved pair, link by link
+        torus = Torus(pl.sizes.values())
+        for s in range(p):
+            for d in range(p):
+                for k in range(p):
+                    moved = pl.route(torus.add(s, k), torus.add(d, k))
+                    assert [pl.direction(x) for x in moved] == [pl.direction(x) for x in pl.route(s, d)]
+                    assert [x[0] for x in moved] == [tuple((c + t) % n for c, t, n in zip(x[0], pl.coords[k], topo.shape))
+                                                     for x in pl.route(s, d)]
+        per_class = {}
+        for link in pl.links:
+            per_class.setdefault(pl.direction(link), []).append(link)
+        assert all(len(links) == p for links in per_class.values())
+
+
+@pytest.mark.parametrize("topology, along", PLACEMENTS)
+def test_the_bisection_cut_in_closed_form(topology, along):
+    from ringc import topology as T
+    from ringc.cost.bounds import bisection
+    from ringc.verify.placement import place
+    topo = T.parse(topology)
+    pl = place(_schedule_over(["x", "y", "z"][:len(along.split(",")) if along else topo.ndim]), topo, along)
+    p, half, V, B = pl.n, pl.n // 2, 2.0**20, 1e10
+    graph = topo.graph.subgraph(pl.coords)
+    best = 0.0  # the O(p x edges) count it replaces
+    for start in range(p):
+        side = {pl.coords[(start + i) % p] for i in range(half)}
+        cut = sum(1 for a, b in graph.edges if (a in side) != (b in side))
+        if cut:
+            best = max(best, half * (p - half) * V / p / (B * cut))
+    assert bisection(pl, V, B) == pytest.approx(best, rel=1e-12)
 
 
 # --- bounds, sizing, output -----------------------------------------------------------------

@@ -27,7 +27,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def timed(path: Path, n: int):
     sched = ringc.load(path)
-    return estimate(sched, hardware("ring", sched, n=n))
+    return estimate(sched, hardware("ring", sched, n=n), every_device=True)
 
 
 @pytest.mark.parametrize("path", SCHEDULES, ids=lambda p: p.stem)
@@ -44,7 +44,7 @@ def test_show_md_document_has_valid_mermaid(path, tmp_path, capsys):
                     "## Slot Occupancy", "## Performance"):
         assert section in text
     # One gantt section per device, one task per simulated span (up to the 400 drawn).
-    e = estimate(sched, hardware(topo, sched, n=int(devices)))
+    e = estimate(sched, hardware(topo, sched, n=int(devices)), every_device=True)
     gantt = diagram(e, "gantt")
     assert gantt.count("\n    section device ") == int(devices)
     tasks = sum(1 for l in gantt.splitlines() if " :" in l and ", t" in l)
@@ -82,7 +82,7 @@ def test_slot_table_follows_the_all_gather_algebra():
     """At step s device d sends out[(d - s) % N] right and receives out[(d - 1 - s) % N]."""
     n = 5
     sched = ringc.load(REPO / "schedules" / "all_gather_ring.yaml")
-    e = estimate(sched, hardware("ring", sched, n=n))
+    e = estimate(sched, hardware("ring", sched, n=n), every_device=True)
     for d in (0, 3):
         rows = slot_table(sched, e.program, d).splitlines()
         head = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -149,7 +149,7 @@ def test_check_show_draws_the_finding(name, kind, tmp_path, capsys):
 
 def test_document_is_deterministic():
     sched = ringc.load(REPO / "schedules" / "all_gather_ring.yaml")
-    docs = {document(estimate(sched, hardware("ring", sched, n=4))) for _ in range(2)}
+    docs = {document(estimate(sched, hardware("ring", sched, n=4), every_device=True)) for _ in range(2)}
     assert len(docs) == 1
 
 

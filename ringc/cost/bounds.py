@@ -20,7 +20,8 @@ is their maximum:
   so some link carries max((1 - f) s, f (p - s)) V >= s (p - s) / p x V (equal at
   f = s / p): the bound is s (p - s) / p x V / B. (The ingress bound, V / 2B, assumes both
   incoming links could be used fully, which a shift cannot profit from.)
-- latency: the farthest pair whose data must meet, hops x hop latency.
+- latency: the farthest pair whose data must meet, hops x hop latency (when every pair
+  must meet, the placement's diameter).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..ir import schema as S
 from ..verify.events import Program
 from .timeline import Hardware
 
-__all__ = ["volume_buffer", "volume", "Bound", "lower_bound"]
+__all__ = ["volume_buffer", "volume", "Bound", "lower_bound", "bisection"]
 
 
 def volume_buffer(sched: S.Schedule) -> str:
@@ -76,34 +77,60 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     # Every device's bytes must cross at least one link; the axis has sum(degrees) directed links.
     comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
     if c.bisection:
-        comps["bisection"] = _bisection(pl, V, B)
+        comps["bisection"] = bisection(pl, V, B)
     ring = c.cycle_bytes(p, V)
-    if ring is not None and _is_cycle(pl):
+    if ring is not None and pl.is_cycle():
         comps["ring"] = ring / B
     if c.takes_rhs:
         comps["compute"] = c.flops(p, program.shapes, buffers) / hw.chip.bf16_flops
-    comps["latency"] = max((pl.hops(a, b) for a, b in c.far_pairs(p)), default=0) * hw.hop_latency
+    pairs = c.far_pairs(p)
+    farthest = pl.diameter if pairs is None else max((pl.hops(a, b) for a, b in pairs), default=0)
+    comps["latency"] = farthest * hw.hop_latency
     binding = max(comps, key=lambda k: comps[k])
     return Bound(comps[binding], binding, comps, V)
 
 
-def _is_cycle(pl) -> bool:
-    """The instance's chips and links form one cycle of at least 3 chips (a wrapped ring)."""
-    import networkx as nx
-    g = pl.subgraph
-    return pl.n >= 3 and all(d == 2 for _, d in g.degree) and nx.is_connected(g)
-
-
-def _bisection(pl, V: float, B: float) -> float:
+def bisection(pl, V: float, B: float) -> float:
     """All-to-all: each device sends V/p to every other. For each contiguous half S of the
-    axis, |S| |T| V/p bytes must cross from S to T over the links between them."""
-    p = pl.n
-    g = pl.subgraph
-    best = 0.0
-    half = p // 2
-    for start in range(p):
-        side = {pl.coords[(start + i) % p] for i in range(half)}
-        cut = sum(1 for a, b in g.edges if (a in side) != (b in side))
+    axis (the window W_s of p // 2 devices from s in row-major order, cyclically) and the
+    rest T, |S| |T| V/p bytes must cross from S to T over the links between them.
+
+    The cut of every window, in O(p + links) rather than O(p x links): an edge is cut
+    when exactly one end is in W_s, so cut(s) = (sum of degrees in W_s) - 2 (edges with
+    both ends in W_s). The first term is a difference of prefix sums. For the second,
+    write an edge as (x, x + delta mod p): both ends are in W_s when x is at offset
+    o = (x - s) mod p < half - delta from the window's start (the arc from x forward to
+    x + delta stays inside), i.e. for the half - delta starts s ending at x, or with the
+    ends swapped (delta -> p - delta); both cannot hold, since half <= p / 2. Each edge
+    adds one or two arcs of starts to a difference array."""
+    p, half = pl.n, pl.n // 2
+    index = {c: d for d, c in enumerate(pl.coords)}
+    edges = {(min(index[a], index[b]), max(index[a], index[b])) for a, b in pl.links}
+    degree = [0] * p
+    inside = [0] * (p + 1)  # difference array over window starts s
+
+    def starts_ending_at(x: int, length: int) -> None:  # +1 for s in (x - length, x], cyclically
+        lo = (x - length + 1) % p
+        inside[lo] += 1
+        inside[x + 1] -= 1
+        if lo > x:  # the arc wraps past p - 1
+            inside[0] += 1
+            inside[p] -= 1
+
+    for a, b in edges:
+        degree[a] += 1
+        degree[b] += 1
+        for x, y in ((a, b), (b, a)):
+            length = half - (y - x) % p
+            if length > 0:
+                starts_ending_at(x, length)
+    prefix = [0]
+    for d in degree + degree:
+        prefix.append(prefix[-1] + d)
+    best, both = 0.0, 0
+    for s in range(p):
+        both += inside[s]
+        cut = prefix[s + half] - prefix[s] - 2 * both
         if cut:
             best = max(best, half * (p - half) * V / p / (B * cut))
     return best

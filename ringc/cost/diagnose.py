@@ -8,7 +8,6 @@ was latency and per-step work rather than transfer.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ..collectives import TITLES
@@ -43,7 +42,7 @@ def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
     if e.efficiency >= threshold or e.bound.binding == "none":  # one device: no link to price
         return []
     why: list[str] = []
-    pl, net = e.hw.placement, e.machine.net
+    pl = e.hw.placement
     p = pl.n
     kind = e.schedule.collective.kind
     summary = e.path_summary()
@@ -56,7 +55,7 @@ def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
         if e.bound.binding == "latency":
             return why
     # Bytes the links carried against the bytes the collective must move.
-    moved = sum(net.used[r] for r in net.used if r[0] == "link")
+    moved = e.machine.link_bytes()
     need = e.bound.components["aggregate"] * e.hw.chip.link_bandwidth * sum(pl.degree(d) for d in range(p))
     if need and moved > 1.05 * need:
         name = TITLES[kind]
@@ -64,20 +63,18 @@ def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
         route = f"; sends to non-neighbours cross up to {far} links each" if far > 1 else ""
         why.append(f"moves {moved / need:.1f}x the data {'an' if name[0] in 'aeiou' else 'a'} {name} needs: "
                    f"the links carry {size_text(moved)} in all, the minimum is {size_text(need)}{route}")
-    # Links into each device: used at all, and used at the same time.
-    into: dict[int, list] = defaultdict(list)
-    index = {c: d for d, c in enumerate(pl.coords)}
-    for r, spans in net.active.items():
-        if r[0] == "link" and r[2] in index:
-            into[index[r[2]]].append(spans)
-    unused = [d for d in range(p) if len(into[d]) < pl.degree(d)]
-    if unused and len(unused) == p:
-        used = min(len(into[d]) for d in range(p))
+    # Links into each device: used at all, and used at the same time. (On the quotient,
+    # device 0 stands for all `alike` devices: the counts scale, the ratios do not.)
+    into, alike = e.machine.links_into(), e.machine.alike
+    devices = range(p) if alike == 1 else sorted(into)
+    unused = [d for d in devices if len(into.get(d, ())) < pl.degree(d)]
+    if unused and len(unused) * alike == p:
+        used = min(len(into.get(d, ())) for d in devices)
         why.append(f"uses {used} of the {pl.degree(0)} links into each device: the data flows one way round "
                    f"the ring, so the bound's other direction sits idle")
     elif unused and e.bound.binding == "ingress":
         why.append(f"devices {', '.join(map(str, unused[:4]))} receive on fewer links than they have")
-    pairs = [(d, into[d]) for d in range(p) if len(into[d]) >= 2]
+    pairs = [(d, into[d]) for d in devices if len(into.get(d, ())) >= 2]
     if pairs:
         shared = sum(_overlap(s[0], s[1]) for _, s in pairs)
         either = sum(max(_length(s[0]), _length(s[1])) for _, s in pairs)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Any
 
 from .. import topology as T
@@ -10,15 +11,16 @@ from ..collectives import TITLES
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
 from ..units import size_text, time_text
-from ..verify.events import Program
+from ..verify.events import Event, Program
 from ..verify.placement import place
 from ..verify.races import describe
 from ..verify.unroll import window_id
 from .bounds import Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
 from .diagnose import diagnose
+from .quotient import ASSUMPTION, QuotientMachine
 from .sizing import fit_volume
-from .timeline import Hardware, PathStep, TimedMachine, resource_text, simulate
+from .timeline import Hardware, PathStep, TimedMachine, resource_text
 
 
 class CostError(Exception):
@@ -42,12 +44,8 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
         raise ValueError(f"{placement.describe(per_instance=True)} gives {placement.n} devices per instance of "
                          f"`{sched.name}`, "
                          f"not {n}; choose --devices {placement.n}, another topology, or --along")
-    # The timed run prices every link that a route between two devices crosses: it follows
-    # n^2 routes of up to sum(shape) hops each. Refuse that work up front past the limit.
-    from .. import limits
-    limits.check("events", placement.n ** 2 * sum(topo.shape), f"the route steps to price on {topo.spec} "
-                 f"({placement.n} devices, each route up to {sum(topo.shape)} hops)", file=sched.file,
-                 fix="price a smaller topology (the estimate scales with N)")
+    # Placing is O(devices x axes) (`Placement.links`); the work of the timed run is bounded
+    # where it is known, before unrolling (`estimate`).
     return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
 
 
@@ -65,6 +63,7 @@ class Estimate:
     hw: Hardware
     machine: TimedMachine
     bound: Bound
+    _path: list[PathStep] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
@@ -86,7 +85,14 @@ class Estimate:
         return r, pool[r]
 
     def critical_path(self) -> list[PathStep]:
-        return self.machine.critical_path()
+        if self._path is None:  # asked by the text, the JSON, the summary and the diagnosis
+            self._path = self.machine.critical_path()
+        return self._path
+
+    @property
+    def assumptions(self) -> list[str]:
+        """What the estimate assumes beyond the model (docs/cost-model.md)."""
+        return [ASSUMPTION] if isinstance(self.machine, QuotientMachine) else []
 
     def path_summary(self) -> dict[str, float]:
         """Seconds of the critical path by cause: transfers, latency, own work (compute, issue)."""
@@ -127,6 +133,7 @@ class Estimate:
                                or self._run_text(st)} for st in self.critical_path()],
             "critical_path_breakdown_s": self.path_summary(),
             "why": self.why(),
+            "assumptions": self.assumptions,
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
         }
 
@@ -135,13 +142,14 @@ class Estimate:
         return diagnose(self)
 
     def _run_text(self, st: PathStep) -> str:
-        where = self.program.where
+        def where(ev: Event) -> str:  # on the quotient, device 0's event on the device it stands for
+            return self.program.where(ev if ev.device == st.device else replace(ev, device=st.device))
         if st.first is st.last:
             return f"{where(st.first)}: {describe(st.first)}"
         return f"{where(st.first)} .. {where(st.last)}"
 
     def to_text(self, path_steps: int = 8) -> str:
-        lines = [self.header()]
+        lines = [self.header()] + [f"  assumes:   {a}" for a in self.assumptions]
         comps = ", ".join(f"{k} {time_text(v)}" for k, v in self.bound.components.items())
         lines.append(f"  estimate   {time_text(self.seconds)}")
         lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
@@ -164,7 +172,9 @@ class Estimate:
 
 
 def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estimate:
-    """Time an unrolled program. Raises CostError if it cannot run to the end."""
+    """Time an unrolled program: every device's events, or device 0's alone on the symmetric
+    quotient when the program holds device 0's (`Program.rotation`, `cost/quotient.py`).
+    Raises CostError if it cannot run to the end."""
     if program.n != hw.placement.n:
         raise ValueError(f"{hw.placement.describe(per_instance=True)} has {hw.placement.n} devices on the axis, "
                          f"but the program was unrolled for N={program.n}")
@@ -172,23 +182,53 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
         if not 0 <= target < program.n:
             raise CostError(f"{program.file}:{ev.line}: {describe(ev)} at {program.where(ev)} targets device "
                             f"{target}, which does not exist for N={program.n}; see `ringc check`")
-    machine = simulate(program, hw, memory_of(sched))
+    timed = QuotientMachine if program.rotation is not None else TimedMachine
+    machine = timed(program, hw, memory_of(sched)).run()
     if not machine.finished():
-        stuck = machine.stuck()
-        first = stuck[0]
-        raise CostError(f"{program.file}:{first.line}: the schedule hangs ({len(stuck)} device(s) never finish; "
-                        f"first: {program.where(first)}: {describe(first)}); see `ringc check`")
+        first = machine.stuck()[0]
+        raise CostError(f"{program.file}:{first.line}: the schedule hangs ({machine.stuck_devices()} device(s) never "
+                        f"finish; first: {program.where(first)}: {describe(first)}); see `ringc check`")
     return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
 
 
-def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None) -> Estimate:
-    """Time `sched` on `hw`, with its params chosen for `nbytes` if given."""
+def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_placement: bool = False) -> None:
+    """Refuse, before unrolling, a timed run of every device past the `events` limit. Its
+    work grows as N^2 per event: each of the N devices' events may start or end a transfer,
+    and every start or end re-rates the transfers in flight, some on each of the N devices
+    (`network.FluidNetwork.allocate`). A device's events are counted from above, as the
+    unroller counts them (`Unroller.ctx.work`), without unrolling."""
+    from .. import limits
+    from ..verify.unroll import Unroller
+    n = prod(sizes.values())
+    events = Unroller(sched, n, sizes).ctx.work(1, 1)
+    limits.check("events", n * n * events,
+                 f"the timed run of every device ({n} devices x {events:,} events each, counted from above, "
+                 f"x {n} devices' transfers re-rated at each)", file=sched.file,
+                 fix=("the schedule is not proved translation-symmetric (`ringc check` says whether it is "
+                      "checked from device 0's events), so every device is timed: price fewer devices"
+                      if symmetric_placement else
+                      "price a placement whose axes all wrap (a ring, torus or whole-cube slice), where a "
+                      "translation-symmetric schedule is timed from device 0's events alone, or fewer devices"))
+
+
+def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, every_device: bool = False) -> Estimate:
+    """Time `sched` on `hw`, with its params chosen for `nbytes` if given. A schedule proved
+    translation-symmetric on a placement whose routes are (`Placement.symmetric`) is timed
+    from device 0's events on the quotient (`cost/quotient.py`; the same estimate, bound,
+    bottleneck and efficiency as timing every device); any other, or with `every_device`
+    (a timeline of every device, for `ringc show`), is timed on every device."""
+    from ..verify.rotation import rotation_unroll
     from ..verify.unroll import unroll
     sizes = hw.placement.sizes
     if nbytes is not None:
         sched = fit_volume(sched, sizes, nbytes)
-    program = unroll(sched, sizes=sizes)
+    program = None
+    if not every_device and hw.placement.symmetric:
+        program = rotation_unroll(sched, sizes)
+    if program is None:
+        check_every_device(sched, sizes, hw.placement.symmetric and not every_device)
+        program = unroll(sched, sizes=sizes)
     return estimate_program(sched, program, hw)
 
 
-__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "hardware", "memory_of"]
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_every_device", "hardware", "memory_of"]

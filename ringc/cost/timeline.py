@@ -105,6 +105,9 @@ class TimedMachine(Machine):
         super().__init__(program, account=True)
         if program.n != hw.placement.n:
             raise ValueError(f"the program has {program.n} devices but the placement {hw.placement.n}")
+        # The devices whose events run: all of them, or device 0 alone on the symmetric
+        # quotient (`cost/quotient.py`); targets are checked against program.n.
+        self.n = len(program.devices)
         self.hw = hw
         self.memory = memory  # buffer name -> "hbm" | "vmem"
         self.ready.clear()
@@ -113,15 +116,17 @@ class TimedMachine(Machine):
         self.pending: list[float | None] = [None] * self.n
         self.heap: list = []
         self.seq = itertools.count()
-        self.net = FluidNetwork(hw.capacities())
+        self.net = FluidNetwork(self.capacities())
         self.version = 0
         self.begin: dict[Event, float] = {}
         self.end: dict[Event, float] = {}
         self.dmas: dict[Event, Dma] = {}
         self.spans: list[Span] = []
         self.blocked: set[Event] = set()
-        self.waker: dict[int, tuple[Event, float]] = {}      # device -> last deposit that woke it
-        self.cause: dict[Event, tuple[Event, float]] = {}    # blocked wait -> (deposit source, arrival)
+        # device -> the last deposit that woke it: (source event, arrival, the semaphore's owner
+        # as the source saw it); a blocked wait -> the same, for the critical path
+        self.waker: dict[int, tuple[Event, float, int]] = {}
+        self.cause: dict[Event, tuple[Event, float, int]] = {}
         self.arrival: dict[tuple[Event, SemId], float] = {}  # (source, sem) -> when its deposit arrived
 
     # -- scheduling ---------------------------------------------------------
@@ -134,12 +139,60 @@ class TimedMachine(Machine):
         self.pending[d] = t
         self._push(t, _DEVICE, d)
 
+    # -- what the quotient (`cost/quotient.py`) changes ----------------------------
+    def capacities(self) -> dict[Resource, float]:
+        return self.hw.capacities()
+
+    def home(self, sem: SemId) -> SemId:
+        """The semaphore a deposit lands in (every device's own here)."""
+        return sem
+
+    def uses(self, a: DmaStart, links: list[Link]) -> dict[Resource, float]:
+        """The resources a DMA's bytes flow through, with coefficients: the memory at each
+        end (a local HBM -> HBM copy uses its HBM twice) and every link of its route."""
+        uses: dict[Resource, float] = defaultdict(float)
+        for region in (a.src, a.dst):
+            if 0 <= region.device < self.program.n:  # (a send to a missing device is a `check` finding)
+                uses[(self.memory[region.buffer], region.device)] += 1.0
+        for link in links:
+            uses[("link", *link)] += 1.0
+        return dict(uses)
+
+    def source_device(self, device: int, source: Event, owner: int) -> int:
+        """The device whose event `source` fed a semaphore that `owner` names, seen from the
+        device that waited on it (`device`): here simply the event's own device."""
+        return source.device
+
+    def link_bytes(self) -> float:
+        """Bytes carried by all the links together (a byte crossing k links counts k times)."""
+        return sum(used for r, used in self.net.used.items() if r[0] == "link")
+
+    def links_into(self) -> dict[int, list[list[list[float]]]]:
+        """Per device, the busy spans of each link into it that carried data."""
+        index = {c: d for d, c in enumerate(self.hw.placement.coords)}
+        into: dict[int, list[list[list[float]]]] = defaultdict(list)
+        for r, spans in self.net.active.items():
+            if r[0] == "link" and r[2] in index:
+                into[index[r[2]]].append(spans)
+        return into
+
+    @property
+    def alike(self) -> int:
+        """How many devices each timed device stands for (`links_into`): 1 here."""
+        return 1
+
+    def stuck_devices(self) -> int:
+        """Devices that never finish."""
+        return len(self.stuck())
+
+    # -- arrivals -----------------------------------------------------------------
     def _arrive(self, sem: SemId, amount: int, source: Event) -> None:
+        owner, sem = sem[0], self.home(sem)
         waiter = self.blocked_on.get(sem)
         self.arrival[(source, sem)] = self.now
         self._deposit(sem, amount, source)
         if waiter is not None:
-            self.waker[waiter] = (source, self.now)
+            self.waker[waiter] = (source, self.now, owner)
 
     def _reschedule_flows(self) -> None:
         self.version += 1
@@ -150,7 +203,7 @@ class TimedMachine(Machine):
     # -- the two timed effects ----------------------------------------------
     def _signal(self, ev: Event, a: Signal) -> None:
         target = a.sem[0]
-        if target == ev.device or not 0 <= target < self.n:
+        if target == ev.device or not 0 <= target < self.program.n:
             self._arrive(a.sem, a.inc, ev)
             return
         self._push(self.now + self.hw.placement.hops(ev.device, target) * self.hw.hop_latency,
@@ -164,15 +217,9 @@ class TimedMachine(Machine):
 
     def _inject(self, dma: Dma) -> None:
         a: DmaStart = dma.event.action
-        uses: dict[Resource, float] = defaultdict(float)
-        for region in (a.src, a.dst):
-            if 0 <= region.device < self.n:  # (a send to a missing device is a `check` finding)
-                uses[(self.memory[region.buffer], region.device)] += 1.0
-        if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.n:
+        if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.program.n:
             dma.links = self.hw.placement.route(a.src.device, a.dst.device)
-            for link in dma.links:
-                uses[("link", *link)] += 1.0
-        dma.flow = Flow(dma, dict(uses), float(a.nbytes))
+        dma.flow = Flow(dma, self.uses(a, dma.links), float(a.nbytes))
         self.net.advance(self.now)
         self.net.add(dma.flow)
         self._reschedule_flows()
@@ -255,37 +302,45 @@ class TimedMachine(Machine):
 
     def critical_path(self) -> list[PathStep]:
         """The chain of dependencies that ends last: a device's own work back to the wait
-        that held it, the transfer that released the wait, the device that started it..."""
+        that held it, the transfer that released the wait, the device that started it...
+        Each step names the device it happens on (`source_device`, `translate`: on the
+        quotient, device 0's events stand for every device's)."""
         if not self.end:
             return []
         last = max(self.end, key=lambda e: (self.end[e], e.device))
         steps: list[PathStep] = []
         ev: Event | None = last
+        device = last.device
         run_end, run_last = self.end[last], last
         while ev is not None:
             if ev in self.cause:
-                src, arrived = self.cause[ev]
-                steps.append(PathStep("run", ev.device, arrived, run_end, ev, run_last))
+                src, arrived, owner = self.cause[ev]
+                steps.append(PathStep("run", device, arrived, run_end, ev, run_last))
+                device = self.source_device(device, src, owner)
                 if isinstance(src.action, DmaStart):
                     dma = self.dmas[src]
                     a = src.action
                     hops = len(dma.links)
                     how = (f"{a.nbytes} B over {hops} hop{'s' if hops != 1 else ''}"
                            if a.remote else f"{a.nbytes} B local")
-                    steps.append(PathStep("dma", src.device, dma.injected, arrived, src, ev,
-                                          f"copy `{a.copy}` d{src.device}->d{a.dst.device}: {how}"))
+                    steps.append(PathStep("dma", device, dma.injected, arrived, src, ev,
+                                          f"copy `{a.copy}` d{device}->d{self.translate(device, a.dst.device)}: {how}"))
                     ev, run_end, run_last = src, dma.injected, src
                 else:
-                    steps.append(PathStep("signal", src.device, self.end[src], arrived, src, ev,
-                                          f"{src.action.why} d{src.device}->d{src.action.sem[0]}"))
+                    steps.append(PathStep("signal", device, self.end[src], arrived, src, ev,
+                                          f"{src.action.why} d{device}->d{self.translate(device, src.action.sem[0])}"))
                     ev, run_end, run_last = src, self.end[src], src
                 continue
             prev = self.devices[ev.device][ev.index - 1] if ev.index else None
             if prev is None:
-                steps.append(PathStep("run", ev.device, 0.0, run_end, ev, run_last))
+                steps.append(PathStep("run", device, 0.0, run_end, ev, run_last))
             ev = prev
         steps.reverse()
         return [s for s in steps if s.end > s.start or s.kind != "run"]
+
+    def translate(self, device: int, target: int) -> int:
+        """Device `target` as named by an event that runs on `device` (the same here)."""
+        return target
 
     def utilization(self) -> dict[Resource, float]:
         """Fraction of the run each resource spent at full capacity-equivalent."""

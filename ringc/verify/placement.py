@@ -15,16 +15,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from .. import topology as T
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
-
-if TYPE_CHECKING:  # networkx is imported when a graph is first built (`topology.Topology.graph`)
-    import networkx as nx
 
 __all__ = ["AXIS_NAMES", "Coord", "Link", "coord_text", "link_text", "axis_names", "Placement", "place",
            "Send", "sends", "route_summary", "rotated_route_summary", "v5e_offset_ok", "route_findings",
@@ -132,26 +129,83 @@ class Placement:
         return list(zip(path, path[1:]))
 
     def hops(self, src: int, dst: int) -> int:
+        """Links on the route from src to dst, by arithmetic (`topology.hops`), no route list."""
         return T.hops(self.topo, self.coords[src], self.coords[dst])
+
+    def _wraps(self, k: int) -> bool:
+        """Routes along topology axis k go round the end (a wrapped axis of more than 2 chips)."""
+        return self.topo.wrap[k] and self.topo.shape[k] > 2
+
+    @property
+    def diameter(self) -> int:
+        """The most hops between two devices of the instance: per axis, half way round a
+        wrapped axis (`size // 2`, the short way round), end to end of a line (`size - 1`);
+        dimension-order routes add the axes' hops, and the farthest pair is far on each."""
+        return sum(self.topo.shape[k] // 2 if self._wraps(k) else self.topo.shape[k] - 1 for k in self.along)
+
+    @property
+    def symmetric(self) -> bool:
+        """Routes between devices of the instance are translation invariant: every axis of the
+        instance wraps (or has at most 2 chips, where a line and a ring route alike), so the
+        route from a + t to b + t is the route from a to b moved by t (dimension-order
+        routing depends only on the offset b - a per axis: `topology._axis_steps`)."""
+        return all(self.topo.wrap[k] or self.topo.shape[k] <= 2 for k in self.along)
 
     @cached_property
     def links(self) -> list[Link]:
-        """Every directed link some route between two of our devices can cross."""
+        """Every directed link some route between two of our devices crosses: the unit steps
+        along the instance's axes, from every device of the instance to its neighbour one
+        chip up and one chip down each schedule axis (round the end where the axis wraps).
+
+        Proof that these are exactly the links dimension-order routes use. (Routes use
+        only unit steps.) A route changes only coordinates where source and destination
+        differ, all on `along`, one axis at a time, one chip per link, never round the end
+        of an axis that does not wrap (`topology._axis_steps`); so every link it crosses
+        joins two devices of the instance one chip apart on one axis. (Every unit step is
+        used.) The step from u to its neighbour v along axis k is itself the route from u
+        to v: on a line, or an axis of 2 chips, the route walks straight to v; on a wrapped
+        axis of s > 2 chips the offset is 1 one way and s - 1 > 1 the other, so the short
+        way is the one link. O(devices x axes), where following every route was O(n^2 x hops)."""
+        shape = self.topo.shape
         seen: dict[Link, None] = {}
-        for s in range(self.n):
-            for d in range(self.n):
-                if s != d:
-                    seen.update(dict.fromkeys(self.route(s, d)))
+        for c in self.coords:
+            for k in self.along:
+                for step in (1, -1):
+                    x = c[k] + step
+                    if not 0 <= x < shape[k]:
+                        if not self._wraps(k):
+                            continue
+                        x %= shape[k]
+                    seen[(c, c[:k] + (x,) + c[k + 1:])] = None
         return list(seen)
 
-    @cached_property
-    def subgraph(self) -> "nx.Graph":
-        """The chips of one instance and the links between them."""
-        return self.topo.graph.subgraph(self.coords)
+    def direction(self, link: Link) -> Coord:
+        """A link's class under translation: its step per topology axis, modulo the axis
+        size. On a symmetric instance a translation maps a link to one of the same class,
+        and every class holds exactly one link leaving each device (translations act
+        freely), so a class is n links carrying the same load."""
+        (a, b), shape = link, self.topo.shape
+        return tuple((y - x) % s for x, y, s in zip(a, b, shape))
+
+    def representative(self, link: Link) -> Link:
+        """The link of `link`'s class that leaves device 0's chip."""
+        origin, shape = self.coords[0], self.topo.shape
+        return origin, tuple((o + e) % s for o, e, s in zip(origin, self.direction(link), shape))
 
     def degree(self, device: int) -> int:
-        """Links from this device to other devices of its instance (each full duplex)."""
-        return self.subgraph.degree(self.coords[device])
+        """Links from this device to other devices of its instance (each full duplex): per
+        axis two on a wrapped axis of more than 2 chips, one on an axis of 2, and on a line
+        one at either end, two between."""
+        c, shape = self.coords[device], self.topo.shape
+        return sum(2 if self._wraps(k) else (c[k] > 0) + (c[k] < shape[k] - 1) for k in self.along)
+
+    def is_cycle(self) -> bool:
+        """The instance's chips and links form one cycle of at least 3 chips (a wrapped ring):
+        one axis of 3 or more chips that wraps, or two axes of 2 (a square); any other
+        instance has an end (degree 1) or a chip of degree 3 or more."""
+        axes = [self.topo.shape[k] for k in self.along if self.topo.shape[k] > 1]
+        wraps = [self._wraps(k) for k in self.along if self.topo.shape[k] > 1]
+        return (len(axes) == 1 and axes[0] >= 3 and wraps[0]) or axes == [2, 2]
 
 
 def _prod(values) -> int:
@@ -248,17 +302,12 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
     (dimension-order routing depends only on the offset), so each directed link carries
     its direction's total of device 0's hops."""
     routes = sends(program, placement, next(placement.bases()))
-    shape = placement.topo.shape
     links = [(a, b) for r in routes for a, b in zip(r.route, r.route[1:])]
-
-    def direction(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple((y - x) % s for x, y, s in zip(a, b, shape))
-
-    per_direction: dict[tuple[int, ...], int] = {}
-    for a, b in links:
-        per_direction[direction(a, b)] = per_direction.get(direction(a, b), 0) + 1
+    per_direction: dict[Coord, int] = {}
+    for link in links:
+        per_direction[placement.direction(link)] = per_direction.get(placement.direction(link), 0) + 1
     top = max(per_direction.values(), default=0)
-    busiest = next(((a, b) for a, b in links if per_direction[direction(a, b)] == top), None)
+    busiest = next(((a, b) for a, b in links if per_direction[placement.direction((a, b))] == top), None)
     return {"sends": program.n * len(routes), "max_hops": max((r.hops for r in routes), default=0),
             "mean_hops": round(sum(r.hops for r in routes) / len(routes), 3) if routes else 0.0,
             "busiest_link": [list(busiest[0]), list(busiest[1])] if busiest else None,

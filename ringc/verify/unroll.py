@@ -92,8 +92,9 @@ class _Context:
                         f"slots + shape {list(self.shapes[name])} has {prod(self.shapes[name])} (N={n})",
                         file=sched.file, line=buf.line, fix="make both describe the same per-device array")
 
-    def work(self, devices: int, invocations: int) -> None:
-        """Refuse, before unrolling, an unrolling past the `grid_points` or `events` limit.
+    def work(self, devices: int, invocations: int) -> int:
+        """Refuse, before unrolling, an unrolling past the `grid_points` or `events` limit;
+        else return the count of events (for the cost model's own bound, `cost/model.py`).
         Events are counted from above: every op at every grid point (a `when` may skip
         some), a pipeline's blocks as four DMA events each per inner point, and the
         barriers' signals to every device."""
@@ -122,6 +123,7 @@ class _Context:
                      f"{invocations} invocation{'s' * (invocations > 1)} x {outer} grid points x "
                      f"{per_point} per point, N={self.n}), counted from above,", file=s.file,
                      line=s.line_of("body"), fix="check fewer devices or invocations, or choose smaller parameters")
+        return events
 
     def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
