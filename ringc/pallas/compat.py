@@ -123,6 +123,16 @@ class _Members:
         return self._enum[name]
 
 
+def _importable(table: list) -> Iterator[tuple]:
+    """A table's rows with their module imported (rows whose module does not import are skipped)."""
+    for get_module, *rest in table:
+        try:
+            module = get_module()
+        except ImportError:
+            continue
+        yield (module, *rest)
+
+
 class AliasLog:
     """Which aliases the user's code actually looked up."""
 
@@ -170,22 +180,14 @@ def aliases(log: AliasLog) -> Iterator[AliasLog]:
             raise AttributeError(name)
         module.__getattr__ = getattr_hook
     replaced: list[tuple[Any, str, Any]] = []  # (module, attribute, the original) to put back
-    for get_module, attr, member, get_new, text in MEMBER_ALIASES:
-        try:
-            module = get_module()
-        except ImportError:
-            continue
+    for module, attr, member, get_new, text in _importable(MEMBER_ALIASES):
         enum = vars(module).get(attr)
         if enum is None or hasattr(enum, member) or isinstance(enum, _Members):
             continue
         replaced.append((module, attr, enum))
         setattr(module, attr, _Members(enum, {member: (get_new, text)}, log))
     import inspect
-    for get_module, attr, keyword, factory, text in KEYWORD_SHIMS:
-        try:
-            module = get_module()
-        except ImportError:
-            continue
+    for module, attr, keyword, factory, text in _importable(KEYWORD_SHIMS):
         fn = vars(module).get(attr)
         try:
             if fn is None or keyword in inspect.signature(fn).parameters or getattr(fn, "_ringc_shim", False):
