@@ -138,3 +138,25 @@ def test_arg_syntax(text, message):
     else:
         with pytest.raises(ValueError, match=message):
             parse_arg(text)
+
+
+def test_a_module_inside_its_package_imports_it_and_takes_keywords(tmp_path):
+    """A kernel module that imports its own package (`from pkg.kernels import helpers`) is
+    run with the package's root on the path, as in its repository; `--param` passes integer
+    keywords to the entry function."""
+    kernels = tmp_path / "repo" / "pkg" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "__init__.py").write_text("")
+    (kernels / "helpers.py").write_text("def wait_recv(copy, late):\n    if not late:\n        copy.wait_recv()\n")
+    module = UNITTESTS.read_text().split("class PermuteTest")[0]
+    module = module.replace("        if wait_recv:\n            copy.wait_recv()\n", "        helpers.wait_recv(copy, late)\n")
+    module = module.replace("def permute(x, mesh, *, wait_recv=True, interpret=None):",
+                            "def permute(x, *, mesh, axis_name, late=0, interpret=None):")
+    module = module.replace('"""Kernels in a test module', '"""Kernels in a package module').replace(
+        "import unittest\n", "import unittest\n\nfrom pkg.kernels import helpers\n")
+    path = kernels / "permute.py"
+    path.write_text(module)
+    ok, = check_file(str(path), 3)
+    assert ok.ok, ok.to_text()
+    late, = check_file(str(path), 3, params={"late": 1})
+    assert "late=1" in late.title and {"dma_not_waited", "race"} <= late.kinds()

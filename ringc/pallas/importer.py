@@ -215,28 +215,29 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
     if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args:
-        if params:
-            raise ScheduleError(f"--param {', '.join(params)}: a script takes no params (it has no build(mesh))",
-                                file=path, fix="drop --param, or edit the script's own values")
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
-                            entry=entry, args=args)
+                            entry=entry, args=args, params=params)
     return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
                          dma_order=dma_order)]
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
-                 args: list | None = None) -> list[Report]:
+                 args: list | None = None, params: dict[str, int] | None = None) -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices,
     capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
     and check every captured call; one report per call, in the script's order."""
     from .script import run_script
     t0 = time.perf_counter()
     log = AliasLog()
-    script = run_script(path, n, log, entry=entry, args=args)
+    script = run_script(path, n, log, entry=entry, args=args, params=params)
+    if params and not any(c.test and "(" in c.test for c in script.captures):
+        raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
+                            "ringc calls in a module of functions, and none ran a kernel", file=path,
+                            fix="drop --param, or name the function with --entry")
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(

@@ -29,7 +29,8 @@ makes no call at top level. Then ringc calls its *entry functions* itself (`call
 `axis_name`; `mesh` is ringc's mesh of N devices, `axis_name` its axis, and each other
 required argument an array from `--arg NAME=DTYPE[DIMS]@SPEC` or, by default,
 `float32[8*N, 128]` sharded along the axis on its first dimension (one (8, 128) tile per
-device). The verdict states every argument it made up.
+device); `--param k=v` passes an integer keyword (`bn=128`). The verdict states every
+argument it made up.
 
 Each captured call is then checked like a module's `build(mesh)`.
 """
@@ -428,6 +429,24 @@ def register_cpu_tpu_info() -> None:
     tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
 
 
+def _package_roots(tree: ast.Module, path: str) -> list[str]:
+    """Where the file's own package lives, so that its absolute imports of it resolve as they
+    do in its repository: for `from tpu_inference.kernels.collectives import util` in
+    `.../repo/tpu_inference/kernels/collectives/all_gather_matmul.py`, `.../repo`."""
+    parts = os.path.abspath(path).split(os.sep)[:-1]
+    roots: list[str] = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        for name in names:
+            top = name.split(".")[0]
+            if top in parts:
+                root = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index(top)]) or os.sep
+                if root not in roots:
+                    roots.append(root)
+    return roots
+
+
 @dataclass(frozen=True)
 class ArgSpec:
     """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
@@ -483,7 +502,8 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
     return out
 
 
-def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec]) -> None:
+def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
+                 keywords: dict[str, int] | None = None) -> None:
     """Call the module's entry functions under capture (the kernels they run are recorded)."""
     import inspect
     import jax
@@ -499,7 +519,10 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
         call: dict[str, Any] = {}
         made: list[str] = []
         for p in params.values():
-            if p.name == "mesh":
+            if p.name in (keywords or {}):
+                call[p.name] = keywords[p.name]
+                made.append(f"{p.name}={keywords[p.name]}")
+            elif p.name == "mesh":
                 call[p.name] = mesh
             elif p.name in ("axis_name", "axis"):
                 call[p.name] = "x"
@@ -541,7 +564,7 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
 
 
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
-               args: list[ArgSpec] | None = None) -> Script:
+               args: list[ArgSpec] | None = None, params: dict[str, int] | None = None) -> Script:
     """Run the script at `path` on n CPU devices, capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`call_entries`)."""
     from .compat import aliases
@@ -555,7 +578,8 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__}
     folder = os.path.dirname(os.path.abspath(path))
-    sys.path.insert(0, folder)
+    roots = [folder, *_package_roots(tree, path)]
+    sys.path[:0] = roots
     try:
         # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
         with _devices(n, script.notes), _capturing(script), aliases(log), _test_main(script, env), \
@@ -573,8 +597,9 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                     first = str(e).splitlines()[0] if str(e) else ""
                     script.notes.append(f"line {stmt.lineno}: {type(e).__name__}: {first[:160]} "
                                         "(ringc ran the next statement)")
-            if entry is not None or args or not script.captures:
-                call_entries(script, env, entry, list(args or []))
+            if entry is not None or args or params or not script.captures:
+                call_entries(script, env, entry, list(args or []), params)
     finally:
-        sys.path.remove(folder)
+        for root in roots:
+            sys.path.remove(root)
     return script
