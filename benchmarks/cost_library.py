@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--topologies", default="ring:16,v5e:4x4,torus:4x4,v5p:4x4x4")
     ap.add_argument("--schedules", nargs="*", default=sorted(str(p) for p in (ROOT / "schedules").glob("*.yaml")))
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap.add_argument("--progress", action="store_true", help="also print each row to stderr as it is priced")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     topologies = args.topologies.split(",")
@@ -57,6 +58,8 @@ def main() -> int:
                 if size == max(sizes) and e.efficiency < 0.95:
                     reasons.append((sched.name, topo, size_text(size), e.why()))
             rows.append([sched.name, topo, str(hw.placement.n)] + cells)
+            if args.progress:  # a row as soon as it is priced (a long run shows where it is)
+                print(f"[{time.perf_counter() - t0:7.1f} s] " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
 
     print("efficiency = lower bound / simulated estimate (estimate in parentheses); "
           "chip figures from ringc/cost/chips.py\n")
