@@ -314,14 +314,10 @@ class CallError:
 
 
 def _small_int_values(args: list) -> list | None:
-    """The values of a script's small integer arguments (indices, sizes, routing tables that
-    SMEM or scalar prefetch may read); data arrays are not followed."""
-    values = [np.asarray(a) if np.issubdtype(np.asarray(a).dtype, np.integer) and np.size(a) <= _SMALL
-              else None for a in args]
+    """The values of a script's small integer arguments (`script.small_ints`), None if none."""
+    from .script import small_ints
+    values = [small_ints(a) for a in args]
     return values if any(v is not None for v in values) else None
-
-
-_SMALL = 1 << 16
 
 
 def _mesh_axes(jaxpr: Any) -> dict[str, int]:

@@ -54,7 +54,7 @@ import numpy as np
 from ..ir.errors import ScheduleError
 from .jaxprs import walk_eqns
 
-__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec",
+__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
            "parse_arg"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `_reference`).
@@ -171,11 +171,15 @@ def _ipynb_code(path: str, text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _small_int_bytes(a: Any) -> bytes:
-    """A small integer argument's values (they may steer the kernel: a routing table), else b""."""
-    if np.issubdtype(np.dtype(a.dtype), np.integer) and np.size(a) <= 1 << 16:
-        return np.asarray(a).tobytes()
-    return b""
+SMALL_INTS = 1 << 16  # integer arguments up to this many elements keep their values
+
+
+def small_ints(a: Any) -> "np.ndarray | None":
+    """A small integer argument's values (a routing table, sizes: they may steer the kernel,
+    through SMEM or scalar prefetch), else None (data arrays are not followed)."""
+    if hasattr(a, "dtype") and np.issubdtype(np.dtype(a.dtype), np.integer) and np.size(a) <= SMALL_INTS:
+        return np.asarray(a)
+    return None
 
 
 def _kernel_names(jaxpr: Any) -> str:
@@ -285,7 +289,8 @@ def _capturing(script: Script) -> Iterator[None]:
             line = _caller_line(script.path) or script.entry_line
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
             key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
-                   tuple((a.shape, str(a.dtype), _small_int_bytes(a)) for a in args if hasattr(a, "shape")))
+                   tuple((a.shape, str(a.dtype), getattr(small_ints(a), "tobytes", bytes)())
+                         for a in args if hasattr(a, "shape")))
             if key in script.seen:
                 script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
                 script.seen[key].copies += 1
