@@ -78,6 +78,11 @@ def test_scripts_that_give_nothing_to_check_are_errors(tmp_path, text, message, 
     assert e.value.line == line
 
 
+def test_a_script_takes_no_along():
+    with pytest.raises(ScheduleError, match="--along"):
+        check_file(str(NOTEBOOK), 2, along="y")
+
+
 def test_a_script_takes_no_params_and_needs_devices():
     with pytest.raises(ScheduleError, match="takes no params"):
         check_file(str(NOTEBOOK), 2, params={"rows": 8})

@@ -231,6 +231,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
     and check every captured call; one report per call, in the script's order."""
     from .script import run_script
+    if along is not None:  # a script builds its own mesh: there is no AXIS for --along to bind
+        raise ScheduleError("--along binds a module's AXIS to a topology axis; a script's kernels run on the mesh "
+                            "the script builds", file=path, fix="drop --along (pass --topology for the placement)")
     t0 = time.perf_counter()
     log = AliasLog()
     script = run_script(path, n, log, entry=entry, args=args, params=params)
