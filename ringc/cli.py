@@ -266,6 +266,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         if path.endswith((".py", ".md", ".ipynb")):
             ok &= _check_kernel(args, path)
             continue
+        if args.entry or args.arg:
+            raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
+                                "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
             raise ScheduleError("--devices is required with the default topology `ring`", file=path,

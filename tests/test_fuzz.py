@@ -259,6 +259,8 @@ def command_lines(draw, stem: str, command: str):
             flags += ["--format", draw(st.sampled_from(["json", "text", "xml"]))]
         if maybe(0.1):
             flags += ["--show", "{OUT}"]
+        if maybe(0.05):
+            flags += ["--arg", draw(st.sampled_from(["x=float32[8*N,128]@x", "x=float99[8]", "x[8]", "x=int8[N//0]"]))]
     elif command == "emit":
         if maybe(0.6):
             flags += ["-o", "{OUT}"]

@@ -165,3 +165,11 @@ def test_a_module_inside_its_package_imports_it_and_takes_keywords(tmp_path):
     assert ok.ok, ok.to_text()
     late, = check_file(str(path), 3, params={"late": 1})
     assert "late=1" in late.title and {"dma_not_waited", "race"} <= late.kinds()
+
+
+def test_entry_and_arg_are_refused_for_a_schedule():
+    from cli_run import assert_refused, run_cli
+    from conftest import REPO
+    o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "2",
+                 "--arg", "x=float32[8*N,128]@x"])
+    assert_refused(o, says="--entry and --arg")
