@@ -98,7 +98,7 @@ def test_a_missing_rule_names_the_stage_and_the_op():
 
 # ------------------------------------------------------------------ collectives
 
-METHODS = ("shape_problem", "expected", "_rotates", "lax", "traffic", "transpose")
+METHODS = ("shape_problem", "expected", "_rotates", "lax", "lax_text", "traffic", "transpose")
 
 
 @pytest.mark.parametrize("kind", list(S.CollectiveKind.__args__))
