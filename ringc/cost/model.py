@@ -56,6 +56,23 @@ def memory_of(sched: S.Schedule) -> dict[str, str]:
     return {**windows, **{name: buf.memory for name, buf in sched.buffers.items()}}
 
 
+def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
+    """Bytes of VMEM the kernel's own buffers take: its VMEM inputs, outputs and scratch,
+    plus the largest nested pipeline's blocks (each twice: `emit_pipeline` double-buffers,
+    and pipelines run one after another, so the compiler reuses their space). Semaphores
+    and the compiler's own temporaries are not counted: a lower bound on what the TPU
+    compiler allocates (for the library at 256 MiB it is exactly the scoped VMEM that
+    `ringc compile` reports). `shapes`: the unrolled program's concrete shapes."""
+    from ..ir.dtypes import itemsize
+
+    def nbytes(name: str, dtype: str) -> int:
+        return prod(shapes[name]) * itemsize(dtype)
+    fixed = sum(nbytes(n, sched.dtype_of(n)) for n, b in sched.buffers.items() if b.memory == "vmem")
+    blocks = [sum(nbytes(window_id(op, name), sched.dtype_of(spec.ref.name)) for name, spec in op.specs.items())
+              for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)]
+    return fixed + max(blocks, default=0)
+
+
 @dataclass
 class Estimate:
     schedule: S.Schedule
@@ -68,6 +85,25 @@ class Estimate:
     @property
     def seconds(self) -> float:
         return self.machine.makespan
+
+    @property
+    def vmem(self) -> int:
+        """VMEM the kernel's buffers need on one core (`vmem_need`)."""
+        return vmem_need(self.schedule, self.program.shapes)
+
+    @property
+    def fits(self) -> bool:
+        """Whether those buffers fit in one core's VMEM (necessary for the kernel to compile;
+        `ringc compile` is the sufficient test)."""
+        return self.vmem <= self.hw.chip.vmem_bytes
+
+    def vmem_text(self) -> str:
+        have = size_text(self.hw.chip.vmem_bytes)
+        if self.fits:
+            return f"{size_text(self.vmem)} of {have} per core ({self.hw.chip.name})"
+        return (f"{size_text(self.vmem)}: DOES NOT FIT in the {have} of a {self.hw.chip.name} core; the TPU "
+                "compiler rejects this size: keep the arrays in HBM and stream them through VMEM blocks "
+                "(a nested `pipeline`), as schedules/all_reduce_bidirectional.yaml does")
 
     @property
     def efficiency(self) -> float:
@@ -135,6 +171,7 @@ class Estimate:
             "why": self.why(),
             "assumptions": self.assumptions,
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
+            "vmem_bytes": self.vmem, "vmem_capacity_bytes": self.hw.chip.vmem_bytes, "fits_vmem": self.fits,
         }
 
     def why(self) -> list[str]:
@@ -154,6 +191,7 @@ class Estimate:
         lines.append(f"  estimate   {time_text(self.seconds)}")
         lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
         lines.append(f"  efficiency {self.efficiency:.1%}")
+        lines.append(f"  VMEM       {self.vmem_text()}")
         bn = self.bottleneck
         if bn:
             lines.append(f"  bottleneck {resource_text(bn[0])}, busy {bn[1]:.0%} of the run")
@@ -231,4 +269,4 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     return estimate_program(sched, program, hw)
 
 
-__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_every_device", "hardware", "memory_of"]
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_every_device", "hardware", "memory_of", "vmem_need"]
