@@ -620,3 +620,25 @@ def test_tune_and_rank_on_the_command_line(capsys):
     assert main(["cost", ar, "--collective", "psum", "--topology", "ring:4", "--sweep", "4KiB..8KiB"]) == 2
     assert main(["cost", "--topology", "ring:4", "--bytes", "4KiB"]) == 2
     assert "or --collective KIND" in capsys.readouterr().err
+
+
+def test_sizing_uses_the_collectives_volume_and_block_params():
+    """--bytes sizes a collective matmul by its V (the gathered x, N x the input), not by the
+    input buffer; with --param bm=512 the default 8 rows hold no block, so rows are sized in
+    multiples of 512."""
+    sched = ringc.load(LIB / "all_gather_matmul.yaml")
+    sizes = {"x": 16}
+    fitted = fit_volume(sched, sizes, 256 * MiB)
+    rows, depth = fitted.params["rows"], fitted.params["depth"]
+    assert 16 * rows * depth * 4 == 256 * MiB
+    blocked = fit_volume(sched.model_copy(update={"params": {**sched.params, "bm": 512}}), sizes, 256 * MiB)
+    assert blocked.params["rows"] % 512 == 0 and 16 * blocked.params["rows"] * blocked.params["depth"] * 4 == 256 * MiB
+
+
+def test_timed_events_limit_refuses_before_unrolling():
+    """Default 8-row matmul blocks at 256 MiB on ring:16 would take the timeline many
+    minutes: refused at once, naming the limit and the block params that fix it."""
+    sched = ringc.load(LIB / "all_gather_matmul.yaml")
+    with pytest.raises(ScheduleError, match="over the limit `timed_events`") as err:
+        estimate(sched, hardware("ring:16", sched), nbytes=256 * MiB)
+    assert "--param bm=..." in err.value.fix and "--limit timed_events=" in err.value.fix

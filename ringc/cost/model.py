@@ -229,6 +229,22 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
     return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
 
 
+def check_one_device(sched: S.Schedule, sizes: dict[str, int]) -> None:
+    """Refuse, before unrolling, a timed run of device 0's events (the quotient) past the
+    `timed_events` limit: the timeline costs far more per event than the verifier (every
+    transfer's start and end re-rates the flows in flight), so a nested pipeline of tiny
+    blocks over a large array (a matmul's default 8-row blocks at 256 MiB) would run for
+    many minutes. Counted from above, as the unroller counts (`Unroller.ctx.work`)."""
+    from .. import limits
+    from ..verify.unroll import Unroller
+    events = Unroller(sched, prod(sizes.values()), sizes).ctx.work(1, 1)
+    blocks = sorted(p for p in sched.params if p in {"bm", "bn", "bk", "block", "chunks"})
+    limits.check("timed_events", events, f"the events of device 0 to time ({', '.join(f'{k}={v}' for k, v in sched.params.items())}), "
+                 "counted from above,", file=sched.file,
+                 fix=(f"choose larger blocks or fewer pieces ({', '.join(f'--param {b}=...' for b in blocks)})"
+                      if blocks else "price a smaller size"))
+
+
 def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_placement: bool = False) -> None:
     """Refuse, before unrolling, a timed run of every device past the `events` limit. Its
     work grows as N^2 per event: each of the N devices' events may start or end a transfer,
@@ -262,6 +278,7 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
         sched = fit_volume(sched, sizes, nbytes)
     program = None
     if not every_device and hw.placement.symmetric:
+        check_one_device(sched, sizes)
         program = rotation_unroll(sched, sizes)
     if program is None:
         check_every_device(sched, sizes, hw.placement.symmetric and not every_device)
@@ -269,4 +286,4 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     return estimate_program(sched, program, hw)
 
 
-__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_every_device", "hardware", "memory_of", "vmem_need"]
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware", "memory_of", "vmem_need"]
