@@ -238,11 +238,15 @@ def check_one_device(sched: S.Schedule, sizes: dict[str, int]) -> None:
     from .. import limits
     from ..verify.unroll import Unroller
     events = Unroller(sched, prod(sizes.values()), sizes).ctx.work(1, 1)
+    params = ", ".join(f"{k}={v}" for k, v in sched.params.items())
+    limits.check("timed_events", events, f"the events of device 0 to time ({params}), counted from above,",
+                 file=sched.file, fix=_smaller_blocks(sched))
+
+
+def _smaller_blocks(sched: S.Schedule) -> str:
     blocks = sorted(p for p in sched.params if p in {"bm", "bn", "bk", "block", "chunks"})
-    limits.check("timed_events", events, f"the events of device 0 to time ({', '.join(f'{k}={v}' for k, v in sched.params.items())}), "
-                 "counted from above,", file=sched.file,
-                 fix=(f"choose larger blocks or fewer pieces ({', '.join(f'--param {b}=...' for b in blocks)})"
-                      if blocks else "price a smaller size"))
+    return (f"choose larger blocks or fewer pieces ({', '.join(f'--param {b}=...' for b in blocks)})"
+            if blocks else "price a smaller size")
 
 
 def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_placement: bool = False) -> None:
@@ -255,6 +259,8 @@ def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_place
     from ..verify.unroll import Unroller
     n = prod(sizes.values())
     events = Unroller(sched, n, sizes).ctx.work(1, 1)
+    limits.check("timed_events", n * events, f"the events of all {n} devices to time, counted from above,",
+                 file=sched.file, fix=_smaller_blocks(sched))
     limits.check("events", n * n * events,
                  f"the timed run of every device ({n} devices x {events:,} events each, counted from above, "
                  f"x {n} devices' transfers re-rated at each)", file=sched.file,
