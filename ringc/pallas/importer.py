@@ -32,12 +32,15 @@ from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
 from .jaxprs import has_pallas, walk_eqns
-from .interpret import RULES, Interpreter, KernelError, pure_rule, user_location
+from .interpret import RULES, Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .program import Builder, Call, Handle
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
 _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
+# Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
+# own always (the reference tests/test_pallas_lanes.py compares the fast way with).
+LANES = True
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
 
 
@@ -605,7 +608,50 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
                  values: list | None, invocations: int, log: AliasLog, topology: Any,
                  dma_order: str = "any") -> Report:
-    from ..verify.check import collector_paused, check_program, resolve_topology
+    """Evaluate and check a traced program. First every device at once (`interpret.Lanes`):
+    when that proves every device runs device 0's events translated, and the quotient finds
+    the program clean (`check.rotated_report`), that is the verdict. Otherwise (devices
+    differ, or anything to report) every device is evaluated on its own and the full
+    analysis decides and explains (`check.check_program`)."""
+    from ..verify.check import collector_paused, check_program, rotated_report
+    t0 = time.process_time()  # phases in CPU seconds (benchmarks/pallas_import_scale.py)
+    report, b = None, None
+    if LANES:
+        outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=True)
+    if b is not None:
+        program = b.program(name)
+        evaluated = time.process_time()
+        spec, meaning, placement = _spec(outer, b, program, name, file, sizes, collective, topology)
+        with collector_paused():
+            report = rotated_report(spec, program, placement, dma_order=dma_order, meaning=meaning)
+    if report is None:
+        t0 = time.process_time()
+        outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
+        program = b.program(name)
+        evaluated = time.process_time()
+        spec, meaning, placement = _spec(outer, b, program, name, file, sizes, collective, topology)
+        with collector_paused():
+            report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
+    report.phases = {"evaluate": evaluated - t0, "verify": time.process_time() - evaluated}
+    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                                 f"{len(outer.calls)} pallas_call(s)"
+                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
+    if b.megacore:
+        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
+                                  "the second half of its indices on core 1")
+    if collective is None:
+        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
+    report.assumptions += [f"checked with alias {a}" for a in log.used]
+    return report
+
+
+def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None, invocations: int,
+              lanes: bool) -> tuple["_Outer", Builder | None]:
+    """Walk the program and evaluate its pallas_calls: every device on its own, or (`lanes`)
+    every device at once, giving None for the builder when that cannot show every device
+    runs device 0's events translated (`interpret.Lanes`; errors are left to the other way,
+    which names the device)."""
+    from ..verify.check import collector_paused
     outer = _Outer(file, values)
     outer.top(jaxpr)
     if not outer.calls:
@@ -615,15 +661,29 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if dict(b.axis_sizes) != dict(sizes):
         raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
                             fix="build the function over the mesh you check")
-    t0 = time.perf_counter()
+    if lanes:
+        if b.n < 2:
+            return outer, None
+        b.lanes = Lanes(b.axis_sizes)
     b.calls = outer.calls
     with collector_paused():
-        for rep in range(invocations):
-            for k, call in enumerate(outer.calls):
-                b.run_call(call, k, rep)
-                b.invocation += 1
-    program = b.program(name)
-    evaluated = time.perf_counter()
+        try:
+            for rep in range(invocations):
+                for k, call in enumerate(outer.calls):
+                    b.run_call(call, k, rep)
+                    b.invocation += 1
+        except (Diverge, ScheduleError):
+            if not lanes:
+                raise
+            return outer, None
+    return outer, b
+
+
+def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes: dict[str, int],
+          collective: Collective | None, topology: Any) -> tuple[KernelSpec, Any, Any]:
+    """What `check_program` reads besides the events: the kernel's description, its meaning
+    and its placement."""
+    from ..verify.check import resolve_topology
     buffers = {nm: _Buf(buf.kind, buf.memory, buf.line) for nm, buf in b.buffers.items()}
     for h in outer.ins:
         h = h.root()
@@ -637,19 +697,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     else:
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
-    with collector_paused():
-        report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
-    report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
-    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
-                                 f"{len(outer.calls)} pallas_call(s)"
-                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
-    if b.megacore:
-        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
-                                  "the second half of its indices on core 1")
-    if collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
-    report.assumptions += [f"checked with alias {a}" for a in log.used]
-    return report
+    return spec, meaning, placement
 
 
-__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]
+__all__ = ["LANES", "check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]

@@ -467,8 +467,10 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
-    collective, buffers = collective_of(sched), Buffers.of(sched)
+def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator, meaning: Any = "schedule") -> bool:
+    if meaning is None:
+        return True  # no meaning to check
+    collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
     if not meaning_rotates(collective, buffers, program):
         return False
     n, mem = program.n, Memory(program.shapes)
@@ -487,14 +489,16 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
     return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 
-def clean(sched: S.Schedule, program: Program) -> bool:
+def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
-    (Routes and megacore rules are checked by `check.quotient_report` on the same events.)"""
+    `meaning`: the schedule's collective, or `(Collective, Buffers)`, or None for no meaning
+    check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
+    megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
         _run(program)
         order = quotient_order(program)
         rot = Rotator(program)
-        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot)
+        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot, meaning)
     except (_Unclear, NotRotational):
         return False
