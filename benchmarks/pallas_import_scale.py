@@ -5,10 +5,10 @@
 Each library schedule (one axis) is emitted to a temporary module and checked as Pallas
 on a ring of N. Columns: `trace` (import the module, build, `jax.make_jaxpr`), `evaluate`
 (every pallas_call on every device and grid point through the rule table,
-`ringc/pallas/interpret.py`), `verify` (the same `check_program` as the YAML path: the
-maximal run, the must-happen-before cuts, races, the meaning), and the YAML check of the
-same schedule at the same N for comparison (the YAML path proves rotation symmetry and
-checks device 0's events only; the Pallas path unrolls every device). The first check
+`ringc/pallas/interpret.py`: every device at once when that proves them translates of
+device 0, else device by device), `verify` (the YAML path's verifier: the rotation
+quotient on device 0's events, or the full `check_program`), and the YAML check of the
+same schedule at the same N for comparison. `events` counts every device's. The first check
 in the process also pays for importing JAX; it is run once at N = 4 before timing.
 Times are CPU seconds (`time.process_time`): the machines this runs on are shared.
 """
