@@ -724,8 +724,11 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     when that proves every device runs device 0's events translated, and the quotient finds
     the program clean (`check.rotated_report`), that is the verdict. Otherwise (devices
     differ, or anything to report) every device is evaluated on its own and the full
-    analysis decides and explains (`check.check_program`)."""
+    analysis decides and explains (`check.check_program`), on every device's events: device
+    0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
+    device by device."""
     from ..verify.check import collector_paused, check_program, rotated_report
+    from ..verify.quotient import expand
     phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
     clock = time.process_time()
 
@@ -746,8 +749,11 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
             report = rotated_report(spec, program, placement, dma_order=dma_order, meaning=meaning)
     lap("verify" if b is not None else "evaluate")
     if report is None:
-        outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
-        program = b.program(name)
+        if b is not None:  # every device proved device 0 translated: spell them out, no need to evaluate again
+            program = expand(b.program(name))
+        else:
+            outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
+            program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
         with collector_paused():

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
 from .interpret import Diverge, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
@@ -91,6 +92,7 @@ class Builder(Sink):
         self.file = file
         self.axis_sizes = dict(mesh_axes)
         self.n = math.prod(mesh_axes.values())
+        self.torus = Torus(mesh_axes.values())
         self.devices: list[list[Event]] = [[] for _ in range(self.n)]
         self.targets: list[tuple[Event, int]] = []
         self.buffers: dict[str, Buffer] = {}
@@ -321,10 +323,10 @@ class Builder(Sink):
                     self.interloper(d, call_index, barrier, line, it.point)
                 for b in enter_bufs:
                     self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
-            elif self.invocation > 0:
-                for t in range(self.n):
-                    if t != d:
-                        self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
+            elif self.invocation > 0:  # to every other device, in the order of their offsets from d
+                for k in range(1, self.n):
+                    t = self.torus.adder(k)[d]
+                    self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
                 self.emit(d, it.point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
             for b in scratch:
                 if isinstance(b, Buffer) and b.space == "smem":

@@ -40,14 +40,14 @@ from itertools import accumulate
 from typing import Any
 
 from ..ir import schema as S
-from .events import DmaStart, Event, Program, Region, SemWait, deposits
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
 from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
 
-__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean"]
+__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean", "expand"]
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -160,6 +160,45 @@ class Rotator:
         if end == first + 1:
             return [(name, self.torus.adder(delta)[first], tuple(entries))]
         return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
+
+
+def expand(program: Program) -> Program:
+    """Every device's events of a program that holds device 0's (`Program.rotation`): device
+    d's are device 0's translated by d, every device id moved by d and every box by its
+    dimension's step (`Rotator`). For the full analysis, which decides and explains what the
+    quotient cannot, without evaluating every device again (`pallas.importer`)."""
+    rot = Rotator(program)
+    target_of = {id(ev): t for ev, t in program.targets}
+    devices: list[list[Event]] = []
+    targets: list[tuple[Event, int]] = []
+    for d in range(program.n):
+        add = rot.torus.adder(d)
+
+        def sem(s):
+            return None if s is None else (add[s[0]], s[1], s[2])
+
+        def region(r: Region | None) -> Region | None:
+            return None if r is None else rot.region(r, d)
+
+        out = []
+        for ev in program.devices[0]:
+            a = ev.action
+            if isinstance(a, DmaStart):
+                a = DmaStart(a.copy, region(a.src), region(a.dst), sem(a.send_sem), sem(a.recv_sem))
+            elif isinstance(a, Compute):
+                a = Compute(a.kind, region(a.dst), region(a.src), region(a.rhs), a.accumulate, region(a.base))
+            elif isinstance(a, SemWait):
+                a = SemWait(sem(a.sem), a.value, a.why, a.copy)
+            elif isinstance(a, Signal):
+                a = Signal(sem(a.sem), a.inc, a.why)
+            moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
+            out.append(moved)
+            t = target_of.get(id(ev))
+            if t is not None:
+                targets.append((moved, add[t]))
+        devices.append(out)
+    return Program(program.schedule_name, program.file, program.n, program.grid_names, devices, program.sem_kinds,
+                   program.shapes, targets, axis_sizes=program.axis_sizes)
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
