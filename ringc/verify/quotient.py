@@ -177,8 +177,15 @@ def expand(program: Program) -> Program:
         def sem(s):
             return None if s is None else (add[s[0]], s[1], s[2])
 
+        seen: dict[Region, Region] = {}  # events share regions (a buffer's slot, a value register)
+
         def region(r: Region | None) -> Region | None:
-            return None if r is None else rot.region(r, d)
+            if r is None:
+                return None
+            got = seen.get(r)
+            if got is None:
+                got = seen[r] = rot.region(r, d)
+            return got
 
         out = []
         for ev in program.devices[0]:
