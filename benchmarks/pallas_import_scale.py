@@ -5,11 +5,12 @@
 Each library schedule (one axis) is emitted to a temporary module and checked as Pallas
 on a ring of N. Columns: `trace` (import the module, build, `jax.make_jaxpr`), `evaluate`
 (every pallas_call on every device and grid point through the rule table,
-`ringc/pallas/interpret.py`), `verify` (the same `check_program` as the YAML path: the
-maximal run, the must-happen-before cuts, races, the meaning), and the YAML check of the
-same schedule at the same N for comparison (the YAML path proves rotation symmetry and
-checks device 0's events only; the Pallas path unrolls every device). The first check
+`ringc/pallas/interpret.py`: every device at once when that proves them translates of
+device 0, else device by device), `verify` (the YAML path's verifier: the rotation
+quotient on device 0's events, or the full `check_program`), and the YAML check of the
+same schedule at the same N for comparison. `events` counts every device's. The first check
 in the process also pays for importing JAX; it is run once at N = 4 before timing.
+Times are CPU seconds (`time.process_time`): the machines this runs on are shared.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ def main() -> None:
               f"{'YAML':>6}  verdict")
         for p, s in scheds:
             for n in args.n:
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 report = check_module(str(modules[p.stem]), n)
-                total = time.perf_counter() - t0
+                total = time.process_time() - t0
                 ph = report.phases
-                t1 = time.perf_counter()
+                t1 = time.process_time()
                 ringc.check(s, n)
-                yaml_s = time.perf_counter() - t1
+                yaml_s = time.process_time() - t1
                 print(f"{p.stem:45} {n:>4} {report.program.event_count:>8} {total - ph['evaluate'] - ph['verify']:>7.2f} "
                       f"{ph['evaluate']:>9.2f} {ph['verify']:>7.2f} {total:>7.2f} {yaml_s:>6.2f}  "
                       f"{'ok' if report.ok else 'FAILED'}", flush=True)

@@ -123,11 +123,10 @@ def tpu_inference_all_gather_matmul(src: Path, n: int) -> Case:
 
     def fn(x, y):
         return agmm.all_gather_matmul(x, y, mesh, "x", bn=128, bk=128)
-    # Its output is the flat (N * m, n) product, where ringc's all_gather_matmul meaning
-    # (pallas-import @ fddaf92) wants (N, m, n): "ends as shape [48, 256], but
-    # all_gather_matmul needs shape [3, 16, 256]". No meaning check until that is lifted.
+    # Its output is the flat (N * m, n) product; ringc checks all_gather_matmul's meaning on
+    # its per-device view (N, m, n) (`ringc.pallas.importer.flat_views`).
     return Case(fn, (xs, ys), mesh, expected=np.asarray(x, np.float64) @ np.asarray(y, np.float64),
-                notes=["flat (N*m, n) output: no meaning check"])
+                collective="all_gather_matmul", notes=["flat (N*m, n) output, checked on its (N, m, n) view"])
 
 
 def _old_api_shims():

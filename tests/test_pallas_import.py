@@ -114,3 +114,45 @@ def test_docs_list_exactly_the_rule_table():
     doc = (Path(__file__).parent.parent / "docs" / "pallas-import.md").read_text()
     table = doc.split("<!-- rules:start -->\n")[1].split("\n<!-- rules:end -->")[0]
     assert table == rule_table_markdown()
+
+
+ALL_GATHER_FLAT = HERE / "all_gather_flat.py"
+
+
+def test_a_flat_output_is_checked_on_its_per_device_view():
+    """`out` is [N * rows, cols] (lax.all_gather(tiled=True)'s layout): the meaning is
+    checked on [N, rows, cols], on the quotient when every device runs device 0's events."""
+    report = check_module(str(ALL_GATHER_FLAT), 4)
+    assert report.ok, report.to_text()
+    assert report.program.rotation == {("out_ref", 0): (1,), ("out_ref", 1): (0,)}
+    assert any("`out_ref` [32, 128] viewed as [4, 8, 128]" in a for a in report.assumptions)
+
+
+def test_a_flat_output_holding_the_wrong_blocks_is_a_wrong_result():
+    report = check_module(str(ALL_GATHER_FLAT), 4, params={"wrong": 1})
+    wrong = [f for f in report.findings if f.kind == "wrong_result"]
+    assert wrong and report.kinds() == {"race", "wrong_result"}, report.to_text()
+    assert all("shape" not in f.message for f in wrong)
+    assert "device 0: out_ref[0, 0:8, 0:128] ends as uninitialized" in report.to_text()
+
+
+@pytest.mark.parametrize("call,kind", [
+    ("lax.all_gather(a, 'x')", "all_gather"),
+    ("lax.all_gather(a, 'x', tiled=True)", "all_gather"),
+    ("lax.all_gather(a, 'x', axis=1, tiled=True)", None),
+    ("lax.psum_scatter(a, 'x', tiled=True)", "psum_scatter"),
+    ("lax.psum_scatter(a, 'x', scatter_dimension=1, tiled=True)", None),
+    ("lax.all_to_all(a, 'x', 0, 0, tiled=True)", "all_to_all"),
+    ("lax.all_to_all(a, 'x', 1, 0, tiled=True)", None),
+])
+def test_a_scripts_lax_reference_names_a_meaning_only_in_the_tables_layout(call, kind):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
+    from ringc.pallas.script import lax_reference
+    mesh = AbstractMesh((4,), ("x",), axis_types=(AxisType.Explicit,))
+    fn = jax.shard_map(eval(f"lambda a: {call}", {"lax": lax}), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    arg = jax.ShapeDtypeStruct((64, 16), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    got = lax_reference(jax.make_jaxpr(fn)(arg).jaxpr)
+    assert (got and got["kind"]) == kind

@@ -7,15 +7,19 @@
    devices are needed, whatever N. Only when a kernel takes scalar-prefetch operands does
    ringc run `make_inputs` for real (on N CPU devices) to sample their values.
 3. Walk the traced program (`jit`, `shard_map`, `pallas_call`s in order) and evaluate every
-   kernel for every device and grid point (`program.py`, `interpret.py`).
-4. Check the resulting `Program` with the YAML verifier's own `check_program`: hangs,
+   kernel for every device and grid point (`program.py`, `interpret.py`): all devices at
+   once when that proves each runs device 0's events translated (`interpret.Lanes`),
+   else device by device.
+4. Check the resulting `Program` with the YAML verifier: on the rotation quotient
+   (`check.rotated_report`) when symmetric and clean, else `check_program`: hangs,
    balance, byte counts, targets, races over every interleaving, and the collective's
-   meaning when `COLLECTIVE` names one.
+   meaning when `COLLECTIVE` names one (flat arrays viewed per device: `flat_views`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import os
 import sys
@@ -28,16 +32,20 @@ import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
 from ..ir.errors import ScheduleError
+from ..verify.events import Compute, DmaStart, Event, Program, Region
 from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
 from .jaxprs import has_pallas, walk_eqns
-from .interpret import RULES, Interpreter, KernelError, pure_rule, user_location
+from .interpret import RULES, Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .program import Builder, Call, Handle
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
 _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
+# Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
+# own always (the reference tests/test_pallas_lanes.py compares the fast way with).
+LANES = True
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
 
 
@@ -579,7 +587,8 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
     return []
 
 
-def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: str) -> tuple[Collective, Buffers]:
+def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: str,
+             shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[Collective, Buffers]:
     """The collective on the program's arrays: its first input, first output and (matmul
     collectives) second input, each the kernel buffer it reaches; the leading dims that
     index devices are those whose product is N (`_slots`)."""
@@ -597,15 +606,180 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
                                 fix="pass the input to a pallas_call and return a pallas_call's output")
         roles[role] = h.buffer.name
     names = list(roles.values())
+    shapes = shapes or {nm: b.buffers[nm].shape for nm in names}
     return collective, Buffers(roles["input"], roles["output"], roles.get("rhs"),
                                {nm: np.dtype(b.buffers[nm].dtype).itemsize for nm in names},
-                               {nm: max(1, len(_slots(b.buffers[nm].shape, n))) for nm in names})
+                               {nm: max(1, len(_slots(shapes[nm], n))) for nm in names})
+
+
+class _NoView(Exception):
+    """A flat buffer's accesses do not stay within one device's block."""
+
+
+def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: Program,
+               file: str) -> tuple[Program, tuple[Collective, Buffers], list[str]]:
+    """The meaning of the program, and the program it is checked on. The collectives state
+    their meaning with leading dims that index devices (all_gather's output [N, m, ...]);
+    a kernel may keep such an array flat, [N * m, ...], device j's block in rows j * m ..
+    (j + 1) * m, as `lax.all_gather(x, axis, tiled=True)` lays it out (vLLM tpu-inference's
+    all_gather_matmul returns its product so). When the collective's shapes do not fit
+    but viewing the smallest set of the role buffers with such a first dim as [N, m, ...]
+    makes them fit, every access to those buffers is rewritten on the view
+    (`_view_region`): the view is exact when each access stays within one device's block
+    (or is the whole buffer, for the model's entry and exit writes), so races, byte counts
+    and the data flow are those of the flat program. Otherwise the program is left as it is
+    (and the meaning check names the shape that does not fit). Returns the program, the
+    meaning and the assumptions to state."""
+    meaning = _meaning(collective, outer, b, program.n, file)
+    shapes, n = program.shapes, program.n
+    if collective.shape_problem(n, shapes, meaning[1]) is None:
+        return program, meaning, []
+    roles = [nm for nm in dict.fromkeys((meaning[1].input, meaning[1].output, meaning[1].rhs)) if nm is not None]
+    flat = [nm for nm in roles if not _slots(shapes[nm], n) and shapes[nm] and shapes[nm][0] % n == 0
+            and shapes[nm][0] > n]
+    for size in range(1, len(flat) + 1):
+        for chosen in itertools.combinations(flat, size):
+            viewed = {**shapes, **{nm: (n, shapes[nm][0] // n, *shapes[nm][1:]) for nm in chosen}}
+            trial = _meaning(collective, outer, b, n, file, viewed)
+            if collective.shape_problem(n, viewed, trial[1]) is not None:
+                continue
+            try:
+                program = _view_program(program, {nm: shapes[nm][0] // n for nm in chosen}, viewed)
+            except _NoView:
+                return program, meaning, []
+            notes = [f"the meaning is stated on `{nm}` {list(shapes[nm])} viewed as {list(viewed[nm])}: device j's "
+                     f"block is rows {shapes[nm][0] // n}j..{shapes[nm][0] // n}(j+1) (as lax.all_gather(..., "
+                     "tiled=True) lays it out)" for nm in chosen]
+            return program, trial, notes
+    return program, meaning, []
+
+
+# Compute kinds that move no data: a whole flat buffer may be viewed in them.
+_NO_DATA = ("enter", "exit", "allocate", "zero", "opaque")
+
+
+def _view_region(r: Region, m: int, n: int, whole_ok: bool) -> Region:
+    """A region of a flat [n * m, ...] buffer on its view [n, m, ...]."""
+    (a, b), rest = r.box[0], r.box[1:]
+    kept = tuple(k + 1 for k in r.kept if k > 0)
+    if a == 0 and b == n * m and 0 in r.kept:
+        if not whole_ok:
+            raise _NoView
+        return Region(r.buffer, r.device, ((0, n), (0, m), *rest), (0, 1, *kept), r.itemsize)
+    j = a // m
+    if (b - 1) // m != j:
+        raise _NoView
+    return Region(r.buffer, r.device, ((j, j + 1), (a - j * m, b - j * m), *rest),
+                  ((1,) if 0 in r.kept else ()) + kept, r.itemsize)
+
+
+def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tuple[int, ...]]) -> Program:
+    """`program` with every access to the buffers in `views` (name -> rows per device) on
+    their [N, m, ...] view (`flat_views`); `_NoView` when an access straddles two blocks."""
+    n = program.n
+
+    def region(r: Region | None, whole_ok: bool) -> Region | None:
+        return _view_region(r, views[r.buffer], n, whole_ok) if r is not None and r.buffer in views else r
+
+    moved: dict[int, Event] = {}
+
+    def event(ev: Event) -> Event:
+        a = ev.action
+        if isinstance(a, DmaStart):
+            a = DmaStart(a.copy, region(a.src, False), region(a.dst, False), a.send_sem, a.recv_sem)
+        elif isinstance(a, Compute):
+            whole = a.kind in _NO_DATA
+            a = Compute(a.kind, region(a.dst, whole), region(a.src, False), region(a.rhs, False), a.accumulate,
+                        region(a.base, False))
+        else:
+            return ev
+        new = moved[id(ev)] = Event(ev.device, ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
+        return new
+
+    devices = [[event(ev) for ev in evs] for evs in program.devices]
+    second = [[event(ev) for ev in evs] for evs in program.second_core]
+    rotation = None
+    if program.rotation is not None:
+        rotation = {}
+        for (name, dim), r in program.rotation.items():
+            if name not in views:
+                rotation[(name, dim)] = r
+            elif dim == 0:  # rows move by whole blocks: the block index moves, the rows within do not
+                if any(x % views[name] for x in r):
+                    raise _NoView
+                rotation[(name, 0)] = tuple(x // views[name] for x in r)
+                rotation[(name, 1)] = tuple(0 for _ in r)
+            else:
+                rotation[(name, dim + 1)] = r
+    targets = [(moved.get(id(ev), ev), t) for ev, t in program.targets]
+    return Program(program.schedule_name, program.file, n, program.grid_names, devices, program.sem_kinds,
+                   shapes, targets, axis_sizes=program.axis_sizes, device_labels=program.device_labels,
+                   second_core=second, rotation=rotation)
 
 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
                  values: list | None, invocations: int, log: AliasLog, topology: Any,
                  dma_order: str = "any") -> Report:
-    from ..verify.check import collector_paused, check_program, resolve_topology
+    """Evaluate and check a traced program. First every device at once (`interpret.Lanes`):
+    when that proves every device runs device 0's events translated, and the quotient finds
+    the program clean (`check.rotated_report`), that is the verdict. Otherwise (devices
+    differ, or anything to report) every device is evaluated on its own and the full
+    analysis decides and explains (`check.check_program`), on every device's events: device
+    0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
+    device by device."""
+    from ..verify.check import collector_paused, check_program, rotated_report
+    from ..verify.quotient import expand
+    phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
+    clock = time.process_time()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.process_time()
+        phases[phase] += now - clock
+        clock = now
+
+    report, b = None, None
+    if LANES:
+        outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=True)
+    if b is not None:
+        program = b.program(name)
+        lap("evaluate")
+        spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
+        with collector_paused():
+            report = rotated_report(spec, program, placement, dma_order=dma_order, meaning=meaning)
+    lap("verify" if b is not None else "evaluate")
+    if report is None:
+        if b is not None:  # every device proved device 0 translated: spell them out, no need to evaluate again
+            program = expand(b.program(name))
+        else:
+            outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
+            program = b.program(name)
+        lap("evaluate")
+        spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
+        with collector_paused():
+            report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
+        lap("verify")
+    report.phases = phases
+    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                                 f"{len(outer.calls)} pallas_call(s)"
+                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
+    if b.megacore:
+        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
+                                  "the second half of its indices on core 1")
+    if collective is None:
+        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
+    report.assumptions += notes
+    report.assumptions += [f"checked with alias {a}" for a in log.used]
+    return report
+
+
+def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None, invocations: int,
+              lanes: bool) -> tuple["_Outer", Builder | None]:
+    """Walk the program and evaluate its pallas_calls: every device on its own, or (`lanes`)
+    every device at once, giving None for the builder when that cannot show every device
+    runs device 0's events translated (`interpret.Lanes`; errors are left to the other way,
+    which names the device)."""
+    from ..verify.check import collector_paused
     outer = _Outer(file, values)
     outer.top(jaxpr)
     if not outer.calls:
@@ -615,21 +789,38 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if dict(b.axis_sizes) != dict(sizes):
         raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
                             fix="build the function over the mesh you check")
-    t0 = time.perf_counter()
+    if lanes:
+        if b.n < 2:
+            return outer, None
+        b.lanes = Lanes(b.axis_sizes)
     b.calls = outer.calls
     with collector_paused():
-        for rep in range(invocations):
-            for k, call in enumerate(outer.calls):
-                b.run_call(call, k, rep)
-                b.invocation += 1
-    program = b.program(name)
-    evaluated = time.perf_counter()
+        try:
+            for rep in range(invocations):
+                for k, call in enumerate(outer.calls):
+                    b.run_call(call, k, rep)
+                    b.invocation += 1
+        except (Diverge, ScheduleError):
+            if not lanes:
+                raise
+            return outer, None
+    return outer, b
+
+
+def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes: dict[str, int],
+          collective: Collective | None, topology: Any) -> tuple[KernelSpec, Any, Any, Program, list[str]]:
+    """What `check_program` reads besides the events: the kernel's description, its meaning
+    and its placement; and the program to check (flat buffers viewed: `flat_views`) with
+    the assumptions that adds."""
+    from ..verify.check import resolve_topology
     buffers = {nm: _Buf(buf.kind, buf.memory, buf.line) for nm, buf in b.buffers.items()}
     for h in outer.ins:
         h = h.root()
         if h.buffer is not None:
             buffers[h.buffer.name].kind = "input"
-    meaning = _meaning(collective, outer, b, program.n, file) if collective is not None else None
+    meaning, notes = None, []
+    if collective is not None:
+        program, meaning, notes = flat_views(collective, outer, b, program, file)
     axes = list(sizes)
     spec = KernelSpec(name, file, axes, buffers, megacore=b.megacore)
     if topology is not None and not isinstance(topology, str):
@@ -637,19 +828,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     else:
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
         placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
-    with collector_paused():
-        report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
-    report.phases = {"evaluate": evaluated - t0, "verify": time.perf_counter() - evaluated}
-    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
-                                 f"{len(outer.calls)} pallas_call(s)"
-                                 + (f" x {invocations} invocations" if invocations > 1 else ""))
-    if b.megacore:
-        report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
-                                  "the second half of its indices on core 1")
-    if collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
-    report.assumptions += [f"checked with alias {a}" for a in log.used]
-    return report
+    return spec, meaning, placement, program, notes
 
 
-__all__ = ["check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]
+__all__ = ["LANES", "check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]

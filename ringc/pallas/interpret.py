@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ir.errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
-from .values import Buffer, Data, Loc, Ref, SemRef, Unknown, is_concrete
+from .values import Buffer, Data, Loc, Ref, SemRef, Unknown, Vec, is_concrete, vec
 
 Rule = Callable[["Interpreter", Any, list], list]
 RULES: dict[str, Rule] = {}
@@ -116,6 +116,7 @@ class Interpreter:
         self.barrier: SemRef | None = None
         self.eqn: Any = None
         self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
+        self.lanes: Lanes | None = None  # set when every device is evaluated at once (as device 0)
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
@@ -138,6 +139,8 @@ class Interpreter:
         """A concrete integer, or an error saying why it must be one."""
         if type(v) is int:
             return v
+        if type(v) is Vec:
+            raise Diverge(f"{what} differs between devices")
         if isinstance(v, (Data, Unknown)):
             why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
             raise self.fail(f"{what} is not known before the kernel runs: {why}",
@@ -147,6 +150,27 @@ class Interpreter:
         if a.size != 1:
             raise self.fail(f"{what} is an array of shape {a.shape}, not a scalar", "index with scalars")
         return int(a.reshape(()))
+
+    def lane_int(self, v: Any, what: str) -> Any:
+        """`scalar`, except that every device's own integer is allowed (as an int64 array)
+        when every device is evaluated at once: an index or a device id."""
+        if type(v) is Vec:
+            if not np.issubdtype(v.a.dtype, np.integer) or v.a.ndim != 1:
+                raise Diverge(f"{what} is not one integer per device")
+            return v.a.astype(np.int64)
+        return self.scalar(v, what)
+
+    def region(self, ref: Ref, device: int | None = None) -> Any:
+        """The ref's region (device 0's when every device is evaluated at once, after
+        `Lanes.place` proves every device's box is it moved by a fixed step)."""
+        if self.lanes is not None:
+            self.lanes.place(ref)
+        return ref.region(device)
+
+    def target(self, t: Any) -> int:
+        """A remote target (device 0's when every device is evaluated at once, after
+        `Lanes.target` proves device d targets d + t)."""
+        return self.lanes.target(t) if self.lanes is not None else t
 
     # -- evaluation ------------------------------------------------------------
     def run(self, jaxpr: Any, consts: list, args: list) -> list:
@@ -316,6 +340,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     """Effect-free: numpy/JAX on concrete inputs, opaque data otherwise."""
     name = eqn.primitive.name
     outs = eqn.outvars
+    if it.lanes is not None and any(type(v) is Vec for v in invals):
+        return it.lanes.pure(it, eqn, invals)
     fast = _INT_OPS.get(name)
     if fast is not None and all(type(v) is int or type(v) is bool for v in invals):
         r = fast(*invals)
@@ -393,17 +419,18 @@ def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
         if a not in it.coords:
             raise it.fail(f"axis_index of `{a}`, which is not a mesh axis ({', '.join(it.coords)})",
                           "use the mesh's axis names")
-        idx = idx * it.axis_sizes[a] + it.coords[a]
-    return [idx]
+        c = it.coords[a]
+        idx = idx * it.axis_sizes[a] + (c.a if type(c) is Vec else c)
+    return [vec(np.asarray(idx, np.int32)) if isinstance(idx, np.ndarray) else idx]
 
 
 @rule("psum", doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
 def _psum(it: Interpreter, eqn: Any, invals: list) -> list:
     names = eqn.params["axes"]
     size = math.prod(it.axis_sizes[a] for a in names if isinstance(a, str))
-    if not all(is_concrete(v) for v in invals):
+    if not all(is_concrete(v) or type(v) is Vec for v in invals):
         raise it.fail("a collective (`psum`) on tensor data inside a kernel", "collectives run outside pallas_call")
-    return [_py(np.asarray(v) * size) for v in invals]
+    return [Vec(v.a * size) if type(v) is Vec else _py(np.asarray(v) * size) for v in invals]
 
 
 def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
@@ -412,10 +439,10 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
     axes = list(it.axis_sizes)
     if kind == "MESH":
         if isinstance(dev, dict):
-            coords = dict(it.coords)
+            coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}
             for k, v in dev.items():
                 ks = k if isinstance(k, tuple) else (k,)
-                val = it.scalar(v, "the target device id")
+                val = it.lane_int(v, "the target device id")
                 for a in reversed(ks):  # a tuple of axes: row-major over them
                     coords[a] = val % it.axis_sizes[a]
                     val //= it.axis_sizes[a]
@@ -425,11 +452,14 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
                 raise it.fail(f"a MESH device id with {len(parts)} coordinates on a mesh of {len(axes)} axes "
                               f"({', '.join(axes)})", "give one coordinate per mesh axis, or use "
                               "DeviceIdType.LOGICAL")
-            coords = {a: it.scalar(p, "the target device id") for a, p in zip(axes, parts)}
+            coords = {a: it.lane_int(p, "the target device id") for a, p in zip(axes, parts)}
         out = 0
         for a in axes:
             c = coords[a]
-            if not 0 <= c < it.axis_sizes[a]:
+            if isinstance(c, np.ndarray):
+                if ((c < 0) | (c >= it.axis_sizes[a])).any():
+                    raise Diverge("a target that does not exist on some device")
+            elif not 0 <= c < it.axis_sizes[a]:
                 return -1 - abs(c)  # a device that does not exist: a `bad_target` finding
             out = out * it.axis_sizes[a] + c
         return out
@@ -437,8 +467,12 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
         if len(dev) != 1:
             raise it.fail("a LOGICAL device id must be one integer", "pass one integer")
         dev = dev[0]
-    d = it.scalar(dev, "the target device id")
+    d = it.lane_int(dev, "the target device id")
     n = math.prod(it.axis_sizes.values())
+    if isinstance(d, np.ndarray):
+        if ((d < 0) | (d >= n)).any():
+            raise Diverge("a target that does not exist on some device")
+        return d
     return d if 0 <= d < n else (-1 - abs(d) if d < 0 else d)
 
 
@@ -478,6 +512,7 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
     if not isinstance(ref, Ref):
         raise it.fail(f"indexing something that is not a ref ({type(ref).__name__})", "index refs")
     box = list(ref.box)
+    var = dict(ref.var)
     kept = []
     if len(indices) > len(ref.kept):
         raise it.fail(f"{len(indices)} indices for a ref of rank {len(ref.kept)}", "index each dimension once")
@@ -488,24 +523,43 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
             kept.append(dim)
             continue
         if isinstance(ix, _Slice):
-            start = it.scalar(ix.start, "a slice start")
+            start = it.lane_int(ix.start, "a slice start")
             size = it.scalar(ix.size, "a slice size")
             stride = it.scalar(ix.stride, "a slice stride")
             if stride != 1:
                 raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
                               "ringc models contiguous boxes; use stride 1")
+            if type(start) is not int:  # every device's own start (`Lanes`)
+                if bounds and ((start < 0) | (start + size > hi - lo)).any():
+                    raise Diverge("a slice out of range on some device")
+                starts = var.get(dim, lo) + start
+                var[dim] = starts
+                box[dim] = (int(starts[0]), int(starts[0]) + size)
+                kept.append(dim)
+                continue
             if bounds and (start < 0 or start + size > hi - lo):
                 raise it.fail(f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
                               f"range [0, {hi - lo})", "keep slices inside the ref")
             box[dim] = (lo + start, lo + start + size)
+            if dim in var:
+                var[dim] = var[dim] + start
             kept.append(dim)
         else:
-            i = it.scalar(ix, "an index")
+            i = it.lane_int(ix, "an index")
+            if type(i) is not int:  # every device's own index (`Lanes`)
+                if bounds and ((i < 0) | (i >= hi - lo)).any():
+                    raise Diverge("an index out of range on some device")
+                starts = var.get(dim, lo) + i
+                var[dim] = starts
+                box[dim] = (int(starts[0]), int(starts[0]) + 1)
+                continue
             if bounds and not 0 <= i < hi - lo:
                 raise it.fail(f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
                               "keep indices inside the ref")
             box[dim] = (lo + i, lo + i + 1)
-    return Ref(ref.buffer, ref.device, tuple(box), tuple(kept))
+            if dim in var:
+                var[dim] = var[dim] + i
+    return Ref(ref.buffer, ref.device, tuple(box), tuple(kept), tuple(var.items()))
 
 
 class _Hole:
@@ -634,10 +688,11 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
                       f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
     name = f"{src.buffer.name}->{dst.buffer.name}"
     if dev is None:
-        it.emit(DmaStart(name, src.region(), dst.region(), None, sem_id(it, dst_sem, it.device, "the DMA semaphore")))
+        it.emit(DmaStart(name, it.region(src), it.region(dst), None,
+                         sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
-    target = device_of(it, dev, eqn.params["device_id_type"])
-    it.emit(DmaStart(name, src.region(), dst.region(target), sem_id(it, src_sem, it.device, "the send semaphore"),
+    target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
+    it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
                      sem_id(it, dst_sem, target, "the receive semaphore")), target)
     return []
 
@@ -666,7 +721,7 @@ def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
     amount = it.scalar(inc, "the signal increment")
     if core is not None:
         raise it.fail("a signal to another TensorCore (`core_index`)", "ringc models one core per device")
-    target = it.device if dev is None else device_of(it, dev, eqn.params["device_id_type"])
+    target = it.device if dev is None else it.target(device_of(it, dev, eqn.params["device_id_type"]))
     why = "barrier" if isinstance(sem, SemRef) and sem.kind == "barrier" else "signal"
     it.emit(Signal(sem_id(it, sem, target, "the signalled semaphore"), amount, why),
             target if dev is not None else None)
@@ -704,18 +759,23 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     register (so the read happens now) and returned as data made of that register."""
     buf = ref.buffer
     if ref.device in buf.store:
+        if it.lanes is not None:
+            return it.lanes.read(ref)
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
         return _py(arr[sl])
     _vector_memory(it, ref, "load")
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
-    dst = Ref.whole(reg, it.device)
-    it.emit(Compute("load", dst.region(), ref.region()))
-    return Data(ref.shape, ("load", dst.region()))
+    dst = Ref.whole(reg, it.device).region()
+    it.emit(Compute("load", dst, it.region(ref)))
+    return Data(ref.shape, ("load", dst))
 
 
 def _write(it: Interpreter, ref: Ref, value: Any) -> None:
     buf = ref.buffer
+    if ref.device in buf.store and it.lanes is not None:
+        it.lanes.write(ref, value)
+        return
     if ref.device in buf.store:
         if not is_concrete(value):
             buf.store.pop(ref.device)  # no longer known: later reads are data
@@ -725,7 +785,12 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
             buf.store[ref.device][sl] = value
             return
     _vector_memory(it, ref, "store")
-    dst = ref.region()
+    dst = it.region(ref)
+    if type(value) is Vec:  # every device's own constant: zero on some devices only is not a translation
+        zeros = {not np.any(x) for x in value.a}
+        if len(zeros) > 1:
+            raise Diverge("a constant that is zero on some devices only")
+        value = value.a[0]
     if is_concrete(value):
         kind = "zero" if not np.any(np.asarray(value)) else "opaque"
         it.emit(Compute(kind, dst))
@@ -811,8 +876,12 @@ def _swap(it: Interpreter, eqn: Any, invals: list) -> list:
 def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
     ref = _indexed(it, eqn, invals[0], invals[2:])
     value = invals[1]
-    if ref.device in ref.buffer.store and is_concrete(value):
-        _write(it, ref, np.asarray(_read(it, ref)) + value)
+    if ref.device in ref.buffer.store and (is_concrete(value) or type(value) is Vec):
+        old = _read(it, ref)
+        _write(it, ref, vec(np.asarray(old.a if type(old) is Vec else old) + (value.a if type(value) is Vec
+                                                                             else value))
+               if it.lanes is not None and (type(old) is Vec or type(value) is Vec)
+               else np.asarray(old) + value)
         return []
     old = _read(it, ref)
     _write(it, ref, Data(ref.shape, ("add", old, value)) if isinstance(value, Data) else
@@ -844,6 +913,9 @@ def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
 def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
     shape = tuple(eqn.params["shape"])
     x = invals[0]
+    if type(x) is Vec and x.a.ndim == 1 and not eqn.params["broadcast_dimensions"]:  # each device's scalar
+        return [Vec(np.broadcast_to(x.a.reshape(-1, *(1,) * len(shape)), (len(x.a), *shape))
+                    .astype(eqn.outvars[0].aval.dtype))]
     if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > 64:
         return [Data(shape, ("zero",)) if not x else Data(shape, ("opaque", "a constant"))]
     return pure_rule(it, eqn, invals)
@@ -868,7 +940,7 @@ def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
     order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
     for i in order:
         x_i = [x[i] if isinstance(x, np.ndarray) else Data(x.shape[1:], ("opaque", "scan")) if isinstance(x, Data)
-               else x for x in xs]
+               else vec(x.a[:, i]) if type(x) is Vec else x for x in xs]
         out = it.run_closed(p["jaxpr"], [*consts, *carry, *[_py(x) for x in x_i]])
         carry, y = out[:nk], out[nk:]
         ys.append(y)
@@ -877,6 +949,13 @@ def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
     stacked = []
     for k, o in enumerate(eqn.outvars[nk:]):
         col = [y[k] for y in ys]
+        if it.lanes is not None and any(type(c) is Vec for c in col):
+            if not all(is_concrete(c) or type(c) is Vec for c in col):
+                raise Diverge("a scan output made of device values and data")
+            n = it.lanes.n
+            stacked.append(vec(np.stack([c.a if type(c) is Vec else np.broadcast_to(np.asarray(c), (n, *np.shape(c)))
+                                         for c in col], axis=1)))
+            continue
         stacked.append(np.stack([np.asarray(c) for c in col]) if col and all(is_concrete(c) for c in col)
                        else Data(tuple(o.aval.shape), ("opaque", "scan")))
     return [*carry, *stacked]
@@ -919,7 +998,7 @@ def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
         allocs.append(it.sink.scoped(it, eqn, k, v.aval))
     for a in allocs:
         if isinstance(a, Ref) and not a.buffer.store:
-            it.emit(Compute("allocate", a.region()))
+            it.emit(Compute("allocate", it.region(a)))
     return it.run(body, invals, allocs)  # the scope's closed-over values are its constvars
 
 
@@ -938,6 +1017,144 @@ def _print(it: Interpreter, eqn: Any, invals: list) -> list:
     return [None for _ in eqn.outvars]
 
 
+class Diverge(Exception):
+    """Evaluating every device at once cannot go on: the devices take different branches, a
+    value the model needs as one number differs between them, or one device's events are not
+    device 0's translated. The caller then evaluates device by device."""
+
+
+# Elementwise primitives `Lanes.pure` computes on every device's values at once.
+_LANEWISE = {**_NUMPY, "div": None, "rem": np.fmod, "select_n": None, "convert_element_type": None,
+             "integer_pow": None}
+
+
+class Lanes:
+    """Every device of the mesh evaluated at once, as device 0.
+
+    The kernel runs once; a value that differs between devices is a `Vec` (one entry per
+    device: `axis_index`, and what is computed from it), every other value is the plain
+    value all devices share. Control flow, sizes, semaphore indices and increments must be
+    shared (`Interpreter.scalar` raises `Diverge` on a `Vec`). Device-dependent values may
+    reach the events only as
+    - a remote target: it must be a translation, device d targeting d + t on the torus of
+      the mesh axes (`target`);
+    - a box start: every device's box must be device 0's moved by r . d (mod the dimension)
+      for one step r per buffer dimension over the whole program (`place`; a box that does
+      not move records r = 0), inside the dimension on every device (`index` checks).
+    Then device d's events are exactly device 0's translated by d: the events are made from
+    the same equations in the same order, and every field that differs between devices was
+    checked to move that way. That is what `Program.rotation` states (`steps` is its
+    value), the hypothesis of the quotient (`verify/quotient.py`), proved as
+    `verify/rotation.py` proves it for YAML, here on every device's concrete values. So
+    only device 0's events are recorded. Anything else raises `Diverge`, and the caller
+    evaluates device by device (`program.Builder`), never assuming the symmetry."""
+
+    def __init__(self, axis_sizes: dict[str, int]):
+        from ..verify.rotation import Torus
+        self.torus = Torus(axis_sizes.values())
+        self.n = self.torus.n
+        self.matrix = np.array([self.torus.unflat(d) for d in range(self.n)], dtype=np.int64).reshape(self.n, -1)
+        self.coords = {a: vec(self.matrix[:, i]) for i, a in enumerate(axis_sizes)}
+        self.steps: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._adders: dict[int, np.ndarray] = {}
+
+    def target(self, t: Any) -> int:
+        """Device 0's target t, after checking that every device d targets d + t."""
+        t0 = int(t[0]) if isinstance(t, np.ndarray) else int(t)
+        if not 0 <= t0 < self.n:
+            raise Diverge("a target off the mesh")
+        want = self._adders.get(t0)
+        if want is None:
+            want = self._adders[t0] = np.asarray(self.torus.adder(t0))
+        if not np.array_equal(t, want):
+            raise Diverge("a target that is not a translation of the device")
+        return t0
+
+    def place(self, ref: Ref) -> None:
+        """Check that every device's box of `ref` is device 0's moved by the buffer
+        dimension's step, recording the step (zero for a box that does not move)."""
+        var = dict(ref.var)
+        name, shape = ref.buffer.name, ref.buffer.shape
+        for dim, (lo, hi) in enumerate(ref.box):
+            extent = shape[dim]
+            if hi - lo == extent:
+                continue  # the whole dimension: any rotation keeps it
+            starts = var.get(dim)
+            if starts is None:
+                r = (0,) * len(self.torus.shape)
+            else:
+                r = tuple(int(starts[s] - lo) % extent for s in self.torus.strides)
+                if not np.array_equal(starts, (lo + self.matrix @ np.asarray(r, dtype=np.int64)) % extent):
+                    raise Diverge(f"`{name}` dimension {dim}: the boxes do not move by a fixed step per device")
+            if self.steps.setdefault((name, dim), r) != r:
+                raise Diverge(f"`{name}` dimension {dim} moves by {self.steps[(name, dim)]} and by {r}")
+
+    def _boxes(self, ref: Ref) -> list[tuple]:
+        var = dict(ref.var)
+        out = []
+        for d in range(self.n):
+            out.append(tuple(slice(int(var[k][d]) if k in var else a, (int(var[k][d]) if k in var else a) + b - a)
+                             if k in ref.kept else (int(var[k][d]) if k in var else a)
+                             for k, (a, b) in enumerate(ref.box)))
+        return out
+
+    def read(self, ref: Ref) -> Any:
+        """A read of a concrete store (SMEM, scalar prefetch): every device's own values."""
+        buf = ref.buffer
+        if any(d not in buf.store for d in range(self.n)):
+            raise Diverge(f"`{buf.name}` is known on some devices only")
+        vals = [buf.store[d][sl] for d, sl in enumerate(self._boxes(ref))]
+        return _py(vec(np.stack(vals)))
+
+    def write(self, ref: Ref, value: Any) -> None:
+        """A write to a concrete store, on every device (a value not known stops its store)."""
+        buf = ref.buffer
+        if any(d not in buf.store for d in range(self.n)):
+            raise Diverge(f"`{buf.name}` is known on some devices only")
+        if not (is_concrete(value) or type(value) is Vec):
+            for d in range(self.n):
+                buf.store.pop(d)
+            return
+        for d, sl in enumerate(self._boxes(ref)):
+            buf.store[d] = buf.store[d].copy()
+            buf.store[d][sl] = value.a[d] if type(value) is Vec else value
+
+    def pure(self, it: Interpreter, eqn: Any, invals: list) -> list:
+        """An effect-free primitive on device values: elementwise numpy on every device's
+        values at once, else the primitive per device (the results must then be values, or
+        the same data on every device)."""
+        name = eqn.primitive.name
+        if name in _LANEWISE and all(type(v) is Vec or is_concrete(v) for v in invals):
+            dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
+            args = [v.a if type(v) is Vec else np.asarray(v, dtype=d) if d is not None else v
+                    for v, d in zip(invals, dt)]
+            if name == "div":
+                r = _int_div(*args) if np.issubdtype(args[0].dtype, np.integer) else np.divide(*args)
+            elif name == "select_n":
+                cases = np.broadcast_arrays(*args[1:], np.asarray(args[0]))[:-1]
+                r = np.choose(np.asarray(args[0]).astype(np.int32), cases)
+            elif name == "convert_element_type":
+                r = np.asarray(args[0]).astype(eqn.params["new_dtype"])
+            elif name == "integer_pow":
+                r = np.power(args[0], eqn.params["y"])
+            else:
+                with np.errstate(all="ignore"):
+                    r = _LANEWISE[name](*args)
+            return [vec(np.broadcast_to(np.asarray(r).astype(eqn.outvars[0].aval.dtype),
+                                        (self.n, *eqn.outvars[0].aval.shape)))]
+        per = [pure_rule(it, eqn, [v.a[d] if type(v) is Vec else v for v in invals]) for d in range(self.n)]
+        outs = []
+        for k in range(len(eqn.outvars)):
+            col = [p[k] for p in per]
+            if all(is_concrete(c) for c in col):
+                outs.append(vec(np.stack([np.asarray(c) for c in col])))
+            elif all(c == col[0] for c in col[1:]):
+                outs.append(col[0])
+            else:
+                raise Diverge(f"`{name}` makes different data on different devices")
+        return outs
+
+
 class Sink:
     """Where an interpreter's events go, and how scratch and value registers are named."""
 
@@ -951,7 +1168,7 @@ class Sink:
         raise NotImplementedError
 
 
-__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "user_location", "store_actions", "pure_rule",
+__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "user_location", "store_actions", "pure_rule",
            "BARRIER"]
 
 

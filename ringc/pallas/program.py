@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
-from .interpret import Interpreter, KernelError, Sink, user_location
+from .interpret import Diverge, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
 
 
@@ -91,6 +92,7 @@ class Builder(Sink):
         self.file = file
         self.axis_sizes = dict(mesh_axes)
         self.n = math.prod(mesh_axes.values())
+        self.torus = Torus(mesh_axes.values())
         self.devices: list[list[Event]] = [[] for _ in range(self.n)]
         self.targets: list[tuple[Event, int]] = []
         self.buffers: dict[str, Buffer] = {}
@@ -110,6 +112,9 @@ class Builder(Sink):
         self.carried: set[str] = set()      # buffers a previous call handed on to a later one
         self.core = 0
         self.megacore = False
+        # Set to evaluate every device at once, as device 0 (`interpret.Lanes`): only device
+        # 0's events are recorded, proved to be every device's translated.
+        self.lanes: Lanes | None = None
 
     # -- naming --------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -172,7 +177,8 @@ class Builder(Sink):
         if isinstance(got, SemRef):
             return got
         if got.space == "smem":
-            got.store.setdefault(it.device, np.zeros(got.shape, got.dtype))
+            for d in (range(self.n) if self.lanes is not None else (it.device,)):
+                got.store.setdefault(d, np.zeros(got.shape, got.dtype))
         return Ref.whole(got, it.device)
 
     # -- calls ---------------------------------------------------------------------
@@ -198,6 +204,8 @@ class Builder(Sink):
                       and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)
         if split is not None:
             self.megacore = True
+            if self.lanes is not None:
+                raise Diverge("megacore: a core's events are not every device's")
         line = kernel_location(eqn)
         # Bind operands and outputs to buffers.
         aliases = dict(p.get("input_output_aliases") or ())
@@ -303,8 +311,10 @@ class Builder(Sink):
                                          [s for s in scratch if isinstance(s, Buffer)])
                       if b.name not in self.carried and b.name not in inputs]
         self._current_call = call_index
-        for d in range(self.n):
-            it = Interpreter(self, d, self._coords(d), self.axis_sizes)
+        for d in ([0] if self.lanes is not None else range(self.n)):
+            it = Interpreter(self, d, self.lanes.coords if self.lanes is not None else self._coords(d),
+                             self.axis_sizes)
+            it.lanes = self.lanes
             it.grid = grid
             it.point = tuple(0 for _ in grid)
             it.barrier = barrier if collective_id is not None else None
@@ -313,14 +323,15 @@ class Builder(Sink):
                     self.interloper(d, call_index, barrier, line, it.point)
                 for b in enter_bufs:
                     self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
-            elif self.invocation > 0:
-                for t in range(self.n):
-                    if t != d:
-                        self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
+            elif self.invocation > 0:  # to every other device, in the order of their offsets from d
+                for k in range(1, self.n):
+                    t = self.torus.adder(k)[d]
+                    self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
                 self.emit(d, it.point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
             for b in scratch:
                 if isinstance(b, Buffer) and b.space == "smem":
-                    b.store[d] = np.zeros(b.shape, b.dtype)
+                    for e in (range(self.n) if self.lanes is not None else (d,)):
+                        b.store[e] = np.zeros(b.shape, b.dtype)
             args = []
             for r in [*kernel_refs, *scratch]:
                 args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))
@@ -332,12 +343,12 @@ class Builder(Sink):
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if not is_out and (i == 0 or idx[i] != idx[i - 1]):
                         src = _block_ref(arr, d, bm, idx[i])
-                        self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), src.region()), None)
+                        self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), it.region(src)), None)
                 it.run(kernel, [], args)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
                         dst = _block_ref(arr, d, bm, idx[i])
-                        self.emit(d, pt, line, Compute("assign", dst.region(), Ref.whole(win, d).region()), None)
+                        self.emit(d, pt, line, Compute("assign", it.region(dst), Ref.whole(win, d).region()), None)
             self.core = 0
             for b in all_bufs:
                 if b.name not in kept:
@@ -389,6 +400,9 @@ class Builder(Sink):
     def program(self, name: str) -> Program:
         shapes = {b.name: b.shape for b in self.buffers.values()}
         grid_names = ("i", "j", "k", "l", "m", "n")
+        if self.lanes is not None:  # device 0's events; device d runs them translated by d
+            return Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
+                           self.targets, axis_sizes=dict(self.axis_sizes), rotation=dict(self.lanes.steps))
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
                        second_core=self.second_core if self.megacore else [])

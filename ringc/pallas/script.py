@@ -54,7 +54,7 @@ import numpy as np
 from ..ir.errors import ScheduleError
 from .jaxprs import walk_eqns
 
-__all__ = ["Capture", "Script", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
+__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
            "parse_arg"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `_reference`).
@@ -194,9 +194,13 @@ def _kernel_names(jaxpr: Any) -> str:
     return ", ".join(names)
 
 
-def _reference(jaxpr: Any) -> dict | None:
+def lax_reference(jaxpr: Any) -> dict | None:
     """The one `lax` collective that a jitted `shard_map` computes, if that is all it does
-    (besides reshapes and the like): {"kind", "shift"}."""
+    (besides reshapes and the like) and it is one the README's table means: {"kind",
+    "shift"}. `all_gather` and `psum_scatter` along dimension 0, `all_to_all` splitting and
+    concatenating dimension 0; `tiled=True` too (the kernel's array is then flat, [N * m,
+    ...], and the meaning check views it per device: `importer.flat_views`). Along another
+    dimension the layout is not the table's: no meaning (None)."""
     found = [e for e in walk_eqns(jaxpr) if e.primitive.name in _LAX_COLLECTIVES]
     if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in walk_eqns(jaxpr)):
         return None
@@ -209,9 +213,11 @@ def _reference(jaxpr: Any) -> dict | None:
         if len(shifts) != 1 or sorted(s for s, _ in perm) != list(range(n)):
             return None
         return {"kind": kind, "shift": shifts.pop()}
-    if kind == "all_gather" and not e.params.get("tiled", False) and e.params.get("all_gather_dimension", 0) != 0:
+    if kind == "all_gather" and e.params.get("all_gather_dimension", 0) != 0:
         return None
     if kind == "psum_scatter" and e.params.get("scatter_dimension", 0) != 0:
+        return None
+    if kind == "all_to_all" and (e.params.get("split_axis", 0), e.params.get("concat_axis", 0)) != (0, 0):
         return None
     return {"kind": kind}
 
@@ -299,7 +305,7 @@ def _capturing(script: Script) -> Iterator[None]:
                                              test=script.test)
             script.captures.append(cap)
             return zeros()
-        ref = _reference(jaxpr.jaxpr)
+        ref = lax_reference(jaxpr.jaxpr)
         if ref is not None:
             for c in reversed(script.captures):
                 if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):

@@ -57,11 +57,14 @@ class Buffer:
 @dataclass(frozen=True)
 class Ref:
     """A view of a buffer on one device: a box over the buffer's full shape, and the dims
-    the view still has (the others are point-indexed)."""
+    the view still has (the others are point-indexed). When every device is evaluated at
+    once (`interpret.Lanes`), `box` is device 0's and `var` holds, for each dim whose start
+    differs between devices, every device's start."""
     buffer: Buffer
     device: int
     box: tuple[tuple[int, int], ...]
     kept: tuple[int, ...]
+    var: tuple[tuple[int, np.ndarray], ...] = field(default=(), compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -104,6 +107,30 @@ class Unknown:
     """A scalar the model cannot know statically (a semaphore's value, a value read from
     tensor data): fine to carry, an error to branch or index on."""
     why: str
+
+
+class Vec:
+    """A value that differs between devices, when every device is evaluated at once
+    (`interpret.Lanes`): `a[d]` is device d's value (a scalar, or a small array of
+    integers). Never uniform: a value equal on every device is kept as that value
+    (`vec`), so control flow and sizes stay plain Python."""
+    __slots__ = ("a",)
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+
+    def __repr__(self) -> str:
+        return f"Vec({self.a.tolist()})"
+
+
+def vec(a: Any) -> Any:
+    """Every device's values (leading axis: devices) as one value: the plain value when all
+    devices agree, else a `Vec`."""
+    a = np.asarray(a)
+    if (a == a[0]).all():
+        first = a[0]
+        return first.item() if first.ndim == 0 else first
+    return Vec(a)
 
 
 def is_concrete(v: Any) -> bool:

@@ -267,16 +267,32 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
     """The clean report of a translation-symmetric schedule on a ring or torus, from device
-    0's events alone (`rotation.py`, `quotient.py`); None when the full analysis must decide.
-    Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ.
-    The quotient decides under the "any" DMA ordering; a schedule clean under it is clean
-    under "in-order" too (in order, every DMA interval ends no later: `order.dma_ends`)."""
-    topo = placement.topo
-    if not all(topo.wrap[k] for k in placement.along):
+    0's events alone (`rotation.py`, `rotated_report`); None when the full analysis must decide."""
+    if not _wrapped(placement):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
-    if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
-            or not quotient.clean(sched, program)):
+    return None if program is None else rotated_report(sched, program, placement, dma_order)
+
+
+def _wrapped(placement: Placement) -> bool:
+    """Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ."""
+    return all(placement.topo.wrap[k] for k in placement.along)
+
+
+def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dma_order: str = "any",
+                   meaning: Any = "schedule") -> Report | None:
+    """The clean report of `program`, device 0's events with `Program.rotation` set (every
+    device proved to run them translated: `rotation.rotation_unroll` for a schedule,
+    `pallas.interpret.Lanes` for a traced kernel), checked on the quotient (`quotient.py`);
+    None when the full analysis must decide (any finding, or the quotient cannot tell).
+    `meaning` as in `check_program`. The quotient decides under the "any" DMA ordering; a
+    program clean under it is clean under "in-order" too (in order, every DMA interval
+    ends no later: `order.dma_ends`)."""
+    if meaning == "schedule":
+        meaning = meaning_of(sched)
+    topo = placement.topo
+    if (not _wrapped(placement) or route_findings(program, placement) or megacore_findings(sched, program)
+            or not quotient.clean(sched, program, meaning)):
         return None
     report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if topo.ndim > 1:

@@ -40,14 +40,14 @@ from itertools import accumulate
 from typing import Any
 
 from ..ir import schema as S
-from .events import DmaStart, Event, Program, Region, SemWait, deposits
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
 from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
 
-__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean"]
+__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean", "expand"]
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -160,6 +160,52 @@ class Rotator:
         if end == first + 1:
             return [(name, self.torus.adder(delta)[first], tuple(entries))]
         return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
+
+
+def expand(program: Program) -> Program:
+    """Every device's events of a program that holds device 0's (`Program.rotation`): device
+    d's are device 0's translated by d, every device id moved by d and every box by its
+    dimension's step (`Rotator`). For the full analysis, which decides and explains what the
+    quotient cannot, without evaluating every device again (`pallas.importer`)."""
+    rot = Rotator(program)
+    target_of = {id(ev): t for ev, t in program.targets}
+    devices: list[list[Event]] = []
+    targets: list[tuple[Event, int]] = []
+    for d in range(program.n):
+        add = rot.torus.adder(d)
+
+        def sem(s):
+            return None if s is None else (add[s[0]], s[1], s[2])
+
+        seen: dict[Region, Region] = {}  # events share regions (a buffer's slot, a value register)
+
+        def region(r: Region | None) -> Region | None:
+            if r is None:
+                return None
+            got = seen.get(r)
+            if got is None:
+                got = seen[r] = rot.region(r, d)
+            return got
+
+        out = []
+        for ev in program.devices[0]:
+            a = ev.action
+            if isinstance(a, DmaStart):
+                a = DmaStart(a.copy, region(a.src), region(a.dst), sem(a.send_sem), sem(a.recv_sem))
+            elif isinstance(a, Compute):
+                a = Compute(a.kind, region(a.dst), region(a.src), region(a.rhs), a.accumulate, region(a.base))
+            elif isinstance(a, SemWait):
+                a = SemWait(sem(a.sem), a.value, a.why, a.copy)
+            elif isinstance(a, Signal):
+                a = Signal(sem(a.sem), a.inc, a.why)
+            moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
+            out.append(moved)
+            t = target_of.get(id(ev))
+            if t is not None:
+                targets.append((moved, add[t]))
+        devices.append(out)
+    return Program(program.schedule_name, program.file, program.n, program.grid_names, devices, program.sem_kinds,
+                   program.shapes, targets, axis_sizes=program.axis_sizes)
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -467,8 +513,10 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
-    collective, buffers = collective_of(sched), Buffers.of(sched)
+def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator, meaning: Any = "schedule") -> bool:
+    if meaning is None:
+        return True  # no meaning to check
+    collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
     if not meaning_rotates(collective, buffers, program):
         return False
     n, mem = program.n, Memory(program.shapes)
@@ -487,14 +535,16 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator) -> bool:
     return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 
-def clean(sched: S.Schedule, program: Program) -> bool:
+def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
-    (Routes and megacore rules are checked by `check.quotient_report` on the same events.)"""
+    `meaning`: the schedule's collective, or `(Collective, Buffers)`, or None for no meaning
+    check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
+    megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
         _run(program)
         order = quotient_order(program)
         rot = Rotator(program)
-        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot)
+        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot, meaning)
     except (_Unclear, NotRotational):
         return False
