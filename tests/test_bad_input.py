@@ -214,9 +214,14 @@ def test_the_events_limit_is_counted_before_unrolling():
                 budget=60)
     assert_refused(o, says="`events`", seconds=60)
     assert re.search(r"all_reduce_no_capacity_wait.yaml:\d+: error: the events to unroll", o.err), str(o)
-    # the cost model times every device of a schedule not proved symmetric: N^2 per event
+    # the cost model times every device of a schedule not proved symmetric: N events per
+    # device's event, each re-rating flows on N devices; the timeline's own budget
+    # (`timed_events`) stops it first, and `events` (N^2 per event) stands behind it
     corner = REPO / "tests" / "torus" / "all_gather_2d_corner_copies_twice.yaml"
     o = run_cli(["cost", corner, "--topology", "torus:64x64"], budget=60)
+    assert_refused(o, says="`timed_events`", seconds=60)
+    assert "the events of all 4096 devices to time" in o.err, str(o)
+    o = run_cli(["cost", corner, "--topology", "torus:64x64", "--limit", "timed_events=10000000000"], budget=60)
     assert_refused(o, says="`events`", seconds=60)
     assert "the timed run of every device (4096 devices" in o.err, str(o)
 
