@@ -78,7 +78,7 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     in_specs = tuple(P(*s.partition_spec(b)) for b in inputs)
     out_spec = P(*s.partition_spec(dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
-    rhs = s.io_buffer("rhs") if kind in S.MATMUL_COLLECTIVES else None
+    rhs = s.io_buffer("rhs") if kind in S.TWO_INPUT_COLLECTIVES else None
     rhs_shape = _eval_shape(s, s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
     out_dtype = s.dtype_of(dst)
 

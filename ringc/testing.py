@@ -175,3 +175,50 @@ def mutants_of(sched: S.Schedule) -> st.SearchStrategy[tuple[Mutation, S.Schedul
     """(mutation, mutated schedule) pairs for one schedule."""
     muts = mutations_of(sched)
     return st.sampled_from(muts).map(lambda m: (m, mutate(sched, m)))
+
+
+def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None) -> st.SearchStrategy[dict]:
+    """Samples of a schedule's runtime data (`data:`) at N devices that satisfy its declared
+    constraints (`ringc.data`): each free array's elements are drawn in `range`, device by
+    device, each bounded by what its own `sum_at_most` and the `sum_at_most` of an array that
+    is its transpose leave; derived arrays are computed; a draw that still breaks a
+    constraint is rejected. Shrinks towards zeros. `ringc check --data random:K` draws K."""
+    from hypothesis import reject
+
+    from .data import bounds, derive, problems
+
+    limits = bounds(sched, n, sizes)
+    free = [k for k, d in sched.data.items() if d.source is None]
+    column_caps = {k: [limits[t]["sum"] for t, d in sched.data.items()
+                       if d.transpose_of == k and limits[t]["sum"] is not None] for k in free}
+
+    @st.composite
+    def draw_sample(draw: Any) -> dict:
+        values: dict[str, tuple[tuple[int, ...], ...]] = {}
+        for name in free:
+            lim = limits[name]
+            length = lim["length"]
+            columns = [min(column_caps[name], default=None)] * length
+            rows = []
+            for _dev in range(n):
+                budget, row = lim["sum"], []
+                for j in range(length):
+                    hi = lim["hi"]
+                    for cap in (budget, columns[j]):
+                        if cap is not None:
+                            hi = min(hi, cap)
+                    if hi < lim["lo"]:
+                        reject()
+                    v = draw(st.integers(lim["lo"], hi))
+                    row.append(v)
+                    budget = None if budget is None else budget - v
+                    if columns[j] is not None:
+                        columns[j] -= v
+                rows.append(tuple(row))
+            values[name] = tuple(rows)
+        sample = derive(sched, n, values)
+        if problems(sched, n, sample, sizes):
+            reject()
+        return sample
+
+    return draw_sample()
