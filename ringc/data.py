@@ -14,7 +14,7 @@ on device j, what `lax.all_to_all` gives). `sum_at_most` may also bound a derive
 (the receive side of a ragged all-to-all: what arrives must fit the receive buffer).
 
 Samples come from a data file (`load_samples`) or from the hypothesis strategy
-`ringc.testing.data_samples` (`draw_samples`, reproducible with a seed). Every sample is
+`ringc.testing.data_samples` (`ringc.testing.draw_samples`, reproducible with a seed). Every sample is
 checked against the constraints (`problems`) before it is used.
 """
 
@@ -29,7 +29,7 @@ from .ir.errors import ScheduleError
 from .ir.resolve import axis_size_env, inline_static_lets
 
 __all__ = ["Sample", "static_env", "bounds", "derive", "problems", "sample_text", "parse_spec",
-           "draw_samples", "load_samples", "samples_for"]
+           "load_samples"]
 
 Sample = dict[str, tuple[tuple[int, ...], ...]]
 
@@ -139,29 +139,6 @@ def parse_spec(spec: str) -> tuple[str, Any]:
     return "file", spec
 
 
-def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
-                 sizes: Mapping[str, int] | None = None) -> list[Sample]:
-    """`count` samples valid for the declared constraints, drawn with hypothesis from
-    `ringc.testing.data_samples` with a fixed seed: the same every time for the same
-    schedule, N, count and seed (duplicates dropped, so possibly fewer when few exist)."""
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
-
-    from .testing import data_samples
-
-    drawn: list[Sample] = []
-
-    @hseed(seed)
-    @settings(max_examples=max(4 * count, 10), database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck), derandomize=False)
-    @given(data_samples(sched, n, sizes))
-    def collect(sample: Sample) -> None:
-        if len(drawn) < count and sample not in drawn:
-            drawn.append(sample)
-
-    collect()
-    return drawn
-
-
 def _line_of_key(text: str, key: str) -> int | None:
     needle = json.dumps(key)
     for i, line in enumerate(text.splitlines(), start=1):
@@ -227,17 +204,3 @@ def load_samples(path: str, sched: S.Schedule) -> list[tuple[int, Sample]]:
                                     f"{sched.line_of('data', name)}")
         out.append((n, full))
     return out
-
-
-def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
-                sizes: Mapping[str, int] | None = None) -> tuple[list[Sample], str]:
-    """The samples `--data SPEC` gives at N devices, and how they were chosen (for the verdict)."""
-    kind, arg = parse_spec(spec)
-    if kind == "random":
-        samples = draw_samples(sched, n, arg, seed, sizes)
-        return samples, f"{len(samples)} sample(s) drawn at random from the declared constraints (random:{arg}, seed {seed})"
-    found = [s for m, s in load_samples(arg, sched) if m == n]
-    if not found:
-        raise ScheduleError(f"the data file has no sample for N={n}", file=arg,
-                            fix=f"add a sample with {n} lists (one per device) per array, or check other --devices")
-    return found, f"{len(found)} sample(s) from {arg}"

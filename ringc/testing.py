@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hypothesis import strategies as st
 
@@ -222,3 +222,41 @@ def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None)
         return sample
 
     return draw_sample()
+
+
+def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
+                 sizes: Mapping[str, int] | None = None) -> list[Sample]:
+    """`count` samples valid for the declared constraints, drawn with hypothesis from
+    `ringc.testing.data_samples` with a fixed seed: the same every time for the same
+    schedule, N, count and seed (duplicates dropped, so possibly fewer when few exist)."""
+    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
+
+    drawn: list[Sample] = []
+
+    @hseed(seed)
+    @settings(max_examples=max(4 * count, 10), database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck), derandomize=False)
+    @given(data_samples(sched, n, sizes))
+    def collect(sample: Sample) -> None:
+        if len(drawn) < count and sample not in drawn:
+            drawn.append(sample)
+
+    collect()
+    return drawn
+
+
+def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
+                sizes: Mapping[str, int] | None = None) -> tuple[list[Sample], str]:
+    """The samples `--data SPEC` gives at N devices, and how they were chosen (for the verdict)."""
+    from .data import load_samples, parse_spec
+    from .ir.errors import ScheduleError
+
+    kind, arg = parse_spec(spec)
+    if kind == "random":
+        samples = draw_samples(sched, n, arg, seed, sizes)
+        return samples, f"{len(samples)} sample(s) drawn at random from the declared constraints (random:{arg}, seed {seed})"
+    found = [s for m, s in load_samples(arg, sched) if m == n]
+    if not found:
+        raise ScheduleError(f"the data file has no sample for N={n}", file=arg,
+                            fix=f"add a sample with {n} lists (one per device) per array, or check other --devices")
+    return found, f"{len(found)} sample(s) from {arg}"

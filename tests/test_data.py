@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 
 import ringc
-from ringc.data import derive, draw_samples, load_samples, problems
+from ringc.data import derive, load_samples, problems
 from ringc.ir import expr as E
 from ringc.ir.errors import ScheduleError
-from ringc.testing import data_samples
+from ringc.testing import data_samples, draw_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 RAGGED = ROOT / "schedules" / "ragged_all_to_all.yaml"
