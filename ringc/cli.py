@@ -183,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
+    c.add_argument("--data", metavar="random:K|FILE.json",
+                   help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
+                        "constraints, or the samples of a JSON file; a verdict rests on these samples only")
+    c.add_argument("--seed", type=_seed, default=0, help="the seed of --data random:K (default 0)")
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
@@ -274,8 +278,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                                 fix="pass --devices N, or a sized topology such as --topology torus:4x4")
         for n in args.devices or [None]:
+            data, how = _data_samples(args, sched, n)
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict, dma_order=args.dma_order)
+                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)
@@ -286,6 +291,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and shown:
         _show_finding(args, *shown)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _data_samples(args: argparse.Namespace, sched, n: int | None) -> tuple[list | None, str]:
+    """The runtime data samples `--data` gives for N devices (None without `--data`)."""
+    if args.data is None:
+        return None, ""
+    if not sched.data:
+        raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
+                            file=sched.file, fix="drop --data")
+    from .testing import samples_for
+    from .verify.check import resolve_topology
+    placement = resolve_topology(sched, n, args.topology, args.along)
+    return samples_for(args.data, sched, math.prod(placement.sizes.values()), args.seed, placement.sizes)
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
