@@ -392,14 +392,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     for n in sizes:
         # Interpret mode cannot detect a deadlock: it would block forever. Refuse first.
         shape = args.mesh or (n,)
-        program = unroll(sched, sizes=mesh_layout(sched, shape, args.along)[1])
+        axis_sizes = mesh_layout(sched, shape, args.along)[1]
+        data = None
+        if sched.data:  # runtime data: the sample run_schedule draws too (ringc.testing.heaviest_sample)
+            from .data import sample_text
+            from .testing import heaviest_sample
+            data = heaviest_sample(sched, n, args.seed, axis_sizes)
+            print(f"{args.file} N={n}: runtime data (seed {args.seed}): "
+                  + sample_text(data, [k for k, d in sched.data.items() if d.source is None]))
+        program = unroll(sched, sizes=axis_sizes, data=data)
         hangs = [f for f in run_findings(program, maximal_run(program)) if f.kind == "hang"]
         if hangs:
             print(f"{args.file} N={n}: not run, it would hang (see `ringc check`):\n  "
                   + hangs[0].to_text(program))
             ok = False
             continue
-        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed, mesh_shape=shape, along=args.along)
+        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed, mesh_shape=shape, along=args.along,
+                           data=data)
         races = {None: "not checked", False: "no races", True: "RACES FOUND"}[res.races_found]
         status = "ok" if res.ok else "FAILED"
         where = f" on a {'x'.join(map(str, shape))} mesh" if args.mesh else ""

@@ -260,3 +260,12 @@ def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
         raise ScheduleError(f"the data file has no sample for N={n}", file=arg,
                             fix=f"add a sample with {n} lists (one per device) per array, or check other --devices")
     return found, f"{len(found)} sample(s) from {arg}"
+
+
+def heaviest_sample(sched: S.Schedule, n: int, seed: int = 0, sizes: Mapping[str, int] | None = None,
+                    draws: int = 8) -> dict:
+    """The sample `ringc run` uses: of `draws` samples drawn with `seed`, the one with the
+    largest sum of free values (hypothesis draws the all-zero sample first, and a run that
+    moves nothing shows little)."""
+    samples = draw_samples(sched, n, draws, seed, sizes)
+    return max(samples, key=lambda d: sum(v for k in d if sched.data[k].source is None for row in d[k] for v in row))
