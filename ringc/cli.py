@@ -264,6 +264,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
+    if args.show and args.data:
+        raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
+                            "drawn", file=args.files[0], fix="drop --show, or --data")
     if args.show:
         _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:

@@ -568,8 +568,9 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
     if sched.data and data is None:
         raise ScheduleError(f"`{sched.name}` reads runtime data ({', '.join(sched.data)}), so it is checked for "
                             "samples of it", file=sched.file, line=sched.line_of("data"),
-                            fix="pass --data random:K (K samples drawn from the declared constraints) or "
-                                "--data FILE.json")
+                            fix="ringc check: pass --data random:K (K samples drawn from the declared "
+                                "constraints) or --data FILE.json; ringc run draws its own sample (--seed); "
+                                "cost, show and tune do not take runtime data yet")
     if sizes is None:
         if len(sched.axes) > 1:
             raise ScheduleError(
