@@ -588,6 +588,20 @@ class RaggedAllToAll(Collective):
     def lax_text(self, x, axis, n, rhs=None):
         return f"lax.ragged_all_to_all({x}, {rhs}, input_offsets, send_sizes, output_offsets, recv_sizes, axis_name={axis})"
 
+    def vjp_text(self, x, axis, n, g, rhs=None):
+        """JAX's transpose rule (jax/_src/lax/parallel.py, `_ragged_all_to_all_transpose`):
+        x's cotangent is a ragged all-to-all of g back to where the rows came from (offsets
+        on the receivers: the all_to_all of input_offsets; sizes swapped), init's is g with
+        the received rows zeroed (they were overwritten)."""
+        recv_at = f"lax.all_to_all(output_offsets, {axis}, 0, 0, tiled=True)"
+        sent_from = f"lax.all_to_all(input_offsets, {axis}, 0, 0, tiled=True)"
+        dx = (f"lax.ragged_all_to_all({g}, jnp.zeros_like({x}), {recv_at}, recv_sizes, {sent_from}, send_sizes, "
+              f"axis_name={axis})")
+        row = f"jnp.arange({g}.shape[0])[:, None]"
+        received = f"(({row} >= {recv_at}[None]) & ({row} < ({recv_at} + recv_sizes)[None])).any(1)"
+        dinit = f"jnp.where({received}.reshape((-1,) + (1,) * ({g}.ndim - 1)), 0, {g})"
+        return dx, dinit
+
     def traffic(self, p, volume):  # at most the whole input leaves and the whole output arrives
         return volume, volume
 

@@ -273,3 +273,41 @@ def test_compiles_for_v5e():
         pytest.skip("libtpu is not installed")
     result = compile_for(ringc.load(RAGGED), "v5e:2x2")
     assert result.ok, result.to_text(verbose=True)
+
+
+def test_lax_text_and_vjp_text_are_lax_and_its_transpose(ragged):
+    """The source texts of ragged_all_to_all (the emitted docstring's call, and JAX's
+    transpose rule) against the CPU reference and `jax.vjp` of it, with `lax.ragged_all_to_all`
+    itself replaced by that reference (XLA:CPU cannot run it)."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from ringc.collectives import RaggedAllToAll, ragged_all_to_all_lax
+
+    n, rows = 3, 8
+    c = RaggedAllToAll()
+    sample = draw_samples(ragged, n, 4, seed=6)[-1]
+    names = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+    arrays = [jnp.array(np.array(sample[k], np.int32).reshape(-1)) for k in names]
+    key = iter(jax.random.split(jax.random.key(0), 3))
+    x, init, g = (jax.random.normal(next(key), (n * rows, 2)) for _ in range(3))
+
+    def body(x, init, g, *data):
+        values = dict(zip(names, data))
+        fake = types.SimpleNamespace(**{k: getattr(lax, k) for k in ("all_to_all", "all_gather", "axis_index")})
+        fake.ragged_all_to_all = lambda *a, axis_name: ragged_all_to_all_lax(*a, axis_name, n)
+        env = {"lax": fake, "jnp": jnp, "x": x, "init": init, "g": g, **values}
+
+        def f(x, init):
+            return c.lax(x, "x", n, rhs=init, data=values)
+        out, vjp = jax.vjp(f, x, init)
+        dx, dinit = vjp(g)
+        text = eval(c.lax_text("x", '"x"', "N", rhs="init"), env)
+        tdx, tdinit = (eval(t, env) for t in c.vjp_text("x", '"x"', "N", "g", rhs="init"))
+        return jnp.stack([jnp.max(jnp.abs(a - b)) for a, b in ((out, text), (dx, tdx), (dinit, tdinit))])[None]
+
+    errors = _shard_run(body, n, x, init, g, *arrays)
+    assert float(jnp.max(errors)) < 1e-6, errors

@@ -135,7 +135,8 @@ def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
     """Collectives' source text (what emitted modules run) against their `lax` call and
     `jax.vjp` of it, on 3 devices, in one compiled shard_map."""
     n, mesh = 3, mesh_of(3)
-    assert set(TEXT_SHAPES) == set(COLLECTIVES)
+    # ragged_all_to_all: XLA:CPU cannot run its lax call; tests/test_data.py checks its texts
+    assert set(TEXT_SHAPES) == set(COLLECTIVES) - {"ragged_all_to_all"}
     cases = [(kind, COLLECTIVES[kind](shift=shift)) for kind in kinds
              for shift in ((1, -1) if kind == "ppermute" else (1,))]
     keys = iter(jax.random.split(jax.random.key(1), 3 * len(cases)))
