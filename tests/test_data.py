@@ -152,6 +152,8 @@ def test_malformed_constraints_are_bad_input_with_line_and_fix(tmp_path):
          "needs `range: [lo, hi]`"),
         ("send_sizes:     {shape: [N], range: [0, rows], sum_at_most: rows}",
          "send_sizes:     {shape: [N], range: [0, me], sum_at_most: rows}", "unknown name `me` in range"),
+        ("recv_sizes:     {shape: [N], transpose_of", "recv_sizes:     {shape: [rows], transpose_of",
+         "has shape [rows] but `send_sizes`"),
         ("input_offsets:  {shape: [N], prefix_sum_of: send_sizes}",
          "input_offsets:  {shape: [N], prefix_sum_of: send_sizes, range: [0, 1]}", "applies to free arrays only"),
     ]

@@ -239,7 +239,12 @@ class _Resolver:
                                              f"{', '.join(f'`{n}`' for n in missing)} "
                                              f"{'is' if len(missing) == 1 else 'are'} not declared",
                           fix="declare them under `data:` with shape [N]")
-
+            for n in S.RAGGED_DATA:
+                if E.to_text(s.data[n].shape[0]) != "N":
+                    self.fail(s.line_of("data", n), f"ragged_all_to_all's `{n}` has shape "
+                                                    f"[{E.to_text(s.data[n].shape[0])}]: ringc sends one slice per "
+                                                    "peer, so it is [N] (lax allows any multiple of N)",
+                              fix="declare it with `shape: [N]`")
 
     def check_axes(self) -> None:
         s = self.s
