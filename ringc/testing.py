@@ -14,6 +14,7 @@ use them to check that your own checks fail for the right reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -75,12 +76,20 @@ def supported_size(sched: S.Schedule, n: int) -> int:
 def check_sized(sched: S.Schedule, n: int, **kwargs):
     """`ringc.check` on `topology_for(sched, n)`: n devices on a ring for a one-axis
     schedule (`supported_size`: a power of two for a hypercube), a torus of about n
-    devices for a multi-axis one."""
+    devices for a multi-axis one. A schedule with runtime data is checked on
+    `CHECK_SIZED_DATA` samples drawn from its constraints (seed 0) unless `data` is given."""
     from .verify import check
+    from .verify.check import resolve_topology
 
     n = supported_size(sched, n)
     topo = topology_for(sched, n)
+    if sched.data and kwargs.get("data") is None:
+        sizes = resolve_topology(sched, n if topo == "ring" else None, topo).sizes
+        kwargs["data"], kwargs["data_how"] = samples_for(CHECK_SIZED_DATA, sched, math.prod(sizes.values()), 0, sizes)
     return check(sched, n if topo == "ring" else None, topology=topo, **kwargs)
+
+
+CHECK_SIZED_DATA = "random:5"  # the samples `check_sized` checks a schedule with runtime data on
 
 
 def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchStrategy[S.Schedule]:
@@ -233,15 +242,28 @@ def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
 
     drawn: list[Sample] = []
 
-    @hseed(seed)
-    @settings(max_examples=max(4 * count, 10), database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck), derandomize=False)
-    @given(data_samples(sched, n, sizes))
-    def collect(sample: Sample) -> None:
-        if len(drawn) < count and sample not in drawn:
-            drawn.append(sample)
+    def run() -> None:
+        @hseed(seed)
+        @settings(max_examples=max(4 * count, 10), database=None, phases=[Phase.generate], deadline=None,
+                  suppress_health_check=list(HealthCheck), derandomize=False)
+        @given(data_samples(sched, n, sizes))
+        def collect(sample: dict) -> None:
+            if len(drawn) < count and sample not in drawn:
+                drawn.append(sample)
 
-    collect()
+        collect()
+
+    from hypothesis import currently_in_test_context
+
+    if currently_in_test_context():
+        # Called from inside a property test (e.g. `check_sized` under @given): hypothesis
+        # refuses a nested @given in the same thread, and its test context is per thread,
+        # so the seeded draw runs on its own thread (same samples, same seed).
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(run).result()
+    else:
+        run()
     return drawn
 
 
