@@ -70,6 +70,16 @@ class CodeWriter:
         finally:
             self.level -= 1
 
+    @contextlib.contextmanager
+    def function(self, name: str, params: list[str]) -> Iterator[None]:
+        """`def name(params):` (wrapped when it does not fit) and its indented suite."""
+        self.call(f"def {name}", params, ":")
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
     def call(self, head: str, args: list[str], tail: str = "", explode: bool = False) -> None:
         """`head(args)tail`, wrapped like black does when it does not fit on one line."""
         flat = f"{head}({', '.join(args)}){tail}"
@@ -464,10 +474,14 @@ class _Emitter:
         w.line(f"AXIS = {_axis_text(s.axis)}")
         w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
         specs = [_spec_text(s.partition_spec(n)) for n in ins] + [_spec_text((s.axis,))] * len(s.data)
-        w.line(f"IN_SPECS = {_tuple_text(specs)}  # {', '.join([*ins, *s.data])}")
+        in_specs = f"IN_SPECS = {_tuple_text(specs)}  # {', '.join([*ins, *s.data])}"
+        if len(in_specs) > MAX_LINE:  # the comment on its own line
+            w.line(f"# {', '.join([*ins, *s.data])}")
+            in_specs = in_specs.split("  # ")[0]
+        w.line(in_specs)
         if s.data:
-            w.line(f"DATA = {_tuple_text([_str(n) for n in s.data])}  # runtime data: int32 [N] per device, "
-                   "scalar prefetch")
+            w.line("# Runtime data: int32 [N] per device, read from SMEM (scalar prefetch), in this order.")
+            w.line(f"DATA = {_tuple_text([_str(n) for n in s.data])}")
         out_specs = [_spec_text(s.partition_spec(n)) for n in outs]
         w.line(f"OUT_SPECS = {out_specs[0] if len(outs) == 1 else _tuple_text(out_specs)}"
                f"  # {', '.join(outs)}")
@@ -699,7 +713,7 @@ class _Emitter:
                 for n in s.buffers_of("input"):
                     w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
                                             f"jnp.{s.dtype_of(n)}"])
-                w.line(f"return kernel({ins}, axis_name=AXIS, interpret=interpret, **p)")
+                w.call("return kernel", [*ins.split(", "), "axis_name=AXIS", "interpret=interpret", "**p"])
             w.blank()
             w.call("sharded = jax.shard_map", [
                 "per_device", "mesh=mesh", "in_specs=IN_SPECS", "out_specs=OUT_SPECS",
@@ -829,8 +843,7 @@ class _Emitter:
         scratch = s.buffers_of("hbm_scratch")
         statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params)]
         data = [self.name(n) for n in s.data]
-        with w.block(f"def _call({', '.join([*(self.name(n) for n in ins), *data])}, *, axis_name, interpret, "
-                     f"{', '.join(statics)}):"):
+        with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *statics]):
             w.docstring(f"The pallas_call of `{s.name}` on one device's shards, for sizes from "
                         "`_sizes` (no gradient rule: `kernel` adds it).")
             if any(self.follows(n) for n in s.buffers):
@@ -860,14 +873,13 @@ class _Emitter:
         shards = [self.name(n) for n in s.buffers_of("input")]
         ins = shards + [self.name(n) for n in s.data]  # runtime data: int32 [N] per device
         coll = collective_of(s)
-        with w.block(f"def kernel({', '.join(ins)}, *, axis_name=AXIS, interpret=None, transpose=None, "
-                     "**params):"):
+        with w.function("kernel", [*ins, "*", "axis_name=AXIS", "interpret=None", "transpose=None", "**params"]):
             w.docstring(self.kernel_doc(coll))
             w.line(f"sizes = _sizes({', '.join(shards)}, axis_name=axis_name, params=params)")
             w.blank()
             w.line("@jax.custom_vjp")
             with w.block(f"def call({', '.join(ins)}):"):
-                w.line(f"return _call({', '.join(ins)}, axis_name=axis_name, interpret=interpret, **sizes)")
+                w.call("return _call", [*ins, "axis_name=axis_name", "interpret=interpret", "**sizes"])
             w.blank()
             with w.block(f"def forward({', '.join(ins)}):"):
                 saved = _tuple_text(ins) if coll.takes_rhs else "None"
@@ -911,7 +923,7 @@ class _Emitter:
         ins = [self.name(n) for n in s.buffers_of("input")]
         src, dst = s.io_buffer("input"), s.io_buffer("output")
         x = self.name(src)
-        rhs = self.name(s.io_buffer("rhs")) if coll.takes_rhs else None
+        rhs = self.name(s.io_buffer("rhs")) if s.collective.kind in S.TWO_INPUT_COLLECTIVES else None
         same = all(s.buffers[n].shard is None for n in (src, dst, *([s.io_buffer("rhs")] if rhs else [])))
         call = coll.lax_text(x, "axis_name", "N", rhs=rhs)
         meaning = (f"`{call}`" if same else
@@ -942,7 +954,10 @@ class _Emitter:
             with w.block("if transpose is not None:  # the caller's backward pass"):
                 w.line(f"return tuple(transpose({'*residuals, ' if coll.takes_rhs else ''}cotangent))"
                        if coll.takes_rhs else "return (transpose(cotangent),)")
-            if coll.transpose() is None or s.data:
+            if s.data:  # (see backward_text)
+                w.line('raise NotImplementedError("no backward pass for a kernel with runtime data yet: pass `transpose`")')
+                return
+            if coll.transpose() is None:
                 w.line(f"raise NotImplementedError({_str(self.backward_text(coll))})")
                 return
             if self.own_transpose(coll):
