@@ -183,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
+    c.add_argument("--data", metavar="random:K|FILE.json",
+                   help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
+                        "constraints, or the samples of a JSON file; a verdict rests on these samples only")
+    c.add_argument("--seed", type=_seed, default=0, help="the seed of --data random:K (default 0)")
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
@@ -260,6 +264,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .verify import check
     ok = True
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
+    if args.show and args.data:
+        raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
+                            "drawn", file=args.files[0], fix="drop --show, or --data")
     if args.show:
         _output_path(args.show, *args.files)  # refused before the work
     for path in args.files:
@@ -274,8 +281,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                                 fix="pass --devices N, or a sized topology such as --topology torus:4x4")
         for n in args.devices or [None]:
+            data, how = _data_samples(args, sched, n)
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict, dma_order=args.dma_order)
+                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)
@@ -286,6 +294,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and shown:
         _show_finding(args, *shown)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _data_samples(args: argparse.Namespace, sched, n: int | None) -> tuple[list | None, str]:
+    """The runtime data samples `--data` gives for N devices (None without `--data`)."""
+    if args.data is None:
+        return None, ""
+    if not sched.data:
+        raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
+                            file=sched.file, fix="drop --data")
+    from .testing import samples_for
+    from .verify.check import resolve_topology
+    placement = resolve_topology(sched, n, args.topology, args.along)
+    return samples_for(args.data, sched, math.prod(placement.sizes.values()), args.seed, placement.sizes)
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
@@ -374,14 +395,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     for n in sizes:
         # Interpret mode cannot detect a deadlock: it would block forever. Refuse first.
         shape = args.mesh or (n,)
-        program = unroll(sched, sizes=mesh_layout(sched, shape, args.along)[1])
+        axis_sizes = mesh_layout(sched, shape, args.along)[1]
+        data = None
+        if sched.data:  # runtime data: the sample run_schedule draws too (ringc.testing.heaviest_sample)
+            from .data import sample_text
+            from .testing import heaviest_sample
+            data = heaviest_sample(sched, n, args.seed, axis_sizes)
+            print(f"{args.file} N={n}: runtime data (seed {args.seed}): "
+                  + sample_text(data, [k for k, d in sched.data.items() if d.source is None]))
+        program = unroll(sched, sizes=axis_sizes, data=data)
         hangs = [f for f in run_findings(program, maximal_run(program)) if f.kind == "hang"]
         if hangs:
             print(f"{args.file} N={n}: not run, it would hang (see `ringc check`):\n  "
                   + hangs[0].to_text(program))
             ok = False
             continue
-        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed, mesh_shape=shape, along=args.along)
+        res = run_schedule(sched, n, params=dict(args.param), seed=args.seed, mesh_shape=shape, along=args.along,
+                           data=data)
         races = {None: "not checked", False: "no races", True: "RACES FOUND"}[res.races_found]
         status = "ok" if res.ok else "FAILED"
         where = f" on a {'x'.join(map(str, shape))} mesh" if args.mesh else ""

@@ -43,7 +43,7 @@ from .ir.dtypes import itemsize
 from .ir.rules import RuleTable
 
 __all__ = ["Box", "IndexMap", "Term", "Value", "Piece", "KDIM", "PRODUCT", "unravel", "Buffers", "Collective",
-           "COLLECTIVES", "collective_of", "TITLES"]
+           "COLLECTIVES", "collective_of", "TITLES", "ragged_all_to_all_lax"]
 
 Box = tuple[tuple[int, int], ...]
 # A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
@@ -87,7 +87,7 @@ class Buffers:
     def of(cls, sched: S.Schedule) -> "Buffers":
         """The roles a YAML schedule gives its buffers (device dims: its slot dims, at least 1)."""
         names = [sched.io_buffer("input"), sched.io_buffer("output")]
-        rhs = sched.io_buffer("rhs") if sched.collective.kind in S.MATMUL_COLLECTIVES else None
+        rhs = sched.io_buffer("rhs") if sched.collective.kind in S.TWO_INPUT_COLLECTIVES else None
         names += [rhs] if rhs else []
         return cls(names[0], names[1], rhs, {n: itemsize(sched.dtype_of(n)) for n in names},
                    {n: max(1, len(sched.buffers[n].slots)) for n in names})
@@ -517,6 +517,117 @@ class MatmulPsumScatter(_Matmul):
 
     def transpose(self):
         return AllGatherMatmul()
+
+
+@COLLECTIVES.register("ragged_all_to_all")
+class RaggedAllToAll(Collective):
+    """`lax.ragged_all_to_all(x, init, input_offsets, send_sizes, output_offsets, recv_sizes,
+    axis_name)` with one slice per peer (the data arrays of shape [N], `schema.RAGGED_DATA`):
+    device j's rows x[input_offsets[d] : + send_sizes[d]] land on device d at
+    out[output_offsets[d] : + send_sizes[d]] (offsets on the receiver); every other row of out
+    is init's (lax's `output` argument, here `Buffers.rhs`). Rows are the leading dimension.
+
+    The meaning depends on the runtime data: `with_data(sample)` gives the collective of one
+    sample (`ringc.data.Sample`), whose `expected` the data-flow check compares with. The
+    transpose sends the cotangent back: out's rows to where they came from (a ragged
+    all-to-all with the roles of the offsets swapped, as JAX's transpose rule does), and
+    init's cotangent is the cotangent with the received rows zeroed."""
+    kind, title, bisection = "ragged_all_to_all", "ragged all-to-all", True
+
+    def __init__(self, shift: int = 1, data: Mapping[str, Any] | None = None):
+        super().__init__(shift)
+        self.data = data
+
+    def with_data(self, data: Mapping[str, Any]) -> "RaggedAllToAll":
+        return RaggedAllToAll(self.shift, data)
+
+    def shape_problem(self, n, shapes, b):
+        x, out, init = tuple(shapes[b.input]), tuple(shapes[b.output]), tuple(shapes[b.rhs]) if b.rhs else None
+        ok = len(x) >= 1 and len(out) == len(x) and out[1:] == x[1:] and init == out
+        return None if ok else f"rows of the input's shape {list(x[1:])}, and init's shape (the output's)"
+
+    def received(self, n: int, device: int) -> list[tuple[int, int, int, int]]:
+        """(source j, first output row, rows, first input row of j) of every non-empty slice
+        that lands on `device`, in output row order."""
+        if self.data is None:
+            raise ValueError("ragged_all_to_all's meaning depends on its runtime data: use with_data(sample)")
+        d = self.data
+        out = [(j, d["output_offsets"][j][device], d["send_sizes"][j][device], d["input_offsets"][j][device])
+               for j in range(n) if d["send_sizes"][j][device] > 0]
+        return sorted(out, key=lambda t: t[1])
+
+    def expected(self, n, device, shapes, b):
+        out_shape = shapes[b.output]
+        rest = tuple((0, s) for s in out_shape[1:])
+        ident = tuple((i, 0) for i in range(1, len(out_shape)))
+        pieces, row = [], 0
+        for j, start, size, src in self.received(n, device):
+            if start > row:
+                pieces.append(Piece(((row, start), *rest), (_term(b.rhs, device, ((0, 0), *ident)),)))
+            pieces.append(Piece(((start, start + size), *rest), (_term(b.input, j, ((0, src - start), *ident)),)))
+            row = max(row, start + size)
+        if row < out_shape[0]:
+            pieces.append(Piece(((row, out_shape[0]), *rest), (_term(b.rhs, device, ((0, 0), *ident)),)))
+        return pieces
+
+    def _rotates(self, s, rank, b):  # data-dependent: never a translation
+        return False
+
+    def lax(self, x, axis, n, rhs=None, dtype=None, data=None):
+        """The reference: `lax.ragged_all_to_all` where XLA implements it (TPU, GPU); XLA:CPU
+        has no ragged-all-to-all (jax 0.10.2: "not supported by XLA:CPU"), so on CPU the
+        same meaning in plain lax, as the lax docstring's pseudocode states it (an
+        all_to_all of output_offsets, an all_gather of x, one dynamic update per slice)."""
+        import jax
+        from jax import lax
+        io, ss, oo, rs = (data[k] for k in S.RAGGED_DATA)
+        if jax.default_backend() != "cpu":
+            return lax.ragged_all_to_all(x, rhs, io, ss, oo, rs, axis_name=axis)
+        return ragged_all_to_all_lax(x, rhs, io, ss, oo, rs, axis, n)
+
+    def lax_text(self, x, axis, n, rhs=None):
+        return f"lax.ragged_all_to_all({x}, {rhs}, input_offsets, send_sizes, output_offsets, recv_sizes, axis_name={axis})"
+
+    def vjp_text(self, x, axis, n, g, rhs=None):
+        """JAX's transpose rule (jax/_src/lax/parallel.py, `_ragged_all_to_all_transpose`):
+        x's cotangent is a ragged all-to-all of g back to where the rows came from (offsets
+        on the receivers: the all_to_all of input_offsets; sizes swapped), init's is g with
+        the received rows zeroed (they were overwritten)."""
+        recv_at = f"lax.all_to_all(output_offsets, {axis}, 0, 0, tiled=True)"
+        sent_from = f"lax.all_to_all(input_offsets, {axis}, 0, 0, tiled=True)"
+        dx = (f"lax.ragged_all_to_all({g}, jnp.zeros_like({x}), {recv_at}, recv_sizes, {sent_from}, send_sizes, "
+              f"axis_name={axis})")
+        row = f"jnp.arange({g}.shape[0])[:, None]"
+        received = f"(({row} >= {recv_at}[None]) & ({row} < ({recv_at} + recv_sizes)[None])).any(1)"
+        dinit = f"jnp.where({received}.reshape((-1,) + (1,) * ({g}.ndim - 1)), 0, {g})"
+        return dx, dinit
+
+    def traffic(self, p, volume):  # at most the whole input leaves and the whole output arrives
+        return volume, volume
+
+    def transpose(self):
+        return RaggedAllToAll()
+
+
+def ragged_all_to_all_lax(x: Any, init: Any, input_offsets: Any, send_sizes: Any, output_offsets: Any,
+                          recv_sizes: Any, axis: Any, n: int) -> Any:
+    """`lax.ragged_all_to_all` with one slice per peer, in lax ops XLA:CPU runs: the receiver's
+    offsets are `all_to_all(output_offsets)`, and the slice from device j is rows
+    [input_offsets_j[me], + recv_sizes[j]) of j's x (all-gathered), written row by row
+    where the row lies inside the slice (a mask, since slice sizes are not static)."""
+    import jax.numpy as jnp
+    from jax import lax
+    starts = lax.all_to_all(output_offsets, axis, 0, 0, tiled=True)
+    src_starts = lax.all_to_all(input_offsets, axis, 0, 0, tiled=True)
+    everyone = lax.all_gather(x, axis)             # [n, rows, ...]
+    rows = jnp.arange(init.shape[0])
+    out = init
+    for j in range(n):
+        inside = (rows >= starts[j]) & (rows < starts[j] + recv_sizes[j])
+        take = jnp.clip(rows - starts[j] + src_starts[j], 0, x.shape[0] - 1)
+        moved = everyone[j][take]
+        out = jnp.where(inside.reshape((-1,) + (1,) * (x.ndim - 1)), moved, out)
+    return out
 
 
 TITLES: dict[str, str] = {kind: c.title for kind, c in COLLECTIVES.items()}

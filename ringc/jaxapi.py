@@ -22,13 +22,14 @@ broken schedules on purpose: mutants, interpret-mode experiments).
 from __future__ import annotations
 
 import linecache
+import math
 from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Mapping
 
 from .ir import Schedule, ScheduleError, load
 
-__all__ = ["CHECK_SIZES", "check_topologies", "check_before_emit", "refusal", "import_kernel", "kernel"]
+__all__ = ["CHECK_SIZES", "EMIT_DATA", "check_topologies", "check_before_emit", "refusal", "import_kernel", "kernel"]
 
 # Device counts `ringc emit` and `ringc.kernel` check a one-axis schedule at: the smallest
 # ring (left = right), an odd one and an even one beyond it.
@@ -64,17 +65,27 @@ def _square(n: int, k: int) -> tuple[int, ...] | None:
     return min(shapes, key=lambda sh: (max(sh) - min(sh), sh)) if shapes else None
 
 
+EMIT_DATA = "random:10"  # the samples `ringc emit` checks a schedule with runtime data on
+
+
 def check_before_emit(sched: Schedule, devices: Iterable[int] | None = None) -> tuple[list, list[ScheduleError]]:
     """`ringc.check` reports of `sched` on `check_topologies(sched, devices)`, in order, up
     to the first that fails; and the sizes the schedule itself refuses (a ScheduleError such
     as `log2(N)` of an N that is not a power of two: its kernel refuses that N too), which
-    are skipped. If it refuses every size, the first refusal is raised."""
+    are skipped. If it refuses every size, the first refusal is raised. A schedule with
+    runtime data is checked on `EMIT_DATA` samples drawn from its constraints (seed 0)."""
     from .verify import check
 
     reports, refused = [], []
     for n, topo in check_topologies(sched, devices):
         try:
-            reports.append(check(sched, n, topology=topo))
+            data, how = None, ""
+            if sched.data:
+                from .testing import samples_for
+                from .verify.check import resolve_topology
+                sizes = resolve_topology(sched, n, topo).sizes
+                data, how = samples_for(EMIT_DATA, sched, math.prod(sizes.values()), 0, sizes)
+            reports.append(check(sched, n, topology=topo, data=data, data_how=how))
         except ScheduleError as e:
             refused.append(e)
             continue

@@ -15,6 +15,7 @@ over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 | `all_to_all`   | `lax.all_to_all(x, axis, 0, 0)` (tiled=False)                     | x has leading dim N; out[j] = device j's x[me]       |
 | `all_gather_matmul` | `lax.all_gather(x, axis) @ y`                                | x [m, k], y [k, n]; out[j] = device j's x @ my y     |
 | `matmul_psum_scatter` | `lax.psum_scatter(x @ y, axis)`                            | x [N, m, k], y [k, n]; out = sum over j of x_j[me] @ y_j |
+| `ragged_all_to_all` | `lax.ragged_all_to_all(x, init, input_offsets, send_sizes, output_offsets, recv_sizes, axis_name=axis)` | rows x_j[input_offsets_j[me] : + send_sizes_j[me]] land at out[output_offsets_j[me] :]; other rows are init's (XLA:CPU lacks it: the same meaning in lax, `collectives.ragged_all_to_all_lax`) |
 
 The matmul collectives multiply with float32 accumulation and sum in float32, then
 round once to the output's dtype. `y` is `collective.rhs`.
@@ -37,11 +38,14 @@ from .ir.resolve import axis_size_env, inline_static_lets
 __all__ = ["apply_collective", "summed_terms", "reference"]
 
 
-def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None):
+def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None, data=None):
     """The lax call for `kind` (see the module table) on a per-device array, inside shard_map.
-    The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's).
-    Each collective's call lives in its class (`ringc.collectives`)."""
-    return COLLECTIVES[kind](shift=shift).lax(x, axis, n, rhs=rhs, dtype=dtype)
+    The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's);
+    ragged_all_to_all takes its `output` argument as `rhs` and its runtime data arrays (each
+    device's [N] values, by name) as `data`. Each collective's call lives in its class
+    (`ringc.collectives`)."""
+    extra = {"data": data} if data is not None else {}
+    return COLLECTIVES[kind](shift=shift).lax(x, axis, n, rhs=rhs, dtype=dtype, **extra)
 
 
 def summed_terms(kind: str, n: int, dtype: str = "float32", depth: int = 1) -> int:
@@ -75,17 +79,19 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     src, dst = s.io_buffer("input"), s.io_buffer("output")
     src_shape = _eval_shape(s, s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
     dst_shape = _eval_shape(s, s.buffers[dst].shard_shape, env, f"shard shape of buffer `{dst}`")
-    in_specs = tuple(P(*s.partition_spec(b)) for b in inputs)
+    data = list(s.data)  # runtime data follows the inputs, as in `build`: int32 [N] per device
+    in_specs = tuple(P(*s.partition_spec(b)) for b in inputs) + tuple(P(s.axis) for _ in data)
     out_spec = P(*s.partition_spec(dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
-    rhs = s.io_buffer("rhs") if kind in S.MATMUL_COLLECTIVES else None
+    rhs = s.io_buffer("rhs") if kind in S.TWO_INPUT_COLLECTIVES else None
     rhs_shape = _eval_shape(s, s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
     out_dtype = s.dtype_of(dst)
 
     def per_device(*args):
         x = args[inputs.index(src)].reshape(src_shape)
         y = args[inputs.index(rhs)].reshape(rhs_shape) if rhs else None
-        out = apply_collective(kind, x, axis, n, shift=shift, rhs=y, dtype=out_dtype)
+        values = dict(zip(data, args[len(inputs):])) if data else None
+        out = apply_collective(kind, x, axis, n, shift=shift, rhs=y, dtype=out_dtype, data=values)
         return out.reshape(dst_shape)
 
     # check_vma=False as in `build`: both sides read an output the same way.

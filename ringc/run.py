@@ -129,14 +129,17 @@ def tolerance(dtype: str, terms: int, scale: float) -> float:
 def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int] | None = None,
                  seed: int = 0, detect_races: bool = True, mesh_shape: tuple[int, ...] | None = None,
                  along: str | None = None, dma_execution_mode: str = "on_wait",
-                 interpret_seed: int | None = None) -> RunResult:
+                 interpret_seed: int | None = None, data: dict | None = None) -> RunResult:
     """Run `schedule` on `devices` CPU devices in Pallas TPU interpret mode and compare its
     output with the lax reference. `mesh_shape` (e.g. (2, 4), `devices` devices in all) runs
     it on a multi-axis mesh, its axes `along` the given mesh axes (see `mesh_layout`).
 
     `seed` draws the inputs. `dma_execution_mode` ("on_wait" or "eager") and `interpret_seed`
     go to `pltpu.InterpretParams`; the race detector draws each DMA's vector-clock slot from
-    numpy's global generator, which `interpret_seed` also seeds."""
+    numpy's global generator, which `interpret_seed` also seeds. A schedule with runtime data
+    runs on `data` (a `ringc.data.Sample`), by default the heaviest of 8 samples drawn from its
+    declared constraints with `seed` (`ringc.testing.draw_samples`; the largest sum of values,
+    since hypothesis draws the all-zero sample first and a run that moves nothing shows little)."""
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
@@ -172,7 +175,13 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     interpret = pltpu.InterpretParams(detect_races=detect_races, dma_execution_mode=dma_execution_mode,
                                       random_seed=interpret_seed)
     fn = module.build(mesh, interpret=interpret, **params)
-    inputs = module.make_inputs(mesh, jax.random.key(seed), **params)
+    if schedule.data:
+        if data is None:
+            from .testing import heaviest_sample
+            data = heaviest_sample(schedule, n, seed, sizes)
+        inputs = module.make_inputs(mesh, jax.random.key(seed), data=data, **params)
+    else:
+        inputs = module.make_inputs(mesh, jax.random.key(seed), **params)
 
     pltpu.reset_tpu_interpret_mode_state()
     if interpret_seed is not None:

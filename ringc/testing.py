@@ -14,9 +14,10 @@ use them to check that your own checks fail for the right reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from hypothesis import strategies as st
 
@@ -75,12 +76,20 @@ def supported_size(sched: S.Schedule, n: int) -> int:
 def check_sized(sched: S.Schedule, n: int, **kwargs):
     """`ringc.check` on `topology_for(sched, n)`: n devices on a ring for a one-axis
     schedule (`supported_size`: a power of two for a hypercube), a torus of about n
-    devices for a multi-axis one."""
+    devices for a multi-axis one. A schedule with runtime data is checked on
+    `CHECK_SIZED_DATA` samples drawn from its constraints (seed 0) unless `data` is given."""
     from .verify import check
+    from .verify.check import resolve_topology
 
     n = supported_size(sched, n)
     topo = topology_for(sched, n)
+    if sched.data and kwargs.get("data") is None:
+        sizes = resolve_topology(sched, n if topo == "ring" else None, topo).sizes
+        kwargs["data"], kwargs["data_how"] = samples_for(CHECK_SIZED_DATA, sched, math.prod(sizes.values()), 0, sizes)
     return check(sched, n if topo == "ring" else None, topology=topo, **kwargs)
+
+
+CHECK_SIZED_DATA = "random:5"  # the samples `check_sized` checks a schedule with runtime data on
 
 
 def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchStrategy[S.Schedule]:
@@ -175,3 +184,110 @@ def mutants_of(sched: S.Schedule) -> st.SearchStrategy[tuple[Mutation, S.Schedul
     """(mutation, mutated schedule) pairs for one schedule."""
     muts = mutations_of(sched)
     return st.sampled_from(muts).map(lambda m: (m, mutate(sched, m)))
+
+
+def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None) -> st.SearchStrategy[dict]:
+    """Samples of a schedule's runtime data (`data:`) at N devices that satisfy its declared
+    constraints (`ringc.data`): each free array's elements are drawn in `range`, device by
+    device, each bounded by what its own `sum_at_most` and the `sum_at_most` of an array that
+    is its transpose leave; derived arrays are computed; a draw that still breaks a
+    constraint is rejected. Shrinks towards zeros. `ringc check --data random:K` draws K."""
+    from hypothesis import reject
+
+    from .data import bounds, derive, problems
+
+    limits = bounds(sched, n, sizes)
+    free = [k for k, d in sched.data.items() if d.source is None]
+    column_caps = {k: [limits[t]["sum"] for t, d in sched.data.items()
+                       if d.transpose_of == k and limits[t]["sum"] is not None] for k in free}
+
+    @st.composite
+    def draw_sample(draw: Any) -> dict:
+        values: dict[str, tuple[tuple[int, ...], ...]] = {}
+        for name in free:
+            lim = limits[name]
+            length = lim["length"]
+            columns = [min(column_caps[name], default=None)] * length
+            rows = []
+            for _dev in range(n):
+                budget, row = lim["sum"], []
+                for j in range(length):
+                    hi = lim["hi"]
+                    for cap in (budget, columns[j]):
+                        if cap is not None:
+                            hi = min(hi, cap)
+                    if hi < lim["lo"]:
+                        reject()
+                    v = draw(st.integers(lim["lo"], hi))
+                    row.append(v)
+                    budget = None if budget is None else budget - v
+                    if columns[j] is not None:
+                        columns[j] -= v
+                rows.append(tuple(row))
+            values[name] = tuple(rows)
+        sample = derive(sched, n, values)
+        if problems(sched, n, sample, sizes):
+            reject()
+        return sample
+
+    return draw_sample()
+
+
+def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
+                 sizes: Mapping[str, int] | None = None) -> list[Sample]:
+    """`count` samples valid for the declared constraints, drawn with hypothesis from
+    `ringc.testing.data_samples` with a fixed seed: the same every time for the same
+    schedule, N, count and seed (duplicates dropped, so possibly fewer when few exist)."""
+    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
+
+    drawn: list[Sample] = []
+
+    def run() -> None:
+        @hseed(seed)
+        @settings(max_examples=max(4 * count, 10), database=None, phases=[Phase.generate], deadline=None,
+                  suppress_health_check=list(HealthCheck), derandomize=False)
+        @given(data_samples(sched, n, sizes))
+        def collect(sample: dict) -> None:
+            if len(drawn) < count and sample not in drawn:
+                drawn.append(sample)
+
+        collect()
+
+    from hypothesis import currently_in_test_context
+
+    if currently_in_test_context():
+        # Called from inside a property test (e.g. `check_sized` under @given): hypothesis
+        # refuses a nested @given in the same thread, and its test context is per thread,
+        # so the seeded draw runs on its own thread (same samples, same seed).
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(run).result()
+    else:
+        run()
+    return drawn
+
+
+def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
+                sizes: Mapping[str, int] | None = None) -> tuple[list[Sample], str]:
+    """The samples `--data SPEC` gives at N devices, and how they were chosen (for the verdict)."""
+    from .data import load_samples, parse_spec
+    from .ir.errors import ScheduleError
+
+    kind, arg = parse_spec(spec)
+    if kind == "random":
+        samples = draw_samples(sched, n, arg, seed, sizes)
+        return samples, f"{len(samples)} sample(s) drawn at random from the declared constraints (random:{arg}, seed {seed})"
+    found = [s for m, s in load_samples(arg, sched) if m == n]
+    if not found:
+        raise ScheduleError(f"the data file has no sample for N={n}", file=arg,
+                            fix=f"add a sample with {n} lists (one per device) per array, or check other --devices")
+    return found, f"{len(found)} sample(s) from {arg}"
+
+
+def heaviest_sample(sched: S.Schedule, n: int, seed: int = 0, sizes: Mapping[str, int] | None = None,
+                    draws: int = 8) -> dict:
+    """The sample `ringc run` uses: of `draws` samples drawn with `seed`, the one with the
+    largest sum of free values (hypothesis draws the all-zero sample first, and a run that
+    moves nothing shows little)."""
+    samples = draw_samples(sched, n, draws, seed, sizes)
+    return max(samples, key=lambda d: sum(v for k in d if sched.data[k].source is None for row in d[k] for v in row))

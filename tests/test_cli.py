@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import without_runtime_data
 
 from ringc.cli import main
 from ringc.verify.findings import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
-LIBRARY = sorted((REPO / "schedules").glob("*.yaml"))
+LIBRARY = without_runtime_data(sorted((REPO / "schedules").glob("*.yaml")))
 ONE_AXIS = [p for p in LIBRARY if "\naxes: [x, y" not in p.read_text()]  # ring schedules
 TWO_AXES = [p for p in LIBRARY if "\naxes: [x, y]\n" in p.read_text()]  # need a 2-D topology
 BROKEN = REPO / "tests" / "broken"

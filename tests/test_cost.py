@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import without_runtime_data
 
 import ringc
 from ringc.cli import main
@@ -246,14 +247,14 @@ def _quotient_matches_every_device(path: Path, max_events: int | None, topologie
     return timed
 
 
-@pytest.mark.parametrize("path", sorted(LIB.glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", without_runtime_data(sorted(LIB.glob("*.yaml"))), ids=lambda p: p.stem)
 def test_the_quotient_times_like_every_device(path):
     # the big nested pipelines (matmuls at 1 MiB: thousands of events per device) in the slow test
     assert _quotient_matches_every_device(path, 1500, QUOTIENT_TOPOLOGIES), f"{path.stem}: nothing compared"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", sorted(LIB.glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", without_runtime_data(sorted(LIB.glob("*.yaml"))), ids=lambda p: p.stem)
 def test_the_quotient_times_like_every_device_at_every_size(path):
     assert _quotient_matches_every_device(path, None, QUOTIENT_TOPOLOGIES + MORE_TOPOLOGIES)
 

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 import ringc
+from ringc.testing import samples_for
 from ringc.ir import load_text
 from ringc.verify.check import check_program, quotient_report, resolve_topology
 from ringc.verify.explore import explore
@@ -148,9 +149,11 @@ def _corpus():
 
 
 def _check(path, entry, dma_order):
-    return ringc.check(ringc.load(path), entry["devices"], topology=entry.get("topology", "ring"),
+    sched = ringc.load(path)
+    data = samples_for(entry["data"], sched, entry["devices"])[0] if "data" in entry else None
+    return ringc.check(sched, entry["devices"], topology=entry.get("topology", "ring"),
                        along=entry.get("along"), invocations=entry.get("invocations", 1),
-                       strict=entry.get("strict", False), dma_order=dma_order)
+                       strict=entry.get("strict", False), dma_order=dma_order, data=data)
 
 
 

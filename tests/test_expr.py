@@ -157,7 +157,7 @@ def test_exact_division():
     ("min(a, b, key=c)", "min(a, b, key=c)"),
     ("a / b", "a / b"),
     ("a ** b", "a ** b"),
-    ("a[0]", "a[0]"),
+    ("a[0][1]", "a[0][1]"),
     ("a in b", "a in b"),
     ("a is b", "a is b"),
     ("a @ b", "a @ b"),

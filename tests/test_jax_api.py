@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import without_runtime_data
 from jax import lax
 from jax.experimental.pallas import tpu as pltpu
 
@@ -134,7 +135,8 @@ def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
     """Collectives' source text (what emitted modules run) against their `lax` call and
     `jax.vjp` of it, on 3 devices, in one compiled shard_map."""
     n, mesh = 3, mesh_of(3)
-    assert set(TEXT_SHAPES) == set(COLLECTIVES)
+    # ragged_all_to_all: XLA:CPU cannot run its lax call; tests/test_data.py checks its texts
+    assert set(TEXT_SHAPES) == set(COLLECTIVES) - {"ragged_all_to_all"}
     cases = [(kind, COLLECTIVES[kind](shift=shift)) for kind in kinds
              for shift in ((1, -1) if kind == "ppermute" else (1,))]
     keys = iter(jax.random.split(jax.random.key(1), 3 * len(cases)))
@@ -220,7 +222,7 @@ def test_solving_is_linear_and_names_what_it_cannot_solve(monkeypatch):
                                          r"\(rows \* cols\): the shapes do not determine it; pass rows="):
         R._not_inferred({}, "rows", "x", (8,), "rows * cols")
     # every library schedule solves every parameter its input shapes mention
-    for path in sorted((REPO / "schedules").glob("*.yaml")):
+    for path in without_runtime_data(sorted((REPO / "schedules").glob("*.yaml"))):
         plan = pallas._Emitter(ringc.load(path)).solve_plan()
         assert plan and all(scale is not None for _, _, _, scale, _, _ in plan), path.name
 

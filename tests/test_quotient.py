@@ -10,6 +10,7 @@ from math import prod
 from pathlib import Path
 
 import pytest
+from conftest import without_runtime_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,8 +26,8 @@ from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
 from ringc.verify.unroll import unroll
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARY = sorted((ROOT / "schedules").glob("*.yaml"))
-CORPUS = LIBRARY + sorted((ROOT / "tests" / "broken").glob("*.yaml")) + sorted((ROOT / "tests" / "mutants").glob("*.yaml"))
+LIBRARY = without_runtime_data(sorted((ROOT / "schedules").glob("*.yaml")))
+CORPUS = LIBRARY + without_runtime_data(sorted((ROOT / "tests" / "broken").glob("*.yaml"))) + sorted((ROOT / "tests" / "mutants").glob("*.yaml"))
 ONE_AXIS = [p for p in CORPUS if p.name != "expected.yaml" and len(ringc.load(p).axes) == 1]
 
 

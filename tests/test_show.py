@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import without_runtime_data
 
 import ringc
 from ringc.cli import main
@@ -20,7 +21,7 @@ from ringc.show.tables import slot_table
 from mermaid_syntax import MermaidError, blocks, validate
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEDULES = sorted((REPO / "schedules").glob("*.yaml")) + sorted((REPO / "tests" / "cost").glob("*.yaml"))
+SCHEDULES = without_runtime_data(sorted((REPO / "schedules").glob("*.yaml"))) + sorted((REPO / "tests" / "cost").glob("*.yaml"))
 BROKEN = REPO / "tests" / "broken"
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import ringc
-from conftest import line_of
+from conftest import line_of, without_runtime_data
 from ringc.ir import load_text
 from ringc.testing import supports
 from ringc.verify.events import Compute, DmaStart, Program, SemWait, Signal
@@ -23,6 +23,7 @@ from ringc.verify.order import compute_order
 from ringc.verify.symmetry import semaphore_symmetric
 from ringc.verify.simulate import Machine, maximal_run
 from ringc.verify.unroll import unroll
+from ringc.testing import samples_for
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARY_DIR = REPO / "schedules"
@@ -45,7 +46,7 @@ def test_manifest_lists_exactly_the_corpus():
     files = {p.name for p in BROKEN_DIR.glob("*.yaml")} - {"expected.yaml"}
     assert files == set(MANIFEST)
     for name, entry in MANIFEST.items():
-        assert set(entry) <= {"devices", "kinds", "warnings", "at", "topology", "along", "strict"}, name
+        assert set(entry) <= {"devices", "kinds", "warnings", "at", "topology", "along", "strict", "data"}, name
         assert isinstance(entry["devices"], int) and entry["devices"] >= 2
         assert entry["kinds"] and set(entry["kinds"]) <= set(KINDS), name
         assert set(entry.get("warnings", [])) <= WARNING_KINDS, name
@@ -58,9 +59,12 @@ def test_every_error_kind_has_a_broken_case():
 
 
 def _check_entry(path: Path, entry: dict):
-    """`ringc check` as the manifest entry says: N devices on a ring, or on `topology`."""
-    return ringc.check(ringc.load(path), entry["devices"], topology=entry.get("topology", "ring"),
-                       along=entry.get("along"), strict=entry.get("strict", False))
+    """`ringc check` as the manifest entry says: N devices on a ring, or on `topology`; a
+    schedule with runtime data for the samples `data` gives (`--data random:K`, seed 0)."""
+    sched = ringc.load(path)
+    samples = samples_for(entry["data"], sched, entry["devices"])[0] if "data" in entry else None
+    return ringc.check(sched, entry["devices"], topology=entry.get("topology", "ring"),
+                       along=entry.get("along"), strict=entry.get("strict", False), data=samples)
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -429,7 +433,9 @@ def _explore():
     return explore
 
 
-EXPLORER_CASES = sorted(MANIFEST) + [p.name for p in sorted(LIBRARY_DIR.glob("*.yaml"))]
+# Schedules with runtime data are cross-checked per sample in tests/test_data.py.
+EXPLORER_CASES = ([n for n in sorted(MANIFEST) if "data" not in MANIFEST[n]]
+                  + [p.name for p in without_runtime_data(sorted(LIBRARY_DIR.glob("*.yaml")))])
 
 
 @pytest.mark.parametrize("name", EXPLORER_CASES)
@@ -477,7 +483,8 @@ def _placed(sched, n: int):
     return unroll(sched, sizes=placement.sizes), placement
 
 
-@pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
+@pytest.mark.parametrize("path", without_runtime_data(sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(
+    set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"})),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_symmetric_order_equals_the_full_computation(path):
     """The one-pass rotated cuts answer every query exactly as N separate passes do."""
@@ -508,7 +515,8 @@ def _finding_keys(report) -> set:
             for f in report.findings}
 
 
-@pytest.mark.parametrize("path", sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"}),
+@pytest.mark.parametrize("path", without_runtime_data(sorted(LIBRARY_DIR.glob("*.yaml")) + sorted(
+    set(BROKEN_DIR.glob("*.yaml")) - {BROKEN_DIR / "expected.yaml"})),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_symmetry_reduction_finds_exactly_what_the_full_analysis_finds(path):
     sched = ringc.load(path)

@@ -70,6 +70,16 @@ class CodeWriter:
         finally:
             self.level -= 1
 
+    @contextlib.contextmanager
+    def function(self, name: str, params: list[str]) -> Iterator[None]:
+        """`def name(params):` (wrapped when it does not fit) and its indented suite."""
+        self.call(f"def {name}", params, ":")
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
     def call(self, head: str, args: list[str], tail: str = "", explode: bool = False) -> None:
         """`head(args)tail`, wrapped like black does when it does not fit on one line."""
         flat = f"{head}({', '.join(args)}){tail}"
@@ -198,12 +208,12 @@ _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 # Names the emitted module defines or uses; schedule names are renamed around them.
 _MODULE_NAMES = {
     "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
-    "IN_SPECS", "OUT_SPECS", "SHIFT", "build", "make_inputs", "_kernel", *_HELPERS,
+    "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
     "per_device", "key", "keys", "_inner", "sharded", "axis", "axis_name", "dtype", "sizes", "call",
-    "forward", "backward", "residuals", "cotangent", "i", "_sizes", "_call", "transpose",
+    "forward", "backward", "residuals", "cotangent", "i", "_sizes", "_call", "transpose", "data", "data_inputs",
 }
 _RESERVED = (set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
              | _MODULE_NAMES | _LOCAL_NAMES)
@@ -307,7 +317,7 @@ class _Emitter:
         wanted: list[tuple[str, str, bool]] = []
         pipelines = [op for op in walk_ops(s.body) if isinstance(op, S.Pipeline)]
         local = list(dict.fromkeys(n for op in pipelines for n in (*op.pipeline, *op.specs)))
-        for table in (s.params, s.grid, s.let, s.buffers, s.semaphores, local):
+        for table in (s.params, s.grid, s.let, s.buffers, s.data, s.semaphores, local):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
         wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
         out = {n: n for n in ("me", "N", "left", "right", "core", *axis_builtins(s.axes))}
@@ -343,7 +353,7 @@ class _Emitter:
                 self.helpers.add(f"_{sub.func}")
             elif isinstance(sub, E.IfExp):
                 self.helpers.add("_select")
-            elif isinstance(sub, E.Var):
+            elif isinstance(sub, (E.Var, E.Item)):
                 self.names_used.add(sub.name)
         return E.to_python(e, self.rename)
 
@@ -463,8 +473,15 @@ class _Emitter:
             w.line(f"SHIFT = {s.collective.shift!r}  # device d sends to (d + SHIFT) % N")
         w.line(f"AXIS = {_axis_text(s.axis)}")
         w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
-        w.line(f"IN_SPECS = {_tuple_text([_spec_text(s.partition_spec(n)) for n in ins])}"
-               f"  # {', '.join(ins)}")
+        specs = [_spec_text(s.partition_spec(n)) for n in ins] + [_spec_text((s.axis,))] * len(s.data)
+        in_specs = f"IN_SPECS = {_tuple_text(specs)}  # {', '.join([*ins, *s.data])}"
+        if len(in_specs) > MAX_LINE:  # the comment on its own line
+            w.line(f"# {', '.join([*ins, *s.data])}")
+            in_specs = in_specs.split("  # ")[0]
+        w.line(in_specs)
+        if s.data:
+            w.line("# Runtime data: int32 [N] per device, read from SMEM (scalar prefetch), in this order.")
+            w.line(f"DATA = {_tuple_text([_str(n) for n in s.data])}")
         out_specs = [_spec_text(s.partition_spec(n)) for n in outs]
         w.line(f"OUT_SPECS = {out_specs[0] if len(outs) == 1 else _tuple_text(out_specs)}"
                f"  # {', '.join(outs)}")
@@ -474,7 +491,8 @@ class _Emitter:
         """(schedule name, role) in pallas_call order: inputs, outputs, HBM scratch (extra
         outputs), semaphores, VMEM scratch."""
         s = self.s
-        refs = [(n, "input") for n in s.buffers_of("input")]
+        refs = [(n, "scalar prefetch (SMEM)") for n in s.data]
+        refs += [(n, "input") for n in s.buffers_of("input")]
         refs += [(n, "output") for n in s.buffers_of("output")]
         refs += [(n, "HBM scratch") for n in s.buffers_of("hbm_scratch")]
         refs += [(n, "semaphore") for n in s.semaphores]
@@ -680,7 +698,7 @@ class _Emitter:
         w.blank(2)
         self.kernel_fn(w)
         w.blank(2)
-        ins = ", ".join(self.name(n) for n in s.buffers_of("input"))
+        ins = ", ".join([*(self.name(n) for n in s.buffers_of("input")), *(self.name(n) for n in s.data)])
         with w.block("def build(mesh, *, interpret=None, **params):"):
             w.docstring(
                 f"`{s.name}` on `mesh` as a jitted function of the global inputs (IN_SPECS): "
@@ -695,19 +713,24 @@ class _Emitter:
                 for n in s.buffers_of("input"):
                     w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
                                             f"jnp.{s.dtype_of(n)}"])
-                w.line(f"return kernel({ins}, axis_name=AXIS, interpret=interpret, **p)")
+                w.call("return kernel", [*ins.split(", "), "axis_name=AXIS", "interpret=interpret", "**p"])
             w.blank()
             w.call("sharded = jax.shard_map", [
                 "per_device", "mesh=mesh", "in_specs=IN_SPECS", "out_specs=OUT_SPECS",
                 "check_vma=False"])
             w.line("return jax.jit(sharded)")
         w.blank(2)
-        with w.block("def make_inputs(mesh, key, **params):"):
+        head = "def make_inputs(mesh, key, data=None, **params):" if s.data else "def make_inputs(mesh, key, **params):"
+        with w.block(head):
             w.docstring("Random global inputs for `build(mesh, **params)`, placed as IN_SPECS.\n\n"
-                        "`key` is a PRNG key or an int seed.")
+                        "`key` is a PRNG key or an int seed."
+                        + ("\n\n`data` gives the runtime data, which must satisfy the schedule's constraints: "
+                           "for each name in DATA, one list of N integers per device (e.g. a sample of "
+                           "`ringc.testing.draw_samples`); they are appended to the inputs, sharded along AXIS."
+                           if s.data else ""))
             shapes = [s.buffers[n].shard_shape for n in s.buffers_of("input")]
             used = {n for sh in shapes for d in sh for n in E.names(d)}
-            self.config(w, checks, uses_n="N" in used, sizes=used)
+            self.config(w, checks, uses_n="N" in used or bool(s.data), sizes=used)
             ins_list = s.buffers_of("input")
             with w.block("if isinstance(key, int):"):
                 w.line("key = jax.random.key(key)")
@@ -716,7 +739,12 @@ class _Emitter:
                 w.call(f"{self.name(n)} = _random_input", [
                     f"keys[{i}]", self.static_tuple(s.buffers[n].shard_shape),
                     f"jnp.{s.dtype_of(n)}", "mesh", f"IN_SPECS[{i}]"])
-            w.line(f"return {_tuple_text([self.name(n) for n in ins_list])}")
+            if s.data:
+                self.helpers.add("_data_input")
+                w.line("data_inputs = tuple(_data_input(data, name, N, mesh) for name in DATA)")
+                w.line(f"return {_tuple_text([self.name(n) for n in ins_list])} + data_inputs")
+            else:
+                w.line(f"return {_tuple_text([self.name(n) for n in ins_list])}")
         return w
 
     # -- dtypes ----------------------------------------------------------------------------
@@ -814,8 +842,8 @@ class _Emitter:
         outs = s.buffers_of("output")
         scratch = s.buffers_of("hbm_scratch")
         statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params)]
-        with w.block(f"def _call({', '.join(self.name(n) for n in ins)}, *, axis_name, interpret, "
-                     f"{', '.join(statics)}):"):
+        data = [self.name(n) for n in s.data]
+        with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *statics]):
             w.docstring(f"The pallas_call of `{s.name}` on one device's shards, for sizes from "
                         "`_sizes` (no gradient rule: `kernel` adds it).")
             if any(self.follows(n) for n in s.buffers):
@@ -830,7 +858,7 @@ class _Emitter:
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))
             results = [self.name(n) for n in outs] + ["_"] * len(scratch)
-            w.call(f"{', '.join(results)} = call", args)
+            w.call(f"{', '.join(results)} = call", data + args)
             returned = []
             for n in outs:
                 b = s.buffers[n]
@@ -842,16 +870,16 @@ class _Emitter:
         from ..collectives import collective_of
 
         s = self.s
-        ins = [self.name(n) for n in s.buffers_of("input")]
+        shards = [self.name(n) for n in s.buffers_of("input")]
+        ins = shards + [self.name(n) for n in s.data]  # runtime data: int32 [N] per device
         coll = collective_of(s)
-        with w.block(f"def kernel({', '.join(ins)}, *, axis_name=AXIS, interpret=None, transpose=None, "
-                     "**params):"):
+        with w.function("kernel", [*ins, "*", "axis_name=AXIS", "interpret=None", "transpose=None", "**params"]):
             w.docstring(self.kernel_doc(coll))
-            w.line(f"sizes = _sizes({', '.join(ins)}, axis_name=axis_name, params=params)")
+            w.line(f"sizes = _sizes({', '.join(shards)}, axis_name=axis_name, params=params)")
             w.blank()
             w.line("@jax.custom_vjp")
             with w.block(f"def call({', '.join(ins)}):"):
-                w.line(f"return _call({', '.join(ins)}, axis_name=axis_name, interpret=interpret, **sizes)")
+                w.call("return _call", [*ins, "axis_name=axis_name", "interpret=interpret", "**sizes"])
             w.blank()
             with w.block(f"def forward({', '.join(ins)}):"):
                 saved = _tuple_text(ins) if coll.takes_rhs else "None"
@@ -876,6 +904,9 @@ class _Emitter:
         t = coll.transpose()
         if t is None:
             return f"{coll.kind} has no transpose in ringc.collectives: jax.grad raises"
+        if self.s.data:
+            return (f"the transpose of {coll.kind} is {t.kind} with the offsets' roles swapped, but a kernel "
+                    "with runtime data emits no backward pass yet: jax.grad raises (pass `transpose`)")
         def label(c: Any) -> str:
             return f"{c.kind} (shift {c.shift:+d})" if c.kind == "ppermute" else c.kind
         if self.own_transpose(coll):
@@ -892,7 +923,7 @@ class _Emitter:
         ins = [self.name(n) for n in s.buffers_of("input")]
         src, dst = s.io_buffer("input"), s.io_buffer("output")
         x = self.name(src)
-        rhs = self.name(s.io_buffer("rhs")) if coll.takes_rhs else None
+        rhs = self.name(s.io_buffer("rhs")) if s.collective.kind in S.TWO_INPUT_COLLECTIVES else None
         same = all(s.buffers[n].shard is None for n in (src, dst, *([s.io_buffer("rhs")] if rhs else [])))
         call = coll.lax_text(x, "axis_name", "N", rhs=rhs)
         meaning = (f"`{call}`" if same else
@@ -923,6 +954,9 @@ class _Emitter:
             with w.block("if transpose is not None:  # the caller's backward pass"):
                 w.line(f"return tuple(transpose({'*residuals, ' if coll.takes_rhs else ''}cotangent))"
                        if coll.takes_rhs else "return (transpose(cotangent),)")
+            if s.data:  # (see backward_text)
+                w.line('raise NotImplementedError("no backward pass for a kernel with runtime data yet: pass `transpose`")')
+                return
             if coll.transpose() is None:
                 w.line(f"raise NotImplementedError({_str(self.backward_text(coll))})")
                 return
@@ -1032,7 +1066,7 @@ class _Emitter:
                             w.expr("", shape_dtype(n), ",")
                 w.line("),")
             with w.block("grid_spec=pltpu.PrefetchScalarGridSpec("):
-                w.line("num_scalar_prefetch=0,")
+                w.line(f"num_scalar_prefetch={len(s.data)},{'  # ' + ', '.join(s.data) if s.data else ''}")
                 with w.block("in_specs=["):
                     for n in s.buffers_of("input"):
                         w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")

@@ -247,3 +247,16 @@ def _random_input(key, shard_shape, dtype, mesh, spec):
     else:
         value = jax.random.normal(key, shape, jnp.float32).astype(dtype)
     return jax.device_put(value, jax.sharding.NamedSharding(mesh, P(*spec)))
+
+
+def _data_input(data, name, n, mesh):
+    """Runtime data array `name` as a global int32 array: each device's N values, placed
+    along AXIS (scalar prefetch reads them from SMEM)."""
+    if data is None or name not in data:
+        raise ValueError(f"{NAME} reads runtime data {DATA}: pass make_inputs(..., data={{name: one list "
+                         "of N integers per device}}), e.g. a sample of ringc.testing.draw_samples")
+    rows = [list(map(int, r)) for r in data[name]]
+    if len(rows) != n or any(len(r) != n for r in rows):
+        raise ValueError(f"{NAME}: data `{name}` needs {n} devices x {n} values, got {[len(r) for r in rows]}")
+    value = jnp.asarray([v for r in rows for v in r], jnp.int32)
+    return jax.device_put(value, jax.sharding.NamedSharding(mesh, P(AXIS)))

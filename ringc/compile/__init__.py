@@ -234,7 +234,11 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
     module = load_module(schedule)
     try:
         fn = module.build(mesh, interpret=False)
-        shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0))
+        extra = {}
+        if schedule.data:  # runtime data: only its shape (int32 [N] per device) reaches the compiler
+            from ..testing import draw_samples
+            extra["data"] = draw_samples(schedule, n, 1, 0, sizes)[0]
+        shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **extra))
     except ValueError as e:  # the module's own checks: a shape that does not divide for this N
         raise compile_errors.bad_parameters(schedule, n, e) from None
     args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))

@@ -73,6 +73,15 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Item:
+    """`name[index]`: one element of a runtime data array (`data:` in the schedule, read from
+    SMEM in the kernel), e.g. `send_sizes[t]`. Only data arrays are indexed in expressions;
+    buffers and semaphores are indexed in references."""
+    name: str
+    index: "Expr"
+
+
+@dataclass(frozen=True)
 class IfExp:
     """`then if cond else orelse`: only the branch taken is evaluated."""
     cond: "Expr"
@@ -80,7 +89,7 @@ class IfExp:
     orelse: "Expr"
 
 
-Expr = Union[Const, Var, BinOp, Not, Neg, Invert, Call, IfExp]
+Expr = Union[Const, Var, BinOp, Not, Neg, Invert, Call, IfExp, Item]
 EXPR_TYPES = get_args(Expr)  # for isinstance
 
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")
@@ -152,6 +161,9 @@ def _convert(node: ast.AST, text: str) -> Expr:
         if op in BITWISE:
             _integer_operands(op, (left, right), text)
         return BinOp(op, left, right)
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and not isinstance(node.slice, (ast.Slice, ast.Tuple))):
+        return Item(node.value.id, _convert(node.slice, text))
     if isinstance(node, ast.IfExp):
         return IfExp(_convert(node.test, text), _convert(node.body, text), _convert(node.orelse, text))
     if isinstance(node, ast.UnaryOp):
@@ -194,7 +206,7 @@ def _convert(node: ast.AST, text: str) -> Expr:
     raise ExprError(
         f"unsupported syntax {snippet!r} in {text!r}: expressions allow integers, names, "
         "+ - * // %, bitwise ^ & | << >> ~ on integers, comparisons, and/or/not, `a if c else b`, "
-        "min(...), max(...) and log2(...)")
+        "min(...), max(...), log2(...) and one element of a data array, `sizes[i]`")
 
 
 def _is_condition(e: Expr) -> bool:
@@ -227,7 +239,7 @@ def names(expr: Expr) -> set[str]:
     """All variable names an expression mentions."""
     if isinstance(expr, Var):
         return {expr.name}
-    out: set[str] = set()
+    out: set[str] = {expr.name} if isinstance(expr, Item) else set()
     for c in children(expr):
         out |= names(c)
     return out
@@ -243,6 +255,8 @@ def children(expr: Expr) -> tuple[Expr, ...]:
         return expr.args
     if isinstance(expr, IfExp):
         return (expr.then, expr.cond, expr.orelse)
+    if isinstance(expr, Item):
+        return (expr.index,)
     return ()
 
 
@@ -253,9 +267,12 @@ def evaluate(expr: Expr, env: Mapping[str, int], *, exact_division: bool = False
         return expr.value
     if isinstance(expr, Var):
         try:
-            return env[expr.name]
+            v = env[expr.name]
         except KeyError:
             raise ExprError(f"unknown name {expr.name!r}") from None
+        if type(v) is tuple:
+            raise ExprError(f"`{expr.name}` is a data array: use one element, `{expr.name}[i]`")
+        return v
     if isinstance(expr, Neg):
         return -evaluate(expr.operand, env, exact_division=exact_division)
     if isinstance(expr, Not):
@@ -285,10 +302,27 @@ def _evaluate_other(expr: Expr, env: Mapping[str, int], exact_division: bool) ->
     if isinstance(expr, IfExp):
         taken = expr.then if evaluate(expr.cond, env, exact_division=exact_division) else expr.orelse
         return evaluate(taken, env, exact_division=exact_division)
+    if isinstance(expr, Item):
+        return _item(expr, env, evaluate(expr.index, env, exact_division=exact_division))
     vals = [evaluate(a, env, exact_division=exact_division) for a in expr.args]
     if expr.func == "log2":
         return _log2(vals[0], expr)
     return min(vals) if expr.func == "min" else max(vals)
+
+
+def _item(expr: Item, env: Mapping[str, Any], i: Any) -> int:
+    """`name[i]` of a data array (a tuple in `env`); an index outside it is an error."""
+    if expr.name not in env:
+        raise ExprError(f"unknown name {expr.name!r}")
+    array = env[expr.name]
+    if type(array) is not tuple:
+        raise ExprError(f"`{to_text(expr)}`: `{expr.name}` is not a data array (only `data:` arrays are indexed "
+                        "in expressions)")
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise ExprError(f"`{to_text(expr)}`: the index must be an integer known on this device")
+    if not 0 <= i < len(array):
+        raise ExprError(f"`{to_text(expr)}`: index {i} is outside data array `{expr.name}` of length {len(array)}")
+    return array[i]
 
 
 class _Refused(Exception):
@@ -378,6 +412,8 @@ def _render(expr: Expr, hook: Callable[[Expr], str | None], prec: int = 0) -> st
         return f"({s})" if prec > 0 else s
     if isinstance(expr, Call):
         return f"{expr.func}({', '.join(_render(a, hook) for a in expr.args)})"
+    if isinstance(expr, Item):
+        return f"{expr.name}[{_render(expr.index, hook)}]"
     p = _PREC[expr.op]
     # Left-associative: the right operand of an equal-precedence op needs parentheses.
     # Comparisons chain in Python (`a < b < c`), so a comparison operand always does.
@@ -411,6 +447,8 @@ def to_python(expr: Expr, rename: Mapping[str, str] | None = None) -> str:
             return f"_not({to_python(e.operand, rename)})"
         if isinstance(e, Call):
             return f"_{e.func}({', '.join(to_python(a, rename) for a in e.args)})"
+        if isinstance(e, Item):  # an SMEM ref (scalar prefetch) read at one index
+            return f"{rename.get(e.name, e.name)}[{to_python(e.index, rename)}]"
         if isinstance(e, IfExp):
             return f"_select({to_python(e.cond, rename)}, {to_python(e.then, rename)}, {to_python(e.orelse, rename)})"
         return None
@@ -446,6 +484,8 @@ def substitute(expr: Expr, bindings: Mapping[str, Expr]) -> Expr:
         return Call(expr.func, tuple(substitute(a, bindings) for a in expr.args))
     if isinstance(expr, IfExp):
         return IfExp(*(substitute(x, bindings) for x in (expr.cond, expr.then, expr.orelse)))
+    if isinstance(expr, Item):
+        return Item(expr.name, substitute(expr.index, bindings))
     return expr
 
 

@@ -153,7 +153,8 @@ class _Resolver:
         groups: list[tuple[str, Iterable[str], Callable[[str], int]]] = [
             (kind, getattr(s, table), lambda n, t=table: s.line_of(t, n))
             for kind, table in (("param", "params"), ("grid index", "grid"), ("let", "let"),
-                                ("buffer", "buffers"), ("semaphore", "semaphores"), ("copy", "copies"))]
+                                ("buffer", "buffers"), ("data array", "data"), ("semaphore", "semaphores"),
+                                ("copy", "copies"))]
         self.check_names(groups, seen)
         # A pipeline's grid indices and blocks are local to it: unique within it and never
         # shadowing a schedule name, but two pipelines may use the same ones.
@@ -201,7 +202,49 @@ class _Resolver:
         return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params, *static_lets(self.s)}
 
     def step_names(self) -> set[str]:
-        return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let}
+        return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let, *self.s.data}
+
+    def check_data(self) -> None:
+        """Runtime data arrays: static shapes and bounds, an existing source of the same shape
+        for a derived array, no cycle of derivations, and the arrays ragged_all_to_all reads."""
+        s = self.s
+        static = self.static_names()
+        for name, d in s.data.items():
+            line = s.line_of("data", name)
+            for e, what in ((d.shape[0], "shape"), *((b, "range") for b in d.range or ()),
+                            *(((d.sum_at_most, "sum_at_most"),) if d.sum_at_most is not None else ())):
+                self.check_expr(e, static, line, f"{what} of data array `{name}`")
+            src = d.source
+            if src is not None:
+                if src not in s.data:
+                    self.fail(line, f"data array `{name}` is derived from `{src}`, which is no data array",
+                              known=[n for n in s.data if n != name], name=src)
+                if s.data[src].shape != d.shape:
+                    self.fail(line, f"data array `{name}` has shape [{E.to_text(d.shape[0])}] but `{src}`, "
+                                    f"which it is derived from, has [{E.to_text(s.data[src].shape[0])}]",
+                              fix="give both the same shape")
+                seen = [name]
+                while src is not None:
+                    if src in seen:
+                        self.fail(line, f"data arrays derive from each other in a cycle: "
+                                        f"{' <- '.join(seen + [src])}",
+                                  fix="make one of them free, with `range: [lo, hi]`")
+                    seen.append(src)
+                    src = s.data[src].source if src in s.data else None
+        if s.collective.kind == "ragged_all_to_all":
+            missing = [n for n in S.RAGGED_DATA if n not in s.data]
+            if missing:
+                self.fail(s.collective.line, f"ragged_all_to_all reads the data arrays {', '.join(S.RAGGED_DATA)} "
+                                             f"(the arguments of lax.ragged_all_to_all), but "
+                                             f"{', '.join(f'`{n}`' for n in missing)} "
+                                             f"{'is' if len(missing) == 1 else 'are'} not declared",
+                          fix="declare them under `data:` with shape [N]")
+            for n in S.RAGGED_DATA:
+                if E.to_text(s.data[n].shape[0]) != "N":
+                    self.fail(s.line_of("data", n), f"ragged_all_to_all's `{n}` has shape "
+                                                    f"[{E.to_text(s.data[n].shape[0])}]: ringc sends one slice per "
+                                                    "peer, so it is [N] (lax allows any multiple of N)",
+                              fix="declare it with `shape: [N]`")
 
     def check_axes(self) -> None:
         s = self.s
@@ -221,7 +264,7 @@ class _Resolver:
             self.fail(s.line_of("dtype"), f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
         for name, size in s.grid.items():
             self.check_expr(size, static, s.line_of("grid", name), "grid size")
-        defined = {*self.builtins, *s.params, *s.grid}
+        defined = {*self.builtins, *s.params, *s.grid, *s.data}
         for name, value in s.let.items():
             self.check_expr(value, defined, s.line_of("let", name), f"let `{name}`")
             defined.add(name)
@@ -262,17 +305,20 @@ class _Resolver:
                 self.fail(coll.line, f"collective.{kind} `{name}` is not an {kind} buffer",
                           known=[n for n, b in s.buffers.items() if b.kind == kind])
         inputs = [n for n, b in s.buffers.items() if b.kind == "input"]
-        if coll.kind in S.MATMUL_COLLECTIVES:
+        if coll.kind in S.TWO_INPUT_COLLECTIVES:
             others = [n for n in inputs if n != s.io_buffer("input")]
+            what = ("multiplies two inputs, `{}` by a right-hand side" if coll.kind in S.MATMUL_COLLECTIVES
+                    else "takes two inputs, `{}` and the values kept where nothing lands (lax's `output`)")
             if coll.rhs is None and len(others) != 1:
-                self.fail(coll.line, f"{coll.kind} multiplies two inputs, `{s.io_buffer('input')}` by a "
-                                     f"right-hand side, but the other inputs are {others or 'none'}",
+                self.fail(coll.line, f"{coll.kind} {what.format(s.io_buffer('input'))}, but the other inputs "
+                                     f"are {others or 'none'}",
                           fix="declare the right-hand input and name it in collective.rhs")
             if coll.rhs is not None and coll.rhs not in others:
                 self.fail(coll.line, f"collective.rhs `{coll.rhs}` is not an input buffer other than "
                                      f"collective.input", known=others, name=coll.rhs)
         elif coll.rhs is not None:
-            self.fail(coll.line, f"collective.rhs applies to matmul collectives, not to {coll.kind}",
+            self.fail(coll.line, f"collective.rhs applies to matmul collectives and ragged_all_to_all, not to "
+                                 f"{coll.kind}",
                       fix="remove `rhs`")
 
     # -- references ------------------------------------------------------------
@@ -421,6 +467,7 @@ class _Resolver:
         self.check_axes()
         self.check_namespaces()
         self.check_declarations()
+        self.check_data()
         self.check_copies()
         self.check_ops()
 

@@ -16,8 +16,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from . import expr as E
 
-__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "Collective",
-           "Buffer", "Semaphore", "BarrierConfig", "Copy", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv",
+__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES", "RAGGED_DATA", "Collective",
+           "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv",
            "Signal", "SemWait", "Barrier", "Zero", "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec",
            "Pipeline", "When", "OPS", "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Schedule"]
 
@@ -63,8 +63,14 @@ class Node(BaseModel):
 # ------------------------------------------------------------------ declarations
 
 CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
-                         "all_gather_matmul", "matmul_psum_scatter"]
+                         "all_gather_matmul", "matmul_psum_scatter", "ragged_all_to_all"]
 MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter")
+# Collectives of two inputs (`collective.rhs` names the second): the matmuls' right-hand
+# side, and ragged_all_to_all's `output` argument (the values kept where nothing lands).
+TWO_INPUT_COLLECTIVES = (*MATMUL_COLLECTIVES, "ragged_all_to_all")
+# The data arrays ragged_all_to_all reads, named as the arguments of `lax.ragged_all_to_all`
+# (each of shape [N]: one slice per peer device).
+RAGGED_DATA = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
 
 
 class Collective(Node):
@@ -73,7 +79,8 @@ class Collective(Node):
     input: str | None = Field(None, description="input buffer (default: the only input)")
     output: str | None = Field(None, description="output buffer (default: the only output)")
     shift: int = Field(1, description="ppermute only: device d sends to d + shift")
-    rhs: str | None = Field(None, description="matmul collectives only: the right-hand input "
+    rhs: str | None = Field(None, description="matmul collectives: the right-hand input; ragged_all_to_all: "
+                                              "lax's `output` argument, the values kept where nothing lands "
                                               "(default: the input that is not `input`)")
 
     @model_validator(mode="before")
@@ -123,6 +130,44 @@ class Buffer(Node):
         if self.kind == "vmem_scratch":
             return "vmem"
         return self.space or "hbm"
+
+
+class Data(Node):
+    """A small integer array read at run time: scalar prefetch (`PrefetchScalarGridSpec`),
+    in SMEM, one per device, e.g. the sizes and offsets of a ragged all-to-all. Expressions
+    read one element, `send_sizes[t]`, in slice starts and sizes, targets and guards.
+
+    Its constraints say which values are valid; `ringc check --data` verifies the schedule
+    for concrete samples of them (`ringc.data`). An array is either *free*, drawn within
+    `range` (and `sum_at_most`), or *derived* from another: `prefix_sum_of` (the exclusive
+    prefix sum of an array of the same device) or `transpose_of` (element j on device d is
+    element d of that array on device j: what `lax.all_to_all` of it gives)."""
+    shape: list[ExprT] = Field(min_length=1, max_length=1, description="one dimension, e.g. [N]")
+    range: list[ExprT] | None = Field(None, min_length=2, max_length=2,
+                                      description="[lo, hi]: every element lies in lo..hi (inclusive)")
+    sum_at_most: ExprT | None = Field(None, description="the elements of one device sum to at most this, "
+                                                         "e.g. a buffer's capacity")
+    prefix_sum_of: str | None = Field(None, description="the exclusive prefix sum of this data array "
+                                                         "(of the same device): offsets of packed sizes")
+    transpose_of: str | None = Field(None, description="element j on device d is element d of this data "
+                                                        "array on device j (its lax.all_to_all)")
+
+    @model_validator(mode="after")
+    def _free_or_derived(self) -> "Data":
+        derived = [k for k in ("prefix_sum_of", "transpose_of") if getattr(self, k) is not None]
+        if len(derived) > 1:
+            raise ValueError("a data array is derived from one other: give `prefix_sum_of` or `transpose_of`, "
+                             "not both")
+        if derived and self.range is not None:
+            raise ValueError(f"`{derived[0]}` fixes every value: `range` applies to free arrays only")
+        if not derived and self.range is None:
+            raise ValueError("a free data array needs `range: [lo, hi]` (or `prefix_sum_of` / `transpose_of`)")
+        return self
+
+    @property
+    def source(self) -> str | None:
+        """The array this one is derived from, or None for a free array."""
+        return self.prefix_sum_of or self.transpose_of
 
 
 class Semaphore(Node):
@@ -390,7 +435,7 @@ When.model_rebuild()
 Pipeline.model_rebuild()
 
 
-_NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies")
+_NAME_TABLES = ("params", "buffers", "data", "semaphores", "grid", "let", "copies")
 
 
 def _schema_shorthands(schema: dict[str, Any]) -> None:
@@ -420,6 +465,9 @@ class Schedule(Node):
     dtype: str = "float32"
     params: dict[str, int] = {}
     buffers: dict[str, Buffer]
+    data: dict[str, Data] = Field(default_factory=dict, description=(
+        "small integer arrays read at run time (scalar prefetch, SMEM), with their constraints: "
+        "`ringc check --data` verifies the schedule for samples of them"))
     semaphores: dict[str, Semaphore] = {}
     barrier: BarrierConfig | None = None
     grid: dict[str, ExprT] = Field(min_length=1)

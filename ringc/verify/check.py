@@ -20,6 +20,7 @@ from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
 from .events import Compute, DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
+from math import prod
 from .findings import Finding, Report
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
@@ -29,7 +30,7 @@ from .semantics import check_semantics
 from .simulate import Machine, maximal_run
 from .symmetry import memory_symmetric
 from .rotation import rotation_unroll
-from .unroll import unroll
+from .unroll import DataFault, unroll
 
 
 def resolve_topology(sched: S.Schedule, n: int | None, topo: "str | topology.Topology",
@@ -217,9 +218,15 @@ def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
     return findings
 
 
-def meaning_of(sched: S.Schedule) -> "tuple[Collective, Buffers] | None":
-    """A YAML schedule's meaning: its collective's class and the roles of its buffers."""
-    return (collective_of(sched), Buffers.of(sched)) if sched.collective is not None else None
+def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective, Buffers] | None":
+    """A YAML schedule's meaning: its collective's class and the roles of its buffers; with
+    runtime data, the collective of that sample (`Collective.with_data`, ragged_all_to_all)."""
+    if sched.collective is None:
+        return None
+    collective = collective_of(sched)
+    if data is not None and hasattr(collective, "with_data"):
+        collective = collective.with_data(data)
+    return collective, Buffers.of(sched)
 
 
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
@@ -317,20 +324,64 @@ def collector_paused():
             gc.enable()
 
 
+def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str,
+                 samples: list[dict], how: str) -> Report:
+    """The verdict on runtime data: each sample unrolled and checked in full (data differs per
+    device, so there is no quotient); the first sample with a finding is reported, naming
+    it, else the last clean one. Every verdict says it rests on these samples only."""
+    from ..data import sample_text
+
+    free = [k for k, d in sched.data.items() if d.source is None]
+    if not samples:
+        raise ScheduleError("no data samples to check", file=sched.file, fix="give --data random:K with K >= 1")
+    report = None
+    for i, sample in enumerate(samples, start=1):
+        label = f"data sample {i} of {len(samples)}"
+        shown = sample_text(sample, free)
+        try:
+            program = unroll(sched, sizes=placement.sizes, invocations=invocations, data=sample)
+        except DataFault as fault:
+            n = prod(placement.sizes.values())
+            grid = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
+            program = Program(sched.name, sched.file, n, grid, [[] for _ in range(n)], {}, {},
+                              axis_sizes=dict(placement.sizes))
+            where = Event(fault.device, 0, fault.point, fault.line, None)  # type: ignore[arg-type]
+            findings = [Finding("out_of_bounds", f"{fault.message} [{label}: {shown}]", event=where)]
+            report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
+        else:
+            report = check_program(sched, program, placement, dma_order=dma_order,
+                                   meaning=meaning_of(sched, sample))
+            for f in report.findings:
+                f.message += f" [{label}: {shown}]"
+        if not report.ok:
+            report.assumptions.append(f"runtime data: {how}; {label} shows the findings ({shown}); a verdict "
+                                      "on sampled data, not on all data")
+            return report
+    report.assumptions.append(f"runtime data: {how}, every one checked clean; a verdict on these samples, "
+                              "not on all data the constraints allow")
+    return report
+
+
 def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
-          invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any") -> Report:
+          invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any",
+          data: "list[dict] | None" = None, data_how: str = "given samples") -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
     spelling such as `torus:4x4` or `v5e:4x4` (then `n`, if given, must be its size), with
     the schedule's axes along `along` (e.g. `y`). `strict` turns warnings into errors.
     `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`, docs/verification.md).
-    Raises `ScheduleError` for bad input."""
+    `data`: samples of the schedule's runtime data (`ringc.data`; `data_how` says where they
+    came from), each checked in turn (`_data_report`). Raises `ScheduleError` for bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
     with collector_paused():
         if dma_order not in DMA_ORDERS:
             raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
                                 fix=f"use one of {', '.join(DMA_ORDERS)}")
-        report = quotient_report(sched, placement, invocations, dma_order)
+        if data is not None and not sched.data:
+            raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
+                                file=sched.file, fix="drop --data")
+        report = (_data_report(sched, placement, invocations, dma_order, data, data_how) if data is not None
+                  else quotient_report(sched, placement, invocations, dma_order))
         if report is None:
             program = unroll(sched, sizes=placement.sizes, invocations=invocations)
             report = check_program(sched, program, placement, dma_order=dma_order)

@@ -22,6 +22,8 @@ KINDS = {
     "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
     "wrong_result": "an output block differs from the collective's meaning",
+    "out_of_bounds": "runtime data (--data) puts a region outside its buffer, e.g. a ragged size that overflows "
+                     "the receive buffer",
 }
 
 

@@ -426,8 +426,8 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
         if len(sched.axes) != 1:
             return None
         sizes = {sched.axes[0]: sizes}
-    if list(sizes) != list(sched.axes) or prod(sizes.values()) < 2:
-        return None
+    if list(sizes) != list(sched.axes) or prod(sizes.values()) < 2 or sched.data:
+        return None  # runtime data differs per device: no translation symmetry to prove
     u = RotationUnroller(sched, sizes)
     u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
     try:

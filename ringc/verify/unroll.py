@@ -22,8 +22,28 @@ from ..ir.resolve import axis_size_env, builtin_exprs, inline_static_lets, pipel
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
-__all__ = ["node_inputs", "window_id", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
-           "actions_rule"]
+__all__ = ["node_inputs", "window_id", "DataFault", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
+           "actions_rule", "data_dependent"]
+
+
+class DataFault(ScheduleError):
+    """Runtime data (`--data`) that makes a region leave its buffer, e.g. a ragged size that
+    overflows the receive buffer: a finding of that sample (`out_of_bounds`), not bad
+    input. `device`, `point` and `line` say where it first happens."""
+
+    def __init__(self, message: str, *, file: str, line: int, fix: str, device: int, point: tuple[int, ...]):
+        super().__init__(message, file=file, line=line, fix=fix)
+        self.device = device
+        self.point = point
+
+
+def data_dependent(sched: S.Schedule) -> set[str]:
+    """The data arrays and the lets that read them, directly or through other lets."""
+    out = set(sched.data)
+    for name, e in sched.let.items():  # lets are in dependency order
+        if E.names(e) & out:
+            out.add(name)
+    return out
 
 
 _MISSING = object()
@@ -163,9 +183,13 @@ class _Context:
 class Unroller:
     """Evaluates a schedule's ops on each device and grid point into events; `UNROLL` (at
     the end of this module) holds the rule of each op class."""
-    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
+    def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int], data: dict | None = None):
         self.s = sched
         self.ctx = _Context(sched, n, sizes)
+        # Runtime data (`ringc.data.Sample`): each array's values on each device, read as
+        # `name[i]`; a region that leaves its buffer because of them is a `DataFault`.
+        self.data = data or {}
+        self.data_names = data_dependent(sched) if self.data else set()
         self.n = n
         self.builtins = builtin_exprs(sched.axes)
         # Row-major strides of the schedule's axes: device d has me_a = d // stride % N_a.
@@ -258,6 +282,8 @@ class Unroller:
                 length = self.ev(ix.size, line) if ix.size is not None else size - start
                 start, length = (int(v) for v in self.place(ref.name, dim, size, start, length))  # True is 1
                 if start < 0 or length <= 0 or start + length > size:
+                    self.data_fault(ref, line, f"`{ref.text()}` is rows {start}:{length} (start:size) of dimension "
+                                               f"{dim} of `{ref.name}`, which has {size}")
                     self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
                                     f"{dim} of `{ref.name}` (size {size})",
                               "a slice is `start:size` and must stay within the dimension")
@@ -271,6 +297,16 @@ class Unroller:
                               f"keep the index in 0..{size - 1}, e.g. with `% {size}`, or guard the op with `when:`")
                 box.append((i, i + 1))
         return Region(ref.name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[ref.name])
+
+    def data_fault(self, ref: E.Ref, line: int, what: str) -> None:
+        """Raise `DataFault` if the region `ref` reads runtime data: the data, not the
+        schedule's text, put it outside its buffer."""
+        if self.data_names & E.ref_names(ref):
+            pt = " ".join(f"{k}={v}" for k, v in zip(self.grid_names, self.point))
+            raise DataFault(f"on device {self.device} at {pt} (N={self.n}), {what}: the runtime data put it "
+                            "outside the buffer", file=self.s.file, line=line, device=self.device, point=self.point,
+                            fix="declare a constraint that keeps it inside (e.g. `sum_at_most:` the buffer's "
+                                "rows on the sizes that land there), or make the buffer larger")
 
     def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
         shape = self.ctx.sem_shapes[ref.name]
@@ -411,6 +447,8 @@ class Unroller:
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
         env: dict[str, Any] = {**self.ctx.static, "me": self.me(), **dict(zip(self.s.grid, point))}
+        for name, values in self.data.items():
+            env[name] = values[self.device]
         if self.s.megacore:
             env["core"] = self.core
         if len(self.ctx.sizes) > 1:
@@ -521,10 +559,18 @@ class Unroller:
 
 
 def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
-           sizes: dict[str, int] | None = None) -> Program:
+           sizes: dict[str, int] | None = None, data: dict | None = None) -> Program:
     """The event lists of all devices of one instance of the schedule: `n` devices along its
     axis, or `sizes` (axis -> devices) for a schedule over several axes, `n` their product.
-    Raises `ScheduleError` for N-dependent bad input."""
+    `data`: one sample of the runtime data (`ringc.data`), needed when the schedule has `data:`.
+    Raises `ScheduleError` for N-dependent bad input, `DataFault` for a region the data puts
+    outside its buffer."""
+    if sched.data and data is None:
+        raise ScheduleError(f"`{sched.name}` reads runtime data ({', '.join(sched.data)}), so it is checked for "
+                            "samples of it", file=sched.file, line=sched.line_of("data"),
+                            fix="ringc check: pass --data random:K (K samples drawn from the declared "
+                                "constraints) or --data FILE.json; ringc run draws its own sample (--seed); "
+                                "cost, show and tune do not take runtime data yet")
     if sizes is None:
         if len(sched.axes) > 1:
             raise ScheduleError(
@@ -541,7 +587,7 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
     if n < 1 or any(v < 1 for v in sizes.values()) or n != prod(sizes.values()):
         raise ScheduleError(f"N must be at least 1 and the product of the axis sizes, got {n} for {sizes}",
                             file=sched.file)
-    return Unroller(sched, n, sizes).run(invocations)
+    return Unroller(sched, n, sizes, data).run(invocations)
 
 
 
