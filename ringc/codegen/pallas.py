@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
+from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, builtin_exprs, inline_static_lets, is_static, pipeline_windows, walk_ops
 
@@ -1137,7 +1138,17 @@ def emit(schedule: S.Schedule) -> str:
 
     The text always compiles: Python's compiler checks it here, and a failure (names,
     nesting and expressions are all checked when the schedule loads, so it would be a
-    ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
+    ringc bug) raises RuntimeError instead of returning a module that cannot be imported.
+    A split-phase program (`kernels:`) is refused with a `ScheduleError`: it is checked, not
+    yet emitted (docs/schedule-format.md, "Split-phase programs")."""
+    if schedule.kernels:
+        raise ScheduleError(
+            f"`{schedule.name}` is a split-phase program of {len(schedule.program)} pallas_calls "
+            f"({', '.join(schedule.program)}): `ringc check` verifies it, but ringc does not emit one yet "
+            "(jax 0.10.2's TPU interpret mode cannot hold semaphore-typed outputs, so `ringc run` could not "
+            "execute it either)", file=schedule.file, line=schedule.line_of("kernels"),
+            fix="check it with `ringc check` (and `--invocations K`); write the pallas_calls by hand in the style "
+                "of jax's tests/pallas/tpu_pallas_async_test.py and check that module with `ringc check kernel.py`")
     text = _Emitter(schedule).emit()
     try:
         compile(text, f"<ringc emit of {schedule.file}>", "exec")

@@ -618,9 +618,9 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     t0 = time.perf_counter()
     b.calls = outer.calls
     with collector_paused():
-        for rep in range(invocations):
+        for _ in range(invocations):
             for k, call in enumerate(outer.calls):
-                b.run_call(call, k, rep)
+                b.run_call(call, k)
                 b.invocation += 1
     program = b.program(name)
     evaluated = time.perf_counter()
