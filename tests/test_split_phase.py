@@ -92,10 +92,41 @@ def test_a_malformed_program_is_one_error_with_line_and_fix(tmp_path, old, new, 
     assert e.fix or "e.g." in e.message  # the fix, or (a model error) the example in the message
 
 
-def test_emit_refuses_a_program_with_the_reason_and_a_fix():
+def test_the_emitted_program_is_two_pallas_calls_handing_on_a_future():
+    text = ringc.emit(ringc.load(SPLIT))
+    assert text.count("pl.pallas_call(") == 2
+    assert "out, send_sem, recv_sem = _call1(x)" in text          # semaphore-typed outputs
+    assert "(out,) = _call2(x, out, send_sem, recv_sem)" in text   # taken back as operands
+    assert "input_output_aliases={1: 0}" in text                   # `out` aliased, in flight
+    assert text.count("pl.BlockSpec(memory_space=pltpu.SEMAPHORE)") == 4
+    assert "collective_id=0" in text.split("_call2 = ")[0]  # `start` has the barrier, `done` none
+    assert "collective_id" not in text.split("_call2 = ")[1]
+
+
+def _module(tmp_path, sched_path, name):
+    out = tmp_path / f"{name}.py"
+    out.write_text(ringc.emit(ringc.load(sched_path)))
+    return out
+
+
+def test_round_trip_the_emitted_module_checks_as_the_schedule(tmp_path):
+    """The Pallas importer traces the emitted pallas_calls: the same program, the same verdict."""
+    from ringc.pallas.importer import check_module
+    sched = ringc.load(SPLIT)
+    report = check_module(str(_module(tmp_path, SPLIT, "split")), 3)
+    assert report.ok and not report.findings, report.to_text()
+    assert "2 pallas_call(s)" in report.to_text()
+    assert report.program.event_count == unroll(sched, 3).event_count
+    broken = BROKEN / "permute_split_phase_touch_in_flight.yaml"
+    report = check_module(str(_module(tmp_path, broken, "touch")), 3)
+    assert report.kinds() == ringc.check(ringc.load(broken), 3).kinds() == {"race"}, report.to_text()
+
+
+def test_run_refuses_a_program_that_interpret_mode_cannot_run():
+    from ringc.run import run_schedule
     with pytest.raises(ScheduleError) as err:
-        ringc.emit(ringc.load(SPLIT))
-    assert "split-phase program of 2 pallas_calls" in str(err.value) and err.value.fix
+        run_schedule(ringc.load(SPLIT), 2)
+    assert "fresh semaphore" in str(err.value) and err.value.fix
     assert err.value.line == ringc.load(SPLIT).line_of("kernels")
 
 

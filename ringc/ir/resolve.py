@@ -19,6 +19,7 @@ from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
            "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "pipeline_windows",
+           "call_buffers",
            "RESOLVE", "resolve"]
 
 # Names every expression may use, besides params, grid indices and lets.
@@ -107,6 +108,21 @@ def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
         yield op
         if isinstance(op, (S.When, S.Pipeline)):  # the ops with a body
             yield from walk_ops(op.do)
+
+
+def call_buffers(sched: S.Schedule, body: list[S.Op]) -> list[str]:
+    """The schedule buffers one call's body names (through the copies it starts or waits for
+    too, and its pipelines' blocks), in declaration order: the arrays that pallas_call binds."""
+    named: set[str] = set()
+    for op in walk_ops(body):
+        for role in ("reads", "writes"):
+            named |= {r.name for r in sched.operands(op, role)}
+        if op.copy_halves:  # a wait too: its descriptor names both ends
+            c = sched.copies[op.copy_name]
+            named |= {c.src.name, c.dst.name}
+        if isinstance(op, S.Pipeline):
+            named |= {spec.ref.name for spec in op.specs.values()}
+    return [b for b in sched.buffers if b in named]
 
 
 def pipeline_windows(sched: S.Schedule, op: S.Pipeline) -> dict[str, S.Buffer]:

@@ -18,13 +18,13 @@ from ..ir.dtypes import itemsize
 from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_size_env, builtin_exprs, inline_static_lets, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, builtin_exprs, call_buffers, inline_static_lets, pipeline_windows, walk_ops
 from .calls import Handover, entry_sync
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
 __all__ = ["node_inputs", "window_id", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
-           "actions_rule", "call_buffers", "program_semaphores"]
+           "actions_rule", "program_semaphores"]
 
 
 _MISSING = object()
@@ -590,17 +590,6 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
                             file=sched.file)
     return Unroller(sched, n, sizes).run(invocations)
 
-
-
-def call_buffers(sched: S.Schedule, body: list[S.Op]) -> list[str]:
-    """The schedule buffers one call's body names (its copies' included), in declaration order:
-    the arrays that call binds."""
-    named: set[str] = set()
-    for op in walk_ops(body):
-        named |= set(node_inputs(sched, op)[1])
-        if isinstance(op, S.Pipeline):
-            named |= {spec.ref.name for spec in op.specs.values()}
-    return [b for b in sched.buffers if b in named]
 
 
 def program_semaphores(sched: S.Schedule) -> list[dict[str, str]]:
