@@ -89,14 +89,6 @@ def test_library_schedule_compiles(schedule_path, target):
     assert mem["vmem_scoped"] >= _bytes(sched, "vmem_scratch", n, sizes)
 
 
-def test_a_split_phase_program_compiles():
-    """Two pallas_calls with semaphore-typed outputs and aliased inputs (jax's own futures)."""
-    sched = ringc.load(REPO / "schedules" / "split_phase" / "permute_split_phase.yaml")
-    res = ringc.compile_for(sched, "v5e:2x2")
-    assert res.ok, str(res.error)
-    assert res.memory["hbm_argument"] == res.memory["hbm_output"] == 8 * 128 * 4
-
-
 def test_target_devices_are_the_slice():
     for target, n in TARGETS.items():
         devices = target_devices(target)

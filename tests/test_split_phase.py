@@ -10,7 +10,7 @@ from ringc.ir.errors import ScheduleError
 from ringc.verify.unroll import program_semaphores, unroll
 
 REPO = Path(__file__).resolve().parents[1]
-SPLIT = REPO / "schedules" / "split_phase" / "permute_split_phase.yaml"
+SPLIT = REPO / "schedules" / "permute_split_phase.yaml"
 BROKEN = REPO / "tests" / "broken"
 
 
@@ -84,6 +84,8 @@ def _bad(tmp_path, old, new):
      "`recv_sme`, which is not a semaphore", "returns:"),
     ("program: [start, done]", "program: [start]", "kernel `done` is never called", "takes:"),
     ("program: [start, done]", "", "`kernels` needs `program`", None),
+    ("collective: ppermute\n", "collective: ppermute\nmegacore: true\n", "cannot use `megacore: true`",
+     "megacore:"),
 ])
 def test_a_malformed_program_is_one_error_with_line_and_fix(tmp_path, old, new, says, at):
     e, lines = _bad(tmp_path, old, new)

@@ -365,6 +365,9 @@ class _Resolver:
         if not s.kernels:
             return
         line = s.line_of("program")
+        if s.megacore:
+            self.fail(s.line_of("megacore"), "a split-phase program (`kernels`) cannot use `megacore: true` yet",
+                      fix="drop `megacore`, or write the collective as one kernel (`body`)")
         for k in s.program:
             if k not in s.kernels:
                 self.fail(line, f"`program` calls `{k}`, which is not a kernel", known=s.kernels, name=k)
