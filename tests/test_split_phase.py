@@ -137,3 +137,16 @@ def test_the_cost_model_times_the_program_calls_back_to_back():
     sched = ringc.load(SPLIT)
     e = estimate(sched, hardware("ring:4", sched))
     assert e.seconds > 0
+
+
+def test_jax_interpret_mode_still_cannot_run_semaphore_outputs():
+    """Canary for the refusal above: jax's TPU interpreter fails on the emitted program's
+    semaphore-typed outputs. When a jax upgrade makes this pass, teach `ringc run` programs."""
+    import jax
+    from ringc.run import _cpu_devices, load_module
+    if len(_cpu_devices()) < 2:
+        pytest.skip("needs 2 CPU devices (XLA_FLAGS)")
+    module = load_module(ringc.load(SPLIT))
+    mesh = jax.sharding.Mesh(_cpu_devices()[:2], ("x",))
+    with pytest.raises(NotImplementedError, match="dma_sem"):
+        jax.block_until_ready(module.build(mesh, interpret=True)(*module.make_inputs(mesh, 0)))
