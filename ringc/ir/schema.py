@@ -413,6 +413,8 @@ def _schema_shorthands(schema: dict[str, Any]) -> None:
     props = schema["properties"]
     props["collective"] = {"anyOf": [{"type": "string", "enum": list(CollectiveKind.__args__)},
                                      props["collective"]]}
+    # one kernel (`body`) or a split-phase program of several (`kernels` and `program`)
+    schema["oneOf"] = [{"required": ["body"]}, {"required": ["kernels", "program"]}]
     sems = props["semaphores"]
     sems["additionalProperties"] = {"anyOf": [{"type": "string", "enum": ["dma", "regular"]},
                                               sems["additionalProperties"]]}

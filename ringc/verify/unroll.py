@@ -119,7 +119,8 @@ class _Context:
                          for op in pipelines)
         # entry and exit write every buffer; without `barrier:`, back-to-back calls add
         # Pallas' device barrier, a signal to every device
-        calls = len(s.calls) * (2 * len(s.buffers) + 8 + (self.n if invocations > 1 or s.kernels else 0))
+        barrier = self.n if (invocations > 1 and s.barrier is None) or s.kernels else 0
+        calls = len(s.calls) * (2 * len(s.buffers) + 8 + barrier)
         events = devices * invocations * (outer * per_point + calls)
         limits.check("events", events, f"the events to unroll ({devices} device{'s' * (devices > 1)} x "
                      f"{invocations} invocation{'s' * (invocations > 1)} x {outer} grid points x "
