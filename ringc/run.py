@@ -26,6 +26,7 @@ from typing import Mapping
 from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
+from .ir.errors import ScheduleError
 from .ir.resolve import axis_size_env, inline_static_lets
 from .reference import reference, summed_terms
 
@@ -140,6 +141,15 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     runs on `data` (a `ringc.data.Sample`), by default the heaviest of 8 samples drawn from its
     declared constraints with `seed` (`ringc.testing.draw_samples`; the largest sum of values,
     since hypothesis draws the all-zero sample first and a run that moves nothing shows little)."""
+    if schedule.kernels:
+        raise ScheduleError(
+            f"`{schedule.name}` is a split-phase program of {len(schedule.program)} pallas_calls "
+            f"({', '.join(schedule.program)}), which interpret mode cannot run: jax 0.10.2's TPU interpreter gives "
+            "every semaphore argument of a pallas_call a fresh semaphore and cannot allocate semaphore-typed "
+            "outputs (jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py), so a DMA started in one call "
+            "cannot be waited in the next", file=schedule.file, line=schedule.line_of("kernels"),
+            fix="`ringc check` verifies the program (and `ringc check` of the emitted module, the same program "
+                "as traced); `ringc compile --target v5e:2x2` compiles it for TPU")
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu

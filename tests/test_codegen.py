@@ -24,6 +24,8 @@ EXPECTED = {
                             params={"rows": 8, "cols": 128}),
     "ppermute_right": dict(collective="ppermute", in_specs=(P(None, "x"),),
                            out_specs=P(None, "x"), params={"rows": 8, "cols": 128}),
+    "permute_split_phase": dict(collective="ppermute", in_specs=(P("x", None),),
+                                out_specs=P("x", None), params={"rows": 8, "cols": 128}),
     "reduce_scatter_bidirectional": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                          out_specs=P("x", None), params={"rows": 16, "cols": 128}),
     "reduce_scatter_bidirectional_overlapped": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
@@ -260,6 +262,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     rows, cols, depth = p.get("rows", 0), p["cols"], p.get("depth", 0)
     want = {"all_gather_ring": [(4 * rows, cols)], "all_reduce_ring": [(rows, 4 * cols)],
             "ppermute_right": [(rows, 4 * cols)],
+            "permute_split_phase": [(4 * rows, cols)],
             "reduce_scatter_bidirectional": [(4 * rows, 4 * cols)],
             "reduce_scatter_bidirectional_overlapped": [(4 * rows, 4 * cols)],
             "all_gather_bidirectional": [(4 * rows, cols)], "all_gather_megacore": [(4 * rows, cols)],

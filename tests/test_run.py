@@ -40,6 +40,8 @@ def test_library_schedule_matches_lax(schedule_path, n):
     of the 8-device meshes), race-free."""
     if schedule_path.stem in FEW_SIZES:
         pytest.skip("run on few sizes by test_bandwidth_library_matches_lax (all under slow)")
+    if schedule_path.stem in PROGRAMS:
+        pytest.skip("a split-phase program: interpret mode cannot run it (test_split_phase checks the refusal)")
     check(run_library(schedule_path, n, seed=n))
 
 
@@ -61,6 +63,8 @@ def test_bandwidth_library_matches_lax(stem, n):
 @pytest.mark.slow
 @pytest.mark.parametrize("n", range(2, 9))
 def test_library_schedule_matches_lax_exhaustively(schedule_path, n):
+    if schedule_path.stem in PROGRAMS:
+        pytest.skip("a split-phase program: interpret mode cannot run it (test_split_phase checks the refusal)")
     if not supports(load(schedule_path), n):
         pytest.skip("defined for powers of two only")
     check(run_library(schedule_path, n))
@@ -70,7 +74,10 @@ def test_library_schedule_matches_lax_exhaustively(schedule_path, n):
 
 MESHES_2D = [(2, 2), (2, 4), (4, 2)]  # the 8-CPU-device meshes with two axes
 LIBRARY = without_runtime_data(sorted((REPO / "schedules").glob("*.yaml")))
-ONE_AXIS = [p.stem for p in LIBRARY if len(load(p).axes) == 1]
+# Split-phase programs (several pallas_calls): jax 0.10.2's interpret mode gives every call fresh
+# semaphores, so `run_schedule` refuses them (tests/test_split_phase.py); `ringc check` decides them.
+PROGRAMS = {p.stem for p in LIBRARY if load(p).kernels}
+ONE_AXIS = [p.stem for p in LIBRARY if len(load(p).axes) == 1 and p.stem not in PROGRAMS]
 TWO_AXES = [p.stem for p in LIBRARY if len(load(p).axes) == 2]
 # Each one-axis schedule along one axis of one mesh (rotating), fast; all of them under slow.
 ALONG = [((2, 4), "y"), ((4, 2), "x"), ((2, 4), "x"), ((4, 2), "y"), ((2, 2), "y")]
@@ -256,6 +263,8 @@ body:
 
 def test_params_override(schedule_path):
     schedule = load(schedule_path)
+    if schedule.kernels:
+        pytest.skip("a split-phase program: interpret mode cannot run it (test_split_phase checks the refusal)")
     name = "rows" if "rows" in schedule.params else "block"
     doubled = {name: 2 * schedule.params[name]}
     if len(schedule.axes) == 1:

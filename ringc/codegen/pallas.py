@@ -28,8 +28,10 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
+from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_builtins, builtin_exprs, inline_static_lets, is_static, pipeline_windows, walk_ops
+from ..ir.resolve import (axis_builtins, builtin_exprs, call_buffers, inline_static_lets, is_static,
+                          pipeline_windows, walk_ops)
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
 
@@ -294,6 +296,22 @@ def _walk_exprs(e: E.Expr) -> Iterator[E.Expr]:
 # ---------------------------------------------------------------------------- emitter
 
 
+class _Call(NamedTuple):
+    """One pallas_call of a split-phase program, as emitted: the refs its kernel gets, in
+    Pallas order. `operands` (schedule names): the inputs it reads, the program's arrays an
+    earlier call made, the semaphores it takes; `outputs`: (name, index of the operand it
+    aliases or None), the program's arrays it binds, then the semaphores it returns;
+    `scratch`: its own semaphores and VMEM scratch."""
+    position: int
+    kernel: str
+    body: list
+    fn: str
+    operands: list[str]
+    outputs: list[tuple[str, int | None]]
+    scratch: list[str]
+    barrier: bool
+
+
 class _Emitter:
     def __init__(self, schedule: S.Schedule):
         self.s = schedule
@@ -315,7 +333,7 @@ class _Emitter:
         s = self.s
         # (key, wanted identifier, whether that is the schedule's name unchanged)
         wanted: list[tuple[str, str, bool]] = []
-        pipelines = [op for op in walk_ops(s.body) if isinstance(op, S.Pipeline)]
+        pipelines = [op for op in walk_ops(s.all_ops) if isinstance(op, S.Pipeline)]
         local = list(dict.fromkeys(n for op in pipelines for n in (*op.pipeline, *op.specs)))
         for table in (s.params, s.grid, s.let, s.buffers, s.data, s.semaphores, local):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
@@ -501,23 +519,54 @@ class _Emitter:
 
     def kernel(self) -> CodeWriter:
         s = self.s
+        if s.kernels:
+            w = CodeWriter()
+            done: set[str] = set()
+            for call in self.program_calls():
+                if call.fn in done:
+                    continue
+                done.add(call.fn)
+                if w.lines:
+                    w.blank(2)
+                refs = [self.name(n) for n in call.operands]
+                refs += [self.name(n) if alias is None else self.alias_name(n) for n, alias in call.outputs]
+                refs += [self.name(n) for n in call.scratch]
+                aliased = [self.alias_name(n) for n, alias in call.outputs if alias is not None]
+                copies = list(dict.fromkeys(op.copy_name for op in walk_ops(call.body) if op.copy_halves))
+                doc = (f"One point of the grid ({', '.join(s.grid)}) of kernel `{call.kernel}` of "
+                       f"`{s.name}` on one device (pallas_call {call.position + 1} of {len(s.program)}).\n\n"
+                       + self.call_ref_doc(call))
+                w.lines.extend(self.kernel_text(call.fn, refs, doc, call.body, copies, aliased).lines)
+            return w
+        refs = [self.name(n) for n, _ in self.kernel_refs()]
+        doc = f"One point of the grid ({', '.join(s.grid)}) of `{s.name}` on one device.\n\n" + self.kernel_ref_doc()
+        return self.kernel_text("_kernel", refs, doc, s.body, list(s.copies), [])
+
+    def alias_name(self, n: str) -> str:
+        """The kernel parameter of an output aliased to its input (unused: the input's ref is it)."""
+        return f"_{self.name(n)}_aliased"
+
+    def kernel_text(self, fn: str, refs: list[str], doc: str, ops: list[S.Op], copies: list[str],
+                    aliased: list[str]) -> CodeWriter:
+        """One kernel function: `fn(*refs, *, statics)`, its grid indices, lets, the descriptors
+        of `copies` and the ops; `aliased` refs are deleted (the aliased input's ref is used)."""
+        s = self.s
         lets = [f"{INDENT}{self.name(n)} = {self.py(e)}" for n, e in s.let.items()]
         body = CodeWriter()
         body.level = 1
-        for n, c in s.copies.items():
+        for n in copies:
             body.blank()
-            self.copy_descriptor(body, n, c)
+            self.copy_descriptor(body, n, s.copies[n])
         body.blank()
-        self.ops(body, s.body, top=True)
+        self.ops(body, ops, top=True)
 
         w = CodeWriter()
-        refs = [self.name(n) for n, _ in self.kernel_refs()]
         statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params), "axis", "mesh_axes"]
-        w.call("def _kernel", refs + ["*"] + statics, ":")
+        w.call(f"def {fn}", refs + ["*"] + statics, ":")
         w.level = 1
-        grid = ", ".join(s.grid)
-        w.docstring(f"One point of the grid ({grid}) of `{s.name}` on one device.\n\n"
-                    + self.kernel_ref_doc())
+        w.docstring(doc)
+        if aliased:
+            w.line(f"del {', '.join(aliased)}  # aliased outputs: the same memory as the inputs")
         w.line("me = lax.axis_index(axis)")
         if s.megacore:
             w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
@@ -547,6 +596,50 @@ class _Emitter:
             parts.append(f"{role}{plural} {', '.join(refs)}{note}")
         return ("Refs, in pallas_call order: " + "; ".join(parts) + ". `axis` is the kernel's mesh "
                 "axis name (a tuple over several), `mesh_axes` every mesh axis in order.")
+
+    def program_calls(self) -> list[_Call]:
+        """The pallas_calls of a split-phase program, in order (`_Call`). A call binds the
+        buffers its body names (`resolve.call_buffers`, what the verifier unrolls): inputs are
+        operands; an output or HBM scratch array is a new output in the first call that names
+        it and an aliased operand in later ones; taken semaphores are operands (aliased if
+        also returned), returned ones outputs, the rest the call's own scratch."""
+        s = self.s
+        made: set[str] = set()
+        versions: dict[tuple, str] = {}
+        out: list[_Call] = []
+        for position, k in enumerate(s.program):
+            kernel = s.kernels[k]
+            used = call_buffers(s, kernel.body)
+            operands = [n for n in used if s.buffers[n].kind == "input"]
+            operands += [n for n in used if s.buffers[n].kind in ("output", "hbm_scratch") and n in made]
+            operands += list(kernel.takes)
+            outputs = [(n, operands.index(n) if n in operands else None) for n in used
+                       if s.buffers[n].kind in ("output", "hbm_scratch")]
+            outputs += [(n, operands.index(n) if n in operands else None) for n in kernel.returns]
+            scratch = [n for n in s.semaphores if n not in kernel.takes and n not in kernel.returns]
+            scratch += [n for n in used if s.buffers[n].kind == "vmem_scratch"]
+            made |= {n for n, _ in outputs if n in s.buffers}
+            layout = (k, tuple(operands), tuple(outputs), tuple(scratch))
+            fn = versions.setdefault(layout, f"_kernel_{_identifier(k)}"
+                                     + ("" if not any(v[0] == k for v in versions) else f"_{position + 1}"))
+            barrier = any(isinstance(op, S.Barrier) for op in walk_ops(kernel.body))
+            out.append(_Call(position, k, kernel.body, fn, operands, outputs, scratch, barrier))
+        return out
+
+    def call_ref_doc(self, call: _Call) -> str:
+        parts = []
+        if call.operands:
+            parts.append("operands " + ", ".join(f"`{self.name(n)}`" for n in call.operands))
+        if call.outputs:
+            parts.append("outputs " + ", ".join(
+                f"`{self.name(n)}`" if alias is None else f"`{self.alias_name(n)}` (aliased to `{self.name(n)}`)"
+                for n, alias in call.outputs))
+        if call.scratch:
+            parts.append("scratch " + ", ".join(f"`{self.name(n)}`" for n in call.scratch))
+        return ("Refs, in pallas_call order: " + "; ".join(parts) + ". Semaphores among the operands and "
+                "outputs are handed from call to call with DMAs still counting on them (`takes` and "
+                "`returns` in the schedule). `axis` is the kernel's mesh axis name (a tuple over several), "
+                "`mesh_axes` every mesh axis in order.")
 
     def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
         where = f" (line {c.line})" if c.line else ""
@@ -844,13 +937,17 @@ class _Emitter:
         statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params)]
         data = [self.name(n) for n in s.data]
         with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *statics]):
-            w.docstring(f"The pallas_call of `{s.name}` on one device's shards, for sizes from "
+            w.docstring((f"The pallas_calls of `{s.name}` ({', '.join(s.program)})" if s.kernels else
+                         f"The pallas_call of `{s.name}`") + " on one device's shards, for sizes from "
                         "`_sizes` (no gradient rule: `kernel` adds it).")
             if any(self.follows(n) for n in s.buffers):
                 w.line(f"dtype = {self.name(s.io_buffer('input'))}.dtype")
             if "_tpu_info_on_cpu" in self.helpers:
                 w.line("_tpu_info_on_cpu(interpret)")
             w.line("mesh_axes = tuple(jax.sharding.get_abstract_mesh().axis_names)")
+            if s.kernels:
+                self.program_body(w)
+                return
             self.pallas_call(w)
             args = []
             for n in ins:
@@ -1006,7 +1103,7 @@ class _Emitter:
             sources.append((f"shape of semaphore `{n}`", list(sem.shape)))
         for n, size in s.grid.items():
             sources.append((f"grid size `{n}`", [size]))
-        for op in walk_ops(s.body):
+        for op in walk_ops(s.all_ops):
             if isinstance(op, S.Pipeline):
                 for n, size in op.pipeline.items():
                     sources.append((f"pipeline grid size `{n}` (line {op.line})", [size]))
@@ -1093,6 +1190,99 @@ class _Emitter:
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
             semantics = _tuple_text(['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid))
+            params.append(f"dimension_semantics={semantics}")
+            w.call("compiler_params=pltpu.CompilerParams", params, ",")
+            w.line("interpret=_interpret_mode(interpret),")
+        w.line(")")
+
+    def program_body(self, w: CodeWriter) -> None:
+        """`_call` of a split-phase program: its pallas_calls in order, each array and semaphore
+        a Python variable handed from call to call (the future between `start` and `done`)."""
+        s = self.s
+        for n in s.buffers_of("input"):
+            b = s.buffers[n]
+            if b.shard is not None:
+                w.line(f"{self.name(n)} = {self.name(n)}.reshape{self.static_tuple(b.full_shape)}")
+        calls = self.program_calls()
+        for call in calls:
+            w.blank()
+            w.line(f"# pallas_call {call.position + 1} of {len(calls)}: kernel `{call.kernel}` "
+                   f"(line {s.line_of('kernels', call.kernel)})")
+            self.program_pallas_call(w, call)
+            results = [self.name(n) for n, _ in call.outputs]
+            target = f"({results[0]},)" if len(results) == 1 else ", ".join(results)
+            w.call(f"{target or '()'} = _call{call.position + 1}", [self.name(n) for n in call.operands])
+            if call is not calls[-1]:
+                live = [n for n in call.outputs if n[0] in s.semaphores]
+                if live:
+                    sems = ", ".join(self.name(n) for n, _ in live)
+                    w.line(f"# Between the calls: DMAs in flight on {sems}; leave their buffers alone.")
+        returned = []
+        for n in s.buffers_of("output"):
+            b = s.buffers[n]
+            returned.append(f"{self.name(n)}.reshape{self.static_tuple(b.shard)}" if b.shard is not None
+                            else self.name(n))
+        w.line(f"return {', '.join(returned)}")
+
+    def program_pallas_call(self, w: CodeWriter, call: _Call) -> None:
+        s = self.s
+
+        def memory(n: str) -> str:
+            if n in s.semaphores:
+                return "pltpu.SEMAPHORE"
+            return "pltpu.VMEM" if s.buffers[n].memory == "vmem" else "pl.ANY"
+
+        def out_shape(n: str) -> str:
+            if n in s.semaphores:
+                sem = s.semaphores[n]
+                return f"pltpu.SemaphoreType.{sem.kind.upper()}({self.static_tuple(list(sem.shape))})"
+            return f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, {self.dtype_text(n)})"
+
+        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
+                   *(f"{self.name(p)}={self.name(p)}" for p in s.params),
+                   "axis=axis_name", "mesh_axes=mesh_axes"]
+        with w.block(f"_call{call.position + 1} = pl.pallas_call("):
+            w.call("functools.partial", [call.fn, *statics], ",")
+            with w.block("out_shape=("):
+                for n, alias in call.outputs:
+                    note = "" if alias is None else f" (aliased to operand {alias})"
+                    w.line(f"{out_shape(n)},  # {n}{note}")
+            w.line("),")
+            with w.block("grid_spec=pltpu.PrefetchScalarGridSpec("):
+                w.line("num_scalar_prefetch=0,")
+                with w.block("in_specs=["):
+                    for n in call.operands:
+                        w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
+                w.line("],")
+                with w.block("out_specs=("):
+                    for n, _ in call.outputs:
+                        w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
+                w.line("),")
+                w.line(f"grid={self.static_tuple(list(s.grid.values()))},")
+                if not call.scratch:
+                    w.line("scratch_shapes=[],")
+                with contextlib.ExitStack() if not call.scratch else w.block("scratch_shapes=["):
+                    for n in call.scratch:
+                        if n in s.semaphores:
+                            sem = s.semaphores[n]
+                            kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
+                            text = f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind
+                        else:
+                            text = (f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
+                                    f"{self.dtype_text(n)})")
+                        w.line(f"{text},  # {n}")
+                if call.scratch:
+                    w.line("],")
+            w.line("),")
+            aliases = {alias: j for j, (_, alias) in enumerate(call.outputs) if alias is not None}
+            if aliases:
+                w.line(f"input_output_aliases={{{', '.join(f'{i}: {j}' for i, j in aliases.items())}}},")
+            params = []
+            if call.barrier and s.barrier is not None:
+                params.append(f"collective_id={s.barrier.collective_id}")
+            if not call.outputs:  # nothing uses its results: keep it anyway
+                params.append("has_side_effects=True")
+            semantics = _tuple_text(['"arbitrary"'] * len(s.grid))
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")

@@ -196,7 +196,7 @@ def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site 
     """The schedule op (or copy) behind the innermost emitted line that maps to one."""
     path = module.__file__
     source = linecache.getlines(path)
-    ops = {op.line: op for op in walk_ops(schedule.body)}
+    ops = {op.line: op for op in walk_ops(schedule.all_ops)}
     for lineno in _generated_lines(exc, path):
         for text in reversed(source[:lineno]):
             if m := _OP_COMMENT.match(text):

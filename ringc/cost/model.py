@@ -51,7 +51,7 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
 
 def memory_of(sched: S.Schedule) -> dict[str, str]:
     """Where each buffer lives; a pipeline's block windows are VMEM."""
-    windows = {window_id(op, name): "vmem" for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+    windows = {window_id(op, name): "vmem" for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)
                for name in op.specs}
     return {**windows, **{name: buf.memory for name, buf in sched.buffers.items()}}
 

@@ -19,6 +19,7 @@ from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
            "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "pipeline_windows",
+           "call_buffers",
            "RESOLVE", "resolve"]
 
 # Names every expression may use, besides params, grid indices and lets.
@@ -109,6 +110,21 @@ def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
             yield from walk_ops(op.do)
 
 
+def call_buffers(sched: S.Schedule, body: list[S.Op]) -> list[str]:
+    """The schedule buffers one call's body names (through the copies it starts or waits for
+    too, and its pipelines' blocks), in declaration order: the arrays that pallas_call binds."""
+    named: set[str] = set()
+    for op in walk_ops(body):
+        for role in ("reads", "writes"):
+            named |= {r.name for r in sched.operands(op, role)}
+        if op.copy_halves:  # a wait too: its descriptor names both ends
+            c = sched.copies[op.copy_name]
+            named |= {c.src.name, c.dst.name}
+        if isinstance(op, S.Pipeline):
+            named |= {spec.ref.name for spec in op.specs.values()}
+    return [b for b in sched.buffers if b in named]
+
+
 def pipeline_windows(sched: S.Schedule, op: S.Pipeline) -> dict[str, S.Buffer]:
     """The VMEM blocks a pipeline body sees, as buffers: each has its spec's block shape and
     the dtype of the HBM buffer it streams."""
@@ -134,7 +150,7 @@ class _Resolver:
         if sched.megacore:
             self.builtins["core"] = "the TensorCore running this grid point (megacore: 0 or 1)"
         self.outer = _Scope(self.step_names())
-        self.window_lines = {name: op.line for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+        self.window_lines = {name: op.line for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)
                              for name in op.specs}  # for a helpful error when one is used outside
 
     def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
@@ -158,7 +174,7 @@ class _Resolver:
         self.check_names(groups, seen)
         # A pipeline's grid indices and blocks are local to it: unique within it and never
         # shadowing a schedule name, but two pipelines may use the same ones.
-        for op in walk_ops(s.body):
+        for op in walk_ops(s.all_ops):
             if isinstance(op, S.Pipeline):
                 self.check_names([("pipeline grid index", op.pipeline, lambda n, line=op.line: line),
                                   ("pipeline block", op.specs, lambda n, specs=op.specs: specs[n].line)],
@@ -382,7 +398,56 @@ class _Resolver:
                 self.check_sem_ref(c.sem, c.line, ("dma",), f"copy `{name}` sem")
 
     def check_ops(self) -> None:
-        self.check_body(self.s.body, self.outer)
+        bodies = [k.body for k in self.s.kernels.values()] if self.s.kernels else [self.s.body]
+        for body in bodies:
+            self.check_body(body, self.outer)
+
+    def check_program(self) -> None:
+        """A split-phase program: every name in `program` is a kernel, every kernel runs, and
+        every semaphore handed on (`returns`) is taken by a later call (`takes`) that an earlier
+        call returned it to; `returns` and `takes` name semaphores (buffers need no handing
+        on: they are the program's arrays)."""
+        s = self.s
+        if not s.kernels:
+            return
+        line = s.line_of("program")
+        if s.megacore:
+            self.fail(s.line_of("megacore"), "a split-phase program (`kernels`) cannot use `megacore: true` yet",
+                      fix="drop `megacore`, or write the collective as one kernel (`body`)")
+        for k in s.program:
+            if k not in s.kernels:
+                self.fail(line, f"`program` calls `{k}`, which is not a kernel", known=s.kernels, name=k)
+        for name, kernel in s.kernels.items():
+            if name not in s.program:
+                self.fail(s.line_of("kernels", name), f"kernel `{name}` is never called",
+                          fix=f"add it to `program` (line {line}) or remove it")
+            for key in ("returns", "takes"):
+                for sem in getattr(kernel, key):
+                    if sem in s.buffers:
+                        self.fail(s.line_of("kernels", name, key), f"kernel `{name}` {key} buffer `{sem}`: `{key}` lists semaphores",
+                                  fix="drop it: buffers are the program's arrays, and every call that names "
+                                      "one gets it (in flight or not)")
+                    if sem not in s.semaphores:
+                        self.fail(s.line_of("kernels", name, key), f"kernel `{name}` {key} `{sem}`, which is not a semaphore",
+                                  known=s.semaphores, name=sem)
+        open_: dict[str, str] = {}  # semaphore -> the call that returned it, not yet taken
+        for k in s.program:
+            kernel = s.kernels[k]
+            for sem in kernel.takes:
+                if sem not in open_:
+                    self.fail(s.line_of("kernels", k, "takes"), f"kernel `{k}` takes `{sem}`, but no earlier call of `program` "
+                                           "returns it (its semaphores would be fresh ones, at zero)",
+                              fix=f"add `{sem}` to the `returns` of the kernel that starts the DMAs on it")
+                del open_[sem]
+            for sem in kernel.returns:
+                if sem in open_:
+                    self.fail(s.line_of("kernels", k, "returns"), f"kernel `{k}` returns `{sem}`, but the one `{open_[sem]}` returned "
+                                           "is not taken yet", fix=f"take `{sem}` in a call between them")
+                open_[sem] = k
+        for sem, k in open_.items():
+            self.fail(s.line_of("kernels", k, "returns"), f"kernel `{k}` returns semaphore `{sem}`, but no later call of "
+                                         "`program` takes it: the DMAs counted on it are never waited",
+                      fix=f"add `takes: [{sem}]` to the kernel that waits for them, after `{k}` in `program`")
 
     depth = 1  # the nesting depth of the body being checked (`when` and `pipeline` blocks)
 
@@ -469,6 +534,7 @@ class _Resolver:
         self.check_declarations()
         self.check_data()
         self.check_copies()
+        self.check_program()
         self.check_ops()
 
 

@@ -19,7 +19,8 @@ from . import expr as E
 __all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES", "RAGGED_DATA", "Collective",
            "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv",
            "Signal", "SemWait", "Barrier", "Zero", "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec",
-           "Pipeline", "When", "OPS", "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Schedule"]
+           "Pipeline", "When", "OPS", "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel",
+           "Schedule"]
 
 
 def _parse_expr(v: Any) -> E.Expr:
@@ -435,7 +436,21 @@ When.model_rebuild()
 Pipeline.model_rebuild()
 
 
-_NAME_TABLES = ("params", "buffers", "data", "semaphores", "grid", "let", "copies")
+_NAME_TABLES = ("params", "buffers", "data", "semaphores", "grid", "let", "copies", "kernels")
+
+
+class Kernel(Node):
+    """One pallas_call of a split-phase program (`kernels:` and `program:`): its own body over
+    the schedule's grid, buffers, lets and copies. Semaphores are the call's own (fresh, zero)
+    unless an earlier call hands them on: `returns` lists the semaphores this call returns
+    as outputs with DMAs still counting on them (a JAX future), `takes` those it receives
+    from an earlier call (inputs aliased to outputs). Output and HBM scratch buffers are the
+    program's arrays: every call that names one gets it, in flight or not."""
+    body: list[Op] = Field(min_length=1)
+    returns: list[str] = Field([], description="semaphores this call hands on to a later call, "
+                                               "with DMAs in flight on them (semaphore-typed outputs)")
+    takes: list[str] = Field([], description="semaphores an earlier call of the program returned "
+                                             "(aliased inputs): the same semaphores, not fresh ones")
 
 
 def _schema_shorthands(schema: dict[str, Any]) -> None:
@@ -443,6 +458,8 @@ def _schema_shorthands(schema: dict[str, Any]) -> None:
     props = schema["properties"]
     props["collective"] = {"anyOf": [{"type": "string", "enum": list(CollectiveKind.__args__)},
                                      props["collective"]]}
+    # one kernel (`body`) or a split-phase program of several (`kernels` and `program`)
+    schema["oneOf"] = [{"required": ["body"]}, {"required": ["kernels", "program"]}]
     sems = props["semaphores"]
     sems["additionalProperties"] = {"anyOf": [{"type": "string", "enum": ["dma", "regular"]},
                                               sems["additionalProperties"]]}
@@ -473,7 +490,42 @@ class Schedule(Node):
     grid: dict[str, ExprT] = Field(min_length=1)
     let: dict[str, ExprT] = {}
     copies: dict[str, Copy] = {}
-    body: list[Op] = Field(min_length=1)
+    body: list[Op] = Field([], description="the ops every device runs at every grid point (one "
+                                           "kernel; a split-phase program has `kernels` instead)")
+    kernels: dict[str, Kernel] = Field({}, description=(
+        "split-phase: several pallas_calls, each with its own body, run in the order `program` gives "
+        "(e.g. a `start` kernel that begins remote copies and a `done` kernel that waits)"))
+    program: list[str] = Field([], description="the kernels' names in call order (with `kernels`)")
+
+    @model_validator(mode="after")
+    def _one_program(self) -> "Schedule":
+        if self.kernels and self.body:
+            raise ValueError("give either `body` (one kernel) or `kernels` with `program` (a split-phase "
+                             "program of several pallas_calls), not both")
+        if not self.kernels and not self.body:
+            raise ValueError("`body` is missing: the ops every device runs (or `kernels` and `program` "
+                             "for a split-phase program)")
+        if self.kernels and not self.program:
+            raise ValueError("`kernels` needs `program`: the kernels' names in call order, e.g. "
+                             f"`program: [{', '.join(self.kernels)}]`")
+        if self.program and not self.kernels:
+            raise ValueError("`program` lists kernels declared under `kernels`, which is missing")
+        return self
+
+    @property
+    def calls(self) -> list[tuple[str, list[Op]]]:
+        """The pallas_calls in order, (kernel name, body): one, named after the schedule, for a
+        plain schedule; the `program` of a split-phase one."""
+        if not self.kernels:
+            return [(self.name, self.body)]
+        return [(k, self.kernels[k].body) for k in self.program if k in self.kernels]
+
+    @property
+    def all_ops(self) -> list[Op]:
+        """The top-level ops of every kernel (each kernel once): `body`, or every kernel's body."""
+        if not self.kernels:
+            return self.body
+        return [op for k in self.kernels.values() for op in k.body]
 
     @model_validator(mode="before")
     @classmethod

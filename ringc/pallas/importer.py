@@ -796,9 +796,9 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
     b.calls = outer.calls
     with collector_paused():
         try:
-            for rep in range(invocations):
+            for _ in range(invocations):
                 for k, call in enumerate(outer.calls):
-                    b.run_call(call, k, rep)
+                    b.run_call(call, k)
                     b.invocation += 1
         except (Diverge, ScheduleError):
             if not lanes:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
+from ..verify.calls import Handover, entry_sync
 from .interpret import Diverge, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
 
@@ -109,7 +110,7 @@ class Builder(Sink):
         # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
         self.second_core: list[list[Event]] = [[] for _ in range(self.n)]
         self.calls: list[Call] = []         # the program's pallas_calls, in order (one repeat)
-        self.carried: set[str] = set()      # buffers a previous call handed on to a later one
+        self.handover = Handover()          # buffers a previous call handed on to a later one
         self.core = 0
         self.megacore = False
         # Set to evaluate every device at once, as device 0 (`interpret.Lanes`): only device
@@ -182,7 +183,7 @@ class Builder(Sink):
         return Ref.whole(got, it.device)
 
     # -- calls ---------------------------------------------------------------------
-    def run_call(self, call: Call, call_index: int, repeat: int) -> None:
+    def run_call(self, call: Call, call_index: int) -> None:
         """Evaluate one pallas_call on every device."""
         eqn = call.eqn
         p = eqn.params
@@ -305,11 +306,14 @@ class Builder(Sink):
         # (A later call's operand is this call's output or input handle itself, bound by now.)
         later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
                  if h.root().buffer is not None}
-        kept = {b.name for b in all_bufs if b.name in later}
         inputs = {b.name for b in refs_of[:n_pref + n_in] if isinstance(b, Buffer)}  # aliased outputs included
-        enter_bufs = [b for b in _unique([b for b in written if b.kind != "prefetch"] +
-                                         [s for s in scratch if isinstance(s, Buffer)])
-                      if b.name not in self.carried and b.name not in inputs]
+        enter_names, exit_names = self.handover.call(
+            [b.name for b in all_bufs],
+            [b.name for b in written if b.kind != "prefetch"] + [s.name for s in scratch if isinstance(s, Buffer)],
+            inputs, later)
+        enter_bufs = [self.buffers[b] for b in enter_names]
+        exit_bufs = [self.buffers[b] for b in exit_names]
+        sync = entry_sync(collective_id is not None or skip_barrier, collective_id is not None, self.invocation)
         self._current_call = call_index
         for d in ([0] if self.lanes is not None else range(self.n)):
             it = Interpreter(self, d, self.lanes.coords if self.lanes is not None else self._coords(d),
@@ -318,12 +322,12 @@ class Builder(Sink):
             it.grid = grid
             it.point = tuple(0 for _ in grid)
             it.barrier = barrier if collective_id is not None else None
-            if collective_id is not None or skip_barrier:
-                if collective_id is not None and (repeat > 0 or self.invocation > 0):
+            if sync.enter:
+                if sync.interloper:
                     self.interloper(d, call_index, barrier, line, it.point)
                 for b in enter_bufs:
                     self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
-            elif self.invocation > 0:  # to every other device, in the order of their offsets from d
+            elif sync.device_barrier:  # to every other device, in the order of their offsets from d
                 for k in range(1, self.n):
                     t = self.torus.adder(k)[d]
                     self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
@@ -350,11 +354,9 @@ class Builder(Sink):
                         dst = _block_ref(arr, d, bm, idx[i])
                         self.emit(d, pt, line, Compute("assign", it.region(dst), Ref.whole(win, d).region()), None)
             self.core = 0
-            for b in all_bufs:
-                if b.name not in kept:
-                    self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
+            for b in exit_bufs:
+                self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
         self._current_call = None
-        self.carried = (self.carried | kept) - {b.name for b in all_bufs if b.name not in kept}
         self.call_names.append(call.name)
 
     def interloper(self, d: int, call_index: int, barrier: SemRef, line: Loc, point: tuple) -> None:

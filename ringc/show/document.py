@@ -78,4 +78,4 @@ def document(e: Estimate, device: int = 0) -> str:
 def _whens(s):
     from ..ir import schema as S
     from ..ir.resolve import walk_ops
-    return (op for op in walk_ops(s.body) if isinstance(op, S.When))
+    return (op for op in walk_ops(s.all_ops) if isinstance(op, S.When))

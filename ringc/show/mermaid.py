@@ -50,9 +50,9 @@ def memory_diagram(sched: S.Schedule, program: Program) -> str:
         kind = f"remote DMA {name}" if copy.remote else f"local DMA {name}"
         edges[(copy.src.name, copy.dst.name)].add(kind)
     # A pipeline's block names stand for the HBM regions they stream.
-    streams = {name: spec.ref.name for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)
+    streams = {name: spec.ref.name for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)
                for name, spec in op.specs.items()}
-    for op in walk_ops(sched.body):  # compute ops: an edge from each region read to the one written
+    for op in walk_ops(sched.all_ops):  # compute ops: an edge from each region read to the one written
         if op.copy_halves or not op.writes:
             continue
         dst = op.refs("writes")[0].name

@@ -95,7 +95,7 @@ def condition_table(sched: S.Schedule, program: Program, device: int = 0) -> str
         if not at[ev.line] or at[ev.line][-1] != ev.point:
             at[ev.line].append(ev.point)
     rows = []
-    for op in walk_ops(sched.body):
+    for op in walk_ops(sched.all_ops):
         if not isinstance(op, S.When):
             continue
         lines = {o.line for o in walk_ops(op.do)}

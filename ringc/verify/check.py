@@ -265,11 +265,25 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                 findings.append(Finding(
                     "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                     f"{collective.kind} needs {mm.want}", device=mm.device))
-    report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
+    report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
+                    + program_assumptions(sched))
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
+
+
+def program_assumptions(sched: S.Schedule) -> list[str]:
+    """What a verdict on a split-phase program assumes (docs/verification.md, "Programs of
+    several kernels"). (A traced Pallas program, `pallas.importer.KernelSpec`, says its own.)"""
+    if not getattr(sched, "kernels", None):
+        return []
+    handed = [f"{sem} ({k} -> {t})" for k in sched.program for sem in sched.kernels[k].returns
+              for t in [next((t for t in sched.program[sched.program.index(k) + 1:]
+                              if sem in sched.kernels[t].takes), "?")]]
+    return [f"a program of {len(sched.program)} pallas_calls ({', '.join(sched.program)}), run in this order with "
+            "nothing else touching their arrays in between; semaphores handed on: "
+            f"{', '.join(handed) or 'none'}; balance is checked at the end of the program"]
 
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
@@ -301,7 +315,8 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
     if (not _wrapped(placement) or route_findings(program, placement) or megacore_findings(sched, program)
             or not quotient.clean(sched, program, meaning)):
         return None
-    report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
+    report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
+                    + program_assumptions(sched))
     if topo.ndim > 1:
         program.device_labels = labels(program, placement)
     if topo.spec != "ring":

@@ -172,6 +172,8 @@ class Program:
     # device d runs them translated by d (coordinates d_a over the schedule's axes), each
     # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
     rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
+    # A split-phase program: the kernel of each call (`Event.invocation`), for the findings.
+    call_names: list[str] | None = None
 
     @property
     def event_count(self) -> int:
@@ -192,7 +194,10 @@ class Program:
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
         if ev.inner:
             pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
-        parts = [f"device {self.label(ev.device)}"] + ([f"call {ev.invocation + 1}"] if ev.invocation else [])
+        call = f"call {ev.invocation + 1}" if ev.invocation else ""
+        if self.call_names is not None and ev.invocation < len(self.call_names):
+            call = f"call {ev.invocation + 1} (`{self.call_names[ev.invocation]}`)"
+        parts = [f"device {self.label(ev.device)}"] + ([call] if call else [])
         if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
             parts.append(pt)
         return f"{', '.join(parts)} (line {ev.line})"

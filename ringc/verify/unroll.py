@@ -18,12 +18,13 @@ from ..ir.dtypes import itemsize
 from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_size_env, builtin_exprs, inline_static_lets, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, builtin_exprs, call_buffers, inline_static_lets, pipeline_windows, walk_ops
+from .calls import Handover, entry_sync
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
 
 __all__ = ["node_inputs", "window_id", "DataFault", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
-           "actions_rule", "data_dependent"]
+           "actions_rule", "data_dependent", "program_semaphores"]
 
 
 class DataFault(ScheduleError):
@@ -93,7 +94,7 @@ class _Context:
         self.itemsize = {name: itemsize(sched.dtype_of(name)) for name in sched.buffers}
         # Nested pipelines: their grids, and their VMEM blocks as double-buffered windows.
         self.pipeline_grids: dict[int, tuple[int, ...]] = {}
-        for op in walk_ops(sched.body):
+        for op in walk_ops(sched.all_ops):
             if isinstance(op, S.Pipeline):
                 self.pipeline_grids[id(op)] = tuple(self._grid_size(op, name, size) for name, size in op.pipeline.items())
                 for name, window in pipeline_windows(sched, op).items():
@@ -120,7 +121,8 @@ class _Context:
         barriers' signals to every device."""
         s = self.s
         outer = prod(self.grid) * (2 if s.megacore else 1)
-        pipelines = [op for op in walk_ops(s.body) if isinstance(op, S.Pipeline)]
+        called = [op for _, body in s.calls for op in body]  # each call's ops (a split-phase program's)
+        pipelines = [op for op in walk_ops(called) if isinstance(op, S.Pipeline)]
         inner = sum(prod(self.pipeline_grids[id(op)]) for op in pipelines)
         limits.check("grid_points", outer * (1 + inner), f"the grid points per device (N={self.n})",
                      file=s.file, line=s.line_of("grid"), fix="choose smaller parameters (--param k=v) or N")
@@ -131,13 +133,14 @@ class _Context:
                 return 4 * (len(op.barrier) + 1)
             return max(len(op.to), 1) if isinstance(op, S.Signal) else 2
 
-        per_point = sum(weight(op) for op in walk_ops(s.body) if id(op) not in nested
+        per_point = sum(weight(op) for op in walk_ops(called) if id(op) not in nested
                         and not isinstance(op, S.Pipeline))
         per_point += sum(prod(self.pipeline_grids[id(op)]) * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do))))
                          for op in pipelines)
         # entry and exit write every buffer; without `barrier:`, back-to-back calls add
         # Pallas' device barrier, a signal to every device
-        calls = 2 * len(s.buffers) + 8 + (self.n if invocations > 1 and s.barrier is None else 0)
+        barrier = self.n if (invocations > 1 and s.barrier is None) or s.kernels else 0
+        calls = len(s.calls) * (2 * len(s.buffers) + 8 + barrier)
         events = devices * invocations * (outer * per_point + calls)
         limits.check("events", events, f"the events to unroll ({devices} device{'s' * (devices > 1)} x "
                      f"{invocations} invocation{'s' * (invocations > 1)} x {outer} grid points x "
@@ -211,6 +214,9 @@ class Unroller:
         self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.memo: dict[tuple, Any] = {}
         self.windows: dict[tuple[str, int, int], Region] = {}
+        # A split-phase program: the semaphore each name stands for in the current call (`sem_ids`), per call.
+        self.sem_ids: dict[str, str] = {}
+        self.call_sems = program_semaphores(sched)
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -316,7 +322,7 @@ class Unroller:
                 self.fail(line, f"`{ref.text()}`: index {i} is out of range for semaphore array "
                                 f"`{ref.name}` of shape {list(shape)}",
                           f"keep the index in 0..{size - 1}")
-        return (device, ref.name, idx)
+        return (device, self.sem_ids.get(ref.name, ref.name), idx)
 
     def same_shape(self, a: Region, b: Region, line: int, what: str) -> None:
         if a.shape != b.shape:
@@ -464,32 +470,34 @@ class Unroller:
         if target is not None and self.core == 0:
             self.targets.append((event, target))
 
-    def boundary(self, out: list[Event], kind: str, line: int, invocation: int, inputs: bool) -> None:
-        """Kernel entry or exit: the whole of each buffer changes hands, modelled as a write."""
-        for name, buf in self.s.buffers.items():  # not pipeline windows: a pipeline drains its own
-            if inputs or buf.kind != "input":
-                shape = self.ctx.shapes[name]
-                box = tuple((0, dim) for dim in shape)
-                region = Region(name, self.device, box, tuple(range(len(shape))), self.ctx.itemsize[name])
-                self.emit(out, Compute(kind, region), line, invocation)
+    def boundary(self, out: list[Event], kind: str, line: int, invocation: int, names: list[str]) -> None:
+        """Kernel entry or exit: the whole of each named buffer changes hands, modelled as a write."""
+        for name in names:  # not pipeline windows: a pipeline drains its own
+            shape = self.ctx.shapes[name]
+            box = tuple((0, dim) for dim in shape)
+            region = Region(name, self.device, box, tuple(range(len(shape))), self.ctx.itemsize[name])
+            self.emit(out, Compute(kind, region), line, invocation)
 
     def entry(self, out: list[Event], invocation: int) -> None:
         """With its own barrier, a schedule is responsible for not writing into a device
         before that device has entered the kernel: until then its memory belongs to
         whatever ran before. Model entry as a write of every non-input buffer.
         (Without `barrier:`, Pallas inserts a device barrier at kernel start.)"""
-        self.boundary(out, "enter", self.s.barrier.line, invocation, inputs=False)
+        self.boundary(out, "enter", self.s.barrier.line, invocation, [n for n, b in self.s.buffers.items()
+                                                                      if b.kind != "input"])
 
     def exit(self, out: list[Event], invocation: int) -> None:
         """When the kernel returns, the caller reads its outputs and reuses all its memory:
         a DMA still reading or writing any buffer then races with whatever comes next.
         Model exit as a write of every buffer (Pallas adds no barrier at exit)."""
-        self.boundary(out, "exit", self.s.line_of("body"), invocation, inputs=True)
+        self.boundary(out, "exit", self.s.line_of("body"), invocation, list(self.s.buffers))
 
-    def interloper(self, out: list[Event], invocation: int) -> None:
+    def interloper(self, out: list[Event], invocation: int, body: list[S.Op] | None = None) -> None:
         """Between two calls, another kernel with the same collective_id may run: model it
-        as a single barrier with the same neighbours on the shared barrier semaphore."""
-        first = next((op for op in walk_ops(self.s.body) if isinstance(op, S.Barrier)), None)
+        as a single barrier with the same neighbours on the shared barrier semaphore (those
+        of the first barrier in `body`, by default the schedule's)."""
+        first = next((op for op in walk_ops(self.s.body if body is None else body) if isinstance(op, S.Barrier)),
+                     None)
         if first is None:
             return
         self.set_point(tuple(0 for _ in self.ctx.grid))
@@ -504,16 +512,53 @@ class Unroller:
         devices. It only matters between back-to-back calls; each call gets its own
         semaphore, because that barrier is the compiler's to get right, not the schedule's."""
         sem = f"{DEVICE_BARRIER}{invocation}"
-        for t in range(self.n):
-            if t != self.device:
-                self.emit(out, Signal((t, sem, ()), 1, "Pallas' entry barrier"), self.s.line, invocation)
+        for k in range(1, self.n):  # to the next device first, as every device does (the same program, translated)
+            t = (self.device + k) % self.n
+            self.emit(out, Signal((t, sem, ()), 1, "Pallas' entry barrier"), self.s.line, invocation)
         self.emit(out, SemWait((self.device, sem, ()), self.n - 1, "Pallas' entry barrier"), self.s.line, invocation)
+
+    def program_events(self, d: int, invocations: int) -> list[Event]:
+        """Device d's events for a split-phase program: its calls in order, `invocations` times,
+        each call one invocation of the verifier (`Event.invocation` counts calls), with the
+        memory and semaphores handed from call to call as `verify/calls.py` says and
+        `program_semaphores` names them."""
+        s = self.s
+        calls = s.calls
+        uses = [call_buffers(s, body) for _, body in calls]
+        inputs = set(s.buffers_of("input"))
+        handover = Handover()
+        events: list[Event] = []
+        for rep in range(invocations):
+            for c, (name, body) in enumerate(calls):
+                inv = rep * len(calls) + c
+                self.sem_ids, self.memo = self.call_sems[c], {}  # a call's semaphores are its own
+                self.core, self.point = 0, tuple(0 for _ in self.grid_names)
+                # VMEM scratch is the call's own: never handed on (it goes back at every exit)
+                later = {b for used in uses[c + 1:] for b in used if s.buffers[b].kind != "vmem_scratch"}
+                enter, exit_ = handover.call(uses[c], [b for b in uses[c] if b not in inputs], inputs, later)
+                owns = any(isinstance(op, S.Barrier) for op in walk_ops(body))  # emitted with collective_id
+                sync = entry_sync(owns, owns, inv)
+                if sync.enter:
+                    if sync.interloper:
+                        self.interloper(events, inv, body)
+                    self.boundary(events, "enter", s.line_of("kernels", name), inv, enter)
+                elif sync.device_barrier:
+                    self.device_barrier(events, inv)
+                for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                    self.set_point(point)
+                    self.walk(body, events, inv)
+                self.core = 0
+                self.boundary(events, "exit", s.line_of("kernels", name), inv, exit_)
+        self.sem_ids = {}
+        return events
 
     def device_events(self, d: int, invocations: int) -> tuple[list[Event], list[Event]]:
         """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
         self.memo = {}
+        if s.kernels:
+            return self.program_events(d, invocations), []
         events: list[Event] = []
         second: list[Event] = []
         for inv in range(invocations):
@@ -538,11 +583,14 @@ class Unroller:
                 **extra: Any) -> Program:
         s = self.s
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
-        for op in walk_ops(s.body):  # the DMA semaphores of each pipeline window slot
+        kinds.update({sid: s.semaphores[name].kind for ids in self.call_sems for name, sid in ids.items()})
+        for op in walk_ops(s.all_ops):  # the DMA semaphores of each pipeline window slot
             if isinstance(op, S.Pipeline):
                 kinds.update({f"{window_id(op, name)}#{side}": "dma" for name in op.specs for side in ("in", "out")})
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
-        kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
+        kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations * len(s.calls))})
+        if s.kernels:  # a split-phase program: findings name each call's kernel
+            extra.setdefault("call_names", [k for _ in range(invocations) for k in s.program])
         return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
                        axis_sizes=dict(self.ctx.sizes), second_core=second_core, **extra)
 
@@ -589,6 +637,27 @@ def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
                             file=sched.file)
     return Unroller(sched, n, sizes, data).run(invocations)
 
+
+
+def program_semaphores(sched: S.Schedule) -> list[dict[str, str]]:
+    """For each call of a split-phase program, the semaphore each declared name stands for.
+    A call's semaphores are its own, fresh and at zero (`name@kernel`, `#2` on the kernel's
+    second call), except those it `takes`: the ones the call that `returns` them had. Empty
+    for a plain schedule (names stand for themselves)."""
+    if not sched.kernels:
+        return [{}]
+    out: list[dict[str, str]] = []
+    handed: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for k in sched.program:
+        kernel = sched.kernels[k]
+        seen[k] = seen.get(k, 0) + 1
+        suffix = f"@{k}" + (f"#{seen[k]}" if seen[k] > 1 else "")
+        ids = {name: handed.pop(name) if name in kernel.takes and name in handed else name + suffix
+               for name in sched.semaphores}
+        handed.update({name: ids[name] for name in kernel.returns})
+        out.append(ids)
+    return out
 
 
 def point_env(sched: S.Schedule, sizes: dict[str, int], device: int, point: tuple[int, ...]) -> dict[str, Any]:
