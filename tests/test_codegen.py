@@ -32,6 +32,9 @@ EXPECTED = {
                                      out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_gather_megacore": dict(collective="all_gather", in_specs=(P("x", None),),
                                 out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    # issue 13: a Python-unrolled kernel without a grid, with copy templates
+    "all_gather_bidirectional_unrolled": dict(collective="all_gather", in_specs=(P("x", None),),
+                                              out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     # issue 16: the bandwidth-bound library
     "reduce_scatter_chunked": dict(collective="psum_scatter", in_specs=(P(None, "x"),), out_specs=P("x", None),
                                    params={"rows": 32, "cols": 128, "chunks": 2}),
@@ -263,6 +266,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "reduce_scatter_bidirectional": [(4 * rows, 4 * cols)],
             "reduce_scatter_bidirectional_overlapped": [(4 * rows, 4 * cols)],
             "all_gather_bidirectional": [(4 * rows, cols)], "all_gather_megacore": [(4 * rows, cols)],
+            "all_gather_bidirectional_unrolled": [(4 * rows, cols)],
             "all_to_all_ring": [(16, rows, cols)],  # [N, rows, cols] per device, N sharded
             "all_gather_2d": [(4 * rows, cols)],
             "all_reduce_2d": [(2 * 8, 4 * cols)],  # [N_x * block, cols] per device

@@ -394,7 +394,13 @@ def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
             raise it.fail(f"axis_index of `{a}`, which is not a mesh axis ({', '.join(it.coords)})",
                           "use the mesh's axis names")
         idx = idx * it.axis_sizes[a] + it.coords[a]
-    return [idx]
+    return [OwnIndex(idx)]
+
+
+class OwnIndex(int):
+    """`lax.axis_index` as read: a DMA whose device id is made of these alone targets its
+    own device on purpose (`device_id=my_id`), an explicit self-copy (no `self_target`
+    warning). Arithmetic on it gives a plain int, so a computed target stays implicit."""
 
 
 @rule("psum", doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
@@ -637,8 +643,10 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
         it.emit(DmaStart(name, src.region(), dst.region(), None, sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
     target = device_of(it, dev, eqn.params["device_id_type"])
+    parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
     it.emit(DmaStart(name, src.region(), dst.region(target), sem_id(it, src_sem, it.device, "the send semaphore"),
-                     sem_id(it, dst_sem, target, "the receive semaphore")), target)
+                     sem_id(it, dst_sem, target, "the receive semaphore"),
+                     explicit_self=all(isinstance(p, OwnIndex) for p in parts)), target)
     return []
 
 
@@ -951,7 +959,7 @@ class Sink:
         raise NotImplementedError
 
 
-__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "user_location", "store_actions", "pure_rule",
+__all__ = ["RULES", "OwnIndex", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "user_location", "store_actions", "pure_rule",
            "BARRIER"]
 
 
