@@ -495,3 +495,22 @@ def test_loops_and_copy_templates_refuse_bad_input_at_its_line(tmp_path, old, ne
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line_of(text, at), says=says)
     assert fix in o.err, str(o)
+
+
+RSH = REPO / "schedules" / "reduce_scatter_hierarchical.yaml"
+
+
+def test_a_phase_with_a_negative_count_names_the_loop_and_the_fix(tmp_path):
+    """A phase (a loop) may run 0 times, as `range(0)` does, but not fewer."""
+    text = edited(RSH, "  - loop: {t: N_y - 2}", "  - loop: {t: N_y - 3}")
+    o = run_cli(["check", write(tmp_path, text), "--topology", "torus:2x2"])
+    assert_refused(o, line_of(text, "- loop: {t: N_y - 3}"), says="loop size: `N_y - 3` = -1 is negative (N=4)")
+    assert "fix: sizes must be at least 0" in o.err
+    o = run_cli(["check", RSH, "--topology", "torus:2x2"])  # its drain loops run 0 times there
+    assert o.code == 0, str(o)
+
+
+def test_a_phase_name_is_text(tmp_path):
+    text = edited(RSH, "    phase: x_level", "    phase: [x_level]")
+    o = run_cli(["check", write(tmp_path, text), "--topology", "torus:2x2"])
+    assert_refused(o, line_of(text, "phase: [x_level]"), says="phase")

@@ -59,6 +59,10 @@ EXPECTED = {
                           out_specs=P(("x", "y"), None, None), params={"rows": 8, "cols": 128}),
     "all_reduce_2d": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
                           out_specs=P(None, ("x", "y")), params={"block": 8, "cols": 128}),
+    # issue 13: two levels as two phases (loops) of a kernel without a grid
+    "reduce_scatter_hierarchical": dict(collective="psum_scatter", axis=("x", "y"),
+                                        in_specs=(P(("x", "y"), None, None),), out_specs=P(("x", "y"), None),
+                                        params={"rows": 8, "cols": 128}),
     "reduce_scatter_pipelined": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                      out_specs=P("x", None), params={"rows": 16, "cols": 256, "bm": 8, "bn": 128}),
     # seed 002: x sharded by rows, y by columns, the product by columns
@@ -270,6 +274,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "all_to_all_ring": [(16, rows, cols)],  # [N, rows, cols] per device, N sharded
             "all_gather_2d": [(4 * rows, cols)],
             "all_reduce_2d": [(2 * 8, 4 * cols)],  # [N_x * block, cols] per device
+            "reduce_scatter_hierarchical": [(16, rows, cols)],  # [N, rows, cols] per device, N = 2 x 2
             "reduce_scatter_pipelined": [(4 * rows, 4 * cols)],
             "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
             "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],

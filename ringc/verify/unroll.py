@@ -77,7 +77,7 @@ class _Context:
         self.loop_sizes: dict[int, tuple[int, ...]] = {}  # a `loop`'s extents
         for op in walk_ops(sched.body):
             if isinstance(op, S.Loop):
-                self.loop_sizes[id(op)] = self._shape(list(op.loop.values()), "loop size", op.line)
+                self.loop_sizes[id(op)] = self._shape(list(op.loop.values()), "loop size", op.line, minimum=0)
             if isinstance(op, S.Pipeline):
                 self.pipeline_grids[id(op)] = tuple(self._grid_size(op, name, size) for name, size in op.pipeline.items())
                 for name, window in pipeline_windows(sched, op).items():
@@ -164,7 +164,10 @@ class _Context:
         return self._shape([size], f"pipeline grid `{name}`", op.line)[0]
 
     def _shape(self, dims: list[E.Expr], what: str, line: int,
-               fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
+               fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly",
+               minimum: int = 1) -> tuple[int, ...]:
+        """Evaluate sizes for this N; each at least `minimum` (a loop may run 0 times, as
+        `range(0)` does)."""
         out = []
         for d in dims:
             try:  # a static let in a shape is inlined: its divisions are exact too
@@ -173,9 +176,10 @@ class _Context:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
                 raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
                                     fix=getattr(e, "fix", None) or fix) from None
-            if v <= 0:
-                raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
-                                    file=self.s.file, line=line, fix="sizes must be at least 1")
+            if v < minimum:
+                raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is {'negative' if minimum == 0 else 'not positive'} "
+                                    f"(N={self.n})", file=self.s.file, line=line,
+                                    fix=f"sizes must be at least {minimum}")
             out.append(int(v))
         return tuple(out)
 
