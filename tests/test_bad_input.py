@@ -514,3 +514,9 @@ def test_a_phase_name_is_text(tmp_path):
     text = edited(RSH, "    phase: x_level", "    phase: [x_level]")
     o = run_cli(["check", write(tmp_path, text), "--topology", "torus:2x2"])
     assert_refused(o, line_of(text, "phase: [x_level]"), says="phase")
+
+
+def test_a_copy_declared_as_a_template_and_plainly_is_refused(tmp_path):
+    text = edited(AGU, "  own: {src: x,", "  to_left: {src: x, dst: \"out[me]\", sem: local_sem}\n  own: {src: x,")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, says="copy `to_left` is declared twice")

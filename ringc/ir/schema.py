@@ -536,7 +536,12 @@ class Schedule(Node):
             v = {k: ({n: x for n, x in t.items() if n != "__line__"}
                      if k in _NAME_TABLES and isinstance(t, dict) else t) for k, t in v.items()}
             if isinstance(v.get("copies"), dict):  # `push(k): {...}` is `push: {args: [k], ...}`
-                v["copies"] = dict(_template_entry(k, c) for k, c in v["copies"].items())
+                entries = [_template_entry(k, c) for k, c in v["copies"].items()]
+                names = [k for k, _ in entries]
+                twice = sorted({k for k in names if names.count(k) > 1})
+                if twice:
+                    raise ValueError(f"copy `{twice[0]}` is declared twice (once as a template `{twice[0]}(...)`)")
+                v["copies"] = dict(entries)
         return v
 
     _file: str = PrivateAttr("<schedule>")
