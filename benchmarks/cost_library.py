@@ -54,7 +54,7 @@ def main() -> int:
                     cells.append("n/a")
                     reasons.append((sched.name, topo, size_text(size), [getattr(err, "message", str(err))]))
                     continue
-                cells.append(f"{e.efficiency:.1%} ({e.seconds * 1e6:.4g} us)")
+                cells.append(f"{e.efficiency:.1%} ({e.seconds * 1e6:.4g} us)" + ("" if e.fits else " !VMEM"))
                 if size == max(sizes) and e.efficiency < 0.95:
                     reasons.append((sched.name, topo, size_text(size), e.why()))
             rows.append([sched.name, topo, str(hw.placement.n)] + cells)
@@ -62,7 +62,8 @@ def main() -> int:
                 print(f"[{time.perf_counter() - t0:7.1f} s] " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
 
     print("efficiency = lower bound / simulated estimate (estimate in parentheses); "
-          "chip figures from ringc/cost/chips.py\n")
+          "chip figures from ringc/cost/chips.py; !VMEM: the kernel's VMEM buffers do not fit one "
+          "core at that size (the TPU compiler rejects it)\n")
     if args.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

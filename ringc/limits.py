@@ -54,6 +54,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("events", 50_000_000, "events unrolled for one check, cost or show: devices x invocations x grid "
                                 "points x ops, counted before unrolling; a cost timed on every device (not "
                                 "translation-symmetric, or show) counts devices^2 x one device's events"),
+    Limit("timed_events", 1_000_000, "events timed by `ringc cost` (and tune, sweeps): device 0's on the "
+                                     "symmetric quotient, else every device's, counted from above before unrolling (a timed event costs "
+                                     "about 0.1 ms of fluid-network simulation)"),
     Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),
     Limit("buffer_bytes", 1 << 40, "bytes of one per-device buffer, for the chosen parameters and N"),
     Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),

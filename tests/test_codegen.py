@@ -37,9 +37,9 @@ EXPECTED = {
                                               out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     # issue 16: the bandwidth-bound library
     "reduce_scatter_chunked": dict(collective="psum_scatter", in_specs=(P(None, "x"),), out_specs=P("x", None),
-                                   params={"rows": 32, "cols": 128, "chunks": 2}),
+                                   params={"rows": 32, "cols": 128, "chunks": 2, "block": 512}),
     "all_reduce_bidirectional": dict(collective="psum", in_specs=(P("x", None, None),),
-                                     out_specs=P("x", None, None), params={"rows": 32, "cols": 128, "chunks": 2}),
+                                     out_specs=P("x", None, None), params={"rows": 32, "cols": 128, "chunks": 2, "block": 512}),
     "all_to_all_direct": dict(collective="all_to_all", in_specs=(P("x", None, None),),
                               out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_reduce_one_shot": dict(collective="psum", in_specs=(P("x", None),), out_specs=P("x", None),

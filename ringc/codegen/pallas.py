@@ -809,7 +809,7 @@ class _Emitter:
                 if name not in planned:
                     w.line(f"{self.name(name)} = p.get({_str(name)}, PARAMS[{_str(name)}])")
             for a, b, what in checks:
-                w.line(f"_check_divides({a}, {b}, {_str(what)})")
+                w.call("_check_divides", [a, b, _str(what)])
             src = self.name(s.io_buffer("input"))
             if any(self.follows(n) for n in ins):
                 w.line(f"dtype = {src}.dtype")
@@ -1015,7 +1015,7 @@ class _Emitter:
         for n in self.s.params:
             w.line(f"{self.name(n)} = p[{_str(n)}]")
         for a, b, what in checks:
-            w.line(f"_check_divides({a}, {b}, {_str(what)})")
+            w.call("_check_divides", [a, b, _str(what)])
 
     def pallas_call(self, w: CodeWriter) -> None:
         s = self.s
@@ -1038,7 +1038,12 @@ class _Emitter:
             else:
                 with w.block("out_shape=("):
                     for n in outs:
-                        w.line(f"{shape_dtype(n)},  # {n}{self.scratch_note(n)}")
+                        line = f"{shape_dtype(n)},  # {n}{self.scratch_note(n)}"
+                        if len(line) <= w.width:
+                            w.line(line)
+                        else:  # the note above a long shape
+                            w.line(f"# {n}{self.scratch_note(n)}")
+                            w.expr("", shape_dtype(n), ",")
                 w.line("),")
             with w.block("grid_spec=pltpu.PrefetchScalarGridSpec("):
                 w.line("num_scalar_prefetch=0,")

@@ -222,7 +222,7 @@ def explain(exc: BaseException, schedule: S.Schedule, n: int, target: str, modul
     facts = _Facts(schedule, n, sizes)
     site = _site(schedule, exc, module)
     low = text.lower()
-    if "vmem" in low and ("out of memory" in low or "limit" in low or "oom" in low):
+    if "vmem" in low and ("out of memory" in low or "limit" in low or "oom" in low or "would exceed memory" in low):
         return _overflow("vmem", text, facts, target)
     if "hbm" in low and ("out of memory" in low or "exceeds" in low):
         return _overflow("hbm", text, facts, target)
@@ -264,10 +264,14 @@ def _shape_text(facts: _Facts, name: str) -> str:
 def _overflow(memory: str, text: str, facts: _Facts, target: str) -> CompileError:
     s = facts.s
     names = facts.buffers_in(memory)
-    # XLA's two phrasings: "allocation with size 32.00M and limit 16.00M", and
-    # "the total memory required for HLO temporaries (36.00G) exceeds available HBM (15.75G)".
-    needed = _bytes(re.search(r"size ([\d.]+)([KMG]?)\b", text) or re.search(r"required.*?\(([\d.]+)([KMG]?)\)", text))
-    limit = _bytes(re.search(r"limit ([\d.]+)([KMG]?)\b", text) or re.search(r"available.*?\(([\d.]+)([KMG]?)\)", text))
+    # The compilers' three phrasings: "allocation with size 32.00M and limit 16.00M",
+    # "the total memory required for HLO temporaries (36.00G) exceeds available HBM (15.75G)",
+    # and Mosaic's "Allocation (size=268435456) would exceed memory (size=134217728) :: ... space=vmem".
+    exact = re.search(r"\(size=(\d+)\) would exceed memory \(size=(\d+)\)", text)
+    needed = (int(exact[1]) if exact else
+              _bytes(re.search(r"size ([\d.]+)([KMG]?)\b", text) or re.search(r"required.*?\(([\d.]+)([KMG]?)\)", text)))
+    limit = (int(exact[2]) if exact else
+             _bytes(re.search(r"limit ([\d.]+)([KMG]?)\b", text) or re.search(r"available.*?\(([\d.]+)([KMG]?)\)", text)))
     space = memory.upper()
     amounts = f" (it needs {size_text(needed, decimals=1)}, the limit is {size_text(limit, decimals=1)})" if needed and limit else ""
     listing = "; ".join(f"`{n}` (line {s.buffers[n].line}) {_shape_text(facts, n)}" for n in names)

@@ -56,6 +56,23 @@ def memory_of(sched: S.Schedule) -> dict[str, str]:
     return {**windows, **{name: buf.memory for name, buf in sched.buffers.items()}}
 
 
+def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
+    """Bytes of VMEM the kernel's own buffers take: its VMEM inputs, outputs and scratch,
+    plus the largest nested pipeline's blocks (each twice: `emit_pipeline` double-buffers,
+    and pipelines run one after another, so the compiler reuses their space). Semaphores
+    and the compiler's own temporaries are not counted: a lower bound on what the TPU
+    compiler allocates (for the library at 256 MiB it is exactly the scoped VMEM that
+    `ringc compile` reports). `shapes`: the unrolled program's concrete shapes."""
+    from ..ir.dtypes import itemsize
+
+    def nbytes(name: str, dtype: str) -> int:
+        return prod(shapes[name]) * itemsize(dtype)
+    fixed = sum(nbytes(n, sched.dtype_of(n)) for n, b in sched.buffers.items() if b.memory == "vmem")
+    blocks = [sum(nbytes(window_id(op, name), sched.dtype_of(spec.ref.name)) for name, spec in op.specs.items())
+              for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)]
+    return fixed + max(blocks, default=0)
+
+
 @dataclass
 class Estimate:
     schedule: S.Schedule
@@ -68,6 +85,25 @@ class Estimate:
     @property
     def seconds(self) -> float:
         return self.machine.makespan
+
+    @property
+    def vmem(self) -> int:
+        """VMEM the kernel's buffers need on one core (`vmem_need`)."""
+        return vmem_need(self.schedule, self.program.shapes)
+
+    @property
+    def fits(self) -> bool:
+        """Whether those buffers fit in one core's VMEM (necessary for the kernel to compile;
+        `ringc compile` is the sufficient test)."""
+        return self.vmem <= self.hw.chip.vmem_bytes
+
+    def vmem_text(self) -> str:
+        have = size_text(self.hw.chip.vmem_bytes)
+        if self.fits:
+            return f"{size_text(self.vmem)} of {have} per core ({self.hw.chip.name})"
+        return (f"{size_text(self.vmem)}: DOES NOT FIT in the {have} of a {self.hw.chip.name} core; the TPU "
+                "compiler rejects this size: keep the arrays in HBM and stream them through VMEM blocks "
+                "(a nested `pipeline`), as schedules/all_reduce_bidirectional.yaml does")
 
     @property
     def efficiency(self) -> float:
@@ -135,6 +171,7 @@ class Estimate:
             "why": self.why(),
             "assumptions": self.assumptions,
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
+            "vmem_bytes": self.vmem, "vmem_capacity_bytes": self.hw.chip.vmem_bytes, "fits_vmem": self.fits,
         }
 
     def why(self) -> list[str]:
@@ -154,6 +191,7 @@ class Estimate:
         lines.append(f"  estimate   {time_text(self.seconds)}")
         lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
         lines.append(f"  efficiency {self.efficiency:.1%}")
+        lines.append(f"  VMEM       {self.vmem_text()}")
         bn = self.bottleneck
         if bn:
             lines.append(f"  bottleneck {resource_text(bn[0])}, busy {bn[1]:.0%} of the run")
@@ -191,6 +229,26 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
     return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
 
 
+def check_one_device(sched: S.Schedule, sizes: dict[str, int]) -> None:
+    """Refuse, before unrolling, a timed run of device 0's events (the quotient) past the
+    `timed_events` limit: the timeline costs far more per event than the verifier (every
+    transfer's start and end re-rates the flows in flight), so a nested pipeline of tiny
+    blocks over a large array (a matmul's default 8-row blocks at 256 MiB) would run for
+    many minutes. Counted from above, as the unroller counts (`Unroller.ctx.work`)."""
+    from .. import limits
+    from ..verify.unroll import Unroller
+    events = Unroller(sched, prod(sizes.values()), sizes).ctx.work(1, 1)
+    params = ", ".join(f"{k}={v}" for k, v in sched.params.items())
+    limits.check("timed_events", events, f"the events of device 0 to time ({params}), counted from above,",
+                 file=sched.file, fix=_smaller_blocks(sched))
+
+
+def _smaller_blocks(sched: S.Schedule) -> str:
+    blocks = sorted(p for p in sched.params if p in {"bm", "bn", "bk", "block", "chunks"})
+    return (f"choose larger blocks or fewer pieces ({', '.join(f'--param {b}=...' for b in blocks)})"
+            if blocks else "price a smaller size")
+
+
 def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_placement: bool = False) -> None:
     """Refuse, before unrolling, a timed run of every device past the `events` limit. Its
     work grows as N^2 per event: each of the N devices' events may start or end a transfer,
@@ -201,6 +259,8 @@ def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_place
     from ..verify.unroll import Unroller
     n = prod(sizes.values())
     events = Unroller(sched, n, sizes).ctx.work(1, 1)
+    limits.check("timed_events", n * events, f"the events of all {n} devices to time, counted from above,",
+                 file=sched.file, fix=_smaller_blocks(sched))
     limits.check("events", n * n * events,
                  f"the timed run of every device ({n} devices x {events:,} events each, counted from above, "
                  f"x {n} devices' transfers re-rated at each)", file=sched.file,
@@ -224,6 +284,7 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
         sched = fit_volume(sched, sizes, nbytes)
     program = None
     if not every_device and hw.placement.symmetric:
+        check_one_device(sched, sizes)
         program = rotation_unroll(sched, sizes)
     if program is None:
         check_every_device(sched, sizes, hw.placement.symmetric and not every_device)
@@ -231,4 +292,4 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     return estimate_program(sched, program, hw)
 
 
-__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_every_device", "hardware", "memory_of"]
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware", "memory_of", "vmem_need"]

@@ -38,13 +38,14 @@ class Ranking:
     skipped: list[tuple[str, str]]            # (schedule, why)
 
     def winner(self, i: int) -> str | None:
-        timed = [(row[i].seconds, name) for name, row in self.table.items() if row[i] is not None]
+        timed = [(row[i].seconds, name) for name, row in self.table.items() if row[i] is not None and row[i].fits]
         return min(timed)[1] if timed else None
 
     def to_text(self) -> str:
         names = list(self.table)
         lines = [f"{self.collective} on {self.topology}: estimate (efficiency) of each library schedule; "
-                 f"* marks the fastest"]
+                 f"* marks the fastest that fits, ! a size whose VMEM buffers do not fit a core (the compiler "
+                 f"rejects it)"]
         head = ["V"] + names
         rows = []
         for i, size in enumerate(self.sizes):
@@ -52,7 +53,8 @@ class Ranking:
             cells = [size_text(next(r[i].bound.volume for r in self.table.values() if r[i]) if best else size)]
             for name in names:
                 e = self.table[name][i]
-                cells.append("-" if e is None else f"{'*' if name == best else ''}{time_text(e.seconds)} ({e.efficiency:.0%})")
+                mark = "*" if name == best else "" if e is None or e.fits else "!"
+                cells.append("-" if e is None else f"{mark}{time_text(e.seconds)} ({e.efficiency:.0%})")
             rows.append(cells)
         widths = [max(len(r[k]) for r in [head] + rows) for k in range(len(head))]
         for r in [head] + rows:
@@ -64,7 +66,8 @@ class Ranking:
         return {"collective": self.collective, "topology": self.topology, "sizes": self.sizes,
                 "winners": [self.winner(i) for i in range(len(self.sizes))],
                 "schedules": {name: [None if e is None else {"bytes": e.bound.volume, "estimate_s": e.seconds,
-                                                             "efficiency": e.efficiency} for e in row]
+                                                             "efficiency": e.efficiency, "vmem_bytes": e.vmem,
+                                                             "fits_vmem": e.fits} for e in row]
                               for name, row in self.table.items()},
                 "skipped": [{"schedule": n, "why": w} for n, w in self.skipped]}
 

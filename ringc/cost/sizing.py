@@ -17,10 +17,10 @@ from math import prod
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
 from ..units import size_text
 from ..verify.unroll import buffer_shapes
+from ..collectives import Buffers, collective_of
 from .bounds import volume_buffer
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -75,8 +75,7 @@ def _volume_at(sched: S.Schedule, sizes: dict[str, int], params: dict[str, int])
         shapes = buffer_shapes(sched.model_copy(update={"params": params}), sizes)
     except ScheduleError:
         return None
-    name = volume_buffer(sched)
-    return prod(shapes[name]) * itemsize(sched.dtype_of(name))
+    return collective_of(sched).volume(prod(sizes.values()), shapes, Buffers.of(sched))
 
 
 def _near(ideal: float, align: int) -> list[int]:
@@ -94,12 +93,17 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
     """The schedule with params chosen so its collective is about `target` bytes."""
     rows, cols = _size_params(sched)
     base = dict(sched.params)
-    # V is linear in each size parameter: measure it per unit at the schedule's defaults.
-    per_row = (_volume_at(sched, sizes, base) or 0) / max(1, base[rows])
+    # V is linear in each size parameter: measure it per unit at the schedule's defaults,
+    # or at the first doubling of the row parameter whose shapes divide (with --param
+    # bm=512 the default 8 rows do not hold one block; 512 rows do, and then every
+    # multiple of 512 does).
+    unit = next((base[rows] << k for k in range(24)
+                 if _volume_at(sched, sizes, {**base, rows: base[rows] << k}) is not None), base[rows])
+    per_row = (_volume_at(sched, sizes, {**base, rows: unit}) or 0) / max(1, unit)
     candidates: list[dict[str, int]] = []
     if per_row:
         ideal = target / per_row
-        candidates += [{**base, rows: r} for r in _near(ideal, 8)]
+        candidates += [{**base, rows: r} for r in _near(ideal, max(8, unit if unit > base[rows] else 8))]
         if ideal < 8 and cols is not None:
             for r in (8, 4, 2, 1):
                 per_col = (_volume_at(sched, sizes, {**base, rows: r}) or 0) / max(1, base[cols])

@@ -154,6 +154,9 @@ def tune(sched: S.Schedule, hw: Hardware, nbytes: int, ranges: dict[str, list[in
         except CostError as e:
             choice.problem = "hangs (see ringc check)"
             continue
+        if not choice.estimate.fits:  # known without the compiler: do not spend a compile on it
+            choice.problem = f"VMEM: needs {size_text(choice.estimate.vmem)}, a core has {size_text(hw.chip.vmem_bytes)}"
+            continue
         if target:
             _compile(choice, target)
     result = TuneResult(sched, hw, nbytes, choices, target, note)
