@@ -43,7 +43,7 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("schedule_bytes", 1 << 20, "size of a schedule file in bytes"),
     Limit("yaml_nodes", 100_000, "YAML nodes after expanding aliases (a 'billion laughs' file stops here)"),
     Limit("yaml_depth", 64, "nesting depth of YAML mappings and lists"),
-    Limit("op_depth", 16, "nesting depth of `when` and `pipeline` blocks"),
+    Limit("op_depth", 16, "nesting depth of `when`, `loop` and `pipeline` blocks"),
     Limit("expr_chars", 1_000, "characters in one expression or reference"),
     Limit("expr_depth", 64, "nesting depth of one expression (operators, parentheses, calls)"),
     Limit("devices", 16_384, "devices in one check, run, cost, show or compile target "

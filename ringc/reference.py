@@ -78,6 +78,9 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     inputs = s.buffers_of("input")
     src, dst = s.io_buffer("input"), s.io_buffer("output")
     src_shape = _eval_shape(s, s.buffers[src].full_shape, env, f"shape of buffer `{src}`")
+    k = len(s.buffers[src].slots)
+    if k > 1 and math.prod(src_shape[:k]) == n:  # N split over leading slots, row-major: lax sees one dim
+        src_shape = (n, *src_shape[k:])
     dst_shape = _eval_shape(s, s.buffers[dst].shard_shape, env, f"shard shape of buffer `{dst}`")
     data = list(s.data)  # runtime data follows the inputs, as in `build`: int32 [N] per device
     in_specs = tuple(P(*s.partition_spec(b)) for b in inputs) + tuple(P(s.axis) for _ in data)

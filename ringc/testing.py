@@ -116,7 +116,7 @@ def _op_paths(ops: list[S.Op], prefix: tuple[int, ...] = ()) -> list[tuple[tuple
     out = []
     for i, op in enumerate(ops):
         out.append((prefix + (i,), op))
-        if isinstance(op, S.When):
+        if isinstance(op, (S.When, S.Loop)):
             out += _op_paths(op.do, prefix + (i,))
     return out
 
@@ -149,7 +149,7 @@ def mutate(sched: S.Schedule, mutation: Mutation) -> S.Schedule:
         update = {"body": body}
     else:
         op = dict(_op_paths(sched.body))[mutation.path]
-        name = getattr(op, "start")
+        name = op.copy_name
         copy = sched.copies[name]
         flipped = E.Var(_flip(copy.to.name))
         update = {"copies": {**sched.copies, name: copy.model_copy(update={"to": flipped})}}
@@ -171,10 +171,10 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
         if isinstance(op, (S.Wait, S.WaitSend, S.WaitRecv, S.SemWait, S.Signal, S.Start, S.Barrier,
                            S.Zero)):
             out.append(Mutation("drop", path, op.line, op_tag(op)))
-        if not isinstance(op, S.When) and path[-1] + 1 < len(_siblings(sched, path)):
+        if not isinstance(op, (S.When, S.Loop)) and path[-1] + 1 < len(_siblings(sched, path)):
             out.append(Mutation("swap", path, op.line, op_tag(op)))
         if isinstance(op, S.Start):
-            to = sched.copies[op.start].to
+            to = sched.copies[op.copy_name].to
             if isinstance(to, E.Var) and _flip(to.name) is not None:
                 out.append(Mutation("flip", path, op.line, "start"))
     return out

@@ -459,3 +459,69 @@ def test_what_yaml_still_reads_as_a_boolean_or_number_names_the_key_and_cause(tm
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line_of(text, at), says=says)
     assert "fix: quote it" in o.err
+
+
+# ----------------------------------------------------------------------- loops, copy templates, self-copies
+# (issue 13 section 2; the library example is schedules/all_gather_bidirectional_unrolled.yaml)
+
+AGU = REPO / "schedules" / "all_gather_bidirectional_unrolled.yaml"
+
+
+@pytest.mark.parametrize("old,new,at,says,fix", [
+    # a loop's size must be known when the kernel is traced
+    ("  - loop: {i: N - 1}", "  - loop: {i: N - me}", "- loop:", "unknown name `me` in loop size `i`",
+     "use N, params and lets of those only"),
+    # a loop index exists only inside its loop: a copy takes it as a template parameter
+    ('recv_sem: "recv_right[k]"}', 'recv_sem: "recv_right[i]"}', "to_right(k):",
+     "`i` in copy `to_right` recv_sem is the index of the loop at line",
+     "make it a template parameter: `name(k):` in `copies`, used as `start: name(k=i)`"),
+    ("  - wait: to_left(k=N - 2)", "  - wait: to_left(k=i)", "- wait: to_left(k=i)",
+     "`i` in argument `k` of `wait: to_left` is the index of the loop at line", "inside the loop's `do:`"),
+    ("  - loop: {i: N - 1}\n    do:\n", "  - loop: {i: N - 1}\n    do:\n      - loop: {i: 2}\n        do: [{start: own}]\n",
+     "- loop: {i: 2}", "loop index `i` shadows the index of an enclosing loop", "give the inner loop its own index"),
+    # every use of a template binds exactly its parameters, by keyword
+    ("      - start: to_right(k=i)", "      - start: to_right", "- start: to_right",
+     "`start: to_right` leaves parameter `k` of the copy template `to_right(k)` unbound",
+     "bind every parameter: `start: to_right(k=...)`"),
+    ("      - start: to_right(k=i)", "      - start: to_right(k=i, j=1)", "- start: to_right(k=i, j=1)",
+     "binds `j`, which is no parameter of copy `to_right(k)`", "bind its parameters: `start: to_right(k=...)`"),
+    ("      - start: to_right(k=i)", "      - start: to_right(i)", "- start: to_right(i)",
+     "`to_right(i)` is not a copy use", "e.g. `start: push(k=step + 1)`"),
+    ("  - start: own", "  - start: own(k=1)", "- start: own(k=1)",
+     "binds `k`, which is no parameter of copy `own`", "write `start: own`"),
+    ("  to_left(k):", "  to_left(N):", "to_left(N):", "parameter `N` of copy `to_left` shadows the schedule name `N`",
+     "choose another parameter name"),
+    # an explicit self-copy is a remote copy
+    ("own: {src: x, dst: \"out[me]\", sem: local_sem}", "own: {src: x, dst: \"out[me]\", sem: local_sem, self_copy: true}",
+     "own: {", "`self_copy` applies to remote copies", "remote copies"),
+])
+def test_loops_and_copy_templates_refuse_bad_input_at_its_line(tmp_path, old, new, at, says, fix):
+    text = edited(AGU, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, at), says=says)
+    assert fix in o.err, str(o)
+
+
+RSH = REPO / "schedules" / "reduce_scatter_hierarchical.yaml"
+
+
+def test_a_phase_with_a_negative_count_names_the_loop_and_the_fix(tmp_path):
+    """A phase (a loop) may run 0 times, as `range(0)` does, but not fewer."""
+    text = edited(RSH, "  - loop: {t: N_y - 2}", "  - loop: {t: N_y - 3}")
+    o = run_cli(["check", write(tmp_path, text), "--topology", "torus:2x2"])
+    assert_refused(o, line_of(text, "- loop: {t: N_y - 3}"), says="loop size: `N_y - 3` = -1 is negative (N=4)")
+    assert "fix: sizes must be at least 0" in o.err
+    o = run_cli(["check", RSH, "--topology", "torus:2x2"])  # its drain loops run 0 times there
+    assert o.code == 0, str(o)
+
+
+def test_a_phase_name_is_text(tmp_path):
+    text = edited(RSH, "    phase: x_level", "    phase: [x_level]")
+    o = run_cli(["check", write(tmp_path, text), "--topology", "torus:2x2"])
+    assert_refused(o, line_of(text, "phase: [x_level]"), says="phase")
+
+
+def test_a_copy_declared_as_a_template_and_plainly_is_refused(tmp_path):
+    text = edited(AGU, "  own: {src: x,", "  to_left: {src: x, dst: \"out[me]\", sem: local_sem}\n  own: {src: x,")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, says="copy `to_left` is declared twice")

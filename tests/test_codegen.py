@@ -34,6 +34,9 @@ EXPECTED = {
                                      out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     "all_gather_megacore": dict(collective="all_gather", in_specs=(P("x", None),),
                                 out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
+    # issue 13: a Python-unrolled kernel without a grid, with copy templates
+    "all_gather_bidirectional_unrolled": dict(collective="all_gather", in_specs=(P("x", None),),
+                                              out_specs=P("x", None, None), params={"rows": 8, "cols": 128}),
     # issue 16: the bandwidth-bound library
     "reduce_scatter_chunked": dict(collective="psum_scatter", in_specs=(P(None, "x"),), out_specs=P("x", None),
                                    params={"rows": 32, "cols": 128, "chunks": 2, "block": 512}),
@@ -58,6 +61,10 @@ EXPECTED = {
                           out_specs=P(("x", "y"), None, None), params={"rows": 8, "cols": 128}),
     "all_reduce_2d": dict(collective="psum", axis=("x", "y"), in_specs=(P(None, ("x", "y")),),
                           out_specs=P(None, ("x", "y")), params={"block": 8, "cols": 128}),
+    # issue 13: two levels as two phases (loops) of a kernel without a grid
+    "reduce_scatter_hierarchical": dict(collective="psum_scatter", axis=("x", "y"),
+                                        in_specs=(P(("x", "y"), None, None),), out_specs=P(("x", "y"), None),
+                                        params={"rows": 8, "cols": 128}),
     "reduce_scatter_pipelined": dict(collective="psum_scatter", in_specs=(P(None, "x"),),
                                      out_specs=P("x", None), params={"rows": 16, "cols": 256, "bm": 8, "bn": 128}),
     # seed 002: x sharded by rows, y by columns, the product by columns
@@ -266,9 +273,11 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "reduce_scatter_bidirectional": [(4 * rows, 4 * cols)],
             "reduce_scatter_bidirectional_overlapped": [(4 * rows, 4 * cols)],
             "all_gather_bidirectional": [(4 * rows, cols)], "all_gather_megacore": [(4 * rows, cols)],
+            "all_gather_bidirectional_unrolled": [(4 * rows, cols)],
             "all_to_all_ring": [(16, rows, cols)],  # [N, rows, cols] per device, N sharded
             "all_gather_2d": [(4 * rows, cols)],
             "all_reduce_2d": [(2 * 8, 4 * cols)],  # [N_x * block, cols] per device
+            "reduce_scatter_hierarchical": [(16, rows, cols)],  # [N, rows, cols] per device, N = 2 x 2
             "reduce_scatter_pipelined": [(4 * rows, 4 * cols)],
             "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
             "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],

@@ -36,8 +36,10 @@ MUST_COMPLETE = ({("ppermute_right", n) for n in (2, 3, 4)} | {("all_gather_ring
                  | {("reduce_scatter_bidirectional", n) for n in (2, 3)})
 
 
-MUST_COMPLETE |= {(stem, n) for stem in ("all_gather_bidirectional", "all_to_all_ring", "all_gather_megacore",
-                                          "all_gather_2d", "all_reduce_2d") for n in (2, 3, 4)}
+MUST_COMPLETE |= {(stem, n) for stem in ("all_gather_bidirectional", "all_gather_bidirectional_unrolled",
+                                          "all_to_all_ring", "all_gather_megacore",
+                                          "all_gather_2d", "all_reduce_2d", "reduce_scatter_hierarchical")
+                  for n in (2, 3, 4)}
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

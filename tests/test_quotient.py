@@ -144,6 +144,10 @@ def test_library_is_proven_rotational(path):
 
 # Library schedules no device translation maps onto themselves: checked in full.
 NOT_ROTATIONAL = {"all_gather_hypercube"}
+# Rotational, but the rotation finder cannot show it: its level 1 moves rows x[a] whole, so
+# no access pins how x's y dimension moves under a translation along y (it takes step 0, and
+# the meaning needs 1). The quotient declines and the full analysis decides (test_torus.py).
+STEP_NOT_PINNED = {"reduce_scatter_hierarchical"}
 
 
 # -- the verdict ---------------------------------------------------------------------
@@ -245,6 +249,9 @@ def test_meaning_rotates_agrees_with_every_device(path):
     program = rotation_unroll(sched, sizes)
     out = sched.io_buffer("output")
     c, b = collective_of(sched), Buffers.of(sched)
+    if path.stem in STEP_NOT_PINNED:  # when the finder learns it, move the schedule out of the set
+        assert program is not None and not Q.meaning_rotates(c, b, program)
+        return
 
     def brute(prog) -> bool:
         rot = Q.Rotator(prog)

@@ -52,7 +52,10 @@ def test_library_schedule_matches_lax(schedule_path, n):
 FEW_SIZES = {"all_reduce_bidirectional": (2, 4), "reduce_scatter_chunked": (2, 4), "all_to_all_direct": (2, 4),
              "all_reduce_one_shot": (2, 4), "ppermute_bidirectional": (2, 4),
              "all_gather_hypercube": (2, 4),  # log2(N): powers of two only
-             "all_reduce_2d_bidirectional": (0,), "all_reduce_3d_bidirectional": (0,)}
+             "all_reduce_2d_bidirectional": (0,), "all_reduce_3d_bidirectional": (0,),
+             # issue 13: the same algorithm as a library neighbour (all_gather_bidirectional), at the
+             # sizes the issue names; a 2-D one on the 2 x 2 mesh (the axis-tuple test runs all three)
+             "all_gather_bidirectional_unrolled": (2, 3, 4), "reduce_scatter_hierarchical": (0,)}
 
 
 @pytest.mark.parametrize("stem, n", [(s, n) for s, sizes in FEW_SIZES.items() for n in sizes])

@@ -191,10 +191,25 @@ def test_far_send_that_computes_the_wrong_thing_is_still_an_error():
 
 
 def test_send_to_self_is_a_self_target_warning():
-    report = ringc.check(_permute(0, "me"), 4)
+    # implicit: the target is computed, and happens to be the sender
+    report = ringc.check(_permute(0, "(me + N) % N"), 4)
     assert report.ok is True
     assert {(f.kind, f.severity) for f in report.findings} == {("self_target", "warning")}
     assert report.findings[0].event.line == START_LINE
+    assert "self_copy: true" in report.findings[0].message
+
+
+@pytest.mark.parametrize("target,flag", [("me", ""), ("(me + N) % N", ", self_copy: true")])
+def test_an_explicit_self_copy_is_not_warned(target, flag):
+    """`to: me` written out, or `self_copy: true`: the author says the copy stays here (a
+    remote DMA to oneself, as JAX's all_gather kernel copies its own shard)."""
+    text = PERMUTE.replace("SHIFT", "0").replace("TARGET", target).replace(
+        "recv_sem: recv_sem}", f"recv_sem: recv_sem{flag}}}")
+    report = ringc.check(load_text(text, "self.yaml"), 4)
+    assert report.ok and not report.findings, report.to_text()
+    # still a remote DMA for every other check: dropping its wait is an error
+    report = ringc.check(load_text(text.replace("  - wait: push\n", ""), "self.yaml"), 4)
+    assert "dma_not_waited" in report.kinds() and "self_target" not in report.kinds()
 
 
 def test_warnings_do_not_fail_the_cli(tmp_path, capsys):

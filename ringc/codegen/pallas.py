@@ -319,6 +319,7 @@ class _Emitter:
         self.names_used: set[str] = set()
         self.rename = self._choose_names()
         self.windows: dict[str, S.Buffer] = {}  # inside a pipeline body: its VMEM blocks
+        self.loop_names: set[str] = set()  # inside a `loop`: its indices, Python ints when traced
 
     def buffer(self, name: str) -> S.Buffer:
         return self.windows.get(name) or self.s.buffers[name]
@@ -334,7 +335,9 @@ class _Emitter:
         # (key, wanted identifier, whether that is the schedule's name unchanged)
         wanted: list[tuple[str, str, bool]] = []
         pipelines = [op for op in walk_ops(s.all_ops) if isinstance(op, S.Pipeline)]
-        local = list(dict.fromkeys(n for op in pipelines for n in (*op.pipeline, *op.specs)))
+        local = list(dict.fromkeys([*(n for op in pipelines for n in (*op.pipeline, *op.specs)),
+                                    *(n for op in walk_ops(s.all_ops) if isinstance(op, S.Loop) for n in op.loop),
+                                    *(a for c in s.copies.values() for a in c.args)]))
         for table in (s.params, s.grid, s.let, s.buffers, s.data, s.semaphores, local):
             wanted += [(n, _identifier(n), _identifier(n) == n) for n in table]
         wanted += [(f"copy:{n}", "_" + _identifier(n), _identifier(n) == n) for n in s.copies]
@@ -533,14 +536,18 @@ class _Emitter:
                 refs += [self.name(n) for n in call.scratch]
                 aliased = [self.alias_name(n) for n, alias in call.outputs if alias is not None]
                 copies = list(dict.fromkeys(op.copy_name for op in walk_ops(call.body) if op.copy_halves))
-                doc = (f"One point of the grid ({', '.join(s.grid)}) of kernel `{call.kernel}` of "
+                doc = (f"{self.grid_text()} of kernel `{call.kernel}` of "
                        f"`{s.name}` on one device (pallas_call {call.position + 1} of {len(s.program)}).\n\n"
                        + self.call_ref_doc(call))
                 w.lines.extend(self.kernel_text(call.fn, refs, doc, call.body, copies, aliased).lines)
             return w
         refs = [self.name(n) for n, _ in self.kernel_refs()]
-        doc = f"One point of the grid ({', '.join(s.grid)}) of `{s.name}` on one device.\n\n" + self.kernel_ref_doc()
+        doc = f"{self.grid_text()} of `{s.name}` on one device.\n\n" + self.kernel_ref_doc()
         return self.kernel_text("_kernel", refs, doc, s.body, list(s.copies), [])
+
+    def grid_text(self) -> str:
+        """What one call of a kernel function is: a grid point, or the whole kernel."""
+        return f"One point of the grid ({', '.join(self.s.grid)})" if self.s.grid else "The whole kernel (it has no grid)"
 
     def alias_name(self, n: str) -> str:
         """The kernel parameter of an output aliased to its input (unused: the input's ref is it)."""
@@ -643,7 +650,7 @@ class _Emitter:
 
     def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
         where = f" (line {c.line})" if c.line else ""
-        with w.block(f"def {self.copy_fn(name)}():"):
+        with w.block(f"def {self.copy_fn(name)}({', '.join(self.name(a) for a in c.args)}):"):
             if c.remote:
                 w.docstring(f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} "
                             f"on device {E.to_text(c.to)}.")
@@ -666,7 +673,7 @@ class _Emitter:
     # -- ops -------------------------------------------------------------------------
     def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
         for op in ops:
-            is_block = isinstance(op, S.When)
+            is_block = isinstance(op, (S.When, S.Loop))
             if top and is_block:
                 w.blank()
             where = f"line {op.line}: " if op.line else ""
@@ -677,7 +684,8 @@ class _Emitter:
                 w.blank()
 
     def op_when(self, w: CodeWriter, op: S.When) -> None:
-        if is_static(self.s, op.when):  # N and params are Python ints: decided when traced
+        # N, params and loop indices are Python ints: decided when traced
+        if is_static(self.s, op.when, self.loop_names):
             with w.block(f"if {self.py(op.when)}:"):
                 self.ops(w, op.do)
             return
@@ -685,17 +693,24 @@ class _Emitter:
         with w.block("def _():"):
             self.ops(w, op.do)
 
-    def op_start(self, w: CodeWriter, op: S.Start) -> None:
-        w.line(f"{self.copy_fn(op.start)}().start()")
+    def descriptor(self, use: S.CopyUse) -> str:
+        """The call that makes a copy's descriptor where it is used: `_push(k=step + 1)`."""
+        args = [f"{self.name(a)}={self.py(e)}" for a, e in use.args]
+        return f"{self.copy_fn(use.name)}({', '.join(args)})"
 
-    def op_wait(self, w: CodeWriter, op: S.Wait) -> None:
-        w.line(f"{self.copy_fn(op.wait)}().wait()")
+    def op_copy(self, w: CodeWriter, op: S.Op) -> None:
+        """start, wait, wait_send, wait_recv: the descriptor's method of the same name."""
+        w.line(f"{self.descriptor(op.copy_use)}.{op.tag}()")
 
-    def op_waitsend(self, w: CodeWriter, op: S.WaitSend) -> None:
-        w.line(f"{self.copy_fn(op.wait_send)}().wait_send()")
-
-    def op_waitrecv(self, w: CodeWriter, op: S.WaitRecv) -> None:
-        w.line(f"{self.copy_fn(op.wait_recv)}().wait_recv()")
+    def op_loop(self, w: CodeWriter, op: S.Loop) -> None:
+        """A Python `for` per index (row-major), unrolled when the kernel is traced."""
+        outer, level = set(self.loop_names), w.level
+        for name, size in op.loop.items():
+            w.line(f"for {self.name(name)} in range({self.static(size)}):")
+            w.level += 1
+            self.loop_names.add(name)
+        self.ops(w, op.do)
+        w.level, self.loop_names = level, outer
 
     def op_signal(self, w: CodeWriter, op: S.Signal) -> None:
         sem, inc = self.dma_ref(op.signal), self.py(op.inc)
@@ -1104,6 +1119,9 @@ class _Emitter:
         for n, size in s.grid.items():
             sources.append((f"grid size `{n}`", [size]))
         for op in walk_ops(s.all_ops):
+            if isinstance(op, S.Loop):
+                for n, size in op.loop.items():
+                    sources.append((f"loop size `{n}` (line {op.line})", [size]))
             if isinstance(op, S.Pipeline):
                 for n, size in op.pipeline.items():
                     sources.append((f"pipeline grid size `{n}` (line {op.line})", [size]))
@@ -1189,7 +1207,8 @@ class _Emitter:
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = _tuple_text(['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid))
+            semantics = ['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid)
+            semantics = _tuple_text(semantics) if semantics else "()"
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
@@ -1323,10 +1342,11 @@ def _exprs(exprs: list[E.Expr]) -> str:
 # `EMIT[op class]`: one rule per op class (`schema.OPS`).
 EMIT: RuleTable[EmitRule] = RuleTable("codegen (ringc/codegen/pallas.py EMIT)", "ops")
 EMIT.register(S.When)(EmitRule(lambda op: f"when {E.to_text(op.when)}", _Emitter.op_when))
-EMIT.register(S.Start)(EmitRule(lambda op: f"start {op.start}", _Emitter.op_start))
-EMIT.register(S.Wait)(EmitRule(lambda op: f"wait {op.wait}", _Emitter.op_wait))
-EMIT.register(S.WaitSend)(EmitRule(lambda op: f"wait_send {op.wait_send}", _Emitter.op_waitsend))
-EMIT.register(S.WaitRecv)(EmitRule(lambda op: f"wait_recv {op.wait_recv}", _Emitter.op_waitrecv))
+EMIT.register(S.Loop)(EmitRule(
+    lambda op: (f"loop{f' ({op.phase})' if op.phase else ''} over "
+                f"({', '.join(f'{n}: {E.to_text(v)}' for n, v in op.loop.items())})"), _Emitter.op_loop))
+EMIT.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)(EmitRule(lambda op: f"{op.tag} {op.copy_use}",
+                                                                 _Emitter.op_copy))
 EMIT.register(S.Signal)(EmitRule(
     lambda op: (f"signal {op.signal.text()}{'' if op.inc == E.Const(1) else f' by {E.to_text(op.inc)}'} "
                 f"to {_exprs(op.to)}"), _Emitter.op_signal))

@@ -162,7 +162,7 @@ def _compute_text(op: S.Op) -> str:
 SITE_TEXT: RuleTable[Callable[[S.Op], str]] = RuleTable("compile errors (ringc/compile/errors.py SITE_TEXT)", "ops")
 SITE_TEXT.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv, S.Signal, S.SemWait, S.Barrier, S.Zero)(_named_text)
 SITE_TEXT.register(S.Accumulate, S.Assign, S.Cast, S.Matmul)(_compute_text)
-SITE_TEXT.register(S.When, S.Pipeline)(lambda op: op.tag)
+SITE_TEXT.register(S.When, S.Loop, S.Pipeline)(lambda op: op.tag)
 
 
 def site_text(op: S.Op) -> str:

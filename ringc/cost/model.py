@@ -69,7 +69,7 @@ def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
         return prod(shapes[name]) * itemsize(dtype)
     fixed = sum(nbytes(n, sched.dtype_of(n)) for n, b in sched.buffers.items() if b.memory == "vmem")
     blocks = [sum(nbytes(window_id(op, name), sched.dtype_of(spec.ref.name)) for name, spec in op.specs.items())
-              for op in walk_ops(sched.body) if isinstance(op, S.Pipeline)]
+              for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)]
     return fixed + max(blocks, default=0)
 
 

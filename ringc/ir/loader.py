@@ -332,6 +332,10 @@ def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | N
         sched = sched.model_copy(update={"params": {**sched.params, **params}})
     sched._file = file
     sched._header = _header_comment(text)
+    from .schema import copy_key
+    for key in list(lines):  # a template copy `push(k)` is named `push`
+        if len(key) >= 2 and key[0] == "copies" and (parsed := copy_key(key[1])) is not None:
+            lines.setdefault(("copies", parsed[0], *key[2:]), lines[key])
     sched._lines = lines
     from .resolve import resolve
     resolve(sched)

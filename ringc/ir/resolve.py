@@ -94,11 +94,12 @@ def inline_static_lets(sched: S.Schedule, e: E.Expr) -> E.Expr:
     return E.substitute(e, lets) if lets and E.names(e) & set(lets) else e
 
 
-def is_static(sched: S.Schedule, e: E.Expr) -> bool:
+def is_static(sched: S.Schedule, e: E.Expr, loop_indices: Iterable[str] = ()) -> bool:
     """Whether `e` depends only on N, the per-axis sizes and params (through static lets
-    too): a `when:` guard of that kind is decided once per N, before the kernel runs, and
-    emitted as a Python `if`."""
-    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
+    too), and the indices of the `loop`s around it: a `when:` guard of that kind is decided
+    when the kernel is traced (N and params once per N, a loop index once per iteration of
+    the unrolled loop) and emitted as a Python `if`."""
+    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params, *loop_indices}
     return E.names(inline_static_lets(sched, e)) <= static
 
 
@@ -106,7 +107,7 @@ def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
     """Every op, depth first, including those inside `when` blocks and pipeline bodies."""
     for op in ops:
         yield op
-        if isinstance(op, (S.When, S.Pipeline)):  # the ops with a body
+        if isinstance(op, (S.When, S.Loop, S.Pipeline)):  # the ops with a body
             yield from walk_ops(op.do)
 
 
@@ -152,6 +153,8 @@ class _Resolver:
         self.outer = _Scope(self.step_names())
         self.window_lines = {name: op.line for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)
                              for name in op.specs}  # for a helpful error when one is used outside
+        self.loop_lines = {name: op.line for op in walk_ops(sched.all_ops) if isinstance(op, S.Loop)
+                           for name in op.loop}
 
     def fail(self, line: int, msg: str, fix: str | None = None, known: Iterable[str] = (),
              name: str | None = None) -> None:
@@ -175,6 +178,8 @@ class _Resolver:
         # A pipeline's grid indices and blocks are local to it: unique within it and never
         # shadowing a schedule name, but two pipelines may use the same ones.
         for op in walk_ops(s.all_ops):
+            if isinstance(op, S.Loop):
+                self.check_names([("loop index", op.loop, lambda n, line=op.line: line)], dict(seen))
             if isinstance(op, S.Pipeline):
                 self.check_names([("pipeline grid index", op.pipeline, lambda n, line=op.line: line),
                                   ("pipeline block", op.specs, lambda n, specs=op.specs: specs[n].line)],
@@ -205,6 +210,7 @@ class _Resolver:
 
     def check_expr(self, e: E.Expr, allowed: set[str], line: int, what: str) -> None:
         for n in sorted(E.names(e) - allowed):
+            self.loop_index_hint(n, line, what)
             if n in self.s.let and "N" in allowed and "me" not in allowed:  # a shape or size: static only
                 uses = sorted(E.names(inline_static_lets(self.s, self.s.let[n])) - self.static_names())
                 self.fail(line, f"let `{n}` in {what} `{E.to_text(e)}` depends on {', '.join(f'`{u}`' for u in uses)}, "
@@ -212,6 +218,16 @@ class _Resolver:
                           fix=f"{what} may use N, params and lets of those only: compute `{n}` from them, "
                               "or write the size out")
             self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
+
+    def loop_index_hint(self, n: str, line: int, what: str) -> None:
+        """A loop index named where it is not in scope (a copy, a let, a size)."""
+        loop = self.loop_lines.get(n)
+        if loop is None:
+            return
+        fix = ("make it a template parameter: `name(k):` in `copies`, used as `start: name(k=" + n + ")`"
+               if what.startswith("copy") else f"use `{n}` inside the loop's `do:`")
+        self.fail(line, f"`{n}` in {what} is the index of the loop at line {loop}, which exists only inside "
+                        "that loop's body", fix=fix)
 
     def static_names(self) -> set[str]:
         """N, N_a, params and the lets of them only (`static_lets`): usable in shapes."""
@@ -353,10 +369,12 @@ class _Resolver:
             self.fail(line, f"`{ref.text()}` has {len(ref.indices)} indices but `{ref.name}` has rank {rank}",
                       fix=f"index at most {rank} dimensions (slots first, then shape)")
         for n in sorted(E.ref_names(ref) - scope.names):
+            self.loop_index_hint(n, line, role)
             self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=scope.names)
         return buf
 
-    def check_sem_ref(self, ref: E.Ref, line: int, kinds: tuple[str, ...], role: str) -> S.Semaphore:
+    def check_sem_ref(self, ref: E.Ref, line: int, kinds: tuple[str, ...], role: str,
+                      names: set[str] | None = None) -> S.Semaphore:
         sem = self.s.semaphores.get(ref.name)
         if sem is None:
             self.fail(line, f"unknown semaphore `{ref.name}` in {role}", known=self.s.semaphores)
@@ -367,8 +385,10 @@ class _Resolver:
             want = f"`{ref.name}[i{', j' if len(sem.shape) > 1 else ''}]`" if sem.shape else f"`{ref.name}`"
             self.fail(line, f"`{ref.text()}` must select one semaphore of shape {[E.to_text(d) for d in sem.shape]}",
                       fix=f"write {want}")
-        for n in sorted(E.ref_names(ref) - self.step_names()):
-            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=self.step_names())
+        names = self.step_names() if names is None else names
+        for n in sorted(E.ref_names(ref) - names):
+            self.loop_index_hint(n, line, role)
+            self.fail(line, f"unknown name `{n}` in `{ref.text()}`", known=names)
         return sem
 
     def check_writable(self, buf: S.Buffer, ref: E.Ref, line: int, scope: "_Scope | None" = None) -> None:
@@ -387,15 +407,29 @@ class _Resolver:
 
     def check_copies(self) -> None:
         for name, c in self.s.copies.items():
-            self.check_buffer_ref(c.src, c.line, f"copy `{name}` src")
-            dst = self.check_buffer_ref(c.dst, c.line, f"copy `{name}` dst")
+            taken = self.step_names() | set(self.s.buffers) | set(self.s.semaphores) | set(self.s.copies)
+            for a in c.args:
+                if not isinstance(a, str) or not a.isascii() or not a.isidentifier() or keyword.iskeyword(a):
+                    self.fail(c.line, f"`{a}` is not a valid name for a parameter of copy `{name}`",
+                              fix="use ASCII letters, digits and _, not starting with a digit, and not a Python "
+                                  "keyword")
+                if a in taken or a in ("min", "max", "barrier"):
+                    self.fail(c.line, f"parameter `{a}` of copy `{name}` shadows the schedule name `{a}`",
+                              fix="choose another parameter name: a template sees the schedule's names too")
+            if len(set(c.args)) != len(c.args):
+                self.fail(c.line, f"copy `{name}` lists a parameter twice: {', '.join(c.args)}",
+                          fix="give each template parameter once")
+            names = self.step_names() | set(c.args)
+            scope = _Scope(names)
+            self.check_buffer_ref(c.src, c.line, f"copy `{name}` src", scope)
+            dst = self.check_buffer_ref(c.dst, c.line, f"copy `{name}` dst", scope)
             self.check_writable(dst, c.dst, c.line)
             if c.remote:
-                self.check_expr(c.to, self.step_names(), c.line, f"copy `{name}` target")
-                self.check_sem_ref(c.send_sem, c.line, ("dma",), f"copy `{name}` send_sem")
-                self.check_sem_ref(c.recv_sem, c.line, ("dma",), f"copy `{name}` recv_sem")
+                self.check_expr(c.to, names, c.line, f"copy `{name}` target")
+                self.check_sem_ref(c.send_sem, c.line, ("dma",), f"copy `{name}` send_sem", names)
+                self.check_sem_ref(c.recv_sem, c.line, ("dma",), f"copy `{name}` recv_sem", names)
             else:
-                self.check_sem_ref(c.sem, c.line, ("dma",), f"copy `{name}` sem")
+                self.check_sem_ref(c.sem, c.line, ("dma",), f"copy `{name}` sem", names)
 
     def check_ops(self) -> None:
         bodies = [k.body for k in self.s.kernels.values()] if self.s.kernels else [self.s.body]
@@ -457,9 +491,9 @@ class _Resolver:
         try:
             for op in ops:
                 line, tag = op.line, op.tag
-                if isinstance(op, (S.When, S.Pipeline)):
-                    check("op_depth", depth, "the nesting depth of `when` and `pipeline` blocks", file=self.file,
-                          line=line, fix="combine nested guards with `and`")
+                if isinstance(op, (S.When, S.Loop, S.Pipeline)):
+                    check("op_depth", depth, "the nesting depth of `when`, `loop` and `pipeline` blocks",
+                          file=self.file, line=line, fix="combine nested guards with `and`")
                 if isinstance(op, S.When) and not op.do:
                     self.fail(line, "`when` has an empty `do:`", fix="give it at least one operation, or remove it")
                 if scope.pipeline is not None and not op.compute:
@@ -548,6 +582,23 @@ def _resolve_when(r: _Resolver, op: S.When, scope: _Scope) -> None:
     r.check_body(op.do, scope, r.depth + 1)
 
 
+@RESOLVE.register(S.Loop)
+def _resolve_loop(r: _Resolver, op: S.Loop, scope: _Scope) -> None:
+    for name, size in op.loop.items():
+        for n in sorted(E.names(size) - r.static_names() - set(r.s.let)):
+            r.loop_index_hint(n, op.line, f"loop size `{name}`")
+            r.fail(op.line, f"unknown name `{n}` in loop size `{name}` `{E.to_text(size)}`: a Python loop's "
+                            "count is fixed when the kernel is traced",
+                   fix="use N, params and lets of those only (for a count known only at run time, guard the "
+                       "body with `when:`)")
+        r.check_expr(size, r.static_names(), op.line, f"loop size `{name}`")
+        if name in scope.names:
+            r.fail(op.line, f"loop index `{name}` shadows the index of an enclosing loop",
+                   fix="give the inner loop its own index name")
+    inner = _Scope(scope.names | set(op.loop), scope.windows, scope.readonly, scope.pipeline)
+    r.check_body(op.do, inner, r.depth + 1)
+
+
 @RESOLVE.register(S.Pipeline)
 def _resolve_pipeline(r: _Resolver, op: S.Pipeline, scope: _Scope) -> None:
     r.check_pipeline(op, r.depth)
@@ -555,10 +606,26 @@ def _resolve_pipeline(r: _Resolver, op: S.Pipeline, scope: _Scope) -> None:
 
 @RESOLVE.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)
 def _resolve_copy_op(r: _Resolver, op: S.Op, scope: _Scope) -> None:
-    key, cname = op.tag, op.copy_name
+    key, cname, use = op.tag, op.copy_name, op.copy_use
     copy = r.s.copies.get(cname)
     if copy is None:
         r.fail(op.line, f"`{key}: {cname}` names no copy", known=r.s.copies, name=cname)
+    given = [a for a, _ in use.args]
+    if len(set(given)) != len(given):
+        r.fail(op.line, f"`{key}: {use}` binds an argument twice", fix="give each template argument once")
+    unknown = [a for a in given if a not in copy.args]
+    missing = [a for a in copy.args if a not in given]
+    signature = f"{cname}({', '.join(copy.args)})" if copy.args else cname
+    if unknown:
+        r.fail(op.line, f"`{key}: {use}` binds `{unknown[0]}`, which is no parameter of copy `{signature}`",
+               fix=f"write `{key}: {cname}`" if not copy.args else
+               f"bind its parameters: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
+    if missing:
+        r.fail(op.line, f"`{key}: {use}` leaves parameter `{missing[0]}` of the copy template "
+                        f"`{signature}` unbound",
+               fix=f"bind every parameter: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
+    for a, e in use.args:
+        r.check_expr(e, scope.names, op.line, f"argument `{a}` of `{key}: {cname}`")
     if "send" not in op.copy_halves or "recv" not in op.copy_halves:  # one half: remote copies only
         if not copy.remote:
             r.fail(op.line, f"`{key}` applies to remote copies; `{cname}` is local", fix=f"use `wait: {cname}`")

@@ -8,6 +8,9 @@ pydantic at its exact location. Name resolution happens afterwards, in `resolve.
 
 from __future__ import annotations
 
+import ast
+import re
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainSerializer,
@@ -16,11 +19,11 @@ from pydantic.json_schema import SkipJsonSchema
 
 from . import expr as E
 
-__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES", "RAGGED_DATA", "Collective",
-           "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv",
-           "Signal", "SemWait", "Barrier", "Zero", "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec",
-           "Pipeline", "When", "OPS", "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel",
-           "Schedule"]
+__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES",
+           "RAGGED_DATA", "Collective", "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "CopyUse", "CopyUseT",
+           "copy_key", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv", "Signal", "SemWait", "Barrier", "Zero",
+           "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec", "Pipeline", "When", "Loop", "OPS", "OP_KEYS",
+           "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel", "Schedule"]
 
 
 def _parse_expr(v: Any) -> E.Expr:
@@ -191,7 +194,16 @@ class Copy(Node):
     """An async copy descriptor. With `to` it is a remote DMA (`make_async_remote_copy`)
     with `send_sem` and `recv_sem`; without, a local DMA (`make_async_copy`) with `sem`.
     Ops `start`, `wait_send`, `wait_recv` and `wait` refer to it by name. Like the Pallas
-    descriptor, it is evaluated where it is used: its indices may depend on the step."""
+    descriptor, it is evaluated where it is used: its indices may depend on the step.
+
+    A template (`args`, or the key spelled `push(k)`) is a Python function returning a
+    descriptor: every use binds its arguments (`start: push(k=step + 1)`), so the
+    descriptor of another micro-batch or of the previous loop iteration is the same copy
+    with other arguments (`wait: push(k=i - 1)`)."""
+    args: list[str] = Field(default_factory=list, description="template parameters, bound by every use: "
+                                                               "`start: push(k=step + 1)`")
+    self_copy: bool = Field(False, description="remote copies only: the target may be this device itself, "
+                                               "on purpose (no `self_target` warning)")
     src: RefT
     dst: RefT
     to: ExprT | None = Field(None, description="target device along the axis, e.g. right, left, (me + 2) % N")
@@ -206,11 +218,71 @@ class Copy(Node):
                 raise ValueError("a remote copy (with `to`) needs `send_sem` and `recv_sem`, and no `sem`")
         elif self.sem is None or self.send_sem is not None or self.recv_sem is not None:
             raise ValueError("a local copy (without `to`) needs `sem`, and no `send_sem`/`recv_sem`")
+        if self.self_copy and self.to is None:
+            raise ValueError("`self_copy` applies to remote copies (with `to`); a local copy always stays here")
         return self
+
+    @property
+    def explicit_self(self) -> bool:
+        """Whether the author says the target may be this device: `self_copy: true`, or
+        `to: me` written out."""
+        return self.self_copy or self.to == E.Var("me")
 
     @property
     def remote(self) -> bool:
         return self.to is not None
+
+
+def copy_key(key: str) -> tuple[str, list[str]] | None:
+    """A copy table key spelled as a template, `push(k)` or `push(k, j)`: (name, args);
+    None if the key is not of that form (a plain name)."""
+    m = _TEMPLATE_KEY.fullmatch(key) if isinstance(key, str) else None
+    if m is None:
+        return None
+    args = [a.strip() for a in m.group(2).split(",")] if m.group(2).strip() else []
+    return m.group(1), args
+
+
+_TEMPLATE_KEY = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*")
+
+
+@dataclass(frozen=True)
+class CopyUse:
+    """The copy a copy op names, and the template arguments it binds: `push` or
+    `push(k=step + 1)` (every argument by keyword, an integer expression)."""
+    name: str
+    args: tuple[tuple[str, E.Expr], ...] = ()
+
+    def __str__(self) -> str:
+        if not self.args:
+            return self.name
+        return f"{self.name}({', '.join(f'{k}={E.to_text(v)}' for k, v in self.args)})"
+
+    @staticmethod
+    def parse(v: Any) -> "CopyUse":
+        if isinstance(v, CopyUse):
+            return v
+        if not isinstance(v, str):
+            raise ValueError(f"expected a copy name, or a template use like `push(k=step + 1)`, got {v!r}")
+        text = v.strip()
+        if "(" not in text:
+            return CopyUse(text)
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            tree = None
+        if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and not tree.args
+                and all(k.arg is not None for k in tree.keywords)):
+            raise E.ExprError(f"`{text}` is not a copy use: write the copy's name, or `name(arg=expr, ...)` "
+                              "with every argument by keyword", fix="e.g. `start: push(k=step + 1)`")
+        args = tuple((k.arg, E.parse(ast.get_source_segment(text, k.value))) for k in tree.keywords)
+        return CopyUse(tree.func.id, args)
+
+
+CopyUseT = Annotated[
+    Any, PlainValidator(CopyUse.parse), PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "description": "a copy's name, or a template's use: `push(k=step + 1)`"}),
+]
 
 
 # ------------------------------------------------------------------ operations
@@ -243,6 +315,11 @@ class OpNode(Node):
     @property
     def copy_name(self) -> str | None:
         """The copy a copy op starts or waits for (its tag's value), else None."""
+        return getattr(self, self.tag).name if self.copy_halves else None
+
+    @property
+    def copy_use(self) -> "CopyUse | None":
+        """A copy op's copy and the template arguments it binds, else None."""
         return getattr(self, self.tag) if self.copy_halves else None
 
     def refs(self, role: str) -> list[E.Ref]:
@@ -261,7 +338,7 @@ class Start(OpNode):
     writes: ClassVar[tuple[str, ...]] = ("dst",)
     sems: ClassVar[tuple[str, ...]] = ("send_sem", "recv_sem", "sem")
     copy_halves: ClassVar[tuple[str, ...]] = ("send", "recv")
-    start: str
+    start: CopyUseT
 
 
 class Wait(OpNode):
@@ -269,7 +346,7 @@ class Wait(OpNode):
     tag: ClassVar[str] = "wait"
     sems: ClassVar[tuple[str, ...]] = ("send_sem", "recv_sem", "sem")
     copy_halves: ClassVar[tuple[str, ...]] = ("send", "recv")
-    wait: str
+    wait: CopyUseT
 
 
 class WaitSend(OpNode):
@@ -277,7 +354,7 @@ class WaitSend(OpNode):
     tag: ClassVar[str] = "wait_send"
     sems: ClassVar[tuple[str, ...]] = ("send_sem",)
     copy_halves: ClassVar[tuple[str, ...]] = ("send",)
-    wait_send: str
+    wait_send: CopyUseT
 
 
 class WaitRecv(OpNode):
@@ -285,7 +362,7 @@ class WaitRecv(OpNode):
     tag: ClassVar[str] = "wait_recv"
     sems: ClassVar[tuple[str, ...]] = ("recv_sem",)
     copy_halves: ClassVar[tuple[str, ...]] = ("recv",)
-    wait_recv: str
+    wait_recv: CopyUseT
 
 
 class Signal(OpNode):
@@ -406,8 +483,20 @@ class When(OpNode):
     do: list["Op"]
 
 
+class Loop(OpNode):
+    """A Python loop in the kernel (`for i in range(N - 1):`, as hand-written kernels
+    without a grid do): `do` runs once per point of the loop's own indices (the key's
+    value, row-major; sizes use N, params and static lets only), unrolled when the kernel
+    is traced. The indices are plain integers there, so a `when:` on them is a Python `if`.
+    Consecutive loops are the phases of a kernel (prologue, steady state, drain)."""
+    tag: ClassVar[str] = "loop"
+    loop: Annotated[dict[str, ExprT], BeforeValidator(_strip_line)] = Field(min_length=1)
+    phase: str | None = Field(None, description="a name for this loop in messages, e.g. `drain`")
+    do: list["Op"] = Field(min_length=1)
+
+
 # Every op class, in the order the YAML error message lists their keys. The single list.
-OPS: tuple[type[OpNode], ...] = (When, Start, Wait, WaitSend, WaitRecv, Signal, SemWait, Barrier, Zero,
+OPS: tuple[type[OpNode], ...] = (When, Loop, Start, Wait, WaitSend, WaitRecv, Signal, SemWait, Barrier, Zero,
                                  Accumulate, Assign, Cast, Matmul, Pipeline)
 OP_KEYS: tuple[str, ...] = tuple(c.tag for c in OPS)
 # Ops allowed inside a pipeline body: the inner kernel only computes on its blocks.
@@ -433,6 +522,7 @@ Op = Annotated[
 ]
 
 When.model_rebuild()
+Loop.model_rebuild()
 Pipeline.model_rebuild()
 
 
@@ -465,6 +555,15 @@ def _schema_shorthands(schema: dict[str, Any]) -> None:
                                               sems["additionalProperties"]]}
 
 
+def _template_entry(key: Any, c: Any) -> tuple[Any, Any]:
+    parsed = copy_key(key)
+    if parsed is None or not isinstance(c, dict):
+        return key, c
+    if "args" in c:
+        raise ValueError(f"copy `{key}` gives its template parameters twice (in the key and in `args`)")
+    return parsed[0], {**c, "args": parsed[1]}
+
+
 class Schedule(Node):
     """A collective as a step-by-step SPMD schedule. Every device runs `body` once per
     point of `grid`, in row-major order, with `me` its index over `axes` (row-major)."""
@@ -487,7 +586,9 @@ class Schedule(Node):
         "`ringc check --data` verifies the schedule for samples of them"))
     semaphores: dict[str, Semaphore] = {}
     barrier: BarrierConfig | None = None
-    grid: dict[str, ExprT] = Field(min_length=1)
+    grid: dict[str, ExprT] = Field(default_factory=dict, description=(
+        "the Pallas grid (row-major); omit it for a kernel without one, whose body runs once "
+        "(with `loop:` blocks for Python loops)"))
     let: dict[str, ExprT] = {}
     copies: dict[str, Copy] = {}
     body: list[Op] = Field([], description="the ops every device runs at every grid point (one "
@@ -534,6 +635,13 @@ class Schedule(Node):
         if isinstance(v, dict):
             v = {k: ({n: x for n, x in t.items() if n != "__line__"}
                      if k in _NAME_TABLES and isinstance(t, dict) else t) for k, t in v.items()}
+            if isinstance(v.get("copies"), dict):  # `push(k): {...}` is `push: {args: [k], ...}`
+                entries = [_template_entry(k, c) for k, c in v["copies"].items()]
+                names = [k for k, _ in entries]
+                twice = sorted({k for k in names if names.count(k) > 1})
+                if twice:
+                    raise ValueError(f"copy `{twice[0]}` is declared twice (once as a template `{twice[0]}(...)`)")
+                v["copies"] = dict(entries)
         return v
 
     _file: str = PrivateAttr("<schedule>")

@@ -111,6 +111,7 @@ class Interpreter:
         self.device = device
         self.coords = coords
         self.axis_sizes = axis_sizes
+        self.own_vecs: list = []  # `axis_index` results as read, evaluating every device at once
         self.point: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.barrier: SemRef | None = None
@@ -421,7 +422,19 @@ def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
                           "use the mesh's axis names")
         c = it.coords[a]
         idx = idx * it.axis_sizes[a] + (c.a if type(c) is Vec else c)
-    return [vec(np.asarray(idx, np.int32)) if isinstance(idx, np.ndarray) else idx]
+    if isinstance(idx, np.ndarray):  # every device at once: remember this value as the own index
+        own = vec(np.asarray(idx, np.int32))
+        it.own_vecs.append(own)
+        return [own]
+    return [OwnIndex(idx)]
+
+
+class OwnIndex(int):
+    """`lax.axis_index` as read: a DMA whose device id is made of these alone targets its
+    own device on purpose (`device_id=my_id`), an explicit self-copy (no `self_target`
+    warning). Arithmetic on it gives a plain int, so a computed target stays implicit.
+    (Evaluating every device at once, the index is a `Vec`: the interpreter keeps those
+    objects in `own_vecs`, and arithmetic on them makes new ones.)"""
 
 
 @rule("psum", doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
@@ -692,8 +705,10 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
                          sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
     target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
+    parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
+    explicit = all(isinstance(p, OwnIndex) or any(p is o for o in it.own_vecs) for p in parts)
     it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
-                     sem_id(it, dst_sem, target, "the receive semaphore")), target)
+                     sem_id(it, dst_sem, target, "the receive semaphore"), explicit_self=explicit), target)
     return []
 
 
@@ -1168,7 +1183,7 @@ class Sink:
         raise NotImplementedError
 
 
-__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "user_location", "store_actions", "pure_rule",
+__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
            "BARRIER"]
 
 

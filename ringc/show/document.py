@@ -30,8 +30,9 @@ def document(e: Estimate, device: int = 0) -> str:
         f"chip {hw.chip.name}, V = {size_text(e.bound.volume)} ({params}).",
         "## Overview",
         overview,
-        f"**Grid:** {grid}, row-major: every device runs the body once per grid point "
-        f"({len({ev.point for ev in program.devices[0]})} points at N = {n}).",
+        (f"**Grid:** {grid}, row-major: every device runs the body once per grid point "
+         f"({len({ev.point for ev in program.devices[0]})} points at N = {n})." if s.grid else
+         "**Grid:** none: every device runs the body once (its `loop:`s unrolled, as a kernel's Python loops are)."),
         "## Memory Hierarchy",
         "Buffers by memory space (HBM blue, VMEM orange); edges are the schedule's copies and compute ops.",
         _fence(mermaid.memory_diagram(s, program)),

@@ -78,6 +78,7 @@ class DmaStart:
     dst: Region
     send_sem: SemId | None  # None for a local copy
     recv_sem: SemId         # the local copy's only semaphore
+    explicit_self: bool = False  # the author says the target may be the sender (`self_copy`, `to: me`)
 
     @property
     def remote(self) -> bool:
@@ -149,7 +150,7 @@ class Event:
     line: int                  # YAML line of the op
     action: Action
     invocation: int = 0        # which back-to-back kernel call (--invocations)
-    inner: tuple[tuple[str, int], ...] = ()  # the grid point of a nested pipeline, if inside one
+    inner: tuple[tuple[str, int], ...] = ()  # the indices of the loops and nested pipeline around it
 
 
 @dataclass
@@ -192,8 +193,8 @@ class Program:
     def where(self, ev: Event) -> str:
         """`device 2, step=3 phase=1 (line 41)` — the location users read in findings."""
         pt = " ".join(f"{n}={v}" for n, v in zip(self.grid_names, ev.point))
-        if ev.inner:
-            pt += " [pipeline " + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"
+        if ev.inner:  # the indices of the loops and the pipeline around it
+            pt = " ".join([*([pt] if pt else []), "[" + " ".join(f"{n}={v}" for n, v in ev.inner) + "]"])
         call = f"call {ev.invocation + 1}" if ev.invocation else ""
         if self.call_names is not None and ev.invocation < len(self.call_names):
             call = f"call {ev.invocation + 1} (`{self.call_names[ev.invocation]}`)"

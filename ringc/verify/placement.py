@@ -381,8 +381,9 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
                                   "is a `% N` missing?", event=ev))
             continue
         if target == ev.device:
-            if isinstance(ev.action, DmaStart) and once("self", ev):
-                findings.append(Finding("self_target", f"{what} sends to its own device; use a local copy",
+            if isinstance(ev.action, DmaStart) and not ev.action.explicit_self and once("self", ev):
+                findings.append(Finding("self_target", f"{what} sends to its own device; use a local copy, or "
+                                        "say it is meant with `self_copy: true` on the copy",
                                         severity="warning", event=ev))
             continue
         src, dst = placement.coord(base, ev.device), placement.coord(base, target)

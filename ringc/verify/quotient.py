@@ -441,7 +441,7 @@ def _incoming(program: Program, rot: Rotator) -> list[Event]:
         if isinstance(a, DmaStart) and a.remote:
             delta = rot.torus.neg(a.dst.device)
             moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
-                             (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]))
+                             (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]), a.explicit_self)
             out.append(Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner))
     return out
 

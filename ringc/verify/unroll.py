@@ -57,9 +57,10 @@ def node_inputs(sched: S.Schedule, node: Any) -> tuple[tuple[str, ...], tuple[st
         nodes = [node]
     else:
         nodes = [getattr(node, f) for f in type(node).model_fields if f != "line"]
-        if getattr(node, "copy_halves", ()):  # a copy op: its copy's fields too
+        if getattr(node, "copy_halves", ()):  # a copy op: its copy's fields and template arguments too
             c = sched.copies[node.copy_name]
             nodes += [getattr(c, f) for f in type(c).model_fields if f != "line"]
+            nodes += [e for _, e in node.copy_use.args]
     names: set[str] = set()
     refs: set[str] = set()
     for part in nodes:
@@ -94,7 +95,10 @@ class _Context:
         self.itemsize = {name: itemsize(sched.dtype_of(name)) for name in sched.buffers}
         # Nested pipelines: their grids, and their VMEM blocks as double-buffered windows.
         self.pipeline_grids: dict[int, tuple[int, ...]] = {}
+        self.loop_sizes: dict[int, tuple[int, ...]] = {}  # a `loop`'s extents
         for op in walk_ops(sched.all_ops):
+            if isinstance(op, S.Loop):
+                self.loop_sizes[id(op)] = self._shape(list(op.loop.values()), "loop size", op.line, minimum=0)
             if isinstance(op, S.Pipeline):
                 self.pipeline_grids[id(op)] = tuple(self._grid_size(op, name, size) for name, size in op.pipeline.items())
                 for name, window in pipeline_windows(sched, op).items():
@@ -121,9 +125,10 @@ class _Context:
         barriers' signals to every device."""
         s = self.s
         outer = prod(self.grid) * (2 if s.megacore else 1)
+        repeats = self.repeats()  # how often each op runs per grid point (loops multiply)
         called = [op for _, body in s.calls for op in body]  # each call's ops (a split-phase program's)
         pipelines = [op for op in walk_ops(called) if isinstance(op, S.Pipeline)]
-        inner = sum(prod(self.pipeline_grids[id(op)]) for op in pipelines)
+        inner = sum(repeats[id(op)] * prod(self.pipeline_grids[id(op)]) for op in pipelines)
         limits.check("grid_points", outer * (1 + inner), f"the grid points per device (N={self.n})",
                      file=s.file, line=s.line_of("grid"), fix="choose smaller parameters (--param k=v) or N")
         nested = {id(o) for op in pipelines for o in walk_ops(op.do)}
@@ -133,10 +138,10 @@ class _Context:
                 return 4 * (len(op.barrier) + 1)
             return max(len(op.to), 1) if isinstance(op, S.Signal) else 2
 
-        per_point = sum(weight(op) for op in walk_ops(called) if id(op) not in nested
+        per_point = sum(repeats[id(op)] * weight(op) for op in walk_ops(called) if id(op) not in nested
                         and not isinstance(op, S.Pipeline))
-        per_point += sum(prod(self.pipeline_grids[id(op)]) * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do))))
-                         for op in pipelines)
+        per_point += sum(repeats[id(op)] * prod(self.pipeline_grids[id(op)])
+                         * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do)))) for op in pipelines)
         # entry and exit write every buffer; without `barrier:`, back-to-back calls add
         # Pallas' device barrier, a signal to every device
         barrier = self.n if (invocations > 1 and s.barrier is None) or s.kernels else 0
@@ -147,6 +152,21 @@ class _Context:
                      f"{per_point} per point, N={self.n}), counted from above,", file=s.file,
                      line=s.line_of("body"), fix="check fewer devices or invocations, or choose smaller parameters")
         return events
+
+    def repeats(self) -> dict[int, int]:
+        """For each op (by id), how many times it runs per grid point: the product of the
+        sizes of the loops around it (1 outside loops)."""
+        out: dict[int, int] = {}
+
+        def visit(ops: list[S.Op], times: int) -> None:
+            for op in ops:
+                out[id(op)] = times
+                if isinstance(op, S.Loop):
+                    visit(op.do, times * prod(self.loop_sizes[id(op)]))
+                elif isinstance(op, (S.When, S.Pipeline)):
+                    visit(op.do, times)
+        visit(self.s.all_ops, 1)
+        return out
 
     def _grid_size(self, op: S.Pipeline, name: str, size: E.Expr) -> int:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
@@ -167,7 +187,10 @@ class _Context:
         return self._shape([size], f"pipeline grid `{name}`", op.line)[0]
 
     def _shape(self, dims: list[E.Expr], what: str, line: int,
-               fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly") -> tuple[int, ...]:
+               fix: str = "choose parameters (--param k=v) or N so that the shape divides exactly",
+               minimum: int = 1) -> tuple[int, ...]:
+        """Evaluate sizes for this N; each at least `minimum` (a loop may run 0 times, as
+        `range(0)` does)."""
         out = []
         for d in dims:
             try:  # a static let in a shape is inlined: its divisions are exact too
@@ -176,9 +199,10 @@ class _Context:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
                 raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
                                     fix=getattr(e, "fix", None) or fix) from None
-            if v <= 0:
-                raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is not positive (N={self.n})",
-                                    file=self.s.file, line=line, fix="sizes must be at least 1")
+            if v < minimum:
+                raise ScheduleError(f"{what}: `{E.to_text(d)}` = {v} is {'negative' if minimum == 0 else 'not positive'} "
+                                    f"(N={self.n})", file=self.s.file, line=line,
+                                    fix=f"sizes must be at least {minimum}")
             out.append(int(v))
         return tuple(out)
 
@@ -336,6 +360,26 @@ class Unroller:
         self.same_shape(src, dst, line, f"copy `{name}`")
         return c, src, dst
 
+    def bind(self, use: S.CopyUse, line: int) -> dict[str, Any]:
+        """The names a copy's fields see where `use` names it: the current ones, with the
+        template's parameters bound to the use's arguments (evaluated here)."""
+        if not use.args:
+            return self.env
+        return {**self.env, **{a: self.value(e, line) for a, e in use.args}}
+
+    def loop(self, op: S.Loop, out: list[Event], inv: int) -> None:
+        """A Python loop of the kernel, unrolled: `do` at every point of its indices in
+        row-major order, the indices bound (and shown in messages) like grid indices."""
+        outer_env, outer_inner = self.env, self.inner
+        shown = [f"{op.phase} {n}" if op.phase and not k else n for k, n in enumerate(op.loop)]  # `drain i`
+        try:
+            for pt in itertools.product(*(range(g) for g in self.ctx.loop_sizes[id(op)])):
+                self.env = {**outer_env, **dict(zip(op.loop, pt))}
+                self.inner = (*outer_inner, *zip(shown, pt))
+                self.walk(op.do, out, inv)
+        finally:
+            self.env, self.inner = outer_env, outer_inner
+
     def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
         for op in ops:
             UNROLL[type(op)](self, op, out, invocation)
@@ -415,7 +459,8 @@ class Unroller:
             self.emit(out, SemWait((self.device, f"{ids[name]}#{side}", (slot,)), nbytes, "wait", ids[name]),
                       spec.line, inv)
 
-        self.inner = tuple(zip(op.pipeline, points[0]))
+        around = self.inner  # the indices of loops around the pipeline
+        self.inner = (*around, *zip(op.pipeline, points[0]))
         for name in op.specs:  # fresh VMEM windows hold garbage
             shape = self.ctx.shapes[ids[name]]
             full = Region(ids[name], self.device, tuple((0, d) for d in shape), tuple(range(len(shape))),
@@ -424,7 +469,7 @@ class Unroller:
         for name in op.inputs:
             dma(name, "in", 0)
         for t, pt in enumerate(points):
-            self.inner = tuple(zip(op.pipeline, pt))
+            self.inner = (*around, *zip(op.pipeline, pt))
             for name in op.inputs:
                 if t < last and changes(name, t, t + 1):
                     dma(name, "in", t + 1)
@@ -448,7 +493,7 @@ class Unroller:
                     slots[name]["wait"] ^= 1
         for name in op.outputs:
             wait(name, "out")
-        self.inner = ()
+        self.inner = around
 
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
@@ -699,6 +744,11 @@ def _unroll_when(u: Unroller, op: S.When, out: list[Event], invocation: int) -> 
         u.walk(op.do, out, invocation)
 
 
+@UNROLL.register(S.Loop)
+def _unroll_loop(u: Unroller, op: S.Loop, out: list[Event], invocation: int) -> None:
+    u.loop(op, out, invocation)
+
+
 @UNROLL.register(S.Pipeline)
 def _unroll_pipeline(u: Unroller, op: S.Pipeline, out: list[Event], invocation: int) -> None:
     u.pipeline(op, out, invocation)
@@ -707,30 +757,38 @@ def _unroll_pipeline(u: Unroller, op: S.Pipeline, out: list[Event], invocation: 
 @UNROLL.register(S.Start)
 @actions_rule
 def _start(u: Unroller, op: S.Start) -> list[tuple[Action, int | None]]:
-    line = op.line
-    c, src, dst = u.copy_parts(op.start, line)
-    if c.remote:
-        target = u.target(c.to, line)
-        dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
-        return [(DmaStart(op.start, src, dst_on_target, u.sem(c.send_sem, u.device, line),
-                          u.sem(c.recv_sem, target, line)), target)]
-    return [(DmaStart(op.start, src, dst, None, u.sem(c.sem, u.device, line)), None)]
+    line, name = op.line, op.copy_name
+    outer, u.env = u.env, u.bind(op.start, line)
+    try:
+        c, src, dst = u.copy_parts(name, line)
+        if c.remote:
+            target = u.target(c.to, line)
+            dst_on_target = Region(dst.buffer, target, dst.box, dst.kept, dst.itemsize)
+            return [(DmaStart(name, src, dst_on_target, u.sem(c.send_sem, u.device, line),
+                              u.sem(c.recv_sem, target, line), explicit_self=c.explicit_self), target)]
+        return [(DmaStart(name, src, dst, None, u.sem(c.sem, u.device, line)), None)]
+    finally:
+        u.env = outer
 
 
 @UNROLL.register(S.Wait, S.WaitSend, S.WaitRecv)
 @actions_rule
 def _wait(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
     line, key, name = op.line, op.tag, op.copy_name
-    c, src, dst = u.copy_parts(name, line)
-    if not c.remote:
-        return [(SemWait(u.sem(c.sem, u.device, line), dst.nbytes, "wait", name), None)]
-    out: list[tuple[Action, int | None]] = []
-    # Pallas' descriptor.wait() is wait_send() then wait_recv().
-    if "send" in op.copy_halves:
-        out.append((SemWait(u.sem(c.send_sem, u.device, line), src.nbytes, "wait_send", name), None))
-    if "recv" in op.copy_halves:
-        out.append((SemWait(u.sem(c.recv_sem, u.device, line), dst.nbytes, "wait_recv", name), None))
-    return out
+    outer, u.env = u.env, u.bind(op.copy_use, line)
+    try:
+        c, src, dst = u.copy_parts(name, line)
+        if not c.remote:
+            return [(SemWait(u.sem(c.sem, u.device, line), dst.nbytes, "wait", name), None)]
+        out: list[tuple[Action, int | None]] = []
+        # Pallas' descriptor.wait() is wait_send() then wait_recv().
+        if "send" in op.copy_halves:
+            out.append((SemWait(u.sem(c.send_sem, u.device, line), src.nbytes, "wait_send", name), None))
+        if "recv" in op.copy_halves:
+            out.append((SemWait(u.sem(c.recv_sem, u.device, line), dst.nbytes, "wait_recv", name), None))
+        return out
+    finally:
+        u.env = outer
 
 
 @UNROLL.register(S.Signal)
