@@ -15,6 +15,8 @@ over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 | `all_to_all`   | `lax.all_to_all(x, axis, 0, 0)` (tiled=False)                     | x has leading dim N; out[j] = device j's x[me]       |
 | `all_gather_matmul` | `lax.all_gather(x, axis) @ y`                                | x [m, k], y [k, n]; out[j] = device j's x @ my y     |
 | `matmul_psum_scatter` | `lax.psum_scatter(x @ y, axis)`                            | x [N, m, k], y [k, n]; out = sum over j of x_j[me] @ y_j |
+| `all_gather_matmul_t` | `lax.all_gather(x, axis) @ y.T`                            | x [m, k], y [n, k]; out[j] = device j's x @ my y^T   |
+| `matmul_psum_scatter_t` | `lax.psum_scatter(x @ y.T, axis)`                        | x [N, m, k], y [n, k]; out = sum over j of x_j[me] @ y_j^T |
 
 The matmul collectives multiply with float32 accumulation and sum in float32, then
 round once to the output's dtype. `y` is `collective.rhs`.

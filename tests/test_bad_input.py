@@ -454,3 +454,29 @@ def test_what_yaml_still_reads_as_a_boolean_or_number_names_the_key_and_cause(tm
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line_of(text, at), says=says)
     assert "fix: quote it" in o.err
+
+
+# ----------------------------------------------------------------------- issue 13: compute and types
+
+AGMT = REPO / "schedules" / "all_gather_matmul_t.yaml"
+
+
+@pytest.mark.parametrize("old,new,says", [
+    # y's blocks stay [bn, bk], contracted on the wrong dim: 128 columns against 16 rows
+    ("            contract: [1, 1]", "            contract: [0, 1]", "the dims `contract: [0, 1]` multiplies together"),
+    ("            contract: [1, 1]", "            contract: [1, 2]", "contract: [1, 2] is not two dims of 2-D blocks"),
+])
+def test_matmul_dimension_numbers_are_refused_at_the_matmul(tmp_path, old, new, says):
+    text = edited(AGMT, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "2"])
+    # the contract line itself, or the matmul's when the shapes show it (at unrolling)
+    assert_refused(o, line_of(text, new if "[1, 2]" in new else "- matmul: acc"), says=says)
+    assert "fix:" in o.err
+
+
+def test_an_assign_between_element_types_is_refused_naming_the_cast(tmp_path):
+    """bfloat16 output blocks, a float32 accumulator: storing it takes a `cast`."""
+    text = edited(AGMT, "              - cast: o       # float32 into bfloat16, once", "              - assign: o")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "2"])
+    assert_refused(o, line_of(text, "- assign: o"), says="assign copies `acc` (float32) into `o` (bfloat16)")
+    assert "fix: use `cast: o` to convert" in o.err

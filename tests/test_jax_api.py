@@ -123,12 +123,13 @@ def test_grad_of_each_collective_matches_lax(path, shape, spec, fn):
 TEXT_SHAPES = {"ppermute": ((3, 4), None, (3, 4)), "psum": ((3, 4), None, (3, 4)),
                "all_gather": ((3, 4), None, (3, 3, 4)), "psum_scatter": ((3, 3, 4), None, (3, 4)),
                "all_to_all": ((3, 3, 4), None, (3, 3, 4)), "all_gather_matmul": ((3, 4), (4, 5), (3, 3, 5)),
-               "matmul_psum_scatter": ((3, 3, 4), (4, 5), (3, 5))}
+               "matmul_psum_scatter": ((3, 3, 4), (4, 5), (3, 5)),
+               "all_gather_matmul_t": ((3, 4), (5, 4), (3, 3, 5)), "matmul_psum_scatter_t": ((3, 3, 4), (5, 4), (3, 5))}
 
 
 # The default suite checks the collectives whose backward pass no interpret-mode test above
 # runs (the rest run end to end there); all of them under slow. One compile per group.
-@pytest.mark.parametrize("kinds", [("all_gather", "all_to_all", "psum"),
+@pytest.mark.parametrize("kinds", [("all_gather", "all_to_all", "psum", "all_gather_matmul_t", "matmul_psum_scatter_t"),
                                    pytest.param(tuple(TEXT_SHAPES), marks=pytest.mark.slow)])
 def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
     """Collectives' source text (what emitted modules run) against their `lax` call and

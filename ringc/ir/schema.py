@@ -63,8 +63,10 @@ class Node(BaseModel):
 # ------------------------------------------------------------------ declarations
 
 CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
-                         "all_gather_matmul", "matmul_psum_scatter"]
-MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter")
+                         "all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t",
+                         "matmul_psum_scatter_t"]
+# The `_t` kinds multiply by y transposed (y stored [n, k]: x @ y^T).
+MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t", "matmul_psum_scatter_t")
 
 
 class Collective(Node):
@@ -309,11 +311,25 @@ class Cast(OpNode):
     src: RefT
 
 
+def _contract(v: Any) -> Any:
+    """`contract: [i, j]`: one dim of each 2-D operand, each 0 or 1."""
+    if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(type(d) is int and d in (0, 1) for d in v)):
+        raise E.ExprError(f"contract: {v!r} is not two dims of 2-D blocks (each 0 or 1): the dim of `a` and the "
+                          "dim of `b` multiplied together",
+                          fix="write `contract: [1, 0]` for a @ b (the default) or `contract: [1, 1]` for a @ b.T")
+    return tuple(v)
+
+
 class Matmul(OpNode):
     """`dst = a @ b` (or `dst += a @ b` with `accumulate`) on 2-D VMEM blocks, multiplied
     with float32 accumulation (`jnp.dot(..., preferred_element_type=float32)`). A
     `(bm, bn, bk)` blocking is a grid over blocks of this op: zero the accumulator at the
-    first k block, accumulate, cast it out at the last."""
+    first k block, accumulate, cast it out at the last.
+
+    `contract: [i, j]` are its dimension numbers: dim i of `a` is contracted with dim j of
+    `b`, as `lax.dot_general(a, b, (((i,), (j,)), ((), ())))`; the default [1, 0] is
+    `a @ b`, [1, 1] is `a @ b.T` (the collective matmuls of production kernels keep y as
+    [n, k]). The result's dims are a's free dim, then b's."""
     tag: ClassVar[str] = "matmul"
     compute: ClassVar[bool] = True
     reads: ClassVar[tuple[str, ...]] = ("a", "b")
@@ -322,6 +338,15 @@ class Matmul(OpNode):
     a: RefT
     b: RefT
     accumulate: bool = Field(False, description="add the product to dst instead of overwriting it")
+    contract: Annotated[tuple[Literal[0, 1], Literal[0, 1]], BeforeValidator(_contract), WithJsonSchema({
+        "type": "array", "items": {"enum": [0, 1]}, "minItems": 2, "maxItems": 2})] = Field(
+        (1, 0), description="dimension numbers: the dim of `a` contracted with the dim of `b`, as "
+                            "lax.dot_general's (((i,), (j,)), ((), ())); [1, 0] is a @ b, [1, 1] is a @ b.T")
+
+    @property
+    def transposed(self) -> bool:
+        """Whether this is not the plain `a @ b`."""
+        return tuple(self.contract) != (1, 0)
 
 
 class BlockSpec(Node):

@@ -108,7 +108,8 @@ class Signal:
 @dataclass(frozen=True)
 class Compute:
     """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
-    dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
+    dst's type), matmul (dst = src @ rhs, or += with `accumulate`; `contract`
+    names the contracted dims, as lax.dot_general's). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
     VMEM blocks hold garbage), and `exit` (the caller takes the memory back). `opaque`: an
     imported Pallas kernel writes data the model does not follow (its own arithmetic); `load`:
@@ -119,6 +120,13 @@ class Compute:
     rhs: Region | None = None
     accumulate: bool = False
     base: Region | None = None   # accumulate: dst = base + src
+    contract: tuple[int, int] = (1, 0)  # matmul: the contracted dims of src and rhs ((1, 1): src @ rhs.T)
+
+    @property
+    def product_text(self) -> str:
+        """A matmul's product as text: `a @ b`, `a @ b.T`, `a.T @ b`."""
+        ca, cb = self.contract
+        return f"{self.src.text()}{'' if ca == 1 else '.T'} @ {self.rhs.text()}{'' if cb == 0 else '.T'}"
 
     @property
     def reads(self) -> tuple[Region, ...]:

@@ -681,11 +681,15 @@ def _matmul(u: Unroller, op: S.Matmul) -> list[tuple[Action, int | None]]:
         if len(r.shape) != 2:
             u.fail(line, f"matmul works on 2-D blocks, but `{r.text()}` has shape {list(r.shape)}",
                    "index the leading dimensions away, e.g. `buf[slot]`")
-    if a.shape[1] != b.shape[0]:
+    ca, cb = op.contract
+    side = ("rows", "columns")
+    if a.shape[ca] != b.shape[cb]:
         u.fail(line, f"matmul: `{a.text()}` is {list(a.shape)} and `{b.text()}` is {list(b.shape)}: "
-                     f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})",
+                     f"a's {side[ca]} ({a.shape[ca]}) must equal b's {side[cb]} ({b.shape[cb]}), "
+                     f"the dims `contract: [{ca}, {cb}]` multiplies together",
                "slice both operands to the same k block")
-    if dst.shape != (a.shape[0], b.shape[1]):
-        u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is "
-                     f"{[a.shape[0], b.shape[1]]}", "make the destination a's rows by b's columns")
-    return [(Compute("matmul", dst, a, b, op.accumulate), None)]
+    want = (a.shape[1 - ca], b.shape[1 - cb])
+    if dst.shape != want:
+        u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is {list(want)}",
+               f"make the destination a's {side[1 - ca]} by b's {side[1 - cb]}")
+    return [(Compute("matmul", dst, a, b, op.accumulate, contract=(ca, cb)), None)]
