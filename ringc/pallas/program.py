@@ -391,7 +391,8 @@ class Builder(Sink):
         grid_names = ("i", "j", "k", "l", "m", "n")
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
-                       second_core=self.second_core if self.megacore else [])
+                       second_core=self.second_core if self.megacore else [],
+                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()})
 
 
 def kernel_location(eqn: Any) -> Loc:

@@ -177,6 +177,28 @@ def byte_findings(program: Program) -> list[Finding]:
     return findings
 
 
+def dtype_findings(program: Program) -> list[Finding]:
+    """A DMA copies bytes: between buffers of different element types it would reinterpret
+    them, and Mosaic refuses it (`tpu.enqueue_dma` needs one type). Once per op line, at the
+    copy's start, naming both types and the `cast` that converts in VMEM."""
+    findings, seen = [], set()
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not isinstance(a, DmaStart) or ev.line in seen:
+                continue
+            src, dst = program.dtypes.get(a.src.buffer), program.dtypes.get(a.dst.buffer)
+            if src is None or dst is None or src == dst:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "dtype_mismatch", f"{describe(ev)} at {program.where(ev)} copies `{a.src.buffer}` ({src}) into "
+                                  f"`{a.dst.buffer}` ({dst}): a DMA moves bytes and cannot convert element "
+                                  f"types (the TPU compiler refuses it); copy into a {src} buffer and `cast` it "
+                                  f"into the {dst} one in VMEM", event=ev))
+    return findings
+
+
 def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
     """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
     touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
@@ -240,7 +262,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
     if placement.topo.ndim > 1:
         program.device_labels = labels(program, placement)
-    findings = route_findings(program, placement) + megacore_findings(sched, program)
+    findings = route_findings(program, placement) + megacore_findings(sched, program) + dtype_findings(program)
     m = maximal_run(program)
     findings += run_findings(program, m)
     if m.finished():
@@ -276,7 +298,7 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, d
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
     if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
-            or not quotient.clean(sched, program)):
+            or dtype_findings(program) or not quotient.clean(sched, program)):
         return None
     report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if topo.ndim > 1:

@@ -180,6 +180,9 @@ class Program:
     # device d runs them translated by d (coordinates d_a over the schedule's axes), each
     # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
     rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
+    # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here
+    # (a pipeline's VMEM window: its HBM region's type by construction) is not compared.
+    dtypes: dict[str, str] = field(default_factory=dict)
 
     @property
     def event_count(self) -> int:

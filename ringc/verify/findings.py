@@ -21,6 +21,7 @@ KINDS = {
     "megacore_dma": "megacore: a DMA or semaphore operation issued from core 1",
     "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
+    "dtype_mismatch": "a DMA between buffers of different element types (the TPU compiler refuses it)",
     "wrong_result": "an output block differs from the collective's meaning",
 }
 

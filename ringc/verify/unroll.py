@@ -506,7 +506,8 @@ class Unroller:
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
         return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
-                       axis_sizes=dict(self.ctx.sizes), second_core=second_core, **extra)
+                       axis_sizes=dict(self.ctx.sizes), second_core=second_core,
+                       dtypes={name: s.dtype_of(name) for name in s.buffers}, **extra)
 
     def run(self, invocations: int) -> Program:
         self.ctx.work(self.n, invocations)
