@@ -480,3 +480,16 @@ def test_an_assign_between_element_types_is_refused_naming_the_cast(tmp_path):
     o = run_cli(["check", write(tmp_path, text), "--devices", "2"])
     assert_refused(o, line_of(text, "- assign: o"), says="assign copies `acc` (float32) into `o` (bfloat16)")
     assert "fix: use `cast: o` to convert" in o.err
+
+
+@pytest.mark.parametrize("semantics,at,says,fix", [
+    ("{stp: parallel}", "dimension_semantics:", "dimension_semantics names `stp`, which is not a grid axis",
+     "did you mean `step`?"),
+    ("{step: paralel}", "dimension_semantics:", "dimension_semantics of `step` is 'paralel', not `parallel` or "
+     "`arbitrary`", "write `parallel`"),
+])
+def test_dimension_semantics_are_refused_at_their_line(tmp_path, semantics, at, says, fix):
+    text = edited(AG, "grid: {step: N - 1}", f"grid: {{step: N - 1}}\ndimension_semantics: {semantics}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, at), says=says)
+    assert f"fix: {fix}" in o.err

@@ -1058,7 +1058,7 @@ class _Emitter:
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = _tuple_text(['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid))
+            semantics = _tuple_text([f'"{sem}"' for sem in s.semantics])
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")

@@ -415,7 +415,17 @@ When.model_rebuild()
 Pipeline.model_rebuild()
 
 
-_NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies")
+def _semantics(v: Any) -> Any:
+    """`dimension_semantics: {axis: parallel | arbitrary}`, as Pallas spells them."""
+    if isinstance(v, dict):
+        for axis, sem in v.items():
+            if axis != "__line__" and sem not in ("parallel", "arbitrary"):
+                raise E.ExprError(f"dimension_semantics of `{axis}` is {sem!r}, not `parallel` or `arbitrary`",
+                                  fix="write `parallel` (independent iterations) or `arbitrary` (the default)")
+    return v
+
+
+_NAME_TABLES = ("params", "buffers", "semaphores", "grid", "let", "copies", "dimension_semantics")
 
 
 def _schema_shorthands(schema: dict[str, Any]) -> None:
@@ -448,6 +458,10 @@ class Schedule(Node):
     semaphores: dict[str, Semaphore] = {}
     barrier: BarrierConfig | None = None
     grid: dict[str, ExprT] = Field(min_length=1)
+    dimension_semantics: Annotated[dict[str, Literal["parallel", "arbitrary"]], BeforeValidator(_semantics)] = Field(
+        default_factory=dict, description=(
+        "per grid axis, Pallas' `parallel` or `arbitrary` (the default): a parallel axis promises that its "
+        "iterations are independent; on v4/v5p the compiler splits it over the two TensorCores"))
     let: dict[str, ExprT] = {}
     copies: dict[str, Copy] = {}
     body: list[Op] = Field(min_length=1)
@@ -504,6 +518,12 @@ class Schedule(Node):
         if buf.spec is not None:
             return tuple(tuple(a) if isinstance(a, list) else a for a in buf.spec)
         return (self.axis,) + (None,) * (len(buf.shard_shape) - 1)
+
+    @property
+    def semantics(self) -> tuple[str, ...]:
+        """Pallas' `dimension_semantics` of the kernel's grid: megacore's `core` axis, then
+        each grid axis's (default arbitrary)."""
+        return ("parallel",) * self.megacore + tuple(self.dimension_semantics.get(g, "arbitrary") for g in self.grid)
 
     def dtype_of(self, buffer: str) -> str:
         return self.buffers[buffer].dtype or self.dtype

@@ -110,6 +110,7 @@ class Builder(Sink):
         self.carried: set[str] = set()      # buffers a previous call handed on to a later one
         self.core = 0
         self.megacore = False
+        self.parallel: tuple[int, ...] = ()
 
     # -- naming --------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -198,6 +199,10 @@ class Builder(Sink):
                       and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)
         if split is not None:
             self.megacore = True
+        # The parallel grid dims of the program (`check.parallel_findings`): one call's, or none
+        # when the calls declare different ones (their points are not comparable).
+        parallel = tuple(k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower() and k < len(grid))
+        self.parallel = parallel if not self.call_names or self.parallel == parallel else ()
         line = kernel_location(eqn)
         # Bind operands and outputs to buffers.
         aliases = dict(p.get("input_output_aliases") or ())
@@ -392,7 +397,7 @@ class Builder(Sink):
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
                        second_core=self.second_core if self.megacore else [],
-                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()})
+                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel)
 
 
 def kernel_location(eqn: Any) -> Loc:

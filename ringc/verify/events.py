@@ -183,6 +183,9 @@ class Program:
     # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here
     # (a pipeline's VMEM window: its HBM region's type by construction) is not compared.
     dtypes: dict[str, str] = field(default_factory=dict)
+    # The grid dims (positions in `Event.point`) declared `parallel`: their iterations must not
+    # depend on each other (`check.parallel_findings`).
+    parallel: tuple[int, ...] = ()
 
     @property
     def event_count(self) -> int:

@@ -487,14 +487,29 @@ class Unroller:
                 self.entry(events, inv)
             elif invocations > 1:
                 self.device_barrier(events, inv)
+            split = self.split
             for core, out in enumerate([events, second][:2 if s.megacore else 1]):
                 self.core = core
                 for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                    if split is not None:  # a parallel axis over two TensorCores: core 1 runs its second half
+                        self.core = int(point[split] >= self.ctx.grid[split] // 2)
+                        out = second if self.core else events
                     self.set_point(point)
                     self.walk(s.body, out, inv)
             self.core = 0
             self.exit(events, inv)
         return events, second
+
+    @property
+    def split(self) -> int | None:
+        """The grid axis (its position in `s.grid`) a megacore chip splits over its two
+        TensorCores, besides megacore's own `core` axis: the first `parallel` one of at
+        least 2 indices, as Mosaic and the Pallas importer (`pallas/program.py`) take it;
+        core 1 runs the second half of its indices. None without one."""
+        if self.s.megacore:
+            return None
+        return next((i for i, g in enumerate(self.s.grid)
+                     if self.s.dimension_semantics.get(g) == "parallel" and self.ctx.grid[i] >= 2), None)
 
     def program(self, devices: list[list[Event]], second_core: list[list[Event]], invocations: int,
                 **extra: Any) -> Program:
@@ -507,7 +522,8 @@ class Unroller:
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations)})
         return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
                        axis_sizes=dict(self.ctx.sizes), second_core=second_core,
-                       dtypes={name: s.dtype_of(name) for name in s.buffers}, **extra)
+                       dtypes={name: s.dtype_of(name) for name in s.buffers},
+                       parallel=tuple(i for i, sem in enumerate(s.semantics) if sem == "parallel"), **extra)
 
     def run(self, invocations: int) -> Program:
         self.ctx.work(self.n, invocations)
@@ -516,7 +532,7 @@ class Unroller:
         for d in range(self.n):
             events, second = self.device_events(d, invocations)
             devices.append(events)
-            if self.s.megacore:
+            if self.s.megacore or self.split is not None:
                 second_core.append(second)
         return self.program(devices, second_core, invocations)
 
