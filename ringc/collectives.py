@@ -14,9 +14,10 @@ instance carries its parameters (`ppermute`'s shift). A class says, in one place
 - `transpose`: the collective whose `lax` call is this one's linear transpose (for JAX
   integration): all_gather <-> psum_scatter, psum <-> psum, ppermute(+k) <-> ppermute(-k),
   all_to_all <-> all_to_all (split and concat axes both 0, as JAX's transpose rule swaps
-  them), all_gather_matmul <-> matmul_psum_scatter (with respect to the left operand x:
-  the transpose of x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), the same shape of
-  computation with y transposed). Every collective here has one.
+  them), all_gather_matmul <-> matmul_psum_scatter_t and all_gather_matmul_t <->
+  matmul_psum_scatter (with respect to the left operand x: the transpose of
+  x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), the reduce-scatter of the other
+  orientation on the same y). Every collective here has one.
 - `lax_text`, `vjp_text`: the `lax` call and the cotangents of its inputs as Python source, for
   the kernels `ringc emit` writes (self-contained: they cannot import ringc). `vjp_text` is
   the transpose's `lax_text`; a matmul collective adds its right-hand input's cotangent
@@ -414,106 +415,161 @@ class AllToAll(Collective):
 
 class _Matmul(Collective):
     """A collective fused with a matmul: x @ y with float32 accumulation, rounded once to
-    the output's dtype. It moves what its plain counterpart (`moves_like`) moves."""
+    the output's dtype. It moves what its plain counterpart (`moves_like`) moves. With
+    `rhs_t` the right operand is stored transposed, y [n, k], and the product is x @ y^T
+    (lax.dot_general contracting the last dim of both), as production collective matmuls
+    keep their weights."""
     moves_like: ClassVar[type[Collective]]
+    gathers: ClassVar[bool]          # all_gather(x) @ y; else psum_scatter(x @ y)
+    rhs_t: ClassVar[bool] = False    # y is [n, k]: the product is x @ y^T
+
+    @property
+    def _einsum(self) -> str:
+        return "jmk,nk->jmn" if self.rhs_t else "jmk,kn->jmn"
+
+    def _y_map(self, out_col: int) -> IndexMap:
+        """y's index map in the meaning's product terms: its k dim contracted, its n dim
+        the output's column dim `out_col`."""
+        return ((out_col, 0), (KDIM, 0)) if self.rhs_t else ((KDIM, 0), (out_col, 0))
 
     def lax(self, x, axis, n, rhs=None, dtype=None):
         import jax.numpy as jnp
         from jax import lax
         dtype = dtype or x.dtype
-        if self.kind == "all_gather_matmul":
+        if self.gathers:
             x = lax.all_gather(x, axis)
-        product = jnp.einsum("jmk,kn->jmn", x, rhs, preferred_element_type=jnp.float32)
-        if self.kind == "matmul_psum_scatter":
+        product = jnp.einsum(self._einsum, x, rhs, preferred_element_type=jnp.float32)
+        if not self.gathers:
             product = lax.psum_scatter(product, axis)
         return product.astype(dtype)
 
     def lax_text(self, x, axis, n, rhs=None):
-        gather = self.kind == "all_gather_matmul"
-        lhs = f"lax.all_gather({x}, {axis})" if gather else x
-        product = f'jnp.einsum("jmk,kn->jmn", {lhs}, {rhs}, preferred_element_type=jnp.float32)'
-        if not gather:
+        lhs = f"lax.all_gather({x}, {axis})" if self.gathers else x
+        product = f'jnp.einsum("{self._einsum}", {lhs}, {rhs}, preferred_element_type=jnp.float32)'
+        if not self.gathers:
             product = f"lax.psum_scatter({product}, {axis})"
         return f"{product}.astype({x}.dtype)"
 
     def vjp_text(self, x, axis, n, g, rhs=None):
-        """x's cotangent is the transpose collective on g with y transposed; y's is the
-        contraction of the gathered x with g (all_gather_matmul: out[j] = x_j @ y, so
-        dy = sum_j x_j^T g[j]) or of x with the gathered g (matmul_psum_scatter:
-        out = sum_j x_j[me] @ y_j, so device j's dy = sum_d x_j[d]^T g_d)."""
-        dx = self.transpose().lax_text(g, axis, n, rhs=f"{rhs}.T")
-        if self.kind == "all_gather_matmul":
+        """x's cotangent is the transpose collective on g with the same y (the transpose
+        stores y the other way round: x -> all_gather(x) @ y has g -> psum_scatter(g @ y^T));
+        y's is the contraction of the gathered x with g (all_gather_matmul: out[j] = x_j @ y,
+        so dy = sum_j x_j^T g[j]) or of x with the gathered g (matmul_psum_scatter:
+        out = sum_j x_j[me] @ y_j, so device j's dy = sum_d x_j[d]^T g_d); transposed for
+        a y stored as [n, k]."""
+        dx = self.transpose().lax_text(g, axis, n, rhs=rhs)
+        if self.gathers:
             pair = f"lax.all_gather({x}, {axis}), {g}"
         else:
             pair = f"{x}, lax.all_gather({g}, {axis})"
-        dy = f'jnp.einsum("jmk,jmn->kn", {pair}, preferred_element_type=jnp.float32).astype({rhs}.dtype)'
-        return f"{dx.removesuffix(f'.astype({g}.dtype)')}.astype({x}.dtype)", dy
+        dy = f'jnp.einsum("jmk,jmn->{"nk" if self.rhs_t else "kn"}", {pair}, preferred_element_type=jnp.float32)'
+        return f"{dx.removesuffix(f'.astype({g}.dtype)')}.astype({x}.dtype)", f"{dy}.astype({rhs}.dtype)"
 
     def traffic(self, p, volume):
         return self.moves_like().traffic(p, volume)
 
     def shape_problem(self, n, shapes, b):
         x, y, out = tuple(shapes[b.input]), tuple(shapes[b.rhs]), tuple(shapes[b.output])
-        gather = self.kind == "all_gather_matmul"
-        lhs = x if gather else x[1:]
-        if len(lhs) != 2 or len(y) != 2 or lhs[1] != y[0] or (not gather and x[0] != n):
-            return f"inputs {'[m, k] @ [k, n]' if gather else '[N, m, k] @ [k, n]'}, not {list(x)} @ {list(y)}"
-        want = (n, lhs[0], y[1]) if gather else (lhs[0], y[1])
+        lhs = x if self.gathers else x[1:]
+        yk, yn = (y[::-1] if self.rhs_t else y) if len(y) == 2 else (None, None)
+        if len(lhs) != 2 or yk is None or lhs[1] != yk or (not self.gathers and x[0] != n):
+            want = "[m, k] @ " if self.gathers else "[N, m, k] @ "
+            return f"inputs {want}{'[n, k]^T' if self.rhs_t else '[k, n]'}, not {list(x)} @ {list(y)}"
+        want = (n, lhs[0], yn) if self.gathers else (lhs[0], yn)
         return None if out == want else f"shape {list(want)}"
 
     def volume(self, n, shapes, b):  # the gathered x, or the N partial products of one output shard
-        name = b.input if self.kind == "all_gather_matmul" else b.output
+        name = b.input if self.gathers else b.output
         return n * prod(shapes[name]) * b.itemsize[name]
 
     def flops(self, n, shapes, b):
         """Per device: 2 m n k for each of the output blocks it computes."""
-        blocks = 1 if self.kind == "all_gather_matmul" else n
+        blocks = 1 if self.gathers else n
         return 2.0 * blocks * prod(shapes[b.output]) * shapes[b.input][-1]
 
+    def _rhs_steps(self, s: "_Steps", y: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """How y's contraction dim and its column dim move under a translation."""
+        kdim, ndim = (1, 0) if self.rhs_t else (0, 1)
+        return s.r(y, kdim), s.r(y, ndim)
 
-@COLLECTIVES.register("all_gather_matmul")
-class AllGatherMatmul(_Matmul):
-    """x [m, k], y [k, n]; out [N, m, n]: out[j] = device j's x @ my y."""
-    kind, title, moves_like = "all_gather_matmul", "all-gather matmul", AllGather
+
+class _AllGatherMatmul(_Matmul):
+    """x [m, k], y [k, n] (or [n, k] transposed); out [N, m, n]: out[j] = device j's x @ my y."""
+    moves_like, gathers = AllGather, True
 
     def expected(self, n, device, shapes, b):
         full = tuple((0, s) for s in shapes[b.output])
         k = shapes[b.input][-1]
-        rhs = (b.rhs, device, ((KDIM, 0), (2, 0)))
+        rhs = (b.rhs, device, self._y_map(2))
         return [Piece(((j, j + 1),) + full[1:], ((PRODUCT, _term(b.input, j, ((1, 0), (KDIM, 0))), rhs, 0, k),))
                 for j in range(n)]
 
     def _rotates(self, s, rank, b):  # out[j] = x_j @ y_me
         x, y, out, r = b.input, b.rhs, b.output, s.r
-        return (s.axes == 1 and s.devices(out, b) and r(x, 1) == s.zero() and r(y, 0) == s.zero()
-                and r(out, 1) == r(x, 0) and r(out, 2) == r(y, 1))
+        yk, yn = self._rhs_steps(s, y)
+        return (s.axes == 1 and s.devices(out, b) and r(x, 1) == s.zero() and yk == s.zero()
+                and r(out, 1) == r(x, 0) and r(out, 2) == yn)
 
     def summed_terms(self, n, dtype="float32", depth=1):
         # float32: `depth` products per output; narrower: one rounding per hop plus the reference's
         return depth if dtype == "float32" else 2
+
+
+class _MatmulPsumScatter(_Matmul):
+    """x [N, m, k], y [k, n] (or [n, k] transposed); out [m, n]: out = sum over j of
+    device j's x[me] @ its y."""
+    moves_like, gathers = PsumScatter, False
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        k = shapes[b.input][-1]
+        return [Piece(full, tuple((PRODUCT, _term(b.input, j, ((None, device), (0, 0), (KDIM, 0))),
+                                   (b.rhs, j, self._y_map(1)), 0, k) for j in range(n)))]
+
+    def _rotates(self, s, rank, b):  # out = sum_j x_j[me] @ y_j
+        x, y, out, r = b.input, b.rhs, b.output, s.r
+        yk, yn = self._rhs_steps(s, y)
+        return (s.axes == 1 and s.devices(x, b) and r(x, 2) == s.zero() and yk == s.zero()
+                and r(out, 0) == r(x, 1) and r(out, 1) == yn)
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        return depth * n if dtype == "float32" else n + 1
+
+
+# The transposes pair a gather with a scatter of the other orientation, with the same y:
+# x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), and x -> psum_scatter(x @ y) is
+# g -> all_gather(g) @ y^T. So a y stored once serves the forward and the backward kernel.
+@COLLECTIVES.register("all_gather_matmul")
+class AllGatherMatmul(_AllGatherMatmul):
+    """x [m, k], y [k, n]; out [N, m, n]: out[j] = device j's x @ my y."""
+    kind, title = "all_gather_matmul", "all-gather matmul"
+
+    def transpose(self):
+        return MatmulPsumScatterT()
+
+
+@COLLECTIVES.register("all_gather_matmul_t")
+class AllGatherMatmulT(_AllGatherMatmul):
+    """x [m, k], y [n, k]; out [N, m, n]: out[j] = device j's x @ my y^T."""
+    kind, title, rhs_t = "all_gather_matmul_t", "all-gather matmul (y transposed)", True
 
     def transpose(self):
         return MatmulPsumScatter()
 
 
 @COLLECTIVES.register("matmul_psum_scatter")
-class MatmulPsumScatter(_Matmul):
+class MatmulPsumScatter(_MatmulPsumScatter):
     """x [N, m, k], y [k, n]; out [m, n]: out = sum over j of device j's x[me] @ its y."""
-    kind, title, moves_like = "matmul_psum_scatter", "matmul reduce-scatter", PsumScatter
+    kind, title = "matmul_psum_scatter", "matmul reduce-scatter"
 
-    def expected(self, n, device, shapes, b):
-        full = tuple((0, s) for s in shapes[b.output])
-        k = shapes[b.input][-1]
-        return [Piece(full, tuple((PRODUCT, _term(b.input, j, ((None, device), (0, 0), (KDIM, 0))),
-                                   (b.rhs, j, ((KDIM, 0), (1, 0))), 0, k) for j in range(n)))]
+    def transpose(self):
+        return AllGatherMatmulT()
 
-    def _rotates(self, s, rank, b):  # out = sum_j x_j[me] @ y_j
-        x, y, out, r = b.input, b.rhs, b.output, s.r
-        return (s.axes == 1 and s.devices(x, b) and r(x, 2) == s.zero() and r(y, 0) == s.zero()
-                and r(out, 0) == r(x, 1) and r(out, 1) == r(y, 1))
 
-    def summed_terms(self, n, dtype="float32", depth=1):
-        return depth * n if dtype == "float32" else n + 1
+@COLLECTIVES.register("matmul_psum_scatter_t")
+class MatmulPsumScatterT(_MatmulPsumScatter):
+    """x [N, m, k], y [n, k]; out [m, n]: out = sum over j of device j's x[me] @ its y^T."""
+    kind, title, rhs_t = "matmul_psum_scatter_t", "matmul reduce-scatter (y transposed)", True
 
     def transpose(self):
         return AllGatherMatmul()

@@ -16,6 +16,8 @@ over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 | `all_gather_matmul` | `lax.all_gather(x, axis) @ y`                                | x [m, k], y [k, n]; out[j] = device j's x @ my y     |
 | `matmul_psum_scatter` | `lax.psum_scatter(x @ y, axis)`                            | x [N, m, k], y [k, n]; out = sum over j of x_j[me] @ y_j |
 | `ragged_all_to_all` | `lax.ragged_all_to_all(x, init, input_offsets, send_sizes, output_offsets, recv_sizes, axis_name=axis)` | rows x_j[input_offsets_j[me] : + send_sizes_j[me]] land at out[output_offsets_j[me] :]; other rows are init's (XLA:CPU lacks it: the same meaning in lax, `collectives.ragged_all_to_all_lax`) |
+| `all_gather_matmul_t` | `lax.all_gather(x, axis) @ y.T`                            | x [m, k], y [n, k]; out[j] = device j's x @ my y^T   |
+| `matmul_psum_scatter_t` | `lax.psum_scatter(x @ y.T, axis)`                        | x [N, m, k], y [n, k]; out = sum over j of x_j[me] @ y_j^T |
 
 The matmul collectives multiply with float32 accumulation and sum in float32, then
 round once to the output's dtype. `y` is `collective.rhs`.

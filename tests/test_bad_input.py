@@ -525,3 +525,42 @@ def test_a_copy_declared_as_a_template_and_plainly_is_refused(tmp_path):
     text = edited(AGU, "  own: {src: x,", "  to_left: {src: x, dst: \"out[me]\", sem: local_sem}\n  own: {src: x,")
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, says="copy `to_left` is declared twice")
+
+
+# ----------------------------------------------------------------------- issue 13: compute and types
+
+AGMT = REPO / "schedules" / "all_gather_matmul_t.yaml"
+
+
+@pytest.mark.parametrize("old,new,says", [
+    # y's blocks stay [bn, bk], contracted on the wrong dim: 128 columns against 16 rows
+    ("            contract: [1, 1]", "            contract: [0, 1]", "the dims `contract: [0, 1]` multiplies together"),
+    ("            contract: [1, 1]", "            contract: [1, 2]", "contract: [1, 2] is not two dims of 2-D blocks"),
+])
+def test_matmul_dimension_numbers_are_refused_at_the_matmul(tmp_path, old, new, says):
+    text = edited(AGMT, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "2"])
+    # the contract line itself, or the matmul's when the shapes show it (at unrolling)
+    assert_refused(o, line_of(text, new if "[1, 2]" in new else "- matmul: acc"), says=says)
+    assert "fix:" in o.err
+
+
+def test_an_assign_between_element_types_is_refused_naming_the_cast(tmp_path):
+    """bfloat16 output blocks, a float32 accumulator: storing it takes a `cast`."""
+    text = edited(AGMT, "              - cast: o       # float32 into bfloat16, once", "              - assign: o")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "2"])
+    assert_refused(o, line_of(text, "- assign: o"), says="assign copies `acc` (float32) into `o` (bfloat16)")
+    assert "fix: use `cast: o` to convert" in o.err
+
+
+@pytest.mark.parametrize("semantics,at,says,fix", [
+    ("{stp: parallel}", "dimension_semantics:", "dimension_semantics names `stp`, which is not a grid axis",
+     "did you mean `step`?"),
+    ("{step: paralel}", "dimension_semantics:", "dimension_semantics of `step` is 'paralel', not `parallel` or "
+     "`arbitrary`", "write `parallel`"),
+])
+def test_dimension_semantics_are_refused_at_their_line(tmp_path, semantics, at, says, fix):
+    text = edited(AG, "grid: {step: N - 1}", f"grid: {{step: N - 1}}\ndimension_semantics: {semantics}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, at), says=says)
+    assert f"fix: {fix}" in o.err

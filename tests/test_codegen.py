@@ -78,6 +78,13 @@ EXPECTED = {
     "matmul_reduce_scatter": dict(collective="matmul_psum_scatter", in_specs=(P(None, "x"), P("x", None)),
                                   out_specs=P("x", None), params={"rows": 16, "cols": 256, "depth": 256,
                                                                   "bn": 128, "bk": 128}),
+    # issue 13: the same with y stored [n, k] and multiplied transposed, in bfloat16
+    "all_gather_matmul_t": dict(collective="all_gather_matmul_t", in_specs=(P("x", None), P("x", None)),
+                                out_specs=P(None, "x"), params={"rows": 16, "cols": 128, "depth": 256,
+                                                                "bm": 16, "bn": 128, "bk": 128}),
+    "matmul_reduce_scatter_t": dict(collective="matmul_psum_scatter_t", in_specs=(P(None, "x"), P(None, "x")),
+                                    out_specs=P("x", None), params={"rows": 16, "cols": 256, "depth": 256,
+                                                                    "bn": 128, "bk": 128}),
 }
 
 
@@ -264,7 +271,8 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     mesh = mesh_of(8, (2, 2, 2)) if axes == 3 else mesh_of(4, (2, 2) if axes == 2 else None)
     inputs = module.make_inputs(mesh, 0)
     assert [x.sharding.spec for x in inputs] == list(module.IN_SPECS)
-    assert all(x.dtype == jnp.float32 for x in inputs)
+    bf16 = schedule_path.stem in ("all_gather_matmul_t", "matmul_reduce_scatter_t")  # bfloat16 schedules
+    assert all(x.dtype == (jnp.bfloat16 if bf16 else jnp.float32) for x in inputs)
     p = module.PARAMS
     rows, cols, depth = p.get("rows", 0), p["cols"], p.get("depth", 0)
     want = {"all_gather_ring": [(4 * rows, cols)], "all_reduce_ring": [(rows, 4 * cols)],
@@ -282,6 +290,8 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
             "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],
             "matmul_reduce_scatter": [(4 * rows, 4 * depth), (4 * depth, cols)],
+            "all_gather_matmul_t": [(4 * rows, depth), (4 * cols, depth)],
+            "matmul_reduce_scatter_t": [(4 * rows, 4 * depth), (cols, 4 * depth)],
             "reduce_scatter_chunked": [(4 * rows, 4 * cols)],
             "all_reduce_bidirectional": [(16, rows, cols)],
             "all_to_all_direct": [(16, rows, cols)], "all_reduce_one_shot": [(4 * rows, cols)],

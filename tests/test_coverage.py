@@ -116,7 +116,8 @@ def test_transposes_are_the_known_pairs():
     pairs = {k: C.COLLECTIVES[k]().transpose().kind for k in C.COLLECTIVES}
     assert pairs == {"all_gather": "psum_scatter", "psum_scatter": "all_gather", "psum": "psum",
                      "ppermute": "ppermute", "all_to_all": "all_to_all",
-                     "all_gather_matmul": "matmul_psum_scatter", "matmul_psum_scatter": "all_gather_matmul",
+                     "all_gather_matmul": "matmul_psum_scatter_t", "matmul_psum_scatter_t": "all_gather_matmul",
+                     "matmul_psum_scatter": "all_gather_matmul_t", "all_gather_matmul_t": "matmul_psum_scatter",
                      "ragged_all_to_all": "ragged_all_to_all"}
     assert C.COLLECTIVES["ppermute"](shift=2).transpose().shift == -2
 

@@ -124,12 +124,13 @@ def test_grad_of_each_collective_matches_lax(path, shape, spec, fn):
 TEXT_SHAPES = {"ppermute": ((3, 4), None, (3, 4)), "psum": ((3, 4), None, (3, 4)),
                "all_gather": ((3, 4), None, (3, 3, 4)), "psum_scatter": ((3, 3, 4), None, (3, 4)),
                "all_to_all": ((3, 3, 4), None, (3, 3, 4)), "all_gather_matmul": ((3, 4), (4, 5), (3, 3, 5)),
-               "matmul_psum_scatter": ((3, 3, 4), (4, 5), (3, 5))}
+               "matmul_psum_scatter": ((3, 3, 4), (4, 5), (3, 5)),
+               "all_gather_matmul_t": ((3, 4), (5, 4), (3, 3, 5)), "matmul_psum_scatter_t": ((3, 3, 4), (5, 4), (3, 5))}
 
 
 # The default suite checks the collectives whose backward pass no interpret-mode test above
 # runs (the rest run end to end there); all of them under slow. One compile per group.
-@pytest.mark.parametrize("kinds", [("all_gather", "all_to_all", "psum"),
+@pytest.mark.parametrize("kinds", [("all_gather", "all_to_all", "psum", "all_gather_matmul_t", "matmul_psum_scatter_t"),
                                    pytest.param(tuple(TEXT_SHAPES), marks=pytest.mark.slow)])
 def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
     """Collectives' source text (what emitted modules run) against their `lax` call and
@@ -300,3 +301,33 @@ def test_a_library_kernel_as_the_backward_pass():
                          out_specs=P("i"), check_vma=False)
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda x: jnp.sum(body(x))))(jnp.zeros((16, 128))))
     assert jaxpr.count("pallas_call") == 2
+
+
+@pytest.mark.slow
+def test_the_transposed_matmul_kernel_runs_the_backward_pass_on_the_same_y():
+    """matmul_reduce_scatter forward, all_gather_matmul_t (its transpose, `all_gather(g) @ y.T`
+    on the same y, in bfloat16) backward through `transpose=`: x's gradient equals lax's to
+    bfloat16 precision, with no transposed copy of y anywhere."""
+    n, rows, depth, cols = 2, 16, 256, 256
+    forward = ringc.kernel(REPO / "schedules" / "matmul_reduce_scatter.yaml")
+    backward = ringc.kernel(REPO / "schedules" / "all_gather_matmul_t.yaml")
+    mesh = mesh_of(n)
+
+    def transpose(x, y, g):  # x [N * rows, depth], y [depth, cols], g [rows, cols] per device
+        dx = backward.kernel(g.astype(jnp.bfloat16), y.astype(jnp.bfloat16), axis_name="i", interpret=True)
+        dy = jnp.einsum("jmk,jmn->kn", x.reshape(n, rows, depth), lax.all_gather(g, "i"),
+                        preferred_element_type=jnp.float32)
+        return dx.astype(x.dtype), dy
+
+    def loss(f):
+        body = jax.shard_map(lambda x, y: jnp.sum(jnp.sin(f(x, y)) ** 2)[None], mesh=mesh,
+                             in_specs=(P(None, "i"), P("i", None)), out_specs=P("i"), check_vma=False)
+        return jax.jit(jax.grad(lambda x, y: jnp.sum(body(x, y))))
+
+    ours = loss(lambda x, y: forward.kernel(x, y, axis_name="i", interpret=True, transpose=transpose))
+    want = loss(lambda x, y: lax.psum_scatter(x @ y, "i", scatter_dimension=0, tiled=True))
+    x = jax.random.normal(jax.random.key(0), (n * rows, n * depth)) / 16
+    y = jax.random.normal(jax.random.key(1), (n * depth, cols)) / 16
+    got, ref = interpreted(ours, x, y), want(x, y)
+    scale = float(jnp.max(jnp.abs(ref)))
+    assert scale > 0 and float(jnp.max(jnp.abs(got - ref))) <= 2e-2 * scale

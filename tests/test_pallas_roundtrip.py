@@ -55,3 +55,19 @@ def test_broken_case_round_trips(tmp_path, corpus, name, entry):
                        along=along)
     assert not want.ok
     _agree(want, got)
+
+
+def test_a_transposed_operand_is_folded_into_the_dimension_numbers(tmp_path):
+    """The emitted `lax.dot_general(a, b, (((1,), (1,)), ...))` written by hand as
+    `jnp.dot(a, b.T)`: the importer folds the 2-D transpose into the dot's dimension
+    numbers, so the kernel still computes all_gather_matmul_t."""
+    import re
+    path = TESTS.parent / "schedules" / "all_gather_matmul_t.yaml"
+    text = ringc.emit(ringc.load(str(path)))
+    by_hand, count = re.subn(r"lax\.dot_general\(\s*a\[\.\.\.\], b\[\.\.\.\], \(\(\(1,\), \(1,\)\), \(\(\), \(\)\)\),",
+                             "jnp.dot(a[...], b[...].T,", text)
+    assert count == 2  # one per pipeline (step 0 reads x, later steps the scratch)
+    module = tmp_path / "by_hand.py"
+    module.write_text(by_hand)
+    report = check_module(str(module), 2)
+    assert report.ok, report.to_text()

@@ -173,3 +173,65 @@ def test_entry_and_arg_are_refused_for_a_schedule():
     o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "2",
                  "--arg", "x=float32[8*N,128]@x"])
     assert_refused(o, says="--entry and --arg")
+
+
+MATMUL_T_SCRIPT = """\
+import jax
+from jax import lax
+import kernel_module
+
+mesh = jax.make_mesh((jax.device_count(),), ("x",))
+x, y = kernel_module.make_inputs(mesh, 0)
+out = kernel_module.build(mesh)(x, y)
+ref = jax.jit(jax.shard_map(lambda x, y: lax.all_gather(x, "x", tiled=True) @ y.T, mesh=mesh,
+                            in_specs=kernel_module.IN_SPECS, out_specs=kernel_module.OUT_SPECS, check_vma=False))(x, y)
+"""
+
+
+def test_a_lax_reference_of_x_times_y_transposed_names_the_transposed_meaning(tmp_path):
+    """`lax.all_gather(x) @ y.T` next to a kernel names all_gather_matmul_t (a 2-D transpose
+    feeding the dot counts as its dimension numbers): the emitted library kernel checks clean
+    against it, and the same kernel multiplying by y, not y.T, is a wrong result."""
+    import ringc
+    repo = Path(__file__).parent.parent
+    for yaml_path, ok in ((repo / "schedules" / "all_gather_matmul_t.yaml", True),
+                          (repo / "tests" / "broken" / "all_gather_matmul_t_not_transposed.yaml", False)):
+        case = tmp_path / yaml_path.stem
+        case.mkdir()
+        # A module name per case: the scripts run in this process, which keeps what they import.
+        (case / f"{yaml_path.stem}.py").write_text(ringc.emit(ringc.load(str(yaml_path))))
+        (case / "script.py").write_text(MATMUL_T_SCRIPT.replace("kernel_module", yaml_path.stem))
+        report, = check_file(str(case / "script.py"), 2)
+        assert any("meaning: all_gather_matmul_t" in a for a in report.assumptions), report.to_text()
+        assert report.ok == ok and (ok or report.kinds() == {"wrong_result"}), report.to_text()
+
+
+def test_collective_matmul_references_are_named_by_their_dot():
+    """One collective and one dot_general: which operand the collective feeds or reads, and
+    whether y is contracted on its last dim (`y.T`, an einsum `nk`), name the meaning."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+    from ringc.pallas.script import _reference
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",))
+    x, y, yt = jnp.ones((64, 256)), jnp.ones((256, 512)), jnp.ones((512, 256))
+    gathered = (P("x", None), P(None, "x")), P(None, "x")
+    cases = [
+        (lambda x, y: lax.all_gather(x, "x", tiled=True) @ y, (x, y), gathered, "all_gather_matmul"),
+        (lambda x, y: lax.all_gather(x, "x", tiled=True) @ y.T, (x, yt), ((P("x", None),) * 2, P(None, "x")),
+         "all_gather_matmul_t"),
+        (lambda x, y: jnp.einsum("jmk,nk->jmn", lax.all_gather(x, "x"), y, preferred_element_type=jnp.float32),
+         (x, yt), ((P("x", None),) * 2, P(None, "x")), "all_gather_matmul_t"),
+        (lambda x, y: lax.psum_scatter(x @ y, "x", tiled=True), (x, y), ((P(None, "x"), P("x", None)), P("x", None)),
+         "matmul_psum_scatter"),
+        (lambda x, y: lax.psum_scatter(x @ y.T, "x", tiled=True), (x, yt), ((P(None, "x"),) * 2, P("x", None)),
+         "matmul_psum_scatter_t"),
+        # y @ all_gather(x).T: the gathered x is not the left operand, no collective matmul
+        (lambda x, y: y @ lax.all_gather(x, "x", tiled=True).T, (x, yt), ((P("x", None),) * 2, P(None, "x")), None),
+    ]
+    for f, args, (ins, out), want in cases:
+        fn = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False))
+        got = _reference(jax.make_jaxpr(fn)(*args).jaxpr)
+        assert (got and got["kind"]) == want, (want, got)

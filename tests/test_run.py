@@ -55,7 +55,11 @@ FEW_SIZES = {"all_reduce_bidirectional": (2, 4), "reduce_scatter_chunked": (2, 4
              "all_reduce_2d_bidirectional": (0,), "all_reduce_3d_bidirectional": (0,),
              # issue 13: the same algorithm as a library neighbour (all_gather_bidirectional), at the
              # sizes the issue names; a 2-D one on the 2 x 2 mesh (the axis-tuple test runs all three)
-             "all_gather_bidirectional_unrolled": (2, 3, 4), "reduce_scatter_hierarchical": (0,)}
+             "all_gather_bidirectional_unrolled": (2, 3, 4), "reduce_scatter_hierarchical": (0,),
+             # issue 13's transposed bfloat16 matmuls (nested pipelines, ~10 s a run): one size each;
+             # their other default runs (a mesh axis, params) are under slow (SLOW_RUNS)
+             "all_gather_matmul_t": (3,), "matmul_reduce_scatter_t": (2,)}
+SLOW_RUNS = {"all_gather_matmul_t", "matmul_reduce_scatter_t"}
 
 
 @pytest.mark.parametrize("stem, n", [(s, n) for s, sizes in FEW_SIZES.items() for n in sizes])
@@ -106,7 +110,7 @@ def test_two_axis_schedule_matches_lax_over_the_axis_tuple(stem, shape):
     check(run_schedule(sched, shape[0] * shape[1], mesh_shape=shape, seed=sum(shape)))
 
 
-@pytest.mark.parametrize("stem", ONE_AXIS)
+@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_RUNS else s for s in ONE_AXIS])
 def test_one_axis_schedule_runs_along_an_axis_of_a_mesh(stem):
     """The other coordinate stays fixed: each row (or column) runs its own ring, and the
     result equals lax over that one axis."""
@@ -265,6 +269,18 @@ body:
 
 
 def test_params_override(schedule_path):
+    if schedule_path.stem in SLOW_RUNS:
+        pytest.skip("under slow: test_params_override_slow")
+    params_override(schedule_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", sorted(SLOW_RUNS))
+def test_params_override_slow(stem):
+    params_override(REPO / "schedules" / f"{stem}.yaml")
+
+
+def params_override(schedule_path: Path) -> None:
     schedule = load(schedule_path)
     if schedule.kernels:
         pytest.skip("a split-phase program: interpret mode cannot run it (test_split_phase checks the refusal)")

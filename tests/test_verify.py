@@ -567,3 +567,53 @@ body:
 """)
     starts = [ev.action for ev in unroll(sched, 2).devices[0] if isinstance(ev.action, DmaStart)]
     assert [a.src.text() for a in starts] == ["x[1, 0:8]", "x[0, 0:8]", "x[1, 0:8]"]
+
+
+# ------------------------------------------------------------------ issue 13: dimension semantics
+
+PARALLEL_PERMUTE = """\
+name: ppermute_halves
+collective: {kind: ppermute, shift: 1}
+params: {rows: 8, cols: 128}
+buffers:
+  x:   {kind: input,  shape: [rows, cols]}
+  out: {kind: output, shape: [rows, cols]}
+semaphores: {send_sem: dma, recv_sem: dma}
+grid: {h: 2}
+dimension_semantics: {h: parallel}
+copies:
+  lo: {src: "x[0:rows // 2]", dst: "out[0:rows // 2]", to: right, send_sem: send_sem, recv_sem: recv_sem}
+  hi: {src: "x[rows // 2:rows // 2]", dst: "out[rows // 2:rows // 2]", to: right, send_sem: send_sem, recv_sem: recv_sem}
+body:
+  - when: h == 0
+    do:
+      - start: lo
+      - start: hi
+      - wait: lo
+      - wait: hi
+"""
+
+
+def test_a_parallel_axis_whose_iterations_are_independent_checks_clean():
+    """Iteration h = 1 (core 1 of a megacore chip) does nothing, h = 0 everything: no
+    iteration needs another, and the emitted compiler params say `parallel`."""
+    from ringc.ir.loader import load_text
+    sched = load_text(PARALLEL_PERMUTE)
+    for n in (2, 3):
+        report = ringc.check(sched, n)
+        assert report.ok, report.to_text()
+    assert 'dimension_semantics=("parallel",)' in ringc.emit(sched)
+
+
+def test_a_parallel_axis_carrying_a_dependency_is_an_error_at_the_dependent_op():
+    """The same halves, `hi` started at h = 0 and waited at h = 1: the wait depends on
+    another iteration, and core 1 would wait (`megacore_dma`)."""
+    from ringc.ir.loader import load_text
+    text = PARALLEL_PERMUTE.replace("      - wait: hi\n", "  - when: h == 1\n    do:\n      - wait: hi\n")
+    report = ringc.check(load_text(text), 3)
+    deps = [f for f in report.findings if f.kind == "parallel_dependency"]
+    assert deps and {f.event.line for f in deps} == {line_of(text, "- wait: hi")}, report.to_text()
+    assert "another iteration of the parallel axis `h`" in deps[0].message
+    assert "megacore_dma" in report.kinds()
+    # arbitrary: the same schedule is fine on one core, in grid order
+    assert ringc.check(load_text(text.replace("{h: parallel}", "{h: arbitrary}")), 3).ok

@@ -755,10 +755,15 @@ class _Emitter:
     def op_matmul(self, w: CodeWriter, op: S.Matmul) -> None:
         dst = self.value_ref(op.matmul)
         args = [self.value_ref(op.a), self.value_ref(op.b), "preferred_element_type=jnp.float32"]
+        fn = "jnp.dot"
+        if op.transposed:  # Mosaic contracts a transposed operand in the MXU: no transpose op
+            ca, cb = op.contract
+            fn = "lax.dot_general"
+            args.insert(2, f"((({ca},), ({cb},)), ((), ()))")
         if self.dtype_key(op.matmul.name) == "float32":
-            w.call(f"{dst} {'+=' if op.accumulate else '='} jnp.dot", args)
+            w.call(f"{dst} {'+=' if op.accumulate else '='} {fn}", args)
         else:  # float32 products, rounded once into the destination's type
-            head = f"{dst} = ({dst} + jnp.dot" if op.accumulate else f"{dst} = (jnp.dot"
+            head = f"{dst} = ({dst} + {fn}" if op.accumulate else f"{dst} = ({fn}"
             w.call(head, args, f").astype({self.name(op.matmul.name)}.dtype)")
 
     def op_pipeline(self, w: CodeWriter, op: S.Pipeline) -> None:
@@ -1026,8 +1031,8 @@ class _Emitter:
                     "runs this kernel again")
         what = f"the transpose of {label(coll)} is {label(t)}"
         if coll.takes_rhs:
-            what += (" (for x, with y transposed; y's cotangent is a local matmul with the gathered "
-                     f"{'x' if coll.kind == 'all_gather_matmul' else 'cotangent'})")
+            what += (" (for x, on the same y; y's cotangent is a local matmul with the gathered "
+                     f"{'x' if coll.gathers else 'cotangent'})")
         return what + f"; this module has no ringc kernel for it, so the backward pass runs lax"
 
     def kernel_doc(self, coll: Any) -> str:
@@ -1207,7 +1212,7 @@ class _Emitter:
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = ['"parallel"'] * s.megacore + ['"arbitrary"'] * len(s.grid)
+            semantics = [f'"{sem}"' for sem in s.semantics]
             semantics = _tuple_text(semantics) if semantics else "()"
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
@@ -1301,7 +1306,7 @@ class _Emitter:
                 params.append(f"collective_id={s.barrier.collective_id}")
             if not call.outputs:  # nothing uses its results: keep it anyway
                 params.append("has_side_effects=True")
-            semantics = _tuple_text(['"arbitrary"'] * len(s.grid))
+            semantics = _tuple_text([f'"{sem}"' for sem in s.semantics]) if s.semantics else "()"
             params.append(f"dimension_semantics={semantics}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
@@ -1360,7 +1365,8 @@ EMIT.register(S.Accumulate)(EmitRule(_accumulate_summary, _Emitter.op_accumulate
 EMIT.register(S.Assign)(EmitRule(lambda op: f"assign {op.assign.text()} = {op.src.text()}", _Emitter.op_assign))
 EMIT.register(S.Cast)(EmitRule(lambda op: f"cast {op.cast.text()} = {op.src.text()}", _Emitter.op_cast))
 EMIT.register(S.Matmul)(EmitRule(
-    lambda op: f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()} @ {op.b.text()}",
+    lambda op: f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()}"
+               f"{'' if op.contract[0] == 1 else '.T'} @ {op.b.text()}{'' if op.contract[1] == 0 else '.T'}",
     _Emitter.op_matmul))
 EMIT.register(S.Pipeline)(EmitRule(
     lambda op: f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}",

@@ -355,8 +355,9 @@ class ComputeCost(NamedTuple):
     reads_dst: bool
 
 
-def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n]
-    (m, k), n = a.src.shape[-2:], a.rhs.shape[-1]
+def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n], either transposed by `contract`
+    ca, cb = a.contract
+    m, k, n = a.src.shape[-2:][1 - ca], a.src.shape[-2:][ca], a.rhs.shape[-2:][1 - cb]
     return 2.0 * m * n * k
 
 

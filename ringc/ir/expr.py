@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, Union, get_args
 
 
 class ExprError(ValueError):
-    """A malformed or ill-typed expression; the loader adds the file and line. `fix`, when
-    set, says what to write instead."""
+    """A malformed or ill-typed expression (or integer field, e.g. a matmul's `contract`); the
+    loader adds the file and line. `fix`, when set, says what to write instead."""
     fix: str | None = None
 
     def __init__(self, msg: str, fix: str | None = None):

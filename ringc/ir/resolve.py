@@ -296,6 +296,12 @@ class _Resolver:
             self.fail(s.line_of("dtype"), f"unknown dtype `{s.dtype}`", known=ITEMSIZE)
         for name, size in s.grid.items():
             self.check_expr(size, static, s.line_of("grid", name), "grid size")
+        for name in s.dimension_semantics:
+            if name not in s.grid:
+                self.fail(s.line_of("dimension_semantics", name),
+                          f"dimension_semantics names `{name}`, which is not a grid axis"
+                          + (" (megacore's `core` axis is always parallel)" if name == "core" and s.megacore else ""),
+                          known=s.grid, name=name)
         defined = {*self.builtins, *s.params, *s.grid, *s.data}
         for name, value in s.let.items():
             self.check_expr(value, defined, s.line_of("let", name), f"let `{name}`")

@@ -67,8 +67,10 @@ class Node(BaseModel):
 # ------------------------------------------------------------------ declarations
 
 CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
-                         "all_gather_matmul", "matmul_psum_scatter", "ragged_all_to_all"]
-MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter")
+                         "all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t",
+                         "matmul_psum_scatter_t", "ragged_all_to_all"]
+# The `_t` kinds multiply by y transposed (y stored [n, k]: x @ y^T).
+MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t", "matmul_psum_scatter_t")
 # Collectives of two inputs (`collective.rhs` names the second): the matmuls' right-hand
 # side, and ragged_all_to_all's `output` argument (the values kept where nothing lands).
 TWO_INPUT_COLLECTIVES = (*MATMUL_COLLECTIVES, "ragged_all_to_all")
@@ -432,11 +434,25 @@ class Cast(OpNode):
     src: RefT
 
 
+def _contract(v: Any) -> Any:
+    """`contract: [i, j]`: one dim of each 2-D operand, each 0 or 1."""
+    if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(type(d) is int and d in (0, 1) for d in v)):
+        raise E.ExprError(f"contract: {v!r} is not two dims of 2-D blocks (each 0 or 1): the dim of `a` and the "
+                          "dim of `b` multiplied together",
+                          fix="write `contract: [1, 0]` for a @ b (the default) or `contract: [1, 1]` for a @ b.T")
+    return tuple(v)
+
+
 class Matmul(OpNode):
     """`dst = a @ b` (or `dst += a @ b` with `accumulate`) on 2-D VMEM blocks, multiplied
     with float32 accumulation (`jnp.dot(..., preferred_element_type=float32)`). A
     `(bm, bn, bk)` blocking is a grid over blocks of this op: zero the accumulator at the
-    first k block, accumulate, cast it out at the last."""
+    first k block, accumulate, cast it out at the last.
+
+    `contract: [i, j]` are its dimension numbers: dim i of `a` is contracted with dim j of
+    `b`, as `lax.dot_general(a, b, (((i,), (j,)), ((), ())))`; the default [1, 0] is
+    `a @ b`, [1, 1] is `a @ b.T` (the collective matmuls of production kernels keep y as
+    [n, k]). The result's dims are a's free dim, then b's."""
     tag: ClassVar[str] = "matmul"
     compute: ClassVar[bool] = True
     reads: ClassVar[tuple[str, ...]] = ("a", "b")
@@ -445,6 +461,15 @@ class Matmul(OpNode):
     a: RefT
     b: RefT
     accumulate: bool = Field(False, description="add the product to dst instead of overwriting it")
+    contract: Annotated[tuple[Literal[0, 1], Literal[0, 1]], BeforeValidator(_contract), WithJsonSchema({
+        "type": "array", "items": {"enum": [0, 1]}, "minItems": 2, "maxItems": 2})] = Field(
+        (1, 0), description="dimension numbers: the dim of `a` contracted with the dim of `b`, as "
+                            "lax.dot_general's (((i,), (j,)), ((), ())); [1, 0] is a @ b, [1, 1] is a @ b.T")
+
+    @property
+    def transposed(self) -> bool:
+        """Whether this is not the plain `a @ b`."""
+        return tuple(self.contract) != (1, 0)
 
 
 class BlockSpec(Node):
@@ -526,7 +551,17 @@ Loop.model_rebuild()
 Pipeline.model_rebuild()
 
 
-_NAME_TABLES = ("params", "buffers", "data", "semaphores", "grid", "let", "copies", "kernels")
+def _semantics(v: Any) -> Any:
+    """`dimension_semantics: {axis: parallel | arbitrary}`, as Pallas spells them."""
+    if isinstance(v, dict):
+        for axis, sem in v.items():
+            if axis != "__line__" and sem not in ("parallel", "arbitrary"):
+                raise E.ExprError(f"dimension_semantics of `{axis}` is {sem!r}, not `parallel` or `arbitrary`",
+                                  fix="write `parallel` (independent iterations) or `arbitrary` (the default)")
+    return v
+
+
+_NAME_TABLES = ("params", "buffers", "data", "semaphores", "grid", "let", "copies", "kernels", "dimension_semantics")
 
 
 class Kernel(Node):
@@ -589,6 +624,10 @@ class Schedule(Node):
     grid: dict[str, ExprT] = Field(default_factory=dict, description=(
         "the Pallas grid (row-major); omit it for a kernel without one, whose body runs once "
         "(with `loop:` blocks for Python loops)"))
+    dimension_semantics: Annotated[dict[str, Literal["parallel", "arbitrary"]], BeforeValidator(_semantics)] = Field(
+        default_factory=dict, description=(
+        "per grid axis, Pallas' `parallel` or `arbitrary` (the default): a parallel axis promises that its "
+        "iterations are independent; on v4/v5p the compiler splits it over the two TensorCores"))
     let: dict[str, ExprT] = {}
     copies: dict[str, Copy] = {}
     body: list[Op] = Field([], description="the ops every device runs at every grid point (one "
@@ -687,6 +726,12 @@ class Schedule(Node):
         if buf.spec is not None:
             return tuple(tuple(a) if isinstance(a, list) else a for a in buf.spec)
         return (self.axis,) + (None,) * (len(buf.shard_shape) - 1)
+
+    @property
+    def semantics(self) -> tuple[str, ...]:
+        """Pallas' `dimension_semantics` of the kernel's grid: megacore's `core` axis, then
+        each grid axis's (default arbitrary)."""
+        return ("parallel",) * self.megacore + tuple(self.dimension_semantics.get(g, "arbitrary") for g in self.grid)
 
     def dtype_of(self, buffer: str) -> str:
         return self.buffers[buffer].dtype or self.dtype

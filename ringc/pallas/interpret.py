@@ -390,10 +390,20 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         return [Data(shapes[0], ("add", data[0], data[1]))]
     if name == "convert_element_type" and data and data[0].shape == shapes[0]:
         return [Data(shapes[0], ("cast", data[0]))]
+    if name == "transpose" and data and len(data[0].shape) == 2 and tuple(eqn.params["permutation"]) == (1, 0):
+        return [Data(shapes[0], ("transpose", data[0]))]
     if name == "dot_general" and len(data) == 2:
         (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-        if len(data[0].shape) == len(data[1].shape) == 2 and tuple(lc) == (1,) and tuple(rc) == (0,) and not lb:
-            return [Data(shapes[0], ("dot", data[0], data[1]))]
+        if len(data[0].shape) == len(data[1].shape) == 2 and len(lc) == len(rc) == 1 and not lb:
+            # One contracted dim each, no batch dims: `x @ y`, `x @ y.T` (contract (1, 1)), ...
+            # A 2-D `transpose` feeding the dot is folded into which dim it contracts.
+            operands, contract = [], []
+            for x, c in zip(data, (lc[0], rc[0])):
+                if x.how[0] == "transpose":
+                    x, c = x.how[1], 1 - c
+                operands.append(x)
+                contract.append(c)
+            return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
         return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
@@ -851,13 +861,13 @@ def store_actions(dst: Any, v: Data) -> list:
     if how == "dot":
         a, b = plain(v.how[1]), plain(v.how[2])
         if a.how[0] == "load" and b.how[0] == "load":
-            return [Compute("matmul", dst, a.how[1], b.how[1], False)]
+            return [Compute("matmul", dst, a.how[1], b.how[1], False, contract=v.how[3])]
     if how == "add":
         a, b = plain(v.how[1]), plain(v.how[2])
         for x, y in ((a, b), (b, a)):
             if y.how[0] == "dot" and plain(y.how[1]).how[0] == "load" and plain(y.how[2]).how[0] == "load":
                 return store_actions(dst, x) + [Compute("matmul", dst, plain(y.how[1]).how[1],
-                                                        plain(y.how[2]).how[1], True)]
+                                                        plain(y.how[2]).how[1], True, contract=y.how[3])]
         if load(a) is not None and load(b) is not None:
             return [Compute("accumulate", dst, load(b), base=load(a))]
         for x, y in ((a, b), (b, a)):

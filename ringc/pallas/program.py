@@ -116,6 +116,7 @@ class Builder(Sink):
         # Set to evaluate every device at once, as device 0 (`interpret.Lanes`): only device
         # 0's events are recorded, proved to be every device's translated.
         self.lanes: Lanes | None = None
+        self.parallel: tuple[int, ...] = ()
 
     # -- naming --------------------------------------------------------------------
     def unique(self, name: str) -> str:
@@ -207,6 +208,10 @@ class Builder(Sink):
             self.megacore = True
             if self.lanes is not None:
                 raise Diverge("megacore: a core's events are not every device's")
+        # The parallel grid dims of the program (`check.parallel_findings`): one call's, or none
+        # when the calls declare different ones (their points are not comparable).
+        parallel = tuple(k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower() and k < len(grid))
+        self.parallel = parallel if not self.call_names or self.parallel == parallel else ()
         line = kernel_location(eqn)
         # Bind operands and outputs to buffers.
         aliases = dict(p.get("input_output_aliases") or ())
@@ -404,10 +409,12 @@ class Builder(Sink):
         grid_names = ("i", "j", "k", "l", "m", "n")
         if self.lanes is not None:  # device 0's events; device d runs them translated by d
             return Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
-                           self.targets, axis_sizes=dict(self.axis_sizes), rotation=dict(self.lanes.steps))
+                           self.targets, axis_sizes=dict(self.axis_sizes), rotation=dict(self.lanes.steps),
+                           dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel)
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
-                       second_core=self.second_core if self.megacore else [])
+                       second_core=self.second_core if self.megacore else [],
+                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel)
 
 
 def kernel_location(eqn: Any) -> Loc:

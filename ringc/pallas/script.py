@@ -57,7 +57,7 @@ from .jaxprs import walk_eqns
 __all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
            "parse_arg"]
 
-# `lax` collective primitive -> the ringc collective it computes (see `_reference`).
+# `lax` collective primitive -> the ringc collective it computes (see `lax_reference`).
 _LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
                     "psum_invariant": "psum", "reduce_scatter": "psum_scatter", "all_to_all": "all_to_all"}
 
@@ -194,17 +194,73 @@ def _kernel_names(jaxpr: Any) -> str:
     return ", ".join(names)
 
 
+# Ops between a collective matmul's collective and its dot that keep its values (`_matmul_reference`).
+_PASS_THROUGH = ("convert_element_type", "reshape", "squeeze", "expand_dims", "copy", "copy_p")
+
+
+def _matmul_reference(eqns: list, coll: Any) -> dict | None:
+    """The collective matmul a reference computes with one `dot_general` besides its one
+    collective: `all_gather(x) @ y` (the dot reads the gathered x as its left operand) or
+    `psum_scatter(x @ y)` (the scatter reads the product), contracting x's last dim with
+    y's first (`y`) or last (`y.T`, the `_t` kinds), no batch dims; None if it is neither."""
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    if len(dots) != 1:
+        return None
+    dot = dots[0]
+    (lc, rc), (lb, _) = dot.params["dimension_numbers"]
+    lhs, rhs = (v.aval for v in dot.invars)
+    if lb or len(lc) != 1 or len(rc) != 1 or lc[0] != len(lhs.shape) - 1 or len(rhs.shape) != 2:
+        return None
+    made = {id(o): e for e in eqns for o in e.outvars}
+    same: dict[int, Any] = {}  # across a nested jaxpr (jnp.einsum is a jitted call): inner and outer names
+    for e in eqns:
+        inner = e.params.get("jaxpr") if e.primitive.name in ("pjit", "jit", "closed_call") else None
+        inner = getattr(inner, "jaxpr", inner)
+        if inner is not None:
+            same.update({id(i): o for i, o in zip(inner.invars, e.invars)})
+            same.update({id(o): i for i, o in zip(inner.outvars, e.outvars)})
+
+    def source(v: Any) -> Any:
+        """The variable `v` is made from through value-keeping ops and nested calls."""
+        while True:
+            e = made.get(id(v))
+            if id(v) in same:
+                v = same[id(v)]
+            elif e is not None and e.primitive.name in _PASS_THROUGH and len(e.invars) == 1:
+                v = e.invars[0]
+            else:
+                return v
+
+    flipped = False  # `x @ y.T` is a 2-D transpose of y feeding a plain dot
+    y = source(dot.invars[1])
+    while (e := made.get(id(y))) is not None and e.primitive.name == "transpose" \
+            and tuple(e.params["permutation"]) == (1, 0):
+        y, flipped = source(e.invars[0]), not flipped
+    transposed = (rc[0] == 1) != flipped
+    if coll.primitive.name == "all_gather" and source(dot.invars[0]) is coll.outvars[0]:
+        kind = "all_gather_matmul"
+    elif coll.primitive.name == "reduce_scatter" and source(coll.invars[0]) is dot.outvars[0]:
+        kind = "matmul_psum_scatter"
+    else:
+        return None
+    return {"kind": kind + ("_t" if transposed else "")}
+
+
 def lax_reference(jaxpr: Any) -> dict | None:
     """The one `lax` collective that a jitted `shard_map` computes, if that is all it does
     (besides reshapes and the like) and it is one the README's table means: {"kind",
     "shift"}. `all_gather` and `psum_scatter` along dimension 0, `all_to_all` splitting and
     concatenating dimension 0; `tiled=True` too (the kernel's array is then flat, [N * m,
     ...], and the meaning check views it per device: `importer.flat_views`). Along another
-    dimension the layout is not the table's: no meaning (None)."""
-    found = [e for e in walk_eqns(jaxpr) if e.primitive.name in _LAX_COLLECTIVES]
-    if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in walk_eqns(jaxpr)):
+    dimension the layout is not the table's: no meaning (None). With one `dot_general` besides
+    the collective, the collective matmul it computes (`_matmul_reference`)."""
+    eqns = list(walk_eqns(jaxpr))
+    found = [e for e in eqns if e.primitive.name in _LAX_COLLECTIVES]
+    if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in eqns):
         return None
     e = found[0]
+    if any(d.primitive.name == "dot_general" for d in eqns):
+        return _matmul_reference(eqns, e)
     kind = _LAX_COLLECTIVES[e.primitive.name]
     if kind == "ppermute":
         perm = e.params["perm"]

@@ -96,7 +96,8 @@ class SemRef:
 @dataclass(frozen=True)
 class Data:
     """Tensor data, not computed: its shape and how it was made.
-    how: ("load", Region of a value register) | ("add", Data, Data) | ("dot", Data, Data)
+    how: ("load", Region of a value register) | ("add", Data, Data)
+         | ("dot", Data, Data, (lhs contracted dim, rhs contracted dim)) | ("transpose", Data)
          | ("cast", Data) | ("zero",) | ("opaque", why)"""
     shape: tuple[int, ...]
     how: tuple

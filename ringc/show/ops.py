@@ -30,7 +30,9 @@ SHOW.register("zero")(ShowRule(lambda a: f"zero {a.dst.buffer}", "zero"))
 SHOW.register("accumulate")(ShowRule(_assignment("+="), "acc"))
 SHOW.register("assign")(ShowRule(_assignment("="), "set"))
 SHOW.register("cast")(ShowRule(_assignment("="), "cast"))
-SHOW.register("matmul")(ShowRule(_assignment("="), "matmul"))
+SHOW.register("matmul")(ShowRule(
+    lambda a: f"matmul {a.dst.buffer} {'+=' if a.accumulate else '='} {a.src.buffer}{'' if a.contract[0] == 1 else '.T'}"
+              f" @ {a.rhs.buffer}{'' if a.contract[1] == 0 else '.T'}", "matmul"))
 SHOW.register("load")(ShowRule(_assignment("="), "load"))  # Pallas import only
 SHOW.register("opaque")(ShowRule(lambda a: f"compute {a.dst.buffer}", "compute"))
 

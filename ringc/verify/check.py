@@ -19,8 +19,9 @@ from ..collectives import Buffers, Collective, collective_of
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .. import topology
-from .events import Compute, DmaStart, Event, Program, SemWait, Signal, feeders, sem_text
 from math import prod
+
+from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
 from .findings import Finding, Report
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
@@ -178,14 +179,139 @@ def byte_findings(program: Program) -> list[Finding]:
     return findings
 
 
+def dtype_findings(program: Program) -> list[Finding]:
+    """A DMA copies bytes: between buffers of different element types it would reinterpret
+    them, and Mosaic refuses it (`tpu.enqueue_dma` needs one type). Once per op line, at the
+    copy's start, naming both types and the `cast` that converts in VMEM."""
+    findings, seen = [], set()
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not isinstance(a, DmaStart) or ev.line in seen:
+                continue
+            src, dst = program.dtypes.get(a.src.buffer), program.dtypes.get(a.dst.buffer)
+            if src is None or dst is None or src == dst:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "dtype_mismatch", f"{describe(ev)} at {program.where(ev)} copies `{a.src.buffer}` ({src}) into "
+                                  f"`{a.dst.buffer}` ({dst}): a DMA moves bytes and cannot convert element "
+                                  f"types (the TPU compiler refuses it); copy into a {src} buffer and `cast` it "
+                                  f"into the {dst} one in VMEM", event=ev))
+    return findings
+
+
+def _parallel_key(program: Program, ev: Event) -> tuple[int, ...]:
+    return tuple(ev.point[k] for k in program.parallel if k < len(ev.point))
+
+
+def parallel_findings(program: Program) -> list[Finding]:
+    """A `parallel` grid axis promises that its iterations are independent: Mosaic may run
+    them in any order, and a megacore chip splits the axis over its two TensorCores, each
+    with its own VMEM and semaphores. So on each device, nothing at one index of a parallel
+    axis may depend on what ran at another index of it:
+
+    - memory: a region read (a compute's operand, an accumulated destination, a DMA's
+      source) whose last writer before it, in grid order, ran at another index (a compute, a
+      local DMA, or a remote DMA landing here, counted at its sender's grid point: SPMD
+      steps line up, so a block received in step s and forwarded in step s + 1 ties the two
+      steps together); a write stops counting once a later one covers it (a partly
+      overwritten one still counts: conservative); inputs are never written;
+    - semaphores: a wait that consumes (first in, first out) what this device deposited at
+      another index on its own semaphore (a local DMA, a remote DMA's send side, a signal to
+      itself); semaphores other devices also feed are left to the other checks.
+
+    One finding per op line, at the dependent event, naming the axis and the event it
+    depends on. The model's own writes (kernel entry and exit, a pipeline's fresh window)
+    are no dependency."""
+    if not program.parallel:
+        return []
+    findings, seen = [], set()
+
+    def report(ev: Event, dep: Event, what: str) -> None:
+        if ev.line in seen:
+            return
+        seen.add(ev.line)
+        axes = [program.grid_names[k] for k in program.parallel
+                if k < len(ev.point) and k < len(dep.point) and ev.point[k] != dep.point[k]]
+        names = ", ".join(f"`{a}`" for a in axes)
+        findings.append(Finding(
+            "parallel_dependency", f"{describe(ev)} at {program.where(ev)} {what} {describe(dep)} at "
+                                   f"{program.where(dep)}, another iteration of the parallel axis {names}: parallel "
+                                   "iterations may run in any order, and a v4/v5p chip splits the axis over its two "
+                                   "TensorCores, so this dependency breaks; make the axis `arbitrary`, or keep what "
+                                   "an iteration needs inside it", event=ev, related=[dep]))
+
+    every = [ev for events in [*program.devices, *program.second_core] for ev in events]
+    remote_fed = {sem for ev in every for sem, _ in deposits(ev.action) if sem[0] != ev.device}
+    landings: dict[int, list[Event]] = defaultdict(list)  # remote DMAs, by the device they land on
+    for ev in every:
+        if isinstance(ev.action, DmaStart) and ev.action.dst.device != ev.device:
+            landings[ev.action.dst.device].append(ev)
+    for d, core0 in enumerate(program.devices):
+        # In grid order. A remote DMA's landing counts as a write at its sender's grid point
+        # (before this device's own events there): SPMD steps line up, so a block received in
+        # one step and used in the next is a dependency between the two steps.
+        own = core0 + (program.second_core[d] if d < len(program.second_core) else [])
+        events = sorted([((e.invocation, e.point, e.inner, e.index), False, e) for e in own]
+                        + [((e.invocation, e.point, (), -1), True, e) for e in landings[d]], key=lambda t: t[0])
+        written: dict[str, list[tuple[Any, tuple[int, ...], Event]]] = defaultdict(list)
+        queues: dict[Any, list[list]] = defaultdict(list)
+        for _, landing, ev in events:
+            a, key = ev.action, _parallel_key(program, ev)
+            if landing:
+                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not _inside(e[0], a.dst.box)] \
+                    + [(a.dst.box, key, ev)]
+                continue
+            reads, writes = [], []
+            if isinstance(a, Compute):
+                if not a.work:
+                    continue
+                reads = list(a.reads) + ([a.dst] if (a.kind == "accumulate" and a.base is None)
+                                         or (a.kind == "matmul" and a.accumulate) else [])
+                writes = [a.dst]
+            elif isinstance(a, DmaStart):
+                reads = [a.src] if a.src.device == d else []
+                writes = [a.dst] if a.dst.device == d else []
+            elif isinstance(a, SemWait) and a.sem not in remote_fed:
+                need, queue = a.value, queues[a.sem]
+                while need > 0 and queue:
+                    take = min(need, queue[0][0])
+                    if queue[0][1] != key:
+                        report(ev, queue[0][2], "waits for")
+                    queue[0][0] -= take
+                    need -= take
+                    if not queue[0][0]:
+                        queue.pop(0)
+            for sem, amount in deposits(a):
+                if sem[0] == d and sem not in remote_fed:
+                    queues[sem].append([amount, key, ev])
+            for r in reads:
+                dep = next((w for box, k, w in written[r.buffer] if k != key and _overlaps(box, r.box)), None)
+                if dep is not None:
+                    report(ev, dep, "reads what")
+            for w in writes:  # the last writer: earlier writes this one covers no longer count
+                written[w.buffer] = [e for e in written[w.buffer] if not _inside(e[0], w.box)] + [(w.box, key, ev)]
+    return findings
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    return all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def _inside(a: Any, b: Any) -> bool:
+    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
+
+
 def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
     """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
     touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
     issue DMAs from one core), and outputs live in HBM (each core would write back its own
     VMEM copy of a VMEM output). Remote copies go HBM to HBM: a VMEM operand would be
     some core's private memory. With that, core 1 only computes on its own VMEM, and core
-    0's events are the whole story for the other checks."""
-    if not sched.megacore:
+    0's events are the whole story for the other checks. The same holds for a `parallel`
+    grid axis, which such a chip splits over its cores (`Unroller.split`)."""
+    if not sched.megacore and not program.second_core:
         return []
     findings, seen = [], set()
     for events in program.second_core:
@@ -247,7 +373,8 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
     if placement.topo.ndim > 1:
         program.device_labels = labels(program, placement)
-    findings = route_findings(program, placement) + megacore_findings(sched, program)
+    findings = (route_findings(program, placement) + megacore_findings(sched, program) + dtype_findings(program)
+                + parallel_findings(program))
     m = maximal_run(program)
     findings += run_findings(program, m)
     if m.finished():
@@ -313,7 +440,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
         meaning = meaning_of(sched)
     topo = placement.topo
     if (not _wrapped(placement) or route_findings(program, placement) or megacore_findings(sched, program)
-            or not quotient.clean(sched, program, meaning)):
+            or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning)):
         return None
     report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + program_assumptions(sched))

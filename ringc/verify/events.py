@@ -109,7 +109,8 @@ class Signal:
 @dataclass(frozen=True)
 class Compute:
     """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in
-    dst's type), matmul (dst = src @ rhs, or += with `accumulate`). Also the model's own
+    dst's type), matmul (dst = src @ rhs, or += with `accumulate`; `contract`
+    names the contracted dims, as lax.dot_general's). Also the model's own
     writes: `enter` (the kernel takes over memory) and `allocate` (a pipeline's fresh
     VMEM blocks hold garbage), and `exit` (the caller takes the memory back). `opaque`: an
     imported Pallas kernel writes data the model does not follow (its own arithmetic); `load`:
@@ -120,6 +121,13 @@ class Compute:
     rhs: Region | None = None
     accumulate: bool = False
     base: Region | None = None   # accumulate: dst = base + src
+    contract: tuple[int, int] = (1, 0)  # matmul: the contracted dims of src and rhs ((1, 1): src @ rhs.T)
+
+    @property
+    def product_text(self) -> str:
+        """A matmul's product as text: `a @ b`, `a @ b.T`, `a.T @ b`."""
+        ca, cb = self.contract
+        return f"{self.src.text()}{'' if ca == 1 else '.T'} @ {self.rhs.text()}{'' if cb == 0 else '.T'}"
 
     @property
     def reads(self) -> tuple[Region, ...]:
@@ -175,6 +183,12 @@ class Program:
     rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
     # A split-phase program: the kernel of each call (`Event.invocation`), for the findings.
     call_names: list[str] | None = None
+    # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here
+    # (a pipeline's VMEM window: its HBM region's type by construction) is not compared.
+    dtypes: dict[str, str] = field(default_factory=dict)
+    # The grid dims (positions in `Event.point`) declared `parallel`: their iterations must not
+    # depend on each other (`check.parallel_findings`).
+    parallel: tuple[int, ...] = ()
 
     @property
     def event_count(self) -> int:

@@ -21,6 +21,8 @@ KINDS = {
     "megacore_dma": "megacore: a DMA or semaphore operation issued from core 1",
     "megacore_vmem": "megacore: a VMEM output, or a remote copy to or from VMEM",
     "race": "two unordered accesses to the same memory, at least one a write",
+    "dtype_mismatch": "a DMA between buffers of different element types (the TPU compiler refuses it)",
+    "parallel_dependency": "an iteration of a `parallel` grid axis depends on another iteration of it",
     "wrong_result": "an output block differs from the collective's meaning",
     "out_of_bounds": "runtime data (--data) puts a region outside its buffer, e.g. a ragged size that overflows "
                      "the receive buffer",

@@ -54,7 +54,7 @@ RACES.register("allocate")(ComputeRule(
     lambda a, ev: f"the pipeline allocates {a.dst.text()} (garbage until written)", None))
 RACES.register("zero")(ComputeRule(lambda a, ev: f"zero {a.dst.text()}", "zeroes"))
 RACES.register("matmul")(ComputeRule(
-    lambda a, ev: f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.src.text()} @ {a.rhs.text()}",
+    lambda a, ev: f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.product_text}",
     "multiplies into"))
 RACES.register("cast")(ComputeRule(lambda a, ev: f"{a.dst.text()} = cast({a.src.text()})", "casts into"))
 RACES.register("assign")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "assigns"))

@@ -429,6 +429,10 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
     if list(sizes) != list(sched.axes) or prod(sizes.values()) < 2 or sched.data:
         return None  # runtime data differs per device: no translation symmetry to prove
     u = RotationUnroller(sched, sizes)
+    if "parallel" in sched.dimension_semantics.values():
+        # A parallel grid axis: its split over two cores and its dependencies through other
+        # devices' DMAs (`check.parallel_findings`) are decided on the full unrolling.
+        return None
     u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
     try:
         events, second = u.device_events(0, invocations)

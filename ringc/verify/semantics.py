@@ -403,10 +403,16 @@ class Memory:
                     result.append(Piece(ix, a.value + b.value))
         self.write(dst, result)
 
-    def matmul(self, dst: Region, a: Region, b: Region, accumulate: bool) -> None:
+    def matmul(self, dst: Region, a: Region, b: Region, accumulate: bool,
+               contract: tuple[int, int] = (1, 0)) -> None:
         """dst (+)= a @ b: every pair of pieces of `a` and `b` that share k indices adds
-        their products to the dst box of the `a` piece's rows and the `b` piece's columns."""
-        (ra, ka), (kb, cb), (rd, cd) = a.kept, b.kept, dst.kept
+        their products to the dst box of the `a` piece's rows and the `b` piece's columns.
+        `contract` (lax.dot_general's contracting dims) says which kept dim of each operand
+        is k: the other is its free dim, the destination's rows for `a`, columns for `b`
+        (so `a @ b.T` is the same product term with b's map reading k from its columns)."""
+        ka, ra = a.kept[contract[0]], a.kept[1 - contract[0]]
+        kb, cb = b.kept[contract[1]], b.kept[1 - contract[1]]
+        rd, cd = dst.kept
         result = self.read(dst) if accumulate else [Piece(dst.box, ())]
         for pa in self.read(a):
             for pb in self.read(b):
@@ -516,7 +522,7 @@ APPLY.register("assign", "cast", "load")(lambda mem, a: mem.copy(a.src, a.dst))
 # data the model does not follow (an imported kernel's own arithmetic)
 APPLY.register("opaque")(lambda mem, a: mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))]))
 APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
-APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate))
+APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract))
 
 
 def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] | None = None) -> None:

@@ -615,14 +615,29 @@ class Unroller:
                 self.entry(events, inv)
             elif invocations > 1:
                 self.device_barrier(events, inv)
+            split = self.split
             for core, out in enumerate([events, second][:2 if s.megacore else 1]):
                 self.core = core
                 for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                    if split is not None:  # a parallel axis over two TensorCores: core 1 runs its second half
+                        self.core = int(point[split] >= self.ctx.grid[split] // 2)
+                        out = second if self.core else events
                     self.set_point(point)
                     self.walk(s.body, out, inv)
             self.core = 0
             self.exit(events, inv)
         return events, second
+
+    @property
+    def split(self) -> int | None:
+        """The grid axis (its position in `s.grid`) a megacore chip splits over its two
+        TensorCores, besides megacore's own `core` axis: the first `parallel` one of at
+        least 2 indices, as Mosaic and the Pallas importer (`pallas/program.py`) take it;
+        core 1 runs the second half of its indices. None without one."""
+        if self.s.megacore:
+            return None
+        return next((i for i, g in enumerate(self.s.grid)
+                     if self.s.dimension_semantics.get(g) == "parallel" and self.ctx.grid[i] >= 2), None)
 
     def program(self, devices: list[list[Event]], second_core: list[list[Event]], invocations: int,
                 **extra: Any) -> Program:
@@ -637,7 +652,9 @@ class Unroller:
         if s.kernels:  # a split-phase program: findings name each call's kernel
             extra.setdefault("call_names", [k for _ in range(invocations) for k in s.program])
         return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
-                       axis_sizes=dict(self.ctx.sizes), second_core=second_core, **extra)
+                       axis_sizes=dict(self.ctx.sizes), second_core=second_core,
+                       dtypes={name: s.dtype_of(name) for name in s.buffers},
+                       parallel=tuple(i for i, sem in enumerate(s.semantics) if sem == "parallel"), **extra)
 
     def run(self, invocations: int) -> Program:
         self.ctx.work(self.n, invocations)
@@ -646,7 +663,7 @@ class Unroller:
         for d in range(self.n):
             events, second = self.device_events(d, invocations)
             devices.append(events)
-            if self.s.megacore:
+            if self.s.megacore or self.split is not None:
                 second_core.append(second)
         return self.program(devices, second_core, invocations)
 
@@ -854,11 +871,15 @@ def _matmul(u: Unroller, op: S.Matmul) -> list[tuple[Action, int | None]]:
         if len(r.shape) != 2:
             u.fail(line, f"matmul works on 2-D blocks, but `{r.text()}` has shape {list(r.shape)}",
                    "index the leading dimensions away, e.g. `buf[slot]`")
-    if a.shape[1] != b.shape[0]:
+    ca, cb = op.contract
+    side = ("rows", "columns")
+    if a.shape[ca] != b.shape[cb]:
         u.fail(line, f"matmul: `{a.text()}` is {list(a.shape)} and `{b.text()}` is {list(b.shape)}: "
-                     f"a's columns ({a.shape[1]}) must equal b's rows ({b.shape[0]})",
+                     f"a's {side[ca]} ({a.shape[ca]}) must equal b's {side[cb]} ({b.shape[cb]}), "
+                     f"the dims `contract: [{ca}, {cb}]` multiplies together",
                "slice both operands to the same k block")
-    if dst.shape != (a.shape[0], b.shape[1]):
-        u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is "
-                     f"{[a.shape[0], b.shape[1]]}", "make the destination a's rows by b's columns")
-    return [(Compute("matmul", dst, a, b, op.accumulate), None)]
+    want = (a.shape[1 - ca], b.shape[1 - cb])
+    if dst.shape != want:
+        u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is {list(want)}",
+               f"make the destination a's {side[1 - ca]} by b's {side[1 - cb]}")
+    return [(Compute("matmul", dst, a, b, op.accumulate, contract=(ca, cb)), None)]
