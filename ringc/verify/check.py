@@ -266,7 +266,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
 
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
-    """The clean report of a translation-symmetric schedule on a ring or torus, from device
+    """The clean report (route warnings aside) of a translation-symmetric schedule on a ring or torus, from device
     0's events alone (`rotation.py`, `quotient.py`); None when the full analysis must decide.
     Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ.
     The quotient decides under the "any" DMA ordering; a schedule clean under it is clean
@@ -275,12 +275,18 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, d
     if not all(topo.wrap[k] for k in placement.along):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
-    if (program is None or route_findings(program, placement) or megacore_findings(sched, program)
+    if program is None:
+        return None
+    if topo.ndim > 1:  # before the route findings, which name devices by their labels
+        program.device_labels = labels(program, placement)
+    # Routes depend only on the offset on wrapped axes, so device 0's route findings are
+    # every device's, and the full analysis reports each op's first, which is device 0's:
+    # warnings (a far send) are the same list; an error sends the schedule to the full path.
+    routes = route_findings(program, placement)
+    if (any(f.severity != "warning" for f in routes) or megacore_findings(sched, program)
             or not quotient.clean(sched, program)):
         return None
-    report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
-    if topo.ndim > 1:
-        program.device_labels = labels(program, placement)
+    report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
     if topo.spec != "ring":
         report.placement = placement.describe()
     report.routes = rotated_route_summary(program, placement)
