@@ -214,8 +214,10 @@ class Unroller:
             inputs = self.inputs[id(node)] = node_inputs(self.s, node)
         names, blocks = inputs
         env, keyed = self.env, self.keyed
-        key = (id(node), *[v if (f := keyed.get(type(v))) is None else f(v)
-                           for v in [env.get(n, _MISSING) for n in names]])
+        values = [env.get(n, _MISSING) for n in names]
+        if keyed.keys() & set(map(type, values)):  # some value stands for itself only under `keyed`
+            values = [v if (f := keyed.get(type(v))) is None else f(v) for v in values]
+        key = (id(node), *values)
         if blocks and self.window_slot:
             key += tuple([self.window_slot.get(b) for b in blocks])
         value = self.memo.get(key, _MISSING)
@@ -252,11 +254,16 @@ class Unroller:
         shape = self.ctx.shapes[ref.name]
         box, kept = [], []
         for dim, size in enumerate(shape):
-            ix = ref.indices[dim] if dim < len(ref.indices) else E.Slice(None, None)
+            if dim >= len(ref.indices):  # a dimension not indexed is whole
+                box.append((0, size))
+                kept.append(dim)
+                continue
+            ix = ref.indices[dim]
             if isinstance(ix, E.Slice):
                 start = self.ev(ix.start, line) if ix.start is not None else 0
                 length = self.ev(ix.size, line) if ix.size is not None else size - start
-                start, length = (int(v) for v in self.place(ref.name, dim, size, start, length))  # True is 1
+                start, length = self.place(ref.name, dim, size, start, length)
+                start, length = int(start), int(length)  # True is 1
                 if start < 0 or length <= 0 or start + length > size:
                     self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
                                     f"{dim} of `{ref.name}` (size {size})",
