@@ -376,8 +376,16 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
         ends = {(k, j): None for k in fed.index for j in fed.index[k]}
         done = {k: 0 for k in fed.index}
         demand = 0
+        own = list(fed.index) == [0]  # fed by device 0 alone (a local copy's semaphore): no rows needed
         for w in waits[key]:
             demand += w.action.value
+            if own:
+                c = bisect.bisect_left(fed.index[0], w.index)
+                if fed.total[0][c] <= demand:
+                    for j in fed.index[0][done[0]:c]:
+                        ends[(0, j)] = w
+                    done[0] = max(done[0], c)
+                continue
             limits = _limits(fed, row[w.index], w.index)
             if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
                 for k, c in limits.items():

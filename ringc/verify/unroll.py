@@ -184,7 +184,8 @@ class Unroller:
         # An op's actions, a region, a guard or a `let:` value depends only on the values
         # of the names it reads (and the window slots of the blocks it uses), and most grid
         # points repeat earlier ones: see `memoized`.
-        self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Per node: [names read, blocks named, calls memoized, hits] (`memoized`).
+        self.inputs: dict[int, list[Any]] = {}
         self.memo: dict[tuple, Any] = {}
         self.windows: dict[tuple[str, int, int], Region] = {}
 
@@ -205,14 +206,24 @@ class Unroller:
     # compute the same, but print as `True`.
     keyed: dict[type, Callable[[Any], Any]] = {bool: lambda v: (bool, v)}
 
+    # Calls before a node whose values rarely repeat stops being memoized (below 1 hit in 8).
+    MEMO_TRIAL = 128
+
     def memoized(self, node: Any, compute: Callable[..., Any], *args: Any) -> Any:
         """`compute(*args)`, memoized on the values of the names `node` reads and the window
         slots of the blocks it names. Errors are raised the first time, never memoized.
-        (The key is flat: a node always reads the same names, so its parts cannot shift.)"""
-        inputs = self.inputs.get(id(node))
-        if inputs is None:
-            inputs = self.inputs[id(node)] = node_inputs(self.s, node)
-        names, blocks = inputs
+        (The key is flat: a node always reads the same names, so its parts cannot shift.)
+        A node whose key has come back in fewer than 1 of 8 of its first `MEMO_TRIAL`
+        calls (a region indexed by the step on a one-dimensional grid never repeats) is
+        computed directly from then on: `compute` is a function of those values, so
+        this changes nothing but the time the key would cost."""
+        entry = self.inputs.get(id(node))
+        if entry is None:
+            entry = self.inputs[id(node)] = [*node_inputs(self.s, node), 0, 0]
+        names, blocks, calls, hits = entry
+        if calls >= self.MEMO_TRIAL and hits * 8 < calls:
+            return compute(*args)
+        entry[2] = calls + 1
         env, keyed = self.env, self.keyed
         values = [env.get(n, _MISSING) for n in names]
         if keyed.keys() & set(map(type, values)):  # some value stands for itself only under `keyed`
@@ -223,6 +234,8 @@ class Unroller:
         value = self.memo.get(key, _MISSING)
         if value is _MISSING:
             value = self.memo[key] = compute(*args)
+        else:
+            entry[3] = hits + 1
         return value
 
     def value(self, e: E.Expr, line: int) -> Any:
