@@ -414,8 +414,9 @@ def program_assumptions(sched: S.Schedule) -> list[str]:
 
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
-    """The clean report of a translation-symmetric schedule on a ring or torus, from device
-    0's events alone (`rotation.py`, `rotated_report`); None when the full analysis must decide."""
+    """The clean report (route warnings aside) of a translation-symmetric schedule on a ring
+    or torus, from device 0's events alone (`rotation.py`, `rotated_report`); None when the
+    full analysis must decide."""
     if not _wrapped(placement):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
@@ -429,23 +430,30 @@ def _wrapped(placement: Placement) -> bool:
 
 def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dma_order: str = "any",
                    meaning: Any = "schedule") -> Report | None:
-    """The clean report of `program`, device 0's events with `Program.rotation` set (every
-    device proved to run them translated: `rotation.rotation_unroll` for a schedule,
-    `pallas.interpret.Lanes` for a traced kernel), checked on the quotient (`quotient.py`);
-    None when the full analysis must decide (any finding, or the quotient cannot tell).
-    `meaning` as in `check_program`. The quotient decides under the "any" DMA ordering; a
-    program clean under it is clean under "in-order" too (in order, every DMA interval
-    ends no later: `order.dma_ends`)."""
+    """The clean report (route warnings aside) of `program`, device 0's events with
+    `Program.rotation` set (every device proved to run them translated:
+    `rotation.rotation_unroll` for a schedule, `pallas.interpret.Lanes` for a traced
+    kernel), checked on the quotient (`quotient.py`); None when the full analysis must
+    decide (any other finding, or the quotient cannot tell). `meaning` as in
+    `check_program`. Routes depend only on the offset on wrapped axes, so device 0's route
+    findings are every device's, and the full analysis reports each op's first, which is
+    device 0's: warnings (a far send) are the same list; an error sends the program to the
+    full path. The quotient decides under the "any" DMA ordering; a program clean under it
+    is clean under "in-order" too (in order, every DMA interval ends no later:
+    `order.dma_ends`)."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
     topo = placement.topo
-    if (not _wrapped(placement) or route_findings(program, placement) or megacore_findings(sched, program)
+    if not _wrapped(placement):
+        return None
+    if topo.ndim > 1:  # before the route findings, which name devices by their labels
+        program.device_labels = labels(program, placement)
+    routes = route_findings(program, placement)
+    if (any(f.severity != "warning" for f in routes) or megacore_findings(sched, program)
             or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning)):
         return None
-    report = Report(program, [], assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
+    report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + program_assumptions(sched))
-    if topo.ndim > 1:
-        program.device_labels = labels(program, placement)
     if topo.spec != "ring":
         report.placement = placement.describe()
     report.routes = rotated_route_summary(program, placement)

@@ -13,6 +13,7 @@ same hop counts; `sends` lists all of them, per instance, for the cost model.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator
@@ -303,11 +304,10 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
     its direction's total of device 0's hops."""
     routes = sends(program, placement, next(placement.bases()))
     links = [(a, b) for r in routes for a, b in zip(r.route, r.route[1:])]
-    per_direction: dict[Coord, int] = {}
-    for link in links:
-        per_direction[placement.direction(link)] = per_direction.get(placement.direction(link), 0) + 1
+    directions = [placement.direction(link) for link in links]  # once each: all-to-all has N^2 / 4 links
+    per_direction = Counter(directions)
     top = max(per_direction.values(), default=0)
-    busiest = next(((a, b) for a, b in links if per_direction[placement.direction((a, b))] == top), None)
+    busiest = next((link for link, d in zip(links, directions) if per_direction[d] == top), None)
     return {"sends": program.n * len(routes), "max_hops": max((r.hops for r in routes), default=0),
             "mean_hops": round(sum(r.hops for r in routes) / len(routes), 3) if routes else 0.0,
             "busiest_link": [list(busiest[0]), list(busiest[1])] if busiest else None,

@@ -71,6 +71,7 @@ class Rotator:
         self.steps = program.rotation or {}
         self.shapes = program.shapes
         self.moves: dict[tuple[str, int, int], int] = {}
+        self.regions: dict[tuple[int, int], tuple[Region, Region]] = {}
 
     def _move(self, buffer: str, dim: int, delta: int) -> int:
         """How far a buffer dimension moves on device delta (r . delta, `rotation.box_step`)."""
@@ -86,7 +87,16 @@ class Rotator:
         return (lo + self._move(buffer, dim, delta)) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
-        """An access on device delta (a whole dimension stays whole)."""
+        """An access on device delta (a whole dimension stays whole). The unroller shares
+        one Region between the events that access it, and the races and the data flow
+        both ask: kept per region object (the entry holds it, so its id stays its own)."""
+        key = (id(region), delta)
+        hit = self.regions.get(key)
+        if hit is None:
+            hit = self.regions[key] = (region, self._region(region, delta))
+        return hit[1]
+
+    def _region(self, region: Region, delta: int) -> Region:
         box = []
         for dim, (lo, hi) in enumerate(region.box):
             size = self.shapes[region.buffer][dim]
@@ -94,7 +104,7 @@ class Rotator:
             if start + hi - lo > size:
                 raise _Unclear(f"`{region.buffer}` dim {dim} wraps under rotation")
             box.append((start, start + hi - lo))
-        return Region(region.buffer, self.torus.adder(delta)[region.device], tuple(box), region.kept, region.itemsize)
+        return Region(region.buffer, self.torus.add(region.device, delta), tuple(box), region.kept, region.itemsize)
 
     def _split(self, buffer: str, box, delta: int):
         """`box` cut where rotating it by delta would wrap a dimension around its end."""
@@ -158,7 +168,7 @@ class Rotator:
                 entries.append((d, x - new_box[d][0]))
         first, end = device_span(dev)
         if end == first + 1:
-            return [(name, self.torus.adder(delta)[first], tuple(entries))]
+            return [(name, self.torus.add(first, delta), tuple(entries))]
         return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
 
 
@@ -412,8 +422,16 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
         ends = {(k, j): None for k in fed.index for j in fed.index[k]}
         done = {k: 0 for k in fed.index}
         demand = 0
+        own = list(fed.index) == [0]  # fed by device 0 alone (a local copy's semaphore): no rows needed
         for w in waits[key]:
             demand += w.action.value
+            if own:
+                c = bisect.bisect_left(fed.index[0], w.index)
+                if fed.total[0][c] <= demand:
+                    for j in fed.index[0][done[0]:c]:
+                        ends[(0, j)] = w
+                    done[0] = max(done[0], c)
+                continue
             limits = _limits(fed, row[w.index], w.index)
             if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
                 for k, c in limits.items():
@@ -463,51 +481,95 @@ def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
     groups: dict[str, list[Access]] = defaultdict(list)
     for acc in accs:
         groups[acc.region.buffer].append(acc)
-    columns: dict[int, list[int]] = {}
+    columns: dict[int, _Column] = {}
     return not any(_concurrent_pairs(group, order, columns) for group in groups.values())
 
 
-def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list[int]]) -> bool:
+class _Column:
+    """`rows[e][k]` for every e, as a sequence for `bisect` (non-decreasing in e): read
+    where the search looks, O(log events) per access, not a copy per device k."""
+
+    __slots__ = ("rows", "k")
+
+    def __init__(self, rows: list[Any], k: int):
+        self.rows, self.k = rows, k
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, e: int) -> int:
+        return self.rows[e][self.k]
+
+
+class _Live:
+    """Accesses whose spans may still meet a later one, by (end, index), dropped once over.
+    A list that is only appended to is swept when it has doubled since its last sweep, so
+    keeping it costs O(1) per access, amortized."""
+
+    __slots__ = ("items", "swept")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, int]] = []
+        self.swept = 0
+
+    def current(self, lo: int) -> list[tuple[float, int]]:
+        self.items = [(h, j) for h, j in self.items if h >= lo]
+        self.swept = len(self.items)
+        return self.items
+
+    def add(self, lo: int, item: tuple[float, int]) -> None:
+        self.items.append(item)
+        if len(self.items) > 2 * self.swept + 8:
+            self.current(lo)
+
+
+def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, _Column]) -> bool:
     """Whether two accesses race, by a sweep over device 0's program order. Every access
     here ends at an event of device 0, and starts at one of device 0 or of device k; a
     start (k, j) is placed just after the last event of device 0 that must precede it
     (rows are monotone, so those events are a prefix). On that line, one access must be
     over before the other begins iff their spans do not meet: the sweep only looks at
-    spans that meet, and `races.race` decides each such pair exactly."""
+    spans that meet, and `races.race` decides each such pair exactly. Two reads never
+    race (`races.race`), so a read is only held against the live writes."""
     rows = order.cuts[0]
-
-    def column(k: int) -> list[int]:
-        """rows[e][k] for every e (non-decreasing in e), as plain ints: once per device k."""
-        if k not in columns:
-            columns[k] = [int(row[k]) for row in rows]
-        return columns[k]
 
     def span(acc: Access) -> tuple[int, float]:
         ev = acc.start
-        lo = ev.index if ev.device == 0 else bisect.bisect_right(column(ev.device), ev.index)
+        if ev.device == 0:
+            lo = ev.index
+        else:
+            column = columns.get(ev.device)
+            if column is None:
+                column = columns[ev.device] = _Column(rows, ev.device)
+            lo = bisect.bisect_right(column, ev.index)
         return lo, (acc.end.index if acc.end is not None else float("inf"))
 
     spans = sorted(((*span(acc), i) for i, acc in enumerate(group)))
     # Live accesses, bucketed by where they start along the leading dimension, so a new
     # one meets only those it may overlap; boxes over a quarter of it are always met.
+    # Writes and reads are kept apart (index 1 and 0).
     extent = max(acc.region.box[0][1] for acc in group)
     lead = [acc.region.box[0] for acc in group]
     narrow = [hi - lo <= extent / 4 for lo, hi in lead]
     width = max((hi - lo for (lo, hi), small in zip(lead, narrow) if small), default=1)
     keys = sorted({lo for (lo, _), small in zip(lead, narrow) if small})
-    buckets: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    wide: list[tuple[float, int]] = []
+    buckets: tuple[dict[int, _Live], dict[int, _Live]] = (defaultdict(_Live), defaultdict(_Live))
+    wide = (_Live(), _Live())
     for lo, hi, i in spans:
-        wide = [(h, j) for h, j in wide if h >= lo]
+        acc = group[i]
+        kinds = (1, 0) if acc.write else (1,)
         near = keys if not narrow[i] else \
             keys[bisect.bisect_left(keys, lead[i][0] - width + 1):bisect.bisect_left(keys, lead[i][1])]
-        for key in near:
-            live = buckets[key] = [(h, j) for h, j in buckets[key] if h >= lo]
-            if any(race(group[j], group[i], order) for _, j in live):
+        for w in kinds:
+            for key in near:
+                if key in buckets[w]:
+                    live = buckets[w][key].current(lo)
+                    if live and any(race(group[j], acc, order) for _, j in live):
+                        return True
+            live = wide[w].current(lo)
+            if live and any(race(group[j], acc, order) for _, j in live):
                 return True
-        if any(race(group[j], group[i], order) for _, j in wide):
-            return True
-        (buckets[lead[i][0]] if narrow[i] else wide).append((hi, i))
+        (buckets[acc.write][lead[i][0]] if narrow[i] else wide[acc.write]).add(lo, (hi, i))
     return False
 
 

@@ -383,6 +383,9 @@ class RotationUnroller(Unroller):
         super().__init__(sched, prod(sizes.values()), sizes)
         self.torus = Torus(sizes.values())
         self.steps: dict[tuple[str, int], tuple[int, ...]] = {}
+        self.box_steps: dict[tuple, tuple[int, ...] | None] = {}  # `box_step`'s answers
+        self.zero_step = tuple(0 for _ in self.torus.shape)
+        self.offsets: dict[tuple, int] = {}  # `device_offset`'s answers
         shape = self.torus.shape
         self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
 
@@ -395,7 +398,13 @@ class RotationUnroller(Unroller):
     keyed = {**Unroller.keyed, Rot: lambda v: v.key}
 
     def target(self, e: E.Expr, line: int) -> int:
-        return device_offset(self.ev(e, line), self.torus)
+        v = self.ev(e, line)
+        if not isinstance(v, Rot):
+            return device_offset(v, self.torus)  # raises: a constant target is no translation
+        t = self.offsets.get(v.key)
+        if t is None:
+            t = self.offsets[v.key] = device_offset(v, self.torus)
+        return t
 
     def value(self, e: E.Expr, line: int) -> Any:
         """A guard or a `let:` value; one the symbol cannot express stays `Unknown`."""
@@ -413,8 +422,14 @@ class RotationUnroller(Unroller):
         if isinstance(length, Rot):
             raise NotRotational("a slice whose size depends on the device id")
         if length != size:
-            r = box_step(start, size, length)
-            self._step(buffer, dim, r if r is not None else tuple(0 for _ in self.torus.shape))
+            if isinstance(start, Rot):  # a value recurs in several regions: proved once
+                key = (start.key, size, length)
+                r = self.box_steps.get(key, ())
+                if r == ():
+                    r = self.box_steps[key] = box_step(start, size, length)
+            else:
+                r = None
+            self._step(buffer, dim, r if r is not None else self.zero_step)
         return at0(start), length
 
 

@@ -251,64 +251,67 @@ def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
 
 
 class _Index:
-    """One buffer's pieces. Those short along the leading dim are kept sorted by where they
-    start, so a region finds the ones it meets by bisection; the few long ones (a buffer
-    not yet written, the remainder around a write) are looked at every time."""
+    """One buffer's pieces, in classes by their length along the leading dim (class c
+    holds lengths up to 2^c), each kept sorted by where its pieces start. A region
+    [lo, hi) meets a piece of class c only if it starts in [lo - 2^c + 1, hi), found by
+    bisection: a few long pieces (a buffer not yet written, the remainder around a write)
+    no longer widen the search for the many short ones."""
 
-    def __init__(self, extent: int):
-        self.cap = max(1, extent // 8)
-        self.reach = 1  # the longest short piece so far: none starts further back than this
-        self.short: list[Piece] = []
-        self.starts: list[int] = []
-        self.long: list[Piece] = []
+    def __init__(self) -> None:
+        self.classes: dict[int, tuple[list[int], list[Piece]]] = {}  # class -> (starts, pieces)
 
-    def meeting(self, box: Box) -> tuple[list[int], list[Piece]]:
-        """Positions in `short`, and the long pieces, that overlap `box`."""
+    def meeting(self, box: Box) -> list[tuple[int, int]]:
+        """Positions (class, index) of the pieces that overlap `box`."""
         lo, hi = box[0]
-        i0, i1 = bisect_left(self.starts, lo - self.reach + 1), bisect_left(self.starts, hi)
-        short = self.short
-        return ([i for i in range(i0, i1) if short[i].box[0][1] > lo and _meets(short[i].box, box)],
-                [p for p in self.long if _meets(p.box, box)])
+        out = []
+        for c, (starts, pieces) in self.classes.items():
+            for i in range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi)):
+                p = pieces[i]
+                if p.box[0][1] > lo and _meets(p.box, box):
+                    out.append((c, i))
+        return out
 
     def overlapping(self, box: Box) -> list[tuple[Piece, Box]]:
         """The pieces that overlap `box`, each with the overlap (`meeting`, in one pass)."""
         lo, hi = box[0]
-        short = self.short
         out = []
-        for i in range(bisect_left(self.starts, lo - self.reach + 1), bisect_left(self.starts, hi)):
-            p = short[i]
-            if p.box[0][1] > lo:
-                ix = _intersect(p.box, box)
-                if ix is not None:
-                    out.append((p, ix))
-        for p in self.long:
-            ix = _intersect(p.box, box)
-            if ix is not None:
-                out.append((p, ix))
+        for c, (starts, pieces) in self.classes.items():
+            for i in range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi)):
+                p = pieces[i]
+                if p.box[0][1] > lo:
+                    ix = _intersect(p.box, box)
+                    if ix is not None:
+                        out.append((p, ix))
         return out
 
     def add(self, piece: Piece) -> None:
         lo, hi = piece.box[0]
-        if hi - lo > self.cap:
-            self.long.append(piece)
-            return
-        self.reach = max(self.reach, hi - lo)
-        i = bisect_left(self.starts, lo)
-        self.starts.insert(i, lo)
-        self.short.insert(i, piece)
+        c = (hi - lo - 1).bit_length()
+        group = self.classes.get(c)
+        if group is None:
+            group = self.classes[c] = ([], [])
+        starts, pieces = group
+        i = bisect_left(starts, lo)
+        starts.insert(i, lo)
+        pieces.insert(i, piece)
 
-    def first(self, i: int) -> bool:
-        """Whether short piece i comes first of those starting where it does (where `add`
-        would insert it again)."""
-        return i == 0 or self.starts[i - 1] != self.starts[i]
+    def replace(self, position: tuple[int, int], piece: Piece) -> bool:
+        """Put `piece` (of the same box) in place of the one at `position`, if that is
+        where `add` would put it (first of those starting where it does)."""
+        c, i = position
+        starts, pieces = self.classes[c]
+        if pieces[i].box != piece.box or (i and starts[i - 1] == starts[i]):
+            return False
+        pieces[i] = piece
+        return True
 
-    def remove(self, positions: list[int], long: list[Piece]) -> list[Piece]:
-        gone = [self.short[i] for i in positions] + long
-        for i in reversed(positions):
-            del self.short[i], self.starts[i]
-        if long:
-            gone_ids = {id(p) for p in long}
-            self.long = [p for p in self.long if id(p) not in gone_ids]
+    def remove(self, positions: list[tuple[int, int]]) -> list[Piece]:
+        gone = []
+        for c, i in reversed(positions):  # per class, positions are increasing
+            starts, pieces = self.classes[c]
+            gone.append(pieces[i])
+            del pieces[i], starts[i]
+        gone.reverse()
         return gone
 
 
@@ -323,7 +326,7 @@ class Memory:
     def _pieces(self, key: tuple[int, str]) -> _Index:
         index = self.index.get(key)
         if index is None:
-            index = self.index[key] = _Index(self.shapes[key[1]][0])
+            index = self.index[key] = _Index()
         return index
 
     def init_input(self, device: int, name: str) -> None:
@@ -350,13 +353,11 @@ class Memory:
     def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
-        positions, long = index.meeting(r.box)
-        if (len(new) == 1 and new[0].box == r.box and len(positions) == 1 and not long
-                and index.short[positions[0]].box == r.box and index.first(positions[0])):
-            # One piece replaces one piece: in place, where removing and adding would put it.
-            index.short[positions[0]] = new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box))
-            return
-        for p in index.remove(positions, long):
+        positions = index.meeting(r.box)
+        if (len(new) == 1 and new[0].box == r.box and len(positions) == 1 and index.replace(
+                positions[0], new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))):
+            return  # one piece replaced one piece: in place, where removing and adding would put it
+        for p in index.remove(positions):
             if not _inside(p.box, r.box):
                 for b in _subtract(p.box, r.box):
                     index.add(Piece(b, restrict_value(p.value, p.box, b)))
@@ -551,7 +552,7 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
     found = []
     for d in devices:
         full = tuple((0, s) for s in shapes[out])
-        got = sorted(mem.read(Region(out, d, full, tuple(range(len(full))), 1)), key=lambda p: p.box[0][0])
+        got = sorted(mem.read(Region(out, d, full, tuple(range(len(full))), 1)), key=lambda p: p.box)
         starts = [g.box[0][0] for g in got]
         longest = max((g.box[0][1] - g.box[0][0] for g in got), default=0)
         for w in collective.expected(n, d, shapes, buffers):

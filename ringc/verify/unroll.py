@@ -235,7 +235,8 @@ class Unroller:
         # An op's actions, a region, a guard or a `let:` value depends only on the values
         # of the names it reads (and the window slots of the blocks it uses), and most grid
         # points repeat earlier ones: see `memoized`.
-        self.inputs: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Per node: [names read, blocks named, calls memoized, hits] (`memoized`).
+        self.inputs: dict[int, list[Any]] = {}
         self.memo: dict[tuple, Any] = {}
         self.windows: dict[tuple[str, int, int], Region] = {}
         # A split-phase program: the semaphore each name stands for in the current call (`sem_ids`), per call.
@@ -259,22 +260,36 @@ class Unroller:
     # compute the same, but print as `True`.
     keyed: dict[type, Callable[[Any], Any]] = {bool: lambda v: (bool, v)}
 
+    # Calls before a node whose values rarely repeat stops being memoized (below 1 hit in 8).
+    MEMO_TRIAL = 128
+
     def memoized(self, node: Any, compute: Callable[..., Any], *args: Any) -> Any:
         """`compute(*args)`, memoized on the values of the names `node` reads and the window
         slots of the blocks it names. Errors are raised the first time, never memoized.
-        (The key is flat: a node always reads the same names, so its parts cannot shift.)"""
-        inputs = self.inputs.get(id(node))
-        if inputs is None:
-            inputs = self.inputs[id(node)] = node_inputs(self.s, node)
-        names, blocks = inputs
+        (The key is flat: a node always reads the same names, so its parts cannot shift.)
+        A node whose key has come back in fewer than 1 of 8 of its first `MEMO_TRIAL`
+        calls (a region indexed by the step on a one-dimensional grid never repeats) is
+        computed directly from then on: `compute` is a function of those values, so
+        this changes nothing but the time the key would cost."""
+        entry = self.inputs.get(id(node))
+        if entry is None:
+            entry = self.inputs[id(node)] = [*node_inputs(self.s, node), 0, 0]
+        names, blocks, calls, hits = entry
+        if calls >= self.MEMO_TRIAL and hits * 8 < calls:
+            return compute(*args)
+        entry[2] = calls + 1
         env, keyed = self.env, self.keyed
-        key = (id(node), *[v if (f := keyed.get(type(v))) is None else f(v)
-                           for v in [env.get(n, _MISSING) for n in names]])
+        values = [env.get(n, _MISSING) for n in names]
+        if keyed.keys() & set(map(type, values)):  # some value stands for itself only under `keyed`
+            values = [v if (f := keyed.get(type(v))) is None else f(v) for v in values]
+        key = (id(node), *values)
         if blocks and self.window_slot:
             key += tuple([self.window_slot.get(b) for b in blocks])
         value = self.memo.get(key, _MISSING)
         if value is _MISSING:
             value = self.memo[key] = compute(*args)
+        else:
+            entry[3] = hits + 1
         return value
 
     def value(self, e: E.Expr, line: int) -> Any:
@@ -306,11 +321,16 @@ class Unroller:
         shape = self.ctx.shapes[ref.name]
         box, kept = [], []
         for dim, size in enumerate(shape):
-            ix = ref.indices[dim] if dim < len(ref.indices) else E.Slice(None, None)
+            if dim >= len(ref.indices):  # a dimension not indexed is whole
+                box.append((0, size))
+                kept.append(dim)
+                continue
+            ix = ref.indices[dim]
             if isinstance(ix, E.Slice):
                 start = self.ev(ix.start, line) if ix.start is not None else 0
                 length = self.ev(ix.size, line) if ix.size is not None else size - start
-                start, length = (int(v) for v in self.place(ref.name, dim, size, start, length))  # True is 1
+                start, length = self.place(ref.name, dim, size, start, length)
+                start, length = int(start), int(length)  # True is 1
                 if start < 0 or length <= 0 or start + length > size:
                     self.data_fault(ref, line, f"`{ref.text()}` is rows {start}:{length} (start:size) of dimension "
                                                f"{dim} of `{ref.name}`, which has {size}")
