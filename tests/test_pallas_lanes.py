@@ -107,3 +107,23 @@ def test_findings_of_a_symmetric_kernel_are_those_of_every_device_evaluated(tmp_
     fast, full = reports
     assert not fast.ok and fast.findings
     assert [f.message for f in fast.findings] == [f.message for f in full.findings]
+
+
+def test_expand_keeps_every_field_and_every_event_detail(tmp_path, monkeypatch):
+    """`expand` spells device 0's events out for every device and changes nothing else: the
+    program's other fields (element types, parallel dims, labels, ...) and each action's
+    own fields (a matmul's contracted dims, an explicit self-copy) survive. (A merge once
+    rebuilt them field by field and dropped the newer ones: a transposed matmul then read
+    as `a @ b`.)"""
+    import dataclasses
+    from ringc.verify.events import Compute
+    fast = _check(tmp_path, "all_gather_matmul_t", True, monkeypatch)
+    program = fast.program
+    assert program.rotation is not None and program.dtypes
+    spelled = expand(program)
+    for f in dataclasses.fields(program):
+        if f.name not in ("devices", "targets", "rotation"):
+            assert getattr(spelled, f.name) == getattr(program, f.name), f.name
+    contracts = {ev.action.contract for ev in spelled.devices[0] if isinstance(ev.action, Compute)
+                 and ev.action.kind == "matmul"}
+    assert contracts == {(1, 1)}

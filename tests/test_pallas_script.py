@@ -214,7 +214,7 @@ def test_collective_matmul_references_are_named_by_their_dot():
     import numpy as np
     from jax import lax
     from jax.sharding import PartitionSpec as P
-    from ringc.pallas.script import _reference
+    from ringc.pallas.script import lax_reference as _reference
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",))
     x, y, yt = jnp.ones((64, 256)), jnp.ones((256, 512)), jnp.ones((512, 256))
     gathered = (P("x", None), P(None, "x")), P(None, "x")

@@ -201,8 +201,7 @@ def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site 
         for text in reversed(source[:lineno]):
             if m := _OP_COMMENT.match(text):
                 op = ops.get(int(m[1]))
-                copy = getattr(op, next((k for k in ("start", "wait", "wait_send", "wait_recv")
-                                         if hasattr(op, k)), ""), None)
+                copy = op.copy_name if isinstance(op, S.OpNode) else None
                 return Site(int(m[1]), op, copy)
             if m := _COPY_DOC.match(text):
                 return Site(int(m[2]), None, m[1])

@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -686,11 +686,11 @@ def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tup
     def event(ev: Event) -> Event:
         a = ev.action
         if isinstance(a, DmaStart):
-            a = DmaStart(a.copy, region(a.src, False), region(a.dst, False), a.send_sem, a.recv_sem)
-        elif isinstance(a, Compute):
+            a = replace(a, src=region(a.src, False), dst=region(a.dst, False))
+        elif isinstance(a, Compute):  # every other field (accumulate, contract, ...) as it is
             whole = a.kind in _NO_DATA
-            a = Compute(a.kind, region(a.dst, whole), region(a.src, False), region(a.rhs, False), a.accumulate,
-                        region(a.base, False))
+            a = replace(a, dst=region(a.dst, whole), src=region(a.src, False), rhs=region(a.rhs, False),
+                        base=region(a.base, False))
         else:
             return ev
         new = moved[id(ev)] = Event(ev.device, ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
@@ -712,9 +712,9 @@ def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tup
             else:
                 rotation[(name, dim + 1)] = r
     targets = [(moved.get(id(ev), ev), t) for ev, t in program.targets]
-    return Program(program.schedule_name, program.file, n, program.grid_names, devices, program.sem_kinds,
-                   shapes, targets, axis_sizes=program.axis_sizes, device_labels=program.device_labels,
-                   second_core=second, rotation=rotation)
+    # every other field (dtypes, parallel dims, call names, ...) as it is
+    return replace(program, n=n, devices=devices, shapes=shapes, targets=targets, second_core=second,
+                   rotation=rotation)
 
 
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,

@@ -35,6 +35,7 @@ fast path for the clean verdict, never a second source of findings.
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 from collections import Counter, defaultdict
 from itertools import accumulate
 from typing import Any
@@ -201,9 +202,9 @@ def expand(program: Program) -> Program:
         for ev in program.devices[0]:
             a = ev.action
             if isinstance(a, DmaStart):
-                a = DmaStart(a.copy, region(a.src), region(a.dst), sem(a.send_sem), sem(a.recv_sem))
-            elif isinstance(a, Compute):
-                a = Compute(a.kind, region(a.dst), region(a.src), region(a.rhs), a.accumulate, region(a.base))
+                a = replace(a, src=region(a.src), dst=region(a.dst), send_sem=sem(a.send_sem), recv_sem=sem(a.recv_sem))
+            elif isinstance(a, Compute):  # every other field (accumulate, contract, ...) as it is
+                a = replace(a, dst=region(a.dst), src=region(a.src), rhs=region(a.rhs), base=region(a.base))
             elif isinstance(a, SemWait):
                 a = SemWait(sem(a.sem), a.value, a.why, a.copy)
             elif isinstance(a, Signal):
@@ -214,8 +215,8 @@ def expand(program: Program) -> Program:
             if t is not None:
                 targets.append((moved, add[t]))
         devices.append(out)
-    return Program(program.schedule_name, program.file, program.n, program.grid_names, devices, program.sem_kinds,
-                   program.shapes, targets, axis_sizes=program.axis_sizes)
+    # every other field (labels, call names, dtypes, parallel dims, ...) as it is
+    return replace(program, devices=devices, targets=targets, rotation=None)
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
