@@ -1162,17 +1162,9 @@ class _Emitter:
         outs = s.buffers_of("output", "hbm_scratch")
         single = len(outs) == 1
 
-        def memory(n: str) -> str:
-            return "pltpu.VMEM" if s.buffers[n].memory == "vmem" else "pl.ANY"
-
-        def shape_dtype(n: str) -> str:
-            return f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, {self.dtype_text(n)})"
-
-        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
-                   *(f"{self.name(p)}={self.name(p)}" for p in s.params),
-                   "axis=axis_name", "mesh_axes=mesh_axes"]
+        memory, shape_dtype = self.memory_space, self.shape_dtype
         with w.block("call = pl.pallas_call("):
-            w.call("functools.partial", ["_kernel", *statics], ",")
+            w.call("functools.partial", ["_kernel", *self.statics()], ",")
             if single:
                 w.line(f"out_shape={shape_dtype(outs[0])},  # {outs[0]}")
             else:
@@ -1200,21 +1192,12 @@ class _Emitter:
                     w.line("],")
                 cores = [E.Const(2)] if s.megacore else []  # megacore: two TensorCores per chip
                 w.line(f"grid={self.static_tuple(cores + list(s.grid.values()))},")
-                scratch = self.scratch_shapes()
-                if scratch:
-                    with w.block("scratch_shapes=["):
-                        for text, n in scratch:
-                            w.line(f"{text},  # {n}")
-                    w.line("],")
-                else:
-                    w.line("scratch_shapes=[],")
+                self.scratch_list(w, [*s.semaphores, *s.buffers_of("vmem_scratch")])
             w.line("),")
             params = []
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
-            semantics = [f'"{sem}"' for sem in s.semantics]
-            semantics = _tuple_text(semantics) if semantics else "()"
-            params.append(f"dimension_semantics={semantics}")
+            params.append(f"dimension_semantics={self.semantics_text()}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
         w.line(")")
@@ -1251,22 +1234,16 @@ class _Emitter:
     def program_pallas_call(self, w: CodeWriter, call: _Call) -> None:
         s = self.s
 
-        def memory(n: str) -> str:
-            if n in s.semaphores:
-                return "pltpu.SEMAPHORE"
-            return "pltpu.VMEM" if s.buffers[n].memory == "vmem" else "pl.ANY"
+        memory = self.memory_space
 
         def out_shape(n: str) -> str:
             if n in s.semaphores:
                 sem = s.semaphores[n]
                 return f"pltpu.SemaphoreType.{sem.kind.upper()}({self.static_tuple(list(sem.shape))})"
-            return f"jax.ShapeDtypeStruct({self.static_tuple(s.buffers[n].full_shape)}, {self.dtype_text(n)})"
+            return self.shape_dtype(n)
 
-        statics = ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
-                   *(f"{self.name(p)}={self.name(p)}" for p in s.params),
-                   "axis=axis_name", "mesh_axes=mesh_axes"]
         with w.block(f"_call{call.position + 1} = pl.pallas_call("):
-            w.call("functools.partial", [call.fn, *statics], ",")
+            w.call("functools.partial", [call.fn, *self.statics()], ",")
             with w.block("out_shape=("):
                 for n, alias in call.outputs:
                     note = "" if alias is None else f" (aliased to operand {alias})"
@@ -1283,20 +1260,7 @@ class _Emitter:
                         w.line(f"pl.BlockSpec(memory_space={memory(n)}),  # {n}")
                 w.line("),")
                 w.line(f"grid={self.static_tuple(list(s.grid.values()))},")
-                if not call.scratch:
-                    w.line("scratch_shapes=[],")
-                with contextlib.ExitStack() if not call.scratch else w.block("scratch_shapes=["):
-                    for n in call.scratch:
-                        if n in s.semaphores:
-                            sem = s.semaphores[n]
-                            kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
-                            text = f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind
-                        else:
-                            text = (f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
-                                    f"{self.dtype_text(n)})")
-                        w.line(f"{text},  # {n}")
-                if call.scratch:
-                    w.line("],")
+                self.scratch_list(w, call.scratch)
             w.line("),")
             aliases = {alias: j for j, (_, alias) in enumerate(call.outputs) if alias is not None}
             if aliases:
@@ -1306,8 +1270,7 @@ class _Emitter:
                 params.append(f"collective_id={s.barrier.collective_id}")
             if not call.outputs:  # nothing uses its results: keep it anyway
                 params.append("has_side_effects=True")
-            semantics = _tuple_text([f'"{sem}"' for sem in s.semantics]) if s.semantics else "()"
-            params.append(f"dimension_semantics={semantics}")
+            params.append(f"dimension_semantics={self.semantics_text()}")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
         w.line(")")
@@ -1315,16 +1278,41 @@ class _Emitter:
     def scratch_note(self, n: str) -> str:
         return " (HBM scratch)" if self.s.buffers[n].kind == "hbm_scratch" else ""
 
-    def scratch_shapes(self) -> list[tuple[str, str]]:
-        s = self.s
-        out = []
-        for n, sem in s.semaphores.items():
-            kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
-            out.append((f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind, n))
-        for n in s.buffers_of("vmem_scratch"):
-            out.append((f"pltpu.VMEM({self.static_tuple(s.buffers[n].full_shape)}, "
-                        f"{self.dtype_text(n)})", n))
-        return out
+    # -- pieces every pallas_call of the module shares --------------------------------------
+    def statics(self) -> list[str]:
+        """The kernel function's keyword arguments, bound with functools.partial."""
+        return ["N=N", *(f"{n}={n}" for n in self.axis_sizes()),
+                *(f"{self.name(p)}={self.name(p)}" for p in self.s.params), "axis=axis_name", "mesh_axes=mesh_axes"]
+
+    def memory_space(self, n: str) -> str:
+        """A kernel operand's BlockSpec memory space: a semaphore, VMEM, or anywhere (HBM)."""
+        if n in self.s.semaphores:
+            return "pltpu.SEMAPHORE"
+        return "pltpu.VMEM" if self.s.buffers[n].memory == "vmem" else "pl.ANY"
+
+    def shape_dtype(self, n: str) -> str:
+        return f"jax.ShapeDtypeStruct({self.static_tuple(self.s.buffers[n].full_shape)}, {self.dtype_text(n)})"
+
+    def semantics_text(self) -> str:
+        """The `dimension_semantics` tuple: megacore's core axis, then each grid axis's."""
+        semantics = [f'"{sem}"' for sem in self.s.semantics]
+        return _tuple_text(semantics) if semantics else "()"
+
+    def scratch_list(self, w: CodeWriter, names: list[str]) -> None:
+        """`scratch_shapes=[...]`: the named semaphores and VMEM scratch buffers, in order."""
+        if not names:
+            w.line("scratch_shapes=[],")
+            return
+        with w.block("scratch_shapes=["):
+            for n in names:
+                if n in self.s.semaphores:
+                    sem = self.s.semaphores[n]
+                    kind = f"pltpu.SemaphoreType.{sem.kind.upper()}"
+                    text = f"{kind}({self.static_tuple(list(sem.shape))})" if sem.shape else kind
+                else:
+                    text = f"pltpu.VMEM({self.static_tuple(self.s.buffers[n].full_shape)}, {self.dtype_text(n)})"
+                w.line(f"{text},  # {n}")
+        w.line("],")
 
 
 class EmitRule(NamedTuple):
