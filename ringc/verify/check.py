@@ -27,7 +27,7 @@ from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
 from .placement import Placement, labels, place, rotated_route_summary, route_findings, route_summary
 from .races import describe, find_races
-from .semantics import check_semantics
+from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
 from .symmetry import memory_symmetric
 from .rotation import rotation_unroll
@@ -260,7 +260,7 @@ def parallel_findings(program: Program) -> list[Finding]:
         for _, landing, ev in events:
             a, key = ev.action, _parallel_key(program, ev)
             if landing:
-                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not _inside(e[0], a.dst.box)] \
+                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)] \
                     + [(a.dst.box, key, ev)]
                 continue
             reads, writes = [], []
@@ -287,20 +287,12 @@ def parallel_findings(program: Program) -> list[Finding]:
                 if sem[0] == d and sem not in remote_fed:
                     queues[sem].append([amount, key, ev])
             for r in reads:
-                dep = next((w for box, k, w in written[r.buffer] if k != key and _overlaps(box, r.box)), None)
+                dep = next((w for box, k, w in written[r.buffer] if k != key and box_meets(box, r.box)), None)
                 if dep is not None:
                     report(ev, dep, "reads what")
             for w in writes:  # the last writer: earlier writes this one covers no longer count
-                written[w.buffer] = [e for e in written[w.buffer] if not _inside(e[0], w.box)] + [(w.box, key, ev)]
+                written[w.buffer] = [e for e in written[w.buffer] if not box_inside(e[0], w.box)] + [(w.box, key, ev)]
     return findings
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    return all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(a, b))
-
-
-def _inside(a: Any, b: Any) -> bool:
-    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
 
 
 def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:

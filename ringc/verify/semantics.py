@@ -29,7 +29,7 @@ from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pie
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
-__all__ = ["UNINIT", "OPAQUE", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
+__all__ = ["UNINIT", "OPAQUE", "box_meets", "box_inside", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
            "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
@@ -65,14 +65,14 @@ def _intersect(a: Box, b: Box) -> Box | None:
     return tuple(out)
 
 
-def _meets(a: Box, b: Box) -> bool:
+def box_meets(a: Box, b: Box) -> bool:
     for (a0, a1), (b0, b1) in zip(a, b):
         if a1 <= b0 or b1 <= a0:
             return False
     return True
 
 
-def _inside(a: Box, b: Box) -> bool:
+def box_inside(a: Box, b: Box) -> bool:
     return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
 
 
@@ -267,7 +267,7 @@ class _Index:
         for c, (starts, pieces) in self.classes.items():
             for i in range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi)):
                 p = pieces[i]
-                if p.box[0][1] > lo and _meets(p.box, box):
+                if p.box[0][1] > lo and box_meets(p.box, box):
                     out.append((c, i))
         return out
 
@@ -358,7 +358,7 @@ class Memory:
                 positions[0], new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))):
             return  # one piece replaced one piece: in place, where removing and adding would put it
         for p in index.remove(positions):
-            if not _inside(p.box, r.box):
+            if not box_inside(p.box, r.box):
                 for b in _subtract(p.box, r.box):
                     index.add(Piece(b, restrict_value(p.value, p.box, b)))
         for p in new:
