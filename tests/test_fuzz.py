@@ -6,7 +6,9 @@ malformed or deeply nested one) and up to two of its text (YAML tags, anchors, a
 and merge keys, recursive aliases, a "billion laughs" block, lines duplicated, dropped or
 re-indented, control characters). Command lines: every command with arguments drawn from
 valid, edge and absurd values, and outputs that are new files, directories, devices,
-symlinks or the input itself.
+symlinks or the input itself. Runtime data: schedules that read it (`data:`), mutated or not,
+checked with fuzzed `--data` specs and data files (valid samples, samples breaking a
+constraint, JSON of the wrong shape, text that is not JSON).
 
 The property, for every example: `ringc` ends within its time budget with exit 0, 1 or
 2 and no traceback or internal error; the input schedule is untouched; nothing is
