@@ -1020,7 +1020,7 @@ class _Emitter:
         """One sentence for docstrings: what the backward pass runs."""
         t = coll.transpose()
         if t is None:
-            return f"{coll.kind} has no transpose in ringc.collectives: jax.grad raises"
+            return f"{coll.kind} has no transpose collective: jax.grad raises"
         if self.s.data:
             return (f"the transpose of {coll.kind} is {t.kind} with the offsets' roles swapped, but a kernel "
                     "with runtime data emits no backward pass yet: jax.grad raises (pass `transpose`)")
