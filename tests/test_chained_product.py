@@ -78,7 +78,7 @@ def _ring(n: int, **bug) -> list:
     return mismatches(ATTENTION, ROLES, mem, range(n), n, SHAPES)
 
 
-@pytest.mark.parametrize("d_blocks, t_blocks", [(1, 1), (2, 1), (1, 2), (4, 4)])
+@pytest.mark.parametrize("d_blocks, t_blocks", [(1, 1), (2, 1), (1, 2), (4, 4), (1, S), (D, 1), (D, S)])
 def test_blocked_chained_products_add_up_to_the_meaning(d_blocks, t_blocks):
     mem = _memory(3)
     for me in range(3):
@@ -102,7 +102,8 @@ def test_the_chained_term_is_a_product_of_a_product():
         "sum(t in 0:8) (sum(k in 0:16) q@0[0:8, k] * k@1[t, k]) * v@1[t, 0:16]"
 
 
-@pytest.mark.parametrize("bug", [{"times": 2}, {"times": 0}, {"values_of": 0}, {"t_blocks": 2, "times": 2}])
+@pytest.mark.parametrize("bug", [{"times": 2}, {"times": 0}, {"values_of": 0}, {"t_blocks": 2, "times": 2},
+                                 {"t_blocks": S, "times": 2}, {"d_blocks": D, "values_of": 0}])
 def test_a_term_twice_missing_or_from_the_wrong_block_is_a_mismatch(bug):
     found = _ring(3, **bug)
     assert [m.device for m in found] == [0]

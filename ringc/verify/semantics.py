@@ -344,16 +344,18 @@ def _unit_products(value: Value) -> Counter:
     return out
 
 
-def _needs_units(value: Value) -> bool:
-    """Whether two canonical values that differ may still be equal, so that only their
-    unit products decide: some product has a contraction range of one index (a block
-    of one k index, whose link to k may be lost), or is a product of plain factors (the
-    original rule, kept as it was). Nested products whose every range is wider are
-    canonical as they are (`_group_nested`, `_renumber`): expanding the chained terms of
-    attention into their d x s units costs seconds and decides nothing more."""
+def _canonical_decides(*values: Value) -> bool:
+    """Whether differing canonical values are different sums without expanding them into
+    unit products: they hold nested products (chained terms), and no product with a
+    contraction range of one index (a block of one k index, whose link to k may be
+    lost: only unit products compare it) nor a product of plain factors (whose check
+    stays as it was). Nested products with wider ranges are canonical as they are
+    (`_group_nested`, `_renumber`); expanding the chained terms of attention into their
+    d x s units would cost seconds and decide nothing more."""
     def unit(t: Term) -> bool:
         return t[0] == PRODUCT and (t[4] - t[3] == 1 or unit(t[1]) or unit(t[2]))
-    return any(t[0] == PRODUCT and (_depth(t) == 1 or unit(t)) for t in value)
+    products = [t for v in values for t in v if t[0] == PRODUCT]
+    return bool(products) and all(_depth(t) > 1 and not unit(t) for t in products)
 
 
 def _units(t: Term) -> list[Term]:
@@ -720,7 +722,6 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 if ix is None:
                     continue
                 gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
-                if gv != wv and (not (_needs_units(gv) or _needs_units(wv))
-                                 or _unit_products(gv) != _unit_products(wv)):
+                if gv != wv and (_canonical_decides(gv, wv) or _unit_products(gv) != _unit_products(wv)):
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
     return found
