@@ -31,7 +31,9 @@ so a front end without a YAML schedule (a Pallas importer) can call them. The re
 The meaning is written in the symbolic terms of the data-flow check (`verify/semantics.py`),
 defined here so the meaning needs nothing of the verifier: a term is "input buffer `x` of
 device j, read through an affine index map" (`Term`), or a product of two such terms summed
-over a contraction range; a `Piece` is a box of a buffer holding a sum of terms.
+over a contraction range, whose factors may themselves be products (ring_attention's
+(q k_j^T) v_j; `verify/semantics.py` says how the contraction indices are named); a
+`Piece` is a box of a buffer holding a sum of terms.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ __all__ = ["Box", "IndexMap", "Term", "Value", "Piece", "KDIM", "PRODUCT", "unra
 
 Box = tuple[tuple[int, int], ...]
 # A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
-# (KDIM, offset) for a product's contraction index.
+# (KDIM, offset) for a product's contraction index (KDIM - 1, ... for the indices of products
+# whose factors are products: `verify.semantics.contraction`).
 IndexMap = tuple[tuple[int | None, int], ...]
-Term = tuple[Any, ...]   # (input buffer, device, map); (PRODUCT, a, b, k0, k1); ("?buf", device, ())
+Term = tuple[Any, ...]   # (input buffer, device, map); (PRODUCT, a, b, k0, k1) (a, b: terms); ("?buf", device, ())
 Value = tuple[Term, ...]                     # a sorted multiset: a sum of terms
 PRODUCT = "@"
 KDIM = -1

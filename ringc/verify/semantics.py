@@ -12,10 +12,11 @@ matmul's result: attention's (q k^T) v): the chained term "sum over t of (sum ov
 q[r, k] k[t, k]) * v[t, c]". Each product binds its own contraction index, named in the
 maps by a marker below zero: `KDIM` (-1) for a product of plain factors, `KDIM - 1` for
 one whose deepest factor is such a product, and so on (`contraction`), so an inner
-product's maps can mention the outer index (k's rows are the outer t). At the end every output box is compared with
-what the collective prescribes: which device's block (ppermute, all_gather,
-all_to_all), which sum of blocks (psum, psum_scatter), or which sum of products
-(all_gather_matmul, matmul_psum_scatter).
+product's maps can mention the outer index (k's rows are the outer t). At the end
+every output box is compared with what the collective prescribes: which device's
+block (ppermute, all_gather, all_to_all), which sum of blocks (psum, psum_scatter),
+which sum of products (all_gather_matmul, matmul_psum_scatter) or of chained products
+(ring_attention).
 
 Effects are applied in the order of the maximal run, a DMA's at its start. That is
 sound for the outcome because the race analysis separately proves no access overlaps
@@ -34,8 +35,8 @@ from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pie
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
-__all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
-           "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
+__all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
+           "restrict_value", "device_span", "device_run", "canonical_value", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
@@ -547,7 +548,10 @@ class Memory:
         their products to the dst box of the `a` piece's rows and the `b` piece's columns.
         `contract` (lax.dot_general's contracting dims) says which kept dim of each operand
         is k: the other is its free dim, the destination's rows for `a`, columns for `b`
-        (so `a @ b.T` is the same product term with b's map reading k from its columns)."""
+        (so `a @ b.T` is the same product term with b's map reading k from its columns).
+        A factor that is itself a product (`a` holds a matmul's result) makes a chained
+        term, whose contraction index is a fresh marker below those the factors bind;
+        beyond `MAX_DEPTH` the result is OPAQUE."""
         ka, ra = a.kept[contract[0]], a.kept[1 - contract[0]]
         kb, cb = b.kept[contract[1]], b.kept[1 - contract[1]]
         rd, cd = dst.kept
