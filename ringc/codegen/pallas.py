@@ -801,10 +801,8 @@ class _Emitter:
                 w.docstring(f"Block `{n}` of inner point ({', '.join(op.pipeline)}) arrives by remote copy "
                             f"`{arrival.copy_use}`: wait for it before the pipeline fetches it{guard} "
                             f"(line {arrival.line}).")
-                if arrival.when is None:
-                    self.op_copy(w, arrival.wait)
-                else:
-                    self.op_when(w, S.When(when=arrival.when, do=[arrival.wait], line=arrival.line))
+                wait: S.Op = arrival.wait
+                self.ops(w, [wait if arrival.when is None else S.When(when=arrival.when, do=[wait], line=wait.line)])
         if arrivals:
             self.helpers.add("_emit_pipeline_fed")
         with w.block("_emit_pipeline_fed(" if arrivals else "pltpu.emit_pipeline("):

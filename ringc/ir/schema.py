@@ -472,12 +472,20 @@ class Matmul(OpNode):
         return tuple(self.contract) != (1, 0)
 
 
+def _arrival_shorthand(schema: dict[str, Any]) -> None:
+    """Advertise `arrives: forward(t=step - 1, r=i)` (a string: the copy use) to editors."""
+    mapping = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [{"type": "string", "description": "shorthand for {copy: ...}"}, mapping]
+
+
 class Arrival(Node):
     """How a pipeline input block lands: by the remote copy `copy` (field `copy_use`: a copy
     op's use, evaluated at the inner grid point whose block the pipeline fetches, its
     indices bound), waited for (`wait_recv`) right before that fetch; with `when`, only at
     the fetches where it holds (a copy that delivers several blocks is waited for at the
     first one). The YAML shorthand `arrives: forward(t=step - 1, r=i)` is `{copy: ...}`."""
+    model_config = ConfigDict(**Node.model_config, json_schema_extra=_arrival_shorthand)
     copy_use: CopyUseT = Field(alias="copy", description="the remote copy the block arrives by, e.g. "
                                                          "`forward(t=step - 1, r=i)`")
     when: ExprT | None = Field(None, description="wait only at the fetches where this holds (over the inner "
