@@ -184,8 +184,8 @@ def _escape_docstring(text: str) -> str:
 def _runtime_helpers() -> dict[str, str]:
     """Each helper function (or class) of `ringc/codegen/runtime.py` by name, as its source
     text with its decorators (read with `ast`, as `inspect.getsource` would give it, without
-    importing jax). A helper named
-    `_device_axes` is the multi-axis `_device` and is emitted under that name."""
+    importing jax). A helper named `_device_axes` is the multi-axis `_device` and is emitted
+    under that name."""
     path = Path(__file__).with_name("runtime.py")
     source = path.read_text()
     out = {}
@@ -215,8 +215,8 @@ _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 
 # Names the emitted module defines or uses; schedule names are renamed around them.
 _MODULE_NAMES = {
-    "dataclasses", "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
-    "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
+    "dataclasses", "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS",
+    "PARAMS", "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",

@@ -149,7 +149,6 @@ def _tpu_info_on_cpu(interpret):
         "cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
 
 
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class _ArrivingRef(pltpu.BufferedRef):
@@ -187,6 +186,7 @@ def _emit_pipeline_fed(body, *, grid, in_specs, out_specs, arrivals):
         pl.run_scoped(lambda allocations: pipeline(*refs, allocations=allocations), tuple(brefs))
 
     return run
+
 
 def _given(params):
     """The parameters the caller set (`params`), refusing names PARAMS does not have."""
