@@ -306,7 +306,12 @@ def _data_samples(args: argparse.Namespace, sched, n: int | None) -> tuple[list 
     from .testing import samples_for
     from .verify.check import resolve_topology
     placement = resolve_topology(sched, n, args.topology, args.along)
-    return samples_for(args.data, sched, math.prod(placement.sizes.values()), args.seed, placement.sizes)
+    try:
+        return samples_for(args.data, sched, math.prod(placement.sizes.values()), args.seed, placement.sizes)
+    except ScheduleError as e:
+        if not e.file:  # a bad --data spec: name the schedule it was given for, like every flag error
+            e.file = sched.file
+        raise
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:

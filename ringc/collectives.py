@@ -17,7 +17,8 @@ instance carries its parameters (`ppermute`'s shift). A class says, in one place
   them), all_gather_matmul <-> matmul_psum_scatter_t and all_gather_matmul_t <->
   matmul_psum_scatter (with respect to the left operand x: the transpose of
   x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), the reduce-scatter of the other
-  orientation on the same y). Every collective here has one.
+  orientation on the same y). Every collective here has one, except ring_attention (its
+  cotangents are no single collective).
 - `lax_text`, `vjp_text`: the `lax` call and the cotangents of its inputs as Python source, for
   the kernels `ringc emit` writes (self-contained: they cannot import ringc). `vjp_text` is
   the transpose's `lax_text`; a matmul collective adds its right-hand input's cotangent
@@ -73,13 +74,14 @@ def unravel(j: int, dims: tuple[int, ...]) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Buffers:
     """The collective's buffers in one kernel: the input, the output, a matmul's right-hand
-    input, each buffer's element size, and how many of its leading dims index devices
+    input (ring_attention's keys; `values` its values), each buffer's element size, and how many of its leading dims index devices
     (row-major; a `slots: [N_x, N_y]` buffer over two axes has 2; default 1)."""
     input: str
     output: str
     rhs: str | None = None
     itemsize: Mapping[str, int] = field(default_factory=dict)
     device_dims: Mapping[str, int] = field(default_factory=dict)
+    values: str | None = None     # ring_attention's third input (the values; rhs is the keys)
 
     def dims(self, name: str) -> int:
         return self.device_dims.get(name, 1)
@@ -90,8 +92,10 @@ class Buffers:
         names = [sched.io_buffer("input"), sched.io_buffer("output")]
         rhs = sched.io_buffer("rhs") if sched.collective.kind in S.TWO_INPUT_COLLECTIVES else None
         names += [rhs] if rhs else []
+        values = sched.io_buffer("values") if sched.collective.kind in S.THREE_INPUT_COLLECTIVES else None
+        names += [values] if values else []
         return cls(names[0], names[1], rhs, {n: itemsize(sched.dtype_of(n)) for n in names},
-                   {n: max(1, len(sched.buffers[n].slots)) for n in names})
+                   {n: max(1, len(sched.buffers[n].slots)) for n in names}, values)
 
 
 class Collective:
@@ -573,6 +577,84 @@ class MatmulPsumScatterT(_MatmulPsumScatter):
 
     def transpose(self):
         return AllGatherMatmul()
+
+
+@COLLECTIVES.register("ring_attention")
+class RingAttention(Collective):
+    """Ring attention without the softmax: q [m, d] (this device's queries, `input`), k and
+    v [s, d] (each device's own key and value blocks, `rhs` and `values`); out [m, d]:
+
+        out = sum over devices j of (q @ k_j^T) @ v_j
+
+    the KV pass of ring attention (each device's queries meet every device's KV block
+    once), as *linear* attention: the running max and sum of the softmax (flash
+    attention's online normalization) are not modelled. The format has no exp, max or
+    division ops, and the meaning check follows sums and products of the inputs only; the
+    schedules that compute this are exactly those that, with those elementwise ops added
+    between the two products, compute softmax ring attention: every output block gets
+    each j's term once, from the right KV block. The meaning is a sum of chained products,
+    (q k_j^T) v_j: a product term whose left factor is itself a product
+    (`verify/semantics.py`). The reference runs it with lax: all_gather of k and v, then
+    the two einsums in float32. No transpose collective: the cotangents of q, k and v are
+    no single collective of this module (jax.grad of a kernel raises unless it is given
+    its own `transpose`)."""
+    kind, title, volume_role = "ring_attention", "ring attention (linear, no softmax)", "rhs"
+
+    def shape_problem(self, n, shapes, b):
+        q, k, out = tuple(shapes[b.input]), tuple(shapes[b.rhs]), tuple(shapes[b.output])
+        v = tuple(shapes[b.values]) if b.values else None
+        if len(q) != 2 or len(k) != 2 or k != v or q[1] != k[1]:
+            return f"inputs q [m, d], k and v [s, d], not {list(q)}, {list(k)}, {list(v or ())}"
+        return None if out == q else f"shape {list(q)} (q's)"
+
+    def expected(self, n, device, shapes, b):
+        full = tuple((0, s) for s in shapes[b.output])
+        d, s = shapes[b.input][1], shapes[b.rhs][0]
+        outer = KDIM - 1  # the index of the product whose left factor is the product q k^T
+        return [Piece(full, tuple((PRODUCT, (PRODUCT, _term(b.input, device, ((0, 0), (KDIM, 0))),
+                                             _term(b.rhs, j, ((outer, 0), (KDIM, 0))), 0, d),
+                                   _term(b.values, j, ((outer, 0), (1, 0))), 0, s) for j in range(n)))]
+
+    def _rotates(self, s, rank, b):  # out = sum_j (q_me k_j^T) v_j: no data dim moves with the device
+        zero = s.zero()
+        return all(s.r(name, i) == zero for name in (b.input, b.rhs, b.values, b.output) for i in range(2))
+
+    _EINSUMS = ("md,jsd->mjs", "mjs,jsd->md")
+
+    def lax(self, x, axis, n, rhs=None, dtype=None, values=None):
+        import jax.numpy as jnp
+        from jax import lax
+        scores = jnp.einsum(self._EINSUMS[0], x, lax.all_gather(rhs, axis), preferred_element_type=jnp.float32)
+        out = jnp.einsum(self._EINSUMS[1], scores, lax.all_gather(values, axis).astype(jnp.float32),
+                         preferred_element_type=jnp.float32)
+        return out.astype(dtype or x.dtype)
+
+    def lax_text(self, x, axis, n, rhs=None, values=None):
+        scores = f'jnp.einsum("{self._EINSUMS[0]}", {x}, lax.all_gather({rhs}, {axis}), preferred_element_type=jnp.float32)'
+        return (f'jnp.einsum("{self._EINSUMS[1]}", {scores}, lax.all_gather({values}, {axis}).astype(jnp.float32), '
+                f"preferred_element_type=jnp.float32).astype({x}.dtype)")
+
+    def summed_terms(self, n, dtype="float32", depth=1):
+        # float32: each output element sums n * s products of sums of d products
+        return n * depth if dtype == "float32" else n + 1
+
+    def volume(self, n, shapes, b):
+        """V: the gathered KV blocks (what every device's queries must meet)."""
+        return n * sum(prod(shapes[name]) * b.itemsize[name] for name in (b.rhs, b.values))
+
+    def traffic(self, p, volume):
+        """As an all-gather of the KV blocks: softmax attention cannot be reduced to less
+        (linear attention could psum the d x d products k_j^T v_j, but this collective
+        stands for the softmax kernel's data movement)."""
+        return (1 - 1 / p) * volume, volume / p
+
+    def flops(self, n, shapes, b):
+        """Per device: 2 m s d for q k_j^T and again for its product with v_j, per block j."""
+        m, d = shapes[b.input]
+        return 4.0 * n * m * d * shapes[b.rhs][0]
+
+    def transpose(self):
+        return None
 
 
 @COLLECTIVES.register("ragged_all_to_all")

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from .ir import expr as E
 from .ir import schema as S
 from .ir.errors import ScheduleError
+from . import limits
 from .ir.resolve import axis_size_env, inline_static_lets
 
 __all__ = ["Sample", "static_env", "bounds", "derive", "problems", "sample_text", "parse_spec",
@@ -135,16 +136,19 @@ def parse_spec(spec: str) -> tuple[str, Any]:
         if not count.isdigit() or int(count) < 1:
             raise ScheduleError(f"--data {spec}: K in random:K must be a positive integer",
                                 fix="e.g. --data random:20")
+        limits.check("data_samples", int(count), f"--data {spec}: the number of samples",
+                     fix="check fewer samples")
         return "random", int(count)
+    if not spec.strip():
+        raise ScheduleError("--data is empty", fix="give --data random:K or the path of a JSON data file")
     return "file", spec
 
 
-def _line_of_key(text: str, key: str) -> int | None:
+def _line_of_key(text: str, key: str, last: bool = False) -> int | None:
+    """The line of the first (or last) mention of `"key"` in a JSON text."""
     needle = json.dumps(key)
-    for i, line in enumerate(text.splitlines(), start=1):
-        if needle in line:
-            return i
-    return None
+    found = [i for i, line in enumerate(text.splitlines(), start=1) if needle in line]
+    return (found[-1] if last else found[0]) if found else None
 
 
 def load_samples(path: str, sched: S.Schedule) -> list[tuple[int, Sample]]:
@@ -160,14 +164,28 @@ def load_samples(path: str, sched: S.Schedule) -> list[tuple[int, Sample]]:
     except (OSError, UnicodeDecodeError) as e:
         raise ScheduleError(f"cannot read data file: {getattr(e, 'strerror', None) or e}", file=path,
                             fix="give an existing JSON file, or --data random:K") from None
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, v in pairs:
+            if key in seen:  # json.loads would keep the last silently: the user meant one of them
+                raise ScheduleError(f"`{key}` is given twice in one mapping of the data file", file=path,
+                                    line=_line_of_key(text, key, last=True), fix="keep one of them")
+            seen[key] = v
+        return seen
+
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as e:
         raise ScheduleError(f"the data file is not JSON: {e.msg}", file=path, line=e.lineno, fix=fix) from None
+    except RecursionError:
+        raise ScheduleError("the data file nests lists or mappings too deeply to read", file=path, line=1,
+                            fix=fix) from None
     raw = doc.get("samples") if isinstance(doc, dict) and "samples" in doc else [doc]
     if not isinstance(raw, list) or not raw:
         raise ScheduleError("`samples` must be a non-empty list of samples", file=path,
                             line=_line_of_key(text, "samples"), fix=fix)
+    limits.check("data_samples", len(raw), "the number of samples in the data file", file=path,
+                 line=_line_of_key(text, "samples"), fix="split the file")
     out: list[tuple[int, Sample]] = []
     for i, sample in enumerate(raw):
         where = f"sample {i + 1}" if len(raw) > 1 else "the sample"
@@ -190,6 +208,10 @@ def load_samples(path: str, sched: S.Schedule) -> list[tuple[int, Sample]]:
             raise ScheduleError(f"{where} gives no values for {', '.join(f'`{k}`' for k in missing)}", file=path,
                                 line=_line_of_key(text, "samples") or 1, fix=fix)
         lengths = {len(v) for v in sample.values()}
+        if 0 in lengths:
+            empty = next(k for k, v in sample.items() if not v)
+            raise ScheduleError(f"{where}: `{empty}` lists no device", file=path, line=_line_of_key(text, empty),
+                                fix=fix)
         if len(lengths) != 1:
             raise ScheduleError(f"{where}: the arrays list different numbers of devices {sorted(lengths)}",
                                 file=path, line=_line_of_key(text, next(iter(sample))), fix=fix)

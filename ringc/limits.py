@@ -57,6 +57,8 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("timed_events", 1_000_000, "events timed by `ringc cost` (and tune, sweeps): device 0's on the "
                                      "symmetric quotient, else every device's, counted from above before unrolling (a timed event costs "
                                      "about 0.1 ms of fluid-network simulation)"),
+    Limit("data_samples", 1_000, "runtime data samples checked with --data (random:K, or the samples of a data "
+                                  "file): each sample is one whole check"),
     Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),
     Limit("buffer_bytes", 1 << 40, "bytes of one per-device buffer, for the chosen parameters and N"),
     Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),

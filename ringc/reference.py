@@ -18,9 +18,11 @@ over all of them and `me` is `lax.axis_index(("x", "y"))`, row-major.
 | `ragged_all_to_all` | `lax.ragged_all_to_all(x, init, input_offsets, send_sizes, output_offsets, recv_sizes, axis_name=axis)` | rows x_j[input_offsets_j[me] : + send_sizes_j[me]] land at out[output_offsets_j[me] :]; other rows are init's (XLA:CPU lacks it: the same meaning in lax, `collectives.ragged_all_to_all_lax`) |
 | `all_gather_matmul_t` | `lax.all_gather(x, axis) @ y.T`                            | x [m, k], y [n, k]; out[j] = device j's x @ my y^T   |
 | `matmul_psum_scatter_t` | `lax.psum_scatter(x @ y.T, axis)`                        | x [N, m, k], y [n, k]; out = sum over j of x_j[me] @ y_j^T |
+| `ring_attention` | `einsum("mjs,jsd->md", einsum("md,jsd->mjs", q, all_gather(k)), all_gather(v))` | q [m, d], k, v [s, d]; out = sum over j of (q @ k_j^T) @ v_j (linear: no softmax) |
 
 The matmul collectives multiply with float32 accumulation and sum in float32, then
-round once to the output's dtype. `y` is `collective.rhs`.
+round once to the output's dtype. `y` is `collective.rhs`; ring_attention's q, k and v are
+`collective.input`, `rhs` and `values`.
 
 `shift` is `collective.shift` (default 1). The result is reshaped to the collective's output
 buffer's shard shape; in and out PartitionSpecs are those of `build` (inputs: IN_SPECS; out:
@@ -40,13 +42,16 @@ from .ir.resolve import axis_size_env, inline_static_lets
 __all__ = ["apply_collective", "summed_terms", "reference"]
 
 
-def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None, data=None):
+def apply_collective(kind: str, x, axis: str, n: int, *, shift: int = 1, rhs=None, dtype=None, data=None,
+                     values=None):
     """The lax call for `kind` (see the module table) on a per-device array, inside shard_map.
     The matmul collectives take their right-hand side `rhs` and return `dtype` (default x's);
     ragged_all_to_all takes its `output` argument as `rhs` and its runtime data arrays (each
-    device's [N] values, by name) as `data`. Each collective's call lives in its class
-    (`ringc.collectives`)."""
+    device's [N] values, by name) as `data`; ring_attention takes its keys as `rhs` and its
+    values as `values`. Each collective's call lives in its class (`ringc.collectives`)."""
     extra = {"data": data} if data is not None else {}
+    if values is not None:
+        extra["values"] = values
     return COLLECTIVES[kind](shift=shift).lax(x, axis, n, rhs=rhs, dtype=dtype, **extra)
 
 
@@ -90,13 +95,16 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
     rhs = s.io_buffer("rhs") if kind in S.TWO_INPUT_COLLECTIVES else None
     rhs_shape = _eval_shape(s, s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
+    third = s.io_buffer("values") if kind in S.THREE_INPUT_COLLECTIVES else None
+    third_shape = _eval_shape(s, s.buffers[third].full_shape, env, f"shape of buffer `{third}`") if third else None
     out_dtype = s.dtype_of(dst)
 
     def per_device(*args):
         x = args[inputs.index(src)].reshape(src_shape)
         y = args[inputs.index(rhs)].reshape(rhs_shape) if rhs else None
+        v = args[inputs.index(third)].reshape(third_shape) if third else None
         values = dict(zip(data, args[len(inputs):])) if data else None
-        out = apply_collective(kind, x, axis, n, shift=shift, rhs=y, dtype=out_dtype, data=values)
+        out = apply_collective(kind, x, axis, n, shift=shift, rhs=y, dtype=out_dtype, data=values, values=v)
         return out.reshape(dst_shape)
 
     # check_vma=False as in `build`: both sides read an output the same way.

@@ -616,3 +616,21 @@ def test_an_arrival_outside_its_copy_is_refused_at_unrolling(tmp_path):
     o = run_cli(["check", write(tmp_path, text), "--devices", "3"])
     assert_refused(o, line_of(text, 'forward(t=step, r=i)'), says="out of range")
     assert "on device 0 at step=2" in o.err, str(o)
+
+
+# ----------------------------------------------------------------------- ring_attention's three inputs
+# (issue 13 section 4; the library example is schedules/ring_attention.yaml)
+
+RA = REPO / "schedules" / "ring_attention.yaml"
+
+
+@pytest.mark.parametrize("old,new,says,fix", [
+    ("values: v, ", "", "collective.values is not set", "name the values input in collective.values"),
+    ("rhs: k, ", "", "collective.rhs is not set", "name the keys input in collective.rhs"),
+    ("values: v, ", "values: vv, ", "collective.values `vv` is not an input buffer", "did you mean `v`?"),
+])
+def test_ring_attention_names_its_three_inputs(tmp_path, old, new, says, fix):
+    text = edited(RA, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "collective:"), says=says)
+    assert fix in o.err, str(o)

@@ -89,6 +89,9 @@ EXPECTED = {
     "matmul_reduce_scatter_t": dict(collective="matmul_psum_scatter_t", in_specs=(P(None, "x"), P(None, "x")),
                                     out_specs=P("x", None), params={"rows": 16, "cols": 256, "depth": 256,
                                                                     "bn": 128, "bk": 128}),
+    # issue 13: q, k and v each sharded by rows (sequence), the output too
+    "ring_attention": dict(collective="ring_attention", in_specs=(P("x", None),) * 3, out_specs=P("x", None),
+                           params={"rows": 8, "kv_rows": 128, "dim": 128}),
 }
 
 
@@ -278,7 +281,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     bf16 = schedule_path.stem in ("all_gather_matmul_t", "matmul_reduce_scatter_t")  # bfloat16 schedules
     assert all(x.dtype == (jnp.bfloat16 if bf16 else jnp.float32) for x in inputs)
     p = module.PARAMS
-    rows, cols, depth = p.get("rows", 0), p["cols"], p.get("depth", 0)
+    rows, cols, depth = p.get("rows", 0), p.get("cols", 0), p.get("depth", 0)
     want = {"all_gather_ring": [(4 * rows, cols)], "all_reduce_ring": [(rows, 4 * cols)],
             "ppermute_right": [(rows, 4 * cols)],
             "permute_split_phase": [(4 * rows, cols)],
@@ -303,7 +306,9 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "all_gather_hypercube": [(4 * rows, cols)],
             "ppermute_bidirectional": [(4 * rows, 4 * cols)],
             "all_reduce_2d_bidirectional": [(4 * 4 * rows, 4 * cols)],  # [4 N rows, cols], N = 2 x 2
-            "all_reduce_3d_bidirectional": [(6 * 8 * rows, 8 * cols)]}[schedule_path.stem]
+            "all_reduce_3d_bidirectional": [(6 * 8 * rows, 8 * cols)],
+            "ring_attention": [(4 * rows, p.get("dim", 0))] + [(4 * p.get("kv_rows", 0), p.get("dim", 0))] * 2,
+            }[schedule_path.stem]
     assert [x.shape for x in inputs] == want
     again = module.make_inputs(mesh, jax.random.key(0))
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(inputs, again))

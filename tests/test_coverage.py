@@ -99,6 +99,9 @@ def test_a_missing_rule_names_the_stage_and_the_op():
 # ------------------------------------------------------------------ collectives
 
 METHODS = ("shape_problem", "expected", "_rotates", "lax", "lax_text", "traffic", "transpose")
+# Collectives whose linear transpose is no collective of ringc.collectives: ring attention's
+# cotangents of q, k and v are three different gathers and scatters of products.
+NO_TRANSPOSE = {"ring_attention"}
 
 
 @pytest.mark.parametrize("kind", list(S.CollectiveKind.__args__))
@@ -109,11 +112,14 @@ def test_collective_defines_its_whole_meaning(kind):
     assert not undefined, f"collective {kind} does not define {', '.join(undefined)}"
     c = cls(shift=3)
     t = c.transpose()
+    if kind in NO_TRANSPOSE:  # jax.grad of its kernel raises, naming why (tests/test_codegen.py)
+        assert t is None
+        return
     assert t is not None and t.transpose() == c, (c, t, t.transpose())
 
 
 def test_transposes_are_the_known_pairs():
-    pairs = {k: C.COLLECTIVES[k]().transpose().kind for k in C.COLLECTIVES}
+    pairs = {k: C.COLLECTIVES[k]().transpose().kind for k in C.COLLECTIVES if k not in NO_TRANSPOSE}
     assert pairs == {"all_gather": "psum_scatter", "psum_scatter": "all_gather", "psum": "psum",
                      "ppermute": "ppermute", "all_to_all": "all_to_all",
                      "all_gather_matmul": "matmul_psum_scatter_t", "matmul_psum_scatter_t": "all_gather_matmul",

@@ -141,6 +141,16 @@ def test_data_file_samples_and_their_errors(tmp_path, ragged):
     assert "`sizes` is no data array" in e.message and e.line == 3
     e = error('{\n "send_sizes": [[1, 1], [1, 1]],\n "input_offsets": [[0, 0], [0, 1]]\n}')
     assert "exclusive prefix sum" in e.message and e.line == 3
+    e = error('{\n "send_sizes": [[1, 1], [1, 1]],\n "send_sizes": [[0, 0], [0, 0]]\n}')
+    assert "given twice" in e.message and e.line == 3
+    e = error("[" * 100_000)
+    assert "too deeply" in e.message
+    e = error('{"send_sizes": []}')
+    assert "lists no device" in e.message
+    from ringc import limits
+    with limits.overridden({"data_samples": 1}):
+        e = error('{"samples": [\n {"send_sizes": [[1, 1], [1, 1]]},\n {"send_sizes": [[0, 1], [1, 1]]}]}')
+    assert "over the limit `data_samples` of 1" in e.message and e.line == 1
 
 
 def test_malformed_constraints_are_bad_input_with_line_and_fix(tmp_path):
@@ -179,6 +189,14 @@ def test_cli_check_data(tmp_path, capsys):
     assert "[out_of_bounds]" in capsys.readouterr().out
     assert main(["check", str(RAGGED), "--devices", "2", "--data", "random:0"]) == 2
     assert "positive integer" in capsys.readouterr().err
+    # the number of samples is a limit checked before any is drawn (each is a whole check)
+    assert main(["check", str(RAGGED), "--devices", "8", "--data", "random:1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "over the limit `data_samples` of 1,000" in err and "--limit data_samples=" in err
+    assert main(["check", str(RAGGED), "--devices", "2", "--data", "random:3",
+                 "--limit", "data_samples=2"]) == 2
+    assert main(["check", str(RAGGED), "--devices", "2", "--data", "random:2",
+                 "--limit", "data_samples=2"]) == 0
 
 
 # ------------------------------------------------------------------ meaning, lax, emit, run, compile

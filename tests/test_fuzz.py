@@ -6,7 +6,9 @@ malformed or deeply nested one) and up to two of its text (YAML tags, anchors, a
 and merge keys, recursive aliases, a "billion laughs" block, lines duplicated, dropped or
 re-indented, control characters). Command lines: every command with arguments drawn from
 valid, edge and absurd values, and outputs that are new files, directories, devices,
-symlinks or the input itself.
+symlinks or the input itself. Runtime data: schedules that read it (`data:`), mutated or not,
+checked with fuzzed `--data` specs and data files (valid samples, samples breaking a
+constraint, JSON of the wrong shape, text that is not JSON).
 
 The property, for every example: `ringc` ends within its time budget with exit 0, 1 or
 2 and no traceback or internal error; the input schedule is untouched; nothing is
@@ -31,6 +33,7 @@ suite was written, the classes it targets were those of issue 20, fixed first.
 from __future__ import annotations
 
 import copy
+import json
 import hashlib
 import os
 import tempfile
@@ -42,9 +45,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cli_run import Overtime, run_cli
-from conftest import LIBRARY
+from conftest import REPO
 
-LIB = {p.stem: p.read_text() for p in LIBRARY}
+# every library schedule, the ones that read runtime data (`data:`) included
+LIB = {p.stem: p.read_text() for p in sorted((REPO / "schedules").glob("*.yaml"))}
+DATA_STEMS = sorted(stem for stem, text in LIB.items() if "\ndata:" in text)
 EXAMPLES = int(os.environ.get("RINGC_FUZZ_EXAMPLES", "200"))
 BUDGET = 20.0  # seconds per command: far above what any example needs with the limits below
 SMALL_LIMITS = ["--limit", "events=60000", "--limit", "grid_points=20000"]
@@ -199,6 +204,12 @@ def text_mutation(draw, text):
 def schedules(draw):
     """(library stem, mutated YAML text)."""
     stem = draw(st.sampled_from(sorted(LIB)))
+    return stem, draw(schedules_of(stem))
+
+
+@st.composite
+def schedules_of(draw, stem: str):
+    """The library schedule `stem`'s YAML text, mutated (sometimes not at all)."""
     text = LIB[stem]
     data_edits = draw(st.sampled_from([0, 0, 1, 1, 1, 2, 3]))
     if data_edits:
@@ -208,7 +219,7 @@ def schedules(draw):
         text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
     for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
         text = draw(text_mutation(text))
-    return stem, text
+    return text
 
 
 # ----------------------------------------------------------------------------- command lines
@@ -224,7 +235,10 @@ SWEEPS = ["4KiB..64KiB", "1..4", "64KiB..4KiB", "1..9999999TiB", "x..y"]
 DURATIONS = ["1us", "0", "500ns", "0.5ms", "nan", "inf", "-1us", "1e-6", "2s", "1e400", "abc", "0.5ms"]
 PARAM_VALUES = ["8", "16", "32", "128", "256", "0", "-8", "7", "1" * 31, str(2**63), str(2**62), str(2**40), "10**30", "x", "", "1e3",
                 "256", "1_024"]
-LIMITS = ["expr_depth=1000", "invocations=2", "devices=2", "devices=0", "events=10", "nonsense=3", "yaml_nodes=5",
+DATA = ["random:2", "{DATA}", "random:1", "{DATA}", "random:3", "random:0", "random:-1", "random:x", "random:",
+        "random:" + "9" * 30, "random:2000", "missing.json", "{OUT}", "", "random:1.5"]
+SEEDS = ["0", "7", "-1", "x", "9" * 30, ""]
+LIMITS = ["data_samples=1", "expr_depth=1000", "invocations=2", "devices=2", "devices=0", "events=10", "nonsense=3", "yaml_nodes=5",
           "grid_points=x"]
 
 
@@ -259,6 +273,10 @@ def command_lines(draw, stem: str, command: str):
             flags += ["--format", draw(st.sampled_from(["json", "text", "xml"]))]
         if maybe(0.1):
             flags += ["--show", "{OUT}"]
+        if maybe(0.5 if stem in DATA_STEMS else 0.03):
+            flags += ["--data", pick(DATA)]
+            if maybe(0.3):
+                flags += ["--seed", pick(SEEDS)]
         if maybe(0.05):
             flags += ["--arg", draw(st.sampled_from(["x=float32[8*N,128]@x", "x=float99[8]", "x[8]", "x=int8[N//0]"]))]
     elif command == "emit":
@@ -306,13 +324,38 @@ def command_lines(draw, stem: str, command: str):
 OUTPUTS = ["new", "new", "new", "new", "new", "symlink", "dir", "input", "devnull", "symlink", "missing_dir"]
 
 
+# ----------------------------------------------------------------------------- data files
+
+@st.composite
+def data_files(draw):
+    """The text of a `--data FILE.json`: well-formed samples (valid or breaking a constraint),
+    JSON of the wrong shape, or text that is not JSON at all."""
+    n = draw(st.sampled_from([2, 2, 3, 4, 1, 0]))
+    per_device = st.lists(st.sampled_from([0, 0, 1, 2, 3, 8, 9, -1, 2**70, 1.5, True, None, "1"]), min_size=n, max_size=n)
+    sample = st.fixed_dictionaries({"send_sizes": st.lists(per_device, min_size=n, max_size=n)},
+                                   optional={"input_offsets": st.lists(per_device, min_size=n, max_size=n),
+                                             "sizes": st.just([[0] * n] * n)})
+    kind = draw(st.sampled_from(["one", "many", "one", "many", "json", "text"]))
+    if kind == "one":
+        return json.dumps(draw(sample), indent=1)
+    if kind == "many":
+        return json.dumps({"samples": draw(st.lists(sample, max_size=4))}, indent=1)
+    if kind == "json":
+        return json.dumps(draw(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                                            lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                                                st.sampled_from(["send_sizes", "samples", "x"]), c, max_size=3),
+                                            max_leaves=12)))
+    return draw(st.sampled_from(["", "{", "[" * 100_000, '{"send_sizes": [[1, 1], [1, 1]], "send_sizes": []}',
+                                 "\ufeff{}", "\x00\xff", '{"samples": []}', "nan"]))
+
+
 # ----------------------------------------------------------------------------- the property
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_example(stem: str, text: str, command: str, flags: list[str], output: str) -> None:
+def run_example(stem: str, text: str, command: str, flags: list[str], output: str, data: str = "{}") -> None:
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         d = Path(tmp)
         src = d / f"{stem}.yaml"
@@ -321,11 +364,12 @@ def run_example(stem: str, text: str, command: str, flags: list[str], output: st
         real.write_text("keep me\n")
         (d / "link.py").symlink_to("real.py")
         (d / "subdir").mkdir()
+        (d / "data.json").write_bytes(data.encode("utf-8", "surrogatepass"))
         out = {"new": d / "out.py", "dir": d / "subdir", "input": src, "devnull": Path("/dev/null"),
                "symlink": d / "link.py", "missing_dir": d / "nowhere" / "out.py"}[output]
         before = _digest(src)
         argv = [command] + ([] if command == "schema" else [str(src)])
-        argv += [str(out) if f == "{OUT}" else f for f in flags]
+        argv += [str(out) if f == "{OUT}" else str(d / "data.json") if f == "{DATA}" else f for f in flags]
         if command != "schema":
             argv += SMALL_LIMITS
         try:
@@ -358,7 +402,7 @@ def examples(draw, commands=COMMANDS):
     command = draw(st.sampled_from(commands))
     flags = draw(command_lines(stem, command))
     output = draw(st.sampled_from(OUTPUTS))
-    return stem, text, command, flags, output
+    return stem, text, command, flags, output, draw(data_files())
 
 
 @settings(max_examples=EXAMPLES, **FUZZ)
@@ -371,11 +415,26 @@ def test_mutated_schedules_never_crash_hang_or_damage_files(example):
 @given(st.sampled_from(sorted(LIB)).flatmap(
     lambda stem: st.tuples(st.just(stem), st.sampled_from(COMMANDS)).flatmap(
         lambda sc: st.tuples(st.just(sc[0]), st.just(sc[1]), command_lines(sc[0], sc[1]),
-                             st.sampled_from(OUTPUTS)))))
+                             st.sampled_from(OUTPUTS), data_files()))))
 def test_command_lines_never_crash_hang_or_damage_files(example):
-    """The library's own (valid) schedules under fuzzed command lines."""
-    stem, command, flags, output = example
-    run_example(stem, LIB[stem], command, flags, output)
+    """The library's own (valid) schedules under fuzzed command lines (and data files)."""
+    stem, command, flags, output, data = example
+    run_example(stem, LIB[stem], command, flags, output, data)
+
+
+@settings(max_examples=max(EXAMPLES // 4, 10), **FUZZ)
+@given(st.sampled_from(DATA_STEMS).flatmap(lambda stem: st.tuples(
+    st.just(stem), st.just(LIB[stem]) | schedules_of(stem), command_lines(stem, "check"),
+    st.sampled_from(DATA), st.sampled_from(["2", "3", "2..4"]), data_files())))
+def test_runtime_data_never_crashes_or_hangs(example):
+    """Schedules that read runtime data (mutated or not) checked with fuzzed `--data`: random:K
+    and data files that are valid, break a constraint, have the wrong shape or are no JSON."""
+    stem, text, flags, spec, devices, data = example
+    if "--data" not in flags:
+        flags = flags + ["--data", spec]
+    if "--devices" not in flags:
+        flags = flags + ["--devices", devices]
+    run_example(stem, text, "check", flags, "new", data)
 
 
 @settings(max_examples=max(EXAMPLES // 40, 3), **FUZZ)

@@ -136,8 +136,9 @@ def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
     """Collectives' source text (what emitted modules run) against their `lax` call and
     `jax.vjp` of it, on 3 devices, in one compiled shard_map."""
     n, mesh = 3, mesh_of(3)
-    # ragged_all_to_all: XLA:CPU cannot run its lax call; tests/test_data.py checks its texts
-    assert set(TEXT_SHAPES) == set(COLLECTIVES) - {"ragged_all_to_all"}
+    # ragged_all_to_all: XLA:CPU cannot run its lax call; tests/test_data.py checks its texts;
+    # ring_attention (three inputs, no transpose): test_ring_attention_lax_text_is_its_lax_call
+    assert set(TEXT_SHAPES) == set(COLLECTIVES) - {"ragged_all_to_all", "ring_attention"}
     cases = [(kind, COLLECTIVES[kind](shift=shift)) for kind in kinds
              for shift in ((1, -1) if kind == "ppermute" else (1,))]
     keys = iter(jax.random.split(jax.random.key(1), 3 * len(cases)))
@@ -168,6 +169,28 @@ def test_lax_text_and_vjp_text_are_the_lax_call_and_its_vjp(kinds):
                                    out_specs=(P("i"),) * len(cases), check_vma=False))(*arrays)
     for (kind, c), err in zip(cases, errors):
         assert float(jnp.max(err)) <= 1e-5, (c, float(jnp.max(err)))
+
+
+def test_ring_attention_lax_text_is_its_lax_call():
+    """ring_attention's source text (the emitted module's docstring) against its `lax` call
+    and against the definition, sum over j of (q @ k_j^T) @ v_j, on 3 devices."""
+    n, mesh = 3, mesh_of(3)
+    c = COLLECTIVES["ring_attention"]()
+    keys = jax.random.split(jax.random.key(2), 3)
+    q, k, v = (jax.random.normal(key, (n, *shape)) for key, shape in zip(keys, ((4, 8), (5, 8), (5, 8))))
+
+    def body(q, k, v):
+        q, k, v = q[0], k[0], v[0]
+        env = {"lax": lax, "jnp": jnp, "q": q, "k": k, "v": v, "N": n}
+        got = c.lax(q, "i", n, rhs=k, values=v)
+        text = eval(c.lax_text("q", '"i"', "N", rhs="k", values="v"), env)
+        ks, vs = lax.all_gather(k, "i"), lax.all_gather(v, "i")
+        want = sum((q @ ks[j].T) @ vs[j] for j in range(n))
+        return jnp.stack([jnp.max(jnp.abs(got - want)), jnp.max(jnp.abs(text - want))])[None]
+
+    errors = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("i"),) * 3, out_specs=P("i"),
+                                   check_vma=False))(q, k, v)
+    assert float(jnp.max(errors)) <= 1e-4, errors
 
 
 # ---------------------------------------------------------------------------- shapes from arguments

@@ -71,3 +71,25 @@ def test_a_transposed_operand_is_folded_into_the_dimension_numbers(tmp_path):
     module.write_text(by_hand)
     report = check_module(str(module), 2)
     assert report.ok, report.to_text()
+
+
+@pytest.mark.parametrize("values, ok", [(1, True), (0, False)], ids=["values", "keys_as_values"])
+def test_a_chained_dot_in_registers_is_a_chained_product(tmp_path, values, ok):
+    """ring_attention's two matmuls written by hand as one expression, the scores never
+    stored: `out += jnp.dot(lax.dot_general(q, k, ...), v)`. The importer stores the inner
+    dot in a value register of its own, so the outer product's left factor is the inner
+    product and the kernel still computes ring attention; with the keys as values it is
+    a wrong result, not an opaque one."""
+    text = ringc.emit(ringc.load(str(TESTS.parent / "schedules" / "ring_attention.yaml")))
+    scores = ("lax.dot_general(\n        q[...], kv[working, 0], (((1,), (1,)), ((), ())), "
+              "preferred_element_type=jnp.float32\n    )")
+    old = (f"scores[...] = {scores}\n    # line 76: matmul out += scores @ kv[working, 1]\n"
+           "    out[...] = (out[...] + jnp.dot(\n        scores[...], kv[working, 1], ")
+    assert text.count(old) == 1
+    by_hand = text.replace(old, f"out[...] = (out[...] + jnp.dot(\n        {scores}, kv[working, {values}], ")
+    module = tmp_path / "by_hand.py"
+    module.write_text(by_hand)
+    report = check_module(str(module), 3)
+    assert report.ok == ok, report.to_text()
+    if not ok:
+        assert report.kinds() == {"wrong_result"} and "sum(t in" in report.to_text()

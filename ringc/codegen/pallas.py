@@ -1040,7 +1040,7 @@ class _Emitter:
         """One sentence for docstrings: what the backward pass runs."""
         t = coll.transpose()
         if t is None:
-            return f"{coll.kind} has no transpose in ringc.collectives: jax.grad raises"
+            return f"{coll.kind} has no transpose collective: jax.grad raises"
         if self.s.data:
             return (f"the transpose of {coll.kind} is {t.kind} with the offsets' roles swapped, but a kernel "
                     "with runtime data emits no backward pass yet: jax.grad raises (pass `transpose`)")
@@ -1061,8 +1061,11 @@ class _Emitter:
         src, dst = s.io_buffer("input"), s.io_buffer("output")
         x = self.name(src)
         rhs = self.name(s.io_buffer("rhs")) if s.collective.kind in S.TWO_INPUT_COLLECTIVES else None
-        same = all(s.buffers[n].shard is None for n in (src, dst, *([s.io_buffer("rhs")] if rhs else [])))
-        call = coll.lax_text(x, "axis_name", "N", rhs=rhs)
+        third = s.io_buffer("values") if s.collective.kind in S.THREE_INPUT_COLLECTIVES else None
+        same = all(s.buffers[n].shard is None
+                   for n in (src, dst, *([s.io_buffer("rhs")] if rhs else []), *([third] if third else [])))
+        extra = {"values": self.name(third)} if third else {}
+        call = coll.lax_text(x, "axis_name", "N", rhs=rhs, **extra)
         meaning = (f"`{call}`" if same else
                    f"`{call}` on the kernel's arrays (`{x}` reshaped to "
                    f"{self.static_tuple(s.buffers[src].full_shape)}, the result reshaped to "

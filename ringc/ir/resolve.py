@@ -354,7 +354,22 @@ class _Resolver:
                 self.fail(coll.line, f"collective.{kind} `{name}` is not an {kind} buffer",
                           known=[n for n, b in s.buffers.items() if b.kind == kind])
         inputs = [n for n, b in s.buffers.items() if b.kind == "input"]
-        if coll.kind in S.TWO_INPUT_COLLECTIVES:
+        if coll.kind in S.THREE_INPUT_COLLECTIVES:  # ring_attention: queries, keys, values
+            others = [n for n in inputs if n != s.io_buffer("input")]
+            for role, name in (("rhs", coll.rhs), ("values", coll.values)):
+                if name is None:
+                    self.fail(coll.line, f"{coll.kind} takes three inputs, the queries `{s.io_buffer('input')}` "
+                                         f"(collective.input), the keys (collective.rhs) and the values "
+                                         f"(collective.values); collective.{role} is not set",
+                              fix=f"name the {'keys' if role == 'rhs' else 'values'} input in collective.{role} "
+                                  f"(inputs: {', '.join(others) or 'none'})")
+                if name not in others:
+                    self.fail(coll.line, f"collective.{role} `{name}` is not an input buffer other than "
+                                         f"collective.input", known=others, name=name)
+            if coll.rhs == coll.values:
+                self.fail(coll.line, f"collective.rhs and collective.values both name `{coll.rhs}`",
+                          fix="the keys and the values are two input buffers")
+        elif coll.kind in S.TWO_INPUT_COLLECTIVES:
             others = [n for n in inputs if n != s.io_buffer("input")]
             what = ("multiplies two inputs, `{}` by a right-hand side" if coll.kind in S.MATMUL_COLLECTIVES
                     else "takes two inputs, `{}` and the values kept where nothing lands (lax's `output`)")
@@ -369,6 +384,9 @@ class _Resolver:
             self.fail(coll.line, f"collective.rhs applies to matmul collectives and ragged_all_to_all, not to "
                                  f"{coll.kind}",
                       fix="remove `rhs`")
+        if coll.values is not None and coll.kind not in S.THREE_INPUT_COLLECTIVES:
+            self.fail(coll.line, f"collective.values applies to ring_attention only, not to {coll.kind}",
+                      fix="remove `values`")
 
     # -- references ------------------------------------------------------------
     def check_buffer_ref(self, ref: E.Ref, line: int, role: str, scope: "_Scope | None" = None) -> S.Buffer:

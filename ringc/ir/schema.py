@@ -20,6 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 from . import expr as E
 
 __all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES",
+           "THREE_INPUT_COLLECTIVES",
            "RAGGED_DATA", "Collective", "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "CopyUse", "CopyUseT",
            "copy_key", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv", "Signal", "SemWait", "Barrier", "Zero",
            "Accumulate", "Assign", "Cast", "Matmul", "Arrival", "BlockSpec", "Pipeline", "When", "Loop", "OPS",
@@ -68,9 +69,14 @@ class Node(BaseModel):
 
 CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
                          "all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t",
-                         "matmul_psum_scatter_t", "ragged_all_to_all"]
-# The `_t` kinds multiply by y transposed (y stored [n, k]: x @ y^T).
-MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t", "matmul_psum_scatter_t")
+                         "matmul_psum_scatter_t", "ragged_all_to_all", "ring_attention"]
+# Collectives fused with matmuls, taking a right-hand input (`collective.rhs`). The `_t`
+# kinds multiply by y transposed (y stored [n, k]: x @ y^T); ring_attention's rhs is the
+# keys, and it takes a third input, the values (`collective.values`).
+MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t", "matmul_psum_scatter_t",
+                      "ring_attention")
+# Collectives of three inputs (`collective.values` names the third).
+THREE_INPUT_COLLECTIVES = ("ring_attention",)
 # Collectives of two inputs (`collective.rhs` names the second): the matmuls' right-hand
 # side, and ragged_all_to_all's `output` argument (the values kept where nothing lands).
 TWO_INPUT_COLLECTIVES = (*MATMUL_COLLECTIVES, "ragged_all_to_all")
@@ -88,6 +94,7 @@ class Collective(Node):
     rhs: str | None = Field(None, description="matmul collectives: the right-hand input; ragged_all_to_all: "
                                               "lax's `output` argument, the values kept where nothing lands "
                                               "(default: the input that is not `input`)")
+    values: str | None = Field(None, description="ring_attention only: the values input v (`rhs` is the keys k)")
 
     @model_validator(mode="before")
     @classmethod
@@ -798,7 +805,10 @@ class Schedule(Node):
         return self.buffers[buffer].dtype or self.dtype
 
     def io_buffer(self, kind: str) -> str:
-        """The collective's input or output buffer name (`rhs`: a matmul's right-hand input)."""
+        """The collective's input or output buffer name (`rhs`: a matmul's right-hand input;
+        `values`: ring_attention's third input)."""
+        if kind == "values":
+            return self.collective.values
         if kind == "rhs":
             if self.collective.rhs:
                 return self.collective.rhs

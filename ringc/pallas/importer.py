@@ -32,6 +32,7 @@ import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
 from ..ir.errors import ScheduleError
+from ..ir.schema import THREE_INPUT_COLLECTIVES
 from ..verify.events import Compute, DmaStart, Event, Program, Region
 from ..verify.findings import Report
 from . import interpret
@@ -589,17 +590,20 @@ def _slots(shape: tuple[int, ...], n: int) -> list:
 
 def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: str,
              shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[Collective, Buffers]:
-    """The collective on the program's arrays: its first input, first output and (matmul
-    collectives) second input, each the kernel buffer it reaches; the leading dims that
-    index devices are those whose product is N (`_slots`)."""
+    """The collective on the program's arrays: its first input, first output, (matmul
+    collectives) second input and (ring_attention) third input, the values, each the
+    kernel buffer it reaches; the leading dims that index devices are those whose product
+    is N (`_slots`)."""
     role_handles = {"input": outer.ins[0] if outer.ins else None,
                     "rhs": outer.ins[1] if len(outer.ins) > 1 else None,
+                    "values": outer.ins[2] if len(outer.ins) > 2 else None,
                     "output": outer.outs[0] if outer.outs else None}
     roles: dict[str, str] = {}
     for role, h in role_handles.items():
         h = h.root() if h is not None else None
         if h is None or h.buffer is None:
-            if role == "rhs" and not collective.takes_rhs:
+            if (role == "rhs" and not collective.takes_rhs) or (
+                    role == "values" and collective.kind not in THREE_INPUT_COLLECTIVES):
                 continue
             raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
                                 "(ringc states the meaning on the kernels' arrays)", file=file,
@@ -609,7 +613,7 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
     shapes = shapes or {nm: b.buffers[nm].shape for nm in names}
     return collective, Buffers(roles["input"], roles["output"], roles.get("rhs"),
                                {nm: np.dtype(b.buffers[nm].dtype).itemsize for nm in names},
-                               {nm: max(1, len(_slots(shapes[nm], n))) for nm in names})
+                               {nm: max(1, len(_slots(shapes[nm], n))) for nm in names}, roles.get("values"))
 
 
 class _NoView(Exception):
@@ -634,7 +638,8 @@ def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: Pro
     shapes, n = program.shapes, program.n
     if collective.shape_problem(n, shapes, meaning[1]) is None:
         return program, meaning, []
-    roles = [nm for nm in dict.fromkeys((meaning[1].input, meaning[1].output, meaning[1].rhs)) if nm is not None]
+    roles = [nm for nm in dict.fromkeys((meaning[1].input, meaning[1].output, meaning[1].rhs, meaning[1].values))
+             if nm is not None]
     flat = [nm for nm in roles if not _slots(shapes[nm], n) and shapes[nm] and shapes[nm][0] % n == 0
             and shapes[nm][0] > n]
     for size in range(1, len(flat) + 1):

@@ -398,16 +398,36 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             # One contracted dim each, no batch dims: `x @ y`, `x @ y.T` (contract (1, 1)), ...
             # A 2-D `transpose` feeding the dot is folded into which dim it contracts.
             operands, contract = [], []
-            for x, c in zip(data, (lc[0], rc[0])):
+            for var, x, c in zip(eqn.invars, data, (lc[0], rc[0])):
                 if x.how[0] == "transpose":
                     x, c = x.how[1], 1 - c
-                operands.append(x)
+                operands.append(_stored_product(it, var, x))
                 contract.append(c)
             return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
         return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
     return [Data(s, ("opaque", name)) for s in shapes]
+
+
+def _stored_product(it: "Interpreter", var: Any, x: Data) -> Data:
+    """A dot operand that is itself a dot's value, never stored by the kernel (attention's
+    `jnp.dot(lax.dot_general(q, k, ...), v)`: the scores stay in vregs): the model stores it
+    first in a value register of its own (one per operand variable, private to the device),
+    with the inner matmul's Compute, and the outer dot reads that register. So the outer
+    product's left factor is the inner product, the chained product term of the meaning
+    check (`verify/semantics.py`), and the inner dot's reads happen where Mosaic does them.
+    Any other operand is returned as it is."""
+    inner = x
+    while inner.how[0] == "cast":
+        inner = inner.how[1]
+    if inner.how[0] != "dot":
+        return x
+    reg = it.sink.register(var, it.where(), x.shape, var.aval.dtype)
+    dst = Ref.whole(reg, it.device).region()
+    for action in store_actions(dst, x):
+        it.emit(action)
+    return Data(x.shape, ("load", dst))
 
 
 # -- grid and devices ---------------------------------------------------------------

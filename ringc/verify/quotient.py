@@ -46,7 +46,7 @@ from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
-from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches
+from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
 
 __all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean", "expand"]
 
@@ -142,6 +142,8 @@ class Rotator:
         """The term on device delta. A run of devices whose translation is not one run
         (it wraps some axis) becomes the runs of its image (`Torus.image`); a product's
         factors are cut where either's devices wrap (`Torus.runs`), so they stay paired."""
+        if term[0] == PRODUCT and (term[1][0] == PRODUCT or term[2][0] == PRODUCT):
+            return self.nested(term, box, new_box, delta)
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
@@ -155,7 +157,7 @@ class Rotator:
         name, dev, imap = term
         entries = []
         for i, (d, off) in enumerate(imap):
-            if d == KDIM:
+            if d is not None and d < 0:  # a contraction index (KDIM, or a nested product's)
                 if any(self.steps.get((name, i), ())):
                     raise _Unclear("a contraction dimension that moves under rotation")
                 entries.append((d, off))
@@ -171,6 +173,26 @@ class Rotator:
         if end == first + 1:
             return [(name, self.torus.add(first, delta), tuple(entries))]
         return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
+
+
+    def nested(self, term, box, new_box, delta: int) -> list:
+        """A product with a product factor on device delta: its plain factors moved one by
+        one; where the factors whose devices are a run (they advance together) wrap, the
+        run is cut so that each piece's factors stay paired (`term`'s rule, for any depth)."""
+        leaves = term_leaves(term)
+        moved = [self.term(leaf, box, new_box, delta) for leaf in leaves]
+        if all(len(m) == 1 for m in moved):
+            return [with_leaves(term, [m[0] for m in moved])]
+        spans = [device_span(leaf[1]) for leaf in leaves]
+        runs = [sp for sp in spans if sp[1] - sp[0] > 1]
+        lo, hi = runs[0]
+        cuts = {c - (r0 - lo) for r0, r1 in runs for c in self.torus.cuts(r0, r1, delta)}
+        out = []
+        for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts):
+            part = [(n, device_run(s0 + x0 - lo, s0 + x1 - lo), m) if s1 - s0 > 1 else (n, d, m)
+                    for (n, d, m), (s0, s1) in zip(leaves, spans)]
+            out.append(with_leaves(term, [self.term(leaf, box, new_box, delta)[0] for leaf in part]))
+        return out
 
 
 def expand(program: Program) -> Program:

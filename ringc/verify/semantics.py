@@ -7,7 +7,12 @@ accumulate just translates boxes and merges sums; nothing depends on the data's 
 A matmul makes *product* terms: "sum over k in [k0, k1) of A[.., k] * B[k, ..]", whose
 two factors are input terms with the contraction index `k` in their maps. Products
 over adjacent k ranges of the same factors merge, so a matmul blocked over k adds up
-to the same term as the unblocked one. At the end every output box is compared with
+to the same term as the unblocked one. A factor may itself be a product (a matmul of a
+matmul's result: attention's (q k^T) v): the chained term "sum over t of (sum over k of
+q[r, k] k[t, k]) * v[t, c]". Each product binds its own contraction index, named in the
+maps by a marker below zero: `KDIM` (-1) for a product of plain factors, `KDIM - 1` for
+one whose deepest factor is such a product, and so on (`contraction`), so an inner
+product's maps can mention the outer index (k's rows are the outer t). At the end every output box is compared with
 what the collective prescribes: which device's block (ppermute, all_gather,
 all_to_all), which sum of blocks (psum, psum_scatter), or which sum of products
 (all_gather_matmul, matmul_psum_scatter).
@@ -29,27 +34,76 @@ from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pie
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region
 
-__all__ = ["UNINIT", "OPAQUE", "box_meets", "box_inside", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
+__all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside", "restrict_value", "device_span", "device_run", "canonical_value", "Memory",
            "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
-OPAQUE = "!"          # prefix: a value the model does not follow (a product of a product)
+OPAQUE = "!"          # prefix: a value the model does not follow (arithmetic it does not model)
+MAX_DEPTH = 4         # products nested deeper than this are not followed (OPAQUE): no blow-up
 
 
 def _is_product(term: Term) -> bool:
     return term[0] == PRODUCT
 
 
+def _depth(term: Term) -> int:
+    """0 for a plain term, 1 for a product of plain factors, 1 + its deepest factor's else."""
+    if term[0] != PRODUCT:
+        return 0
+    a, b = term[1], term[2]
+    if a[0] != PRODUCT and b[0] != PRODUCT:
+        return 1
+    return 1 + max(_depth(a), _depth(b))
+
+
+def contraction(term: Term) -> int:
+    """The marker of a product's own contraction index in its factors' maps: KDIM for a
+    product of plain factors, one below the deepest marker its factors bind otherwise (so
+    a nested product's index never captures an inner one's)."""
+    return KDIM - _depth(term) + 1
+
+
+def _is_index(d: int | None) -> bool:
+    """A map entry's target is a contraction index (a marker below zero), not a buffer dim."""
+    return d is not None and d < 0
+
+
+def term_leaves(term: Term) -> list[Term]:
+    """A term's plain factors, left to right (itself if it is plain)."""
+    if term[0] != PRODUCT:
+        return [term]
+    return term_leaves(term[1]) + term_leaves(term[2])
+
+
+def with_leaves(term: Term, leaves: Iterable[Term]) -> Term:
+    """`term` with its plain factors replaced, left to right, by `leaves`."""
+    it = iter(leaves)
+
+    def build(t: Term) -> Term:
+        if t[0] != PRODUCT:
+            return next(it)
+        return (PRODUCT, build(t[1]), build(t[2]), t[3], t[4])
+    return build(term)
+
+
 def _remap(term: Term, table: list[tuple[int | None, int]]) -> Term:
-    """The term with its maps (a product's two factors included) moved by a table per
-    buffer dim: the entry (d, off) becomes (table[d][0], off + table[d][1]); constant and
+    """The term with its maps (a product's factors included) moved by a table per buffer
+    dim: the entry (d, off) becomes (table[d][0], off + table[d][1]); constant and
     contraction entries stay."""
     if term[0] == PRODUCT:
         return (PRODUCT, _remap(term[1], table), _remap(term[2], table), term[3], term[4])
     name, dev, imap = term
-    return (name, dev, tuple([e if e[0] is None or e[0] == KDIM else (table[e[0]][0], e[1] + table[e[0]][1])
+    return (name, dev, tuple([e if e[0] is None or e[0] < 0 else (table[e[0]][0], e[1] + table[e[0]][1])
                               for e in imap]))
+
+
+def _shift_index(term: Term, marker: int, by: int) -> Term:
+    """The term with every map entry on contraction index `marker` moved by `by`."""
+    if term[0] == PRODUCT:
+        return (PRODUCT, _shift_index(term[1], marker, by), _shift_index(term[2], marker, by), term[3], term[4])
+    name, dev, imap = term
+    return (name, dev, tuple((d, off + by) if d == marker else (d, off) for d, off in imap))
 
 
 def _intersect(a: Box, b: Box) -> Box | None:
@@ -102,11 +156,14 @@ def _canonical(term: Term, box: Box, single: frozenset[int]) -> Term:
     compares equal; a product's contraction index is renumbered so its left factor reads k
     itself. Terms that need neither come back as they are."""
     product = term[0] == PRODUCT
-    if single and any([e[0] in single for f in (term[1:3] if product else (term,)) for e in f[2]]):
+    if single and any([e[0] in single for f in ((term[1:3] if term[1][0] != PRODUCT and term[2][0] != PRODUCT
+                                                 else term_leaves(term)) if product else (term,)) for e in f[2]]):
         term = _remap(term, [(None, lo) if d in single else (d, 0) for d, (lo, _) in enumerate(box)])
     if not product:
         return term
     _, a, b, k0, k1 = term
+    if a[0] == PRODUCT or b[0] == PRODUCT:
+        return _renumber(term)
     shift = next((off for d, off in a[2] if d == KDIM), 0)
     if not shift:
         return term
@@ -114,6 +171,20 @@ def _canonical(term: Term, box: Box, single: frozenset[int]) -> Term:
     def renumber(t: Term) -> Term:
         return (t[0], t[1], tuple((d, off - shift) if d == KDIM else (d, off) for d, off in t[2]))
     return (PRODUCT, renumber(a), renumber(b), k0 + shift, k1 + shift)
+
+
+def _renumber(term: Term) -> Term:
+    """A nested product with every level's contraction index renumbered (innermost first)
+    so that its first factor reading the index reads it at offset 0."""
+    if term[0] != PRODUCT:
+        return term
+    _, a, b, k0, k1 = term
+    a, b = _renumber(a), _renumber(b)
+    m = contraction(term)
+    shift = next((off for leaf in term_leaves(a) + term_leaves(b) for d, off in leaf[2] if d == m), 0)
+    if shift:
+        a, b, k0, k1 = _shift_index(a, m, -shift), _shift_index(b, m, -shift), k0 + shift, k1 + shift
+    return (PRODUCT, a, b, k0, k1)
 
 
 def _single_dims(box: Box) -> frozenset[int]:
@@ -186,12 +257,18 @@ def canonical_value(terms: Iterable[Term], box: Box) -> Value:
     if isinstance(terms, tuple) and len(terms) == 1:  # the common case: nothing to merge
         t = _canonical(terms[0], box, single)
         if _is_product(t):
+            a, b = t[1], t[2]
+            if a[0] == PRODUCT or b[0] == PRODUCT:
+                return (with_leaves(t, [(n, device_run(*device_span(d)), m) for n, d, m in term_leaves(t)]),)
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
             return ((PRODUCT, (an, device_run(*device_span(ad)), am), (bn, device_run(*device_span(bd)), bm), k0, k1),)
         return (t,) if t[0][:1] in (UNINIT, OPAQUE) else ((t[0], device_run(*device_span(t[1])), t[2]),)
-    odd, plain, products = [], defaultdict(list), defaultdict(list)
+    odd, plain, products, nested = [], defaultdict(list), defaultdict(list), defaultdict(list)
     for t in (_canonical(t, box, single) for t in terms):
         if _is_product(t):
+            if t[1][0] == PRODUCT or t[2][0] == PRODUCT:
+                _group_nested(t, nested)
+                continue
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
             lo, hi = device_span(ad)
             products[(an, am, bn, bm, device_span(bd)[0] - lo)].append((lo, hi, k0, k1))
@@ -203,12 +280,49 @@ def canonical_value(terms: Iterable[Term], box: Box) -> Value:
     for (an, am, bn, bm, off), rects in products.items():
         out += [(PRODUCT, (an, device_run(x0, x1), am), (bn, device_run(x0 + off, x1 + off), bm), k0, k1)
                 for x0, x1, k0, k1 in _rectangles(rects)]
+    for (skeleton, fixed), rects in nested.items():
+        out += [_from_skeleton(skeleton, fixed, x0, x1, k0, k1) for x0, x1, k0, k1 in _rectangles(rects)]
     return tuple(out) if len(out) < 2 else tuple(sorted(out, key=repr))
 
 
+def _group_nested(t: Term, groups: defaultdict) -> None:
+    """File a nested product under its merge key. Its devices vary together over a run of
+    j: the factors whose device is the last factor's (attention's k_j and v_j) are the
+    ones that vary; the others (q of the output's own device) are fixed. So the terms of
+    sum_j (q_me k_j^T) v_j fall into at most three groups (j < me, j = me, j > me), and a
+    run merges as in `_rectangles` over (j run) x (outer contraction range). The key is a
+    function of each single term, so the form is canonical. A run that would include a
+    j equal to a fixed device (made by no rule here) is split into single terms first."""
+    leaves = term_leaves(t)
+    spans = [device_span(leaf[1]) for leaf in leaves]
+    lo, hi = spans[-1]
+    fixed = tuple(None if sp == (lo, hi) else sp[0] for sp in spans)
+    if hi - lo > 1 and any(f is not None and lo <= f < hi for f in fixed):
+        for u in _single(t):
+            _group_nested(u, groups)
+        return
+    skeleton = with_leaves(t, [(n, None, m) for n, _, m in leaves])
+    groups[((PRODUCT, skeleton[1], skeleton[2]), fixed)].append((lo, hi, t[3], t[4]))
+
+
+def _from_skeleton(skeleton: Term, fixed: tuple, x0: int, x1: int, k0: int, k1: int) -> Term:
+    run = device_run(x0, x1)
+    t = (PRODUCT, skeleton[1], skeleton[2], k0, k1)
+    return with_leaves(t, [(n, run if f is None else f, m) for (n, _, m), f in zip(term_leaves(t), fixed)])
+
+
 def _single(t: Term) -> list[Term]:
-    """A term with a run of devices as one term per device."""
+    """A term with a run of devices as one term per device (a product's factors whose
+    devices are runs advance together; the others stay)."""
     if _is_product(t):
+        if t[1][0] == PRODUCT or t[2][0] == PRODUCT:
+            leaves = term_leaves(t)
+            spans = [device_span(leaf[1]) for leaf in leaves]
+            runs = [sp for sp in spans if sp[1] - sp[0] > 1]
+            if not runs:
+                return [with_leaves(t, [(n, lo, m) for (n, _, m), (lo, _) in zip(leaves, spans)])]
+            return [with_leaves(t, [(n, lo + j if hi - lo > 1 else lo, m) for (n, _, m), (lo, hi) in zip(leaves, spans)])
+                    for j in range(runs[0][1] - runs[0][0])]
         _, (an, ad, am), (bn, bd, bm), k0, k1 = t
         (lo, hi), off = device_span(ad), device_span(bd)[0] - device_span(ad)[0]
         return [(PRODUCT, (an, j, am), (bn, j + off, bm), k0, k1) for j in range(lo, hi)]
@@ -225,15 +339,38 @@ def _unit_products(value: Value) -> Counter:
     entry is a constant), and only this form still compares it with the whole product."""
     out: Counter = Counter()
     for t in (u for v in value for u in _single(v)):
-        if not _is_product(t):
-            out[t] += 1
-            continue
-        _, a, b, k0, k1 = t
-        for k in range(k0, k1):
-            def fix(f: Term, k: int = k) -> Term:
-                return (f[0], f[1], tuple((None, k + off) if d == KDIM else (d, off) for d, off in f[2]))
-            out[(PRODUCT, fix(a), fix(b), 0, 1)] += 1
+        for unit in _units(t):
+            out[unit] += 1
     return out
+
+
+def _canonical_decides(*values: Value) -> bool:
+    """Whether differing canonical values are different sums without expanding them into
+    unit products: they hold nested products (chained terms), and no product with a
+    contraction range of one index (a block of one k index, whose link to k may be
+    lost: only unit products compare it) nor a product of plain factors (whose check
+    stays as it was). Nested products with wider ranges are canonical as they are
+    (`_group_nested`, `_renumber`); expanding the chained terms of attention into their
+    d x s units would cost seconds and decide nothing more."""
+    def unit(t: Term) -> bool:
+        return t[0] == PRODUCT and (t[4] - t[3] == 1 or unit(t[1]) or unit(t[2]))
+    products = [t for v in values for t in v if t[0] == PRODUCT]
+    return bool(products) and all(_depth(t) > 1 and not unit(t) for t in products)
+
+
+def _units(t: Term) -> list[Term]:
+    """A single-device term as products of one index per contraction (every level of a
+    nested product: its index made a constant in its factors' maps)."""
+    if not _is_product(t):
+        return [t]
+    _, a, b, k0, k1 = t
+    m = contraction(t)
+
+    def fix(f: Term, k: int) -> Term:
+        if f[0] == PRODUCT:
+            return (PRODUCT, fix(f[1], k), fix(f[2], k), f[3], f[4])
+        return (f[0], f[1], tuple((None, k + off) if d == m else (d, off) for d, off in f[2]))
+    return [(PRODUCT, ua, ub, 0, 1) for k in range(k0, k1) for ua in _units(fix(a, k)) for ub in _units(fix(b, k))]
 
 
 
@@ -425,21 +562,32 @@ class Memory:
                 box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
                 box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
 
-                def factor(piece: Piece, reg: Region, kdim: int, free: int, to: int) -> list[tuple[int | None, int]]:
+                def factor(piece: Piece, reg: Region, kdim: int, free: int, to: int,
+                           marker: int) -> list[tuple[int | None, int]]:
                     """A factor's map, as a `_remap` table: its free dim goes to the
-                    destination's, its contraction dim becomes k, the others constants."""
+                    destination's, its contraction dim becomes the index `marker`, the
+                    others constants."""
                     return [(to, reg.box[free][0] - dst.box[to][0]) if d == free else
-                            (KDIM, reg.box[kdim][0]) if d == kdim else (None, lo)
+                            (marker, reg.box[kdim][0]) if d == kdim else (None, lo)
                             for d, (lo, _) in enumerate(piece.box)]
 
-                fa, fb = factor(pa, a, ka, ra, rd), factor(pb, b, kb, cb, cd)
+                tables: dict[int, tuple] = {}  # per contraction marker: the two factors' tables
                 terms = []
                 for ta in (u for t in pa.value for u in _single(t)):
                     for tb in (u for t in pb.value for u in _single(t)):
                         odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
-                        if odd is None and (_is_product(ta) or _is_product(tb)):
-                            odd = (OPAQUE + dst.buffer, dst.device, ())
-                        terms.append(odd or (PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1))
+                        if odd is not None:
+                            terms.append(odd)
+                            continue
+                        depth = max(_depth(ta), _depth(tb))
+                        if depth >= MAX_DEPTH:
+                            terms.append((OPAQUE + dst.buffer, dst.device, ()))
+                            continue
+                        m = KDIM - depth  # a fresh index: below every one the factors bind
+                        if m not in tables:
+                            tables[m] = (factor(pa, a, ka, ra, rd, m), factor(pb, b, kb, cb, cd, m))
+                        fa, fb = tables[m]
+                        terms.append((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1))
                 result = _add(result, Piece(tuple(box), tuple(terms)))
         self.write(dst, result)
 
@@ -451,11 +599,18 @@ class Memory:
         self.write(dst, [Piece(dst.box, ())])
 
 
+def _index_name(marker: int) -> str:
+    """A contraction index in messages: k for a product of plain factors, t for the outer
+    index of a product of a product (attention's (q k^T) v), then u, k4, k5, ..."""
+    return {KDIM: "k", KDIM - 1: "t", KDIM - 2: "u"}.get(marker, f"k{KDIM + 1 - marker}")
+
+
 def _map_text(name: str, dev: int, imap: IndexMap, box: Box) -> str:
     idx = []
     for d, off in imap:
-        if d == KDIM:
-            idx.append("k" if off == 0 else f"k{off:+d}")
+        if _is_index(d):
+            k = _index_name(d)
+            idx.append(k if off == 0 else f"{k}{off:+d}")
         else:
             idx.append(str(off) if d is None else f"{box[d][0] + off}:{box[d][1] + off}")
     return f"{name}@{dev}[{', '.join(idx)}]"
@@ -478,11 +633,13 @@ def render_value(value: Value, box: Box) -> str:
 def _term_text(t: Term, box: Box) -> str:
     if _is_product(t):
         _, a, b, k0, k1 = t
-        return f"sum(k in {k0}:{k1}) {_map_text(*a, box)} * {_map_text(*b, box)}"
+        fa, fb = (f"({_term_text(f, box)})" if _is_product(f) else _term_text(f, box) for f in (a, b))
+        return f"sum({_index_name(contraction(t))} in {k0}:{k1}) {fa} * {fb}"
     if t[0].startswith(UNINIT):
         return f"uninitialized `{t[0][1:]}` of device {t[1]}"
     if t[0].startswith(OPAQUE):
-        return f"a value ringc does not follow (a product of a product, or arithmetic it does not model) in `{t[0][1:]}` of device {t[1]}"
+        return (f"a value ringc does not follow (arithmetic it does not model, or products nested deeper than "
+                f"{MAX_DEPTH}) in `{t[0][1:]}` of device {t[1]}")
     return _map_text(*t, box)
 
 
@@ -565,6 +722,6 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 if ix is None:
                     continue
                 gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
-                if gv != wv and _unit_products(gv) != _unit_products(wv):
+                if gv != wv and (_canonical_decides(gv, wv) or _unit_products(gv) != _unit_products(wv)):
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
     return found
