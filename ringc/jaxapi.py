@@ -120,7 +120,7 @@ def import_kernel(sched: Schedule) -> ModuleType:
     module.__file__ = filename
     # mtime None: linecache.checkcache keeps the entry, which has no file behind it.
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    exec(compile(text, filename, "exec"), module.__dict__)
+    exec(compile(text, filename, "exec", dont_inherit=True), module.__dict__)  # as written: no future flags of ours
     return module
 
 

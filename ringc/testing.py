@@ -102,14 +102,16 @@ def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchS
 
 @dataclass(frozen=True)
 class Mutation:
-    kind: str          # drop | flip | swap
+    kind: str          # drop | flip | swap | unfeed
     path: tuple[int, ...]
     line: int
     op: str            # the mutated op's key: wait, sem_wait, signal, start, ...
 
     def describe(self) -> str:
         return {"drop": "dropped the op", "flip": "flipped the direction of the copy used",
-                "swap": "swapped the op with the next one"}[self.kind] + f" at line {self.line}"
+                "swap": "swapped the op with the next one",
+                "unfeed": "dropped the `arrives` of the pipeline's inputs (fetched without waiting)"}[self.kind] \
+            + f" at line {self.line}"
 
 
 def _op_paths(ops: list[S.Op], prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], S.Op]]:
@@ -147,6 +149,11 @@ def mutate(sched: S.Schedule, mutation: Mutation) -> S.Schedule:
         body = _edit(sched.body, mutation.path,
                      lambda ops, i: ops[:i] + [ops[i + 1], ops[i]] + ops[i + 2:])
         update = {"body": body}
+    elif mutation.kind == "unfeed":
+        def unfeed(ops: list[S.Op], i: int) -> list[S.Op]:
+            inputs = {n: spec.model_copy(update={"arrives": None}) for n, spec in ops[i].inputs.items()}
+            return ops[:i] + [ops[i].model_copy(update={"inputs": inputs})] + ops[i + 1:]
+        update = {"body": _edit(sched.body, mutation.path, unfeed)}
     else:
         op = dict(_op_paths(sched.body))[mutation.path]
         name = op.copy_name
@@ -177,6 +184,8 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
             to = sched.copies[op.copy_name].to
             if isinstance(to, E.Var) and _flip(to.name) is not None:
                 out.append(Mutation("flip", path, op.line, "start"))
+        if isinstance(op, S.Pipeline) and op.arrivals:
+            out.append(Mutation("unfeed", path, op.line, op_tag(op)))
     return out
 
 

@@ -566,6 +566,58 @@ def test_dimension_semantics_are_refused_at_their_line(tmp_path, semantics, at, 
     assert f"fix: {fix}" in o.err
 
 
+# ----------------------------------------------------------------------- issue 14: pipelines fed by remote copies
+# (docs/schedule-format.md, "Pipelines fed by remote copies"; the library example is
+# schedules/all_gather_matmul_streamed.yaml)
+
+AGMS = REPO / "schedules" / "all_gather_matmul_streamed.yaml"
+FED = 'arrives: {copy: "forward(t=step - 1, r=i)", when: j == 0 and k == 0}'
+
+
+@pytest.mark.parametrize("old,new,at,says,fix", [
+    # the copy named must exist, with every template parameter bound by the inner point's names
+    (FED, 'arrives: {copy: "forwrd(t=step - 1, r=i)"}', "forwrd", "`arrives: forwrd` names no copy",
+     "did you mean `forward`?"),
+    (FED, 'arrives: {copy: "forward(r=i)"}', "forward(r=i)",
+     "`arrives: forward(r=i)` leaves parameter `t` of the copy template `forward(t, r)` unbound",
+     "bind every parameter: `arrives: forward(t=..., r=...)`"),
+    (FED, 'arrives: {copy: "forward(t=step - 1, r=i)", when: jj == 0}', "jj == 0",
+     "unknown name `jj` in `arrives` guard of `a`", "did you mean `j`?"),
+    (FED, "arrives: 3", "arrives: 3", "`arrives: 3` names no copy", "write `arrives: forward(t=step - 1, r=i)`"),
+    (FED, 'arrives: {copy: "forward(t=step - 1, r=i)", wen: k == 0}', "wen:", "unknown key `wen`",
+     "did you mean `when`?"),
+    # only an input block arrives
+    ('          o: {ref: "out[block]", block: [bm, bn], index: [i, j]}',
+     '          o: {ref: "out[block]", block: [bm, bn], index: [i, j], arrives: "send_own(r=i)"}',
+     'arrives: "send_own(r=i)"', "output block `o` has `arrives: send_own(r=i)`: only an input block arrives",
+     "move `o` to `inputs:`"),
+])
+def test_a_malformed_arrival_is_refused_at_its_line(tmp_path, old, new, at, says, fix):
+    text = edited(AGMS, old, new)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, at), says=says)
+    assert f"fix: {fix}" in o.err, str(o)
+
+
+def test_an_arrival_by_a_local_copy_is_refused_naming_the_wait(tmp_path):
+    text = edited(AGMS, "  send_sem: dma\n", "  send_sem: dma\n  local_sem: dma\n")
+    text = text.replace("copies:\n", 'copies:\n  fill(r): {src: "x[r * bm:bm]", dst: "scratch[0, r * bm:bm]", '
+                                     'sem: local_sem}\n', 1)
+    text = text.replace('arrives: {copy: "send_own(r=i)"', 'arrives: {copy: "fill(r=i)"', 1)
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, 'arrives: {copy: "fill(r=i)"'), says="`arrives` applies to remote copies; "
+                                                                          "`fill` is local")
+    assert "fix: wait for the local copy before the pipeline (`wait: fill`) and drop `arrives`" in o.err
+
+
+def test_an_arrival_outside_its_copy_is_refused_at_unrolling(tmp_path):
+    """N-dependent: slot `step` of the scratch does not exist at the last step."""
+    text = edited(AGMS, FED, 'arrives: {copy: "forward(t=step, r=i)", when: j == 0 and k == 0}')
+    o = run_cli(["check", write(tmp_path, text), "--devices", "3"])
+    assert_refused(o, line_of(text, 'forward(t=step, r=i)'), says="out of range")
+    assert "on device 0 at step=2" in o.err, str(o)
+
+
 # ----------------------------------------------------------------------- ring_attention's three inputs
 # (issue 13 section 4; the library example is schedules/ring_attention.yaml)
 

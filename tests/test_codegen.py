@@ -74,6 +74,10 @@ EXPECTED = {
     "all_gather_matmul_bidirectional": dict(collective="all_gather_matmul", in_specs=(P("x", None), P(None, "x")),
                                             out_specs=P(None, "x"), params={"rows": 16, "cols": 128, "depth": 256,
                                                                             "bm": 8, "bn": 128, "bk": 128}),
+    # issue 14: the same, the matmul pipeline fed block by block as they arrive
+    "all_gather_matmul_streamed": dict(collective="all_gather_matmul", in_specs=(P("x", None), P(None, "x")),
+                                       out_specs=P(None, "x"), params={"rows": 16, "cols": 128, "depth": 256,
+                                                                       "bm": 8, "bn": 128, "bk": 128}),
     # seed 003: x and y sharded along the contraction, the product by rows
     "matmul_reduce_scatter": dict(collective="matmul_psum_scatter", in_specs=(P(None, "x"), P("x", None)),
                                   out_specs=P("x", None), params={"rows": 16, "cols": 256, "depth": 256,
@@ -292,6 +296,7 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
             "reduce_scatter_pipelined": [(4 * rows, 4 * cols)],
             "all_gather_matmul": [(4 * rows, depth), (depth, 4 * cols)],
             "all_gather_matmul_bidirectional": [(4 * rows, depth), (depth, 4 * cols)],
+            "all_gather_matmul_streamed": [(4 * rows, depth), (depth, 4 * cols)],
             "matmul_reduce_scatter": [(4 * rows, 4 * depth), (4 * depth, cols)],
             "all_gather_matmul_t": [(4 * rows, depth), (4 * cols, depth)],
             "matmul_reduce_scatter_t": [(4 * rows, 4 * depth), (cols, 4 * depth)],

@@ -57,3 +57,14 @@ def test_flipping_the_forward_direction_is_caught():
     flips = [m for m in mutations_of(sched) if m.kind == "flip"]
     assert flips
     assert all(not ringc.check(mutate(sched, m), 4).ok for m in flips)
+
+
+def test_dropping_a_pipelines_arrivals_is_caught():
+    """`unfeed`: a pipeline fed by remote copies fetches its blocks without waiting for them."""
+    sched = ringc.load(ROOT / "schedules" / "all_gather_matmul_streamed.yaml")
+    unfeeds = [m for m in mutations_of(sched) if m.kind == "unfeed"]
+    assert len(unfeeds) == 2  # step 1's pipeline and the later steps'
+    for m in unfeeds:
+        mutated = mutate(sched, m)
+        assert mutated.model_dump() != sched.model_dump(), m
+        assert {"race", "dma_not_waited"} <= ringc.check(mutated, 4).kinds(), m.describe()

@@ -30,7 +30,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import (axis_builtins, builtin_exprs, call_buffers, inline_static_lets, is_static,
+from ..ir.resolve import (axis_builtins, builtin_exprs, call_buffers, copy_ops, inline_static_lets, is_static,
                           pipeline_windows, walk_ops)
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
@@ -182,15 +182,18 @@ def _escape_docstring(text: str) -> str:
 
 
 def _runtime_helpers() -> dict[str, str]:
-    """Each helper function of `ringc/codegen/runtime.py` by name, as its source text (read
-    with `ast`, as `inspect.getsource` would give it, without importing jax). A helper named
-    `_device_axes` is the multi-axis `_device` and is emitted under that name."""
+    """Each helper function (or class) of `ringc/codegen/runtime.py` by name, as its source
+    text with its decorators (read with `ast`, as `inspect.getsource` would give it, without
+    importing jax). A helper named `_device_axes` is the multi-axis `_device` and is emitted
+    under that name."""
     path = Path(__file__).with_name("runtime.py")
     source = path.read_text()
     out = {}
+    lines = source.splitlines()
     for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("_"):
-            text = ast.get_source_segment(source, node)
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith("_"):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])  # with its decorators
+            text = "\n".join(lines[first - 1:node.end_lineno])
             if node.name in _MULTI_AXIS_VARIANTS:
                 text = text.replace(f"def {node.name}(", f"def {_MULTI_AXIS_VARIANTS[node.name]}(", 1)
             out[node.name] = "\n" + text + "\n"
@@ -201,7 +204,10 @@ def _runtime_helpers() -> dict[str, str]:
 _MULTI_AXIS_VARIANTS = {"_device_axes": "_device"}
 _HELPERS: dict[str, str] = _runtime_helpers()
 
-_HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv")}
+_HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv"),
+                "_emit_pipeline_fed": ("_ArrivingRef",)}
+# Modules the helpers import beyond those every emitted module imports.
+_HELPER_IMPORTS = {"_ArrivingRef": "dataclasses"}
 # A schedule over several mesh axes gets these variants (same function names) instead.
 _MULTI_AXIS_HELPERS = {"_device": "_device_axes"}
 
@@ -209,8 +215,8 @@ _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 
 # Names the emitted module defines or uses; schedule names are renamed around them.
 _MODULE_NAMES = {
-    "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS", "PARAMS",
-    "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
+    "dataclasses", "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS",
+    "PARAMS", "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
@@ -449,18 +455,19 @@ class _Emitter:
         self.module_docstring(w)
         w.line()
         multi = len(self.s.axes) > 1
-        for ln in ("import functools", "import math", "", "import jax", "import jax.numpy as jnp",
+        needed = set(self.helpers)
+        if multi:
+            needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
+        for h in list(needed):
+            needed |= set(_HELPER_DEPS.get(h, ()))
+        imports = sorted({"functools", "math", *(_HELPER_IMPORTS[h] for h in needed if h in _HELPER_IMPORTS)})
+        for ln in (*(f"import {m}" for m in imports), "", "import jax", "import jax.numpy as jnp",
                    "from jax import lax", "from jax.experimental import pallas as pl",
                    "from jax.experimental.pallas import tpu as pltpu", "",
                    "P = jax.sharding.PartitionSpec"):
             w.line(ln)
         w.blank()
         self.constants(w)
-        needed = set(self.helpers)
-        if multi:
-            needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
-        for h in list(needed):
-            needed |= set(_HELPER_DEPS.get(h, ()))
         for h, src in _HELPERS.items():
             if h in needed:
                 w.blank(2)
@@ -535,7 +542,7 @@ class _Emitter:
                 refs += [self.name(n) if alias is None else self.alias_name(n) for n, alias in call.outputs]
                 refs += [self.name(n) for n in call.scratch]
                 aliased = [self.alias_name(n) for n, alias in call.outputs if alias is not None]
-                copies = list(dict.fromkeys(op.copy_name for op in walk_ops(call.body) if op.copy_halves))
+                copies = list(dict.fromkeys(op.copy_name for op in copy_ops(call.body)))
                 doc = (f"{self.grid_text()} of kernel `{call.kernel}` of "
                        f"`{s.name}` on one device (pallas_call {call.position + 1} of {len(s.program)}).\n\n"
                        + self.call_ref_doc(call))
@@ -787,11 +794,24 @@ class _Emitter:
                     w.call("pl.BlockSpec", [self.static_tuple(spec.block), f"lambda {indices}: {index}"], ",")
             w.line("],")
 
-        with w.block("pltpu.emit_pipeline("):
+        arrivals = {n: f"_{self.name(n)}_arrives" for n in op.arrivals}
+        for n, arrival in op.arrivals.items():  # the `copy_in` hook: wait for the block, then fetch it
+            with w.block(f"def {arrivals[n]}({indices}):"):
+                guard = f", at the fetches where {E.to_text(arrival.when)}" if arrival.when is not None else ""
+                w.docstring(f"Block `{n}` of inner point ({', '.join(op.pipeline)}) arrives by remote copy "
+                            f"`{arrival.copy_use}`: wait for it before the pipeline fetches it{guard} "
+                            f"(line {arrival.line}).")
+                wait: S.Op = arrival.wait
+                self.ops(w, [wait if arrival.when is None else S.When(when=arrival.when, do=[wait], line=wait.line)])
+        if arrivals:
+            self.helpers.add("_emit_pipeline_fed")
+        with w.block("_emit_pipeline_fed(" if arrivals else "pltpu.emit_pipeline("):
             w.line("_inner,")
             w.line(f"grid={self.static_tuple(list(op.pipeline.values()))},")
             specs(w, "in_specs", op.inputs)
             specs(w, "out_specs", op.outputs)
+            if arrivals:
+                w.line(f"arrivals=[{', '.join(arrivals.get(n, 'None') for n in op.inputs)}],")
         w.call(")", [self.dma_ref(spec.ref) for spec in op.specs.values()])
 
     def op_assign(self, w: CodeWriter, op: S.Assign) -> None:

@@ -11,6 +11,7 @@ them). `_device_axes` is the variant of `_device` for a schedule over several me
 is emitted under the name `_device`.
 """
 
+import dataclasses
 import functools
 import math
 
@@ -146,6 +147,45 @@ def _tpu_info_on_cpu(interpret):
 
     tpu_info.registry.setdefault(
         "cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _ArrivingRef(pltpu.BufferedRef):
+    """A pipeline input whose blocks land by DMA from another device: before the pipeline
+    fetches a block into VMEM, `copy_in` (the buffered ref's method hand-written kernels
+    override) waits for that block's arrival, `arrival(*grid_indices)` at the inner grid
+    point whose block it fetches. `arrival` is static: the pipeline's loop carries the ref."""
+    arrival: object = dataclasses.field(default=None, metadata=dict(static=True))
+
+    def copy_in(self, src_ref, grid_indices):
+        self.arrival(*grid_indices)
+        super().copy_in(src_ref, grid_indices)
+
+
+def _emit_pipeline_fed(body, *, grid, in_specs, out_specs, arrivals):
+    """`pltpu.emit_pipeline(body, grid=..., in_specs=..., out_specs=...)` whose input i
+    (`arrivals[i]` not None) waits for each block's arrival before fetching it: its buffered
+    ref is an `_ArrivingRef`, passed to the pipeline as its `allocations` (scoped here, as
+    emit_pipeline scopes its own). A block that is the whole region at every point is copied
+    once, synchronously, before the pipeline's loop, not through `copy_in`: its arrival at
+    the first point is waited for first."""
+    pipeline, make_allocations = pltpu.emit_pipeline_with_allocations(
+        body, grid=grid, in_specs=in_specs, out_specs=out_specs)
+
+    def run(*refs):
+        brefs = list(make_allocations(*refs))
+        for k, arrival in enumerate(arrivals):
+            if arrival is None:
+                continue
+            if brefs[k].is_trivial_windowing:
+                arrival(*(0,) * len(grid))
+                continue
+            fields = {f.name: getattr(brefs[k], f.name) for f in dataclasses.fields(brefs[k])}
+            brefs[k] = _ArrivingRef(**fields, arrival=arrival)
+        pl.run_scoped(lambda allocations: pipeline(*refs, allocations=allocations), tuple(brefs))
+
+    return run
 
 
 def _given(params):

@@ -24,7 +24,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from ..ir.errors import ScheduleError
-from ..ir.resolve import walk_ops
+from ..ir.resolve import copy_ops, walk_ops
 from ..ir.rules import RuleTable
 from ..units import size_text
 from ..verify.events import Compute, DmaStart, Region
@@ -197,6 +197,8 @@ def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site 
     path = module.__file__
     source = linecache.getlines(path)
     ops = {op.line: op for op in walk_ops(schedule.all_ops)}
+    for wait in copy_ops(schedule.all_ops):  # the waits of pipeline blocks that arrive by a copy too
+        ops.setdefault(wait.line, wait)
     for lineno in _generated_lines(exc, path):
         for text in reversed(source[:lineno]):
             if m := _OP_COMMENT.match(text):

@@ -18,8 +18,8 @@ from .errors import ScheduleError
 from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
-           "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "pipeline_windows",
-           "call_buffers",
+           "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "copy_ops",
+           "pipeline_windows", "call_buffers",
            "RESOLVE", "resolve"]
 
 # Names every expression may use, besides params, grid indices and lets.
@@ -111,18 +111,29 @@ def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
             yield from walk_ops(op.do)
 
 
+def copy_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
+    """Every op that starts or waits for a copy, depth first: the copy ops, and the wait
+    before each fetch of a pipeline input block that `arrives` by a remote copy."""
+    for op in walk_ops(ops):
+        if op.copy_halves:
+            yield op
+        if isinstance(op, S.Pipeline):
+            yield from (arrival.wait for arrival in op.arrivals.values())
+
+
 def call_buffers(sched: S.Schedule, body: list[S.Op]) -> list[str]:
     """The schedule buffers one call's body names (through the copies it starts or waits for
-    too, and its pipelines' blocks), in declaration order: the arrays that pallas_call binds."""
+    too, and its pipelines' blocks and the copies they arrive by), in declaration order: the
+    arrays that pallas_call binds."""
     named: set[str] = set()
     for op in walk_ops(body):
         for role in ("reads", "writes"):
             named |= {r.name for r in sched.operands(op, role)}
-        if op.copy_halves:  # a wait too: its descriptor names both ends
-            c = sched.copies[op.copy_name]
-            named |= {c.src.name, c.dst.name}
         if isinstance(op, S.Pipeline):
             named |= {spec.ref.name for spec in op.specs.values()}
+    for op in copy_ops(body):  # a wait too: its descriptor names both ends
+        c = sched.copies[op.copy_name]
+        named |= {c.src.name, c.dst.name}
     return [b for b in sched.buffers if b in named]
 
 
@@ -583,8 +594,49 @@ class _Resolver:
                 self.check_expr(d, self.static_names(), spec.line, f"block shape of `{name}`")
             for ix in spec.index:
                 self.check_expr(ix, inner, spec.line, f"block index of `{name}`")
+            if spec.arrives is not None and name in op.outputs:
+                self.fail(spec.arrives.line, f"output block `{name}` has `arrives: {spec.arrives.copy_use}`: only "
+                                             "an input block arrives (the pipeline waits for it before fetching it)",
+                          fix=f"move `{name}` to `inputs:`, or drop `arrives` and wait for the copy after the "
+                              f"pipeline at line {line}")
+            if spec.arrives is not None:
+                arrival = spec.arrives
+                self.check_copy_use("arrives", arrival.copy_use, arrival.wait.copy_halves, arrival.line, _Scope(inner))
+                if arrival.when is not None:
+                    self.check_expr(arrival.when, inner, arrival.line, f"`arrives` guard of `{name}`")
         body = _Scope(inner, pipeline_windows(self.s, op), set(op.inputs), op)
         self.check_body(op.do, body, depth + 1)
+
+    def check_copy_use(self, key: str, use: S.CopyUse, halves: tuple[str, ...], line: int,
+                       scope: "_Scope") -> None:
+        """A use of a copy, `key: use` (a copy op, or a pipeline block's `arrives`): an existing
+        copy, every template parameter bound once by an expression of `scope`, and a remote copy
+        where only one half (`halves`) is waited for."""
+        cname = use.name
+        copy = self.s.copies.get(cname)
+        if copy is None:
+            self.fail(line, f"`{key}: {cname}` names no copy", known=self.s.copies, name=cname)
+        given = [a for a, _ in use.args]
+        if len(set(given)) != len(given):
+            self.fail(line, f"`{key}: {use}` binds an argument twice", fix="give each template argument once")
+        unknown = [a for a in given if a not in copy.args]
+        missing = [a for a in copy.args if a not in given]
+        signature = f"{cname}({', '.join(copy.args)})" if copy.args else cname
+        if unknown:
+            self.fail(line, f"`{key}: {use}` binds `{unknown[0]}`, which is no parameter of copy `{signature}`",
+                      fix=f"write `{key}: {cname}`" if not copy.args else
+                      f"bind its parameters: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
+        if missing:
+            self.fail(line, f"`{key}: {use}` leaves parameter `{missing[0]}` of the copy template "
+                            f"`{signature}` unbound",
+                      fix=f"bind every parameter: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
+        for a, e in use.args:
+            self.check_expr(e, scope.names, line, f"argument `{a}` of `{key}: {cname}`")
+        if "send" not in halves or "recv" not in halves:  # one half: remote copies only
+            if not copy.remote:
+                self.fail(line, f"`{key}` applies to remote copies; `{cname}` is local",
+                          fix=f"use `wait: {cname}`" if key != "arrives" else
+                          f"wait for the local copy before the pipeline (`wait: {cname}`) and drop `arrives`")
 
     def run(self) -> None:
         self.check_axes()
@@ -630,29 +682,7 @@ def _resolve_pipeline(r: _Resolver, op: S.Pipeline, scope: _Scope) -> None:
 
 @RESOLVE.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)
 def _resolve_copy_op(r: _Resolver, op: S.Op, scope: _Scope) -> None:
-    key, cname, use = op.tag, op.copy_name, op.copy_use
-    copy = r.s.copies.get(cname)
-    if copy is None:
-        r.fail(op.line, f"`{key}: {cname}` names no copy", known=r.s.copies, name=cname)
-    given = [a for a, _ in use.args]
-    if len(set(given)) != len(given):
-        r.fail(op.line, f"`{key}: {use}` binds an argument twice", fix="give each template argument once")
-    unknown = [a for a in given if a not in copy.args]
-    missing = [a for a in copy.args if a not in given]
-    signature = f"{cname}({', '.join(copy.args)})" if copy.args else cname
-    if unknown:
-        r.fail(op.line, f"`{key}: {use}` binds `{unknown[0]}`, which is no parameter of copy `{signature}`",
-               fix=f"write `{key}: {cname}`" if not copy.args else
-               f"bind its parameters: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
-    if missing:
-        r.fail(op.line, f"`{key}: {use}` leaves parameter `{missing[0]}` of the copy template "
-                        f"`{signature}` unbound",
-               fix=f"bind every parameter: `{key}: {cname}({', '.join(f'{a}=...' for a in copy.args)})`")
-    for a, e in use.args:
-        r.check_expr(e, scope.names, op.line, f"argument `{a}` of `{key}: {cname}`")
-    if "send" not in op.copy_halves or "recv" not in op.copy_halves:  # one half: remote copies only
-        if not copy.remote:
-            r.fail(op.line, f"`{key}` applies to remote copies; `{cname}` is local", fix=f"use `wait: {cname}`")
+    r.check_copy_use(op.tag, op.copy_use, op.copy_halves, op.line, scope)
 
 
 @RESOLVE.register(S.Signal)

@@ -23,8 +23,8 @@ __all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLEC
            "THREE_INPUT_COLLECTIVES",
            "RAGGED_DATA", "Collective", "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "CopyUse", "CopyUseT",
            "copy_key", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv", "Signal", "SemWait", "Barrier", "Zero",
-           "Accumulate", "Assign", "Cast", "Matmul", "BlockSpec", "Pipeline", "When", "Loop", "OPS", "OP_KEYS",
-           "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel", "Schedule"]
+           "Accumulate", "Assign", "Cast", "Matmul", "Arrival", "BlockSpec", "Pipeline", "When", "Loop", "OPS",
+           "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel", "Schedule"]
 
 
 def _parse_expr(v: Any) -> E.Expr:
@@ -479,13 +479,69 @@ class Matmul(OpNode):
         return tuple(self.contract) != (1, 0)
 
 
+def _arrival_shorthand(schema: dict[str, Any]) -> None:
+    """Advertise `arrives: forward(t=step - 1, r=i)` (a string: the copy use) to editors."""
+    mapping = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [{"type": "string", "description": "shorthand for {copy: ...}"}, mapping]
+
+
+class Arrival(Node):
+    """How a pipeline input block lands: by the remote copy `copy` (field `copy_use`: a copy
+    op's use, evaluated at the inner grid point whose block the pipeline fetches, its
+    indices bound), waited for (`wait_recv`) right before that fetch; with `when`, only at
+    the fetches where it holds (a copy that delivers several blocks is waited for at the
+    first one). The YAML shorthand `arrives: forward(t=step - 1, r=i)` is `{copy: ...}`."""
+    model_config = ConfigDict(**Node.model_config, json_schema_extra=_arrival_shorthand)
+    copy_use: CopyUseT = Field(alias="copy", description="the remote copy the block arrives by, e.g. "
+                                                         "`forward(t=step - 1, r=i)`")
+    when: ExprT | None = Field(None, description="wait only at the fetches where this holds (over the inner "
+                                                 "grid indices too), e.g. `k == 0`: default every fetch")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"copy": v}
+        if not isinstance(v, (dict, Arrival)):
+            raise E.ExprError(f"`arrives: {v!r}` names no copy: it is the remote copy the block arrives by",
+                              fix="write `arrives: forward(t=step - 1, r=i)`, or `arrives: {copy: ..., "
+                                  "when: k == 0}` to wait at some fetches only")
+        return v
+
+    @property
+    def wait(self) -> "WaitRecv":
+        """The wait before a fetch, as an op (`wait_recv: copy`, at this line) for the later stages."""
+        if self._wait is None:
+            self._wait = WaitRecv(wait_recv=self.copy_use, line=self.line)
+        return self._wait
+
+    _wait: "WaitRecv | None" = PrivateAttr(None)
+
+
 class BlockSpec(Node):
     """One operand of a nested pipeline: HBM region `ref` cut into blocks of shape `block`;
     at each inner grid point the body sees block number `index` (per dimension) in VMEM,
-    as `pl.BlockSpec(block, lambda *grid: index)`."""
+    as `pl.BlockSpec(block, lambda *grid: index)`.
+
+    `arrives` (inputs only): the block lands by a remote copy (`Arrival`): before fetching
+    it, the pipeline waits for that copy's arrival, as hand-written kernels do by overriding
+    the buffered ref's `copy_in`."""
     ref: RefT
     block: list[ExprT]
     index: list[ExprT]
+    arrives: Arrival | None = Field(None, description=(
+        "inputs only: the remote copy the block arrives by, evaluated at the inner grid point fetched, e.g. "
+        "`forward(t=step - 1, r=i)` or `{copy: forward(t=step - 1, r=i), when: k == 0}`; the pipeline waits for "
+        "its arrival (wait_recv) before fetching the block"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arrives_at_this_line(cls, v: Any) -> Any:
+        # `arrives: forward(...)` (a string, no line of its own) is written on the block's line
+        if isinstance(v, dict) and isinstance(v.get("arrives"), str):
+            v = {**v, "arrives": {"copy": v["arrives"], "__line__": v.get("__line__", 0)}}
+        return v
 
 
 def _strip_line(v: Any) -> Any:
@@ -505,6 +561,11 @@ class Pipeline(OpNode):
     @property
     def specs(self) -> dict[str, BlockSpec]:
         return {**self.inputs, **self.outputs}
+
+    @property
+    def arrivals(self) -> dict[str, Arrival]:
+        """The input blocks that arrive by a remote copy (`arrives`)."""
+        return {name: spec.arrives for name, spec in self.inputs.items() if spec.arrives is not None}
 
 
 class When(OpNode):

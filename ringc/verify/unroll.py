@@ -141,7 +141,8 @@ class _Context:
         per_point = sum(repeats[id(op)] * weight(op) for op in walk_ops(called) if id(op) not in nested
                         and not isinstance(op, S.Pipeline))
         per_point += sum(repeats[id(op)] * prod(self.pipeline_grids[id(op)])
-                         * (4 * len(op.specs) + 2 * len(list(walk_ops(op.do)))) for op in pipelines)
+                         * (4 * len(op.specs) + len(op.arrivals) + 2 * len(list(walk_ops(op.do))))
+                         for op in pipelines)
         # entry and exit write every buffer; without `barrier:`, back-to-back calls add
         # Pallas' device barrier, a signal to every device
         barrier = self.n if (invocations > 1 and s.barrier is None) or s.kernels else 0
@@ -453,7 +454,13 @@ class Unroller:
         blocks are fetched before the loop; at step t, inputs whose block changes next are
         prefetched into the other window, the current ones waited for, the body run,
         outputs whose block changes next written back, and the previous write-back waited
-        for. Each window slot has its own DMA semaphore, as in Pallas."""
+        for. Each window slot has its own DMA semaphore, as in Pallas.
+
+        An input block that `arrives` by a remote copy is waited for (that copy's `wait_recv`,
+        evaluated at the inner point whose block is fetched) right before each of its
+        fetches where the arrival's `when` holds, where the emitted kernel's `copy_in`
+        override waits: so a fetch never reads bytes still landing unless a wait is missing
+        or waits for other bytes, which the later checks then report."""
         points = list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)])))
         outer_env = self.env
         envs = [{**outer_env, **dict(zip(op.pipeline, pt))} for pt in points]
@@ -473,6 +480,17 @@ class Unroller:
             self.emit(out, DmaStart(ids[name], src, dst, None, sem), spec.line, inv)
             slots[name]["copy"] ^= 1
 
+        def fetch(name: str, t: int) -> None:
+            arrival = op.inputs[name].arrives
+            if arrival is not None:  # the block lands by a remote copy: wait for it first
+                outer, self.env = self.env, envs[t]
+                try:
+                    if arrival.when is None or self.value(arrival.when, arrival.line):
+                        UNROLL[S.WaitRecv](self, arrival.wait, out, inv)
+                finally:
+                    self.env = outer
+            dma(name, "in", t)
+
         def wait(name: str, side: str) -> None:
             spec, slot = op.specs[name], slots[name]["wait"]
             nbytes = self.window(ids[name], slot).nbytes
@@ -487,12 +505,12 @@ class Unroller:
                           self.ctx.itemsize[ids[name]])
             self.emit(out, Compute("allocate", full), op.line, inv)
         for name in op.inputs:
-            dma(name, "in", 0)
+            fetch(name, 0)
         for t, pt in enumerate(points):
             self.inner = (*around, *zip(op.pipeline, pt))
             for name in op.inputs:
                 if t < last and changes(name, t, t + 1):
-                    dma(name, "in", t + 1)
+                    fetch(name, t + 1)
             for name in op.inputs:
                 if t == 0 or changes(name, t, t - 1):
                     wait(name, "in")
