@@ -6,8 +6,8 @@
 One-axis schedules run on rings of N = 64..1024 (--min-n, --max-n); two-axis ones on
 the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16 (--max-torus caps
 the side). Columns: schedule, topology, events (of all devices), path (whether the
-quotient decided from device 0's events alone, `ringc/verify/quotient.py`, or the full
-analysis did), check s (wall) and cpu s, each the best of --repeats runs, peak MiB
+quotient decided from device 0's events alone, `ringc/verify/quotient.py`, `xor` when it
+was the XOR quotient of `ringc/verify/xor.py`, or the full analysis did), check s (wall) and cpu s, each the best of --repeats runs, peak MiB
 (a separate traced run) and bytes per event. Each row runs in its own process, killed
 after --timeout seconds (the row then says `timeout`), so one slow row cannot eat the
 run. The load average is printed before and after, since a loaded machine inflates the
@@ -52,7 +52,7 @@ def measure(sched, n: int | None, topology: str = "ring",
     check(sched, n, topology=topology)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    path = "quotient" if report.program.rotation is not None else "full"
+    path = "full" if report.program.rotation is None else "xor" if report.program.group == "xor" else "quotient"
     return seconds, cpu, peak, report.program.event_count, report.ok, path
 
 

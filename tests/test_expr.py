@@ -416,3 +416,20 @@ def test_the_kernel_text_of_the_new_expressions():
     assert to_python(parse("log2(N)")) == "_log2(N)"
     assert names(parse("a if c else ~b")) == {"a", "b", "c"}
     assert substitute(parse("x if c else ~x"), {"x": Var("y")}) == parse("y if c else ~y")
+
+
+@settings(max_examples=400, deadline=None)
+@given(EXPRS, ENVS)
+def test_compiled_evaluator_is_evaluate(e, env):
+    """`evaluator(e)` (closures, for the unroller's hot loop) gives `evaluate`'s value, or
+    raises its error with the same message."""
+    from ringc.ir.expr import evaluator
+    try:
+        want = ("ok", evaluate(e, env))
+    except ExprError as err:
+        want = ("error", str(err))
+    try:
+        got = ("ok", evaluator(e)(env))
+    except ExprError as err:
+        got = ("error", str(err))
+    assert got == want and type(got[1]) is type(want[1])

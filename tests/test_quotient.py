@@ -142,7 +142,8 @@ def test_library_is_proven_rotational(path):
         assert rotation_unroll(sched, 5) is not None
 
 
-# Library schedules no device translation maps onto themselves: checked in full.
+# Library schedules no device translation maps onto themselves: the hypercube's partners
+# `me ^ (1 << k)` are XOR-symmetric instead, decided on the XOR quotient (test_xor.py).
 NOT_ROTATIONAL = {"all_gather_hypercube"}
 # Rotational, but the rotation finder cannot show it: its level 1 moves rows x[a] whole, so
 # no access pins how x's y dimension moves under a translation along y (it takes step 0, and

@@ -377,6 +377,81 @@ _PY_OPS: dict[str, Callable[[int, int], int | bool]] = {
     "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
 }
 
+class _Fallback(Exception):
+    """Raised inside a compiled expression where `evaluate` would raise: it then runs
+    `evaluate`, which raises the error with its message."""
+
+
+_COMPILED: dict[int, tuple[Expr, Callable[[Mapping[str, Any]], Any]]] = {}
+
+
+def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
+    """`lambda env: evaluate(expr, env)`, compiled once into nested closures (no dispatch on
+    the node type at every evaluation: the unroller evaluates each of a schedule's few
+    expressions at every grid point). Each closure does what `evaluate` does for its node,
+    in the same order; wherever `evaluate` would raise, the closure gives up and `evaluate`
+    runs instead, so the value is the same and so is every error and its message. (Kept by
+    the expression's id, with the expression, so the id stays its own.)"""
+    hit = _COMPILED.get(id(expr))
+    if hit is not None:
+        return hit[1]
+    inner = _compile(expr)
+
+    def run(env: Mapping[str, Any]) -> Any:
+        try:
+            return inner(env)
+        except Exception:  # NotRotational, ExprError, _Refused, ...: `evaluate` says which
+            return evaluate(expr, env)
+    if len(_COMPILED) > 100_000:  # a bound on what it keeps alive (property tests make many)
+        _COMPILED.clear()
+    _COMPILED[id(expr)] = (expr, run)
+    return run
+
+
+_FAST_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def _compile(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
+    if isinstance(expr, Const):
+        value = expr.value
+        return lambda env: value
+    if isinstance(expr, Var):
+        name = expr.name
+
+        def var(env: Mapping[str, Any]) -> Any:
+            v = env[name]
+            if type(v) is tuple:
+                raise _Fallback
+            return v
+        return var
+    if isinstance(expr, Neg):
+        f = _compile(expr.operand)
+        return lambda env: -f(env)
+    if isinstance(expr, Not):
+        f = _compile(expr.operand)
+        return lambda env: not f(env)
+    if not isinstance(expr, BinOp):
+        return lambda env: _evaluate_other(expr, env, False)
+    left, right, op = _compile(expr.left), _compile(expr.right), expr.op
+    if op == "and":
+        return lambda env: bool(left(env)) and bool(right(env))
+    if op == "or":
+        return lambda env: bool(left(env)) or bool(right(env))
+    if op in ("//", "%"):
+        floor = op == "//"
+
+        def divide(env: Mapping[str, Any]) -> Any:
+            a = left(env)
+            b = right(env)
+            if b == 0:
+                raise _Fallback
+            return a // b if floor else a % b
+        return divide
+    fn = _FAST_OPS.get(op) or _PY_OPS[op]
+    return lambda env: fn(left(env), right(env))
+
+
 # Binding strength for printing with the fewest parentheses (Python's: a conditional
 # expression 0, not 3, the unary operators 12).
 _PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4,

@@ -25,12 +25,14 @@ from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits
 from .findings import Finding, Report
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
-from .placement import Placement, labels, place, rotated_route_summary, route_findings, route_summary
+from .placement import (Placement, labels, place, rotated_route_summary, route_findings, route_summary,
+                        xor_route_summary, xor_routes_symmetric)
 from .races import describe, find_races
 from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
 from .symmetry import memory_symmetric
 from .rotation import rotation_unroll
+from .xor import xor_unroll
 from .unroll import DataFault, unroll
 
 
@@ -407,11 +409,14 @@ def program_assumptions(sched: S.Schedule) -> list[str]:
 
 def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
     """The clean report (route warnings aside) of a translation-symmetric schedule on a ring
-    or torus, from device 0's events alone (`rotation.py`, `rotated_report`); None when the
+    or torus, or of an XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`)
+    on a ring, from device 0's events alone (`rotation.py`, `rotated_report`); None when the
     full analysis must decide."""
     if not _wrapped(placement):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
+    if program is None and placement.topo.kind == "ring" and len(placement.sizes) == 1:
+        program = xor_unroll(sched, prod(placement.sizes.values()), invocations)
     return None if program is None else rotated_report(sched, program, placement, dma_order)
 
 
@@ -430,9 +435,12 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
     `check_program`. Routes depend only on the offset on wrapped axes, so device 0's route
     findings are every device's, and the full analysis reports each op's first, which is
     device 0's: warnings (a far send) are the same list; an error sends the program to the
-    full path. The quotient decides under the "any" DMA ordering; a program clean under it
-    is clean under "in-order" too (in order, every DMA interval ends no later:
-    `order.dma_ends`)."""
+    full path. Under XOR symmetry (`Program.group == "xor"`) routes depend on the device,
+    so the quotient is taken only on a ring where each offset's hop count is the same from
+    every device (`placement.xor_routes_symmetric`), and the route summary counts every
+    device's sends (`placement.xor_route_summary`). The quotient decides under the "any" DMA
+    ordering; a program clean under it is clean under "in-order" too (in order, every DMA
+    interval ends no later: `order.dma_ends`)."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
     topo = placement.topo
@@ -440,6 +448,9 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
         return None
     if topo.ndim > 1:  # before the route findings, which name devices by their labels
         program.device_labels = labels(program, placement)
+    xor = program.group == "xor"
+    if xor and not xor_routes_symmetric(program, placement):
+        return None
     routes = route_findings(program, placement)
     if (any(f.severity != "warning" for f in routes) or megacore_findings(sched, program)
             or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning)):
@@ -448,7 +459,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
                     + program_assumptions(sched))
     if topo.spec != "ring":
         report.placement = placement.describe()
-    report.routes = rotated_route_summary(program, placement)
+    report.routes = xor_route_summary(program, placement) if xor else rotated_route_summary(program, placement)
     return report
 
 

@@ -181,6 +181,10 @@ class Program:
     # device d runs them translated by d (coordinates d_a over the schedule's axes), each
     # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
     rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
+    # The group `rotation` is over: "translation" (above), or "xor" (`xor.xor_unroll`: device
+    # d runs device 0's events with every device id XORed by d, and a box dimension of step
+    # (1,) has its index XORed by d).
+    group: str = "translation"
     # A split-phase program: the kernel of each call (`Event.invocation`), for the findings.
     call_names: list[str] | None = None
     # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here

@@ -25,8 +25,8 @@ from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
 
 __all__ = ["AXIS_NAMES", "Coord", "Link", "coord_text", "link_text", "axis_names", "Placement", "place",
-           "Send", "sends", "route_summary", "rotated_route_summary", "v5e_offset_ok", "route_findings",
-           "labels"]
+           "Send", "sends", "route_summary", "rotated_route_summary", "xor_routes_symmetric", "xor_route_summary",
+           "v5e_offset_ok", "route_findings", "labels"]
 
 AXIS_NAMES = ("x", "y", "z")
 Coord = tuple[int, ...]
@@ -301,16 +301,112 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
     """`route_summary` of a program of device 0's events that every device runs translated
     (`Program.rotation`) on wrapped axes: device d's routes are device 0's moved by d
     (dimension-order routing depends only on the offset), so each directed link carries
-    its direction's total of device 0's hops."""
-    routes = sends(program, placement, next(placement.bases()))
-    links = [(a, b) for r in routes for a, b in zip(r.route, r.route[1:])]
-    directions = [placement.direction(link) for link in links]  # once each: all-to-all has N^2 / 4 links
-    per_direction = Counter(directions)
+    its direction's total of device 0's hops. Sends to the same device share one route,
+    counted once and weighed by how many there are (an all-to-all sends N - 1 copies to
+    each device, over up to N / 2 hops)."""
+    base = next(placement.bases())
+    count = Counter((ev.device, target) for ev, target in program.targets
+                    if target != ev.device and 0 <= target < program.n)
+    paths: dict[tuple[int, int], tuple[list, list]] = {}  # (src, dst) -> (links, their directions)
+    per_direction: Counter = Counter()
+    for (src, dst), c in count.items():
+        path = T.route(placement.topo, placement.coord(base, src), placement.coord(base, dst))
+        links = list(zip(path, path[1:]))
+        directions = [placement.direction(link) for link in links]
+        paths[(src, dst)] = (links, directions)
+        for d in directions:
+            per_direction[d] += c
     top = max(per_direction.values(), default=0)
-    busiest = next((link for link, d in zip(links, directions) if per_direction[d] == top), None)
-    return {"sends": program.n * len(routes), "max_hops": max((r.hops for r in routes), default=0),
-            "mean_hops": round(sum(r.hops for r in routes) / len(routes), 3) if routes else 0.0,
+    busiest = next((link for ev, target in program.targets if (ev.device, target) in paths
+                    for link, d in zip(*paths[(ev.device, target)]) if per_direction[d] == top), None)
+    sent = sum(count.values())
+    total = sum(len(paths[key][0]) * c for key, c in count.items())
+    return {"sends": program.n * sent, "max_hops": max((len(links) for links, _ in paths.values()), default=0),
+            "mean_hops": round(total / sent, 3) if sent else 0.0,
             "busiest_link": [list(busiest[0]), list(busiest[1])] if busiest else None,
+            "busiest_link_sends": top}
+
+
+def _xor_offsets(program: Program) -> list[int]:
+    """Device 0's send offsets, in order, for a program device d runs with ids XORed by d
+    (`Program.group == "xor"`): device d's sends go to d ^ t. (`sends` skips a send to the
+    sender itself, and device 0's targets are inside the ring by construction.)"""
+    return [t for ev, t in program.targets if t != ev.device and 0 <= t < program.n]
+
+
+def xor_routes_symmetric(program: Program, placement: Placement, budget: int = 1 << 18) -> bool:
+    """On a ring, whether every device's send to d ^ t crosses as many links as device 0's
+    to t, for each of device 0's offsets t: then `route_findings` on device 0's events are
+    every device's (each op line's first finding is device 0's, with the same text), as
+    for a translation. False past `budget` checks (the full analysis decides)."""
+    topo = placement.topo
+    if topo.kind != "ring" or placement.coords != tuple((d,) for d in range(program.n)):
+        return False
+    offsets = set(_xor_offsets(program))
+    if len(offsets) * program.n > budget:
+        return False
+    return all(len({T.hops(topo, (d,), (d ^ t,)) for d in range(program.n)}) == 1 for t in offsets)
+
+
+def xor_route_summary(program: Program, placement: Placement, brute: int = 4096) -> dict:
+    """`route_summary` of every device of a program that device d runs with ids XORed by d,
+    on a ring (`xor_routes_symmetric`), from device 0's offsets: exactly the full
+    analysis's figures. Up to `brute` sends it enumerates them as `route_summary` does; past
+    that it counts each directed link's load with difference arrays (a send from d goes
+    the short way round, a tie the positive way, as `topology.route`), then finds the busiest
+    link `route_summary` names, the first of the top load in the order the sends' routes
+    visit links."""
+    import numpy as np
+    n, topo, offsets = program.n, placement.topo, _xor_offsets(program)
+    pairs = ((d, d ^ t) for d in range(n) for t in offsets)
+    if n * len(offsets) <= brute or n <= 2:
+        load: dict[tuple, int] = {}
+        hops = []
+        for a, b in pairs:
+            path = T.route(topo, (a,), (b,))
+            hops.append(len(path) - 1)
+            for link in zip(path, path[1:]):
+                load[link] = load.get(link, 0) + 1
+        busiest = max(load.items(), key=lambda kv: kv[1], default=(None, 0))
+        link, top = busiest
+    else:
+        d = np.arange(n)
+        right, left = np.zeros(n + 1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64)
+        total = longest = 0
+        count = Counter(offsets)
+        for t, c in count.items():
+            forward = ((d ^ t) - d) % n
+            positive = forward <= n - forward
+            h = np.where(positive, forward, n - forward)
+            total += c * int(h.sum())
+            longest = max(longest, int(h.max()))
+            # right links x -> x + 1 for x in [d, d + h); left links x -> x - 1 for x in (d - h, d]
+            for diff, lo in ((right, d[positive]), (left, (d - h + 1)[~positive] % n)):
+                hh = h[positive] if diff is right else h[~positive]
+                hi = lo + hh
+                np.add.at(diff, lo, c)
+                np.add.at(diff, np.minimum(hi, n), -c)
+                wrap = hi > n
+                np.add.at(diff, np.zeros(int(wrap.sum()), dtype=np.int64), c)
+                np.add.at(diff, hi[wrap] - n, -c)
+        loads = (np.cumsum(right)[:n], np.cumsum(left)[:n])
+        top = int(max(loads[0].max(), loads[1].max()))
+        link = None
+        for a, b in pairs:  # the first link of the top load, in the order the sends visit them
+            path = T.route(topo, (a,), (b,))
+            for x, y in zip(path, path[1:]):
+                if loads[0 if (y[0] - x[0]) % n == 1 else 1][x[0]] == top:
+                    link = (x, y)
+                    break
+            if link is not None:
+                break
+        hops = None
+    sends_count = n * len(offsets)
+    if hops is not None:
+        total, longest = sum(hops), max(hops, default=0)
+    return {"sends": sends_count, "max_hops": longest,
+            "mean_hops": round(total / sends_count, 3) if sends_count else 0.0,
+            "busiest_link": [list(link[0]), list(link[1])] if link else None,
             "busiest_link_sends": top}
 
 
@@ -372,6 +468,7 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
         return True
 
     base = next(placement.bases())  # every instance has the same hop counts (module docstring)
+    routes: dict[tuple, list] = {}
     for ev, target in program.targets:
         what = f"{_what(ev)} at {program.where(ev)}"
         if not 0 <= target < program.n:
@@ -387,7 +484,9 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
                                         severity="warning", event=ev))
             continue
         src, dst = placement.coord(base, ev.device), placement.coord(base, target)
-        route = T.route(topo, src, dst)
+        route = routes.get((src, dst))
+        if route is None:  # many sends share a route (an all-to-all's N - 1 copies to each device)
+            route = routes[(src, dst)] = T.route(topo, src, dst)
         hops = len(route) - 1
         to = f"device {program.label(target)}"
         if topo.generation == "v5e" and not v5e_offset_ok(topo, src, dst) and once("v5e", ev):

@@ -45,6 +45,7 @@ from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, 
 from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
+from .xor import group_of
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
 
@@ -68,7 +69,8 @@ class Rotator:
 
     def __init__(self, program: Program):
         self.n = program.n
-        self.torus = Torus(program.axis_sizes.values())
+        self.torus = group_of(program)
+        self.xor = program.group == "xor"  # a box of step (1,) has its index XORed by delta
         self.steps = program.rotation or {}
         self.shapes = program.shapes
         self.moves: dict[tuple[str, int, int], int] = {}
@@ -80,11 +82,16 @@ class Rotator:
         move = self.moves.get(key)
         if move is None:
             r = self.steps.get((buffer, dim))
-            move = self.moves[key] = self.torus.step(r, delta) if r else 0
+            if self.xor:
+                move = self.moves[key] = delta if r and any(r) else 0
+            else:
+                move = self.moves[key] = self.torus.step(r, delta) if r else 0
         return move
 
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         """Where coordinate `lo` of a buffer dimension is on device delta."""
+        if self.xor:
+            return lo ^ self._move(buffer, dim, delta)
         return (lo + self._move(buffer, dim, delta)) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
@@ -108,11 +115,15 @@ class Rotator:
         return Region(region.buffer, self.torus.add(region.device, delta), tuple(box), region.kept, region.itemsize)
 
     def _split(self, buffer: str, box, delta: int):
-        """`box` cut where rotating it by delta would wrap a dimension around its end."""
+        """`box` cut where rotating it by delta would wrap a dimension around its end (under
+        XOR: into single indices along a dimension that moves, whose order XOR permutes)."""
         boxes = [box]
         for dim, size in enumerate(self.shapes[buffer]):
             shift = self._move(buffer, dim, delta) % size
             if not shift:
+                continue
+            if self.xor:
+                boxes = [b[:dim] + ((i, i + 1),) + b[dim + 1:] for b in boxes for i in range(*b[dim])]
                 continue
             cut = size - shift
             boxes = [part for b in boxes for part in
@@ -149,6 +160,8 @@ class Rotator:
             fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
+            if self.xor:  # XOR does not keep device j + off paired with j
+                raise _Unclear("a product over a run of devices under XOR")
             # A run wrapped: cut it where either factor's devices wrap.
             (lo, hi), off = device_span(a[1]), device_span(b[1])[0] - device_span(a[1])[0]
             cuts = [c - off for c in self.torus.cuts(lo + off, hi + off, delta)]
@@ -165,6 +178,8 @@ class Rotator:
                 entries.append((None, self._shift(name, i, off, delta)))
             else:
                 lo, hi = box[d]
+                if self.xor and hi - lo > 1 and self._move(name, i, delta):
+                    raise _Unclear(f"input `{name}` dim {i} is read along a run that XOR permutes")
                 x = self._shift(name, i, lo + off, delta)
                 if x + hi - lo > self.shapes[name][i]:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
@@ -255,12 +270,24 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
     return parts
 
 
+# Collectives whose meaning commutes with every permutation p of the devices that moves
+# each buffer's device dims by p (the block of device j goes to p(j)): a sum over all
+# devices, a gather into the slot of each device, a scatter of each device's slot. With
+# a step of (1,) read as "XOR by d" (`xor.py`), `Collective.meaning_rotates` then checks
+# that the program moves exactly the device dims, which is what the permutation d -> d ^ t
+# does to the meaning. (ppermute's meaning, a shift, is not XOR-symmetric; the products'
+# factors pair device j with j + off.)
+XOR_MEANINGS = ("psum", "all_gather", "psum_scatter", "all_to_all")
+
+
 def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) -> bool:
     """The collective's meaning on device d is device 0's translated by d, for the steps the
     program found (`Collective.meaning_rotates`; a step is a vector, one entry per axis)."""
     steps = program.rotation or {}
     shapes = program.shapes
     axes = len(program.axis_sizes)
+    if program.group == "xor" and collective.kind not in XOR_MEANINGS:
+        return False
 
     def r(buf: str, i: int) -> tuple[int, ...]:
         size = shapes[buf][i]
@@ -325,7 +352,7 @@ class _Feeds:
 def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
     by -t, is device -t's deposit into device 0's."""
-    neg = Torus(program.axis_sizes.values()).neg
+    neg = group_of(program).neg
     out: dict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
         if dma_only and not isinstance(ev.action, DmaStart):
@@ -365,6 +392,8 @@ class _Rows:
         """Device 0's row seen from device k: moved[j] = row[j - k] on the torus (a copy)."""
         t = self.torus
         if self.np is not None:
+            if not isinstance(t, Torus):  # XOR: moved[j] = row[j ^ k]
+                return row[self.np.arange(t.n) ^ k]
             if len(t.shape) == 1:
                 return self.np.roll(row, k)
             return self.np.roll(row.reshape(t.shape), t.coord(k), axis=tuple(range(len(t.shape)))).reshape(-1)
@@ -379,7 +408,7 @@ class _Rows:
 
 def quotient_order(program: Program) -> Order:
     events, n = program.devices[0], program.n
-    torus = Torus(program.axis_sizes.values())
+    torus = group_of(program)
     length = len(events)
     feeds = _feeds(program)
     demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
@@ -433,7 +462,7 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
     ends at the first wait whose possible supply (feeds not forced after it) is no more
     than its cumulative demand. Keys are (sending device, event index)."""
     feeds = _feeds(program, dma_only=True)
-    torus = Torus(program.axis_sizes.values())
+    torus = group_of(program)
     row = order.cuts[0]
     read_end: dict[tuple[int, int], Event | None] = {}
     write_end: dict[tuple[int, int], Event | None] = {}

@@ -147,20 +147,25 @@ class Torus:
             if first < m:
                 out.append((base, base + (m - first) * s))
             cur += m * s
-        out.sort()
-        merged = [out[0]]
-        for y0, y1 in out[1:]:
-            if y0 == merged[-1][1]:
-                merged[-1] = (merged[-1][0], y1)
-            else:
-                merged.append((y0, y1))
-        return merged
+        return merge_runs(out)
 
     def runs(self, lo: int, hi: int, t: int, extra: Iterable[int] = ()) -> list[tuple[int, int, int]]:
         """[lo, hi) translated by t, as (x0, x1, image of x0): sub-runs whose image is the
         consecutive run [image, image + x1 - x0); cut also at `extra` points."""
         points = sorted({lo, hi, *self.cuts(lo, hi, t), *(x for x in extra if lo < x < hi)})
         return [(x0, x1, self.add(x0, t)) for x0, x1 in zip(points, points[1:])]
+
+
+def merge_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint runs [y0, y1) of ids, sorted and joined where one ends as the next begins."""
+    runs = sorted(runs)
+    merged = [runs[0]]
+    for y0, y1 in runs[1:]:
+        if y0 == merged[-1][1]:
+            merged[-1] = (merged[-1][0], y1)
+        else:
+            merged.append((y0, y1))
+    return merged
 
 
 Atom = tuple[int, tuple[int, ...], int]  # (c, a, m): the function (c + a . d) mod m

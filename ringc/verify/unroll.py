@@ -252,7 +252,7 @@ class Unroller:
 
     def ev(self, e: E.Expr, line: int) -> int:
         try:
-            return E.evaluate(e, self.env)
+            return E.evaluator(e)(self.env)
         except E.ExprError as err:
             self.fail(line, str(err), getattr(err, "fix", None) or "guard the op with `when:` or fix the expression")
 
@@ -280,10 +280,9 @@ class Unroller:
             return compute(*args)
         entry[2] = calls + 1
         env, keyed = self.env, self.keyed
-        values = [env.get(n, _MISSING) for n in names]
-        if keyed.keys() & set(map(type, values)):  # some value stands for itself only under `keyed`
-            values = [v if (f := keyed.get(type(v))) is None else f(v) for v in values]
-        key = (id(node), *values)
+        # a value of a type in `keyed` stands in the key as `keyed` says; any other as itself
+        key = (id(node), *[v if (f := keyed.get(type(v))) is None else f(v)
+                           for v in [env.get(n, _MISSING) for n in names]])
         if blocks and self.window_slot:
             key += tuple([self.window_slot.get(b) for b in blocks])
         value = self.memo.get(key, _MISSING)
