@@ -88,7 +88,13 @@ def cases() -> list[Row]:
 def check_row(row: Row) -> None:
     import ringc
 
-    report = ringc.check(ringc.load(row.path), row.devices, invocations=row.invocations)
+    sched = ringc.load(row.path)
+    data = {}
+    if sched.data:  # runtime data: checked on samples, the interpret-mode run draws its own
+        from ringc.testing import samples_for
+        samples, how = samples_for("random:5", sched, row.devices)
+        data = {"data": samples, "data_how": how}
+    report = ringc.check(sched, row.devices, invocations=row.invocations, **data)
     row.ringc_kinds = sorted({f.kind for f in report.errors()})
     row.ringc_seconds = report.seconds
     row.hangs = "hang" in row.ringc_kinds
