@@ -506,7 +506,8 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
     mismatches of device 0, then device 1, ..., the first `limit` of them (all if None).
 
     Only what the reported devices' outputs depend on is replayed (`_slice`): device 0's
-    first, then, if that gives fewer than `limit` mismatches, devices 1..7, then the rest.
+    first; then, if device 0 is wrong but gives fewer than `limit` mismatches, devices
+    1..7, then the rest; if device 0 is right, all the others.
     A slice replays exactly the events whose effects reach those outputs, in the run's
     order, so their values are the full replay's; the list is the full replay's too (box
     boundaries aside: an overwritten write that is skipped no longer cuts the pieces
@@ -522,10 +523,12 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
     n = program.n
     inputs = list(inputs)
     found: list[Mismatch] = []
-    batches = [[0], list(range(1, min(n, 8))), list(range(8, n))]
-    for batch in batches:
-        if not batch:
-            continue
+    done = 0
+    while done < n:
+        # Device 0; then devices 1..7 if device 0 was wrong (the list may need them only),
+        # else all the others at once (each may be the first wrong one).
+        end = 1 if done == 0 else min(n, 8) if done == 1 and found else n
+        batch, done = list(range(done, end)), end
         mem = Memory(shapes)
         for d in range(n):
             for name in inputs:
