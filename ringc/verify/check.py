@@ -348,14 +348,18 @@ def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective
 
 
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
-                  use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule") -> Report:
+                  use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule",
+                  steps: dict[tuple[str, int], int] | None = None) -> Report:
     """Every check of `program` (unrolled on `placement`). `dma_order` is the DMA ordering
     model (`order.DMA_ORDERS`): under "any" each race that needs two DMAs of one link to land
     out of order is labelled (`Finding.relies_on`); under "in-order" those are not reported.
     `meaning` is what the program computes, `(Collective, Buffers)` or None (no meaning
     check); by default the schedule's own (`meaning_of`). `sched` supplies the rest: its
     file, axes, megacore flag and buffers' kinds and memories (a traced Pallas program
-    passes its own description, `pallas.importer.KernelSpec`)."""
+    passes its own description, `pallas.importer.KernelSpec`). `steps`: what
+    `symmetry.memory_steps` would find, when the caller has proved it (a traced kernel whose
+    devices were evaluated at once: `pallas.importer.ring_steps`), so it is not learned and
+    checked again on every device."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
     if dma_order not in DMA_ORDERS:
@@ -371,7 +375,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     findings += run_findings(program, m)
     if m.finished():
         order = compute_order(program, use_symmetry=use_symmetry)
-        steps = memory_steps(program) if order.symmetric else None
+        steps = (steps if steps is not None else memory_steps(program)) if order.symmetric else None
         memory = {0} if steps is not None else None  # see symmetry.py
         ends = dma_ends(program, order, memory, dma_order)
         # Under "any", label what the in-order model would not report (its intervals are
