@@ -751,7 +751,8 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     lap("verify" if b is not None else "evaluate")
     if report is None:
         if b is not None:  # every device proved device 0 translated: spell them out, no need to evaluate again
-            program = expand(b.program(name))
+            with collector_paused():  # N copies of every event: nothing for the cyclic collector to free
+                program = expand(b.program(name))
         else:
             outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
             program = b.program(name)

@@ -202,6 +202,7 @@ def expand(program: Program) -> Program:
         else:
             plan.append((ev, a, 0, 0, 0, 0, target_of.get(id(ev))))
     regions = list(uniq)
+    new = object.__new__
     for d in range(program.n):
         add = rot.torus.adder(d)
         moved_regions = [None] + [rot.region(r, d) for r in regions[1:]]
@@ -211,14 +212,21 @@ def expand(program: Program) -> Program:
 
         out = []
         for ev, a, i, j, k, m, t in plan:
-            if isinstance(a, DmaStart):
-                a = _moved(a, src=moved_regions[i], dst=moved_regions[j], send_sem=sem(a.send_sem),
-                           recv_sem=sem(a.recv_sem))
-            elif isinstance(a, Compute):  # every other field (accumulate, contract, ...) as it is
-                a = _moved(a, dst=moved_regions[i], src=moved_regions[j], rhs=moved_regions[k], base=moved_regions[m])
-            elif isinstance(a, SemWait):
+            cls = type(a)
+            if cls is DmaStart or cls is Compute:  # `_moved`, inline: every other field as it is
+                b = new(cls)
+                fields = b.__dict__
+                fields.update(a.__dict__)
+                if cls is DmaStart:
+                    fields["src"], fields["dst"] = moved_regions[i], moved_regions[j]
+                    fields["send_sem"], fields["recv_sem"] = sem(a.send_sem), sem(a.recv_sem)
+                else:
+                    fields["dst"], fields["src"] = moved_regions[i], moved_regions[j]
+                    fields["rhs"], fields["base"] = moved_regions[k], moved_regions[m]
+                a = b
+            elif cls is SemWait:
                 a = SemWait(sem(a.sem), a.value, a.why, a.copy)
-            elif isinstance(a, Signal):
+            elif cls is Signal:
                 a = Signal(sem(a.sem), a.inc, a.why)
             moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
             out.append(moved)
