@@ -179,10 +179,13 @@ def _rs_matmul(commit: str, bk: int = 128) -> Callable[[Path, int], Case]:
                                                   scatter_dim=0, bm=bm, bk=bk, bn=bn),
             mesh=mesh, in_specs=(P(None, "x"), P(None, "x")), out_specs=P("x", None),
             check_vma=False))
+        # x @ y.T reduce-scattered is matmul_psum_scatter_t; x (m, k) per device is flat, and
+        # ringc states the meaning on its (N, m / N, k) view (`ringc.pallas.importer.flat_views`).
         return Case(fn, (xs, ys), mesh,
                     expected=np.asarray(x, np.float64) @ np.asarray(y, np.float64).T,
+                    collective="matmul_psum_scatter_t",
                     notes=["old-API shims: MemorySpace.ANY, emit_pipeline(should_accumulate_out=False)",
-                           "x @ y.T (y transposed): no ringc COLLECTIVE fits, so no meaning check"])
+                           "x @ y.T: matmul_psum_scatter_t, x checked on its (N, m/N, k) view"])
     return adapter
 
 

@@ -127,3 +127,32 @@ def test_expand_keeps_every_field_and_every_event_detail(tmp_path, monkeypatch):
     contracts = {ev.action.contract for ev in spelled.devices[0] if isinstance(ev.action, Compute)
                  and ev.action.kind == "matmul"}
     assert contracts == {(1, 1)}
+
+
+CORPUS = Path(__file__).parent / "pallas"
+
+
+@pytest.mark.parametrize("name", ["all_gather_wrong_direction.py", "reduce_scatter_overlapping_slices.py",
+                                  "all_gather_matmul_wrong_block.py", "matmul_reduce_scatter_no_reduce.py"])
+def test_ring_steps_are_what_memory_steps_learns(name, monkeypatch):
+    """A kernel with findings is checked in full on device 0's events spelled out; the
+    access steps the full analysis needs are read off device 0's events and the proved
+    translation (`importer.ring_steps`) instead of being learned from every device: they
+    must be exactly what `symmetry.memory_steps` learns (and checks) on the full program."""
+    import sys
+    import ringc.verify.check  # noqa: F401 (`ringc.verify.check` the name is the function)
+    from ringc.verify.symmetry import memory_steps
+    check = sys.modules["ringc.verify.check"]
+    seen = {}
+    real = check.check_program
+
+    def spy(spec, program, placement, **kw):
+        seen["program"], seen["steps"] = program, kw.get("steps")
+        return real(spec, program, placement, **kw)
+
+    monkeypatch.setattr(check, "check_program", spy)
+    monkeypatch.syspath_prepend(str(CORPUS))
+    report = check_module(str(CORPUS / name), 4)
+    assert not report.ok
+    assert seen["steps"] is not None and seen["steps"]
+    assert seen["steps"] == memory_steps(seen["program"])

@@ -743,26 +743,30 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         phases[phase] += now - clock
         clock = now
 
-    report, b = None, None
+    report, b, steps, rotated, rotated_notes = None, None, None, None, None
     if LANES:
         outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=True)
     if b is not None:
         program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
+        rotated, rotated_notes = program, notes
         with collector_paused():
             report = rotated_report(spec, program, placement, dma_order=dma_order, meaning=meaning)
     lap("verify" if b is not None else "evaluate")
     if report is None:
         if b is not None:  # every device proved device 0 translated: spell them out, no need to evaluate again
-            program = expand(b.program(name))
+            with collector_paused():  # N copies of every event: nothing for the cyclic collector to free
+                program = expand(b.program(name))
         else:
             outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
             program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
+        if program.rotation is None and b.lanes is not None and len(sizes) == 1 and notes == rotated_notes:
+            steps = ring_steps(rotated)
         with collector_paused():
-            report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning)
+            report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning, steps=steps)
         lap("verify")
     report.phases = phases
     report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
@@ -776,6 +780,25 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     report.assumptions += notes
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
+
+
+def ring_steps(program: Program) -> dict[tuple[str, int], int]:
+    """`symmetry.memory_steps` of the full program, read off device 0's events and the
+    translation `interpret.Lanes` proved (`Program.rotation`, one axis): every access to
+    device d's memory is device 0's moved by d, each box along (buffer, dim) by the step of
+    that dim, so the steps memory_steps would learn (and check on every device) are the
+    rotation's, for the dims some access does not span whole."""
+    shapes, rotation = program.shapes, program.rotation or {}
+    steps: dict[tuple[str, int], int] = {}
+    for ev in program.devices[0]:
+        a = ev.action
+        regions = (a.src, a.dst) if isinstance(a, DmaStart) else (a.dst, *a.reads) if isinstance(a, Compute) else ()
+        for r in regions:
+            for dim, (lo, hi) in enumerate(r.box):
+                extent = shapes[r.buffer][dim]
+                if hi - lo != extent:
+                    steps[(r.buffer, dim)] = rotation.get((r.buffer, dim), (0,))[0] % extent
+    return steps
 
 
 def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None, invocations: int,
@@ -836,4 +859,4 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
     return spec, meaning, placement, program, notes
 
 
-__all__ = ["LANES", "check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]
+__all__ = ["LANES", "ring_steps", "check_file", "check_module", "check_script", "check_pallas", "CallError", "KernelSpec", "collective_named", "Data"]

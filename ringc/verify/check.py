@@ -30,7 +30,7 @@ from .placement import (Placement, labels, place, rotated_route_summary, route_f
 from .races import describe, find_races
 from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
-from .symmetry import memory_symmetric
+from .symmetry import memory_steps
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
@@ -350,14 +350,18 @@ def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective
 
 
 def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
-                  use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule") -> Report:
+                  use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule",
+                  steps: dict[tuple[str, int], int] | None = None) -> Report:
     """Every check of `program` (unrolled on `placement`). `dma_order` is the DMA ordering
     model (`order.DMA_ORDERS`): under "any" each race that needs two DMAs of one link to land
     out of order is labelled (`Finding.relies_on`); under "in-order" those are not reported.
     `meaning` is what the program computes, `(Collective, Buffers)` or None (no meaning
     check); by default the schedule's own (`meaning_of`). `sched` supplies the rest: its
     file, axes, megacore flag and buffers' kinds and memories (a traced Pallas program
-    passes its own description, `pallas.importer.KernelSpec`)."""
+    passes its own description, `pallas.importer.KernelSpec`). `steps`: what
+    `symmetry.memory_steps` would find, when the caller has proved it (a traced kernel whose
+    devices were evaluated at once: `pallas.importer.ring_steps`), so it is not learned and
+    checked again on every device."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
     if dma_order not in DMA_ORDERS:
@@ -373,16 +377,20 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     findings += run_findings(program, m)
     if m.finished():
         order = compute_order(program, use_symmetry=use_symmetry)
-        memory = {0} if order.symmetric and memory_symmetric(program) else None  # see symmetry.py
+        steps = (steps if steps is not None else memory_steps(program)) if order.symmetric else None
+        memory = {0} if steps is not None else None  # see symmetry.py
         ends = dma_ends(program, order, memory, dma_order)
         # Under "any", label what the in-order model would not report (its intervals are
         # computed only if there is a race to label).
         fifo = (lambda: dma_ends(program, order, memory, "in-order")) if dma_order == "any" else None
-        findings += find_races(program, order, ends, devices=memory, in_order=fifo)
+        races = find_races(program, order, ends, devices=memory, in_order=fifo)
+        findings += races
         if meaning is not None:
             collective, buffers = meaning
             inputs = [name for name, buf in sched.buffers.items() if buf.kind == "input"]
-            for mm in check_semantics(collective, buffers, inputs, program, m.order, program.shapes)[:8]:
+            symmetric = not races and steps is not None and _meaning_moves(collective, buffers, program, steps)
+            for mm in check_semantics(collective, buffers, inputs, program, m.order, program.shapes, limit=8,
+                                      symmetric=symmetric):
                 findings.append(Finding(
                     "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                     f"{collective.kind} needs {mm.want}", device=mm.device))
@@ -392,6 +400,16 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
+
+
+def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, steps: dict[tuple[str, int], int]) -> bool:
+    """On a ring (one axis), the collective's meaning on device d is device 0's moved the way
+    `symmetry.memory_steps` found the accesses move (`Collective.meaning_rotates`): with the
+    run race-free, device 0's output then decides every device's (`check_semantics`)."""
+    if len(program.axis_sizes) > 1:
+        return False
+    shapes = program.shapes
+    return collective.meaning_rotates(lambda buf, i: (steps.get((buf, i), 0) % shapes[buf][i],), shapes, buffers, 1)
 
 
 def program_assumptions(sched: S.Schedule) -> list[str]:

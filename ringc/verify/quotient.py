@@ -219,41 +219,69 @@ def expand(program: Program) -> Program:
     target_of = {id(ev): t for ev, t in program.targets}
     devices: list[list[Event]] = []
     targets: list[tuple[Event, int]] = []
+    # Events share regions (a buffer's slot, a value register): each distinct one is
+    # moved once per device, and every event names its regions by number.
+    uniq: dict[Region | None, int] = {None: 0}
+
+    def number(r: Region | None) -> int:
+        k = uniq.get(r)
+        if k is None:
+            k = uniq[r] = len(uniq)
+        return k
+
+    plan = []
+    for ev in program.devices[0]:
+        a = ev.action
+        if isinstance(a, DmaStart):
+            plan.append((ev, a, number(a.src), number(a.dst), 0, 0, target_of.get(id(ev))))
+        elif isinstance(a, Compute):
+            plan.append((ev, a, number(a.dst), number(a.src), number(a.rhs), number(a.base), target_of.get(id(ev))))
+        else:
+            plan.append((ev, a, 0, 0, 0, 0, target_of.get(id(ev))))
+    regions = list(uniq)
+    new = object.__new__
     for d in range(program.n):
         add = rot.torus.adder(d)
+        moved_regions = [None] + [rot.region(r, d) for r in regions[1:]]
 
         def sem(s):
             return None if s is None else (add[s[0]], s[1], s[2])
 
-        seen: dict[Region, Region] = {}  # events share regions (a buffer's slot, a value register)
-
-        def region(r: Region | None) -> Region | None:
-            if r is None:
-                return None
-            got = seen.get(r)
-            if got is None:
-                got = seen[r] = rot.region(r, d)
-            return got
-
         out = []
-        for ev in program.devices[0]:
-            a = ev.action
-            if isinstance(a, DmaStart):
-                a = replace(a, src=region(a.src), dst=region(a.dst), send_sem=sem(a.send_sem), recv_sem=sem(a.recv_sem))
-            elif isinstance(a, Compute):  # every other field (accumulate, contract, ...) as it is
-                a = replace(a, dst=region(a.dst), src=region(a.src), rhs=region(a.rhs), base=region(a.base))
-            elif isinstance(a, SemWait):
+        for ev, a, i, j, k, m, t in plan:
+            cls = type(a)
+            if cls is DmaStart or cls is Compute:  # `_moved`, inline: every other field as it is
+                b = new(cls)
+                fields = b.__dict__
+                fields.update(a.__dict__)
+                if cls is DmaStart:
+                    fields["src"], fields["dst"] = moved_regions[i], moved_regions[j]
+                    fields["send_sem"], fields["recv_sem"] = sem(a.send_sem), sem(a.recv_sem)
+                else:
+                    fields["dst"], fields["src"] = moved_regions[i], moved_regions[j]
+                    fields["rhs"], fields["base"] = moved_regions[k], moved_regions[m]
+                a = b
+            elif cls is SemWait:
                 a = SemWait(sem(a.sem), a.value, a.why, a.copy)
-            elif isinstance(a, Signal):
+            elif cls is Signal:
                 a = Signal(sem(a.sem), a.inc, a.why)
             moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
             out.append(moved)
-            t = target_of.get(id(ev))
             if t is not None:
                 targets.append((moved, add[t]))
         devices.append(out)
     # every other field (labels, call names, dtypes, parallel dims, ...) as it is
     return replace(program, devices=devices, targets=targets, rotation=None)
+
+
+def _moved(action: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` for the frozen actions, without its per-call field checks (a
+    quarter of `expand`): a copy of every field, then the changes."""
+    new = object.__new__(type(action))
+    fields = new.__dict__
+    fields.update(action.__dict__)
+    fields.update(changes)
+    return new
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:

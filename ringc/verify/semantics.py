@@ -375,6 +375,30 @@ def _units(t: Term) -> list[Term]:
 
 
 
+def _unit_count(value: Value) -> int:
+    """How many terms `_unit_products` splits the sum into, without splitting it: two sums
+    with different counts differ (a cheap test before the slow one)."""
+    count = 0
+    for t in value:
+        if _is_product(t):
+            lo, hi = device_span(t[1][1])
+            count += (hi - lo) * (t[4] - t[3])
+        elif t[0][:1] in (UNINIT, OPAQUE):
+            count += 1
+        else:
+            lo, hi = device_span(t[1])
+            count += hi - lo
+    return count
+
+
+def _counts_differ(a: Value, b: Value) -> bool:
+    """Two flat sums (no chained product) with different `_unit_count`s differ. Chained
+    products are left to `_canonical_decides` and `_unit_products`: `_unit_count` counts
+    one contraction level only."""
+    flat = all(_depth(t) <= 1 for v in (a, b) for t in v if t[0] == PRODUCT)
+    return flat and _unit_count(a) != _unit_count(b)
+
+
 def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
     """`pieces` with `extra`'s terms added where the boxes overlap."""
     out = []
@@ -660,18 +684,95 @@ class Mismatch:
 
 
 def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[str], program: Program,
-                    order: list[Event], shapes: dict[str, tuple[int, ...]]) -> list[Mismatch]:
+                    order: list[Event], shapes: dict[str, tuple[int, ...]], *, limit: int | None = None,
+                    symmetric: bool = False) -> list[Mismatch]:
     """Replay the run symbolically (every buffer in `inputs` starts as each device's own
-    data) and compare every output box with what `collective` means on `buffers`."""
+    data) and compare every output box with what `collective` means on `buffers`: the
+    mismatches of device 0, then device 1, ..., the first `limit` of them (all if None).
+
+    Only what the reported devices' outputs depend on is replayed (`_slice`): device 0's
+    first; then, if device 0 is wrong but gives fewer than `limit` mismatches, devices
+    1..7, then the rest; if device 0 is right, all the others.
+    A slice replays exactly the events whose effects reach those outputs, in the run's
+    order, so their values are the full replay's; the list is the full replay's too (box
+    boundaries aside: an overwritten write that is skipped no longer cuts the pieces
+    around it, so a mismatch may be reported as one box where the full replay split it).
+
+    `symmetric` (the caller proved it): device d's events and accesses are device 0's
+    translated by d, the run has no race, and the collective's meaning translates the same
+    way (`check.check_program`: `symmetry.memory_steps`, `Collective.meaning_rotates`).
+    Without a race the outcome is the same in every interleaving, among them the one that
+    runs event i on every device at once, whose memory is symmetric: device d's output is
+    device 0's translated, so it is wrong iff device 0's is. Then a clean device 0 ends
+    the check, and a wrong one means every device is wrong, so devices 0..7 give the list."""
     n = program.n
-    mem = Memory(shapes)
     inputs = list(inputs)
-    for d in range(n):
-        for name in inputs:
-            mem.init_input(d, name)
-    for ev in order:
-        apply(mem, ev, n)
-    return mismatches(collective, buffers, mem, range(n), n, shapes)
+    found: list[Mismatch] = []
+    done = 0
+    while done < n:
+        # Device 0; then devices 1..7 if device 0 was wrong (the list may need them only),
+        # else all the others at once (each may be the first wrong one).
+        end = 1 if done == 0 else min(n, 8) if done == 1 and found else n
+        batch, done = list(range(done, end)), end
+        mem = Memory(shapes)
+        for d in range(n):
+            for name in inputs:
+                mem.init_input(d, name)
+        wanted = {(d, buffers.output): [tuple((0, s) for s in shapes[buffers.output])] for d in batch}
+        for ev in _slice(order, n, wanted):
+            apply(mem, ev, n)
+        found += mismatches(collective, buffers, mem, batch, n, shapes)
+        if limit is not None and len(found) >= limit or (symmetric and not found):
+            break
+    return found if limit is None else found[:limit]
+
+
+# The compute kinds whose effect (APPLY) replaces all of `dst` whatever it held: a write
+# that hides every earlier one under it. Any other kind (exit, accumulate without a base,
+# matmul with accumulate, a kind added later) is taken to read `dst` too (`_slice`).
+OVERWRITES = frozenset({"enter", "allocate", "zero", "assign", "cast", "load", "opaque"})
+
+
+def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]]) -> list[Event]:
+    """The events of `order` whose effects reach the regions `wanted` ((device, buffer) ->
+    boxes) at the end, in order: a backward pass keeps an event when what it writes meets a
+    region still wanted at that point, then stops wanting what it overwrites (a DMA, or a
+    compute of a kind in `OVERWRITES`; a matmul without accumulate, an accumulate with a
+    base) and starts wanting all it reads. By induction from the end, every kept event
+    reads exactly what it reads in the full replay (every write into a region it reads,
+    after the last overwrite of that region, is kept), so it writes the same value, and the
+    wanted regions end as in the full replay. Events that move no data (waits, signals)
+    are never kept."""
+    want: dict[tuple[int, str], list[Box]] = {k: list(v) for k, v in wanted.items()}
+    kept: list[Event] = []
+    for ev in reversed(order):
+        a = ev.action
+        if isinstance(a, DmaStart):
+            if not 0 <= a.dst.device < n:
+                continue
+            reads, whole = (a.src,), True
+        elif isinstance(a, Compute):
+            reads = a.reads
+            whole = (a.kind in OVERWRITES or (a.kind == "matmul" and not a.accumulate)
+                     or (a.kind == "accumulate" and a.base is not None))
+        else:
+            continue
+        dst = a.dst
+        key = (dst.device, dst.buffer)
+        boxes = want.get(key)
+        if not boxes or not any(box_meets(b, dst.box) for b in boxes):
+            continue
+        kept.append(ev)
+        if whole:
+            want[key] = [part for b in boxes for part in _subtract(b, dst.box)]
+        elif not any(box_inside(dst.box, b) for b in boxes):
+            boxes.append(dst.box)
+        for r in reads:
+            have = want.setdefault((r.device, r.buffer), [])
+            if not any(box_inside(r.box, b) for b in have):
+                have.append(r.box)
+    kept.reverse()
+    return kept
 
 
 # `APPLY[kind](mem, compute)`: a compute event's effect on the symbolic memory.
@@ -726,6 +827,7 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 if ix is None:
                     continue
                 gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
-                if gv != wv and (_canonical_decides(gv, wv) or _unit_products(gv) != _unit_products(wv)):
+                if gv != wv and (_canonical_decides(gv, wv) or _counts_differ(gv, wv)
+                                 or _unit_products(gv) != _unit_products(wv)):
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
     return found

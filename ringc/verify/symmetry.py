@@ -90,8 +90,15 @@ def _memory_accesses(program: Program) -> list[list[tuple[tuple, Region]]]:
 def memory_symmetric(program: Program) -> bool:
     """Accesses to device d's memory are device 0's, moved by d, with each box rotated by
     d times a per-(buffer, dimension) step. (Only meaningful with `semaphore_symmetric`.)"""
+    return memory_steps(program) is not None
+
+
+def memory_steps(program: Program) -> dict[tuple[str, int], int] | None:
+    """The steps of `memory_symmetric` when it holds, else None: (buffer, dim) -> r, device
+    d's box along that dim is device 0's moved by d * r (a dim only ever accessed whole has
+    none: any step keeps it)."""
     if program.n < 2:
-        return False
+        return None
     try:
         per = _memory_accesses(program)
         step: dict[tuple[str, int], int] = {}
@@ -114,7 +121,6 @@ def memory_symmetric(program: Program) -> bool:
                     r = step.get((r0.buffer, dim))
                     if r is None or lod != (lo0 + d * r) % extent:
                         raise _Broken
-        return True
+        return step
     except _Broken:
-        return False
-
+        return None
