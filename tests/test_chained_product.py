@@ -151,7 +151,7 @@ def test_the_meaning_is_at_most_three_runs():
 
 @pytest.mark.parametrize("n, delta", [(5, 1), (5, 3), (8, 7)])
 def test_rotating_device_0s_chained_sum_is_device_deltas(n, delta):
-    rot = Rotator(SimpleNamespace(n=n, axis_sizes={"x": n}, rotation={}, shapes=SHAPES, group="torus"))
+    rot = Rotator(SimpleNamespace(n=n, axis_sizes={"x": n}, rotation={}, shapes=SHAPES, group="translation"))
     (mine,) = ATTENTION.expected(n, 0, SHAPES, ROLES)
     (theirs,) = ATTENTION.expected(n, delta, SHAPES, ROLES)
     box = mine.box
