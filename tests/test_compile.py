@@ -206,7 +206,7 @@ def test_streamed_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_co
 def test_streamed_2d_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_counts():
     """The 2-D torus all-reduce streams too: 256 MiB per device on v5e:2x2 (rows = 32768),
     in the VMEM `ringc cost` counts: its largest pipeline, six double-buffered windows of
-    [2, 512, 128] (a column of N_y = 2 blocks in windows of block // N_y rows)."""
+    [1024, 128] (`block` rows of a block; a column's windows, [2, 256, 128], are half that)."""
     from ringc.cost.model import vmem_need
     sched = ringc.load(REPO / "schedules" / "all_reduce_2d_bidirectional.yaml", params={"rows": 32768})
     sizes = {"x": 2, "y": 2}
