@@ -203,6 +203,19 @@ def test_streamed_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_co
     assert res.memory["vmem_scoped"] == vmem_need(sched, unroll(sched, 4).shapes) == 3 * 2 * 512 * 128 * 4
 
 
+def test_streamed_2d_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_counts():
+    """The 2-D torus all-reduce streams too: 256 MiB per device on v5e:2x2 (rows = 32768),
+    in the VMEM `ringc cost` counts: its largest pipeline, six double-buffered windows of
+    [1024, 128] (`block` rows of a block; a column's windows, [2, 256, 128], are half that)."""
+    from ringc.cost.model import vmem_need
+    sched = ringc.load(REPO / "schedules" / "all_reduce_2d_bidirectional.yaml", params={"rows": 32768})
+    sizes = {"x": 2, "y": 2}
+    assert _bytes(sched, "input", 4, sizes) == 256 * 2**20
+    res = ringc.compile_for(sched, "v5e:2x2")
+    assert res.ok, str(res.error)
+    assert res.memory["vmem_scoped"] == vmem_need(sched, unroll(sched, sizes=sizes).shapes) == 6 * 2 * 2 * 512 * 128 * 4
+
+
 # ---------------------------------------------------------------------------- CLI
 
 

@@ -348,3 +348,11 @@ def test_ensure_host_devices_before_import():
     assert out.returncode == 0, out.stderr
     # One spare device: interpret mode can deadlock when a kernel uses every host device.
     assert out.stdout.split() == ["13", "cpu"]
+
+
+def test_pipelined_torus_all_reduces_match_lax():
+    """The streamed 2-D and 3-D all-reduces with two pieces (16 rows): the software-pipelined
+    program, not only the default one-piece one, equals lax.psum in interpret mode."""
+    for stem, shape in (("all_reduce_2d_bidirectional", (2, 2)), ("all_reduce_3d_bidirectional", (2, 2, 2))):
+        sched = load(REPO / "schedules" / f"{stem}.yaml", params={"rows": 16})
+        check(run_schedule(sched, int(np.prod(shape)), mesh_shape=shape, seed=1))

@@ -967,7 +967,14 @@ class _Emitter:
                 w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
                                         self.dtype_text(n)])
             names = ["N", *sizes, *(self.name(n) for n in s.params)]  # `_call`'s keyword names
-            w.line(f"return {{{', '.join(f'{_str(n)}: {n}' for n in names)}}}")
+            items = [f"{_str(n)}: {n}" for n in names]
+            if len(f"return {{{', '.join(items)}}}") <= w.width:
+                w.line(f"return {{{', '.join(items)}}}")
+            else:  # many params: one per line, as black writes a long dict
+                w.line("return {")
+                for item in items:
+                    w.line(f"{INDENT}{item},")
+                w.line("}")
 
     def call_fn(self, w: CodeWriter) -> None:
         s = self.s

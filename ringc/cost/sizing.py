@@ -103,7 +103,13 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
     candidates: list[dict[str, int]] = []
     if per_row:
         ideal = target / per_row
-        candidates += [{**base, rows: r} for r in _near(ideal, max(8, unit if unit > base[rows] else 8))]
+        align = max(8, unit if unit > base[rows] else 8)
+        candidates += [{**base, rows: r} for r in _near(ideal, align)]
+        # Pipeline windows may need coarser multiples (a 1 MiB window over 6 blocks of a
+        # 256 MiB shard: 1365 rows divide into no window): try every doubling too, after.
+        while align * 2 <= ideal:
+            align *= 2
+            candidates += [{**base, rows: r} for r in _near(ideal, align)[:3]]
         if ideal < 8 and cols is not None:
             for r in (8, 4, 2, 1):
                 per_col = (_volume_at(sched, sizes, {**base, rows: r}) or 0) / max(1, base[cols])
