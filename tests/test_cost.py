@@ -582,6 +582,7 @@ def test_tune_drops_what_the_compiler_rejects():
     assert small.best is not None and all(c.compiled and c.vmem for c in small.choices)
 
 
+@pytest.mark.slow  # prices 256 MiB schedules (80 s)
 def test_vmem_need_counts_vmem_buffers_and_the_largest_pipeline():
     """`ringc cost` says what VMEM the kernel's buffers take and whether a core holds them:
     the all-reduce that streams HBM arrays through pipeline blocks needs three double-
