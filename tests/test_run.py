@@ -63,7 +63,8 @@ FEW_SIZES = {"all_reduce_bidirectional": (2, 4), "reduce_scatter_chunked": (2, 4
              "all_gather_matmul": (3,), "all_gather_matmul_bidirectional": (3,),
              "all_gather_matmul_streamed": (3,), "matmul_reduce_scatter": (3,),
              "reduce_scatter_pipelined": (3,), "reduce_scatter_bidirectional_overlapped": (3,)}
-SLOW_RUNS = {"all_gather_matmul_t", "matmul_reduce_scatter_t", "all_reduce_3d_bidirectional"}
+SLOW_RUNS = {"all_gather_matmul_t", "matmul_reduce_scatter_t", "all_reduce_3d_bidirectional",
+             "all_gather_matmul_streamed"}
 
 
 @pytest.mark.parametrize("stem, n", [(s, n) for s, sizes in FEW_SIZES.items() for n in sizes])
