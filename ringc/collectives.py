@@ -107,6 +107,7 @@ class Collective:
     title: ClassVar[str]                 # its name in reports: "all-reduce"
     volume_role: ClassVar[str] = "input"  # the buffer whose size is V (`cost/sizing.py`)
     bisection: ClassVar[bool] = False     # the bound counts the bisection (all-to-all)
+    assumes: ClassVar[str | None] = None  # what a meaning check of it leaves out (in every verdict)
 
     def __init__(self, shift: int = 1):
         self.shift = shift
@@ -602,6 +603,8 @@ class RingAttention(Collective):
     no single collective of this module (jax.grad of a kernel raises unless it is given
     its own `transpose`)."""
     kind, title, volume_role = "ring_attention", "ring attention (linear, no softmax)", "rhs"
+    assumes = ("meaning: linear attention, out = sum_j (q k_j^T) v_j; the softmax (running max and sum, "
+               "exp, rescaling) is not modelled, so its elementwise ops are not checked")
 
     def shape_problem(self, n, shapes, b):
         q, k, out = tuple(shapes[b.input]), tuple(shapes[b.rhs]), tuple(shapes[b.output])

@@ -413,14 +413,18 @@ def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, s
 
 
 def program_assumptions(sched: S.Schedule) -> list[str]:
-    """What a verdict on a split-phase program assumes (docs/verification.md, "Programs of
-    several kernels"). (A traced Pallas program, `pallas.importer.KernelSpec`, says its own.)"""
+    """What a verdict on the schedule assumes beyond the DMA ordering: what its collective's
+    meaning check leaves out (`Collective.assumes`), and for a split-phase program how its
+    calls run (docs/verification.md, "Programs of several kernels"). (A traced Pallas
+    program, `pallas.importer.KernelSpec`, says its own.)"""
+    note = collective_of(sched).assumes if isinstance(sched, S.Schedule) else None
+    meaning = [note] if note else []
     if not getattr(sched, "kernels", None):
-        return []
+        return meaning
     handed = [f"{sem} ({k} -> {t})" for k in sched.program for sem in sched.kernels[k].returns
               for t in [next((t for t in sched.program[sched.program.index(k) + 1:]
                               if sem in sched.kernels[t].takes), "?")]]
-    return [f"a program of {len(sched.program)} pallas_calls ({', '.join(sched.program)}), run in this order with "
+    return meaning + [f"a program of {len(sched.program)} pallas_calls ({', '.join(sched.program)}), run in this order with "
             "nothing else touching their arrays in between; semaphores handed on: "
             f"{', '.join(handed) or 'none'}; balance is checked at the end of the program"]
 
