@@ -395,7 +395,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                     "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
                                     f"{collective.kind} needs {mm.want}", device=mm.device))
     report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
-                    + program_assumptions(sched))
+                    + schedule_assumptions(sched))
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
@@ -412,7 +412,7 @@ def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, s
     return collective.meaning_rotates(lambda buf, i: (steps.get((buf, i), 0) % shapes[buf][i],), shapes, buffers, 1)
 
 
-def program_assumptions(sched: S.Schedule) -> list[str]:
+def schedule_assumptions(sched: S.Schedule) -> list[str]:
     """What a verdict on the schedule assumes beyond the DMA ordering: what its collective's
     meaning check leaves out (`Collective.assumes`), and for a split-phase program how its
     calls run (docs/verification.md, "Programs of several kernels"). (A traced Pallas
@@ -478,7 +478,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
             or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning)):
         return None
     report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
-                    + program_assumptions(sched))
+                    + schedule_assumptions(sched))
     if topo.spec != "ring":
         report.placement = placement.describe()
     report.routes = xor_route_summary(program, placement) if xor else rotated_route_summary(program, placement)
