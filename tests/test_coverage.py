@@ -29,6 +29,7 @@ STAGES = {
     "ringc.ir.resolve": ["RESOLVE"],
     "ringc.verify.unroll": ["UNROLL"],
     "ringc.verify.semantics": ["APPLY"],
+    "ringc.verify.gauge": ["PAIRS"],
     "ringc.verify.races": ["RACES"],
     "ringc.cost.timeline": ["FLOPS"],
     "ringc.show.ops": ["SHOW"],

@@ -145,12 +145,6 @@ def test_library_is_proven_rotational(path):
 # Library schedules no device translation maps onto themselves: the hypercube's partners
 # `me ^ (1 << k)` are XOR-symmetric instead, decided on the XOR quotient (test_xor.py).
 NOT_ROTATIONAL = {"all_gather_hypercube"}
-# Rotational, but the rotation finder cannot show it: its level 1 moves rows x[a] whole, so
-# no access pins how x's y dimension moves under a translation along y (it takes step 0, and
-# the meaning needs 1). The quotient declines and the full analysis decides (test_torus.py).
-STEP_NOT_PINNED = {"reduce_scatter_hierarchical"}
-
-
 # -- the verdict ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ONE_AXIS, ids=lambda p: p.stem)
@@ -214,7 +208,7 @@ def test_data_flow_rejects_a_misplaced_block():
         sched = ringc.load_text(source, "all_gather_ring.yaml")
         program = rotation_unroll(sched, 5)
         assert program is not None
-        assert Q._data_flow_right(sched, program, Q.Rotator(program)) is right
+        assert Q._data_flow_right(sched, program) is right
 
 
 # -- the meaning rotates --------------------------------------------------------------
@@ -253,12 +247,11 @@ def test_meaning_rotates_agrees_with_every_device(path):
     program = rotation_unroll(sched, sizes)
     out = sched.io_buffer("output")
     c, b = collective_of(sched), Buffers.of(sched)
-    if path.stem in STEP_NOT_PINNED:  # when the finder learns it, move the schedule out of the set
-        assert program is not None and not Q.meaning_rotates(c, b, program)
-        return
+    steps = Q.data_steps(program, c, b)  # the boxes' steps, and those of whole dims (gauge.py)
+    assert steps is not None
 
-    def brute(prog) -> bool:
-        rot = Q.Rotator(prog)
+    def brute(prog, steps) -> bool:
+        rot = Q.Rotator(prog, steps)
         base = c.expected(n, 0, prog.shapes, b)
         try:
             return all(_same_content(rot.pieces(out, base, d), c.expected(n, d, prog.shapes, b))
@@ -266,10 +259,57 @@ def test_meaning_rotates_agrees_with_every_device(path):
         except Q._Unclear:  # the steps move an input dim past its end: no rotation
             return False
 
-    assert Q.meaning_rotates(c, b, program) and brute(program)
-    if any(program.rotation.get((out, 0), ())):
-        program.rotation[(out, 0)] = (0,) * len(sizes)  # the output's device dim no longer moves
-        assert not _or_unclear(Q.meaning_rotates, c, b, program) and not _or_unclear(brute, program)
+    assert Q.meaning_rotates(c, b, program, steps) and brute(program, steps)
+    if any(steps.get((out, 0), ())):
+        steps[(out, 0)] = (0,) * len(sizes)  # the output's device dim no longer moves
+        assert not _or_unclear(Q.meaning_rotates, c, b, program, steps) and not _or_unclear(brute, program, steps)
+
+
+RELAY = """
+name: all_gather_whole_relay
+collective: all_gather
+params: {rows: 8, cols: 128}
+buffers:
+  x:   {kind: input,  shape: [rows, cols]}
+  out: {kind: output, slots: N, shape: [rows, cols]}
+  u:   {kind: vmem_scratch, slots: N, shape: [rows, cols]}
+  r:   {kind: vmem_scratch, slots: N, shape: [rows, cols]}
+semaphores: {local_sem: dma, send_sem: dma, recv_sem: dma}
+copies:
+  own:   {src: x, dst: "out[me]", sem: local_sem}
+  keep:  {src: out, dst: u, sem: local_sem}
+  relay: {src: u, dst: r, to: right, send_sem: send_sem, recv_sem: recv_sem}
+  take:  {src: "TAKE", dst: "out[(me - 1) % N]", sem: local_sem}
+body:
+  - {start: own}
+  - {wait: own}
+  - {start: keep}
+  - {wait: keep}
+  - {start: relay}
+  - {wait: relay}
+  - {start: take}
+  - {wait: take}
+"""
+
+
+@pytest.mark.parametrize("take, right", [("r[(me - 1) % N]", True), ("r[0]", False)])
+def test_whole_copies_pin_their_steps(take, right):
+    """Whole copies carry data between dims whose steps must then agree (`gauge.py`): `out`
+    moves by 1 per device, so `u` (copied whole from it) must too, and so must `r`. Reading
+    `r[0]` pins `r`'s step at 0: no translation of the memory commutes with the events. The
+    quotient once replayed that anyway, with `u` at step 0, and called the ring of 2 clean:
+    device 1's `u[0]` is garbage, not x@1. Now it leaves the verdict to the full analysis."""
+    sched = ringc.load_text(RELAY.replace("TAKE", take), "relay.yaml")
+    program = rotation_unroll(sched, 2)
+    steps = Q.data_steps(program, collective_of(sched), Buffers.of(sched))
+    assert (steps is not None) is right
+    for n in (2, 3, 4):  # one relay step gathers a ring of 2 only
+        placement = resolve_topology(sched, n, "ring")
+        full = check_program(sched, unroll(sched, sizes=placement.sizes), placement)
+        ok = right and n == 2
+        assert full.ok is ok and (ok or full.kinds() == {"wrong_result"})
+        assert (quotient_report(sched, placement, 1) is not None) is ok
+        assert check(sched, n).ok is ok
 
 
 def _or_unclear(claim, *args) -> bool:

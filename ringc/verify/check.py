@@ -404,12 +404,12 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
 
 def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, steps: dict[tuple[str, int], int]) -> bool:
     """On a ring (one axis), the collective's meaning on device d is device 0's moved the way
-    `symmetry.memory_steps` found the accesses move (`Collective.meaning_rotates`): with the
-    run race-free, device 0's output then decides every device's (`check_semantics`)."""
+    `symmetry.memory_steps` found the accesses move, with the data of whole-accessed dims
+    moving as the events carry it (`quotient.data_steps`, `gauge.py`): with the run
+    race-free, device 0's output then decides every device's (`check_semantics`)."""
     if len(program.axis_sizes) > 1:
         return False
-    shapes = program.shapes
-    return collective.meaning_rotates(lambda buf, i: (steps.get((buf, i), 0) % shapes[buf][i],), shapes, buffers, 1)
+    return quotient.data_steps(program, collective, buffers, {key: (step,) for key, step in steps.items()}) is not None
 
 
 def schedule_assumptions(sched: S.Schedule) -> list[str]:

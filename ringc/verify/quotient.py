@@ -46,10 +46,11 @@ from .order import DmaEnds, Order, sums_to
 from .races import Access, accesses, race
 from .rotation import NotRotational, Torus
 from .xor import group_of
+from .gauge import Gauge, device_dims
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
 
-__all__ = ["Key", "Rotator", "meaning_rotates", "quotient_order", "clean", "expand"]
+__all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "clean", "expand"]
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -67,11 +68,13 @@ def _key(sem) -> Key:
 class Rotator:
     """Moves device 0's regions and symbolic values to device delta."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, steps: dict[tuple[str, int], tuple[int, ...]] | None = None):
         self.n = program.n
         self.torus = group_of(program)
         self.xor = program.group == "xor"  # a box of step (1,) has its index XORed by delta
-        self.steps = program.rotation or {}
+        # The boxes' steps (`Program.rotation`), or a gauge of them that also moves the data
+        # of whole-accessed dims (`gauge.py`; whole boxes stay whole either way).
+        self.steps = (program.rotation or {}) if steps is None else steps
         self.shapes = program.shapes
         self.moves: dict[tuple[str, int, int], int] = {}
         self.regions: dict[tuple[int, int], tuple[Region, Region]] = {}
@@ -308,10 +311,12 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
 XOR_MEANINGS = ("psum", "all_gather", "psum_scatter", "all_to_all")
 
 
-def meaning_rotates(collective: Collective, buffers: Buffers, program: Program) -> bool:
+def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
+                    steps: dict[tuple[str, int], tuple[int, ...]] | None = None) -> bool:
     """The collective's meaning on device d is device 0's translated by d, for the steps the
-    program found (`Collective.meaning_rotates`; a step is a vector, one entry per axis)."""
-    steps = program.rotation or {}
+    program found, or `steps` (a gauge of them, `gauge.py`) (`Collective.meaning_rotates`;
+    a step is a vector, one entry per axis)."""
+    steps = (program.rotation or {}) if steps is None else steps
     shapes = program.shapes
     axes = len(program.axis_sizes)
     if program.group == "xor" and collective.kind not in XOR_MEANINGS:
@@ -655,12 +660,14 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, _Col
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator, meaning: Any = "schedule") -> bool:
+def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
     if meaning is None:
         return True  # no meaning to check
     collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
-    if not meaning_rotates(collective, buffers, program):
+    steps = data_steps(program, collective, buffers)
+    if steps is None:
         return False
+    rot = Rotator(program, steps)
     n, mem = program.n, Memory(program.shapes)
     for name, buf in sched.buffers.items():
         if buf.kind == "input":
@@ -677,6 +684,23 @@ def _data_flow_right(sched: S.Schedule, program: Program, rot: Rotator, meaning:
     return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 
+def data_steps(program: Program, collective: Collective, buffers: Buffers,
+               boxes: dict[tuple[str, int], tuple[int, ...]] | None = None) -> dict | None:
+    """Steps under which device 0's events commute with the translation of the memory and
+    the collective's meaning translates too (`gauge.py`): the boxes' steps (`boxes`, by
+    default `Program.rotation`) and the free steps of whole-accessed dims at 0, else at the
+    meaning's device dims; None when no gauge does both."""
+    xor = program.group == "xor"
+    boxes = (program.rotation or {}) if boxes is None else boxes
+    gauge = Gauge(program.devices[0], boxes, program.shapes, len(program.axis_sizes), xor)
+    tried = [{}] if xor else [{}, device_dims(buffers, len(program.axis_sizes))]
+    for prefer in tried:
+        steps = gauge.steps(prefer)
+        if steps is not None and meaning_rotates(collective, buffers, program, steps):
+            return steps
+    return None
+
+
 def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
@@ -687,6 +711,6 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
         _run(program)
         order = quotient_order(program)
         rot = Rotator(program)
-        return _race_free(program, order, rot) and _data_flow_right(sched, program, rot, meaning)
+        return _race_free(program, order, rot) and _data_flow_right(sched, program, meaning)
     except (_Unclear, NotRotational):
         return False
