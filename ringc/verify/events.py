@@ -54,7 +54,7 @@ class Region:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
+        return tuple([self.box[d][1] - self.box[d][0] for d in self.kept])
 
     @cached_property  # asked millions of times by the race and DMA-interval analyses
     def nbytes(self) -> int:
