@@ -19,7 +19,7 @@ from ringc.ir import expr as E
 from ringc.verify import quotient as Q
 from ringc.verify.check import check, check_program, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary
-from ringc.verify.rotation import NotRotational, Rot, Torus, device_offset, rotation_unroll
+from ringc.verify.rotation import NotRotational, Rot, Torus, _make, device_offset, rotation_unroll
 from ringc.collectives import PRODUCT, Buffers, Piece, collective_of
 from ringc.verify.semantics import canonical_value, restrict_value
 from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
@@ -65,6 +65,20 @@ def test_rot_agrees_with_every_device(case, step):
         except (E.ExprError, ZeroDivisionError):
             return
         assert (v.at(d) if isinstance(v, Rot) else v) == want, (text, shape, d)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-20, 20), st.integers(-40, 40), st.lists(st.integers(-9, 9), min_size=1, max_size=3),
+       st.integers(1, 24), st.integers(-5, 5))
+def test_one_atom_shortcut_is_the_canonical_form(k, c, a, m, coef):
+    """`_make`'s shortcut for one atom (what `%` and `//` make) gives the canonical form
+    the general path gives: the same value, and `Rot.same` (targets, memo keys) holds."""
+    shape = tuple(8 for _ in a)
+    term = ((c, tuple(a), m), coef)
+    fast = _make(k, [term], shape)
+    general = _make(k, [term, ((0, tuple(1 for _ in a), 8), 0)], shape)  # a second term: no shortcut
+    assert type(fast) is type(general)
+    assert fast.same(general) if isinstance(fast, Rot) else fast == general
 
 
 def test_rot_refuses_what_is_not_a_rotation():

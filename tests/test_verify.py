@@ -15,7 +15,7 @@ import ringc
 from conftest import line_of, without_runtime_data
 from ringc.ir import load_text
 from ringc.testing import supports
-from ringc.verify.events import Compute, DmaStart, Program, SemWait, Signal
+from ringc.verify.events import Compute, DmaStart, Program, Region, SemWait, Signal
 from ringc.verify.findings import KINDS
 from ringc.testing import topology_for
 from ringc.verify.check import check_program, resolve_topology
@@ -617,3 +617,21 @@ def test_a_parallel_axis_carrying_a_dependency_is_an_error_at_the_dependent_op()
     assert "megacore_dma" in report.kinds()
     # arbitrary: the same schedule is fine on one core, in grid order
     assert ringc.check(load_text(text.replace("{h: parallel}", "{h: arbitrary}")), 3).ok
+
+
+def test_actions_are_dataclasses_with_their_own_init():
+    """`events._stored` makes the actions' and regions' `__init__` faster; what a dataclass
+    promises still holds: defaults, keywords, equality, hash, `replace`, and immutability."""
+    import dataclasses
+    r = Region("x", 0, ((0, 1), (0, 8)), (1,), 4)
+    assert r == Region(buffer="x", device=0, box=((0, 1), (0, 8)), kept=(1,), itemsize=4)
+    assert hash(r) == hash(Region("x", 0, ((0, 1), (0, 8)), (1,), 4)) and r.shape == (8,) and r.nbytes == 32
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.device = 1
+    c = Compute("zero", r)
+    assert (c.src, c.accumulate, c.contract) == (None, False, (1, 0))
+    assert dataclasses.replace(c, kind="exit") == Compute("exit", r)
+    assert Signal((0, "s", ()), 1).why == "signal" and SemWait((0, "s", ()), 2, "wait").copy is None
+    assert not DmaStart("c", r, r, None, (0, "s", ())).explicit_self
+    with pytest.raises(TypeError):
+        DmaStart("c", r, r)  # the semaphores have no default

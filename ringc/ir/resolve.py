@@ -73,25 +73,40 @@ def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
     return {**BUILTIN_EXPRS, **axis_builtin_exprs(axes)}
 
 
+# `static_lets` per schedule, by id (the schedule kept with it, so the id stays its own).
+_STATIC_LETS: dict[int, tuple[S.Schedule, dict[str, E.Expr]]] = {}
+
+
 def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
     """The lets that depend only on `N`, the per-axis sizes `N_a`, the params and earlier
     such lets, each written out over N, N_a and params alone (earlier ones inlined). They
     are known before the kernel runs, so they may appear wherever a param may: shapes,
     grid sizes, pipeline grids and block shapes (`mbs: rows // M`, `rounds: log2(N)`).
     Where a shape uses one, it is evaluated inlined, so its divisions are exact there as
-    a shape's own are."""
+    a shape's own are.
+
+    Computed once per schedule (the unroller asks for every shape it evaluates, a
+    hundred times for a 3-D schedule): the answer reads only the schedule's axes, param
+    names and lets, and a `Schedule` is frozen, so it cannot change. Callers must not
+    modify the dict returned."""
+    hit = _STATIC_LETS.get(id(sched))
+    if hit is not None and hit[0] is sched:
+        return hit[1]
     static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
     out: dict[str, E.Expr] = {}
     for name, e in sched.let.items():
         if E.names(e) <= static | set(out):
             out[name] = E.substitute(e, out) if out else e
+    if len(_STATIC_LETS) > 1000:  # a bound on what it keeps alive (tests load many schedules)
+        _STATIC_LETS.clear()
+    _STATIC_LETS[id(sched)] = (sched, out)
     return out
 
 
 def inline_static_lets(sched: S.Schedule, e: E.Expr) -> E.Expr:
     """`e` with the static lets it names written out (`static_lets`)."""
     lets = static_lets(sched) if sched.let else {}
-    return E.substitute(e, lets) if lets and E.names(e) & set(lets) else e
+    return E.substitute(e, lets) if lets and not E.names(e).isdisjoint(lets) else e
 
 
 def is_static(sched: S.Schedule, e: E.Expr, loop_indices: Iterable[str] = ()) -> bool:

@@ -7,7 +7,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 from math import prod
 from typing import Union
@@ -41,6 +41,30 @@ def sem_text(sem: SemId) -> str:
     return f"{name}[{', '.join(map(str, idx))}]" if idx else name
 
 
+def _stored(cls: type) -> type:
+    """A frozen dataclass whose `__init__` stores the fields straight into the instance's
+    `__dict__`. The one `dataclass` writes calls `object.__setattr__` per field (what
+    `frozen` asks for), which costs more than the rest of making the object, and the
+    unroller makes a few hundred thousand. Same signature (names, order, defaults), and
+    the fields, equality, hash and immutability are `dataclass`'s own."""
+    params, stores, defaults = [], [], {}
+    for f in fields(cls):
+        assert f.default_factory is MISSING and f.init, f"{cls.__name__}.{f.name}: no factories here"
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            params.append(f"{f.name}=_default_{f.name}")
+            defaults[f"_default_{f.name}"] = f.default
+        stores.append(f"    d[{f.name!r}] = {f.name}\n")
+    source = f"def __init__(self, {', '.join(params)}):\n    d = self.__dict__\n{''.join(stores)}"
+    exec(source, defaults)  # as `dataclasses` makes its own __init__
+    init = defaults["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls
+
+
+@_stored
 @dataclass(frozen=True)
 class Region:
     """A box of one buffer on one device. `box` has one (start, stop) per dimension of
@@ -54,7 +78,7 @@ class Region:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
+        return tuple([self.box[d][1] - self.box[d][0] for d in self.kept])
 
     @cached_property  # asked millions of times by the race and DMA-interval analyses
     def nbytes(self) -> int:
@@ -71,6 +95,7 @@ class Region:
         return f"{self.buffer}[{', '.join(parts)}]"
 
 
+@_stored
 @dataclass(frozen=True)
 class DmaStart:
     copy: str
@@ -89,6 +114,7 @@ class DmaStart:
         return self.dst.nbytes
 
 
+@_stored
 @dataclass(frozen=True)
 class SemWait:
     """Block until the semaphore holds `value`, then subtract it. `why` tells what the
@@ -99,6 +125,7 @@ class SemWait:
     copy: str | None = None
 
 
+@_stored
 @dataclass(frozen=True)
 class Signal:
     sem: SemId  # on the target device
@@ -106,6 +133,7 @@ class Signal:
     why: str = "signal"
 
 
+@_stored
 @dataclass(frozen=True)
 class Compute:
     """An op on VMEM: zero, accumulate (dst += src, or dst = base + src), assign (dst = src), cast (dst = src in

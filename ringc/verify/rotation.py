@@ -182,6 +182,16 @@ def _atom_range(atom: Atom) -> tuple[int, int]:
 def _make(k: int, terms: Iterable[tuple[Atom, int]], shape: tuple[int, ...]) -> "int | Rot":
     """The canonical value: atoms reduced (a, c mod m, divided by gcd(c, a, m), which
     moves to the coefficient), constant atoms folded into k, equal atoms merged."""
+    if len(terms) == 1:  # the common case (`%` and `//` make one atom), without the dictionary
+        ((c, a, m), coef), = terms
+        a = tuple([x % m for x in a])
+        c %= m
+        if not any(a):
+            return k + coef * c
+        g = gcd(c, *a, m)
+        if g > 1:
+            c, a, m, coef = c // g, tuple([x // g for x in a]), m // g, coef * g
+        return Rot(k, (((c, a, m), coef),), shape) if coef else k
     merged: dict[Atom, int] = {}
     for (c, a, m), coef in terms:
         a = tuple(x % m for x in a)
@@ -278,9 +288,14 @@ class Rot:
         (mod p), one periodic atom; or v stays within one multiple of p on every device."""
         if not isinstance(p, int) or p <= 0:
             raise NotRotational("a modulus that depends on the device id or is not positive")
-        if all((coef * m) % p == 0 for (_, _, m), coef in self.terms):
-            c = self.k + sum(coef * c for (c, _, _), coef in self.terms)
-            a = [sum(coef * atom[1][i] for atom, coef in self.terms) for i in range(len(self.shape))]
+        terms = self.terms
+        if len(terms) == 1:  # the common case, as below without the loops
+            ((c, a, m), coef), = terms
+            if (coef * m) % p == 0:
+                return _make(0, (((self.k + coef * c, tuple([coef * x for x in a]), p), 1),), self.shape)
+        elif all((coef * m) % p == 0 for (_, _, m), coef in terms):
+            c = self.k + sum(coef * c for (c, _, _), coef in terms)
+            a = [sum(coef * atom[1][i] for atom, coef in terms) for i in range(len(self.shape))]
             return _make(0, [((c, tuple(a), p), 1)], self.shape)
         lo, hi = self.bounds()
         if lo // p == hi // p:
@@ -351,7 +366,12 @@ class Unknown:
 
 def at0(v: "int | Rot") -> int:
     """The value on device 0 (every coordinate 0; atoms keep c reduced mod m)."""
-    return v.k + sum([coef * c for (c, _, _), coef in v.terms]) if isinstance(v, Rot) else v
+    if not isinstance(v, Rot):
+        return v
+    if len(v.terms) == 1:  # the common case, without the list
+        ((c, _, _), coef), = v.terms
+        return v.k + coef * c
+    return v.k + sum([coef * c for (c, _, _), coef in v.terms])
 
 
 def device_offset(v: "int | Rot", torus: Torus) -> int:
@@ -393,6 +413,7 @@ class RotationUnroller(Unroller):
         self.offsets: dict[tuple, int] = {}  # `device_offset`'s answers
         shape = self.torus.shape
         self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
+        self.symbolic = ("me", *(f"me_{a}" for a in sizes))
 
     def me(self) -> Any:
         return self.symbols[0]
@@ -424,18 +445,18 @@ class RotationUnroller(Unroller):
 
     def place(self, buffer: str, dim: int, size: int, start: Any, length: Any) -> tuple[int, int]:
         """Device 0's start, after proving every device's box is it moved by a fixed step."""
-        if isinstance(length, Rot):
+        if type(length) is Rot:  # (Rot has no subclasses: `type` is `isinstance`, faster)
             raise NotRotational("a slice whose size depends on the device id")
         if length != size:
-            if isinstance(start, Rot):  # a value recurs in several regions: proved once
+            if type(start) is Rot:  # a value recurs in several regions: proved once
                 key = (start.key, size, length)
                 r = self.box_steps.get(key, ())
                 if r == ():
                     r = self.box_steps[key] = box_step(start, size, length)
-            else:
-                r = None
-            self._step(buffer, dim, r if r is not None else self.zero_step)
-        return at0(start), length
+                self._step(buffer, dim, r if r is not None else self.zero_step)
+                return at0(start), length
+            self._step(buffer, dim, self.zero_step)
+        return start, length  # `at0` of a plain value is itself
 
 
 def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1) -> Program | None:

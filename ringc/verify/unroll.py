@@ -9,6 +9,7 @@ hang, a race) are not errors here: they are findings of the later checks.
 from __future__ import annotations
 
 import itertools
+from functools import cached_property
 from math import prod
 from typing import Any, Callable
 
@@ -48,6 +49,7 @@ def data_dependent(sched: S.Schedule) -> set[str]:
 
 
 _MISSING = object()
+_WHOLE = object()  # a dimension a ref does not index (`Unroller.region_plan`)
 
 
 def node_inputs(sched: S.Schedule, node: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -231,15 +233,31 @@ class Unroller:
         self.grid_names = ("core", *sched.grid) if sched.megacore else tuple(sched.grid)
         self.inner: tuple[tuple[str, int], ...] = ()  # inside a pipeline: its grid point
         self.window_slot: dict[str, tuple[str, int]] = {}  # inside a pipeline: block -> (buffer, slot)
-        self.derived = [(name, e, sched.line) for name, e in self.builtins.items()]
-        self.derived += [(name, e, sched.line_of("let", name)) for name, e in sched.let.items()]
+        # The builtins and lets in dependency order, each with whether it varies from grid
+        # point to grid point on one device: it reads a grid index or the core, maybe
+        # through an earlier let. The others read only the device's own values (me, the
+        # sizes, params, its runtime data), so `set_point` computes them once per device.
+        derived = [(name, e, sched.line) for name, e in self.builtins.items()]
+        derived += [(name, e, sched.line_of("let", name)) for name, e in sched.let.items()]
+        varying = {*sched.grid, "core"}
+        for name, e, _ in derived:
+            if not E.names(e).isdisjoint(varying):
+                varying.add(name)
+        self.derived = [(name, e, line, name in varying) for name, e, line in derived]
+        self.fixed: tuple[int, dict[str, Any]] | None = None  # (device, its values of the others)
         # An op's actions, a region, a guard or a `let:` value depends only on the values
         # of the names it reads (and the window slots of the blocks it uses), and most grid
         # points repeat earlier ones: see `memoized`.
         # Per node: [names read, blocks named, calls memoized, hits] (`memoized`).
         self.inputs: dict[int, list[Any]] = {}
         self.memo: dict[tuple, Any] = {}
-        self.windows: dict[tuple[str, int, int], Region] = {}
+        self.cheap: dict[int, bool] = {}  # per expression (by id): not worth memoizing (`value`)
+        self.windows: dict[tuple[str, int | None, int], Region] = {}
+        self.region_plans: dict[int, list[tuple[int, int, Any, Any, Any]]] = {}  # per ref (`region_plan`)
+        self.pipelines: dict[int, tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]] = {}
+        # A block's ref as the window slot it stands for (`evaluate_region`), with the block's
+        # own ref, which keeps the id in the key its own.
+        self.window_refs: dict[tuple[int, str, int], tuple[E.Ref, E.Ref]] = {}
         # A split-phase program: the semaphore each name stands for in the current call (`sem_ids`), per call.
         self.sem_ids: dict[str, str] = {}
         self.call_sems = program_semaphores(sched)
@@ -254,7 +272,11 @@ class Unroller:
         try:
             return E.evaluator(e)(self.env)
         except E.ExprError as err:
-            self.fail(line, str(err), getattr(err, "fix", None) or "guard the op with `when:` or fix the expression")
+            self.expr_failed(err, line)
+
+    def expr_failed(self, err: E.ExprError, line: int) -> None:
+        """Raise an expression's error at `line`, where the unroller is (`ev`)."""
+        self.fail(line, str(err), getattr(err, "fix", None) or "guard the op with `when:` or fix the expression")
 
     # How a value of each type stands in a dictionary key (see `rotation.py` for symbolic
     # values); other values stand for themselves. True is kept apart from 1: it would
@@ -281,8 +303,8 @@ class Unroller:
         entry[2] = calls + 1
         env, keyed = self.env, self.keyed
         # a value of a type in `keyed` stands in the key as `keyed` says; any other as itself
-        key = (id(node), *[v if (f := keyed.get(type(v))) is None else f(v)
-                           for v in [env.get(n, _MISSING) for n in names]])
+        key = (id(node), *[v if type(v) is int or (f := keyed.get(type(v))) is None else f(v)
+                           for v in map(env.get, names, itertools.repeat(_MISSING))])
         if blocks and self.window_slot:
             key += tuple([self.window_slot.get(b) for b in blocks])
         value = self.memo.get(key, _MISSING)
@@ -293,7 +315,34 @@ class Unroller:
         return value
 
     def value(self, e: E.Expr, line: int) -> Any:
-        return self.memoized(e, self.ev, e, line)
+        """A guard's or a let's value: memoized (`memoized`) when it may read a value that
+        is costly to compute (`costly`); else evaluated, which costs less than a memo key.
+        Either way the same value: `ev` is a function of the values of the names read."""
+        cheap = self.cheap.get(id(e))
+        if cheap is None:
+            cheap = self.cheap[id(e)] = E.names(e).isdisjoint(self.costly)
+        return self.ev(e, line) if cheap else self.memoized(e, self.ev, e, line)
+
+    @cached_property
+    def costly(self) -> set[str]:
+        """The names whose values may be costly to compute with (a symbolic device id, runtime
+        data), and the lets that read them, directly or through other lets."""
+        out = {*self.symbolic, *self.data_names}
+        for name, e, _, _ in self.derived:  # in dependency order
+            if not E.names(e).isdisjoint(out):
+                out.add(name)
+        return out
+
+    @cached_property
+    def cheap_lets(self) -> dict[str, Callable[[Any], Any]]:
+        """The builtins and lets not `costly`, each with its evaluator: `value` evaluates
+        them plainly (`ev`), and so may `set_point`. (A plain value never raises
+        `NotRotational`, which only symbolic values raise, so no subclass's `value` would
+        have caught anything from them.)"""
+        return {name: E.evaluator(e) for name, e, _, _ in self.derived if name not in self.costly}
+
+    # The names an unroller gives symbolic values (`rotation.py`): none here.
+    symbolic: tuple[str, ...] = ()
 
     def me(self) -> Any:
         return self.device
@@ -317,36 +366,67 @@ class Unroller:
     def evaluate_region(self, ref: E.Ref, line: int) -> Region:
         if ref.name in self.window_slot:  # a pipeline block: the window slot in use
             buffer, slot = self.window_slot[ref.name]
-            ref = E.Ref(buffer, (E.Const(slot), *ref.indices))
-        shape = self.ctx.shapes[ref.name]
+            key = (id(ref), buffer, slot)  # made once: a fresh Ref would be compiled anew (`E.evaluator`)
+            window = self.window_refs.get(key)
+            if window is None:
+                window = self.window_refs[key] = (ref, E.Ref(buffer, (E.Const(slot), *ref.indices)))
+            ref = window[1]
+        plan = self.region_plans.get(id(ref))
+        if plan is None:
+            plan = self.region_plans[id(ref)] = self.region_plan(ref)
+        env, place, name = self.env, self.place, ref.name
         box, kept = [], []
-        for dim, size in enumerate(shape):
-            if dim >= len(ref.indices):  # a dimension not indexed is whole
+        for dim, size, start_of, size_of, index in plan:
+            if index is not None:  # a point index
+                try:
+                    v = index[1](env)
+                except E.ExprError as err:
+                    self.expr_failed(err, line)
+                i = int(place(name, dim, size, v, 1)[0])
+                if not 0 <= i < size:
+                    self.fail(line, f"`{ref.text()}`: index {E.to_text(index[0])} = {i} is out of range for "
+                                    f"dimension {dim} of `{name}` (size {size})",
+                              f"keep the index in 0..{size - 1}, e.g. with `% {size}`, or guard the op with `when:`")
+                box.append((i, i + 1))
+                continue
+            if start_of is _WHOLE:  # not indexed
                 box.append((0, size))
                 kept.append(dim)
                 continue
-            ix = ref.indices[dim]
+            try:
+                start = start_of[1](env) if start_of is not None else 0
+                length = size_of[1](env) if size_of is not None else size - start
+            except E.ExprError as err:
+                self.expr_failed(err, line)
+            start, length = place(name, dim, size, start, length)
+            start, length = int(start), int(length)  # True is 1
+            if start < 0 or length <= 0 or start + length > size:
+                self.data_fault(ref, line, f"`{ref.text()}` is rows {start}:{length} (start:size) of dimension "
+                                           f"{dim} of `{name}`, which has {size}")
+                self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
+                                f"{dim} of `{name}` (size {size})",
+                          "a slice is `start:size` and must stay within the dimension")
+            box.append((start, start + length))
+            kept.append(dim)
+        return Region(name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[name])
+
+    def region_plan(self, ref: E.Ref) -> list[tuple[int, int, Any, Any, Any]]:
+        """How `evaluate_region` reads `ref`, made once per ref: per dimension of its buffer,
+        (dim, size, start, size, index), each an (expression, `E.evaluator`) pair or None:
+        a slice has start and size (each None where left out), a point index has index, a
+        dimension not indexed has start `_WHOLE`. (The evaluator raises what `ev` would,
+        unwrapped.)"""
+        plan = []
+        for dim, size in enumerate(self.ctx.shapes[ref.name]):
+            ix = ref.indices[dim] if dim < len(ref.indices) else None
             if isinstance(ix, E.Slice):
-                start = self.ev(ix.start, line) if ix.start is not None else 0
-                length = self.ev(ix.size, line) if ix.size is not None else size - start
-                start, length = self.place(ref.name, dim, size, start, length)
-                start, length = int(start), int(length)  # True is 1
-                if start < 0 or length <= 0 or start + length > size:
-                    self.data_fault(ref, line, f"`{ref.text()}` is rows {start}:{length} (start:size) of dimension "
-                                               f"{dim} of `{ref.name}`, which has {size}")
-                    self.fail(line, f"`{ref.text()}`: slice {start}:{length} (start:size) leaves dimension "
-                                    f"{dim} of `{ref.name}` (size {size})",
-                              "a slice is `start:size` and must stay within the dimension")
-                box.append((start, start + length))
-                kept.append(dim)
+                plan.append((dim, size, *((e, E.evaluator(e)) if e is not None else None for e in (ix.start, ix.size)),
+                             None))
+            elif ix is None:
+                plan.append((dim, size, _WHOLE, None, None))
             else:
-                i = int(self.place(ref.name, dim, size, self.ev(ix, line), 1)[0])
-                if not 0 <= i < size:
-                    self.fail(line, f"`{ref.text()}`: index {E.to_text(ix)} = {i} is out of range for "
-                                    f"dimension {dim} of `{ref.name}` (size {size})",
-                              f"keep the index in 0..{size - 1}, e.g. with `% {size}`, or guard the op with `when:`")
-                box.append((i, i + 1))
-        return Region(ref.name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[ref.name])
+                plan.append((dim, size, None, None, (ix, E.evaluator(ix))))
+        return plan
 
     def data_fault(self, ref: E.Ref, line: int, what: str) -> None:
         """Raise `DataFault` if the region `ref` reads runtime data: the data, not the
@@ -360,8 +440,8 @@ class Unroller:
 
     def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
         shape = self.ctx.sem_shapes[ref.name]
-        idx = tuple(self.ev(i, line) for i in ref.indices)
-        for d, (i, size) in enumerate(zip(idx, shape)):
+        idx = tuple([self.ev(i, line) for i in ref.indices])
+        for i, size in zip(idx, shape):
             if not 0 <= i < size:
                 self.fail(line, f"`{ref.text()}`: index {i} is out of range for semaphore array "
                                 f"`{ref.name}` of shape {list(shape)}",
@@ -411,16 +491,19 @@ class Unroller:
         names each point sees)."""
         out: dict[str, list[Region]] = {}
         outer_env = self.env
-        for name, spec in op.specs.items():
+        specs, ids, _ = self.pipeline_parts(op)
+        for name, spec in specs.items():
             region = self.region(spec.ref, spec.line)
-            block = self.ctx.shapes[window_id(op, name)][1:]
-            for size, b in zip(region.shape, block):
+            block = self.ctx.shapes[ids[name]][1:]
+            shape = region.shape
+            for size, b in zip(shape, block):
                 if size % b:
                     self.fail(spec.line, f"pipeline block `{name}`: `{spec.ref.text()}` has shape {list(region.shape)}, "
                                          f"which blocks of {list(block)} do not tile ({size} is not a multiple of {b})",
                               "choose block sizes that divide the region (e.g. rows a multiple of the row "
                               "block), or parameters (--param k=v) that make them divide")
-            counts = [size // b for size, b in zip(region.shape, block)]
+            counts = [size // b for size, b in zip(shape, block)]
+            whole = all(c == 1 for c in counts)  # one block: at index 0 (else `fail`), the region itself
             out[name] = []
             for pt, env in zip(points, envs):
                 self.env = env
@@ -431,21 +514,44 @@ class Unroller:
                                          f"{' '.join(f'{k}={v}' for k, v in zip(op.pipeline, pt))} is outside "
                                          f"the {counts} blocks of "
                                          f"`{spec.ref.text()}`", "keep each block index below the block count")
+                if whole:  # shared, not an equal copy: later stages cache by the object
+                    out[name].append(region)
+                    continue
                 box = list(region.box)
                 for d, i, b in zip(region.kept, idx, block):
                     box[d] = (region.box[d][0] + i * b, region.box[d][0] + (i + 1) * b)
                 out[name].append(Region(region.buffer, region.device, tuple(box), region.kept, region.itemsize))
         return out
 
+    def pipeline_parts(self, op: S.Pipeline) -> tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]:
+        """A pipeline's block specs (`op.specs` builds a new dict at each call), their window
+        buffers and its inner grid points, made once per op."""
+        parts = self.pipelines.get(id(op))
+        if parts is None:
+            specs = op.specs
+            parts = self.pipelines[id(op)] = (
+                specs, {name: window_id(op, name) for name in specs},
+                list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)]))))
+        return parts
+
     def window(self, buffer: str, slot: int) -> Region:
-        key = (buffer, slot, self.device)  # the same region at every point: made once
+        """Window `slot` of a pipeline block's buffer, or (slot None) the whole buffer. The
+        same region at every point, so made once per device: an equal Region, shared
+        (later stages cache by the object)."""
+        key = (buffer, slot, self.device)
         region = self.windows.get(key)
         if region is None:
             shape = self.ctx.shapes[buffer]
-            box = ((slot, slot + 1), *((0, d) for d in shape[1:]))
-            region = self.windows[key] = Region(buffer, self.device, box, tuple(range(1, len(shape))),
-                                                self.ctx.itemsize[buffer])
+            if slot is None:
+                box, kept = tuple((0, d) for d in shape), tuple(range(len(shape)))
+            else:
+                box, kept = ((slot, slot + 1), *((0, d) for d in shape[1:])), tuple(range(1, len(shape)))
+            region = self.windows[key] = Region(buffer, self.device, box, kept, self.ctx.itemsize[buffer])
         return region
+
+    def whole(self, buffer: str) -> Region:
+        """All of `buffer` on this device (`window`)."""
+        return self.window(buffer, None)
 
     def pipeline(self, op: S.Pipeline, out: list[Event], inv: int) -> None:
         """`emit_pipeline` as the local DMAs and waits Pallas' pipeline scheduler issues
@@ -460,19 +566,18 @@ class Unroller:
         fetches where the arrival's `when` holds, where the emitted kernel's `copy_in`
         override waits: so a fetch never reads bytes still landing unless a wait is missing
         or waits for other bytes, which the later checks then report."""
-        points = list(itertools.product(*(range(g) for g in self.ctx.pipeline_grids[id(op)])))
+        specs, ids, points = self.pipeline_parts(op)
         outer_env = self.env
         envs = [{**outer_env, **dict(zip(op.pipeline, pt))} for pt in points]
         blocks = self.blocks(op, points, envs)
         last = len(points) - 1
-        slots = {name: {"copy": 0, "wait": 0} for name in op.specs}
-        ids = {name: window_id(op, name) for name in op.specs}
+        slots = {name: {"copy": 0, "wait": 0} for name in specs}
 
         def changes(name: str, t: int, u: int) -> bool:
             return not 0 <= u <= last or blocks[name][t].box != blocks[name][u].box
 
         def dma(name: str, side: str, t: int) -> None:
-            spec, slot = op.specs[name], slots[name]["copy"]
+            spec, slot = specs[name], slots[name]["copy"]
             sem = (self.device, f"{ids[name]}#{side}", (slot,))
             src, dst = (blocks[name][t], self.window(ids[name], slot)) if side == "in" else \
                 (self.window(ids[name], slot), blocks[name][t])
@@ -491,18 +596,15 @@ class Unroller:
             dma(name, "in", t)
 
         def wait(name: str, side: str) -> None:
-            spec, slot = op.specs[name], slots[name]["wait"]
+            spec, slot = specs[name], slots[name]["wait"]
             nbytes = self.window(ids[name], slot).nbytes
             self.emit(out, SemWait((self.device, f"{ids[name]}#{side}", (slot,)), nbytes, "wait", ids[name]),
                       spec.line, inv)
 
         around = self.inner  # the indices of loops around the pipeline
         self.inner = (*around, *zip(op.pipeline, points[0]))
-        for name in op.specs:  # fresh VMEM windows hold garbage
-            shape = self.ctx.shapes[ids[name]]
-            full = Region(ids[name], self.device, tuple((0, d) for d in shape), tuple(range(len(shape))),
-                          self.ctx.itemsize[ids[name]])
-            self.emit(out, Compute("allocate", full), op.line, inv)
+        for name in specs:  # fresh VMEM windows hold garbage
+            self.emit(out, Compute("allocate", self.whole(ids[name])), op.line, inv)
         for name in op.inputs:
             fetch(name, 0)
         for t, pt in enumerate(points):
@@ -514,7 +616,7 @@ class Unroller:
                 if t == 0 or changes(name, t, t - 1):
                     wait(name, "in")
             self.window_slot = {name: (ids[name], slots[name]["wait" if name in op.inputs else "copy"])
-                                for name in op.specs}
+                                for name in specs}
             self.env = envs[t]
             self.walk(op.do, out, inv)
             self.env, self.window_slot = outer_env, {}
@@ -543,8 +645,23 @@ class Unroller:
             for i, a in enumerate(self.ctx.sizes):
                 env[f"me_{a}"] = self.me_axis(i, a)
         self.env = env
-        for name, e, line in self.derived:
-            env[name] = self.value(e, line)
+        # A let that does not vary is the value it had at this device's first point: the
+        # same function (`value`) of the same values. That first point evaluates every let
+        # in order, so an error is raised where and as it was without the shortcut.
+        fixed = self.fixed[1] if self.fixed is not None and self.fixed[0] == self.device else None
+        cheap = self.cheap_lets
+        for name, e, line, varies in self.derived:
+            if fixed is not None and not varies:
+                env[name] = fixed[name]
+            elif name in cheap:  # `value`'s plain evaluation, without its frames
+                try:
+                    env[name] = cheap[name](env)
+                except E.ExprError as err:
+                    self.expr_failed(err, line)
+            else:
+                env[name] = self.value(e, line)
+        if fixed is None:
+            self.fixed = (self.device, {name: env[name] for name, _, _, varies in self.derived if not varies})
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
@@ -555,10 +672,7 @@ class Unroller:
     def boundary(self, out: list[Event], kind: str, line: int, invocation: int, names: list[str]) -> None:
         """Kernel entry or exit: the whole of each named buffer changes hands, modelled as a write."""
         for name in names:  # not pipeline windows: a pipeline drains its own
-            shape = self.ctx.shapes[name]
-            box = tuple((0, dim) for dim in shape)
-            region = Region(name, self.device, box, tuple(range(len(shape))), self.ctx.itemsize[name])
-            self.emit(out, Compute(kind, region), line, invocation)
+            self.emit(out, Compute(kind, self.whole(name)), line, invocation)
 
     def entry(self, out: list[Event], invocation: int) -> None:
         """With its own barrier, a schedule is responsible for not writing into a device
