@@ -90,24 +90,34 @@ class Gauge:
         self.parent: dict[Dim, Dim] = {}
         self.value: dict[Dim, Step] = {}  # per class root that a fixed step pins
         self.conflict = False
-        seen: set[tuple[int, int]] = set()  # the unroller shares regions: each pair once
+        # An action's constraints depend only on which dims of each region are whole: each
+        # distinct (kind, buffers, kept dims, whole dims) is joined once.
+        seen: set[tuple] = set()
         for ev in events:
             a = ev.action
-            if isinstance(a, DmaStart):
-                pairs, summed = _kept(a.src, a.dst), []
-                dst = a.dst
-            elif isinstance(a, Compute):
-                pairs, summed = PAIRS[a.kind](a)
-                dst = a.dst
+            cls = type(a)
+            if cls is DmaStart:
+                key = (self._shape(a.src), self._shape(a.dst))
+            elif cls is Compute:
+                key = (a.kind, a.contract, *(self._shape(r) for r in (a.dst, a.src, a.rhs, a.base)))
             else:
                 continue
+            if key in seen:
+                continue
+            seen.add(key)
+            pairs, summed = (_kept(a.src, a.dst), []) if cls is DmaStart else PAIRS[a.kind](a)
             for src, i, j in pairs:
-                key = (id(src), id(dst), i, j)
-                if key not in seen:
-                    seen.add(key)
-                    self._join(self._eff(src, i), self._eff(dst, j))
+                self._join(self._eff(src, i), self._eff(a.dst, j))
             for region, i in summed:
                 self._join(self._eff(region, i), self._norm(self.zero, 1))
+
+    def _shape(self, region: Region | None) -> tuple | None:
+        """What of a region the constraints read: its buffer, kept dims and whole dims."""
+        if region is None:
+            return None
+        shape = self.shapes[region.buffer]
+        return (region.buffer, region.kept,
+                tuple(hi - lo == size for (lo, hi), size in zip(region.box, shape)))
 
     # -- the constraint terms: a fixed step, or a free dimension -------------------------
     def _norm(self, step: Step, size: int) -> Step:
