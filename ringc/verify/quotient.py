@@ -433,6 +433,23 @@ class _Rows:
     def minimum(self, a: Any, b: Any) -> Any:
         return self.np.minimum(a, b) if self.np is not None else list(map(min, a, b))
 
+    def lower(self, cur: Any, row: Any, k: int, w: int) -> Any:
+        """`minimum(cur, moved)` where moved is `seen_from(row, k)` with entry k set to w;
+        `cur` is a fresh copy the caller owns (it is changed in place). On a ring of numpy
+        rows: two slice minima, no rolled copy (the same values: moved[j] = row[j - k])."""
+        t = self.torus
+        if self.np is None or not isinstance(t, Torus) or len(t.shape) > 1:
+            moved = self.seen_from(row, k)
+            moved[k] = w
+            return self.minimum(cur, moved)
+        keep = min(int(cur[k]), w)
+        n = t.n
+        np = self.np
+        np.minimum(cur[k:], row[:n - k], out=cur[k:])
+        np.minimum(cur[:k], row[n - k:], out=cur[:k])
+        cur[k] = keep
+        return cur
+
 
 def quotient_order(program: Program) -> Order:
     events, n = program.devices[0], program.n
@@ -452,10 +469,9 @@ def quotient_order(program: Program) -> Order:
     at = [0] * length
     for i in range(length - 1, -1, -1):
         if i in edges:
+            cur = cur.copy()  # the rows already made hold the old one
             for k, w in edges[i].items():
-                moved = vec.seen_from(rows[at[w]], k)
-                moved[k] = w
-                cur = vec.minimum(cur, moved)
+                cur = vec.lower(cur, rows[at[w]], k, w)
             rows.append(cur)
         at[i] = len(rows) - 1
         a = events[i].action

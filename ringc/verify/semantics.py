@@ -417,10 +417,17 @@ class _Index:
     holds lengths up to 2^c), each kept sorted by where its pieces start. A region
     [lo, hi) meets a piece of class c only if it starts in [lo - 2^c + 1, hi), found by
     bisection: a few long pieces (a buffer not yet written, the remainder around a write)
-    no longer widen the search for the many short ones."""
+    no longer widen the search for the many short ones.
+
+    `exact` maps each stored piece's box to the piece. The pieces are disjoint (`Memory`'s
+    invariant), so a region whose box is a stored piece's meets that piece only: most
+    reads and rewrites (a slot read back, a block written again) are one dict lookup."""
+
+    __slots__ = ("classes", "exact")
 
     def __init__(self) -> None:
         self.classes: dict[int, tuple[list[int], list[Piece]]] = {}  # class -> (starts, pieces)
+        self.exact: dict[Box, Piece] = {}
 
     def meeting(self, box: Box) -> list[tuple[int, int]]:
         """Positions (class, index) of the pieces that overlap `box`."""
@@ -456,23 +463,33 @@ class _Index:
         i = bisect_left(starts, lo)
         starts.insert(i, lo)
         pieces.insert(i, piece)
+        self.exact[piece.box] = piece
 
-    def replace(self, position: tuple[int, int], piece: Piece) -> bool:
-        """Put `piece` (of the same box) in place of the one at `position`, if that is
-        where `add` would put it (first of those starting where it does)."""
-        c, i = position
-        starts, pieces = self.classes[c]
-        if pieces[i].box != piece.box or (i and starts[i - 1] == starts[i]):
-            return False
-        pieces[i] = piece
-        return True
+    def swap(self, piece: Piece) -> None:
+        """Put `piece` in place of the stored piece of the same box, where removing that
+        one and adding `piece` would put it: first of the pieces of its class that start
+        where it does."""
+        box = piece.box
+        lo, hi = box[0]
+        starts, pieces = self.classes[(hi - lo - 1).bit_length()]
+        first = i = bisect_left(starts, lo)
+        while pieces[i].box != box:
+            i += 1
+        if i != first:
+            del pieces[i]
+            pieces.insert(first, piece)
+        else:
+            pieces[i] = piece
+        self.exact[box] = piece
 
     def remove(self, positions: list[tuple[int, int]]) -> list[Piece]:
         gone = []
+        exact = self.exact
         for c, i in reversed(positions):  # per class, positions are increasing
             starts, pieces = self.classes[c]
-            gone.append(pieces[i])
-            del pieces[i], starts[i]
+            p = pieces[i]
+            gone.append(p)
+            del pieces[i], starts[i], exact[p.box]
         gone.reverse()
         return gone
 
@@ -498,8 +515,11 @@ class Memory:
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
-        out, covered = [], []
         index = self._pieces((r.device, r.buffer))
+        p = index.exact.get(r.box)
+        if p is not None:
+            return [p]  # the only piece that meets it (`_Index`)
+        out, covered = [], []
         for p, ix in index.overlapping(r.box):
             out.append(p if ix == p.box else Piece(ix, restrict_value(p.value, p.box, ix)))
             covered.append(ix)
@@ -515,10 +535,11 @@ class Memory:
     def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
+        if len(new) == 1 and new[0].box == r.box and r.box in index.exact:
+            # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
+            index.swap(new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))
+            return
         positions = index.meeting(r.box)
-        if (len(new) == 1 and new[0].box == r.box and len(positions) == 1 and index.replace(
-                positions[0], new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))):
-            return  # one piece replaced one piece: in place, where removing and adding would put it
         for p in index.remove(positions):
             if not box_inside(p.box, r.box):
                 for b in _subtract(p.box, r.box):
@@ -619,12 +640,18 @@ class Memory:
                 result = _add(result, Piece(tuple(box), tuple(terms)))
         self.write(dst, result)
 
+    # A value of one UNINIT or OPAQUE term (its map is empty), or of none, is canonical for
+    # any box (`canonical_value` returns it as it is): written without canonicalizing.
     def forget(self, dst: Region) -> None:
         """Whatever ran before the kernel left garbage here."""
-        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))])
+        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))], canonical=True)
 
     def zero(self, dst: Region) -> None:
-        self.write(dst, [Piece(dst.box, ())])
+        self.write(dst, [Piece(dst.box, ())], canonical=True)
+
+    def opaque(self, dst: Region) -> None:
+        """Data the model does not follow (an imported kernel's own arithmetic)."""
+        self.write(dst, [Piece(dst.box, ((OPAQUE + dst.buffer, dst.device, ()),))], canonical=True)
 
 
 def _index_name(marker: int) -> str:
@@ -783,7 +810,7 @@ APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it
 APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
 APPLY.register("assign", "cast", "load")(lambda mem, a: mem.copy(a.src, a.dst))
 # data the model does not follow (an imported kernel's own arithmetic)
-APPLY.register("opaque")(lambda mem, a: mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))]))
+APPLY.register("opaque")(lambda mem, a: mem.opaque(a.dst))
 APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
 APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract))
 
