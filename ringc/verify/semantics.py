@@ -128,7 +128,10 @@ def box_meets(a: Box, b: Box) -> bool:
 
 
 def box_inside(a: Box, b: Box) -> bool:
-    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
+    for (a0, a1), (b0, b1) in zip(a, b):
+        if a0 < b0 or b1 < a1:
+            return False
+    return True
 
 
 def _volume(box: Box) -> int:
@@ -140,15 +143,16 @@ def _volume(box: Box) -> int:
 
 def _subtract(a: Box, b: Box) -> list[Box]:
     """a minus b, as disjoint boxes."""
-    if _intersect(a, b) is None:
+    if not box_meets(a, b):
         return [a]
-    out, rest = [], list(a)
+    out, rest = [], a
     for d, ((a0, a1), (b0, b1)) in enumerate(zip(a, b)):
         if a0 < b0:
-            out.append(tuple(rest[:d] + [(a0, b0)] + rest[d + 1:]))
+            out.append(rest[:d] + ((a0, b0),) + rest[d + 1:])
         if b1 < a1:
-            out.append(tuple(rest[:d] + [(b1, a1)] + rest[d + 1:]))
-        rest[d] = (max(a0, b0), min(a1, b1))
+            out.append(rest[:d] + ((b1, a1),) + rest[d + 1:])
+        if a0 < b0 or b1 < a1:
+            rest = rest[:d] + ((a0 if a0 > b0 else b0, a1 if a1 < b1 else b1),) + rest[d + 1:]
     return out
 
 
@@ -195,6 +199,8 @@ def _single_dims(box: Box) -> frozenset[int]:
 def restrict_value(value: Value, box: Box, inner: Box) -> Value:
     """A value canonical for `box`, made canonical for `inner` inside it: the same value
     unless `inner` is a single index along a dim where `box` is not."""
+    if len(value) == 1 and value[0][2] == ():
+        return value  # one plain term without a map (garbage, opaque data): canonical for any box
     for (a0, a1), (b0, b1) in zip(box, inner):
         if b1 - b0 == 1 and a1 - a0 != 1:
             return canonical_value(value, inner)
@@ -430,13 +436,18 @@ class _Index:
         self.exact: dict[Box, Piece] = {}
 
     def meeting(self, box: Box) -> list[tuple[int, int]]:
-        """Positions (class, index) of the pieces that overlap `box`."""
+        """Positions (class, index) of the pieces that overlap `box`. (A class of a few
+        pieces is scanned whole: the ones bisection would skip do not meet `box` anyway.)"""
         lo, hi = box[0]
         out = []
         for c, (starts, pieces) in self.classes.items():
-            for i in range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi)):
-                p = pieces[i]
-                if p.box[0][1] > lo and box_meets(p.box, box):
+            if len(starts) <= 4:
+                span = range(len(starts))
+            else:
+                span = range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi))
+            for i in span:
+                pbox = pieces[i].box
+                if pbox[0][1] > lo and starts[i] < hi and box_meets(pbox, box):
                     out.append((c, i))
         return out
 
@@ -500,7 +511,6 @@ class Memory:
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
         self.index: dict[tuple[int, str], _Index] = {}
-        self.moves: dict[tuple, tuple[Box, list[tuple[int | None, int]]]] = {}  # `translate`'s
 
     def _pieces(self, key: tuple[int, str]) -> _Index:
         index = self.index.get(key)
@@ -539,32 +549,52 @@ class Memory:
             # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
             index.swap(new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))
             return
-        positions = index.meeting(r.box)
-        for p in index.remove(positions):
-            if not box_inside(p.box, r.box):
-                for b in _subtract(p.box, r.box):
-                    index.add(Piece(b, restrict_value(p.value, p.box, b)))
+        box = r.box
+        add = index.add
+        for p in index.remove(index.meeting(box)):
+            if not box_inside(p.box, box):
+                for b in _subtract(p.box, box):
+                    add(Piece(b, restrict_value(p.value, p.box, b)))
         for p in new:
-            index.add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
+            add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
 
     def translate(self, pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
         """Move pieces read from `src` to the matching coordinates of `dst`."""
+        return self._translate(pieces, src, dst)[0]
+
+    @staticmethod
+    def _translate(pieces: list[Piece], src: Region, dst: Region) -> tuple[list[Piece], bool]:
+        """`translate`, and whether any term's map changed (if not, the pieces' values are
+        the ones read, in their order)."""
+        sb, db = src.box, dst.box
+        to = dict(zip(src.kept, dst.kept))
         out = []
+        remapped = False
         for p in pieces:
-            key = (src.box, src.kept, dst.box, dst.kept, p.box)  # most moves repeat: a table of them
-            move = self.moves.get(key)
-            if move is None:
-                shift = {s: (d, dst.box[d][0] - src.box[s][0]) for s, d in zip(src.kept, dst.kept)}
-                box = list(dst.box)
-                for s, (d, off) in shift.items():
-                    box[d] = (p.box[s][0] + off, p.box[s][1] + off)
-                # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
-                # moves to its destination dim, a point-indexed one becomes a constant coordinate.
-                move = self.moves[key] = (tuple(box), [(shift[d][0], -shift[d][1]) if d in shift else (None, lo)
-                                                       for d, (lo, _) in enumerate(p.box)])
-            box, table = move
+            box = list(db)
+            # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
+            # moves to its destination dim, a point-indexed one becomes a constant coordinate.
+            table = []
+            same = True
+            for s, (lo, hi) in enumerate(p.box):
+                d = to.get(s)
+                if d is None:
+                    table.append((None, lo))
+                    same = False
+                else:
+                    off = db[d][0] - sb[s][0]
+                    box[d] = (lo + off, hi + off)
+                    table.append((d, -off))
+                    same = same and d == s and not off
+            box = tuple(box)
+            if box == db:
+                box = db  # the region's own tuple: the index compares it by identity first
+            if same:  # every entry (d, off) stays (d, off): the terms as they are
+                out.append(Piece(box, p.value))
+                continue
+            remapped = True
             out.append(Piece(box, tuple([_remap(t, table) for t in p.value])))
-        return out
+        return out, remapped
 
     def copy(self, src: Region, dst: Region) -> None:
         self.move(self.read(src), src, dst)
@@ -572,10 +602,11 @@ class Memory:
     def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
         """Write canonical `pieces` of `src` into `dst`. Translating changes every term's map by
         the same one-to-one shift into dims of the same size, so nothing merges or splits:
-        only the terms' order may change."""
-        moved = self.translate(pieces, src, dst)
-        self.write(dst, [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved],
-                   canonical=True)
+        only the terms' order may change (not when no map changed)."""
+        moved, remapped = self._translate(pieces, src, dst)
+        if remapped:
+            moved = [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved]
+        self.write(dst, moved, canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)
