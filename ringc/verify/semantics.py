@@ -567,34 +567,30 @@ class Memory:
         """`translate`, and whether any term's map changed (if not, the pieces' values are
         the ones read, in their order)."""
         sb, db = src.box, dst.box
-        to = dict(zip(src.kept, dst.kept))
+        # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
+        # moves to its destination dim (`kept`: the same entry for every piece), a
+        # point-indexed one becomes a constant coordinate (the piece's own).
+        kept: list[tuple[int, int] | None] = [None] * len(sb)
+        for s, d in zip(src.kept, dst.kept):
+            kept[s] = (d, sb[s][0] - db[d][0])
+        same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
         out = []
-        remapped = False
         for p in pieces:
+            pb = p.box
             box = list(db)
-            # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
-            # moves to its destination dim, a point-indexed one becomes a constant coordinate.
-            table = []
-            same = True
-            for s, (lo, hi) in enumerate(p.box):
-                d = to.get(s)
-                if d is None:
-                    table.append((None, lo))
-                    same = False
-                else:
-                    off = db[d][0] - sb[s][0]
-                    box[d] = (lo + off, hi + off)
-                    table.append((d, -off))
-                    same = same and d == s and not off
+            for s, k in enumerate(kept):
+                if k is not None:
+                    d, back = k
+                    box[d] = (pb[s][0] - back, pb[s][1] - back)
             box = tuple(box)
             if box == db:
                 box = db  # the region's own tuple: the index compares it by identity first
             if same:  # every entry (d, off) stays (d, off): the terms as they are
                 out.append(Piece(box, p.value))
                 continue
-            remapped = True
+            table = [k if k is not None else (None, pb[s][0]) for s, k in enumerate(kept)]
             out.append(Piece(box, tuple([_remap(t, table) for t in p.value])))
-        return out, remapped
+        return out, not same and bool(pieces)
 
     def copy(self, src: Region, dst: Region) -> None:
         self.move(self.read(src), src, dst)
