@@ -76,26 +76,34 @@ class Rotator:
         # of whole-accessed dims (`gauge.py`; whole boxes stay whole either way).
         self.steps = (program.rotation or {}) if steps is None else steps
         self.shapes = program.shapes
-        self.moves: dict[tuple[str, int, int], int] = {}
+        self.moves: dict[tuple[str, int], tuple[int, ...]] = {}
         self.regions: dict[tuple[int, int], tuple[Region, Region]] = {}
 
+    def _moves(self, buffer: str, delta: int) -> tuple[int, ...]:
+        """How far each dimension of a buffer moves on device delta (r . delta,
+        `rotation.box_step`), one entry per dimension: asked once per buffer and delta."""
+        key = (buffer, delta)
+        moves = self.moves.get(key)
+        if moves is None:
+            out = []
+            for dim in range(len(self.shapes[buffer])):
+                r = self.steps.get((buffer, dim))
+                if self.xor:
+                    out.append(delta if r and any(r) else 0)
+                else:
+                    out.append(self.torus.step(r, delta) if r else 0)
+            moves = self.moves[key] = tuple(out)
+        return moves
+
     def _move(self, buffer: str, dim: int, delta: int) -> int:
-        """How far a buffer dimension moves on device delta (r . delta, `rotation.box_step`)."""
-        key = (buffer, dim, delta)
-        move = self.moves.get(key)
-        if move is None:
-            r = self.steps.get((buffer, dim))
-            if self.xor:
-                move = self.moves[key] = delta if r and any(r) else 0
-            else:
-                move = self.moves[key] = self.torus.step(r, delta) if r else 0
-        return move
+        """How far a buffer dimension moves on device delta."""
+        return self._moves(buffer, delta)[dim]
 
     def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
         """Where coordinate `lo` of a buffer dimension is on device delta."""
         if self.xor:
-            return lo ^ self._move(buffer, dim, delta)
-        return (lo + self._move(buffer, dim, delta)) % self.shapes[buffer][dim]
+            return lo ^ self._moves(buffer, delta)[dim]
+        return (lo + self._moves(buffer, delta)[dim]) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole). The unroller shares
@@ -109,9 +117,13 @@ class Rotator:
 
     def _region(self, region: Region, delta: int) -> Region:
         box = []
-        for dim, (lo, hi) in enumerate(region.box):
-            size = self.shapes[region.buffer][dim]
-            start = lo if hi - lo == size else self._shift(region.buffer, dim, lo, delta)
+        shape, xor = self.shapes[region.buffer], self.xor
+        for dim, ((lo, hi), move) in enumerate(zip(region.box, self._moves(region.buffer, delta))):
+            size = shape[dim]
+            if not move or hi - lo == size:  # `_shift`: a dimension that does not move stays
+                box.append((lo, hi))
+                continue
+            start = lo ^ move if xor else (lo + move) % size
             if start + hi - lo > size:
                 raise _Unclear(f"`{region.buffer}` dim {dim} wraps under rotation")
             box.append((start, start + hi - lo))
@@ -384,17 +396,35 @@ class _Feeds:
 
 def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
-    by -t, is device -t's deposit into device 0's."""
+    by -t, is device -t's deposit into device 0's. `dma_only`: the DMAs' deposits only."""
+    return _all_feeds(program)[1 if dma_only else 0]
+
+
+def _all_feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
+    """`_feeds` and `_feeds(dma_only=True)`, in one pass over device 0's events."""
     neg = group_of(program).neg
-    out: dict[Key, _Feeds] = defaultdict(_Feeds)
+    offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
+    every: dict[Key, _Feeds] = defaultdict(_Feeds)
+    dma: dict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
-        if dma_only and not isinstance(ev.action, DmaStart):
+        a = ev.action
+        found = deposits(a)
+        if not found:
             continue
-        for sem, amount in deposits(ev.action):
-            out[_key(sem)].add(neg(sem[0]), ev, amount)
-    for f in out.values():
+        is_dma = isinstance(a, DmaStart)
+        for sem, amount in found:
+            k = offsets.get(sem[0])
+            if k is None:
+                k = offsets[sem[0]] = neg(sem[0])
+            key = (sem[1], sem[2])
+            every[key].add(k, ev, amount)
+            if is_dma:
+                dma[key].add(k, ev, amount)
+    for f in every.values():
         f.finish()
-    return out
+    for f in dma.values():
+        f.finish()
+    return every, dma
 
 
 def _limits(feeds: _Feeds, row: Any, index: int) -> dict[int, int]:
@@ -438,12 +468,31 @@ class _Rows:
     def minimum(self, a: Any, b: Any) -> Any:
         return self.np.minimum(a, b) if self.np is not None else list(map(min, a, b))
 
+    def lower(self, cur: Any, row: Any, k: int, w: int) -> Any:
+        """`minimum(cur, moved)` where moved is `seen_from(row, k)` with entry k set to w;
+        `cur` is a fresh copy the caller owns (it is changed in place). On a ring of numpy
+        rows: two slice minima, no rolled copy (the same values: moved[j] = row[j - k])."""
+        t = self.torus
+        if self.np is None or not isinstance(t, Torus) or len(t.shape) > 1:
+            moved = self.seen_from(row, k)
+            moved[k] = w
+            return self.minimum(cur, moved)
+        keep = min(int(cur[k]), w)
+        n = t.n
+        np = self.np
+        np.minimum(cur[k:], row[:n - k], out=cur[k:])
+        np.minimum(cur[:k], row[n - k:], out=cur[:k])
+        cur[k] = keep
+        return cur
 
-def quotient_order(program: Program) -> Order:
+
+def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> Order:
+    """`feeds`: `_feeds(program)`, if the caller has it."""
     events, n = program.devices[0], program.n
     torus = group_of(program)
     length = len(events)
-    feeds = _feeds(program)
+    if feeds is None:
+        feeds = _feeds(program)
     demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
     running: dict[Key, int] = defaultdict(int)
     for ev in events:
@@ -457,10 +506,9 @@ def quotient_order(program: Program) -> Order:
     at = [0] * length
     for i in range(length - 1, -1, -1):
         if i in edges:
+            cur = cur.copy()  # the rows already made hold the old one
             for k, w in edges[i].items():
-                moved = vec.seen_from(rows[at[w]], k)
-                moved[k] = w
-                cur = vec.minimum(cur, moved)
+                cur = vec.lower(cur, rows[at[w]], k, w)
             rows.append(cur)
         at[i] = len(rows) - 1
         a = events[i].action
@@ -490,22 +538,28 @@ def quotient_order(program: Program) -> Order:
 
 # -- races ---------------------------------------------------------------------------
 
-def _ends(program: Program, order: Order) -> tuple[dict, dict]:
+def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None) -> tuple[dict, dict]:
     """`order.dma_ends` for device 0's semaphores, with prefix sums: a feed's interval
     ends at the first wait whose possible supply (feeds not forced after it) is no more
-    than its cumulative demand. Keys are (sending device, event index)."""
-    feeds = _feeds(program, dma_only=True)
-    torus = group_of(program)
+    than its cumulative demand. Keyed by device 0's DMA start: its source's end (the read
+    side), and its destination's end (the write side) in the device it lands in, which
+    for a remote DMA is its copy rotated into device 0 (`_incoming`): one receive side
+    per DMA, so one key each. `feeds`: `_feeds(program, dma_only=True)`, if the caller has it."""
+    if feeds is None:
+        feeds = _feeds(program, dma_only=True)
+    neg = group_of(program).neg
     row = order.cuts[0]
-    read_end: dict[tuple[int, int], Event | None] = {}
-    write_end: dict[tuple[int, int], Event | None] = {}
+    read_end: dict[Event, Event | None] = {}
+    write_end: dict[Event, Event | None] = {}
     waits: dict[Key, list[Event]] = defaultdict(list)
+    kinds = program.sem_kinds
     for ev in program.devices[0]:
-        if isinstance(ev.action, SemWait) and program.sem_kinds.get(ev.action.sem[1]) == "dma":
-            waits[_key(ev.action.sem)].append(ev)
+        a = ev.action
+        if isinstance(a, SemWait) and kinds.get(a.sem[1]) == "dma":
+            waits[_key(a.sem)].append(ev)
     for key, fed in feeds.items():
-        ends = {(k, j): None for k in fed.index for j in fed.index[k]}
-        done = {k: 0 for k in fed.index}
+        ends = {k: [None] * len(ix) for k, ix in fed.index.items()}  # per offset, per feed
+        done = dict.fromkeys(fed.index, 0)
         demand = 0
         own = list(fed.index) == [0]  # fed by device 0 alone (a local copy's semaphore): no rows needed
         for w in waits[key]:
@@ -513,31 +567,35 @@ def _ends(program: Program, order: Order) -> tuple[dict, dict]:
             if own:
                 c = bisect.bisect_left(fed.index[0], w.index)
                 if fed.total[0][c] <= demand:
-                    for j in fed.index[0][done[0]:c]:
-                        ends[(0, j)] = w
+                    ends0 = ends[0]
+                    for j in range(done[0], c):
+                        ends0[j] = w
                     done[0] = max(done[0], c)
                 continue
             limits = _limits(fed, row[w.index], w.index)
             if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
                 for k, c in limits.items():
-                    for j in fed.index[k][done[k]:c]:
-                        ends[(k, j)] = w
+                    ends_k = ends[k]
+                    for j in range(done[k], c):
+                        ends_k[j] = w
                     done[k] = max(done[k], c)
         for k, evs in fed.events.items():
-            for ev in evs:
+            ends_k = ends[k]
+            for j, ev in enumerate(evs):
                 a: DmaStart = ev.action
-                end = ends[(k, ev.index)]
-                if a.send_sem is not None and _key(a.send_sem) == key and k == 0:
-                    read_end[(0, ev.index)] = end
-                if _key(a.recv_sem) == key and torus.neg(a.recv_sem[0]) == k:
-                    write_end[(k, ev.index)] = end
+                end = ends_k[j]
+                if k == 0 and a.send_sem is not None and _key(a.send_sem) == key:
+                    read_end[ev] = end
+                if _key(a.recv_sem) == key and neg(a.recv_sem[0]) == k:
+                    write_end[ev] = end
                     if a.send_sem is None:
-                        read_end[(0, ev.index)] = end
+                        read_end[ev] = end
     return read_end, write_end
 
 
-def _incoming(program: Program, rot: Rotator) -> list[Event]:
-    """The remote DMAs that land in device 0: its own, rotated by minus their offset."""
+def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, Event]]:
+    """The remote DMAs that land in device 0: each of device 0's, with its copy rotated by
+    minus its offset."""
     out = []
     for ev in program.devices[0]:
         a = ev.action
@@ -545,70 +603,76 @@ def _incoming(program: Program, rot: Rotator) -> list[Event]:
             delta = rot.torus.neg(a.dst.device)
             moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
                              (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]), a.explicit_self)
-            out.append(Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner))
+            out.append((ev, Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner)))
     return out
 
 
-def _race_free(program: Program, order: Order, rot: Rotator) -> bool:
-    read_end, write_end = _ends(program, order)
+def _race_free(program: Program, order: Order, rot: Rotator, feeds: dict[Key, _Feeds] | None = None) -> bool:
+    """`feeds`: `_feeds(program, dma_only=True)`, if the caller has it."""
+    read_end, write_end = _ends(program, order, feeds)
+    events = program.devices[0]
     local = Program(program.schedule_name, program.file, program.n, program.grid_names,
-                    [[ev for ev in program.devices[0] if not (isinstance(ev.action, DmaStart) and ev.action.remote)]],
+                    [[ev for ev in events if not (isinstance(ev.action, DmaStart) and ev.action.remote)]],
                     program.sem_kinds, program.shapes)
-    ends = DmaEnds({ev: read_end.get((0, ev.index)) for ev in local.devices[0]},
-                 {ev: write_end.get((0, ev.index)) for ev in local.devices[0]})
-    accs = [acc for acc in accesses(local, ends) if acc.region.device == 0]
-    for ev in program.devices[0]:
+    accs = [acc for acc in accesses(local, DmaEnds(read_end, write_end), described=False) if acc.region.device == 0]
+    for ev in events:
         a = ev.action
         if isinstance(a, DmaStart) and a.remote:
-            accs.append(Access(a.src, False, ev, read_end.get((0, ev.index)), "send"))
-    for ev in _incoming(program, rot):
-        accs.append(Access(ev.action.dst, True, ev, write_end.get((ev.device, ev.index)), "receive"))
+            accs.append(Access(a.src, False, ev, read_end.get(ev), "send"))
+    for ev, moved in _incoming(program, rot):
+        accs.append(Access(moved.action.dst, True, moved, write_end.get(ev), "receive"))
     groups: dict[str, list[Access]] = defaultdict(list)
+    written: set[str] = set()
     for acc in accs:
         groups[acc.region.buffer].append(acc)
-    columns: dict[int, _Column] = {}
-    return not any(_concurrent_pairs(group, order, columns) for group in groups.values())
+        if acc.write:
+            written.add(acc.region.buffer)
+    columns: dict[int, list[int]] = {}
+    # Two reads never race (`races.race`): a buffer nothing writes (an input) is skipped.
+    return not any(_concurrent_pairs(group, order, columns) for buf, group in groups.items() if buf in written)
 
 
-class _Column:
-    """`rows[e][k]` for every e, as a sequence for `bisect` (non-decreasing in e): read
-    where the search looks, O(log events) per access, not a copy per device k."""
-
-    __slots__ = ("rows", "k")
-
-    def __init__(self, rows: list[Any], k: int):
-        self.rows, self.k = rows, k
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, e: int) -> int:
-        return self.rows[e][self.k]
+def _column(rows: list[Any], k: int) -> list[int]:
+    """`rows[e][k]` for every e, as plain ints (non-decreasing in e, for `bisect`): the rows
+    are shared between consecutive events, so each distinct row is read once."""
+    out: list[int] = []
+    last, value = None, 0
+    for row in rows:
+        if row is not last:
+            last, value = row, int(row[k])
+        out.append(value)
+    return out
 
 
 class _Live:
     """Accesses whose spans may still meet a later one, by (end, index), dropped once over.
-    A list that is only appended to is swept when it has doubled since its last sweep, so
+    `low` is the earliest end among them, so asking while none is over costs nothing; a
+    list that is only appended to is swept when it has doubled since its last sweep, so
     keeping it costs O(1) per access, amortized."""
 
-    __slots__ = ("items", "swept")
+    __slots__ = ("items", "swept", "low")
 
     def __init__(self) -> None:
         self.items: list[tuple[float, int]] = []
         self.swept = 0
+        self.low = float("inf")
 
     def current(self, lo: int) -> list[tuple[float, int]]:
-        self.items = [(h, j) for h, j in self.items if h >= lo]
+        if self.low < lo:
+            self.items = items = [item for item in self.items if item[0] >= lo]
+            self.low = min(items)[0] if items else float("inf")
         self.swept = len(self.items)
         return self.items
 
     def add(self, lo: int, item: tuple[float, int]) -> None:
         self.items.append(item)
+        if item[0] < self.low:
+            self.low = item[0]
         if len(self.items) > 2 * self.swept + 8:
             self.current(lo)
 
 
-def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, _Column]) -> bool:
+def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list[int]]) -> bool:
     """Whether two accesses race, by a sweep over device 0's program order. Every access
     here ends at an event of device 0, and starts at one of device 0 or of device k; a
     start (k, j) is placed just after the last event of device 0 that must precede it
@@ -617,19 +681,19 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, _Col
     spans that meet, and `races.race` decides each such pair exactly. Two reads never
     race (`races.race`), so a read is only held against the live writes."""
     rows = order.cuts[0]
-
-    def span(acc: Access) -> tuple[int, float]:
-        ev = acc.start
+    never = float("inf")
+    spans = []
+    for i, acc in enumerate(group):
+        ev, end = acc.start, acc.end
         if ev.device == 0:
             lo = ev.index
         else:
             column = columns.get(ev.device)
             if column is None:
-                column = columns[ev.device] = _Column(rows, ev.device)
+                column = columns[ev.device] = _column(rows, ev.device)
             lo = bisect.bisect_right(column, ev.index)
-        return lo, (acc.end.index if acc.end is not None else float("inf"))
-
-    spans = sorted(((*span(acc), i) for i, acc in enumerate(group)))
+        spans.append((lo, end.index if end is not None else never, i))
+    spans.sort()
     # Live accesses, bucketed by where they start along the leading dimension, so a new
     # one meets only those it may overlap; boxes over a quarter of it are always met.
     # Writes and reads are kept apart (index 1 and 0).
@@ -638,23 +702,32 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, _Col
     narrow = [hi - lo <= extent / 4 for lo, hi in lead]
     width = max((hi - lo for (lo, hi), small in zip(lead, narrow) if small), default=1)
     keys = sorted({lo for (lo, _), small in zip(lead, narrow) if small})
-    buckets: tuple[dict[int, _Live], dict[int, _Live]] = (defaultdict(_Live), defaultdict(_Live))
+    buckets: tuple[dict[int, _Live], dict[int, _Live]] = ({}, {})
     wide = (_Live(), _Live())
+    both, writes = (1, 0), (1,)
     for lo, hi, i in spans:
         acc = group[i]
-        kinds = (1, 0) if acc.write else (1,)
+        first, last = lead[i]
         near = keys if not narrow[i] else \
-            keys[bisect.bisect_left(keys, lead[i][0] - width + 1):bisect.bisect_left(keys, lead[i][1])]
-        for w in kinds:
+            keys[bisect.bisect_left(keys, first - width + 1):bisect.bisect_left(keys, last)]
+        for w in (both if acc.write else writes):
+            bucket = buckets[w]
             for key in near:
-                if key in buckets[w]:
-                    live = buckets[w][key].current(lo)
-                    if live and any(race(group[j], acc, order) for _, j in live):
-                        return True
-            live = wide[w].current(lo)
-            if live and any(race(group[j], acc, order) for _, j in live):
-                return True
-        (buckets[acc.write][lead[i][0]] if narrow[i] else wide[acc.write]).add(lo, (hi, i))
+                live = bucket.get(key)
+                if live is not None:
+                    for _, j in live.current(lo):
+                        if race(group[j], acc, order):
+                            return True
+            for _, j in wide[w].current(lo):
+                if race(group[j], acc, order):
+                    return True
+        if narrow[i]:
+            live = buckets[acc.write].get(first)
+            if live is None:
+                live = buckets[acc.write][first] = _Live()
+            live.add(lo, (hi, i))
+        else:
+            wide[acc.write].add(lo, (hi, i))
     return False
 
 
@@ -709,8 +782,9 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
     megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
         _run(program)
-        order = quotient_order(program)
+        every, dma = _all_feeds(program)
+        order = quotient_order(program, every)
         rot = Rotator(program)
-        return _race_free(program, order, rot) and _data_flow_right(sched, program, meaning)
+        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning)
     except (_Unclear, NotRotational):
         return False

@@ -80,7 +80,11 @@ def describe(ev: Event) -> str:
     raise TypeError(f"races: no description for action {a!r}")
 
 
-def accesses(program: Program, ends: DmaEnds) -> list[Access]:
+def accesses(program: Program, ends: DmaEnds, described: bool = True) -> list[Access]:
+    """Every access of every event. `described=False`: without their texts (`what` is "";
+    for a caller that only asks whether there is a race)."""
+    if not described:
+        return _undescribed(program, ends)
     out: list[Access] = []
     for events in program.devices:
         for ev in events:
@@ -104,6 +108,29 @@ def accesses(program: Program, ends: DmaEnds) -> list[Access]:
                 out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {RACES[a.kind].writes} it"))
                 for r in a.reads:
                     out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))
+    return out
+
+
+def _undescribed(program: Program, ends: DmaEnds) -> list[Access]:
+    """`accesses` without texts: the same accesses in the same order (a DMA's source then
+    destination; a compute's destination, then what it reads unless it is a model write)."""
+    out: list[Access] = []
+    append = out.append
+    read_end, write_end = ends.read_end, ends.write_end
+    n = program.n
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, DmaStart):
+                if 0 <= a.dst.device < n:
+                    append(Access(a.src, False, ev, read_end.get(ev), ""))
+                    append(Access(a.dst, True, ev, write_end.get(ev), ""))
+            elif isinstance(a, Compute):
+                append(Access(a.dst, True, ev, ev, ""))
+                if a.kind not in ("enter", "exit", "allocate"):
+                    RACES[a.kind]  # an unknown kind raises, as `describe` would
+                    for r in a.reads:
+                        append(Access(r, False, ev, ev, ""))
     return out
 
 

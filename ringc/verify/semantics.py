@@ -128,7 +128,10 @@ def box_meets(a: Box, b: Box) -> bool:
 
 
 def box_inside(a: Box, b: Box) -> bool:
-    return all(b0 <= a0 and a1 <= b1 for (a0, a1), (b0, b1) in zip(a, b))
+    for (a0, a1), (b0, b1) in zip(a, b):
+        if a0 < b0 or b1 < a1:
+            return False
+    return True
 
 
 def _volume(box: Box) -> int:
@@ -140,15 +143,16 @@ def _volume(box: Box) -> int:
 
 def _subtract(a: Box, b: Box) -> list[Box]:
     """a minus b, as disjoint boxes."""
-    if _intersect(a, b) is None:
+    if not box_meets(a, b):
         return [a]
-    out, rest = [], list(a)
+    out, rest = [], a
     for d, ((a0, a1), (b0, b1)) in enumerate(zip(a, b)):
         if a0 < b0:
-            out.append(tuple(rest[:d] + [(a0, b0)] + rest[d + 1:]))
+            out.append(rest[:d] + ((a0, b0),) + rest[d + 1:])
         if b1 < a1:
-            out.append(tuple(rest[:d] + [(b1, a1)] + rest[d + 1:]))
-        rest[d] = (max(a0, b0), min(a1, b1))
+            out.append(rest[:d] + ((b1, a1),) + rest[d + 1:])
+        if a0 < b0 or b1 < a1:
+            rest = rest[:d] + ((a0 if a0 > b0 else b0, a1 if a1 < b1 else b1),) + rest[d + 1:]
     return out
 
 
@@ -195,6 +199,8 @@ def _single_dims(box: Box) -> frozenset[int]:
 def restrict_value(value: Value, box: Box, inner: Box) -> Value:
     """A value canonical for `box`, made canonical for `inner` inside it: the same value
     unless `inner` is a single index along a dim where `box` is not."""
+    if len(value) == 1 and value[0][2] == ():
+        return value  # one plain term without a map (garbage, opaque data): canonical for any box
     for (a0, a1), (b0, b1) in zip(box, inner):
         if b1 - b0 == 1 and a1 - a0 != 1:
             return canonical_value(value, inner)
@@ -417,19 +423,31 @@ class _Index:
     holds lengths up to 2^c), each kept sorted by where its pieces start. A region
     [lo, hi) meets a piece of class c only if it starts in [lo - 2^c + 1, hi), found by
     bisection: a few long pieces (a buffer not yet written, the remainder around a write)
-    no longer widen the search for the many short ones."""
+    no longer widen the search for the many short ones.
+
+    `exact` maps each stored piece's box to the piece. The pieces are disjoint (`Memory`'s
+    invariant), so a region whose box is a stored piece's meets that piece only: most
+    reads and rewrites (a slot read back, a block written again) are one dict lookup."""
+
+    __slots__ = ("classes", "exact")
 
     def __init__(self) -> None:
         self.classes: dict[int, tuple[list[int], list[Piece]]] = {}  # class -> (starts, pieces)
+        self.exact: dict[Box, Piece] = {}
 
     def meeting(self, box: Box) -> list[tuple[int, int]]:
-        """Positions (class, index) of the pieces that overlap `box`."""
+        """Positions (class, index) of the pieces that overlap `box`. (A class of a few
+        pieces is scanned whole: the ones bisection would skip do not meet `box` anyway.)"""
         lo, hi = box[0]
         out = []
         for c, (starts, pieces) in self.classes.items():
-            for i in range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi)):
-                p = pieces[i]
-                if p.box[0][1] > lo and box_meets(p.box, box):
+            if len(starts) <= 4:
+                span = range(len(starts))
+            else:
+                span = range(bisect_left(starts, lo - (1 << c) + 1), bisect_left(starts, hi))
+            for i in span:
+                pbox = pieces[i].box
+                if pbox[0][1] > lo and starts[i] < hi and box_meets(pbox, box):
                     out.append((c, i))
         return out
 
@@ -456,23 +474,33 @@ class _Index:
         i = bisect_left(starts, lo)
         starts.insert(i, lo)
         pieces.insert(i, piece)
+        self.exact[piece.box] = piece
 
-    def replace(self, position: tuple[int, int], piece: Piece) -> bool:
-        """Put `piece` (of the same box) in place of the one at `position`, if that is
-        where `add` would put it (first of those starting where it does)."""
-        c, i = position
-        starts, pieces = self.classes[c]
-        if pieces[i].box != piece.box or (i and starts[i - 1] == starts[i]):
-            return False
-        pieces[i] = piece
-        return True
+    def swap(self, piece: Piece) -> None:
+        """Put `piece` in place of the stored piece of the same box, where removing that
+        one and adding `piece` would put it: first of the pieces of its class that start
+        where it does."""
+        box = piece.box
+        lo, hi = box[0]
+        starts, pieces = self.classes[(hi - lo - 1).bit_length()]
+        first = i = bisect_left(starts, lo)
+        while pieces[i].box != box:
+            i += 1
+        if i != first:
+            del pieces[i]
+            pieces.insert(first, piece)
+        else:
+            pieces[i] = piece
+        self.exact[box] = piece
 
     def remove(self, positions: list[tuple[int, int]]) -> list[Piece]:
         gone = []
+        exact = self.exact
         for c, i in reversed(positions):  # per class, positions are increasing
             starts, pieces = self.classes[c]
-            gone.append(pieces[i])
-            del pieces[i], starts[i]
+            p = pieces[i]
+            gone.append(p)
+            del pieces[i], starts[i], exact[p.box]
         gone.reverse()
         return gone
 
@@ -483,7 +511,6 @@ class Memory:
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
         self.index: dict[tuple[int, str], _Index] = {}
-        self.moves: dict[tuple, tuple[Box, list[tuple[int | None, int]]]] = {}  # `translate`'s
 
     def _pieces(self, key: tuple[int, str]) -> _Index:
         index = self.index.get(key)
@@ -498,8 +525,11 @@ class Memory:
 
     # Invariant: every stored piece's value is canonical for its box.
     def read(self, r: Region) -> list[Piece]:
-        out, covered = [], []
         index = self._pieces((r.device, r.buffer))
+        p = index.exact.get(r.box)
+        if p is not None:
+            return [p]  # the only piece that meets it (`_Index`)
+        out, covered = [], []
         for p, ix in index.overlapping(r.box):
             out.append(p if ix == p.box else Piece(ix, restrict_value(p.value, p.box, ix)))
             covered.append(ix)
@@ -515,35 +545,52 @@ class Memory:
     def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
-        positions = index.meeting(r.box)
-        if (len(new) == 1 and new[0].box == r.box and len(positions) == 1 and index.replace(
-                positions[0], new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))):
-            return  # one piece replaced one piece: in place, where removing and adding would put it
-        for p in index.remove(positions):
-            if not box_inside(p.box, r.box):
-                for b in _subtract(p.box, r.box):
-                    index.add(Piece(b, restrict_value(p.value, p.box, b)))
+        if len(new) == 1 and new[0].box == r.box and r.box in index.exact:
+            # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
+            index.swap(new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))
+            return
+        box = r.box
+        add = index.add
+        for p in index.remove(index.meeting(box)):
+            if not box_inside(p.box, box):
+                for b in _subtract(p.box, box):
+                    add(Piece(b, restrict_value(p.value, p.box, b)))
         for p in new:
-            index.add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
+            add(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
 
     def translate(self, pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
         """Move pieces read from `src` to the matching coordinates of `dst`."""
+        return self._translate(pieces, src, dst)[0]
+
+    @staticmethod
+    def _translate(pieces: list[Piece], src: Region, dst: Region) -> tuple[list[Piece], bool]:
+        """`translate`, and whether any term's map changed (if not, the pieces' values are
+        the ones read, in their order)."""
+        sb, db = src.box, dst.box
+        # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
+        # moves to its destination dim (`kept`: the same entry for every piece), a
+        # point-indexed one becomes a constant coordinate (the piece's own).
+        kept: list[tuple[int, int] | None] = [None] * len(sb)
+        for s, d in zip(src.kept, dst.kept):
+            kept[s] = (d, sb[s][0] - db[d][0])
+        same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
         out = []
         for p in pieces:
-            key = (src.box, src.kept, dst.box, dst.kept, p.box)  # most moves repeat: a table of them
-            move = self.moves.get(key)
-            if move is None:
-                shift = {s: (d, dst.box[d][0] - src.box[s][0]) for s, d in zip(src.kept, dst.kept)}
-                box = list(dst.box)
-                for s, (d, off) in shift.items():
-                    box[d] = (p.box[s][0] + off, p.box[s][1] + off)
-                # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
-                # moves to its destination dim, a point-indexed one becomes a constant coordinate.
-                move = self.moves[key] = (tuple(box), [(shift[d][0], -shift[d][1]) if d in shift else (None, lo)
-                                                       for d, (lo, _) in enumerate(p.box)])
-            box, table = move
+            pb = p.box
+            box = list(db)
+            for s, k in enumerate(kept):
+                if k is not None:
+                    d, back = k
+                    box[d] = (pb[s][0] - back, pb[s][1] - back)
+            box = tuple(box)
+            if box == db:
+                box = db  # the region's own tuple: the index compares it by identity first
+            if same:  # every entry (d, off) stays (d, off): the terms as they are
+                out.append(Piece(box, p.value))
+                continue
+            table = [k if k is not None else (None, pb[s][0]) for s, k in enumerate(kept)]
             out.append(Piece(box, tuple([_remap(t, table) for t in p.value])))
-        return out
+        return out, not same and bool(pieces)
 
     def copy(self, src: Region, dst: Region) -> None:
         self.move(self.read(src), src, dst)
@@ -551,10 +598,11 @@ class Memory:
     def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
         """Write canonical `pieces` of `src` into `dst`. Translating changes every term's map by
         the same one-to-one shift into dims of the same size, so nothing merges or splits:
-        only the terms' order may change."""
-        moved = self.translate(pieces, src, dst)
-        self.write(dst, [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved],
-                   canonical=True)
+        only the terms' order may change (not when no map changed)."""
+        moved, remapped = self._translate(pieces, src, dst)
+        if remapped:
+            moved = [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved]
+        self.write(dst, moved, canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)
@@ -619,12 +667,18 @@ class Memory:
                 result = _add(result, Piece(tuple(box), tuple(terms)))
         self.write(dst, result)
 
+    # A value of one UNINIT or OPAQUE term (its map is empty), or of none, is canonical for
+    # any box (`canonical_value` returns it as it is): written without canonicalizing.
     def forget(self, dst: Region) -> None:
         """Whatever ran before the kernel left garbage here."""
-        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))])
+        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))], canonical=True)
 
     def zero(self, dst: Region) -> None:
-        self.write(dst, [Piece(dst.box, ())])
+        self.write(dst, [Piece(dst.box, ())], canonical=True)
+
+    def opaque(self, dst: Region) -> None:
+        """Data the model does not follow (an imported kernel's own arithmetic)."""
+        self.write(dst, [Piece(dst.box, ((OPAQUE + dst.buffer, dst.device, ()),))], canonical=True)
 
 
 def _index_name(marker: int) -> str:
@@ -783,7 +837,7 @@ APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it
 APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
 APPLY.register("assign", "cast", "load")(lambda mem, a: mem.copy(a.src, a.dst))
 # data the model does not follow (an imported kernel's own arithmetic)
-APPLY.register("opaque")(lambda mem, a: mem.write(a.dst, [Piece(a.dst.box, ((OPAQUE + a.dst.buffer, a.dst.device, ()),))]))
+APPLY.register("opaque")(lambda mem, a: mem.opaque(a.dst))
 APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
 APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract))
 
