@@ -16,7 +16,7 @@ from ..ir import schema as S
 
 __all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
            "COMPUTE_KINDS", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
-           "Event", "Program", "deposits", "feeders"]
+           "Event", "Program", "deposits", "feeders", "matmul_dims"]
 
 # A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
 # the double barrier's kernel-scoped second semaphore is "barrier#2".
@@ -171,6 +171,14 @@ class Compute:
     def work(self) -> bool:
         """A real op of the kernel, not one of the race model's own writes."""
         return self.kind not in ("enter", "exit", "allocate")
+
+
+def matmul_dims(src: Region, rhs: Region, contract: tuple[int, int]) -> tuple[int, int, int, int]:
+    """A matmul's buffer dims: src's contracted and free dim, then rhs's (`contract`, as
+    lax.dot_general's, picks among each operand's kept dims; the free ones are the
+    destination's rows and columns)."""
+    ka, kb = src.kept[contract[0]], rhs.kept[contract[1]]
+    return ka, src.kept[1 - contract[0]], kb, rhs.kept[1 - contract[1]]
 
 
 Action = Union[DmaStart, SemWait, Signal, Compute]

@@ -45,7 +45,7 @@ from typing import Callable, Iterable, Mapping
 
 from ..collectives import Buffers
 from ..ir.rules import RuleTable
-from .events import COMPUTE_KINDS, Compute, DmaStart, Event, Region
+from .events import Compute, DmaStart, Event, Region, matmul_dims
 
 __all__ = ["Gauge", "PAIRS", "device_dims"]
 
@@ -73,8 +73,7 @@ PAIRS.register("accumulate")(lambda a: (_kept(a.src, a.dst) + (_kept(a.base, a.d
 def _matmul(a: Compute) -> tuple[list[tuple[Region, int, int]], list[tuple[Region, int]]]:
     """dst = src @ rhs (`semantics.Memory.matmul`): src's free dim onto dst's rows, rhs's
     onto its columns; both contracted dims summed over."""
-    ka, ra = a.src.kept[a.contract[0]], a.src.kept[1 - a.contract[0]]
-    kb, cb = a.rhs.kept[a.contract[1]], a.rhs.kept[1 - a.contract[1]]
+    ka, ra, kb, cb = matmul_dims(a.src, a.rhs, a.contract)
     rd, cd = a.dst.kept
     return [(a.src, ra, rd), (a.rhs, cb, cd)], [(a.src, ka), (a.rhs, kb)]
 

@@ -394,14 +394,10 @@ class _Feeds:
         return bisect.bisect_left(self.index[offset], limit)
 
 
-def _feeds(program: Program, dma_only: bool = False) -> dict[Key, _Feeds]:
+def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
-    by -t, is device -t's deposit into device 0's. `dma_only`: the DMAs' deposits only."""
-    return _all_feeds(program)[1 if dma_only else 0]
-
-
-def _all_feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
-    """`_feeds` and `_feeds(dma_only=True)`, in one pass over device 0's events."""
+    by -t, is device -t's deposit into device 0's. Every deposit's, and the DMAs' alone,
+    in one pass over device 0's events."""
     neg = group_of(program).neg
     offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
     every: dict[Key, _Feeds] = defaultdict(_Feeds)
@@ -487,12 +483,12 @@ class _Rows:
 
 
 def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> Order:
-    """`feeds`: `_feeds(program)`, if the caller has it."""
+    """`feeds`: `_feeds(program)[0]`, if the caller has it."""
     events, n = program.devices[0], program.n
     torus = group_of(program)
     length = len(events)
     if feeds is None:
-        feeds = _feeds(program)
+        feeds = _feeds(program)[0]
     demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
     running: dict[Key, int] = defaultdict(int)
     for ev in events:
@@ -544,9 +540,9 @@ def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None
     than its cumulative demand. Keyed by device 0's DMA start: its source's end (the read
     side), and its destination's end (the write side) in the device it lands in, which
     for a remote DMA is its copy rotated into device 0 (`_incoming`): one receive side
-    per DMA, so one key each. `feeds`: `_feeds(program, dma_only=True)`, if the caller has it."""
+    per DMA, so one key each. `feeds`: `_feeds(program)[1]`, if the caller has it."""
     if feeds is None:
-        feeds = _feeds(program, dma_only=True)
+        feeds = _feeds(program)[1]
     neg = group_of(program).neg
     row = order.cuts[0]
     read_end: dict[Event, Event | None] = {}
@@ -608,7 +604,7 @@ def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, Event]]:
 
 
 def _race_free(program: Program, order: Order, rot: Rotator, feeds: dict[Key, _Feeds] | None = None) -> bool:
-    """`feeds`: `_feeds(program, dma_only=True)`, if the caller has it."""
+    """`feeds`: `_feeds(program)[1]`, if the caller has it."""
     read_end, write_end = _ends(program, order, feeds)
     events = program.devices[0]
     local = Program(program.schedule_name, program.file, program.n, program.grid_names,
@@ -782,7 +778,7 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
     megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
         _run(program)
-        every, dma = _all_feeds(program)
+        every, dma = _feeds(program)
         order = quotient_order(program, every)
         rot = Rotator(program)
         return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning)

@@ -81,39 +81,9 @@ def describe(ev: Event) -> str:
 
 
 def accesses(program: Program, ends: DmaEnds, described: bool = True) -> list[Access]:
-    """Every access of every event. `described=False`: without their texts (`what` is "";
-    for a caller that only asks whether there is a race)."""
-    if not described:
-        return _undescribed(program, ends)
-    out: list[Access] = []
-    for events in program.devices:
-        for ev in events:
-            a = ev.action
-            if isinstance(a, DmaStart):
-                if not 0 <= a.dst.device < program.n:
-                    continue
-                arrow = f" (device {program.label(ev.device)} -> {program.label(a.dst.device)})" if a.remote else ""
-                out.append(Access(a.src, False, ev, ends.read_end.get(ev),
-                                  f"copy `{a.copy}`{arrow} reads it as its source"))
-                out.append(Access(a.dst, True, ev, ends.write_end.get(ev), f"copy `{a.copy}`{arrow} writes it"))
-            elif isinstance(a, Compute) and a.kind == "enter":
-                out.append(Access(a.dst, True, ev, ev, f"device {program.label(ev.device)} enters the kernel (call "
-                                  f"{ev.invocation + 1}; before that the memory belongs to whatever ran before)"))
-            elif isinstance(a, Compute) and a.kind == "exit":
-                out.append(Access(a.dst, True, ev, ev, f"device {program.label(ev.device)} exits the kernel (call "
-                                  f"{ev.invocation + 1}; after that the memory belongs to whatever runs next)"))
-            elif isinstance(a, Compute) and a.kind == "allocate":
-                out.append(Access(a.dst, True, ev, ev, "a pipeline allocates it"))
-            elif isinstance(a, Compute):
-                out.append(Access(a.dst, True, ev, ev, f"`{a.kind}` {RACES[a.kind].writes} it"))
-                for r in a.reads:
-                    out.append(Access(r, False, ev, ev, f"`{a.kind}` reads it"))
-    return out
-
-
-def _undescribed(program: Program, ends: DmaEnds) -> list[Access]:
-    """`accesses` without texts: the same accesses in the same order (a DMA's source then
-    destination; a compute's destination, then what it reads unless it is a model write)."""
+    """Every access of every event: a DMA's source then destination; a compute's
+    destination, then what it reads (the model's own writes read nothing). `described=False`:
+    without their texts (`what` is ""; for a caller that only asks whether there is a race)."""
     out: list[Access] = []
     append = out.append
     read_end, write_end = ends.read_end, ends.write_end
@@ -122,16 +92,40 @@ def _undescribed(program: Program, ends: DmaEnds) -> list[Access]:
         for ev in events:
             a = ev.action
             if isinstance(a, DmaStart):
-                if 0 <= a.dst.device < n:
-                    append(Access(a.src, False, ev, read_end.get(ev), ""))
-                    append(Access(a.dst, True, ev, write_end.get(ev), ""))
+                if not 0 <= a.dst.device < n:
+                    continue
+                reads, writes = _dma_texts(program, ev) if described else ("", "")
+                append(Access(a.src, False, ev, read_end.get(ev), reads))
+                append(Access(a.dst, True, ev, write_end.get(ev), writes))
             elif isinstance(a, Compute):
-                append(Access(a.dst, True, ev, ev, ""))
-                if a.kind not in ("enter", "exit", "allocate"):
-                    RACES[a.kind]  # an unknown kind raises, as `describe` would
+                rule = RACES[a.kind] if a.work else None  # an unknown kind raises
+                append(Access(a.dst, True, ev, ev, _write_text(program, ev, rule) if described else ""))
+                if a.work:
                     for r in a.reads:
-                        append(Access(r, False, ev, ev, ""))
+                        append(Access(r, False, ev, ev, f"`{a.kind}` reads it" if described else ""))
     return out
+
+
+def _dma_texts(program: Program, ev: Event) -> tuple[str, str]:
+    """How a DMA's access to its source and to its destination are described."""
+    a = ev.action
+    arrow = f" (device {program.label(ev.device)} -> {program.label(a.dst.device)})" if a.remote else ""
+    return f"copy `{a.copy}`{arrow} reads it as its source", f"copy `{a.copy}`{arrow} writes it"
+
+
+def _write_text(program: Program, ev: Event, rule: "ComputeRule | None") -> str:
+    """How a compute's write of its destination is described (`rule`: its kind's, None
+    for the model's own writes)."""
+    a = ev.action
+    if a.kind == "enter":
+        return (f"device {program.label(ev.device)} enters the kernel (call {ev.invocation + 1}; before that "
+                "the memory belongs to whatever ran before)")
+    if a.kind == "exit":
+        return (f"device {program.label(ev.device)} exits the kernel (call {ev.invocation + 1}; after that "
+                "the memory belongs to whatever runs next)")
+    if a.kind == "allocate":
+        return "a pipeline allocates it"
+    return f"`{a.kind}` {rule.writes} it"
 
 
 def _ordered(order: Order, first: Access, second: Access) -> bool:

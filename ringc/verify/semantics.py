@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
 from ..ir.rules import RuleTable
-from .events import Compute, DmaStart, Event, Program, Region
+from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
            "restrict_value", "device_span", "device_run", "canonical_value", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
@@ -624,8 +624,7 @@ class Memory:
         A factor that is itself a product (`a` holds a matmul's result) makes a chained
         term, whose contraction index is a fresh marker below those the factors bind;
         beyond `MAX_DEPTH` the result is OPAQUE."""
-        ka, ra = a.kept[contract[0]], a.kept[1 - contract[0]]
-        kb, cb = b.kept[contract[1]], b.kept[1 - contract[1]]
+        ka, ra, kb, cb = matmul_dims(a, b, contract)
         rd, cd = dst.kept
         result = self.read(dst) if accumulate else [Piece(dst.box, ())]
         for pa in self.read(a):
