@@ -97,10 +97,6 @@ class Rotator:
             moves = self.moves[key] = tuple(out)
         return moves
 
-    def _move(self, buffer: str, dim: int, delta: int) -> int:
-        """How far a buffer dimension moves on device delta."""
-        return self._moves(buffer, delta)[dim]
-
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole). The unroller shares
         one Region between the events that access it, and the races and the data flow
@@ -129,8 +125,8 @@ class Rotator:
         """`box` cut where rotating it by delta would wrap a dimension around its end (under
         XOR: into single indices along a dimension that moves, whose order XOR permutes)."""
         boxes = [box]
-        for dim, size in enumerate(self.shapes[buffer]):
-            shift = self._move(buffer, dim, delta) % size
+        for dim, (size, move) in enumerate(zip(self.shapes[buffer], self._moves(buffer, delta))):
+            shift = move % size
             if not shift:
                 continue
             if self.xor:
@@ -733,7 +729,13 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
+def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule",
+                     boxes: Rotator | None = None) -> bool:
+    """Device 0's memory replayed, each remote DMA landing what device -t sends, then
+    compared with the collective's meaning. `boxes`: a Rotator of the same program whose
+    rotated regions are reused (the races ask for the same ones). The gauge's steps only
+    move dims accessed whole, and a whole dim stays whole, so a region moves the same
+    under either."""
     if meaning is None:
         return True  # no meaning to check
     collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
@@ -741,6 +743,8 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
     if steps is None:
         return False
     rot = Rotator(program, steps)
+    if boxes is not None:
+        rot.regions = boxes.regions
     n, mem = program.n, Memory(program.shapes)
     for name, buf in sched.buffers.items():
         if buf.kind == "input":
@@ -785,6 +789,6 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
         every, dma = _feeds(program)
         order = quotient_order(program, every)
         rot = Rotator(program)
-        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning)
+        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning, rot)
     except (_Unclear, NotRotational):
         return False
