@@ -574,17 +574,24 @@ class Memory:
         for s, d in zip(src.kept, dst.kept):
             kept[s] = (d, sb[s][0] - db[d][0])
         same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
+        # A piece that is the whole source (an exact read) lands on the whole destination
+        # when the kept dims have the same lengths (the region's own tuple: the index
+        # compares it by identity first).
+        whole = all(sb[s][1] - sb[s][0] == db[d][1] - db[d][0] for s, d in zip(src.kept, dst.kept))
         out = []
         for p in pieces:
             pb = p.box
-            box = list(db)
-            for s, k in enumerate(kept):
-                if k is not None:
-                    d, back = k
-                    box[d] = (pb[s][0] - back, pb[s][1] - back)
-            box = tuple(box)
-            if box == db:
-                box = db  # the region's own tuple: the index compares it by identity first
+            if whole and pb == sb:
+                box = db
+            else:
+                box = list(db)
+                for s, k in enumerate(kept):
+                    if k is not None:
+                        d, back = k
+                        box[d] = (pb[s][0] - back, pb[s][1] - back)
+                box = tuple(box)
+                if box == db:
+                    box = db
             if same:  # every entry (d, off) stays (d, off): the terms as they are
                 out.append(Piece(box, p.value))
                 continue
