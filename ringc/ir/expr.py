@@ -387,7 +387,7 @@ _COMPILED: dict[int, tuple[Expr, Callable[[Mapping[str, Any]], Any]]] = {}
 
 def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
     """`lambda env: evaluate(expr, env)`, compiled once into one generated Python function
-    (`_Emitter`: no dispatch on the node type at every evaluation: the unroller evaluates
+    (`Emitter`: no dispatch on the node type at every evaluation: the unroller evaluates
     each of a schedule's few expressions at every grid point). The code does what
     `evaluate` does for each node, in the same order; wherever `evaluate` would raise, it
     gives up and `evaluate` runs instead, so the value is the same and so is every error
@@ -396,7 +396,7 @@ def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
     hit = _COMPILED.get(id(expr))
     if hit is not None:
         return hit[1]
-    code = _Emitter()
+    code = Emitter()
     body: list[str] = []
     result = code.emit(expr, body)
     code.consts["_expr"], code.consts["_evaluate"] = expr, evaluate
@@ -410,7 +410,7 @@ def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
     return run
 
 
-class _Emitter:
+class Emitter:
     """Python source computing expressions as `evaluate` does, node for node, with Python's
     own operators on the same values (so floor division and modulo, and a symbolic value's
     own operators), `bool(a) and bool(b)` (the right side only when needed), `not`, the
@@ -473,31 +473,51 @@ class _Emitter:
         return namespace[signature.split("(")[0]]
 
 
-def block_evaluator(steps: list[tuple[str, Expr | None]]) -> Callable[..., None]:
+def block_evaluator(steps: list[tuple[str, Expr | None, tuple[str, ...] | None]],
+                    keyed: Mapping[type, Callable[[Any], Any]]) -> Callable[..., None]:
     """A sequence of assignments (a schedule's `let:` block at one grid point), compiled
-    into one Python function `run(env, given, slow)` that does, for each step i in order,
+    into one Python function `run(env, given, slow, memo)` that does, for each step
+    (name, expr, key) number i, in order,
 
         env[name] = given[name]            (expression None: a value known beforehand)
         env[name] = evaluator(expr)(env)   (else; where that would raise: slow(i))
 
     `slow(i)` is the caller's own evaluation of step i, which gives its value or raises
-    its error. The code is `evaluator`'s (`_Emitter`), one step after the other, and
+    its error. The code is `evaluator`'s (`Emitter`), one step after the other, and
     where it gives up or anything raises, the step runs `slow(i)` instead, so each value
     is the one `evaluator` gives, or the caller's. A step's value is also kept in a
-    local, read by the later steps for its name (as `env` then holds it)."""
-    code = _Emitter()
+    local, read by the later steps for its name (as `env` then holds it). A step with a
+    `key` (names whose values, with the others `expr` reads fixed, determine its value)
+    keeps the values it computes in `memo` under ("let", i, those values), each value
+    standing as `keyed` says for its type (as `Unroller.memoized` keys do), and looks
+    there first."""
+    code = Emitter()
+    code.consts["_keyed"], code.consts["_missing"] = keyed, object()
     lines: list[str] = []
-    for i, (name, e) in enumerate(steps):
+    for i, (name, e, key) in enumerate(steps):
         var = f"_v{i}"
         if e is None:
             lines.append(f"env[{name!r}] = {var} = given[{name!r}]")
+            code.local[name] = var
+            continue
+        body: list[str] = []
+        result = code.emit(e, body)
+        if key is not None:
+            head = []
+            for j, n in enumerate(key):
+                k = f"_k{j}"
+                head += [f"{k} = {code.local.get(n) or f'env.get({n!r}, _missing)'}", f"if type({k}) is not int:",
+                         f"    _f = _keyed.get(type({k}))", "    if _f is not None:", f"        {k} = _f({k})"]
+            head += [f"_key = ('let', {i}{''.join(f', _k{j}' for j in range(len(key)))})",
+                     f"{var} = memo.get(_key, _missing)", f"if {var} is _missing:"]
+            body = [*head, *("    " + line for line in body), f"    {var} = memo[_key] = {result}"]
+            lines += ["try:", *("    " + line for line in body), "except Exception:", f"    {var} = slow({i})"]
         else:
-            body: list[str] = []
-            result = code.emit(e, body)
             lines += ["try:", *("    " + line for line in body), f"    {var} = {result}",
-                      "except Exception:", f"    {var} = slow({i})", f"env[{name!r}] = {var}"]
+                      "except Exception:", f"    {var} = slow({i})"]
+        lines.append(f"env[{name!r}] = {var}")
         code.local[name] = var
-    return code.function("run(env, given, slow)", lines or ["pass"])
+    return code.function("run(env, given, slow, memo)", lines or ["pass"])
 
 
 # Binding strength for printing with the fewest parentheses (Python's: a conditional

@@ -255,6 +255,7 @@ class Unroller:
         self.cheap: dict[int, bool] = {}  # per expression (by id): not worth memoizing (`value`)
         self.windows: dict[tuple[str, int | None, int], Region] = {}
         self.region_plans: dict[int, list[tuple[int, int, Any, Any, Any]]] = {}  # per ref (`region_plan`)
+        self.sem_plans: dict[int, tuple[tuple[int, ...], list[Callable[[Any], Any]]]] = {}  # per ref (`sem`)
         self.pipelines: dict[int, tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]] = {}
         self.pipeline_reads: dict[int, tuple[str, ...]] = {}  # per pipeline op (`pipeline_key`)
         self.pipeline_trials: dict[int, list[int]] = {}  # per pipeline op: [keyed, templates used] (`pipeline`)
@@ -408,9 +409,15 @@ class Unroller:
             if window is None:
                 window = self.window_refs[key] = (ref, E.Ref(buffer, (E.Const(slot), *ref.indices)))
             ref = window[1]
-        plan = self.region_plans.get(id(ref))
-        if plan is None:
-            plan = self.region_plans[id(ref)] = self.region_plan(ref)
+        entry = self.region_plans.get(id(ref))
+        if entry is None:
+            plan = self.region_plan(ref)
+            entry = self.region_plans[id(ref)] = (plan, self.region_function(ref, plan))
+        plan, fast = entry
+        try:
+            return fast(self.env, self.place, self.device)
+        except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
+            pass
         env, place, name = self.env, self.place, ref.name
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
@@ -447,6 +454,37 @@ class Unroller:
             kept.append(dim)
         return Region(name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[name])
 
+    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region]:
+        """`evaluate_region`'s loop over `plan` for `ref`, as one generated function of
+        (env, place, device) with the expressions inlined (`E.Emitter`, the code
+        `E.evaluator` runs): the same steps in the same order, the same region. Wherever
+        the loop would raise (a bad index or slice, an expression's error) or anything
+        else raises, it raises, and `evaluate_region` runs the loop, which raises what it
+        should. (`place` may record a box's step twice then: the same step, recorded once.)"""
+        code = E.Emitter()
+        name, line = ref.name, []
+        code.consts.update(_Region=Region, _name=name, _itemsize=self.ctx.itemsize[name])
+        box, kept = [], []
+        for dim, size, start_of, size_of, index in plan:
+            b = f"_b{dim}"
+            if index is not None:
+                v = code.emit(index[0], line)
+                line += [f"_i = int(place(_name, {dim}, {size}, {v}, 1)[0])",
+                         f"if not 0 <= _i < {size}: raise _Fallback", f"{b} = (_i, _i + 1)"]
+            elif start_of is _WHOLE:
+                line.append(f"{b} = (0, {size})")
+                kept.append(dim)
+            else:
+                start = code.emit(start_of[0], line) if start_of is not None else "0"
+                line.append(f"_s = {start}")
+                length = code.emit(size_of[0], line) if size_of is not None else f"{size} - _s"
+                line += [f"_s, _l = place(_name, {dim}, {size}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                         f"if _s < 0 or _l <= 0 or _s + _l > {size}: raise _Fallback", f"{b} = (_s, _s + _l)"]
+                kept.append(dim)
+            box.append(b)
+        line.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
+        return code.function("region(env, place, device)", line)
+
     def region_plan(self, ref: E.Ref) -> list[tuple[int, int, Any, Any, Any]]:
         """How `evaluate_region` reads `ref`, made once per ref: per dimension of its buffer,
         (dim, size, start, size, index), each an (expression, `E.evaluator`) pair or None:
@@ -476,8 +514,15 @@ class Unroller:
                                 "rows on the sizes that land there), or make the buffer larger")
 
     def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
-        shape = self.ctx.sem_shapes[ref.name]
-        idx = tuple([self.ev(i, line) for i in ref.indices])
+        plan = self.sem_plans.get(id(ref))
+        if plan is None:
+            plan = self.sem_plans[id(ref)] = (self.ctx.sem_shapes[ref.name], [E.evaluator(i) for i in ref.indices])
+        shape, indices = plan
+        env = self.env
+        try:  # `ev` of each index
+            idx = tuple([index(env) for index in indices])
+        except E.ExprError as err:
+            self.expr_failed(err, line)
         for i, size in zip(idx, shape):
             if not 0 <= i < size:
                 self.fail(line, f"`{ref.text()}`: index {i} is out of range for semaphore array "
@@ -763,7 +808,7 @@ class Unroller:
         if self.fixed is not None and self.fixed[0] == self.device:
             if self.later_lets is None:
                 self.later_lets = self.compile_later_lets()
-            self.later_lets(env, self.fixed[1], self.derive)
+            self.later_lets(env, self.fixed[1], self.derive, self.memo)
             return
         for i in range(len(self.derived)):
             env[self.derived[i][0]] = self.derive(i)
@@ -785,8 +830,15 @@ class Unroller:
         each builtin and let that does not vary is the value it had at the first point, the
         same function (`value`) of the same values; the others are what `derive` gives, which
         computes each one the generated code cannot (and raises its error, where and as the
-        loop over `derive` would)."""
-        return E.block_evaluator([(name, e if varies else None) for name, e, _, varies in self.derived])
+        loop over `derive` would); each `costly` one is memoized (symbolic arithmetic costs
+        more than a memo key), on the names it reads that are not `device_constants`."""
+        steps = []
+        for name, e, _, varies in self.derived:
+            key = None
+            if name in self.costly:  # as `value` memoizes it (in `memo`, the device's own)
+                key = tuple(sorted(n for n in E.names(e) if n not in self.device_constants))
+            steps.append((name, e if varies else None, key))
+        return E.block_evaluator(steps, self.keyed)
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
