@@ -462,28 +462,28 @@ class Unroller:
         else raises, it raises, and `evaluate_region` runs the loop, which raises what it
         should. (`place` may record a box's step twice then: the same step, recorded once.)"""
         code = E.Emitter()
-        name, line = ref.name, []
+        name, body = ref.name, []
         code.consts.update(_Region=Region, _name=name, _itemsize=self.ctx.itemsize[name])
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
             b = f"_b{dim}"
             if index is not None:
-                v = code.emit(index[0], line)
-                line += [f"_i = int(place(_name, {dim}, {size}, {v}, 1)[0])",
+                v = code.emit(index[0], body)
+                body += [f"_i = int(place(_name, {dim}, {size}, {v}, 1)[0])",
                          f"if not 0 <= _i < {size}: raise _Fallback", f"{b} = (_i, _i + 1)"]
             elif start_of is _WHOLE:
-                line.append(f"{b} = (0, {size})")
+                body.append(f"{b} = (0, {size})")
                 kept.append(dim)
             else:
-                start = code.emit(start_of[0], line) if start_of is not None else "0"
-                line.append(f"_s = {start}")
-                length = code.emit(size_of[0], line) if size_of is not None else f"{size} - _s"
-                line += [f"_s, _l = place(_name, {dim}, {size}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                start = code.emit(start_of[0], body) if start_of is not None else "0"
+                body.append(f"_s = {start}")
+                length = code.emit(size_of[0], body) if size_of is not None else f"{size} - _s"
+                body += [f"_s, _l = place(_name, {dim}, {size}, _s, {length})", "_s, _l = int(_s), int(_l)",
                          f"if _s < 0 or _l <= 0 or _s + _l > {size}: raise _Fallback", f"{b} = (_s, _s + _l)"]
                 kept.append(dim)
             box.append(b)
-        line.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
-        return code.function("region(env, place, device)", line)
+        body.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
+        return code.function("region(env, place, device)", body)
 
     def region_plan(self, ref: E.Ref) -> list[tuple[int, int, Any, Any, Any]]:
         """How `evaluate_region` reads `ref`, made once per ref: per dimension of its buffer,
