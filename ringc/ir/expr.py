@@ -467,10 +467,25 @@ class Emitter:
         return t
 
     def function(self, signature: str, body: list[str]) -> Callable[..., Any]:
-        namespace = dict(self.consts)
-        source = "\n".join([f"def {signature}:", *("    " + line for line in body)])
-        exec(compile(source, "<ringc expression>", "exec"), namespace)
-        return namespace[signature.split("(")[0]]
+        """The function `def signature: body`, its constants bound (`compiled`)."""
+        return compiled("\n".join([f"def {signature}:", *("    " + line for line in body)]), self.consts)
+
+
+_CODE: dict[str, Any] = {}
+
+
+def compiled(source: str, namespace: Mapping[str, Any]) -> Callable[..., Any]:
+    """The one function `source` defines, its global names bound to `namespace`. The code is
+    compiled once per source text (a schedule's expressions are compiled again for every
+    N and every load, as text they are the same; the values differ only in `namespace`)."""
+    code = _CODE.get(source)
+    if code is None:
+        if len(_CODE) > 20_000:  # a bound on what it keeps (property tests make many)
+            _CODE.clear()
+        code = _CODE[source] = compile(source, "<ringc generated>", "exec")
+    scope = dict(namespace)
+    exec(code, scope)
+    return scope[source[4:source.index("(")]]  # `def name(`
 
 
 def block_evaluator(steps: list[tuple[str, Expr | None, tuple[str, ...] | None]],

@@ -332,8 +332,7 @@ class Unroller:
             lines.append(f"    if slots:\n        return (node{values}{slots})")
         lines.append(f"    return (node{values},)")
         namespace = {"missing": _MISSING, "keyed": self.keyed, "node": id(node)}
-        exec(compile("\n".join(lines), f"<ringc memo key, line {getattr(node, 'line', '?')}>", "exec"), namespace)
-        return namespace["key"]
+        return E.compiled("\n".join(lines), namespace)
 
     def value(self, e: E.Expr, line: int) -> Any:
         """A guard's or a let's value: memoized (`memoized`) when it may read a value that
@@ -467,19 +466,20 @@ class Unroller:
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
             b = f"_b{dim}"
+            n = code.const(size)  # a name, not the number: the same text for every N (`E.compiled`)
             if index is not None:
                 v = code.emit(index[0], body)
-                body += [f"_i = int(place(_name, {dim}, {size}, {v}, 1)[0])",
-                         f"if not 0 <= _i < {size}: raise _Fallback", f"{b} = (_i, _i + 1)"]
+                body += [f"_i = int(place(_name, {dim}, {n}, {v}, 1)[0])",
+                         f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
             elif start_of is _WHOLE:
-                body.append(f"{b} = (0, {size})")
+                body.append(f"{b} = (0, {n})")
                 kept.append(dim)
             else:
                 start = code.emit(start_of[0], body) if start_of is not None else "0"
                 body.append(f"_s = {start}")
-                length = code.emit(size_of[0], body) if size_of is not None else f"{size} - _s"
-                body += [f"_s, _l = place(_name, {dim}, {size}, _s, {length})", "_s, _l = int(_s), int(_l)",
-                         f"if _s < 0 or _l <= 0 or _s + _l > {size}: raise _Fallback", f"{b} = (_s, _s + _l)"]
+                length = code.emit(size_of[0], body) if size_of is not None else f"{n} - _s"
+                body += [f"_s, _l = place(_name, {dim}, {n}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                         f"if _s < 0 or _l <= 0 or _s + _l > {n}: raise _Fallback", f"{b} = (_s, _s + _l)"]
                 kept.append(dim)
             box.append(b)
         body.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
