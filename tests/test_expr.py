@@ -433,3 +433,37 @@ def test_compiled_evaluator_is_evaluate(e, env):
     except ExprError as err:
         got = ("error", str(err))
     assert got == want and type(got[1]) is type(want[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(VARS), EXPRS, st.booleans()), min_size=1, max_size=4), ENVS)
+def test_let_block_is_evaluate_in_order(steps, env):
+    """`block_evaluator` (a let block as one generated function, for the unroller's grid
+    points) gives each step `evaluate`'s value where the earlier steps' values are bound, in
+    order, memoized or not; where `evaluate` raises, the step is the caller's `slow(i)`, so
+    the error is the caller's, raised at that step."""
+    from ringc.ir.expr import block_evaluator
+    want_env, want = dict(env), None
+    for i, (name, e, _) in enumerate(steps):
+        try:
+            want_env[name] = evaluate(e, want_env)
+        except ExprError as err:
+            want = (i, str(err))
+            break
+
+    def slow(i):
+        try:
+            return evaluate(steps[i][1], got_env)
+        except ExprError as err:
+            raise ExprError(f"{i}: {err}") from None
+    memo = {}
+    run = block_evaluator([(name, e, tuple(sorted(names(e))) if memoize else None) for name, e, memoize in steps], {})
+    for _ in range(2):  # the second time, from the memo where a step keeps its values
+        got_env, got = dict(env), None
+        try:
+            run(got_env, {}, slow, memo)
+        except ExprError as err:
+            got = str(err)
+        assert got == (None if want is None else f"{want[0]}: {want[1]}")
+        if want is None:
+            assert got_env == want_env and all(type(got_env[k]) is type(want_env[k]) for k in want_env)

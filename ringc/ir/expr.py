@@ -386,70 +386,153 @@ _COMPILED: dict[int, tuple[Expr, Callable[[Mapping[str, Any]], Any]]] = {}
 
 
 def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
-    """`lambda env: evaluate(expr, env)`, compiled once into nested closures (no dispatch on
-    the node type at every evaluation: the unroller evaluates each of a schedule's few
-    expressions at every grid point). Each closure does what `evaluate` does for its node,
-    in the same order; wherever `evaluate` would raise, the closure gives up and `evaluate`
-    runs instead, so the value is the same and so is every error and its message. (Kept by
-    the expression's id, with the expression, so the id stays its own.)"""
+    """`lambda env: evaluate(expr, env)`, compiled once into one generated Python function
+    (`Emitter`: no dispatch on the node type at every evaluation: the unroller evaluates
+    each of a schedule's few expressions at every grid point). The code does what
+    `evaluate` does for each node, in the same order; wherever `evaluate` would raise, it
+    gives up and `evaluate` runs instead, so the value is the same and so is every error
+    and its message. (Kept by the expression's id, with the expression, so the id stays
+    its own.)"""
     hit = _COMPILED.get(id(expr))
     if hit is not None:
         return hit[1]
-    inner = _compile(expr)
-
-    def run(env: Mapping[str, Any]) -> Any:
-        try:
-            return inner(env)
-        except Exception:  # NotRotational, ExprError, _Refused, ...: `evaluate` says which
-            return evaluate(expr, env)
+    code = Emitter()
+    body: list[str] = []
+    result = code.emit(expr, body)
+    code.consts["_expr"], code.consts["_evaluate"] = expr, evaluate
+    run = code.function("run(env)", [
+        "try:", *("    " + line for line in body), f"    return {result}",
+        "except Exception:  # NotRotational, ExprError, ...: `evaluate` says which",
+        "    return _evaluate(_expr, env)"])
     if len(_COMPILED) > 100_000:  # a bound on what it keeps alive (property tests make many)
         _COMPILED.clear()
     _COMPILED[id(expr)] = (expr, run)
     return run
 
 
-_FAST_OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+class Emitter:
+    """Python source computing expressions as `evaluate` does, node for node, with Python's
+    own operators on the same values (so floor division and modulo, and a symbolic value's
+    own operators), `bool(a) and bool(b)` (the right side only when needed), `not`, the
+    bitwise operators' own functions (`_PY_OPS`) and the rarer nodes through
+    `_evaluate_other`. Where `evaluate` would raise (a division by zero, a data array read
+    whole), the code raises `_Fallback`; what runs it catches every exception and
+    computes the value its own way (`evaluate`, or a caller's)."""
+
+    def __init__(self) -> None:
+        self.consts: dict[str, Any] = {"_Fallback": _Fallback, "_other": _evaluate_other, "_OPS": _PY_OPS}
+        self.local: dict[str, str] = {}  # a name already computed (`block_evaluator`) -> its local variable
+        self.temps = 0
+
+    def const(self, value: Any) -> str:
+        name = f"_c{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def emit(self, e: Expr, body: list[str]) -> str:
+        """Statements computing `e` into a fresh temporary, appended to `body`; returns it."""
+        t = f"_t{self.temps}"
+        self.temps += 1
+        if isinstance(e, Const):
+            body.append(f"{t} = {self.const(e.value)}")
+        elif isinstance(e, Var):
+            if e.name in self.local:
+                body.append(f"{t} = {self.local[e.name]}")
+            else:  # a KeyError gives up too: `evaluate` names the unknown name
+                body.append(f"{t} = env[{e.name!r}]")
+                body.append(f"if type({t}) is tuple: raise _Fallback")
+        elif isinstance(e, Neg):
+            body.append(f"{t} = -{self.emit(e.operand, body)}")
+        elif isinstance(e, Not):
+            body.append(f"{t} = not {self.emit(e.operand, body)}")
+        elif not isinstance(e, BinOp):
+            body.append(f"{t} = _other({self.const(e)}, env, False)")
+        elif e.op in ("and", "or"):
+            a = self.emit(e.left, body)
+            right: list[str] = []
+            b = self.emit(e.right, right)
+            body.append(f"{t} = bool({a})")
+            body.append(f"if {'' if e.op == 'and' else 'not '}{t}:")
+            body.extend("    " + line for line in right)
+            body.append(f"    {t} = bool({b})")
+        else:
+            a = self.emit(e.left, body)
+            b = self.emit(e.right, body)
+            if e.op in ("//", "%"):
+                body.append(f"if {b} == 0: raise _Fallback")
+            if e.op in ("+", "-", "*", "//", "%") or e.op in COMPARE:
+                body.append(f"{t} = {a} {e.op} {b}")
+            else:  # bitwise: their own checks
+                body.append(f"{t} = _OPS[{e.op!r}]({a}, {b})")
+        return t
+
+    def function(self, signature: str, body: list[str]) -> Callable[..., Any]:
+        """The function `def signature: body`, its constants bound (`compiled`)."""
+        return compiled("\n".join([f"def {signature}:", *("    " + line for line in body)]), self.consts)
 
 
-def _compile(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
-    if isinstance(expr, Const):
-        value = expr.value
-        return lambda env: value
-    if isinstance(expr, Var):
-        name = expr.name
+_CODE: dict[str, Any] = {}
 
-        def var(env: Mapping[str, Any]) -> Any:
-            v = env[name]
-            if type(v) is tuple:
-                raise _Fallback
-            return v
-        return var
-    if isinstance(expr, Neg):
-        f = _compile(expr.operand)
-        return lambda env: -f(env)
-    if isinstance(expr, Not):
-        f = _compile(expr.operand)
-        return lambda env: not f(env)
-    if not isinstance(expr, BinOp):
-        return lambda env: _evaluate_other(expr, env, False)
-    left, right, op = _compile(expr.left), _compile(expr.right), expr.op
-    if op == "and":
-        return lambda env: bool(left(env)) and bool(right(env))
-    if op == "or":
-        return lambda env: bool(left(env)) or bool(right(env))
-    if op in ("//", "%"):
-        floor = op == "//"
 
-        def divide(env: Mapping[str, Any]) -> Any:
-            a = left(env)
-            b = right(env)
-            if b == 0:
-                raise _Fallback
-            return a // b if floor else a % b
-        return divide
-    fn = _FAST_OPS.get(op) or _PY_OPS[op]
-    return lambda env: fn(left(env), right(env))
+def compiled(source: str, namespace: Mapping[str, Any]) -> Callable[..., Any]:
+    """The one function `source` defines, its global names bound to `namespace`. The code is
+    compiled once per source text (a schedule's expressions are compiled again for every
+    N and every load, as text they are the same; the values differ only in `namespace`)."""
+    code = _CODE.get(source)
+    if code is None:
+        if len(_CODE) > 20_000:  # a bound on what it keeps (property tests make many)
+            _CODE.clear()
+        code = _CODE[source] = compile(source, "<ringc generated>", "exec")
+    scope = dict(namespace)
+    exec(code, scope)
+    return scope[source[4:source.index("(")]]  # `def name(`
+
+
+def block_evaluator(steps: list[tuple[str, Expr | None, tuple[str, ...] | None]],
+                    keyed: Mapping[type, Callable[[Any], Any]]) -> Callable[..., None]:
+    """A sequence of assignments (a schedule's `let:` block at one grid point), compiled
+    into one Python function `run(env, given, slow, memo)` that does, for each step
+    (name, expr, key) number i, in order,
+
+        env[name] = given[name]            (expression None: a value known beforehand)
+        env[name] = evaluator(expr)(env)   (else; where that would raise: slow(i))
+
+    `slow(i)` is the caller's own evaluation of step i, which gives its value or raises
+    its error. The code is `evaluator`'s (`Emitter`), one step after the other, and
+    where it gives up or anything raises, the step runs `slow(i)` instead, so each value
+    is the one `evaluator` gives, or the caller's. A step's value is also kept in a
+    local, read by the later steps for its name (as `env` then holds it). A step with a
+    `key` (names whose values, with the others `expr` reads fixed, determine its value)
+    keeps the values it computes in `memo` under ("let", i, those values), each value
+    standing as `keyed` says for its type (as `Unroller.memoized` keys do), and looks
+    there first."""
+    code = Emitter()
+    code.consts["_keyed"], code.consts["_missing"] = keyed, object()
+    lines: list[str] = []
+    for i, (name, e, key) in enumerate(steps):
+        var = f"_v{i}"
+        if e is None:
+            lines.append(f"env[{name!r}] = {var} = given[{name!r}]")
+            code.local[name] = var
+            continue
+        body: list[str] = []
+        result = code.emit(e, body)
+        if key is not None:
+            head = []
+            for j, n in enumerate(key):
+                k = f"_k{j}"
+                head += [f"{k} = {code.local.get(n) or f'env.get({n!r}, _missing)'}", f"if type({k}) is not int:",
+                         f"    _f = _keyed.get(type({k}))", "    if _f is not None:", f"        {k} = _f({k})"]
+            head += [f"_key = ('let', {i}{''.join(f', _k{j}' for j in range(len(key)))})",
+                     f"{var} = memo.get(_key, _missing)", f"if {var} is _missing:"]
+            body = [*head, *("    " + line for line in body), f"    {var} = memo[_key] = {result}"]
+            lines += ["try:", *("    " + line for line in body), "except Exception:", f"    {var} = slow({i})"]
+        else:
+            lines += ["try:", *("    " + line for line in body), f"    {var} = {result}",
+                      "except Exception:", f"    {var} = slow({i})"]
+        lines.append(f"env[{name!r}] = {var}")
+        code.local[name] = var
+    return code.function("run(env, given, slow, memo)", lines or ["pass"])
 
 
 # Binding strength for printing with the fewest parentheses (Python's: a conditional

@@ -245,16 +245,20 @@ class Unroller:
                 varying.add(name)
         self.derived = [(name, e, line, name in varying) for name, e, line in derived]
         self.fixed: tuple[int, dict[str, Any]] | None = None  # (device, its values of the others)
+        self.later_lets: Callable[..., None] | None = None  # `compile_later_lets`, made once
         # An op's actions, a region, a guard or a `let:` value depends only on the values
         # of the names it reads (and the window slots of the blocks it uses), and most grid
         # points repeat earlier ones: see `memoized`.
-        # Per node: [names read, blocks named, calls memoized, hits] (`memoized`).
+        # Per node: [its key function, calls memoized, hits] (`memoized`).
         self.inputs: dict[int, list[Any]] = {}
         self.memo: dict[tuple, Any] = {}
         self.cheap: dict[int, bool] = {}  # per expression (by id): not worth memoizing (`value`)
         self.windows: dict[tuple[str, int | None, int], Region] = {}
         self.region_plans: dict[int, list[tuple[int, int, Any, Any, Any]]] = {}  # per ref (`region_plan`)
+        self.sem_plans: dict[int, tuple[tuple[int, ...], list[Callable[[Any], Any]]]] = {}  # per ref (`sem`)
         self.pipelines: dict[int, tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]] = {}
+        self.pipeline_reads: dict[int, tuple[str, ...]] = {}  # per pipeline op (`pipeline_key`)
+        self.pipeline_trials: dict[int, list[int]] = {}  # per pipeline op: [keyed, templates used] (`pipeline`)
         # A block's ref as the window slot it stands for (`evaluate_region`), with the block's
         # own ref, which keeps the id in the key its own.
         self.window_refs: dict[tuple[int, str, int], tuple[E.Ref, E.Ref]] = {}
@@ -293,26 +297,42 @@ class Unroller:
         A node whose key has come back in fewer than 1 of 8 of its first `MEMO_TRIAL`
         calls (a region indexed by the step on a one-dimensional grid never repeats) is
         computed directly from then on: `compute` is a function of those values, so
-        this changes nothing but the time the key would cost."""
+        this changes nothing but the time the key would cost. The names whose value is
+        the same at every point of a device (`device_constants`) stay out of the key: the
+        memo is the device's own (`device_events` starts a new one)."""
         entry = self.inputs.get(id(node))
         if entry is None:
-            entry = self.inputs[id(node)] = [*node_inputs(self.s, node), 0, 0]
-        names, blocks, calls, hits = entry
+            entry = self.inputs[id(node)] = [self.key_function(node), 0, 0]
+        key_of, calls, hits = entry
         if calls >= self.MEMO_TRIAL and hits * 8 < calls:
             return compute(*args)
-        entry[2] = calls + 1
-        env, keyed = self.env, self.keyed
-        # a value of a type in `keyed` stands in the key as `keyed` says; any other as itself
-        key = (id(node), *[v if type(v) is int or (f := keyed.get(type(v))) is None else f(v)
-                           for v in map(env.get, names, itertools.repeat(_MISSING))])
-        if blocks and self.window_slot:
-            key += tuple([self.window_slot.get(b) for b in blocks])
+        entry[1] = calls + 1
+        key = key_of(self.env, self.window_slot)
         value = self.memo.get(key, _MISSING)
         if value is _MISSING:
             value = self.memo[key] = compute(*args)
         else:
-            entry[3] = hits + 1
+            entry[2] = hits + 1
         return value
+
+    def key_function(self, node: Any) -> Callable[[dict[str, Any], dict[str, tuple[str, int]]], tuple]:
+        """`memoized`'s key of `node`, as one generated function of the names' values and the
+        window slots: (id of node, each name's value, then, inside a pipeline, each named
+        block's slot). A value of a type in `keyed` stands in the key as `keyed` says, any
+        other as itself; a name not bound stands as `_MISSING`."""
+        names, blocks = node_inputs(self.s, node)
+        names = tuple([n for n in names if n not in self.device_constants])
+        lines = ["def key(env, slots):"]
+        for i, n in enumerate(names):
+            lines += [f"    v{i} = env.get({n!r}, missing)", f"    if type(v{i}) is not int:",
+                      f"        f = keyed.get(type(v{i}))", f"        if f is not None:", f"            v{i} = f(v{i})"]
+        values = "".join(f", v{i}" for i in range(len(names)))
+        if blocks:
+            slots = "".join(f", slots.get({b!r})" for b in blocks)
+            lines.append(f"    if slots:\n        return (node{values}{slots})")
+        lines.append(f"    return (node{values},)")
+        namespace = {"missing": _MISSING, "keyed": self.keyed, "node": id(node)}
+        return E.compiled("\n".join(lines), namespace)
 
     def value(self, e: E.Expr, line: int) -> Any:
         """A guard's or a let's value: memoized (`memoized`) when it may read a value that
@@ -332,6 +352,23 @@ class Unroller:
             if not E.names(e).isdisjoint(out):
                 out.add(name)
         return out
+
+    @cached_property
+    def device_constants(self) -> frozenset[str]:
+        """The names whose value is the same wherever they are read on one device (in one
+        call of a split-phase program): N, the params and axis sizes, `me`, the runtime data
+        and the builtins and lets that do not vary (`derived`), minus any name a loop, a
+        pipeline grid or a copy template binds (there the name is another value)."""
+        bound: set[str] = set()
+        for op in walk_ops(self.s.all_ops):
+            if isinstance(op, (S.Loop, S.Pipeline)):
+                bound |= set(op.loop if isinstance(op, S.Loop) else op.pipeline)
+        for c in self.s.copies.values():
+            bound |= set(c.args)
+        out = {*self.ctx.static, "me", *(f"me_{a}" for a in self.ctx.sizes), *self.data}
+        out |= {name for name, _, _, varies in self.derived if not varies}
+        varies = {name for name, _, _, v in self.derived if v}
+        return frozenset(out - varies - bound - {"core", *self.s.grid})
 
     @cached_property
     def cheap_lets(self) -> dict[str, Callable[[Any], Any]]:
@@ -371,9 +408,15 @@ class Unroller:
             if window is None:
                 window = self.window_refs[key] = (ref, E.Ref(buffer, (E.Const(slot), *ref.indices)))
             ref = window[1]
-        plan = self.region_plans.get(id(ref))
-        if plan is None:
-            plan = self.region_plans[id(ref)] = self.region_plan(ref)
+        entry = self.region_plans.get(id(ref))
+        if entry is None:
+            plan = self.region_plan(ref)
+            entry = self.region_plans[id(ref)] = (plan, self.region_function(ref, plan))
+        plan, fast = entry
+        try:
+            return fast(self.env, self.place, self.device)
+        except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
+            pass
         env, place, name = self.env, self.place, ref.name
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
@@ -410,6 +453,38 @@ class Unroller:
             kept.append(dim)
         return Region(name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[name])
 
+    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region]:
+        """`evaluate_region`'s loop over `plan` for `ref`, as one generated function of
+        (env, place, device) with the expressions inlined (`E.Emitter`, the code
+        `E.evaluator` runs): the same steps in the same order, the same region. Wherever
+        the loop would raise (a bad index or slice, an expression's error) or anything
+        else raises, it raises, and `evaluate_region` runs the loop, which raises what it
+        should. (`place` may record a box's step twice then: the same step, recorded once.)"""
+        code = E.Emitter()
+        name, body = ref.name, []
+        code.consts.update(_Region=Region, _name=name, _itemsize=self.ctx.itemsize[name])
+        box, kept = [], []
+        for dim, size, start_of, size_of, index in plan:
+            b = f"_b{dim}"
+            n = code.const(size)  # a name, not the number: the same text for every N (`E.compiled`)
+            if index is not None:
+                v = code.emit(index[0], body)
+                body += [f"_i = int(place(_name, {dim}, {n}, {v}, 1)[0])",
+                         f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
+            elif start_of is _WHOLE:
+                body.append(f"{b} = (0, {n})")
+                kept.append(dim)
+            else:
+                start = code.emit(start_of[0], body) if start_of is not None else "0"
+                body.append(f"_s = {start}")
+                length = code.emit(size_of[0], body) if size_of is not None else f"{n} - _s"
+                body += [f"_s, _l = place(_name, {dim}, {n}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                         f"if _s < 0 or _l <= 0 or _s + _l > {n}: raise _Fallback", f"{b} = (_s, _s + _l)"]
+                kept.append(dim)
+            box.append(b)
+        body.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
+        return code.function("region(env, place, device)", body)
+
     def region_plan(self, ref: E.Ref) -> list[tuple[int, int, Any, Any, Any]]:
         """How `evaluate_region` reads `ref`, made once per ref: per dimension of its buffer,
         (dim, size, start, size, index), each an (expression, `E.evaluator`) pair or None:
@@ -439,8 +514,15 @@ class Unroller:
                                 "rows on the sizes that land there), or make the buffer larger")
 
     def sem(self, ref: E.Ref, device: int, line: int) -> SemId:
-        shape = self.ctx.sem_shapes[ref.name]
-        idx = tuple([self.ev(i, line) for i in ref.indices])
+        plan = self.sem_plans.get(id(ref))
+        if plan is None:
+            plan = self.sem_plans[id(ref)] = (self.ctx.sem_shapes[ref.name], [E.evaluator(i) for i in ref.indices])
+        shape, indices = plan
+        env = self.env
+        try:  # `ev` of each index
+            idx = tuple([index(env) for index in indices])
+        except E.ExprError as err:
+            self.expr_failed(err, line)
         for i, size in zip(idx, shape):
             if not 0 <= i < size:
                 self.fail(line, f"`{ref.text()}`: index {i} is out of range for semaphore array "
@@ -554,6 +636,72 @@ class Unroller:
         return self.window(buffer, None)
 
     def pipeline(self, op: S.Pipeline, out: list[Event], inv: int) -> None:
+        """A nested pipeline's events (`spell_pipeline`), from its template when an earlier
+        grid point of this device had the same one (`pipeline_key`, `PipelineTemplate`).
+        A pipeline whose key has come back in fewer than 1 of 8 of its first `MEMO_TRIAL`
+        times (`memoized`) is spelled out directly from then on."""
+        trial = self.pipeline_trials.setdefault(id(op), [0, 0])
+        key = None
+        if trial[0] < self.MEMO_TRIAL or trial[1] * 8 >= trial[0]:
+            trial[0] += 1
+            key, regions = self.pipeline_key(op)
+            template = self.memo.get(key) if key is not None else None
+            if template is not None:
+                trial[1] += 1
+                template.instantiate(self, op, regions, out, inv)
+                return
+        start, targets = len(out), len(self.targets)
+        marks: list[tuple] = []
+        blocks = self.spell_pipeline(op, out, inv, marks)
+        # (a pipeline makes no remote actions, and an arrival's wait at least one event)
+        if key is not None and len(self.targets) == targets and all(m[1] < m[2] for m in marks if m[0] == "arrival"):
+            self.memo[key] = PipelineTemplate(out[start:], start, blocks, regions, marks)
+
+    def pipeline_key(self, op: S.Pipeline) -> tuple[tuple | None, tuple[Region, ...]]:
+        """What a pipeline's events depend on, besides the grid point, the device and the
+        arrivals' waits (`PipelineTemplate` evaluates those again): the regions of its
+        block specs up to position (each one's shape and kept dims), and the values of the
+        names everything else in it reads (the block indices, the arrivals' `when`, the
+        body's ops, minus its own grid indices: `pipeline_reads`). Proof: `spell_pipeline`
+        reads the regions only through `blocks`, which cuts each into blocks by indices and
+        shapes alone, and compares blocks only by their boxes, whose equality does not
+        depend on where the region starts; what else it computes, but the arrivals' waits,
+        is a function of those names' values and of the window slots, which the same
+        control flow sets the same way; and an arrival's wait adds its events without
+        changing anything the pipeline computes after it. None when a region cannot be
+        evaluated here (`spell_pipeline` then raises the error where it does) or inside
+        another pipeline (window slots in use). Also returns the regions."""
+        if self.window_slot:
+            return None, ()
+        reads = self.pipeline_reads.get(id(op))
+        if reads is None:
+            reads = self.pipeline_reads[id(op)] = self._pipeline_reads(op)
+        env, keyed = self.env, self.keyed
+        try:
+            specs = self.pipeline_parts(op)[0]
+            regions = tuple([self.region(spec.ref, spec.line) for spec in specs.values()])
+            key = ("pipeline", id(op), self.core, self.inner, *[(r.shape, r.kept) for r in regions],
+                   *[v if type(v) is int or (f := keyed.get(type(v))) is None else f(v)
+                     for v in map(env.get, reads, itertools.repeat(_MISSING))])
+            hash(key)  # (a value that cannot stand in a key: no template)
+        except Exception:  # noqa: BLE001 -- whatever it is, `spell_pipeline` raises it in its place
+            return None, ()
+        return key, regions
+
+    def _pipeline_reads(self, op: S.Pipeline) -> tuple[str, ...]:
+        """The names a pipeline reads besides its block specs' regions and its grid indices."""
+        names: set[str] = set()
+        for spec in op.specs.values():
+            for e in spec.index:
+                names |= E.names(e)
+        for arrival in op.arrivals.values():  # (its wait is evaluated anew: `PipelineTemplate`)
+            if arrival.when is not None:
+                names |= E.names(arrival.when)
+        for inner in walk_ops(op.do):
+            names |= set(node_inputs(self.s, inner)[0])
+        return tuple(sorted(names - set(op.pipeline)))
+
+    def spell_pipeline(self, op: S.Pipeline, out: list[Event], inv: int, marks: list[tuple]) -> dict[str, list[Region]]:
         """`emit_pipeline` as the local DMAs and waits Pallas' pipeline scheduler issues
         (jax/_src/pallas/mosaic/pipeline.py, two buffers per block): the first input
         blocks are fetched before the loop; at step t, inputs whose block changes next are
@@ -565,7 +713,12 @@ class Unroller:
         evaluated at the inner point whose block is fetched) right before each of its
         fetches where the arrival's `when` holds, where the emitted kernel's `copy_in`
         override waits: so a fetch never reads bytes still landing unless a wait is missing
-        or waits for other bytes, which the later checks then report."""
+        or waits for other bytes, which the later checks then report.
+
+        Returns the blocks (`blocks`), and lists in `marks` each DMA of a block ("dma", its
+        event's position in `out`, the block, the side, the inner point) and each arrival's
+        wait ("arrival", the positions of its events, the block, the inner point fetched,
+        the inner indices it was evaluated at), for `PipelineTemplate`."""
         specs, ids, points = self.pipeline_parts(op)
         outer_env = self.env
         envs = [{**outer_env, **dict(zip(op.pipeline, pt))} for pt in points]
@@ -581,6 +734,7 @@ class Unroller:
             sem = (self.device, f"{ids[name]}#{side}", (slot,))
             src, dst = (blocks[name][t], self.window(ids[name], slot)) if side == "in" else \
                 (self.window(ids[name], slot), blocks[name][t])
+            marks.append(("dma", len(out), name, side, t))
             self.emit(out, DmaStart(ids[name], src, dst, None, sem), spec.line, inv)
             slots[name]["copy"] ^= 1
 
@@ -590,7 +744,9 @@ class Unroller:
                 outer, self.env = self.env, envs[t]
                 try:
                     if arrival.when is None or self.value(arrival.when, arrival.line):
+                        first = len(out)
                         UNROLL[S.WaitRecv](self, arrival.wait, out, inv)
+                        marks.append(("arrival", first, len(out), name, t, self.inner))
                 finally:
                     self.env = outer
             dma(name, "in", t)
@@ -633,6 +789,7 @@ class Unroller:
         for name in op.outputs:
             wait(name, "out")
         self.inner = around
+        return blocks
 
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
@@ -648,20 +805,40 @@ class Unroller:
         # A let that does not vary is the value it had at this device's first point: the
         # same function (`value`) of the same values. That first point evaluates every let
         # in order, so an error is raised where and as it was without the shortcut.
-        fixed = self.fixed[1] if self.fixed is not None and self.fixed[0] == self.device else None
-        cheap = self.cheap_lets
-        for name, e, line, varies in self.derived:
-            if fixed is not None and not varies:
-                env[name] = fixed[name]
-            elif name in cheap:  # `value`'s plain evaluation, without its frames
-                try:
-                    env[name] = cheap[name](env)
-                except E.ExprError as err:
-                    self.expr_failed(err, line)
-            else:
-                env[name] = self.value(e, line)
-        if fixed is None:
-            self.fixed = (self.device, {name: env[name] for name, _, _, varies in self.derived if not varies})
+        if self.fixed is not None and self.fixed[0] == self.device:
+            if self.later_lets is None:
+                self.later_lets = self.compile_later_lets()
+            self.later_lets(env, self.fixed[1], self.derive, self.memo)
+            return
+        for i in range(len(self.derived)):
+            env[self.derived[i][0]] = self.derive(i)
+        self.fixed = (self.device, {name: env[name] for name, _, _, varies in self.derived if not varies})
+
+    def derive(self, i: int) -> Any:
+        """The value of builtin or let number i (`derived`) where `env` holds the earlier ones."""
+        name, e, line, _ = self.derived[i]
+        cheap = self.cheap_lets.get(name)
+        if cheap is None:
+            return self.value(e, line)
+        try:  # `value`'s plain evaluation, without its frames
+            return cheap(self.env)
+        except E.ExprError as err:
+            self.expr_failed(err, line)
+
+    def compile_later_lets(self) -> Callable[..., None]:
+        """`set_point`'s work after a device's first point, as one function (`E.block_evaluator`):
+        each builtin and let that does not vary is the value it had at the first point, the
+        same function (`value`) of the same values; the others are what `derive` gives, which
+        computes each one the generated code cannot (and raises its error, where and as the
+        loop over `derive` would); each `costly` one is memoized (symbolic arithmetic costs
+        more than a memo key), on the names it reads that are not `device_constants`."""
+        steps = []
+        for name, e, _, varies in self.derived:
+            key = None
+            if name in self.costly:  # as `value` memoizes it (in `memo`, the device's own)
+                key = tuple(sorted(n for n in E.names(e) if n not in self.device_constants))
+            steps.append((name, e if varies else None, key))
+        return E.block_evaluator(steps, self.keyed)
 
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
@@ -817,6 +994,79 @@ class Unroller:
             if self.s.megacore or self.split is not None:
                 second_core.append(second)
         return self.program(devices, second_core, invocations)
+
+
+class PipelineTemplate:
+    """A nested pipeline's events at one grid point, as `Unroller.spell_pipeline` made
+    them, to make again where its `Unroller.pipeline_key` recurs: every action is shared
+    as it is except the DMAs of HBM blocks, whose block is cut from the new regions, and
+    the arrivals' waits, evaluated again where they were (their copy may read names the
+    key leaves out). Each event keeps its line and inner indices; device, position, grid
+    point and invocation are the new ones."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, events: list[Event], start: int, blocks: dict[str, list[Region]],
+                 regions: tuple[Region, ...], marks: list[tuple]):
+        names = list(blocks)  # the specs, in the order of `regions`
+        # A DMA's block as (spec position, None) for a whole region (the region itself),
+        # else (spec position, [(dim, start offset, stop offset)]): `blocks`' cut of region
+        # r, moved by r's start.
+        cut: dict[int, tuple[int, str, Any]] = {}
+        arrivals: dict[int, tuple[int, str, int, tuple]] = {}  # first event -> (end, block, point, inner)
+        for mark in marks:
+            if mark[0] == "arrival":
+                _, first, end, name, t, inner = mark
+                arrivals[first - start] = (end - start, name, t, inner)
+                continue
+            _, at, name, side, t = mark
+            i = names.index(name)
+            block, region = blocks[name][t], regions[i]
+            if block is region:
+                moves = None
+            else:
+                moves = [(d, block.box[d][0] - region.box[d][0], block.box[d][1] - region.box[d][0])
+                         for d in range(len(block.box)) if block.box[d] != region.box[d]]
+            cut[at - start] = (i, side, moves)
+        # Steps: (line, action, inner, cut) for an event; (None, block, inner point fetched,
+        # inner indices) for an arrival's wait, in place of the events it made.
+        self.steps: list[tuple] = []
+        k = 0
+        while k < len(events):
+            if k in arrivals:
+                end, name, t, inner = arrivals[k]
+                self.steps.append((None, name, t, inner))
+                k = end
+                continue
+            ev = events[k]
+            self.steps.append((ev.line, ev.action, ev.inner, cut.get(k)))
+            k += 1
+
+    def instantiate(self, u: "Unroller", op: S.Pipeline, regions: tuple[Region, ...], out: list[Event],
+                    inv: int) -> None:
+        device, point = u.device, u.point
+        for line, action, inner, cut in self.steps:
+            if line is None:  # an arrival's wait: `spell_pipeline`'s `fetch`, at the same point
+                name, t, inner = action, inner, cut
+                outer_env, outer_inner = u.env, u.inner
+                u.env = {**outer_env, **dict(zip(op.pipeline, u.pipeline_parts(op)[2][t]))}
+                u.inner = inner
+                try:
+                    UNROLL[S.WaitRecv](u, op.inputs[name].arrives.wait, out, inv)
+                finally:
+                    u.env, u.inner = outer_env, outer_inner
+                continue
+            if cut is not None:
+                i, side, moves = cut
+                block = region = regions[i]
+                if moves is not None:
+                    box = list(region.box)
+                    for d, lo, hi in moves:
+                        box[d] = (region.box[d][0] + lo, region.box[d][0] + hi)
+                    block = Region(region.buffer, region.device, tuple(box), region.kept, region.itemsize)
+                action = (DmaStart(action.copy, block, action.dst, None, action.recv_sem) if side == "in"
+                          else DmaStart(action.copy, action.src, block, None, action.recv_sem))
+            out.append(Event(device, len(out), point, line, action, inv, inner))
 
 
 def unroll(sched: S.Schedule, n: int | None = None, *, invocations: int = 1,
