@@ -213,6 +213,29 @@ def test_each_stage_rejects_its_bug(mutant, stage):
     assert not Q._race_free(program, order, rot)
 
 
+def test_race_stage_lists_pairs_or_sweeps_alike(monkeypatch):
+    """On more than `SMALL` devices the race stage lists the pairs of accesses whose spans
+    meet with numpy (`quotient._meeting`, their regions' overlap with numpy too past
+    `OVERLAPS`); on fewer it sweeps (`_concurrent_pairs`). Same verdicts on every corpus
+    schedule the quotient unrolls at N = 4, the racy mutants and broken ones among them."""
+    verdicts = []
+    for path in ONE_AXIS:
+        program = rotation_unroll(ringc.load(path), 4)
+        if program is None:
+            continue
+        seen = []
+        for small, overlaps in ((Q.SMALL, Q.OVERLAPS), (0, Q.OVERLAPS), (0, 0)):
+            monkeypatch.setattr(Q, "SMALL", small)
+            monkeypatch.setattr(Q, "OVERLAPS", overlaps)
+            try:
+                seen.append(Q._race_free(program, Q.quotient_order(program), Q.Rotator(program)))
+            except Q._Unclear as e:
+                seen.append(str(e))
+        assert len(set(seen)) == 1, (path.stem, seen)
+        verdicts.append(seen[0])
+    assert verdicts.count(True) >= 30 and verdicts.count(False) >= 30, verdicts
+
+
 def test_data_flow_rejects_a_misplaced_block():
     path = ROOT / "schedules" / "all_gather_ring.yaml"
     text = path.read_text()
