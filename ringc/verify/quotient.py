@@ -344,31 +344,49 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
 
 # -- the run -------------------------------------------------------------------------
 
-def _run(program: Program) -> None:
+def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | None = None) -> None:
     """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
-    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`)."""
-    value: dict[Key, int] = defaultdict(int)
-    sizes: dict[Key, list[int]] = defaultdict(list)
-    for ev in program.devices[0]:
-        a = ev.action
-        if isinstance(a, SemWait):
-            if value[_key(a.sem)] < a.value:
-                raise _Unclear(f"a hang at line {ev.line}")
-            value[_key(a.sem)] -= a.value
+    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`).
+    Decided from `_feeds` (`feeds`, if the caller has them): run alone, device 0 reaches a
+    wait with every deposit of its earlier events made (its deposit into device t's
+    semaphore is device -t's into its own) and every earlier wait's demand taken, so it
+    blocks there iff those deposits fall short of the wait's cumulative demand; it stops at
+    the first such wait in program order."""
+    every, dma = _feeds(program) if feeds is None else feeds
+    events = program.devices[0]
+    hang = len(events)
+    for fed in every.values():
+        supply = [(fed.index[k], fed.total[k]) for k in fed.index]
+        for i, demand in zip(fed.waits, fed.demand):
+            if i >= hang:
+                break
+            if sum(total[bisect.bisect_left(index, i)] for index, total in supply) < demand:
+                hang = i
+                break
+    if hang < len(events):
+        raise _Unclear(f"a hang at line {events[hang].line}")
+    for fed in every.values():
+        if sum(total[-1] for total in fed.total.values()) != (fed.demand[-1] if fed.demand else 0):
+            raise _Unclear("a semaphore ends non-zero")
+    wrong = len(events)
+    kinds = program.sem_kinds
+    for key, fed in dma.items():
+        if kinds.get(key[0]) != "dma" or not fed.waits:
             continue
-        dma = isinstance(a, DmaStart)
-        for sem, amount in deposits(a):  # device 0's deposits on device t: device -t's on device 0
-            value[_key(sem)] += amount
-            if dma:
-                sizes[_key(sem)].append(amount)
-    if any(value.values()):
-        raise _Unclear("a semaphore ends non-zero")
-    counts = {key: Counter(v) for key, v in sizes.items()}
-    for ev in program.devices[0]:
-        a = ev.action
-        if (isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma"
-                and _key(a.sem) in counts and not sums_to(a.value, counts[_key(a.sem)])):
-            raise _Unclear(f"a byte count mismatch at line {ev.line}")
+        sizes = Counter(chain.from_iterable(fed.amount.values()))
+        fits: dict[int, bool] = {}
+        for i, demand, before in zip(fed.waits, fed.demand, [0, *fed.demand]):
+            if i >= wrong:
+                break
+            value = demand - before
+            ok = fits.get(value)
+            if ok is None:
+                ok = fits[value] = sums_to(value, sizes)
+            if not ok:
+                wrong = i
+                break
+    if wrong < len(events):
+        raise _Unclear(f"a byte count mismatch at line {events[wrong].line}")
 
 
 # -- the order -----------------------------------------------------------------------
@@ -622,9 +640,13 @@ def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None
     length = len(program.devices[0])
     read_end: list[int | None] = [None] * length
     write_end: list[int | None] = [None] * length
+    np = _numpy(order.torus.n)
+    line = _Line(order)
     for key, fed in feeds.items():
         ends = {k: [None] * len(ix) for k, ix in fed.index.items()}  # per offset, per feed
-        if fed.own:
+        if np is not None and len(fed.waits) > ENDS:
+            ends = _numpy_ends(np, fed, line)
+        elif fed.own:
             index0, total0, ends0 = fed.index[0], fed.total[0], ends[0]
             done, last = 0, len(index0)
             for w, demand in zip(fed.waits, fed.demand):
@@ -648,7 +670,10 @@ def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None
             for ev, end in zip(evs, ends[k]):
                 a: DmaStart = ev.action
                 send, recv = a.send_sem, a.recv_sem
-                if k == 0 and send is not None and send[1] == name and send[2] == index:
+                if send is None:  # a local copy: fed to its one semaphore, by device 0
+                    read_end[ev.index] = write_end[ev.index] = end
+                    continue
+                if k == 0 and send[1] == name and send[2] == index:
                     read_end[ev.index] = end
                 if recv[1] == name and recv[2] == index:
                     back = offsets.get(recv[0])
@@ -656,9 +681,33 @@ def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None
                         back = offsets[recv[0]] = neg(recv[0])
                     if back == k:
                         write_end[ev.index] = end
-                        if send is None:
-                            read_end[ev.index] = end
     return read_end, write_end
+
+
+ENDS = 64  # a semaphore with more waits than this has its DMA ends found with numpy (a large torus)
+
+
+def _numpy_ends(np: Any, fed: _Feeds, line: _Line) -> dict[int, list[int | None]]:
+    """`_ends` of one semaphore with numpy: per offset k, where each wait's limit falls
+    among k's feeds (the rows' entry k, from `line`; for device 0 the wait itself), so
+    which waits end what they can supply ("ok"). The loop ends the feeds [done, c) at each
+    ok wait whose limit c is past `done`, and c only grows from wait to wait (rows are
+    monotone), so feed j ends at the first ok wait whose limit is past j."""
+    waits = np.array(fed.waits, dtype=np.int64)
+    supply = np.zeros(len(waits), dtype=np.int64)
+    limits = {}
+    for k, index in fed.index.items():
+        at = waits if k == 0 else line.entries(np, k, waits)
+        limits[k] = np.searchsorted(np.array(index, dtype=np.int64), at, side="left")
+        supply += np.array(fed.total[k], dtype=np.int64)[limits[k]]
+    ok = supply <= np.array(fed.demand, dtype=np.int64)
+    ending = waits[ok]
+    out = {}
+    for k, c in limits.items():
+        first = np.searchsorted(c[ok], np.arange(len(fed.index[k])), side="right")
+        out[k] = [None if f == len(ending) else w for f, w in
+                  zip(first.tolist(), ending[np.minimum(first, len(ending) - 1)].tolist() if len(ending) else first.tolist())]
+    return out
 
 
 def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, int, Region, Region]]:
@@ -810,13 +859,22 @@ class _Line:
         self.runs = order.runs if order.runs is not None else _runs(order.cuts[0])
         self.columns: dict[int, tuple[list[int], list[int]]] = {}
 
-    def place(self, k: int, j: int) -> int:
+    def _column(self, k: int) -> tuple[list[int], list[int]]:
+        """Entry k of each run's row, and where each run ends (after a leading 0)."""
         column = self.columns.get(k)
         if column is None:
             rows, counts = self.runs
             column = self.columns[k] = ([int(row[k]) for row in rows], [0, *accumulate(counts)])
-        values, ends = column
+        return column
+
+    def place(self, k: int, j: int) -> int:
+        values, ends = self._column(k)
         return ends[bisect.bisect_right(values, j)]
+
+    def entries(self, np: Any, k: int, at: Any) -> Any:
+        """rows[e][k] for each event e of the numpy array `at`."""
+        values, ends = self._column(k)
+        return np.array(values, dtype=np.int64)[np.searchsorted(np.array(ends[1:]), at, side="right")]
 
 
 class _Live:
@@ -1004,8 +1062,8 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
     check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
     megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
-        _run(program)
         every, dma = _feeds(program)
+        _run(program, (every, dma))
         order = quotient_order(program, every)
         rot = Rotator(program)
         return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning)
