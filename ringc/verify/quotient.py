@@ -392,28 +392,38 @@ def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | 
 # -- the order -----------------------------------------------------------------------
 
 class _Feeds:
-    """What adds to one semaphore of device 0: per sending device (offset), its events'
-    indices in program order with running totals of what they add; and device 0's waits on
-    it, in program order, with the cumulative demand up to each."""
+    """What adds to one semaphore of device 0: per sending device (offset), its events
+    and their indices in program order, what each adds and the running totals; and device
+    0's waits on it, in program order, with the cumulative demand up to each. Filled by
+    `_feeds`, then read only."""
 
     def __init__(self) -> None:
-        self.index: dict[int, list[int]] = defaultdict(list)
-        self.amount: dict[int, list[int]] = defaultdict(list)
-        self.events: dict[int, list[Event]] = defaultdict(list)
+        self.events: dict[int, list[Event]] = {}
+        self.amount: dict[int, list[int]] = {}
         self.waits: list[int] = []
-        self.demand: list[int] = []
-
-    def add(self, offset: int, ev: Event, amount: int) -> None:
-        self.index[offset].append(ev.index)
-        self.amount[offset].append(amount)
-        self.events[offset].append(ev)
-
-    def wait(self, index: int, value: int) -> None:
-        self.demand.append((self.demand[-1] if self.demand else 0) + value)
-        self.waits.append(index)
+        self.values: list[int] = []
+        self.signals = False  # some feed is a signal, not a DMA
 
     def finish(self) -> None:
+        self.index = {k: [ev.index for ev in evs] for k, evs in self.events.items()}
         self.total = {k: [0, *accumulate(v)] for k, v in self.amount.items()}
+        self.demand = list(accumulate(self.values))
+
+    def copies(self, waits: bool) -> "_Feeds":
+        """The DMAs among the feeds (the same lists when there is no signal), with the
+        waits or none."""
+        out = _Feeds()
+        if not self.signals:
+            out.events, out.amount, out.index, out.total = self.events, self.amount, self.index, self.total
+        else:
+            for k, evs in self.events.items():
+                kept = [(ev, x) for ev, x in zip(evs, self.amount[k]) if type(ev.action) is DmaStart]
+                if kept:
+                    out.events[k] = [ev for ev, _ in kept]
+                    out.amount[k] = [x for _, x in kept]
+            out.finish()
+        out.waits, out.values, out.demand = (self.waits, self.values, self.demand) if waits else ([], [], [])
+        return out
 
     def available(self, offset: int, limit: int) -> int:
         """How many of `offset`'s feeds come before its event `limit`."""
@@ -433,32 +443,41 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     a DMA feeds, its waits if it is a DMA semaphore, `order.dma_ends`)."""
     neg = group_of(program).neg
     offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
-    every: dict[Key, _Feeds] = defaultdict(_Feeds)
-    dma: dict[Key, _Feeds] = defaultdict(_Feeds)
+    every: dict[Key, _Feeds] = {}
     for ev in program.devices[0]:
         a = ev.action
         cls = type(a)
         if cls is SemWait:
-            every[(a.sem[1], a.sem[2])].wait(ev.index, a.value)
+            key = (a.sem[1], a.sem[2])
+            fed = every.get(key)
+            if fed is None:
+                fed = every[key] = _Feeds()
+            fed.waits.append(ev.index)
+            fed.values.append(a.value)
             continue
         if cls is not DmaStart and cls is not Signal:
             continue
-        is_dma = cls is DmaStart
         for sem, amount in deposits(a):
             k = offsets.get(sem[0])
             if k is None:
                 k = offsets[sem[0]] = neg(sem[0])
             key = (sem[1], sem[2])
-            every[key].add(k, ev, amount)
-            if is_dma:
-                dma[key].add(k, ev, amount)
+            fed = every.get(key)
+            if fed is None:
+                fed = every[key] = _Feeds()
+            evs = fed.events.get(k)
+            if evs is None:
+                evs = fed.events[k] = []
+                fed.amount[k] = []
+            evs.append(ev)
+            fed.amount[k].append(amount)
+            if cls is Signal:
+                fed.signals = True
     kinds = program.sem_kinds
-    for f in every.values():
-        f.finish()
-    for key, f in dma.items():
-        f.finish()
-        if kinds.get(key[0]) == "dma":
-            f.waits, f.demand = every[key].waits, every[key].demand
+    for fed in every.values():
+        fed.finish()
+    dma = {key: fed.copies(kinds.get(key[0]) == "dma") for key, fed in every.items()
+           if any(type(ev.action) is DmaStart for evs in fed.events.values() for ev in evs)}
     return every, dma
 
 
