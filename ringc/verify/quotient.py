@@ -19,10 +19,13 @@ device's events, O(events per device) instead of O(N * events per device):
   when the other feeds not forced after the wait fall short of its demand), evaluated
   with the rows already known; it can only miss orderings, never invent one, so a clean
   verdict here is sound. Rows are vectors (`_Rows`), shared between events that feed no
-  other device: O(N * remote feeds) memory.
+  other device: O(N * remote feeds) memory. Only waits and the feeds that force them
+  change anything, so the sweep visits only those (`quotient_order`).
 - **Races.** Only device 0's memory is checked (`symmetry.memory_symmetric`): its own
   accesses, and the DMAs of devices -t that land in it, which are device 0's own remote
-  DMAs rotated by -t.
+  DMAs rotated by -t. Each ends at an event of device 0, so on device 0's program order,
+  with a start of device k placed after the events that must precede it, only accesses
+  whose spans meet can race (`_concurrent_pairs`).
 - **Data flow.** Device 0's memory is replayed on its own; a remote DMA lands what
   device -t sends, device 0's source rotated by -t (device ids and every box). Device
   d's output is device 0's rotated by d, and the collective's meaning rotates the same
@@ -761,42 +764,22 @@ class _Accesses:
     def __init__(self, program: Program, ends: tuple[list, list], rot: Rotator, line: _Line):
         events = self.events = program.devices[0]
         read_end, write_end = ends
-        ids: dict[int, int] = {}
-        regions: list[Region] = []
-        reg: list[int] = []
-        lo: list[int] = []
-        hi: list[int | None] = []
-        write: list[bool] = []
         local = [ev for ev in events if not (type(ev.action) is DmaStart and ev.action.send_sem is not None)]
-        for ev, region, w, copy in event_accesses(local, program.n):
-            if region.device != 0:
-                continue
-            k = ids.get(id(region))
-            if k is None:
-                k = ids[id(region)] = len(regions)
-                regions.append(region)
-            i = ev.index
-            reg.append(k)
-            lo.append(i)
-            hi.append((write_end if w else read_end)[i] if copy else i)
-            write.append(w)
-        self.sends = len(reg)
+        rows = [(region, w, ev.index, (write_end if w else read_end)[ev.index] if copy else ev.index)
+                for ev, region, w, copy in event_accesses(local, program.n) if region.device == 0]
+        self.sends = len(rows)
         incoming = _incoming(program, rot)
-        for landing in (False, True):
-            self.landing = len(reg)
-            for ev, delta, _, dst in incoming:
-                region = dst if landing else ev.action.src
-                k = ids.get(id(region))
-                if k is None:
-                    k = ids[id(region)] = len(regions)
-                    regions.append(region)
-                i = ev.index
-                reg.append(k)
-                lo.append(line.place(delta, i) if landing and delta != 0 else i)
-                hi.append(write_end[i] if landing else read_end[i])
-                write.append(landing)
-        self.regions, self.incoming = regions, incoming
-        self.reg, self.lo, self.hi, self.write = reg, lo, hi, write
+        rows += [(ev.action.src, False, ev.index, read_end[ev.index]) for ev, _, _, _ in incoming]
+        self.landing = len(rows)
+        rows += [(dst, True, line.place(delta, ev.index) if delta != 0 else ev.index, write_end[ev.index])
+                 for ev, delta, _, dst in incoming]
+        ids: dict[int, int] = {}
+        self.reg = [ids.setdefault(id(region), len(ids)) for region, _, _, _ in rows]
+        self.regions: list[Region] = list({id(region): region for region, _, _, _ in rows}.values())
+        self.write = [w for _, w, _, _ in rows]
+        self.lo = [lo for _, _, lo, _ in rows]
+        self.hi: list[int | None] = [hi for _, _, _, hi in rows]
+        self.incoming = incoming
         self._columns: tuple | None = None
         self._leads: tuple | None = None
 
