@@ -30,14 +30,19 @@ def region(box) -> Region:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(boxes(), min_size=1, max_size=25), boxes())
+@given(st.lists(st.tuples(boxes(), st.booleans()), min_size=1, max_size=25), boxes())
 def test_reads_see_the_last_write_of_every_cell(writes, probe):
+    """Writes and forgets (`Memory.forget` erases the box's pieces: a box no piece covers
+    reads as garbage), against a plain array of cells."""
     mem = Memory({"buf": SHAPE})
     cells = {}
-    for tag, box in enumerate(writes):
-        mem.write(region(box), [Piece(box, (("x", tag, ((0, 0), (1, 0))),))])
+    for tag, (box, forget) in enumerate(writes):
+        if forget:
+            mem.forget(region(box))
+        else:
+            mem.write(region(box), [Piece(box, (("x", tag, ((0, 0), (1, 0))),))])
         for cell in itertools.product(*(range(lo, hi) for lo, hi in box)):
-            cells[cell] = tag
+            cells[cell] = None if forget else tag
     seen = {}
     for p in mem.read(region(probe)):
         for cell in itertools.product(*(range(lo, hi) for lo, hi in p.box)):

@@ -91,14 +91,25 @@ class Gauge:
         self.conflict = False
         # An action's constraints depend only on which dims of each region are whole: each
         # distinct (kind, buffers, kept dims, whole dims) is joined once.
+        # The unroller shares Region objects between events, so a region's shape is kept by
+        # its id while the events (which hold every region) are alive.
         seen: set[tuple] = set()
+        shaped: dict[int, tuple | None] = {id(None): None}
+        shape = self._shape
+
+        def of(region: Region | None) -> tuple | None:
+            key = id(region)
+            s = shaped.get(key, seen)
+            if s is seen:
+                s = shaped[key] = shape(region)
+            return s
         for ev in events:
             a = ev.action
             cls = type(a)
             if cls is DmaStart:
-                key = (self._shape(a.src), self._shape(a.dst))
+                key = (of(a.src), of(a.dst))
             elif cls is Compute:
-                key = (a.kind, a.contract, *(self._shape(r) for r in (a.dst, a.src, a.rhs, a.base)))
+                key = (a.kind, a.contract, of(a.dst), of(a.src), of(a.rhs), of(a.base))
             else:
                 continue
             if key in seen:

@@ -85,7 +85,9 @@ class Rotator:
 
     def _moves(self, buffer: str, delta: int) -> tuple[int, ...]:
         """How far each dimension of a buffer moves on device delta (r . delta,
-        `rotation.box_step`), one entry per dimension: asked once per buffer and delta."""
+        `rotation.box_step`), one entry per dimension: asked once per buffer and delta.
+        Coordinate x of a dimension that moves by m is at (x + m) % size on device delta
+        (x ^ m under XOR)."""
         key = (buffer, delta)
         moves = self.moves.get(key)
         if moves is None:
@@ -98,16 +100,6 @@ class Rotator:
                     out.append(self.torus.step(r, delta) if r else 0)
             moves = self.moves[key] = tuple(out)
         return moves
-
-    def _move(self, buffer: str, dim: int, delta: int) -> int:
-        """How far a buffer dimension moves on device delta."""
-        return self._moves(buffer, delta)[dim]
-
-    def _shift(self, buffer: str, dim: int, lo: int, delta: int) -> int:
-        """Where coordinate `lo` of a buffer dimension is on device delta."""
-        if self.xor:
-            return lo ^ self._moves(buffer, delta)[dim]
-        return (lo + self._moves(buffer, delta)[dim]) % self.shapes[buffer][dim]
 
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole). The unroller shares
@@ -124,7 +116,7 @@ class Rotator:
         shape, xor = self.shapes[region.buffer], self.xor
         for dim, ((lo, hi), move) in enumerate(zip(region.box, self._moves(region.buffer, delta))):
             size = shape[dim]
-            if not move or hi - lo == size:  # `_shift`: a dimension that does not move stays
+            if not move or hi - lo == size:  # a dimension that does not move stays
                 box.append((lo, hi))
                 continue
             start = lo ^ move if xor else (lo + move) % size
@@ -137,8 +129,8 @@ class Rotator:
         """`box` cut where rotating it by delta would wrap a dimension around its end (under
         XOR: into single indices along a dimension that moves, whose order XOR permutes)."""
         boxes = [box]
-        for dim, size in enumerate(self.shapes[buffer]):
-            shift = self._move(buffer, dim, delta) % size
+        for dim, (size, move) in enumerate(zip(self.shapes[buffer], self._moves(buffer, delta))):
+            shift = move % size
             if not shift:
                 continue
             if self.xor:
@@ -154,11 +146,16 @@ class Rotator:
         """Canonical pieces on device delta. Rotating terms that do not wrap keeps the
         value canonical but for the terms' order; a wrapped run may merge with another."""
         out = []
+        moves, shape, xor = self._moves(buffer, delta), self.shapes[buffer], self.xor
+        moving = any(moves)
         for p in pieces:
             parts, wrapped = [], False
-            for box in self._split(buffer, p.box, delta):
-                new_box = tuple((s, s + hi - lo) for (lo, hi), s in
-                                ((b, self._shift(buffer, d, b[0], delta)) for d, b in enumerate(box)))
+            for box in (self._split(buffer, p.box, delta) if moving else (p.box,)):
+                new_box = []
+                for (lo, hi), m, size in zip(box, moves, shape):  # each start moved (`_moves`)
+                    start = lo ^ m if xor else (lo + m) % size
+                    new_box.append((start, start + hi - lo))
+                new_box = tuple(new_box)
                 terms = [self.term(t, box, new_box, delta) for t in p.value]
                 wrapped = wrapped or any(len(ts) > 1 for ts in terms)
                 parts.append(Piece(new_box, tuple(u for ts in terms for u in ts)))
@@ -188,19 +185,22 @@ class Rotator:
                               box, new_box, delta)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
         name, dev, imap = term
         entries = []
-        for i, (d, off) in enumerate(imap):
+        if imap:  # garbage and opaque data have no map (and no buffer of that name)
+            moves, shape, xor = self._moves(name, delta), self.shapes[name], self.xor
+        for i, (d, off) in enumerate(imap):  # each coordinate moved by its dim's move m (`_moves`)
+            m = moves[i]
             if d is not None and d < 0:  # a contraction index (KDIM, or a nested product's)
                 if any(self.steps.get((name, i), ())):
                     raise _Unclear("a contraction dimension that moves under rotation")
                 entries.append((d, off))
             elif d is None:
-                entries.append((None, self._shift(name, i, off, delta)))
+                entries.append((None, off ^ m if xor else (off + m) % shape[i]))
             else:
                 lo, hi = box[d]
-                if self.xor and hi - lo > 1 and self._move(name, i, delta):
+                if xor and hi - lo > 1 and m:
                     raise _Unclear(f"input `{name}` dim {i} is read along a run that XOR permutes")
-                x = self._shift(name, i, lo + off, delta)
-                if x + hi - lo > self.shapes[name][i]:
+                x = (lo + off) ^ m if xor else (lo + off + m) % shape[i]
+                if x + hi - lo > shape[i]:
                     raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
         first, end = device_span(dev)
@@ -1016,7 +1016,13 @@ def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
+def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule",
+                     boxes: Rotator | None = None) -> bool:
+    """Device 0's memory replayed, each remote DMA landing what device -t sends, then
+    compared with the collective's meaning. `boxes`: a Rotator of the same program whose
+    rotated regions are reused (the races ask for the same ones). The gauge's steps only
+    move dims accessed whole, and a whole dim stays whole, so a region moves the same
+    under either."""
     if meaning is None:
         return True  # no meaning to check
     collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
@@ -1024,6 +1030,8 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
     if steps is None:
         return False
     rot = Rotator(program, steps)
+    if boxes is not None:
+        rot.regions = boxes.regions
     n, mem = program.n, Memory(program.shapes)
     for name, buf in sched.buffers.items():
         if buf.kind == "input":
@@ -1068,6 +1076,6 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
         _run(program, (every, dma))
         order = quotient_order(program, every)
         rot = Rotator(program)
-        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning)
+        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning, rot)
     except (_Unclear, NotRotational):
         return False

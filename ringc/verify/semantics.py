@@ -669,8 +669,11 @@ class Memory:
     # A value of one UNINIT or OPAQUE term (its map is empty), or of none, is canonical for
     # any box (`canonical_value` returns it as it is): written without canonicalizing.
     def forget(self, dst: Region) -> None:
-        """Whatever ran before the kernel left garbage here."""
-        self.write(dst, [Piece(dst.box, ((UNINIT + dst.buffer, dst.device, ()),))], canonical=True)
+        """Whatever ran before the kernel left garbage here. A box no piece covers reads as
+        this very garbage (`read`'s gaps), so forgetting erases the box's pieces: every
+        point reads the same value as if a garbage piece were written, and a later write
+        into the box (a fresh receive slot, a pipeline's window) meets nothing to split."""
+        self.write(dst, [], canonical=True)
 
     def zero(self, dst: Region) -> None:
         self.write(dst, [Piece(dst.box, ())], canonical=True)
