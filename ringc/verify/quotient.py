@@ -969,32 +969,65 @@ def _concurrent_pairs(accs: _Accesses, group: Any, order: Order) -> bool:
     return False
 
 
-def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
-    """`_concurrent_pairs` with numpy, for the accesses at positions `at`: sorted by (start,
-    end), the accesses whose spans meet the one at position p are those after it that start
-    no later than it ends, a range found by binary search, so all pairs are listed without
-    a loop over them (the sweep visits the same pairs, but for those its buckets skip,
-    which cannot overlap). Of the pairs where one writes, those whose regions meet along
-    the leading dimension are asked (when they are many, those whose whole boxes overlap:
-    both necessary for `races.race`). None when there are more than `PAIRS` pairs."""
-    lo_all, hi_all, write_all, reg_all = accs.columns(np)
-    lo, hi = lo_all[at], hi_all[at]
-    m = len(at)
-    by = np.lexsort((hi, lo))
-    stop = np.searchsorted(lo[by], hi[by], side="right")
-    counts = stop - np.arange(1, m + 1)
-    np.maximum(counts, 0, out=counts)
+def _ranges(np: Any, starts: Any, counts: Any) -> tuple[Any, Any]:
+    """Item i repeated counts[i] times, and beside it starts[i], starts[i] + 1, ...: every
+    (item, position) of the ranges, flat."""
     total = int(counts.sum())
-    if total > PAIRS:
+    items = np.repeat(np.arange(len(counts)), counts)
+    return items, starts[items] + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
+    """`_concurrent_pairs` with numpy, for the accesses at positions `at`. Sorted by
+    (start, end), the accesses whose spans meet the one of rank r are those after it that
+    start no later than it ends: ranks r + 1 .. stop[r] - 1, found by binary search. An
+    access whose region is one index along the buffer's leading dimension (a slot) can
+    only overlap another of the same index or one wider there, so the pairs listed are:
+    a wide one with everything its span meets after it; one of one index with the wide
+    ones its span meets after it; and two of the same index whose spans meet (sorted by
+    (index, start, end), a range again). So every pair that may race (spans meet, regions
+    overlap) is listed without a loop over them (the sweep visits the same pairs, but for
+    those its buckets skip, which cannot overlap). Of the pairs where one writes, those
+    whose regions meet along the leading dimension are asked (when they are many, those
+    whose whole boxes overlap: both necessary for `races.race`). None when the pairs
+    listed are more than `PAIRS`."""
+    lo_all, hi_all, write_all, reg_all = accs.columns(np)
+    lead_lo, lead_hi = accs.leads(np)
+    by = np.lexsort((hi_all[at], lo_all[at]))
+    ranked = at[by]  # positions in `accs`, by rank
+    lo, hi, reg = lo_all[ranked], hi_all[ranked], reg_all[ranked]
+    m = len(at)
+    stop = np.searchsorted(lo, hi, side="right")
+    slot = lead_lo[reg]
+    narrow = lead_hi[reg] - slot == 1
+    wide = np.flatnonzero(~narrow)
+    thin = np.flatnonzero(narrow)
+    wide_counts = np.maximum(stop[wide] - wide - 1, 0)  # a wide one: the ranks after it its span meets
+    after = np.searchsorted(wide, thin, side="right")  # one of one index: the wide ranks in its range
+    mixed_counts = np.maximum(np.searchsorted(wide, stop[thin], side="left") - after, 0)
+    # two of one index: ranks of `thin` by (index, rank), each index's block keyed apart
+    by_slot = thin[np.argsort(slot[thin], kind="stable")]
+    width = int(lo.max()) + 1 if m else 1
+    if m and int(slot.max()) * width >= 1 << 62:
         return None
-    if total == 0:
+    key = slot[by_slot] * width + lo[by_slot]
+    reach = slot[by_slot] * width + np.minimum(hi[by_slot], width - 1)
+    same_counts = np.maximum(np.searchsorted(key, reach, side="right") - np.arange(1, len(by_slot) + 1), 0)
+    if int(wide_counts.sum()) + int(mixed_counts.sum()) + int(same_counts.sum()) > PAIRS:
+        return None
+    i, j = _ranges(np, wide + 1, wide_counts)
+    firsts, seconds = [wide[i]], [j]
+    i, j = _ranges(np, after, mixed_counts)
+    firsts.append(thin[i])
+    seconds.append(wide[j])
+    i, j = _ranges(np, np.arange(1, len(by_slot) + 1), same_counts)
+    firsts.append(by_slot[i])
+    seconds.append(by_slot[j])
+    a, b = ranked[np.concatenate(firsts)], ranked[np.concatenate(seconds)]
+    if not len(a):
         return False
-    first = np.repeat(np.arange(m), counts)
-    second = first + 1 + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    a, b = at[by[first]], at[by[second]]
     a, b = a[write_all[a] | write_all[b]], b[write_all[a] | write_all[b]]
     ra, rb = reg_all[a], reg_all[b]
-    lead_lo, lead_hi = accs.leads(np)
     meet = (lead_lo[ra] < lead_hi[rb]) & (lead_lo[rb] < lead_hi[ra])
     a, b, ra, rb = a[meet], b[meet], ra[meet], rb[meet]
     if len(a) > OVERLAPS:
