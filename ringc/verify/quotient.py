@@ -19,10 +19,13 @@ device's events, O(events per device) instead of O(N * events per device):
   when the other feeds not forced after the wait fall short of its demand), evaluated
   with the rows already known; it can only miss orderings, never invent one, so a clean
   verdict here is sound. Rows are vectors (`_Rows`), shared between events that feed no
-  other device: O(N * remote feeds) memory.
+  other device: O(N * remote feeds) memory. Only waits and the feeds that force them
+  change anything, so the sweep visits only those (`quotient_order`).
 - **Races.** Only device 0's memory is checked (`symmetry.memory_symmetric`): its own
   accesses, and the DMAs of devices -t that land in it, which are device 0's own remote
-  DMAs rotated by -t.
+  DMAs rotated by -t. Each ends at an event of device 0, so on device 0's program order,
+  with a start of device k placed after the events that must precede it, only accesses
+  whose spans meet can race (`_concurrent_pairs`).
 - **Data flow.** Device 0's memory is replayed on its own; a remote DMA lands what
   device -t sends, device 0's source rotated by -t (device ids and every box). Device
   d's output is device 0's rotated by d, and the collective's meaning rotates the same
@@ -35,15 +38,16 @@ fast path for the clean verdict, never a second source of findings.
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import replace
 from collections import Counter, defaultdict
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any
 
 from ..ir import schema as S
 from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
 from .order import DmaEnds, Order, sums_to
-from .races import Access, accesses, race
+from .races import Access, event_accesses, race
 from .rotation import NotRotational, Torus
 from .xor import group_of
 from .gauge import Gauge, device_dims
@@ -343,83 +347,140 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
 
 # -- the run -------------------------------------------------------------------------
 
-def _run(program: Program) -> None:
+def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | None = None) -> None:
     """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
-    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`)."""
-    value: dict[Key, int] = defaultdict(int)
-    sizes: dict[Key, list[int]] = defaultdict(list)
-    for ev in program.devices[0]:
-        a = ev.action
-        if isinstance(a, SemWait):
-            if value[_key(a.sem)] < a.value:
-                raise _Unclear(f"a hang at line {ev.line}")
-            value[_key(a.sem)] -= a.value
+    DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`).
+    Decided from `_feeds` (`feeds`, if the caller has them): run alone, device 0 reaches a
+    wait with every deposit of its earlier events made (its deposit into device t's
+    semaphore is device -t's into its own) and every earlier wait's demand taken, so it
+    blocks there iff those deposits fall short of the wait's cumulative demand; it stops at
+    the first such wait in program order."""
+    every, dma = _feeds(program) if feeds is None else feeds
+    events = program.devices[0]
+    hang = len(events)
+    for fed in every.values():
+        supply = [(fed.index[k], fed.total[k]) for k in fed.index]
+        for i, demand in zip(fed.waits, fed.demand):
+            if i >= hang:
+                break
+            if sum(total[bisect.bisect_left(index, i)] for index, total in supply) < demand:
+                hang = i
+                break
+    if hang < len(events):
+        raise _Unclear(f"a hang at line {events[hang].line}")
+    for fed in every.values():
+        if sum(total[-1] for total in fed.total.values()) != (fed.demand[-1] if fed.demand else 0):
+            raise _Unclear("a semaphore ends non-zero")
+    wrong = len(events)
+    kinds = program.sem_kinds
+    for key, fed in dma.items():
+        if kinds.get(key[0]) != "dma" or not fed.waits:
             continue
-        dma = isinstance(a, DmaStart)
-        for sem, amount in deposits(a):  # device 0's deposits on device t: device -t's on device 0
-            value[_key(sem)] += amount
-            if dma:
-                sizes[_key(sem)].append(amount)
-    if any(value.values()):
-        raise _Unclear("a semaphore ends non-zero")
-    counts = {key: Counter(v) for key, v in sizes.items()}
-    for ev in program.devices[0]:
-        a = ev.action
-        if (isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma"
-                and _key(a.sem) in counts and not sums_to(a.value, counts[_key(a.sem)])):
-            raise _Unclear(f"a byte count mismatch at line {ev.line}")
+        sizes = Counter(chain.from_iterable(fed.amount.values()))
+        fits: dict[int, bool] = {}
+        for i, demand, before in zip(fed.waits, fed.demand, [0, *fed.demand]):
+            if i >= wrong:
+                break
+            value = demand - before
+            ok = fits.get(value)
+            if ok is None:
+                ok = fits[value] = sums_to(value, sizes)
+            if not ok:
+                wrong = i
+                break
+    if wrong < len(events):
+        raise _Unclear(f"a byte count mismatch at line {events[wrong].line}")
 
 
 # -- the order -----------------------------------------------------------------------
 
 class _Feeds:
-    """What adds to one semaphore of device 0: per sending device (offset), its events'
-    indices in program order with running totals of what they add."""
+    """What adds to one semaphore of device 0: per sending device (offset), its events
+    and their indices in program order, what each adds and the running totals; and device
+    0's waits on it, in program order, with the cumulative demand up to each. Filled by
+    `_feeds`, then read only."""
 
     def __init__(self) -> None:
-        self.index: dict[int, list[int]] = defaultdict(list)
-        self.amount: dict[int, list[int]] = defaultdict(list)
-        self.events: dict[int, list[Event]] = defaultdict(list)
-
-    def add(self, offset: int, ev: Event, amount: int) -> None:
-        self.index[offset].append(ev.index)
-        self.amount[offset].append(amount)
-        self.events[offset].append(ev)
+        self.events: dict[int, list[Event]] = {}
+        self.amount: dict[int, list[int]] = {}
+        self.waits: list[int] = []
+        self.values: list[int] = []
+        self.signals = False  # some feed is a signal, not a DMA
 
     def finish(self) -> None:
+        self.index = {k: [ev.index for ev in evs] for k, evs in self.events.items()}
         self.total = {k: [0, *accumulate(v)] for k, v in self.amount.items()}
+        self.demand = list(accumulate(self.values))
+
+    def copies(self, waits: bool) -> "_Feeds":
+        """The DMAs among the feeds (the same lists when there is no signal), with the
+        waits or none."""
+        out = _Feeds()
+        if not self.signals:
+            out.events, out.amount, out.index, out.total = self.events, self.amount, self.index, self.total
+        else:
+            for k, evs in self.events.items():
+                kept = [(ev, x) for ev, x in zip(evs, self.amount[k]) if type(ev.action) is DmaStart]
+                if kept:
+                    out.events[k] = [ev for ev, _ in kept]
+                    out.amount[k] = [x for _, x in kept]
+            out.finish()
+        out.waits, out.values, out.demand = (self.waits, self.values, self.demand) if waits else ([], [], [])
+        return out
 
     def available(self, offset: int, limit: int) -> int:
         """How many of `offset`'s feeds come before its event `limit`."""
         return bisect.bisect_left(self.index[offset], limit)
 
+    @property
+    def own(self) -> bool:
+        """Fed by device 0 alone (a local copy's semaphore, a send side): its waits need no rows."""
+        return len(self.index) == 1 and 0 in self.index
+
 
 def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
     by -t, is device -t's deposit into device 0's. Every deposit's, and the DMAs' alone,
-    in one pass over device 0's events."""
+    in one pass over device 0's events, which also lists each semaphore's waits (the first
+    dict has an entry for every semaphore waited on, fed or not; the second, for each one
+    a DMA feeds, its waits if it is a DMA semaphore, `order.dma_ends`)."""
     neg = group_of(program).neg
     offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
-    every: dict[Key, _Feeds] = defaultdict(_Feeds)
-    dma: dict[Key, _Feeds] = defaultdict(_Feeds)
+    every: dict[Key, _Feeds] = {}
     for ev in program.devices[0]:
         a = ev.action
-        found = deposits(a)
-        if not found:
+        cls = type(a)
+        if cls is SemWait:
+            key = (a.sem[1], a.sem[2])
+            fed = every.get(key)
+            if fed is None:
+                fed = every[key] = _Feeds()
+            fed.waits.append(ev.index)
+            fed.values.append(a.value)
             continue
-        is_dma = isinstance(a, DmaStart)
-        for sem, amount in found:
+        if cls is not DmaStart and cls is not Signal:
+            continue
+        for sem, amount in deposits(a):
             k = offsets.get(sem[0])
             if k is None:
                 k = offsets[sem[0]] = neg(sem[0])
             key = (sem[1], sem[2])
-            every[key].add(k, ev, amount)
-            if is_dma:
-                dma[key].add(k, ev, amount)
-    for f in every.values():
-        f.finish()
-    for f in dma.values():
-        f.finish()
+            fed = every.get(key)
+            if fed is None:
+                fed = every[key] = _Feeds()
+            evs = fed.events.get(k)
+            if evs is None:
+                evs = fed.events[k] = []
+                fed.amount[k] = []
+            evs.append(ev)
+            fed.amount[k].append(amount)
+            if cls is Signal:
+                fed.signals = True
+    kinds = program.sem_kinds
+    for fed in every.values():
+        fed.finish()
+    dma = {key: fed.copies(kinds.get(key[0]) == "dma") for key, fed in every.items()
+           if any(type(ev.action) is DmaStart for evs in fed.events.values() for ev in evs)}
     return every, dma
 
 
@@ -432,17 +493,22 @@ def _limits(feeds: _Feeds, row: Any, index: int) -> dict[int, int]:
 SMALL = 64  # below this many devices, rows are lists: importing numpy would cost more
 
 
+def _numpy(n: int) -> Any:
+    """numpy on a torus of more than `SMALL` devices, else None."""
+    if n <= SMALL:
+        return None
+    import numpy
+    return numpy
+
+
 class _Rows:
     """The vector operations of the order's rows (one entry per device): numpy arrays, or
     for a small torus plain lists, which give the same values."""
 
     def __init__(self, torus: Torus):
         self.torus = torus
-        self.np = None
+        self.np = _numpy(torus.n)
         self.perms: dict[int, list[int]] = {}
-        if torus.n > SMALL:
-            import numpy
-            self.np = numpy
 
     def full(self, value: int) -> Any:
         return self.np.full(self.torus.n, value, dtype=self.np.int32) if self.np else [value] * self.torus.n
@@ -464,180 +530,353 @@ class _Rows:
     def minimum(self, a: Any, b: Any) -> Any:
         return self.np.minimum(a, b) if self.np is not None else list(map(min, a, b))
 
-    def lower(self, cur: Any, row: Any, k: int, w: int) -> Any:
-        """`minimum(cur, moved)` where moved is `seen_from(row, k)` with entry k set to w;
-        `cur` is a fresh copy the caller owns (it is changed in place). On a ring of numpy
-        rows: two slice minima, no rolled copy (the same values: moved[j] = row[j - k])."""
+    def lowered(self, cur: Any, edges: list[tuple[Any, int, int]]) -> Any:
+        """A new row: `cur` (left as it is) lowered by each edge (row, k, w) to
+        `minimum(cur, moved)`, where moved is `seen_from(row, k)` with entry k set to w. On a
+        ring of numpy rows: two slice minima per edge into the new row, no rolled copy (the
+        same values: moved[j] = row[j - k])."""
         t = self.torus
-        if self.np is None or not isinstance(t, Torus) or len(t.shape) > 1:
-            moved = self.seen_from(row, k)
-            moved[k] = w
-            return self.minimum(cur, moved)
-        keep = min(int(cur[k]), w)
-        n = t.n
         np = self.np
-        np.minimum(cur[k:], row[:n - k], out=cur[k:])
-        np.minimum(cur[:k], row[n - k:], out=cur[:k])
-        cur[k] = keep
-        return cur
+        if np is None or not isinstance(t, Torus) or len(t.shape) > 1:
+            for row, k, w in edges:
+                moved = self.seen_from(row, k)
+                moved[k] = w
+                cur = self.minimum(cur, moved)  # a new row
+            return cur
+        n = t.n
+        out = np.empty_like(cur)
+        for row, k, w in edges:
+            keep = min(int(cur[k]), w)
+            np.minimum(cur[k:], row[:n - k], out=out[k:])
+            np.minimum(cur[:k], row[n - k:], out=out[:k])
+            out[k] = keep
+            cur = out
+        return out
 
 
 def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> Order:
-    """`feeds`: `_feeds(program)[0]`, if the caller has it."""
+    """The rows of the module docstring's backward sweep. Only waits and the events that
+    feed another device's waits are visited: a row changes only at an event that forces
+    some wait (an edge), and every event between two such shares the later one's row. A
+    semaphore fed by device 0 alone (`_Feeds.own`) adds no edge, and whether its own feeds
+    before a wait meet the demand needs no row: those waits are checked in one pass and
+    not visited (the first failure, in the sweep's order, raises where the sweep would).
+    `feeds`: `_feeds(program)[0]`, if the caller has it."""
     events, n = program.devices[0], program.n
     torus = group_of(program)
     length = len(events)
     if feeds is None:
         feeds = _feeds(program)[0]
-    demand: dict[int, int] = {}  # wait index -> cumulative demand on its semaphore
-    running: dict[Key, int] = defaultdict(int)
-    for ev in events:
-        if isinstance(ev.action, SemWait):
-            running[_key(ev.action.sem)] += ev.action.value
-            demand[ev.index] = running[_key(ev.action.sem)]
-    edges: dict[int, dict[int, int]] = defaultdict(dict)  # feed index -> {device offset: first wait it forces}
-    vec = _Rows(torus)
-    cur = vec.full(length)  # nothing forced after the end
-    rows: list[Any] = [cur]
-    at = [0] * length
-    for i in range(length - 1, -1, -1):
-        if i in edges:
-            cur = cur.copy()  # the rows already made hold the old one
-            for k, w in edges[i].items():
-                cur = vec.lower(cur, rows[at[w]], k, w)
-            rows.append(cur)
-        at[i] = len(rows) - 1
-        a = events[i].action
-        if not isinstance(a, SemWait):
+    visit: list[tuple[int, int, _Feeds | None]] = []  # (wait index, cumulative demand, its feeds)
+    unmet = -1  # the last wait fed by device 0 alone that its feeds before it cannot satisfy
+    for fed in feeds.values():
+        if not fed.waits:
             continue
-        fed = feeds.get(_key(a.sem))
+        if not fed.index:
+            visit += [(i, d, None) for i, d in zip(fed.waits, fed.demand)]  # a wait nothing feeds
+        elif fed.own:
+            index0, total0 = fed.index[0], fed.total[0]
+            for i, d in zip(reversed(fed.waits), reversed(fed.demand)):
+                if total0[bisect.bisect_left(index0, i)] < d:
+                    unmet = max(unmet, i)
+                    break
+        else:
+            visit += [(i, d, fed) for i, d in zip(fed.waits, fed.demand)]
+    visit.sort(key=lambda v: v[0], reverse=True)
+    neg = torus.neg
+    vec = _Rows(torus)
+    cur = full = vec.full(length)  # nothing forced after the end
+    edges: dict[int, dict[int, int]] = {}  # feed index -> {device offset: first wait it forces}
+    pending: list[int] = []  # the edges' feed indices, negated (a heap: the largest first)
+    row_of: dict[int, Any] = {}  # wait index -> its row, for the waits an edge names
+    changes: list[tuple[int, Any]] = []  # (feed index, the row from it on back), descending
+
+    def apply_edges(above: int) -> None:
+        nonlocal cur
+        while pending and -pending[0] > above:
+            src = -heapq.heappop(pending)
+            cur = vec.lowered(cur, [(row_of[w], k, w) for k, w in edges.pop(src).items()])
+            changes.append((src, cur))
+
+    for i, demand, fed in visit:
+        if unmet > i:
+            raise _Unclear("a wait the order cannot satisfy")
+        apply_edges(i)
         if fed is None:
             raise _Unclear("a wait nothing feeds")
         limits = _limits(fed, cur, i)
-        slack = sum(fed.total[k][c] for k, c in limits.items()) - demand[i]
+        slack = sum(fed.total[k][c] for k, c in limits.items()) - demand
         if slack < 0:
             raise _Unclear("a wait the order cannot satisfy")
         for k, count in limits.items():
             if k == 0:
                 continue  # program order already
             # The last necessary feed of device k implies its earlier ones.
-            j = next((j for j in range(count - 1, -1, -1) if fed.amount[k][j] > slack), None)
-            if j is None:
+            amount = fed.amount[k]
+            j = count - 1
+            while j >= 0 and amount[j] <= slack:
+                j -= 1
+            if j < 0:
                 continue
             src = fed.index[k][j]
             if src >= i:
                 raise _Unclear("an ordering against the ring's direction")
-            back = torus.neg(k)
-            edges[src][back] = min(edges[src].get(back, i), i)
-    return Order(program, [[rows[at[i]] for i in range(length)]], symmetric=True, torus=torus)
+            back = neg(k)
+            forced = edges.get(src)
+            if forced is None:
+                forced = edges[src] = {}
+                heapq.heappush(pending, -src)
+            forced[back] = min(forced.get(back, i), i)
+            row_of[i] = cur
+    if unmet >= 0:
+        raise _Unclear("a wait the order cannot satisfy")
+    apply_edges(-1)
+    # Event e's row is the one made at the first change at or after e (after every change:
+    # the full row), so runs of consecutive events share one.
+    distinct = [row for _, row in reversed(changes)] + [full]
+    bounds = [src for src, _ in reversed(changes)] + [length - 1]
+    counts = [bounds[0] + 1] + [b - a for a, b in zip(bounds, bounds[1:])]
+    cuts: list[Any] = []
+    for row, count in zip(distinct, counts):
+        cuts += [row] * count
+    return Order(program, [cuts], symmetric=True, torus=torus, runs=(distinct, counts))
 
 
 # -- races ---------------------------------------------------------------------------
 
-def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None) -> tuple[dict, dict]:
+def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None) -> tuple[list, list]:
     """`order.dma_ends` for device 0's semaphores, with prefix sums: a feed's interval
     ends at the first wait whose possible supply (feeds not forced after it) is no more
-    than its cumulative demand. Keyed by device 0's DMA start: its source's end (the read
-    side), and its destination's end (the write side) in the device it lands in, which
-    for a remote DMA is its copy rotated into device 0 (`_incoming`): one receive side
-    per DMA, so one key each. `feeds`: `_feeds(program)[1]`, if the caller has it."""
+    than its cumulative demand. Per event index of device 0's DMA starts: the index of the
+    wait that ends its source's interval (the read side), and its destination's (the write
+    side) in the device it lands in, which for a remote DMA is its copy rotated into device
+    0 (`_incoming`): one receive side per DMA, so one entry each. None: never (or no DMA).
+    A semaphore fed by device 0 alone needs no rows: its feeds before a wait are those
+    with a smaller index, and once all have ended no later wait changes anything.
+    `feeds`: `_feeds(program)[1]`, if the caller has it."""
     if feeds is None:
         feeds = _feeds(program)[1]
     neg = group_of(program).neg
+    offsets: dict[int, int] = {}
     row = order.cuts[0]
-    read_end: dict[Event, Event | None] = {}
-    write_end: dict[Event, Event | None] = {}
-    waits: dict[Key, list[Event]] = defaultdict(list)
-    kinds = program.sem_kinds
-    for ev in program.devices[0]:
-        a = ev.action
-        if isinstance(a, SemWait) and kinds.get(a.sem[1]) == "dma":
-            waits[_key(a.sem)].append(ev)
+    length = len(program.devices[0])
+    read_end: list[int | None] = [None] * length
+    write_end: list[int | None] = [None] * length
+    np = _numpy(order.torus.n)
+    line = _Line(order)
     for key, fed in feeds.items():
         ends = {k: [None] * len(ix) for k, ix in fed.index.items()}  # per offset, per feed
-        done = dict.fromkeys(fed.index, 0)
-        demand = 0
-        own = list(fed.index) == [0]  # fed by device 0 alone (a local copy's semaphore): no rows needed
-        for w in waits[key]:
-            demand += w.action.value
-            if own:
-                c = bisect.bisect_left(fed.index[0], w.index)
-                if fed.total[0][c] <= demand:
-                    ends0 = ends[0]
-                    for j in range(done[0], c):
-                        ends0[j] = w
-                    done[0] = max(done[0], c)
-                continue
-            limits = _limits(fed, row[w.index], w.index)
-            if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
-                for k, c in limits.items():
-                    ends_k = ends[k]
-                    for j in range(done[k], c):
-                        ends_k[j] = w
-                    done[k] = max(done[k], c)
+        if np is not None and len(fed.waits) > ENDS:
+            ends = _numpy_ends(np, fed, line)
+        elif fed.own:
+            index0, total0, ends0 = fed.index[0], fed.total[0], ends[0]
+            done, last = 0, len(index0)
+            for w, demand in zip(fed.waits, fed.demand):
+                c = bisect.bisect_left(index0, w)
+                if c > done and total0[c] <= demand:
+                    ends0[done:c] = [w] * (c - done)
+                    done = c
+                    if done == last:
+                        break
+        else:
+            done_k = dict.fromkeys(fed.index, 0)
+            for w, demand in zip(fed.waits, fed.demand):
+                limits = _limits(fed, row[w], w)
+                if sum(fed.total[k][c] for k, c in limits.items()) <= demand:
+                    for k, c in limits.items():
+                        if c > done_k[k]:
+                            ends[k][done_k[k]:c] = [w] * (c - done_k[k])
+                            done_k[k] = c
+        name, index = key
         for k, evs in fed.events.items():
-            ends_k = ends[k]
-            for j, ev in enumerate(evs):
+            for ev, end in zip(evs, ends[k]):
                 a: DmaStart = ev.action
-                end = ends_k[j]
-                if k == 0 and a.send_sem is not None and _key(a.send_sem) == key:
-                    read_end[ev] = end
-                if _key(a.recv_sem) == key and neg(a.recv_sem[0]) == k:
-                    write_end[ev] = end
-                    if a.send_sem is None:
-                        read_end[ev] = end
+                send, recv = a.send_sem, a.recv_sem
+                if send is None:  # a local copy: fed to its one semaphore, by device 0
+                    read_end[ev.index] = write_end[ev.index] = end
+                    continue
+                if k == 0 and send[1] == name and send[2] == index:
+                    read_end[ev.index] = end
+                if recv[1] == name and recv[2] == index:
+                    back = offsets.get(recv[0])
+                    if back is None:
+                        back = offsets[recv[0]] = neg(recv[0])
+                    if back == k:
+                        write_end[ev.index] = end
     return read_end, write_end
 
 
-def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, Event]]:
-    """The remote DMAs that land in device 0: each of device 0's, with its copy rotated by
-    minus its offset."""
+ENDS = 64  # a semaphore with more waits than this has its DMA ends found with numpy (a large torus)
+
+
+def _numpy_ends(np: Any, fed: _Feeds, line: _Line) -> dict[int, list[int | None]]:
+    """`_ends` of one semaphore with numpy: per offset k, where each wait's limit falls
+    among k's feeds (the rows' entry k, from `line`; for device 0 the wait itself), so
+    which waits end what they can supply ("ok"). The loop ends the feeds [done, c) at each
+    ok wait whose limit c is past `done`, and c only grows from wait to wait (rows are
+    monotone), so feed j ends at the first ok wait whose limit is past j."""
+    waits = np.array(fed.waits, dtype=np.int64)
+    supply = np.zeros(len(waits), dtype=np.int64)
+    limits = {}
+    for k, index in fed.index.items():
+        at = waits if k == 0 else line.entries(np, k, waits)
+        limits[k] = np.searchsorted(np.array(index, dtype=np.int64), at, side="left")
+        supply += np.array(fed.total[k], dtype=np.int64)[limits[k]]
+    ok = supply <= np.array(fed.demand, dtype=np.int64)
+    ending = waits[ok]
+    out = {}
+    for k, c in limits.items():
+        first = np.searchsorted(c[ok], np.arange(len(fed.index[k])), side="right")
+        out[k] = [None if f == len(ending) else w for f, w in
+                  zip(first.tolist(), ending[np.minimum(first, len(ending) - 1)].tolist() if len(ending) else first.tolist())]
+    return out
+
+
+def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, int, Region, Region]]:
+    """The remote DMAs that land in device 0: each of device 0's, with minus its offset
+    (the device that starts it) and its regions rotated by that."""
     out = []
+    neg = rot.torus.neg
     for ev in program.devices[0]:
         a = ev.action
-        if isinstance(a, DmaStart) and a.remote:
-            delta = rot.torus.neg(a.dst.device)
-            moved = DmaStart(a.copy, rot.region(a.src, delta), rot.region(a.dst, delta),
-                             (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]), a.explicit_self)
-            out.append((ev, Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner)))
+        if type(a) is DmaStart and a.send_sem is not None:
+            delta = neg(a.dst.device)
+            out.append((ev, delta, rot.region(a.src, delta), rot.region(a.dst, delta)))
     return out
+
+
+def _moved(ev: Event, delta: int, src: Region, dst: Region) -> Event:
+    """An incoming DMA (`_incoming`) as the event of the device that starts it."""
+    a: DmaStart = ev.action
+    moved = DmaStart(a.copy, src, dst, (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]), a.explicit_self)
+    return Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner)
+
+
+class _Accesses:
+    """The accesses to device 0's memory, as columns, one entry per access: its region
+    (numbered: the unroller shares regions, so there are few), whether it writes, where
+    it starts on device 0's line (`_Line`) and the event of device 0 after which it is
+    over (its own, for a point; None: never). In this order: device 0's own accesses
+    (`races.event_accesses` of its events but its remote DMAs, on its own memory), from
+    `sends` on its remote DMAs' send sides, and from `landing` on the remote DMAs that
+    land in it (`_incoming`). `access` makes one an `races.Access` again."""
+
+    def __init__(self, program: Program, ends: tuple[list, list], rot: Rotator, line: _Line):
+        events = self.events = program.devices[0]
+        read_end, write_end = ends
+        local = [ev for ev in events if not (type(ev.action) is DmaStart and ev.action.send_sem is not None)]
+        rows = [(region, w, ev.index, (write_end if w else read_end)[ev.index] if copy else ev.index)
+                for ev, region, w, copy in event_accesses(local, program.n) if region.device == 0]
+        self.sends = len(rows)
+        incoming = _incoming(program, rot)
+        rows += [(ev.action.src, False, ev.index, read_end[ev.index]) for ev, _, _, _ in incoming]
+        self.landing = len(rows)
+        rows += [(dst, True, line.place(delta, ev.index) if delta != 0 else ev.index, write_end[ev.index])
+                 for ev, delta, _, dst in incoming]
+        ids: dict[int, int] = {}
+        self.reg = [ids.setdefault(id(region), len(ids)) for region, _, _, _ in rows]
+        self.regions: list[Region] = list({id(region): region for region, _, _, _ in rows}.values())
+        self.write = [w for _, w, _, _ in rows]
+        self.lo = [lo for _, _, lo, _ in rows]
+        self.hi: list[int | None] = [hi for _, _, _, hi in rows]
+        self.incoming = incoming
+        self._columns: tuple | None = None
+        self._leads: tuple | None = None
+
+    def columns(self, np: Any) -> tuple[Any, Any, Any, Any]:
+        """`lo`, `hi` (never: the largest int64), `write` and `reg` as numpy arrays (made once)."""
+        if self._columns is None:
+            never = np.iinfo(np.int64).max
+            self._columns = (np.array(self.lo, dtype=np.int64),
+                             np.array([never if end is None else end for end in self.hi], dtype=np.int64),
+                             np.array(self.write, dtype=bool), np.array(self.reg, dtype=np.intp))
+        return self._columns
+
+    def groups(self, np: Any = None) -> list[Any]:
+        """The accesses of each buffer something writes (two reads never race, `races.race`):
+        lists of positions, or with numpy arrays of them."""
+        code: dict[str, int] = {}
+        buffer_of = [code.setdefault(r.buffer, len(code)) for r in self.regions]
+        if np is None:
+            by: list[list[int]] = [[] for _ in code]
+            written = [False] * len(code)
+            for j, (k, w) in enumerate(zip(self.reg, self.write)):
+                by[buffer_of[k]].append(j)
+                written[buffer_of[k]] = written[buffer_of[k]] or w
+            return [group for group, w in zip(by, written) if w]
+        _, _, write, reg = self.columns(np)
+        buffers = np.array(buffer_of, dtype=np.intp)[reg]
+        by = np.argsort(buffers, kind="stable")
+        bounds = np.searchsorted(buffers[by], np.arange(len(code) + 1))
+        written = np.bincount(buffers[write], minlength=len(code)) > 0
+        return [by[bounds[b]:bounds[b + 1]] for b in np.flatnonzero(written).tolist()]
+
+    def leads(self, np: Any) -> tuple[Any, Any]:
+        """Where each region starts and ends along its buffer's leading dimension (numpy
+        arrays, made once; a buffer of rank 0 is one element: [0, 1))."""
+        if self._leads is None:
+            flat = chain.from_iterable(r.box[0] if r.box else (0, 1) for r in self.regions)
+            both = np.fromiter(flat, dtype=np.int64, count=2 * len(self.regions)).reshape(-1, 2)
+            self._leads = (both[:, 0], both[:, 1])
+        return self._leads
+
+    def access(self, j: int) -> Access:
+        region, write, end = self.regions[self.reg[j]], self.write[j], self.hi[j]
+        end_ev = None if end is None else self.events[end]
+        if j < self.landing:
+            return Access(region, write, self.events[self.lo[j]], end_ev, "" if j < self.sends else "send")
+        return Access(region, write, _moved(*self.incoming[j - self.landing]), end_ev, "receive")
 
 
 def _race_free(program: Program, order: Order, rot: Rotator, feeds: dict[Key, _Feeds] | None = None) -> bool:
-    """`feeds`: `_feeds(program)[1]`, if the caller has it."""
-    read_end, write_end = _ends(program, order, feeds)
-    events = program.devices[0]
-    local = Program(program.schedule_name, program.file, program.n, program.grid_names,
-                    [[ev for ev in events if not (isinstance(ev.action, DmaStart) and ev.action.remote)]],
-                    program.sem_kinds, program.shapes)
-    accs = [acc for acc in accesses(local, DmaEnds(read_end, write_end), described=False) if acc.region.device == 0]
-    for ev in events:
-        a = ev.action
-        if isinstance(a, DmaStart) and a.remote:
-            accs.append(Access(a.src, False, ev, read_end.get(ev), "send"))
-    for ev, moved in _incoming(program, rot):
-        accs.append(Access(moved.action.dst, True, moved, write_end.get(ev), "receive"))
-    groups: dict[str, list[Access]] = defaultdict(list)
-    written: set[str] = set()
-    for acc in accs:
-        groups[acc.region.buffer].append(acc)
-        if acc.write:
-            written.add(acc.region.buffer)
-    columns: dict[int, list[int]] = {}
-    # Two reads never race (`races.race`): a buffer nothing writes (an input) is skipped.
-    return not any(_concurrent_pairs(group, order, columns) for buf, group in groups.items() if buf in written)
+    """Whether no two accesses to device 0's memory race (the module docstring): device 0's
+    own accesses, its remote DMAs' send sides and the remote DMAs that land in it
+    (`_Accesses`), each buffer's decided by `_concurrent_pairs`. `feeds`:
+    `_feeds(program)[1]`, if the caller has it."""
+    accs = _Accesses(program, _ends(program, order, feeds), rot, _Line(order))
+    return not any(_concurrent_pairs(accs, group, order) for group in accs.groups(_numpy(order.torus.n)))
 
 
-def _column(rows: list[Any], k: int) -> list[int]:
-    """`rows[e][k]` for every e, as plain ints (non-decreasing in e, for `bisect`): the rows
-    are shared between consecutive events, so each distinct row is read once."""
-    out: list[int] = []
-    last, value = None, 0
-    for row in rows:
-        if row is not last:
-            last, value = row, int(row[k])
-        out.append(value)
-    return out
+def _runs(cuts: list[Any]) -> tuple[list[Any], list[int]]:
+    """`Order.runs` of rows shared by consecutive events, for an order made without them."""
+    rows: list[Any] = []
+    counts: list[int] = []
+    for row in cuts:
+        if rows and row is rows[-1]:
+            counts[-1] += 1
+        else:
+            rows.append(row)
+            counts.append(1)
+    return rows, counts
+
+
+class _Line:
+    """Device 0's program order, the line the race sweep runs on. An event (k, j) of
+    device k is placed just after the last event of device 0 that must precede it (rows
+    are monotone, so those events are a prefix): at bisect_right(column, j), where the
+    column holds rows[e][k] for every e. The rows come in runs (`Order.runs`), so that is
+    where the last run whose entry k is at most j ends: each run is read once per k."""
+
+    def __init__(self, order: Order):
+        self.runs = order.runs if order.runs is not None else _runs(order.cuts[0])
+        self.columns: dict[int, tuple[list[int], list[int]]] = {}
+
+    def _column(self, k: int) -> tuple[list[int], list[int]]:
+        """Entry k of each run's row, and where each run ends (after a leading 0)."""
+        column = self.columns.get(k)
+        if column is None:
+            rows, counts = self.runs
+            column = self.columns[k] = ([int(row[k]) for row in rows], [0, *accumulate(counts)])
+        return column
+
+    def place(self, k: int, j: int) -> int:
+        values, ends = self._column(k)
+        return ends[bisect.bisect_right(values, j)]
+
+    def entries(self, np: Any, k: int, at: Any) -> Any:
+        """rows[e][k] for each event e of the numpy array `at`."""
+        values, ends = self._column(k)
+        return np.array(values, dtype=np.int64)[np.searchsorted(np.array(ends[1:]), at, side="right")]
 
 
 class _Live:
@@ -668,33 +907,36 @@ class _Live:
             self.current(lo)
 
 
-def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list[int]]) -> bool:
-    """Whether two accesses race, by a sweep over device 0's program order. Every access
-    here ends at an event of device 0, and starts at one of device 0 or of device k; a
-    start (k, j) is placed just after the last event of device 0 that must precede it
-    (rows are monotone, so those events are a prefix). On that line, one access must be
-    over before the other begins iff their spans do not meet: the sweep only looks at
-    spans that meet, and `races.race` decides each such pair exactly. Two reads never
-    race (`races.race`), so a read is only held against the live writes."""
-    rows = order.cuts[0]
+PAIRS = 1 << 21  # at most this many pairs of meeting spans are listed at once (numpy), else swept
+OVERLAPS = 256  # more pairs than this where one writes: their regions' overlap is found with numpy
+
+
+def _concurrent_pairs(accs: _Accesses, group: Any, order: Order) -> bool:
+    """Whether two of the accesses `group` (positions in `accs`, one buffer's) race. Every
+    access here ends at an event of device 0 (or never), and starts at one of device 0 or
+    of device k, placed on device 0's line (`_Line`). Two accesses whose spans [start, end]
+    on that line do not meet are ordered: the earlier one's end (its start, for a point)
+    is an event of device 0 before where the later one starts, so before it in every
+    interleaving (program order, or the prefix of device 0 that must precede a start of
+    device k). So only pairs whose spans meet can race, and `races.race` decides each such
+    pair exactly. Two ways to visit them, the same verdict: with numpy (a large torus),
+    every pair whose spans meet is listed at once (`_meeting`), and those where one writes
+    and the regions overlap (both necessary for `race`) are asked; or (few devices, or more
+    than `PAIRS` such pairs) a sweep along the line that keeps the live accesses bucketed
+    by where they start along the leading dimension, so a new one meets only those it may
+    overlap (boxes over a quarter of it are always met), and holds a read only against the
+    live writes."""
+    np = _numpy(order.torus.n)
+    if np is not None:
+        found = _meeting(np, accs, group, order)
+        if found is not None:
+            return found
+        group = group.tolist()
     never = float("inf")
-    spans = []
-    for i, acc in enumerate(group):
-        ev, end = acc.start, acc.end
-        if ev.device == 0:
-            lo = ev.index
-        else:
-            column = columns.get(ev.device)
-            if column is None:
-                column = columns[ev.device] = _column(rows, ev.device)
-            lo = bisect.bisect_right(column, ev.index)
-        spans.append((lo, end.index if end is not None else never, i))
-    spans.sort()
-    # Live accesses, bucketed by where they start along the leading dimension, so a new
-    # one meets only those it may overlap; boxes over a quarter of it are always met.
-    # Writes and reads are kept apart (index 1 and 0).
-    extent = max(acc.region.box[0][1] for acc in group)
-    lead = [acc.region.box[0] for acc in group]
+    spans = sorted((accs.lo[j], never if accs.hi[j] is None else accs.hi[j], i) for i, j in enumerate(group))
+    members = [accs.access(j) for j in group]
+    extent = max(acc.region.box[0][1] for acc in members)
+    lead = [acc.region.box[0] for acc in members]
     narrow = [hi - lo <= extent / 4 for lo, hi in lead]
     width = max((hi - lo for (lo, hi), small in zip(lead, narrow) if small), default=1)
     keys = sorted({lo for (lo, _), small in zip(lead, narrow) if small})
@@ -702,7 +944,7 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
     wide = (_Live(), _Live())
     both, writes = (1, 0), (1,)
     for lo, hi, i in spans:
-        acc = group[i]
+        acc = members[i]
         first, last = lead[i]
         near = keys if not narrow[i] else \
             keys[bisect.bisect_left(keys, first - width + 1):bisect.bisect_left(keys, last)]
@@ -712,10 +954,10 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
                 live = bucket.get(key)
                 if live is not None:
                     for _, j in live.current(lo):
-                        if race(group[j], acc, order):
+                        if race(members[j], acc, order):
                             return True
             for _, j in wide[w].current(lo):
-                if race(group[j], acc, order):
+                if race(members[j], acc, order):
                     return True
         if narrow[i]:
             live = buckets[acc.write].get(first)
@@ -725,6 +967,84 @@ def _concurrent_pairs(group: list[Access], order: Order, columns: dict[int, list
         else:
             wide[acc.write].add(lo, (hi, i))
     return False
+
+
+def _ranges(np: Any, starts: Any, counts: Any) -> tuple[Any, Any]:
+    """Item i repeated counts[i] times, and beside it starts[i], starts[i] + 1, ...: every
+    (item, position) of the ranges, flat."""
+    total = int(counts.sum())
+    items = np.repeat(np.arange(len(counts)), counts)
+    return items, starts[items] + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
+    """`_concurrent_pairs` with numpy, for the accesses at positions `at`. Sorted by
+    (start, end), the accesses whose spans meet the one of rank r are those after it that
+    start no later than it ends: ranks r + 1 .. stop[r] - 1, found by binary search. An
+    access whose region is one index along the buffer's leading dimension (a slot) can
+    only overlap another of the same index or one wider there, so the pairs listed are:
+    a wide one with everything its span meets after it; one of one index with the wide
+    ones its span meets after it; and two of the same index whose spans meet (sorted by
+    (index, start, end), a range again). So every pair that may race (spans meet, regions
+    overlap) is listed without a loop over them (the sweep visits the same pairs, but for
+    those its buckets skip, which cannot overlap). Of the pairs where one writes, those
+    whose regions meet along the leading dimension are asked (when they are many, those
+    whose whole boxes overlap: both necessary for `races.race`). None when the pairs
+    listed are more than `PAIRS`."""
+    lo_all, hi_all, write_all, reg_all = accs.columns(np)
+    lead_lo, lead_hi = accs.leads(np)
+    by = np.lexsort((hi_all[at], lo_all[at]))
+    ranked = at[by]  # positions in `accs`, by rank
+    lo, hi, reg = lo_all[ranked], hi_all[ranked], reg_all[ranked]
+    m = len(at)
+    stop = np.searchsorted(lo, hi, side="right")
+    slot = lead_lo[reg]
+    narrow = lead_hi[reg] - slot == 1
+    wide = np.flatnonzero(~narrow)
+    thin = np.flatnonzero(narrow)
+    wide_counts = np.maximum(stop[wide] - wide - 1, 0)  # a wide one: the ranks after it its span meets
+    after = np.searchsorted(wide, thin, side="right")  # one of one index: the wide ranks in its range
+    mixed_counts = np.maximum(np.searchsorted(wide, stop[thin], side="left") - after, 0)
+    # two of one index: ranks of `thin` by (index, rank), each index's block keyed apart
+    by_slot = thin[np.argsort(slot[thin], kind="stable")]
+    width = int(lo.max()) + 1 if m else 1
+    if m and int(slot.max()) * width >= 1 << 62:
+        return None
+    key = slot[by_slot] * width + lo[by_slot]
+    reach = slot[by_slot] * width + np.minimum(hi[by_slot], width - 1)
+    same_counts = np.maximum(np.searchsorted(key, reach, side="right") - np.arange(1, len(by_slot) + 1), 0)
+    if int(wide_counts.sum()) + int(mixed_counts.sum()) + int(same_counts.sum()) > PAIRS:
+        return None
+    i, j = _ranges(np, wide + 1, wide_counts)
+    firsts, seconds = [wide[i]], [j]
+    i, j = _ranges(np, after, mixed_counts)
+    firsts.append(thin[i])
+    seconds.append(wide[j])
+    i, j = _ranges(np, np.arange(1, len(by_slot) + 1), same_counts)
+    firsts.append(by_slot[i])
+    seconds.append(by_slot[j])
+    a, b = ranked[np.concatenate(firsts)], ranked[np.concatenate(seconds)]
+    if not len(a):
+        return False
+    a, b = a[write_all[a] | write_all[b]], b[write_all[a] | write_all[b]]
+    ra, rb = reg_all[a], reg_all[b]
+    meet = (lead_lo[ra] < lead_hi[rb]) & (lead_lo[rb] < lead_hi[ra])
+    a, b, ra, rb = a[meet], b[meet], ra[meet], rb[meet]
+    if len(a) > OVERLAPS:
+        regions = accs.regions
+        ids = np.unique(np.concatenate([ra, rb]))
+        used = [regions[k] for k in ids.tolist()]
+        rank = len(used[0].box)
+        number = np.zeros(len(regions), dtype=np.intp)
+        number[ids] = np.arange(len(used))
+        flat = chain.from_iterable(chain.from_iterable(r.box for r in used))
+        boxes = np.fromiter(flat, dtype=np.int64, count=2 * rank * len(used)).reshape(len(used), rank, 2)
+        device = np.fromiter((r.device for r in used), dtype=np.int64, count=len(used))
+        ra, rb = number[ra], number[rb]
+        ba, bb = boxes[ra], boxes[rb]
+        overlap = (device[ra] == device[rb]) & ((ba[..., 0] < bb[..., 1]) & (bb[..., 0] < ba[..., 1])).all(axis=1)
+        a, b = a[overlap], b[overlap]
+    return any(race(accs.access(p), accs.access(q), order) for p, q in zip(a.tolist(), b.tolist()))
 
 
 # -- data flow -----------------------------------------------------------------------
@@ -785,8 +1105,8 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> boo
     check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
     megacore rules are checked by `check.rotated_report` on the same events.)"""
     try:
-        _run(program)
         every, dma = _feeds(program)
+        _run(program, (every, dma))
         order = quotient_order(program, every)
         rot = Rotator(program)
         return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning, rot)

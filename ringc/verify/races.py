@@ -12,6 +12,7 @@ decides race-freedom for the whole schedule, not for one execution.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from typing import Callable, NamedTuple
 
 from ..ir.rules import RuleTable
@@ -21,7 +22,7 @@ from .findings import Finding
 from .order import DmaEnds, Order, link
 from .simulate import Machine
 
-__all__ = ["Access", "ComputeRule", "RACES", "describe", "accesses", "racing_pairs", "race", "find_races", "OUT_OF_ORDER"]
+__all__ = ["Access", "ComputeRule", "RACES", "describe", "event_accesses", "accesses", "racing_pairs", "race", "find_races", "OUT_OF_ORDER"]
 
 
 class Access(NamedTuple):  # a tuple: one per access of every event, tens of thousands
@@ -80,29 +81,48 @@ def describe(ev: Event) -> str:
     raise TypeError(f"races: no description for action {a!r}")
 
 
+def event_accesses(events: Iterable[Event], n: int) -> Iterator[tuple[Event, Region, bool, bool]]:
+    """The accesses of events, in order, as (event, region, write, copy): a DMA's source then
+    destination (`copy`: its interval ends where the DMA's read or write side does,
+    `order.dma_ends`; a DMA into no device makes none); a compute's destination, then what
+    it reads (the model's own writes read nothing), each at its own event. The one place
+    that says which accesses an event makes."""
+    for ev in events:
+        a = ev.action
+        cls = type(a)
+        if cls is DmaStart:
+            if 0 <= a.dst.device < n:
+                yield ev, a.src, False, True
+                yield ev, a.dst, True, True
+        elif cls is Compute:
+            if a.work:
+                RACES[a.kind]  # an unknown kind raises
+                yield ev, a.dst, True, False
+                for r in a.reads:
+                    yield ev, r, False, False
+            else:
+                yield ev, a.dst, True, False
+
+
 def accesses(program: Program, ends: DmaEnds, described: bool = True) -> list[Access]:
-    """Every access of every event: a DMA's source then destination; a compute's
-    destination, then what it reads (the model's own writes read nothing). `described=False`:
-    without their texts (`what` is ""; for a caller that only asks whether there is a race)."""
+    """Every access of every event (`event_accesses`), with its end (`ends`) and its text.
+    `described=False`: without their texts (`what` is ""; for a caller that only asks
+    whether there is a race)."""
     out: list[Access] = []
     append = out.append
     read_end, write_end = ends.read_end, ends.write_end
-    n = program.n
+    texts: tuple[str, str] = ("", "")
+    last: Event | None = None
     for events in program.devices:
-        for ev in events:
-            a = ev.action
-            if isinstance(a, DmaStart):
-                if not 0 <= a.dst.device < n:
-                    continue
-                reads, writes = _dma_texts(program, ev) if described else ("", "")
-                append(Access(a.src, False, ev, read_end.get(ev), reads))
-                append(Access(a.dst, True, ev, write_end.get(ev), writes))
-            elif isinstance(a, Compute):
-                rule = RACES[a.kind] if a.work else None  # an unknown kind raises
-                append(Access(a.dst, True, ev, ev, _write_text(program, ev, rule) if described else ""))
-                if a.work:
-                    for r in a.reads:
-                        append(Access(r, False, ev, ev, f"`{a.kind}` reads it" if described else ""))
+        for ev, region, write, copy in event_accesses(events, program.n):
+            if copy:
+                if described and ev is not last:
+                    texts, last = _dma_texts(program, ev), ev
+                append(Access(region, write, ev, (write_end if write else read_end).get(ev), texts[write]))
+            elif write:
+                append(Access(region, True, ev, ev, _write_text(program, ev) if described else ""))
+            else:
+                append(Access(region, False, ev, ev, f"`{ev.action.kind}` reads it" if described else ""))
     return out
 
 
@@ -113,9 +133,8 @@ def _dma_texts(program: Program, ev: Event) -> tuple[str, str]:
     return f"copy `{a.copy}`{arrow} reads it as its source", f"copy `{a.copy}`{arrow} writes it"
 
 
-def _write_text(program: Program, ev: Event, rule: "ComputeRule | None") -> str:
-    """How a compute's write of its destination is described (`rule`: its kind's, None
-    for the model's own writes)."""
+def _write_text(program: Program, ev: Event) -> str:
+    """How a compute's write of its destination is described."""
     a = ev.action
     if a.kind == "enter":
         return (f"device {program.label(ev.device)} enters the kernel (call {ev.invocation + 1}; before that "
@@ -125,7 +144,7 @@ def _write_text(program: Program, ev: Event, rule: "ComputeRule | None") -> str:
                 "the memory belongs to whatever runs next)")
     if a.kind == "allocate":
         return "a pipeline allocates it"
-    return f"`{a.kind}` {rule.writes} it"
+    return f"`{a.kind}` {RACES[a.kind].writes} it"
 
 
 def _ordered(order: Order, first: Access, second: Access) -> bool:
