@@ -94,14 +94,15 @@ class Gauge:
         # The unroller shares Region objects between events, so a region's shape is kept by
         # its id while the events (which hold every region) are alive.
         seen: set[tuple] = set()
-        shaped: dict[int, tuple | None] = {id(None): None}
+        shaped: dict[int, tuple] = {}
         shape = self._shape
 
         def of(region: Region | None) -> tuple | None:
-            key = id(region)
-            s = shaped.get(key, seen)
-            if s is seen:
-                s = shaped[key] = shape(region)
+            if region is None:
+                return None
+            s = shaped.get(id(region))
+            if s is None:
+                s = shaped[id(region)] = shape(region)
             return s
         for ev in events:
             a = ev.action

@@ -446,15 +446,12 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     a DMA feeds, its waits if it is a DMA semaphore, `order.dma_ends`)."""
     neg = group_of(program).neg
     offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
-    every: dict[Key, _Feeds] = {}
+    every: defaultdict[Key, _Feeds] = defaultdict(_Feeds)
     for ev in program.devices[0]:
         a = ev.action
         cls = type(a)
         if cls is SemWait:
-            key = (a.sem[1], a.sem[2])
-            fed = every.get(key)
-            if fed is None:
-                fed = every[key] = _Feeds()
+            fed = every[(a.sem[1], a.sem[2])]
             fed.waits.append(ev.index)
             fed.values.append(a.value)
             continue
@@ -464,10 +461,7 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
             k = offsets.get(sem[0])
             if k is None:
                 k = offsets[sem[0]] = neg(sem[0])
-            key = (sem[1], sem[2])
-            fed = every.get(key)
-            if fed is None:
-                fed = every[key] = _Feeds()
+            fed = every[(sem[1], sem[2])]
             evs = fed.events.get(k)
             if evs is None:
                 evs = fed.events[k] = []
@@ -481,7 +475,7 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
         fed.finish()
     dma = {key: fed.copies(kinds.get(key[0]) == "dma") for key, fed in every.items()
            if any(type(ev.action) is DmaStart for evs in fed.events.values() for ev in evs)}
-    return every, dma
+    return dict(every), dma
 
 
 def _limits(feeds: _Feeds, row: Any, index: int) -> dict[int, int]:
@@ -837,19 +831,6 @@ def _race_free(program: Program, order: Order, rot: Rotator, feeds: dict[Key, _F
     return not any(_concurrent_pairs(accs, group, order) for group in accs.groups(_numpy(order.torus.n)))
 
 
-def _runs(cuts: list[Any]) -> tuple[list[Any], list[int]]:
-    """`Order.runs` of rows shared by consecutive events, for an order made without them."""
-    rows: list[Any] = []
-    counts: list[int] = []
-    for row in cuts:
-        if rows and row is rows[-1]:
-            counts[-1] += 1
-        else:
-            rows.append(row)
-            counts.append(1)
-    return rows, counts
-
-
 class _Line:
     """Device 0's program order, the line the race sweep runs on. An event (k, j) of
     device k is placed just after the last event of device 0 that must precede it (rows
@@ -858,7 +839,8 @@ class _Line:
     where the last run whose entry k is at most j ends: each run is read once per k."""
 
     def __init__(self, order: Order):
-        self.runs = order.runs if order.runs is not None else _runs(order.cuts[0])
+        assert order.runs is not None, "an order from `quotient_order`, which keeps its runs"
+        self.runs = order.runs
         self.columns: dict[int, tuple[list[int], list[int]]] = {}
 
     def _column(self, k: int) -> tuple[list[int], list[int]]:

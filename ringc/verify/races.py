@@ -97,11 +97,10 @@ def event_accesses(events: Iterable[Event], n: int) -> Iterator[tuple[Event, Reg
         elif cls is Compute:
             if a.work:
                 RACES[a.kind]  # an unknown kind raises
-                yield ev, a.dst, True, False
+            yield ev, a.dst, True, False
+            if a.work:
                 for r in a.reads:
                     yield ev, r, False, False
-            else:
-                yield ev, a.dst, True, False
 
 
 def accesses(program: Program, ends: DmaEnds, described: bool = True) -> list[Access]:
