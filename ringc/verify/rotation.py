@@ -411,6 +411,10 @@ class RotationUnroller(Unroller):
         self.box_steps: dict[tuple, tuple[int, ...] | None] = {}  # `box_step`'s answers
         self.zero_step = tuple(0 for _ in self.torus.shape)
         self.offsets: dict[tuple, int] = {}  # `device_offset`'s answers
+        # `place`'s boxes already placed: (buffer, dim, start's key, size, length) -> device 0's
+        # start; and the dims (buffer, dim) whose zero step a box of plain start recorded.
+        self.placed: dict[tuple, int] = {}
+        self.unmoved: set[tuple[str, int]] = set()
         shape = self.torus.shape
         self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
         self.symbolic = ("me", *(f"me_{a}" for a in sizes))
@@ -444,18 +448,26 @@ class RotationUnroller(Unroller):
             raise NotRotational(f"`{buffer}` dimension {dim} moves by {self.steps[(buffer, dim)]} and {r} per device")
 
     def place(self, buffer: str, dim: int, size: int, start: Any, length: Any) -> tuple[int, int]:
-        """Device 0's start, after proving every device's box is it moved by a fixed step."""
+        """Device 0's start, after proving every device's box is it moved by a fixed step.
+        A box placed once is placed again without the proof (`placed`): its step is
+        recorded, and a step once recorded never changes (`_step`)."""
         if type(length) is Rot:  # (Rot has no subclasses: `type` is `isinstance`, faster)
             raise NotRotational("a slice whose size depends on the device id")
         if length != size:
             if type(start) is Rot:  # a value recurs in several regions: proved once
+                at = self.placed.get((buffer, dim, start.key, size, length))
+                if at is not None:
+                    return at, length
                 key = (start.key, size, length)
                 r = self.box_steps.get(key, ())
                 if r == ():
                     r = self.box_steps[key] = box_step(start, size, length)
                 self._step(buffer, dim, r if r is not None else self.zero_step)
-                return at0(start), length
-            self._step(buffer, dim, self.zero_step)
+                at = self.placed[(buffer, dim, start.key, size, length)] = at0(start)
+                return at, length
+            if (buffer, dim) not in self.unmoved:
+                self._step(buffer, dim, self.zero_step)
+                self.unmoved.add((buffer, dim))
         return start, length  # `at0` of a plain value is itself
 
 
