@@ -1,14 +1,16 @@
 """The unroller's generated and cached paths against the plain ones they stand for.
 
 `Unroller.walker` (an op list's rules as one generated function), `Unroller.copy_function`
-(a copy op's actions as one generated function) and `RotationUnroller.place`'s cache of
-placed boxes are each claimed to change nothing but the time: the same events, targets,
+(a copy op's actions as one generated function), the generated regions (`region_function`,
+`spec_regions_function`, with `place_code`) and `RotationUnroller.place`'s cache of placed
+boxes are each claimed to change nothing but the time: the same events, targets,
 steps and errors. Here each schedule of a small corpus (the library, the broken and
 mutant cases) is unrolled both ways, in full on 3 devices and as device 0 of the rotation
 quotient on 4, and every event, target, recorded step and error must be the same. The
-plain way: `walk_plain` for `walk`, no copy functions, and a `placed` cache that keeps
-nothing (every box proved again). Variants of `ppermute_right` add bad input on the copy
-ops, which the generated code must leave to the plain rule's error.
+plain way: `walk_plain` for `walk`, no generated copy, region or block-spec functions, and
+a `placed` cache that keeps nothing (every box proved again). Variants of `ppermute_right`
+add bad input on the copy ops, which the generated code must leave to the plain rule's
+error.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class _ForgetsSet(set):
 def _plain(u: Unroller) -> Unroller:
     u.walk = partial(Unroller.walk_plain, u)
     u.copy_function = lambda op: None
+    u.region_function = lambda ref, plan: None
+    u.spec_regions_function = lambda specs: None
     if isinstance(u, RotationUnroller):
         u.placed, u.unmoved = _Forgets(), _ForgetsSet()
     return u
@@ -105,31 +109,3 @@ def test_generated_paths_make_the_plain_events(sched):
     rotated = partial(RotationUnroller, sched, {axis: 4})
     assert _outcome(rotated, False) == _outcome(rotated, True)
 
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_device_events_pause_the_collector_and_restore_it(enabled, monkeypatch):
-    """`device_events` runs with the cyclic garbage collector paused, and leaves it as it
-    found it (also when the unrolling raises)."""
-    import gc
-
-    seen = []
-    sched = ringc.load(ROOT / "schedules" / "ppermute_right.yaml")
-    u = Unroller(sched, 2, {sched.axes[0]: 2})
-    plain = u.unpaused_device_events
-
-    def spy(d, invocations):
-        seen.append(gc.isenabled())
-        return plain(d, invocations)
-
-    monkeypatch.setattr(u, "unpaused_device_events", spy)
-    was = gc.isenabled()
-    try:
-        (gc.enable if enabled else gc.disable)()
-        u.device_events(0, 1)
-        assert seen == [False] and gc.isenabled() == enabled
-        monkeypatch.setattr(u, "unpaused_device_events", lambda d, i: 1 / 0)
-        with pytest.raises(ZeroDivisionError):
-            u.device_events(0, 1)
-        assert gc.isenabled() == enabled
-    finally:
-        (gc.enable if was else gc.disable)()

@@ -8,7 +8,6 @@ hang, a race) are not errors here: they are findings of the later checks.
 
 from __future__ import annotations
 
-import gc
 import itertools
 from functools import cached_property
 from math import prod
@@ -261,6 +260,7 @@ class Unroller:
         self.sem_plans: dict[int, tuple[tuple[int, ...], list[Callable[[Any], Any]]]] = {}  # per ref (`sem`)
         self.pipelines: dict[int, tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]] = {}
         self.pipeline_reads: dict[int, tuple[str, ...]] = {}  # per pipeline op (`pipeline_key`)
+        self.spec_regions: dict[int, Callable[..., Any]] = {}  # per pipeline op (`spec_regions_function`)
         self.pipeline_trials: dict[int, list[int]] = {}  # per pipeline op: [keyed, templates used] (`pipeline`)
         # A block's ref as the window slot it stands for (`evaluate_region`), with the block's
         # own ref, which keeps the id in the key its own.
@@ -399,6 +399,14 @@ class Unroller:
         """A box's start and length along one dimension, as evaluated (see `rotation.py`)."""
         return start, length
 
+    def place_code(self, code: E.Emitter, name: str, dim: int, size: str) -> list[str]:
+        """Statements of generated code (`region_code`) doing `_s, _l = place(name, dim, size,
+        _s, _l)` (names of constants of `code`): none for this class's `place`, which gives
+        back its arguments; a subclass may inline what its own does."""
+        if type(self).place is Unroller.place:
+            return []  # it gives back its arguments
+        return [f"_s, _l = place({name}, {dim}, {size}, _s, _l)"]
+
     def region(self, ref: E.Ref, line: int) -> Region:
         """The box `ref` selects (memoized: a wait meets the regions its start computed)."""
         return self.memoized(ref, self.evaluate_region, ref, line)
@@ -416,10 +424,11 @@ class Unroller:
             plan = self.region_plan(ref)
             entry = self.region_plans[id(ref)] = (plan, self.region_function(ref, plan))
         plan, fast = entry
-        try:
-            return fast(self.env, self.place, self.device)
-        except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
-            pass
+        if fast is not None:
+            try:
+                return fast(self.env, self.place, self.device)
+            except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
+                pass
         env, place, name = self.env, self.place, ref.name
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
@@ -456,7 +465,7 @@ class Unroller:
             kept.append(dim)
         return Region(name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[name])
 
-    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region]:
+    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region] | None:
         """`evaluate_region`'s loop over `plan` for `ref`, as one generated function of
         (env, place, device) with the expressions inlined (`region_code`): the same steps
         in the same order, the same region. Wherever the loop would raise (a bad index or
@@ -483,9 +492,8 @@ class Unroller:
             b = f"_b{dim}"
             n = code.const(size)  # a name, not the number: the same text for every N (`E.compiled`)
             if index is not None:
-                v = code.emit(index[0], body)
-                body += [f"_i = int(place({name}, {dim}, {n}, {v}, 1)[0])",
-                         f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
+                body += [f"_s, _l = {code.emit(index[0], body)}, 1", *self.place_code(code, name, dim, n),
+                         "_i = int(_s)", f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
             elif start_of is _WHOLE:
                 body.append(f"{b} = (0, {n})")
                 kept.append(dim)
@@ -493,7 +501,7 @@ class Unroller:
                 start = code.emit(start_of[0], body) if start_of is not None else "0"
                 body.append(f"_s = {start}")
                 length = code.emit(size_of[0], body) if size_of is not None else f"{n} - _s"
-                body += [f"_s, _l = place({name}, {dim}, {n}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                body += [f"_l = {length}", *self.place_code(code, name, dim, n), "_s, _l = int(_s), int(_l)",
                          f"if _s < 0 or _l <= 0 or _s + _l > {n}: raise _Fallback", f"{b} = (_s, _s + _l)"]
                 kept.append(dim)
             box.append(b)
@@ -822,14 +830,35 @@ class Unroller:
         env, keyed = self.env, self.keyed
         try:
             specs = self.pipeline_parts(op)[0]
-            regions = tuple([self.region(spec.ref, spec.line) for spec in specs.values()])
-            key = ("pipeline", id(op), self.core, self.inner, *[(r.shape, r.kept) for r in regions],
+            fast = self.spec_regions.get(id(op), _MISSING)
+            if fast is _MISSING:
+                fast = self.spec_regions[id(op)] = self.spec_regions_function(specs)
+            try:
+                regions, shapes = fast(env, self.place, self.device)
+            except Exception:  # noqa: BLE001 -- the plain way gives them, or raises (None: no function)
+                regions = tuple([self.region(spec.ref, spec.line) for spec in specs.values()])
+                shapes = [(r.shape, r.kept) for r in regions]
+            key = ("pipeline", id(op), self.core, self.inner, *shapes,
                    *[v if type(v) is int or (f := keyed.get(type(v))) is None else f(v)
                      for v in map(env.get, reads, itertools.repeat(_MISSING))])
             hash(key)  # (a value that cannot stand in a key: no template)
         except Exception:  # noqa: BLE001 -- whatever it is, `spell_pipeline` raises it in its place
             return None, ()
         return key, regions
+
+    def spec_regions_function(self, specs: dict[str, S.BlockSpec]) -> Callable[..., Any]:
+        """`pipeline_key`'s regions of a pipeline's block specs, `region(spec.ref)` of each in
+        order, and each one's (shape, kept dims), as one generated function of (env,
+        place, device) (`region_code`); where it raises, `pipeline_key` computes them
+        the plain way."""
+        code = E.Emitter()
+        code.consts["_Region"] = Region
+        body: list[str] = []
+        for i, spec in enumerate(specs.values()):
+            self.region_code(spec.ref, self.region_plan(spec.ref), code, body, f"_r{i}")
+        regions = "".join(f"_r{i}, " for i in range(len(specs)))
+        shapes = "".join(f"(_r{i}_shape, _r{i}.kept), " for i in range(len(specs)))
+        return code.function("regions(env, place, device)", [*body, f"return ({regions}), ({shapes})"])
 
     def _pipeline_reads(self, op: S.Pipeline) -> tuple[str, ...]:
         """The names a pipeline reads besides its block specs' regions and its grid indices."""
@@ -1069,22 +1098,7 @@ class Unroller:
         return events
 
     def device_events(self, d: int, invocations: int) -> tuple[list[Event], list[Event]]:
-        """Device d's events (core 0's) and, with megacore, its second core's. Python's
-        cyclic garbage collector is paused meanwhile (as it was before, after): the events
-        and their parts are hundreds of thousands of objects that live on and form no
-        cycles, and each of its full collections while they are made would walk them all,
-        and everything else alive, again (a third of the time at N = 1024). Nothing is
-        lost: what cycles there are, it collects later."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self.unpaused_device_events(d, invocations)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def unpaused_device_events(self, d: int, invocations: int) -> tuple[list[Event], list[Event]]:
-        """`device_events` with the garbage collector as it is."""
+        """Device d's events (core 0's) and, with megacore, its second core's."""
         s = self.s
         self.device = d
         self.memo = {}
