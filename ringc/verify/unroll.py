@@ -526,7 +526,7 @@ class Unroller:
                 pass
         return plain(self, op)
 
-    def copy_function(self, op: S.Op) -> Any:
+    def copy_function(self, op: S.Op) -> Callable[..., Any] | None:
         """`_start`'s or `_wait`'s evaluation of a copy op without template arguments as one
         generated function of (env, unroller, place, device, sem_ids), with its regions
         (`region_code`), semaphore indices and checks inlined: the same values in the
