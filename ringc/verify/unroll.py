@@ -479,13 +479,13 @@ class Unroller:
         return code.function("region(env, place, device)", [*body, "return _r"])
 
     def region_code(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]], code: E.Emitter,
-                    body: list[str], var: str, nbytes: bool = False) -> None:
+                    body: list[str], var: str, sized: bool = False) -> None:
         """Append to `body` the statements of `evaluate_region`'s loop over `plan` for `ref`
-        (`E.Emitter` code: names `env`, `place`, `device`, `_Region` and `_Fallback`),
-        which set `var` to the region, `var`_shape to its shape (`Region.shape`) and, if
-        asked, `var`_nbytes to its size in bytes (`Region.nbytes`), and raise wherever the loop
-        would raise (and maybe elsewhere): the same steps in the same order, the same
-        region."""
+        (`E.Emitter` code: names `env`, `place`, `device`, `_Region` and `_Fallback`; `place`
+        as `place_code` says), which set `var` to the region and `var`_shape to its shape
+        (`Region.shape`), or, `sized`, only the shape and `var`_nbytes, its size in bytes
+        (`Region.nbytes`), and raise wherever the loop would raise (and maybe elsewhere):
+        the same steps in the same order, the same region."""
         name = code.const(ref.name)
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
@@ -505,11 +505,13 @@ class Unroller:
                          f"if _s < 0 or _l <= 0 or _s + _l > {n}: raise _Fallback", f"{b} = (_s, _s + _l)"]
                 kept.append(dim)
             box.append(b)
-        body.append(f"{var} = _Region({name}, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, "
-                    f"{code.const(self.ctx.itemsize[ref.name])})")
+        itemsize = code.const(self.ctx.itemsize[ref.name])
         body.append(f"{var}_shape = ({''.join(f'_b{d}[1] - _b{d}[0], ' for d in kept)})")
-        if nbytes:
-            body.append(f"{var}_nbytes = {''.join(f'(_b{d}[1] - _b{d}[0]) * ' for d in range(len(box)))}{var}.itemsize")
+        if sized:
+            body.append(f"{var}_nbytes = {''.join(f'(_b{d}[1] - _b{d}[0]) * ' for d in range(len(box)))}{itemsize}")
+        else:
+            body.append(f"{var} = _Region({name}, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, "
+                        f"{itemsize})")
 
     def copy_actions(self, op: S.Op, plain: Callable[..., list[tuple[Action, int | None]]]
                      ) -> list[tuple[Action, int | None]]:
@@ -551,7 +553,7 @@ class Unroller:
 
         try:
             for ref, var in ((c.src, "_src"), (c.dst, "_dst")):
-                self.region_code(ref, self.region_plan(ref), code, body, var, nbytes=not isinstance(op, S.Start))
+                self.region_code(ref, self.region_plan(ref), code, body, var, sized=not isinstance(op, S.Start))
             body.append("if _src_shape != _dst_shape: raise _Fallback")
             name = code.const(use.name)
             if isinstance(op, S.Start):
