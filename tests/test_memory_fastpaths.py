@@ -101,6 +101,20 @@ def test_copy_is_the_generic_copy(steps):
     assert run(steps, Memory.copy) == run(steps, generic_copy)
 
 
+@settings(max_examples=100, deadline=None)
+@given(programs(), st.integers(1, 3))
+def test_copy_after_pairs_are_no_longer_kept(steps, trial):
+    """A memory whose first `_PAIRS_TRIAL` new pairs found too few hits stops keeping
+    pairs (here after 1 to 3 of them, so mid-program): its copies stay the generic ones."""
+    from ringc.verify import semantics
+    kept = semantics._PAIRS_TRIAL
+    semantics._PAIRS_TRIAL = trial
+    try:
+        assert run(steps, Memory.copy) == run(steps, generic_copy)
+    finally:
+        semantics._PAIRS_TRIAL = kept
+
+
 devices = st.one_of(st.integers(0, 6), st.tuples(st.integers(0, 6), st.integers(1, 4)).map(lambda t: (t[0], t[0] + t[1])))
 imaps = st.lists(st.tuples(st.sampled_from([None, 0, 1, -1]), st.integers(0, 2)), min_size=2, max_size=2).map(tuple)
 plain_terms = st.tuples(st.sampled_from(["x", "y"]), devices, imaps)

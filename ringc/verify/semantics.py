@@ -528,8 +528,11 @@ class _Index:
         return gone
 
 
-# How many pairs of regions `Memory` remembers (`Memory._pair`) before it forgets them all.
+# How many pairs of regions `Memory` remembers (`Memory._pair`) before it forgets them all;
+# and after how many new pairs it stops remembering them if fewer than 1 in 8 lookups found
+# one (a schedule whose copies never repeat a pair: remembering costs more than it saves).
 _PAIRS_LIMIT = 1 << 15
+_PAIRS_TRIAL = 1 << 10
 
 
 class _Shift:
@@ -587,7 +590,8 @@ class Memory:
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
         self.index: dict[tuple[int, str], _Index] = {}
-        self.pairs: dict[tuple[int, int], list] = {}  # `_pair`
+        self.pairs: dict[tuple[int, int], list] | None = {}  # `_pair`; None: not kept
+        self.pair_hits = self.pair_misses = 0
 
     def _pieces(self, key: tuple[int, str]) -> _Index:
         index = self.index.get(key)
@@ -646,13 +650,24 @@ class Memory:
         their `_Shift`, then what `copy` last moved from src to dst: the index of src's
         buffer, its `_Index.version` then, the pieces moved]. Kept per pair of objects
         (the entry holds them, so their ids stay their own), forgotten all at once when
-        there are too many."""
+        there are too many, and no longer kept at all when the first `_PAIRS_TRIAL` new
+        pairs came with fewer than 1 hit in 8 (a fresh entry is what an unkept pair gets,
+        so `copy` then reads and moves every time)."""
+        pairs = self.pairs
+        if pairs is None:
+            return [src, dst, _Shift(src, dst), None, -1, None]
         key = (id(src), id(dst))
-        pair = self.pairs.get(key)
-        if pair is None:
-            if len(self.pairs) >= _PAIRS_LIMIT:
-                self.pairs.clear()
-            pair = self.pairs[key] = [src, dst, _Shift(src, dst), None, -1, None]
+        pair = pairs.get(key)
+        if pair is not None:
+            self.pair_hits += 1
+            return pair
+        self.pair_misses += 1
+        if self.pair_misses == _PAIRS_TRIAL and self.pair_hits * 8 < self.pair_misses:
+            self.pairs = None
+            return [src, dst, _Shift(src, dst), None, -1, None]
+        if len(pairs) >= _PAIRS_LIMIT:
+            pairs.clear()
+        pair = pairs[key] = [src, dst, _Shift(src, dst), None, -1, None]
         return pair
 
     def copy(self, src: Region, dst: Region) -> None:
