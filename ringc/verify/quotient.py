@@ -81,6 +81,7 @@ class Rotator:
         self.steps = (program.rotation or {}) if steps is None else steps
         self.shapes = program.shapes
         self.moves: dict[tuple[str, int], tuple[int, ...]] = {}
+        self.dims: dict[tuple[str, int], tuple[tuple[int, int, bool], ...]] = {}
         self.regions: dict[tuple[int, int], tuple[Region, Region]] = {}
 
     def _moves(self, buffer: str, delta: int) -> tuple[int, ...]:
@@ -100,6 +101,18 @@ class Rotator:
                     out.append(self.torus.step(r, delta) if r else 0)
             moves = self.moves[key] = tuple(out)
         return moves
+
+    def _dims(self, buffer: str, delta: int) -> tuple[tuple[int, int, bool], ...]:
+        """Per dimension of a buffer on device delta: its move (`_moves`), its size, and
+        whether it has a step at all (a contraction index must not move): asked once per
+        buffer and delta."""
+        key = (buffer, delta)
+        dims = self.dims.get(key)
+        if dims is None:
+            dims = self.dims[key] = tuple((m, size, any(self.steps.get((buffer, i), ())))
+                                          for i, (m, size) in enumerate(zip(self._moves(buffer, delta),
+                                                                            self.shapes[buffer])))
+        return dims
 
     def region(self, region: Region, delta: int) -> Region:
         """An access on device delta (a whole dimension stays whole). The unroller shares
@@ -162,7 +175,7 @@ class Rotator:
             if wrapped or len(parts) > 1:
                 out += [Piece(q.box, canonical_value(q.value, q.box)) for q in _rejoin(parts)]
             else:
-                out += [Piece(q.box, tuple(sorted(q.value, key=repr))) for q in parts]
+                out += [q if len(q.value) < 2 else Piece(q.box, tuple(sorted(q.value, key=repr))) for q in parts]
         return out
 
     def term(self, term, box, new_box, delta: int) -> list:
@@ -185,23 +198,23 @@ class Rotator:
                               box, new_box, delta)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
         name, dev, imap = term
         entries = []
-        if imap:  # garbage and opaque data have no map (and no buffer of that name)
-            moves, shape, xor = self._moves(name, delta), self.shapes[name], self.xor
-        for i, (d, off) in enumerate(imap):  # each coordinate moved by its dim's move m (`_moves`)
-            m = moves[i]
-            if d is not None and d < 0:  # a contraction index (KDIM, or a nested product's)
-                if any(self.steps.get((name, i), ())):
+        xor = self.xor
+        # each coordinate moved by its dim's move m (`_moves`); garbage and opaque data have
+        # no map (and no buffer of that name)
+        for (d, off), (m, size, stepped) in zip(imap, self._dims(name, delta) if imap else ()):
+            if d is None:
+                entries.append((None, off ^ m if xor else (off + m) % size))
+            elif d < 0:  # a contraction index (KDIM, or a nested product's)
+                if stepped:
                     raise _Unclear("a contraction dimension that moves under rotation")
                 entries.append((d, off))
-            elif d is None:
-                entries.append((None, off ^ m if xor else (off + m) % shape[i]))
             else:
                 lo, hi = box[d]
                 if xor and hi - lo > 1 and m:
-                    raise _Unclear(f"input `{name}` dim {i} is read along a run that XOR permutes")
-                x = (lo + off) ^ m if xor else (lo + off + m) % shape[i]
-                if x + hi - lo > shape[i]:
-                    raise _Unclear(f"input `{name}` dim {i} wraps under rotation")
+                    raise _Unclear(f"input `{name}` dim {len(entries)} is read along a run that XOR permutes")
+                x = (lo + off) ^ m if xor else (lo + off + m) % size
+                if x + hi - lo > size:
+                    raise _Unclear(f"input `{name}` dim {len(entries)} wraps under rotation")
                 entries.append((d, x - new_box[d][0]))
         first, end = device_span(dev)
         if end == first + 1:

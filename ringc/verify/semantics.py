@@ -221,6 +221,14 @@ def _runs(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     multiplicity, each listed as often as it counts."""
     if len(spans) == 1:
         return spans
+    if len(spans) == 2:  # the common merge (a block added to a run): the same runs, found directly
+        (a0, a1), (b0, b1) = spans
+        if a0 > b0 or a0 == b0 and a1 > b1:
+            (a0, a1), (b0, b1) = (b0, b1), (a0, a1)
+        if a0 < a1 == b0 < b1:
+            return [(a0, b1)]  # adjacent: one run of multiplicity one
+        if a0 < a1 < b0 < b1:
+            return [(a0, a1), (b0, b1)]  # apart: each its own run
     edges: dict[int, int] = defaultdict(int)
     for lo, hi in spans:
         edges[lo] += 1
@@ -263,13 +271,20 @@ def canonical_value(terms: Iterable[Term], box: Box) -> Value:
     single = _single_dims(box)
     if isinstance(terms, tuple) and len(terms) == 1:  # the common case: nothing to merge
         t = _canonical(terms[0], box, single)
+        # Devices as runs (`device_run`): a device j or a run of two or more stays as it is.
         if _is_product(t):
             a, b = t[1], t[2]
             if a[0] == PRODUCT or b[0] == PRODUCT:
                 return (with_leaves(t, [(n, device_run(*device_span(d)), m) for n, d, m in term_leaves(t)]),)
+            ad, bd = a[1], b[1]
+            if (isinstance(ad, int) or ad[1] != ad[0] + 1) and (isinstance(bd, int) or bd[1] != bd[0] + 1):
+                return (t,)
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
             return ((PRODUCT, (an, device_run(*device_span(ad)), am), (bn, device_run(*device_span(bd)), bm), k0, k1),)
-        return (t,) if t[0][:1] in (UNINIT, OPAQUE) else ((t[0], device_run(*device_span(t[1])), t[2]),)
+        d = t[1]
+        if t[0][:1] in (UNINIT, OPAQUE) or isinstance(d, int) or d[1] != d[0] + 1:
+            return (t,)
+        return ((t[0], device_run(*device_span(d)), t[2]),)
     odd, plain, products, nested = [], defaultdict(list), defaultdict(list), defaultdict(list)
     for t in (_canonical(t, box, single) for t in terms):
         if _is_product(t):
@@ -277,12 +292,13 @@ def canonical_value(terms: Iterable[Term], box: Box) -> Value:
                 _group_nested(t, nested)
                 continue
             (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
-            lo, hi = device_span(ad)
-            products[(an, am, bn, bm, device_span(bd)[0] - lo)].append((lo, hi, k0, k1))
+            lo, hi = (ad, ad + 1) if isinstance(ad, int) else ad  # `device_span`, inline
+            products[(an, am, bn, bm, (bd if isinstance(bd, int) else bd[0]) - lo)].append((lo, hi, k0, k1))
         elif t[0][:1] in (UNINIT, OPAQUE):
             odd.append(t)
         else:
-            plain[(t[0], t[2])].append(device_span(t[1]))
+            d = t[1]
+            plain[(t[0], t[2])].append((d, d + 1) if isinstance(d, int) else d)
     out = odd + [(name, device_run(lo, hi), imap) for (name, imap), spans in plain.items() for lo, hi in _runs(spans)]
     for (an, am, bn, bm, off), rects in products.items():
         out += [(PRODUCT, (an, device_run(x0, x1), am), (bn, device_run(x0 + off, x1 + off), bm), k0, k1)
@@ -427,13 +443,17 @@ class _Index:
 
     `exact` maps each stored piece's box to the piece. The pieces are disjoint (`Memory`'s
     invariant), so a region whose box is a stored piece's meets that piece only: most
-    reads and rewrites (a slot read back, a block written again) are one dict lookup."""
+    reads and rewrites (a slot read back, a block written again) are one dict lookup.
 
-    __slots__ = ("classes", "exact")
+    `version` counts the changes (`add`, `swap`, `remove`): while it stays, so do the
+    pieces, and every read of the buffer (`Memory.copy`)."""
+
+    __slots__ = ("classes", "exact", "version")
 
     def __init__(self) -> None:
         self.classes: dict[int, tuple[list[int], list[Piece]]] = {}  # class -> (starts, pieces)
         self.exact: dict[Box, Piece] = {}
+        self.version = 0
 
     def meeting(self, box: Box) -> list[tuple[int, int]]:
         """Positions (class, index) of the pieces that overlap `box`. (A class of a few
@@ -475,6 +495,7 @@ class _Index:
         starts.insert(i, lo)
         pieces.insert(i, piece)
         self.exact[piece.box] = piece
+        self.version += 1
 
     def swap(self, piece: Piece) -> None:
         """Put `piece` in place of the stored piece of the same box, where removing that
@@ -492,10 +513,12 @@ class _Index:
         else:
             pieces[i] = piece
         self.exact[box] = piece
+        self.version += 1
 
     def remove(self, positions: list[tuple[int, int]]) -> list[Piece]:
         gone = []
         exact = self.exact
+        self.version += 1
         for c, i in reversed(positions):  # per class, positions are increasing
             starts, pieces = self.classes[c]
             p = pieces[i]
@@ -505,12 +528,70 @@ class _Index:
         return gone
 
 
+# How many pairs of regions `Memory` remembers (`Memory._pair`) before it forgets them all;
+# and after how many new pairs it stops remembering them if fewer than 1 in 8 lookups found
+# one (a schedule whose copies never repeat a pair: remembering costs more than it saves).
+_PAIRS_LIMIT = 1 << 15
+_PAIRS_TRIAL = 1 << 10
+
+
+class _Shift:
+    """How pieces read from one region move to another (`Memory.translate`): per source
+    dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim moves to
+    its destination dim (`kept`: the same entry for every piece), a point-indexed one
+    becomes a constant coordinate (the piece's own)."""
+
+    __slots__ = ("sb", "db", "kept", "same", "whole")
+
+    def __init__(self, src: Region, dst: Region):
+        sb, db = self.sb, self.db = src.box, dst.box
+        kept: list[tuple[int, int] | None] = [None] * len(sb)
+        for s, d in zip(src.kept, dst.kept):
+            kept[s] = (d, sb[s][0] - db[d][0])
+        self.kept = kept
+        self.same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
+        # A piece that is the whole source (an exact read) lands on the whole destination
+        # when the kept dims have the same lengths (the region's own tuple: the index
+        # compares it by identity first).
+        self.whole = all(sb[s][1] - sb[s][0] == db[d][1] - db[d][0] for s, d in zip(src.kept, dst.kept))
+
+    def piece(self, p: Piece) -> Piece:
+        """`p` at the matching coordinates of the destination, its terms' maps moved."""
+        pb, db = p.box, self.db
+        if self.whole and pb == self.sb:
+            box = db
+        else:
+            box = list(db)
+            for s, k in enumerate(self.kept):
+                if k is not None:
+                    d, back = k
+                    box[d] = (pb[s][0] - back, pb[s][1] - back)
+            box = tuple(box)
+            if box == db:
+                box = db
+        if self.same:  # every entry (d, off) stays (d, off): the terms as they are
+            return Piece(box, p.value)
+        table = [k if k is not None else (None, pb[s][0]) for s, k in enumerate(self.kept)]
+        return Piece(box, tuple([_remap(t, table) for t in p.value]))
+
+    def moved(self, p: Piece) -> Piece:
+        """`piece` of a canonical `p`, canonical: moving changes every term's map by the
+        same one-to-one shift into dims of the same size, so nothing merges or splits;
+        only the terms' order may change (not when no map changed)."""
+        q = self.piece(p)
+        if self.same or len(q.value) < 2:
+            return q
+        return Piece(q.box, tuple(sorted(q.value, key=repr)))
+
+
 class Memory:
     """Symbolic contents of every (device, buffer)."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]]):
         self.shapes = shapes
         self.index: dict[tuple[int, str], _Index] = {}
+        self.pairs: dict[tuple[int, int], list] | None = {}  # `_pair`; None: not kept
+        self.pair_hits = self.pair_misses = 0
 
     def _pieces(self, key: tuple[int, str]) -> _Index:
         index = self.index.get(key)
@@ -560,56 +641,53 @@ class Memory:
 
     def translate(self, pieces: list[Piece], src: Region, dst: Region) -> list[Piece]:
         """Move pieces read from `src` to the matching coordinates of `dst`."""
-        return self._translate(pieces, src, dst)[0]
+        shift = self._pair(src, dst)[2]
+        return [shift.piece(p) for p in pieces]
 
-    @staticmethod
-    def _translate(pieces: list[Piece], src: Region, dst: Region) -> tuple[list[Piece], bool]:
-        """`translate`, and whether any term's map changed (if not, the pieces' values are
-        the ones read, in their order)."""
-        sb, db = src.box, dst.box
-        # Per source dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim
-        # moves to its destination dim (`kept`: the same entry for every piece), a
-        # point-indexed one becomes a constant coordinate (the piece's own).
-        kept: list[tuple[int, int] | None] = [None] * len(sb)
-        for s, d in zip(src.kept, dst.kept):
-            kept[s] = (d, sb[s][0] - db[d][0])
-        same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
-        # A piece that is the whole source (an exact read) lands on the whole destination
-        # when the kept dims have the same lengths (the region's own tuple: the index
-        # compares it by identity first).
-        whole = all(sb[s][1] - sb[s][0] == db[d][1] - db[d][0] for s, d in zip(src.kept, dst.kept))
-        out = []
-        for p in pieces:
-            pb = p.box
-            if whole and pb == sb:
-                box = db
-            else:
-                box = list(db)
-                for s, k in enumerate(kept):
-                    if k is not None:
-                        d, back = k
-                        box[d] = (pb[s][0] - back, pb[s][1] - back)
-                box = tuple(box)
-                if box == db:
-                    box = db
-            if same:  # every entry (d, off) stays (d, off): the terms as they are
-                out.append(Piece(box, p.value))
-                continue
-            table = [k if k is not None else (None, pb[s][0]) for s, k in enumerate(kept)]
-            out.append(Piece(box, tuple([_remap(t, table) for t in p.value])))
-        return out, not same and bool(pieces)
+    def _pair(self, src: Region, dst: Region) -> list:
+        """What this memory keeps for a pair of regions (the unroller shares one Region
+        object between the events that access it, and a Region is immutable): [src, dst,
+        their `_Shift`, then what `copy` last moved from src to dst: the index of src's
+        buffer, its `_Index.version` then, the pieces moved]. Kept per pair of objects
+        (the entry holds them, so their ids stay their own), forgotten all at once when
+        there are too many, and no longer kept at all when the first `_PAIRS_TRIAL` new
+        pairs came with fewer than 1 hit in 8 (a fresh entry is what an unkept pair gets,
+        so `copy` then reads and moves every time)."""
+        pairs = self.pairs
+        if pairs is None:
+            return [src, dst, _Shift(src, dst), None, -1, None]
+        key = (id(src), id(dst))
+        pair = pairs.get(key)
+        if pair is not None:
+            self.pair_hits += 1
+            return pair
+        self.pair_misses += 1
+        if self.pair_misses == _PAIRS_TRIAL and self.pair_hits * 8 < self.pair_misses:
+            self.pairs = None
+            return [src, dst, _Shift(src, dst), None, -1, None]
+        if len(pairs) >= _PAIRS_LIMIT:
+            pairs.clear()
+        pair = pairs[key] = [src, dst, _Shift(src, dst), None, -1, None]
+        return pair
 
     def copy(self, src: Region, dst: Region) -> None:
-        self.move(self.read(src), src, dst)
+        """`move(read(src), src, dst)`, the pieces moved kept for the pair of regions: what
+        moves is a function of the regions and of the pieces stored in src's buffer, which
+        change only with its index's version (`_Index.version`). So a block copied again
+        from a buffer nobody wrote since (an input's block loaded at every step) is the
+        very list of pieces moved the last time."""
+        pair = self._pair(src, dst)
+        index = self._pieces((src.device, src.buffer))
+        if pair[3] is not index or pair[4] != index.version:
+            shift = pair[2]
+            pair[3], pair[4] = index, index.version
+            pair[5] = [shift.moved(q) for q in self.read(src)]
+        self.write(dst, pair[5], canonical=True)
 
     def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
-        """Write canonical `pieces` of `src` into `dst`. Translating changes every term's map by
-        the same one-to-one shift into dims of the same size, so nothing merges or splits:
-        only the terms' order may change (not when no map changed)."""
-        moved, remapped = self._translate(pieces, src, dst)
-        if remapped:
-            moved = [p if len(p.value) < 2 else Piece(p.box, tuple(sorted(p.value, key=repr))) for p in moved]
-        self.write(dst, moved, canonical=True)
+        """Write canonical `pieces` of `src` into `dst` (`_Shift.moved`)."""
+        shift = self._pair(src, dst)[2]
+        self.write(dst, [shift.moved(p) for p in pieces], canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
         incoming = self.translate(self.read(src), src, dst)
@@ -634,29 +712,23 @@ class Memory:
         ka, ra, kb, cb = matmul_dims(a, b, contract)
         rd, cd = dst.kept
         result = self.read(dst) if accumulate else [Piece(dst.box, ())]
+        # Each piece of `b` with its terms one device each, read once for every piece of `a`.
+        rights = [(pb, [u for t in pb.value for u in _single(t)]) for pb in self.read(b)]
+        a0, b0 = a.box[ka][0], b.box[kb][0]
         for pa in self.read(a):
-            for pb in self.read(b):
-                k0 = max(pa.box[ka][0] - a.box[ka][0], pb.box[kb][0] - b.box[kb][0])
-                k1 = min(pa.box[ka][1] - a.box[ka][0], pb.box[kb][1] - b.box[kb][0])
+            lefts = [u for t in pa.value for u in _single(t)]
+            for pb, singles in rights:
+                k0 = max(pa.box[ka][0] - a0, pb.box[kb][0] - b0)
+                k1 = min(pa.box[ka][1] - a0, pb.box[kb][1] - b0)
                 if k0 >= k1:
                     continue
                 box = list(dst.box)
                 box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
                 box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
-
-                def factor(piece: Piece, reg: Region, kdim: int, free: int, to: int,
-                           marker: int) -> list[tuple[int | None, int]]:
-                    """A factor's map, as a `_remap` table: its free dim goes to the
-                    destination's, its contraction dim becomes the index `marker`, the
-                    others constants."""
-                    return [(to, reg.box[free][0] - dst.box[to][0]) if d == free else
-                            (marker, reg.box[kdim][0]) if d == kdim else (None, lo)
-                            for d, (lo, _) in enumerate(piece.box)]
-
                 tables: dict[int, tuple] = {}  # per contraction marker: the two factors' tables
                 terms = []
-                for ta in (u for t in pa.value for u in _single(t)):
-                    for tb in (u for t in pb.value for u in _single(t)):
+                for ta in lefts:
+                    for tb in singles:
                         odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
                         if odd is not None:
                             terms.append(odd)
@@ -667,7 +739,7 @@ class Memory:
                             continue
                         m = KDIM - depth  # a fresh index: below every one the factors bind
                         if m not in tables:
-                            tables[m] = (factor(pa, a, ka, ra, rd, m), factor(pb, b, kb, cb, cd, m))
+                            tables[m] = (_factor(pa, a, ka, ra, dst, rd, m), _factor(pb, b, kb, cb, dst, cd, m))
                         fa, fb = tables[m]
                         terms.append((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1))
                 result = _add(result, Piece(tuple(box), tuple(terms)))
@@ -688,6 +760,15 @@ class Memory:
     def opaque(self, dst: Region) -> None:
         """Data the model does not follow (an imported kernel's own arithmetic)."""
         self.write(dst, [Piece(dst.box, ((OPAQUE + dst.buffer, dst.device, ()),))], canonical=True)
+
+
+def _factor(piece: Piece, reg: Region, kdim: int, free: int, dst: Region, to: int,
+            marker: int) -> list[tuple[int | None, int]]:
+    """A matmul factor's map (`Memory.matmul`), as a `_remap` table: its free dim goes to
+    the destination's, its contraction dim becomes the index `marker`, the others constants."""
+    return [(to, reg.box[free][0] - dst.box[to][0]) if d == free else
+            (marker, reg.box[kdim][0]) if d == kdim else (None, lo)
+            for d, (lo, _) in enumerate(piece.box)]
 
 
 def _index_name(marker: int) -> str:
