@@ -411,6 +411,10 @@ class RotationUnroller(Unroller):
         self.box_steps: dict[tuple, tuple[int, ...] | None] = {}  # `box_step`'s answers
         self.zero_step = tuple(0 for _ in self.torus.shape)
         self.offsets: dict[tuple, int] = {}  # `device_offset`'s answers
+        # `place`'s boxes placed (for `place_code`): (buffer, dim, start's key, size, length) ->
+        # device 0's start; and the dims (buffer, dim) whose zero step a box of plain start recorded.
+        self.placed: dict[tuple, int] = {}
+        self.unmoved: set[tuple[str, int]] = set()
         shape = self.torus.shape
         self.symbols = [Rot.translate(0, shape), *(Rot.coordinate(i, shape) for i in range(len(shape)))]
         self.symbolic = ("me", *(f"me_{a}" for a in sizes))
@@ -443,8 +447,28 @@ class RotationUnroller(Unroller):
         if self.steps.setdefault((buffer, dim), r) != r:
             raise NotRotational(f"`{buffer}` dimension {dim} moves by {self.steps[(buffer, dim)]} and {r} per device")
 
+    def place_code(self, code: E.Emitter, name: str, dim: int, size: str) -> list[str]:
+        """`place` with what it recorded looked up inline: a box of symbolic start it placed
+        before (`placed`), or of plain start and length in a dimension whose zero step it
+        recorded (`unmoved`) or that the box fills (`length == size`), is placed as `place`
+        would place it again (a step once recorded never changes: `_step`); any other box
+        by `place` itself. (A subclass with its own `place`, e.g. XOR's, calls it.)"""
+        if type(self).place is not RotationUnroller.place:
+            return super().place_code(code, name, dim, size)
+        placed, unmoved, rot = code.const(self.placed), code.const(self.unmoved), code.const(Rot)
+        call = f"_s, _l = place({name}, {dim}, {size}, _s, _l)"
+        return [f"if type(_l) is int and _l != {size} and type(_s) is {rot}:",
+                f"    _p = {placed}.get(({name}, {dim}, _s.key, {size}, _l))",
+                "    if _p is None:",
+                f"        {call}",
+                "    else:",
+                "        _s = _p",
+                f"elif type(_s) is not int or type(_l) is not int or (_l != {size} and ({name}, {dim}) not in {unmoved}):",
+                f"    {call}"]
+
     def place(self, buffer: str, dim: int, size: int, start: Any, length: Any) -> tuple[int, int]:
-        """Device 0's start, after proving every device's box is it moved by a fixed step."""
+        """Device 0's start, after proving every device's box is it moved by a fixed step.
+        Each box placed so is recorded (`placed`, `unmoved`), for `place_code`."""
         if type(length) is Rot:  # (Rot has no subclasses: `type` is `isinstance`, faster)
             raise NotRotational("a slice whose size depends on the device id")
         if length != size:
@@ -454,8 +478,10 @@ class RotationUnroller(Unroller):
                 if r == ():
                     r = self.box_steps[key] = box_step(start, size, length)
                 self._step(buffer, dim, r if r is not None else self.zero_step)
-                return at0(start), length
+                at = self.placed[(buffer, dim, start.key, size, length)] = at0(start)
+                return at, length
             self._step(buffer, dim, self.zero_step)
+            self.unmoved.add((buffer, dim))
         return start, length  # `at0` of a plain value is itself
 
 

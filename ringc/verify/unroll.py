@@ -255,9 +255,12 @@ class Unroller:
         self.cheap: dict[int, bool] = {}  # per expression (by id): not worth memoizing (`value`)
         self.windows: dict[tuple[str, int | None, int], Region] = {}
         self.region_plans: dict[int, list[tuple[int, int, Any, Any, Any]]] = {}  # per ref (`region_plan`)
+        self.copy_functions: dict[int, Callable[..., Any] | None] = {}  # per copy op (`copy_function`)
+        self.walkers: dict[int, tuple[list[S.Op], Callable[..., None]]] = {}  # per op list (`walk`)
         self.sem_plans: dict[int, tuple[tuple[int, ...], list[Callable[[Any], Any]]]] = {}  # per ref (`sem`)
         self.pipelines: dict[int, tuple[dict[str, S.BlockSpec], dict[str, str], list[tuple[int, ...]]]] = {}
         self.pipeline_reads: dict[int, tuple[str, ...]] = {}  # per pipeline op (`pipeline_key`)
+        self.spec_regions: dict[int, Callable[..., Any]] = {}  # per pipeline op (`spec_regions_function`)
         self.pipeline_trials: dict[int, list[int]] = {}  # per pipeline op: [keyed, templates used] (`pipeline`)
         # A block's ref as the window slot it stands for (`evaluate_region`), with the block's
         # own ref, which keeps the id in the key its own.
@@ -396,6 +399,14 @@ class Unroller:
         """A box's start and length along one dimension, as evaluated (see `rotation.py`)."""
         return start, length
 
+    def place_code(self, code: E.Emitter, name: str, dim: int, size: str) -> list[str]:
+        """Statements of generated code (`region_code`) doing `_s, _l = place(name, dim, size,
+        _s, _l)` (names of constants of `code`): none for this class's `place`, which gives
+        back its arguments; a subclass may inline what its own does."""
+        if type(self).place is Unroller.place:
+            return []  # it gives back its arguments
+        return [f"_s, _l = place({name}, {dim}, {size}, _s, _l)"]
+
     def region(self, ref: E.Ref, line: int) -> Region:
         """The box `ref` selects (memoized: a wait meets the regions its start computed)."""
         return self.memoized(ref, self.evaluate_region, ref, line)
@@ -413,10 +424,11 @@ class Unroller:
             plan = self.region_plan(ref)
             entry = self.region_plans[id(ref)] = (plan, self.region_function(ref, plan))
         plan, fast = entry
-        try:
-            return fast(self.env, self.place, self.device)
-        except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
-            pass
+        if fast is not None:
+            try:
+                return fast(self.env, self.place, self.device)
+            except Exception:  # noqa: BLE001 -- the loop below raises the error where and as it should
+                pass
         env, place, name = self.env, self.place, ref.name
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
@@ -453,24 +465,35 @@ class Unroller:
             kept.append(dim)
         return Region(name, self.device, tuple(box), tuple(kept), self.ctx.itemsize[name])
 
-    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region]:
+    def region_function(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]]) -> Callable[..., Region] | None:
         """`evaluate_region`'s loop over `plan` for `ref`, as one generated function of
-        (env, place, device) with the expressions inlined (`E.Emitter`, the code
-        `E.evaluator` runs): the same steps in the same order, the same region. Wherever
-        the loop would raise (a bad index or slice, an expression's error) or anything
-        else raises, it raises, and `evaluate_region` runs the loop, which raises what it
-        should. (`place` may record a box's step twice then: the same step, recorded once.)"""
+        (env, place, device) with the expressions inlined (`region_code`): the same steps
+        in the same order, the same region. Wherever the loop would raise (a bad index or
+        slice, an expression's error) or anything else raises, it raises, and
+        `evaluate_region` runs the loop, which raises what it should. (`place` may record
+        a box's step twice then: the same step, recorded once.)"""
         code = E.Emitter()
-        name, body = ref.name, []
-        code.consts.update(_Region=Region, _name=name, _itemsize=self.ctx.itemsize[name])
+        code.consts["_Region"] = Region
+        body: list[str] = []
+        self.region_code(ref, plan, code, body, "_r")
+        return code.function("region(env, place, device)", [*body, "return _r"])
+
+    def region_code(self, ref: E.Ref, plan: list[tuple[int, int, Any, Any, Any]], code: E.Emitter,
+                    body: list[str], var: str, sized: bool = False) -> None:
+        """Append to `body` the statements of `evaluate_region`'s loop over `plan` for `ref`
+        (`E.Emitter` code: names `env`, `place`, `device`, `_Region` and `_Fallback`; `place`
+        as `place_code` says), which set `var` to the region and `var`_shape to its shape
+        (`Region.shape`), or, `sized`, only the shape and `var`_nbytes, its size in bytes
+        (`Region.nbytes`), and raise wherever the loop would raise (and maybe elsewhere):
+        the same steps in the same order, the same region."""
+        name = code.const(ref.name)
         box, kept = [], []
         for dim, size, start_of, size_of, index in plan:
             b = f"_b{dim}"
             n = code.const(size)  # a name, not the number: the same text for every N (`E.compiled`)
             if index is not None:
-                v = code.emit(index[0], body)
-                body += [f"_i = int(place(_name, {dim}, {n}, {v}, 1)[0])",
-                         f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
+                body += [f"_s, _l = {code.emit(index[0], body)}, 1", *self.place_code(code, name, dim, n),
+                         "_i = int(_s)", f"if not 0 <= _i < {n}: raise _Fallback", f"{b} = (_i, _i + 1)"]
             elif start_of is _WHOLE:
                 body.append(f"{b} = (0, {n})")
                 kept.append(dim)
@@ -478,12 +501,81 @@ class Unroller:
                 start = code.emit(start_of[0], body) if start_of is not None else "0"
                 body.append(f"_s = {start}")
                 length = code.emit(size_of[0], body) if size_of is not None else f"{n} - _s"
-                body += [f"_s, _l = place(_name, {dim}, {n}, _s, {length})", "_s, _l = int(_s), int(_l)",
+                body += [f"_l = {length}", *self.place_code(code, name, dim, n), "_s, _l = int(_s), int(_l)",
                          f"if _s < 0 or _l <= 0 or _s + _l > {n}: raise _Fallback", f"{b} = (_s, _s + _l)"]
                 kept.append(dim)
             box.append(b)
-        body.append(f"return _Region(_name, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, _itemsize)")
-        return code.function("region(env, place, device)", body)
+        itemsize = code.const(self.ctx.itemsize[ref.name])
+        body.append(f"{var}_shape = ({''.join(f'_b{d}[1] - _b{d}[0], ' for d in kept)})")
+        if sized:
+            body.append(f"{var}_nbytes = {''.join(f'(_b{d}[1] - _b{d}[0]) * ' for d in range(len(box)))}{itemsize}")
+        else:
+            body.append(f"{var} = _Region({name}, device, ({''.join(b + ', ' for b in box)}), {tuple(kept)!r}, "
+                        f"{itemsize})")
+
+    def copy_actions(self, op: S.Op, plain: Callable[..., list[tuple[Action, int | None]]]
+                     ) -> list[tuple[Action, int | None]]:
+        """A copy op's actions, `plain(self, op)`, by its generated function (`copy_function`)
+        where there is one and it runs through; else (outside it: in a pipeline, where
+        window slots stand for blocks) by `plain`, which also raises any error."""
+        fast = self.copy_functions.get(id(op), _MISSING)
+        if fast is _MISSING:
+            fast = self.copy_functions[id(op)] = self.copy_function(op)
+        if fast is not None and not self.window_slot:
+            try:
+                return fast(self.env, self, self.place, self.device, self.sem_ids)
+            except Exception:  # noqa: BLE001 -- `plain` raises the error where and as it should
+                pass
+        return plain(self, op)
+
+    def copy_function(self, op: S.Op) -> Callable[..., Any] | None:
+        """`_start`'s or `_wait`'s evaluation of a copy op without template arguments as one
+        generated function of (env, unroller, place, device, sem_ids), with its regions
+        (`region_code`), semaphore indices and checks inlined: the same values in the
+        same order, the same actions; wherever the plain rule would raise (a bad region,
+        index or target, regions of different shapes), it raises (`copy_actions` then runs
+        the plain rule). None for another op, or one whose code cannot be made here (the
+        plain rule says what is wrong)."""
+        use = op.copy_use
+        if use.args or not isinstance(op, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)):
+            return None
+        c = self.s.copies[use.name]
+        code = E.Emitter()
+        code.consts.update(_Region=Region, _DmaStart=DmaStart, _SemWait=SemWait)
+        body: list[str] = []
+
+        def sem(ref: E.Ref, device: str) -> str:  # `sem`: its indices, each checked
+            idx = [code.emit(i, body) for i in ref.indices]
+            for v, size in zip(idx, self.ctx.sem_shapes[ref.name]):
+                body.append(f"if not 0 <= {v} < {code.const(size)}: raise _Fallback")
+            name = code.const(ref.name)
+            return f"({device}, sem_ids.get({name}, {name}), ({''.join(v + ', ' for v in idx)}))"
+
+        try:
+            for ref, var in ((c.src, "_src"), (c.dst, "_dst")):
+                self.region_code(ref, self.region_plan(ref), code, body, var, sized=not isinstance(op, S.Start))
+            body.append("if _src_shape != _dst_shape: raise _Fallback")
+            name = code.const(use.name)
+            if isinstance(op, S.Start):
+                if c.remote:
+                    body.append(f"_t = u.target({code.const(c.to)}, {op.line})")
+                    send, recv = sem(c.send_sem, "device"), sem(c.recv_sem, "_t")
+                    body.append(f"return [(_DmaStart({name}, _src, _Region(_dst.buffer, _t, _dst.box, _dst.kept, "
+                                f"_dst.itemsize), {send}, {recv}, explicit_self={c.explicit_self}), _t)]")
+                else:
+                    body.append(f"return [(_DmaStart({name}, _src, _dst, None, {sem(c.sem, 'device')}), None)]")
+            elif not c.remote:
+                body.append(f"return [(_SemWait({sem(c.sem, 'device')}, _dst_nbytes, 'wait', {name}), None)]")
+            else:  # Pallas' descriptor.wait() is wait_send() then wait_recv()
+                waits = []
+                if "send" in op.copy_halves:
+                    waits.append(f"(_SemWait({sem(c.send_sem, 'device')}, _src_nbytes, 'wait_send', {name}), None)")
+                if "recv" in op.copy_halves:
+                    waits.append(f"(_SemWait({sem(c.recv_sem, 'device')}, _dst_nbytes, 'wait_recv', {name}), None)")
+                body.append(f"return [{', '.join(waits)}]")
+            return code.function("copy(env, u, place, device, sem_ids)", body)
+        except Exception:  # noqa: BLE001 -- e.g. a ref to an unknown buffer: the plain rule says so
+            return None
 
     def region_plan(self, ref: E.Ref) -> list[tuple[int, int, Any, Any, Any]]:
         """How `evaluate_region` reads `ref`, made once per ref: per dimension of its buffer,
@@ -563,8 +655,69 @@ class Unroller:
             self.env, self.inner = outer_env, outer_inner
 
     def walk(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
+        """Each op's rule (`UNROLL`), in order: by the list's generated function (`walker`),
+        kept with the list (a list made for the call would leave its id to another)."""
+        entry = self.walkers.get(id(ops))
+        if entry is None or entry[0] is not ops:
+            entry = self.walkers[id(ops)] = (ops, self.walker(ops))
+        entry[1](self, out, invocation)
+
+    def walk_plain(self, ops: list[S.Op], out: list[Event], invocation: int) -> None:
+        """`walk` as the rules themselves do it (what `walker` compiles)."""
         for op in ops:
             UNROLL[type(op)](self, op, out, invocation)
+
+    def walker(self, ops: list[S.Op]) -> Callable[..., None]:
+        """`walk_plain(ops, ...)` as one generated function of (unroller, out, invocation):
+        a `when`'s guard is `value`'s, its code inlined (`E.Emitter`, as `E.evaluator`
+        runs it) when `value` would evaluate it plainly (not `costly`), else `value`
+        itself, and where the code raises, `value` (which gives the value, an `Unknown`,
+        or raises the error); its body is walked by its own generated function; a plain
+        op's actions (`actions_rule`, `memoized` inlined: the memo of the device, or of
+        the call, is the same throughout a walk) are made into events as `emit` makes them, with the
+        device, grid point, loop indices and core of the unroller when the walk starts
+        (a rule that changes them puts them back before it returns); any other op runs
+        its rule. The same rules in the same order: the same events, targets and errors."""
+        code = E.Emitter()
+        code.consts.update(_Event=Event, _missing=_MISSING)
+        body = ["env, device, point, inner = u.env, u.device, u.point, u.inner",
+                "targets = u.targets if u.core == 0 else None",
+                "inputs, memo = u.inputs, u.memo"]
+        for op in ops:
+            o, line, rule = code.const(op), code.const(op.line), UNROLL[type(op)]
+            if isinstance(op, S.When):
+                guard = f"_g = u.value({o}.when, {line})"
+                if E.names(op.when).isdisjoint(self.costly):
+                    steps: list[str] = []
+                    value = code.emit(op.when, steps)
+                    body += ["try:", *("    " + s for s in steps), f"    _g = {value}", "except Exception:",
+                             "    " + guard]
+                else:
+                    body.append(guard)
+                body += ["if _g:", f"    {code.const(self.walker(op.do))}(u, out, inv)"]
+            elif hasattr(rule, "evaluate"):  # `memoized(op, evaluate, u, op)`, inlined
+                evaluate = code.const(rule.evaluate)
+                body += [f"_m = inputs.get({code.const(id(op))})",
+                         "if _m is None:",
+                         f"    _acts = u.memoized({o}, {evaluate}, u, {o})",
+                         f"elif _m[1] >= {self.MEMO_TRIAL} and _m[2] * 8 < _m[1]:",
+                         f"    _acts = {evaluate}(u, {o})",
+                         "else:",
+                         "    _m[1] += 1",
+                         "    _k = _m[0](env, u.window_slot)",
+                         "    _acts = memo.get(_k, _missing)",
+                         "    if _acts is _missing:",
+                         f"        _acts = memo[_k] = {evaluate}(u, {o})",
+                         "    else:",
+                         "        _m[2] += 1",
+                         "for _a, _t in _acts:",
+                         f"    _e = _Event(device, len(out), point, {line}, _a, inv, inner)",
+                         "    out.append(_e)",
+                         "    if _t is not None and targets is not None:",
+                         "        targets.append((_e, _t))"]
+            else:
+                body.append(f"{code.const(rule)}(u, {o}, out, inv)")
+        return code.function("walk(u, out, inv)", body)
 
     # -- nested pipelines ----------------------------------------------------
     def blocks(self, op: S.Pipeline, points: list[tuple[int, ...]],
@@ -679,14 +832,35 @@ class Unroller:
         env, keyed = self.env, self.keyed
         try:
             specs = self.pipeline_parts(op)[0]
-            regions = tuple([self.region(spec.ref, spec.line) for spec in specs.values()])
-            key = ("pipeline", id(op), self.core, self.inner, *[(r.shape, r.kept) for r in regions],
+            fast = self.spec_regions.get(id(op), _MISSING)
+            if fast is _MISSING:
+                fast = self.spec_regions[id(op)] = self.spec_regions_function(specs)
+            try:
+                regions, shapes = fast(env, self.place, self.device)
+            except Exception:  # noqa: BLE001 -- the plain way gives them, or raises (None: no function)
+                regions = tuple([self.region(spec.ref, spec.line) for spec in specs.values()])
+                shapes = [(r.shape, r.kept) for r in regions]
+            key = ("pipeline", id(op), self.core, self.inner, *shapes,
                    *[v if type(v) is int or (f := keyed.get(type(v))) is None else f(v)
                      for v in map(env.get, reads, itertools.repeat(_MISSING))])
             hash(key)  # (a value that cannot stand in a key: no template)
         except Exception:  # noqa: BLE001 -- whatever it is, `spell_pipeline` raises it in its place
             return None, ()
         return key, regions
+
+    def spec_regions_function(self, specs: dict[str, S.BlockSpec]) -> Callable[..., Any]:
+        """`pipeline_key`'s regions of a pipeline's block specs, `region(spec.ref)` of each in
+        order, and each one's (shape, kept dims), as one generated function of (env,
+        place, device) (`region_code`); where it raises, `pipeline_key` computes them
+        the plain way."""
+        code = E.Emitter()
+        code.consts["_Region"] = Region
+        body: list[str] = []
+        for i, spec in enumerate(specs.values()):
+            self.region_code(spec.ref, self.region_plan(spec.ref), code, body, f"_r{i}")
+        regions = "".join(f"_r{i}, " for i in range(len(specs)))
+        shapes = "".join(f"(_r{i}_shape, _r{i}.kept), " for i in range(len(specs)))
+        return code.function("regions(env, place, device)", [*body, f"return ({regions}), ({shapes})"])
 
     def _pipeline_reads(self, op: S.Pipeline) -> tuple[str, ...]:
         """The names a pipeline reads besides its block specs' regions and its grid indices."""
@@ -1175,6 +1349,10 @@ def _unroll_pipeline(u: Unroller, op: S.Pipeline, out: list[Event], invocation: 
 @UNROLL.register(S.Start)
 @actions_rule
 def _start(u: Unroller, op: S.Start) -> list[tuple[Action, int | None]]:
+    return u.copy_actions(op, _start_plain)
+
+
+def _start_plain(u: Unroller, op: S.Start) -> list[tuple[Action, int | None]]:
     line, name = op.line, op.copy_name
     outer, u.env = u.env, u.bind(op.start, line)
     try:
@@ -1192,6 +1370,10 @@ def _start(u: Unroller, op: S.Start) -> list[tuple[Action, int | None]]:
 @UNROLL.register(S.Wait, S.WaitSend, S.WaitRecv)
 @actions_rule
 def _wait(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
+    return u.copy_actions(op, _wait_plain)
+
+
+def _wait_plain(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
     line, key, name = op.line, op.tag, op.copy_name
     outer, u.env = u.env, u.bind(op.copy_use, line)
     try:
