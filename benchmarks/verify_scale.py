@@ -1,14 +1,17 @@
 """Time and peak memory of `ringc check` at scale, for every library schedule.
 
     python benchmarks/verify_scale.py [--min-n 64] [--max-n 1024] [--repeats 3] [--only NAME]
-                                      [--timeout 120] [--jax]
+                                      [--timeout 120] [--jobs J] [--jax]
 
 One-axis schedules run on rings of N = 64..1024 (--min-n, --max-n); two-axis ones on
 the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16 (--max-torus caps
 the side). Columns: schedule, topology, events (of all devices), path (whether the
 quotient decided from device 0's events alone, `ringc/verify/quotient.py`, `xor` when it
-was the XOR quotient of `ringc/verify/xor.py`, or the full analysis did), check s (wall) and cpu s, each the best of --repeats runs, peak MiB
-(a separate traced run) and bytes per event. Each row runs in its own process, killed
+was the XOR quotient of `ringc/verify/xor.py`, or the full analysis did), check s (wall)
+and cpu s (this process's and its children's: with --jobs 2, the default on 2 cores, a
+large check runs its data flow in a forked child, `ringc/verify/background.py`), each the
+best of --repeats runs, peak MiB (a separate traced run in one process, --jobs 1: what a
+check holds; with two processes each holds at most that) and bytes per event. Each row runs in its own process, killed
 after --timeout seconds (the row then says `timeout`), so one slow row cannot eat the
 run. The load average is printed before and after, since a loaded machine inflates the
 times; CPU time is what load inflates least. Targets (issue 17, idle 2-core machine):
@@ -35,43 +38,51 @@ sys.path.insert(0, str(ROOT))
 TORI = {2: ("torus:8x8", "torus:16x16", "torus:32x32"), 3: ("torus:8x8x8", "torus:16x16x16")}
 
 
-def measure(sched, n: int | None, topology: str = "ring",
-            repeats: int = 3) -> tuple[float, float, float, int, bool, str]:
-    """`ringc.check` on `topology` (a ring of n by default): wall and CPU seconds, each the
-    best of `repeats` runs, as `timeit` advises (the others measure the machine's noise;
-    CPU time is what a loaded machine inflates least), peak MiB, events, ok, path."""
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have ended."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def measure(sched, n: int | None, topology: str = "ring", repeats: int = 3,
+            jobs: int | None = None) -> tuple[float, float, float, int, bool, str]:
+    """`ringc.check` on `topology` (a ring of n by default) with `jobs` processes (default:
+    `check`'s): wall and CPU seconds (children's included), each the best of `repeats`
+    runs, as `timeit` advises (the others measure the machine's noise; CPU time is what a
+    loaded machine inflates least), peak MiB of a one-process run, events, ok, path."""
     from ringc import check
     seconds = cpu = float("inf")
     for _ in range(repeats):
         report = None  # free the last report first: a live heap of millions of objects slows the next run
-        t0, c0 = time.perf_counter(), time.process_time()
-        report = check(sched, n, topology=topology)
+        t0, c0 = time.perf_counter(), _cpu()
+        report = check(sched, n, topology=topology, jobs=jobs)
         seconds = min(seconds, time.perf_counter() - t0)
-        cpu = min(cpu, time.process_time() - c0)
+        cpu = min(cpu, _cpu() - c0)
     tracemalloc.start()  # a second, traced run: tracing slows Python several-fold
-    check(sched, n, topology=topology)
+    check(sched, n, topology=topology, jobs=1)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
     path = "full" if report.program.rotation is None else "xor" if report.program.group == "xor" else "quotient"
     return seconds, cpu, peak, report.program.event_count, report.ok, path
 
 
-def _row(conn, path: Path, n: int | None, topology: str, repeats: int) -> None:
+def _row(conn, path: Path, n: int | None, topology: str, repeats: int, jobs: int | None) -> None:
     """A child process: one row's measurement, sent back through `conn`."""
     import ringc
     try:
-        conn.send(measure(ringc.load(path), n, topology, repeats))
+        conn.send(measure(ringc.load(path), n, topology, repeats, jobs))
     except Exception as e:  # shown in the row, not a traceback in the middle of the table
         conn.send(f"{type(e).__name__}: {e}")
     conn.close()
 
 
-def measure_with_timeout(path: Path, n: int | None, topology: str, repeats: int, timeout: float):
+def measure_with_timeout(path: Path, n: int | None, topology: str, repeats: int, timeout: float,
+                         jobs: int | None = None):
     """`measure` in a forked process killed after `timeout` seconds: its result, an error
     text, or None for a timeout."""
     ctx = multiprocessing.get_context("fork")
     here, there = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_row, args=(there, path, n, topology, repeats))
+    proc = ctx.Process(target=_row, args=(there, path, n, topology, repeats, jobs))
     proc.start()
     there.close()
     result = here.recv() if here.poll(timeout) else None
@@ -93,6 +104,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="time the best of this many runs")
     ap.add_argument("--only", action="append", help="schedules whose name contains this (repeatable)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds per row before it is killed")
+    ap.add_argument("--jobs", type=int, help="processes per check (default: check's, 2 on 2+ cores)")
     ap.add_argument("--jax", action="store_true", help="also time JAX interpret mode at N=8, 16")
     args = ap.parse_args()
     if args.jax:
@@ -115,7 +127,7 @@ def main() -> None:
         runs = [(n, "ring", f"ring:{n}") for n in rings] if axes == 1 else \
             [(None, t, t) for t in TORI[axes] if int(t.split(":")[1].split("x")[0]) <= args.max_torus]
         for n, topology, label in runs:
-            result = measure_with_timeout(path, n, topology, args.repeats, args.timeout)
+            result = measure_with_timeout(path, n, topology, args.repeats, args.timeout, args.jobs)
             if not isinstance(result, tuple):
                 print(f"{path.stem:40} {label:>16} {result or f'timeout after {args.timeout:g} s'}", flush=True)
                 continue

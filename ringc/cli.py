@@ -187,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
                         "constraints, or the samples of a JSON file; a verdict rests on these samples only")
     c.add_argument("--seed", type=_seed, default=0, help="the seed of --data random:K (default 0)")
+    c.add_argument("--jobs", type=_positive, metavar="J",
+                   help="processes a large check may use (default: 2 on a machine of 2 cores or more; 1 runs "
+                        "everything in this process); see docs/verification.md")
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
@@ -283,7 +286,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for n in args.devices or [None]:
             data, how = _data_samples(args, sched, n)
             report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how)
+                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how, jobs=args.jobs)
             ok &= report.ok
             if shown is None or (shown[1].ok and not report.ok):
                 shown = (sched, report)

@@ -185,6 +185,7 @@ def test_expression_limits_can_be_raised(tmp_path):
     (["check", AR, "--devices", "4", "--param", "rows=10**30"], "name=integer"),
     (["check", AR, "--devices", "4", "--limit", "nonsense=3"], "--limit"),
     (["check", AR, "--devices", "4", "--limit", "devices=-3"], "positive integer"),
+    (["check", AR, "--devices", "4", "--jobs", "0"], "positive integer"),
 ])
 def test_arguments_are_range_checked_for_every_command(argv, says):
     o = run_cli(argv)

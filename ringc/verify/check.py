@@ -429,7 +429,8 @@ def schedule_assumptions(sched: S.Schedule) -> list[str]:
             f"{', '.join(handed) or 'none'}; balance is checked at the end of the program"]
 
 
-def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any") -> Report | None:
+def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any",
+                    jobs: int | None = None) -> Report | None:
     """The clean report (route warnings aside) of a translation-symmetric schedule on a ring
     or torus, or of an XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`)
     on a ring, from device 0's events alone (`rotation.py`, `rotated_report`); None when the
@@ -439,7 +440,7 @@ def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, d
     program = rotation_unroll(sched, placement.sizes, invocations)
     if program is None and placement.topo.kind == "ring" and len(placement.sizes) == 1:
         program = xor_unroll(sched, prod(placement.sizes.values()), invocations)
-    return None if program is None else rotated_report(sched, program, placement, dma_order)
+    return None if program is None else rotated_report(sched, program, placement, dma_order, jobs=jobs)
 
 
 def _wrapped(placement: Placement) -> bool:
@@ -448,7 +449,7 @@ def _wrapped(placement: Placement) -> bool:
 
 
 def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dma_order: str = "any",
-                   meaning: Any = "schedule") -> Report | None:
+                   meaning: Any = "schedule", jobs: int | None = None) -> Report | None:
     """The clean report (route warnings aside) of `program`, device 0's events with
     `Program.rotation` set (every device proved to run them translated:
     `rotation.rotation_unroll` for a schedule, `pallas.interpret.Lanes` for a traced
@@ -462,7 +463,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
     every device (`placement.xor_routes_symmetric`), and the route summary counts every
     device's sends (`placement.xor_route_summary`). The quotient decides under the "any" DMA
     ordering; a program clean under it is clean under "in-order" too (in order, every DMA
-    interval ends no later: `order.dma_ends`)."""
+    interval ends no later: `order.dma_ends`). `jobs` as in `quotient.clean`."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
     topo = placement.topo
@@ -475,7 +476,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
         return None
     routes = route_findings(program, placement)
     if (any(f.severity != "warning" for f in routes) or megacore_findings(sched, program)
-            or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning)):
+            or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning, jobs)):
         return None
     report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + schedule_assumptions(sched))
@@ -539,13 +540,15 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
 
 def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
           invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any",
-          data: "list[dict] | None" = None, data_how: str = "given samples") -> Report:
+          data: "list[dict] | None" = None, data_how: str = "given samples", jobs: int | None = None) -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
     spelling such as `torus:4x4` or `v5e:4x4` (then `n`, if given, must be its size), with
     the schedule's axes along `along` (e.g. `y`). `strict` turns warnings into errors.
     `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`, docs/verification.md).
     `data`: samples of the schedule's runtime data (`ringc.data`; `data_how` says where they
-    came from), each checked in turn (`_data_report`). Raises `ScheduleError` for bad input."""
+    came from), each checked in turn (`_data_report`). `jobs`: processes the quotient may
+    use (default `background.default_jobs()`; `quotient.clean`). Raises `ScheduleError` for
+    bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
     with collector_paused():
@@ -556,7 +559,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
             raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
                                 file=sched.file, fix="drop --data")
         report = (_data_report(sched, placement, invocations, dma_order, data, data_how) if data is not None
-                  else quotient_report(sched, placement, invocations, dma_order))
+                  else quotient_report(sched, placement, invocations, dma_order, jobs))
         if report is None:
             program = unroll(sched, sizes=placement.sizes, invocations=invocations)
             report = check_program(sched, program, placement, dma_order=dma_order)

@@ -50,11 +50,12 @@ from .order import DmaEnds, Order, sums_to
 from .races import Access, event_accesses, race
 from .rotation import NotRotational, Torus
 from .xor import group_of
+from .background import Background, default_jobs
 from .gauge import Gauge, device_dims
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
 
-__all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "clean", "expand"]
+__all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -1093,17 +1094,46 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
     return None
 
 
-def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule") -> bool:
+# Device 0 events from which the data flow runs in a second process (`clean`): below, the
+# fork and its copied pages cost about what the overlap saves (`benchmarks/verify_scale.py`).
+FORK_EVENTS = 10_000
+
+
+def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: int | None = None) -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
     `meaning`: the schedule's collective, or `(Collective, Buffers)`, or None for no meaning
     check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
-    megacore rules are checked by `check.rotated_report` on the same events.)"""
+    megacore rules are checked by `check.rotated_report` on the same events.)
+
+    With `jobs` > 1 (default `background.default_jobs()`) and at least `FORK_EVENTS` events,
+    the data flow runs in a forked child while this process checks the run, the order and
+    the races (`background.Background`): the same two answers, in about the time of the
+    longer half. The child's data flow computes its own rotated regions (the serial one
+    reuses the races'); a region rotates the same either way."""
+    jobs = default_jobs() if jobs is None else jobs
+    flow = None
+    if jobs > 1 and meaning is not None and len(program.devices[0]) >= FORK_EVENTS:
+        flow = Background(lambda: _flow_clean(sched, program, meaning))
     try:
         every, dma = _feeds(program)
         _run(program, (every, dma))
         order = quotient_order(program, every)
         rot = Rotator(program)
-        return _race_free(program, order, rot, dma) and _data_flow_right(sched, program, meaning, rot)
+        if not _race_free(program, order, rot, dma):
+            return False
+        answer = flow.result() if flow is not None else None
+        return answer if answer is not None else _data_flow_right(sched, program, meaning, rot)
+    except (_Unclear, NotRotational):
+        return False
+    finally:
+        if flow is not None:
+            flow.close()
+
+
+def _flow_clean(sched: S.Schedule, program: Program, meaning: Any) -> bool:
+    """The data flow's part of `clean`'s answer: a quotient that cannot tell is a no."""
+    try:
+        return _data_flow_right(sched, program, meaning)
     except (_Unclear, NotRotational):
         return False

@@ -1,0 +1,95 @@
+"""The data flow in a second process (`background.py`, `quotient.clean` with jobs > 1):
+the same verdict as one process, a failed or dead child falls back to the parent, and no
+child outlives the check."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from conftest import without_runtime_data
+
+import ringc
+from ringc.ir.errors import ScheduleError
+from ringc.verify import quotient as Q
+from ringc.verify.background import Background, default_jobs
+from ringc.verify.rotation import rotation_unroll
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_answers_come_back():
+    assert Background(lambda: True).result() is True
+    assert Background(lambda: False).result() is False
+
+
+def test_a_failing_or_dead_child_answers_nothing():
+    """The parent then computes the answer itself and raises what the child raised."""
+    def boom() -> bool:
+        raise ValueError("computed again in the parent")
+    assert Background(boom).result() is None
+    assert Background(lambda: os._exit(3)).result() is None
+
+
+def test_close_kills_and_reaps():
+    flow = Background(lambda: time.sleep(60) or True)
+    pid = flow.pid
+    start = time.monotonic()
+    flow.close()
+    assert time.monotonic() - start < 10 and _reaped(pid)
+    assert flow.result() is None  # closed: nothing to read
+
+
+def test_default_jobs_is_one_with_jax_loaded(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "jax", sys.modules.get("jax") or object())
+    assert default_jobs() == 1
+
+
+CASES = [p for p in without_runtime_data([q for d in ("schedules", "tests/broken", "tests/mutants")
+                                          for q in sorted((ROOT / d).glob("*.yaml"))])
+         if p.name != "expected.yaml" and len(ringc.load(p).axes) == 1]
+
+
+def test_two_processes_give_one_process_verdict(monkeypatch):
+    """Every one-axis library schedule, broken case and mutant at N = 4 and 5: `clean` with
+    the data flow forked (FORK_EVENTS lowered so small programs fork too) says what it says
+    in one process. The broken cases include schedules whose only fault is the data (a
+    wrong block, a missing reduction), so a child whose answer were lost or always yes
+    would disagree."""
+    monkeypatch.setattr(Q, "FORK_EVENTS", 0)
+    flows = []
+    real = Q.Background
+
+    def counted(compute):
+        flows.append(compute)
+        return real(compute)
+    monkeypatch.setattr(Q, "Background", counted)
+    verdicts, data_only = 0, 0
+    for path in CASES:
+        sched = ringc.load(path)
+        for n in (4, 5):
+            try:
+                program = rotation_unroll(sched, {sched.axes[0]: n})
+            except ScheduleError:  # a size the schedule refuses
+                continue
+            if program is None:
+                continue
+            one = Q.clean(sched, program, jobs=1)
+            two = Q.clean(sched, program, jobs=2)
+            assert one == two, (path.name, n)
+            verdicts += 1
+            if not one and Q.clean(sched, program, meaning=None, jobs=1):
+                data_only += 1  # clean but for the data flow
+    assert verdicts >= 100 and data_only >= 10 and len(flows) >= verdicts, (verdicts, data_only, len(flows))
