@@ -1094,9 +1094,11 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
     return None
 
 
-# Device 0 events from which the data flow runs in a second process (`clean`): below, the
-# fork and its copied pages cost about what the overlap saves (`benchmarks/verify_scale.py`).
-FORK_EVENTS = 10_000
+# Device 0 events from which the data flow runs in a second process (`clean`). Measured on
+# a 2-core machine whose timings vary by a third from run to run (best and median of 5,
+# `--jobs 1` against 2): at 10,000 events the fork and the pages it copies cost what the
+# overlap saves; from 20,000 the best times tie or gain up to 12% and the medians 5-30%.
+FORK_EVENTS = 20_000
 
 
 def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: int | None = None) -> bool:
