@@ -1097,7 +1097,8 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
 # Device 0 events from which the data flow runs in a second process (`clean`). Measured on
 # a 2-core machine whose timings vary by a third from run to run (best and median of 5,
 # `--jobs 1` against 2): at 10,000 events the fork and the pages it copies cost what the
-# overlap saves; from 20,000 the best times tie or gain up to 12% and the medians 5-30%.
+# overlap saves; from 20,000 the best times are within 5% (either way) or up to 12% better,
+# and the medians 5-30% better.
 FORK_EVENTS = 20_000
 
 
