@@ -98,9 +98,3 @@ class Background:
                 pass
             os.waitpid(self.pid, 0)
             self.pid = None
-
-    def __enter__(self) -> "Background":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -653,21 +653,20 @@ class Memory:
         there are too many, and no longer kept at all when the first `_PAIRS_TRIAL` new
         pairs came with fewer than 1 hit in 8 (a fresh entry is what an unkept pair gets,
         so `copy` then reads and moves every time)."""
-        pairs = self.pairs
-        if pairs is None:
-            return [src, dst, _Shift(src, dst), None, -1, None]
-        key = (id(src), id(dst))
-        pair = pairs.get(key)
-        if pair is not None:
-            self.pair_hits += 1
-            return pair
-        self.pair_misses += 1
-        if self.pair_misses == _PAIRS_TRIAL and self.pair_hits * 8 < self.pair_misses:
-            self.pairs = None
-            return [src, dst, _Shift(src, dst), None, -1, None]
-        if len(pairs) >= _PAIRS_LIMIT:
-            pairs.clear()
-        pair = pairs[key] = [src, dst, _Shift(src, dst), None, -1, None]
+        pairs, key = self.pairs, (id(src), id(dst))
+        if pairs is not None:
+            pair = pairs.get(key)
+            if pair is not None:
+                self.pair_hits += 1
+                return pair
+            self.pair_misses += 1
+            if self.pair_misses == _PAIRS_TRIAL and self.pair_hits * 8 < self.pair_misses:
+                self.pairs = pairs = None
+        pair = [src, dst, _Shift(src, dst), None, -1, None]
+        if pairs is not None:
+            if len(pairs) >= _PAIRS_LIMIT:
+                pairs.clear()
+            pairs[key] = pair
         return pair
 
     def copy(self, src: Region, dst: Region) -> None:
