@@ -229,6 +229,9 @@ class Program:
     # The grid dims (positions in `Event.point`) declared `parallel`: their iterations must not
     # depend on each other (`check.parallel_findings`).
     parallel: tuple[int, ...] = ()
+    # The VMEM buffers that hold a nested pipeline's blocks (`unroll.window_id`): only the
+    # pipeline's own copies and body touch them (`windows.py` fuses them in the data flow).
+    windows: frozenset[str] = frozenset()
 
     @property
     def event_count(self) -> int:

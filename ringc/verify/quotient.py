@@ -54,6 +54,7 @@ from .background import Background, default_jobs
 from .gauge import Gauge, device_dims
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
 from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
+from .windows import FusedMemory, Unfused
 
 __all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
 
@@ -1061,10 +1062,13 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
     rot = Rotator(program, steps)
     if boxes is not None:
         rot.regions = boxes.regions
-    n, mem = program.n, Memory(program.shapes)
-    for name, buf in sched.buffers.items():
-        if buf.kind == "input":
-            mem.init_input(0, name)
+    n, events = program.n, program.devices[0]
+
+    def fresh(memory: Memory) -> Memory:
+        for name, buf in sched.buffers.items():
+            if buf.kind == "input":
+                memory.init_input(0, name)
+        return memory
 
     def land(ev: Event) -> None:  # what device -t sends lands in device 0
         a: DmaStart = ev.action
@@ -1072,8 +1076,18 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
         src, dst = rot.region(a.src, delta), rot.region(a.dst, delta)
         mem.move(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst)
 
-    for ev in program.devices[0]:
-        apply(mem, ev, n, land)
+    mem: Memory | None = None
+    if program.windows:  # pipeline windows fused (`windows.py`); the plain replay where they do not fit
+        mem = fresh(FusedMemory(program.shapes, program.windows))
+        try:
+            for ev in events:
+                mem.step(ev, n, land)
+        except Unfused:
+            mem = None
+    if mem is None:
+        mem = fresh(Memory(program.shapes))
+        for ev in events:
+            apply(mem, ev, n, land)
     return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 

@@ -36,7 +36,7 @@ from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
-           "restrict_value", "device_span", "device_run", "canonical_value", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
+           "restrict_value", "device_span", "device_run", "canonical_value", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
@@ -876,6 +876,13 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
 OVERWRITES = frozenset({"enter", "allocate", "zero", "assign", "cast", "load", "opaque"})
 
 
+def overwrites(a: Compute) -> bool:
+    """The compute replaces all of `dst` and does not read it: a kind in `OVERWRITES`, a
+    matmul without accumulate, an accumulate with a base."""
+    return (a.kind in OVERWRITES or (a.kind == "matmul" and not a.accumulate)
+            or (a.kind == "accumulate" and a.base is not None))
+
+
 def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]]) -> list[Event]:
     """The events of `order` whose effects reach the regions `wanted` ((device, buffer) ->
     boxes) at the end, in order: a backward pass keeps an event when what it writes meets a
@@ -895,9 +902,7 @@ def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]])
                 continue
             reads, whole = (a.src,), True
         elif isinstance(a, Compute):
-            reads = a.reads
-            whole = (a.kind in OVERWRITES or (a.kind == "matmul" and not a.accumulate)
-                     or (a.kind == "accumulate" and a.base is not None))
+            reads, whole = a.reads, overwrites(a)
         else:
             continue
         dst = a.dst

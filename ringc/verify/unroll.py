@@ -1146,9 +1146,11 @@ class Unroller:
         s = self.s
         kinds = {name: sem.kind for name, sem in s.semaphores.items()}
         kinds.update({sid: s.semaphores[name].kind for ids in self.call_sems for name, sid in ids.items()})
+        windows = set()
         for op in walk_ops(s.all_ops):  # the DMA semaphores of each pipeline window slot
             if isinstance(op, S.Pipeline):
                 kinds.update({f"{window_id(op, name)}#{side}": "dma" for name in op.specs for side in ("in", "out")})
+                windows.update(window_id(op, name) for name in op.specs)
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations * len(s.calls))})
         if s.kernels:  # a split-phase program: findings name each call's kernel
@@ -1156,7 +1158,8 @@ class Unroller:
         return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
                        axis_sizes=dict(self.ctx.sizes), second_core=second_core,
                        dtypes={name: s.dtype_of(name) for name in s.buffers},
-                       parallel=tuple(i for i, sem in enumerate(s.semantics) if sem == "parallel"), **extra)
+                       parallel=tuple(i for i, sem in enumerate(s.semantics) if sem == "parallel"),
+                       windows=frozenset(windows), **extra)
 
     def run(self, invocations: int) -> Program:
         self.ctx.work(self.n, invocations)
