@@ -6,6 +6,7 @@ decides."""
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,12 @@ def _differences(a: Memory, b: Memory, windows: frozenset[str]) -> list[str]:
             continue
         full = tuple((0, s) for s in a.shapes[buffer])
         region = Region(buffer, device, full, tuple(range(len(full))), 4)
+        theirs = sorted(b.read(region), key=lambda q: q.box[0])
+        starts = [q.box[0][0] for q in theirs]
+        longest = max((q.box[0][1] - q.box[0][0] for q in theirs), default=0)
         for p in a.read(region):
-            for q in b.read(region):
+            lo, hi = p.box[0]
+            for q in theirs[bisect_left(starts, lo - longest + 1):bisect_left(starts, hi)]:
                 ix = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(p.box, q.box))
                 if any(lo >= hi for lo, hi in ix):
                     continue
