@@ -124,8 +124,9 @@ def _compute(kind: str, dst: Region, src: Region | None = None, base: Region | N
     return Event(0, 0, (), 0, Compute(kind, dst, src, base=base))
 
 
-def _replays(events: list[Event]) -> tuple[Memory, FusedMemory | None]:
+def _replays(events: list[Event], rebuild_after: int = FusedMemory.rebuild_after) -> tuple[Memory, FusedMemory | None]:
     plain, fused = Memory(SHAPES), FusedMemory(SHAPES, WINDOWS)
+    fused.rebuild_after = rebuild_after
     for m in (plain, fused):
         m.init_input(0, "x")
     for ev in events:
@@ -248,13 +249,14 @@ def _programs(draw) -> list[Event]:
 
 
 @settings(max_examples=600, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_programs())
-def test_any_sequence_is_refused_or_replayed_the_same(events):
+@given(_programs(), st.sampled_from([64, 1, 2]))
+def test_any_sequence_is_refused_or_replayed_the_same(events, rebuild_after):
     """Random copies in and out of two windows' slots, computes into slots and into HBM
-    (reading slots or not), stray copies and allocations: wherever the fused replay runs
+    (reading slots or not), stray copies and allocations, the watch on sources rebuilt
+    after every 1, 2 or 64 new bindings: wherever the fused replay runs
     to the end, every non-window buffer holds what the plain replay leaves. (Dropping any
-    one of `FusedMemory`'s conditions makes this fail: 8 deliberate breaks tried, each
+    one of `FusedMemory`'s conditions makes this fail: 9 deliberate breaks tried, each
     caught by these 600 derandomized examples.)"""
-    plain, fused = _replays(events)
+    plain, fused = _replays(events, rebuild_after)
     if fused is not None:
         assert _differences(plain, fused, WINDOWS) == []

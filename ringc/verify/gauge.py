@@ -92,9 +92,11 @@ class Gauge:
         # An action's constraints depend only on which dims of each region are whole: each
         # distinct (kind, buffers, kept dims, whole dims) is joined once.
         # The unroller shares Region objects between events, so a region's shape is kept by
-        # its id while the events (which hold every region) are alive.
+        # its id (and an action seen is skipped by its id) while the events, which hold
+        # every action and region, are alive.
         seen: set[tuple] = set()
         shaped: dict[int, tuple] = {}
+        acted: set[int] = set()  # the unroller shares an action between the events that repeat it
         shape = self._shape
 
         def of(region: Region | None) -> tuple | None:
@@ -107,12 +109,13 @@ class Gauge:
         for ev in events:
             a = ev.action
             cls = type(a)
+            if cls is not DmaStart and cls is not Compute or id(a) in acted:
+                continue
+            acted.add(id(a))
             if cls is DmaStart:
                 key = (of(a.src), of(a.dst))
-            elif cls is Compute:
-                key = (a.kind, a.contract, of(a.dst), of(a.src), of(a.rhs), of(a.base))
             else:
-                continue
+                key = (a.kind, a.contract, of(a.dst), of(a.src), of(a.rhs), of(a.base))
             if key in seen:
                 continue
             seen.add(key)

@@ -71,6 +71,8 @@ class FusedMemory(Memory):
     """A `Memory` that replays events with the pipeline windows `windows` fused (module
     docstring): `step` in place of `semantics.apply`."""
 
+    rebuild_after = 64  # new bindings between two rebuilds of the watch (`_watching`)
+
     def __init__(self, shapes: dict[str, tuple[int, ...]], windows: frozenset[str]):
         super().__init__(shapes)
         self.windows = windows
@@ -78,7 +80,9 @@ class FusedMemory(Memory):
         self.bound: dict[str, dict[Box, tuple[Region, _Binding]]] = {}
         # output slots: window buffer -> slot box -> (slot region, its computes, each with the bindings it reads)
         self.pending: dict[str, dict[Box, tuple[Region, Pending]]] = {}
-        self._watch: dict[str, list[_Binding]] | None = {}  # source buffer -> live bindings; None: rebuild
+        # source buffer -> every live binding (and some dead ones); None: rebuild (`_rebuild`)
+        self._watch: dict[str, list[_Binding]] | None = {}
+        self._added = 0  # bindings added since the last rebuild
 
     def step(self, ev: Event, n: int, remote_copy: Callable[[Event], None] | None = None) -> None:
         """`semantics.apply(self, ev, n, remote_copy)`, windows fused."""
@@ -114,6 +118,16 @@ class FusedMemory(Memory):
                     b.stale = True
         super().write(r, new, canonical)
 
+    def _watching(self, b: _Binding) -> _Binding:
+        """`b`, watched from now on. Bindings that die stay watched (harmlessly) until the
+        next rebuild, which comes after every `rebuild_after` new ones: the watch stays short."""
+        if self._watch is not None:
+            self._watch.setdefault(b.src.buffer, []).append(b)
+            self._added += 1
+            if self._added >= self.rebuild_after:
+                self._watch = None
+        return b
+
     def _rebuild(self) -> dict[str, list[_Binding]]:
         """The live bindings by source buffer: the bound slots' and those pending computes read."""
         live = {id(b): b for slots in self.bound.values() for _, b in slots.values()}
@@ -122,7 +136,7 @@ class FusedMemory(Memory):
         watch: dict[str, list[_Binding]] = {}
         for b in live.values():
             watch.setdefault(b.src.buffer, []).append(b)
-        self._watch = watch
+        self._watch, self._added = watch, 0
         return watch
 
     # -- the pattern ---------------------------------------------------------------------
@@ -134,8 +148,7 @@ class FusedMemory(Memory):
         slots = self.bound.setdefault(dst.buffer, {})
         for b in [b for b in slots if b != box and box_meets(b, box)]:
             del slots[b]
-        slots[box] = (dst, _Binding(src))
-        self._watch = None
+        slots[box] = (dst, self._watching(_Binding(src)))
 
     def _input(self, r: Region) -> _Binding:
         """The binding an input slot read `r` stands for (same box and kept dims as loaded)."""
@@ -167,7 +180,6 @@ class FusedMemory(Memory):
                 slots = table.get(dst.buffer, {})
                 for b in [b for b in slots if box_meets(b, dst.box)]:
                     del slots[b]
-            self._watch = None
             return
         if a.kind == "exit":  # the caller takes the memory back: no effect (`semantics.APPLY`)
             return
@@ -178,7 +190,7 @@ class FusedMemory(Memory):
         reads: dict[int, _Binding | None] = {}  # per region read (by id): its binding; None: the slot itself
         for r in a.reads:
             if r.buffer not in self.windows:
-                reads[id(r)] = _Binding(r)
+                reads[id(r)] = self._watching(_Binding(r))
             elif r.buffer == dst.buffer and r.box == dst.box:
                 if entry is None or r.kept != dst.kept:
                     raise Unfused(f"{a.kind} reads `{dst.buffer}` before it is computed")
@@ -194,7 +206,6 @@ class FusedMemory(Memory):
             raise Unfused(f"{a.kind} reads `{dst.buffer}` before it is computed")
         else:
             entry[1].append((a, reads))
-        self._watch = None
 
     def _store(self, src: Region, dst: Region) -> None:
         """A copy-out: the slot's pending computes run with the slot replaced by `dst` and
@@ -215,5 +226,4 @@ class FusedMemory(Memory):
                 return binding.src
             APPLY[op.kind](self, Compute(op.kind, dst, stand_in(op.src), stand_in(op.rhs), op.accumulate,
                                          stand_in(op.base), op.contract))
-        del slots[src.box]  # only now: its computes' bindings stay watched while they run
-        self._watch = None
+        del slots[src.box]
