@@ -12,8 +12,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringc.collectives import Piece
-from ringc.verify.events import Region
+from ringc.collectives import KDIM, Piece
+from ringc.verify import semantics
+from ringc.verify.events import Region, matmul_dims
 from ringc.verify.semantics import Memory, canonical_value
 
 SHAPE = (3, 4, 4)
@@ -106,7 +107,6 @@ def test_copy_is_the_generic_copy(steps):
 def test_copy_after_pairs_are_no_longer_kept(steps, trial):
     """A memory whose first `_PAIRS_TRIAL` new pairs found too few hits stops keeping
     pairs (here after 1 to 3 of them, so mid-program): its copies stay the generic ones."""
-    from ringc.verify import semantics
     kept = semantics._PAIRS_TRIAL
     semantics._PAIRS_TRIAL = trial
     try:
@@ -154,3 +154,171 @@ def test_runs_of_devices_against_their_multiplicities(spans):
         want += [("x", j if end == j else (j, end + 1), ((0, 0), (1, 0)))] * count[j]
         j = end + 1
     assert canonical_value(terms, ((0, 4), (0, 3))) == tuple(sorted(want, key=repr))
+
+
+# --- Sums, matmuls and accumulates: the shortcuts against the general paths. ---
+
+def test_sum_shortcuts_cover_the_cases_they_claim():
+    """The cases `semantics._sum` answers without `_sum_general`, each against it: one
+    term, different keys, adjacent k ranges, adjacent device runs."""
+    a = ("@", ("x", (0, 3), ((0, 0), (-1, 0))), ("y", (1, 4), ((-1, 0), (1, 0))), 0, 4)
+    cases = [(a,), (a, a[:3] + (4, 6)), (a, ("@", ("x", (3, 5), a[1][2]), ("y", (4, 6), a[2][2]), 0, 4)),
+             (a, ("@", ("x", 5, a[1][2]), ("y", 6, a[2][2]), 0, 4)), (a, ("@", ("z", 0, a[1][2]), a[2], 0, 4))]
+    for terms in cases:
+        assert semantics._sum(terms) == semantics._sum_general(terms)
+    assert len(semantics._sum(cases[1])) == len(semantics._sum(cases[2])) == 1
+
+
+flat_products = st.builds(
+    lambda an, bn, lo, n, off, am, bm, k0, k: ("@", (an, lo if n == 1 else (lo, lo + n), am),
+                                             (bn, lo + off if n == 1 else (lo + off, lo + off + n), bm), k0, k0 + k),
+    st.sampled_from(["x", "y"]), st.sampled_from(["x", "y"]), st.integers(0, 5), st.integers(1, 3),
+    st.integers(0, 1), st.sampled_from([((0, 0), (-1, 0)), ((None, 1), (-1, 0))]),
+    st.sampled_from([((-1, 0), (1, 0)), ((-1, 2), (1, 0))]), st.integers(0, 4), st.integers(0, 3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(flat_products, products(), plain_terms), min_size=1, max_size=2))
+def test_sum_is_the_general_sum(terms):
+    """`_sum`'s shortcuts (one or two flat products whose devices are runs as `device_run`
+    writes them) give what the general path gives, for any one or two terms (runs written
+    otherwise, empty k ranges, plain terms take the general path)."""
+    assert semantics._sum(terms) == semantics._sum_general(terms)
+
+
+BOXES = [((0, 4), (2, 3)), ((0, 4), (0, 3)), ((1, 2), (0, 3))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(plain_terms, products()), min_size=1, max_size=3),
+       st.lists(st.one_of(plain_terms, products()), min_size=0, max_size=3), st.sampled_from(BOXES))
+def test_canonical_values_add_as_their_sum(u, v, box):
+    """What `_sum` relies on: `_canonical` leaves every term of a canonical value as it is,
+    so the canonical value of two canonical values' terms is their `_sum`."""
+    cu, cv = canonical_value(u, box), canonical_value(v, box)
+    single = semantics._single_dims(box)
+    assert all(semantics._canonical(t, box, single) == t for t in cu + cv)
+    assert semantics._sum(cu + cv) == canonical_value(cu + cv, box) == canonical_value(list(u) + list(v), box)
+
+
+MM = (4, 4)
+MM_NAMES = ("p", "q", "r", "s")
+
+
+def generic_write(mem: Memory, r: Region, new: list) -> None:
+    """`Memory.write` the generic way: every piece `r` meets removed, what lies outside
+    `r` added back (restricted), then the new pieces, each made canonical."""
+    index = mem._pieces((r.device, r.buffer))
+    for p in index.remove(index.meeting(r.box)):
+        if not semantics.box_inside(p.box, r.box):
+            for b in semantics._subtract(p.box, r.box):
+                index.add(Piece(b, semantics.restrict_value(p.value, p.box, b)))
+    for p in new:
+        index.add(Piece(p.box, canonical_value(p.value, p.box)))
+
+
+def generic_accumulate(mem: Memory, src: Region, dst: Region) -> None:
+    incoming = mem.translate(mem.read(src), src, dst)
+    generic_write(mem, dst, [Piece(ix, a.value + b.value) for a in mem.read(dst) for b in incoming
+                             if (ix := semantics._intersect(a.box, b.box)) is not None])
+
+
+def generic_matmul(mem: Memory, dst: Region, a: Region, b: Region, accumulate: bool, contract) -> None:
+    """dst (+)= a @ b as the definition reads: every pair of pieces sharing k indices adds
+    its raw product terms to the overlapping pieces, and the sums are made canonical at
+    the end (no sum made canonical on the way, no term made canonical where it is made)."""
+    ka, ra, kb, cb = matmul_dims(a, b, contract)
+    rd, cd = dst.kept
+    result = mem.read(dst) if accumulate else [Piece(dst.box, ())]
+    for pa in mem.read(a):
+        for pb in mem.read(b):
+            k0 = max(pa.box[ka][0] - a.box[ka][0], pb.box[kb][0] - b.box[kb][0])
+            k1 = min(pa.box[ka][1] - a.box[ka][0], pb.box[kb][1] - b.box[kb][0])
+            if k0 >= k1:
+                continue
+            box = list(dst.box)
+            box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
+            box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
+            terms = []
+            for ta in (u for t in pa.value for u in semantics._single(t)):
+                for tb in (u for t in pb.value for u in semantics._single(t)):
+                    odd = next((t for t in (ta, tb) if t[0][:1] in (semantics.UNINIT, semantics.OPAQUE)), None)
+                    depth = max(semantics._depth(ta), semantics._depth(tb))
+                    if odd is not None or depth >= semantics.MAX_DEPTH:
+                        terms.append(odd or (semantics.OPAQUE + dst.buffer, dst.device, ()))
+                        continue
+                    m = KDIM - depth
+                    terms.append(("@", semantics._remap(ta, semantics._factor(pa, a, ka, ra, dst, rd, m)),
+                                  semantics._remap(tb, semantics._factor(pb, b, kb, cb, dst, cd, m)), k0, k1))
+            extra, added = tuple(box), []
+            for p in result:
+                ix = semantics._intersect(p.box, extra)
+                if ix is None:
+                    added.append(p)
+                    continue
+                added += [Piece(bx, p.value) for bx in semantics._subtract(p.box, ix)]
+                added.append(Piece(ix, p.value + tuple(terms)))
+            result = added
+    generic_write(mem, dst, result)
+
+
+@st.composite
+def mm_region(draw, rows: int | None = None, cols: int | None = None):
+    """A 2-D region of one of the 4 x 4 buffers, of the given lengths (else any)."""
+    box = []
+    for size, n in zip(MM, (rows, cols)):
+        n = draw(st.integers(1, size)) if n is None else n
+        lo = draw(st.integers(0, size - n))
+        box.append((lo, lo + n))
+    return Region(draw(st.sampled_from(MM_NAMES)), draw(st.integers(0, 1)), tuple(box), (0, 1), 4)
+
+
+@st.composite
+def mm_steps(draw):
+    """Copies, accumulates, zeros and forgets (which cut the buffers into pieces of sums,
+    of garbage), then matmuls: of either operand transposed, accumulating or not, whose
+    operands may hold products themselves (chained terms) or garbage."""
+    steps = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["copy", "accumulate", "zero", "forget", "matmul", "matmul"]))
+        if kind == "matmul":
+            m, n, k = (draw(st.integers(1, 4)) for _ in range(3))
+            contract = draw(st.sampled_from([(1, 0), (1, 1), (0, 0), (0, 1)]))
+            a = draw(mm_region(*((m, k) if contract[0] == 1 else (k, m))))
+            b = draw(mm_region(*((k, n) if contract[1] == 0 else (n, k))))
+            steps.append(("matmul", draw(mm_region(m, n)), a, b, draw(st.booleans()), contract))
+            continue
+        src = draw(mm_region())
+        dst = draw(mm_region(src.box[0][1] - src.box[0][0], src.box[1][1] - src.box[1][0]))
+        steps.append((kind, src, dst))
+    return steps
+
+
+def run_mm(steps, matmul, accumulate) -> list:
+    mem = Memory({name: MM for name in MM_NAMES})
+    for d in (0, 1):
+        for name in ("p", "q"):
+            mem.init_input(d, name)
+    out = []
+    for kind, *args in steps:
+        if kind == "matmul":
+            matmul(mem, *args)
+        elif kind == "accumulate":
+            accumulate(mem, *args)
+        elif kind == "copy":
+            mem.copy(*args)
+        elif kind == "zero":
+            mem.zero(args[1])
+        else:
+            mem.forget(args[1])
+        out.append(snapshot(mem))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(mm_steps())
+def test_matmul_and_accumulate_are_the_generic_ones(steps):
+    """`Memory.matmul` (products made canonical where they are made, sums of canonical
+    values as their `_sum`, pieces written over the stored ones they fill by swapping) and
+    `Memory.accumulate` hold exactly what the generic ones hold, pieces in the same order."""
+    assert run_mm(steps, Memory.matmul, Memory.accumulate) == run_mm(steps, generic_matmul, generic_accumulate)

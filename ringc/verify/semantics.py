@@ -93,7 +93,14 @@ def _remap(term: Term, table: list[tuple[int | None, int]]) -> Term:
     dim: the entry (d, off) becomes (table[d][0], off + table[d][1]); constant and
     contraction entries stay."""
     if term[0] == PRODUCT:
-        return (PRODUCT, _remap(term[1], table), _remap(term[2], table), term[3], term[4])
+        a, b = term[1], term[2]
+        if a[0] == PRODUCT or b[0] == PRODUCT:
+            return (PRODUCT, _remap(a, table), _remap(b, table), term[3], term[4])
+        # a product of plain factors (the common one): both maps moved here
+        return (PRODUCT, (a[0], a[1], tuple([e if e[0] is None or e[0] < 0 else (table[e[0]][0], e[1] + table[e[0]][1])
+                                             for e in a[2]])),
+                (b[0], b[1], tuple([e if e[0] is None or e[0] < 0 else (table[e[0]][0], e[1] + table[e[0]][1])
+                                    for e in b[2]])), term[3], term[4])
     name, dev, imap = term
     return (name, dev, tuple([e if e[0] is None or e[0] < 0 else (table[e[0]][0], e[1] + table[e[0]][1])
                               for e in imap]))
@@ -192,8 +199,20 @@ def _renumber(term: Term) -> Term:
     return (PRODUCT, a, b, k0, k1)
 
 
+# `_single_dims` of the boxes met so far (a few hundred distinct ones in a run), forgotten
+# all at once past `_SINGLES_LIMIT`.
+_SINGLES: dict[Box, frozenset[int]] = {}
+_SINGLES_LIMIT = 1 << 14
+
+
 def _single_dims(box: Box) -> frozenset[int]:
-    return frozenset(d for d, (lo, hi) in enumerate(box) if hi - lo == 1)
+    """The dims along which `box` is a single index."""
+    single = _SINGLES.get(box)
+    if single is None:
+        if len(_SINGLES) >= _SINGLES_LIMIT:
+            _SINGLES.clear()
+        single = _SINGLES[box] = frozenset(d for d, (lo, hi) in enumerate(box) if hi - lo == 1)
+    return single
 
 
 def restrict_value(value: Value, box: Box, inner: Box) -> Value:
@@ -285,8 +304,62 @@ def canonical_value(terms: Iterable[Term], box: Box) -> Value:
         if t[0][:1] in (UNINIT, OPAQUE) or isinstance(d, int) or d[1] != d[0] + 1:
             return (t,)
         return ((t[0], device_run(*device_span(d)), t[2]),)
+    return _sum([_canonical(t, box, single) for t in terms])
+
+
+def _sum(terms: Iterable[Term]) -> Value:
+    """The canonical sum of terms that `_canonical` leaves as they are for the box (the
+    terms of values canonical for it: `_canonical` of a canonical value's term is the term,
+    tests/test_memory_fastpaths.py), in any order: `canonical_value` without `_canonical`.
+    So the sum of values canonical for one box is `_sum(u + v)`.
+
+    Shortcuts for one or two products of plain factors whose devices are already runs
+    (`device_run`, b's as long as a's: as every canonical value holds them), which
+    `_sum_general` would rebuild as they are: one such term is its own sum; two terms
+    with different merge keys are each their own group (sorted); two with the same key
+    merge into one if they cover adjacent k ranges over the same devices, or the same k
+    range over adjacent devices (`_rectangles`). Anything else takes the general path."""
+    if len(terms) == 1:
+        t = terms[0]
+        if t[0] == PRODUCT and _flat_run(t):
+            return (t,)
+    elif len(terms) == 2:
+        t, u = terms
+        if t[0] == PRODUCT == u[0] and _flat_run(t) and _flat_run(u):
+            (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
+            (cn, cd, cm), (dn, dd, dm), j0, j1 = u[1:]
+            lo, hi = (ad, ad + 1) if isinstance(ad, int) else ad
+            lo2, hi2 = (cd, cd + 1) if isinstance(cd, int) else cd
+            off = (bd if isinstance(bd, int) else bd[0]) - lo
+            if (an, am, bn, bm, off) != (cn, cm, dn, dm, (dd if isinstance(dd, int) else dd[0]) - lo2):
+                return (t, u) if repr(t) <= repr(u) else (u, t)
+            if k0 >= k1 or j0 >= j1:
+                return _sum_general(terms)
+            if lo == lo2 and hi == hi2 and (k1 == j0 or j1 == k0):  # one device run, adjacent k ranges
+                return ((PRODUCT, t[1], t[2], min(k0, j0), max(k1, j1)),)
+            if k0 == j0 and k1 == j1 and (hi == lo2 or hi2 == lo):  # one k range, adjacent device runs
+                x0, x1 = min(lo, lo2), max(hi, hi2)
+                return ((PRODUCT, (an, (x0, x1), am), (bn, (x0 + off, x1 + off), bm), k0, k1),)
+    return _sum_general(terms)
+
+
+def _flat_run(t: Term) -> bool:
+    """A product of plain factors whose devices are as
+    `device_run` writes them (one device an int, a run of two or more a pair) and b's run
+    as long as a's: the form `_sum_general` rebuilds a lone term of its key in."""
+    a, b = t[1], t[2]
+    if a[0] == PRODUCT or b[0] == PRODUCT:
+        return False
+    ad, bd = a[1], b[1]
+    if isinstance(ad, int):
+        return isinstance(bd, int)
+    return not isinstance(bd, int) and ad[1] - ad[0] > 1 and bd[1] - bd[0] == ad[1] - ad[0]
+
+
+def _sum_general(terms: Iterable[Term]) -> Value:
+    """`_sum`, every case."""
     odd, plain, products, nested = [], defaultdict(list), defaultdict(list), defaultdict(list)
-    for t in (_canonical(t, box, single) for t in terms):
+    for t in terms:
         if _is_product(t):
             if t[1][0] == PRODUCT or t[2][0] == PRODUCT:
                 _group_nested(t, nested)
@@ -332,6 +405,15 @@ def _from_skeleton(skeleton: Term, fixed: tuple, x0: int, x1: int, k0: int, k1: 
     run = device_run(x0, x1)
     t = (PRODUCT, skeleton[1], skeleton[2], k0, k1)
     return with_leaves(t, [(n, run if f is None else f, m) for (n, _, m), f in zip(term_leaves(t), fixed)])
+
+
+def _singles(value: Value) -> list[Term]:
+    """A value's terms, one device each (`_single`)."""
+    if len(value) == 1:
+        t = value[0]
+        if t[0] != PRODUCT and isinstance(t[1], int):  # the common case: one plain term of one device
+            return [t]
+    return [u for t in value for u in _single(t)]
 
 
 def _single(t: Term) -> list[Term]:
@@ -421,16 +503,29 @@ def _counts_differ(a: Value, b: Value) -> bool:
     return flat and _unit_count(a) != _unit_count(b)
 
 
-def _add(pieces: list["Piece"], extra: "Piece") -> list["Piece"]:
-    """`pieces` with `extra`'s terms added where the boxes overlap."""
+def _add(pieces: list[tuple[Piece, bool]], extra: Piece, value: Value | None) -> list[tuple[Piece, bool]]:
+    """`pieces` with `extra`'s terms added where the boxes overlap. Each piece comes with
+    whether its value is canonical for its box, and so does each piece made. `value`, if
+    given, is `extra`'s terms' canonical value: where a canonical piece holds all of
+    `extra`, the sum over its box is the `_sum` of the two values (the piece's restricted
+    to it, `restrict_value`) and the rest of the piece keeps its value, restricted; any
+    other sum is left for `canonical_value`, as the terms are."""
     out = []
-    for p in pieces:
-        ix = _intersect(p.box, extra.box)
+    for p, ok in pieces:
+        box = p.box
+        ix = _intersect(box, extra.box)
         if ix is None:
-            out.append(p)
+            out.append((p, ok))
             continue
-        out += [Piece(b, p.value) for b in _subtract(p.box, ix)]
-        out.append(Piece(ix, p.value + extra.value))
+        if ok and value is not None and ix == extra.box:
+            if ix == box:  # the common case: a block added to the same block
+                out.append((Piece(box, _sum(p.value + value)), True))
+                continue
+            out += [(Piece(b, restrict_value(p.value, box, b)), True) for b in _subtract(box, ix)]
+            out.append((Piece(ix, _sum(restrict_value(p.value, box, ix) + value)), True))
+            continue
+        out += [(Piece(b, p.value), False) for b in _subtract(box, ix)]
+        out.append((Piece(ix, p.value + extra.value), False))
     return out
 
 
@@ -541,7 +636,7 @@ class _Shift:
     its destination dim (`kept`: the same entry for every piece), a point-indexed one
     becomes a constant coordinate (the piece's own)."""
 
-    __slots__ = ("sb", "db", "kept", "same", "whole")
+    __slots__ = ("sb", "db", "kept", "table", "same", "whole")
 
     def __init__(self, src: Region, dst: Region):
         sb, db = self.sb, self.db = src.box, dst.box
@@ -549,6 +644,7 @@ class _Shift:
         for s, d in zip(src.kept, dst.kept):
             kept[s] = (d, sb[s][0] - db[d][0])
         self.kept = kept
+        self.table = kept if None not in kept else None  # every dim kept: one table for every piece
         self.same = all(k is not None and k[0] == s and not k[1] for s, k in enumerate(kept))
         # A piece that is the whole source (an exact read) lands on the whole destination
         # when the kept dims have the same lengths (the region's own tuple: the index
@@ -571,17 +667,34 @@ class _Shift:
                 box = db
         if self.same:  # every entry (d, off) stays (d, off): the terms as they are
             return Piece(box, p.value)
-        table = [k if k is not None else (None, pb[s][0]) for s, k in enumerate(self.kept)]
+        table = self.table or [k if k is not None else (None, pb[s][0]) for s, k in enumerate(self.kept)]
         return Piece(box, tuple([_remap(t, table) for t in p.value]))
 
     def moved(self, p: Piece) -> Piece:
         """`piece` of a canonical `p`, canonical: moving changes every term's map by the
         same one-to-one shift into dims of the same size, so nothing merges or splits;
-        only the terms' order may change (not when no map changed)."""
+        only the terms' order may change (not when no map changed, nor when their heads
+        tell them apart: `_heads_apart`)."""
         q = self.piece(p)
-        if self.same or len(q.value) < 2:
+        if self.same or len(q.value) < 2 or _heads_apart(q.value):
             return q
         return Piece(q.box, tuple(sorted(q.value, key=repr)))
+
+
+def _heads_apart(value: Value) -> bool:
+    """Whether no two terms of `value` have the same head: the name and device of their
+    first plain factor (a plain term's own). Then a map change keeps the terms' order (by
+    repr): two reprs first differ before either's first map. Down to the first plain
+    factor both are products ("('@', ..."), or one is a product and the other is not
+    (their names differ: '@' and a buffer's), or both are plain, where the names differ
+    (quoted, neither's repr a prefix of the other's) or the devices do (an int or a pair,
+    followed by the same ", ": the first difference lies in it or at that comma)."""
+    heads = set()
+    for t in value:
+        while t[0] == PRODUCT:
+            t = t[1]
+        heads.add((t[0], t[1]))
+    return len(heads) == len(value)
 
 
 class Memory:
@@ -626,11 +739,19 @@ class Memory:
     def write(self, r: Region, new: list[Piece], canonical: bool = False) -> None:
         """Replace `r` with the `new` pieces (already canonical if `canonical`)."""
         index = self._pieces((r.device, r.buffer))
-        if len(new) == 1 and new[0].box == r.box and r.box in index.exact:
+        box, exact = r.box, index.exact
+        if len(new) == 1 and new[0].box == box and box in exact:
             # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
-            index.swap(new[0] if canonical else Piece(r.box, canonical_value(new[0].value, r.box)))
+            index.swap(new[0] if canonical else Piece(box, canonical_value(new[0].value, box)))
             return
-        box = r.box
+        if len(new) > 1 and all(p.box in exact and box_inside(p.box, box) for p in new) \
+                and len({p.box for p in new}) == len(new) and sum(_volume(p.box) for p in new) == _volume(box):
+            # New pieces in the boxes of stored ones (which are disjoint) that fill `r`: these
+            # are all the pieces `r` meets, so removing them and adding the new ones in order
+            # is swapping each in turn (`_Index.swap`: where removing and adding puts it).
+            for p in new:
+                index.swap(p if canonical else Piece(p.box, canonical_value(p.value, p.box)))
+            return
         add = index.add
         for p in index.remove(index.meeting(box)):
             if not box_inside(p.box, box):
@@ -689,14 +810,18 @@ class Memory:
         self.write(dst, [shift.moved(p) for p in pieces], canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
+        """dst = (base or dst) + src, where the boxes overlap. Pieces read and translated are
+        canonical for their boxes (but for the terms' order, `_Shift.moved`), so the sum
+        over a box both pieces fill is their `_sum`."""
         incoming = self.translate(self.read(src), src, dst)
         result = []
         for a in (self.translate(self.read(base), base, dst) if base is not None else self.read(dst)):
             for b in incoming:
                 ix = _intersect(a.box, b.box)
                 if ix is not None:
-                    result.append(Piece(ix, a.value + b.value))
-        self.write(dst, result)
+                    value = a.value + b.value
+                    result.append(Piece(ix, _sum(value) if ix == a.box == b.box else canonical_value(value, ix)))
+        self.write(dst, result, canonical=True)
 
     def matmul(self, dst: Region, a: Region, b: Region, accumulate: bool,
                contract: tuple[int, int] = (1, 0)) -> None:
@@ -710,24 +835,41 @@ class Memory:
         beyond `MAX_DEPTH` the result is OPAQUE."""
         ka, ra, kb, cb = matmul_dims(a, b, contract)
         rd, cd = dst.kept
-        result = self.read(dst) if accumulate else [Piece(dst.box, ())]
-        # Each piece of `b` with its terms one device each, read once for every piece of `a`.
-        rights = [(pb, [u for t in pb.value for u in _single(t)]) for pb in self.read(b)]
+        # The sum so far, piece by piece, each with whether its value is canonical (`_add`).
+        result = [(p, True) for p in self.read(dst)] if accumulate else [(Piece(dst.box, ()), True)]
         a0, b0 = a.box[ka][0], b.box[kb][0]
+        rows_by, cols_by = dst.box[rd][0] - a.box[ra][0], dst.box[cd][0] - b.box[cb][0]
+        # Each piece of `b` with its k range, its columns in dst, its terms one device each
+        # and its table for the plain products' index (`_factor`), made once for every piece of `a`.
+        rights = []
+        for pb in self.read(b):
+            (k0, k1), (c0, c1) = pb.box[kb], pb.box[cb]
+            rights.append((pb, k0 - b0, k1 - b0, (c0 + cols_by, c1 + cols_by), _singles(pb.value),
+                           _factor(pb, b, kb, cb, dst, cd, KDIM)))
         for pa in self.read(a):
-            lefts = [u for t in pa.value for u in _single(t)]
-            for pb, singles in rights:
-                k0 = max(pa.box[ka][0] - a0, pb.box[kb][0] - b0)
-                k1 = min(pa.box[ka][1] - a0, pb.box[kb][1] - b0)
+            lefts = _singles(pa.value)
+            (ak0, ak1), (r0, r1) = pa.box[ka], pa.box[ra]
+            ak0, ak1, rows = ak0 - a0, ak1 - a0, (r0 + rows_by, r1 + rows_by)
+            fa = _factor(pa, a, ka, ra, dst, rd, KDIM)
+            for pb, bk0, bk1, cols, singles, fb in rights:
+                k0 = ak0 if ak0 > bk0 else bk0
+                k1 = ak1 if ak1 < bk1 else bk1
                 if k0 >= k1:
                     continue
                 box = list(dst.box)
-                box[rd] = tuple(x - a.box[ra][0] + dst.box[rd][0] for x in pa.box[ra])
-                box[cd] = tuple(x - b.box[cb][0] + dst.box[cd][0] for x in pb.box[cb])
-                tables: dict[int, tuple] = {}  # per contraction marker: the two factors' tables
+                box[rd], box[cd] = rows, cols
+                box = tuple(box)
+                single = _single_dims(box)
+                tables: dict[int, tuple] = {}  # per deeper contraction marker: the two factors' tables
                 terms = []
+                flat = True  # every term a product of plain factors, made canonical here
                 for ta in lefts:
                     for tb in singles:
+                        if ta[0] != PRODUCT and tb[0] != PRODUCT and ta[0][:1] not in (UNINIT, OPAQUE) \
+                                and tb[0][:1] not in (UNINIT, OPAQUE):  # the common case, as below (m = KDIM)
+                            terms.append(_canonical((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1), box, single))
+                            continue
+                        flat = False
                         odd = next((t for t in (ta, tb) if t[0][:1] in (UNINIT, OPAQUE)), None)
                         if odd is not None:
                             terms.append(odd)
@@ -739,10 +881,12 @@ class Memory:
                         m = KDIM - depth  # a fresh index: below every one the factors bind
                         if m not in tables:
                             tables[m] = (_factor(pa, a, ka, ra, dst, rd, m), _factor(pb, b, kb, cb, dst, cd, m))
-                        fa, fb = tables[m]
-                        terms.append((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1))
-                result = _add(result, Piece(tuple(box), tuple(terms)))
-        self.write(dst, result)
+                        ma, mb = tables[m]
+                        terms.append((PRODUCT, _remap(ta, ma), _remap(tb, mb), k0, k1))
+                # Flat products of single devices, each canonical for the box: so is their `_sum`.
+                result = _add(result, Piece(box, tuple(terms)), _sum(terms) if flat else None)
+        self.write(dst, [p if ok else Piece(p.box, canonical_value(p.value, p.box)) for p, ok in result],
+                   canonical=True)
 
     # A value of one UNINIT or OPAQUE term (its map is empty), or of none, is canonical for
     # any box (`canonical_value` returns it as it is): written without canonicalizing.
