@@ -178,11 +178,30 @@ flat_products = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(flat_products, products(), plain_terms), min_size=1, max_size=2))
+@given(st.lists(st.one_of(flat_products, products(), plain_terms), min_size=1, max_size=4))
 def test_sum_is_the_general_sum(terms):
-    """`_sum`'s shortcuts (one or two flat products whose devices are runs as `device_run`
-    writes them) give what the general path gives, for any one or two terms (runs written
-    otherwise, empty k ranges, plain terms take the general path)."""
+    """`_sum`'s shortcuts (one, two, or more flat products whose devices are runs as
+    `device_run` writes them) give what the general path gives, for any terms (runs
+    written otherwise, empty k ranges, plain terms take the general path)."""
+    assert semantics._sum(terms) == semantics._sum_general(terms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flat_products, st.lists(st.tuples(st.integers(0, 8), st.integers(1, 3)), min_size=2, max_size=5),
+       st.integers(0, 4), st.integers(0, 5))
+def test_sum_of_one_key_over_device_runs(t, spans, other, what):
+    """Many products of one key and one k range (a psum of partial products: the runs a
+    ring's partial sums gather), one of them perhaps different in one respect (its k range,
+    a factor's name or map, its devices' offset): `_sum` is the general sum."""
+    (an, _, am), (bn, _, bm), k0, k1 = t[1:]
+
+    def product(lo, n, an=an, am=am, bn=bn, bm=bm, off=1, k1=k1):
+        return ("@", (an, lo if n == 1 else (lo, lo + n), am), (bn, lo + off if n == 1 else (lo + off, lo + off + n), bm), k0, k1)
+    terms = [product(lo, n) for lo, n in spans]
+    if other < len(terms):
+        lo, n = spans[other]
+        terms[other] = product(lo, n, **[{"k1": k1 + 1}, {"an": "z"}, {"am": ((0, 2),)}, {"bn": "z"},
+                                          {"bm": ((1, 2),)}, {"off": 2}][what])
     assert semantics._sum(terms) == semantics._sum_general(terms)
 
 
@@ -322,3 +341,70 @@ def test_matmul_and_accumulate_are_the_generic_ones(steps):
     values as their `_sum`, pieces written over the stored ones they fill by swapping) and
     `Memory.accumulate` hold exactly what the generic ones hold, pieces in the same order."""
     assert run_mm(steps, Memory.matmul, Memory.accumulate) == run_mm(steps, generic_matmul, generic_accumulate)
+
+
+nested_terms = st.builds(lambda a, b, k0: ("@", a, b, k0, k0 + 2), products(), plain_terms, st.integers(0, 2))
+odd_terms = st.builds(lambda c, d: (c + "x", d, ()), st.sampled_from(["?", "!"]), st.integers(0, 12))
+any_terms = st.one_of(plain_terms, products(), flat_products, nested_terms, odd_terms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(any_terms, max_size=5))
+def test_sorted_terms_is_repr_order(terms):
+    """`sorted_terms` (by the heads' texts when they tell the terms apart) is the order
+    by repr, for any terms: plain, products, chained, garbage, devices ints or runs."""
+    assert semantics.sorted_terms(terms) == tuple(sorted(terms, key=repr))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(plain_terms, products(), nested_terms), min_size=2, max_size=4),
+       st.lists(st.tuples(st.sampled_from([None, 0, 1]), st.integers(-3, 12)), min_size=2, max_size=2))
+def test_terms_whose_heads_differ_keep_their_order_when_maps_move(terms, table):
+    """`_Shift.moved` keeps the order of a sum whose terms' heads differ (`_heads_apart`)
+    while every map moves by one table: the order by repr is decided before the maps."""
+    value = semantics.sorted_terms(terms)
+    moved = tuple(semantics._remap(t, table) for t in value)
+    if semantics._heads_apart(value):
+        assert moved == tuple(sorted(moved, key=repr))
+
+
+@settings(max_examples=300, deadline=None)
+@given(programs())
+def test_accumulate_is_the_generic_one(steps):
+    """`Memory.accumulate` over pieces cut alike (each sum its twin's, `_sum`) or not (every
+    overlap summed), regions with point indices: what the generic one holds."""
+    fast, slow = [], []
+    for out, acc in ((fast, Memory.accumulate), (slow, generic_accumulate)):
+        mem = Memory({name: SHAPE for name in NAMES})
+        for d in (0, 1):
+            mem.init_input(d, "x")
+        for kind, src, dst in steps:
+            if kind == "copy":
+                mem.copy(src, dst)
+            elif kind == "accumulate":
+                acc(mem, src, dst)
+            elif kind == "zero":
+                mem.zero(dst)
+            else:
+                mem.forget(dst)
+            out.append(snapshot(mem))
+    assert fast == slow
+
+
+def test_accumulate_over_pieces_cut_alike_but_one():
+    """Both sides in three pieces, the first alike and the others not (nor garbage alike):
+    every overlap summed, as the generic accumulate sums them."""
+    def cut(mem: Memory) -> None:
+        for name, cols in (("y", 3), ("z", 2)):
+            mem.copy(Region("x", 0, ((1, 2), (2, 4), (0, cols)), (1, 2), 4), Region(name, 0, ((0, 1), (2, 4), (0, cols)), (1, 2), 4))
+            mem.zero(Region(name, 0, ((0, 1), (0, 2), (0, 4)), (1, 2), 4))  # read first (the last written)
+    dst, src = (Region(name, 0, ((0, 1), (0, 4), (0, 4)), (1, 2), 4) for name in ("y", "z"))
+    held = []
+    for acc in (Memory.accumulate, generic_accumulate):
+        mem = Memory({name: SHAPE for name in NAMES})
+        mem.init_input(0, "x")
+        cut(mem)
+        assert len(mem.read(src)) == len(mem.read(dst)) == 3
+        acc(mem, src, dst)
+        held.append(snapshot(mem))
+    assert held[0] == held[1]

@@ -53,7 +53,8 @@ from .xor import group_of
 from .background import Background, default_jobs
 from .gauge import Gauge, device_dims
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
-from .semantics import Memory, apply, canonical_value, device_run, device_span, mismatches, term_leaves, with_leaves
+from .semantics import (Memory, apply, canonical_value, device_run, device_span, mismatches, sorted_terms, term_leaves,
+                        with_leaves)
 from .windows import FusedMemory, Unfused
 
 __all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
@@ -85,6 +86,7 @@ class Rotator:
         self.moves: dict[tuple[str, int], tuple[int, ...]] = {}
         self.dims: dict[tuple[str, int], tuple[tuple[int, int, bool], ...]] = {}
         self.regions: dict[tuple[int, int], tuple[Region, Region]] = {}
+        self.landings: dict[tuple, list] = {}  # `_boxes`
 
     def _moves(self, buffer: str, delta: int) -> tuple[int, ...]:
         """How far each dimension of a buffer moves on device delta (r . delta,
@@ -161,34 +163,62 @@ class Rotator:
         """Canonical pieces on device delta. Rotating terms that do not wrap keeps the
         value canonical but for the terms' order; a wrapped run may merge with another."""
         out = []
-        moves, shape, xor = self._moves(buffer, delta), self.shapes[buffer], self.xor
-        moving = any(moves)
         for p in pieces:
+            boxes, value = self._boxes(buffer, p.box, delta), p.value
+            if len(boxes) == 1 and len(value) == 1:  # the common case: one box, one term
+                box, new_box = boxes[0]
+                ts = self.term(value[0], box, new_box, delta)
+                if len(ts) == 1:
+                    out.append(Piece(new_box, (ts[0],)))
+                else:  # wrapped: the runs of its image, summed
+                    out.append(Piece(new_box, canonical_value(tuple(ts), new_box)))
+                continue
             parts, wrapped = [], False
-            for box in (self._split(buffer, p.box, delta) if moving else (p.box,)):
-                new_box = []
-                for (lo, hi), m, size in zip(box, moves, shape):  # each start moved (`_moves`)
-                    start = lo ^ m if xor else (lo + m) % size
-                    new_box.append((start, start + hi - lo))
-                new_box = tuple(new_box)
-                terms = [self.term(t, box, new_box, delta) for t in p.value]
-                wrapped = wrapped or any(len(ts) > 1 for ts in terms)
-                parts.append(Piece(new_box, tuple(u for ts in terms for u in ts)))
+            for box, new_box in boxes:
+                maps: dict = {}  # the terms' maps moved (`_map`): a run and its wrapped part share theirs
+                terms = []
+                for t in value:
+                    ts = self.term(t, box, new_box, delta, maps)
+                    if len(ts) > 1:
+                        wrapped = True
+                    terms += ts
+                parts.append(Piece(new_box, tuple(terms)))
             if wrapped or len(parts) > 1:
                 out += [Piece(q.box, canonical_value(q.value, q.box)) for q in _rejoin(parts)]
             else:
-                out += [q if len(q.value) < 2 else Piece(q.box, tuple(sorted(q.value, key=repr))) for q in parts]
+                out += [q if len(q.value) < 2 else Piece(q.box, sorted_terms(q.value)) for q in parts]
         return out
 
-    def term(self, term, box, new_box, delta: int) -> list:
+    def _boxes(self, buffer: str, box, delta: int) -> list:
+        """`box` cut where rotating it would wrap (`_split`), each part with where it lands
+        on device delta (each start moved by its dim's move, `_moves`): asked once per
+        buffer, box and delta (a buffer's few slots and blocks)."""
+        key = (buffer, box, delta)
+        hit = self.landings.get(key)
+        if hit is None:
+            moves, shape, xor = self._moves(buffer, delta), self.shapes[buffer], self.xor
+            hit = []
+            for part in (self._split(buffer, box, delta) if any(moves) else (box,)):
+                new_box = []
+                for (lo, hi), m, size in zip(part, moves, shape):
+                    start = lo ^ m if xor else (lo + m) % size
+                    new_box.append((start, start + hi - lo))
+                hit.append((part, tuple(new_box)))
+            if len(self.landings) >= 1 << 14:
+                self.landings.clear()
+            self.landings[key] = hit
+        return hit
+
+    def term(self, term, box, new_box, delta: int, maps: dict | None = None) -> list:
         """The term on device delta. A run of devices whose translation is not one run
         (it wraps some axis) becomes the runs of its image (`Torus.image`); a product's
-        factors are cut where either's devices wrap (`Torus.runs`), so they stay paired."""
+        factors are cut where either's devices wrap (`Torus.runs`), so they stay paired.
+        `maps`: the maps moved so far for these boxes (`_map`), if kept."""
         if term[0] == PRODUCT and (term[1][0] == PRODUCT or term[2][0] == PRODUCT):
-            return self.nested(term, box, new_box, delta)
+            return self.nested(term, box, new_box, delta, maps)
         if term[0] == PRODUCT:
             _, a, b, k0, k1 = term
-            fa, fb = self.term(a, box, new_box, delta), self.term(b, box, new_box, delta)
+            fa, fb = self.term(a, box, new_box, delta, maps), self.term(b, box, new_box, delta, maps)
             if len(fa) == len(fb) == 1:
                 return [(PRODUCT, fa[0], fb[0], k0, k1)]
             if self.xor:  # XOR does not keep device j + off paired with j
@@ -197,39 +227,53 @@ class Rotator:
             (lo, hi), off = device_span(a[1]), device_span(b[1])[0] - device_span(a[1])[0]
             cuts = [c - off for c in self.torus.cuts(lo + off, hi + off, delta)]
             return [self.term((PRODUCT, (a[0], device_run(x0, x1), a[2]), (b[0], device_run(x0 + off, x1 + off), b[2]), k0, k1),
-                              box, new_box, delta)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
+                              box, new_box, delta, maps)[0] for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts)]
         name, dev, imap = term
-        entries = []
+        entries = self._map(name, imap, box, new_box, delta, maps) if imap else ()
+        if isinstance(dev, int):
+            return [(name, self.torus.adder(delta)[dev], entries)]
+        first, end = dev
+        if end == first + 1:
+            return [(name, self.torus.adder(delta)[first], entries)]
+        return [(name, device_run(y0, y1), entries) for y0, y1 in self.torus.image(first, end, delta)]
+
+    def _map(self, name: str, imap, box, new_box, delta: int, maps: dict | None):
+        """A plain term's map on device delta, kept in `maps` (if given) by name and map."""
+        key = (name, imap)
+        if maps is not None:
+            entries = maps.get(key)
+            if entries is not None:
+                return entries
+        out = []
         xor = self.xor
         # each coordinate moved by its dim's move m (`_moves`); garbage and opaque data have
         # no map (and no buffer of that name)
-        for (d, off), (m, size, stepped) in zip(imap, self._dims(name, delta) if imap else ()):
+        for (d, off), (m, size, stepped) in zip(imap, self._dims(name, delta)):
             if d is None:
-                entries.append((None, off ^ m if xor else (off + m) % size))
+                out.append((None, off ^ m if xor else (off + m) % size))
             elif d < 0:  # a contraction index (KDIM, or a nested product's)
                 if stepped:
                     raise _Unclear("a contraction dimension that moves under rotation")
-                entries.append((d, off))
+                out.append((d, off))
             else:
                 lo, hi = box[d]
                 if xor and hi - lo > 1 and m:
-                    raise _Unclear(f"input `{name}` dim {len(entries)} is read along a run that XOR permutes")
+                    raise _Unclear(f"input `{name}` dim {len(out)} is read along a run that XOR permutes")
                 x = (lo + off) ^ m if xor else (lo + off + m) % size
                 if x + hi - lo > size:
-                    raise _Unclear(f"input `{name}` dim {len(entries)} wraps under rotation")
-                entries.append((d, x - new_box[d][0]))
-        first, end = device_span(dev)
-        if end == first + 1:
-            return [(name, self.torus.add(first, delta), tuple(entries))]
-        return [(name, device_run(y0, y1), tuple(entries)) for y0, y1 in self.torus.image(first, end, delta)]
+                    raise _Unclear(f"input `{name}` dim {len(out)} wraps under rotation")
+                out.append((d, x - new_box[d][0]))
+        entries = tuple(out)
+        if maps is not None:
+            maps[key] = entries
+        return entries
 
-
-    def nested(self, term, box, new_box, delta: int) -> list:
+    def nested(self, term, box, new_box, delta: int, maps: dict | None = None) -> list:
         """A product with a product factor on device delta: its plain factors moved one by
         one; where the factors whose devices are a run (they advance together) wrap, the
         run is cut so that each piece's factors stay paired (`term`'s rule, for any depth)."""
         leaves = term_leaves(term)
-        moved = [self.term(leaf, box, new_box, delta) for leaf in leaves]
+        moved = [self.term(leaf, box, new_box, delta, maps) for leaf in leaves]
         if all(len(m) == 1 for m in moved):
             return [with_leaves(term, [m[0] for m in moved])]
         spans = [device_span(leaf[1]) for leaf in leaves]
@@ -240,7 +284,7 @@ class Rotator:
         for x0, x1, _ in self.torus.runs(lo, hi, delta, cuts):
             part = [(n, device_run(s0 + x0 - lo, s0 + x1 - lo), m) if s1 - s0 > 1 else (n, d, m)
                     for (n, d, m), (s0, s1) in zip(leaves, spans)]
-            out.append(with_leaves(term, [self.term(leaf, box, new_box, delta)[0] for leaf in part]))
+            out.append(with_leaves(term, [self.term(leaf, box, new_box, delta, maps)[0] for leaf in part]))
         return out
 
 

@@ -36,7 +36,7 @@ from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
-           "restrict_value", "device_span", "device_run", "canonical_value", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
+           "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
@@ -318,11 +318,30 @@ def _sum(terms: Iterable[Term]) -> Value:
     `_sum_general` would rebuild as they are: one such term is its own sum; two terms
     with different merge keys are each their own group (sorted); two with the same key
     merge into one if they cover adjacent k ranges over the same devices, or the same k
-    range over adjacent devices (`_rectangles`). Anything else takes the general path."""
+    range over adjacent devices (`_rectangles`); more terms of one key and one k range
+    merge as their device runs do (`_runs`). Anything else takes the general path."""
     if len(terms) == 1:
         t = terms[0]
         if t[0] == PRODUCT and _flat_run(t):
             return (t,)
+    elif len(terms) > 2:
+        t = terms[0]
+        if t[0] == PRODUCT and _flat_run(t):  # all of one key and one k range: the device runs decide
+            (an, ad, am), (bn, bd, bm), k0, k1 = t[1:]
+            lo = ad if isinstance(ad, int) else ad[0]
+            off = (bd if isinstance(bd, int) else bd[0]) - lo
+            spans = []
+            for u in terms:
+                if u[0] != PRODUCT or u[3] != k0 or u[4] != k1 or not _flat_run(u):
+                    break
+                (cn, cd, cm), (dn, dd, dm) = u[1], u[2]
+                lo, hi = (cd, cd + 1) if isinstance(cd, int) else cd
+                if cn != an or cm != am or dn != bn or dm != bm or (dd if isinstance(dd, int) else dd[0]) - lo != off:
+                    break
+                spans.append((lo, hi))
+            else:
+                return sorted_terms([(PRODUCT, (an, device_run(x0, x1), am), (bn, device_run(x0 + off, x1 + off), bm),
+                                      k0, k1) for x0, x1 in _runs(spans)])
     elif len(terms) == 2:
         t, u = terms
         if t[0] == PRODUCT == u[0] and _flat_run(t) and _flat_run(u):
@@ -332,7 +351,7 @@ def _sum(terms: Iterable[Term]) -> Value:
             lo2, hi2 = (cd, cd + 1) if isinstance(cd, int) else cd
             off = (bd if isinstance(bd, int) else bd[0]) - lo
             if (an, am, bn, bm, off) != (cn, cm, dn, dm, (dd if isinstance(dd, int) else dd[0]) - lo2):
-                return (t, u) if repr(t) <= repr(u) else (u, t)
+                return sorted_terms(terms)
             if k0 >= k1 or j0 >= j1:
                 return _sum_general(terms)
             if lo == lo2 and hi == hi2 and (k1 == j0 or j1 == k0):  # one device run, adjacent k ranges
@@ -378,7 +397,7 @@ def _sum_general(terms: Iterable[Term]) -> Value:
                 for x0, x1, k0, k1 in _rectangles(rects)]
     for (skeleton, fixed), rects in nested.items():
         out += [_from_skeleton(skeleton, fixed, x0, x1, k0, k1) for x0, x1, k0, k1 in _rectangles(rects)]
-    return tuple(out) if len(out) < 2 else tuple(sorted(out, key=repr))
+    return tuple(out) if len(out) < 2 else sorted_terms(out)
 
 
 def _group_nested(t: Term, groups: defaultdict) -> None:
@@ -678,7 +697,31 @@ class _Shift:
         q = self.piece(p)
         if self.same or len(q.value) < 2 or _heads_apart(q.value):
             return q
-        return Piece(q.box, tuple(sorted(q.value, key=repr)))
+        return Piece(q.box, sorted_terms(q.value))
+
+
+def sorted_terms(terms: Iterable[Term]) -> Value:
+    """The terms in a canonical value's order, by repr. When no two have the same head
+    (`_head_text`), their heads' texts order them as their reprs do: each head's text is a
+    prefix of its term's repr, and two reprs first differ inside both heads' texts
+    (`_heads_apart`: different structure down to the first plain factor, names, or devices,
+    the comma after a device included). Only terms with a common head are compared whole."""
+    terms = tuple(terms)
+    if len(terms) < 2:
+        return terms
+    heads = [_head_text(t) for t in terms]
+    if len(set(heads)) == len(heads):
+        return tuple([t for _, t in sorted(zip(heads, terms), key=lambda e: e[0])])
+    return tuple(sorted(terms, key=repr))
+
+
+def _head_text(t: Term) -> str:
+    """The start of repr(t) up to its first plain factor's device and the comma after it."""
+    start = ""
+    while t[0] == PRODUCT:
+        start += "('@', "
+        t = t[1]
+    return f"{start}({t[0]!r}, {t[1]!r},"
 
 
 def _heads_apart(value: Value) -> bool:
@@ -814,8 +857,16 @@ class Memory:
         canonical for their boxes (but for the terms' order, `_Shift.moved`), so the sum
         over a box both pieces fill is their `_sum`."""
         incoming = self.translate(self.read(src), src, dst)
+        current = self.translate(self.read(base), base, dst) if base is not None else self.read(dst)
+        if len(current) == len(incoming):
+            # The common case: both cut into the same boxes (pieces are disjoint: each meets
+            # its twin only), so the sums are the twins', in `current`'s order as below.
+            twins = {b.box: b for b in incoming}
+            if all(a.box in twins for a in current):
+                self.write(dst, [Piece(a.box, _sum(a.value + twins[a.box].value)) for a in current], canonical=True)
+                return
         result = []
-        for a in (self.translate(self.read(base), base, dst) if base is not None else self.read(dst)):
+        for a in current:
             for b in incoming:
                 ix = _intersect(a.box, b.box)
                 if ix is not None:
