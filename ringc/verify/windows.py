@@ -22,18 +22,21 @@ events go; when one fails, `FusedMemory.step` raises `Unfused` and the caller re
 everything plainly:
 - An output slot's first compute replaces all of it and does not read it
   (`semantics.overwrites`), so nothing the window held before reaches T; the later ones
-  write the same box (the key is the slot's exact box), and read only it and bound input
-  slots, with the very box and kept dims they were bound with.
+  write the same box (the key is the slot's exact box), and read only it, bound input
+  slots (with the very box and kept dims they were bound with) and non-window regions
+  (each watched from that compute on, as the source of a binding of its own).
 - Nothing else touches a window: a remote copy, a copy between windows, a compute outside
-  the windows that reads one, a copy-out of a slot with no pending compute, a copy-in into
-  an output slot with pending ones, are refused.
-- Each binding's source S still holds at the copy-out what it held at the copy-in: every
+  the windows that reads an output slot, a copy-out of a slot with no pending compute, a
+  copy-in into an output slot with pending ones, are refused. A compute outside the
+  windows that reads input slots (an accumulator kept across the pipeline's steps) runs
+  at its event, on their sources.
+- Each binding's source still holds, when it is read, what it held when it was bound: every
   write in between (an event's, a landing's or a fused compute's; all go through
-  `Memory.write`) that meets a watched S marks its binding stale, and a stale binding is
-  never read.
+  `Memory.write`) that meets a watched source marks its binding stale, and a stale
+  binding is never read.
 The windows' own contents are not kept: outside the pattern above nothing reads them, and
 no collective's output is a window. Every write to a non-window buffer happens at the
-event where the replay makes it (a fused compute's at its copy-out), so the non-window
+event where the replay makes it (a pending compute's at its copy-out), so the non-window
 memory is the replay's after every event, including what a landing reads. Pieces may be
 cut into different boxes than the replay's (the slot's pieces are not the source's), which
 changes no value.
