@@ -67,6 +67,13 @@ class _Binding:
         self.src, self.stale = src, False
 
 
+def _source(b: _Binding) -> Region:
+    """The region a binding stands for; refused once it was written since it was bound."""
+    if b.stale:
+        raise Unfused(f"`{b.src.buffer}` was written between its copy-in and its use")
+    return b.src
+
+
 Pending = list[tuple[Compute, dict[int, "_Binding | None"]]]
 
 
@@ -160,18 +167,16 @@ class FusedMemory(Memory):
             raise Unfused(f"`{r.buffer}` is read where no copy-in loaded it")
         return bound[1]
 
+    def _run(self, a: Compute, dst: Region, stand_in: Callable[[Region], Region]) -> None:
+        """`a` into `dst`, each region it reads replaced by `stand_in`'s."""
+        def read(r: Region | None) -> Region | None:
+            return None if r is None else stand_in(r)
+        APPLY[a.kind](self, Compute(a.kind, dst, read(a.src), read(a.rhs), a.accumulate, read(a.base), a.contract))
+
     def _direct(self, a: Compute) -> None:
         """A compute outside the windows that reads input slots (a matmul into an
         accumulator kept across the pipeline's steps): it runs now, on their sources."""
-        def stand_in(r: Region | None) -> Region | None:
-            if r is None or r.buffer not in self.windows:
-                return r
-            binding = self._input(r)
-            if binding.stale:
-                raise Unfused(f"`{binding.src.buffer}` was written between its copy-in and its use")
-            return binding.src
-        APPLY[a.kind](self, Compute(a.kind, a.dst, stand_in(a.src), stand_in(a.rhs), a.accumulate,
-                                    stand_in(a.base), a.contract))
+        self._run(a, a.dst, lambda r: _source(self._input(r)) if r.buffer in self.windows else r)
 
     def _compute(self, a: Compute) -> None:
         """A compute into a window slot: pending until the slot is copied out, or, for the
@@ -218,15 +223,5 @@ class FusedMemory(Memory):
         if entry is None or entry[0].kept != src.kept:
             raise Unfused(f"a copy out of `{src.buffer}` with nothing computed in it")
         for op, reads in entry[1]:
-            def stand_in(r: Region | None) -> Region | None:
-                if r is None:
-                    return None
-                binding = reads[id(r)]
-                if binding is None:
-                    return dst
-                if binding.stale:
-                    raise Unfused(f"`{binding.src.buffer}` was written between its copy-in and its use")
-                return binding.src
-            APPLY[op.kind](self, Compute(op.kind, dst, stand_in(op.src), stand_in(op.rhs), op.accumulate,
-                                         stand_in(op.base), op.contract))
+            self._run(op, dst, lambda r, reads=reads: dst if reads[id(r)] is None else _source(reads[id(r)]))
         del slots[src.box]
