@@ -107,6 +107,25 @@ def test_deeply_nested_yaml_is_refused(tmp_path, depth):
     assert_refused(o, says="`yaml_depth`")
 
 
+@pytest.mark.parametrize("loader", ["CSafeLoader", "SafeLoader"])
+def test_yaml_depth_is_ringcs_whichever_parser_reads_the_file(tmp_path, monkeypatch, loader):
+    """libyaml stops at 1,000 levels on its own; the pure-Python parser does not. The
+    limit in force (here raised past libyaml's) decides, not the parser: 1,500 levels
+    within `yaml_depth=2000` are read (and refused for what they are, a list where
+    text belongs), 2,500 are refused by the limit."""
+    import yaml
+    from ringc.ir import loader as L
+    from ringc.ir.errors import ScheduleError
+    if not hasattr(yaml, loader):
+        pytest.skip(f"this PyYAML has no {loader}")
+    monkeypatch.setattr(L, "_Loader", getattr(yaml, loader))
+    with limits.overridden({"yaml_depth": 2000}):
+        for depth, says in ((1500, "Input should be a valid string"), (2500, "`yaml_depth` of 2,000")):
+            text = AG.read_text() + "description: " + "[" * depth + "]" * depth + "\n"
+            with pytest.raises(ScheduleError, match=re.escape(says)):
+                L.load_text(text, "deep.yaml")
+
+
 def test_integer_of_thousands_of_digits_is_refused_at_its_line(tmp_path):
     text = edited(AG, "params: {rows: 8, cols: 128}", "params: {rows: 8, cols: " + "9" * 5000 + "}")
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])

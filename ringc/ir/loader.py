@@ -8,8 +8,10 @@ locations are then mapped back through the table.
 from __future__ import annotations
 
 import difflib
+import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import yaml
 from pydantic import ValidationError
@@ -156,10 +158,31 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installe
 
 def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     """The YAML node tree, composed only after an iterative pass over the parser's events
-    has found the nesting within the `yaml_depth` limit (composition recurses)."""
+    has found the nesting within the `yaml_depth` limit (composition recurses).
+
+    The limit is ringc's whichever PyYAML parses the file: libyaml (PyYAML >= 6.0.2's
+    wheels) refuses nesting past its own maximum (1,000) while scanning ahead, before the
+    events reach this pass; the pure-Python parser, which has no such maximum, then
+    counts the depth instead, and composes the file when the limit was raised past it."""
+    loader_class = _Loader
+    try:
+        _check_depth(text, file, loader_class)
+    except yaml.YAMLError as e:
+        if "nesting depth" not in str(getattr(e, "problem", "") or e) or loader_class is yaml.SafeLoader:
+            raise
+        loader_class = yaml.SafeLoader
+        _check_depth(text, file, loader_class)
+    loader = loader_class(text)
+    try:
+        return loader, loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def _check_depth(text: str, file: str, loader_class: type) -> None:
     from ..limits import check, value
     limit, depth = value("yaml_depth"), 0
-    for event in yaml.parse(text, Loader=_Loader):
+    for event in yaml.parse(text, Loader=loader_class):
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             depth += 1
             if depth > limit:
@@ -167,11 +190,6 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
                       line=event.start_mark.line + 1)
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             depth -= 1
-    loader = _Loader(text)
-    try:
-        return loader, loader.get_single_node()
-    finally:
-        loader.dispose()
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -204,7 +222,25 @@ def _first_over(root: yaml.Node, limit: int) -> tuple[yaml.Node, int] | None:
     return None
 
 
+@contextmanager
+def _recursion_for_depth() -> Iterator[None]:
+    """Room on Python's stack for composing and building `yaml_depth` levels (each level
+    takes a few frames), so a limit raised past the default never ends in RecursionError."""
+    from ..limits import value
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(saved, 1_000 + 8 * value("yaml_depth")))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(saved)
+
+
 def parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
+    with _recursion_for_depth():
+        return _parse_yaml(text, file)
+
+
+def _parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
     try:
         loader, node = _compose(text, file)
     except yaml.YAMLError as e:
