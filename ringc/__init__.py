@@ -11,10 +11,12 @@ from .ir import Schedule, ScheduleError, load, load_text
 from .verify import Report, check
 
 
-def emit(schedule: Schedule) -> str:
-    """The Pallas TPU kernel module for `schedule`, as Python source text."""
+def emit(schedule: Schedule, checked=None) -> str:
+    """The Pallas TPU kernel module for `schedule`, as Python source text. Nothing is checked
+    here: `checked` lists the sizes a check proved (the module's CHECKED; `kernel` checks
+    other sizes with ringc before running them); None (the default) emits it unchecked."""
     from .codegen import emit as _emit
-    return _emit(schedule)
+    return _emit(schedule, checked)
 
 
 def kernel(source, *, unchecked: bool = False, devices=None, params=None):

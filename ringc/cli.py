@@ -10,6 +10,7 @@ argument is range-checked while it is parsed, against the limits of `ringc.limit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -366,16 +367,17 @@ def cmd_emit(args: argparse.Namespace) -> int:
     from .codegen import emit
     out = _output_path(args.output, args.file) if args.output else None
     sched = _load(args.file, args.param)
+    checked = None
     if not args.unchecked:
         from .jaxapi import check_before_emit, refusal
-        reports, refused = check_before_emit(sched, args.devices)
+        reports, refused, checked = check_before_emit(sched, args.devices)
         for e in refused:
             print(f"note: not checked there: {e.message}", file=sys.stderr)
         if not all(r.ok for r in reports):
             err = refusal(sched, reports)
             print(str(err), file=sys.stderr)
             return EXIT_FAILED
-    text = emit(sched)
+    text = emit(sched, checked)
     if out:
         _write_atomically(out, text)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -722,20 +724,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+class _ClosedPipeGuard:
+    """stdout for one command: when the reader goes away (`ringc check ... | head`), the rest
+    of the output goes to /dev/null and the command finishes with its own exit code (a
+    failing check piped into `head` still exits 1 under `set -o pipefail`)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.closed_by_reader = False
+
+    def _reader_gone(self) -> None:
+        self.closed_by_reader = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _guarded_stdout():
+    try:
+        sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured (tests, notebooks): nothing to guard
+        yield
+        return
+    real, sys.stdout = sys.stdout, _ClosedPipeGuard(sys.stdout)
+    try:
+        yield
+    finally:
+        guard, sys.stdout = sys.stdout, real
+        if isinstance(guard, _ClosedPipeGuard):
+            guard.flush()
+
+
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)  # bad arguments: argparse's usage message, exit 2
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
                "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
     try:
-        return handler(args)
+        with _guarded_stdout():
+            return handler(args)
     except ScheduleError as e:
         print(str(e), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # e.g. `ringc check ... | head`
-        sys.stderr.close()
-        return EXIT_OK
+    except BrokenPipeError:  # stderr's reader gone too: the conventional exit of a closed pipe
+        return 128 + 13
     except Exception as e:  # an internal error: short message, traceback only on request
         if os.environ.get("RINGC_DEBUG"):
             raise

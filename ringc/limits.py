@@ -15,6 +15,9 @@ The README's limits table is tested against `LIMITS` (tests/test_bad_input.py).
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -62,6 +65,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),
     Limit("buffer_bytes", 1 << 40, "bytes of one per-device buffer, for the chosen parameters and N"),
     Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),
+    Limit("user_code_s", 300, "seconds the checked file's own code may run in `ringc check FILE.py` (importing "
+                              "it, its statements, test methods and entry functions, build and make_inputs, "
+                              "with the tracing of what they call)"),
 )}
 
 _overrides: dict[str, int] = {}
@@ -118,6 +124,61 @@ def check(name: str, amount: int | float, what: str, *, file: str | None = None,
     if amount > limit:
         raise ScheduleError(f"{what} is {amount:,}, over the limit `{name}` of {limit:,}", file=file, line=line,
                             fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
+
+
+class _OverTime(BaseException):
+    """The user's code ran past `user_code_s` (a BaseException: the user's `except Exception`
+    cannot swallow it); `line` is the line of the user's file it was running."""
+
+    def __init__(self, line: int | None):
+        super().__init__(line)
+        self.line = line
+
+
+@contextmanager
+def user_code_time(file: str, what: str = "the file's own code") -> Iterator[None]:
+    """Run the user's code (in `file`) under the `user_code_s` limit, wall-clock. Past it,
+    raise ScheduleError naming `file`, the line its code was at, the limit and how to raise
+    it. Uses SIGALRM, so it applies in the main thread of a POSIX process (elsewhere the
+    code runs unbounded); an outer SIGALRM timer (a test's budget) keeps its own deadline."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seconds = value("user_code_s")
+    target = os.path.abspath(file)
+    now = time.monotonic()
+    ours = now + seconds
+    outer_handler = signal.getsignal(signal.SIGALRM)
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]
+    outer = now + outer_left if outer_left else None
+
+    def on_alarm(signum, frame):
+        if outer is not None and time.monotonic() >= outer - 1e-3 and callable(outer_handler):
+            outer_handler(signum, frame)  # the outer timer's turn (it may raise)
+        if time.monotonic() >= ours - 1e-3:
+            f, line = frame, None
+            while f is not None:
+                if os.path.abspath(f.f_code.co_filename) == target:
+                    line = f.f_lineno
+                    break
+                f = f.f_back
+            raise _OverTime(line)
+        signal.setitimer(signal.ITIMER_REAL, max(ours - time.monotonic(), 1e-3))
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours) - now, 1e-3))
+    try:
+        yield
+    except _OverTime as e:
+        raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`"
+                            + (f"; it was at line {e.line}" if e.line else ""), file=file, line=e.line,
+                            fix="look for a loop that never ends or work that waits on devices; or raise the "
+                                f"limit with {LIMITS['user_code_s'].how_to_raise}") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer is not None:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - time.monotonic(), 1e-3))
 
 
 def check_int64(v: int, what: str, *, file: str | None = None, line: int | None = None) -> int:

@@ -258,7 +258,7 @@ def test_ringc_kernel_imports_the_emitted_text_without_a_file(tmp_path, monkeypa
     sched = ringc.load(REPO / "schedules" / "ppermute_right.yaml")
     module = ringc.kernel(sched)
     assert module.__file__ == "<ringc kernel ppermute_right.yaml>" and list(tmp_path.iterdir()) == []
-    assert "".join(linecache.getlines(module.__file__)) == ringc.emit(sched)
+    assert "".join(linecache.getlines(module.__file__)) == ringc.emit(sched, checked=module.CHECKED)
     assert callable(module.kernel) and callable(module.build) and module.COLLECTIVE == "ppermute"
 
 

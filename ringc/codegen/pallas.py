@@ -24,7 +24,7 @@ import contextlib
 import keyword
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
@@ -216,7 +216,8 @@ _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 # Names the emitted module defines or uses; schedule names are renamed around them.
 _MODULE_NAMES = {
     "dataclasses", "functools", "math", "jax", "jnp", "lax", "pl", "pltpu", "P", "NAME", "COLLECTIVE", "AXIS",
-    "PARAMS", "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "build", "make_inputs", "_kernel", *_HELPERS,
+    "PARAMS", "IN_SPECS", "OUT_SPECS", "SHIFT", "DATA", "CHECKED", "SOURCE", "SCHEDULE", "build", "make_inputs",
+    "_kernel", *_HELPERS,
 }
 _LOCAL_NAMES = {
     "me", "left", "right", "N", "mesh_axes", "_", "mesh", "interpret", "params", "p", "kernel",
@@ -319,8 +320,9 @@ class _Call(NamedTuple):
 
 
 class _Emitter:
-    def __init__(self, schedule: S.Schedule):
+    def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
         self.s = schedule
+        self.checked = None if checked is None else [dict(c) for c in checked]
         self.helpers: set[str] = set()
         self.names_used: set[str] = set()
         self.rename = self._choose_names()
@@ -473,6 +475,8 @@ class _Emitter:
                 w.blank(2)
                 w.snippet(src)
         w.lines.extend(["", ""] + _rstrip_blank(kernel.lines) + ["", ""] + api.lines)
+        w.blank(2)
+        self.schedule_constant(w)
         return w.text()
 
     def module_docstring(self, w: CodeWriter) -> None:
@@ -513,6 +517,41 @@ class _Emitter:
         out_specs = [_spec_text(s.partition_spec(n)) for n in outs]
         w.line(f"OUT_SPECS = {out_specs[0] if len(outs) == 1 else _tuple_text(out_specs)}"
                f"  # {', '.join(outs)}")
+        self.checked_constant(w)
+
+    def checked_constant(self, w: CodeWriter) -> None:
+        """CHECKED: the sizes (N, the axis sizes, every parameter) `ringc check` proved this
+        kernel at before emitting it; `kernel` has ringc check any others first (`_checked`)."""
+        if self.checked is None:
+            w.line("# Emitted with --unchecked: `kernel` runs any sizes without checking them.")
+            w.line("CHECKED = None")
+            return
+        w.line("# The sizes `ringc check` proved this kernel at; `kernel` checks others with ringc first.")
+        items = ["{" + ", ".join(f"{_str(self.name(k) if k in self.s.params else k)}: {v!r}" for k, v in c.items())
+                 + "}" for c in self.checked]
+        one = f"CHECKED = [{', '.join(items)}]"
+        if len(one) <= MAX_LINE:
+            w.line(one)
+            return
+        w.line("CHECKED = [")
+        for item in items:
+            w.line(f"{INDENT}{item},")
+        w.line("]")
+
+    def schedule_constant(self, w: CodeWriter) -> None:
+        """SOURCE and SCHEDULE: the schedule's file and YAML text, which `_checked` gives
+        ringc to check sizes not in CHECKED (None for a schedule made in code)."""
+        w.line("# The schedule this module was emitted from: ringc checks new sizes against it.")
+        w.line(f"SOURCE = {_str(Path(self.s.file).name)}")
+        text = self.s.text
+        if text is None:
+            w.line("SCHEDULE = None")
+        elif '"""' not in text and "\\" not in text and all(c == "\n" or c.isprintable() for c in text):
+            w.line('SCHEDULE = """\\')
+            w.lines.extend(text.rstrip("\n").split("\n"))
+            w.line('"""')
+        else:
+            w.line(f"SCHEDULE = {text!r}")
 
     # -- kernel ----------------------------------------------------------------------
     def kernel_refs(self) -> list[tuple[str, str]]:
@@ -820,7 +859,8 @@ class _Emitter:
     # -- kernel, build and make_inputs ------------------------------------------------------
     def api(self) -> CodeWriter:
         s = self.s
-        self.helpers |= {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard"}
+        self.helpers |= {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard",
+                         "_checked"}
         checks = self.division_checks()
         if checks:
             self.helpers.add("_check_divides")
@@ -1020,6 +1060,7 @@ class _Emitter:
         with w.function("kernel", [*ins, "*", "axis_name=AXIS", "interpret=None", "transpose=None", "**params"]):
             w.docstring(self.kernel_doc(coll))
             w.line(f"sizes = _sizes({', '.join(shards)}, axis_name=axis_name, params=params)")
+            w.line("_checked(sizes)")
             w.blank()
             w.line("@jax.custom_vjp")
             with w.block(f"def call({', '.join(ins)}):"):
@@ -1405,13 +1446,22 @@ def _wrap_words(text: str, width: int, first: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def emit(schedule: S.Schedule) -> str:
+def python_names(schedule: S.Schedule) -> dict[str, str]:
+    """The emitted module's Python name of each parameter (its own, unless it clashes)."""
+    names = _Emitter(schedule).rename
+    return {p: names[p] for p in schedule.params}
+
+
+def emit(schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None) -> str:
     """The Pallas TPU module for `schedule`, as Python source text (deterministic).
+
+    `checked`: the sizes (`_sizes`' dicts: N, the axis sizes, every parameter) the schedule
+    was proved at, the module's CHECKED; None emits it unchecked (CHECKED = None).
 
     The text always compiles: Python's compiler checks it here, and a failure (names,
     nesting and expressions are all checked when the schedule loads, so it would be a
     ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
-    text = _Emitter(schedule).emit()
+    text = _Emitter(schedule, checked).emit()
     try:
         compile(text, f"<ringc emit of {schedule.file}>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:

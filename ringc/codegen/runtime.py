@@ -27,6 +27,9 @@ P = jax.sharding.PartitionSpec
 NAME = "runtime"
 AXIS = "x"
 PARAMS: dict = {}
+CHECKED: list | None = None
+SOURCE = "runtime.yaml"
+SCHEDULE = None
 
 
 def _mod(a, b):
@@ -240,6 +243,26 @@ def _infer(params, name, buffer, shape, dim, scale, offset, text):
                          f"{shape[dim]} is not of that form for a positive integer {name}; "
                          f"pass {name}= or give `{buffer}` a shape that fits")
     return size // scale
+
+
+def _checked(sizes):
+    """Run only at sizes `ringc check` proved. CHECKED lists the sizes proved before emitting
+    (None: emitted with --unchecked, so any sizes run). Other sizes (N, or parameters solved
+    from your shapes) are checked now by ringc against SCHEDULE, once: ringc keeps the verdict
+    in memory and on disk. A failing check, an inexact division at these sizes, or no ringc
+    installed raises ValueError before the kernel runs, naming the sizes and the command
+    that checks them."""
+    if CHECKED is None or sizes in CHECKED:
+        return
+    try:
+        from ringc.jaxapi import check_sizes
+    except ImportError:
+        flags = " ".join(f"--param {k}={v}" for k, v in sizes.items() if k in PARAMS)
+        command = f"ringc check {SOURCE} --devices {sizes['N']} {flags}"
+        raise ValueError(f"{NAME}: not checked at {sizes} (checked: {CHECKED}); install ringc "
+                         f"to check them on this call, or run `{command}` and emit again") from None
+    check_sizes(SCHEDULE, SOURCE, sizes)
+    CHECKED.append(dict(sizes))
 
 
 def _not_inferred(params, name, buffer, shape, text):

@@ -367,6 +367,7 @@ def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | N
                                 fix=f"parameters of {sched.name}: {', '.join(sched.params) or 'none'}")
         sched = sched.model_copy(update={"params": {**sched.params, **params}})
     sched._file = file
+    sched._text = text
     sched._header = _header_comment(text)
     from .schema import copy_key
     for key in list(lines):  # a template copy `push(k)` is named `push`

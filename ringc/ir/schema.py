@@ -754,6 +754,7 @@ class Schedule(Node):
     _file: str = PrivateAttr("<schedule>")
     _header: str = PrivateAttr("")
     _lines: dict = PrivateAttr(default_factory=dict)
+    _text: str | None = PrivateAttr(None)  # the YAML as loaded (None for a schedule built in code)
 
     def line_of(self, *path: Any) -> int:
         """The YAML line of a table entry such as ("let", "working"), else the schedule's."""
@@ -768,6 +769,12 @@ class Schedule(Node):
     def file(self) -> str:
         """The YAML file this schedule was loaded from (for error locations)."""
         return self._file
+
+    @property
+    def text(self) -> str | None:
+        """The YAML text this schedule was loaded from (params not applied), or None for one
+        made in code (a mutant): what an emitted module checks new sizes against."""
+        return self._text
 
     @property
     def header(self) -> str:

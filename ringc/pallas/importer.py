@@ -32,6 +32,7 @@ import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
 from ..ir.errors import ScheduleError
+from ..limits import user_code_time
 from ..ir.schema import THREE_INPUT_COLLECTIVES
 from ..verify.events import Compute, DmaStart, Event, Program, Region
 from ..verify.findings import Report
@@ -160,7 +161,8 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         raise ScheduleError("the module has no build(mesh), so importing it would run it as a script", file=path,
                             fix="check it with ringc.pallas.check_file or check_script (what `ringc check` does), "
                                 "which run scripts as published and capture their kernel calls")
-    module = load_module(path, log)
+    with user_code_time(path):
+        module = load_module(path, log)
     sizes = None
     missing = [a for a in MODULE_API if not hasattr(module, a)]
     if missing:
@@ -188,7 +190,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
             raise ScheduleError("no device count given", file=path, fix="pass --devices N")
         sizes = {axes[0]: n}
     mesh = _mesh(sizes)
-    with aliases(log):
+    with aliases(log), user_code_time(path):
         try:
             fn = module.build(mesh, **params)
             import jax
@@ -245,7 +247,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             "the script builds", file=path, fix="drop --along (pass --topology for the placement)")
     t0 = time.perf_counter()
     log = AliasLog()
-    script = run_script(path, n, log, entry=entry, args=args, params=params)
+    with user_code_time(path):
+        script = run_script(path, n, log, entry=entry, args=args, params=params)
     if params and not any(c.test and "(" in c.test for c in script.captures):
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,

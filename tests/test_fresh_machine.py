@@ -1,0 +1,197 @@
+"""Issue 30: what a new user meets on a fresh machine.
+
+- CI installs into its own fresh virtual environment with the README's command and runs the
+  README's test command there; every module the tests need is declared.
+- A kernel never runs at sizes `ringc check` has not proved: `kernel` checks new sizes first
+  (cached in memory and on disk) and refuses inexact divisions at its line.
+- The checked file's own code runs under `user_code_s`.
+- A failing check piped into `head` keeps its exit code.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from cli_run import assert_refused, run_cli
+from conftest import REPO
+
+import ringc
+from ringc import jaxapi
+
+
+def _readme_commands() -> list[str]:
+    block = re.search(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    return [ln for ln in block.splitlines() if ln and not ln.startswith("#")]
+
+
+def test_ci_runs_the_readme_test_command_in_a_fresh_virtual_environment():
+    script = (REPO / ".ci" / "run").read_text()
+    commands = _readme_commands()
+    assert len(commands) == 2, commands  # the README's first screen: one main job, one test run
+    lines = [ln.strip() for ln in script.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    venv = next(i for i, ln in enumerate(lines) if re.search(r"python3? -m venv ", ln))
+    activate = next(i for i, ln in enumerate(lines) if re.match(r"(\.|source) .*bin/activate", ln))
+    test = lines.index(commands[1])  # word for word
+    assert venv < activate < test
+    assert "mktemp -d" in script  # a new folder each run: nothing installed before is seen
+
+
+def _declared() -> set[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    return {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+
+
+def _top_imports(paths) -> set[str]:
+    out = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(Path(path).read_text())):
+            if isinstance(node, ast.Import):
+                out |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                out.add(node.module.split(".")[0])
+    return out
+
+
+def test_every_third_party_module_the_code_and_tests_import_is_declared():
+    """Installed here is not declared: each distribution providing an imported module must be
+    in pyproject's dependencies or extras (absl-py was missing: JAX's test utilities need it)."""
+    local = {p.stem for p in (REPO / "tests").glob("*.py")} | {"ringc", "conftest", "cli_run"}
+    local |= {p.name for p in (REPO / "tests").iterdir() if p.is_dir()}
+    files = [*(REPO / "ringc").rglob("*.py"), *(REPO / "tests").glob("*.py")]
+    providers = importlib.metadata.packages_distributions()
+    declared = _declared() | {"libtpu"}  # libtpu: what the `tpu` extra's jax[tpu] installs
+    missing = {}
+    for module in sorted(_top_imports(files) - set(sys.stdlib_module_names) - local):
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
+        if dists and not dists & declared and not dists & {"jax", "jaxlib"}:
+            missing[module] = sorted(dists)
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+    assert "absl-py" in _declared()
+
+
+def test_jax_test_utilities_import():
+    """`ringc check` runs JAX's own test modules; their helpers import absl."""
+    import jax._src.test_util  # noqa: F401
+
+
+# ------------------------------------------------------------ sizes not proved are checked
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RINGC_CACHE_DIR", str(tmp_path / "verdicts"))
+    jaxapi._VERDICTS.clear()
+    yield tmp_path / "verdicts"
+    jaxapi._VERDICTS.clear()
+
+
+def _trace(module, n: int, shard_shape: tuple[int, ...]):
+    """Trace `module.kernel` on n devices (nothing runs): what `kernel` refuses, it refuses here."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+    mesh = jax.sharding.AbstractMesh((n,), ("i",))
+    fn = jax.shard_map(lambda x: module.kernel(x, axis_name="i"), mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                       check_vma=False)
+    return jax.make_jaxpr(fn)(jax.ShapeDtypeStruct((n * shard_shape[0], *shard_shape[1:]), "float32"))
+
+
+def test_an_inexact_division_at_solved_params_is_refused_at_its_line(cache):
+    """The issue's repro: a bidirectional all-gather with `half: rows // 2`, proved at rows = 8,
+    called per shard on (5, 128): row 4 would never be sent. Refused, naming the let's line."""
+    path = REPO / "schedules" / "all_gather_bidirectional.yaml"
+    module = ringc.kernel(path)
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if re.match(r"\s*half: rows // 2", ln))
+    with pytest.raises(ValueError, match=re.escape(f"all_gather_bidirectional.yaml:{line}: error: let `half`: "
+                                                   "`rows // 2` is 5 // 2 at rows=5")):
+        _trace(module, 4, (5, 128))
+    _trace(module, 4, (16, 128))  # rows = 16 divides: checked now, and it passes
+    assert {"N": 4, "rows": 16, "cols": 128} in module.CHECKED
+
+
+def test_a_size_the_check_fails_at_is_refused_before_the_kernel_runs(cache):
+    """Proved at N = 2 only (where left = right hides the direction), called at N = 4: the
+    check at 4 fails, and `kernel` raises with the findings and the command to reproduce."""
+    module = ringc.kernel(REPO / "tests" / "broken" / "all_gather_wrong_direction.yaml", devices=[2])
+    assert module.CHECKED == [{"N": 2, **module.PARAMS}]
+    _trace(module, 2, (8, 128))
+    with pytest.raises(ValueError, match=r"fails `ringc check` at N=4.*reproduce: `ringc check "
+                                         r".*all_gather_wrong_direction.yaml --devices 4`"):
+        _trace(module, 4, (8, 128))
+
+
+def test_verdicts_are_cached_in_memory_and_on_disk(cache, monkeypatch):
+    path = REPO / "schedules" / "all_gather_ring.yaml"
+    module = ringc.kernel(path)
+    _trace(module, 5, (8, 128))  # N = 5 was not proved before emitting: checked now
+    assert len(list(cache.glob("*.json"))) == 1
+
+    def no_check(*a, **k):
+        raise AssertionError("checked again")
+    monkeypatch.setattr(jaxapi, "_check_at", no_check)
+    _trace(ringc.kernel(path, unchecked=True), 5, (8, 128))  # unchecked module: runs anything
+    again = jaxapi.import_kernel(ringc.load(path), checked=[])  # a new module, nothing proved
+    jaxapi._VERDICTS.clear()  # a new process: only the disk remembers
+    _trace(again, 5, (8, 128))
+    with pytest.raises(AssertionError, match="checked again"):
+        _trace(again, 6, (8, 128))
+
+
+def test_an_unchecked_module_runs_any_size(cache):
+    module = ringc.kernel(REPO / "tests" / "broken" / "all_gather_wrong_direction.yaml", unchecked=True)
+    assert module.CHECKED is None
+    _trace(module, 4, (8, 128))
+
+
+def test_an_emitted_file_carries_its_schedule_and_what_was_proved(tmp_path, cache):
+    out = tmp_path / "ag.py"
+    o = run_cli(["emit", REPO / "schedules" / "all_gather_ring.yaml", "-o", out], budget=60)
+    assert o.code == 0, str(o)
+    text = out.read_text()
+    assert "CHECKED = [" in text and "_checked(sizes)" in text
+    namespace: dict = {}
+    exec(compile(text, str(out), "exec"), namespace)
+    assert ringc.load(REPO / "schedules" / "all_gather_ring.yaml").text == namespace["SCHEDULE"]
+    assert [c["N"] for c in namespace["CHECKED"]] == [2, 3, 4]
+
+
+# -------------------------------------------------------------------- the user's own code
+
+@pytest.mark.parametrize("where,code,line", [
+    ("at import", "import jax\n\nx = 0\nwhile True:\n    x += 1\n", 4),
+    ("in build", textwrap.dedent("""\
+        import jax
+        COLLECTIVE, AXIS, IN_SPECS, OUT_SPECS = None, "x", (), None
+
+        def build(mesh):
+            while True:
+                pass
+
+        def make_inputs(mesh, key):
+            return ()
+        """), 5),
+])
+def test_user_code_runs_under_a_time_limit(tmp_path, where, code, line):
+    path = tmp_path / "spin.py"
+    path.write_text(code)
+    o = run_cli(["check", path, "--devices", "4", "--limit", "user_code_s=1"], budget=30)
+    assert_refused(o, line=line, says="the limit `user_code_s`", seconds=20)
+    assert "--limit user_code_s=" in o.err
+
+
+def test_a_failing_check_piped_into_head_keeps_its_exit_code():
+    cmd = (f"{sys.executable} -m ringc check {REPO / 'tests/broken/all_reduce_no_capacity_wait.yaml'} "
+           "--devices 4 --explain | head -1")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1, done
+    assert "FAILED" in done.stdout and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
