@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import limits
+from .output import FORMATS, Output, ringc_version
 from .ir.errors import ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -152,6 +153,7 @@ def _limit_overrides(argv: list[str]) -> dict[str, int]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ringc", description="Verify ring schedules and emit Pallas TPU kernels.")
+    p.add_argument("--version", action="version", version=f"ringc {ringc_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add_params(sp: argparse.ArgumentParser) -> None:
@@ -160,7 +162,9 @@ def _parser() -> argparse.ArgumentParser:
         _add_limit(sp)
 
     c = sub.add_parser("check", help="verify schedules for one or more device counts")
-    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("files", nargs="*", metavar="FILE",
+                   help="schedules (.yaml) and Pallas code (.py, .md, .ipynb); none: the files and options of "
+                        "[tool.ringc] in the nearest pyproject.toml (see README, 'Where you work')")
     c.add_argument("--devices", type=_devices, metavar="N|A..B",
                    help="devices on the ring (required with the default `--topology ring`; with a sized "
                         "topology, optional and its total device count)")
@@ -173,7 +177,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", action="store_true", help="treat warnings (e.g. a missing wraparound) as failures")
     c.add_argument("--invocations", type=_invocations, default=1, metavar="K",
                    help="check K back-to-back calls of the kernel (barrier reuse)")
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (default); json: one document for the run; sarif: SARIF 2.1.0 (GitHub code "
+                        "scanning); github: GitHub Actions annotations")
+    c.add_argument("-q", "--quiet", action="store_true", help="print only what failed, and the closing summary")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
     c.add_argument("--dma-order", choices=("any", "in-order"), default="any",
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
@@ -241,8 +248,9 @@ def _load(path: str, params: list[tuple[str, int]]):
     return load(path, dict(params))
 
 
-def _check_kernel(args: argparse.Namespace, path: str) -> bool:
-    """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md)."""
+def _check_kernel(args: argparse.Namespace, path: str):
+    """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md); its
+    reports, one by one."""
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
@@ -250,7 +258,6 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
-    ok = True
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
@@ -259,45 +266,83 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
                 for f in report.findings:
                     if f.severity == "warning":
                         f.severity = "error"
-            ok &= report.ok
-            print(json.dumps(report.to_json()) if args.format == "json" else report.to_text(explain=args.explain))
-    return ok
+            yield report
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .verify import check
-    ok = True
+    """Every file gets its verdicts (a bad one is reported and the next one checked); the
+    exit code is the worst (`ringc.output`). No files: the project's `[tool.ringc]`."""
+    out = Output(args.format, "check", quiet=args.quiet, explain=args.explain)
+    jobs = [(path, args) for path in args.files] if args.files else _project_jobs(args)
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
     if args.show and args.data:
         raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
-                            "drawn", file=args.files[0], fix="drop --show, or --data")
+                            "drawn", file=jobs[0][0], fix="drop --show, or --data")
     if args.show:
-        _output_path(args.show, *args.files)  # refused before the work
-    for path in args.files:
-        if path.endswith((".py", ".md", ".ipynb")):
-            ok &= _check_kernel(args, path)
-            continue
-        if args.entry or args.arg:
-            raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
-                                "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
-        sched = _load(path, args.param)
-        if args.devices is None and args.topology.strip() == "ring":
-            raise ScheduleError("--devices is required with the default topology `ring`", file=path,
-                                fix="pass --devices N, or a sized topology such as --topology torus:4x4")
-        for n in args.devices or [None]:
-            data, how = _data_samples(args, sched, n)
-            report = check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
-                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how, jobs=args.jobs)
-            ok &= report.ok
-            if shown is None or (shown[1].ok and not report.ok):
-                shown = (sched, report)
-            if args.format == "json":
-                print(json.dumps(report.to_json()))
-            else:
-                print(report.to_text(explain=args.explain))
+        _output_path(args.show, *(path for path, _ in jobs))  # refused before the work
+    for path, job in jobs:
+        try:
+            if path.endswith((".py", ".md", ".ipynb")):
+                for report in _check_kernel(job, path):
+                    out.report(report)
+                continue
+            for sched, report in _check_schedule(job, path):
+                out.report(report)
+                if shown is None or (shown[1].ok and not report.ok):
+                    shown = (sched, report)
+        except ScheduleError as e:
+            out.refused(e)
     if args.show and shown:
         _show_finding(args, *shown)
-    return EXIT_OK if ok else EXIT_FAILED
+    return out.close()
+
+
+def _check_schedule(args: argparse.Namespace, path: str):
+    """(schedule, report) for each size of one schedule file."""
+    from .verify import check
+    if args.entry or args.arg:
+        raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
+                            "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
+    sched = _load(path, args.param)
+    if args.devices is None and args.topology.strip() == "ring":
+        raise ScheduleError("--devices is required with the default topology `ring`", file=path,
+                            fix="pass --devices N, or a sized topology such as --topology torus:4x4")
+    for n in args.devices or [None]:
+        data, how = _data_samples(args, sched, n)
+        yield sched, check(sched, n, topology=args.topology, invocations=args.invocations, along=args.along,
+                           strict=args.strict, dma_order=args.dma_order, data=data, data_how=how, jobs=args.jobs)
+
+
+def _project_jobs(args: argparse.Namespace) -> list[tuple[str, argparse.Namespace]]:
+    """`ringc check` with no files: each file of `[tool.ringc]` with its group's options
+    (`ringc.project`); options given on the command line apply to every file."""
+    from .project import load_project
+    project = load_project()
+    pyproject = str(project.root / "pyproject.toml")
+    for name, value in project.limits.items():
+        try:
+            limits.apply(*limits.parse_override(f"{name}={value}"))
+        except ScheduleError as e:
+            raise ScheduleError(f"[tool.ringc] limits: {e.message}", file=pyproject, fix=e.fix) from None
+    defaults = vars(_parser().parse_args(["check"]))
+    given = {k for k, v in vars(args).items() if v != defaults.get(k, v)}
+    parsers = {"devices": lambda v: _devices(str(v)), "topology": _topology,
+               "invocations": lambda v: _invocations(str(v)), "seed": lambda v: _seed(str(v))}
+    jobs = []
+    for path, options in project.jobs():
+        job = argparse.Namespace(**vars(args))
+        for key, value in options.items():
+            if key in given:
+                continue
+            try:
+                setattr(job, key, parsers.get(key, lambda v: v)(value))
+            except argparse.ArgumentTypeError as e:
+                raise ScheduleError(f"[tool.ringc] {key} = {value!r}: {e}", file=pyproject,
+                                    fix="see `ringc check --help` for the option's values") from None
+        jobs.append((path, job))
+    if not jobs:
+        raise ScheduleError("[tool.ringc] matches no file", file=pyproject, fix="check the globs in `files`")
+    return jobs
 
 
 def _data_samples(args: argparse.Namespace, sched, n: int | None) -> tuple[list | None, str]:
@@ -437,17 +482,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only devices need no backend
     quiet_libtpu()
     from .compile import compile_for
-    ok = True
-    for path in args.files:
-        sched = _load(path, args.param)
-        for target in args.target:
-            res = compile_for(sched, target)
-            ok &= res.ok
-            if args.format == "json":
-                print(json.dumps(res.to_json(verbose=args.verbose)))
-            else:
-                print(res.to_text(verbose=args.verbose))
-    return EXIT_OK if ok else EXIT_FAILED
+    from .output import document
+    results, errors = [], []
+    for path in args.files:  # every file gets its result; a bad one is reported, the next compiled
+        try:
+            sched = _load(path, args.param)
+            for target in args.target:
+                res = compile_for(sched, target)
+                results.append(res)
+                if args.format == "text":
+                    print(res.to_text(verbose=args.verbose))
+        except ScheduleError as e:
+            errors.append(e)
+            if args.format == "text":
+                print(str(e), file=sys.stderr)
+    code = EXIT_BAD_INPUT if errors else EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps(document("compile", code, [r.to_json(verbose=args.verbose) for r in results], errors),
+                         indent=1))
+    return code
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -773,6 +826,9 @@ def _guarded_stdout():
 
 
 def _main(argv: list[str]) -> int:
+    if not argv:  # bare `ringc`: what it can do
+        _parser().print_help()
+        return EXIT_OK
     args = _parser().parse_args(argv)  # bad arguments: argparse's usage message, exit 2
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
                "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
@@ -781,6 +837,10 @@ def _main(argv: list[str]) -> int:
             return handler(args)
     except ScheduleError as e:
         print(str(e), file=sys.stderr)
+        if getattr(args, "format", None) in ("json", "sarif"):  # a document on stdout, as for any run
+            out = Output(args.format, args.command)
+            out.errors.append(e)
+            out.close()
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

@@ -117,6 +117,12 @@ def overridden(values: Mapping[str, int]) -> Iterator[None]:
         _overrides.update(saved)
 
 
+def apply(name: str, value_: int) -> None:
+    """Set limit `name` for the rest of the command (`ringc.cli.main` restores the limits after
+    each command): a project's `[tool.ringc] limits`."""
+    _overrides[name] = value_
+
+
 def check(name: str, amount: int | float, what: str, *, file: str | None = None, line: int | None = None,
           fix: str | None = None) -> None:
     """Raise ScheduleError when `amount` exceeds limit `name`: `what` says what was counted."""

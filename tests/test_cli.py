@@ -227,11 +227,16 @@ def test_internal_errors_print_no_traceback(tmp_path):
 # ------------------------------------------------------------------ json output
 
 
-def test_check_json_one_object_per_file_and_n():
+def test_check_json_is_one_document_with_a_report_per_file_and_n():
     files = [ONE_AXIS[0], RACY, NOT_WAITED]
     res = ringc_cli("check", *files, "--devices", "3..4", "--format", "json")
     assert res.returncode == 1
-    objs = [json.loads(line) for line in res.stdout.splitlines()]
+    doc = json.loads(res.stdout)  # one document: `json.load` reads the whole output
+    assert doc["version"] == 1 and doc["command"] == "check" and doc["exit_code"] == 1 and doc["errors"] == []
+    assert doc["summary"] == {"files": 3, "verdicts": 6, "ok": 2, "failed": 4, "refused": 0,
+                              "findings": sum(len([f for f in o["findings"] if f["severity"] == "error"])
+                                              for o in doc["reports"])}
+    objs = doc["reports"]
     assert [(o["file"], o["N"]) for o in objs] == [(str(f), n) for f in files for n in (3, 4)]
     for o in objs:
         assert isinstance(o["ok"], bool)
@@ -262,7 +267,7 @@ def test_check_json_warning_keeps_ok(capsys, tmp_path):
     path = tmp_path / "far.yaml"
     path.write_text(text)
     assert main(["check", str(path), "--devices", "5", "--format", "json"]) == 0
-    obj = json.loads(capsys.readouterr().out)
+    obj = json.loads(capsys.readouterr().out)["reports"][0]
     assert obj["ok"] is True
     assert [(f["kind"], f["severity"]) for f in obj["findings"]] == [("not_neighbour", "warning")]
 

@@ -248,7 +248,9 @@ def test_cli_json():
     res = ringc_cli("compile", "schedules/ppermute_right.yaml", BROKEN_DIR / "reduce_scatter_int8.yaml",
                     "--target", "v5e:2x2", "--format", "json")
     assert res.returncode == 1 and res.stderr == ""
-    ok, bad = (json.loads(line) for line in res.stdout.splitlines())
+    doc = json.loads(res.stdout)  # one document for the run
+    assert doc["version"] == 1 and doc["command"] == "compile" and doc["exit_code"] == 1 and doc["errors"] == []
+    ok, bad = doc["reports"]
     assert ok["ok"] and ok["devices"] == 4 and ok["memory"]["hbm_argument"] == 4096 and "error" not in ok
     assert not bad["ok"] and bad["error"]["kind"] == "unsupported" and bad["error"]["line"] == 82
     assert "raw_error" not in bad

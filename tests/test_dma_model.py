@@ -205,7 +205,7 @@ def test_cli_dma_order_for_yaml_and_kernels(capsys):
     from ringc import cli
     shared = str(BROKEN / "all_gather_shared_recv_sem.yaml")
     assert cli.main(["check", shared, "--devices", "4", "--format", "json"]) == 1
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["reports"][0]
     assert out["assumptions"] == [f"DMA ordering: {DMA_ORDERS['any']}"]
     assert out["findings"] and all(f["relies_on"] == OUT_OF_ORDER for f in out["findings"])
     assert cli.main(["check", shared, "--devices", "4", "--dma-order", "in-order"]) == 0
