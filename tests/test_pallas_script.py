@@ -13,7 +13,6 @@ import pytest
 from ringc.ir.errors import ScheduleError
 from ringc.pallas import check_file
 
-from conftest import line_of
 
 NOTEBOOK = Path(__file__).parent / "pallas_import" / "notebook_permute.py"
 TEXT = NOTEBOOK.read_text()
