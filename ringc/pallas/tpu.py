@@ -84,9 +84,6 @@ class Generation:
         from jax._src.pallas.mosaic import tpu_info
         return tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion(self.name), self.cores)
 
-    def describe(self) -> str:
-        return f"TPU {self.name} ({self.device_kind!r}, {self.cores} TensorCore{'s' if self.cores > 1 else ''} per device)"
-
 
 # One row per generation `--tpu` accepts; device_kind strings as libtpu's compile-only devices
 # report them (`jax.experimental.topologies.get_topology_desc("v5e:2x2", platform="tpu")`, the
@@ -101,10 +98,9 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (
 )}
 DEFAULT = "v5e"
 
-# What the devices answer (besides `platform` and `device_kind`, which they have already).
-_NEW_ATTRIBUTES = ("coords", "core_on_chip", "num_cores", "slice_index")
-# The order the verdict lists the questions asked in.
-QUESTIONS = ("platform", "device_kind", "coords", "core_on_chip", "num_cores", "slice_index", "get_tpu_info")
+# The device attributes the stand-ins answer, and every question the verdict lists, in order.
+ANSWERED = ("platform", "device_kind", "coords", "core_on_chip", "num_cores", "slice_index")
+QUESTIONS = (*ANSWERED, "get_tpu_info")
 
 
 def generation(name: str | None) -> Generation:
@@ -242,38 +238,31 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     docstring), and out-of-scope hardware refuses; everything is put back after."""
     import jax
     from jax._src.pallas.mosaic import tpu_info
-    from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
     answers = Answers(gen, gen.shape(n))
     askers = _Askers(script)
     device = type(jax.devices()[0])
-    own = {k: device.__dict__[k] for k in ("platform", "device_kind", "__getattr__")}
+    own = {name: device.__dict__.get(name, _MISSING) for name in (*ANSWERED, "__getattr__")}
+    own_getattr = own["__getattr__"] if own["__getattr__"] is not _MISSING else _no_attribute
+
+    def original(d: Any, name: str) -> Any:
+        return own_getattr(d, name) if own[name] is _MISSING else own[name].__get__(d)
 
     def stand_in(d: Any) -> bool:
-        return own["platform"].__get__(d) == "cpu" and d.id < n
+        return original(d, "platform") == "cpu" and d.id < n
 
-    def answer(d: Any, name: str) -> Any:
-        answers.asked.add(name)
-        return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
-                "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
-
-    def existing(name: str) -> property:
+    def answered(name: str) -> property:
         def get(d: Any) -> Any:
-            if stand_in(d) and askers.user(sys._getframe(1)):
-                return answer(d, name)
-            return own[name].__get__(d)
+            if not (stand_in(d) and askers.user(sys._getframe(1))):
+                return original(d, name)
+            answers.asked.add(name)
+            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
+                    "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
         return property(get)
 
-    def new(name: str) -> property:
-        def get(d: Any) -> Any:
-            if stand_in(d) and askers.user(sys._getframe(1)):
-                return answer(d, name)
-            return own["__getattr__"](d, name)
-        return property(get)
-
-    def getattr_hook(d: Any, name: str) -> Any:
+    def unanswered(d: Any, name: str) -> Any:
         try:
-            return own["__getattr__"](d, name)
+            return own_getattr(d, name)
         except AttributeError:
             frame = sys._getframe(1)
             if name.startswith("_") or not stand_in(d) or not askers.user(frame):
@@ -291,52 +280,43 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     default_backend = jax.default_backend
 
     def backend() -> str:
-        if askers.user(sys._getframe(1)):
-            answers.asked.add("platform")
-            return "tpu"
-        return default_backend()
+        if not askers.user(sys._getframe(1)):
+            return default_backend()
+        answers.asked.add("platform")
+        return "tpu"
 
-    patches: list[tuple[Any, str, Any]] = [(pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
-                                           (jax, "default_backend", backend)]
-    for module_name, attr, what in _FUNCTIONS:
-        module = sys.modules[module_name]
-
-        def refuse(*args: Any, _what: str = what, **kwargs: Any) -> Any:
-            e = Unsupported(_what, _caller(1))
+    def refusing(what: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            e = Unsupported(what, _caller(1))
             answers.unsupported.append(e)
             raise e
-        patches.append((module, attr, refuse))
-    modules: list[tuple[str, Any]] = []
+        return refuse
+
+    patches: list[tuple[Any, str, Any]] = [
+        *((device, name, answered(name)) for name in ANSWERED), (device, "__getattr__", unanswered),
+        (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
+        (jax, "default_backend", backend),
+        *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
+    modules = {name: sys.modules.get(name) for name in _MODULES}
     for name, what in _MODULES.items():
         parent, leaf = name.rsplit(".", 1)
-        modules.append((name, sys.modules.get(name)))
-        stand = _RefusingModule(name, what, answers)
-        sys.modules[name] = stand
+        stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
         patches.append((sys.modules[parent], leaf, stand))
     saved = [(obj, attr, obj.__dict__.get(attr, _MISSING)) for obj, attr, _ in patches]
     registry = tpu_info.registry.get("cpu", _MISSING)
     try:
         for obj, attr, value in patches:
             setattr(obj, attr, value)
-        for name in ("platform", "device_kind"):
-            setattr(device, name, existing(name))
-        for name in _NEW_ATTRIBUTES:
-            setattr(device, name, new(name))
-        device.__getattr__ = getattr_hook
         tpu_info.registry["cpu"] = gen.tpu_info  # JAX's own tracing asks `tpu_info.get_tpu_info()`
         tpu_info.get_tpu_info.cache_clear()
         yield answers
     finally:
-        for name, value in own.items():
-            setattr(device, name, value)
-        for name in _NEW_ATTRIBUTES:
-            delattr(device, name)
         for obj, attr, value in reversed(saved):
             if value is _MISSING:
                 delattr(obj, attr)
             else:
                 setattr(obj, attr, value)
-        for name, module in modules:
+        for name, module in modules.items():
             if module is None:
                 sys.modules.pop(name, None)
             else:
@@ -346,6 +326,10 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         else:
             tpu_info.registry["cpu"] = registry
         tpu_info.get_tpu_info.cache_clear()
+
+
+def _no_attribute(d: Any, name: str) -> Any:
+    raise AttributeError(f"'{type(d).__name__}' object has no attribute '{name}'")
 
 
 _MISSING = object()
