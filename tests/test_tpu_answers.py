@@ -391,3 +391,18 @@ def test_everything_is_put_back(tmp_path):
             sys.modules.get("jax.experimental.pallas.mosaic_gpu")) == before
     assert jax.default_backend() == "cpu"
     assert os.environ.get("JAX_PLATFORMS") == "cpu"
+
+
+def test_a_module_with_build_is_traced_on_the_generation(capsys):
+    """`right_permute.py` (build(mesh)) traces on an abstract mesh of the --tpu generation."""
+    from pathlib import Path
+    module = str(Path(__file__).parent / "pallas_import" / "right_permute.py")
+    assert main(["check", module, "--devices", "3", "--tpu", "v5p"]) == 0
+    assert main(["check", module, "--devices", "3", "--tpu", "v5p", "--param", "late=1"]) == 1
+
+
+def test_a_schedule_takes_no_tpu(capsys):
+    from pathlib import Path
+    schedule = str(Path(__file__).parent.parent / "schedules" / "ppermute_right.yaml")
+    assert main(["check", schedule, "--devices", "2", "--tpu", "v5p"]) == 2
+    assert "--tpu names the TPU a Python kernel's code asks about" in capsys.readouterr().err

@@ -556,10 +556,12 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
 
 
 def register_cpu_tpu_info() -> None:
-    """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer v5e (one
-    TensorCore), as the importer's abstract mesh does."""
+    """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer the default
+    generation (v5e, one TensorCore: `tpu.GENERATIONS`), as the importer's abstract mesh does.
+    While a script runs, `tpu.answering` answers its `--tpu` generation instead."""
     from jax._src.pallas.mosaic import tpu_info
-    tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+    from .tpu import generation
+    tpu_info.registry.setdefault("cpu", generation(None).tpu_info)
 
 
 def _package_roots(tree: ast.Module, path: str) -> list[str]:
