@@ -461,8 +461,8 @@ def script_line(e: BaseException, path: str) -> int | None:
 def _raised_at(e: BaseException, path: str) -> str:
     """Where the user's code raised `e`: `file:line` of the innermost frame outside JAX's and
     ringc's internals, and the script's own line if that frame is in another file."""
-    from .tpu import _Askers
-    askers = _Askers(path)
+    from .tpu import Askers
+    askers = Askers(path)
     inner, mine = None, None
     tb = e.__traceback__
     while tb is not None:

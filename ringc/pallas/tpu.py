@@ -16,7 +16,7 @@ the check assumes (`--tpu`, default v5e), from one table, `GENERATIONS`:
 
 Only the user's code is answered: the answers are properties of jaxlib's `Device` class,
 installed for the run and removed after it, and a question asked from JAX's internals or
-ringc's (`_internal`) gets the CPU device's own answer, so sharding, `jax.make_mesh`,
+ringc's (`Askers`) gets the CPU device's own answer, so sharding, `jax.make_mesh`,
 `mesh_utils.create_device_mesh` (its CPU path) and the CPU computations of the script run
 as before. (A proxy object in place of the devices cannot work: `jax.device_put` and
 `NamedSharding` take jaxlib's `Device` only.) JAX's test helpers (`jax/_src/test_util.py`)
@@ -157,8 +157,11 @@ def _internal_dirs() -> tuple[str, ...]:
 _TEST_HELPERS = os.sep + os.path.join("jax", "_src", "test_util.py")
 
 
-class _Askers:
-    """Whether a frame is the user's code (answered) or JAX's or ringc's own (not)."""
+class Askers:
+    """Whether a frame is the user's code (answered) or JAX's or ringc's own (not): code in
+    `jax/_src`, jaxlib or ringc is not the user's, except the script itself and JAX's test
+    helpers; everything else is (the script's helper modules, the published kernels under
+    `jax/experimental/pallas/ops`)."""
 
     def __init__(self, script: str):
         self.internal = _internal_dirs()
@@ -240,7 +243,7 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     from jax._src.pallas.mosaic import tpu_info
     from jax.experimental.pallas import tpu as pltpu
     answers = Answers(gen, gen.shape(n))
-    askers = _Askers(script)
+    askers = Askers(script)
     device = type(jax.devices()[0])
     own = {name: device.__dict__.get(name, _MISSING) for name in (*ANSWERED, "__getattr__")}
     own_getattr = own["__getattr__"] if own["__getattr__"] is not _MISSING else _no_attribute
