@@ -338,6 +338,11 @@ y = double(x)
 
 @pytest.mark.parametrize("code, what, at", [
     (GPU, "Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) are not supported yet", "plgpu.CompilerParams"),
+    (GPU.replace("from jax.experimental.pallas import mosaic_gpu as plgpu",
+                 "import jax.experimental.pallas.mosaic_gpu as plgpu"),
+     "Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) are not supported yet", "plgpu.CompilerParams"),
+    ("from jax.experimental.pallas import triton as plt\nparams = plt.CompilerParams(num_warps=4)\n",
+     "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet", "plt.CompilerParams"),
     (CORE_MAP, "TensorCore meshes (pltpu.create_tensorcore_mesh) are not supported", "create_tensorcore_mesh"),
     (CORE_MAP.replace('pltpu.create_tensorcore_mesh("core")', "None"),
      "TensorCore meshes (pl.core_map) are not supported", "pl.core_map"),
