@@ -411,3 +411,19 @@ def test_a_schedule_takes_no_tpu(capsys):
     schedule = str(Path(__file__).parent.parent / "schedules" / "ppermute_right.yaml")
     assert main(["check", schedule, "--devices", "2", "--tpu", "v5p"]) == 2
     assert "--tpu names the TPU a Python kernel's code asks about" in capsys.readouterr().err
+
+
+def test_an_attribute_jax_reads_for_the_script_is_named_too(tmp_path):
+    """JAX's internals see CPU devices: a TPU attribute read there on the script's behalf is
+    named, with JAX's line and the script's."""
+    setup = ("from jax._src.pallas.mosaic import tpu_info\ncores = tpu_info.get_num_device_cores()\n"
+             "mesh = jax.make_mesh((4,), ('ring',))\n")
+    path = script(tmp_path, setup)
+    with pytest.raises(ScheduleError) as e:
+        check_file(path, 4)
+    assert e.value.line == line(path, "cores = ")
+    assert e.value.message.startswith("setup code asked the device for `num_cores` through JAX (at ")
+    assert e.value.message.endswith("which ringc's stand-in TPU v5e devices answer only to the script's own code")
+    asked = setup.replace("tpu_info.get_num_device_cores()", "jax.devices()[0].num_cores")
+    assert verdict(script(tmp_path, asked), 4).ok
+    assert not verdict(script(tmp_path, asked, broken=True), 4).ok

@@ -496,15 +496,21 @@ def user_failure(e: BaseException, path: str) -> None:
         seen.add(id(e))
         if isinstance(e, Unanswered):
             file, line = e.where
-            via = ""
+            via = " through JAX" if not e.by_user else ""
             if os.path.abspath(file) != os.path.abspath(path):  # a helper asked: name it, point at the script
-                via, file, line = f" (at {file}:{line})", path, script_line(e, path)
+                via, file, line = f"{via} (at {file}:{line})", path, script_line(e, path)
+            if e.by_user:
+                raise ScheduleError(
+                    f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU "
+                    f"{e.generation.name} devices do not answer", file=file, line=line,
+                    fix=f"they answer {', '.join(QUESTIONS[:-1])} and pltpu.get_tpu_info() (docs/pallas-import.md, "
+                        "\"What ringc answers as a TPU\"); give the value the kernel needs directly, or guard the "
+                        "question with hasattr") from None
             raise ScheduleError(
                 f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU {e.generation.name} "
-                "devices do not answer", file=file, line=line,
-                fix=f"they answer {', '.join(QUESTIONS[:-1])} and pltpu.get_tpu_info() (docs/pallas-import.md, "
-                    "\"What ringc answers as a TPU\"); give the value the kernel needs directly, or guard the "
-                    "question with hasattr") from None
+                "devices answer only to the script's own code", file=file, line=line,
+                fix="JAX's internals see ringc's devices as the CPU devices they are, so that meshes and sharding "
+                    "work; ask the device itself (jax.devices()[0].num_cores) or pltpu.get_tpu_info()") from None
         e = e.__cause__ or e.__context__
 
 

@@ -23,8 +23,9 @@ as before. (A proxy object in place of the devices cannot work: `jax.device_put`
 count as the user's side: `jtu.is_device_tpu(5, "e")` reads the stand-in's `device_kind`.
 
 A device attribute ringc does not answer raises `Unanswered` (an AttributeError, so
-`hasattr` probes still work), which `script.py` reports as an input error naming the
-attribute and the line that asked. Hardware ringc does not model at all (Mosaic GPU,
+`hasattr` and `getattr(d, name, default)` probes still work, JAX's own included), which
+`script.py` reports, when it escapes the user's code, as an input error naming the attribute
+and the line that asked. Hardware ringc does not model at all (Mosaic GPU,
 Triton, SparseCore, TensorCore meshes) is refused in one line (`Unsupported`,
 `unsupported_in`).
 """
@@ -113,11 +114,13 @@ def generation(name: str | None) -> Generation:
 
 
 class Unanswered(AttributeError):
-    """A device attribute the stand-ins do not answer, asked by the user's code at `where`."""
+    """A device attribute the stand-ins do not answer, asked at `where`: by the user's code,
+    or by JAX's (`by_user` False), which sees the CPU device's own attributes."""
 
-    def __init__(self, name: str, gen: Generation, where: tuple[str, int]):
-        super().__init__(f"ringc's stand-in TPU {gen.name} devices do not answer `{name}`")
-        self.name, self.generation, self.where = name, gen, where
+    def __init__(self, name: str, gen: Generation, where: tuple[str, int], by_user: bool):
+        super().__init__(f"ringc's stand-in TPU {gen.name} devices do not answer `{name}`"
+                         + ("" if by_user else " to JAX's own code"))
+        self.name, self.generation, self.where, self.by_user = name, gen, where, by_user
 
 
 class Unsupported(Exception):
@@ -268,9 +271,9 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
             return own_getattr(d, name)
         except AttributeError:
             frame = sys._getframe(1)
-            if name.startswith("_") or not stand_in(d) or not askers.user(frame):
+            if name.startswith("_") or not stand_in(d):
                 raise
-            raise Unanswered(name, gen, (frame.f_code.co_filename, frame.f_lineno)) from None
+            raise Unanswered(name, gen, (frame.f_code.co_filename, frame.f_lineno), askers.user(frame)) from None
 
     def get_tpu_info() -> Any:
         answers.asked.add("get_tpu_info")
