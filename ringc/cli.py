@@ -190,6 +190,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
+    c.add_argument("--tpu", metavar="|".join(_tpu_choices()),
+                   help="a Python kernel or script: the TPU generation its devices answer as while ringc runs its "
+                        "code (device_kind, coords, get_tpu_info; default v5e); see docs/pallas-import.md")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     c.add_argument("--data", metavar="random:K|FILE.json",
                    help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
@@ -235,6 +238,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tpu_choices() -> tuple[str, ...]:
+    from .pallas.tpu import DEFAULT, GENERATIONS
+    return (DEFAULT, *(g for g in GENERATIONS if g != DEFAULT))
+
+
 def _array_arg(text: str):
     from .pallas.script import parse_arg
     try:
@@ -261,7 +269,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
-                                 dma_order=args.dma_order, entry=args.entry, args=args.arg):
+                                 dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu):
             if args.strict:
                 for f in report.findings:
                     if f.severity == "warning":
@@ -278,6 +286,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and args.data:
         raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
                             "drawn", file=jobs[0][0], fix="drop --show, or --data")
+    if args.tpu is not None:  # checked here, not by argparse, to say it in one line
+        from .pallas.tpu import generation
+        try:
+            generation(args.tpu)
+        except ValueError as e:
+            raise ScheduleError(f"--tpu {args.tpu}: {e}", file=jobs[0][0]) from None
     if args.show:
         _output_path(args.show, *(path for path, _ in jobs))  # refused before the work
     for path, job in jobs:
@@ -303,6 +317,9 @@ def _check_schedule(args: argparse.Namespace, path: str):
     if args.entry or args.arg:
         raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
                             "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
+    if args.tpu:
+        raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
+                            file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
     sched = _load(path, args.param)
     if args.devices is None and args.topology.strip() == "ring":
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,

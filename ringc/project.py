@@ -13,7 +13,7 @@ files = ["schedules/*.yaml", "kernels/**/*.py"]
 exclude = ["schedules/experimental_*.yaml"]
 devices = "2..4"                     # any `ringc check` option: devices, topology, along,
 dma_order = "any"                    # dma_order, invocations, data, seed, strict, params,
-                                     # entry, jobs
+                                     # entry, tpu, jobs
 ```
 
 Options given on the command line win over a group's. The file is found from the current
@@ -49,6 +49,7 @@ class CheckGroup(BaseModel):
     seed: int | None = None
     strict: bool | None = None
     entry: str | None = None
+    tpu: str | None = None
     jobs: int | None = None
     params: dict[str, int] = Field(default_factory=dict, description="--param k=v for every file of the group")
 

@@ -41,6 +41,8 @@ from .compat import AliasLog, aliases
 from .jaxprs import has_pallas, walk_eqns
 from .interpret import RULES, Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .program import Builder, Call, Handle
+from .script import describe_exception, script_line
+from .tpu import REFUSAL_TAIL, unsupported_in
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
@@ -82,13 +84,14 @@ def collective_named(kind: str, shift: int = 1, file: str | None = None) -> Coll
     return COLLECTIVES[kind](shift=shift)
 
 
-def _mesh(axes: dict[str, int]) -> Any:
-    """An abstract mesh that says it is a TPU v5e (one TensorCore per chip), so Pallas' TPU
-    helpers (e.g. `emit_pipeline`'s tiling) trace without devices."""
+def _mesh(axes: dict[str, int], tpu: str | None = None) -> Any:
+    """An abstract mesh that says it is the TPU the check assumes (`--tpu`, default v5e: one
+    TensorCore per chip), so Pallas' TPU helpers (e.g. `emit_pipeline`'s tiling) trace
+    without devices."""
     from jax.sharding import AbstractMesh, AxisType
-    from jax._src.mesh import AbstractDevice
+    from .tpu import abstract_device, generation
     return AbstractMesh(tuple(axes.values()), tuple(axes), axis_types=(AxisType.Explicit,) * len(axes),
-                        abstract_device=AbstractDevice("TPU v5 lite", 1, "tpu"))
+                        abstract_device=abstract_device(generation(tpu)))
 
 
 def load_module(path: str, log: AliasLog) -> Any:
@@ -105,8 +108,8 @@ def load_module(path: str, log: AliasLog) -> Any:
     except ScheduleError:
         raise
     except Exception as e:
-        line = _user_line(e, str(p))
-        raise ScheduleError(f"importing the module failed: {type(e).__name__}: {e}", file=path, line=line,
+        line = script_line(e, str(p))
+        raise ScheduleError(f"importing the module failed: {describe_exception(e, path)}", file=path, line=line,
                             fix="the module must import with the installed jax (" + _jax_version() + ")") from None
     return module
 
@@ -114,15 +117,6 @@ def load_module(path: str, log: AliasLog) -> Any:
 def _jax_version() -> str:
     import jax
     return f"jax {jax.__version__}"
-
-
-def _user_line(e: BaseException, file: str) -> int | None:
-    tb, line = e.__traceback__, None
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(file):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
 
 
 def _collective(module: Any) -> Collective | None:
@@ -138,21 +132,22 @@ def _collective(module: Any) -> Collective | None:
 
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
                  params: dict[str, int] | None = None, topology: str | None = None,
-                 along: str | None = None, dma_order: str = "any") -> Report:
+                 along: str | None = None, dma_order: str = "any", tpu: str | None = None) -> Report:
     """Check the module at `path` (the `ringc emit` convention) on `n` devices along AXIS,
     on a mesh of `shape` (one size per axis of a tuple AXIS), or placed on a `topology`
     (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`), under
-    the DMA ordering model `dma_order` ("any" or "in-order", docs/verification.md)."""
+    the DMA ordering model `dma_order` ("any" or "in-order", docs/verification.md), traced
+    on an abstract mesh of the TPU generation `tpu` (`tpu.GENERATIONS`, default v5e)."""
     interpret.PREFERRED.append(os.path.abspath(path))
     try:
-        return _check_module(path, n, shape, invocations, params, topology, along, dma_order)
+        return _check_module(path, n, shape, invocations, params, topology, along, dma_order, tpu)
     finally:
         interpret.PREFERRED.pop()
 
 
 def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
                   params: dict[str, int] | None, topology: str | None, along: str | None,
-                  dma_order: str = "any") -> Report:
+                  dma_order: str = "any", tpu: str | None = None) -> Report:
     t0 = time.perf_counter()
     params = dict(params or {})
     log = AliasLog()
@@ -189,7 +184,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         if n is None:
             raise ScheduleError("no device count given", file=path, fix="pass --devices N")
         sizes = {axes[0]: n}
-    mesh = _mesh(sizes)
+    mesh = _mesh(sizes, tpu)
     with aliases(log), user_code_time(path):
         try:
             fn = module.build(mesh, **params)
@@ -203,8 +198,8 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         except ScheduleError:
             raise
         except Exception as e:
-            raise ScheduleError(f"build/make_inputs failed: {type(e).__name__}: {e}", file=path,
-                                line=_user_line(e, path), fix="check --param values and N") from None
+            raise ScheduleError(f"build/make_inputs failed: {describe_exception(e, path)}", file=path,
+                                line=script_line(e, path), fix="check --param values and N") from None
         values = None
         jaxpr = _trace(fn, shapes, path)
         if _needs_values(jaxpr):
@@ -219,9 +214,10 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
 
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
-               entry: str | None = None, args: list | None = None) -> list[Report]:
+               entry: str | None = None, args: list | None = None, tpu: str | None = None) -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
-    script or notebook run as published (`check_script`, one report per kernel call)."""
+    script or notebook run as published (`check_script`, one report per kernel call), on
+    devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`)."""
     from .script import is_script, script_source
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
@@ -230,17 +226,19 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
-                            entry=entry, args=args, params=params)
+                            entry=entry, args=args, params=params, tpu=tpu)
     return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
-                         dma_order=dma_order)]
+                         dma_order=dma_order, tpu=tpu)]
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
-                 args: list | None = None, params: dict[str, int] | None = None) -> list[Report]:
-    """Check a script (or a notebook's code cells) as published: run it on n CPU devices,
-    capturing each top-level call of a jitted function that runs pallas_calls (`script.py`),
-    and check every captured call; one report per call, in the script's order."""
+                 args: list | None = None, params: dict[str, int] | None = None,
+                 tpu: str | None = None) -> list[Report]:
+    """Check a script (or a notebook's code cells) as published: run it on n CPU devices
+    that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
+    jitted function that runs pallas_calls (`script.py`), and check every captured call; one
+    report per call, in the script's order. Hardware ringc does not model is refused."""
     from .script import run_script
     if along is not None:  # a script builds its own mesh: there is no AXIS for --along to bind
         raise ScheduleError("--along binds a module's AXIS to a topology axis; a script's kernels run on the mesh "
@@ -248,11 +246,17 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     t0 = time.perf_counter()
     log = AliasLog()
     with user_code_time(path):
-        script = run_script(path, n, log, entry=entry, args=args, params=params)
+        script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu)
+    refused = {id(c): unsupported_in(c.jaxpr.jaxpr) for c in script.captures}
     if params and not any(c.test and "(" in c.test for c in script.captures):
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,
                             fix="drop --param, or name the function with --entry")
+    if script.answers.unsupported and not any(r is None for r in refused.values()):
+        raise _refusal(script.answers.unsupported[0], path)
+    if script.captures and all(refused.values()):
+        first = script.captures[0]
+        raise ScheduleError(refused[id(first)] + REFUSAL_TAIL, file=path, line=first.line)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(
@@ -281,6 +285,10 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
+        if refused[id(cap)]:
+            reports.append(CallError(path, title, ScheduleError(refused[id(cap)] + REFUSAL_TAIL, file=path,
+                                                                line=cap.line)))
+            continue
         try:
             report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
                                   log, topology, dma_order)
@@ -299,11 +307,22 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                       f"computes on the same input at line {cap.reference_line} (not run)")
         if values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
+        if script.answers.assumption():
+            report.assumptions.append(script.answers.assumption())
         if not reports:  # the script's notes once, on its first verdict
             report.assumptions += [f"script note: {note}" for note in script.notes]
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
         reports.append(report)
     return reports
+
+
+def _refusal(e: Any, path: str) -> ScheduleError:
+    """The one-line input error for hardware ringc does not model (`tpu.Unsupported`), at the
+    script's line that touched it."""
+    file, line = e.where
+    if os.path.abspath(file) != os.path.abspath(path):
+        file, line = path, script_line(e, path)
+    return ScheduleError(e.what + REFUSAL_TAIL, file=file, line=line)
 
 
 @dataclass
@@ -377,8 +396,8 @@ def _trace(fn: Callable, args: Any, path: str | None) -> Any:
     except ScheduleError:
         raise
     except Exception as e:
-        raise ScheduleError(f"tracing failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                            file=path, line=_user_line(e, path) if path else None,
+        raise ScheduleError(f"tracing failed: {describe_exception(e, path or '')}",
+                            file=path, line=script_line(e, path) if path else None,
                             fix="the function must trace with jax.make_jaxpr on its inputs") from None
 
 

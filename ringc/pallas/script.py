@@ -45,6 +45,7 @@ import math
 import os
 import sys
 import traceback
+import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -85,6 +86,7 @@ class Script:
     test: str | None = None        # the test running now
     entry_line: int = 0            # the entry function ringc is calling (its def line), else 0
     seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
+    answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
 
 
 def is_script(source: str) -> bool:
@@ -378,25 +380,22 @@ def _capturing(script: Script) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _claim_tpu() -> Iterator[None]:
-    """JAX's test helpers answer as on a TPU (`jtu.test_device_matches(["tpu"])`,
-    `jtu.is_device_tpu_at_least(4)`): for tests that skip themselves off TPU. Nothing runs
-    the kernels, so nothing depends on the claim but which tests run."""
+    """JAX's test helpers answer as on the TPU the check assumes (`--tpu`): the device under
+    test is "tpu", so `jtu.test_device_matches(["tpu"])` holds, and `jtu.is_device_tpu(5, "e")`,
+    `jtu.is_device_tpu_at_least(6)` read the stand-in devices' `device_kind` (`tpu.py`): for
+    tests that skip themselves off TPU. Nothing runs the kernels, so nothing depends on the
+    claim but which tests run."""
     try:
         from jax._src import test_util as jtu
     except ImportError:
         yield
         return
-    saved = {k: getattr(jtu, k) for k in ("test_device_matches", "is_device_tpu_at_least", "is_device_tpu",
-                                          "device_under_test")}
-    jtu.test_device_matches = lambda types: "tpu" in list(types)
-    jtu.is_device_tpu_at_least = lambda version: True
-    jtu.is_device_tpu = lambda version=None, variant="": True
+    saved = jtu.device_under_test
     jtu.device_under_test = lambda: "tpu"
     try:
         yield
     finally:
-        for k, v in saved.items():
-            setattr(jtu, k, v)
+        jtu.device_under_test = saved
 
 
 def _run_tests(script: Script, env: dict) -> None:
@@ -415,7 +414,7 @@ def _run_tests(script: Script, env: dict) -> None:
             script.test = ".".join(name)
             before = sum(c.copies for c in script.captures)
             for claim in (contextlib.nullcontext(), _claim_tpu()):
-                result = unittest.TestResult()
+                result = _Result()
                 with claim:
                     test.run(result)
                 if not result.skipped:
@@ -424,22 +423,95 @@ def _run_tests(script: Script, env: dict) -> None:
                 script.notes.append(f"test {script.test} skipped itself ({result.skipped[0][1][:100]}): its kernels "
                                     "were not checked")
                 continue
-            trouble = result.errors + result.failures
-            if trouble and not any(c.test == script.test for c in script.captures) and not _copied(script, before):
-                last = _exception_line(trouble[0][1])
-                script.notes.append(f"test {script.test} stopped before any kernel call ({last[:160]}): its "
-                                    "kernels were not checked")
+            for e in result.raised:
+                user_failure(e, script.path)  # a question ringc cannot answer stops the check
+            if result.raised and not any(c.test == script.test for c in script.captures) \
+                    and not _copied(script, before):
+                script.notes.append(f"test {script.test} stopped before any kernel call "
+                                    f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
     script.test = None
 
 
-def _exception_line(tb: str) -> str:
-    """The `Type: message` line of a formatted traceback (JAX appends notes after it)."""
-    lines = [ln for ln in tb.strip().splitlines() if ln and not ln[0].isspace()]
-    for ln in reversed(lines):
-        head = ln.split(":", 1)[0]
-        if head.replace(".", "").replace("_", "").isalnum() and ("Error" in head or "Exception" in head):
-            return ln
-    return lines[-1] if lines else tb.strip()[-160:]
+class _Result(unittest.TestResult):
+    """A test result that keeps the exceptions of failed tests, not only their text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: list[BaseException] = []
+
+    def addError(self, test: Any, err: Any) -> None:
+        super().addError(test, err)
+        self.raised.append(err[1])
+
+    def addFailure(self, test: Any, err: Any) -> None:
+        super().addFailure(test, err)
+        self.raised.append(err[1])
+
+
+def script_line(e: BaseException, path: str) -> int | None:
+    """The innermost line of the file at `path` in `e`'s traceback (None if it is not there)."""
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _raised_at(e: BaseException, path: str) -> str:
+    """Where the user's code raised `e`: `file:line` of the innermost frame outside JAX's and
+    ringc's internals, and the script's own line if that frame is in another file."""
+    from .tpu import Askers
+    askers = Askers(path)
+    inner, mine = None, None
+    tb = e.__traceback__
+    while tb is not None:
+        if askers.user(tb.tb_frame):
+            inner = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            if os.path.abspath(inner[0]) == askers.script:
+                mine = inner
+        tb = tb.tb_next
+    if inner is None:
+        return "a line ringc cannot name"
+    where = f"{inner[0]}:{inner[1]}"
+    return where if mine is None or mine == inner else f"{where} (from {path}:{mine[1]})"
+
+
+def describe_exception(e: BaseException, path: str) -> str:
+    """How ringc names an exception from the user's code, everywhere it reports one: `Type:
+    first line of the message`; an exception with no message (an empty `AttributeError:`) is
+    named by its type and the user's file:line that raised it."""
+    text = str(e).strip()
+    if text:
+        return f"{type(e).__name__}: {text.splitlines()[0][:160]}"
+    return f"{type(e).__name__} with no message, raised at {_raised_at(e, path)}"
+
+
+def user_failure(e: BaseException, path: str) -> None:
+    """Raise the input error for an exception of the user's code that ringc, not the code, is
+    the cause of: a device attribute the stand-in TPU devices do not answer (`tpu.Unanswered`)."""
+    from .tpu import QUESTIONS, Unanswered
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, Unanswered):
+            file, line = e.where
+            via = " through JAX" if not e.by_user else ""
+            if os.path.abspath(file) != os.path.abspath(path):  # a helper asked: name it, point at the script
+                via, file, line = f"{via} (at {file}:{line})", path, script_line(e, path)
+            if e.by_user:
+                raise ScheduleError(
+                    f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU "
+                    f"{e.generation.name} devices do not answer", file=file, line=line,
+                    fix=f"they answer {', '.join(QUESTIONS[:-1])} and pltpu.get_tpu_info() (docs/pallas-import.md, "
+                        "\"What ringc answers as a TPU\"); give the value the kernel needs directly, or guard the "
+                        "question with hasattr") from None
+            raise ScheduleError(
+                f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU {e.generation.name} "
+                "devices answer only to the script's own code", file=file, line=line,
+                fix="JAX's internals see ringc's devices as the CPU devices they are, so that meshes and sharding "
+                    "work; ask the device itself (jax.devices()[0].num_cores) or pltpu.get_tpu_info()") from None
+        e = e.__cause__ or e.__context__
 
 
 def _copied(script: Script, before: int) -> bool:
@@ -490,10 +562,12 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
 
 
 def register_cpu_tpu_info() -> None:
-    """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer v5e (one
-    TensorCore), as the importer's abstract mesh does."""
+    """`emit_pipeline` asks for the TPU generation while it traces; on CPU, answer the default
+    generation (v5e, one TensorCore: `tpu.GENERATIONS`), as the importer's abstract mesh does.
+    While a script runs, `tpu.answering` answers its `--tpu` generation instead."""
     from jax._src.pallas.mosaic import tpu_info
-    tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+    from .tpu import generation
+    tpu_info.registry.setdefault("cpu", generation(None).tpu_info)
 
 
 def _package_roots(tree: ast.Module, path: str) -> list[str]:
@@ -618,7 +692,8 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
                           if p.kind == p.POSITIONAL_ONLY and p.name in call]
             fn(*positional, **call)
         except Exception as e:  # noqa: BLE001 - the user's function failed: say so
-            failed = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            user_failure(e, script.path)
+            failed = describe_exception(e, script.path)
         ran = len(script.captures) - before
         tried.append(f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}" if ran else
                      f"{name} ran no kernel ({failed or 'no pallas_call under jit'})")
@@ -631,10 +706,14 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
 
 
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
-               args: list[ArgSpec] | None = None, params: dict[str, int] | None = None) -> Script:
-    """Run the script at `path` on n CPU devices, capturing its kernel calls; a module of
-    functions that makes none has its entry functions called (`call_entries`)."""
+               args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
+               tpu: str | None = None) -> Script:
+    """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
+    (`tpu.answering`, default v5e), capturing its kernel calls; a module of functions that
+    makes none has its entry functions called (`call_entries`)."""
     from .compat import aliases
+    from .tpu import answering, generation
+    gen = generation(tpu)
     source = script_source(path)
     try:
         tree = ast.parse(source, path)
@@ -649,8 +728,9 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     sys.path[:0] = roots
     try:
         # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
-        with _devices(n, script.notes), _capturing(script), aliases(log), _test_main(script, env), \
-                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with _devices(n, script.notes), answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
+                _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             for stmt in tree.body:
                 code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
                 try:
@@ -661,8 +741,8 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 except KeyboardInterrupt:
                     raise
                 except Exception as e:  # a notebook cell that fails: note it, run the next statement
-                    first = str(e).splitlines()[0] if str(e) else ""
-                    script.notes.append(f"line {stmt.lineno}: {type(e).__name__}: {first[:160]} "
+                    user_failure(e, path)
+                    script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
                                         "(ringc ran the next statement)")
             if entry is not None or args or params or not script.captures:
                 call_entries(script, env, entry, list(args or []), params)

@@ -1,0 +1,347 @@
+"""The TPU that ringc's CPU devices answer as while it runs a user's code (`ringc check --tpu`).
+
+Published kernels' setup code asks the devices TPU questions: `device.coords` to lay a mesh
+out (`sorted(jax.devices(), key=lambda d: d.coords)`), `device_kind` or
+`pltpu.get_tpu_info()` to pick block sizes per generation, `platform == "tpu"`. ringc runs
+that code on CPU devices (`script.py`), so while it runs they answer as the TPU generation
+the check assumes (`--tpu`, default v5e), from one table, `GENERATIONS`:
+
+- `platform` "tpu", `device_kind` the string JAX reports for the generation (libtpu's own
+  devices say "TPU v5 lite", "TPU v5", "TPU v4", "TPU v6 lite": `ringc compile` targets),
+  `coords` the device's place in a slice of N chips of that generation (`Generation.shape`,
+  x fastest, as libtpu numbers them), `core_on_chip` 0, `num_cores` the TensorCores of one
+  JAX device (2 where a chip runs as one megacore device: v4, v5p), `slice_index` 0;
+- `pltpu.get_tpu_info()` JAX's own table for that chip (`tpu_info.get_tpu_info_for_chip`),
+  `pltpu.is_tpu_device()` True, `jax.default_backend()` "tpu".
+
+Only the user's code is answered: the answers are properties of jaxlib's `Device` class,
+installed for the run and removed after it, and a question asked from JAX's internals or
+ringc's (`Askers`) gets the CPU device's own answer, so sharding, `jax.make_mesh`,
+`mesh_utils.create_device_mesh` (its CPU path) and the CPU computations of the script run
+as before. (A proxy object in place of the devices cannot work: `jax.device_put` and
+`NamedSharding` take jaxlib's `Device` only.) JAX's test helpers (`jax/_src/test_util.py`)
+count as the user's side: `jtu.is_device_tpu(5, "e")` reads the stand-in's `device_kind`.
+
+A device attribute ringc does not answer raises `Unanswered` (an AttributeError, so
+`hasattr` and `getattr(d, name, default)` probes still work, JAX's own included), which
+`script.py` reports, when it escapes the user's code, as an input error naming the attribute
+and the line that asked. Hardware ringc does not model at all (Mosaic GPU,
+Triton, SparseCore, TensorCore meshes) is refused in one line (`Unsupported`,
+`unsupported_in`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..topology import GENERATIONS as _AXES
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a JAX device of one TPU generation answers."""
+    name: str          # the --tpu spelling (and `tpu_info.ChipVersion`'s value)
+    device_kind: str   # `device.device_kind`, as libtpu's devices of the generation report it
+    cores: int         # `device.num_cores`: TensorCores per JAX device (2: one megacore device per chip)
+
+    @property
+    def axes(self) -> int:
+        """Axes of the generation's slices (2: v5e, v6e; 3: v4, v5p): `ringc.topology`."""
+        return _AXES[self.name]
+
+    def shape(self, n: int) -> tuple[int, ...]:
+        """The slice of n chips: for a power of two the generation's own slice shapes (v5e
+        1x1, 2x2, 2x4, 4x4, 4x8, ...; v5p 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, ...: each doubles
+        its smallest axis, the last of equal ones), else a line of n chips along x."""
+        dims = [1] * self.axes
+        if n & (n - 1):
+            dims[0] = n
+            return tuple(dims)
+        while math.prod(dims) < n:
+            if self.axes == 3 and math.prod(dims) < 4:  # 3-D slices start 2x1x1, 2x2x1
+                i = 0 if dims[0] == 1 else 1
+            else:
+                i = max(k for k, d in enumerate(dims) if d == min(dims))
+            dims[i] *= 2
+        return tuple(dims)
+
+    def coords(self, index: int, n: int) -> list[int]:
+        """Device `index`'s chip coordinates [x, y, z] in `shape(n)`, x fastest (z = 0 on 2-D
+        slices), as libtpu lists them: a list, like a TPU device's `coords`."""
+        out = []
+        for d in self.shape(n):
+            out.append(index % d)
+            index //= d
+        return out + [0] * (3 - len(out))
+
+    def tpu_info(self) -> Any:
+        """JAX's `TpuInfo` for the generation (VMEM, cores, lanes, ...)."""
+        from jax._src.pallas.mosaic import tpu_info
+        return tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion(self.name), self.cores)
+
+
+# One row per generation `--tpu` accepts; device_kind strings as libtpu's compile-only devices
+# report them (`jax.experimental.topologies.get_topology_desc("v5e:2x2", platform="tpu")`, the
+# devices of `ringc compile`; `tests/test_tpu_answers.py` compares), and as JAX's own tables
+# spell them (`tpu_info.chip_version_from_device_kind`, `mesh_utils._TPU_V5_LITE`). v4 and v5p
+# chips run as one megacore device of 2 TensorCores, as JAX uses them by default.
+GENERATIONS: dict[str, Generation] = {g.name: g for g in (
+    Generation("v5e", "TPU v5 lite", 1),
+    Generation("v5p", "TPU v5", 2),
+    Generation("v4", "TPU v4", 2),
+    Generation("v6e", "TPU v6 lite", 1),
+)}
+DEFAULT = "v5e"
+
+# The device attributes the stand-ins answer, and every question the verdict lists, in order.
+ANSWERED = ("platform", "device_kind", "coords", "core_on_chip", "num_cores", "slice_index")
+QUESTIONS = (*ANSWERED, "get_tpu_info")
+
+
+def generation(name: str | None) -> Generation:
+    """The row for `--tpu NAME`; ValueError naming the choices for any other name."""
+    name = DEFAULT if name is None else name
+    if name not in GENERATIONS:
+        raise ValueError(f"unknown TPU generation {name!r}: choose one of {', '.join(GENERATIONS)} "
+                         f"(default {DEFAULT})")
+    return GENERATIONS[name]
+
+
+class Unanswered(AttributeError):
+    """A device attribute the stand-ins do not answer, asked at `where`: by the user's code,
+    or by JAX's (`by_user` False), which sees the CPU device's own attributes."""
+
+    def __init__(self, name: str, gen: Generation, where: tuple[str, int], by_user: bool):
+        super().__init__(f"ringc's stand-in TPU {gen.name} devices do not answer `{name}`"
+                         + ("" if by_user else " to JAX's own code"))
+        self.name, self.generation, self.where, self.by_user = name, gen, where, by_user
+
+
+class Unsupported(Exception):
+    """The user's code touched hardware ringc does not model (`what` says which)."""
+
+    def __init__(self, what: str, where: tuple[str, int]):
+        super().__init__(what)
+        self.what, self.where = what, where
+
+
+@dataclass
+class Answers:
+    """What the user's code asked while it ran, and what it touched that ringc refuses."""
+    generation: Generation
+    shape: tuple[int, ...]                     # the slice the devices' coords lay out
+    asked: set[str] = field(default_factory=set)
+    unsupported: list[Unsupported] = field(default_factory=list)
+
+    def assumption(self) -> str | None:
+        """The verdict's `assumes:` line, if the code asked anything."""
+        if not self.asked:
+            return None
+        g = self.generation
+        return (f"devices answer as TPU {g.name} (--tpu): device_kind {g.device_kind!r}, coords of a "
+                f"{'x'.join(map(str, self.shape))} slice, {g.cores} TensorCore{'s' if g.cores > 1 else ''} per "
+                f"device; the code asked {', '.join(q for q in QUESTIONS if q in self.asked)}")
+
+
+def _internal_dirs() -> tuple[str, ...]:
+    import jax
+    import jaxlib
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ringc/
+    return (os.path.join(os.path.dirname(jax.__file__), "_src") + os.sep,
+            os.path.dirname(jaxlib.__file__) + os.sep, here + os.sep)
+
+
+_TEST_HELPERS = os.sep + os.path.join("jax", "_src", "test_util.py")
+
+
+class Askers:
+    """Whether a frame is the user's code (answered) or JAX's or ringc's own (not): code in
+    `jax/_src`, jaxlib or ringc is not the user's, except the script itself and JAX's test
+    helpers; everything else is (the script's helper modules, the published kernels under
+    `jax/experimental/pallas/ops`)."""
+
+    def __init__(self, script: str):
+        self.internal = _internal_dirs()
+        self.script = os.path.abspath(script)
+        self.memo: dict[str, bool] = {}
+
+    def user(self, frame: Any) -> bool:
+        name = frame.f_code.co_filename
+        known = self.memo.get(name)
+        if known is None:
+            path = os.path.abspath(name) if not name.startswith("<") else name
+            known = self.memo[name] = (path == self.script or path.endswith(_TEST_HELPERS)
+                                       or not path.startswith(self.internal))
+        return known
+
+
+# Hardware ringc does not model. A module is replaced, while the user's code runs, by a
+# stand-in whose every attribute refuses; a function refuses when called.
+_MODULES = {
+    "jax.experimental.pallas.mosaic_gpu": "Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) are not supported yet",
+    "jax.experimental.pallas.triton": "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet",
+    "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
+}
+_FUNCTIONS = (
+    ("jax.experimental.pallas", "core_map", "TensorCore meshes (pl.core_map) are not supported"),
+    ("jax.experimental.pallas.tpu", "create_tensorcore_mesh",
+     "TensorCore meshes (pltpu.create_tensorcore_mesh) are not supported"),
+)
+REFUSAL_TAIL = ": ringc checks Pallas TPU kernels (pallas_call under shard_map)"
+
+
+def _caller(depth: int) -> tuple[str, int]:
+    frame = sys._getframe(depth + 1)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+class _RefusingModule(types.ModuleType):
+    def __init__(self, name: str, what: str, answers: Answers):
+        super().__init__(name)
+        self._what, self._answers = what, answers
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        e = Unsupported(self._what, _caller(1))
+        self._answers.unsupported.append(e)
+        raise e
+
+
+def unsupported_in(jaxpr: Any) -> str | None:
+    """What a captured call runs that ringc does not model: a TensorCore or SparseCore mesh
+    (`core_map`, a `pallas_call` over a mesh), a GPU backend's compiler params, SparseCore
+    grid semantics; None for a Pallas TPU kernel."""
+    from .jaxprs import walk_eqns
+    for e in walk_eqns(jaxpr):
+        name = e.primitive.name
+        if name == "core_map":
+            return "TensorCore meshes (pl.core_map) are not supported"
+        if name != "pallas_call":
+            continue
+        params = e.params.get("compiler_params")
+        backend = type(params).__module__ if params is not None else ""  # jax._src.pallas.<backend>.core
+        if ".mosaic_gpu." in backend:
+            return "Mosaic GPU kernels are not supported yet"
+        if ".triton." in backend:
+            return "Pallas Triton GPU kernels are not supported yet"
+        if e.params.get("mesh") is not None:
+            return f"kernels over a {type(e.params['mesh']).__name__} (pl.kernel, pl.core_map) are not supported"
+        if any("SUBCORE" in str(s) for s in getattr(params, "dimension_semantics", None) or ()):
+            return "SparseCore grids (SUBCORE_PARALLEL) are not supported"
+    return None
+
+
+@contextlib.contextmanager
+def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
+    """While the block runs, CPU devices 0..n-1 answer the user's code as `gen` (module
+    docstring), and out-of-scope hardware refuses; everything is put back after."""
+    import jax
+    from jax._src.pallas.mosaic import tpu_info
+    from jax.experimental.pallas import tpu as pltpu
+    answers = Answers(gen, gen.shape(n))
+    askers = Askers(script)
+    device = type(jax.devices()[0])
+    own = {name: device.__dict__.get(name, _MISSING) for name in (*ANSWERED, "__getattr__")}
+    own_getattr = own["__getattr__"] if own["__getattr__"] is not _MISSING else _no_attribute
+
+    def original(d: Any, name: str) -> Any:
+        return own_getattr(d, name) if own[name] is _MISSING else own[name].__get__(d)
+
+    def stand_in(d: Any) -> bool:
+        return original(d, "platform") == "cpu" and d.id < n
+
+    def answered(name: str) -> property:
+        def get(d: Any) -> Any:
+            if not (stand_in(d) and askers.user(sys._getframe(1))):
+                return original(d, name)
+            answers.asked.add(name)
+            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
+                    "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
+        return property(get)
+
+    def unanswered(d: Any, name: str) -> Any:
+        try:
+            return own_getattr(d, name)
+        except AttributeError:
+            frame = sys._getframe(1)
+            if name.startswith("_") or not stand_in(d):
+                raise
+            raise Unanswered(name, gen, (frame.f_code.co_filename, frame.f_lineno), askers.user(frame)) from None
+
+    def get_tpu_info() -> Any:
+        answers.asked.add("get_tpu_info")
+        return gen.tpu_info()
+
+    def is_tpu_device() -> bool:
+        answers.asked.add("platform")
+        return True
+
+    default_backend = jax.default_backend
+
+    def backend() -> str:
+        if not askers.user(sys._getframe(1)):
+            return default_backend()
+        answers.asked.add("platform")
+        return "tpu"
+
+    def refusing(what: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            e = Unsupported(what, _caller(1))
+            answers.unsupported.append(e)
+            raise e
+        return refuse
+
+    patches: list[tuple[Any, str, Any]] = [
+        *((device, name, answered(name)) for name in ANSWERED), (device, "__getattr__", unanswered),
+        (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
+        (jax, "default_backend", backend),
+        *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
+    modules = {name: sys.modules.get(name) for name in _MODULES}
+    for name, what in _MODULES.items():
+        parent, leaf = name.rsplit(".", 1)
+        stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
+        patches.append((sys.modules[parent], leaf, stand))
+    saved = [(obj, attr, obj.__dict__.get(attr, _MISSING)) for obj, attr, _ in patches]
+    registry = tpu_info.registry.get("cpu", _MISSING)
+    try:
+        for obj, attr, value in patches:
+            setattr(obj, attr, value)
+        tpu_info.registry["cpu"] = gen.tpu_info  # JAX's own tracing asks `tpu_info.get_tpu_info()`
+        tpu_info.get_tpu_info.cache_clear()
+        yield answers
+    finally:
+        for obj, attr, value in reversed(saved):
+            if value is _MISSING:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, value)
+        for name, module in modules.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        if registry is _MISSING:
+            tpu_info.registry.pop("cpu", None)
+        else:
+            tpu_info.registry["cpu"] = registry
+        tpu_info.get_tpu_info.cache_clear()
+
+
+def _no_attribute(d: Any, name: str) -> Any:
+    raise AttributeError(f"'{type(d).__name__}' object has no attribute '{name}'")
+
+
+_MISSING = object()
+
+
+def abstract_device(gen: Generation) -> Any:
+    """JAX's abstract device for `gen`, for meshes ringc traces on without devices."""
+    from jax._src.mesh import AbstractDevice
+    return AbstractDevice(gen.device_kind, gen.cores, "tpu")
