@@ -50,11 +50,8 @@ def _within(name: str, amount: int, what: str) -> None:
 def _devices(text: str) -> range:
     """`8` or `2..8` (inclusive), at most the `devices` limit."""
     lo_text, sep, hi_text = text.partition("..")
-    try:
-        lo = _integer(lo_text, "N or A..B")
-        hi = _integer(hi_text, "N or A..B") if sep else lo
-    except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f"expected N or A..B, got {text!r}: {e}") from None
+    lo = _integer(lo_text, "N or A..B (e.g. 4 or 2..8)")  # its message names the form and the text
+    hi = _integer(hi_text, "N or A..B (e.g. 4 or 2..8)") if sep else lo
     if lo < 1 or hi < lo:
         raise argparse.ArgumentTypeError(f"device counts must satisfy 1 <= A <= B, got {text!r}")
     _within("devices", hi, "the device count")
@@ -204,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     add_params(c)
 
     e = sub.add_parser("emit", help="write the Pallas TPU kernel module for a schedule")
-    e.add_argument("file", metavar="FILE")
+    e.add_argument("file", metavar="FILE", help="the schedule (.yaml)")
     e.add_argument("-o", "--output", metavar="OUT.py", help="write here instead of stdout")
     e.add_argument("--devices", type=_devices, metavar="N|A..B",
                    help="device counts to check at before emitting (default: rings of 2, 3, 4; tori "
@@ -214,20 +211,20 @@ def _parser() -> argparse.ArgumentParser:
     add_params(e)
 
     r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")
-    r.add_argument("file", metavar="FILE")
+    r.add_argument("file", metavar="FILE", help="the schedule (.yaml)")
     r.add_argument("--devices", type=_devices, metavar="N|A..B", help="ring sizes (or give --mesh)")
     r.add_argument("--mesh", type=_mesh_shape, metavar="AxB[xC]",
                    help="run on a multi-axis mesh of this shape (needed for a schedule over several axes)")
     r.add_argument("--along", metavar="AXES", help="mesh axes the schedule's axes run along, e.g. y")
-    r.add_argument("--seed", type=_seed, default=0)
+    r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (and runtime data sample)")
     add_params(r)
 
     k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler (no TPU needed)")
-    k.add_argument("files", nargs="+", metavar="FILE")
+    k.add_argument("files", nargs="+", metavar="FILE", help="schedules (.yaml)")
     k.add_argument("--target", type=_target, action="append", required=True, metavar="GEN:TOPOLOGY",
                    help="TPU slice to compile for, e.g. v5e:2x2, v5p:2x2x1, v4:2x2x1, v6e:2x2 (repeatable); "
                         "the ring runs over all its devices")
-    k.add_argument("--format", choices=("text", "json"), default="text")
+    k.add_argument("--format", choices=("text", "json"), default="text", help="json: one document for the run")
     k.add_argument("--verbose", action="store_true", help="also print the compiler's own message on failure")
     add_params(k)
 
@@ -571,15 +568,15 @@ def _tune_parser(sub, add_params) -> None:
     c = sub.add_parser("tune", help="choose a schedule's params with the cost model (and the TPU compiler)",
                        description="Price every combination of --param-range at --bytes on --topology, drop "
                                    "what the TPU compiler rejects, verify the best (ringc/cost/tune.py).")
-    c.add_argument("file", metavar="FILE")
+    c.add_argument("file", metavar="FILE", help="the schedule (.yaml)")
     c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, ...")
     c.add_argument("--bytes", type=_size, required=True, metavar="SIZE", help="collective size V (e.g. 256MiB)")
     c.add_argument("--param-range", action="append", default=[], metavar="NAME=A..B",
                    help="a parameter to sweep: chunks=1..16 (every integer) or chunks=1,2,4; repeatable")
-    c.add_argument("--along", metavar="AXES")
-    c.add_argument("--chip", choices=sorted(CHIPS))
+    c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along, e.g. y")
+    c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation)")
     c.add_argument("--no-compile", action="store_true", help="do not compile the choices with libtpu")
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="json: one document")
     add_params(c)
 
 
@@ -615,7 +612,7 @@ def _cost_parser(sub, add_params) -> None:
     c.add_argument("--bytes", type=_size, metavar="SIZE",
                    help="collective size V (e.g. 64MiB); sets the schedule's row/column params")
     c.add_argument("--sweep", type=_sweep, metavar="A..B", help="price every power-of-two size from A to B")
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="json: one document")
     c.add_argument("--plot", metavar="OUT.png", help="draw estimate, bound and efficiency against size")
     c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
                    help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
@@ -713,11 +710,11 @@ def _show_parser(sub, add_params) -> None:
     from .show import DIAGRAMS
     c = sub.add_parser("show", help="draw a schedule: timeline, ring, state machine, slot table (mermaid, md, png)",
                        description="Pictures of a schedule from the cost model's timed run of its unrolled events.")
-    c.add_argument("file", metavar="FILE")
+    c.add_argument("file", metavar="FILE", help="the schedule (.yaml)")
     c.add_argument("--devices", type=_device_count, metavar="N", help="device count (default: from --topology)")
     c.add_argument("--topology", metavar="SPEC", help="default ring:N")
     c.add_argument("--along", metavar="AXES", help="topology axes the schedule's axes run along (as `check`)")
-    c.add_argument("--format", choices=("mermaid", "png", "md"), default="md")
+    c.add_argument("--format", choices=("mermaid", "png", "md"), default="md", help="md: a whole document (default); mermaid: one diagram; png: a timeline")
     c.add_argument("--diagram", choices=DIAGRAMS, default="gantt", help="which diagram for --format mermaid")
     c.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size for the timeline (default: params)")
     c.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout (required for png)")

@@ -654,3 +654,18 @@ def test_ring_attention_names_its_three_inputs(tmp_path, old, new, says, fix):
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line_of(text, "collective:"), says=says)
     assert fix in o.err, str(o)
+
+
+def test_a_misspelt_choice_gets_did_you_mean(tmp_path):
+    text = edited(AG, "collective: all_gather", "collective: allgather")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line=line_of(text, "collective: allgather"), says="`allgather` is not one of")
+    assert "did you mean `all_gather`?" in o.err and "Input should be" not in o.err
+
+
+def test_a_tab_is_called_a_tab(tmp_path):
+    text = AG.read_text().replace("\n  x:", "\n\tx:", 1)
+    assert "\t" in text
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line=line_of(text, "\tx:"), says="a tab character")
+    assert "replace the tab with spaces" in o.err

@@ -159,8 +159,8 @@ def test_every_located_finding_is_on_an_op(name):
     line that kernel entry and exit are attributed to."""
     lines = (MUTANTS / name).read_text().splitlines()
     for f in report(name).errors():
-        if f.kind == "wrong_result":
-            assert f.event is None and f.device is not None
+        if f.kind == "wrong_result" and f.event is None:  # nothing writes the box
+            assert f.device is not None and "nothing writes it" in f.message
             continue
         text = lines[f.event.line - 1].strip()
         assert text.startswith("- ") or text.startswith(("barrier:", "body:")), (f.kind, f.event.line, text)

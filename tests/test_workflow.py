@@ -151,3 +151,37 @@ def test_pre_commit_hook_and_github_workflow_run_real_commands(monkeypatch):
     assert any("ringc check --format sarif" in r for r in runs) and any("--format github" in r for r in runs)
     assert any(step.get("uses", "").startswith("github/codeql-action/upload-sarif")
                for step in workflow["jobs"]["check"]["steps"])
+
+
+def test_every_option_of_every_command_has_help_text():
+    import argparse
+
+    from ringc.cli import _parser
+    missing = []
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {a.option_strings or a.dest}" for a in sub._actions
+                            if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert not missing
+
+
+def test_a_bad_device_count_is_said_once():
+    o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "abc"])
+    assert o.code == 2 and o.err.count("got 'abc'") == 1 and "e.g. 4 or 2..8" in o.err
+
+
+def test_tune_says_why_a_choice_has_no_shapes_in_words():
+    o = run_cli(["tune", str(REPO / "schedules" / "all_reduce_bidirectional.yaml"), "--topology", "ring:8",
+                 "--bytes", "1MiB", "--param-range", "chunks=3..3", "--no-compile"], budget=120)
+    row = next(ln for ln in o.out.splitlines() if ln.strip().startswith("3 "))
+    assert row.rstrip().endswith("shapes: found no `rows`/`cols` for which the shapes of `all_reduce_bidirectional` "
+                                 "divide exactly on 8 (x) devices"), row
+
+
+def test_a_wrong_result_is_reported_at_the_last_write_of_the_wrong_box():
+    path = BROKEN / "all_reduce_wrong_slot.yaml"
+    o = run_cli(["check", str(path), "--devices", "4"])
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "accumulate: out" in ln)
+    assert f"{path}:{line}: error: [wrong_result]" in o.out
+    assert f"its last write: out[0:8, 0:128] += receive[0:8, 0:128] at device 0, step=3 (line {line})" in o.out

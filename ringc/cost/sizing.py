@@ -123,6 +123,6 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
     if best is None:
         raise ScheduleError(
             f"--bytes {size_text(target)}: found no `{rows}`{f'/`{cols}`' if cols else ''} for which the shapes of "
-            f"`{sched.name}` divide exactly for {sizes}", file=sched.file,
+            f"`{sched.name}` divide exactly on {' x '.join(f'{v} ({k})' for k, v in sizes.items())} devices", file=sched.file,
             line=sched.buffers[volume_buffer(sched)].line, fix="pick the parameters yourself with --param")
     return sched.model_copy(update={"params": best[1]})

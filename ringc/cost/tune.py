@@ -16,6 +16,7 @@ model, and the model's known limits (no DMA chunking, one timed run) apply.
 from __future__ import annotations
 
 import itertools
+import textwrap
 import re
 from dataclasses import dataclass, field
 from math import isqrt
@@ -149,7 +150,8 @@ def tune(sched: S.Schedule, hw: Hardware, nbytes: int, ranges: dict[str, list[in
         try:
             choice.estimate = estimate(sched.model_copy(update={"params": params}), hw, nbytes=nbytes)
         except ScheduleError as e:
-            choice.problem = "shapes: " + e.message.split(":")[-1].strip()[:60]
+            why = re.sub(r"^--bytes [^:]*: ", "", e.message)  # the size is in the table's heading
+            choice.problem = "shapes: " + textwrap.shorten(why, width=120, placeholder=" ...")
             continue
         except CostError as e:
             choice.problem = "hangs (see ringc check)"

@@ -249,9 +249,12 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
         if isinstance(e, yaml.reader.ReaderError):
             problem = f"character {e.character!r} is not allowed in YAML"
             mark = yaml.Mark(file, e.position, text.count("\n", 0, e.position), 0, None, None)
+        fix = "check indentation and that every `key: value` pair is well formed"
+        if mark is not None and _tab_at(text, mark):
+            problem = f"a tab character (column {mark.column + 1}): YAML indents with spaces only"
+            fix = "replace the tab with spaces"
         raise ScheduleError(f"malformed YAML: {problem}", file=file,
-                            line=mark.line + 1 if mark else None,
-                            fix="check indentation and that every `key: value` pair is well formed") from None
+                            line=mark.line + 1 if mark else None, fix=fix) from None
     except UnicodeEncodeError as e:  # libyaml, on a lone surrogate (text from Python, not a file)
         raise ScheduleError(f"malformed YAML: character {e.object[e.start]!r} is not allowed in YAML", file=file,
                             line=text.count("\n", 0, e.start) + 1, fix="remove it") from None
@@ -267,6 +270,15 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
     if not isinstance(data, dict):
         raise ScheduleError("a schedule is a YAML mapping (name:, collective:, buffers:, ...)", file=file, line=1)
     return data, builder.lines
+
+
+def _tab_at(text: str, mark: Any) -> bool:
+    """Whether the parser stopped at a tab (or the line it stopped in is indented with one)."""
+    lines = text.split("\n")
+    if not 0 <= mark.line < len(lines):
+        return False
+    line = lines[mark.line]
+    return line[mark.column:mark.column + 1] == "\t" or "\t" in line[:len(line) - len(line.lstrip())]
 
 
 def _header_comment(text: str) -> str:
@@ -329,6 +341,12 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
             close = difflib.get_close_matches(str(given[0]), OP_KEYS, n=1) if given else []
             fix = (f"did you mean `{close[0]}`?" if close else
                    f"start the op with one of: {', '.join(OP_KEYS)}")
+    elif e["type"] == "literal_error":
+        import re
+        choices = re.findall(r"'([^']*)'", (e.get("ctx") or {}).get("expected", ""))
+        close = difflib.get_close_matches(str(e["input"]), choices, n=1, cutoff=0.5)
+        msg = f"`{e['input']}` is not one of {', '.join(f'`{c}`' for c in choices)}"
+        fix = f"did you mean `{close[0]}`?" if close else f"write one of: {', '.join(choices)}"
     elif e["type"] == "string_type" and isinstance(e["input"], (bool, int, float)):
         shown = str(e["input"]).lower() if isinstance(e["input"], bool) else e["input"]
         msg = f"expected a name, but YAML reads `{shown}` as {_yaml_kind(e['input'])}"

@@ -391,15 +391,35 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
             symmetric = not races and steps is not None and _meaning_moves(collective, buffers, program, steps)
             for mm in check_semantics(collective, buffers, inputs, program, m.order, program.shapes, limit=8,
                                       symmetric=symmetric):
+                last = _last_write(m.order, program.n, mm)
                 findings.append(Finding(
                     "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
-                                    f"{collective.kind} needs {mm.want}", device=mm.device))
+                                    f"{collective.kind} needs {mm.want}"
+                                    + (f"; its last write: {describe(last)} at {program.where(last)}"
+                                       if last is not None else "; nothing writes it"), event=last,
+                    device=mm.device))
     report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + schedule_assumptions(sched))
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
+
+
+def _last_write(order: list[Event], n: int, mm) -> Event | None:
+    """The last event of the run that writes into the box `mm` found wrong (its line is where
+    a wrong result is reported), or None when nothing writes it."""
+    from .races import event_accesses
+    if not mm.buffer:  # a shape mismatch: no box
+        return None
+    last = None
+    for ev, region, write, _ in event_accesses(order, n):
+        if type(ev.action) is Compute and not ev.action.work:  # the model's own (kernel exit): not the user's
+            continue
+        if write and region.device == mm.device and region.buffer == mm.buffer and all(
+                a < d and c < b for (a, b), (c, d) in zip(region.box, mm.box)):
+            last = ev
+    return last
 
 
 def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, steps: dict[tuple[str, int], int]) -> bool:

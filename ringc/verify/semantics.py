@@ -1019,6 +1019,8 @@ class Mismatch:
     where: str
     got: str
     want: str
+    buffer: str = ""  # the output box that differs (for the line of its last write)
+    box: tuple = ()
 
 
 def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[str], program: Program,
@@ -1172,5 +1174,5 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
                 if gv != wv and (_canonical_decides(gv, wv) or _counts_differ(gv, wv)
                                  or _unit_products(gv) != _unit_products(wv)):
-                    found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix)))
+                    found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix), out, ix))
     return found
