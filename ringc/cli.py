@@ -182,6 +182,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
+    c.add_argument("--axis", metavar="NAME", help="a Python module of functions: the mesh axis the collective runs "
+                   "along (default: the default of the function's axis_name parameter, else x)")
+    c.add_argument("--mesh", metavar="NAME=SIZE,...", type=_mesh_axes_arg,
+                   help="a Python module of functions: the mesh's axes, sizes in N, e.g. data=1,model=N "
+                        "(default: the ring axis alone)")
+    c.add_argument("--stub", metavar="MODULE", action="append", default=[],
+                   help="a Python file: make `import MODULE` (and its submodules) succeed with a stub, for a "
+                        "package the kernel does not need (repeatable); the verdict states it")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     c.add_argument("--data", metavar="random:K|FILE.json",
                    help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
@@ -235,6 +243,14 @@ def _array_arg(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _mesh_axes_arg(text: str):
+    from .pallas.entries import parse_mesh
+    try:
+        return parse_mesh(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _load(path: str, params: list[tuple[str, int]]):
     from .ir.loader import load
     return load(path, dict(params))
@@ -253,7 +269,8 @@ def _check_kernel(args: argparse.Namespace, path: str) -> bool:
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
-                                 dma_order=args.dma_order, entry=args.entry, args=args.arg):
+                                 dma_order=args.dma_order, entry=args.entry, args=args.arg, axis=args.axis,
+                                 mesh=args.mesh, stubs=tuple(args.stub)):
             if args.strict:
                 for f in report.findings:
                     if f.severity == "warning":
@@ -276,9 +293,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         if path.endswith((".py", ".md", ".ipynb")):
             ok &= _check_kernel(args, path)
             continue
-        if args.entry or args.arg:
-            raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
-                                "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
+        if args.entry or args.arg or args.axis or args.mesh or args.stub:
+            raise ScheduleError("--entry, --arg, --axis, --mesh and --stub say how to call and import a Python "
+                                "file; a schedule has nothing of that", file=path,
+                                fix="drop them (a schedule's sizes are --param k=v)")
         sched = _load(path, args.param)
         if args.devices is None and args.topology.strip() == "ring":
             raise ScheduleError("--devices is required with the default topology `ring`", file=path,

@@ -172,7 +172,7 @@ def test_entry_and_arg_are_refused_for_a_schedule():
     from conftest import REPO
     o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "2",
                  "--arg", "x=float32[8*N,128]@x"])
-    assert_refused(o, says="--entry and --arg")
+    assert_refused(o, says="--entry, --arg")
 
 
 MATMUL_T_SCRIPT = """\
