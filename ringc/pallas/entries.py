@@ -25,7 +25,8 @@ parameter, else ringc's `x`; every other axis parameter with a default names a m
 size 1 (`dp_axis_name="dp"` beside `ep_axis_name="ep"`), and `--mesh data=1,model=N` gives
 the axes outright. When the call fails naming an axis the mesh lacks (`mesh.shape["tp"]`,
 an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc renames its own
-`x` to it, or else adds it with size 1, and calls again (at most three times).
+`x` to it, or adds it with size 1 when the ring axis is set or the name means data or
+pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most three times).
 
 **The other arguments.** `--param k=v` gives integer keywords; a parameter with a default
 keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
@@ -53,6 +54,8 @@ _KERNEL_BODY = ("_ref", "_refs", "_sem", "_sems")
 _ARRAY_HINTS = ("array", "ndarray", "arraylike", "tensor")
 _INT_HINTS = ("int", "bool")
 _RETRIES = 3
+# Axis names that mean data or pipeline parallelism: a failure naming one adds it with size 1.
+_DATA_AXES = ("data", "dp", "batch", "replica", "fsdp", "dcn", "pp", "stage")
 
 
 def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
@@ -399,9 +402,9 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
                 continue
             if missing is None:
                 break
-            if not layout.fixed and len(layout.axes) == 1:
-                layout = _Layout({missing: n}, missing, "the name the function uses; set with --axis", True,
-                                 layout.notes)
+            if not layout.fixed and missing not in _DATA_AXES:  # ringc's `x` was a guess: take the function's name
+                layout = _Layout({missing if k == layout.ring else k: v for k, v in layout.axes.items()}, missing,
+                                 "the name the function uses; set with --axis", True, layout.notes)
             else:
                 layout.axes = {missing: 1, **layout.axes}
                 layout.notes.append(f"mesh axis {missing!r} of size 1: the function uses it (set with --mesh)")

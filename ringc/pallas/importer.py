@@ -258,10 +258,6 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     t0 = time.perf_counter()
     log = AliasLog()
     script = run_script(path, n, log, entry=entry, args=args, params=params, axis=axis, mesh=mesh, stubs=stubs)
-    if params and not any(c.test and "(" in c.test for c in script.captures):
-        raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
-                            "ringc calls in a module of functions, and none ran a kernel", file=path,
-                            fix="drop --param, or name the function with --entry")
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(
@@ -271,6 +267,10 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             fix="name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
+    if params and not any(c.test and "(" in c.test for c in script.captures):
+        raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
+                            "ringc calls in a module of functions, and none ran a kernel", file=path,
+                            fix="drop --param, or name the function with --entry")
     local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
     for c in local:
         script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "

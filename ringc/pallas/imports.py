@@ -185,18 +185,16 @@ class Imports:
     roots: list[str]
     stubs: tuple[str, ...] = ()
     used: set[str] = field(default_factory=set)          # stubbed modules the code imported
-    calls: list[tuple[str, int]] = field(default_factory=list)  # (stub called, the file's line)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (stub called, where: line or file:line)
 
     def called(self, name: str) -> None:
-        """Record a call into a stub made from the file's own code (its line)."""
-        target = os.path.abspath(self.path)
-        frame = sys._getframe(1)
-        while frame is not None:
-            if os.path.abspath(frame.f_code.co_filename) == target:
-                if (name, frame.f_lineno) not in self.calls:
-                    self.calls.append((name, frame.f_lineno))
-                return
-            frame = frame.f_back
+        """Record a call into a stub, with the line that made it (`file:line`, the file's own
+        line number alone)."""
+        frame = sys._getframe(2)  # Stub.__call__'s caller
+        f = os.path.abspath(frame.f_code.co_filename)
+        where = str(frame.f_lineno) if f == os.path.abspath(self.path) else f"{Path(f).name}:{frame.f_lineno}"
+        if (name, where) not in self.calls:
+            self.calls.append((name, where))
 
     def assumptions(self) -> list[str]:
         """What every verdict states about the file's imports."""
@@ -207,20 +205,24 @@ class Imports:
             out.append(f"stubbed modules: {names} (--stub): code that uses them is not checked"
                        + (f" ({', '.join(unused)} never imported)" if unused else ""))
         if self.calls:
-            out.append("the file called stubs, whose results are stand-ins: " + "; ".join(
-                f"{name}() at line {line}" for name, line in self.calls[:6]))
+            out.append("stubs called, whose results are stand-ins: " + "; ".join(
+                f"{name}() at {_where(line)}" for name, line in self.calls[:6]))
         return out
 
     def blame(self, error: str = "") -> str:
         """For a failure: the stub the file used that may have caused it ('' if none)."""
         if self.calls:
             name, line = self.calls[-1]
-            return (f"; the file called the stub {name}() at line {line}: its result is a stand-in, so code "
+            return (f"; the code called the stub {name}() at {_where(line)}: its result is a stand-in, so code "
                     "that needs its value cannot be checked with --stub")
         if "Stub" in error or "<stub " in error:
             return ("; a value from a stubbed module was used: a stub is a stand-in, so code that needs its "
                     "value cannot be checked with --stub")
         return ""
+
+
+def _where(line: str) -> str:
+    return f"line {line}" if line.isdigit() else line
 
 
 @contextlib.contextmanager
