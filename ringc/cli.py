@@ -178,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
-                   "every public one taking mesh and axis_name); see docs/pallas-import.md")
+                   "every public one taking an axis name): a global function taking a mesh, a per-shard launcher (run "
+                   "under shard_map) or a factory of closures; see docs/pallas-import.md")
     c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
