@@ -237,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _array_arg(text: str):
-    from .pallas.script import parse_arg
+    from .pallas.entries import parse_arg
     try:
         return parse_arg(text)
     except ValueError as e:

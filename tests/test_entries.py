@@ -14,7 +14,7 @@ import pytest
 
 from ringc.ir.errors import ScheduleError
 from ringc.pallas import check_file
-from ringc.pallas.script import parse_arg
+from ringc.pallas.entries import parse_arg
 
 from cli_run import run_cli
 
@@ -118,8 +118,8 @@ PACKAGE = {
         """,
     "serving/kernels/permute.py": (ENTRIES / "permute_shard.py").read_text()
     .replace('TP = "tp"\n', 'TP = "tp"\nROWS = tuned_block_sizes.get_rows(2)\n')
-    .replace("    return pl.pallas_call(\n", "    assert x.shape[0] % ROWS == 0, 'rows: a multiple of the tuned block'\n"
-             "    return pl.pallas_call(\n")
+    .replace("    return pl.pallas_call(\n",
+             "    assert x.shape[0] % ROWS == 0, 'rows: a multiple of the tuned block'\n    return pl.pallas_call(\n")
     .replace("import functools\n", "import functools\n\nfrom . import tuned_block_sizes\n"),
 }
 

@@ -39,23 +39,60 @@ its first dimension. Every argument ringc made up is stated in the verdict
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
 
 from ..ir.errors import ScheduleError
-from .script import ArgSpec, Script, _DEFAULT_ARG
 
-__all__ = ["call_entries", "parse_mesh", "axis_parameters"]
+if TYPE_CHECKING:
+    from .script import Script
+
+__all__ = ["ArgSpec", "call_entries", "parse_arg", "parse_mesh", "axis_parameters"]
 
 # Parameters that mean the device count along the axis: ringc passes N.
 AXIS_SIZE_NAMES = ("num_devices", "n_devices", "num_shards", "world_size", "axis_size", "tp_size", "ep_size")
 _KERNEL_BODY = ("_ref", "_refs", "_sem", "_sems")
-_ARRAY_HINTS = ("array", "ndarray", "arraylike", "tensor")
 _INT_HINTS = ("int", "bool")
 _RETRIES = 3
 # Axis names that mean data or pipeline parallelism: a failure naming one adds it with size 1.
 _DATA_AXES = ("data", "dp", "batch", "replica", "fsdp", "dcn", "pp", "stage")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
+    (expressions in N), dtype and PartitionSpec entries (axis name or "" for unsharded)."""
+    name: str
+    dtype: str
+    dims: tuple[str, ...]
+    spec: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
+
+
+_DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
+
+
+def parse_arg(text: str) -> ArgSpec:
+    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
+    if not m:
+        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
+    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
+    try:
+        np.dtype(dtype) if dtype != "bfloat16" else None
+    except TypeError:
+        raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
+    dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
+    spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
+    if len(spec_t) > len(dims_t):
+        raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
+    return ArgSpec(name, dtype, dims_t, spec_t)
 
 
 def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
@@ -124,10 +161,9 @@ def _layout(n: int, params: dict[str, inspect.Parameter], axis: str | None,
         try:
             axes = {a: E.evaluate(E.parse(s), {"N": n}, exact_division=True) for a, s in mesh}
         except (E.ExprError, ZeroDivisionError) as e:
-            raise ScheduleError(f"--mesh: {e}", file=path, fix="sizes are integer expressions in N, e.g. data=1,model=N")
-        total = 1
-        for v in axes.values():
-            total *= v
+            raise ScheduleError(f"--mesh: {e}", file=path,
+                                fix="sizes are integer expressions in N, e.g. data=1,model=N") from None
+        total = math.prod(axes.values())
         if total != n:
             raise ScheduleError(f"--mesh {','.join(f'{a}={s}' for a, s in mesh)} has {total} devices, but --devices "
                                 f"gives {n}", file=path, fix="make the sizes multiply to N, e.g. data=1,model=N")

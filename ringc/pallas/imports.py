@@ -21,8 +21,9 @@ one message for a package that is not installed.
   is `missing_import`: the file's line, the package, and both fixes (`pip install PKG`, or
   `--stub PKG`).
 
-The modules imported from the roots and the stubs are removed from `sys.modules` after the
-check, so the next file's package of the same name is its own.
+The stubs, and the packages first imported from roots that were not on the path before, are
+removed from `sys.modules` after the check, so the next file's package of the same name is
+its own (a package imported before, and its submodules, stay).
 """
 
 from __future__ import annotations
@@ -237,8 +238,10 @@ def importing(path: str, tree: ast.Module | None = None, stubs: tuple[str, ...] 
     imports = Imports(path, repo_roots(tree, path), tuple(stubs))
     finder = _StubFinder(imports)
     before = set(sys.modules)
-    front = [r for r in imports.roots if not _shadows(r)]
-    back = [r for r in imports.roots if r not in front]
+    on_path = {os.path.abspath(p or os.getcwd()) for p in sys.path}
+    added = [r for r in imports.roots if r not in on_path]  # the roots whose modules are forgotten afterwards
+    front = [r for r in added if not _shadows(r)]
+    back = [r for r in added if r not in front]
     sys.path[:0] = front
     sys.path.extend(back)
     if stubs:
@@ -248,13 +251,17 @@ def importing(path: str, tree: ast.Module | None = None, stubs: tuple[str, ...] 
     finally:
         if finder in sys.meta_path:
             sys.meta_path.remove(finder)
-        for r in imports.roots:
+        for r in front:
+            if r in sys.path:  # the code may have edited the path itself
+                sys.path.remove(r)  # the first occurrence: ours, at the front
+        for r in back:
             if r in sys.path:
-                sys.path.remove(r)
+                del sys.path[len(sys.path) - 1 - sys.path[::-1].index(r)]  # the last: ours, at the end
         for name in set(sys.modules) - before:
             mod = sys.modules[name]
             where = getattr(mod, "__file__", None) or ""
-            if isinstance(mod, _StubModule) or any(where.startswith(r + os.sep) for r in imports.roots):
+            new_package = name.split(".")[0] not in before  # never a submodule of a package imported before
+            if isinstance(mod, _StubModule) or (new_package and any(where.startswith(r + os.sep) for r in added)):
                 del sys.modules[name]
         importlib.invalidate_caches()
 

@@ -49,10 +49,11 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..ir.errors import ScheduleError
+from .entries import ArgSpec, call_entries
 from .jaxprs import walk_eqns
 
-__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
-           "parse_arg"]
+__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
+           "small_ints"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `lax_reference`).
 _LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
@@ -496,40 +497,6 @@ def register_cpu_tpu_info() -> None:
     tpu_info.registry.setdefault("cpu", lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
 
 
-@dataclass(frozen=True)
-class ArgSpec:
-    """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
-    (expressions in N), dtype and PartitionSpec entries (axis name or "" for unsharded)."""
-    name: str
-    dtype: str
-    dims: tuple[str, ...]
-    spec: tuple[str, ...]
-
-    def text(self) -> str:
-        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
-
-
-_DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
-
-
-def parse_arg(text: str) -> ArgSpec:
-    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
-    import re
-    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
-    if not m:
-        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
-    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
-    try:
-        np.dtype(dtype) if dtype != "bfloat16" else None
-    except TypeError:
-        raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
-    dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
-    spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
-    if len(spec_t) > len(dims_t):
-        raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
-    return ArgSpec(name, dtype, dims_t, spec_t)
-
-
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
@@ -539,7 +506,6 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     imports resolve from its repository, with `stubs` stubbed (`imports.py`); a package it
     needs that is not installed is an error when nothing got checked."""
     from .compat import aliases
-    from .entries import call_entries
     from .imports import importing, missing_import, package_of
     source = script_source(path)
     try:
