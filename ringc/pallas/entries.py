@@ -49,6 +49,7 @@ import numpy as np
 from ..ir.errors import ScheduleError
 
 if TYPE_CHECKING:
+    from .imports import Imports
     from .script import Script
 
 __all__ = ["ArgSpec", "call_entries", "parse_arg", "parse_mesh", "axis_parameters"]
@@ -367,7 +368,7 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
 
 def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
                  keywords: dict[str, int] | None = None, *, axis: str | None = None,
-                 mesh: tuple[tuple[str, str], ...] | None = None, blame: Callable[[str], str] = lambda e: "") -> None:
+                 mesh: tuple[tuple[str, str], ...] | None = None, imports: "Imports | None" = None) -> None:
     """Call the module's entry functions under capture (the kernels they run are recorded in
     `script.captures`, each with `assumes`: how ringc called it). A required argument ringc
     cannot make up is an error when nothing else ran a kernel."""
@@ -376,7 +377,7 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     before_all = len(script.captures)
     for name, fn in _entries(env, entry, script.path):
         try:
-            tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, blame))
+            tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, imports))
         except ScheduleError as e:
             problems.append(e)
             tried.append(f"{name} was not called ({e.message})")
@@ -399,7 +400,7 @@ def _forget(script: Script, before: int) -> None:
 
 
 def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], keywords: dict[str, int],
-                axis: str | None, mesh_axes: tuple[tuple[str, str], ...] | None, blame: Callable[[str], str]) -> str:
+                axis: str | None, mesh_axes: tuple[tuple[str, str], ...] | None, imports: "Imports | None") -> str:
     """Call one entry function (retrying with the axes its failures name); the note saying what it ran."""
     import jax
     n = script.n
@@ -422,6 +423,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         script.test = f"{name}({', '.join(b.made)})"
         script.entry_line = line
         before = len(script.captures)
+        stub_calls = len(imports.calls) if imports else 0
         try:
             _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes)
             failed = ""
@@ -430,7 +432,8 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         except Exception as e:  # noqa: BLE001 - the user's function failed: say so, or retry on the axis it names
             _forget(script, before)
             text = str(e)
-            failed = f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}{blame(text)}"
+            blame = imports.blame(text, stub_calls) if imports else ""
+            failed = f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}{blame}"
             missing = _named_axis(e, layout.axes)
             if missing is None and not per_shard and "unbound axis name" in text:
                 per_shard = True  # it takes the mesh for its sizes, but launches per shard

@@ -210,16 +210,17 @@ class Imports:
                 f"{name}() at {_where(line)}" for name, line in self.calls[:6]))
         return out
 
-    def blame(self, error: str = "") -> str:
-        """For a failure: the stub the file used that may have caused it ('' if none)."""
-        if self.calls:
+    def blame(self, error: str = "", since: int = 0) -> str:
+        """For a failure whose message shows a stub's value (`Stub`, `<stub ...>`): the stub
+        call since `since` (an index into `calls`) that likely made it ('' if none shows)."""
+        if "Stub" not in error and "<stub " not in error:
+            return ""
+        if self.calls[since:]:
             name, line = self.calls[-1]
             return (f"; the code called the stub {name}() at {_where(line)}: its result is a stand-in, so code "
                     "that needs its value cannot be checked with --stub")
-        if "Stub" in error or "<stub " in error:
-            return ("; a value from a stubbed module was used: a stub is a stand-in, so code that needs its "
-                    "value cannot be checked with --stub")
-        return ""
+        return ("; a value from a stubbed module was used: a stub is a stand-in, so code that needs its value "
+                "cannot be checked with --stub")
 
 
 def _where(line: str) -> str:

@@ -523,6 +523,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
             contextlib.redirect_stderr(io.StringIO()):
         for stmt in tree.body:
             code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+            stub_calls = len(imports.calls)
             try:
                 exec(code, env)
             except SystemExit:
@@ -534,11 +535,11 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 missing = missing_import(e, path, imports, stmt.lineno)
                 script.missing = script.missing or missing
                 first = str(e).splitlines()[0] if str(e) else ""
-                fix = f"; {missing.fix}" if missing else imports.blame(first)
+                fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls)
                 script.notes.append(f"line {stmt.lineno}: {type(e).__name__}: {first[:160]} "
                                     f"(ringc ran the next statement{fix})")
         if entry is not None or args or params or axis or mesh or not script.captures:
-            call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, blame=imports.blame)
+            call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)
         script.assumes = imports.assumptions()
     if not script.captures and script.missing is not None:
         raise script.missing
