@@ -53,6 +53,26 @@ def test_keyword_axis_names_with_defaults_build_the_mesh():
     assert wrong.kinds() == {"race"}
 
 
+def test_an_axis_parameter_defaulting_to_none_gets_the_ring_axis(tmp_path):
+    path = tmp_path / "ring.py"
+    path.write_text((ENTRIES / "ep_gather.py").read_text().replace(
+        'ep_axis_name: str = "ep", dp_axis_name: str = "dp"', "ep_axis_name: str | None = None, dp_axis_name=None"))
+    ok, = check_file(str(path), 3)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "with mesh {'x': 3}, axis 'x' (ringc's; set with --axis)")
+
+
+def test_an_import_inside_the_entry_function_that_fails_names_the_package(tmp_path):
+    path = tmp_path / "lazy.py"
+    src = (ENTRIES / "permute_shard.py").read_text().replace(
+        "def right_permute(x: jax.Array, late: int = 0) -> jax.Array:\n",
+        "def right_permute(x: jax.Array, late: int = 0) -> jax.Array:\n    import vllm.envs\n")
+    path.write_text(src)
+    with pytest.raises(ScheduleError, match="the file imports `vllm`, which is not installed") as e:
+        check_file(str(path), 2, entry="right_permute", axis="tp")
+    assert e.value.line == src.splitlines().index("    import vllm.envs") + 1
+
+
 def test_a_factory_of_start_and_wait_closures_is_one_split_phase_program():
     ok, = check_file(str(ENTRIES / "async_permute.py"), 4, entry="make_async_permute")
     assert ok.ok, ok.to_text()

@@ -21,8 +21,8 @@ every public function that takes an axis name (a parameter `axis`, or one whose 
   program. The closures are global when the factory took the mesh, else per-shard.
 
 **The mesh.** Its ring axis is `--axis NAME`, else the default of the function's first axis
-parameter, else ringc's `x`; every other axis parameter with a default names a mesh axis of
-size 1 (`dp_axis_name="dp"` beside `ep_axis_name="ep"`), and `--mesh data=1,model=N` gives
+parameter, else ringc's `x` (passed to that parameter when its default is `None`); every
+other axis parameter with a default names a mesh axis of size 1 (`dp_axis_name="dp"` beside `ep_axis_name="ep"`), and `--mesh data=1,model=N` gives
 the axes outright. When the call fails naming an axis the mesh lacks (`mesh.shape["tp"]`,
 an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc renames its own
 `x` to it, or adds it with size 1 when the ring axis is set or the name means data or
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..ir.errors import ScheduleError
+from .imports import missing_import
 
 if TYPE_CHECKING:
     from .imports import Imports
@@ -212,8 +213,8 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
             made.append(f"{p.name}={keywords[p.name]}")
         elif p.name == "mesh":
             call[p.name] = mesh
-        elif p in named:
-            if p.default is p.empty or (axis_given and p is named[0]):
+        elif p in named:  # the first one gets the ring axis unless its default names one; others keep defaults
+            if p.default is p.empty or (p is named[0] and (axis_given or not isinstance(p.default, (str, tuple)))):
                 call[p.name] = layout.ring  # stated with the mesh (`_Layout.text`)
         elif p.name in given:
             arrays[p.name] = given[p.name]
@@ -431,6 +432,9 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             raise
         except Exception as e:  # noqa: BLE001 - the user's function failed: say so, or retry on the axis it names
             _forget(script, before)
+            missing = missing_import(e, script.path, imports)
+            if missing is not None:  # an import inside the function
+                raise missing from None
             text = str(e)
             blame = imports.blame(text, stub_calls) if imports else ""
             failed = f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}{blame}"
