@@ -200,7 +200,8 @@ class _Binding:
 
 
 def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: dict[str, ArgSpec],
-          keywords: dict[str, int], axis_given: bool, where: tuple[str, int], mesh: Any) -> _Binding:
+          keywords: dict[str, int], axis_given: bool, where: tuple[str, int, str], mesh: Any) -> _Binding:
+    """Each parameter's argument (module docstring); `where` is the function's (file, line, name)."""
     call: dict[str, Any] = {}
     arrays: dict[str, ArgSpec] = {}
     made: list[str] = []
@@ -225,8 +226,8 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
             call[p.name] = n
             made.append(f"{p.name}={n} (N)")
         elif _hint(p) in _INT_HINTS or _hint(p) in ("str", "float"):
-            raise ScheduleError(f"{where[0].rsplit('/', 1)[-1]}: parameter `{p.name}` ({_hint(p)}) has no default, and "
-                                "ringc cannot make one up", file=where[0], line=where[1],
+            raise ScheduleError(f"{where[2]}: parameter `{p.name}` ({_hint(p)}) has no default, and ringc cannot "
+                                "make one up", file=where[0], line=where[1],
                                 fix=f"pass --param {p.name}=V" if _hint(p) in _INT_HINTS else
                                 f"give `{p.name}` a default, or call the kernel from a script")
         else:
@@ -248,6 +249,11 @@ def _global_array(a: ArgSpec, mesh: Any, n: int, path: str) -> Any:
     if missing:
         raise ScheduleError(f"--arg {a.text()}: the mesh has no axis {missing[0]!r} (its axes: "
                             f"{', '.join(mesh.shape)})", file=path, fix=f"shard along one of {', '.join(mesh.shape)}")
+    for dim, (size, axis) in enumerate(zip(shape, a.spec)):
+        if axis and size % mesh.shape[axis]:
+            raise ScheduleError(f"--arg {a.text()}: dimension {dim} ({size} at N = {n}) does not split over the "
+                                f"{mesh.shape[axis]} devices along {axis!r}", file=path,
+                                fix="make it a multiple of the axis size, e.g. 8*N")
     return jax.device_put(jax.numpy.zeros(shape, jax.numpy.dtype(a.dtype)),
                           jax.sharding.NamedSharding(mesh, _spec(a)))
 
@@ -419,7 +425,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         mesh = jax.make_mesh(tuple(layout.axes.values()), tuple(layout.axes),
                              axis_types=(jax.sharding.AxisType.Auto,) * len(layout.axes),
                              devices=jax.devices()[:n])
-        b = _bind(params, layout, n, given, keywords, axis is not None, (script.path, line), mesh)
+        b = _bind(params, layout, n, given, keywords, axis is not None, (script.path, line, name), mesh)
         notes: list[str] = []
         script.test = f"{name}({', '.join(b.made)})"
         script.entry_line = line
