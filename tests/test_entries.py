@@ -98,6 +98,15 @@ def test_a_mesh_with_an_extra_size_one_axis():
     assert {"dma_not_waited", "race"} <= broken.kinds()
 
 
+def test_a_factory_over_the_mesh_returns_a_global_closure():
+    ok, = check_file(str(ENTRIES / "model_mesh.py"), 4, entry="make_all_gather")
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "a factory: it returned gather; ringc called it on x=float32[8*N,128]@model")
+    assert _said(ok, "mesh {'data': 1, 'model': 4}, axis 'model'")
+    broken, = check_file(str(ENTRIES / "model_mesh.py"), 4, entry="make_all_gather", params={"wait_recv": 0})
+    assert "dma_not_waited" in broken.kinds()
+
+
 def test_an_int_parameter_without_default_needs_param(tmp_path):
     src = (ENTRIES / "permute_shard.py").read_text().replace(
         "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int)")

@@ -54,3 +54,12 @@ def all_gather(x, mesh, wait_recv: int = 1):
     )
     return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=P(MODEL, None), out_specs=P(MODEL, None),
                                  check_vma=False))(x)
+
+
+def make_all_gather(mesh, wait_recv: int = 1):
+    """A factory over the mesh: the closure it returns runs the global all_gather."""
+
+    def gather(x):
+        return all_gather(x, mesh, wait_recv)
+
+    return gather
