@@ -42,6 +42,22 @@ def test_the_axis_a_per_shard_launcher_uses_is_found_without_axis():
     assert _said(ok, "axis 'tp' (the name the function uses; set with --axis)")
 
 
+def test_a_launcher_taking_only_an_axis_name_runs_under_shard_map(tmp_path):
+    """It makes its own inputs: called outside shard_map it fails on the unbound axis, so
+    ringc runs it inside one, with no arrays."""
+    path = tmp_path / "demo.py"
+    path.write_text((ENTRIES / "permute_shard.py").read_text() + textwrap.dedent("""
+
+        def permute_demo(axis_name: str = "tp", late: int = 0):
+            return right_permute(jnp.ones((8, 128), jnp.float32), late)
+        """))
+    ok, = check_file(str(path), 3)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "per shard, with no arrays") and _said(ok, "mesh {'tp': 3}, axis 'tp'")
+    late, = check_file(str(path), 3, params={"late": 1})
+    assert "race" in late.kinds()
+
+
 def test_keyword_axis_names_with_defaults_build_the_mesh():
     """`ep_axis_name="ep"` names the ring axis, `dp_axis_name="dp"` a size-1 axis; found
     without --entry (a public function taking an axis name)."""

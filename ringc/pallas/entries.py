@@ -13,7 +13,8 @@ every public function that takes an axis name (a parameter `axis`, or one whose 
   `pl.pallas_call` on one device's shards and must run inside `jax.shard_map`. ringc wraps
   it in `jax.jit(jax.shard_map(..., check_vma=False))` over its mesh, the arrays sharded by
   their specs. A global function that fails with JAX's "unbound axis name" (it reads the
-  mesh for sizes but launches per shard) is run so too.
+  mesh for sizes but launches per shard) is run so too, and so is a function taking no
+  arrays that fails so (it makes its own inputs), in a `shard_map` with no inputs.
 - **A factory** returns a callable, or a tuple or list of callables (a `(start, wait)` pair).
   ringc calls the closures in order, the first on the arrays, each next one on the previous
   one's result (unpacked when it is a tuple of as many values as the closure takes), all in
@@ -302,9 +303,10 @@ def _per_shard(body: Callable, mesh: Any, specs: list[Any], ring: str, arrays: l
 
 
 def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: str, per_shard: bool,
-         given: dict[str, ArgSpec], notes: list[str]) -> None:
+         given: dict[str, ArgSpec], notes: list[str], enclose: bool = False) -> None:
     """One call of the entry, the way its shape asks (module docstring); `notes` gets the
-    statements about how it was called."""
+    statements about how it was called. `enclose`: a function taking no arrays that launches
+    per shard (it makes its own inputs) runs inside `shard_map` too."""
     names = list(b.arrays)
     values = [_global_array(b.arrays[k], mesh, n, path) for k in names]
     specs = [_spec(b.arrays[k]) for k in names]
@@ -322,6 +324,10 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
         notes.append("per shard: ringc ran it under jax.shard_map over the mesh (check_vma=False), its arrays "
                       "sharded by their specs")
         _per_shard(body, mesh, specs, layout.ring, values)
+        return
+    if enclose:
+        notes.append("per shard, with no arrays: ringc ran it under jax.shard_map over the mesh (check_vma=False)")
+        _per_shard(lambda: call([]), mesh, [], layout.ring, [])
         return
     result = call([])
     closures = _closures(result)
@@ -419,6 +425,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         line = 0
     layout = _layout(n, params, axis, mesh_axes, script.path)
     per_shard = "mesh" not in params
+    enclose = False
     given = {a.name: a for a in args}
     failed = ""
     for _ in range(_RETRIES + 1):
@@ -432,7 +439,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         before = len(script.captures)
         stub_calls = len(imports.calls) if imports else 0
         try:
-            _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes)
+            _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes, enclose)
             failed = ""
         except ScheduleError:
             raise
@@ -445,9 +452,12 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             blame = imports.blame(text, stub_calls) if imports else ""
             failed = f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}{blame}"
             missing = _named_axis(e, layout.axes)
-            if missing is None and not per_shard and "unbound axis name" in text:
-                per_shard = True  # it takes the mesh for its sizes, but launches per shard
-                layout.notes.append("it failed outside shard_map (unbound axis name): ringc ran it per shard")
+            if missing is None and "unbound axis name" in text and not (per_shard and (b.arrays or enclose)):
+                if per_shard:
+                    enclose = True  # no arrays: it makes its inputs, and launches per shard
+                else:
+                    per_shard = True  # it takes the mesh for its sizes, but launches per shard
+                    layout.notes.append("it failed outside shard_map (unbound axis name): ringc ran it per shard")
                 continue
             if missing is None:
                 break
