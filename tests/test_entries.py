@@ -136,6 +136,11 @@ def test_an_int_parameter_without_default_needs_param(tmp_path):
     assert ok.ok
 
 
+def test_a_param_no_entry_function_takes_is_bad_input():
+    with pytest.raises(ScheduleError, match="--param wait_recv: no entry function takes it \\(right_permute\\)"):
+        check_file(str(ENTRIES / "permute_shard.py"), 2, entry="right_permute", axis="tp", params={"wait_recv": 0})
+
+
 def test_arg_shards_along_a_named_axis():
     ok, = check_file(str(ENTRIES / "permute_shard.py"), 2, entry="right_permute", axis="tp",
                      args=[parse_arg("x=float32[16*N,256]@tp")])

@@ -27,7 +27,7 @@ other axis parameter with a default names a mesh axis of size 1 (`dp_axis_name="
 the axes outright. When the call fails naming an axis the mesh lacks (`mesh.shape["tp"]`,
 an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc renames its own
 `x` to it, or adds it with size 1 when the ring axis is set or the name means data or
-pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most three times).
+pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most four times).
 
 **The other arguments.** `--param k=v` gives integer keywords; a parameter with a default
 keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
@@ -60,7 +60,7 @@ __all__ = ["ArgSpec", "call_entries", "parse_arg", "parse_mesh", "axis_parameter
 AXIS_SIZE_NAMES = ("num_devices", "n_devices", "num_shards", "world_size", "axis_size", "tp_size", "ep_size")
 _KERNEL_BODY = ("_ref", "_refs", "_sem", "_sems")
 _INT_HINTS = ("int", "bool")
-_RETRIES = 3
+_RETRIES = 4  # calls again on a failure naming an axis, or run per shard
 # Axis names that mean data or pipeline parallelism: a failure naming one adds it with size 1.
 _DATA_AXES = ("data", "dp", "batch", "replica", "fsdp", "dcn", "pp", "stage")
 
@@ -388,7 +388,9 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     tried: list[str] = []
     problems: list[ScheduleError] = []
     before_all = len(script.captures)
-    for name, fn in _entries(env, entry, script.path):
+    entries = _entries(env, entry, script.path)
+    _check_keywords(entries, keywords or {}, script.path)
+    for name, fn in entries:
         try:
             tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, imports))
         except ScheduleError as e:
@@ -402,6 +404,21 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
         script.notes.append("no entry function: none takes an axis name (name one with --entry)")
     script.entry_line = 0
     script.test = None
+
+
+def _check_keywords(entries: list[tuple[str, Any]], keywords: dict[str, int], path: str) -> None:
+    """Every `--param` names a parameter of an entry function (one taking `**kwargs` takes any)."""
+    takes: set[str] = set()
+    for _, fn in entries:
+        params = inspect.signature(inspect.unwrap(fn)).parameters
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return
+        takes |= set(params)
+    unknown = [k for k in keywords if k not in takes]
+    if entries and unknown:
+        names = ", ".join(name for name, _ in entries[:4])
+        raise ScheduleError(f"--param {unknown[0]}: no entry function takes it ({names})", file=path,
+                            fix=f"name one of their parameters: {', '.join(sorted(takes)[:12])}")
 
 
 def _forget(script: Script, before: int) -> None:
@@ -451,22 +468,22 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             text = str(e)
             blame = imports.blame(text, stub_calls) if imports else ""
             failed = f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}{blame}"
-            missing = _named_axis(e, layout.axes)
-            if missing is None and "unbound axis name" in text and not (per_shard and (b.arrays or enclose)):
+            unknown = _named_axis(e, layout.axes)
+            if unknown is None and "unbound axis name" in text and not (per_shard and (b.arrays or enclose)):
                 if per_shard:
                     enclose = True  # no arrays: it makes its inputs, and launches per shard
                 else:
                     per_shard = True  # it takes the mesh for its sizes, but launches per shard
                     layout.notes.append("it failed outside shard_map (unbound axis name): ringc ran it per shard")
                 continue
-            if missing is None:
+            if unknown is None:
                 break
-            if not layout.fixed and missing not in _DATA_AXES:  # ringc's `x` was a guess: take the function's name
-                layout = _Layout({missing if k == layout.ring else k: v for k, v in layout.axes.items()}, missing,
+            if not layout.fixed and unknown not in _DATA_AXES:  # ringc's `x` was a guess: take the function's name
+                layout = _Layout({unknown if k == layout.ring else k: v for k, v in layout.axes.items()}, unknown,
                                  "the name the function uses; set with --axis", True, layout.notes)
             else:
-                layout.axes = {missing: 1, **layout.axes}
-                layout.notes.append(f"mesh axis {missing!r} of size 1: the function uses it (set with --mesh)")
+                layout.axes = {unknown: 1, **layout.axes}
+                layout.notes.append(f"mesh axis {unknown!r} of size 1: the function uses it (set with --mesh)")
             continue
         for cap in script.captures[before:]:
             cap.assumes = [f"ringc called {cap.test} with {layout.text()}", *layout.notes, *notes]
