@@ -210,6 +210,19 @@ def test_stub_lets_the_package_import_and_the_relative_import_of_a_table_work(tm
     assert "assumes: stubbed modules: vllm (--stub)" in o.out
 
 
+def test_stubbing_a_submodule_stubs_its_missing_parent(tmp_path):
+    files = dict(PACKAGE)
+    files["serving/__init__.py"] = "from vllm.logger import init_logger\n"
+    kernel = _package(tmp_path, files) / "serving" / "kernels" / "permute.py"
+    ok, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm.logger",))
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "stubbed modules: vllm.logger (--stub): code that uses them is not checked")
+    assert not _said(ok, "never imported")
+    unused, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm", "sglang"))
+    assert _said(unused, "stubbed modules: vllm, sglang (--stub): code that uses them is not checked (sglang never "
+                         "imported)")
+
+
 def test_a_kernel_that_needs_a_stubs_value_says_so(tmp_path):
     files = dict(PACKAGE)
     files["serving/kernels/permute.py"] = PACKAGE["serving/kernels/permute.py"].replace(

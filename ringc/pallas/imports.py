@@ -12,7 +12,8 @@ one message for a package that is not installed.
   runs with `__package__` set to its dotted package, so relative imports resolve (and run
   the package's `__init__.py` first, as Python does).
 - **Stubs.** `--stub vllm` makes `import vllm`, `import vllm.x.y` and `from vllm.x import y`
-  succeed: every attribute of a stubbed module, and every attribute, call result and item of
+  succeed (`--stub vllm.x` stubs `vllm.x` and below, and `vllm` itself only when it is not
+  installed): every attribute of a stubbed module, and every attribute, call result and item of
   a stub, is a stub (`Stub`), and a stub called with one function or class is the identity
   (a decorator leaves the function as written). The verdict states each stubbed module;
   calls the file makes into a stub are recorded with their lines (`Imports.calls`), so a
@@ -164,7 +165,9 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.imports = imports
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if any(fullname == m or fullname.startswith(m + ".") for m in self.imports.stubs):
+        stubbed = any(fullname == m or fullname.startswith(m + ".") for m in self.imports.stubs)
+        parent = any(m.startswith(fullname + ".") for m in self.imports.stubs)  # `--stub vllm.distributed`
+        if stubbed or (parent and importlib.machinery.PathFinder.find_spec(fullname, path) is None):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -172,7 +175,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = _StubModule(spec.name)
         module.__path__ = []
         module.__imports__ = self.imports
-        self.imports.used.add(spec.name.split(".")[0])
+        self.imports.used.add(spec.name)
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -185,7 +188,7 @@ class Imports:
     path: str
     roots: list[str]
     stubs: tuple[str, ...] = ()
-    used: set[str] = field(default_factory=set)          # stubbed modules the code imported
+    used: set[str] = field(default_factory=set)          # the stub modules the code imported
     calls: list[tuple[str, str]] = field(default_factory=list)  # (stub called, where: line or file:line)
 
     def called(self, name: str) -> None:
@@ -202,7 +205,7 @@ class Imports:
         out = []
         if self.stubs:
             names = ", ".join(self.stubs)
-            unused = [m for m in self.stubs if m not in self.used]
+            unused = [m for m in self.stubs if not any(u == m or u.startswith(m + ".") for u in self.used)]
             out.append(f"stubbed modules: {names} (--stub): code that uses them is not checked"
                        + (f" ({', '.join(unused)} never imported)" if unused else ""))
         if self.calls:
