@@ -223,6 +223,39 @@ def test_stubbing_a_submodule_stubs_its_missing_parent(tmp_path):
                          "imported)")
 
 
+def test_stubs_stand_in_for_what_published_code_does_with_a_framework(tmp_path):
+    """Annotations (`jax.Array | torch.Tensor`, `Optional[...]`), decorators, subclasses,
+    flags: the code as written runs; calls are recorded."""
+    import typing
+    from ringc.pallas.imports import importing
+    path = tmp_path / "uses_stubs.py"
+    path.write_text("")
+    with importing(str(path), stubs=("torch", "vllm")) as imports:
+        import torch
+        from vllm.envs import USE_PATHWAYS
+        from vllm.model_executor import register
+
+        def kernel(x):
+            return x
+
+        assert register(kernel) is kernel and torch.compile(kernel) is kernel  # decorators keep the function
+        assert typing.Optional[int | torch.Tensor] is not None
+        assert not USE_PATHWAYS and list(torch.cuda.devices()) == []
+
+        class Layer(torch.nn.Module):
+            pass
+
+        assert Layer().__class__.__name__ == "Layer"
+        torch.manual_seed(0)
+    assert ("torch.manual_seed", f"{Path(__file__).name}:{_line_of_seed()}") in imports.calls
+    assert "torch" not in __import__("sys").modules
+
+
+def _line_of_seed() -> int:
+    return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if line.strip() == "torch.manual_seed(0)")
+
+
 def test_a_kernel_that_needs_a_stubs_value_says_so(tmp_path):
     files = dict(PACKAGE)
     files["serving/kernels/permute.py"] = PACKAGE["serving/kernels/permute.py"].replace(

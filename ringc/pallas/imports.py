@@ -141,6 +141,11 @@ class Stub:
     def __bool__(self) -> bool:
         return False
 
+    def __or__(self, other: Any) -> "Stub":
+        return self  # in annotations: `jax.Array | torch.Tensor`
+
+    __ror__ = __or__
+
     def __mro_entries__(self, bases: tuple) -> tuple:
         return (_StubBase,)  # `class Runner(vllm.Base):` subclasses a plain class
 
