@@ -24,6 +24,9 @@ from .output import FORMATS, Output, ringc_version
 from .ir.errors import ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+# `--tpu`'s generations, the default first, as `ringc.pallas.tpu.GENERATIONS` has them (a test
+# holds the two together; importing that module here would import jax at every start).
+TPU_CHOICES = "v5e|v5p|v4|v6e"
 
 
 def _integer(text: str, what: str) -> int:
@@ -183,13 +186,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
-                   "every public one taking mesh and axis_name); see docs/pallas-import.md")
+                   "every public one taking an axis name): a global function taking a mesh, a per-shard launcher (run "
+                   "under shard_map) or a factory of closures; see docs/pallas-import.md")
     c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
                         "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
-    c.add_argument("--tpu", metavar="|".join(_tpu_choices()),
+    c.add_argument("--tpu", metavar=TPU_CHOICES,
                    help="a Python kernel or script: the TPU generation its devices answer as while ringc runs its "
                         "code (device_kind, coords, get_tpu_info; default v5e); see docs/pallas-import.md")
+    c.add_argument("--axis", metavar="NAME", help="a Python module of functions: the mesh axis the collective runs "
+                   "along (default: the default of the function's axis_name parameter, else x)")
+    c.add_argument("--mesh", metavar="NAME=SIZE,...", type=_mesh_axes_arg,
+                   help="a Python module of functions: the mesh's axes, sizes in N, e.g. data=1,model=N "
+                        "(default: the ring axis alone)")
+    c.add_argument("--stub", metavar="MODULE", action="append", default=[],
+                   help="a Python file: make `import MODULE` (and its submodules) succeed with a stub, for a "
+                        "package the kernel does not need (repeatable); the verdict states it")
     c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
     c.add_argument("--data", metavar="random:K|FILE.json",
                    help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
@@ -235,15 +247,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tpu_choices() -> tuple[str, ...]:
-    from .pallas.tpu import DEFAULT, GENERATIONS
-    return (DEFAULT, *(g for g in GENERATIONS if g != DEFAULT))
-
-
 def _array_arg(text: str):
-    from .pallas.script import parse_arg
+    from .pallas.entries import parse_arg
     try:
         return parse_arg(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _mesh_axes_arg(text: str):
+    from .pallas.entries import parse_mesh
+    try:
+        return parse_mesh(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -266,7 +281,8 @@ def _check_kernel(args: argparse.Namespace, path: str):
     for n in args.devices or [None]:
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
-                                 dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu):
+                                 dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
+                                 axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub)):
             if args.strict:
                 for f in report.findings:
                     if f.severity == "warning":
@@ -311,9 +327,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_schedule(args: argparse.Namespace, path: str):
     """(schedule, report) for each size of one schedule file."""
     from .verify import check
-    if args.entry or args.arg:
-        raise ScheduleError("--entry and --arg name a Python function to call and its arrays; a schedule has "
-                            "neither", file=path, fix="drop them (a schedule's sizes are --param k=v)")
+    if args.entry or args.arg or args.axis or args.mesh or args.stub:
+        raise ScheduleError("--entry, --arg, --axis, --mesh and --stub say how to call and import a Python "
+                            "file; a schedule has nothing of that", file=path,
+                            fix="drop them (a schedule's sizes are --param k=v)")
     if args.tpu:
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")

@@ -38,7 +38,7 @@ from typing import Iterable, Mapping
 
 from .ir import Schedule, ScheduleError, load
 
-__all__ = ["CHECK_SIZES", "EMIT_DATA", "check_topologies", "check_before_emit", "checked_sizes", "refusal",
+__all__ = ["CHECK_SIZES", "EMIT_DATA", "check_topologies", "check_before_emit", "refusal",
            "import_kernel", "kernel", "check_sizes", "inexact_divisions", "verdict_cache_dir"]
 
 # Device counts `ringc emit` and `ringc.kernel` check a one-axis schedule at: the smallest

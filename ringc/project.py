@@ -50,6 +50,8 @@ class CheckGroup(BaseModel):
     strict: bool | None = None
     entry: str | None = None
     tpu: str | None = None
+    axis: str | None = None
+    stub: list[str] | None = None
     jobs: int | None = None
     params: dict[str, int] = Field(default_factory=dict, description="--param k=v for every file of the group")
 

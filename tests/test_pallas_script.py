@@ -122,7 +122,7 @@ def test_a_module_of_functions_has_its_entry_function_called():
 
 def test_entry_and_arg_name_the_call():
     from jax.experimental.pallas.ops.tpu import all_gather as op
-    from ringc.pallas.script import parse_arg
+    from ringc.pallas.entries import parse_arg
     report, = check_file(op.__file__, 2, entry="all_gather", args=[parse_arg("x=float32[16*N,128]@x")])
     assert report.ok and "x=float32[16*N,128]@x)" in report.title
     with pytest.raises(ScheduleError, match="no function of that name"):
@@ -136,7 +136,7 @@ def test_entry_and_arg_name_the_call():
     ("x=float32[8]@x,y", "2 sharding entries for 1 dimensions"),
 ])
 def test_arg_syntax(text, message):
-    from ringc.pallas.script import parse_arg
+    from ringc.pallas.entries import parse_arg
     if message is None:
         a = parse_arg(text)
         assert (a.name, a.dtype, a.dims, a.spec) == ("x", "float32", ("8*N", "128"), ("x", ""))
@@ -172,7 +172,7 @@ def test_entry_and_arg_are_refused_for_a_schedule():
     from conftest import REPO
     o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "2",
                  "--arg", "x=float32[8*N,128]@x"])
-    assert_refused(o, says="--entry and --arg")
+    assert_refused(o, says="--entry, --arg")
 
 
 MATMUL_T_SCRIPT = """\

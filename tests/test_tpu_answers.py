@@ -427,3 +427,9 @@ def test_an_attribute_jax_reads_for_the_script_is_named_too(tmp_path):
     asked = setup.replace("tpu_info.get_num_device_cores()", "jax.devices()[0].num_cores")
     assert verdict(script(tmp_path, asked), 4).ok
     assert not verdict(script(tmp_path, asked, broken=True), 4).ok
+
+
+def test_the_cli_names_every_generation_without_importing_them():
+    from ringc.cli import TPU_CHOICES
+    from ringc.pallas.tpu import DEFAULT, GENERATIONS
+    assert TPU_CHOICES.split("|") == [DEFAULT, *(g for g in GENERATIONS if g != DEFAULT)]

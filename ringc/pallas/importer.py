@@ -109,6 +109,10 @@ def load_module(path: str, log: AliasLog) -> Any:
         raise
     except Exception as e:
         line = script_line(e, str(p))
+        from .imports import missing_import
+        missing = missing_import(e, path, line=line)
+        if missing is not None:
+            raise missing from None
         raise ScheduleError(f"importing the module failed: {describe_exception(e, path)}", file=path, line=line,
                             fix="the module must import with the installed jax (" + _jax_version() + ")") from None
     return module
@@ -214,27 +218,35 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
 
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
-               entry: str | None = None, args: list | None = None, tpu: str | None = None) -> list[Report]:
+               entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
+               mesh: tuple | None = None, stubs: tuple[str, ...] = ()) -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
-    devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`)."""
+    devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
+    `entry`, `args`, `axis`, `mesh` say how to call a module's entry functions (`entries.py`),
+    `stubs` the packages to stub (`imports.py`)."""
+    from .imports import importing
     from .script import is_script, script_source
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
-    if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args:
+    if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args or axis or mesh:
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
-                            entry=entry, args=args, params=params, tpu=tpu)
-    return [check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
-                         dma_order=dma_order, tpu=tpu)]
+                            entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
+                            stubs=tuple(stubs))
+    with importing(path, stubs=tuple(stubs)) as imports:
+        report = check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
+                              dma_order=dma_order, tpu=tpu)
+    report.assumptions += imports.assumptions()
+    return [report]
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
-                 args: list | None = None, params: dict[str, int] | None = None,
-                 tpu: str | None = None) -> list[Report]:
+                 args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
+                 axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = ()) -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
     jitted function that runs pallas_calls (`script.py`), and check every captured call; one
@@ -246,12 +258,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     t0 = time.perf_counter()
     log = AliasLog()
     with user_code_time(path):
-        script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu)
+        script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
+                            stubs=stubs)
     refused = {id(c): unsupported_in(c.jaxpr.jaxpr) for c in script.captures}
-    if params and not any(c.test and "(" in c.test for c in script.captures):
-        raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
-                            "ringc calls in a module of functions, and none ran a kernel", file=path,
-                            fix="drop --param, or name the function with --entry")
     if script.answers.unsupported and not any(r is None for r in refused.values()):
         raise _refusal(script.answers.unsupported[0], path)
     if script.captures and all(refused.values()):
@@ -261,11 +270,15 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
-            "(one taking mesh and axis_name) ran one"
+            "(one taking an axis name, or --entry) ran one"
             + (f" ({notes})" if notes else ""), file=path,
             fix="name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
+    if params and not any(c.test and "(" in c.test for c in script.captures):
+        raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
+                            "ringc calls in a module of functions, and none ran a kernel", file=path,
+                            fix="drop --param, or name the function with --entry")
     local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
     for c in local:
         script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
@@ -298,9 +311,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.title = title
         report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
                                      "captured; their results were zeros placeholders, not computed")
-        if cap.test and "(" in cap.test:  # an entry function ringc called: the arrays it made up
-            report.assumptions.insert(1, f"ringc called {cap.test} with mesh = ringc's mesh of {n} devices along "
-                                         "`x`, axis_name = 'x'")
+        report.assumptions[1:1] = script.assumes + cap.assumes  # stubs; how ringc called an entry function
         if cap.reference:
             shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "

@@ -1128,7 +1128,8 @@ class Lanes:
             if starts is None:
                 r = (0,) * len(self.torus.shape)
             else:
-                r = tuple(int(starts[s] - lo) % extent for s in self.torus.strides)
+                r = tuple(int(starts[s] - lo) % extent if size > 1 else 0  # a size-1 axis moves nothing
+                          for s, size in zip(self.torus.strides, self.torus.shape))
                 if not np.array_equal(starts, (lo + self.matrix @ np.asarray(r, dtype=np.int64)) % extent):
                     raise Diverge(f"`{name}` dimension {dim}: the boxes do not move by a fixed step per device")
             if self.steps.setdefault((name, dim), r) != r:

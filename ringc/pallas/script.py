@@ -24,13 +24,10 @@ function whose program contains a `pallas_call` instead of running it:
   kernel against.
 
 A module of functions (JAX's `ops/tpu/all_gather.py`: `all_gather(x, *, mesh, axis_name)`)
-makes no call at top level. Then ringc calls its *entry functions* itself (`call_entries`):
-`--entry NAME`, or every public function of the module that takes a `mesh` and an
-`axis_name`; `mesh` is ringc's mesh of N devices, `axis_name` its axis, and each other
-required argument an array from `--arg NAME=DTYPE[DIMS]@SPEC` or, by default,
-`float32[8*N, 128]` sharded along the axis on its first dimension (one (8, 128) tile per
-device); `--param k=v` passes an integer keyword (`bn=128`). The verdict states every
-argument it made up.
+makes no call at top level. Then ringc calls its *entry functions* itself (`entries.py`:
+global functions, per-shard launchers and factories, with the arguments it states in the
+verdict). The file's imports resolve from its repository, and `--stub MODULE` stubs a
+package it does not need (`imports.py`).
 
 Each captured call is then checked like a module's `build(mesh)`.
 """
@@ -53,10 +50,12 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..ir.errors import ScheduleError
+from .entries import ArgSpec, call_entries
 from .jaxprs import walk_eqns
+from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
 
-__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info", "ArgSpec", "small_ints",
-           "parse_arg"]
+__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
+           "small_ints"]
 
 # `lax` collective primitive -> the ringc collective it computes (see `lax_reference`).
 _LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
@@ -75,6 +74,7 @@ class Capture:
     reference_line: int = 0        # where the script computes that reference
     test: str | None = None        # the test method that made the call (a test module)
     copies: int = 0                # identical calls after it (parameterized tests), checked once
+    assumes: list[str] = field(default_factory=list)  # how ringc called an entry function (`entries.py`)
 
 
 @dataclass
@@ -87,6 +87,8 @@ class Script:
     entry_line: int = 0            # the entry function ringc is calling (its def line), else 0
     seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
     answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
+    missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
+    assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
 
 
 def is_script(source: str) -> bool:
@@ -448,72 +450,6 @@ class _Result(unittest.TestResult):
         self.raised.append(err[1])
 
 
-def script_line(e: BaseException, path: str) -> int | None:
-    """The innermost line of the file at `path` in `e`'s traceback (None if it is not there)."""
-    tb, line = e.__traceback__, None
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def _raised_at(e: BaseException, path: str) -> str:
-    """Where the user's code raised `e`: `file:line` of the innermost frame outside JAX's and
-    ringc's internals, and the script's own line if that frame is in another file."""
-    from .tpu import Askers
-    askers = Askers(path)
-    inner, mine = None, None
-    tb = e.__traceback__
-    while tb is not None:
-        if askers.user(tb.tb_frame):
-            inner = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
-            if os.path.abspath(inner[0]) == askers.script:
-                mine = inner
-        tb = tb.tb_next
-    if inner is None:
-        return "a line ringc cannot name"
-    where = f"{inner[0]}:{inner[1]}"
-    return where if mine is None or mine == inner else f"{where} (from {path}:{mine[1]})"
-
-
-def describe_exception(e: BaseException, path: str) -> str:
-    """How ringc names an exception from the user's code, everywhere it reports one: `Type:
-    first line of the message`; an exception with no message (an empty `AttributeError:`) is
-    named by its type and the user's file:line that raised it."""
-    text = str(e).strip()
-    if text:
-        return f"{type(e).__name__}: {text.splitlines()[0][:160]}"
-    return f"{type(e).__name__} with no message, raised at {_raised_at(e, path)}"
-
-
-def user_failure(e: BaseException, path: str) -> None:
-    """Raise the input error for an exception of the user's code that ringc, not the code, is
-    the cause of: a device attribute the stand-in TPU devices do not answer (`tpu.Unanswered`)."""
-    from .tpu import QUESTIONS, Unanswered
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, Unanswered):
-            file, line = e.where
-            via = " through JAX" if not e.by_user else ""
-            if os.path.abspath(file) != os.path.abspath(path):  # a helper asked: name it, point at the script
-                via, file, line = f"{via} (at {file}:{line})", path, script_line(e, path)
-            if e.by_user:
-                raise ScheduleError(
-                    f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU "
-                    f"{e.generation.name} devices do not answer", file=file, line=line,
-                    fix=f"they answer {', '.join(QUESTIONS[:-1])} and pltpu.get_tpu_info() (docs/pallas-import.md, "
-                        "\"What ringc answers as a TPU\"); give the value the kernel needs directly, or guard the "
-                        "question with hasattr") from None
-            raise ScheduleError(
-                f"setup code asked the device for `{e.name}`{via}, which ringc's stand-in TPU {e.generation.name} "
-                "devices answer only to the script's own code", file=file, line=line,
-                fix="JAX's internals see ringc's devices as the CPU devices they are, so that meshes and sharding "
-                    "work; ask the device itself (jax.devices()[0].num_cores) or pltpu.get_tpu_info()") from None
-        e = e.__cause__ or e.__context__
-
-
 def _copied(script: Script, before: int) -> bool:
     """The test made a call identical to an earlier one (a parameterized copy)."""
     return sum(c.copies for c in script.captures) > before
@@ -570,148 +506,17 @@ def register_cpu_tpu_info() -> None:
     tpu_info.registry.setdefault("cpu", generation(None).tpu_info)
 
 
-def _package_roots(tree: ast.Module, path: str) -> list[str]:
-    """Where the file's own package lives, so that its absolute imports of it resolve as they
-    do in its repository: for `from tpu_inference.kernels.collectives import util` in
-    `.../repo/tpu_inference/kernels/collectives/all_gather_matmul.py`, `.../repo`."""
-    parts = os.path.abspath(path).split(os.sep)[:-1]
-    roots: list[str] = []
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
-        for name in names:
-            top = name.split(".")[0]
-            if top in parts:
-                root = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index(top)]) or os.sep
-                if root not in roots:
-                    roots.append(root)
-    return roots
-
-
-@dataclass(frozen=True)
-class ArgSpec:
-    """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
-    (expressions in N), dtype and PartitionSpec entries (axis name or "" for unsharded)."""
-    name: str
-    dtype: str
-    dims: tuple[str, ...]
-    spec: tuple[str, ...]
-
-    def text(self) -> str:
-        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
-
-
-_DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
-
-
-def parse_arg(text: str) -> ArgSpec:
-    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
-    import re
-    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
-    if not m:
-        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
-    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
-    try:
-        np.dtype(dtype) if dtype != "bfloat16" else None
-    except TypeError:
-        raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
-    dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
-    spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
-    if len(spec_t) > len(dims_t):
-        raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
-    return ArgSpec(name, dtype, dims_t, spec_t)
-
-
-def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
-    """The functions ringc calls in a module of functions (see the module docstring)."""
-    import inspect
-    if entry is not None:
-        fn = env.get(entry)
-        if not callable(fn):
-            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_"))
-            raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
-                                fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
-        return [(entry, fn)]
-    out = []
-    for name, fn in env.items():
-        target = inspect.unwrap(fn) if callable(fn) else None
-        if name.startswith("_") or not inspect.isfunction(target) or target.__module__ != env["__name__"]:
-            continue
-        params = inspect.signature(target).parameters
-        if "mesh" in params and ("axis_name" in params or "axis" in params):
-            out.append((name, fn))
-    return out
-
-
-def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
-                 keywords: dict[str, int] | None = None) -> None:
-    """Call the module's entry functions under capture (the kernels they run are recorded)."""
-    import inspect
-    import jax
-    from ..ir import expr as E
-    n = script.n
-    given = {a.name: a for a in args}
-    mesh = jax.make_mesh((n,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:n])
-    tried: list[str] = []
-    for name, fn in _entries(env, entry, script.path):
-        params = inspect.signature(inspect.unwrap(fn)).parameters
-        if entry is None and any(p.endswith(("_ref", "_refs", "_sem", "_sems")) for p in params):
-            continue  # a kernel body (it takes refs), not a function to call
-        call: dict[str, Any] = {}
-        made: list[str] = []
-        for p in params.values():
-            if p.name in (keywords or {}):
-                call[p.name] = keywords[p.name]
-                made.append(f"{p.name}={keywords[p.name]}")
-            elif p.name == "mesh":
-                call[p.name] = mesh
-            elif p.name in ("axis_name", "axis"):
-                call[p.name] = "x"
-            elif p.name in given or (p.default is inspect.Parameter.empty and
-                                     p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)):
-                a = given.get(p.name) or ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], ("x",))
-                try:
-                    shape = tuple(E.evaluate(E.parse(d), {"N": n}, exact_division=True) for d in a.dims)
-                except (E.ExprError, ZeroDivisionError) as e:
-                    raise ScheduleError(f"--arg {a.text()}: {e}", file=script.path,
-                                        fix="dimensions are integer expressions in N, e.g. 8*N") from None
-                spec = jax.sharding.PartitionSpec(*[s or None for s in a.spec])
-                value = jax.device_put(jax.numpy.zeros(shape, jax.numpy.dtype(a.dtype)),
-                                       jax.sharding.NamedSharding(mesh, spec))
-                call[p.name] = value
-                made.append(a.text() + ("" if p.name in given else " (default; set with --arg)"))
-        script.test = f"{name}({', '.join(made)})"
-        try:
-            script.entry_line = inspect.getsourcelines(inspect.unwrap(fn))[1]
-        except (OSError, TypeError):
-            script.entry_line = 0
-        before = len(script.captures)
-        failed = ""
-        try:
-            positional = [call.pop(p.name) for p in params.values()
-                          if p.kind == p.POSITIONAL_ONLY and p.name in call]
-            fn(*positional, **call)
-        except Exception as e:  # noqa: BLE001 - the user's function failed: say so
-            user_failure(e, script.path)
-            failed = describe_exception(e, script.path)
-        ran = len(script.captures) - before
-        tried.append(f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}" if ran else
-                     f"{name} ran no kernel ({failed or 'no pallas_call under jit'})")
-    if tried:
-        script.notes.append("entry functions ringc called: " + "; ".join(tried))
-    elif entry is None:
-        script.notes.append("no entry function: none takes both mesh and axis_name (name one with --entry)")
-    script.entry_line = 0
-    script.test = None
-
-
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
-               tpu: str | None = None) -> Script:
+               axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
+               stubs: tuple[str, ...] = (), tpu: str | None = None) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
-    (`tpu.answering`, default v5e), capturing its kernel calls; a module of functions that
-    makes none has its entry functions called (`call_entries`)."""
+    (`tpu.answering`, default v5e), capturing its kernel calls; a module of
+    functions that makes none has its entry functions called (`entries.call_entries`). Its
+    imports resolve from its repository, with `stubs` stubbed (`imports.py`); a package it
+    needs that is not installed is an error when nothing got checked."""
     from .compat import aliases
+    from .imports import importing, missing_import, package_of
     from .tpu import answering, generation
     gen = generation(tpu)
     source = script_source(path)
@@ -722,31 +527,33 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                             fix="fix the syntax; ringc runs the script as Python") from None
     script = Script(path, n)
     register_cpu_tpu_info()
-    env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__}
-    folder = os.path.dirname(os.path.abspath(path))
-    roots = [folder, *_package_roots(tree, path)]
-    sys.path[:0] = roots
-    try:
-        # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
-        with _devices(n, script.notes), answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
-                _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            for stmt in tree.body:
-                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
-                try:
-                    exec(code, env)
-                except SystemExit:
-                    script.notes.append(f"line {stmt.lineno}: the script exited; statements after it did not run")
-                    break
-                except KeyboardInterrupt:
-                    raise
-                except Exception as e:  # a notebook cell that fails: note it, run the next statement
-                    user_failure(e, path)
-                    script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
-                                        "(ringc ran the next statement)")
-            if entry is not None or args or params or not script.captures:
-                call_entries(script, env, entry, list(args or []), params)
-    finally:
-        for root in roots:
-            sys.path.remove(root)
+    env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__,
+                           "__package__": package_of(path)}
+    # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
+    with importing(path, tree, stubs) as imports, _devices(n, script.notes), \
+            answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
+            _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        for stmt in tree.body:
+            code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+            stub_calls = len(imports.calls)
+            try:
+                exec(code, env)
+            except SystemExit:
+                script.notes.append(f"line {stmt.lineno}: the script exited; statements after it did not run")
+                break
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # a notebook cell that fails: note it, run the next statement
+                user_failure(e, path)
+                missing = missing_import(e, path, imports, stmt.lineno)
+                script.missing = script.missing or missing
+                fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls)
+                script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
+                                    f"(ringc ran the next statement{fix})")
+        if entry is not None or args or params or axis or mesh or not script.captures:
+            call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)
+        script.assumes = imports.assumptions()
+    if not script.captures and script.missing is not None:
+        raise script.missing
     return script

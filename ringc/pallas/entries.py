@@ -1,0 +1,495 @@
+"""The entry functions of a module of functions: which ringc calls, with what, and how.
+
+A module that makes no kernel call at top level (JAX's `ops/tpu/all_gather.py`, a serving
+framework's collective kernels) is checked by calling its *entry functions* under capture
+(`script.py` records the kernels they run). `--entry NAME` names one; by default ringc calls
+every public function that takes an axis name (a parameter `axis`, or one whose name ends in
+`axis_name`: `ep_axis_name`, `mesh_axis_name`) and is not a kernel body (no `*_ref`,
+`*_sem` parameters). Real files expose three shapes:
+
+- **A global function** takes a `mesh`: it is called with ringc's mesh and global arrays
+  sharded along the axis; it runs its own `jax.shard_map`.
+- **A per-shard launcher** takes no `mesh` (only arrays, or an axis name too): it calls
+  `pl.pallas_call` on one device's shards and must run inside `jax.shard_map`. ringc wraps
+  it in `jax.jit(jax.shard_map(..., check_vma=False))` over its mesh, the arrays sharded by
+  their specs. A global function that fails with JAX's "unbound axis name" (it reads the
+  mesh for sizes but launches per shard) is run so too, and so is a function taking no
+  arrays that fails so (it makes its own inputs), in a `shard_map` with no inputs.
+- **A factory** returns a callable, or a tuple or list of callables (a `(start, wait)` pair).
+  ringc calls the closures in order, the first on the arrays, each next one on the previous
+  one's result (unpacked when it is a tuple of as many values as the closure takes), all in
+  one jitted program, so a DMA started by one and waited by the next is one split-phase
+  program. The closures are global when the factory took the mesh, else per-shard.
+
+**The mesh.** Its ring axis is `--axis NAME`, else the default of the function's first axis
+parameter, else ringc's `x` (passed to that parameter when its default is `None`); every
+other axis parameter with a default names a mesh axis of size 1 (`dp_axis_name="dp"` beside `ep_axis_name="ep"`), and `--mesh data=1,model=N` gives
+the axes outright. When the call fails naming an axis the mesh lacks (`mesh.shape["tp"]`,
+an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc renames its own
+`x` to it, or adds it with size 1 when the ring axis is set or the name means data or
+pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most four times).
+
+**The other arguments.** `--param k=v` gives integer keywords; a parameter with a default
+keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
+without a default needs `--param` (a clear error naming it); every other one is an array,
+from `--arg NAME=DTYPE[DIMS]@SPEC` or `float32[8*N, 128]` sharded along the ring axis on
+its first dimension. Every argument ringc made up is stated in the verdict
+(`Capture.assumes`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..ir.errors import ScheduleError
+from .imports import missing_import
+from .usererrors import describe_exception, user_failure
+
+if TYPE_CHECKING:
+    from .imports import Imports
+    from .script import Script
+
+__all__ = ["ArgSpec", "call_entries", "parse_arg", "parse_mesh", "axis_parameters"]
+
+# Parameters that mean the device count along the axis: ringc passes N.
+AXIS_SIZE_NAMES = ("num_devices", "n_devices", "num_shards", "world_size", "axis_size", "tp_size", "ep_size")
+_KERNEL_BODY = ("_ref", "_refs", "_sem", "_sems")
+_INT_HINTS = ("int", "bool")
+_RETRIES = 4  # calls again on a failure naming an axis, or run per shard
+# Axis names that mean data or pipeline parallelism: a failure naming one adds it with size 1.
+_DATA_AXES = ("data", "dp", "batch", "replica", "fsdp", "dcn", "pp", "stage")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """`--arg x=bfloat16[8*N,128]@x,`: an array argument of an entry function, global shape
+    (expressions in N), dtype and PartitionSpec entries (axis name or "" for unsharded)."""
+    name: str
+    dtype: str
+    dims: tuple[str, ...]
+    spec: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
+
+
+_DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
+
+
+def parse_arg(text: str) -> ArgSpec:
+    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
+    if not m:
+        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
+    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
+    try:
+        np.dtype(dtype) if dtype != "bfloat16" else None
+    except TypeError:
+        raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
+    dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
+    spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
+    if len(spec_t) > len(dims_t):
+        raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
+    return ArgSpec(name, dtype, dims_t, spec_t)
+
+
+def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
+    """The parameters that take a mesh axis name: `axis`, or a name ending in `axis_name`."""
+    return [p for p in params.values() if p.name == "axis" or p.name.endswith("axis_name")]
+
+
+def parse_mesh(text: str) -> tuple[tuple[str, str], ...]:
+    """`--mesh data=1,model=N`: the mesh's axes in order, each size an expression in N;
+    raises ValueError naming what is wrong."""
+    axes = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([^=]+?)\s*", part)
+        if not m:
+            raise ValueError(f"--mesh {text!r}: {part.strip()!r} is not NAME=SIZE, e.g. data=1,model=N")
+        if m.group(1) in [a for a, _ in axes]:
+            raise ValueError(f"--mesh {text!r}: axis {m.group(1)!r} is named twice")
+        axes.append((m.group(1), m.group(2)))
+    return tuple(axes)
+
+
+class _UnknownAxis(Exception):
+    def __init__(self, axis: str):
+        super().__init__(axis)
+        self.axis = axis
+
+
+def _named_axis(e: BaseException, axes: dict[str, int]) -> str | None:
+    """The mesh axis a failure names that the mesh lacks (None if it names none)."""
+    text = str(e)
+    m = re.search(r"unbound axis name: (\w+)", text) or re.search(r"refers to '(\w+)'", text) or \
+        re.search(r"Resource axis: (\w+) ", text)
+    if m is None and isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str) \
+            and e.args[0].isidentifier():
+        return e.args[0] if e.args[0] not in axes else None
+    return m.group(1) if m and m.group(1) not in axes else None
+
+
+@dataclass
+class _Layout:
+    """The mesh ringc builds for one entry and why."""
+    axes: dict[str, int]      # name -> size, in mesh order
+    ring: str                 # the axis the collective runs along
+    why: str                  # how the ring axis was chosen
+    fixed: bool               # the axes came from --mesh or --axis (not renamed on a retry)
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        sizes = ", ".join(f"{k!r}: {v}" for k, v in self.axes.items())
+        return f"mesh {{{sizes}}}, axis {self.ring!r} ({self.why})"
+
+
+def _layout(n: int, params: dict[str, inspect.Parameter], axis: str | None,
+            mesh: tuple[tuple[str, str], ...] | None, path: str) -> _Layout:
+    from ..ir import expr as E
+    named = axis_parameters(params)
+    defaults = [p.default[0] if isinstance(p.default, (tuple, list)) and p.default else p.default for p in named]
+    defaults = [d if isinstance(d, str) else None for d in defaults]
+    if axis is not None:
+        ring, why, fixed = axis, "--axis", True
+    elif defaults and defaults[0]:
+        ring, why, fixed = defaults[0], f"the default of {named[0].name}", True
+    else:
+        ring, why, fixed = "x", "ringc's; set with --axis", False
+    if mesh is not None:
+        try:
+            axes = {a: E.evaluate(E.parse(s), {"N": n}, exact_division=True) for a, s in mesh}
+        except (E.ExprError, ZeroDivisionError) as e:
+            raise ScheduleError(f"--mesh: {e}", file=path,
+                                fix="sizes are integer expressions in N, e.g. data=1,model=N") from None
+        total = math.prod(axes.values())
+        if total != n:
+            raise ScheduleError(f"--mesh {','.join(f'{a}={s}' for a, s in mesh)} has {total} devices, but --devices "
+                                f"gives {n}", file=path, fix="make the sizes multiply to N, e.g. data=1,model=N")
+        if axis is None and ring not in axes:
+            ring = next((a for a, v in axes.items() if v == n), next(iter(axes)))
+            why = "the --mesh axis of size N"
+        if ring not in axes:
+            raise ScheduleError(f"--axis {ring}: the --mesh has no such axis", file=path,
+                                fix=f"name one of {', '.join(axes)}")
+        return _Layout(axes, ring, why + ", --mesh", True)
+    extra = {d: 1 for d in defaults[1:] if d and d != ring}
+    return _Layout({**extra, ring: n}, ring, why, fixed,
+                   [f"mesh axis {d!r} of size 1: the default of {p.name}" for p, d in zip(named[1:], defaults[1:])
+                    if d and d != ring])
+
+
+def _hint(p: inspect.Parameter) -> str:
+    a = p.annotation
+    if a is inspect.Parameter.empty:
+        return ""
+    text = a if isinstance(a, str) else getattr(a, "__name__", repr(a))
+    return text.rsplit(".", 1)[-1].strip().lower()
+
+
+@dataclass
+class _Binding:
+    """The arguments of one call: keywords, array parameters (with their specs) and what was made up."""
+    call: dict[str, Any]
+    arrays: dict[str, ArgSpec]
+    made: list[str]
+    positional_only: list[str]
+
+
+def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: dict[str, ArgSpec],
+          keywords: dict[str, int], axis_given: bool, where: tuple[str, int, str], mesh: Any) -> _Binding:
+    """Each parameter's argument (module docstring); `where` is the function's (file, line, name)."""
+    call: dict[str, Any] = {}
+    arrays: dict[str, ArgSpec] = {}
+    made: list[str] = []
+    named = axis_parameters(params)
+    for p in params.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in keywords:
+            call[p.name] = keywords[p.name]
+            made.append(f"{p.name}={keywords[p.name]}")
+        elif p.name == "mesh":
+            call[p.name] = mesh
+        elif p in named:  # the first one gets the ring axis unless its default names one; others keep defaults
+            if p.default is p.empty or (p is named[0] and (axis_given or not isinstance(p.default, (str, tuple)))):
+                call[p.name] = layout.ring  # stated with the mesh (`_Layout.text`)
+        elif p.name in given:
+            arrays[p.name] = given[p.name]
+            made.append(given[p.name].text())
+        elif p.default is not p.empty:
+            continue  # kept as it is
+        elif p.name in AXIS_SIZE_NAMES:
+            call[p.name] = n
+            made.append(f"{p.name}={n} (N)")
+        elif _hint(p) in _INT_HINTS or _hint(p) in ("str", "float"):
+            raise ScheduleError(f"{where[2]}: parameter `{p.name}` ({_hint(p)}) has no default, and ringc cannot "
+                                "make one up", file=where[0], line=where[1],
+                                fix=f"pass --param {p.name}=V" if _hint(p) in _INT_HINTS else
+                                f"give `{p.name}` a default, or call the kernel from a script")
+        else:
+            arrays[p.name] = ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,))
+            made.append(arrays[p.name].text() + " (default; set with --arg)")
+    positional_only = [p.name for p in params.values() if p.kind == p.POSITIONAL_ONLY]
+    return _Binding(call, arrays, made, positional_only)
+
+
+def _global_array(a: ArgSpec, mesh: Any, n: int, path: str) -> Any:
+    import jax
+    from ..ir import expr as E
+    try:
+        shape = tuple(E.evaluate(E.parse(d), {"N": n}, exact_division=True) for d in a.dims)
+    except (E.ExprError, ZeroDivisionError) as e:
+        raise ScheduleError(f"--arg {a.text()}: {e}", file=path,
+                            fix="dimensions are integer expressions in N, e.g. 8*N") from None
+    missing = [s for s in a.spec if s and s not in mesh.shape]
+    if missing:
+        raise ScheduleError(f"--arg {a.text()}: the mesh has no axis {missing[0]!r} (its axes: "
+                            f"{', '.join(mesh.shape)})", file=path, fix=f"shard along one of {', '.join(mesh.shape)}")
+    for dim, (size, axis) in enumerate(zip(shape, a.spec)):
+        if axis and size % mesh.shape[axis]:
+            raise ScheduleError(f"--arg {a.text()}: dimension {dim} ({size} at N = {n}) does not split over the "
+                                f"{mesh.shape[axis]} devices along {axis!r}", file=path,
+                                fix="make it a multiple of the axis size, e.g. 8*N")
+    return jax.device_put(jax.numpy.zeros(shape, jax.numpy.dtype(a.dtype)),
+                          jax.sharding.NamedSharding(mesh, _spec(a)))
+
+
+def _spec(a: ArgSpec) -> Any:
+    import jax
+    return jax.sharding.PartitionSpec(*[s or None for s in a.spec])
+
+
+def _required(fn: Callable) -> int | None:
+    """How many positional arguments `fn` needs (None when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def _chain(closures: list[Callable], values: tuple) -> Any:
+    """Call the closures in order: the first on `values`, each next one on the previous result."""
+    out = closures[0](*values)
+    for c in closures[1:]:
+        out = c(*out) if isinstance(out, (tuple, list)) and _required(c) == len(out) and len(out) > 1 else c(out)
+    return out
+
+
+def _closures(result: Any) -> list[Callable] | None:
+    """A factory's closures: a callable, or a tuple or list of callables (None otherwise)."""
+    if callable(result) and not hasattr(result, "shape"):
+        return [result]
+    if isinstance(result, (tuple, list)) and result and all(callable(r) and not hasattr(r, "shape") for r in result):
+        return list(result)
+    return None
+
+
+def _per_shard(body: Callable, mesh: Any, specs: list[Any], ring: str, arrays: list[Any]) -> Any:
+    """Run `body` on the arrays' shards under one jitted `jax.shard_map` (check_vma=False);
+    every output of rank 1 or more is sharded along the ring axis on its first dimension."""
+    import jax
+    P = jax.sharding.PartitionSpec
+    probe = jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=P(), check_vma=False)
+    shapes = jax.eval_shape(probe, *arrays)
+    out_specs = jax.tree.map(lambda s: P(ring) if getattr(s, "ndim", 0) else P(), shapes)
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_specs,
+                                 check_vma=False))(*arrays)
+
+
+def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: str, per_shard: bool,
+         given: dict[str, ArgSpec], notes: list[str], enclose: bool = False) -> None:
+    """One call of the entry, the way its shape asks (module docstring); `notes` gets the
+    statements about how it was called. `enclose`: a function taking no arrays that launches
+    per shard (it makes its own inputs) runs inside `shard_map` too."""
+    names = list(b.arrays)
+    values = [_global_array(b.arrays[k], mesh, n, path) for k in names]
+    specs = [_spec(b.arrays[k]) for k in names]
+
+    def call(arrays: list[Any]) -> Any:
+        kw = {**b.call, **dict(zip(names, arrays))}
+        return fn(*[kw.pop(k) for k in b.positional_only if k in kw], **kw)
+
+    if names and not per_shard:
+        call(values)
+        return
+    if names:
+        def body(*shards):
+            return call(list(shards))
+        notes.append("per shard: ringc ran it under jax.shard_map over the mesh (check_vma=False), its arrays "
+                      "sharded by their specs")
+        _per_shard(body, mesh, specs, layout.ring, values)
+        return
+    if enclose:
+        notes.append("per shard, with no arrays: ringc ran it under jax.shard_map over the mesh (check_vma=False)")
+        _per_shard(lambda: call([]), mesh, [], layout.ring, [])
+        return
+    result = call([])
+    closures = _closures(result)
+    if closures is None:
+        return
+    first = closures[0]
+    k = _required(first)
+    k = 1 if k is None else k
+    try:
+        pnames = [p for p in inspect.signature(first).parameters][:k]
+    except (TypeError, ValueError):
+        pnames = [f"arg{i}" for i in range(k)]
+    args = [given.get(p) or ArgSpec(p, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,)) for p in pnames]
+    values = [_global_array(a, mesh, n, path) for a in args]
+    names_text = ", ".join(getattr(c, "__name__", "closure") for c in closures)
+    made = ", ".join(a.text() + ("" if a.name in given else " (default; set with --arg)") for a in args)
+    order = "in order, each on the previous one's result, in one jitted program" if len(closures) > 1 else ""
+    if "mesh" in b.call and not per_shard:
+        notes.append(f"a factory: it returned {names_text}; ringc called {'them ' + order if order else 'it'} on "
+                     f"{made}")
+        if len(closures) == 1:
+            closures[0](*values)
+        else:
+            import jax
+            jax.jit(lambda *a: _chain(closures, a))(*values)
+        return
+    notes.append(f"a factory: it returned {names_text}; ringc called {'them ' + order if order else 'it'} per "
+                 f"shard under jax.shard_map over the mesh (check_vma=False), on {made}")
+    _per_shard(lambda *a: _chain(closures, a), mesh, [_spec(a) for a in args], layout.ring, values)
+
+
+def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
+    """The functions ringc calls (module docstring)."""
+    if entry is not None:
+        fn = env.get(entry)
+        if not callable(fn):
+            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_"))
+            raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
+                                fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
+        return [(entry, fn)]
+    out = []
+    for name, fn in env.items():
+        target = inspect.unwrap(fn) if callable(fn) else None
+        if name.startswith("_") or not inspect.isfunction(target) or target.__module__ != env["__name__"]:
+            continue
+        params = inspect.signature(target).parameters
+        if axis_parameters(params) and not any(p.endswith(_KERNEL_BODY) for p in params):
+            out.append((name, fn))
+    return out
+
+
+def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
+                 keywords: dict[str, int] | None = None, *, axis: str | None = None,
+                 mesh: tuple[tuple[str, str], ...] | None = None, imports: "Imports | None" = None) -> None:
+    """Call the module's entry functions under capture (the kernels they run are recorded in
+    `script.captures`, each with `assumes`: how ringc called it). A required argument ringc
+    cannot make up is an error when nothing else ran a kernel."""
+    tried: list[str] = []
+    problems: list[ScheduleError] = []
+    before_all = len(script.captures)
+    entries = _entries(env, entry, script.path)
+    _check_keywords(entries, keywords or {}, script.path)
+    for name, fn in entries:
+        try:
+            tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, imports))
+        except ScheduleError as e:
+            problems.append(e)
+            tried.append(f"{name} was not called ({e.message})")
+    if problems and len(script.captures) == before_all:
+        raise problems[0]
+    if tried:
+        script.notes.append("entry functions ringc called: " + "; ".join(tried))
+    elif entry is None:
+        script.notes.append("no entry function: none takes an axis name (name one with --entry)")
+    script.entry_line = 0
+    script.test = None
+
+
+def _check_keywords(entries: list[tuple[str, Any]], keywords: dict[str, int], path: str) -> None:
+    """Every `--param` names a parameter of an entry function (one taking `**kwargs` takes any)."""
+    takes: set[str] = set()
+    for _, fn in entries:
+        params = inspect.signature(inspect.unwrap(fn)).parameters
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return
+        takes |= set(params)
+    unknown = [k for k in keywords if k not in takes]
+    if entries and unknown:
+        names = ", ".join(name for name, _ in entries[:4])
+        raise ScheduleError(f"--param {unknown[0]}: no entry function takes it ({names})", file=path,
+                            fix=f"name one of their parameters: {', '.join(sorted(takes)[:12])}")
+
+
+def _forget(script: Script, before: int) -> None:
+    """Drop the captures of a failed attempt (a retry records its own)."""
+    dropped = {id(c) for c in script.captures[before:]}
+    del script.captures[before:]
+    for key in [k for k, c in script.seen.items() if id(c) in dropped]:
+        del script.seen[key]
+
+
+def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], keywords: dict[str, int],
+                axis: str | None, mesh_axes: tuple[tuple[str, str], ...] | None, imports: "Imports | None") -> str:
+    """Call one entry function (retrying with the axes its failures name); the note saying what it ran."""
+    import jax
+    n = script.n
+    target = inspect.unwrap(fn)
+    params = dict(inspect.signature(target).parameters)
+    try:
+        line = inspect.getsourcelines(target)[1]
+    except (OSError, TypeError):
+        line = 0
+    layout = _layout(n, params, axis, mesh_axes, script.path)
+    per_shard = "mesh" not in params
+    enclose = False
+    given = {a.name: a for a in args}
+    failed = ""
+    for _ in range(_RETRIES + 1):
+        mesh = jax.make_mesh(tuple(layout.axes.values()), tuple(layout.axes),
+                             axis_types=(jax.sharding.AxisType.Auto,) * len(layout.axes),
+                             devices=jax.devices()[:n])
+        b = _bind(params, layout, n, given, keywords, axis is not None, (script.path, line, name), mesh)
+        notes: list[str] = []
+        script.test = f"{name}({', '.join(b.made)})"
+        script.entry_line = line
+        before = len(script.captures)
+        stub_calls = len(imports.calls) if imports else 0
+        try:
+            _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes, enclose)
+            failed = ""
+        except ScheduleError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's function failed: say so, or retry on the axis it names
+            _forget(script, before)
+            missing = missing_import(e, script.path, imports)
+            if missing is not None:  # an import inside the function
+                raise missing from None
+            user_failure(e, script.path)  # a question the stand-in TPU devices cannot answer stops the check
+            text = str(e)
+            blame = imports.blame(text, stub_calls) if imports else ""
+            failed = describe_exception(e, script.path) + blame
+            unknown = _named_axis(e, layout.axes)
+            if unknown is None and "unbound axis name" in text and not (per_shard and (b.arrays or enclose)):
+                if per_shard:
+                    enclose = True  # no arrays: it makes its inputs, and launches per shard
+                else:
+                    per_shard = True  # it takes the mesh for its sizes, but launches per shard
+                    layout.notes.append("it failed outside shard_map (unbound axis name): ringc ran it per shard")
+                continue
+            if unknown is None:
+                break
+            if not layout.fixed and unknown not in _DATA_AXES:  # ringc's `x` was a guess: take the function's name
+                layout = _Layout({unknown if k == layout.ring else k: v for k, v in layout.axes.items()}, unknown,
+                                 "the name the function uses; set with --axis", True, layout.notes)
+            else:
+                layout.axes = {unknown: 1, **layout.axes}
+                layout.notes.append(f"mesh axis {unknown!r} of size 1: the function uses it (set with --mesh)")
+            continue
+        for cap in script.captures[before:]:
+            cap.assumes = [f"ringc called {cap.test} with {layout.text()}", *layout.notes, *notes]
+        break
+    ran = len(script.captures) - before
+    return (f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}" if ran else
+            f"{name} ran no kernel ({failed or 'no pallas_call under jit'})")

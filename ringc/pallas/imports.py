@@ -1,0 +1,323 @@
+"""What a kernel file imports besides itself, for `ringc check` on code as published: its
+repository's roots on the path, stubs for packages it does not need (`--stub MODULE`), and
+one message for a package that is not installed.
+
+- **Roots.** A file inside a repository imports its own package the way the repository does:
+  `from pkg.kernels import util`, a relative `from . import tuned_block_sizes`, or a test
+  module beside its package importing `pkg`. `Imports.roots` are the file's folder, the
+  folder above its package (`__init__.py`) chain, the nearest folder above it with a
+  `pyproject.toml`, `setup.py` or `.git`, and each folder above it that holds a package the
+  file imports. A root holding a package that is already imported from elsewhere (a
+  checkout of jax, say) goes at the end of `sys.path`, so it does not shadow it. The file
+  runs with `__package__` set to its dotted package, so relative imports resolve (and run
+  the package's `__init__.py` first, as Python does).
+- **Stubs.** `--stub vllm` makes `import vllm`, `import vllm.x.y` and `from vllm.x import y`
+  succeed (`--stub vllm.x` stubs `vllm.x` and below, and `vllm` itself only when it is not
+  installed): every attribute of a stubbed module, and every attribute, call result and item of
+  a stub, is a stub (`Stub`), and a stub called with one function or class is the identity
+  (a decorator leaves the function as written). The verdict states each stubbed module;
+  calls the file makes into a stub are recorded with their lines (`Imports.calls`), so a
+  kernel that fails on a stub's value says which call it was.
+- **Missing packages.** A `ModuleNotFoundError` for a package outside the file's repository
+  is `missing_import`: the file's line, the package, and both fixes (`pip install PKG`, or
+  `--stub PKG`).
+
+The stubs, and the packages first imported from roots that were not on the path before, are
+removed from `sys.modules` after the check, so the next file's package of the same name is
+its own (a package imported before, and its submodules, stay).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..ir.errors import ScheduleError
+
+__all__ = ["Imports", "importing", "missing_import", "repo_roots", "package_of"]
+
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def _package_top(folder: Path) -> Path:
+    """The topmost folder of the `__init__.py` chain that `folder` is in (itself if none)."""
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+        if not (folder / "__init__.py").is_file():
+            return folder
+    return folder
+
+
+def package_of(path: str) -> str | None:
+    """The dotted package the file is in (`pkg.kernels` for `.../pkg/kernels/foo.py` when
+    both folders have an `__init__.py`), None outside a package."""
+    folder = Path(path).resolve().parent
+    parts: list[str] = []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.append(folder.name)
+        folder = folder.parent
+    return ".".join(reversed(parts)) or None
+
+
+def _imported_tops(tree: ast.Module) -> list[str]:
+    """The top-level names of the file's absolute imports, in order."""
+    tops: list[str] = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        for name in names:
+            if name.split(".")[0] not in tops:
+                tops.append(name.split(".")[0])
+    return tops
+
+
+def repo_roots(tree: ast.Module, path: str) -> list[str]:
+    """The folders the file's imports resolve from, as in its repository (module docstring)."""
+    here = Path(path).resolve().parent
+    roots = [here, _package_top(here)]
+    marked = next((d for d in [here, *here.parents] if any((d / m).exists() for m in _MARKERS)), None)
+    if marked is not None:
+        roots.append(marked)
+    for top in _imported_tops(tree):
+        holder = next((d for d in [here, *here.parents]
+                       if (d / top).is_dir() or (d / f"{top}.py").is_file()), None)  # namespace packages too
+        if holder is not None and holder != here:
+            roots.append(holder)
+    out: list[str] = []
+    for r in roots:
+        if str(r) not in out and r != Path(r.anchor):
+            out.append(str(r))
+    return out
+
+
+def _shadows(root: str) -> bool:
+    """The root holds a package that is already imported from elsewhere (jax in a jax checkout)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False
+    for name in names:
+        mod = sys.modules.get(name)
+        where = getattr(mod, "__file__", None)
+        if mod is not None and where and os.path.isfile(os.path.join(root, name, "__init__.py")) \
+                and not os.path.abspath(where).startswith(os.path.join(root, name) + os.sep):
+            return True
+    return False
+
+
+class Stub:
+    """A stand-in for anything a stubbed module holds: attributes, call results and items
+    are stubs too; called with a single function or class it returns it (a decorator)."""
+
+    def __init__(self, name: str, imports: "Imports"):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_imports", imports)
+
+    def __getattr__(self, attr: str) -> "Stub":
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        return Stub(f"{self._name}.{attr}", self._imports)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], (types.FunctionType, type)):
+            return args[0]
+        self._imports.called(self._name)
+        return Stub(f"{self._name}()", self._imports)
+
+    def __getitem__(self, key: Any) -> "Stub":
+        return Stub(f"{self._name}[...]", self._imports)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __or__(self, other: Any) -> "Stub":
+        return self  # in annotations: `jax.Array | torch.Tensor`
+
+    __ror__ = __or__
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return (_StubBase,)  # `class Runner(vllm.Base):` subclasses a plain class
+
+    def __repr__(self) -> str:
+        return f"<stub {self._name}>"
+
+
+class _StubBase:
+    def __init__(self, *args: Any, **kwargs: Any):
+        pass
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, attr: str) -> Stub:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        return Stub(f"{self.__name__}.{attr}", self.__imports__)
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, imports: "Imports"):
+        self.imports = imports
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        stubbed = any(fullname == m or fullname.startswith(m + ".") for m in self.imports.stubs)
+        parent = any(m.startswith(fullname + ".") for m in self.imports.stubs)  # `--stub vllm.distributed`
+        if stubbed or (parent and importlib.machinery.PathFinder.find_spec(fullname, path) is None):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        module.__imports__ = self.imports
+        self.imports.used.add(spec.name)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+@dataclass
+class Imports:
+    """One file's import setting (see the module docstring)."""
+    path: str
+    roots: list[str]
+    stubs: tuple[str, ...] = ()
+    used: set[str] = field(default_factory=set)          # the stub modules the code imported
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (stub called, where: line or file:line)
+
+    def called(self, name: str) -> None:
+        """Record a call into a stub, with the line that made it (`file:line`, the file's own
+        line number alone)."""
+        frame = sys._getframe(2)  # Stub.__call__'s caller
+        f = os.path.abspath(frame.f_code.co_filename)
+        where = str(frame.f_lineno) if f == os.path.abspath(self.path) else f"{Path(f).name}:{frame.f_lineno}"
+        if (name, where) not in self.calls:
+            self.calls.append((name, where))
+
+    def assumptions(self) -> list[str]:
+        """What every verdict states about the file's imports."""
+        out = []
+        if self.stubs:
+            names = ", ".join(self.stubs)
+            unused = [m for m in self.stubs if not any(u == m or u.startswith(m + ".") for u in self.used)]
+            out.append(f"stubbed modules: {names} (--stub): code that uses them is not checked"
+                       + (f" ({', '.join(unused)} never imported)" if unused else ""))
+        if self.calls:
+            out.append("stubs called, whose results are stand-ins: " + "; ".join(
+                f"{name}() at {_where(line)}" for name, line in self.calls[:6]))
+        return out
+
+    def blame(self, error: str = "", since: int = 0) -> str:
+        """For a failure whose message shows a stub's value (`Stub`, `<stub ...>`): the stub
+        call since `since` (an index into `calls`) that likely made it ('' if none shows)."""
+        if "Stub" not in error and "<stub " not in error:
+            return ""
+        if self.calls[since:]:
+            name, line = self.calls[-1]
+            return (f"; the code called the stub {name}() at {_where(line)}: its result is a stand-in, so code "
+                    "that needs its value cannot be checked with --stub")
+        return ("; a value from a stubbed module was used: a stub is a stand-in, so code that needs its value "
+                "cannot be checked with --stub")
+
+
+def _where(line: str) -> str:
+    return f"line {line}" if line.isdigit() else line
+
+
+@contextlib.contextmanager
+def importing(path: str, tree: ast.Module | None = None, stubs: tuple[str, ...] = ()) -> Iterator[Imports]:
+    """Run the file's imports from its repository's roots, with `stubs` stubbed (see the
+    module docstring); afterwards the path and `sys.modules` are as before."""
+    if tree is None:
+        try:
+            tree = ast.parse(Path(path).read_text())
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module([], [])
+    imports = Imports(path, repo_roots(tree, path), tuple(stubs))
+    finder = _StubFinder(imports)
+    before = set(sys.modules)
+    on_path = {os.path.abspath(p or os.getcwd()) for p in sys.path}
+    added = [r for r in imports.roots if r not in on_path]  # the roots whose modules are forgotten afterwards
+    front = [r for r in added if not _shadows(r)]
+    back = [r for r in added if r not in front]
+    sys.path[:0] = front
+    sys.path.extend(back)
+    if stubs:
+        sys.meta_path.insert(0, finder)
+    try:
+        yield imports
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for r in front:
+            if r in sys.path:  # the code may have edited the path itself
+                sys.path.remove(r)  # the first occurrence: ours, at the front
+        for r in back:
+            if r in sys.path:
+                del sys.path[len(sys.path) - 1 - sys.path[::-1].index(r)]  # the last: ours, at the end
+        for name in set(sys.modules) - before:
+            mod = sys.modules[name]
+            where = getattr(mod, "__file__", None) or ""
+            new_package = name.split(".")[0] not in before  # never a submodule of a package imported before
+            if isinstance(mod, _StubModule) or (new_package and any(where.startswith(r + os.sep) for r in added)):
+                del sys.modules[name]
+        importlib.invalidate_caches()
+
+
+def _within(imports: Imports, name: str) -> bool:
+    """The module would come from the file's own repository (a broken import there is the
+    file's own error, not a package to install)."""
+    top = name.split(".")[0]
+    return any(os.path.isdir(os.path.join(r, top)) or os.path.isfile(os.path.join(r, top + ".py"))
+               for r in imports.roots)
+
+
+def missing_import(e: BaseException, path: str, imports: Imports | None = None,
+                   line: int | None = None) -> ScheduleError | None:
+    """The one message for a package the file needs that is not installed (None when `e` is
+    not that: another error, or a module of the file's own repository)."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    if imports is not None and _within(imports, e.name):
+        return None
+    top = e.name.split(".")[0]
+    if line is None:
+        line = _file_line(e, path)
+    via = _first_other_file(e, path)
+    through = f" (through {via})" if via else ""
+    return ScheduleError(f"the file imports `{top}`{through}, which is not installed", file=path, line=line,
+                         fix=f"pip install {top}, or pass --stub {top} if the kernel does not need it")
+
+
+def _file_line(e: BaseException, path: str) -> int | None:
+    target, tb, line = os.path.abspath(path), e.__traceback__, None
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _first_other_file(e: BaseException, path: str) -> str | None:
+    """The last file of the traceback, outside importlib, when it is not `path`: the package
+    `__init__.py` whose import failed."""
+    target, tb, last = os.path.abspath(path), e.__traceback__, None
+    while tb is not None:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if f == target:
+            last = None
+        elif "importlib" not in f and not f.startswith("<"):
+            last = f"{Path(f).parent.name}/{Path(f).name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return last

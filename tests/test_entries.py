@@ -1,0 +1,319 @@
+"""`ringc check kernel.py` on code as published, without a wrapper: the entry shapes of
+`ringc/pallas/entries.py` (per-shard launchers, keyword axis names, factories of closures,
+meshes with other axis names or extra size-1 axes) and the imports of
+`ringc/pallas/imports.py` (the repository's roots, `--stub`, a missing package).
+
+The kernels under `tests/pallas_import/entries/` are written in the styles of real kernel
+libraries; each has a broken variant behind a `--param`.
+"""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ringc.ir.errors import ScheduleError
+from ringc.pallas import check_file
+from ringc.pallas.entries import parse_arg
+
+from cli_run import run_cli
+
+ENTRIES = Path(__file__).parent / "pallas_import" / "entries"
+
+
+def _said(report, text):
+    return any(text in a for a in report.assumptions)
+
+
+def test_a_per_shard_launcher_taking_arrays_only_runs_under_shard_map_along_axis():
+    ok, = check_file(str(ENTRIES / "permute_shard.py"), 4, entry="right_permute", axis="tp")
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "with mesh {'tp': 4}, axis 'tp' (--axis)")
+    assert _said(ok, "per shard: ringc ran it under jax.shard_map") and _said(ok, "check_vma=False")
+    assert ok.title.startswith("right_permute(x=float32[8*N,128]@tp (default; set with --arg))")
+    late, = check_file(str(ENTRIES / "permute_shard.py"), 4, entry="right_permute", axis="tp", params={"late": 1})
+    assert "race" in late.kinds() and not late.ok
+
+
+def test_the_axis_a_per_shard_launcher_uses_is_found_without_axis():
+    """The kernel's `lax.axis_index("tp")` is unbound under ringc's `x`: ringc calls again on "tp"."""
+    ok, = check_file(str(ENTRIES / "permute_shard.py"), 3, entry="right_permute")
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "axis 'tp' (the name the function uses; set with --axis)")
+
+
+def test_a_launcher_taking_only_an_axis_name_runs_under_shard_map(tmp_path):
+    """It makes its own inputs: called outside shard_map it fails on the unbound axis, so
+    ringc runs it inside one, with no arrays."""
+    path = tmp_path / "demo.py"
+    path.write_text((ENTRIES / "permute_shard.py").read_text() + textwrap.dedent("""
+
+        def permute_demo(axis_name: str = "tp", late: int = 0):
+            return right_permute(jnp.ones((8, 128), jnp.float32), late)
+        """))
+    ok, = check_file(str(path), 3)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "per shard, with no arrays") and _said(ok, "mesh {'tp': 3}, axis 'tp'")
+    late, = check_file(str(path), 3, params={"late": 1})
+    assert "race" in late.kinds()
+
+
+def test_keyword_axis_names_with_defaults_build_the_mesh():
+    """`ep_axis_name="ep"` names the ring axis, `dp_axis_name="dp"` a size-1 axis; found
+    without --entry (a public function taking an axis name)."""
+    ok, = check_file(str(ENTRIES / "ep_gather.py"), 4)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "mesh {'dp': 1, 'ep': 4}, axis 'ep' (the default of ep_axis_name)")
+    assert _said(ok, "mesh axis 'dp' of size 1: the default of dp_axis_name")
+    wrong, = check_file(str(ENTRIES / "ep_gather.py"), 4, params={"wrong": 1})
+    assert wrong.kinds() == {"race"}
+
+
+def test_an_axis_parameter_defaulting_to_none_gets_the_ring_axis(tmp_path):
+    path = tmp_path / "ring.py"
+    path.write_text((ENTRIES / "ep_gather.py").read_text().replace(
+        'ep_axis_name: str = "ep", dp_axis_name: str = "dp"', "ep_axis_name: str | None = None, dp_axis_name=None"))
+    ok, = check_file(str(path), 3)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "with mesh {'x': 3}, axis 'x' (ringc's; set with --axis)")
+
+
+def test_an_import_inside_the_entry_function_that_fails_names_the_package(tmp_path):
+    path = tmp_path / "lazy.py"
+    src = (ENTRIES / "permute_shard.py").read_text().replace(
+        "def right_permute(x: jax.Array, late: int = 0) -> jax.Array:\n",
+        "def right_permute(x: jax.Array, late: int = 0) -> jax.Array:\n    import vllm.envs\n")
+    path.write_text(src)
+    with pytest.raises(ScheduleError, match="the file imports `vllm`, which is not installed") as e:
+        check_file(str(path), 2, entry="right_permute", axis="tp")
+    assert e.value.line == src.splitlines().index("    import vllm.envs") + 1
+
+
+def test_a_factory_of_start_and_wait_closures_is_one_split_phase_program():
+    ok, = check_file(str(ENTRIES / "async_permute.py"), 4, entry="make_async_permute")
+    assert ok.ok, ok.to_text()
+    assert "_start_kernel, _wait_kernel" in ok.title
+    assert _said(ok, "a factory: it returned start, wait; ringc called them in order")
+    broken, = check_file(str(ENTRIES / "async_permute.py"), 4, entry="make_async_permute",
+                         params={"wait_recv": 0})
+    assert "dma_not_waited" in broken.kinds()
+
+
+def test_a_mesh_with_an_extra_size_one_axis():
+    """`all_gather(x, mesh)` reads mesh.shape["data"] and ["model"]: given with --mesh, or found
+    from the failures that name them (model renames ringc's x, data is added with size 1)."""
+    path = str(ENTRIES / "model_mesh.py")
+    given, = check_file(path, 4, entry="all_gather", mesh=(("data", "1"), ("model", "N")))
+    assert given.ok, given.to_text()
+    assert _said(given, "mesh {'data': 1, 'model': 4}, axis 'model'")
+    found, = check_file(path, 4, entry="all_gather")
+    assert found.ok, found.to_text()
+    assert _said(found, "mesh {'data': 1, 'model': 4}, axis 'model'")
+    assert _said(found, "mesh axis 'data' of size 1: the function uses it (set with --mesh)")
+    broken, = check_file(path, 4, entry="all_gather", params={"wait_recv": 0})
+    assert {"dma_not_waited", "race"} <= broken.kinds()
+
+
+def test_a_factory_over_the_mesh_returns_a_global_closure():
+    ok, = check_file(str(ENTRIES / "model_mesh.py"), 4, entry="make_all_gather")
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "a factory: it returned gather; ringc called it on x=float32[8*N,128]@model")
+    assert _said(ok, "mesh {'data': 1, 'model': 4}, axis 'model'")
+    broken, = check_file(str(ENTRIES / "model_mesh.py"), 4, entry="make_all_gather", params={"wait_recv": 0})
+    assert "dma_not_waited" in broken.kinds()
+
+
+def test_an_int_parameter_without_default_needs_param(tmp_path):
+    src = (ENTRIES / "permute_shard.py").read_text().replace(
+        "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int)")
+    path = tmp_path / "needs_late.py"
+    path.write_text(src)
+    with pytest.raises(ScheduleError, match="parameter `late` \\(int\\) has no default") as e:
+        check_file(str(path), 2, entry="right_permute", axis="tp")
+    assert e.value.fix == "pass --param late=V" and e.value.line == src.splitlines().index(
+        "def right_permute(x: jax.Array, late: int) -> jax.Array:") + 1
+    ok, = check_file(str(path), 2, entry="right_permute", axis="tp", params={"late": 0})
+    assert ok.ok
+
+
+def test_a_param_no_entry_function_takes_is_bad_input():
+    with pytest.raises(ScheduleError, match="--param wait_recv: no entry function takes it \\(right_permute\\)"):
+        check_file(str(ENTRIES / "permute_shard.py"), 2, entry="right_permute", axis="tp", params={"wait_recv": 0})
+
+
+def test_arg_shards_along_a_named_axis():
+    ok, = check_file(str(ENTRIES / "permute_shard.py"), 2, entry="right_permute", axis="tp",
+                     args=[parse_arg("x=float32[16*N,256]@tp")])
+    assert ok.ok and "x=float32[16*N,256]@tp)" in ok.title
+    with pytest.raises(ScheduleError, match="the mesh has no axis 'y'"):
+        check_file(str(ENTRIES / "permute_shard.py"), 2, entry="right_permute", axis="tp",
+                   args=[parse_arg("x=float32[8*N,128]@y")])
+
+
+# A serving framework's package: its __init__ imports vllm (not installed); the kernel module
+# imports a tuned block-size table beside it by a relative import.
+PACKAGE = {
+    "serving/__init__.py": """\
+        from vllm.logger import init_logger
+
+        logger = init_logger(__name__)
+        """,
+    "serving/kernels/__init__.py": "",
+    "serving/kernels/tuned_block_sizes.py": """\
+        TUNED_ROWS = {2: 8, 4: 16}
+
+
+        def get_rows(num_devices):
+            return TUNED_ROWS.get(num_devices, 8)
+        """,
+    "serving/kernels/permute.py": (ENTRIES / "permute_shard.py").read_text()
+    .replace('TP = "tp"\n', 'TP = "tp"\nROWS = tuned_block_sizes.get_rows(2)\n')
+    .replace("    return pl.pallas_call(\n",
+             "    assert x.shape[0] % ROWS == 0, 'rows: a multiple of the tuned block'\n    return pl.pallas_call(\n")
+    .replace("import functools\n", "import functools\n\nfrom . import tuned_block_sizes\n"),
+}
+
+
+def _package(tmp_path, files=PACKAGE):
+    for name, text in files.items():
+        p = tmp_path / "repo" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return tmp_path / "repo"
+
+
+def test_a_missing_package_is_one_message_with_both_fixes(tmp_path):
+    repo = _package(tmp_path)
+    kernel = repo / "serving" / "kernels" / "permute.py"
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(kernel), 2, entry="right_permute", axis="tp")
+    assert e.value.message == "the file imports `vllm` (through serving/__init__.py:1), which is not installed"
+    assert e.value.line == kernel.read_text().splitlines().index("from . import tuned_block_sizes") + 1
+    assert e.value.fix == "pip install vllm, or pass --stub vllm if the kernel does not need it"
+    o = run_cli(["check", kernel, "--devices", "2", "--entry", "right_permute", "--axis", "tp"], budget=60)
+    assert o.code == 2 and "Traceback" not in o.out + o.err
+    assert f"{kernel}:{e.value.line}: error: the file imports `vllm`" in o.err
+    assert "fix: pip install vllm, or pass --stub vllm" in o.err
+
+
+def test_stub_lets_the_package_import_and_the_relative_import_of_a_table_work(tmp_path):
+    kernel = _package(tmp_path) / "serving" / "kernels" / "permute.py"
+    ok, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm",))
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "stubbed modules: vllm (--stub): code that uses them is not checked")
+    assert _said(ok, "vllm.logger.init_logger() at __init__.py:3")
+    late, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm",), params={"late": 1})
+    assert "race" in late.kinds()
+    o = run_cli(["check", kernel, "--devices", "2", "--entry", "right_permute", "--axis", "tp", "--stub", "vllm"],
+                budget=60)
+    assert o.code == 0, o
+    assert "assumes: stubbed modules: vllm (--stub)" in o.out
+
+
+def test_stubbing_a_submodule_stubs_its_missing_parent(tmp_path):
+    files = dict(PACKAGE)
+    files["serving/__init__.py"] = "from vllm.logger import init_logger\n"
+    kernel = _package(tmp_path, files) / "serving" / "kernels" / "permute.py"
+    ok, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm.logger",))
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "stubbed modules: vllm.logger (--stub): code that uses them is not checked")
+    assert not _said(ok, "never imported")
+    unused, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm", "sglang"))
+    assert _said(unused, "stubbed modules: vllm, sglang (--stub): code that uses them is not checked (sglang never "
+                         "imported)")
+
+
+def test_stubs_stand_in_for_what_published_code_does_with_a_framework(tmp_path):
+    """Annotations (`jax.Array | torch.Tensor`, `Optional[...]`), decorators, subclasses,
+    flags: the code as written runs; calls are recorded."""
+    import typing
+    from ringc.pallas.imports import importing
+    path = tmp_path / "uses_stubs.py"
+    path.write_text("")
+    with importing(str(path), stubs=("torch", "vllm")) as imports:
+        import torch
+        from vllm.envs import USE_PATHWAYS
+        from vllm.model_executor import register
+
+        def kernel(x):
+            return x
+
+        assert register(kernel) is kernel and torch.compile(kernel) is kernel  # decorators keep the function
+        assert typing.Optional[int | torch.Tensor] is not None
+        assert not USE_PATHWAYS and list(torch.cuda.devices()) == []
+
+        class Layer(torch.nn.Module):
+            pass
+
+        assert Layer().__class__.__name__ == "Layer"
+        torch.manual_seed(0)
+    assert ("torch.manual_seed", f"{Path(__file__).name}:{_line_of_seed()}") in imports.calls
+    assert "torch" not in __import__("sys").modules
+
+
+def _line_of_seed() -> int:
+    return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if line.strip() == "torch.manual_seed(0)")
+
+
+def test_a_kernel_that_needs_a_stubs_value_says_so(tmp_path):
+    files = dict(PACKAGE)
+    files["serving/kernels/permute.py"] = PACKAGE["serving/kernels/permute.py"].replace(
+        "from . import tuned_block_sizes\n", "from . import tuned_block_sizes\nfrom vllm.config import get_config\n"
+    ).replace("out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)",
+              "out_shape=jax.ShapeDtypeStruct((get_config().rows, 128), x.dtype)")
+    kernel = _package(tmp_path, files) / "serving" / "kernels" / "permute.py"
+    line = kernel.read_text().splitlines().index(
+        "        out_shape=jax.ShapeDtypeStruct((get_config().rows, 128), x.dtype),") + 1
+    with pytest.raises(ScheduleError, match=f"the code called the stub vllm.config.get_config\\(\\) at line {line}: "
+                                            "its result is a stand-in"):
+        check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm",))
+
+
+def test_a_test_module_beside_its_package_imports_it(tmp_path):
+    files = dict(PACKAGE)
+    files["tests/test_permute.py"] = """\
+        import unittest
+
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        from serving.kernels import permute
+
+
+        class PermuteTest(unittest.TestCase):
+            def test_permute(self):
+                mesh = jax.make_mesh((jax.device_count(),), ("tp",))
+                x = jax.numpy.zeros((8 * jax.device_count(), 128))
+                jax.jit(jax.shard_map(permute.right_permute, mesh=mesh, in_specs=P("tp"), out_specs=P("tp"),
+                                      check_vma=False))(x)
+
+
+        if __name__ == "__main__":
+            unittest.main()
+        """
+    test = _package(tmp_path, files) / "tests" / "test_permute.py"
+    ok, = check_file(str(test), 2, stubs=("vllm",))
+    assert ok.ok, ok.to_text()
+    assert "PermuteTest.test_permute" in ok.title
+
+
+def test_stub_and_axis_are_refused_for_a_schedule():
+    from cli_run import assert_refused
+    from conftest import REPO
+    o = run_cli(["check", str(REPO / "schedules" / "ppermute_right.yaml"), "--devices", "2", "--stub", "vllm"])
+    assert_refused(o, says="--stub")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("data=1,model=N", None),
+    ("data:1", "is not NAME=SIZE"),
+    ("x=N,x=1", "named twice"),
+])
+def test_mesh_syntax(text, message):
+    from ringc.pallas.entries import parse_mesh
+    if message is None:
+        assert parse_mesh(text) == (("data", "1"), ("model", "N"))
+    else:
+        with pytest.raises(ValueError, match=message):
+            parse_mesh(text)
