@@ -778,8 +778,26 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
     report.assumptions += notes
+    report.assumptions += list(dict.fromkeys(b.notes))
+    if collective is not None:
+        report.assumptions += _pointwise_assumptions(program)
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
+
+
+def _pointwise_assumptions(program: Program) -> list[str]:
+    """What the meaning check assumed of a kernel's own elementwise arithmetic
+    (`interpret.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
+    fns = {f for evs in program.devices for ev in evs if isinstance(ev.action, Compute)
+           and ev.action.kind != "opaque" for f in ev.action.fn}
+    if not fns:
+        return []
+    scaled = sorted(f for f in fns if f.endswith("*"))
+    other = sorted(f for f in fns if not f.endswith("*"))
+    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + \
+        ([f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
+          "moving data, so f of a block is the same term wherever it was applied"] if other else [])
+    return ["values: " + "; ".join(parts)]
 
 
 def ring_steps(program: Program) -> dict[tuple[str, int], int]:

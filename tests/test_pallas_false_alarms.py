@@ -1,0 +1,82 @@
+"""False alarms and stoppers on everyday Pallas code (issue 31, "Real kernels as published"):
+each kernel of tests/pallas_import/ is written the way published code writes it, and each
+check still rejects the broken case next to it."""
+
+from pathlib import Path
+
+import pytest
+
+from ringc.pallas import check_module
+
+HERE = Path(__file__).parent / "pallas_import"
+SCALED = HERE / "scaled_permute.py"
+
+
+def _scaled(op, n=3, scale=1.0):
+    return check_module(str(SCALED), n, params={"op": op, "scale": scale})
+
+
+# -- 1. arithmetic on the way out ----------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_times_one_is_the_identity(n):
+    report = _scaled("mul", n)
+    assert report.ok, report.to_text()
+
+
+@pytest.mark.parametrize("op", ["add0", "cast"])
+def test_plus_zero_and_same_dtype_casts_are_the_identity(op):
+    report = _scaled(op)
+    assert report.ok, report.to_text()
+
+
+@pytest.mark.parametrize("op, scale, holds", [("mul", 2.0, "2.0*x_ref@2[0:8, 0:128]"),
+                                              ("neg", 1.0, "-1.0*x_ref@2[0:8, 0:128]"),
+                                              ("tanh", 1.0, "tanh(x_ref)@2[0:8, 0:128]"),
+                                              ("bias", 1.0, "b_ref@0[0:8, 0:128] + x_ref@2[0:8, 0:128]")])
+def test_a_kernel_that_scales_or_maps_is_not_a_permute(op, scale, holds):
+    """Twice a permute, minus a permute, tanh of a permute, a permute plus a bias: each is
+    followed exactly and is a wrong_result against ppermute, naming the value it holds."""
+    report = _scaled(op, scale=scale)
+    assert report.kinds() == {"wrong_result"}, report.to_text()
+    assert f"o_ref[0:8, 0:128] ends as {holds}, but ppermute needs x_ref@2[0:8, 0:128]" in report.to_text()
+
+
+def test_a_pointwise_function_commutes_with_the_copy():
+    """exp applied by the sender before the DMA or by the receiver after it: the same term."""
+    before, after = _scaled("exp_before"), _scaled("exp_after")
+    for report in (before, after):
+        assert "ends as exp(x_ref)@2[0:8, 0:128]" in report.to_text(), report.to_text()
+    assert any(a.startswith("values:") and "pointwise functions followed as uninterpreted (exp)" in a
+               for a in after.assumptions), after.assumptions
+
+
+def test_the_verdict_says_what_it_assumed_of_scaling():
+    report = _scaled("mul", scale=2.0)
+    assert any(a.startswith("values: scaling by constants followed exactly (2.0*)") for a in report.assumptions)
+
+
+def test_a_value_ringc_cannot_follow_is_a_note_not_a_finding():
+    report = _scaled("square")
+    assert report.ok, report.to_text()
+    line = next(i for i, t in enumerate(SCALED.read_text().splitlines(), 1) if "scratch[...] * scratch[...]" in t)
+    assert any(a.startswith(f"not followed: `mul` of 2 tensors at line {line}") for a in report.assumptions), \
+        report.assumptions
+
+
+# -- 4. a direct store into an output in HBM (memory space ANY) ---------------------------
+ANY_OUTPUT = HERE / "any_output_store.py"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_store_into_an_any_output_is_a_direct_write_to_hbm(n):
+    report = check_module(str(ANY_OUTPUT), n)
+    assert report.ok, report.to_text()
+    assert any("a store of `o_ref` in HBM (memory space ANY)" in a and "direct write to HBM" in a
+               for a in report.assumptions), report.assumptions
+
+
+def test_a_direct_store_into_hbm_before_the_receive_is_still_a_race():
+    report = check_module(str(ANY_OUTPUT), 3, params={"early": 1})
+    assert "race" in report.kinds(), report.to_text()
+    line = next(i for i, t in enumerate(ANY_OUTPUT.read_text().splitlines(), 1) if t.strip() == "o_ref[...] = scratch[...]")
+    assert any(int(f.event.line) == line for f in report.findings if f.kind == "race")
