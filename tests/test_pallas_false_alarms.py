@@ -80,3 +80,51 @@ def test_a_direct_store_into_hbm_before_the_receive_is_still_a_race():
     assert "race" in report.kinds(), report.to_text()
     line = next(i for i, t in enumerate(ANY_OUTPUT.read_text().splitlines(), 1) if t.strip() == "o_ref[...] = scratch[...]")
     assert any(int(f.event.line) == line for f in report.findings if f.kind == "race")
+
+
+# -- 5. an access out of range is a finding, and the check goes on --------------------------
+GATHER = HERE / "prefetch_gather.py"
+
+
+def _line(path, text):
+    lines = [i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip().startswith(text)]
+    assert len(lines) == 1, (text, lines)
+    return lines[0]
+
+
+@pytest.mark.parametrize("neg", [0, 1])
+def test_negative_ids_masked_with_pl_when_do_not_stop_the_check(neg):
+    report = check_module(str(GATHER), 3, params={"neg": neg})
+    assert report.ok, report.to_text()
+
+
+def test_an_index_out_of_range_is_an_out_of_bounds_finding_naming_its_smem_read():
+    report = check_module(str(GATHER), 3, params={"bad": 1})
+    assert report.kinds() == {"out_of_bounds"}, report.to_text()
+    (f,) = report.findings
+    assert int(f.event.line) == _line(GATHER, "copy.start()")  # the DMA that reads out of range
+    read = _line(GATHER, "idx = ids_ref[i]")
+    assert f"slice 8:9 of `x_ref` dimension 0 is out of range [0, 8); the index is 8, read from `ids_ref[2]` " \
+           f"at line {read}" in f.message
+    assert f"prefetch_gather.py:{int(f.event.line)}: error: [out_of_bounds]" in report.to_text()
+
+
+def test_the_check_goes_on_past_an_access_out_of_range():
+    report = check_module(str(GATHER), 3, params={"bad": 1, "nowait": 1})
+    assert {"out_of_bounds", "dma_not_waited"} <= report.kinds(), report.to_text()
+
+
+# -- 2. make_inputs that needs concrete values runs for real ---------------------------------
+CONCRETE = HERE / "concrete_inputs.py"
+
+
+def test_make_inputs_calling_int_on_random_values_runs_concretely():
+    report = check_module(str(CONCRETE), 3)
+    assert report.ok, report.to_text()
+    assert any(a.startswith("make_inputs ran concretely on 3 CPU devices") and "ConcretizationTypeError" in a
+               for a in report.assumptions), report.assumptions
+
+
+def test_a_race_behind_concrete_make_inputs_is_still_found():
+    report = check_module(str(CONCRETE), 3, params={"late": 1})
+    assert "race" in report.kinds(), report.to_text()

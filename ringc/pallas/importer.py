@@ -188,11 +188,19 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
             raise ScheduleError("no device count given", file=path, fix="pass --devices N")
         sizes = {axes[0]: n}
     mesh = _mesh(sizes)
+    concrete, ran = None, None  # make_inputs' values, when it had to run concretely
     with aliases(log):
         try:
             fn = module.build(mesh, **params)
             import jax
-            shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            try:
+                shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            except _concrete_errors() as e:  # make_inputs needs concrete values (`int(jax.random...)`): run it
+                concrete = _sample_inputs(module, sizes, params, path,
+                                          why=f"make_inputs needs concrete values ({type(e).__name__})")
+                shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in concrete]
+                ran = (f"make_inputs ran concretely on {math.prod(sizes.values())} CPU devices (it needs concrete "
+                       f"values: {type(e).__name__} when traced)")
             specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
             leaves = jax.tree.leaves(shapes)
             if len(specs) == len(leaves):  # the convention: inputs placed as IN_SPECS
@@ -206,9 +214,11 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         values = None
         jaxpr = _trace(fn, shapes, path)
         if _needs_values(jaxpr):
-            values = _sample_inputs(module, sizes, params, path)
+            values = concrete if concrete is not None else _sample_inputs(module, sizes, params, path)
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
                           placement or topology, dma_order)
+    if ran is not None:
+        report.assumptions.append(ran)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
     report.seconds = time.perf_counter() - t0
@@ -391,12 +401,20 @@ def _first_file(jaxpr: Any) -> str | None:
     return None
 
 
-def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str) -> list:
+def _concrete_errors() -> tuple:
+    import jax
+    return (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError,
+            jax.errors.TracerBoolConversionError, jax.errors.TracerArrayConversionError)
+
+
+def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str,
+                   why: str = "a kernel takes scalar-prefetch operands") -> list:
+    """make_inputs(mesh, key=0) run concretely (eagerly) on N CPU devices: its arrays' values."""
     import jax
     n = math.prod(sizes.values())
     if len(jax.devices()) < n:
         raise ScheduleError(
-            f"a kernel takes scalar-prefetch operands, so ringc samples make_inputs' values on {n} devices, "
+            f"{why}, so ringc runs make_inputs for real on {n} devices, "
             f"but JAX has {len(jax.devices())}", file=path,
             fix=f"run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (the CLI sets it itself)")
     mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), devices=jax.devices()[:n])
@@ -769,6 +787,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
             report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning, steps=steps)
         lap("verify")
     report.phases = phases
+    report.findings[:0] = _fault_findings(b.faults)
     report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                                  f"{len(outer.calls)} pallas_call(s)"
                                  + (f" x {invocations} invocations" if invocations > 1 else ""))
@@ -783,6 +802,22 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         report.assumptions += _pointwise_assumptions(program)
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
+
+
+def _fault_findings(faults: list) -> list:
+    """`out_of_bounds` findings for the accesses out of range the evaluation met
+    (`interpret.out_of_range`): one per line and message, the first device that met it."""
+    from ..verify.findings import Finding
+    seen, out = set(), []
+    for device, point, line, message in faults:
+        key = (getattr(line, "file", None), int(line), message)
+        if key in seen:
+            continue
+        seen.add(key)
+        where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
+        out.append(Finding("out_of_bounds", f"device {device}: {message} (the check goes on with the access "
+                                            "clamped into the ref)", event=where))
+    return out
 
 
 def _pointwise_assumptions(program: Program) -> list[str]:

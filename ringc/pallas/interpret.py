@@ -344,7 +344,7 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     if it.lanes is not None and any(type(v) is Vec for v in invals):
         return it.lanes.pure(it, eqn, invals)
     fast = _INT_OPS.get(name)
-    if fast is not None and all(type(v) is int or type(v) is bool for v in invals):
+    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory for v in invals):
         r = fast(*invals)
         kind = _out_kind(eqn)
         if r is None:
@@ -664,8 +664,10 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 kept.append(dim)
                 continue
             if bounds and (start < 0 or start + size > hi - lo):
-                raise it.fail(f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
-                              f"range [0, {hi - lo})", "keep slices inside the ref")
+                out_of_range(it, f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
+                                 f"range [0, {hi - lo})", ix.start, "keep slices inside the ref")
+                size = min(size, hi - lo)
+                start = min(max(start, 0), hi - lo - size)
             box[dim] = (lo + start, lo + start + size)
             if dim in var:
                 var[dim] = var[dim] + start
@@ -680,12 +682,39 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 box[dim] = (int(starts[0]), int(starts[0]) + 1)
                 continue
             if bounds and not 0 <= i < hi - lo:
-                raise it.fail(f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
-                              "keep indices inside the ref")
+                out_of_range(it, f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
+                             ix, "keep indices inside the ref")
+                i = min(max(i, 0), hi - lo - 1)
             box[dim] = (lo + i, lo + i + 1)
             if dim in var:
                 var[dim] = var[dim] + i
     return Ref(ref.buffer, ref.device, tuple(box), tuple(kept), tuple(var.items()))
+
+
+class FromMemory(int):
+    """An integer read from SMEM or a scalar-prefetch operand, knowing where it was read
+    (`origin`): an index out of range made of it names the read. Arithmetic on it gives a
+    plain int."""
+
+    origin: str
+
+    def __new__(cls, value: int, origin: str) -> "FromMemory":
+        obj = super().__new__(cls, value)
+        obj.origin = origin
+        return obj
+
+
+def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
+    """An access out of its ref's range: an `out_of_bounds` finding at its line, recorded
+    on the sink (`Builder.faults`), and the evaluation goes on with the access clamped
+    into the ref; an error where nothing collects findings."""
+    origin = getattr(raw, "origin", None)
+    if origin:
+        message += f"; the index is {origin}"
+    faults = getattr(it.sink, "faults", None)
+    if faults is None:
+        raise it.fail(message, fix)
+    faults.append((it.device, it.point, it.where(), message))
 
 
 class _Hole:
@@ -888,15 +917,23 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     buf = ref.buffer
     if ref.device in buf.store:
         if it.lanes is not None:
-            return it.lanes.read(ref)
+            return _origin(it, ref, it.lanes.read(ref))
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
-        return _py(arr[sl])
+        return _origin(it, ref, _py(arr[sl]))
     _vector_memory(it, ref, "load")
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
     return Data(ref.shape, ("load", dst))
+
+
+def _origin(it: Interpreter, ref: Ref, v: Any) -> Any:
+    """A scalar read from SMEM, remembering where it was read (`FromMemory`)."""
+    if type(v) is not int:
+        return v
+    at = ", ".join(str(a) if b - a == 1 else f"{a}:{b}" for a, b in ref.box)
+    return FromMemory(v, f"{v}, read from `{ref.buffer.name}[{at}]` at line {int(it.where())}")
 
 
 def _write(it: Interpreter, ref: Ref, value: Any) -> None:

@@ -56,6 +56,11 @@ class Handle:
         return h
 
 
+def _literal_values(values: list) -> bool:
+    """Handle values of a jaxpr literal: ("literal", value), not one per device."""
+    return isinstance(values[0], str) and values[0] == "literal"
+
+
 @dataclass
 class Call:
     """One pallas_call as the outer program makes it."""
@@ -105,6 +110,8 @@ class Builder(Sink):
         self.first_barrier_round: dict[int, dict[int, list[tuple[int, Loc]]]] = {}
         self.aliases_used: list[str] = []
         self.notes: list[str] = []
+        # Accesses out of their ref's range (`interpret.out_of_range`): (device, grid point, line, message).
+        self.faults: list[tuple[int, tuple, Any, str]] = []
         self._current_call: int | None = None
         # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
         # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
@@ -233,14 +240,17 @@ class Builder(Sink):
             if k < n_pref:
                 buf = self.new_buffer(name, v.aval, "prefetch", int(line))
                 buf.space = "smem"
-                if h.values is None:
+                # The values the kernel sees: the local (per-device) handle's, not its root's
+                # (an input passed through shard_map links to the global array).
+                values = in_handles[k].values if in_handles[k].values is not None else h.values
+                if values is None or len(values) != self.n or _literal_values(values):
                     raise KernelError(
                         f"scalar-prefetch operand `{name}` of pallas_call `{call.name}` is not known before the run",
                         file=line.file, line=int(line),
                         fix="compute it from make_inputs' values (ringc runs make_inputs on CPU devices) or from "
                             "constants")
                 for d in range(self.n):
-                    buf.store[d] = np.asarray(h.values[d]).reshape(buf.shape)
+                    buf.store[d] = np.asarray(values[d]).reshape(buf.shape)
                 refs_of.append(buf)
                 continue
             buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
