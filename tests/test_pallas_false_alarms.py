@@ -128,3 +128,25 @@ def test_make_inputs_calling_int_on_random_values_runs_concretely():
 def test_a_race_behind_concrete_make_inputs_is_still_found():
     report = check_module(str(CONCRETE), 3, params={"late": 1})
     assert "race" in report.kinds(), report.to_text()
+
+
+# -- 3. an entry race behind build() and in a test module ----------------------------------
+ENTRY = HERE / "entry_race.py"
+ENTRY_TESTS = HERE / "entry_race_unittest.py"
+
+
+@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("invocations", [1, 2])
+def test_an_entry_race_is_found_behind_build_as_in_a_test_module(n, invocations):
+    from ringc.pallas import check_file
+    by_test = {r.title.split(":")[0].split(".")[-1]: r for r in check_file(str(ENTRY_TESTS), n, invocations=invocations)}
+    cases = {"test_signal_right": {"right": 1}, "test_signal_left": {"right": 0},
+             "test_signal_right_double": {"right": 1, "double": 1}}
+    for test, params in cases.items():
+        module = check_module(str(ENTRY), n, params=params, invocations=invocations)
+        racy = params["right"] == 1 and not (params.get("double") and n == 3)
+        assert ("race" in module.kinds()) == racy, (test, module.to_text())
+        assert ("race" in by_test[test].kinds()) == racy, (test, by_test[test].to_text())
+    copy = _line(ENTRY, "copy.start()")
+    racy = check_module(str(ENTRY), n, params={"right": 1, "gridspec": 1}, invocations=invocations)
+    assert any(f.kind == "race" and int(f.event.line) == copy for f in racy.findings), racy.to_text()
