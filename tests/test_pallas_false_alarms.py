@@ -150,3 +150,23 @@ def test_an_entry_race_is_found_behind_build_as_in_a_test_module(n, invocations)
     copy = _line(ENTRY, "copy.start()")
     racy = check_module(str(ENTRY), n, params={"right": 1, "gridspec": 1}, invocations=invocations)
     assert any(f.kind == "race" and int(f.event.line) == copy for f in racy.findings), racy.to_text()
+
+
+# -- 6. scalar-prefetch operands computed by the jitted code before the kernel ----------------
+GROUPED = HERE / "grouped_offsets.py"
+
+
+@pytest.mark.parametrize("overflow", ["0", "1"])
+def test_prefetch_values_computed_before_the_shard_map_are_followed(monkeypatch, overflow):
+    """`starts = cumsum(bincount(ids)) - sizes` inside the jitted function, before the
+    shard_map: computed from the ids the script passed, so the kernel's DMA starts are known;
+    an overflowing start is an out_of_bounds finding naming the SMEM read."""
+    from ringc.pallas import check_file
+    monkeypatch.setenv("GROUPED_OVERFLOW", overflow)
+    (report,) = check_file(str(GROUPED), 3)
+    assert "not known before the run" not in report.to_text()
+    if overflow == "0":
+        assert report.ok, report.to_text()
+    else:
+        assert report.kinds() == {"out_of_bounds"}, report.to_text()
+        assert "the index is 64, read from `starts_ref[7]`" in report.findings[0].message

@@ -553,7 +553,12 @@ class _Outer:
         return self.walk(getattr(body, "jaxpr", body), local, True)
 
     def compute(self, eqn: Any, ins: list) -> list:
-        """An op outside the kernels: concrete per device when its inputs are, else a new array."""
+        """An op outside the kernels: concrete per device when its inputs are, else a new array.
+        Before the shard_map (global arrays, one value each) an op on known values that makes
+        small integer arrays (`jnp.bincount(ids)`, a cumsum of group sizes: what scalar-prefetch
+        operands are made of) is computed once, eagerly, on the global values."""
+        if self.mesh_axes is None and ins and all(h.values is not None for h in ins) and not eqn.effects:
+            return self.compute_global(eqn, ins)
         known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
         if known:
             n = math.prod(self.mesh_axes.values())
@@ -573,6 +578,32 @@ class _Outer:
             return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
                     for v, p in zip(eqn.outvars, per)]
         return [Handle(v.aval) for v in eqn.outvars]
+
+    def compute_global(self, eqn: Any, ins: list) -> list:
+        """`compute` before the shard_map: the op bound eagerly on the global values, kept when
+        every output is a small integer array; otherwise (or if JAX cannot evaluate it) new
+        arrays whose values are not known."""
+        unknown = [Handle(v.aval) for v in eqn.outvars]
+        if not all(_small_int_aval(v.aval) for v in eqn.outvars):
+            return unknown
+        import jax
+        vals = [h.values[1] if _literal(h) else h.values[0] for h in ins]
+        try:
+            with jax.ensure_compile_time_eval():
+                out = eqn.primitive.bind(*vals, **eqn.params)
+        except Exception:  # noqa: BLE001 - a value not known is what the caller gets anyway
+            return unknown
+        out = out if eqn.primitive.multiple_results else [out]
+        return [Handle(v.aval, values=[np.asarray(o)]) for v, o in zip(eqn.outvars, out)]
+
+
+_GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard_map (`Walker.compute_global`)
+
+
+def _small_int_aval(aval: Any) -> bool:
+    dtype = np.dtype(getattr(aval, "dtype", np.float32))
+    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and \
+        math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:
