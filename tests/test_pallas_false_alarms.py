@@ -170,3 +170,25 @@ def test_prefetch_values_computed_before_the_shard_map_are_followed(monkeypatch,
     else:
         assert report.kinds() == {"out_of_bounds"}, report.to_text()
         assert "the index is 64, read from `starts_ref[7]`" in report.findings[0].message
+
+
+# -- 1 (scripts). a lax reference with elementwise functions names their meaning -------------
+POINTWISE = HERE / "pointwise_script.py"
+
+
+@pytest.mark.parametrize("reference, ok, needs", [("after", True, None), ("before", True, None),
+                                                  ("plain", False, "x_ref@2[0:8, 0:128]"),
+                                                  ("twice", False, "2.0*x_ref@2[0:8, 0:128]")])
+def test_a_reference_with_pointwise_functions_is_the_collective_of_them(monkeypatch, reference, ok, needs):
+    """The kernel stores tanh of what it received: `tanh(ppermute(x))` and `ppermute(tanh(x))`
+    both mean that (elementwise functions commute with moving data); `ppermute(x)` and
+    `ppermute(2 * x)` do not."""
+    from ringc.pallas import check_file
+    monkeypatch.setenv("POINTWISE_REFERENCE", reference)
+    (report,) = check_file(str(POINTWISE), 3)
+    assert report.ok == ok, report.to_text()
+    if ok:
+        assert any("meaning: ppermute by 1 of tanh applied to the input" in a for a in report.assumptions)
+    else:
+        assert report.kinds() == {"wrong_result"}
+        assert f"ends as tanh(x_ref)@2[0:8, 0:128], but ppermute needs {needs}" in report.to_text()

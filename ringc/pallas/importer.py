@@ -285,6 +285,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         values = _small_int_values(cap.args)
         coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
             if cap.reference else None
+        if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
+            from ..verify.semantics import PointwiseMeaning
+            coll = PointwiseMeaning(coll, cap.reference["pointwise"])
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -302,7 +305,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                          "`x`, axis_name = 'x'")
         if cap.reference:
             shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
-            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "
+            fns = cap.reference.get("pointwise")
+            of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
+            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
         if values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")

@@ -493,6 +493,60 @@ def _elementwise(eqn: Any, invals: list, x: Data) -> Data | None:
     return apply_fn(x, f"{name}[{spelled}]" if spelled else name)
 
 
+_UNKNOWN = object()
+
+
+def reference_pointwise(eqns: list, collective: Any) -> tuple[str, ...] | None:
+    """The elementwise functions a `lax` reference applies around its one collective
+    `collective` (`jnp.tanh(lax.ppermute(x))`, `lax.psum(2 * x)`), named as the kernel
+    interpreter names them (`_elementwise`), in program order: () when there are none. Data
+    movement (ppermute, all_gather, all_to_all) commutes with every elementwise function; a
+    reduction only with scaling after it (None: a meaning ringc cannot state)."""
+    import jax
+    fns: list[str] = []
+    moves = collective.primitive.name in ("ppermute", "all_gather", "all_to_all")
+    after = False
+    known: dict = {}  # constants (a scalar `pvary`d into the shard_map, as `2.0 * x` traces)
+
+    def value(v: Any) -> Any:
+        return v.val if type(v).__name__ == "Literal" else known.get(v, _UNKNOWN)
+
+    for e in eqns:
+        if e is collective:
+            after = True
+            continue
+        name = e.primitive.name
+        vals = [value(v) for v in e.invars]
+        if vals and all(v is not _UNKNOWN for v in vals) and not e.effects:
+            try:
+                if name == "pvary":
+                    outs = vals
+                else:
+                    with jax.ensure_compile_time_eval():
+                        outs = e.primitive.bind(*vals, **e.params)
+                    outs = outs if e.primitive.multiple_results else [outs]
+                known.update(zip(e.outvars, outs))
+            except Exception:  # noqa: BLE001 - not a constant after all
+                pass
+            continue
+        if name not in ELEMENTWISE or len(e.outvars) != 1:
+            continue
+        tensors = [v for v, c in zip(e.invars, vals) if c is _UNKNOWN]
+        shape = tuple(getattr(e.outvars[0].aval, "shape", ()))
+        if len(tensors) != 1 or tuple(getattr(tensors[0].aval, "shape", ())) != shape or not shape:
+            continue
+        x = Data(shape, ("load", None))
+        invals = [x if c is _UNKNOWN else c for c in vals]
+        y = _elementwise(e, invals, x)
+        if y is None:
+            return None
+        new = y.how[1] if y.how[0] == "fn" else ()
+        if after and not moves and any(not f.endswith("*") for f in new):
+            return None  # f(psum(x)) is no sum of f's
+        fns += new
+    return tuple(fns)
+
+
 def _stored_product(it: "Interpreter", var: Any, x: Data) -> Data:
     """A dot operand that is itself a dot's value, never stored by the kernel (attention's
     `jnp.dot(lax.dot_general(q, k, ...), v)`: the scores stay in vregs): the model stores it

@@ -35,7 +35,7 @@ from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pie
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
-__all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
+__all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
            "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
@@ -1016,6 +1016,29 @@ def _pointwise_value(value: Value, f: str, dst: Region) -> Value:
     what = "zero" if not value else "a sum" if len(value) > 1 else "a product"
     return ((OPAQUE + dst.buffer + NOT_FOLLOWED + f"`{f}` of {what} (an elementwise function ringc does not interpret)",
              dst.device, ()),)
+
+
+class PointwiseMeaning:
+    """A collective's meaning with elementwise functions applied to its input's terms
+    (`fns`, innermost first): `tanh(ppermute(x))` is ppermute of tanh(x), term by term, for
+    data movement; for a reduction, f of every summed term (f before the sum, or scaling
+    after it). Every other attribute is the collective's own."""
+
+    def __init__(self, collective: Collective, fns: tuple[str, ...]):
+        self.collective, self.fns = collective, tuple(fns)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collective, name)
+
+    def expected(self, n: int, d: int, shapes: Any, buffers: Buffers) -> list[Piece]:
+        def wrap(t: Term) -> Term:
+            if t[0] == PRODUCT or t[0] != buffers.input:
+                return t
+            name = t[0]
+            for f in self.fns:
+                name = _wrap(name, f)
+            return (name, t[1], t[2])
+        return [Piece(w.box, tuple(wrap(t) for t in w.value)) for w in self.collective.expected(n, d, shapes, buffers)]
 
 
 def pointwise(pieces: list[Piece], fn: tuple[str, ...], dst: Region) -> list[Piece]:
