@@ -1429,7 +1429,9 @@ def rule_table_markdown() -> str:
     for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
         lines.append(f"| {', '.join(names)} | {doc} |")
     lines.append("| any other primitive with no effects, refs or sub-jaxprs | pure: numpy/JAX on concrete "
-                 "scalars, opaque data on tensors (`add`, `convert_element_type`, `dot_general` are followed "
-                 "by the meaning check) |")
+                 "scalars; on tensors, followed by the meaning check: `add`, `sub`, `convert_element_type`, "
+                 "`dot_general`, scaling by a constant (`mul`, `div`, `neg`), and any other elementwise "
+                 "function of one tensor as an uninterpreted pointwise function; anything else is a value "
+                 "not followed (a note) |")
     lines.append("| any other primitive | an error naming it and the line |")
     return "\n".join(lines)
