@@ -41,6 +41,20 @@ def test_a_kernel_that_scales_or_maps_is_not_a_permute(op, scale, holds):
     assert f"o_ref[0:8, 0:128] ends as {holds}, but ppermute needs x_ref@2[0:8, 0:128]" in report.to_text()
 
 
+def test_a_stored_constant_is_a_wrong_result_not_a_note():
+    report = _scaled("ones")
+    assert report.kinds() == {"wrong_result"}, report.to_text()
+    assert "ends as the constant 1.0 stored in `o_ref` of device 0" in report.to_text()
+
+
+@pytest.mark.parametrize("scale, ok", [(1.0, True), (3.0, False)])
+def test_scaling_by_a_broadcast_constant_is_scaling(scale, ok):
+    report = _scaled("full_mul", scale=scale)
+    assert report.ok == ok, report.to_text()
+    if not ok:
+        assert "ends as 3.0*x_ref@2[0:8, 0:128]" in report.to_text()
+
+
 def test_a_pointwise_function_commutes_with_the_copy():
     """exp applied by the sender before the DMA or by the receiver after it: the same term."""
     before, after = _scaled("exp_before"), _scaled("exp_after")

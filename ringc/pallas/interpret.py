@@ -386,14 +386,16 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         return [u for _ in outs]
     data = [v for v in invals if isinstance(v, Data)]
     shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
+    tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
+    if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
+        followed = _elementwise(eqn, [v.how[1] if isinstance(v, Data) and v.how[0] == "const" else v
+                                      for v in invals], tensors[0])
+        if followed is not None:
+            return [followed]
     if name == "add" and len(data) == 2 and data[0].shape == data[1].shape == shapes[0]:
         return [Data(shapes[0], ("add", data[0], data[1]))]
     if name == "sub" and len(data) == 2 and data[0].shape == data[1].shape == shapes[0]:
         return [Data(shapes[0], ("add", data[0], apply_fn(data[1], _scale(-1.0))))]
-    if len(data) == 1 and len(outs) == 1 and data[0].shape == shapes[0] and name in ELEMENTWISE:
-        followed = _elementwise(eqn, invals, data[0])
-        if followed is not None:
-            return [followed]
     if name == "convert_element_type" and data and data[0].shape == shapes[0]:
         return [Data(shapes[0], ("cast", data[0]))]
     if name == "transpose" and data and len(data[0].shape) == 2 and tuple(eqn.params["permutation"]) == (1, 0):
@@ -428,6 +430,9 @@ ELEMENTWISE = frozenset({
     "cosh", "asinh", "acosh", "atanh", "abs", "sign", "floor", "ceil", "round", "sqrt", "rsqrt", "cbrt", "erf",
     "erfc", "erf_inv", "lgamma", "digamma", "is_finite", "not", "clamp", "reduce_precision", "real", "imag",
 })
+
+
+KNOWN = "="  # an opaque Compute's `fn` that starts so holds a known constant: compared, not a note
 
 
 def _scale(c: float) -> str:
@@ -1014,7 +1019,8 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
         if not np.any(np.asarray(value)):
             it.emit(Compute("zero", dst))
         else:
-            it.emit(Compute("opaque", dst, fn=(f"a constant stored at line {int(it.where())}",)))
+            c = _constant_of(value)
+            it.emit(Compute("opaque", dst, fn=(f"{KNOWN}{c!r}" if c is not None else f"{KNOWN}a constant array",)))
         return
     if isinstance(value, Unknown):
         it.emit(Compute("opaque", dst, fn=(f"a value stored at line {int(it.where())}: {value.why}",)))
@@ -1065,6 +1071,8 @@ def store_actions(dst: Any, v: Data) -> list:
         return [Compute("opaque", dst, fn=(why,))]
 
     how = v.how[0]
+    if how == "const":  # a known value, never a collective's: a term that compares (a wrong_result)
+        return [Compute("opaque", dst, fn=(f"{KNOWN}{v.how[1]!r}",))]
     if v.shape != shape:
         return [Compute("opaque", dst, fn=(f"a value of shape {list(v.shape)} stored into a box of {list(shape)}",))]
     if how == "load":
@@ -1164,7 +1172,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
         return [Vec(np.broadcast_to(x.a.reshape(-1, *(1,) * len(shape)), (len(x.a), *shape))
                     .astype(eqn.outvars[0].aval.dtype))]
     if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > 64:
-        return [Data(shape, ("zero",)) if not x else Data(shape, ("opaque", "a constant"))]
+        return [Data(shape, ("zero",)) if not x else Data(shape, ("const", _py(np.asarray(x))))]
     return pure_rule(it, eqn, invals)
 
 

@@ -978,6 +978,7 @@ class Memory:
 # to anything else (a sum, a product, zero, whose f is unknown) it is OPAQUE. A wrapped name is
 # `f∘...∘buffer` (outermost first): the data still moves as `buffer`'s (`base_name`).
 NOT_FOLLOWED = "|"    # in an OPAQUE term's name: what follows is what was not followed
+KNOWN = "="           # ... unless it starts so: a known constant (compared like any value, a finding)
 APPLIED = "\u2218"     # in a term's name: `f∘x` is the pointwise function f of input x
 
 
@@ -1101,6 +1102,8 @@ def _term_text(t: Term, box: Box) -> str:
         return f"uninitialized `{t[0][1:]}` of device {t[1]}"
     if t[0].startswith(OPAQUE) and NOT_FOLLOWED in t[0]:
         buf, why = t[0][1:].split(NOT_FOLLOWED, 1)
+        if why.startswith(KNOWN):
+            return f"the constant {why[1:]} stored in `{buf}` of device {t[1]}"
         return f"a value ringc does not follow ({why}) in `{buf}` of device {t[1]}"
     if t[0].startswith(OPAQUE):
         return (f"a value ringc does not follow (arithmetic it does not model, or products nested deeper than "
@@ -1274,6 +1277,7 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 if gv != wv and (_canonical_decides(gv, wv) or _counts_differ(gv, wv)
                                  or _unit_products(gv) != _unit_products(wv)):
                     why = next((t[0].split(NOT_FOLLOWED, 1)[1] for t in gv
-                                if t[0] != PRODUCT and t[0][:1] == OPAQUE and NOT_FOLLOWED in t[0]), "")
+                                if t[0] != PRODUCT and t[0][:1] == OPAQUE and NOT_FOLLOWED in t[0]
+                                and not t[0].split(NOT_FOLLOWED, 1)[1].startswith(KNOWN)), "")
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix), why))
     return found

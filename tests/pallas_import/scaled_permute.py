@@ -9,6 +9,8 @@ op selects the arithmetic on the received block:
 - tanh: `jnp.tanh(scratch)`: pointwise, followed as an uninterpreted f
 - bias: `scratch * 1.0 + b_ref` with b a second input that is not part of the collective
 - square: `scratch * scratch`, a product of two tensors ringc does not follow (a note)
+- ones: stores a constant (never a collective's value: a wrong_result, not a note)
+- full_mul: `scratch * jnp.full(shape, scale)`: scaling by a broadcast constant
 - exp_before: the sender applies exp before sending (into a VMEM buffer), the receiver stores
   what it got; exp_after: the receiver applies exp. Both hold exp of the left block.
 """
@@ -60,6 +62,10 @@ def kernel(x_ref, b_ref, o_ref, scratch, staged, send_sem, recv_sem, *, op, scal
         o_ref[...] = scratch[...]
     elif op == "exp_after":
         o_ref[...] = jnp.exp(scratch[...])
+    elif op == "ones":
+        o_ref[...] = jnp.ones(o_ref.shape, o_ref.dtype)
+    elif op == "full_mul":
+        o_ref[...] = scratch[...] * jnp.full(o_ref.shape, scale, o_ref.dtype)
     copy.wait_send()
 
 
