@@ -355,7 +355,11 @@ def _capturing(script: Script) -> Iterator[None]:
         if kernels:
             line = _caller_line(script.path) or script.entry_line
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
-            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
+            # The key keeps what the check depends on (compiler params: collective_id,
+            # skip_device_barrier decide the entry barrier; aliases), not the interpret settings.
+            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"])
+                               + str(e.params.get("compiler_params")) + str(e.params.get("input_output_aliases"))
+                               for e in kernels),
                    tuple((a.shape, str(a.dtype), getattr(small_ints(a), "tobytes", bytes)())
                          for a in args if hasattr(a, "shape")))
             if key in script.seen:

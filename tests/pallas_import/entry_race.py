@@ -9,6 +9,9 @@ Device d learns only that the device that signalled it has entered the kernel:
   right=1 that still races at N >= 4; at N = 3 the chain d + 1's entry -> its barrier signal
   to d + 2 = d - 1 -> d - 1's second-round signal to d orders it (no race, correctly).
 - --param gridspec=1 passes the specs through `pltpu.PrefetchScalarGridSpec`, as JAX's tests do.
+- sync="device" (no barrier, no collective_id): Mosaic's device barrier precedes the kernel, safe;
+  sync="skip" (`skip_device_barrier=True`, no barrier of its own): a race. The two kernels trace
+  to the same jaxpr and differ only in their compiler params.
 
 Written twice: `build()` here, and the same kernel in a unittest module
 (entry_race_unittest.py); both must find the same races."""
@@ -29,17 +32,18 @@ IN_SPECS = (P("x", None),)
 OUT_SPECS = P("x", None)
 
 
-def permute(x, mesh, *, signal_right, interpret=None, double=False, gridspec=False):
+def permute(x, mesh, *, signal_right, interpret=None, double=False, gridspec=False, sync="barrier"):
     """The kernel and its call, shared by build() and the unittest module."""
     n = mesh.shape["x"]
 
     def kernel(x_ref, o_ref, send_sem, recv_sem):
         me = lax.axis_index("x")
         left, right = lax.rem(me + n - 1, n), lax.rem(me + 1, n)
-        barrier = pltpu.get_barrier_semaphore()
-        pl.semaphore_signal(barrier, 1, device_id=(right if signal_right else left,),
-                            device_id_type=pl.DeviceIdType.MESH)
-        pl.semaphore_wait(barrier, 1)
+        if sync == "barrier":
+            barrier = pltpu.get_barrier_semaphore()
+            pl.semaphore_signal(barrier, 1, device_id=(right if signal_right else left,),
+                                device_id_type=pl.DeviceIdType.MESH)
+            pl.semaphore_wait(barrier, 1)
         if double:
             @functools.partial(pl.run_scoped, second=pltpu.SemaphoreType.REGULAR)
             def _(second):
@@ -58,14 +62,15 @@ def permute(x, mesh, *, signal_right, interpret=None, double=False, gridspec=Fal
     call = pl.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct((rows, x.shape[1]), x.dtype),
         **({"grid_spec": pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=0, **specs)} if gridspec else specs),
-        compiler_params=pltpu.CompilerParams(collective_id=0),
+        compiler_params=(pltpu.CompilerParams(collective_id=0) if sync == "barrier" else
+                         pltpu.CompilerParams(skip_device_barrier=sync == "skip")),
         interpret=interpret)
     return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
 
 
-def build(mesh, *, interpret=None, rows=8, cols=128, right=1, double=0, gridspec=0):
+def build(mesh, *, interpret=None, rows=8, cols=128, right=1, double=0, gridspec=0, sync="barrier"):
     return jax.jit(lambda x: permute(x, mesh, signal_right=bool(right), interpret=interpret, double=bool(double),
-                                     gridspec=bool(gridspec)))
+                                     gridspec=bool(gridspec), sync=sync))
 
 
 def make_inputs(mesh, key, *, rows=8, cols=128, **params):
