@@ -478,8 +478,8 @@ def _elementwise(eqn: Any, invals: list, x: Data) -> Data | None:
         return apply_fn(x, _scale(-1.0))
     if name == "mul":
         return apply_fn(x, _scale(other))
-    if name == "div" and pos == 0 and other != 0:
-        return apply_fn(x, _scale(1.0 / other))
+    if name == "div" and pos == 0 and other != 0 and np.issubdtype(np.dtype(eqn.outvars[0].aval.dtype), np.inexact):
+        return apply_fn(x, _scale(1.0 / other))  # (an integer division rounds: an uninterpreted function)
     if name == "add" and other == 0:
         return x
     if name == "sub" and other == 0:
