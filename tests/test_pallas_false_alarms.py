@@ -210,3 +210,26 @@ def test_a_reference_with_pointwise_functions_is_the_collective_of_them(monkeypa
     else:
         assert report.kinds() == {"wrong_result"}
         assert f"ends as tanh(x_ref)@2[0:8, 0:128], but ppermute needs {needs}" in report.to_text()
+
+
+@pytest.mark.parametrize("body, fns", [
+    (lambda x, lax, jnp: lax.psum(2.0 * x, "x"), ("2.0*",)),
+    (lambda x, lax, jnp: lax.psum(jnp.tanh(x), "x"), ("tanh",)),
+    (lambda x, lax, jnp: 0.5 * lax.psum(x, "x"), ("0.5*",)),
+    (lambda x, lax, jnp: jnp.tanh(lax.psum(x, "x")), None),   # tanh of a sum: no sum of tanh's
+    (lambda x, lax, jnp: jnp.exp(lax.all_gather(x, "x")), ("exp",)),
+    (lambda x, lax, jnp: lax.psum(x * 1.0 + 0.0, "x"), ()),
+])
+def test_reference_pointwise_functions_around_a_collective(body, fns):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from ringc.pallas.interpret import reference_pointwise
+    from ringc.pallas.jaxprs import walk_eqns
+    from ringc.pallas.script import _LAX_COLLECTIVES
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.shard_map(lambda x: body(x, lax, jnp), mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P(), check_vma=False)
+    eqns = list(walk_eqns(jax.make_jaxpr(f)(jnp.ones((16, 128), jnp.float32)).jaxpr))
+    (coll,) = [e for e in eqns if e.primitive.name in _LAX_COLLECTIVES]
+    assert reference_pointwise(eqns, coll) == fns

@@ -752,15 +752,21 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
 
 class FromMemory(int):
     """An integer read from SMEM or a scalar-prefetch operand, knowing where it was read
-    (`origin`): an index out of range made of it names the read. Arithmetic on it gives a
-    plain int."""
+    (`origin`, text made only when asked): an index out of range made of it names the read.
+    Arithmetic on it gives a plain int."""
 
-    origin: str
+    read: tuple  # (buffer name, box, line)
 
-    def __new__(cls, value: int, origin: str) -> "FromMemory":
+    def __new__(cls, value: int, read: tuple) -> "FromMemory":
         obj = super().__new__(cls, value)
-        obj.origin = origin
+        obj.read = read
         return obj
+
+    @property
+    def origin(self) -> str:
+        name, box, line = self.read
+        at = ", ".join(str(a) if b - a == 1 else f"{a}:{b}" for a, b in box)
+        return f"{int(self)}, read from `{name}[{at}]` at line {line}"
 
 
 def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
@@ -991,8 +997,7 @@ def _origin(it: Interpreter, ref: Ref, v: Any) -> Any:
     """A scalar read from SMEM, remembering where it was read (`FromMemory`)."""
     if type(v) is not int:
         return v
-    at = ", ".join(str(a) if b - a == 1 else f"{a}:{b}" for a, b in ref.box)
-    return FromMemory(v, f"{v}, read from `{ref.buffer.name}[{at}]` at line {int(it.where())}")
+    return FromMemory(v, (ref.buffer.name, ref.box, int(it.where())))
 
 
 def _write(it: Interpreter, ref: Ref, value: Any) -> None:
