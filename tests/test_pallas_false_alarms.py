@@ -233,3 +233,23 @@ def test_reference_pointwise_functions_around_a_collective(body, fns):
     eqns = list(walk_eqns(jax.make_jaxpr(f)(jnp.ones((16, 128), jnp.float32)).jaxpr))
     (coll,) = [e for e in eqns if e.primitive.name in _LAX_COLLECTIVES]
     assert reference_pointwise(eqns, coll) == fns
+
+
+BLOCKS = HERE / "prefetch_blocks.py"
+
+
+def test_a_blockspec_without_memory_space_is_a_vmem_window():
+    """`pl.BlockSpec((8, 128), index_map)` with no memory space: blocks pipelined into VMEM
+    (Mosaic's default), not the array accessed in HBM."""
+    report = check_module(str(BLOCKS), 3)
+    assert report.ok, report.to_text()
+    assert not any("in HBM" in a for a in report.assumptions), report.assumptions
+
+
+def test_a_block_index_out_of_range_from_scalar_prefetch_is_out_of_bounds():
+    report = check_module(str(BLOCKS), 3, params={"bad": 1})
+    assert report.kinds() == {"out_of_bounds"}, report.to_text()
+    (f,) = report.findings
+    assert int(f.event.line) == _line(BLOCKS, "def kernel(")
+    assert "block index 4 of `x_ref` dimension 0 selects 32:40, outside [0, 32); the index is 4, read from " \
+           f"`ids_ref[2]` at line {_line(BLOCKS, 'in_specs=')}" in f.message

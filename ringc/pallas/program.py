@@ -33,7 +33,7 @@ import numpy as np
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
 from ..verify.calls import Handover, entry_sync
-from .interpret import Diverge, Interpreter, KernelError, Lanes, Sink, user_location
+from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
 
 
@@ -77,6 +77,8 @@ def _space(aval: Any) -> str:
     for s in ("vmem", "smem", "hbm"):
         if s in ms:
             return s
+    if "default" in ms:  # a BlockSpec without a memory space: on a TPU its blocks go to VMEM
+        return "vmem"
     return "hbm"  # ANY: left where the caller has it (HBM)
 
 
@@ -361,12 +363,12 @@ class Builder(Sink):
                 self.core = int(split is not None and pt[split] >= grid[split] // 2)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if not is_out and (i == 0 or idx[i] != idx[i - 1]):
-                        src = _block_ref(arr, d, bm, idx[i])
+                        src = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), it.region(src)), None)
                 it.run(kernel, [], args)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
-                        dst = _block_ref(arr, d, bm, idx[i])
+                        dst = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", it.region(dst), Ref.whole(win, d).region()), None)
             self.core = 0
             for b in exit_bufs:
@@ -405,7 +407,28 @@ class Builder(Sink):
 
     def block_index(self, it: Interpreter, bm: Any, point: tuple, prefetch: list) -> tuple[int, ...]:
         out = it.run_closed(bm.index_map_jaxpr, [*point, *prefetch])
-        return tuple(it.scalar(o, "a BlockSpec index") for o in out)
+        # (an index read from SMEM keeps where it was read, for an out_of_bounds finding)
+        return tuple(o if type(o) is FromMemory else it.scalar(o, "a BlockSpec index") for o in out)
+
+    def block_ref(self, buf: Buffer, device: int, bm: Any, idx: tuple[int, ...], point: tuple, line: Any) -> Ref:
+        """The block of `buf` a BlockSpec's index selects (`_block_ref`); a block outside the
+        array is an `out_of_bounds` finding at the kernel's line (`Builder.faults`), and
+        the pipeline copies the block clamped into the array."""
+        ref = _block_ref(buf, device, bm, idx)
+        box = []
+        for dim, ((a, b), extent, i, (kind, size)) in enumerate(zip(ref.box, buf.shape, idx, _block_dims(bm))):
+            if 0 <= a and b <= extent and a < b:
+                box.append((a, b))
+                continue
+            b = a + (size if kind == "Blocked" else 1 if kind == "Squeezed" or size is None else size)
+            origin = getattr(i, "origin", None)
+            self.faults.append((device, point, line, f"block index {int(i)} of `{buf.name}` dimension {dim} selects "
+                                                     f"{a}:{b}, outside [0, {extent})"
+                                                     + (f"; the index is {origin}" if origin else "")))
+            size = min(max(b - a, 1), extent)
+            start = min(max(a, 0), extent - size)
+            box.append((start, start + size))
+        return Ref(buf, device, tuple(box), ref.kept)
 
     def _coords(self, d: int) -> dict[str, int]:
         coords, rest = {}, d
