@@ -1429,7 +1429,7 @@ class Sink:
 
 
 __all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
-           "BARRIER"]
+           "BARRIER", "ELEMENTWISE", "FromMemory", "out_of_range", "apply_fn", "reference_pointwise"]
 
 
 def rule_table_markdown() -> str:

@@ -861,9 +861,9 @@ class Memory:
         self.write(dst, [shift.moved(p) for p in pieces], canonical=True)
 
     def accumulate(self, src: Region, dst: Region, base: Region | None = None, fn: tuple[str, ...] = ()) -> None:
-        """dst = (base or dst) + fn(src) (`pointwise`; src itself without `fn`), where the boxes overlap. Pieces read and translated are
-        canonical for their boxes (but for the terms' order, `_Shift.moved`), so the sum
-        over a box both pieces fill is their `_sum`."""
+        """dst = (base or dst) + fn(src) (`pointwise`; src itself without `fn`), where the
+        boxes overlap. Pieces read and translated are canonical for their boxes (but for the
+        terms' order, `_Shift.moved`), so the sum over a box both pieces fill is their `_sum`."""
         incoming = self.translate(self.read(src), src, dst)
         if fn:
             incoming = pointwise(incoming, fn, dst)
