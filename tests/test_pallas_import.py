@@ -101,8 +101,8 @@ def test_a_branch_on_tensor_data_is_an_error(tmp_path):
 
 def test_old_spellings_get_an_alias_and_the_verdict_says_so(tmp_path):
     path = _kernel(tmp_path, "    o_ref[...] = x_ref[...]", space="pltpu.TPUMemorySpace.ANY")
-    with pytest.raises(ScheduleError):  # HBM refs cannot be loaded: Pallas itself refuses
-        check_module(path, 2)
+    direct = check_module(path, 2)  # a direct load and store of HBM refs, as interpret mode runs them
+    assert direct.ok and any("modelled as a direct write to HBM" in a for a in direct.assumptions)
     path = _kernel(tmp_path, "    pltpu.sync_copy(x_ref, o_ref)", space="pltpu.TPUMemorySpace.ANY")
     report = check_module(path, 2)
     assert report.ok, report.to_text()

@@ -189,11 +189,19 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
             raise ScheduleError("no device count given", file=path, fix="pass --devices N")
         sizes = {axes[0]: n}
     mesh = _mesh(sizes, tpu)
+    concrete, ran = None, None  # make_inputs' values, when it had to run concretely
     with aliases(log), user_code_time(path):
         try:
             fn = module.build(mesh, **params)
             import jax
-            shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            try:
+                shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            except _concrete_errors() as e:  # make_inputs needs concrete values (`int(jax.random...)`): run it
+                concrete = _sample_inputs(module, sizes, params, path,
+                                          why=f"make_inputs needs concrete values ({type(e).__name__})")
+                shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in concrete]
+                ran = (f"make_inputs ran concretely on {math.prod(sizes.values())} CPU devices (it needs concrete "
+                       f"values: {type(e).__name__} when traced)")
             specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
             leaves = jax.tree.leaves(shapes)
             if len(specs) == len(leaves):  # the convention: inputs placed as IN_SPECS
@@ -207,9 +215,11 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         values = None
         jaxpr = _trace(fn, shapes, path)
         if _needs_values(jaxpr):
-            values = _sample_inputs(module, sizes, params, path)
+            values = concrete if concrete is not None else _sample_inputs(module, sizes, params, path)
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
                           placement or topology, dma_order)
+    if ran is not None:
+        report.assumptions.append(ran)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
     report.seconds = time.perf_counter() - t0
@@ -295,6 +305,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         values = _small_int_values(cap.args)
         coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
             if cap.reference else None
+        if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
+            from ..verify.semantics import PointwiseMeaning
+            coll = PointwiseMeaning(coll, cap.reference["pointwise"])
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -314,7 +327,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.assumptions[1:1] = script.assumes + cap.assumes  # stubs; how ringc called an entry function
         if cap.reference:
             shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
-            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference the script "
+            fns = cap.reference.get("pointwise")
+            of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
+            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
         if values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
@@ -424,12 +439,20 @@ def _first_file(jaxpr: Any) -> str | None:
     return None
 
 
-def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str) -> list:
+def _concrete_errors() -> tuple:
+    import jax
+    return (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError,
+            jax.errors.TracerBoolConversionError, jax.errors.TracerArrayConversionError)
+
+
+def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str,
+                   why: str = "a kernel takes scalar-prefetch operands") -> list:
+    """make_inputs(mesh, key=0) run concretely (eagerly) on N CPU devices: its arrays' values."""
     import jax
     n = math.prod(sizes.values())
     if len(jax.devices()) < n:
         raise ScheduleError(
-            f"a kernel takes scalar-prefetch operands, so ringc samples make_inputs' values on {n} devices, "
+            f"{why}, so ringc runs make_inputs for real on {n} devices, "
             f"but JAX has {len(jax.devices())}", file=path,
             fix=f"run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (the CLI sets it itself)")
     mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), devices=jax.devices()[:n])
@@ -568,7 +591,12 @@ class _Outer:
         return self.walk(getattr(body, "jaxpr", body), local, True)
 
     def compute(self, eqn: Any, ins: list) -> list:
-        """An op outside the kernels: concrete per device when its inputs are, else a new array."""
+        """An op outside the kernels: concrete per device when its inputs are, else a new array.
+        Before the shard_map (global arrays, one value each) an op on known values that makes
+        small integer arrays (`jnp.bincount(ids)`, a cumsum of group sizes: what scalar-prefetch
+        operands are made of) is computed once, eagerly, on the global values."""
+        if self.mesh_axes is None and ins and all(h.values is not None for h in ins) and not eqn.effects:
+            return self.compute_global(eqn, ins)
         known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
         if known:
             n = math.prod(self.mesh_axes.values())
@@ -588,6 +616,32 @@ class _Outer:
             return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
                     for v, p in zip(eqn.outvars, per)]
         return [Handle(v.aval) for v in eqn.outvars]
+
+    def compute_global(self, eqn: Any, ins: list) -> list:
+        """`compute` before the shard_map: the op bound eagerly on the global values, kept when
+        every output is a small integer array; otherwise (or if JAX cannot evaluate it) new
+        arrays whose values are not known."""
+        unknown = [Handle(v.aval) for v in eqn.outvars]
+        if not all(_small_int_aval(v.aval) for v in eqn.outvars):
+            return unknown
+        import jax
+        vals = [h.values[1] if _literal(h) else h.values[0] for h in ins]
+        try:
+            with jax.ensure_compile_time_eval():
+                out = eqn.primitive.bind(*vals, **eqn.params)
+        except Exception:  # noqa: BLE001 - a value not known is what the caller gets anyway
+            return unknown
+        out = out if eqn.primitive.multiple_results else [out]
+        return [Handle(v.aval, values=[np.asarray(o)]) for v, o in zip(eqn.outvars, out)]
+
+
+_GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard_map (`Walker.compute_global`)
+
+
+def _small_int_aval(aval: Any) -> bool:
+    dtype = np.dtype(getattr(aval, "dtype", np.float32))
+    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and \
+        math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:
@@ -802,6 +856,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
             report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning, steps=steps)
         lap("verify")
     report.phases = phases
+    report.findings[:0] = _fault_findings(b.faults)
     report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                                  f"{len(outer.calls)} pallas_call(s)"
                                  + (f" x {invocations} invocations" if invocations > 1 else ""))
@@ -811,8 +866,42 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
     report.assumptions += notes
+    report.assumptions += list(dict.fromkeys(b.notes))
+    if collective is not None:
+        report.assumptions += _pointwise_assumptions(program)
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
+
+
+def _fault_findings(faults: list) -> list:
+    """`out_of_bounds` findings for the accesses out of range the evaluation met
+    (`interpret.out_of_range`): one per line and message, the first device that met it."""
+    from ..verify.findings import Finding
+    seen, out = set(), []
+    for device, point, line, message in faults:
+        key = (getattr(line, "file", None), int(line), message)
+        if key in seen:
+            continue
+        seen.add(key)
+        where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
+        out.append(Finding("out_of_bounds", f"device {device}: {message} (the check goes on with the access "
+                                            "clamped into the ref)", event=where))
+    return out
+
+
+def _pointwise_assumptions(program: Program) -> list[str]:
+    """What the meaning check assumed of a kernel's own elementwise arithmetic
+    (`interpret.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
+    fns = {f for evs in program.devices for ev in evs if isinstance(ev.action, Compute)
+           and ev.action.kind != "opaque" for f in ev.action.fn}
+    if not fns:
+        return []
+    scaled = sorted(f for f in fns if f.endswith("*"))
+    other = sorted(f for f in fns if not f.endswith("*"))
+    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + \
+        ([f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
+          "moving data, so f of a block is the same term wherever it was applied"] if other else [])
+    return ["values: " + "; ".join(parts)]
 
 
 def ring_steps(program: Program) -> dict[tuple[str, int], int]:

@@ -344,7 +344,7 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     if it.lanes is not None and any(type(v) is Vec for v in invals):
         return it.lanes.pure(it, eqn, invals)
     fast = _INT_OPS.get(name)
-    if fast is not None and all(type(v) is int or type(v) is bool for v in invals):
+    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory for v in invals):
         r = fast(*invals)
         kind = _out_kind(eqn)
         if r is None:
@@ -386,8 +386,16 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         return [u for _ in outs]
     data = [v for v in invals if isinstance(v, Data)]
     shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
+    tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
+    if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
+        followed = _elementwise(eqn, [v.how[1] if isinstance(v, Data) and v.how[0] == "const" else v
+                                      for v in invals], tensors[0])
+        if followed is not None:
+            return [followed]
     if name == "add" and len(data) == 2 and data[0].shape == data[1].shape == shapes[0]:
         return [Data(shapes[0], ("add", data[0], data[1]))]
+    if name == "sub" and len(data) == 2 and data[0].shape == data[1].shape == shapes[0]:
+        return [Data(shapes[0], ("add", data[0], apply_fn(data[1], _scale(-1.0))))]
     if name == "convert_element_type" and data and data[0].shape == shapes[0]:
         return [Data(shapes[0], ("cast", data[0]))]
     if name == "transpose" and data and len(data[0].shape) == 2 and tuple(eqn.params["permutation"]) == (1, 0):
@@ -407,7 +415,141 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
         return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
-    return [Data(s, ("opaque", name)) for s in shapes]
+    line = int(it.where())
+    what = (f"`{name}` of {len(data)} tensors" if len(data) > 1 and name in ELEMENTWISE else f"`{name}`")
+    return [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
+
+
+# Elementwise primitives: applied to one tensor (the other operands constants), followed as a
+# pointwise function (`Data` how "fn", `semantics.pointwise`): scaling by a constant exactly
+# (`x * 1.0`, `x + 0`, `x / 1` are x; `-x`, `x * c`, `x / c` scale it), any other one as an
+# uninterpreted function named by the primitive and its constants.
+ELEMENTWISE = frozenset({
+    "add", "sub", "mul", "div", "neg", "max", "min", "pow", "integer_pow", "square", "rem", "atan2", "nextafter",
+    "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+    "cosh", "asinh", "acosh", "atanh", "abs", "sign", "floor", "ceil", "round", "sqrt", "rsqrt", "cbrt", "erf",
+    "erfc", "erf_inv", "lgamma", "digamma", "is_finite", "not", "clamp", "reduce_precision", "real", "imag",
+})
+
+
+KNOWN = "="  # an opaque Compute's `fn` that starts so holds a known constant: compared, not a note
+
+
+def _scale(c: float) -> str:
+    return f"{float(c)!r}*"
+
+
+def apply_fn(x: Data, f: str) -> Data:
+    """`x` with the pointwise function `f` applied (a name ending in "*" scales: linear)."""
+    if f.endswith("*"):
+        c = float(f[:-1])
+        if c == 1.0:
+            return x
+        if x.how[0] == "zero":
+            return x
+        if x.how[0] == "add":  # linear: c * (a + b) = c * a + c * b
+            return Data(x.shape, ("add", apply_fn(x.how[1], f), apply_fn(x.how[2], f)))
+        if x.how[0] == "fn" and x.how[1][-1].endswith("*"):
+            return apply_fn(Data(x.shape, ("fn", x.how[1][:-1], x.how[2])) if len(x.how[1]) > 1 else x.how[2],
+                            _scale(c * float(x.how[1][-1][:-1])))
+    if x.how[0] == "fn":
+        return Data(x.shape, ("fn", x.how[1] + (f,), x.how[2]))
+    return Data(x.shape, ("fn", (f,), x))
+
+
+def _constant_of(v: Any) -> Any:
+    """A concrete operand as one number when every element is the same, else None."""
+    a = np.asarray(v)
+    if a.size == 0 or not (a == a.flat[0]).all():
+        return None
+    x = a.flat[0].item()
+    return x
+
+
+def _elementwise(eqn: Any, invals: list, x: Data) -> Data | None:
+    """An elementwise primitive on one tensor `x` and constants, or None (not followed)."""
+    name = eqn.primitive.name
+    consts = [None if isinstance(v, Data) else _constant_of(v) for v in invals]
+    if any(c is None for c, v in zip(consts, invals) if not isinstance(v, Data)):
+        return None  # a constant array that differs between elements: not one pointwise function
+    pos = next(i for i, v in enumerate(invals) if isinstance(v, Data))
+    other = consts[1 - pos] if len(invals) == 2 else None
+    if name == "neg":
+        return apply_fn(x, _scale(-1.0))
+    if name == "mul":
+        return apply_fn(x, _scale(other))
+    if name == "div" and pos == 0 and other != 0 and np.issubdtype(np.dtype(eqn.outvars[0].aval.dtype), np.inexact):
+        return apply_fn(x, _scale(1.0 / other))  # (an integer division rounds: an uninterpreted function)
+    if name == "add" and other == 0:
+        return x
+    if name == "sub" and other == 0:
+        return x if pos == 0 else apply_fn(x, _scale(-1.0))
+    if name == "sub" and pos == 1:  # c - x = add(c)(-x)
+        return apply_fn(apply_fn(x, _scale(-1.0)), f"add({other!r})")
+    if name == "sub":
+        return apply_fn(x, f"add({-other!r})")
+    if name == "add":
+        return apply_fn(x, f"add({other!r})")
+    if name == "integer_pow" and eqn.params.get("y") == 1:
+        return x
+    params = [f"{k}={v}" for k, v in sorted(eqn.params.items()) if isinstance(v, (int, float, str, bool))]
+    args = ["_" if isinstance(v, Data) else repr(c) for v, c in zip(invals, consts)]
+    spelled = ", ".join(args + params) if (len(args) > 1 or params) else ""
+    return apply_fn(x, f"{name}[{spelled}]" if spelled else name)
+
+
+_UNKNOWN = object()
+
+
+def reference_pointwise(eqns: list, collective: Any) -> tuple[str, ...] | None:
+    """The elementwise functions a `lax` reference applies around its one collective
+    `collective` (`jnp.tanh(lax.ppermute(x))`, `lax.psum(2 * x)`), named as the kernel
+    interpreter names them (`_elementwise`), in program order: () when there are none. Data
+    movement (ppermute, all_gather, all_to_all) commutes with every elementwise function; a
+    reduction only with scaling after it (None: a meaning ringc cannot state)."""
+    import jax
+    fns: list[str] = []
+    moves = collective.primitive.name in ("ppermute", "all_gather", "all_to_all")
+    after = False
+    known: dict = {}  # constants (a scalar `pvary`d into the shard_map, as `2.0 * x` traces)
+
+    def value(v: Any) -> Any:
+        return v.val if type(v).__name__ == "Literal" else known.get(v, _UNKNOWN)
+
+    for e in eqns:
+        if e is collective:
+            after = True
+            continue
+        name = e.primitive.name
+        vals = [value(v) for v in e.invars]
+        if vals and all(v is not _UNKNOWN for v in vals) and not e.effects:
+            try:
+                if name == "pvary":
+                    outs = vals
+                else:
+                    with jax.ensure_compile_time_eval():
+                        outs = e.primitive.bind(*vals, **e.params)
+                    outs = outs if e.primitive.multiple_results else [outs]
+                known.update(zip(e.outvars, outs))
+            except Exception:  # noqa: BLE001 - not a constant after all
+                pass
+            continue
+        if name not in ELEMENTWISE or len(e.outvars) != 1:
+            continue
+        tensors = [v for v, c in zip(e.invars, vals) if c is _UNKNOWN]
+        shape = tuple(getattr(e.outvars[0].aval, "shape", ()))
+        if len(tensors) != 1 or tuple(getattr(tensors[0].aval, "shape", ())) != shape or not shape:
+            continue
+        x = Data(shape, ("load", None))
+        invals = [x if c is _UNKNOWN else c for c in vals]
+        y = _elementwise(e, invals, x)
+        if y is None:
+            return None
+        new = y.how[1] if y.how[0] == "fn" else ()
+        if after and not moves and any(not f.endswith("*") for f in new):
+            return None  # f(psum(x)) is no sum of f's
+        fns += new
+    return tuple(fns)
 
 
 def _stored_product(it: "Interpreter", var: Any, x: Data) -> Data:
@@ -581,8 +723,10 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 kept.append(dim)
                 continue
             if bounds and (start < 0 or start + size > hi - lo):
-                raise it.fail(f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
-                              f"range [0, {hi - lo})", "keep slices inside the ref")
+                out_of_range(it, f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
+                                 f"range [0, {hi - lo})", ix.start, "keep slices inside the ref")
+                size = min(size, hi - lo)
+                start = min(max(start, 0), hi - lo - size)
             box[dim] = (lo + start, lo + start + size)
             if dim in var:
                 var[dim] = var[dim] + start
@@ -597,12 +741,45 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 box[dim] = (int(starts[0]), int(starts[0]) + 1)
                 continue
             if bounds and not 0 <= i < hi - lo:
-                raise it.fail(f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
-                              "keep indices inside the ref")
+                out_of_range(it, f"index {i} of `{ref.buffer.name}` dimension {dim} is out of range [0, {hi - lo})",
+                             ix, "keep indices inside the ref")
+                i = min(max(i, 0), hi - lo - 1)
             box[dim] = (lo + i, lo + i + 1)
             if dim in var:
                 var[dim] = var[dim] + i
     return Ref(ref.buffer, ref.device, tuple(box), tuple(kept), tuple(var.items()))
+
+
+class FromMemory(int):
+    """An integer read from SMEM or a scalar-prefetch operand, knowing where it was read
+    (`origin`, text made only when asked): an index out of range made of it names the read.
+    Arithmetic on it gives a plain int."""
+
+    read: tuple  # (buffer name, box, line)
+
+    def __new__(cls, value: int, read: tuple) -> "FromMemory":
+        obj = super().__new__(cls, value)
+        obj.read = read
+        return obj
+
+    @property
+    def origin(self) -> str:
+        name, box, line = self.read
+        at = ", ".join(str(a) if b - a == 1 else f"{a}:{b}" for a, b in box)
+        return f"{int(self)}, read from `{name}[{at}]` at line {line}"
+
+
+def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
+    """An access out of its ref's range: an `out_of_bounds` finding at its line, recorded
+    on the sink (`Builder.faults`), and the evaluation goes on with the access clamped
+    into the ref; an error where nothing collects findings."""
+    origin = getattr(raw, "origin", None)
+    if origin:
+        message += f"; the index is {origin}"
+    faults = getattr(it.sink, "faults", None)
+    if faults is None:
+        raise it.fail(message, fix)
+    faults.append((it.device, it.point, it.where(), message))
 
 
 class _Hole:
@@ -805,15 +982,22 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     buf = ref.buffer
     if ref.device in buf.store:
         if it.lanes is not None:
-            return it.lanes.read(ref)
+            return _origin(it, ref, it.lanes.read(ref))
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
-        return _py(arr[sl])
+        return _origin(it, ref, _py(arr[sl]))
     _vector_memory(it, ref, "load")
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
     return Data(ref.shape, ("load", dst))
+
+
+def _origin(it: Interpreter, ref: Ref, v: Any) -> Any:
+    """A scalar read from SMEM, remembering where it was read (`FromMemory`)."""
+    if type(v) is not int:
+        return v
+    return FromMemory(v, (ref.buffer.name, ref.box, int(it.where())))
 
 
 def _write(it: Interpreter, ref: Ref, value: Any) -> None:
@@ -837,21 +1021,31 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
             raise Diverge("a constant that is zero on some devices only")
         value = value.a[0]
     if is_concrete(value):
-        kind = "zero" if not np.any(np.asarray(value)) else "opaque"
-        it.emit(Compute(kind, dst))
+        if not np.any(np.asarray(value)):
+            it.emit(Compute("zero", dst))
+        else:
+            c = _constant_of(value)
+            it.emit(Compute("opaque", dst, fn=(f"{KNOWN}{c!r}" if c is not None else f"{KNOWN}a constant array",)))
         return
     if isinstance(value, Unknown):
-        it.emit(Compute("opaque", dst))
+        it.emit(Compute("opaque", dst, fn=(f"a value stored at line {int(it.where())}: {value.why}",)))
         return
     for action in store_actions(dst, value):
         it.emit(action)
 
 
 def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
-    """Loads and stores reach VMEM or SMEM only (as in Mosaic and TPU interpret mode)."""
+    """A load or store of a ref in HBM (memory space ANY/HBM: `o_ref[...] = x` into an ANY
+    output, as JAX's interpret-mode tests write) is a direct read or write of HBM, as TPU
+    interpret mode runs it: modelled so, and the verdict says so (Mosaic on a TPU may want a
+    DMA instead)."""
     if ref.buffer.space == "hbm":
-        raise it.fail(f"a {what} of `{ref.buffer.name}`, which lives in HBM (memory space ANY/HBM)",
-                      "copy it to VMEM with a DMA (pltpu.sync_copy / make_async_copy) first")
+        notes = getattr(it.sink, "notes", None)
+        if notes is not None:
+            note = (f"a {what} of `{ref.buffer.name}` in HBM (memory space ANY) at line {int(it.where())}: modelled "
+                    f"as a direct {'write to' if what == 'store' else 'read of'} HBM, as interpret mode runs it")
+            if note not in notes:
+                notes.append(note)
 
 
 def store_actions(dst: Any, v: Data) -> list:
@@ -867,9 +1061,25 @@ def store_actions(dst: Any, v: Data) -> list:
             x = x.how[1]
         return x
 
+    def loadf(x: Data):  # (region, pointwise functions) of a load, or of functions of a load
+        x = plain(x)
+        if x.how[0] == "fn" and load(plain(x.how[2])) is not None:
+            return load(plain(x.how[2])), x.how[1]
+        r = load(x)
+        return None if r is None else (r, ())
+
+    def opaque(x: Data) -> list:
+        x = plain(x)
+        why = (x.how[1] if x.how[0] == "opaque" else
+               f"pointwise `{x.how[1][-1]}` of a value that is not one load" if x.how[0] == "fn" else
+               f"a value made by `{x.how[0]}` that ringc stores only from loads")
+        return [Compute("opaque", dst, fn=(why,))]
+
     how = v.how[0]
+    if how == "const":  # a known value, never a collective's: a term that compares (a wrong_result)
+        return [Compute("opaque", dst, fn=(f"{KNOWN}{v.how[1]!r}",))]
     if v.shape != shape:
-        return [Compute("opaque", dst)]
+        return [Compute("opaque", dst, fn=(f"a value of shape {list(v.shape)} stored into a box of {list(shape)}",))]
     if how == "load":
         return [Compute("assign", dst, load(v))]
     if how == "zero":
@@ -878,6 +1088,9 @@ def store_actions(dst: Any, v: Data) -> list:
         return [Compute("cast", dst, load(plain(v)))]
     if how == "cast":
         return store_actions(dst, plain(v))
+    if how == "fn" and loadf(v) is not None:
+        src, fn = loadf(v)
+        return [Compute("assign", dst, src, fn=fn)]
     if how == "dot":
         a, b = plain(v.how[1]), plain(v.how[2])
         if a.how[0] == "load" and b.how[0] == "load":
@@ -888,12 +1101,14 @@ def store_actions(dst: Any, v: Data) -> list:
             if y.how[0] == "dot" and plain(y.how[1]).how[0] == "load" and plain(y.how[2]).how[0] == "load":
                 return store_actions(dst, x) + [Compute("matmul", dst, plain(y.how[1]).how[1],
                                                         plain(y.how[2]).how[1], True, contract=y.how[3])]
-        if load(a) is not None and load(b) is not None:
-            return [Compute("accumulate", dst, load(b), base=load(a))]
+        la, lb = loadf(a), loadf(b)
+        if la is not None and lb is not None and (not la[1] or not lb[1]):
+            (base, _), (src, fn) = (la, lb) if not la[1] else (lb, la)
+            return [Compute("accumulate", dst, src, base=base, fn=fn)]
         for x, y in ((a, b), (b, a)):
-            if load(y) is not None:
-                return store_actions(dst, x) + [Compute("accumulate", dst, load(y))]
-    return [Compute("opaque", dst)]
+            if loadf(y) is not None:
+                return store_actions(dst, x) + [Compute("accumulate", dst, loadf(y)[0], fn=loadf(y)[1])]
+    return opaque(v)
 
 
 def _indexed(it: Interpreter, eqn: Any, ref: Any, flat: list, key: str = "tree") -> Any:
@@ -962,7 +1177,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
         return [Vec(np.broadcast_to(x.a.reshape(-1, *(1,) * len(shape)), (len(x.a), *shape))
                     .astype(eqn.outvars[0].aval.dtype))]
     if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > 64:
-        return [Data(shape, ("zero",)) if not x else Data(shape, ("opaque", "a constant"))]
+        return [Data(shape, ("zero",)) if not x else Data(shape, ("const", _py(np.asarray(x))))]
     return pure_rule(it, eqn, invals)
 
 
@@ -1215,7 +1430,7 @@ class Sink:
 
 
 __all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
-           "BARRIER"]
+           "BARRIER", "ELEMENTWISE", "FromMemory", "out_of_range", "apply_fn", "reference_pointwise"]
 
 
 def rule_table_markdown() -> str:
@@ -1228,7 +1443,9 @@ def rule_table_markdown() -> str:
     for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
         lines.append(f"| {', '.join(names)} | {doc} |")
     lines.append("| any other primitive with no effects, refs or sub-jaxprs | pure: numpy/JAX on concrete "
-                 "scalars, opaque data on tensors (`add`, `convert_element_type`, `dot_general` are followed "
-                 "by the meaning check) |")
+                 "scalars; on tensors, followed by the meaning check: `add`, `sub`, `convert_element_type`, "
+                 "`dot_general`, scaling by a constant (`mul`, `div`, `neg`), and any other elementwise "
+                 "function of one tensor as an uninterpreted pointwise function; anything else is a value "
+                 "not followed (a note) |")
     lines.append("| any other primitive | an error naming it and the line |")
     return "\n".join(lines)

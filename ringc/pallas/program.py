@@ -33,7 +33,7 @@ import numpy as np
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
 from ..verify.calls import Handover, entry_sync
-from .interpret import Diverge, Interpreter, KernelError, Lanes, Sink, user_location
+from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
 
 
@@ -56,6 +56,11 @@ class Handle:
         return h
 
 
+def _literal_values(values: list) -> bool:
+    """Handle values of a jaxpr literal: ("literal", value), not one per device."""
+    return isinstance(values[0], str) and values[0] == "literal"
+
+
 @dataclass
 class Call:
     """One pallas_call as the outer program makes it."""
@@ -72,6 +77,8 @@ def _space(aval: Any) -> str:
     for s in ("vmem", "smem", "hbm"):
         if s in ms:
             return s
+    if "default" in ms:  # a BlockSpec without a memory space: on a TPU its blocks go to VMEM
+        return "vmem"
     return "hbm"  # ANY: left where the caller has it (HBM)
 
 
@@ -105,6 +112,8 @@ class Builder(Sink):
         self.first_barrier_round: dict[int, dict[int, list[tuple[int, Loc]]]] = {}
         self.aliases_used: list[str] = []
         self.notes: list[str] = []
+        # Accesses out of their ref's range (`interpret.out_of_range`): (device, grid point, line, message).
+        self.faults: list[tuple[int, tuple, Any, str]] = []
         self._current_call: int | None = None
         # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
         # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
@@ -233,14 +242,17 @@ class Builder(Sink):
             if k < n_pref:
                 buf = self.new_buffer(name, v.aval, "prefetch", int(line))
                 buf.space = "smem"
-                if h.values is None:
+                # The values the kernel sees: the local (per-device) handle's, not its root's
+                # (an input passed through shard_map links to the global array).
+                values = in_handles[k].values if in_handles[k].values is not None else h.values
+                if values is None or len(values) != self.n or _literal_values(values):
                     raise KernelError(
                         f"scalar-prefetch operand `{name}` of pallas_call `{call.name}` is not known before the run",
                         file=line.file, line=int(line),
                         fix="compute it from make_inputs' values (ringc runs make_inputs on CPU devices) or from "
                             "constants")
                 for d in range(self.n):
-                    buf.store[d] = np.asarray(h.values[d]).reshape(buf.shape)
+                    buf.store[d] = np.asarray(values[d]).reshape(buf.shape)
                 refs_of.append(buf)
                 continue
             buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
@@ -351,12 +363,12 @@ class Builder(Sink):
                 self.core = int(split is not None and pt[split] >= grid[split] // 2)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if not is_out and (i == 0 or idx[i] != idx[i - 1]):
-                        src = _block_ref(arr, d, bm, idx[i])
+                        src = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), it.region(src)), None)
                 it.run(kernel, [], args)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
-                        dst = _block_ref(arr, d, bm, idx[i])
+                        dst = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", it.region(dst), Ref.whole(win, d).region()), None)
             self.core = 0
             for b in exit_bufs:
@@ -395,7 +407,28 @@ class Builder(Sink):
 
     def block_index(self, it: Interpreter, bm: Any, point: tuple, prefetch: list) -> tuple[int, ...]:
         out = it.run_closed(bm.index_map_jaxpr, [*point, *prefetch])
-        return tuple(it.scalar(o, "a BlockSpec index") for o in out)
+        # (an index read from SMEM keeps where it was read, for an out_of_bounds finding)
+        return tuple(o if type(o) is FromMemory else it.scalar(o, "a BlockSpec index") for o in out)
+
+    def block_ref(self, buf: Buffer, device: int, bm: Any, idx: tuple[int, ...], point: tuple, line: Any) -> Ref:
+        """The block of `buf` a BlockSpec's index selects (`_block_ref`); a block outside the
+        array is an `out_of_bounds` finding at the kernel's line (`Builder.faults`), and
+        the pipeline copies the block clamped into the array."""
+        ref = _block_ref(buf, device, bm, idx)
+        box = []
+        for dim, ((a, b), extent, i, (kind, size)) in enumerate(zip(ref.box, buf.shape, idx, _block_dims(bm))):
+            if 0 <= a and b <= extent and a < b:
+                box.append((a, b))
+                continue
+            b = a + (size if kind == "Blocked" else 1 if kind == "Squeezed" or size is None else size)
+            origin = getattr(i, "origin", None)
+            self.faults.append((device, point, line, f"block index {int(i)} of `{buf.name}` dimension {dim} selects "
+                                                     f"{a}:{b}, outside [0, {extent})"
+                                                     + (f"; the index is {origin}" if origin else "")))
+            size = min(max(b - a, 1), extent)
+            start = min(max(a, 0), extent - size)
+            box.append((start, start + size))
+        return Ref(buf, device, tuple(box), ref.kept)
 
     def _coords(self, d: int) -> dict[str, int]:
         coords, rest = {}, d

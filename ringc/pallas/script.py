@@ -266,20 +266,25 @@ def lax_reference(jaxpr: Any) -> dict | None:
     if any(d.primitive.name == "dot_general" for d in eqns):
         return _matmul_reference(eqns, e)
     kind = _LAX_COLLECTIVES[e.primitive.name]
+    from .interpret import reference_pointwise
+    fns = reference_pointwise(eqns, e)  # elementwise functions around the collective (`tanh(ppermute(x))`)
+    if fns is None:
+        return None
+    extra = {"pointwise": fns} if fns else {}
     if kind == "ppermute":
         perm = e.params["perm"]
         n = len(perm)
         shifts = {(dst - src) % n for src, dst in perm}
         if len(shifts) != 1 or sorted(s for s, _ in perm) != list(range(n)):
             return None
-        return {"kind": kind, "shift": shifts.pop()}
+        return {"kind": kind, "shift": shifts.pop(), **extra}
     if kind == "all_gather" and e.params.get("all_gather_dimension", 0) != 0:
         return None
     if kind == "psum_scatter" and e.params.get("scatter_dimension", 0) != 0:
         return None
     if kind == "all_to_all" and (e.params.get("split_axis", 0), e.params.get("concat_axis", 0)) != (0, 0):
         return None
-    return {"kind": kind}
+    return {"kind": kind, **extra}
 
 
 def _caller_line(path: str) -> int:
@@ -354,7 +359,11 @@ def _capturing(script: Script) -> Iterator[None]:
         if kernels:
             line = _caller_line(script.path) or script.entry_line
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
-            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"]) for e in kernels),
+            # The key keeps what the check depends on (compiler params: collective_id,
+            # skip_device_barrier decide the entry barrier; aliases), not the interpret settings.
+            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"])
+                               + str(e.params.get("compiler_params")) + str(e.params.get("input_output_aliases"))
+                               for e in kernels),
                    tuple((a.shape, str(a.dtype), getattr(small_ints(a), "tobytes", bytes)())
                          for a in args if hasattr(a, "shape")))
             if key in script.seen:

@@ -4,8 +4,9 @@ A kernel's scalars (grid indices, device ids, loop counters, slot arithmetic, nu
 in SMEM) are computed concretely, per device and grid point: they decide which memory a DMA
 touches and which device it goes to. Tensor data is not computed: a `Data` value records
 only its shape and where it came from (a load, a sum, a product, a cast, a zero), which is
-exactly what the verifier's symbolic data flow needs. Anything else is `opaque` data: it
-may be stored, and the meaning check then says the output is not what the collective needs.
+exactly what the verifier's symbolic data flow needs, and the elementwise functions applied
+to it ("fn"). Anything else is `opaque` data: it may be stored, and the meaning check then
+notes the output block as not followed (its meaning is not checked there).
 """
 
 from __future__ import annotations
@@ -98,7 +99,10 @@ class Data:
     """Tensor data, not computed: its shape and how it was made.
     how: ("load", Region of a value register) | ("add", Data, Data)
          | ("dot", Data, Data, (lhs contracted dim, rhs contracted dim)) | ("transpose", Data)
-         | ("cast", Data) | ("zero",) | ("opaque", why)"""
+         | ("cast", Data) | ("zero",) | ("opaque", why: the primitive and its line)
+         | ("fn", names, Data): pointwise functions of the data, innermost first (a name ending
+           in "*" scales by a constant; any other is an uninterpreted elementwise function,
+           `interpret.ELEMENTWISE`, `semantics.pointwise`)"""
     shape: tuple[int, ...]
     how: tuple
 

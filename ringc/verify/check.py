@@ -375,6 +375,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                 + parallel_findings(program))
     m = maximal_run(program)
     findings += run_findings(program, m)
+    unfollowed: list[str] = []
     if m.finished():
         order = compute_order(program, use_symmetry=use_symmetry)
         steps = (steps if steps is not None else memory_steps(program)) if order.symmetric else None
@@ -391,6 +392,12 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
             symmetric = not races and steps is not None and _meaning_moves(collective, buffers, program, steps)
             for mm in check_semantics(collective, buffers, inputs, program, m.order, program.shapes, limit=8,
                                       symmetric=symmetric):
+                if mm.unfollowed:  # a value the model does not follow: a note, the block is not checked
+                    note = (f"not followed: {mm.unfollowed}; the meaning of `{buffers.output}` is not checked "
+                            f"where it holds that value (device {program.label(mm.device)}: {mm.where}, ...)")
+                    if not any(n.startswith(f"not followed: {mm.unfollowed};") for n in unfollowed):
+                        unfollowed.append(note)
+                    continue
                 last = _last_write(m.order, program.n, mm)
                 findings.append(Finding(
                     "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
@@ -399,7 +406,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                                        if last is not None else "; nothing writes it"), event=last,
                     device=mm.device))
     report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
-                    + schedule_assumptions(sched))
+                    + schedule_assumptions(sched) + unfollowed)
     if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)

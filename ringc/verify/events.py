@@ -150,6 +150,10 @@ class Compute:
     accumulate: bool = False
     base: Region | None = None   # accumulate: dst = base + src
     contract: tuple[int, int] = (1, 0)  # matmul: the contracted dims of src and rhs ((1, 1): src @ rhs.T)
+    # Pallas imports only. assign/cast/accumulate: the pointwise functions applied to `src` on the
+    # way, innermost first (`("2.0*",)`: twice src; `("tanh",)`: tanh(src), uninterpreted);
+    # opaque: one text naming what was not followed (the primitive and its line).
+    fn: tuple[str, ...] = ()
 
     @property
     def product_text(self) -> str:

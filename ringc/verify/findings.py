@@ -24,8 +24,8 @@ KINDS = {
     "dtype_mismatch": "a DMA between buffers of different element types (the TPU compiler refuses it)",
     "parallel_dependency": "an iteration of a `parallel` grid axis depends on another iteration of it",
     "wrong_result": "an output block differs from the collective's meaning",
-    "out_of_bounds": "runtime data (--data) puts a region outside its buffer, e.g. a ragged size that overflows "
-                     "the receive buffer",
+    "out_of_bounds": "an access outside its buffer: runtime data (--data) puts a region there (a ragged size "
+                     "that overflows the receive buffer), or a Pallas kernel indexes a ref out of range",
 }
 
 

@@ -53,7 +53,7 @@ from .xor import group_of
 from .background import Background, default_jobs
 from .gauge import Gauge, device_dims
 from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
-from .semantics import (Memory, apply, canonical_value, device_run, device_span, mismatches, sorted_terms, term_leaves,
+from .semantics import (Memory, apply, base_name, canonical_value, device_run, device_span, mismatches, sorted_terms, term_leaves,
                         with_leaves)
 from .windows import FusedMemory, Unfused
 
@@ -248,7 +248,7 @@ class Rotator:
         xor = self.xor
         # each coordinate moved by its dim's move m (`_moves`); garbage and opaque data have
         # no map (and no buffer of that name)
-        for (d, off), (m, size, stepped) in zip(imap, self._dims(name, delta)):
+        for (d, off), (m, size, stepped) in zip(imap, self._dims(base_name(name), delta)):
             if d is None:
                 out.append((None, off ^ m if xor else (off + m) % size))
             elif d < 0:  # a contraction index (KDIM, or a nested product's)

@@ -35,7 +35,7 @@ from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Pie
 from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
-__all__ = ["UNINIT", "OPAQUE", "MAX_DEPTH", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
+__all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
            "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
@@ -847,16 +847,26 @@ class Memory:
             pair[5] = [shift.moved(q) for q in self.read(src)]
         self.write(dst, pair[5], canonical=True)
 
+    def copy_fn(self, src: Region, dst: Region, fn: tuple[str, ...]) -> None:
+        """dst = fn(src): a copy with pointwise functions applied on the way (`pointwise`)."""
+        if not fn:
+            self.copy(src, dst)
+            return
+        shift = self._pair(src, dst)[2]
+        self.write(dst, pointwise([shift.moved(q) for q in self.read(src)], fn, dst), canonical=True)
+
     def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
         """Write canonical `pieces` of `src` into `dst` (`_Shift.moved`)."""
         shift = self._pair(src, dst)[2]
         self.write(dst, [shift.moved(p) for p in pieces], canonical=True)
 
-    def accumulate(self, src: Region, dst: Region, base: Region | None = None) -> None:
-        """dst = (base or dst) + src, where the boxes overlap. Pieces read and translated are
-        canonical for their boxes (but for the terms' order, `_Shift.moved`), so the sum
-        over a box both pieces fill is their `_sum`."""
+    def accumulate(self, src: Region, dst: Region, base: Region | None = None, fn: tuple[str, ...] = ()) -> None:
+        """dst = (base or dst) + fn(src) (`pointwise`; src itself without `fn`), where the
+        boxes overlap. Pieces read and translated are canonical for their boxes (but for the
+        terms' order, `_Shift.moved`), so the sum over a box both pieces fill is their `_sum`."""
         incoming = self.translate(self.read(src), src, dst)
+        if fn:
+            incoming = pointwise(incoming, fn, dst)
         current = self.translate(self.read(base), base, dst) if base is not None else self.read(dst)
         if len(current) == len(incoming):
             # The common case: both cut into the same boxes (pieces are disjoint: each meets
@@ -951,9 +961,96 @@ class Memory:
     def zero(self, dst: Region) -> None:
         self.write(dst, [Piece(dst.box, ())], canonical=True)
 
-    def opaque(self, dst: Region) -> None:
-        """Data the model does not follow (an imported kernel's own arithmetic)."""
-        self.write(dst, [Piece(dst.box, ((OPAQUE + dst.buffer, dst.device, ()),))], canonical=True)
+    def opaque(self, dst: Region, why: str | None = None) -> None:
+        """Data the model does not follow (an imported kernel's own arithmetic); `why` names
+        what was not followed (the primitive and its line), kept in the term's name after
+        `NOT_FOLLOWED`, so a mismatch on it can say so (`Mismatch.unfollowed`)."""
+        name = OPAQUE + dst.buffer + (NOT_FOLLOWED + why if why else "")
+        self.write(dst, [Piece(dst.box, ((name, dst.device, ()),))], canonical=True)
+
+
+# -- pointwise functions (imported Pallas kernels' own elementwise arithmetic) ---------------
+# A function's name ends in "*" when it scales by a constant (`2.0*`, `-1.0*`): linear, so it
+# distributes over a sum and scales one factor of a product. Any other name is an uninterpreted
+# elementwise function (`tanh`, `add(3.0)`): applied to a value of one plain term, it wraps the
+# term's name (`tanh(x)@2[...]` is tanh of x's block of device 2, exactly: an elementwise f
+# commutes with moving data, so f applied before a copy or after it is the same term); applied
+# to anything else (a sum, a product, zero, whose f is unknown) it is OPAQUE. A wrapped name is
+# `f∘...∘buffer` (outermost first): the data still moves as `buffer`'s (`base_name`).
+NOT_FOLLOWED = "|"    # in an OPAQUE term's name: what follows is what was not followed
+KNOWN = "="           # ... unless it starts so: a known constant (compared like any value, a finding)
+APPLIED = "\u2218"     # in a term's name: `f∘x` is the pointwise function f of input x
+
+
+def _wrap(name: str, f: str) -> str:
+    return f"{f}{APPLIED}{name}"
+
+
+def base_name(name: str) -> str:
+    """The input buffer a term's name reads, its pointwise functions taken off."""
+    return name.rpartition(APPLIED)[2] if APPLIED in name else name
+
+
+def function_text(name: str) -> str:
+    """A term's name as text: `tanh∘2.0*∘x` is `tanh(2.0*x)`."""
+    if APPLIED not in name:
+        return name
+    f, _, rest = name.partition(APPLIED)
+    inner = function_text(rest)
+    return f"{f}{inner}" if f.endswith("*") else f"{f}({inner})"
+
+
+def _pointwise_value(value: Value, f: str, dst: Region) -> Value:
+    if any(t[0] != PRODUCT and t[0][:1] in (UNINIT, OPAQUE) for t in value):
+        return value if len(value) == 1 else ((OPAQUE + dst.buffer + NOT_FOLLOWED + f"`{f}` of a partly unknown value",
+                                               dst.device, ()),)
+    if f.endswith("*"):  # linear: every term scaled (a product: its first plain factor)
+        out = []
+        for t in value:
+            leaves = term_leaves(t)
+            first = leaves[0]
+            out.append(with_leaves(t, [(_wrap(first[0], f), first[1], first[2])] + leaves[1:]))
+        return tuple(out)
+    if len(value) == 1 and value[0][0] != PRODUCT:
+        t = value[0]
+        return ((_wrap(t[0], f), t[1], t[2]),)
+    what = "zero" if not value else "a sum" if len(value) > 1 else "a product"
+    return ((OPAQUE + dst.buffer + NOT_FOLLOWED + f"`{f}` of {what} (an elementwise function ringc does not interpret)",
+             dst.device, ()),)
+
+
+class PointwiseMeaning:
+    """A collective's meaning with elementwise functions applied to its input's terms
+    (`fns`, innermost first): `tanh(ppermute(x))` is ppermute of tanh(x), term by term, for
+    data movement; for a reduction, f of every summed term (f before the sum, or scaling
+    after it). Every other attribute is the collective's own."""
+
+    def __init__(self, collective: Collective, fns: tuple[str, ...]):
+        self.collective, self.fns = collective, tuple(fns)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collective, name)
+
+    def expected(self, n: int, d: int, shapes: Any, buffers: Buffers) -> list[Piece]:
+        def wrap(t: Term) -> Term:
+            if t[0] == PRODUCT or t[0] != buffers.input:
+                return t
+            name = t[0]
+            for f in self.fns:
+                name = _wrap(name, f)
+            return (name, t[1], t[2])
+        return [Piece(w.box, tuple(wrap(t) for t in w.value)) for w in self.collective.expected(n, d, shapes, buffers)]
+
+
+def pointwise(pieces: list[Piece], fn: tuple[str, ...], dst: Region) -> list[Piece]:
+    """The pieces with the pointwise functions `fn` applied, innermost first, canonical."""
+    out = []
+    for p in pieces:
+        value = p.value
+        for f in fn:
+            value = _pointwise_value(value, f, dst)
+        out.append(Piece(p.box, canonical_value(value, p.box)))
+    return out
 
 
 def _factor(piece: Piece, reg: Region, kdim: int, free: int, dst: Region, to: int,
@@ -979,7 +1076,7 @@ def _map_text(name: str, dev: int, imap: IndexMap, box: Box) -> str:
             idx.append(k if off == 0 else f"{k}{off:+d}")
         else:
             idx.append(str(off) if d is None else f"{box[d][0] + off}:{box[d][1] + off}")
-    return f"{name}@{dev}[{', '.join(idx)}]"
+    return f"{function_text(name)}@{dev}[{', '.join(idx)}]"
 
 
 def render_value(value: Value, box: Box) -> str:
@@ -1003,6 +1100,11 @@ def _term_text(t: Term, box: Box) -> str:
         return f"sum({_index_name(contraction(t))} in {k0}:{k1}) {fa} * {fb}"
     if t[0].startswith(UNINIT):
         return f"uninitialized `{t[0][1:]}` of device {t[1]}"
+    if t[0].startswith(OPAQUE) and NOT_FOLLOWED in t[0]:
+        buf, why = t[0][1:].split(NOT_FOLLOWED, 1)
+        if why.startswith(KNOWN):
+            return f"the constant {why[1:]} stored in `{buf}` of device {t[1]}"
+        return f"a value ringc does not follow ({why}) in `{buf}` of device {t[1]}"
     if t[0].startswith(OPAQUE):
         return (f"a value ringc does not follow (arithmetic it does not model, or products nested deeper than "
                 f"{MAX_DEPTH}) in `{t[0][1:]}` of device {t[1]}")
@@ -1021,6 +1123,7 @@ class Mismatch:
     want: str
     buffer: str = ""  # the output box that differs (for the line of its last write)
     box: tuple = ()
+    unfollowed: str = ""  # what the model did not follow, when `got` holds such a value: not a finding
 
 
 def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[str], program: Program,
@@ -1126,10 +1229,11 @@ APPLY: RuleTable[Callable[[Memory, Compute], None]] = RuleTable("semantics (ring
 APPLY.register("enter", "allocate")(lambda mem, a: mem.forget(a.dst))
 APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it is
 APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
-APPLY.register("assign", "cast", "load")(lambda mem, a: mem.copy(a.src, a.dst))
+APPLY.register("load")(lambda mem, a: mem.copy(a.src, a.dst))
+APPLY.register("assign", "cast")(lambda mem, a: mem.copy_fn(a.src, a.dst, a.fn))
 # data the model does not follow (an imported kernel's own arithmetic)
-APPLY.register("opaque")(lambda mem, a: mem.opaque(a.dst))
-APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base))
+APPLY.register("opaque")(lambda mem, a: mem.opaque(a.dst, a.fn[0] if a.fn else None))
+APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base, a.fn))
 APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract))
 
 
@@ -1174,5 +1278,9 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                 gv, wv = canonical_value(g.value, ix), restrict_value(want, w.box, ix)
                 if gv != wv and (_canonical_decides(gv, wv) or _counts_differ(gv, wv)
                                  or _unit_products(gv) != _unit_products(wv)):
-                    found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix), out, ix))
+                    why = next((t[0].split(NOT_FOLLOWED, 1)[1] for t in gv
+                                if t[0] != PRODUCT and t[0][:1] == OPAQUE and NOT_FOLLOWED in t[0]
+                                and not t[0].split(NOT_FOLLOWED, 1)[1].startswith(KNOWN)), "")
+                    found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix), out, ix,
+                                          why))
     return found

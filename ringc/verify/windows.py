@@ -171,7 +171,7 @@ class FusedMemory(Memory):
         """`a` into `dst`, each region it reads replaced by `stand_in`'s."""
         def read(r: Region | None) -> Region | None:
             return None if r is None else stand_in(r)
-        APPLY[a.kind](self, Compute(a.kind, dst, read(a.src), read(a.rhs), a.accumulate, read(a.base), a.contract))
+        APPLY[a.kind](self, Compute(a.kind, dst, read(a.src), read(a.rhs), a.accumulate, read(a.base), a.contract, a.fn))
 
     def _direct(self, a: Compute) -> None:
         """A compute outside the windows that reads input slots (a matmul into an
