@@ -278,10 +278,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     ran = time.perf_counter() - t0
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
-        sizes = _mesh_axes(cap.jaxpr)
         values = _small_int_values(cap.args)
-        coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
-            if cap.reference else None
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -290,8 +287,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                                                 line=cap.line)))
             continue
         try:
-            report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
-                                  log, topology, dma_order)
+            report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
+                                   topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             reports.append(CallError(path, title, e))
             continue
@@ -314,6 +311,18 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
         reports.append(report)
     return reports
+
+
+def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,
+                  topology: Any = None, dma_order: str = "any") -> Report:
+    """Check one captured kernel call (`script.Capture`: its traced program, on the mesh its
+    shard_map names, with its small integer arguments' values) against the meaning its `lax`
+    reference names, if any. The step `check_script` and the pytest plugin
+    (`ringc.pytest_plugin`) share; raises ScheduleError if the call cannot be checked."""
+    coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
+        if cap.reference else None
+    return _check_jaxpr(cap.jaxpr, _mesh_axes(cap.jaxpr), path, name, coll, _small_int_values(cap.args),
+                        invocations, log, topology, dma_order)
 
 
 def _refusal(e: Any, path: str) -> ScheduleError:

@@ -705,6 +705,26 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     script.test = None
 
 
+def is_pytest_module(tree: ast.Module) -> bool:
+    """A pytest-style test module: top-level `def test_...` functions, or `class Test...`
+    without base classes (unittest and absltest classes run through `_run_tests`)."""
+    for s in tree.body:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name.startswith("test"):
+            return True
+        if isinstance(s, ast.ClassDef) and s.name.startswith("Test") and not s.bases:
+            return True
+    return False
+
+
+def _run_pytest(script: Script) -> None:
+    try:
+        from ..pytest_plugin import run_pytest_module
+    except ImportError:
+        raise ScheduleError("a pytest-style test module (def test_... functions), but pytest is not installed",
+                            file=script.path, fix="pip install pytest (ringc runs the module's tests with it)") from None
+    run_pytest_module(script)
+
+
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                tpu: str | None = None) -> Script:
@@ -731,7 +751,10 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
         with _devices(n, script.notes), answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
                 _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):
-            for stmt in tree.body:
+            pytest_module = entry is None and not args and is_pytest_module(tree)
+            if pytest_module:  # `def test_...` functions: pytest runs them (`pytest_plugin.run_pytest_module`)
+                _run_pytest(script)
+            for stmt in ([] if pytest_module else tree.body):
                 code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
                 try:
                     exec(code, env)
@@ -744,7 +767,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                     user_failure(e, path)
                     script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
                                         "(ringc ran the next statement)")
-            if entry is not None or args or params or not script.captures:
+            if entry is not None or args or params or (not script.captures and not pytest_module):
                 call_entries(script, env, entry, list(args or []), params)
     finally:
         for root in roots:
