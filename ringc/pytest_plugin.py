@@ -216,7 +216,12 @@ class Checker:
         calls: list[_Call] = []
         path = str(item.path)
         with recording(calls, path):
-            result = yield  # the test body; an exception it raises fails the test as usual
+            try:
+                result = yield  # the test body
+            except Exception:  # it failed on its own: its kernels still count in the summary
+                for c in calls:
+                    self._check(c, opts, item)
+                raise
         failed = [v for v in (self._check(c, opts, item) for c in calls) if v.report is not None and not v.report.ok]
         if failed:
             pytest.fail("ringc found problems in a kernel this test runs:\n" +
@@ -351,7 +356,12 @@ def run_pytest_module(script: Any) -> None:
     titles = _Titles(script)
     args = [os.path.abspath(script.path), "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
             "-s", "-q", "-o", "addopts=", "--no-header", "-W", "ignore"]
-    code = pytest.main(args, plugins=[titles])
+    import sys
+    before = set(sys.modules)
+    try:
+        code = pytest.main(args, plugins=[titles])
+    finally:
+        _forget_test_modules(before, script.path)
     for nodeid, e in titles.raised:
         user_failure(e, script.path)  # a question ringc cannot answer stops the check
         if nodeid:
@@ -359,3 +369,16 @@ def run_pytest_module(script: Any) -> None:
                                 f"({describe_exception(e, script.path)}): its kernels were not checked")
     script.notes.append(f"a pytest module: ringc ran its {titles.ran} test{'s' if titles.ran != 1 else ''} with "
                         f"pytest (exit code {int(code)}, failures expected: kernels return zeros)")
+
+
+def _forget_test_modules(before: set, path: str) -> None:
+    """Unload what the run imported from the test's folder and every conftest.py, so that
+    the next `ringc check` of a test module in this process imports its own afresh (pytest
+    refuses a second `conftest` or `test_x` from another folder). JAX's and other installed
+    modules stay: some must not be imported twice."""
+    import sys
+    folder = os.path.dirname(os.path.abspath(path))
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None) or ""
+        if file and (os.path.basename(file) == "conftest.py" or os.path.dirname(os.path.abspath(file)) == folder):
+            del sys.modules[name]

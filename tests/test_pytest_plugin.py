@@ -7,6 +7,7 @@ runs are pytester's in-process ones, on this process's nine CPU devices (tests/c
 """
 
 import importlib.metadata
+import os
 import tomllib
 from pathlib import Path
 
@@ -55,6 +56,21 @@ def run(pytester, source=SOURCE, *args):
 def test_the_entry_point_is_registered():
     project = tomllib.loads((HERE.parent / "pyproject.toml").read_text())
     assert project["project"]["entry-points"]["pytest11"] == {"ringc": "ringc.pytest_plugin"}
+
+
+def test_installed_pytest_loads_it_from_the_entry_point(pytester, monkeypatch, tmp_path):
+    """A fresh pytest process finds the plugin through its pytest11 entry point (a
+    distribution's metadata on the path stands for `pip install ringc`): `--ringc` works
+    with no `-p`."""
+    dist = tmp_path / "site" / "ringc_entry_point-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ringc-entry-point\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nringc = ringc.pytest_plugin\n")
+    monkeypatch.setenv("PYTHONPATH", f"{HERE.parent}{os.pathsep}{dist.parent}")
+    pytester.makepyfile(test_permute=SOURCE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ringc", "-k", "reuses")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["ringc: 1 distinct kernel checked (1 call recorded): 0 ok, 1 failed*"])
 
 
 def test_without_ringc_both_kernels_pass_in_interpret_mode(pytester):
