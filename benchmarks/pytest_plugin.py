@@ -7,8 +7,7 @@ timed without and with `--ringc`, for N = 2, 4, 8.
 Every run is `pytest.main` in this process (JAX imported once, so the difference is the
 plugin's: recording the call, checking the kernel, the summary); each run traces and
 compiles its kernel afresh, with or without the plugin. A warm-up run of each kind comes
-first (ringc's own modules are imported by the first check of a session: that one-time
-cost is printed separately). Best of --repeat, wall seconds. Target: under 1 s per distinct
+first (printed separately: the process's first kernel run warms JAX's interpret mode up). Best of --repeat, wall seconds. Target: under 1 s per distinct
 kernel at N <= 8.
 """
 
@@ -80,7 +79,7 @@ def main() -> None:
     first_plain, _ = run(paths[sizes[0]], False)
     first_ringc, first_check = run(paths[sizes[0]], True)
     print(f"warm-up at N={sizes[0]}: plain {first_plain:.2f}s, --ringc {first_ringc:.2f}s "
-          f"(its check {first_check:.3f}s, ringc's modules imported)")
+          f"(its check {first_check:.3f}s; the process's first runs: JAX's interpret mode warms up)")
     print(f"{'N':>3} {'plain s':>8} {'--ringc s':>10} {'overhead s':>11} {'check s':>8}")
     for n in sizes:
         plain = min(run(paths[n], False)[0] for _ in range(opts.repeat))

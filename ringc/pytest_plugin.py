@@ -191,6 +191,10 @@ def _key(cap: Any, opts: dict) -> tuple:
             str(cap.reference))
 
 
+# Assumptions a kernel's summary line states (the others are said once for the session).
+_PER_KERNEL = ("N = ", "meaning: ", "COLLECTIVE is None")
+
+
 def _failure_text(v: _Verdict) -> str:
     """What a failing test shows: the verdict line, each finding at its file:line with the
     run that shows it (assumptions are said once, in the terminal summary)."""
@@ -206,16 +210,23 @@ class Checker:
         self.verdicts: dict[tuple, _Verdict] = {}
         self.calls = 0
         self.seconds = 0.0
-        self.log = None
+        self._setup_calls: dict[str, list[_Call]] = {}  # node id -> calls its fixtures made
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: Any) -> Any:
+        """Fixtures run kernels too: what they run is checked with the test's own calls."""
+        calls: list[_Call] = []
+        self._setup_calls[item.nodeid] = calls
+        with recording(calls, str(item.path)):
+            return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: Any) -> Any:
+        calls = self._setup_calls.pop(item.nodeid, [])
         opts = _marker_options(item, self.config)
         if opts["skip"]:
             return (yield)
-        calls: list[_Call] = []
-        path = str(item.path)
-        with recording(calls, path):
+        with recording(calls, str(item.path)):
             try:
                 result = yield  # the test body
             except Exception:  # it failed on its own: its kernels still count in the summary
@@ -253,8 +264,8 @@ class Checker:
                 v.report.title = f"{cap.name} (line {call.line}, first run by {item.nodeid})"
                 if cap.reference:
                     shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
-                    v.report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}, from the lax reference "
-                                                f"the test computes on the same input at line {cap.reference_line}")
+                    v.report.assumptions.append(f"meaning: {cap.reference['kind']}{shift} (the lax reference "
+                                                f"at line {cap.reference_line})")
         except ScheduleError as e:
             v.error = str(e).replace("\n", " ")
         except Exception as e:  # noqa: BLE001 - a ringc bug must not stop the user's test session
@@ -281,7 +292,7 @@ class Checker:
         said: list[str] = []
         for v in checked:
             for a in v.report.assumptions:
-                if not a.startswith("N = ") and not a.startswith("meaning: ") and a not in said:
+                if not a.startswith(_PER_KERNEL) and a not in said:
                     said.append(a)
         for a in said:
             tr.write_line(f"  assumes: {a}")
@@ -290,7 +301,8 @@ class Checker:
                 tr.write_line(f"  {v.where}: not checked: {v.error} (first run by {v.first})")
                 continue
             name = v.report.title.split(" (")[0]
-            size = next((a for a in v.report.assumptions if a.startswith("N = ")), f"N = {v.report.program.n}")
+            size = "; ".join("no lax reference: hangs, balance and races only" if a.startswith("COLLECTIVE is None")
+                             else a for a in v.report.assumptions if a.startswith(_PER_KERNEL))
             tr.write_line(f"  {v.where} {name}: {'ok' if v.report.ok else 'FAILED'} ({size}; {v.seconds:.2f}s, "
                           f"first run by {v.first})")
 

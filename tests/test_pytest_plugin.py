@@ -85,11 +85,13 @@ def test_with_ringc_the_racy_kernel_fails_its_test_and_identical_kernels_are_che
     out = result.stdout.str()
     assert f"FAILED {RACY}" in out
     # The finding at the kernel's line, and the run that shows it.
-    assert "test_permute.py:34: error: [race] race on device 0's `send_buf[0:8, 0:128]`" in out
-    assert "a run that shows it:" in out and "> device 0 (line 34): zero send_buf[0:8, 0:128]" in out
+    assert "test_permute.py:35: error: [race] race on device 0's `send_buf[0:8, 0:128]`" in out
+    assert "a run that shows it:" in out and "> device 0 (line 35): zero send_buf[0:8, 0:128]" in out
     # Three kernel calls, two distinct kernels: test_right_permute[0] and [1] share one.
     assert "ringc: 2 distinct kernels checked (3 calls recorded): 1 ok, 1 failed" in out
     assert "first run by test_permute.py::test_right_permute[0]" in out
+    # The clean kernel's test compares with lax.ppermute: that names the meaning checked.
+    assert "right_permute_kernel: ok (N = 4 (x=4), 1 pallas_call(s); meaning: ppermute by 1" in out
     assert out.count("assumes: DMA ordering: any order") == 1  # said once, in the summary
 
 
@@ -145,3 +147,31 @@ def test_ringc_check_notes_tests_that_skip_or_break(tmp_path):
         empty = tmp_path / "test_empty.py"
         empty.write_text("def test_nothing():\n    assert True\n")
         check_file(str(empty), 2)
+
+
+def test_kernels_run_by_fixtures_are_checked_with_the_test(pytester):
+    fixture = SOURCE + """
+
+@pytest.fixture
+def permuted(mesh):
+    return right_permute(inputs(mesh, 3), mesh, reuse_early=True)
+
+
+def test_uses_a_fixture(permuted):
+    assert permuted.shape == (32, 128)
+"""
+    result = run(pytester, fixture, "--ringc", "-k", "fixture")
+    result.assert_outcomes(failed=1)
+    assert "test_permute.py:35: error: [race]" in result.stdout.str()
+    result.stdout.fnmatch_lines(["ringc: 1 distinct kernel checked (1 call recorded): 0 ok, 1 failed*"])
+
+
+def test_the_cli_checks_a_pytest_module(tmp_path, capsys):
+    from ringc.cli import main
+    path = tmp_path / "test_permute.py"
+    path.write_text(SOURCE)
+    assert main(["check", str(path), "--devices", "2", "-q"]) == 1
+    captured = capsys.readouterr()
+    assert "test_permute.py::test_right_permute_reuses_send_buffer: right_permute_kernel" in captured.out
+    assert "N=2: FAILED" in captured.out
+    assert "1 ok, 1 failed" in captured.err

@@ -3,7 +3,8 @@ a fixture. Each test runs a right permute in Pallas' TPU interpret mode on CPU d
 compares it with numpy; `pytest --ringc` checks the kernels they run, and `ringc check
 FILE --devices 4` runs the tests itself and checks them too.
 
-- test_right_permute[0], [1]: the clean kernel (the same kernel twice: checked once).
+- test_right_permute[0], [1]: the clean kernel (the same kernel twice: checked once),
+  compared with `lax.ppermute`, which names the meaning ringc checks it against.
 - test_right_permute_reuses_send_buffer: the planted race. The kernel stages its block in
   `send_buf`, starts the DMA and zeroes `send_buf` again before `wait_send`: on a TPU the DMA
   may still be reading it. Interpret mode with `dma_execution_mode="eager"` copies at
@@ -65,10 +66,17 @@ def inputs(mesh, seed):
     return jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x", None)))
 
 
+def reference(x, mesh):
+    n = mesh.shape["x"]
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return jax.jit(jax.shard_map(lambda b: lax.ppermute(b, "x", perm), mesh=mesh, in_specs=P("x", None),
+                                 out_specs=P("x", None)))(x)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_right_permute(mesh, seed):
     x = inputs(mesh, seed)
-    np.testing.assert_array_equal(right_permute(x, mesh), np.roll(np.asarray(x), 8, axis=0))
+    np.testing.assert_array_equal(right_permute(x, mesh), reference(x, mesh))
 
 
 def test_right_permute_reuses_send_buffer(mesh, tmp_path):
