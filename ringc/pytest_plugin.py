@@ -67,6 +67,9 @@ def pytest_addoption(parser: Any) -> None:
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", MARKER)
+    if not 1 <= config.getoption("ringc_invocations", 1) <= 64:
+        raise pytest.UsageError(f"--ringc-invocations {config.getoption('ringc_invocations')}: not a count from 1 "
+                                "to 64 (back-to-back calls of each kernel to check); fix: --ringc-invocations 2")
     if config.getoption("ringc", False) and not config.pluginmanager.has_plugin("ringc-checker"):
         config.pluginmanager.register(Checker(config), "ringc-checker")
 
@@ -129,7 +132,7 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
         try:
             ids = tuple(id(a) for a in args)
             if _is_collective(jaxpr.jaxpr):
-                cap = Capture(jaxpr, list(args), _caller(path), _kernel_names(jaxpr.jaxpr), ids)
+                cap = Capture(jaxpr, _snapshot(args), _caller(path), _kernel_names(jaxpr.jaxpr), ids)
                 calls.append(_Call(cap, path, cap.line))
             elif calls and (ref := lax_reference(jaxpr.jaxpr)) is not None:
                 for c in reversed(calls):
@@ -145,6 +148,19 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
         yield
     finally:
         pjit._pjit_call_impl_python = run
+
+
+def _snapshot(args: tuple) -> list:
+    """What the check needs of a call's arguments, taken before the call runs (it may donate
+    them): small integer arrays' values (`script.small_ints`), other arrays' shapes and dtypes."""
+    import jax
+    from .pallas.script import small_ints
+    out: list = []
+    for a in args:
+        values = small_ints(a)
+        out.append(values.copy() if values is not None else
+                   jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") else a)
+    return out
 
 
 def _marker_options(item: Any, config: Any) -> dict:
@@ -172,8 +188,6 @@ def _marker_options(item: Any, config: Any) -> dict:
                 pytest.fail(f"{file}:{line}: @pytest.mark.ringc(skip={v!r}): not True or False\n"
                             "  fix: @pytest.mark.ringc(skip=True)", pytrace=False)
             opts[k] = v
-    if not 1 <= opts["invocations"] <= 64:
-        raise pytest.UsageError(f"--ringc-invocations {opts['invocations']}: not a count from 1 to 64")
     return opts
 
 
@@ -289,6 +303,9 @@ class Checker:
                       f"({self.calls} call{'s' if self.calls != 1 else ''} recorded): {ok} ok, "
                       f"{len(checked) - ok} failed" + (f", {unchecked} not checked" if unchecked else "")
                       + f", {self.seconds:.2f}s")
+        if not vs:
+            tr.write_line("  no test ran a distributed Pallas kernel (a pallas_call under shard_map with DMAs or "
+                          "semaphores, called through jax.jit)")
         said: list[str] = []
         for v in checked:
             for a in v.report.assumptions:

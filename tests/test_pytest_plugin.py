@@ -175,3 +175,14 @@ def test_the_cli_checks_a_pytest_module(tmp_path, capsys):
     assert "test_permute.py::test_right_permute_reuses_send_buffer: right_permute_kernel" in captured.out
     assert "N=2: FAILED" in captured.out
     assert "1 ok, 1 failed" in captured.err
+
+
+def test_bad_options_and_no_kernels(pytester):
+    result = run(pytester, SOURCE, "--ringc", "--ringc-invocations", "0")
+    result.stderr.fnmatch_lines(["ERROR: --ringc-invocations 0: not a count from 1 to 64*"])
+    assert "Traceback" not in result.stderr.str()
+    pytester.makepyfile(test_plain="def test_nothing():\n    assert True\n")
+    result = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", "--ringc", "test_plain.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ringc: 0 distinct kernels checked (0 calls recorded): 0 ok, 0 failed*",
+                                 "*no test ran a distributed Pallas kernel*"])
