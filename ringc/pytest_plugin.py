@@ -12,8 +12,8 @@ When on:
   test's own assertions still hold (`ringc check script.py` instead returns zeros). The
   hook is the one `script._capturing` uses, `jax._src.pjit._pjit_call_impl_python`: JAX's
   path for a jitted call it has not compiled yet for these argument types. A jitted function
-  called again with the same types runs from JAX's C++ cache and is not seen again, which
-  is fine: it is the same kernel.
+  called again with the same types runs from JAX's C++ cache and is not seen again: the
+  test that first runs it carries its verdict.
 - After the test body, each *distinct* kernel (its kernel jaxprs and grid mappings, the
   argument shapes, dtypes and small integer values, the mesh, the options) is checked once
   per session (`importer.check_capture`, what `ringc check` runs on a captured call), on
@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
