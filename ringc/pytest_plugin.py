@@ -339,6 +339,14 @@ class _Titles:
         config.addinivalue_line("markers", MARKER)
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: Any) -> Any:
+        self.script.test = item.nodeid  # kernels its fixtures run are titled with it too
+        try:
+            return (yield)
+        finally:
+            self.script.test = None
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: Any) -> Any:
         self.script.test = item.nodeid
         self.ran += 1
