@@ -289,7 +289,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,
                             fix="drop --param, or name the function with --entry")
-    local = [c for c in script.captures if not _mesh_axes(c.jaxpr)]
+    local = [c for c in script.captures if not kernel_mesh_axes(c.jaxpr)]
     for c in local:
         script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
                             "not checked")
@@ -301,13 +301,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     ran = time.perf_counter() - t0
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
-        sizes = _mesh_axes(cap.jaxpr)
         values = _small_int_values(cap.args)
-        coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
-            if cap.reference else None
-        if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
-            from ..verify.semantics import PointwiseMeaning
-            coll = PointwiseMeaning(coll, cap.reference["pointwise"])
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -316,8 +310,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                                                 line=cap.line)))
             continue
         try:
-            report = _check_jaxpr(cap.jaxpr, sizes, path, f"{Path(path).stem}_{k + 1}", coll, values, invocations,
-                                  log, topology, dma_order)
+            report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
+                                   topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             reports.append(CallError(path, title, e))
             continue
@@ -340,6 +334,21 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
         reports.append(report)
     return reports
+
+
+def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,
+                  topology: Any = None, dma_order: str = "any") -> Report:
+    """Check one captured kernel call (`script.Capture`: its traced program, on the mesh its
+    shard_map names, with its small integer arguments' values) against the meaning its `lax`
+    reference names, if any. The step `check_script` and the pytest plugin
+    (`ringc.pytest_plugin`) share; raises ScheduleError if the call cannot be checked."""
+    coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
+        if cap.reference else None
+    if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
+        from ..verify.semantics import PointwiseMeaning
+        coll = PointwiseMeaning(coll, cap.reference["pointwise"])
+    return _check_jaxpr(cap.jaxpr, kernel_mesh_axes(cap.jaxpr), path, name, coll, _small_int_values(cap.args),
+                        invocations, log, topology, dma_order)
 
 
 def _refusal(e: Any, path: str) -> ScheduleError:
@@ -380,7 +389,7 @@ def _small_int_values(args: list) -> list | None:
     return values if any(v is not None for v in values) else None
 
 
-def _mesh_axes(jaxpr: Any) -> dict[str, int]:
+def kernel_mesh_axes(jaxpr: Any) -> dict[str, int]:
     """The axes of the first shard_map in a traced call ({} if it has none)."""
     meshes = [e.params["mesh"] for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "shard_map"]
     return dict(meshes[0].shape) if meshes else {}

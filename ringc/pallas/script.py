@@ -186,7 +186,7 @@ def small_ints(a: Any) -> "np.ndarray | None":
     return None
 
 
-def _kernel_names(jaxpr: Any) -> str:
+def kernel_names(jaxpr: Any) -> str:
     """The kernels a call runs, by their Python names: `right_permute_kernel`."""
     names = []
     for e in walk_eqns(jaxpr):
@@ -287,7 +287,7 @@ def lax_reference(jaxpr: Any) -> dict | None:
     return {"kind": kind, **extra}
 
 
-def _caller_line(path: str) -> int:
+def caller_line(path: str) -> int:
     """The last frame of the user's script on the stack: the line that made the call."""
     target = os.path.abspath(path)
     line = 0
@@ -357,7 +357,7 @@ def _capturing(script: Script) -> Iterator[None]:
 
         kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
         if kernels:
-            line = _caller_line(script.path) or script.entry_line
+            line = caller_line(script.path) or script.entry_line
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
             # The key keeps what the check depends on (compiler params: collective_id,
             # skip_device_barrier decide the entry barrier; aliases), not the interpret settings.
@@ -370,7 +370,7 @@ def _capturing(script: Script) -> Iterator[None]:
                 script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
                 script.seen[key].copies += 1
                 return zeros()
-            script.seen[key] = cap = Capture(jaxpr, list(args), line, _kernel_names(jaxpr.jaxpr), ids,
+            script.seen[key] = cap = Capture(jaxpr, list(args), line, kernel_names(jaxpr.jaxpr), ids,
                                              test=script.test)
             script.captures.append(cap)
             return zeros()
@@ -378,7 +378,7 @@ def _capturing(script: Script) -> Iterator[None]:
         if ref is not None:
             for c in reversed(script.captures):
                 if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):
-                    c.reference, c.reference_line = ref, _caller_line(script.path)
+                    c.reference, c.reference_line = ref, caller_line(script.path)
                     return zeros()  # the reference only names the meaning: its values are not needed
         return run(*args, jaxpr=jaxpr, **params)
 
@@ -515,6 +515,26 @@ def register_cpu_tpu_info() -> None:
     tpu_info.registry.setdefault("cpu", generation(None).tpu_info)
 
 
+def is_pytest_module(tree: ast.Module) -> bool:
+    """A pytest-style test module: top-level `def test_...` functions, or `class Test...`
+    without base classes (unittest and absltest classes run through `_run_tests`)."""
+    for s in tree.body:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name.startswith("test"):
+            return True
+        if isinstance(s, ast.ClassDef) and s.name.startswith("Test") and not s.bases:
+            return True
+    return False
+
+
+def _run_pytest(script: Script) -> None:
+    try:
+        from .pytests import run_pytest_module
+    except ImportError:
+        raise ScheduleError("a pytest-style test module (def test_... functions), but pytest is not installed",
+                            file=script.path, fix="pip install pytest (ringc runs the module's tests with it)") from None
+    run_pytest_module(script)
+
+
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
@@ -543,7 +563,10 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
             answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
             _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
-        for stmt in tree.body:
+        pytest_module = entry is None and not args and is_pytest_module(tree)
+        if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
+            _run_pytest(script)
+        for stmt in ([] if pytest_module else tree.body):
             code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
             stub_calls = len(imports.calls)
             try:
@@ -560,7 +583,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls)
                 script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
                                     f"(ringc ran the next statement{fix})")
-        if entry is not None or args or params or axis or mesh or not script.captures:
+        if entry is not None or args or params or axis or mesh or (not script.captures and not pytest_module):
             call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)
         script.assumes = imports.assumptions()
     if not script.captures and script.missing is not None:

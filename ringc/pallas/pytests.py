@@ -1,0 +1,113 @@
+"""`ringc check test_x.py` on a pytest-style test module: pytest runs its tests in this
+process, under `ringc check`'s capture (set up by `script.run_script`), and each test's kernel
+calls are titled with its pytest node id. Kept apart from the plugin (`ringc.pytest_plugin`,
+which runs inside the user's own pytest) so that the script runner imports no plugin."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from .usererrors import describe_exception, user_failure
+
+__all__ = ["run_pytest_module"]
+
+MARKER = ("ringc(skip=False, dma_order='any', invocations=1): how `pytest --ringc` checks the distributed Pallas "
+          "kernels this test runs: skip=True checks none, dma_order='in-order' assumes a link delivers DMAs in "
+          "order, invocations=K checks K back-to-back calls of each kernel")
+
+
+class _Titles:
+    """Inside `ringc check`: each test's kernel calls are titled with its node id, and what
+    stopped a test or its collection becomes a note of the verdict."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+        self.raised: list[tuple[str, BaseException]] = []
+        self.ran = 0
+
+    def pytest_configure(self, config: Any) -> None:
+        config.addinivalue_line("markers", MARKER)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: Any) -> Any:
+        self.script.test = item.nodeid  # kernels its fixtures run are titled with it too
+        try:
+            return (yield)
+        finally:
+            self.script.test = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: Any) -> Any:
+        self.script.test = item.nodeid
+        self.ran += 1
+        before = len(self.script.captures) + sum(c.copies for c in self.script.captures)
+        try:
+            return (yield)
+        except Exception as e:
+            if len(self.script.captures) + sum(c.copies for c in self.script.captures) == before:
+                self.raised.append((item.nodeid, e))
+            else:
+                self.raised.append(("", e))  # failed after its kernels ran: the results are placeholders
+            raise
+        finally:
+            self.script.test = None
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.skipped and report.when in ("setup", "call"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.script.notes.append(f"test {report.nodeid} skipped ({reason[:100]}): its kernels were not checked")
+        elif report.failed and report.when == "setup":
+            self.script.notes.append(f"test {report.nodeid} failed in setup ({_last_line(report)}): its kernels "
+                                     "were not checked")
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.script.notes.append(f"pytest could not collect {report.nodeid or self.script.path} "
+                                     f"({_last_line(report)})")
+
+
+def _last_line(report: Any) -> str:
+    lines = [s for s in str(report.longreprtext).splitlines() if s.strip()]
+    err = [s for s in lines if s.startswith("E ")]
+    return (err[-1][1:].strip() if err else lines[-1].strip() if lines else "no message")[:160]
+
+
+def run_pytest_module(script: Any) -> None:
+    """What `pytest FILE` does, in this process, under `ringc check`'s capture (the caller,
+    `script.run_script`, has set up its devices and the capture): every test of the module
+    runs, with its parametrizations and fixtures (conftest.py included), and the kernel
+    calls each makes are titled with its pytest node id. Test failures are expected (the
+    kernels return zero placeholders) and are not reported; a test that skips, cannot set
+    up, or stops before its first kernel call is a note."""
+    titles = _Titles(script)
+    args = [os.path.abspath(script.path), "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+            "-s", "-q", "-o", "addopts=", "--no-header", "-W", "ignore"]
+    import sys
+    before = set(sys.modules)
+    try:
+        code = pytest.main(args, plugins=[titles])
+    finally:
+        _forget_test_modules(before, script.path)
+    for nodeid, e in titles.raised:
+        user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        if nodeid:
+            script.notes.append(f"test {nodeid} stopped before any kernel call "
+                                f"({describe_exception(e, script.path)}): its kernels were not checked")
+    script.notes.append(f"a pytest module: ringc ran its {titles.ran} test{'s' if titles.ran != 1 else ''} with "
+                        f"pytest (exit code {int(code)}, failures expected: kernels return zeros)")
+
+
+def _forget_test_modules(before: set, path: str) -> None:
+    """Unload what the run imported from the test's folder and every conftest.py, so that
+    the next `ringc check` of a test module in this process imports its own afresh (pytest
+    refuses a second `conftest` or `test_x` from another folder). JAX's and other installed
+    modules stay: some must not be imported twice."""
+    import sys
+    folder = os.path.dirname(os.path.abspath(path))
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None) or ""
+        if file and (os.path.basename(file) == "conftest.py" or os.path.dirname(os.path.abspath(file)) == folder):
+            del sys.modules[name]
