@@ -348,11 +348,10 @@ class TimedMachine(Machine):
         return {r: used / (self.net.capacity[r] * span) for r, used in self.net.used.items()}
 
 
-# `FLOPS[kind](compute)`: the arithmetic of one compute event, and whether it reads its
-# destination too (an accumulate); memory time comes from the regions it touches.
+# `FLOPS[kind](compute)`: the arithmetic of one compute event; memory time comes from the
+# regions it touches (its destination too when it reads it, `Compute.reads_dst`).
 class ComputeCost(NamedTuple):
     flops: Callable[[Compute], float]
-    reads_dst: bool
 
 
 def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n], either transposed by `contract`
@@ -362,10 +361,10 @@ def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n], either trans
 
 
 FLOPS: RuleTable[ComputeCost] = RuleTable("cost (ringc/cost/timeline.py FLOPS)", "compute")
-FLOPS.register("enter", "exit", "allocate", "zero", "assign", "cast")(ComputeCost(lambda a: 0.0, False))
-FLOPS.register("accumulate")(ComputeCost(lambda a: float(prod(a.dst.shape)), True))
-FLOPS.register("matmul")(ComputeCost(_matmul_flops, False))
-FLOPS.register("load")(ComputeCost(lambda a: 0.0, False))  # a copy into a value (Pallas import)
+FLOPS.register("enter", "exit", "allocate", "zero", "assign", "cast")(ComputeCost(lambda a: 0.0))
+FLOPS.register("accumulate")(ComputeCost(lambda a: float(prod(a.dst.shape))))
+FLOPS.register("matmul")(ComputeCost(_matmul_flops))
+FLOPS.register("load")(ComputeCost(lambda a: 0.0))  # a copy into a value (Pallas import)
 
 
 def _unpriced(a: Compute) -> float:
@@ -373,7 +372,7 @@ def _unpriced(a: Compute) -> float:
                      "arithmetic (an `opaque` compute) has no known FLOP count")
 
 
-FLOPS.register("opaque")(ComputeCost(_unpriced, False))
+FLOPS.register("opaque")(ComputeCost(_unpriced))
 
 
 def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
@@ -384,7 +383,7 @@ def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
         return 0.0
     reads: list[Region] = [r for r in vars(a).values() if isinstance(r, Region) and r is not a.dst]
     writes = [a.dst]
-    if rule.reads_dst:
+    if a.reads_dst:
         reads.append(a.dst)
     flops = rule.flops(a)
 

@@ -269,8 +269,7 @@ def parallel_findings(program: Program) -> list[Finding]:
             if isinstance(a, Compute):
                 if not a.work:
                     continue
-                reads = list(a.reads) + ([a.dst] if (a.kind == "accumulate" and a.base is None)
-                                         or (a.kind == "matmul" and a.accumulate) else [])
+                reads = list(a.reads) + ([a.dst] if a.reads_dst else [])
                 writes = [a.dst]
             elif isinstance(a, DmaStart):
                 reads = [a.src] if a.src.device == d else []

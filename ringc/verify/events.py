@@ -167,6 +167,22 @@ class Compute:
         return tuple(r for r in (self.src, self.rhs, self.base) if r is not None)
 
     @property
+    def reads_dst(self) -> bool:
+        """Whether it reads its destination as well as writing it: an accumulate without a
+        base (dst += src), a matmul with `accumulate` (dst += src @ rhs), and `exit` (the
+        caller takes back whatever is there). Every other compute replaces all of `dst`
+        whatever it held (`overwrites`). The one rule: the data flow's slicing and fused
+        windows, the parallel-dependency check and the cost model read it."""
+        return (self.kind == "exit" or (self.kind == "accumulate" and self.base is None)
+                or (self.kind == "matmul" and self.accumulate))
+
+    @property
+    def overwrites(self) -> bool:
+        """It replaces all of `dst` and does not read it (`reads_dst`): a write that hides
+        every earlier one under it."""
+        return not self.reads_dst
+
+    @property
     def boundary(self) -> bool:
         """Kernel entry or exit: the memory changes hands."""
         return self.kind in ("enter", "exit")

@@ -36,7 +36,7 @@ from ..ir.rules import RuleTable
 from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
-           "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "OVERWRITES", "overwrites", "APPLY", "apply", "mismatches"]
+           "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
@@ -1170,25 +1170,12 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
     return found if limit is None else found[:limit]
 
 
-# The compute kinds whose effect (APPLY) replaces all of `dst` whatever it held: a write
-# that hides every earlier one under it. Any other kind (exit, accumulate without a base,
-# matmul with accumulate, a kind added later) is taken to read `dst` too (`_slice`).
-OVERWRITES = frozenset({"enter", "allocate", "zero", "assign", "cast", "load", "opaque"})
-
-
-def overwrites(a: Compute) -> bool:
-    """The compute replaces all of `dst` and does not read it: a kind in `OVERWRITES`, a
-    matmul without accumulate, an accumulate with a base."""
-    return (a.kind in OVERWRITES or (a.kind == "matmul" and not a.accumulate)
-            or (a.kind == "accumulate" and a.base is not None))
-
-
 def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]]) -> list[Event]:
     """The events of `order` whose effects reach the regions `wanted` ((device, buffer) ->
     boxes) at the end, in order: a backward pass keeps an event when what it writes meets a
     region still wanted at that point, then stops wanting what it overwrites (a DMA, or a
-    compute of a kind in `OVERWRITES`; a matmul without accumulate, an accumulate with a
-    base) and starts wanting all it reads. By induction from the end, every kept event
+    compute that overwrites, `Compute.overwrites`) and starts wanting all it reads. By
+    induction from the end, every kept event
     reads exactly what it reads in the full replay (every write into a region it reads,
     after the last overwrite of that region, is kept), so it writes the same value, and the
     wanted regions end as in the full replay. Events that move no data (waits, signals)
@@ -1202,7 +1189,7 @@ def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]])
                 continue
             reads, whole = (a.src,), True
         elif isinstance(a, Compute):
-            reads, whole = a.reads, overwrites(a)
+            reads, whole = a.reads, a.overwrites
         else:
             continue
         dst = a.dst

@@ -21,7 +21,7 @@ so each value comes out the same. That holds under these conditions, checked as 
 events go; when one fails, `FusedMemory.step` raises `Unfused` and the caller replays
 everything plainly:
 - An output slot's first compute replaces all of it and does not read it
-  (`semantics.overwrites`), so nothing the window held before reaches T; the later ones
+  (`Compute.overwrites`), so nothing the window held before reaches T; the later ones
   write the same box (the key is the slot's exact box), and read only it, bound input
   slots (with the very box and kept dims they were bound with) and non-window regions
   (each watched from that compute on, as the source of a binding of its own).
@@ -48,7 +48,7 @@ from typing import Callable
 
 from ..collectives import Box
 from .events import Compute, DmaStart, Event, Region
-from .semantics import APPLY, Memory, apply, box_meets, overwrites
+from .semantics import APPLY, Memory, apply, box_meets
 
 __all__ = ["Unfused", "FusedMemory"]
 
@@ -205,7 +205,7 @@ class FusedMemory(Memory):
                 reads[id(r)] = None
             else:
                 reads[id(r)] = self._input(r)
-        if overwrites(a) and None not in reads.values():  # (one that reads the slot adds to its computes)
+        if a.overwrites and None not in reads.values():  # (one that reads the slot adds to its computes)
             if any(b != dst.box and box_meets(b, dst.box) for b in slots) or \
                     any(box_meets(b, dst.box) for b in self.bound.get(dst.buffer, ())):
                 raise Unfused(f"{a.kind} into part of a slot of `{dst.buffer}`")
