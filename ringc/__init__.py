@@ -8,7 +8,8 @@
 """
 
 from .ir import Schedule, ScheduleError, load, load_text
-from .verify import Report, check
+from .verify import Report
+from .verify.check import check
 
 
 def emit(schedule: Schedule, checked=None) -> str:

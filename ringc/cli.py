@@ -326,7 +326,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_schedule(args: argparse.Namespace, path: str):
     """(schedule, report) for each size of one schedule file."""
-    from .verify import check
+    from .verify.check import check
     if args.entry or args.arg or args.axis or args.mesh or args.stub:
         raise ScheduleError("--entry, --arg, --axis, --mesh and --stub say how to call and import a Python "
                             "file; a schedule has nothing of that", file=path,

@@ -104,7 +104,7 @@ def check_before_emit(sched: Schedule, devices: Iterable[int] | None = None
 def _check_at(sched: Schedule, n: int | None, topo: str):
     """`ringc.check` of `sched` on one topology; a schedule with runtime data on `EMIT_DATA`
     samples drawn from its constraints (seed 0)."""
-    from .verify import check
+    from .verify.check import check
     data, how = None, ""
     if sched.data:
         from .testing import samples_for

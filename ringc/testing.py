@@ -78,7 +78,7 @@ def check_sized(sched: S.Schedule, n: int, **kwargs):
     schedule (`supported_size`: a power of two for a hypercube), a torus of about n
     devices for a multi-axis one. A schedule with runtime data is checked on
     `CHECK_SIZED_DATA` samples drawn from its constraints (seed 0) unless `data` is given."""
-    from .verify import check
+    from .verify.check import check
     from .verify.check import resolve_topology
 
     n = supported_size(sched, n)

@@ -15,7 +15,7 @@ import ringc
 from ringc.ir.loader import load_text
 from ringc.pallas import check_module
 from ringc.run import run_schedule
-from ringc.verify import unroll
+from ringc.verify.unroll import unroll
 
 AGMS = (REPO / "schedules" / "all_gather_matmul_streamed.yaml").read_text()
 

@@ -18,7 +18,8 @@ from conftest import without_runtime_data
 
 import ringc
 from ringc.testing import supports
-from ringc.verify import check, unroll
+from ringc.verify.check import check
+from ringc.verify.unroll import unroll
 from ringc.verify.explore import ExploreResult, explore
 
 REPO = Path(__file__).parent.parent

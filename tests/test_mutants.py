@@ -27,7 +27,7 @@ import yaml
 
 import ringc
 from ringc.ir import load_text
-from ringc.verify import unroll
+from ringc.verify.unroll import unroll
 from ringc.verify.findings import KINDS
 from test_explore import assert_agreement
 

@@ -11,7 +11,7 @@ import pytest
 import ringc
 from ringc.ir import ScheduleError, load_text
 from ringc.ir.resolve import is_static, static_lets
-from ringc.verify import unroll
+from ringc.verify.unroll import unroll
 from ringc.verify.events import DmaStart
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,6 +19,13 @@ MARKER = ("ringc(skip=False, dma_order='any', invocations=1): how `pytest --ring
           "order, invocations=K checks K back-to-back calls of each kernel")
 
 
+def test_name(nodeid: str) -> str:
+    """A test's title in verdicts: its pytest node id from the file's name on
+    (`test_x.py::test_y[0]`), whatever folder pytest took as its root."""
+    path, sep, rest = nodeid.partition("::")
+    return f"{os.path.basename(path)}{sep}{rest}"
+
+
 class _Titles:
     """Inside `ringc check`: each test's kernel calls are titled with its node id, and what
     stopped a test or its collection becomes a note of the verdict."""
@@ -33,7 +40,7 @@ class _Titles:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: Any) -> Any:
-        self.script.test = item.nodeid  # kernels its fixtures run are titled with it too
+        self.script.test = test_name(item.nodeid)  # kernels its fixtures run are titled with it too
         try:
             return (yield)
         finally:
@@ -41,14 +48,14 @@ class _Titles:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: Any) -> Any:
-        self.script.test = item.nodeid
+        self.script.test = test_name(item.nodeid)
         self.ran += 1
         before = len(self.script.captures) + sum(c.copies for c in self.script.captures)
         try:
             return (yield)
         except Exception as e:
             if len(self.script.captures) + sum(c.copies for c in self.script.captures) == before:
-                self.raised.append((item.nodeid, e))
+                self.raised.append((test_name(item.nodeid), e))
             else:
                 self.raised.append(("", e))  # failed after its kernels ran: the results are placeholders
             raise
@@ -58,9 +65,9 @@ class _Titles:
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.skipped and report.when in ("setup", "call"):
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            self.script.notes.append(f"test {report.nodeid} skipped ({reason[:100]}): its kernels were not checked")
+            self.script.notes.append(f"test {test_name(report.nodeid)} skipped ({reason[:100]}): its kernels were not checked")
         elif report.failed and report.when == "setup":
-            self.script.notes.append(f"test {report.nodeid} failed in setup ({_last_line(report)}): its kernels "
+            self.script.notes.append(f"test {test_name(report.nodeid)} failed in setup ({_last_line(report)}): its kernels "
                                      "were not checked")
 
     def pytest_collectreport(self, report: Any) -> None:

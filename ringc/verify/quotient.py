@@ -352,16 +352,6 @@ def expand(program: Program) -> Program:
     return replace(program, devices=devices, targets=targets, rotation=None)
 
 
-def _moved(action: Any, **changes: Any) -> Any:
-    """`dataclasses.replace` for the frozen actions, without its per-call field checks (a
-    quarter of `expand`): a copy of every field, then the changes."""
-    new = object.__new__(type(action))
-    fields = new.__dict__
-    fields.update(action.__dict__)
-    fields.update(changes)
-    return new
-
-
 def _rejoin(parts: list[Piece]) -> list[Piece]:
     """Two halves of a piece cut by `Rotator._split` that sit side by side again after the
     rotation, holding the same terms (before canonical form fixes single-index dims), are one piece (a whole relay buffer passed around
