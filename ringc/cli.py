@@ -274,6 +274,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
+    from .verify.check import apply_strict
     ring = args.topology.strip() == "ring"
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
@@ -283,11 +284,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
                                  topology=None if ring else args.topology, along=args.along,
                                  dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
                                  axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub)):
-            if args.strict:
-                for f in report.findings:
-                    if f.severity == "warning":
-                        f.severity = "error"
-            yield report
+            yield apply_strict(report, args.strict)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -828,7 +828,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     analysis decides and explains (`check.check_program`), on every device's events: device
     0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
     device by device."""
-    from ..verify.check import collector_paused, check_program, rotated_report
+    from ..verify.check import Candidate, Subject, collector_paused, verify
     from ..verify.quotient import expand
     phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
     clock = time.process_time()
@@ -839,31 +839,43 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         phases[phase] += now - clock
         clock = now
 
-    report, b, steps, rotated, rotated_notes = None, None, None, None, None
-    if LANES:
+    # What the quotient evaluated (every device at once, `interpret.Lanes`), for the full path.
+    lanes: dict[str, Any] = {"b": None, "rotated": None, "notes": None}
+
+    def quotient() -> "Candidate | None":
+        if not LANES:
+            return None
         outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=True)
-    if b is not None:
+        lanes.update(outer=outer, b=b)
+        if b is None:
+            return None
         program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
-        rotated, rotated_notes = program, notes
-        with collector_paused():
-            report = rotated_report(spec, program, placement, dma_order=dma_order, meaning=meaning)
-    lap("verify" if b is not None else "evaluate")
-    if report is None:
+        lanes.update(rotated=program, notes=notes, spec=spec, placement=placement, program=program)
+        return Candidate(spec, program, placement, meaning)
+
+    def full() -> "Candidate":
+        b = lanes["b"]
+        lap("verify" if b is not None else "evaluate")
         if b is not None:  # every device proved device 0 translated: spell them out, no need to evaluate again
             with collector_paused():  # N copies of every event: nothing for the cyclic collector to free
                 program = expand(b.program(name))
+            outer = lanes["outer"]
         else:
             outer, b = _evaluate(jaxpr, sizes, file, values, invocations, lanes=False)
             program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
-        if program.rotation is None and b.lanes is not None and len(sizes) == 1 and notes == rotated_notes:
-            steps = ring_steps(rotated)
-        with collector_paused():
-            report = check_program(spec, program, placement, dma_order=dma_order, meaning=meaning, steps=steps)
-        lap("verify")
+        steps = None
+        if program.rotation is None and b.lanes is not None and len(sizes) == 1 and notes == lanes["notes"]:
+            steps = ring_steps(lanes["rotated"])
+        lanes.update(outer=outer, b=b, notes=notes, program=program, full=True)
+        return Candidate(spec, program, placement, meaning, steps)
+
+    report = verify(Subject(quotient, full), dma_order=dma_order)
+    lap("verify")
+    outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
     report.findings[:0] = _fault_findings(b.faults)
     report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "

@@ -13,7 +13,8 @@ import time
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..collectives import Buffers, Collective, collective_of
 from ..ir import schema as S
@@ -455,18 +456,24 @@ def schedule_assumptions(sched: S.Schedule) -> list[str]:
             f"{', '.join(handed) or 'none'}; balance is checked at the end of the program"]
 
 
-def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any",
-                    jobs: int | None = None) -> Report | None:
-    """The clean report (route warnings aside) of a translation-symmetric schedule on a ring
-    or torus, or of an XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`)
-    on a ring, from device 0's events alone (`rotation.py`, `rotated_report`); None when the
-    full analysis must decide."""
+def _quotient(sched: S.Schedule, placement: Placement, invocations: int) -> "Candidate | None":
+    """Device 0's events of a translation-symmetric schedule on a ring or torus, or of an
+    XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`) on a ring, the
+    symmetry proved (`rotation.py`); None when there is none to prove."""
     if not _wrapped(placement):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
     if program is None and placement.topo.kind == "ring" and len(placement.sizes) == 1:
         program = xor_unroll(sched, prod(placement.sizes.values()), invocations)
-    return None if program is None else rotated_report(sched, program, placement, dma_order, jobs=jobs)
+    return None if program is None else Candidate(sched, program, placement)
+
+
+def quotient_report(sched: S.Schedule, placement: Placement, invocations: int, dma_order: str = "any",
+                    jobs: int | None = None) -> Report | None:
+    """The clean report (route warnings aside) of a schedule from device 0's events alone
+    (`_quotient`, `rotated_report`); None when the full analysis must decide."""
+    q = _quotient(sched, placement, invocations)
+    return None if q is None else rotated_report(sched, q.program, placement, dma_order, jobs=jobs)
 
 
 def _wrapped(placement: Placement) -> bool:
@@ -564,6 +571,72 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
     return report
 
 
+# ------------------------------------------------------------------ the one verifier core
+#
+# One verifier core for every front end.
+#
+# A front end (a YAML schedule, `check.check`; a traced Pallas program,
+# `pallas.importer._check_jaxpr`; a front end to come) hands the verifier a `Subject`: two
+# ways to produce what to check, and nothing else.
+#
+# - `quotient()`: device 0's events with the symmetry that maps them to every other device's
+#   proved (`Program.rotation`, or `Program.group == "xor"`), as a `Candidate`; None when the
+#   front end cannot prove one. The quotient only ever certifies a clean run
+#   (`check.rotated_report`): any finding, or a question it cannot answer, sends the subject
+#   to the full analysis, which decides and explains.
+# - `full()`: every device's events, as a `Candidate`, for `check.check_program`.
+#
+# `verify(subject)` is the one place that chooses between them, and `apply_strict` the one
+# place `--strict` turns warnings into errors. A `Candidate` carries the program with what
+# the checks read beside it: the description of buffers, axes and file (`spec`: a
+# `Schedule`, or the Pallas importer's `KernelSpec`), the placement on the topology, the
+# meaning (`(Collective, Buffers)`, None for none, or "schedule" for the schedule's own), and
+# `steps` where the front end has proved how accesses move between devices.
+
+
+@dataclass
+class Candidate:
+    """A program to check, with what the checks read beside it (see "the one verifier core")."""
+    spec: Any
+    program: Program
+    placement: Any
+    meaning: Any = "schedule"
+    steps: dict | None = None
+
+
+@dataclass
+class Subject:
+    """What a front end verifies: its quotient (None: none proved) and its full program,
+    each produced only when `verify` asks for it."""
+    quotient: Callable[[], Candidate | None]
+    full: Callable[[], Candidate]
+
+
+def verify(subject: Subject, *, dma_order: str = "any", strict: bool = False, jobs: int | None = None) -> Report:
+    """The verdict on `subject`: the quotient's when it certifies a clean run, else the full
+    analysis' (`check.check_program`); under `strict`, warnings are errors."""
+    with collector_paused():  # unrolling and the analyses allocate millions of tuples (see below)
+        q = subject.quotient()
+        report = None if q is None else rotated_report(q.spec, q.program, q.placement, dma_order=dma_order,
+                                                       meaning=q.meaning, jobs=jobs)
+        if report is None:
+            f = subject.full()
+            report = check_program(f.spec, f.program, f.placement, dma_order=dma_order, meaning=f.meaning,
+                                   steps=f.steps)
+    return apply_strict(report, strict)
+
+
+def apply_strict(report: Any, strict: bool) -> Any:
+    """`--strict`: every warning of `report` (a missing wraparound, a far send) becomes an
+    error, saying so."""
+    if strict:
+        for f in getattr(report, "findings", ()):
+            if f.severity == "warning":
+                f.severity = "error"
+                f.message += " [an error under --strict]"
+    return report
+
+
 def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
           invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any",
           data: "list[dict] | None" = None, data_how: str = "given samples", jobs: int | None = None) -> Report:
@@ -577,22 +650,19 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
-    with collector_paused():
-        if dma_order not in DMA_ORDERS:
-            raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
-                                fix=f"use one of {', '.join(DMA_ORDERS)}")
-        if data is not None and not sched.data:
-            raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
-                                file=sched.file, fix="drop --data")
-        report = (_data_report(sched, placement, invocations, dma_order, data, data_how) if data is not None
-                  else quotient_report(sched, placement, invocations, dma_order, jobs))
-        if report is None:
-            program = unroll(sched, sizes=placement.sizes, invocations=invocations)
-            report = check_program(sched, program, placement, dma_order=dma_order)
-    if strict:
-        for f in report.findings:
-            if f.severity == "warning":
-                f.severity = "error"
-                f.message += " [an error under --strict]"
+    if dma_order not in DMA_ORDERS:
+        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
+                            fix=f"use one of {', '.join(DMA_ORDERS)}")
+    if data is not None and not sched.data:
+        raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
+                            file=sched.file, fix="drop --data")
+    if data is not None:  # each sample its own program: no quotient
+        with collector_paused():
+            report = apply_strict(_data_report(sched, placement, invocations, dma_order, data, data_how), strict)
+    else:
+        report = verify(Subject(
+            quotient=lambda: _quotient(sched, placement, invocations),
+            full=lambda: Candidate(sched, unroll(sched, sizes=placement.sizes, invocations=invocations), placement)),
+            dma_order=dma_order, strict=strict, jobs=jobs)
     report.seconds = time.perf_counter() - t0
     return report
