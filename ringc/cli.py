@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from . import limits
+from . import limits, progress
 from .output import FORMATS, Output, ringc_version
 from .ir.errors import ScheduleError
 
@@ -307,18 +307,25 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise ScheduleError(f"--tpu {args.tpu}: {e}", file=jobs[0][0]) from None
     if args.show:
         _output_path(args.show, *(path for path, _ in jobs))  # refused before the work
-    for path, job in jobs:
-        try:
-            if path.endswith((".py", ".md", ".ipynb")):
-                for report in _check_kernel(job, path):
-                    out.report(report)
-                continue
-            for sched, report in _check_schedule(job, path):
-                out.report(report)
-                if shown is None or (shown[1].ok and not report.ok):
-                    shown = (sched, report)
-        except ScheduleError as e:
-            out.refused(e)
+    with progress.bar(len(jobs), "checking", unit="file") as bar:  # ringc/progress.py
+        for path, job in jobs:
+            bar.describe(f"checking {path}")
+            try:
+                if path.endswith((".py", ".md", ".ipynb")):
+                    for report in _check_kernel(job, path):
+                        with bar.paused():
+                            out.report(report)
+                    continue
+                for sched, report in _check_schedule(job, path):
+                    with bar.paused():
+                        out.report(report)
+                    if shown is None or (shown[1].ok and not report.ok):
+                        shown = (sched, report)
+            except ScheduleError as e:
+                with bar.paused():
+                    out.refused(e)
+            finally:
+                bar.update()
     if args.show and shown:
         _show_finding(args, *shown)
     return out.close()
@@ -656,7 +663,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
     plot = _output_path(args.plot, args.file) if args.plot else None
     sizes = args.sweep or [args.bytes]
     try:
-        estimates = [estimate(sched, hw, nbytes=b) for b in sizes]
+        with progress.bar(len(sizes), f"pricing {sched.name}", unit="size") as bar:
+            estimates = []
+            for b in sizes:
+                estimates.append(estimate(sched, hw, nbytes=b))
+                bar.update()
         if plot and not args.sweep:  # a plot is a curve: sweep the default range around the point
             curve = [estimate(sched, hw, nbytes=b) for b in parse_sweep("4KiB..1GiB")]
         else:
@@ -864,7 +875,7 @@ def _main(argv: list[str]) -> int:
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
                "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
     try:
-        with _guarded_stdout():
+        with _guarded_stdout(), progress.enabled_for_command(not getattr(args, "quiet", False)):
             return handler(args)
     except ScheduleError as e:
         print(str(e), file=sys.stderr)

@@ -83,6 +83,7 @@ def collective_kind(name: str) -> str:
 def rank(collective: str, topology: str, sizes: list[int], library: Path | None = None,
          **hw_options) -> Ranking:
     from ..ir.loader import load
+    from .. import progress
     kind = collective_kind(collective)
     directory = library or library_dir()
     paths = sorted(Path(directory).glob("*.yaml"))
@@ -90,36 +91,45 @@ def rank(collective: str, topology: str, sizes: list[int], library: Path | None 
         raise ValueError(f"no schedules in {directory}")
     table: dict[str, list[Estimate | None]] = {}
     skipped: list[tuple[str, str]] = []
-    for path in paths:
-        sched = load(path)
-        if sched.collective.kind != kind:
-            continue
-        try:
-            hw = hardware(topology, sched, **hw_options)
-        except (ValueError, ScheduleError) as e:
-            skipped.append((sched.name, getattr(e, "message", str(e)).splitlines()[0]))
-            continue
-        chips = hw.placement.topo.size
-        if hw.placement.n != chips:
-            skipped.append((sched.name, f"one instance spans {hw.placement.n} of the {chips} chips "
-                                        f"(price it with `ringc cost --along`)"))
-            continue
-        row: list[Estimate | None] = []
-        why = ""
-        for size in sizes:
-            try:
-                row.append(estimate(sched, hw, nbytes=size))
-            except (ScheduleError, CostError) as e:
-                row.append(None)
-                why = why or getattr(e, "message", str(e)).splitlines()[0]
-        if all(e is None for e in row):  # e.g. a hypercube on a ring of 6: say why, not a row of dashes
-            skipped.append((sched.name, why))
-            continue
-        table[sched.name] = row
+    scheds = [s for s in map(load, paths) if s.collective.kind == kind]
+    with progress.bar(len(scheds) * len(sizes), f"ranking {kind}", unit="estimate") as bar:
+        for sched in scheds:
+            bar.describe(f"ranking {kind}: {sched.name}")
+            _rank_one(sched, topology, sizes, hw_options, table, skipped, bar)
     if not table:
         raise ValueError(f"no library schedule computes {kind} over the whole of {topology}"
                          + "".join(f"\n  {n}: {w}" for n, w in skipped))
     return Ranking(kind, topology, sizes, table, skipped)
+
+
+def _rank_one(sched: S.Schedule, topology: str, sizes: list[int], hw_options: dict,
+              table: dict[str, list[Estimate | None]], skipped: list[tuple[str, str]], bar) -> None:
+    """One schedule's row of the ranking, or the reason it has none."""
+    try:
+        hw = hardware(topology, sched, **hw_options)
+    except (ValueError, ScheduleError) as e:
+        skipped.append((sched.name, getattr(e, "message", str(e)).splitlines()[0]))
+        bar.update(len(sizes))
+        return
+    chips = hw.placement.topo.size
+    if hw.placement.n != chips:
+        skipped.append((sched.name, f"one instance spans {hw.placement.n} of the {chips} chips "
+                                    f"(price it with `ringc cost --along`)"))
+        bar.update(len(sizes))
+        return
+    row: list[Estimate | None] = []
+    why = ""
+    for size in sizes:
+        try:
+            row.append(estimate(sched, hw, nbytes=size))
+        except (ScheduleError, CostError) as e:
+            row.append(None)
+            why = why or getattr(e, "message", str(e)).splitlines()[0]
+        bar.update()
+    if all(e is None for e in row):  # e.g. a hypercube on a ring of 6: say why, not a row of dashes
+        skipped.append((sched.name, why))
+        return
+    table[sched.name] = row
 
 
 def ranking_png(r: Ranking) -> bytes:
