@@ -132,17 +132,39 @@ def _rank_one(sched: S.Schedule, topology: str, sizes: list[int], hw_options: di
     table[sched.name] = row
 
 
-def ranking_png(r: Ranking) -> bytes:
-    from .plot import png_bytes, require_matplotlib
+NO_FIT = "does not fit VMEM (the compiler rejects it)"
+
+
+def ranking_figure(r: Ranking):
+    """Estimated time and efficiency of each schedule against size. A size whose VMEM
+    buffers do not fit a core is drawn as a hollow cross on a dotted line, not as a point of
+    the curve (the compiler would reject it: its time is not one anyone can have)."""
+    from .plot import require_matplotlib
     plt = require_matplotlib()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
+    any_misfit = False
     for name, row in r.table.items():
-        pts = [(e.bound.volume, e.seconds, e.efficiency) for e in row if e is not None]
+        pts = [(e.bound.volume, e.seconds, e.efficiency, e.fits) for e in row if e is not None]
         if not pts:
             continue
-        xs, ts, effs = zip(*pts)
-        top.loglog(xs, ts, "o-", ms=3, label=name)
-        bottom.semilogx(xs, [100 * f for f in effs], "o-", ms=3)
+        xs, ts, effs, fits = zip(*pts)
+        (line,) = top.loglog(xs, ts, ":", lw=1, alpha=0.6)  # the whole curve, faint
+        color = line.get_color()
+        line.set_label("_" + name)
+        fit = [(x, t, f) for x, t, f, ok in pts if ok]
+        bad = [(x, t, f) for x, t, f, ok in pts if not ok]
+        if fit:
+            fx, ft, fe = zip(*fit)
+            top.loglog(fx, ft, "o-", ms=4, color=color, label=name, gid=f"fits:{name}")
+            bottom.semilogx(fx, [100 * f for f in fe], "o-", ms=3, color=color, gid=f"fits:{name}")
+        if bad:
+            any_misfit = True
+            bx, bt, be = zip(*bad)
+            top.loglog(bx, bt, "x", ms=8, mew=1.8, color=color, gid=f"misfit:{name}",
+                       label=name if not fit else "_" + name)
+            bottom.semilogx(bx, [100 * f for f in be], "x", ms=6, mew=1.5, color=color, gid=f"misfit:{name}")
+    if any_misfit:
+        top.plot([], [], "x", color="gray", ms=8, mew=1.8, label=NO_FIT)
     top.set_ylabel("estimated time (s)")
     top.set_title(f"{r.collective} on {r.topology}: the library's schedules")
     top.grid(True, which="both", alpha=0.3)
@@ -152,6 +174,13 @@ def ranking_png(r: Ranking) -> bytes:
     bottom.set_xlabel("collective size V")
     ticks = r.sizes[:: max(1, len(r.sizes) // 8)]
     bottom.set_xticks(ticks, [size_text(s) for s in ticks], rotation=30)
+    return fig
+
+
+def ranking_png(r: Ranking) -> bytes:
+    from .plot import png_bytes, require_matplotlib
+    plt = require_matplotlib()
+    fig = ranking_figure(r)
     data = png_bytes(fig)
     plt.close(fig)
     return data
