@@ -522,7 +522,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .compile import quiet_libtpu
+    from .compile import LIBTPU_FIX, LIBTPU_MISSING, libtpu_available, quiet_libtpu
+    if not libtpu_available():  # one message for the run, not one per file and target
+        raise ScheduleError(LIBTPU_MISSING, file=args.files[0], fix=LIBTPU_FIX)
     if "jax" not in sys.modules:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only devices need no backend
     quiet_libtpu()

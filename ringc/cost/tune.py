@@ -130,7 +130,7 @@ def _compiler_available() -> str:
     try:
         import libtpu  # noqa: F401  (the `tpu` extra)
     except ImportError:
-        return "libtpu is not installed (pip install 'ringc[tpu]')"
+        return 'libtpu is not installed: pip install "ringc[tpu]" to compile the choices (or pass --no-compile)'
     return ""
 
 
