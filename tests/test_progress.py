@@ -84,3 +84,46 @@ def test_library_calls_draw_nothing(monkeypatch, capsys):
     with progress.bar(3, "quiet") as bar:
         bar.update()
     assert capsys.readouterr().err == ""
+
+
+def _on_a_terminal(*argv: str) -> tuple[float, bytes, bytes]:
+    """Run ringc with stderr on a pseudo-terminal of 100 columns (stdout a pipe): seconds,
+    what reached the terminal, stdout."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import time
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "RINGC_PROGRESS"}
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "ringc", *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=slave)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = proc.communicate(timeout=300)[0]
+    os.close(master)
+    assert proc.returncode == 0, err
+    return time.monotonic() - start, err, out
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_a_terminal_sees_progress_after_two_seconds_and_a_clean_line_after():
+    seconds, err, out = _on_a_terminal("cost", "--collective", "psum", "--topology", "ring:16", "--sweep",
+                                       "4KiB..1GiB")
+    if seconds < progress.DELAY + 1.5:
+        pytest.skip(f"ranked in {seconds:.1f}s: too fast for a bar")
+    assert b"ranking psum" in err and b"%|" in err and b"estimate/s" in err
+    assert err.endswith(b"\r")  # the bar is cleared: the terminal is left as the command's output left it
+    assert b"%|" not in out and b"all_reduce_ring" in out
+    _, err, out = _on_a_terminal("cost", "--collective", "psum", "--topology", "ring:8", "--sweep", "4KiB..8KiB")
+    assert b"%|" not in err and b"ranking" not in err  # done within the delay: never a bar

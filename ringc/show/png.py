@@ -186,7 +186,9 @@ def timeline_png(machine: TimedMachine, title: str, finding: Finding | None = No
         ax.annotate("", xy=(a.start / scale, y_of(a.lane)), xytext=(b.start / scale, y_of(b.lane)),
                     arrowprops={"arrowstyle": "<->", "color": "red", "lw": 1.5}, zorder=5)
     ticks = [y_of(i) for i in range(lanes)]
-    names = [f"device {l.device}  {l.name}" if l is lay.lanes_of(l.device)[0] else l.name for l in lay.lanes]
+    label = getattr(program, "label", str)  # `(1, 2)` on a 2-D topology once check has placed it
+    names = [f"device {_device_name(label, l.device)}  {l.name}" if l is lay.lanes_of(l.device)[0] else l.name
+             for l in lay.lanes]
     ax.set_yticks(ticks, names, fontsize=7.5)
     for tick, lane in zip(ax.get_yticklabels(), lay.lanes):
         tick.set_color(DEVICE_TINTS[lane.device % len(DEVICE_TINTS)])
@@ -202,14 +204,19 @@ def timeline_png(machine: TimedMachine, title: str, finding: Finding | None = No
         handles.append(Patch(facecolor="white", edgecolor="red", linewidth=2, label="the finding's events"))
         if any(b.kind == "stuck" for b in lay.bars):
             handles.append(Patch(facecolor="mistyrose", edgecolor="red", label="waits forever"))
-        fig.text(0.01, 0.0, f"[{finding.kind}] " + _wrap(finding.message, 170), va="top", fontsize=7.5,
-                 color="darkred")
+        ax.annotate(f"[{finding.kind}] " + _wrap(finding.message, 170), xy=(0, 0), xycoords="axes fraction",
+                    xytext=(-90, -40), textcoords="offset points", va="top", fontsize=7.5, color="darkred")
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncols=len(handles),
               frameon=False)
     ax.set_title(title, fontsize=10, pad=22)
     data = png_bytes(fig)
     plt.close(fig)
     return data
+
+
+def _device_name(label, device: int) -> str:
+    name = label(device)
+    return str(device) if name == str(device) else f"{device} {name}"
 
 
 def _scale(makespan: float) -> tuple[float, str]:
