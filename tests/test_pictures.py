@@ -124,3 +124,9 @@ def test_rank_plot_marks_sizes_that_do_not_fit_vmem():
             assert f"misfit:{name}" not in lines
     assert NO_FIT in [t.get_text() for t in top.get_legend().get_texts()]
     plt.close(fig)
+
+
+def test_show_on_a_pallas_kernel_says_it_draws_nothing(tmp_path, capsys):
+    out = tmp_path / "k.png"
+    main(["check", str(REPO / "tests" / "pallas_import" / "entry_race.py"), "--devices", "4", "-q", "--show", str(out)])
+    assert "--show: nothing drawn" in capsys.readouterr().err and not out.exists()
