@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from . import limits
+from . import limits, progress
 from .output import FORMATS, Output, ringc_version
 from .ir.errors import ScheduleError
 
@@ -202,7 +202,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--stub", metavar="MODULE", action="append", default=[],
                    help="a Python file: make `import MODULE` (and its submodules) succeed with a stub, for a "
                         "package the kernel does not need (repeatable); the verdict states it")
-    c.add_argument("--show", metavar="OUT.png", help="draw the first finding on the simulated timeline")
+    c.add_argument("--show", metavar="OUT.png",
+                   help="draw the findings of the first failing verdict on the simulated timeline: the first in "
+                        "OUT.png, finding K in OUT-K.png (K as --explain and --format json number them, from 1)")
+    c.add_argument("--show-finding", type=_positive, metavar="K",
+                   help="with --show: draw only finding K of the verdict, in OUT.png")
     c.add_argument("--data", metavar="random:K|FILE.json",
                    help="a schedule with runtime data (`data:`): check K samples drawn from its declared "
                         "constraints, or the samples of a JSON file; a verdict rests on these samples only")
@@ -304,20 +308,33 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise ScheduleError(f"--tpu {args.tpu}: {e}", file=jobs[0][0]) from None
     if args.show:
         _output_path(args.show, *(path for path, _ in jobs))  # refused before the work
-    for path, job in jobs:
-        try:
-            if path.endswith((".py", ".md", ".ipynb")):
-                for report in _check_kernel(job, path):
-                    out.report(report)
-                continue
-            for sched, report in _check_schedule(job, path):
-                out.report(report)
-                if shown is None or (shown[1].ok and not report.ok):
-                    shown = (sched, report)
-        except ScheduleError as e:
-            out.refused(e)
+    elif args.show_finding is not None:
+        raise ScheduleError("--show-finding K chooses the finding --show draws", file=jobs[0][0] if jobs else
+                            "<command line>", fix="add --show OUT.png")
+    with progress.bar(len(jobs), "checking", unit="file") as bar:  # ringc/progress.py
+        for path, job in jobs:
+            bar.describe(f"checking {path}")
+            try:
+                if path.endswith((".py", ".md", ".ipynb")):
+                    for report in _check_kernel(job, path):
+                        with bar.paused():
+                            out.report(report)
+                    continue
+                for sched, report in _check_schedule(job, path):
+                    with bar.paused():
+                        out.report(report)
+                    if shown is None or (shown[1].ok and not report.ok):
+                        shown = (sched, report)
+            except ScheduleError as e:
+                with bar.paused():
+                    out.refused(e)
+            finally:
+                bar.update()
     if args.show and shown:
         _show_finding(args, *shown)
+    elif args.show:
+        print(f"ringc: --show: nothing drawn: it draws a schedule's (.yaml) timed run, and no schedule was checked; "
+              "a Pallas kernel's findings show their run with --explain", file=sys.stderr)
     return out.close()
 
 
@@ -505,7 +522,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .compile import quiet_libtpu
+    from .compile import LIBTPU_FIX, LIBTPU_MISSING, libtpu_available, quiet_libtpu
+    if not libtpu_available():  # one message for the run, not one per file and target
+        raise ScheduleError(LIBTPU_MISSING, file=args.files[0], fix=LIBTPU_FIX)
     if "jax" not in sys.modules:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only devices need no backend
     quiet_libtpu()
@@ -653,7 +672,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
     plot = _output_path(args.plot, args.file) if args.plot else None
     sizes = args.sweep or [args.bytes]
     try:
-        estimates = [estimate(sched, hw, nbytes=b) for b in sizes]
+        with progress.bar(len(sizes), f"pricing {sched.name}", unit="size") as bar:
+            estimates = []
+            for b in sizes:
+                estimates.append(estimate(sched, hw, nbytes=b))
+                bar.update()
         if plot and not args.sweep:  # a plot is a curve: sweep the default range around the point
             curve = [estimate(sched, hw, nbytes=b) for b in parse_sweep("4KiB..1GiB")]
         else:
@@ -772,26 +795,59 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+MAX_SHOWN = 20  # `check --show` draws at most this many findings (`--show-finding K` any other)
+
+
 def _show_finding(args: argparse.Namespace, sched, report) -> None:
-    """`check --show OUT.png`: the timed run of the checked program, the finding marked on it."""
+    """`check --show OUT.png`: the timed run of the checked program, each finding marked on
+    a copy of it (OUT.png, OUT-K.png), or the one `--show-finding K` chooses."""
     from .cost.model import memory_of
     from .cost.timeline import simulate
     from .show.png import timeline_png
     out = _output_path(args.show, *args.files)
     program = report.program
+    numbered = list(enumerate(report.findings, 1))
+    drawable = [(k, f) for k, f in numbered if f.event is not None or f.kind == "hang"]
+    if args.show_finding is not None:
+        k = args.show_finding
+        if k > len(numbered):
+            raise ScheduleError(f"--show-finding {k}: the verdict drawn has {len(numbered)} finding(s)",
+                                file=sched.file, fix=f"choose K from 1 to {len(numbered)}" if numbered
+                                else "drop --show-finding: the check found nothing")
+        if all(k != j for j, _ in drawable):
+            raise ScheduleError(f"--show-finding {k}: finding {k} ([{numbered[k - 1][1].kind}]) has no event on "
+                                "the timeline to draw", file=sched.file,
+                                fix="choose another K (--explain numbers them in order)")
+        drawable = [(j, f) for j, f in drawable if j == k]
     if program.rotation is not None:  # a clean quotient check kept device 0's events only
         from .verify.unroll import unroll
         program = unroll(sched, sizes=program.axis_sizes, invocations=args.invocations)
     hw = _timed(sched, args.topology, args.along, program.n)
     machine = simulate(program, hw, memory_of(sched))
-    finding = next((f for f in report.findings if f.severity == "error" and f.event is not None), None)
-    status = f"[{finding.kind}] at line {finding.event.line}" if finding else "no finding"
-    try:
-        data = timeline_png(machine, f"{sched.name} N={program.n}: {status}", finding)
-    except RuntimeError as err:
-        raise ScheduleError(str(err), file=sched.file, fix="install the plot extra") from None
-    _write_atomically(out, data)
-    print(f"wrote {out}", file=sys.stderr)
+    pictures = []  # (path, title, finding)
+    for i, (k, finding) in enumerate(drawable[:MAX_SHOWN]):
+        path = out if i == 0 else _output_path(_numbered(out, k), *args.files)
+        where = f" at line {finding.event.line}" if finding.event is not None else ""
+        pictures.append((path, f"{sched.name} N={program.n}: finding {k} of {len(numbered)}: "
+                               f"[{finding.kind}]{where}", finding))
+    if not pictures:
+        pictures.append((out, f"{sched.name} N={program.n}: no finding", None))
+    for path, title, finding in pictures:
+        try:
+            data = timeline_png(machine, title, finding)
+        except RuntimeError as err:
+            raise ScheduleError(str(err), file=sched.file, fix="install the plot extra") from None
+        _write_atomically(path, data)
+        print(f"wrote {path}" + (f" ({title.split(': ', 1)[1]})" if finding else ""), file=sys.stderr)
+    if len(drawable) > MAX_SHOWN:
+        print(f"  ({len(drawable) - MAX_SHOWN} more findings not drawn: --show-finding K draws finding K)",
+              file=sys.stderr)
+
+
+def _numbered(path: str, k: int) -> str:
+    """OUT.png -> OUT-K.png"""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{k}{p.suffix}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -861,7 +917,7 @@ def _main(argv: list[str]) -> int:
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
                "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
     try:
-        with _guarded_stdout():
+        with _guarded_stdout(), progress.enabled_for_command(not getattr(args, "quiet", False)):
             return handler(args)
     except ScheduleError as e:
         print(str(e), file=sys.stderr)

@@ -10,6 +10,11 @@
 A mutant is a schedule with one small, plausible bug: an op dropped (a wait, a signal, a
 start), a direction flipped, or two neighbouring ops swapped. Most mutants are broken;
 use them to check that your own checks fail for the right reason.
+
+hypothesis is imported where a strategy is built, not when this module is: `check_sized`,
+`supports`, `mutations_of` and `mutate` work without it. It is a base dependency all the
+same, because ringc itself draws runtime-data samples with it (`ringc check --data random:K`,
+`ringc run` and an emitted kernel's `make_inputs` on a schedule with `data:`).
 """
 
 from __future__ import annotations
@@ -17,19 +22,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
-
-from hypothesis import strategies as st
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .ir import expr as E
 from .ir import schema as S
 from .ir.loader import load
 from .ir.schema import op_tag
 
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
+
+
+def _strategies():
+    """`hypothesis.strategies`, imported when a strategy is built."""
+    try:
+        from hypothesis import strategies
+    except ImportError:
+        raise ImportError('ringc.testing\'s strategies need hypothesis: pip install hypothesis (a dependency of '
+                          'ringc; also in "ringc[test]")') from None
+    return strategies
+
 
 def device_counts(min_n: int = 2, max_n: int = 8) -> st.SearchStrategy[int]:
     """Ring sizes, odd and even, shrinking towards the smallest."""
-    return st.integers(min_value=min_n, max_value=max_n)
+    return _strategies().integers(min_value=min_n, max_value=max_n)
 
 
 def topology_for(sched: S.Schedule, n: int) -> str:
@@ -97,7 +113,7 @@ def schedules_from(directory: str | Path, pattern: str = "*.yaml") -> st.SearchS
     paths = sorted(Path(directory).glob(pattern))
     if not paths:
         raise ValueError(f"no schedules matching {pattern!r} in {directory}")
-    return st.sampled_from(paths).map(load)
+    return _strategies().sampled_from(paths).map(load)
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,7 @@ def mutations_of(sched: S.Schedule) -> list[Mutation]:
 def mutants_of(sched: S.Schedule) -> st.SearchStrategy[tuple[Mutation, S.Schedule]]:
     """(mutation, mutated schedule) pairs for one schedule."""
     muts = mutations_of(sched)
-    return st.sampled_from(muts).map(lambda m: (m, mutate(sched, m)))
+    return _strategies().sampled_from(muts).map(lambda m: (m, mutate(sched, m)))
 
 
 def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None) -> st.SearchStrategy[dict]:
@@ -201,6 +217,7 @@ def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None)
     device, each bounded by what its own `sum_at_most` and the `sum_at_most` of an array that
     is its transpose leave; derived arrays are computed; a draw that still breaks a
     constraint is rejected. Shrinks towards zeros. `ringc check --data random:K` draws K."""
+    st = _strategies()
     from hypothesis import reject
 
     from .data import bounds, derive, problems
@@ -247,6 +264,7 @@ def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
     """`count` samples valid for the declared constraints, drawn with hypothesis from
     `ringc.testing.data_samples` with a fixed seed: the same every time for the same
     schedule, N, count and seed (duplicates dropped, so possibly fewer when few exist)."""
+    _strategies()  # the message, if hypothesis is missing
     from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
 
     drawn: list[Sample] = []
@@ -284,7 +302,11 @@ def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
 
     kind, arg = parse_spec(spec)
     if kind == "random":
-        samples = draw_samples(sched, n, arg, seed, sizes)
+        try:
+            samples = draw_samples(sched, n, arg, seed, sizes)
+        except ImportError as e:  # an install without hypothesis (--no-deps)
+            raise ScheduleError(str(e), file=sched.file,
+                                fix="pip install hypothesis, or give the samples in a file: --data FILE.json") from None
         return samples, f"{len(samples)} sample(s) drawn at random from the declared constraints (random:{arg}, seed {seed})"
     found = [s for m, s in load_samples(arg, sched) if m == n]
     if not found:

@@ -1,4 +1,4 @@
-"""Device topologies as networkx graphs, and the routes sends take over them.
+"""Device topologies, and the routes sends take over them (a networkx graph on request).
 
 A topology is a grid of chips: `shape[i]` chips along axis i, each axis wrapped (a ring)
 or not (a line). Devices are coordinate tuples, one entry per axis; the flat device id is
@@ -70,8 +70,10 @@ class Topology:
 
     @cached_property
     def graph(self) -> "nx.Graph":
-        """The chips and links; nodes are coordinate tuples (built on first use: routes and
-        checks need only the shape and wraparound, and networkx takes a while to import)."""
+        """The chips and links as a networkx graph, nodes coordinate tuples: for analysis
+        and the tests' oracle (routes and checks need only the shape and wraparound, and use
+        no graph). networkx is not a dependency of ringc: `pip install networkx` (the test
+        extra has it)."""
         return _grid(self.shape, self.wrap)
 
     @property
@@ -118,7 +120,11 @@ class Topology:
 
 
 def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> "nx.Graph":
-    import networkx as nx
+    try:
+        import networkx as nx
+    except ImportError:
+        raise ImportError("Topology.graph needs networkx, which ringc does not install: pip install networkx "
+                          '(or "ringc[test]")') from None
     # grid_graph takes its dimensions last-axis first; an axis of 1 or 2 chips has no distinct
     # wraparound link (periodic would add a self-loop or a duplicate edge).
     periodic = [w and s > 2 for s, w in zip(shape, wrap)]

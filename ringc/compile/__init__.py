@@ -132,8 +132,12 @@ def quiet_libtpu() -> None:
         os.environ.setdefault(key, value)
 
 
+LIBTPU_MISSING = "compiling for TPU needs libtpu, which is not installed (only `ringc compile` and `ringc tune` use it)"
+LIBTPU_FIX = 'pip install "ringc[tpu]" (from a checkout: pip install -e ".[tpu]"; jax[tpu] brings the libtpu that matches jax)'
+
+
 def libtpu_available() -> bool:
-    """Whether libtpu is installed (`pip install -e ".[tpu]"`)."""
+    """Whether libtpu is installed (`pip install "ringc[tpu]"`)."""
     import importlib.util
     return importlib.util.find_spec("libtpu") is not None
 
@@ -146,8 +150,7 @@ def target_devices(target: str) -> tuple:
     if not TARGET_SYNTAX.match(target):
         raise ScheduleError(f"bad target {target!r}", fix=_target_fix())
     if not libtpu_available():
-        raise ScheduleError("compiling for TPU needs libtpu, which is not installed",
-                            fix='pip install -e ".[tpu]" (jax[tpu] brings the libtpu that matches jax)')
+        raise ScheduleError(LIBTPU_MISSING, fix=LIBTPU_FIX)
     quiet_libtpu()
     from jax.experimental import topologies
     try:

@@ -31,14 +31,25 @@ def sweep_png(estimates: Sequence[Estimate], marked: int | None = None) -> bytes
     sizes = [e.bound.volume for e in estimates]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1.4]})
-    top.loglog(sizes, [e.seconds for e in estimates], "o-", label="estimate (simulated)")
+    top.loglog(sizes, [e.seconds for e in estimates], ":", color="tab:blue", lw=1, alpha=0.6)
+    fit = [e for e in estimates if e.fits]
+    bad = [e for e in estimates if not e.fits]  # the compiler rejects these: marked, not a point of the curve
+    top.loglog([e.bound.volume for e in fit], [e.seconds for e in fit], "o-", color="tab:blue",
+               label="estimate (simulated)", gid="fits")
+    if bad:
+        top.loglog([e.bound.volume for e in bad], [e.seconds for e in bad], "x", ms=8, mew=1.8, color="tab:red",
+                   label="does not fit VMEM (the compiler rejects it)", gid="misfit")
     top.loglog(sizes, [e.bound.seconds for e in estimates], "--", color="gray", label="lower bound")
     top.set_ylabel("time (s)")
     top.set_title(f"{first.schedule.name} on {first.hw.placement.topo.spec} "
                   f"(N={first.program.n}, {first.hw.chip.name})")
     top.grid(True, which="both", alpha=0.3)
     top.legend()
-    bottom.semilogx(sizes, [100 * e.efficiency for e in estimates], "o-", color="tab:green")
+    bottom.semilogx([e.bound.volume for e in fit], [100 * e.efficiency for e in fit], "o-", color="tab:green",
+                    gid="fits")
+    if bad:
+        bottom.semilogx([e.bound.volume for e in bad], [100 * e.efficiency for e in bad], "x", color="tab:red",
+                        gid="misfit")
     bottom.axhline(95, color="gray", lw=0.8, ls=":")
     bottom.set_ylim(0, 105)
     bottom.set_ylabel("efficiency (%)")

@@ -83,6 +83,7 @@ def collective_kind(name: str) -> str:
 def rank(collective: str, topology: str, sizes: list[int], library: Path | None = None,
          **hw_options) -> Ranking:
     from ..ir.loader import load
+    from .. import progress
     kind = collective_kind(collective)
     directory = library or library_dir()
     paths = sorted(Path(directory).glob("*.yaml"))
@@ -90,49 +91,80 @@ def rank(collective: str, topology: str, sizes: list[int], library: Path | None 
         raise ValueError(f"no schedules in {directory}")
     table: dict[str, list[Estimate | None]] = {}
     skipped: list[tuple[str, str]] = []
-    for path in paths:
-        sched = load(path)
-        if sched.collective.kind != kind:
-            continue
-        try:
-            hw = hardware(topology, sched, **hw_options)
-        except (ValueError, ScheduleError) as e:
-            skipped.append((sched.name, getattr(e, "message", str(e)).splitlines()[0]))
-            continue
-        chips = hw.placement.topo.size
-        if hw.placement.n != chips:
-            skipped.append((sched.name, f"one instance spans {hw.placement.n} of the {chips} chips "
-                                        f"(price it with `ringc cost --along`)"))
-            continue
-        row: list[Estimate | None] = []
-        why = ""
-        for size in sizes:
-            try:
-                row.append(estimate(sched, hw, nbytes=size))
-            except (ScheduleError, CostError) as e:
-                row.append(None)
-                why = why or getattr(e, "message", str(e)).splitlines()[0]
-        if all(e is None for e in row):  # e.g. a hypercube on a ring of 6: say why, not a row of dashes
-            skipped.append((sched.name, why))
-            continue
-        table[sched.name] = row
+    scheds = [s for s in map(load, paths) if s.collective.kind == kind]
+    with progress.bar(len(scheds) * len(sizes), f"ranking {kind}", unit="estimate") as bar:
+        for sched in scheds:
+            bar.describe(f"ranking {kind}: {sched.name}")
+            _rank_one(sched, topology, sizes, hw_options, table, skipped, bar)
     if not table:
         raise ValueError(f"no library schedule computes {kind} over the whole of {topology}"
                          + "".join(f"\n  {n}: {w}" for n, w in skipped))
     return Ranking(kind, topology, sizes, table, skipped)
 
 
-def ranking_png(r: Ranking) -> bytes:
-    from .plot import png_bytes, require_matplotlib
+def _rank_one(sched: S.Schedule, topology: str, sizes: list[int], hw_options: dict,
+              table: dict[str, list[Estimate | None]], skipped: list[tuple[str, str]], bar) -> None:
+    """One schedule's row of the ranking, or the reason it has none."""
+    try:
+        hw = hardware(topology, sched, **hw_options)
+    except (ValueError, ScheduleError) as e:
+        skipped.append((sched.name, getattr(e, "message", str(e)).splitlines()[0]))
+        bar.update(len(sizes))
+        return
+    chips = hw.placement.topo.size
+    if hw.placement.n != chips:
+        skipped.append((sched.name, f"one instance spans {hw.placement.n} of the {chips} chips "
+                                    f"(price it with `ringc cost --along`)"))
+        bar.update(len(sizes))
+        return
+    row: list[Estimate | None] = []
+    why = ""
+    for size in sizes:
+        try:
+            row.append(estimate(sched, hw, nbytes=size))
+        except (ScheduleError, CostError) as e:
+            row.append(None)
+            why = why or getattr(e, "message", str(e)).splitlines()[0]
+        bar.update()
+    if all(e is None for e in row):  # e.g. a hypercube on a ring of 6: say why, not a row of dashes
+        skipped.append((sched.name, why))
+        return
+    table[sched.name] = row
+
+
+NO_FIT = "does not fit VMEM (the compiler rejects it)"
+
+
+def ranking_figure(r: Ranking):
+    """Estimated time and efficiency of each schedule against size. A size whose VMEM
+    buffers do not fit a core is drawn as a hollow cross on a dotted line, not as a point of
+    the curve (the compiler would reject it: its time is not one anyone can have)."""
+    from .plot import require_matplotlib
     plt = require_matplotlib()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
+    any_misfit = False
     for name, row in r.table.items():
-        pts = [(e.bound.volume, e.seconds, e.efficiency) for e in row if e is not None]
+        pts = [(e.bound.volume, e.seconds, e.efficiency, e.fits) for e in row if e is not None]
         if not pts:
             continue
-        xs, ts, effs = zip(*pts)
-        top.loglog(xs, ts, "o-", ms=3, label=name)
-        bottom.semilogx(xs, [100 * f for f in effs], "o-", ms=3)
+        xs, ts, effs, fits = zip(*pts)
+        (line,) = top.loglog(xs, ts, ":", lw=1, alpha=0.6)  # the whole curve, faint
+        color = line.get_color()
+        line.set_label("_" + name)
+        fit = [(x, t, f) for x, t, f, ok in pts if ok]
+        bad = [(x, t, f) for x, t, f, ok in pts if not ok]
+        if fit:
+            fx, ft, fe = zip(*fit)
+            top.loglog(fx, ft, "o-", ms=4, color=color, label=name, gid=f"fits:{name}")
+            bottom.semilogx(fx, [100 * f for f in fe], "o-", ms=3, color=color, gid=f"fits:{name}")
+        if bad:
+            any_misfit = True
+            bx, bt, be = zip(*bad)
+            top.loglog(bx, bt, "x", ms=8, mew=1.8, color=color, gid=f"misfit:{name}",
+                       label=name if not fit else "_" + name)
+            bottom.semilogx(bx, [100 * f for f in be], "x", ms=6, mew=1.5, color=color, gid=f"misfit:{name}")
+    if any_misfit:
+        top.plot([], [], "x", color="gray", ms=8, mew=1.8, label=NO_FIT)
     top.set_ylabel("estimated time (s)")
     top.set_title(f"{r.collective} on {r.topology}: the library's schedules")
     top.grid(True, which="both", alpha=0.3)
@@ -142,6 +174,13 @@ def ranking_png(r: Ranking) -> bytes:
     bottom.set_xlabel("collective size V")
     ticks = r.sizes[:: max(1, len(r.sizes) // 8)]
     bottom.set_xticks(ticks, [size_text(s) for s in ticks], rotation=30)
+    return fig
+
+
+def ranking_png(r: Ranking) -> bytes:
+    from .plot import png_bytes, require_matplotlib
+    plt = require_matplotlib()
+    fig = ranking_figure(r)
     data = png_bytes(fig)
     plt.close(fig)
     return data

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from math import isqrt
 
+from .. import progress
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .model import CostError, Estimate, estimate
@@ -129,7 +130,7 @@ def _compiler_available() -> str:
     try:
         import libtpu  # noqa: F401  (the `tpu` extra)
     except ImportError:
-        return "libtpu is not installed (pip install 'ringc[tpu]')"
+        return 'libtpu is not installed: pip install "ringc[tpu]" to compile the choices (or pass --no-compile)'
     return ""
 
 
@@ -143,27 +144,19 @@ def tune(sched: S.Schedule, hw: Hardware, nbytes: int, ranges: dict[str, list[in
     note = "--no-compile" if not compile else _compiler_available()
     target = None if note else compile_target(hw, sched)
     choices: list[Choice] = []
-    for values in itertools.product(*ranges.values()):
-        params = {**sched.params, **dict(zip(ranges, values))}
-        choice = Choice({k: params[k] for k in ranges})
-        choices.append(choice)
-        try:
-            choice.estimate = estimate(sched.model_copy(update={"params": params}), hw, nbytes=nbytes)
-        except ScheduleError as e:
-            why = re.sub(r"^--bytes [^:]*: ", "", e.message)  # the size is in the table's heading
-            choice.problem = "shapes: " + textwrap.shorten(why, width=120, placeholder=" ...")
-            continue
-        except CostError as e:
-            choice.problem = "hangs (see ringc check)"
-            continue
-        if not choice.estimate.fits:  # known without the compiler: do not spend a compile on it
-            choice.problem = f"VMEM: needs {size_text(choice.estimate.vmem)}, a core has {size_text(hw.chip.vmem_bytes)}"
-            continue
-        if target:
-            _compile(choice, target)
+    combos = list(itertools.product(*ranges.values()))
+    with progress.bar(len(combos), f"tuning {sched.name}", unit="choice") as bar:
+        for values in combos:
+            params = {**sched.params, **dict(zip(ranges, values))}
+            bar.describe(f"tuning {sched.name}: " + ", ".join(f"{k}={params[k]}" for k in ranges))
+            choice = Choice({k: params[k] for k in ranges})
+            choices.append(choice)
+            _price(choice, sched, params, hw, nbytes, target)
+            bar.update()
     result = TuneResult(sched, hw, nbytes, choices, target, note)
     for choice in sorted((c for c in choices if not c.problem), key=lambda c: c.seconds):
-        verdict = _verify(choice.estimate) if verify else "not verified (--no-verify)"
+        with progress.bar(None, f"verifying {', '.join(f'{k}={v}' for k, v in choice.params.items())}"):
+            verdict = _verify(choice.estimate) if verify else "not verified (--no-verify)"
         if verdict.startswith("REFUSED"):
             choice.problem = verdict  # the fastest is not always correct: try the next
             continue
@@ -173,6 +166,25 @@ def tune(sched: S.Schedule, hw: Hardware, nbytes: int, ranges: dict[str, list[in
         result.notes.append("the compiler sees the whole kernel at this size on one slice: VMEM-resident "
                             "buffers larger than the core's VMEM are rejected whatever the parameters")
     return result
+
+
+def _price(choice: Choice, sched: S.Schedule, params: dict[str, int], hw: Hardware, nbytes: int,
+           target: str | None) -> None:
+    """Estimate one choice, and compile it if it fits; `choice.problem` says why it is dropped."""
+    try:
+        choice.estimate = estimate(sched.model_copy(update={"params": params}), hw, nbytes=nbytes)
+    except ScheduleError as e:
+        why = re.sub(r"^--bytes [^:]*: ", "", e.message)  # the size is in the table's heading
+        choice.problem = "shapes: " + textwrap.shorten(why, width=120, placeholder=" ...")
+        return
+    except CostError:
+        choice.problem = "hangs (see ringc check)"
+        return
+    if not choice.estimate.fits:  # known without the compiler: do not spend a compile on it
+        choice.problem = f"VMEM: needs {size_text(choice.estimate.vmem)}, a core has {size_text(hw.chip.vmem_bytes)}"
+        return
+    if target:
+        _compile(choice, target)
 
 
 def _compile(choice: Choice, target: str) -> None:
