@@ -669,3 +669,10 @@ def test_a_tab_is_called_a_tab(tmp_path):
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line=line_of(text, "\tx:"), says="a tab character")
     assert "replace the tab with spaces" in o.err
+
+
+def test_an_index_out_of_range_in_a_copy_is_reported_where_the_copy_writes_it(tmp_path):
+    text = edited(AG, 'dst: "out[slot]"', 'dst: "out[slot + N]"')
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line=line_of(text, 'dst: "out[slot + N]"'), says="is out of range for dimension 0")
+    assert f"used by the op at line {line_of(text, '- start: forward')}" in o.err

@@ -630,9 +630,23 @@ class Unroller:
     # -- ops ----------------------------------------------------------------
     def copy_parts(self, name: str, line: int) -> tuple[S.Copy, Region, Region]:
         c = self.s.copies[name]
-        src, dst = self.region(c.src, line), self.region(c.dst, line)
+        try:
+            src, dst = self.region(c.src, line), self.region(c.dst, line)
+        except ScheduleError as e:
+            raise self.in_copy(e, name, c, line) from None
         self.same_shape(src, dst, line, f"copy `{name}`")
         return c, src, dst
+
+    def in_copy(self, e: ScheduleError, name: str, c: S.Copy, line: int) -> ScheduleError:
+        """An error in a copy's region, at the line where the copy writes the region (its
+        entry under `copies:`), naming the op that used it: the index is fixed there. A
+        template's (`push(k)`) values come from the use's arguments: its error stays at the use."""
+        written = c.line or self.s.line_of("copies", name)
+        if c.args or isinstance(e, DataFault) or not written or written == line or e.line != line:
+            return e  # (runtime data: the `out_of_bounds` finding stays at the op that moves the data)
+        e.line = written
+        e.message += f", used by the op at line {line}"
+        return e
 
     def bind(self, use: S.CopyUse, line: int) -> dict[str, Any]:
         """The names a copy's fields see where `use` names it: the current ones, with the
