@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import sysconfig
+import zlib
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -136,30 +137,45 @@ class Interpreter:
         return KernelError(f"{message} (device {self.device}, grid point {self.point})", file=loc.file,
                            line=int(loc) or None, fix=fix)
 
-    def scalar(self, v: Any, what: str) -> int:
-        """A concrete integer, or an error saying why it must be one."""
+    def scalar(self, v: Any, what: str, span: tuple[int, int] | None = None) -> int:
+        """A concrete integer, or an error saying why it must be one. A value computed from
+        tensor data whose own range is not known is runtime data: with `span`, the range
+        its use allows ([lo, hi): an index into its dimension, a branch), it is sampled
+        there (`sample_value`)."""
         if type(v) is int:
             return v
         if type(v) is Vec:
             raise Diverge(f"{what} differs between devices")
         if isinstance(v, (Data, Unknown)):
+            from_data = isinstance(v, Data) or v.data
+            if from_data and span is not None and (isinstance(v, Unknown) or math.prod(v.shape) == 1):
+                cache = self.__dict__.setdefault("_sampled_at_use", {})
+                hit = cache.get(id(v))
+                if hit is not None and hit[0] is v:  # the same value used again: the same sample
+                    return hit[1]
+                why = v.why if isinstance(v, Unknown) else "it is read from tensor data"
+                value = sample_value(self, span[0], span[1], f"{what} ({why})", own=False)
+                cache[id(v)] = (v, value)
+                return value
             why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
             raise self.fail(f"{what} is not known before the kernel runs: {why}",
                             "ringc follows control flow, indices and targets computed from grid indices, "
-                            "device ids, loop counters, SMEM and scalar-prefetch values only")
+                            "device ids, loop counters, SMEM and scalar-prefetch values; a value from "
+                            "tensor data is sampled where it indexes or branches, not where it sets "
+                            "a size, a semaphore amount or a DMA's shape")
         a = np.asarray(v)
         if a.size != 1:
             raise self.fail(f"{what} is an array of shape {a.shape}, not a scalar", "index with scalars")
         return int(a.reshape(()))
 
-    def lane_int(self, v: Any, what: str) -> Any:
+    def lane_int(self, v: Any, what: str, span: tuple[int, int] | None = None) -> Any:
         """`scalar`, except that every device's own integer is allowed (as an int64 array)
         when every device is evaluated at once: an index or a device id."""
         if type(v) is Vec:
             if not np.issubdtype(v.a.dtype, np.integer) or v.a.ndim != 1:
                 raise Diverge(f"{what} is not one integer per device")
             return v.a.astype(np.int64)
-        return self.scalar(v, what)
+        return self.scalar(v, what, span)
 
     def region(self, ref: Ref, device: int | None = None) -> Any:
         """The ref's region (device 0's when every device is evaluated at once, after
@@ -344,7 +360,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     if it.lanes is not None and any(type(v) is Vec for v in invals):
         return it.lanes.pure(it, eqn, invals)
     fast = _INT_OPS.get(name)
-    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory for v in invals):
+    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory or type(v) is Sampled
+                                for v in invals):
         r = fast(*invals)
         kind = _out_kind(eqn)
         if r is None:
@@ -352,7 +369,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         elif kind is bool:
             return [bool(r)]
         elif kind is not None and -kind <= r < kind:
-            return [int(r)]
+            src = next((v for v in invals if type(v) is Sampled), None)
+            return [Sampled(int(r), src.source) if src is not None else int(r)]
     if all(is_concrete(v) for v in invals):
         dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
         args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
@@ -381,11 +399,14 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         except Exception as e:  # pragma: no cover - a primitive JAX itself cannot evaluate here
             raise it.fail(f"cannot evaluate `{name}` on concrete values: {type(e).__name__}: {e}",
                           "report it: ringc evaluates scalar arithmetic with numpy and JAX") from None
+    data = [v for v in invals if isinstance(v, Data)]
+    shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
+    sampled = _sampled_from_data(it, eqn, name, invals, data, shapes)
+    if sampled is not None:
+        return sampled
     if any(isinstance(v, Unknown) for v in invals):
         u = next(v for v in invals if isinstance(v, Unknown))
         return [u for _ in outs]
-    data = [v for v in invals if isinstance(v, Data)]
-    shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
     tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
     if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
         followed = _elementwise(eqn, [v.how[1] if isinstance(v, Data) and v.how[0] == "const" else v
@@ -414,10 +435,71 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
-        return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
+        return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data", data=True) for _ in outs]
     line = int(it.where())
     what = (f"`{name}` of {len(data)} tensors" if len(data) > 1 and name in ELEMENTWISE else f"`{name}`")
     return [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
+
+
+# -- values from tensor data ------------------------------------------------------
+# A value computed from tensor data (the router's argmax, a comparison of a loaded value, a
+# count read back from SMEM) exists only at run time. Where it steers the kernel (an index,
+# a branch, a target), ringc samples it, reproducibly: at its source when its range is
+# known there (argmax/argmin/top_k indices: [0, K); a boolean: false or true), so every use
+# sees the same value and an index out of the ref is an `out_of_bounds` finding; else where
+# it is used, in the range that use allows (it can then make no `out_of_bounds` finding).
+# The verdict lists every sampled source (docs/pallas-import.md "Values from tensor data").
+SAMPLE_SEED = 0
+
+
+def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape: tuple = ()) -> Any:
+    """Draw a value (or an array of `shape`) in [lo, hi), the same on every run: the draw is
+    keyed by the device, the invocation, the grid point, the line and how many draws that
+    line made there. Noted on the sink for the verdict."""
+    if it.lanes is not None:
+        raise Diverge("a value sampled from tensor data")
+    line = int(it.where())
+    counts = it.__dict__.setdefault("_draws", {})
+    key = (it.device, getattr(it.sink, "invocation", 0), it.point, line)
+    k = counts.get(key, 0)
+    counts[key] = k + 1
+    seed = zlib.crc32(repr((SAMPLE_SEED, *key, k)).encode())
+    rng = np.random.default_rng(seed)
+    notes = getattr(it.sink, "notes", None)
+    if notes is not None:
+        rng_text = "false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})"
+        note = (f"values from tensor data: {what} at line {line} is runtime data; ringc sampled it "
+                + (f"in its range {rng_text}" if own else
+                   f"in the range its use allows, {rng_text} (its own range is not known, so it makes no "
+                   f"out_of_bounds finding)")
+                + f", reproducibly (seed {SAMPLE_SEED}); the verdict covers the sampled values, not every value")
+        if note not in notes:
+            notes.append(note)
+    if shape:
+        return rng.integers(lo, hi, size=shape)
+    return Sampled(int(rng.integers(lo, hi)), (what, line))
+
+
+def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data: list, shapes: list) -> list | None:
+    """The outputs of a primitive on tensor data whose range is known, sampled at the source
+    (`sample_value`); None when this primitive is not such a source."""
+    outs = eqn.outvars
+    if name in ("argmax", "argmin") and len(data) == 1:
+        axis = eqn.params["axes"][0]
+        k = data[0].shape[axis]
+        v = sample_value(it, 0, k, f"`{name}`", own=True, shape=shapes[0])
+        return [v if not shapes[0] else np.asarray(v, dtype=outs[0].aval.dtype)]
+    if name == "top_k" and len(data) == 1:
+        k_in, k = data[0].shape[-1], eqn.params["k"]
+        lead = shapes[1][:-1]
+        rows = [sample_value(it, 0, 1 << 30, "`top_k`", own=True, shape=(k_in,)) for _ in range(math.prod(lead))]
+        idx = np.asarray([np.argsort(r, kind="stable")[:k] for r in rows], dtype=outs[1].aval.dtype)
+        return [Data(shapes[0], ("opaque", f"`top_k` at line {int(it.where())}")), idx.reshape(shapes[1])]
+    from_data = bool(data) or any(isinstance(v, Unknown) and v.data for v in invals)
+    if from_data and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs)) \
+            and not any(isinstance(v, Unknown) and not v.data for v in invals):
+        return [bool(sample_value(it, 0, 2, f"`{name}`", own=True)) for _ in outs]
+    return None
 
 
 # Elementwise primitives: applied to one tensor (the other operands constants), followed as a
@@ -627,7 +709,7 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
             coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}
             for k, v in dev.items():
                 ks = k if isinstance(k, tuple) else (k,)
-                val = it.lane_int(v, "the target device id")
+                val = it.lane_int(v, "the target device id", (0, math.prod(it.axis_sizes[a] for a in ks)))
                 for a in reversed(ks):  # a tuple of axes: row-major over them
                     coords[a] = val % it.axis_sizes[a]
                     val //= it.axis_sizes[a]
@@ -637,7 +719,7 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
                 raise it.fail(f"a MESH device id with {len(parts)} coordinates on a mesh of {len(axes)} axes "
                               f"({', '.join(axes)})", "give one coordinate per mesh axis, or use "
                               "DeviceIdType.LOGICAL")
-            coords = {a: it.lane_int(p, "the target device id") for a, p in zip(axes, parts)}
+            coords = {a: it.lane_int(p, "the target device id", (0, it.axis_sizes[a])) for a, p in zip(axes, parts)}
         out = 0
         for a in axes:
             c = coords[a]
@@ -652,8 +734,8 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
         if len(dev) != 1:
             raise it.fail("a LOGICAL device id must be one integer", "pass one integer")
         dev = dev[0]
-    d = it.lane_int(dev, "the target device id")
     n = math.prod(it.axis_sizes.values())
+    d = it.lane_int(dev, "the target device id", (0, n))
     if isinstance(d, np.ndarray):
         if ((d < 0) | (d >= n)).any():
             raise Diverge("a target that does not exist on some device")
@@ -687,8 +769,8 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 if any(not isinstance(j, _Slice) for j in indices[k:]):
                     raise it.fail("a semaphore index after a full slice", "index semaphores with integers")
                 break
-            i = it.scalar(ix, "a semaphore index")
             dim = ref.shape[len(fixed)]
+            i = it.scalar(ix, "a semaphore index", (0, dim))
             if not 0 <= i < dim:
                 raise it.fail(f"semaphore `{ref.name}` index {i} is out of range [0, {dim})",
                               "index within the semaphore array")
@@ -708,8 +790,8 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
             kept.append(dim)
             continue
         if isinstance(ix, _Slice):
-            start = it.lane_int(ix.start, "a slice start")
             size = it.scalar(ix.size, "a slice size")
+            start = it.lane_int(ix.start, "a slice start", (0, max(hi - lo - size, 0) + 1))
             stride = it.scalar(ix.stride, "a slice stride")
             if stride != 1:
                 raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
@@ -732,7 +814,7 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 var[dim] = var[dim] + start
             kept.append(dim)
         else:
-            i = it.lane_int(ix, "an index")
+            i = it.lane_int(ix, "an index", (0, hi - lo))
             if type(i) is not int:  # every device's own index (`Lanes`)
                 if bounds and ((i < 0) | (i >= hi - lo)).any():
                     raise Diverge("an index out of range on some device")
@@ -767,6 +849,21 @@ class FromMemory(int):
         name, box, line = self.read
         at = ", ".join(str(a) if b - a == 1 else f"{a}:{b}" for a, b in box)
         return f"{int(self)}, read from `{name}[{at}]` at line {line}"
+
+
+class Sampled(FromMemory):
+    """An integer ringc sampled from tensor data (`sample_value`), or computed from one:
+    an index out of range made of it says so."""
+
+    @property
+    def source(self) -> tuple:
+        return self.read
+
+    @property
+    def origin(self) -> str:
+        what, line = self.read
+        return (f"{int(self)}, computed from {what} at line {line}, runtime data that ringc sampled "
+                "(see the verdict's `values from tensor data`)")
 
 
 def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
@@ -1185,7 +1282,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
 @rule("cond", doc="`lax.cond` / `pl.when`: the branch the concrete predicate selects")
 def _cond(it: Interpreter, eqn: Any, invals: list) -> list:
     branches = eqn.params["branches"]
-    i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)")
+    i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)", (0, len(branches)))
     i = min(max(i, 0), len(branches) - 1)
     return it.run_closed(branches[i], invals[1:])
 
@@ -1231,7 +1328,7 @@ def _while(it: Interpreter, eqn: Any, invals: list) -> list:
     cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
     for _ in range(MAX_ITERATIONS):
         (c,) = it.run_closed(p["cond_jaxpr"], [*cconsts, *val])
-        if not it.scalar(c, "a loop condition"):
+        if not it.scalar(c, "a loop condition", (0, 2)):
             return val
         val = it.run_closed(p["body_jaxpr"], [*bconsts, *val])
     raise it.fail(f"a while loop ran {MAX_ITERATIONS} iterations", "bound the loop")

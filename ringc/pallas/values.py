@@ -110,8 +110,11 @@ class Data:
 @dataclass(frozen=True)
 class Unknown:
     """A scalar the model cannot know statically (a semaphore's value, a value read from
-    tensor data): fine to carry, an error to branch or index on."""
+    tensor data): fine to carry. Branching or indexing on a semaphore's value is an error;
+    one computed from tensor data (`data`) is runtime data, sampled where it is used
+    (`interpret.sample_value`: "Values from tensor data" in docs/pallas-import.md)."""
     why: str
+    data: bool = False
 
 
 class Vec:
