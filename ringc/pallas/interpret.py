@@ -154,7 +154,7 @@ class Interpreter:
                 if hit is not None and hit[0] is v:  # the same value used again: the same sample
                     return hit[1]
                 why = v.why if isinstance(v, Unknown) else "it is read from tensor data"
-                value = sample_value(self, span[0], span[1], f"{what} ({why})", own=False)
+                value = int(sample_value(self, span[0], span[1], f"{what} ({why})", own=False))
                 cache[id(v)] = (v, value)
                 return value
             why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
@@ -406,6 +406,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         return sampled
     if any(isinstance(v, Unknown) for v in invals):
         u = next(v for v in invals if isinstance(v, Unknown))
+        if u.data:  # computed from a runtime value: not sampled apart from it
+            u = Unknown(f"{u.why}, and `{name}` at line {int(it.where())} computes from it")
         return [u for _ in outs]
     tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
     if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
@@ -435,7 +437,10 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
-        return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data", data=True) for _ in outs]
+        source = _tensor_source(eqn, invals)
+        return [Unknown(f"`{name}` at line {int(it.where())} computes it from "
+                        + ("tensor data" if source else "a value read from memory at run time"), data=source)
+                for _ in outs]
     line = int(it.where())
     what = (f"`{name}` of {len(data)} tensors" if len(data) > 1 and name in ELEMENTWISE else f"`{name}`")
     return [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
@@ -495,11 +500,21 @@ def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data:
         rows = [sample_value(it, 0, 1 << 30, "`top_k`", own=True, shape=(k_in,)) for _ in range(math.prod(lead))]
         idx = np.asarray([np.argsort(r, kind="stable")[:k] for r in rows], dtype=outs[1].aval.dtype)
         return [Data(shapes[0], ("opaque", f"`top_k` at line {int(it.where())}")), idx.reshape(shapes[1])]
-    from_data = bool(data) or any(isinstance(v, Unknown) and v.data for v in invals)
-    if from_data and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs)) \
-            and not any(isinstance(v, Unknown) and not v.data for v in invals):
+    if data and not any(isinstance(v, Unknown) for v in invals) and _tensor_source(eqn, invals) \
+            and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs)):
         return [bool(sample_value(it, 0, 2, f"`{name}`", own=True)) for _ in outs]
     return None
+
+
+def _tensor_source(eqn: Any, invals: list) -> bool:
+    """Whether a primitive's tensor-data operands are tensors or floats: its scalar result is
+    then a new runtime value (a count, a flag) that may be sampled. A scalar integer read
+    from memory at run time (an expert id read back from SMEM) is no such source: a value
+    computed from it is not sampled apart from it (the two samples would disagree)."""
+    for v, var in zip(invals, eqn.invars):
+        if isinstance(v, Data) and not v.shape and np.issubdtype(np.dtype(var.aval.dtype), np.integer):
+            return False
+    return True
 
 
 # Elementwise primitives: applied to one tensor (the other operands constants), followed as a
@@ -747,15 +762,77 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
 def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = True) -> Any:
     """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`).
     `bounds=False` for a ref used only for its size (the descriptor of a DMA wait)."""
+    view = None  # after `ref.reshape(shape)`: (the ref reshaped, a ref over a stand-in of that shape)
     for t in transforms or ():
+        if isinstance(t, _Reshape):
+            if view is not None:
+                ref = _unview(it, *view, bounds)
+            if not isinstance(ref, Ref) or ref.var or math.prod(ref.shape) != math.prod(t.shape):
+                raise it.fail(f"a reshape of `{getattr(ref, 'name', getattr(getattr(ref, 'buffer', None), 'name', '?'))}`"
+                              f" to {list(t.shape)}", "reshape a whole ref, or a contiguous slice of one")
+            if _flat_range(ref.buffer.shape, ref.box) is None:
+                raise it.fail(f"a reshape of a slice of `{ref.buffer.name}` that is not contiguous in memory",
+                              "reshape a whole ref, or a slice of its leading dimension")
+            stand = Buffer(ref.buffer.name, t.shape, ref.buffer.dtype, ref.buffer.space, ref.buffer.kind)
+            view = (ref, Ref.whole(stand, ref.device))
+            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
-                          "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`)")
+                          "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`), or reshape them")
         if getattr(t, "int_indexer_shape", ()):
             raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
-        ref = index(it, ref, t.indices, bounds)
+        if view is not None:
+            view = (view[0], index(it, view[1], t.indices, bounds))
+        else:
+            ref = index(it, ref, t.indices, bounds)
+    if view is not None:
+        ref = _unview(it, *view, bounds)
     return ref
+
+
+def _flat_range(shape: tuple, box: tuple) -> tuple[int, int] | None:
+    """The row-major element range [a, b) a box covers, or None when it is not contiguous."""
+    ext = [hi - lo for lo, hi in box]
+    k = next((d for d, e in enumerate(ext) if e != 1), len(ext))
+    if any(ext[d] != shape[d] for d in range(k + 1, len(shape))):
+        return None
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    a = sum(lo * s for (lo, _), s in zip(box, strides))
+    return a, a + math.prod(ext)
+
+
+def _box_of(shape: tuple, a: int, b: int) -> tuple | None:
+    """The box of `shape` covering exactly the row-major elements [a, b), or None."""
+    if b <= a:
+        return None
+    for d in range(len(shape)):
+        stride = math.prod(shape[d + 1:])
+        if a % stride or b % stride or a // (stride * shape[d]) != (b - 1) // (stride * shape[d]):
+            continue
+        box = [((a // math.prod(shape[j + 1:])) % shape[j],) * 2 for j in range(d)]
+        box = [(lo, lo + 1) for lo, _ in box]
+        box.append(((a // stride) % shape[d], ((b - 1) // stride) % shape[d] + 1))
+        box += [(0, shape[j]) for j in range(d + 1, len(shape))]
+        return tuple(box)
+    return None
+
+
+def _unview(it: Interpreter, base: Ref, v: Ref, bounds: bool = True) -> Ref:
+    """The ref a slice of a reshaped ref is, in the buffer's own shape (its `view`: the shape
+    the kernel sees); an error when the slice is not one box of the buffer, except for a ref
+    used only for its size (`bounds=False`: a DMA wait's descriptor)."""
+    inner = _flat_range(v.buffer.shape, v.box)
+    start = _flat_range(base.buffer.shape, base.box)
+    box = None if inner is None or start is None else _box_of(base.buffer.shape, start[0] + inner[0],
+                                                               start[0] + inner[1])
+    if box is None and not bounds:
+        return Ref(base.buffer, base.device, base.box, base.kept, view=v.shape)
+    if box is None:
+        raise it.fail(f"a slice of `{base.buffer.name}` reshaped to {list(v.buffer.shape)} that is not one box of "
+                      f"its shape {list(base.buffer.shape)}",
+                      "slice the reshaped ref along its leading dimension by whole rows of the original")
+    return Ref(base.buffer, base.device, box, tuple(range(len(box))), view=v.shape)
 
 
 def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any:
@@ -900,6 +977,10 @@ class _Indexer(NamedTuple):
     int_indexer_shape: tuple
 
 
+class _Reshape(NamedTuple):
+    shape: tuple
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -924,6 +1005,8 @@ def _template(eqn: Any, key: str, n: int) -> Any:
         name = type(x).__name__
         if name == "TransformedRef":
             return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
+        if name == "ReshapeTransform":
+            return _Reshape(tuple(int(d) for d in x.shape))
         if name == "NDIndexer":
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
         if name == "Slice":
@@ -1004,16 +1087,45 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
         raise it.fail(f"DMA from `{src.region().text()}` {list(src.shape)} to `{dst.region().text()}` "
                       f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
     name = f"{src.buffer.name}->{dst.buffer.name}"
+    _dma_values(it, src, dst, it.device if dev is None else None)
     if dev is None:
         it.emit(DmaStart(name, it.region(src), it.region(dst), None,
                          sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
     target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
+    if 0 <= target < math.prod(it.axis_sizes.values()):
+        _dma_values(it, src, dst, target)
     parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
     explicit = all(isinstance(p, OwnIndex) or any(p is o for o in it.own_vecs) for p in parts)
     it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
                      sem_id(it, dst_sem, target, "the receive semaphore"), explicit_self=explicit), target)
     return []
+
+
+def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None:
+    """A DMA into memory whose values ringc knows (SMEM, scalar prefetch): a local copy of
+    known values copies them (read after the wait; a read before it is a race, found as
+    such); any other makes the destination's values unknown on its device, so later reads
+    are runtime data (`Unknown`), never the values it held before the DMA."""
+    buf, d = dst.buffer, (it.device if target is None else target)
+    if not buf.store:  # most DMAs: into memory whose values are data
+        return
+    if it.lanes is not None:
+        raise Diverge("a DMA into memory whose values ringc knows")
+    if d not in buf.store:
+        return
+    known = src.buffer.store.get(it.device)
+    if target == it.device and known is not None:
+        sl_s = tuple(slice(a, b) for a, b in src.box)
+        sl_d = tuple(slice(a, b) for a, b in dst.box)
+        vals = np.asarray(known[sl_s])
+        if vals.size == math.prod(dst.shape):
+            buf.store[d] = buf.store[d].copy()
+            buf.store[d][sl_d] = vals.reshape(buf.store[d][sl_d].shape)
+            return
+    buf.store.pop(d)
+    buf.unknown[d] = (f"a DMA at line {int(it.where())} filled from `{src.buffer.name}`, whose values ringc "
+                      "does not follow")
 
 
 @rule("dma_wait", doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
@@ -1087,6 +1199,9 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
+    why = buf.unknown.get(ref.device)
+    if why is not None and math.prod(ref.shape) == 1:
+        return Unknown(f"it is read from `{buf.name}` at line {int(it.where())}, which {why}", data=True)
     return Data(ref.shape, ("load", dst))
 
 

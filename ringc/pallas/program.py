@@ -189,7 +189,9 @@ class Builder(Sink):
             return got
         if got.space == "smem":
             for d in (range(self.n) if self.lanes is not None else (it.device,)):
-                got.store.setdefault(d, np.zeros(got.shape, got.dtype))
+                if d not in got.store:
+                    got.store[d] = np.zeros(got.shape, got.dtype)
+                    got.unknown.pop(d, None)
         return Ref.whole(got, it.device)
 
     # -- calls ---------------------------------------------------------------------
@@ -353,6 +355,7 @@ class Builder(Sink):
                 if isinstance(b, Buffer) and b.space == "smem":
                     for e in (range(self.n) if self.lanes is not None else (d,)):
                         b.store[e] = np.zeros(b.shape, b.dtype)
+                        b.unknown.pop(e, None)
             args = []
             for r in [*kernel_refs, *scratch]:
                 args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))

@@ -45,6 +45,9 @@ class Buffer:
     line: int = 0
     # Concrete contents per device, for SMEM and scalar-prefetch arrays (small integers).
     store: dict[int, np.ndarray] = field(default_factory=dict)
+    # Why a device's contents stopped being known (a DMA filled them with values ringc
+    # does not follow), per device: a scalar read of it is then runtime data.
+    unknown: dict[int, str] = field(default_factory=dict)
 
     @property
     def itemsize(self) -> int:
@@ -66,9 +69,14 @@ class Ref:
     box: tuple[tuple[int, int], ...]
     kept: tuple[int, ...]
     var: tuple[tuple[int, np.ndarray], ...] = field(default=(), compare=False)
+    # The shape the kernel sees through `ref.reshape(...)` (`interpret.apply_transforms`):
+    # the box is the same elements in the buffer's own shape.
+    view: tuple[int, ...] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
+        if self.view is not None:
+            return self.view
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
 
     def region(self, device: int | None = None) -> Region:

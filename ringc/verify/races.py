@@ -307,10 +307,13 @@ def _candidate_pairs(group: list[Access]):
             active.append(b)
     remote = [a for a in group if not _local(a)]
     rank = {id(a): i for i, a in enumerate(remote)}
-    others = sorted(group, key=lambda acc: acc.region.box[0][0])
+    def lead(acc: Access) -> tuple[int, int]:  # a 0-d value register (a scalar load) is one point
+        return acc.region.box[0] if acc.region.box else (0, 1)
+
+    others = sorted(group, key=lambda acc: lead(acc)[0])
     for i, a in enumerate(remote):
         for b in others:  # spatial sweep on the leading dimension
-            if b.region.box[0][0] >= a.region.box[0][1]:
+            if lead(b)[0] >= lead(a)[1]:
                 break
             if rank.get(id(b), len(remote)) > i:
                 yield (a, b)
