@@ -1,0 +1,132 @@
+"""Serving stacks' and MoE libraries' kernels as published (issue 31): values from tensor
+data (the router's argmax, counts staged through SMEM, scalar-prefetch operands computed by
+jitted code), reshaped refs, split-phase calls with semaphores passed between pallas_calls.
+The kernels under `tests/pallas_import/serving_style/` are written in the styles of the
+public kernels listed in `tests/real_kernels/serving_manifest.yaml`."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ringc.pallas import check_file
+from ringc.pallas.interpret import _box_of, _flat_range
+
+HERE = Path(__file__).parent / "pallas_import" / "serving_style"
+ROUTE = str(HERE / "topk_route.py")
+LOGITS = ["logits=float32[8*N,2*N]@"]
+
+
+def _notes(report, prefix="values from tensor data"):
+    return [a for a in report.assumptions if a.startswith(prefix)]
+
+
+def _args():
+    from ringc.pallas.entries import parse_arg
+    return [parse_arg(a) for a in LOGITS]
+
+
+def test_the_routers_argmax_is_sampled_in_its_range_and_the_verdict_says_so():
+    ok, = check_file(ROUTE, 4, args=_args())
+    assert ok.ok, ok.to_text()
+    note, = _notes(ok)
+    assert "`argmax` at line 42" in note and "in its range [0, 8)" in note and "seed 0" in note
+
+
+def test_an_index_made_from_the_sampled_expert_is_out_of_bounds_and_the_check_goes_on():
+    bad, = check_file(ROUTE, 4, args=_args(), params={"wrong": 1})
+    assert bad.kinds() == {"out_of_bounds"}, bad.to_text()
+    text = bad.to_text()
+    assert "topk_route.py:48" in text and "computed from `argmax` at line 42, runtime data that ringc sampled" in text
+    again, = check_file(ROUTE, 4, args=_args(), params={"wrong": 1})
+    assert [f.message for f in again.findings] == [f.message for f in bad.findings]  # reproducible
+
+
+def test_a_split_phase_ragged_dispatch_with_offsets_computed_before_the_kernel():
+    """Each device's row of the routing table is picked by `lax.axis_index` inside the
+    shard_map, the offsets by a jitted cumsum: both are computed, so the sizes are concrete."""
+    ok, = check_file(str(HERE / "ragged_dispatch.py"), 4)
+    assert ok.ok, ok.to_text()
+    assert "2 pallas_call(s)" in ok.to_text()
+
+
+def test_a_split_phase_ragged_dispatch_waiting_for_the_wrong_count_hangs(tmp_path):
+    src = (HERE / "ragged_dispatch.py").read_text().replace("\nWRONG = 0\n", "\nWRONG = 1\n")
+    path = tmp_path / "ragged_dispatch.py"
+    path.write_text(src)
+    bad, = check_file(str(path), 4)
+    assert "hang" in bad.kinds(), bad.to_text()
+    assert any(f.kind == "hang" and f.event.line == 53 for f in bad.findings)
+
+
+def test_reshaped_refs_map_back_to_boxes():
+    assert _flat_range((4, 8, 16), ((1, 2), (0, 8), (0, 16))) == (128, 256)
+    assert _flat_range((4, 8, 16), ((0, 2), (0, 4), (0, 16))) is None  # not contiguous
+    assert _box_of((4, 8, 16), 128, 160) == ((1, 2), (0, 2), (0, 16))
+    assert _box_of((4, 8, 16), 0, 512) == ((0, 4), (0, 8), (0, 16))
+    assert _box_of((4, 8, 16), 16, 40) is None  # not one box
+
+
+STAGED = '''
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_ref, o_ref, counts_vmem, counts_smem, sem):
+    counts_vmem[...] = jnp.where(x_ref[0:8, 0:128] > 0, 1, 0).astype(jnp.int32)
+    copy = pltpu.make_async_copy(counts_vmem, counts_smem, sem)
+    copy.start()
+    copy.wait()
+    n = counts_smem[0, 0]
+
+    @pl.when(n + 1 > 1)
+    def _():
+        o_ref[...] = x_ref[...]
+
+
+def staged(x, *, axis_name="x"):
+    del axis_name
+    return pl.pallas_call(
+        _kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((8, 128), jnp.int32), pltpu.SMEM((8, 128), jnp.int32),
+                        pltpu.SemaphoreType.DMA])(x)
+'''
+
+
+def test_smem_filled_by_a_dma_is_never_read_as_its_old_values(tmp_path):
+    """Counts staged VMEM -> SMEM by a DMA are runtime data: a value computed from them is
+    not sampled apart from them, so the verdict names the DMA instead of reading the SMEM's
+    initial zeros (which made the branch look never taken)."""
+    path = tmp_path / "staged.py"
+    path.write_text(textwrap.dedent(STAGED))
+    report, = check_file(str(path), 2)
+    text = report.to_text()
+    assert "not checked" in text and "which a DMA at line 11 filled from `counts_vmem`" in text, text
+
+
+def test_a_summary_with_a_kernel_call_not_checked_is_no_traceback():
+    from ringc.ir.errors import ScheduleError
+    from ringc.output import Output
+    from ringc.pallas.importer import CallError
+    import io
+    out = Output(out=io.StringIO(), err=io.StringIO())
+    out.report(CallError("k.py", "call 1", ScheduleError("no", file="k.py")))
+    out.report(CallError("k.py", "call 2", ScheduleError("no", file="k.py")))
+    assert out.summary() == {"files": 1, "verdicts": 2, "ok": 0, "failed": 2, "refused": 0, "findings": 0}
+    assert out.close() != 0
+
+
+def test_an_entrys_made_up_integer_arrays_are_said_to_be_zeros(tmp_path):
+    from ringc.pallas.entries import parse_arg
+    path = tmp_path / "ragged.py"
+    path.write_text((HERE / "ragged_dispatch.py").read_text().split("\nn = jax.device_count()")[0])
+    report, = check_file(str(path), 4, entry="dispatch",
+                         args=[parse_arg("x=float32[8*N,128]@x"), parse_arg("sizes=int32[N,N]@"),
+                               parse_arg("offsets=int32[N,N]@"), parse_arg("sent=int32[N]@"),
+                               parse_arg("received=int32[N]@")])
+    assert report.ok, report.to_text()
+    note, = _notes(report)
+    assert "the arrays ringc made up hold zeros" in note
