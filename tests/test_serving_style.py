@@ -130,3 +130,46 @@ def test_an_entrys_made_up_integer_arrays_are_said_to_be_zeros(tmp_path):
     assert report.ok, report.to_text()
     note, = _notes(report)
     assert "the arrays ringc made up hold zeros" in note
+
+
+def test_every_missing_package_of_the_importing_module_is_named_at_once(tmp_path):
+    """A serving framework's utility module imports several packages that are not installed
+    (sglang-jax's utils import zmq, fastapi, uvicorn, ...): one message names them all."""
+    from ringc.ir.errors import ScheduleError
+    pkg = tmp_path / "serving"
+    (pkg / "utils").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils" / "__init__.py").write_text("import ringc_missing_a\nimport ringc_missing_b\nimport json\n")
+    (pkg / "kernel.py").write_text("from serving.utils import json\n\ndef f(x, *, axis_name='x'):\n    return x\n")
+    with pytest.raises(ScheduleError) as err:
+        check_file(str(pkg / "kernel.py"), 2)
+    e = err.value
+    assert "`ringc_missing_a`" in e.message and "also imports `ringc_missing_b`" in e.message, e.message
+    assert "--stub ringc_missing_a --stub ringc_missing_b" in e.fix and "json" not in e.fix
+
+
+def test_a_module_beside_the_file_brings_its_package_root(tmp_path):
+    """The kernel imports a sibling relatively, the sibling imports the repository's package
+    absolutely, and a folder between them has no `__init__.py` (a namespace package)."""
+    root = tmp_path / "python"
+    mod = root / "serving" / "kernels" / "moe"
+    mod.mkdir(parents=True)
+    (root / "serving" / "__init__.py").write_text("")
+    (root / "serving" / "config.py").write_text("BLOCK = 8\n")
+    (mod / "__init__.py").write_text("")
+    (mod / "tuned.py").write_text("from serving.config import BLOCK\n")
+    (mod / "kernel.py").write_text("from .tuned import BLOCK\n\ndef f(x, *, axis_name='x'):\n    return x\n")
+    from ringc.pallas.imports import repo_roots
+    import ast
+    roots = repo_roots(ast.parse((mod / "kernel.py").read_text()), str(mod / "kernel.py"))
+    assert str(root) in roots
+
+
+def test_the_serving_manifest_lists_every_kernel_with_its_command_and_verdict():
+    import yaml
+    path = Path(__file__).parent / "real_kernels" / "serving_manifest.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert len(doc["kernels"]) >= 8
+    for k in doc["kernels"]:
+        assert {"repo", "commit", "path", "command", "verdict", "right"} <= set(k), k.get("name")
+        assert len(k["commit"]) == 40 and k["command"].startswith("ringc check ")
