@@ -62,6 +62,6 @@ def route_tokens(tokens: jax.Array, logits: jax.Array, *, ep_axis_name: str = "e
         out_shape=jax.ShapeDtypeStruct((experts // n, n * rows, hidden), tokens.dtype),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pltpu.VMEM)],
         out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        scratch_shapes=[pltpu.ANY((n * rows, hidden), tokens.dtype), pltpu.SemaphoreType.DMA,
+        scratch_shapes=[pltpu.VMEM((n * rows, hidden), tokens.dtype), pltpu.SemaphoreType.DMA,
                         pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((n - 1,))],
     )(tokens, logits)
