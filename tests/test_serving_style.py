@@ -173,3 +173,60 @@ def test_the_serving_manifest_lists_every_kernel_with_its_command_and_verdict():
     for k in doc["kernels"]:
         assert {"repo", "commit", "path", "command", "verdict", "right"} <= set(k), k.get("name")
         assert len(k["commit"]) == 40 and k["command"].startswith("ringc check ")
+
+
+COUNTS = '''
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+P = jax.sharding.PartitionSpec
+REDUCE = lax.pmax
+
+
+def kernel(info_ref, x_ref, o_ref, sem):
+    rows, start = info_ref[0], info_ref[1]
+
+    @pl.when(rows > 0)
+    def _():
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(start, rows)], o_ref.at[pl.ds(0, rows)], sem)
+        copy.start()
+        copy.wait()
+
+
+def body(x, counts, offsets):
+    rows = REDUCE(counts[lax.axis_index("x")], "x")
+    info = jnp.stack([rows, offsets[0]])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
+                          out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.SemaphoreType.DMA])(info, x)
+
+
+n = jax.device_count()
+mesh = jax.make_mesh((n,), ("x",))
+offsets_all = jnp.arange(n, dtype=jnp.int32) % 2  # closed over by the jitted function
+
+
+@jax.jit
+def run(x, counts):
+    return jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P("x"),
+                         check_vma=False)(x, counts, offsets_all)
+
+
+out = run(jnp.ones((8 * n, 128), jnp.float32), jnp.array([3, 5], jnp.int32))
+'''
+
+
+def test_counts_reduced_across_devices_and_closed_over_offsets_are_computed(tmp_path):
+    """`lax.pmax` of each device's count, a table closed over by the jitted function and a
+    row picked by `lax.axis_index`, all before the kernel: the kernel's SMEM is concrete."""
+    path = tmp_path / "counts.py"
+    path.write_text(COUNTS)
+    ok, = check_file(str(path), 2)
+    assert ok.ok, ok.to_text()
+    path.write_text(COUNTS.replace("REDUCE = lax.pmax", "REDUCE = lax.psum"))  # 3 + 5 rows from offset 1
+    bad, = check_file(str(path), 2)
+    assert bad.kinds() == {"out_of_bounds"}, bad.to_text()
+    assert "slice 1:9 of `x_ref`" in bad.to_text() and "read from `info_ref[1]`" in bad.to_text()
