@@ -230,3 +230,18 @@ def test_counts_reduced_across_devices_and_closed_over_offsets_are_computed(tmp_
     bad, = check_file(str(path), 2)
     assert bad.kinds() == {"out_of_bounds"}, bad.to_text()
     assert "slice 1:9 of `x_ref`" in bad.to_text() and "read from `info_ref[1]`" in bad.to_text()
+
+
+def test_a_kernel_for_megacore_chips_gets_the_tpu_flag_in_the_fix(tmp_path):
+    """tpu-inference's SparseCore reduce-scatter asserts 2 cores per chip before it builds
+    anything: on ringc's default TPU v5e answers the fix says which --tpu has 2."""
+    from ringc.ir.errors import ScheduleError
+    path = tmp_path / "megacore.py"
+    path.write_text("import jax\nfrom jax.experimental.pallas import tpu as pltpu\n\n"
+                    "def reduce(x, *, axis_name='x'):\n"
+                    "    cores = pltpu.get_tpu_info().num_cores\n"
+                    "    assert cores == 2, f'strictly supports 2 cores per chip, but found {cores}'\n"
+                    "    return x\n")
+    with pytest.raises(ScheduleError) as err:
+        check_file(str(path), 2)
+    assert "--tpu v5p" in err.value.fix, err.value.fix

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
+import re
 import os
 import sys
 import time
@@ -278,11 +279,15 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         raise ScheduleError(refused[id(first)] + REFUSAL_TAIL, file=path, line=first.line)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
+        # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
+        cores = re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e")
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
             "(one taking an axis name, or --entry) ran one"
             + (f" ({notes})" if notes else ""), file=path,
-            fix="name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
+            fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
+                 "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
+                "name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
     if params and not any(c.test and "(" in c.test for c in script.captures):
