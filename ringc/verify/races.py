@@ -307,9 +307,8 @@ def _candidate_pairs(group: list[Access]):
             active.append(b)
     remote = [a for a in group if not _local(a)]
     rank = {id(a): i for i, a in enumerate(remote)}
-    def lead(acc: Access) -> tuple[int, int]:  # a 0-d value register (a scalar load) is one point
-        return acc.region.box[0] if acc.region.box else (0, 1)
-
+    # A 0-d memory (a scalar ref: `pltpu.SMEM(())`, a `()`-shaped output) has one element.
+    lead = lambda acc: acc.region.box[0] if acc.region.box else (0, 1)
     others = sorted(group, key=lambda acc: lead(acc)[0])
     for i, a in enumerate(remote):
         for b in others:  # spatial sweep on the leading dimension
