@@ -28,6 +28,7 @@ import math
 import os
 import sysconfig
 import zlib
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -818,6 +819,17 @@ def _box_of(shape: tuple, a: int, b: int) -> tuple | None:
     return None
 
 
+@dataclass(frozen=True)
+class ViewRef(Ref):
+    """A slice of `ref.reshape(shape)`: the same elements as its box of the buffer, with the
+    shape the kernel sees (`view`), which a DMA's shapes are compared in."""
+    view: tuple = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.view
+
+
 def _unview(it: Interpreter, base: Ref, v: Ref, bounds: bool = True) -> Ref:
     """The ref a slice of a reshaped ref is, in the buffer's own shape (its `view`: the shape
     the kernel sees); an error when the slice is not one box of the buffer, except for a ref
@@ -827,12 +839,12 @@ def _unview(it: Interpreter, base: Ref, v: Ref, bounds: bool = True) -> Ref:
     box = None if inner is None or start is None else _box_of(base.buffer.shape, start[0] + inner[0],
                                                                start[0] + inner[1])
     if box is None and not bounds:
-        return Ref(base.buffer, base.device, base.box, base.kept, view=v.shape)
+        return ViewRef(base.buffer, base.device, base.box, base.kept, view=v.shape)
     if box is None:
         raise it.fail(f"a slice of `{base.buffer.name}` reshaped to {list(v.buffer.shape)} that is not one box of "
                       f"its shape {list(base.buffer.shape)}",
                       "slice the reshaped ref along its leading dimension by whole rows of the original")
-    return Ref(base.buffer, base.device, box, tuple(range(len(box))), view=v.shape)
+    return ViewRef(base.buffer, base.device, box, tuple(range(len(box))), view=v.shape)
 
 
 def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any:

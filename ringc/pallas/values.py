@@ -69,14 +69,9 @@ class Ref:
     box: tuple[tuple[int, int], ...]
     kept: tuple[int, ...]
     var: tuple[tuple[int, np.ndarray], ...] = field(default=(), compare=False)
-    # The shape the kernel sees through `ref.reshape(...)` (`interpret.apply_transforms`):
-    # the box is the same elements in the buffer's own shape.
-    view: tuple[int, ...] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
-        if self.view is not None:
-            return self.view
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
 
     def region(self, device: int | None = None) -> Region:
