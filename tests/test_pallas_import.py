@@ -93,10 +93,15 @@ def test_an_unknown_primitive_with_effects_is_an_error_at_its_line(tmp_path):
     assert "prng_seed" in str(e.value) and e.value.line == 10 and e.value.file.endswith("k.py")
 
 
-def test_a_branch_on_tensor_data_is_an_error(tmp_path):
+def test_a_branch_on_tensor_data_is_sampled_and_the_verdict_says_so(tmp_path):
+    """A predicate computed from tensor data is runtime data (issue 31): ringc samples it
+    reproducibly and says so, instead of refusing the kernel."""
     body = ("    @pl.when(x_ref[0, 0] > 0)\n    def _():\n        o_ref[...] = x_ref[...]")
-    with pytest.raises(ScheduleError, match="not known before the kernel runs"):
-        check_module(_kernel(tmp_path, body), 2)
+    report = check_module(_kernel(tmp_path, body), 2)
+    note = [a for a in report.assumptions if a.startswith("values from tensor data")]
+    assert note and "`gt` at line" in note[0] and "false or true" in note[0], report.to_text()
+    again = check_module(_kernel(tmp_path, body), 2)
+    assert again.assumptions == report.assumptions and again.ok == report.ok  # reproducible
 
 
 def test_old_spellings_get_an_alias_and_the_verdict_says_so(tmp_path):

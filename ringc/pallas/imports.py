@@ -7,7 +7,7 @@ one message for a package that is not installed.
   module beside its package importing `pkg`. `Imports.roots` are the file's folder, the
   folder above its package (`__init__.py`) chain, the nearest folder above it with a
   `pyproject.toml`, `setup.py` or `.git`, and each folder above it that holds a package the
-  file imports. A root holding a package that is already imported from elsewhere (a
+  file (or a module beside it, which it may import relatively) imports. A root holding a package that is already imported from elsewhere (a
   checkout of jax, say) goes at the end of `sys.path`, so it does not shadow it. The file
   runs with `__package__` set to its dotted package, so relative imports resolve (and run
   the package's `__init__.py` first, as Python does).
@@ -86,7 +86,14 @@ def repo_roots(tree: ast.Module, path: str) -> list[str]:
     marked = next((d for d in [here, *here.parents] if any((d / m).exists() for m in _MARKERS)), None)
     if marked is not None:
         roots.append(marked)
-    for top in _imported_tops(tree):
+    tops = _imported_tops(tree)
+    for sibling in sorted(here.glob("*.py"))[:50]:  # its package's modules it imports relatively
+        if sibling != Path(path).resolve():
+            try:
+                tops += [t for t in _imported_tops(ast.parse(sibling.read_text())) if t not in tops]
+            except (SyntaxError, UnicodeDecodeError, OSError):
+                pass
+    for top in tops:
         holder = next((d for d in [here, *here.parents]
                        if (d / top).is_dir() or (d / f"{top}.py").is_file()), None)  # namespace packages too
         if holder is not None and holder != here:
@@ -296,8 +303,40 @@ def missing_import(e: BaseException, path: str, imports: Imports | None = None,
         line = _file_line(e, path)
     via = _first_other_file(e, path)
     through = f" (through {via})" if via else ""
-    return ScheduleError(f"the file imports `{top}`{through}, which is not installed", file=path, line=line,
-                         fix=f"pip install {top}, or pass --stub {top} if the kernel does not need it")
+    tops = [top] + [t for t in _also_missing(e, imports) if t != top]
+    also = f"; it also imports {', '.join(f'`{t}`' for t in tops[1:])}, not installed either" if tops[1:] else ""
+    return ScheduleError(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
+                         fix=f"pip install {' '.join(tops)}, or pass {' '.join(f'--stub {t}' for t in tops)} if the "
+                             "kernel does not need " + ("it" if len(tops) == 1 else "them"))
+
+
+def _also_missing(e: BaseException, imports: Imports | None) -> list[str]:
+    """The other top-level packages the importing file (the traceback's last file outside
+    importlib) imports that are not installed either: one message names them all, so a
+    user adds every `--stub` at once instead of one per run."""
+    import importlib.util
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if "importlib" not in f and not f.startswith("<") and f.endswith(".py"):
+            last = f
+        tb = tb.tb_next
+    if last is None:
+        return []
+    try:
+        tops = _imported_tops(ast.parse(Path(last).read_text()))
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return []
+    out = []
+    for t in tops:
+        if t in sys.modules or (imports is not None and (_within(imports, t) or t in imports.stubs)):
+            continue
+        try:
+            if importlib.util.find_spec(t) is None:
+                out.append(t)
+        except (ImportError, ValueError):
+            out.append(t)
+    return out
 
 
 def _file_line(e: BaseException, path: str) -> int | None:

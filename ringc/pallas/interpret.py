@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import os
 import sysconfig
+import zlib
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -136,30 +138,45 @@ class Interpreter:
         return KernelError(f"{message} (device {self.device}, grid point {self.point})", file=loc.file,
                            line=int(loc) or None, fix=fix)
 
-    def scalar(self, v: Any, what: str) -> int:
-        """A concrete integer, or an error saying why it must be one."""
+    def scalar(self, v: Any, what: str, span: tuple[int, int] | None = None) -> int:
+        """A concrete integer, or an error saying why it must be one. A value computed from
+        tensor data whose own range is not known is runtime data: with `span`, the range
+        its use allows ([lo, hi): an index into its dimension, a branch), it is sampled
+        there (`sample_value`)."""
         if type(v) is int:
             return v
         if type(v) is Vec:
             raise Diverge(f"{what} differs between devices")
         if isinstance(v, (Data, Unknown)):
+            from_data = isinstance(v, Data) or v.data
+            if from_data and span is not None and (isinstance(v, Unknown) or math.prod(v.shape) == 1):
+                cache = self.__dict__.setdefault("_sampled_at_use", {})
+                hit = cache.get(id(v))
+                if hit is not None and hit[0] is v:  # the same value used again: the same sample
+                    return hit[1]
+                why = v.why if isinstance(v, Unknown) else "it is read from tensor data"
+                value = int(sample_value(self, span[0], span[1], f"{what} ({why})", own=False))
+                cache[id(v)] = (v, value)
+                return value
             why = v.why if isinstance(v, Unknown) else "it is computed from tensor data"
             raise self.fail(f"{what} is not known before the kernel runs: {why}",
                             "ringc follows control flow, indices and targets computed from grid indices, "
-                            "device ids, loop counters, SMEM and scalar-prefetch values only")
+                            "device ids, loop counters, SMEM and scalar-prefetch values; a value from "
+                            "tensor data is sampled where it indexes or branches, not where it sets "
+                            "a size, a semaphore amount or a DMA's shape")
         a = np.asarray(v)
         if a.size != 1:
             raise self.fail(f"{what} is an array of shape {a.shape}, not a scalar", "index with scalars")
         return int(a.reshape(()))
 
-    def lane_int(self, v: Any, what: str) -> Any:
+    def lane_int(self, v: Any, what: str, span: tuple[int, int] | None = None) -> Any:
         """`scalar`, except that every device's own integer is allowed (as an int64 array)
         when every device is evaluated at once: an index or a device id."""
         if type(v) is Vec:
             if not np.issubdtype(v.a.dtype, np.integer) or v.a.ndim != 1:
                 raise Diverge(f"{what} is not one integer per device")
             return v.a.astype(np.int64)
-        return self.scalar(v, what)
+        return self.scalar(v, what, span)
 
     def region(self, ref: Ref, device: int | None = None) -> Any:
         """The ref's region (device 0's when every device is evaluated at once, after
@@ -344,7 +361,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     if it.lanes is not None and any(type(v) is Vec for v in invals):
         return it.lanes.pure(it, eqn, invals)
     fast = _INT_OPS.get(name)
-    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory for v in invals):
+    if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory or type(v) is Sampled
+                                for v in invals):
         r = fast(*invals)
         kind = _out_kind(eqn)
         if r is None:
@@ -352,7 +370,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         elif kind is bool:
             return [bool(r)]
         elif kind is not None and -kind <= r < kind:
-            return [int(r)]
+            src = next((v for v in invals if type(v) is Sampled), None)
+            return [Sampled(int(r), src.source) if src is not None else int(r)]
     if all(is_concrete(v) for v in invals):
         dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
         args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
@@ -381,11 +400,16 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         except Exception as e:  # pragma: no cover - a primitive JAX itself cannot evaluate here
             raise it.fail(f"cannot evaluate `{name}` on concrete values: {type(e).__name__}: {e}",
                           "report it: ringc evaluates scalar arithmetic with numpy and JAX") from None
-    if any(isinstance(v, Unknown) for v in invals):
-        u = next(v for v in invals if isinstance(v, Unknown))
-        return [u for _ in outs]
     data = [v for v in invals if isinstance(v, Data)]
     shapes = [tuple(getattr(o.aval, "shape", ())) for o in outs]
+    sampled = _sampled_from_data(it, eqn, name, invals, data, shapes)
+    if sampled is not None:
+        return sampled
+    if any(isinstance(v, Unknown) for v in invals):
+        u = next(v for v in invals if isinstance(v, Unknown))
+        if u.data:  # computed from a runtime value: not sampled apart from it
+            u = Unknown(f"{u.why}, and `{name}` at line {int(it.where())} computes from it")
+        return [u for _ in outs]
     tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
     if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
         followed = _elementwise(eqn, [v.how[1] if isinstance(v, Data) and v.how[0] == "const" else v
@@ -414,10 +438,84 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
     if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
-        return [Unknown(f"`{name}` at line {int(it.where())} computes it from tensor data") for _ in outs]
+        source = _tensor_source(eqn, invals)
+        return [Unknown(f"`{name}` at line {int(it.where())} computes it from "
+                        + ("tensor data" if source else "a value read from memory at run time"), data=source)
+                for _ in outs]
     line = int(it.where())
     what = (f"`{name}` of {len(data)} tensors" if len(data) > 1 and name in ELEMENTWISE else f"`{name}`")
     return [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
+
+
+# -- values from tensor data ------------------------------------------------------
+# A value computed from tensor data (the router's argmax, a comparison of a loaded value, a
+# count read back from SMEM) exists only at run time. Where it steers the kernel (an index,
+# a branch, a target), ringc samples it, reproducibly: at its source when its range is
+# known there (argmax/argmin/top_k indices: [0, K); a boolean: false or true), so every use
+# sees the same value and an index out of the ref is an `out_of_bounds` finding; else where
+# it is used, in the range that use allows (it can then make no `out_of_bounds` finding).
+# The verdict lists every sampled source (docs/pallas-import.md "Values from tensor data").
+SAMPLE_SEED = 0
+
+
+def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape: tuple = ()) -> Any:
+    """Draw a value (or an array of `shape`) in [lo, hi), the same on every run: the draw is
+    keyed by the device, the invocation, the grid point, the line and how many draws that
+    line made there. Noted on the sink for the verdict."""
+    if it.lanes is not None:
+        raise Diverge("a value sampled from tensor data")
+    line = int(it.where())
+    counts = it.__dict__.setdefault("_draws", {})
+    key = (it.device, getattr(it.sink, "invocation", 0), it.point, line)
+    k = counts.get(key, 0)
+    counts[key] = k + 1
+    seed = zlib.crc32(repr((SAMPLE_SEED, *key, k)).encode())
+    rng = np.random.default_rng(seed)
+    notes = getattr(it.sink, "notes", None)
+    if notes is not None:
+        rng_text = "false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})"
+        note = (f"values from tensor data: {what} at line {line} is runtime data; ringc sampled it "
+                + (f"in its range {rng_text}" if own else
+                   f"in the range its use allows, {rng_text} (its own range is not known, so it makes no "
+                   f"out_of_bounds finding)")
+                + f", reproducibly (seed {SAMPLE_SEED}); the verdict covers the sampled values, not every value")
+        if note not in notes:
+            notes.append(note)
+    if shape:
+        return rng.integers(lo, hi, size=shape)
+    return Sampled(int(rng.integers(lo, hi)), (what, line))
+
+
+def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data: list, shapes: list) -> list | None:
+    """The outputs of a primitive on tensor data whose range is known, sampled at the source
+    (`sample_value`); None when this primitive is not such a source."""
+    outs = eqn.outvars
+    if name in ("argmax", "argmin") and len(data) == 1:
+        axis = eqn.params["axes"][0]
+        k = data[0].shape[axis]
+        v = sample_value(it, 0, k, f"`{name}`", own=True, shape=shapes[0])
+        return [v if not shapes[0] else np.asarray(v, dtype=outs[0].aval.dtype)]
+    if name == "top_k" and len(data) == 1:
+        k_in, k = data[0].shape[-1], eqn.params["k"]
+        lead = shapes[1][:-1]
+        rows = [sample_value(it, 0, 1 << 30, "`top_k`", own=True, shape=(k_in,)) for _ in range(math.prod(lead))]
+        idx = np.asarray([np.argsort(r, kind="stable")[:k] for r in rows], dtype=outs[1].aval.dtype)
+        return [Data(shapes[0], ("opaque", f"`top_k` at line {int(it.where())}")), idx.reshape(shapes[1])]
+    if data and not any(isinstance(v, Unknown) for v in invals) and _tensor_source(eqn, invals) \
+            and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs)):
+        return [bool(sample_value(it, 0, 2, f"`{name}`", own=True)) for _ in outs]
+    return None
+
+
+def _tensor_source(eqn: Any, invals: list) -> bool:
+    """Whether a primitive's tensor-data operands are tensors or floats: its scalar result is
+    then a new runtime value (a count, a flag) that may be sampled. A scalar integer read
+    from memory at run time (an expert id read back from SMEM) is no such source: a value
+    computed from it is not sampled apart from it (the two samples would disagree)."""
+    for v, var in zip(invals, eqn.invars):
+        if isinstance(v, Data) and not v.shape and np.issubdtype(np.dtype(var.aval.dtype), np.integer):
+            return False
+    return True
 
 
 # Elementwise primitives: applied to one tensor (the other operands constants), followed as a
@@ -627,7 +725,7 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
             coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}
             for k, v in dev.items():
                 ks = k if isinstance(k, tuple) else (k,)
-                val = it.lane_int(v, "the target device id")
+                val = it.lane_int(v, "the target device id", (0, math.prod(it.axis_sizes[a] for a in ks)))
                 for a in reversed(ks):  # a tuple of axes: row-major over them
                     coords[a] = val % it.axis_sizes[a]
                     val //= it.axis_sizes[a]
@@ -637,7 +735,7 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
                 raise it.fail(f"a MESH device id with {len(parts)} coordinates on a mesh of {len(axes)} axes "
                               f"({', '.join(axes)})", "give one coordinate per mesh axis, or use "
                               "DeviceIdType.LOGICAL")
-            coords = {a: it.lane_int(p, "the target device id") for a, p in zip(axes, parts)}
+            coords = {a: it.lane_int(p, "the target device id", (0, it.axis_sizes[a])) for a, p in zip(axes, parts)}
         out = 0
         for a in axes:
             c = coords[a]
@@ -652,8 +750,8 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
         if len(dev) != 1:
             raise it.fail("a LOGICAL device id must be one integer", "pass one integer")
         dev = dev[0]
-    d = it.lane_int(dev, "the target device id")
     n = math.prod(it.axis_sizes.values())
+    d = it.lane_int(dev, "the target device id", (0, n))
     if isinstance(d, np.ndarray):
         if ((d < 0) | (d >= n)).any():
             raise Diverge("a target that does not exist on some device")
@@ -665,15 +763,88 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
 def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = True) -> Any:
     """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`).
     `bounds=False` for a ref used only for its size (the descriptor of a DMA wait)."""
+    view = None  # after `ref.reshape(shape)`: (the ref reshaped, a ref over a stand-in of that shape)
     for t in transforms or ():
+        if isinstance(t, _Reshape):
+            if view is not None:
+                ref = _unview(it, *view, bounds)
+            if not isinstance(ref, Ref) or ref.var or math.prod(ref.shape) != math.prod(t.shape):
+                raise it.fail(f"a reshape of `{getattr(ref, 'name', getattr(getattr(ref, 'buffer', None), 'name', '?'))}`"
+                              f" to {list(t.shape)}", "reshape a whole ref, or a contiguous slice of one")
+            if _flat_range(ref.buffer.shape, ref.box) is None:
+                raise it.fail(f"a reshape of a slice of `{ref.buffer.name}` that is not contiguous in memory",
+                              "reshape a whole ref, or a slice of its leading dimension")
+            stand = Buffer(ref.buffer.name, t.shape, ref.buffer.dtype, ref.buffer.space, ref.buffer.kind)
+            view = (ref, Ref.whole(stand, ref.device))
+            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
-                          "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`)")
+                          "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`), or reshape them")
         if getattr(t, "int_indexer_shape", ()):
             raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
-        ref = index(it, ref, t.indices, bounds)
+        if view is not None:
+            view = (view[0], index(it, view[1], t.indices, bounds))
+        else:
+            ref = index(it, ref, t.indices, bounds)
+    if view is not None:
+        ref = _unview(it, *view, bounds)
     return ref
+
+
+def _flat_range(shape: tuple, box: tuple) -> tuple[int, int] | None:
+    """The row-major element range [a, b) a box covers, or None when it is not contiguous."""
+    ext = [hi - lo for lo, hi in box]
+    k = next((d for d, e in enumerate(ext) if e != 1), len(ext))
+    if any(ext[d] != shape[d] for d in range(k + 1, len(shape))):
+        return None
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    a = sum(lo * s for (lo, _), s in zip(box, strides))
+    return a, a + math.prod(ext)
+
+
+def _box_of(shape: tuple, a: int, b: int) -> tuple | None:
+    """The box of `shape` covering exactly the row-major elements [a, b), or None."""
+    if b <= a:
+        return None
+    for d in range(len(shape)):
+        stride = math.prod(shape[d + 1:])
+        if a % stride or b % stride or a // (stride * shape[d]) != (b - 1) // (stride * shape[d]):
+            continue
+        box = [((a // math.prod(shape[j + 1:])) % shape[j],) * 2 for j in range(d)]
+        box = [(lo, lo + 1) for lo, _ in box]
+        box.append(((a // stride) % shape[d], ((b - 1) // stride) % shape[d] + 1))
+        box += [(0, shape[j]) for j in range(d + 1, len(shape))]
+        return tuple(box)
+    return None
+
+
+@dataclass(frozen=True)
+class ViewRef(Ref):
+    """A slice of `ref.reshape(shape)`: the same elements as its box of the buffer, with the
+    shape the kernel sees (`view`), which a DMA's shapes are compared in."""
+    view: tuple = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.view
+
+
+def _unview(it: Interpreter, base: Ref, v: Ref, bounds: bool = True) -> Ref:
+    """The ref a slice of a reshaped ref is, in the buffer's own shape (its `view`: the shape
+    the kernel sees); an error when the slice is not one box of the buffer, except for a ref
+    used only for its size (`bounds=False`: a DMA wait's descriptor)."""
+    inner = _flat_range(v.buffer.shape, v.box)
+    start = _flat_range(base.buffer.shape, base.box)
+    box = None if inner is None or start is None else _box_of(base.buffer.shape, start[0] + inner[0],
+                                                               start[0] + inner[1])
+    if box is None and not bounds:
+        return ViewRef(base.buffer, base.device, base.box, base.kept, view=v.shape)
+    if box is None:
+        raise it.fail(f"a slice of `{base.buffer.name}` reshaped to {list(v.buffer.shape)} that is not one box of "
+                      f"its shape {list(base.buffer.shape)}",
+                      "slice the reshaped ref along its leading dimension by whole rows of the original")
+    return ViewRef(base.buffer, base.device, box, tuple(range(len(box))), view=v.shape)
 
 
 def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any:
@@ -687,8 +858,8 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 if any(not isinstance(j, _Slice) for j in indices[k:]):
                     raise it.fail("a semaphore index after a full slice", "index semaphores with integers")
                 break
-            i = it.scalar(ix, "a semaphore index")
             dim = ref.shape[len(fixed)]
+            i = it.scalar(ix, "a semaphore index", (0, dim))
             if not 0 <= i < dim:
                 raise it.fail(f"semaphore `{ref.name}` index {i} is out of range [0, {dim})",
                               "index within the semaphore array")
@@ -708,8 +879,8 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
             kept.append(dim)
             continue
         if isinstance(ix, _Slice):
-            start = it.lane_int(ix.start, "a slice start")
             size = it.scalar(ix.size, "a slice size")
+            start = it.lane_int(ix.start, "a slice start", (0, max(hi - lo - size, 0) + 1))
             stride = it.scalar(ix.stride, "a slice stride")
             if stride != 1:
                 raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
@@ -732,7 +903,7 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 var[dim] = var[dim] + start
             kept.append(dim)
         else:
-            i = it.lane_int(ix, "an index")
+            i = it.lane_int(ix, "an index", (0, hi - lo))
             if type(i) is not int:  # every device's own index (`Lanes`)
                 if bounds and ((i < 0) | (i >= hi - lo)).any():
                     raise Diverge("an index out of range on some device")
@@ -769,6 +940,21 @@ class FromMemory(int):
         return f"{int(self)}, read from `{name}[{at}]` at line {line}"
 
 
+class Sampled(FromMemory):
+    """An integer ringc sampled from tensor data (`sample_value`), or computed from one:
+    an index out of range made of it says so."""
+
+    @property
+    def source(self) -> tuple:
+        return self.read
+
+    @property
+    def origin(self) -> str:
+        what, line = self.read
+        return (f"{int(self)}, computed from {what} at line {line}, runtime data that ringc sampled "
+                "(see the verdict's `values from tensor data`)")
+
+
 def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
     """An access out of its ref's range: an `out_of_bounds` finding at its line, recorded
     on the sink (`Builder.faults`), and the evaluation goes on with the access clamped
@@ -803,6 +989,10 @@ class _Indexer(NamedTuple):
     int_indexer_shape: tuple
 
 
+class _Reshape(NamedTuple):
+    shape: tuple
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -827,6 +1017,8 @@ def _template(eqn: Any, key: str, n: int) -> Any:
         name = type(x).__name__
         if name == "TransformedRef":
             return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
+        if name == "ReshapeTransform":
+            return _Reshape(tuple(int(d) for d in x.shape))
         if name == "NDIndexer":
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
         if name == "Slice":
@@ -907,16 +1099,45 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
         raise it.fail(f"DMA from `{src.region().text()}` {list(src.shape)} to `{dst.region().text()}` "
                       f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
     name = f"{src.buffer.name}->{dst.buffer.name}"
+    _dma_values(it, src, dst, it.device if dev is None else None)
     if dev is None:
         it.emit(DmaStart(name, it.region(src), it.region(dst), None,
                          sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
     target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
+    if 0 <= target < math.prod(it.axis_sizes.values()):
+        _dma_values(it, src, dst, target)
     parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
     explicit = all(isinstance(p, OwnIndex) or any(p is o for o in it.own_vecs) for p in parts)
     it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
                      sem_id(it, dst_sem, target, "the receive semaphore"), explicit_self=explicit), target)
     return []
+
+
+def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None:
+    """A DMA into memory whose values ringc knows (SMEM, scalar prefetch): a local copy of
+    known values copies them (read after the wait; a read before it is a race, found as
+    such); any other makes the destination's values unknown on its device, so later reads
+    are runtime data (`Unknown`), never the values it held before the DMA."""
+    buf, d = dst.buffer, (it.device if target is None else target)
+    if not buf.store:  # most DMAs: into memory whose values are data
+        return
+    if it.lanes is not None:
+        raise Diverge("a DMA into memory whose values ringc knows")
+    if d not in buf.store:
+        return
+    known = src.buffer.store.get(it.device)
+    if target == it.device and known is not None:
+        sl_s = tuple(slice(a, b) for a, b in src.box)
+        sl_d = tuple(slice(a, b) for a, b in dst.box)
+        vals = np.asarray(known[sl_s])
+        if vals.size == math.prod(dst.shape):
+            buf.store[d] = buf.store[d].copy()
+            buf.store[d][sl_d] = vals.reshape(buf.store[d][sl_d].shape)
+            return
+    buf.store.pop(d)
+    buf.unknown[d] = (f"a DMA at line {int(it.where())} filled from `{src.buffer.name}`, whose values ringc "
+                      "does not follow")
 
 
 @rule("dma_wait", doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
@@ -990,6 +1211,9 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
+    why = buf.unknown.get(ref.device)
+    if why is not None and math.prod(ref.shape) == 1:
+        return Unknown(f"it is read from `{buf.name}` at line {int(it.where())}, which {why}", data=True)
     return Data(ref.shape, ("load", dst))
 
 
@@ -1185,7 +1409,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
 @rule("cond", doc="`lax.cond` / `pl.when`: the branch the concrete predicate selects")
 def _cond(it: Interpreter, eqn: Any, invals: list) -> list:
     branches = eqn.params["branches"]
-    i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)")
+    i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)", (0, len(branches)))
     i = min(max(i, 0), len(branches) - 1)
     return it.run_closed(branches[i], invals[1:])
 
@@ -1231,7 +1455,7 @@ def _while(it: Interpreter, eqn: Any, invals: list) -> list:
     cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
     for _ in range(MAX_ITERATIONS):
         (c,) = it.run_closed(p["cond_jaxpr"], [*cconsts, *val])
-        if not it.scalar(c, "a loop condition"):
+        if not it.scalar(c, "a loop condition", (0, 2)):
             return val
         val = it.run_closed(p["body_jaxpr"], [*bconsts, *val])
     raise it.fail(f"a while loop ran {MAX_ITERATIONS} iterations", "bound the loop")

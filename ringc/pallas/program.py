@@ -189,7 +189,9 @@ class Builder(Sink):
             return got
         if got.space == "smem":
             for d in (range(self.n) if self.lanes is not None else (it.device,)):
-                got.store.setdefault(d, np.zeros(got.shape, got.dtype))
+                if d not in got.store:
+                    got.store[d] = np.zeros(got.shape, got.dtype)
+                    got.unknown.pop(d, None)
         return Ref.whole(got, it.device)
 
     # -- calls ---------------------------------------------------------------------
@@ -245,7 +247,13 @@ class Builder(Sink):
                 # The values the kernel sees: the local (per-device) handle's, not its root's
                 # (an input passed through shard_map links to the global array).
                 values = in_handles[k].values if in_handles[k].values is not None else h.values
-                if values is None or len(values) != self.n or _literal_values(values):
+                if values is None:  # computed at run time from tensor data: runtime data in the kernel
+                    for d in range(self.n):
+                        buf.unknown[d] = (f"holds the scalar-prefetch operand `{name}`, computed before the kernel "
+                                          "from values ringc does not know (tensor data)")
+                    refs_of.append(buf)
+                    continue
+                if len(values) != self.n or _literal_values(values):
                     raise KernelError(
                         f"scalar-prefetch operand `{name}` of pallas_call `{call.name}` is not known before the run",
                         file=line.file, line=int(line),
@@ -353,6 +361,7 @@ class Builder(Sink):
                 if isinstance(b, Buffer) and b.space == "smem":
                     for e in (range(self.n) if self.lanes is not None else (d,)):
                         b.store[e] = np.zeros(b.shape, b.dtype)
+                        b.unknown.pop(e, None)
             args = []
             for r in [*kernel_refs, *scratch]:
                 args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))
@@ -408,7 +417,11 @@ class Builder(Sink):
     def block_index(self, it: Interpreter, bm: Any, point: tuple, prefetch: list) -> tuple[int, ...]:
         out = it.run_closed(bm.index_map_jaxpr, [*point, *prefetch])
         # (an index read from SMEM keeps where it was read, for an out_of_bounds finding)
-        return tuple(o if type(o) is FromMemory else it.scalar(o, "a BlockSpec index") for o in out)
+        spans = []  # the blocks each dimension has: where a runtime block index is sampled
+        for (kind, size), extent in zip(_block_dims(bm), bm.array_aval.shape):
+            spans.append((0, -(-extent // size) if kind == "Blocked" and size else extent))
+        return tuple(o if isinstance(o, FromMemory) else it.scalar(o, "a BlockSpec index", span)
+                     for o, span in zip(out, [*spans, *[None] * len(out)]))
 
     def block_ref(self, buf: Buffer, device: int, bm: Any, idx: tuple[int, ...], point: tuple, line: Any) -> Ref:
         """The block of `buf` a BlockSpec's index selects (`_block_ref`); a block outside the

@@ -45,6 +45,9 @@ class Buffer:
     line: int = 0
     # Concrete contents per device, for SMEM and scalar-prefetch arrays (small integers).
     store: dict[int, np.ndarray] = field(default_factory=dict)
+    # Why a device's contents stopped being known (a DMA filled them with values ringc
+    # does not follow), per device: a scalar read of it is then runtime data.
+    unknown: dict[int, str] = field(default_factory=dict)
 
     @property
     def itemsize(self) -> int:
@@ -110,8 +113,11 @@ class Data:
 @dataclass(frozen=True)
 class Unknown:
     """A scalar the model cannot know statically (a semaphore's value, a value read from
-    tensor data): fine to carry, an error to branch or index on."""
+    tensor data): fine to carry. Branching or indexing on a semaphore's value is an error;
+    one computed from tensor data (`data`) is runtime data, sampled where it is used
+    (`interpret.sample_value`: "Values from tensor data" in docs/pallas-import.md)."""
     why: str
+    data: bool = False
 
 
 class Vec:
