@@ -9,8 +9,8 @@ ring (the 2-D and 3-D schedules on the tori 2x2, 2x3, 3x3 and 2x2x2 instead), an
 `--pallas` the hand-written kernels of tests/pallas and tests/pallas_import at N = 2..4. Each
 entry is the report's text with the timings and the jobs-dependent parts taken out: the
 first line's "(E events, S s)" and the seconds (`normalized`). A case that is bad input
-records its message. `tests/test_snapshot.py` holds the YAML corpus to the file in the
-default suite, and the Pallas corpus under `-m slow`.
+records its message. `tests/test_snapshot.py` holds both corpora to their files in the
+default suite (about 30 s and 20 s).
 """
 
 from __future__ import annotations

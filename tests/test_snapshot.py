@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import snapshot
 
 
@@ -23,6 +21,5 @@ def test_yaml_verdicts_are_as_recorded():
     _compare("yaml")
 
 
-@pytest.mark.slow
 def test_pallas_verdicts_are_as_recorded():
     _compare("pallas")
