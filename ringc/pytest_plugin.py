@@ -10,7 +10,7 @@ When on:
   under `shard_map` with DMAs or semaphores (a collective kernel) is *recorded* -- its
   traced program, its arguments, the test file's line -- and then **runs as usual**, so the
   test's own assertions still hold (`ringc check script.py` instead returns zeros). The
-  hook is the one `script._capturing` uses, `jax._src.pjit._pjit_call_impl_python`: JAX's
+  hook is the one `script._capturing` uses (`jaxprs.jitted_calls`): JAX's
   path for a jitted call it has not compiled yet for these argument types. A jitted function
   called again with the same types runs from JAX's C++ cache and is not seen again: the
   test that first runs it carries its verdict.
@@ -122,11 +122,10 @@ def _caller(path: str) -> int:
 def recording(calls: list[_Call], path: str) -> Iterator[None]:
     """While a test body runs: record its collective kernel calls (and pair a `lax` reference
     computed on the same input), then run every call as JAX would."""
-    from jax._src import pjit
+    from .pallas.jaxprs import jitted_calls
     from .pallas.script import Capture, kernel_names, lax_reference
-    run = pjit._pjit_call_impl_python
 
-    def impl(*args: Any, jaxpr: Any, **params: Any) -> Any:
+    def impl(run: Any, *args: Any, jaxpr: Any, **params: Any) -> Any:
         try:
             ids = tuple(id(a) for a in args)
             if _is_collective(jaxpr.jaxpr):
@@ -141,11 +140,8 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
             pass
         return run(*args, jaxpr=jaxpr, **params)
 
-    pjit._pjit_call_impl_python = impl
-    try:
+    with jitted_calls(impl):
         yield
-    finally:
-        pjit._pjit_call_impl_python = run
 
 
 def _snapshot(args: tuple) -> list:

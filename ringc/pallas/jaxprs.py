@@ -3,9 +3,27 @@ but not into the kernels of `pallas_call`s."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable, Iterator
 
-__all__ = ["walk_eqns", "has_pallas"]
+__all__ = ["walk_eqns", "has_pallas", "jitted_calls"]
+
+
+@contextlib.contextmanager
+def jitted_calls(hook: Callable[..., Any]) -> Iterator[None]:
+    """While inside: every jitted call JAX runs on its Python path goes to `hook(run, *args,
+    jaxpr=..., **params)`, where `run(*args, jaxpr=..., **params)` is JAX's own
+    implementation (`jax._src.pjit._pjit_call_impl_python`, a private API of jax 0.10). The
+    one place ringc takes over jitted calls: `ringc check` capturing a script's kernel
+    calls (`script._capturing`), and `pytest --ringc` recording a test's
+    (`pytest_plugin.recording`)."""
+    from jax._src import pjit
+    run = pjit._pjit_call_impl_python
+    pjit._pjit_call_impl_python = lambda *args, **params: hook(run, *args, **params)
+    try:
+        yield
+    finally:
+        pjit._pjit_call_impl_python = run
 
 
 def walk_eqns(jaxpr: Any):

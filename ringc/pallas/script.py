@@ -51,7 +51,7 @@ import numpy as np
 
 from ..ir.errors import ScheduleError
 from .entries import ArgSpec, call_entries
-from .jaxprs import walk_eqns
+from .jaxprs import jitted_calls, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
 
 __all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
@@ -346,10 +346,7 @@ def _devices(n: int, notes: list[str]) -> Iterator[None]:
 def _capturing(script: Script) -> Iterator[None]:
     """Top-level jitted calls that run pallas_calls are recorded and return zeros; a call that
     computes one lax collective on a captured call's input names that call's meaning."""
-    from jax._src import pjit
-    run = pjit._pjit_call_impl_python
-
-    def impl(*args, jaxpr, **params):
+    def impl(run, *args, jaxpr, **params):
         ids = tuple(id(a) for a in args)
         def zeros():
             import jax  # jax arrays, so that `.block_until_ready()` and the like work on them
@@ -382,11 +379,8 @@ def _capturing(script: Script) -> Iterator[None]:
                     return zeros()  # the reference only names the meaning: its values are not needed
         return run(*args, jaxpr=jaxpr, **params)
 
-    pjit._pjit_call_impl_python = impl
-    try:
+    with jitted_calls(impl):
         yield
-    finally:
-        pjit._pjit_call_impl_python = run
 
 
 @contextlib.contextmanager
