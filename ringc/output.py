@@ -120,7 +120,8 @@ class Output:
         return "\n".join(lines)
 
     def summary(self) -> dict[str, int]:
-        files = {str(r.program.file) for r in self.reports} | {str(e.file) for e in self.errors}
+        # A call that was not checked (`importer.CallError`) has a file but no program.
+        files = {str(r.program.file if hasattr(r, "program") else r.file) for r in self.reports} | {str(e.file) for e in self.errors}
         return {"files": len(files), "verdicts": len(self.reports), "ok": sum(r.ok for r in self.reports),
                 "failed": sum(not r.ok for r in self.reports), "refused": len(self.errors),
                 "findings": sum(len(r.errors()) for r in self.reports)}

@@ -373,6 +373,9 @@ class CallError:
     def kinds(self) -> set[str]:
         return {"error"}
 
+    def errors(self) -> list:
+        return []
+
     def to_text(self, explain: bool = False) -> str:
         return f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
 

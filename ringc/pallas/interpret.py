@@ -666,6 +666,17 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
     """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`).
     `bounds=False` for a ref used only for its size (the descriptor of a DMA wait)."""
     for t in transforms or ():
+        if isinstance(t, _Select):  # `pl.select_ref(i, a, b, ...)`: the i-th of the refs
+            if not isinstance(ref, (tuple, list)):
+                raise it.fail("`pl.select_ref` of something that is not a list of refs", "pass refs to select_ref")
+            i = it.scalar(t.idx, "the index of `pl.select_ref`")
+            if not 0 <= i < len(ref):
+                raise it.fail(f"`pl.select_ref` index {i} is out of range [0, {len(ref)})",
+                              "select one of the refs passed")
+            ref = ref[i]
+            if isinstance(ref, _TRef):
+                ref = apply_transforms(it, ref.ref, ref.transforms, bounds)
+            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
@@ -803,6 +814,10 @@ class _Indexer(NamedTuple):
     int_indexer_shape: tuple
 
 
+class _Select(NamedTuple):
+    idx: Any
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -829,6 +844,8 @@ def _template(eqn: Any, key: str, n: int) -> Any:
             return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
         if name == "NDIndexer":
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
+        if name == "SelectTransform":
+            return _Select(plain(x.idx))
         if name == "Slice":
             return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
         if isinstance(x, tuple):

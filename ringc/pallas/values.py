@@ -72,8 +72,10 @@ class Ref:
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
 
     def region(self, device: int | None = None) -> Region:
-        return Region(self.buffer.name, self.device if device is None else device, self.box, self.kept,
-                      self.buffer.itemsize)
+        # A 0-d buffer (`pltpu.SMEM(())`, a scalar output) is one element: the verifier's
+        # regions have at least one dimension, so it is the point 0 of a dimension of size 1.
+        return Region(self.buffer.name, self.device if device is None else device, self.box or ((0, 1),),
+                      self.kept, self.buffer.itemsize)
 
     @staticmethod
     def whole(buffer: Buffer, device: int) -> "Ref":

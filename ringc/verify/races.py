@@ -307,10 +307,12 @@ def _candidate_pairs(group: list[Access]):
             active.append(b)
     remote = [a for a in group if not _local(a)]
     rank = {id(a): i for i, a in enumerate(remote)}
-    others = sorted(group, key=lambda acc: acc.region.box[0][0])
+    # A 0-d memory (a scalar ref: `pltpu.SMEM(())`, a `()`-shaped output) has one element.
+    lead = lambda acc: acc.region.box[0] if acc.region.box else (0, 1)
+    others = sorted(group, key=lambda acc: lead(acc)[0])
     for i, a in enumerate(remote):
         for b in others:  # spatial sweep on the leading dimension
-            if b.region.box[0][0] >= a.region.box[0][1]:
+            if lead(b)[0] >= lead(a)[1]:
                 break
             if rank.get(id(b), len(remote)) > i:
                 yield (a, b)
