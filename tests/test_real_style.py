@@ -31,3 +31,30 @@ def test_a_call_not_checked_among_others_is_summed_up(capsys):
     assert rc == 1
     assert "not checked" in captured.out
     assert "4 verdicts in 1 file: 2 ok, 2 failed" in captured.err
+
+
+def test_a_race_between_two_runs_of_one_line_in_a_helper_says_which_is_which():
+    """Two DMAs started from one line of a Python loop, through a helper (the way
+    tpu-inference's kernels start theirs in `_start_or_wait_copy`): the two accesses of the
+    write-write race are told apart, and the finding names the helper's callers."""
+    path = HERE / "loop_sends.py"
+    text = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(text, 1) if "copy.start()" in line)
+    call = next(i for i, line in enumerate(text, 1) if "copies.append(_start(" in line)
+    launch = next(i for i, line in enumerate(text, 1) if line.startswith("result = launch(x)"))
+    report, = check_file(str(path), 4)
+    assert report.kinds() == {"race"}
+    assert report.title.startswith(f"send_halves_kernel (line {launch}, through launch() at line ")
+    race = report.findings[0]
+    assert int(race.event.line) == start
+    assert "(1st time the line runs there)" in race.message and "(2nd time)" in race.message
+    assert race.event.line.via == f"in _start(), called from send_halves_kernel() at line {call}"
+    assert f"line {start} is in _start(), called from send_halves_kernel() at line {call}" in report.to_text()
+
+
+def test_a_markdown_note_skips_its_pseudocode_blocks_and_checks_its_example():
+    """A design note's ```py pseudocode (jax-ml/jax docs/pallas/design/async_note.md has
+    `pl.pallas_call(k, out_shape=x, ...)`) was "not valid Python" for the whole file."""
+    report, = check_file(str(HERE / "design_note.md"), 3)
+    assert report.ok and report.title.startswith("permute_kernel (line ")
+    assert any("is not valid Python" in a and "ringc skipped it" in a for a in report.assumptions)

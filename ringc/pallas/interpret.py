@@ -86,12 +86,30 @@ def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-proc
             here = _loc(f.start_line, name)
             if loc is None:
                 loc = here
+                loc.via = _callers(codes, lastis, code, os.path.abspath(name))
             if preferred is not None and os.path.abspath(name) == preferred:
                 loc = here
+                loc.via = _callers(codes, lastis, code, preferred)
                 break
     loc = loc or Loc(0, "<unknown>")
     cache[key] = (eqn.source_info, loc)
     return loc
+
+
+def _callers(codes: list, lastis: list, code: Any, file: str) -> str:
+    """When the frame of `code` (an access in the user's file) is a helper of the kernel, the
+    chain of its callers in the same file, innermost first: `in _copy(), called from
+    kernel() at line 57`; "" when the access is in the function JAX traced itself."""
+    from jax._src import source_info_util as siu
+    i = codes.index(code)
+    chain = []
+    for c, lasti in zip(codes[i + 1:], lastis[i + 1:]):
+        if os.path.abspath(c.co_filename) != file:
+            break
+        chain.append(f"{c.co_name}() at line {siu.raw_frame_to_frame(c, lasti).start_line}")
+    if not chain:
+        return ""
+    return f"in {code.co_name}(), called from " + ", from ".join(chain)
 
 
 def _loc(line: int, name: str) -> Loc:

@@ -24,14 +24,16 @@ class Loc(int):
     compares and prints it as one) while findings can name the user's file."""
 
     file: str
+    via: str  # the access is in a helper: `in _copy(), called from kernel() at line 57` (else "")
 
-    def __new__(cls, line: int, file: str) -> "Loc":
+    def __new__(cls, line: int, file: str, via: str = "") -> "Loc":
         obj = super().__new__(cls, line)
         obj.file = file
+        obj.via = via
         return obj
 
     def __reduce__(self):  # picklable, like an int
-        return (Loc, (int(self), self.file))
+        return (Loc, (int(self), self.file, self.via))
 
 
 @dataclass
