@@ -58,3 +58,21 @@ def test_a_markdown_note_skips_its_pseudocode_blocks_and_checks_its_example():
     report, = check_file(str(HERE / "design_note.md"), 3)
     assert report.ok and report.title.startswith("permute_kernel (line ")
     assert any("is not valid Python" in a and "ringc skipped it" in a for a in report.assumptions)
+
+
+def test_top_level_prints_of_values_are_not_run_but_prints_that_call_the_script_are():
+    """The tutorial prints slices of its 1 GiB sharded arrays (`input_arr[::4, 0]`): 20 s on
+    CPU devices, for output ringc drops. A print that calls the script's own function may
+    run a kernel, so it runs."""
+    import ast
+
+    from ringc.pallas.script import _only_prints
+
+    def only(src):
+        return _only_prints(ast.parse(src).body[0])
+    assert only("print('Input:', x.shape, x[::4, 0])")
+    assert only("print('Difference', jnp.mean(jnp.abs(a - b)))")
+    assert only("print(f'{x.sum():.3f}')")
+    assert not only("print(run(x))")
+    assert not only("print(x, file=log)")
+    assert not only("y = print(x)")
