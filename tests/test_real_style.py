@@ -76,3 +76,24 @@ def test_top_level_prints_of_values_are_not_run_but_prints_that_call_the_script_
     assert not only("print(run(x))")
     assert not only("print(x, file=log)")
     assert not only("y = print(x)")
+
+
+def test_a_library_switch_picks_the_kernel_with_a_word_param(capsys):
+    """A per-shard `reduce_scatter(x, axis_name, mode="auto")` whose default runs lax (as
+    collective libraries such as erfanzar/ejkernel's do): `--param mode=one_shot` selects the
+    kernel (--param took integers only), and without it the message names the switch."""
+    path = str(HERE / "one_shot_reduce_scatter.py")
+    base = ["check", path, "--devices", "4", "--entry", "reduce_scatter", "--arg", "x=float32[32*N,128]@x"]
+    assert main(base) == 2
+    assert "it kept its defaults mode='auto', wait_sends=True" in capsys.readouterr().err
+    assert main(base + ["--param", "mode=one_shot"]) == 0
+    assert "reduce_scatter(x=float32[32*N,128]@x, mode=one_shot): _kernel" in capsys.readouterr().out
+    assert main(base + ["--param", "mode=one_shot", "--param", "wait_sends=false"]) == 1
+    out = capsys.readouterr().out
+    assert "[dma_not_waited]" in out and "wait_sends=False" in out
+
+
+def test_a_schedule_refuses_a_word_param(capsys):
+    schedule = str(Path(__file__).parent.parent / "schedules" / "all_reduce_ring.yaml")
+    assert main(["check", schedule, "--devices", "2", "--param", "rows=many"]) == 2
+    assert "a schedule's parameters are integers" in capsys.readouterr().err
