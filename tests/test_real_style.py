@@ -97,3 +97,16 @@ def test_a_schedule_refuses_a_word_param(capsys):
     schedule = str(Path(__file__).parent.parent / "schedules" / "all_reduce_ring.yaml")
     assert main(["check", schedule, "--devices", "2", "--param", "rows=many"]) == 2
     assert "a schedule's parameters are integers" in capsys.readouterr().err
+
+
+def test_a_generic_kernel_wrapper_is_titled_with_the_kernel_it_runs():
+    """beshrislambouli/TPU-Collectives runs every kernel inside a `kernel_wrapper` that loops
+    with `lax.fori_loop`: its 11 verdicts were all `kernel_wrapper (line 859, ...)`. Now the
+    title names the user's kernel the wrapper runs, and the script line and helpers."""
+    path = HERE / "looped_launch.py"
+    text = path.read_text().splitlines()
+    main_line = next(i for i, line in enumerate(text, 1) if line.strip() == "main()")
+    first, second = check_file(str(path), 4)
+    assert first.title.startswith(f"shift_kernel in kernel_wrapper (line {main_line}, through main() at line ")
+    assert "run_scenario() at line" in first.title
+    assert {f.kind for f in first.errors()} == {f.kind for f in second.errors()} == {"race"}
