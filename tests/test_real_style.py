@@ -110,3 +110,19 @@ def test_a_generic_kernel_wrapper_is_titled_with_the_kernel_it_runs():
     assert first.title.startswith(f"shift_kernel in kernel_wrapper (line {main_line}, through main() at line ")
     assert "run_scenario() at line" in first.title
     assert {f.kind for f in first.errors()} == {f.kind for f in second.errors()} == {"race"}
+
+
+def test_newer_jax_tensorcore_mesh_is_refused_by_name(tmp_path):
+    """JAX's tpu_pallas_interpret_distributed_test.py (at cec06d1) builds
+    `pltpu.TensorCoreMesh(...)`, a name the jax ringc runs on lacks: it was an empty
+    AttributeError; now it is the TensorCore-mesh refusal, at its line."""
+    import pytest
+
+    from ringc.ir.errors import ScheduleError
+    script = tmp_path / "core_mesh.py"
+    script.write_text("import jax\nfrom jax.experimental.pallas import tpu as pltpu\n\n"
+                      "mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(script), 2)
+    assert "TensorCore meshes (pltpu.TensorCoreMesh) are not supported" in str(e.value)
+    assert e.value.line == 4
