@@ -14,7 +14,7 @@ def test_select_ref_and_scalar_smem_operands_are_checked():
     """`pl.select_ref(idx_ref[...], a, b)` with a 0-d SMEM index (JAX's
     tpu_pallas_distributed_test.py select_ref tests): was "SelectTransform is not supported",
     and a 0-d ref in a racy program an IndexError."""
-    reports = check_file(str(HERE / "select_ref_test.py"), 4)
+    reports = check_file(str(HERE / "select_ref_cases.py"), 4)
     by_test = {r.title.split(":")[0].split(" (")[0]: r for r in reports}
     assert by_test["SelectRefTest.test_exchange_selected0"].ok
     assert by_test["SelectRefTest.test_exchange_selected1"].ok
@@ -26,7 +26,7 @@ def test_select_ref_and_scalar_smem_operands_are_checked():
 def test_a_call_not_checked_among_others_is_summed_up(capsys):
     """A test module with one call ringc cannot check: its own "not checked" verdict and the
     summary line (was: internal error, `CallError` has no `program`)."""
-    rc = main(["check", str(HERE / "select_ref_test.py"), "--devices", "4"])
+    rc = main(["check", str(HERE / "select_ref_cases.py"), "--devices", "4"])
     captured = capsys.readouterr()
     assert rc == 1
     assert "not checked" in captured.out

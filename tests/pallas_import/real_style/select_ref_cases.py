@@ -1,4 +1,4 @@
-"""Remote DMAs in the style of JAX's own distributed Pallas TPU tests (an absltest module
+"""(Named *_cases.py so that pytest does not collect it.) Remote DMAs in the style of JAX's own distributed Pallas TPU tests (an absltest module
 with parameterized tests; cf. jax-ml/jax tests/pallas/tpu_pallas_distributed_test.py, the
 `select_ref` tests, and tpu_pallas_interpret_distributed_test.py). Written for ringc's
 regression tests, not copied.
