@@ -28,6 +28,10 @@ checkout that is not this tree, put it on PYTHONPATH.
 
 Prints a table: kernel, source, N, ringc verdict and kinds, ringc seconds, interpret
 outcome, interpret seconds, notes.
+
+`benchmarks/real_manifest.py` runs `ringc check` itself on the files of
+tests/real_kernels/manifest.yaml exactly as published (no adapter), against the same
+--src layout, and compares every verdict with the manifest's.
 """
 
 from __future__ import annotations

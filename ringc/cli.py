@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -105,13 +106,18 @@ def _mesh_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _param(text: str) -> tuple[str, int]:
+def _param(text: str) -> tuple[str, int | str | bool]:
+    """`k=v`: an integer; for a Python kernel's entry function also a word (`mode=one_shot`;
+    `true` and `false` are booleans), which a YAML schedule refuses (`_load`)."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}")
     try:
         return name.strip(), _integer(value, "an integer")
     except argparse.ArgumentTypeError as e:
+        word = value.strip()
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", word):
+            return name.strip(), {"true": True, "false": False}.get(word.lower(), word)
         raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}: {e}") from None
 
 
@@ -269,6 +275,10 @@ def _mesh_axes_arg(text: str):
 
 def _load(path: str, params: list[tuple[str, int]]):
     from .ir.loader import load
+    for name, value in params:
+        if type(value) is not int:
+            raise ScheduleError(f"--param {name}={value}: a schedule's parameters are integers", file=path,
+                                fix=f"pass --param {name}=INTEGER")
     return load(path, dict(params))
 
 

@@ -29,8 +29,8 @@ an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc rename
 `x` to it, or adds it with size 1 when the ring axis is set or the name means data or
 pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most four times).
 
-**The other arguments.** `--param k=v` gives integer keywords; a parameter with a default
-keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
+**The other arguments.** `--param k=v` gives integer keywords (or a word: `mode=one_shot`,
+`true`/`false` booleans); a parameter with a default keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
 without a default needs `--param` (a clear error naming it); every other one is an array,
 from `--arg NAME=DTYPE[DIMS]@SPEC` or `float32[8*N, 128]` sharded along the ring axis on
 its first dimension. Every argument ringc made up is stated in the verdict
@@ -491,5 +491,13 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             cap.assumes = [f"ringc called {cap.test} with {layout.text()}", *layout.notes, *notes]
         break
     ran = len(script.captures) - before
-    return (f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}" if ran else
-            f"{name} ran no kernel ({failed or 'no pallas_call under jit'})")
+    if ran:
+        return f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}"
+    # A switch with a default may pick the lax path (`mode="auto"`): name the keywords that
+    # could pick the kernel instead.
+    switches = [f"{p.name}={p.default!r}" for p in params.values()
+                if isinstance(p.default, (str, bool)) and p.name not in keywords and not p.name.endswith("axis_name")
+                and p.name != "axis"]
+    hint = (f"; it kept its defaults {', '.join(switches)}: if one of them chooses the kernel, pass it, e.g. "
+            f"--param {switches[0].split('=')[0]}=VALUE") if switches and not failed else ""
+    return f"{name} ran no kernel ({failed or 'no pallas_call under jit'}{hint})"

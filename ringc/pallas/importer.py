@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import itertools
 import math
@@ -304,21 +305,42 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             line=local[0].line, fix="ringc checks collectives: kernels run under jax.shard_map")
     reports = []
     ran = time.perf_counter() - t0
+    checked: dict[Any, tuple[int, Report]] = {}  # an equal call elsewhere in the script: its verdict
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
         values = _small_int_values(cap.args)
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
-        title = f"{test}{cap.name} (line {cap.line}, kernel call {k + 1} of {len(captures)}{copies})"
+        title = f"{test}{cap.name} (line {cap.line}{cap.via}, kernel call {k + 1} of {len(captures)}{copies})"
         if refused[id(cap)]:
             reports.append(CallError(path, title, ScheduleError(refused[id(cap)] + REFUSAL_TAIL, file=path,
                                                                 line=cap.line)))
+            continue
+        same = None if cap.same is None else (cap.same, repr(cap.reference))
+        if same is not None and same in checked:
+            # The same kernels on the same arguments and meaning, called from another line (or
+            # test): checked once, the verdict repeated under this call's title.
+            first, earlier = checked[same]
+            if isinstance(earlier, CallError):
+                reports.append(CallError(path, title, earlier.error))
+                continue
+            report = copy.copy(earlier)
+            report.title, report.seconds = title, time.perf_counter() - t1
+            report.assumptions = [a for a in earlier.assumptions if not a.startswith("script note: ")
+                                  and not a.startswith("meaning: ")]
+            if cap.reference:
+                report.assumptions += [a for a in earlier.assumptions if a.startswith("meaning: ")]
+            report.assumptions.append(f"identical to kernel call {first} (line {captures[first - 1].line}): "
+                                      "checked once, the same verdict")
+            reports.append(report)
             continue
         try:
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
                                    topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             reports.append(CallError(path, title, e))
+            if same is not None:
+                checked[same] = (k + 1, reports[-1])
             continue
         report.title = title
         report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
@@ -344,6 +366,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report.assumptions += [f"script note: {note}" for note in script.notes]
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)
         reports.append(report)
+        if same is not None:
+            checked[same] = (k + 1, report)
     return reports
 
 

@@ -25,6 +25,7 @@ their inputs are concrete, opaque `Data` when they are tensor data.
 from __future__ import annotations
 
 import math
+import functools
 import os
 import sysconfig
 import zlib
@@ -55,9 +56,16 @@ _STDLIB = sysconfig.get_path("stdlib")
 _HERE = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 
+@functools.lru_cache(maxsize=None)
 def _jax_src() -> str:
     import jax
     return os.path.join(os.path.dirname(jax.__file__), "_src") + os.sep
+
+
+def internal_frame(filename: str) -> bool:
+    """A frame of JAX's internals, the standard library or ringc: not the user's code."""
+    return (filename.startswith(_jax_src()) or filename.startswith(_HERE)
+            or filename.startswith(_STDLIB) and "site-packages" not in filename)
 
 
 PREFERRED: list[str] = []  # the checked module's path: its frames win over helper modules'
@@ -77,23 +85,39 @@ def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-proc
     tb = eqn.source_info.traceback
     loc = None
     if tb is not None:
-        jax_src = _jax_src()
         codes, lastis = tb.raw_frames()
         for code, lasti in zip(codes, lastis):
             name = code.co_filename
-            if (name.startswith(jax_src) or name.startswith(_HERE)
-                    or name.startswith(_STDLIB) and "site-packages" not in name):
+            if internal_frame(name):
                 continue
             f = siu.raw_frame_to_frame(code, lasti)
             here = _loc(f.start_line, name)
             if loc is None:
                 loc = here
+                loc.via = _callers(codes, lastis, code, os.path.abspath(name))
             if preferred is not None and os.path.abspath(name) == preferred:
                 loc = here
+                loc.via = _callers(codes, lastis, code, preferred)
                 break
     loc = loc or Loc(0, "<unknown>")
     cache[key] = (eqn.source_info, loc)
     return loc
+
+
+def _callers(codes: list, lastis: list, code: Any, file: str) -> str:
+    """When the frame of `code` (an access in the user's file) is a helper of the kernel, the
+    chain of its callers in the same file, innermost first: `in _copy(), called from
+    kernel() at line 57`; "" when the access is in the function JAX traced itself."""
+    from jax._src import source_info_util as siu
+    i = codes.index(code)
+    chain = []
+    for c, lasti in zip(codes[i + 1:], lastis[i + 1:]):
+        if os.path.abspath(c.co_filename) != file:
+            break
+        chain.append(f"{c.co_name}() at line {siu.raw_frame_to_frame(c, lasti).start_line}")
+    if not chain:
+        return ""
+    return f"in {code.co_name}(), called from " + ", from ".join(chain)
 
 
 def _loc(line: int, name: str) -> Loc:
@@ -777,6 +801,17 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
             stand = Buffer(ref.buffer.name, t.shape, ref.buffer.dtype, ref.buffer.space, ref.buffer.kind)
             view = (ref, Ref.whole(stand, ref.device))
             continue
+        if isinstance(t, _Select):  # `pl.select_ref(i, a, b, ...)`: the i-th of the refs
+            if not isinstance(ref, (tuple, list)):
+                raise it.fail("`pl.select_ref` of something that is not a list of refs", "pass refs to select_ref")
+            i = it.scalar(t.idx, "the index of `pl.select_ref`")
+            if not 0 <= i < len(ref):
+                raise it.fail(f"`pl.select_ref` index {i} is out of range [0, {len(ref)})",
+                              "select one of the refs passed")
+            ref = ref[i]
+            if isinstance(ref, _TRef):
+                ref = apply_transforms(it, ref.ref, ref.transforms, bounds)
+            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
@@ -993,6 +1028,10 @@ class _Reshape(NamedTuple):
     shape: tuple
 
 
+class _Select(NamedTuple):
+    idx: Any
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -1021,6 +1060,8 @@ def _template(eqn: Any, key: str, n: int) -> Any:
             return _Reshape(tuple(int(d) for d in x.shape))
         if name == "NDIndexer":
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
+        if name == "SelectTransform":
+            return _Select(plain(x.idx))
         if name == "Slice":
             return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
         if isinstance(x, tuple):
@@ -1653,7 +1694,7 @@ class Sink:
         raise NotImplementedError
 
 
-__all__ = ["RULES", "RULE_DOCS", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
+__all__ = ["RULES", "RULE_DOCS", "internal_frame", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
            "BARRIER", "ELEMENTWISE", "FromMemory", "out_of_range", "apply_fn", "reference_pointwise"]
 
 

@@ -451,7 +451,8 @@ class Builder(Sink):
         return dict(reversed(list(coords.items())))
 
     def program(self, name: str) -> Program:
-        shapes = {b.name: b.shape for b in self.buffers.values()}
+        # A 0-d buffer is one element (its regions' box is ((0, 1),): `values.Ref.region`).
+        shapes = {b.name: b.shape or (1,) for b in self.buffers.values()}
         grid_names = ("i", "j", "k", "l", "m", "n")
         if self.lanes is not None:  # device 0's events; device d runs them translated by d
             return Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,

@@ -40,6 +40,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import traceback
 import unittest
@@ -75,6 +76,8 @@ class Capture:
     test: str | None = None        # the test method that made the call (a test module)
     copies: int = 0                # identical calls after it (parameterized tests), checked once
     assumes: list[str] = field(default_factory=list)  # how ringc called an entry function (`entries.py`)
+    same: Any = None               # what the check depends on: an equal call elsewhere gets the same verdict
+    via: str = ""                  # the helpers of the file between `line` and the call (`call_site`)
 
 
 @dataclass
@@ -114,6 +117,19 @@ def script_source(path: str) -> str:
     if p.suffix == ".ipynb":
         return _ipynb_code(path, text)
     return text
+
+
+def _md_block(path: str, line: int | None) -> tuple[int, int] | None:
+    """The lines (first, last) of the fenced code block of a Markdown file that holds `line`."""
+    if not line:
+        return None
+    lines = Path(path).read_text().splitlines()
+    fences = [i + 1 for i, text in enumerate(lines) if text.strip().startswith("```")]
+    opening = [f for f in fences if f < line]
+    closing = [f for f in fences if f > line]
+    if not opening or not closing:
+        return None
+    return opening[-1] + 1, closing[0] - 1
 
 
 def _blank_magic(line: str) -> str:
@@ -187,15 +203,71 @@ def small_ints(a: Any) -> "np.ndarray | None":
 
 
 def kernel_names(jaxpr: Any) -> str:
-    """The kernels a call runs, by their Python names: `right_permute_kernel`."""
+    """The kernels a call runs, by their Python names: `right_permute_kernel`; a generic
+    wrapper that runs the user's kernel inside JAX control flow is named with the kernel it
+    runs, `all_gather_pallas_kernel in kernel_wrapper` (`_inner_kernel`)."""
     names = []
     for e in walk_eqns(jaxpr):
         if e.primitive.name == "pallas_call":
             debug = getattr(e.params.get("jaxpr"), "debug_info", None)
             name = e.params.get("name") or getattr(debug, "func_name", None) or "kernel"
+            inner = _inner_kernel(e.params.get("jaxpr"), name)
+            if inner:
+                name = f"{inner} in {name}"
             if name not in names:
                 names.append(name)
     return ", ".join(names)
+
+
+def _inner_kernel(kernel_jaxpr: Any, name: str) -> str | None:
+    """The user's function whose DMAs the pallas_call's kernel function runs, when the
+    kernel function itself makes none: a launcher's `kernel_wrapper` that loops over the
+    user's `all_gather_pallas_kernel` in a `fori_loop` (public benchmark harnesses do). Read
+    off the DMAs' tracebacks: the outermost function named like a kernel that every DMA's
+    chain of user frames goes through; None when there is none or the kernel function
+    makes a DMA itself."""
+    if kernel_jaxpr is None:
+        return None
+    from jax._src import core
+
+    from .interpret import internal_frame as internal
+
+    def eqns(j: Any):
+        for e in j.eqns:
+            yield e
+            for p in e.params.values():
+                for sub in (p if isinstance(p, (tuple, list)) else [p]):
+                    if isinstance(sub, core.ClosedJaxpr):
+                        yield from eqns(sub.jaxpr)
+                    elif isinstance(sub, core.Jaxpr):
+                        yield from eqns(sub)
+
+    chains = []
+    for e in eqns(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr)):
+        if e.primitive.name not in ("dma_start", "dma_wait"):
+            continue
+        tb = e.source_info.traceback
+        if tb is None:
+            continue
+        chain: list[str] = []
+        for code in tb.raw_frames()[0]:  # innermost first
+            if internal(code.co_filename):
+                if chain:
+                    break
+                continue
+            chain.append(code.co_name)
+        chains.append(chain[::-1])
+        if len(chains) > 64:
+            break
+    if not chains or any(name in chain for chain in chains):
+        return None
+    common = chains[0]
+    for chain in chains[1:]:
+        k = 0
+        while k < min(len(common), len(chain)) and common[k] == chain[k]:
+            k += 1
+        common = common[:k]
+    return next((f for f in common if "kernel" in f.lower() and f != name), None)
 
 
 # Ops between a collective matmul's collective and its dot that keep its values (`_matmul_reference`).
@@ -297,6 +369,21 @@ def caller_line(path: str) -> int:
     return line
 
 
+def call_site(path: str, in_test: bool = False) -> tuple[int, str]:
+    """Where the user's file made a call: the line of its outermost frame (a top-level
+    statement; in a test, the test method's line) and, when that line called a helper of
+    the same file that made the call, the chain of those helpers (`through run() at line
+    16`); (0, "") if the file is not on the stack."""
+    target = os.path.abspath(path)
+    frames = [f for f in traceback.extract_stack() if os.path.abspath(f.filename) == target and f.lineno]
+    if in_test:  # the test runner was started from the module's `absltest.main()` line
+        frames = [f for f in frames if f.name != "<module>"] or frames
+    if not frames:
+        return 0, ""
+    via = ", ".join(f"{f.name}() at line {f.lineno}" for f in frames[1:])
+    return frames[0].lineno, (f", through {via}" if via else "")
+
+
 @contextlib.contextmanager
 def _devices(n: int, notes: list[str]) -> Iterator[None]:
     """`jax.devices()` and friends answer with the first n CPU devices; `jax.make_mesh` uses
@@ -354,21 +441,27 @@ def _capturing(script: Script) -> Iterator[None]:
 
         kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
         if kernels:
-            line = caller_line(script.path) or script.entry_line
+            line, via = call_site(script.path, script.test is not None)
+            if not line:
+                line, via = script.entry_line, ""
             # Parameterized tests run one kernel many times with other interpret settings: check it once.
             # The key keeps what the check depends on (compiler params: collective_id,
             # skip_device_barrier decide the entry barrier; aliases), not the interpret settings.
-            key = (line, tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"])
-                               + str(e.params.get("compiler_params")) + str(e.params.get("input_output_aliases"))
-                               for e in kernels),
-                   tuple((a.shape, str(a.dtype), getattr(small_ints(a), "tobytes", bytes)())
-                         for a in args if hasattr(a, "shape")))
+            # the program around the kernels too (what one passes the next), but not how
+            # interpret mode would run them
+            same = (re.sub(r"interpret=(\w+\([^()]*\)|\w+)", "", str(jaxpr.jaxpr)),
+                    tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"])
+                          + str(e.params.get("compiler_params")) + str(e.params.get("input_output_aliases"))
+                          for e in kernels),
+                    tuple((a.shape, str(a.dtype), str(getattr(a, "sharding", "")),
+                           getattr(small_ints(a), "tobytes", bytes)()) for a in args if hasattr(a, "shape")))
+            key = (line, via, same[1:])
             if key in script.seen:
                 script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
                 script.seen[key].copies += 1
                 return zeros()
             script.seen[key] = cap = Capture(jaxpr, list(args), line, kernel_names(jaxpr.jaxpr), ids,
-                                             test=script.test)
+                                             test=script.test, same=same, via=via)
             script.captures.append(cap)
             return zeros()
         ref = lax_reference(jaxpr.jaxpr)
@@ -529,6 +622,46 @@ def _run_pytest(script: Script) -> None:
     run_pytest_module(script)
 
 
+# Modules whose functions a print's arguments may call without the call mattering to ringc
+# (they compute values to show; a kernel runs only through the script's own functions).
+_PRINT_SAFE_ROOTS = {"jnp", "np", "numpy", "jax", "lax", "math", "str", "repr", "len", "float", "int", "abs",
+                     "round", "max", "min", "sum", "type", "list", "tuple", "format"}
+
+
+def _only_prints(stmt: ast.stmt) -> bool:
+    """A top-level `print(...)` whose arguments call nothing of the script's own: its output
+    is dropped, so it is not run at all (formatting `input_arr[::4, 0]` of the tutorial's
+    sharded 1 GiB array took 20 s on CPU devices). A print that calls one of the script's
+    functions (`print(run(x))`, which may run a kernel) still runs."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "print"):
+        return False
+    if any(k.arg == "file" for k in stmt.value.keywords):
+        return False
+    for node in ast.walk(stmt.value):
+        if isinstance(node, ast.Call) and node is not stmt.value:
+            root = node.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Call):  # f(x).g(): judged when the walk reaches f(x)
+                continue
+            if not isinstance(root, (ast.Name, ast.Constant)):
+                return False
+            if isinstance(root, ast.Name) and root.id not in _PRINT_SAFE_ROOTS and root is node.func:
+                return False  # a bare call of a name: the script's own function
+            if isinstance(root, ast.Name) and root is not node.func and root.id not in _PRINT_SAFE_ROOTS:
+                # a method of a value (`x.sum()`, `arr.block_until_ready()`): a value's own method
+                continue
+    return True
+
+
+def _unprinted(*args: Any, file: Any = None, **kwargs: Any) -> None:
+    """`print` for the script's own code: output to stdout or stderr (dropped while ringc
+    runs it) is not formatted; a print to a file the script opened still happens."""
+    if file is not None and file is not sys.stdout and file is not sys.stderr:
+        print(*args, file=file, **kwargs)
+
+
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
@@ -543,16 +676,33 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     from .tpu import answering, generation
     gen = generation(tpu)
     source = script_source(path)
-    try:
-        tree = ast.parse(source, path)
-    except SyntaxError as e:
-        raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
-                            fix="fix the syntax; ringc runs the script as Python") from None
+    skipped: list[str] = []
+    while True:
+        try:
+            tree = ast.parse(source, path)
+            break
+        except SyntaxError as e:
+            # A Markdown file's code block that is not Python (a design note's pseudocode,
+            # `f(x, out_shape=x, ...)`) is skipped like a notebook cell that fails; a script
+            # with invalid syntax is refused.
+            span = _md_block(path, e.lineno) if Path(path).suffix == ".md" else None
+            if span is None or len(skipped) >= 100:
+                raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
+                                    fix="fix the syntax; ringc runs the script as Python") from None
+            lines = source.split("\n")
+            lines[span[0] - 1:span[1]] = [""] * (span[1] - span[0] + 1)
+            source = "\n".join(lines)
+            skipped.append(f"line {e.lineno}: the code block at lines {span[0]}-{span[1]} is not valid Python "
+                           f"({e.msg}): ringc skipped it, as a notebook cell that fails")
     script = Script(path, n)
+    script.notes += skipped
     register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__,
                            "__package__": package_of(path)}
-    # The script's own output (prints of placeholder results) is not ringc's: it is dropped.
+    # The script's own output (prints of placeholder results) is not ringc's: it is dropped,
+    # and its top-level `print` does not even format its arguments: printing a sharded array
+    # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
+    env["print"] = _unprinted
     with importing(path, tree, stubs) as imports, _devices(n, script.notes), \
             answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
             _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
@@ -561,7 +711,14 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
             _run_pytest(script)
         for stmt in ([] if pytest_module else tree.body):
-            code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+            if _only_prints(stmt):
+                continue
+            try:
+                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+            except SyntaxError as e:  # found only when compiled (`def f(_, _)`): like a statement that fails
+                script.notes.append(f"line {e.lineno or stmt.lineno}: not valid Python ({e.msg}): ringc skipped the "
+                                    "statement and ran the next")
+                continue
             stub_calls = len(imports.calls)
             try:
                 exec(code, env)

@@ -192,6 +192,8 @@ _FUNCTIONS = (
     ("jax.experimental.pallas", "core_map", "TensorCore meshes (pl.core_map) are not supported"),
     ("jax.experimental.pallas.tpu", "create_tensorcore_mesh",
      "TensorCore meshes (pltpu.create_tensorcore_mesh) are not supported"),
+    # Newer JAX's name (absent from the jax ringc runs on, so a use was an AttributeError).
+    ("jax.experimental.pallas.tpu", "TensorCoreMesh", "TensorCore meshes (pltpu.TensorCoreMesh) are not supported"),
 )
 REFUSAL_TAIL = ": ringc checks Pallas TPU kernels (pallas_call under shard_map)"
 

@@ -24,14 +24,16 @@ class Loc(int):
     compares and prints it as one) while findings can name the user's file."""
 
     file: str
+    via: str  # the access is in a helper: `in _copy(), called from kernel() at line 57` (else "")
 
-    def __new__(cls, line: int, file: str) -> "Loc":
+    def __new__(cls, line: int, file: str, via: str = "") -> "Loc":
         obj = super().__new__(cls, line)
         obj.file = file
+        obj.via = via
         return obj
 
     def __reduce__(self):  # picklable, like an int
-        return (Loc, (int(self), self.file))
+        return (Loc, (int(self), self.file, self.via))
 
 
 @dataclass
@@ -75,8 +77,10 @@ class Ref:
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
 
     def region(self, device: int | None = None) -> Region:
-        return Region(self.buffer.name, self.device if device is None else device, self.box, self.kept,
-                      self.buffer.itemsize)
+        # A 0-d buffer (`pltpu.SMEM(())`, a scalar output) is one element: the verifier's
+        # regions have at least one dimension, so it is the point 0 of a dimension of size 1.
+        return Region(self.buffer.name, self.device if device is None else device, self.box or ((0, 1),),
+                      self.kept, self.buffer.itemsize)
 
     @staticmethod
     def whole(buffer: Buffer, device: int) -> "Ref":

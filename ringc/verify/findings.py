@@ -54,6 +54,7 @@ class Finding:
             "invocation": ev.invocation if ev else None,
             "line": int(ev.line) if ev else None,
             "file": getattr(ev.line, "file", program.file) if ev else program.file,
+            **({"via": ev.line.via} if ev and getattr(ev.line, "via", "") else {}),
             "message": self.message,
             "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
                          "line": r.line} for r in self.related],
@@ -65,6 +66,9 @@ class Finding:
         ev = self.event  # a line may carry its own file (a Pallas kernel's helper module)
         loc = f"{getattr(ev.line, 'file', program.file)}:{int(ev.line)}: " if ev else f"{program.file}: "
         head = f"{loc}{self.severity}: [{self.kind}] {self.message}"
+        via = getattr(ev.line, "via", "") if ev else ""
+        if via:  # the access is in a shared helper: how the kernel got there
+            head += f"\n    line {int(ev.line)} is {via}"
         if explain and self.trace:
             head += "\n    a run that shows it:\n" + "\n".join(f"      {t}" for t in self.trace)
         return head

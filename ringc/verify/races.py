@@ -318,6 +318,13 @@ def _candidate_pairs(group: list[Access]):
                 yield (a, b)
 
 
+def _ordinal(program: Program, ev: Event) -> str:
+    """Which run of its line, at its device, call and grid point, the event is: `2nd`."""
+    k = sum(1 for e in program.devices[ev.device][:ev.index + 1]
+            if e.line == ev.line and e.point == ev.point and e.invocation == ev.invocation and e.inner == ev.inner)
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
 def racing_pairs(group: list[Access], order: Order):
     """The pairs of accesses to one memory that race: overlapping, one a write, unordered."""
     for a, b in _candidate_pairs(group):
@@ -408,8 +415,12 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
             mem = f"device {program.label(a.region.device)}'s `{a.region.text()}`"
             if b.region.box != a.region.box:
                 mem += f" (overlapping `{b.region.text()}`)"
-            msg = (f"race on {mem}: {first.what} from {program.where(first.start)}, while "
-                   f"{second.what} at {program.where(second.start)}. Nothing orders them: "
+            one, two = f"{first.what} from {program.where(first.start)}", f"{second.what} at {program.where(second.start)}"
+            if first.what == second.what and program.where(first.start) == program.where(second.start):
+                # Two runs of one line at one point (a Python loop unrolled by tracing): say which.
+                one += f" ({_ordinal(program, first.start)} time the line runs there)"
+                two += f" ({_ordinal(program, second.start)} time)"
+            msg = (f"race on {mem}: {one}, while {two}. Nothing orders them: "
                    f"{_why(program, order, first, second)}")
             # A copy live across a device's entry or exit is the copy's fault.
             at, other = (first, second) if _is_boundary(second) else (second, first)
