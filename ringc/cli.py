@@ -635,8 +635,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not ranges:
         raise ScheduleError("nothing to tune", file=args.file, fix="add --param-range NAME=A..B, e.g. chunks=1..16")
     result = tune(sched, hw, args.bytes, ranges, compile=not args.no_compile)
-    print(json.dumps(result.to_json(), indent=1) if args.format == "json" else result.to_text())
-    return EXIT_OK if result.best else EXIT_FAILED
+    code = EXIT_OK if result.best else EXIT_FAILED
+    if args.format == "json":
+        from .output import document
+        print(json.dumps(document("tune", code, [result.to_json()], []), indent=1))
+    else:
+        print(result.to_text())
+    return code
 
 
 def _cost_parser(sub, add_params) -> None:
@@ -694,9 +699,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
     except CostError as e:
         print(str(e), file=sys.stderr)
         return EXIT_FAILED
-    if args.format == "json":
-        docs = [e.to_json() for e in estimates]
-        print(json.dumps(docs if args.sweep else docs[0], indent=1))
+    if args.format == "json":  # one document: an estimate per size
+        from .output import document
+        print(json.dumps(document("cost", EXIT_OK, [e.to_json() for e in estimates], []), indent=1))
     elif args.sweep:
         print(_sweep_table(estimates))
     else:
@@ -726,7 +731,11 @@ def _cmd_rank(args: argparse.Namespace) -> int:
                        hop_latency=args.hop_latency, dma_overhead=args.dma_overhead)
     except ValueError as e:
         raise ScheduleError(str(e), file=where, fix="see `ringc cost --help`") from None
-    print(json.dumps(ranking.to_json(), indent=1) if args.format == "json" else ranking.to_text())
+    if args.format == "json":
+        from .output import document
+        print(json.dumps(document("cost", EXIT_OK, [ranking.to_json()], []), indent=1))
+    else:
+        print(ranking.to_text())
     if args.plot:
         out = _output_path(args.plot, args.library or "schedules")
         try:

@@ -429,7 +429,9 @@ def test_cli_cost_json(capsys):
     rc = main(["cost", str(LIB / "all_gather_ring.yaml"), "--topology", "v5e:4x4", "--bytes", "64MiB",
                "--format", "json"])
     assert rc == 0
-    doc = json.loads(capsys.readouterr().out)
+    run = json.loads(capsys.readouterr().out)  # one versioned document, an estimate per size
+    assert run["version"] == 1 and run["command"] == "cost" and run["errors"] == []
+    (doc,) = run["reports"]
     assert {"estimate_s", "bound_s", "efficiency", "bottleneck", "critical_path"} <= set(doc)
     assert doc["N"] == 4 and doc["bytes"] == 64 * MiB
     assert doc["efficiency"] == pytest.approx(doc["bound_s"] / doc["estimate_s"])

@@ -34,7 +34,7 @@ def test_rank_shows_progress_when_forced_and_never_on_stdout():
     assert "ranking psum" in run.stderr and "estimate" in run.stderr
     assert "%|" not in run.stdout and "ranking psum" not in run.stdout
     run = _ringc(*RANK, "--format", "json", progress_env="1")
-    assert json.loads(run.stdout)["collective"] == "psum"  # the document is untouched
+    assert json.loads(run.stdout)["reports"][0]["collective"] == "psum"  # the document is untouched
     assert "ranking psum" in run.stderr
 
 
