@@ -108,6 +108,12 @@ class Collective:
     volume_role: ClassVar[str] = "input"  # the buffer whose size is V (`cost/sizing.py`)
     bisection: ClassVar[bool] = False     # the bound counts the bisection (all-to-all)
     assumes: ClassVar[str | None] = None  # what a meaning check of it leaves out (in every verdict)
+    # Its meaning is XOR-symmetric: device d's is device 0's with the devices XORed by d (a
+    # sum over all devices, a gather or scatter by device slot; `quotient.meaning_rotates`).
+    xor_symmetric: ClassVar[bool] = False
+    # The `lax` primitives that compute it in a traced program (the lax reference a script
+    # computes beside a kernel names its meaning: `pallas.script.lax_reference`).
+    lax_primitives: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, shift: int = 1):
         self.shift = shift
@@ -254,6 +260,7 @@ class _SameShape(Collective):
 class Ppermute(_SameShape):
     """Device d's x lands on device (d + shift) % N."""
     kind, title = "ppermute", "permutation"
+    lax_primitives = ("ppermute",)
 
     def expected(self, n, device, shapes, b):
         full, ident = self._full(shapes, b)
@@ -291,6 +298,7 @@ class Ppermute(_SameShape):
 class Psum(_SameShape):
     """out = sum over devices of x."""
     kind, title = "psum", "all-reduce"
+    xor_symmetric, lax_primitives = True, ("psum", "psum_invariant")
 
     def expected(self, n, device, shapes, b):
         full, ident = self._full(shapes, b)
@@ -318,6 +326,7 @@ class Psum(_SameShape):
 class AllGather(Collective):
     """out[j] = device j's x (a new leading dim N, which may be split over leading slots)."""
     kind, title, volume_role = "all_gather", "all-gather", "output"
+    xor_symmetric, lax_primitives = True, ("all_gather",)
 
     def shape_problem(self, n, shapes, b):
         x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.output)
@@ -352,6 +361,7 @@ class AllGather(Collective):
 class PsumScatter(Collective):
     """x has leading dim N (or leading slots multiplying to N); out = sum over devices of x[me]."""
     kind, title = "psum_scatter", "reduce-scatter"
+    xor_symmetric, lax_primitives = True, ("reduce_scatter",)
 
     def shape_problem(self, n, shapes, b):
         x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input)
@@ -388,6 +398,7 @@ class PsumScatter(Collective):
 class AllToAll(Collective):
     """x has leading dim N; out[j] = device j's x[me]."""
     kind, title, bisection = "all_to_all", "all-to-all", True
+    xor_symmetric, lax_primitives = True, ("all_to_all",)
 
     def shape_problem(self, n, shapes, b):
         x, out, kx, ko = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input), b.dims(b.output)

@@ -227,11 +227,11 @@ def test_reference_pointwise_functions_around_a_collective(body, fns):
 
     from ringc.pallas.interpret import reference_pointwise
     from ringc.pallas.jaxprs import walk_eqns
-    from ringc.pallas.script import _LAX_COLLECTIVES
+    from ringc.pallas.script import lax_collectives
     mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     f = jax.shard_map(lambda x: body(x, lax, jnp), mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P(), check_vma=False)
     eqns = list(walk_eqns(jax.make_jaxpr(f)(jnp.ones((16, 128), jnp.float32)).jaxpr))
-    (coll,) = [e for e in eqns if e.primitive.name in _LAX_COLLECTIVES]
+    (coll,) = [e for e in eqns if e.primitive.name in lax_collectives()]
     assert reference_pointwise(eqns, coll) == fns
 
 

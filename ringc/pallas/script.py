@@ -55,12 +55,15 @@ from .entries import ArgSpec, call_entries
 from .jaxprs import jitted_calls, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
 
-__all__ = ["Capture", "Script", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
+__all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
            "small_ints"]
 
-# `lax` collective primitive -> the ringc collective it computes (see `lax_reference`).
-_LAX_COLLECTIVES = {"ppermute": "ppermute", "all_gather": "all_gather", "psum": "psum",
-                    "psum_invariant": "psum", "reduce_scatter": "psum_scatter", "all_to_all": "all_to_all"}
+
+def lax_collectives() -> dict[str, str]:
+    """`lax` collective primitive -> the ringc collective it computes (the `lax_primitives`
+    of each collective's class; see `lax_reference`)."""
+    from ..collectives import COLLECTIVES
+    return {p: kind for kind, cls in COLLECTIVES.items() for p in cls.lax_primitives}
 
 
 @dataclass
@@ -331,13 +334,14 @@ def lax_reference(jaxpr: Any) -> dict | None:
     dimension the layout is not the table's: no meaning (None). With one `dot_general` besides
     the collective, the collective matmul it computes (`_matmul_reference`)."""
     eqns = list(walk_eqns(jaxpr))
-    found = [e for e in eqns if e.primitive.name in _LAX_COLLECTIVES]
+    primitives = lax_collectives()
+    found = [e for e in eqns if e.primitive.name in primitives]
     if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in eqns):
         return None
     e = found[0]
     if any(d.primitive.name == "dot_general" for d in eqns):
         return _matmul_reference(eqns, e)
-    kind = _LAX_COLLECTIVES[e.primitive.name]
+    kind = primitives[e.primitive.name]
     from .interpret import reference_pointwise
     fns = reference_pointwise(eqns, e)  # elementwise functions around the collective (`tanh(ppermute(x))`)
     if fns is None:

@@ -373,7 +373,6 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
 # that the program moves exactly the device dims, which is what the permutation d -> d ^ t
 # does to the meaning. (ppermute's meaning, a shift, is not XOR-symmetric; the products'
 # factors pair device j with j + off.)
-XOR_MEANINGS = ("psum", "all_gather", "psum_scatter", "all_to_all")
 
 
 def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
@@ -384,7 +383,7 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
     steps = (program.rotation or {}) if steps is None else steps
     shapes = program.shapes
     axes = len(program.axis_sizes)
-    if program.group == "xor" and collective.kind not in XOR_MEANINGS:
+    if program.group == "xor" and not collective.xor_symmetric:
         return False
 
     def r(buf: str, i: int) -> tuple[int, ...]:
