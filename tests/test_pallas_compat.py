@@ -51,3 +51,30 @@ def test_the_shims_are_gone_after_the_check():
     assert not hasattr(pltpu.MemorySpace, "ANY")
     import inspect
     assert "should_accumulate_out" not in inspect.signature(pltpu.emit_pipeline).parameters
+
+
+def _doubled(x, spec):
+    """x * 2 through a gridded pallas_call whose blocks `spec(block_shape, index_map)` makes."""
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
+                          in_specs=[spec], out_specs=spec, interpret=True)(x)
+
+
+def test_the_old_blockspec_argument_order_means_what_it_meant():
+    """Before jax 0.4.31 a BlockSpec took the index map first: `pl.BlockSpec(lambda i: (i, 0),
+    (8, 128))`. Under the shim it is today's `pl.BlockSpec((8, 128), lambda i: (i, 0))`, the
+    verdict says so, and today's order is untouched (and nothing is noted for it)."""
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    log = AliasLog()
+    with aliases(log):
+        new = _doubled(x, pl.BlockSpec((8, 128), lambda i: (i, 0)))
+        assert log.used == []
+        old = _doubled(x, pl.BlockSpec(lambda i: (i, 0), (8, 128)))
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(x) * 2)
+    np.testing.assert_array_equal(np.asarray(new), np.asarray(x) * 2)
+    assert any("pl.BlockSpec(index_map, block_shape)" in u for u in log.used)
+    before = pl.BlockSpec.__init__
+    with aliases(AliasLog()):
+        pass
+    assert pl.BlockSpec.__init__ is before  # put back after the run

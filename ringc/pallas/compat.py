@@ -103,6 +103,31 @@ KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]]
 ]
 
 
+BLOCKSPEC_ORDER_TEXT = ("pl.BlockSpec(index_map, block_shape) -> pl.BlockSpec(block_shape, index_map) (the argument "
+                        "order of jax before 0.4.31)")
+
+
+def _old_blockspec_order(log: "AliasLog") -> Callable[[], None]:
+    """JAX before 0.4.31 took `pl.BlockSpec(index_map, block_shape)`; today's takes the
+    block shape first. While the user's code runs, a BlockSpec made with a function first and
+    a shape second has them swapped (noted in the verdict); every other call is as it was.
+    Returns what puts `BlockSpec.__init__` back."""
+    cls = _pl().BlockSpec
+    init = cls.__init__
+
+    def swapped(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) >= 2 and callable(args[0]) and isinstance(args[1], (tuple, list)):
+            log.note(BLOCKSPEC_ORDER_TEXT)
+            args = (args[1], args[0], *args[2:])
+        init(self, *args, **kwargs)
+
+    cls.__init__ = swapped
+
+    def restore() -> None:
+        cls.__init__ = init
+    return restore
+
+
 class _Members:
     """An enum with its lost members put back: every other attribute is the enum's own."""
 
@@ -199,8 +224,13 @@ def aliases(log: AliasLog) -> Iterator[AliasLog]:
         replaced.append((module, attr, fn))
         setattr(module, attr, shim)
     try:
+        restore_blockspec = _old_blockspec_order(log)
+    except ImportError:
+        restore_blockspec = lambda: None  # noqa: E731 - no Pallas: nothing to put back
+    try:
         yield log
     finally:
+        restore_blockspec()
         for module, attr, enum in reversed(replaced):
             setattr(module, attr, enum)
         for module, old in previous.items():
