@@ -74,7 +74,6 @@ def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
 
 
 # `static_lets` per schedule, by id (the schedule kept with it, so the id stays its own).
-_STATIC_LETS: dict[int, tuple[S.Schedule, dict[str, E.Expr]]] = {}
 
 
 def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
@@ -85,21 +84,20 @@ def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
     Where a shape uses one, it is evaluated inlined, so its divisions are exact there as
     a shape's own are.
 
-    Computed once per schedule (the unroller asks for every shape it evaluates, a
-    hundred times for a 3-D schedule): the answer reads only the schedule's axes, param
-    names and lets, and a `Schedule` is frozen, so it cannot change. Callers must not
-    modify the dict returned."""
-    hit = _STATIC_LETS.get(id(sched))
-    if hit is not None and hit[0] is sched:
+    Kept on the schedule itself (the unroller asks for every shape it evaluates, a hundred
+    times for a 3-D schedule), with what it was computed from: the axes, the param names
+    and the lets. A copy of the schedule (`model_copy`, which copies the kept answer) with
+    any of them changed computes its own. Callers must not modify the dict returned."""
+    key = (tuple(sched.axes), tuple(sched.params), tuple(sched.let.items()))
+    hit = sched._static_lets
+    if hit is not None and hit[0] == key:
         return hit[1]
     static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
     out: dict[str, E.Expr] = {}
     for name, e in sched.let.items():
         if E.names(e) <= static | set(out):
             out[name] = E.substitute(e, out) if out else e
-    if len(_STATIC_LETS) > 1000:  # a bound on what it keeps alive (tests load many schedules)
-        _STATIC_LETS.clear()
-    _STATIC_LETS[id(sched)] = (sched, out)
+    sched._static_lets = (key, out)
     return out
 
 
