@@ -231,22 +231,10 @@ def _inner_kernel(kernel_jaxpr: Any, name: str) -> str | None:
     makes a DMA itself."""
     if kernel_jaxpr is None:
         return None
-    from jax._src import core
-
     from .interpret import internal_frame as internal
 
-    def eqns(j: Any):
-        for e in j.eqns:
-            yield e
-            for p in e.params.values():
-                for sub in (p if isinstance(p, (tuple, list)) else [p]):
-                    if isinstance(sub, core.ClosedJaxpr):
-                        yield from eqns(sub.jaxpr)
-                    elif isinstance(sub, core.Jaxpr):
-                        yield from eqns(sub)
-
     chains = []
-    for e in eqns(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr)):
+    for e in walk_eqns(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr)):  # (a kernel holds no pallas_call)
         if e.primitive.name not in ("dma_start", "dma_wait"):
             continue
         tb = e.source_info.traceback
