@@ -65,6 +65,8 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),
     Limit("buffer_bytes", 1 << 40, "bytes of one per-device buffer, for the chosen parameters and N"),
     Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),
+    Limit("loop_iterations", 1_000_000, "iterations of one `while` loop (a fori_loop) ringc unrolls in a traced "
+                                        "Pallas program, in a kernel or around pallas_calls"),
     Limit("user_code_s", 300, "seconds the checked file's own code may run in `ringc check FILE.py` (importing "
                               "it, its statements, test methods and entry functions, build and make_inputs, "
                               "with the tracing of what they call)"),

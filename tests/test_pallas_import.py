@@ -161,3 +161,16 @@ def test_a_scripts_lax_reference_names_a_meaning_only_in_the_tables_layout(call,
     arg = jax.ShapeDtypeStruct((64, 16), jnp.float32, sharding=NamedSharding(mesh, P("x")))
     got = lax_reference(jax.make_jaxpr(fn)(arg).jaxpr)
     assert (got and got["kind"]) == kind
+
+
+def test_a_while_loop_runs_under_the_loop_iterations_limit(tmp_path):
+    """A `while` in a kernel is unrolled up to `loop_iterations` (limits.py, adjustable);
+    past it, one message naming the limit and how to raise it."""
+    from ringc import limits
+    body = ("    n = lax.while_loop(lambda i: i < 50, lambda i: i + 1, 0)\n"
+            "    o_ref[...] = x_ref[...] + n.astype(jnp.float32)")
+    path = _kernel(tmp_path, body)
+    assert check_module(path, 2).ok  # 50 iterations, within the default
+    with limits.overridden({"loop_iterations": 10}), pytest.raises(ScheduleError) as e:
+        check_module(path, 2)
+    assert "10 iterations, the limit `loop_iterations`" in str(e.value) and "--limit loop_iterations=" in e.value.fix

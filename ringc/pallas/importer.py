@@ -34,6 +34,7 @@ import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
 from ..ir.errors import ScheduleError
+from .. import limits
 from ..limits import user_code_time
 from ..ir.schema import THREE_INPUT_COLLECTIVES
 from ..verify.events import Compute, DmaStart, Event, Program, Region
@@ -604,7 +605,8 @@ class _Outer:
         p = eqn.params
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
         cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-        for _ in range(10_000):
+        most = limits.value("loop_iterations")
+        for _ in range(most):
             (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
             known = c.values is not None and (_literal(c) or
                                               all(v is not None for v in c.values))
@@ -616,7 +618,9 @@ class _Outer:
             if not bool(np.asarray(flag)):
                 return val
             val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
-        raise ScheduleError("a loop around pallas_calls ran 10000 times", file=self.file, fix="bound the loop")
+        raise ScheduleError(f"a loop around pallas_calls ran {most:,} times, the limit `loop_iterations`",
+                            file=self.file, line=int(user_location(eqn)) or None,
+                            fix=f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
         if h.values is not None and self.mesh_axes is not None and not _literal(h):

@@ -34,6 +34,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .. import limits
+
 from ..ir.errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
 from .values import Buffer, Data, Loc, Ref, SemRef, Unknown, Vec, is_concrete, vec
@@ -1486,20 +1488,19 @@ def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
     return [*carry, *stacked]
 
 
-MAX_ITERATIONS = 1_000_000
-
-
 @rule("while", doc="`lax.while_loop` / `fori_loop` with concrete bounds: unrolled")
 def _while(it: Interpreter, eqn: Any, invals: list) -> list:
     p = eqn.params
     cn, bn = p["cond_nconsts"], p["body_nconsts"]
     cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
-    for _ in range(MAX_ITERATIONS):
+    most = limits.value("loop_iterations")
+    for _ in range(most):
         (c,) = it.run_closed(p["cond_jaxpr"], [*cconsts, *val])
         if not it.scalar(c, "a loop condition", (0, 2)):
             return val
         val = it.run_closed(p["body_jaxpr"], [*bconsts, *val])
-    raise it.fail(f"a while loop ran {MAX_ITERATIONS} iterations", "bound the loop")
+    raise it.fail(f"a while loop ran {most:,} iterations, the limit `loop_iterations`",
+                  f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
 
 
 @rule("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
