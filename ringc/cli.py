@@ -91,7 +91,7 @@ def _seed(text: str) -> int:
 def _topology(text: str) -> str:
     from . import topology
     try:
-        topology.parse(text, 1 if text.strip() == "ring" else None)
+        topology.parse(text, 1 if topology.sized_by_devices(text) else None)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
@@ -289,7 +289,8 @@ def _check_kernel(args: argparse.Namespace, path: str):
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.check import apply_strict
-    ring = args.topology.strip() == "ring"
+    from .topology import sized_by_devices
+    ring = sized_by_devices(args.topology)
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
@@ -359,7 +360,8 @@ def _check_schedule(args: argparse.Namespace, path: str):
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
     sched = _load(path, args.param)
-    if args.devices is None and args.topology.strip() == "ring":
+    from .topology import sized_by_devices
+    if args.devices is None and sized_by_devices(args.topology):
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N, or a sized topology such as --topology torus:4x4")
     for n in args.devices or [None]:

@@ -28,6 +28,7 @@ from .ir import expr as E
 from .ir import schema as S
 from .ir.loader import load
 from .ir.schema import op_tag
+from .topology import DEFAULT, sized_by_devices
 
 if TYPE_CHECKING:
     from hypothesis import strategies as st
@@ -54,7 +55,7 @@ def topology_for(sched: S.Schedule, n: int) -> str:
     every axis at least 2 or, where n has none, 2 x ... x 2 x ceil(n / 2^(k-1))."""
     k = len(sched.axes)
     if k == 1:
-        return "ring"
+        return DEFAULT
 
     def splits(m: int, parts: int) -> list[tuple[int, ...]]:
         if parts == 1:
@@ -100,9 +101,9 @@ def check_sized(sched: S.Schedule, n: int, **kwargs):
     n = supported_size(sched, n)
     topo = topology_for(sched, n)
     if sched.data and kwargs.get("data") is None:
-        sizes = resolve_topology(sched, n if topo == "ring" else None, topo).sizes
+        sizes = resolve_topology(sched, n if sized_by_devices(topo) else None, topo).sizes
         kwargs["data"], kwargs["data_how"] = samples_for(CHECK_SIZED_DATA, sched, math.prod(sizes.values()), 0, sizes)
-    return check(sched, n if topo == "ring" else None, topology=topo, **kwargs)
+    return check(sched, n if sized_by_devices(topo) else None, topology=topo, **kwargs)
 
 
 CHECK_SIZED_DATA = "random:5"  # the samples `check_sized` checks a schedule with runtime data on

@@ -142,6 +142,16 @@ def _dims(text: str, spec: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+DEFAULT = "ring"  # `--topology`'s default: a ring of N, N given by --devices
+
+
+def sized_by_devices(spec: str) -> bool:
+    """Whether a `--topology` spelling takes its size from the device count (`ring` alone),
+    rather than naming its own (`ring:8`, `torus:4x4`, `v5e:2x2`)."""
+    head, sep, _ = spec.strip().partition(":")
+    return head.lower() == DEFAULT and not sep
+
+
 def parse(spec: str, n: int | None = None) -> Topology:
     """The topology for a `--topology` spelling. `ring` without a size takes `n` devices.
 
@@ -150,7 +160,7 @@ def parse(spec: str, n: int | None = None) -> Topology:
     """
     head, sep, rest = spec.strip().partition(":")
     head = head.lower()
-    if head == "ring" and not sep:
+    if sized_by_devices(spec):
         if n is None:
             raise ValueError("topology 'ring' needs a device count: write ring:N or pass --devices N")
         shape = (n,)
