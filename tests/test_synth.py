@@ -14,7 +14,7 @@ from ringc.cli import main
 from ringc.cost.chips import CHIPS
 from ringc.ir.loader import load_text
 from ringc.synth import synth
-from ringc.synth.families import Candidate, direct, library_text, with_params
+from ringc.synth.families import Candidate, library_text, with_params
 from ringc.verify.check import check
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,13 +99,28 @@ def test_a_candidate_that_fails_check_is_dropped_and_the_next_taken():
     assert "broken_fast_psum" not in [p.candidate.name for p, _, _ in r.frontier]
 
 
-@pytest.mark.parametrize("topology", ["ring:5", "torus:4x4", "torus:2x3", "v5p:2x2x2", "torus:3x2x2"])
+@pytest.mark.parametrize("topology", ["ring:5", "torus:4x4", "torus:2x3", "torus:2x2", "v5p:2x2x2", "torus:3x2x4"])
+@pytest.mark.parametrize("family", ["direct", "per_axis_direct", "rotated_bidirectional"])
 @pytest.mark.parametrize("kind", ["all_gather", "psum"])
-def test_the_direct_family_checks(kind, topology):
+def test_the_generated_families_check(kind, family, topology):
+    """The families the library lacks, checked wherever they generate a candidate, on
+    slices whose axes differ (a row-major offset or a max over the axes would show)."""
+    import importlib
     from ringc import topology as T
-    (cand,) = direct.generate(kind, T.parse(topology))
-    sched = load_text(cand.text, cand.name)
-    assert check(sched, topology=topology).ok
+    module = importlib.import_module(f"ringc.synth.families.{family}")
+    for cand in module.generate(kind, T.parse(topology)):
+        sched = load_text(cand.text, cand.name)
+        report = check(sched, topology=topology)
+        assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_per_axis_direct_psum_hangs_without_its_last_grid_point():
+    """The mistake made while writing it: the final wait for every peer's `done` at the
+    first step of the last phase, before the last round's peers could signal."""
+    from ringc.synth.families.per_axis_direct import psum
+    text = psum(2).replace("step == max(N_x, N_y) - 2", "step == 0")
+    report = check(load_text(text, "early_done_wait"), topology="torus:4x4")
+    assert not report.ok and "hang" in [f.kind for f in report.findings if f.severity == "error"]
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "schedules" / "synth").glob("*.yaml")), ids=lambda p: p.name)
