@@ -51,8 +51,10 @@ def with_params(text: str, name: str, params: dict[str, int]) -> str:
 
 def families() -> list:
     """The generator modules, in the order their candidates are tried on a tie."""
-    from . import bidirectional_ring, direct, library, per_axis, per_axis_direct, rotated_bidirectional
-    return [library, bidirectional_ring, per_axis, rotated_bidirectional, direct, per_axis_direct]
+    from . import (bidirectional_ring, direct, library, per_axis, per_axis_direct, recursive_doubling,
+                   rotated_bidirectional)
+    return [library, bidirectional_ring, per_axis, rotated_bidirectional, direct, per_axis_direct,
+            recursive_doubling]
 
 
 def collectives() -> tuple[str, ...]:
