@@ -166,3 +166,18 @@ def test_bad_input_is_one_clear_message_and_exit_2(argv, says, capsys):
     err = capsys.readouterr().err
     assert says in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x3", "torus:3x4"])
+def test_the_2d_reduce_scatter_cut_from_the_all_reduce_checks(topology):
+    """per_axis's psum_scatter: all_reduce_2d_bidirectional stopped after its reduce-scatters
+    (a text transformation of the library file, so a change there shows here)."""
+    from ringc import topology as T
+    from ringc.synth.families import per_axis
+    cands = list(per_axis.generate("psum_scatter", T.parse(topology)))
+    assert [c.params["chunks"] for c in cands] == [1, 2, 4]
+    for cand in cands:
+        sched = load_text(cand.text, cand.name)
+        assert sched.collective.kind == "psum_scatter" and "a_gx_r" not in cand.text
+        report = check(sched, topology=topology)
+        assert report.ok, [f.message for f in report.findings]
