@@ -45,6 +45,7 @@ class Priced:
     schedule: Any = None                      # the loaded template (small rows)
     points: dict[int, tuple] = field(default_factory=dict)
     problems: dict[int, str] = field(default_factory=dict)
+    hw: Any = None                            # its placement on the slice (cost.hardware)
     verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
     verified: str = ""
     compiled: str = ""
@@ -249,11 +250,9 @@ def _verify(p: Priced, topo: T.Topology) -> None:
         p.verdict = f"refused by ringc check: [{errors[0].kind}] {errors[0].message.splitlines()[0][:120]}"
         return
     rows = ", ".join(f"{k}={v}" for k, v in p.schedule.params.items() if k in ("rows", "cols"))
-    how = "chip 0's events on the symmetry quotient" if getattr(report, "quotient", None) else "every device"
     p.verdict = ""
     p.verified = (f"ringc check ok on {topo.spec} (N={topo.size}, {rows}) in "
                   f"{time.perf_counter() - t0:.2f}s")
-    del how
 
 
 def _compile(p: Priced, hw, size: int, note: str) -> None:
@@ -304,8 +303,7 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             if hw.placement.n != topo.size:
                 continue  # one instance does not span the slice
             chip_name = hw.chip.name
-            p = Priced(cand, sched)
-            p.hw = hw
+            p = Priced(cand, sched, hw=hw)
             _price(p, hw, probe + sizes)
             same = next((q for q in priced if q.points and q.points == p.points), None)
             if same is not None:  # the same schedule by another road (a family's default params)

@@ -33,9 +33,7 @@ def _flat(axes: str, moved: str, sign: str) -> str:
     sign (step + 1)."""
     out = ""
     for a in axes:
-        c = f"(me_{a} {sign} step + {'1' if sign == '+' else '-1'}) % N_{a}" if a == moved else f"me_{a}"
-        if a == moved and sign == "-":
-            c = f"(me_{a} - step - 1) % N_{a}"
+        c = f"(me_{a} {sign} (step + 1)) % N_{a}" if a == moved else f"me_{a}"
         out = c if not out else f"({out}) * N_{a} + {c}"
     return out
 
@@ -102,7 +100,6 @@ def psum(k: int) -> str:
                    f'recv_sem: "recv_{a}[step]"}}',
                    f'  fetch_{a}: {{src: "gathered_{a}[src_{a}]", dst: "stage_{a}[src_{a}]", sem: "load_{a}[step]"}}']
         live = f"step < N_{a} - 1"
-        first = ["        base: x"] if i == 0 else []
         body += [f"  - when: phase == {3 * i} and {live}", "    do:", f"      - start: send_{a}",
                  f"  - when: phase == {3 * i + 1} and {live}", "    do:", f"      - wait: send_{a}",
                  f"      - start: fetch_{a}",
@@ -117,7 +114,6 @@ def psum(k: int) -> str:
                      f'        src: "stage_{a}[src_{a}]"']
         body += [f"  - when: phase == {3 * i + 2} and {live}", "    do:", "      - signal: done",
                  f"        to: from_{a}"]
-        del first
     total = " + ".join(f"N_{a}" for a in axes) + f" - {k}"
     # The last grid point (after every round's signals to us could have been sent).
     last = "max(" + ", ".join(f"N_{a}" for a in axes) + ") - 2"
