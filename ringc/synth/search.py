@@ -218,6 +218,8 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
     from ..cost.model import CostError, estimate
     too_big = None
     for size in sorted(sizes):
+        if too_big is None and _vmem_buffers(p.schedule, hw, size) > hw.chip.vmem_bytes:
+            too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
         if too_big is not None:
             p.problems[size] = f"its VMEM buffers do not fit a core from {size_text(too_big)} on"
             continue
@@ -234,6 +236,23 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
         p.points[size] = (e.seconds, e.efficiency, e.bound.seconds, e.bound.binding, e.fits, sized)
         if not e.fits:
             too_big = size
+
+
+def _vmem_buffers(sched, hw, size: int) -> int:
+    """Bytes of the VMEM buffers `sched` declares, sized for `size` (no pipeline windows:
+    a lower bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not
+    divide (the timed run then says why)."""
+    from math import prod
+
+    from ..cost.sizing import fit_volume
+    from ..ir.dtypes import itemsize
+    from ..verify.unroll import buffer_shapes
+    try:
+        sized = fit_volume(sched, hw.placement.sizes, size)
+        shapes = buffer_shapes(sized, hw.placement.sizes)
+    except ScheduleError:
+        return 0
+    return sum(prod(shapes[n]) * itemsize(sized.dtype_of(n)) for n, b in sized.buffers.items() if b.memory == "vmem")
 
 
 def _verify(p: Priced, topo: T.Topology) -> None:
