@@ -254,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     _cost_parser(sub, add_params)
     _tune_parser(sub, add_params)
     _show_parser(sub, add_params)
+    _synth_parser(sub)
     return p
 
 
@@ -762,6 +763,67 @@ def _sweep_table(estimates) -> str:
     return "\n".join(rows)
 
 
+# --- ringc synth ----------------------------------------------------------------------------
+
+def _synth_parser(sub) -> None:
+    from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    c = sub.add_parser("synth", help="search schedule families for the fastest verified schedule of a collective",
+                       description="Price every candidate of ringc/synth/families/ on the cost model at each size, "
+                                   "keep the latency-bandwidth frontier, check the winner on the slice (and "
+                                   "compile it where libtpu is installed) and write it as a YAML schedule.")
+    c.add_argument("collective", metavar="COLLECTIVE", help="psum, all_gather or psum_scatter (or all_reduce, ...)")
+    c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, torus:4x4, v5e:16x16, v5p:4x4x4, ...")
+    size = c.add_mutually_exclusive_group(required=True)
+    size.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size V (e.g. 256MiB)")
+    size.add_argument("--sweep", type=_sweep, metavar="A..B", help="every power-of-two size from A to B")
+    c.add_argument("-o", "--output", metavar="OUT.yaml",
+                   help="write the winner (several winners of a sweep: the largest size's here, each other "
+                        "next to it as OUT_<size>.yaml)")
+    c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
+    c.add_argument("--no-compile", action="store_true", help="do not compile the winners with libtpu")
+    c.add_argument("--format", choices=("text", "json"), default="text", help="json: one document")
+    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
+                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
+    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
+                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    _add_limit(c)
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    """`ringc synth`: ringc/synth/."""
+    from .synth import synth
+    from .units import size_text
+    where = "<command line>"
+    out = _output_path(args.output) if args.output else None
+    try:
+        result = synth(args.collective, args.topology, args.sweep or [args.bytes], compile=not args.no_compile,
+                       chip=args.chip, hop_latency=args.hop_latency, dma_overhead=args.dma_overhead)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=where, fix="see `ringc synth --help`") from None
+    written = []
+    if out and result.winners():
+        last = result.choices[-1].winner or result.winners()[-1]
+        stem = Path(out)
+        for p in result.winners():
+            if p is last:
+                path = out
+            else:
+                first = next(c.size for c in result.choices if c.winner is p)
+                path = str(stem.with_name(f"{stem.stem}_{size_text(first).replace(' ', '')}{stem.suffix or '.yaml'}"))
+            _write_atomically(path, result.yaml_of(p))
+            written.append(path)
+    code = EXIT_OK if result.ok else EXIT_FAILED
+    if args.format == "json":
+        from .output import document
+        report = {**result.to_json(), "written": written}
+        print(json.dumps(document("synth", code, [report], []), indent=1))
+    else:
+        print(result.to_text())
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+    return code
+
+
 # --- ringc show, and check --show ------------------------------------------------------------
 
 def _show_parser(sub, add_params) -> None:
@@ -936,7 +998,8 @@ def _main(argv: list[str]) -> int:
         return EXIT_OK
     args = _parser().parse_args(argv)  # bad arguments: argparse's usage message, exit 2
     handler = {"check": cmd_check, "emit": cmd_emit, "run": cmd_run, "compile": cmd_compile,
-               "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune}[args.command]
+               "schema": cmd_schema, "cost": cmd_cost, "show": cmd_show, "tune": cmd_tune,
+               "synth": cmd_synth}[args.command]
     try:
         with _guarded_stdout(), progress.enabled_for_command(not getattr(args, "quiet", False)):
             return handler(args)

@@ -125,7 +125,7 @@ def compile_target(hw: Hardware, sched: S.Schedule) -> str:
     return f"{chip}:" + "x".join(map(str, dims))
 
 
-def _compiler_available() -> str:
+def compiler_available() -> str:
     """'' if libtpu can be loaded, else why not."""
     try:
         import libtpu  # noqa: F401  (the `tpu` extra)
@@ -141,7 +141,7 @@ def tune(sched: S.Schedule, hw: Hardware, nbytes: int, ranges: dict[str, list[in
         if name not in sched.params:
             raise ScheduleError(f"--param-range {name}: `{sched.name}` has no parameter `{name}`",
                                 file=sched.file, fix=f"its parameters are {', '.join(sched.params) or 'none'}")
-    note = "--no-compile" if not compile else _compiler_available()
+    note = "--no-compile" if not compile else compiler_available()
     target = None if note else compile_target(hw, sched)
     choices: list[Choice] = []
     combos = list(itertools.product(*ranges.values()))

@@ -1,0 +1,94 @@
+"""`ringc synth` against its anchors, on the cost model (model against model, not hardware):
+for each collective, slice and size, the lower bound, the best library schedule, per-axis
+rings (one axis after another, one direction: XLA / the scaling book; a flat ring on a
+1-D slice), and the winner of `ringc synth`, each as estimate (ratio bound / estimate),
+and the search time (pricing every candidate at the table's sizes plus the 4 KiB latency
+probe, and checking each winner; no TPU compiler: --no-compile).
+
+    python benchmarks/synth_vs_anchors.py [--collectives psum,all_gather,psum_scatter]
+        [--topologies ring:16,torus:4x4,v5p:4x4x4,v5e:16x16] [--sizes 64KiB,4MiB,256MiB] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Per-axis rings (one direction, one axis after another), by collective and number of axes.
+PER_AXIS = {("psum", 1): "all_reduce_ring", ("psum", 2): "all_reduce_2d",
+            ("all_gather", 1): "all_gather_ring", ("psum_scatter", 2): "reduce_scatter_hierarchical"}
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    import ringc
+    from ringc import topology as T
+    from ringc.cost import CostError, estimate, hardware
+    from ringc.cost.sizing import parse_size
+    from ringc.ir.errors import ScheduleError
+    from ringc.synth import synth
+    from ringc.units import size_text, time_text
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--collectives", default="psum,all_gather,psum_scatter")
+    ap.add_argument("--topologies", default="ring:16,torus:4x4,v5p:4x4x4,v5e:16x16")
+    ap.add_argument("--sizes", default="64KiB,4MiB,256MiB")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+
+    def cell(sec, eff) -> str:
+        return f"{time_text(sec)} ({eff:.0%})"
+
+    head = ["collective", "slice", "V", "bound", "best library", "per-axis rings", "ringc synth", "synth / bound",
+            "search s"]
+    rows = []
+    for kind in args.collectives.split(","):
+        for spec in args.topologies.split(","):
+            topo = T.parse(spec)
+            t0 = time.perf_counter()
+            try:
+                r = synth(kind, spec, sizes, compile=False)
+            except ValueError as e:
+                print(f"{kind} on {spec}: {e}", file=sys.stderr)
+                continue
+            took = time.perf_counter() - t0
+            per_axis = PER_AXIS.get((kind, topo.ndim))
+            base = ringc.load(ROOT / "schedules" / f"{per_axis}.yaml") if per_axis else None
+            for ch in r.choices:
+                lib = [p for p in r.priced if p.candidate.family == "library" and p.usable(ch.size)]
+                best = max(lib, key=lambda p: p.points[ch.size][1], default=None)
+                pa = "-"
+                if base is not None:
+                    try:
+                        e = estimate(base, hardware(spec, base), nbytes=ch.size)
+                        pa = cell(e.seconds, e.efficiency) + ("" if e.fits else " !VMEM")
+                    except (ScheduleError, CostError, ValueError) as err:
+                        pa = "n/a: " + (getattr(err, "message", None) or str(err)).splitlines()[0][:40]
+                w = ch.winner
+                wp = w.points[ch.size] if w else None
+                bound = wp[2] if wp else (best.points[ch.size][2] if best else None)
+                rows.append([kind, spec, size_text(ch.size), time_text(bound) if bound else "-",
+                             f"{best.candidate.name} {cell(*best.points[ch.size][:2])}" if best else "-",
+                             f"{per_axis} {pa}" if per_axis else "-",
+                             f"{w.candidate.label} {time_text(wp[0])}" if w else "none verifies",
+                             f"{wp[1]:.1%}" if wp else "-", f"{took:.1f}"])
+                print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    if args.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    else:
+        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+        for r in [head] + rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

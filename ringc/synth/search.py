@@ -1,0 +1,384 @@
+"""The search of `ringc synth`: price every candidate of every family at every size, keep
+the latency-bandwidth Pareto frontier and the sizes where the winner changes, and take
+at each size the fastest candidate that verifies.
+
+- **Pricing** is `ringc cost`'s (`cost.estimate`, on the symmetry quotient where the
+  schedule is proved translation-symmetric): model against model, not hardware. A
+  candidate whose VMEM buffers do not fit a core at a size (`Estimate.fits`) is not a
+  winner at that size. Candidates are ranked by efficiency (the bound at the V their
+  shapes achieve over their estimate: shapes must divide, so V is met to within
+  `SIZE_SLACK`, and time alone would favour a smaller V); one the model cannot price (shapes that do not divide, a hang,
+  a size past the limits) is listed with the reason.
+- **Frontier**: each candidate's latency is its estimate at `LATENCY_PROBE` (4 KiB) and
+  its bandwidth cost the slope from there to the largest size (seconds per byte); the
+  frontier is the candidates no other beats on both.
+- **Verification**: the winner at a size is checked with `ringc check` on the slice
+  (every device, or chip 0's events on the symmetry quotient for large N, as `ringc
+  check --topology` does) at its template's small rows (the structure: chunks, pipeline,
+  semaphores, is what the params chosen here change), then compiled for the slice's
+  generation (`ringc compile`, when libtpu is installed and `compile` is on). A
+  candidate that fails either is dropped and the next fastest taken.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import topology as T
+from ..cost.rank import ALIASES
+from ..ir.errors import ScheduleError
+from ..units import size_text, time_text
+from .families import Candidate, collectives, families as default_families
+
+LATENCY_PROBE = 4 * 1024
+SIZE_SLACK = 0.25   # a candidate's achieved V may differ from the request by this fraction
+
+
+@dataclass
+class Priced:
+    """One candidate's estimates: size -> (seconds, efficiency, bound seconds, binding,
+    fits VMEM, the sized params), or the reason it could not be priced."""
+    candidate: Candidate
+    schedule: Any = None                      # the loaded template (small rows)
+    points: dict[int, tuple] = field(default_factory=dict)
+    problems: dict[int, str] = field(default_factory=dict)
+    hw: Any = None                            # its placement on the slice (cost.hardware)
+    verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
+    verified: str = ""
+    compiled: str = ""
+
+    def seconds(self, size: int) -> float | None:
+        p = self.points.get(size)
+        return p[0] if p else None
+
+    def usable(self, size: int) -> bool:
+        p = self.points.get(size)
+        return p is not None and p[4] and self.verdict in (None, "")
+
+
+@dataclass
+class Choice:
+    size: int
+    winner: Priced | None
+    runner_up: Priced | None
+    dropped: list[tuple[str, str]]            # (candidate, why) tried before the winner
+
+
+@dataclass
+class SynthResult:
+    collective: str
+    topology: str
+    chip: str
+    sizes: list[int]
+    priced: list[Priced]
+    choices: list[Choice]
+    frontier: list[tuple[Priced, float, float]]   # (candidate, latency s, s per byte)
+    changes: list[tuple[int, str, str]]           # (size, before, after)
+    seconds: float
+    compile_note: str
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # (candidate, why not priced)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.winner is not None for c in self.choices)
+
+    def winners(self) -> list[Priced]:
+        out: list[Priced] = []
+        for c in self.choices:
+            if c.winner is not None and c.winner not in out:
+                out.append(c.winner)
+        return out
+
+    # -- emission ---------------------------------------------------------------------
+    def yaml_of(self, p: Priced) -> str:
+        """The winner's schedule with a header saying what it is and why it wins."""
+        won = [c for c in self.choices if c.winner is p]
+        c = p.candidate
+        lines = [f"# ringc synth {self.collective} --topology {self.topology} "
+                 + (f"--bytes {size_text(self.sizes[0]).replace(' ', '')}" if len(self.sizes) == 1
+                    else f"--sweep {size_text(self.sizes[0]).replace(' ', '')}..{size_text(self.sizes[-1]).replace(' ', '')}"),
+                 f"# Winner: {c.label}, family `{c.family}`: {c.what}.",
+                 f"# Params: {', '.join(f'{k}={v}' for k, v in p.schedule.params.items())} (rows and cols are "
+                 "solved from the arrays at run time;",
+                 "#   --bytes V sets them for pricing)."]
+        for ch in won:
+            sec, eff, bound, binding, _, sized = p.points[ch.size]
+            rows = ", ".join(f"{k}={v}" for k, v in sized.items() if k in ("rows", "cols"))
+            ru = ch.runner_up
+            ru_text = (f"runner-up {ru.candidate.label} {time_text(ru.seconds(ch.size))} "
+                       f"({ru.points[ch.size][1]:.1%})" if ru else "no runner-up")
+            lines.append(f"# At {size_text(ch.size)} ({rows}): estimate {time_text(sec)}, {eff:.1%} of the bound "
+                         f"{time_text(bound)} ({binding}); {ru_text}.")
+            for name, why in ch.dropped:
+                lines.append(f"#   dropped before it: {name}: {why}")
+        lines.append(f"# Why: the fastest of {len(self.priced)} candidates on the {self.chip} cost model "
+                     "(docs/cost-model.md; model against model, not hardware).")
+        lines.append(f"# Checked: {p.verified}.")
+        lines.append(f"# Compiled: {p.compiled or self.compile_note}.")
+        lines.append("#")
+        return "\n".join(lines) + "\n" + c.text
+
+    # -- output -----------------------------------------------------------------------
+    def to_text(self) -> str:
+        n = T.parse(self.topology).size
+        out = [f"ringc synth {self.collective} on {self.topology} ({n} chips, {self.chip}): "
+               f"{len(self.priced)} candidates from {len({p.candidate.family for p in self.priced})} families, "
+               f"searched in {self.seconds:.1f}s (cost model estimates, not hardware)"]
+        head = ["V", "winner", "estimate", "bound", "of bound", "runner-up"]
+        rows = []
+        for ch in self.choices:
+            w, ru = ch.winner, ch.runner_up
+            if w is None:
+                rows.append([size_text(ch.size), "none verifies", "-", "-", "-", "-"])
+                continue
+            sec, eff, bound, binding, _, _ = w.points[ch.size]
+            rows.append([size_text(ch.size), w.candidate.label, time_text(sec), f"{time_text(bound)} ({binding})",
+                         f"{eff:.1%}", f"{ru.candidate.label} {time_text(ru.seconds(ch.size))}" if ru else "-"])
+        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+        for r in [head] + rows:
+            out.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        for size, before, after in self.changes:
+            out.append(f"  winner changes at {size_text(size)}: {before} -> {after}")
+        out.append(f"  latency-bandwidth frontier (estimate at {size_text(LATENCY_PROBE)}; "
+                   "time per MiB beyond it):")
+        for p, lat, per_byte in self.frontier:
+            slope = f"{time_text(per_byte * 2**20)}/MiB" if per_byte != float("inf") else "fits VMEM at no larger size"
+            out.append(f"    {p.candidate.label}: {time_text(lat)}, {slope}")
+        for p in self.winners():
+            out.append(f"  {p.candidate.name}: {p.verified}; compiled: {p.compiled or self.compile_note}")
+        for ch in self.choices:
+            for name, why in ch.dropped:
+                out.append(f"  dropped at {size_text(ch.size)}: {name}: {why}")
+        for label, why in self.skipped:
+            out.append(f"  not a candidate: {label}: {why}")
+        unpriced = sorted({(p.candidate.label, why) for p in self.priced for why in p.problems.values()})
+        for label, why in unpriced:
+            out.append(f"  not priced: {label}: {why}")
+        return "\n".join(out)
+
+    def to_json(self) -> dict:
+        def point(p: Priced, size: int) -> dict | None:
+            if size not in p.points:
+                return None
+            sec, eff, bound, binding, fits, sized = p.points[size]
+            return {"estimate_s": sec, "efficiency": eff, "bound_s": bound, "binding": binding, "fits_vmem": fits,
+                    "params": sized}
+        return {"collective": self.collective, "topology": self.topology, "chip": self.chip, "sizes": self.sizes,
+                "search_s": self.seconds, "compile_note": self.compile_note or None,
+                "choices": [{"bytes": ch.size,
+                             "winner": ch.winner.candidate.name if ch.winner else None,
+                             "runner_up": ch.runner_up.candidate.name if ch.runner_up else None,
+                             **(point(ch.winner, ch.size) or {} if ch.winner else {}),
+                             "dropped": [{"candidate": n, "why": w} for n, w in ch.dropped]}
+                            for ch in self.choices],
+                "changes": [{"bytes": s, "from": a, "to": b} for s, a, b in self.changes],
+                "frontier": [{"candidate": p.candidate.name, "latency_s": lat,
+                              "seconds_per_byte": pb if pb != float("inf") else None}
+                             for p, lat, pb in self.frontier],
+                "candidates": [{"name": p.candidate.name, "family": p.candidate.family, "params": p.candidate.params,
+                                "verdict": p.verdict, "verified": p.verified or None, "compiled": p.compiled or None,
+                                "points": [point(p, s) for s in self.sizes],
+                                "problems": {str(s): w for s, w in p.problems.items()}}
+                               for p in self.priced]}
+
+
+# -- input ---------------------------------------------------------------------------------
+
+def collective_of(name: str) -> str:
+    """The collective `ringc synth` searches for `name` (psum, all_gather, psum_scatter, or an
+    alias such as all_reduce); ValueError with a did-you-mean otherwise."""
+    kinds = collectives()
+    kind = ALIASES.get(name.lower(), name.lower())
+    if kind in kinds:
+        return kind
+    known = list(kinds) + [a for a, k in ALIASES.items() if k in kinds]
+    near = difflib.get_close_matches(name.lower(), known, n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    raise ValueError(f"ringc synth searches {', '.join(kinds)}, not {name!r}{hint}")
+
+
+def topology_of(spec: str) -> T.Topology:
+    if spec.strip() == "ring":
+        raise ValueError("`ringc synth` needs a sized topology, e.g. ring:16, torus:4x4 or v5p:4x4x4")
+    try:
+        return T.parse(spec)
+    except ScheduleError as e:
+        raise ValueError(e.message) from None
+
+
+# -- the search ------------------------------------------------------------------------------
+
+def _price(p: Priced, hw, sizes: list[int]) -> None:
+    """Price `p` at each size, smallest first. A size whose achieved V (the shapes must
+    divide) is more than `SIZE_SLACK` away from the request is not a point; once the
+    VMEM buffers do not fit, larger sizes are not priced (they need more)."""
+    from ..cost.model import CostError, estimate
+    too_big = None
+    for size in sorted(sizes):
+        if too_big is None and _vmem_buffers(p.schedule, hw, size) > hw.chip.vmem_bytes:
+            too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
+        if too_big is not None:
+            p.problems[size] = f"its VMEM buffers do not fit a core from {size_text(too_big)} on"
+            continue
+        try:
+            e = estimate(p.schedule, hw, nbytes=size)
+        except (ScheduleError, CostError, ValueError) as err:
+            p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:160]
+            continue
+        sized = {k: v for k, v in e.schedule.params.items()}
+        if abs(e.bound.volume - size) > SIZE_SLACK * size:
+            p.problems[size] = (f"its shapes give V = {size_text(e.bound.volume)} at best, not "
+                                f"{size_text(size)}")
+            continue
+        p.points[size] = (e.seconds, e.efficiency, e.bound.seconds, e.bound.binding, e.fits, sized)
+        if not e.fits:
+            too_big = size
+
+
+def _vmem_buffers(sched, hw, size: int) -> int:
+    """Bytes of the VMEM buffers `sched` declares, sized for `size` (no pipeline windows:
+    a lower bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not
+    divide (the timed run then says why)."""
+    from math import prod
+
+    from ..cost.sizing import fit_volume
+    from ..ir.dtypes import itemsize
+    from ..verify.unroll import buffer_shapes
+    try:
+        sized = fit_volume(sched, hw.placement.sizes, size)
+        shapes = buffer_shapes(sized, hw.placement.sizes)
+    except ScheduleError:
+        return 0
+    return sum(prod(shapes[n]) * itemsize(sized.dtype_of(n)) for n, b in sized.buffers.items() if b.memory == "vmem")
+
+
+def _verify(p: Priced, topo: T.Topology) -> None:
+    """`ringc check` on the slice at the template's small rows; sets verdict and verified."""
+    from ..verify.check import check
+    t0 = time.perf_counter()
+    try:
+        report = check(p.schedule, topology=topo.spec)
+    except ScheduleError as e:
+        p.verdict = f"refused by ringc check: {e.message.splitlines()[0]}"
+        return
+    errors = [f for f in report.findings if f.severity == "error"]
+    if errors:
+        p.verdict = f"refused by ringc check: [{errors[0].kind}] {errors[0].message.splitlines()[0][:120]}"
+        return
+    rows = ", ".join(f"{k}={v}" for k, v in p.schedule.params.items() if k in ("rows", "cols"))
+    p.verdict = ""
+    p.verified = (f"ringc check ok on {topo.spec} (N={topo.size}, {rows}) in "
+                  f"{time.perf_counter() - t0:.2f}s")
+
+
+def _compile(p: Priced, hw, size: int, note: str) -> None:
+    """Compile the winner, sized for `size`, for a slice of the topology's generation."""
+    if note or p.compiled:
+        return
+    from ..compile import compile_for
+    from ..cost.sizing import fit_volume
+    from ..cost.tune import compile_target
+    target = compile_target(hw, p.schedule)
+    try:
+        res = compile_for(fit_volume(p.schedule, hw.placement.sizes, size), target)
+    except ScheduleError as e:
+        p.verdict = f"refused by the TPU compiler: {e.message.splitlines()[0][:120]}"
+        return
+    if not res.ok:
+        p.verdict = f"rejected by the TPU compiler for {target}: {getattr(res.error, 'kind', 'compiler_error')}"
+        return
+    p.compiled = f"ok for {target} at {size_text(size)}"
+
+
+def synth(collective: str, topology: str, sizes: list[int], *, families: list | None = None,
+          compile: bool = True, verify: bool = True, chip: str | None = None, **hw_options) -> SynthResult:
+    """Search the families for `collective` on `topology` at each of `sizes` (bytes).
+    Raises ValueError for bad input (collective, topology, sizes)."""
+    from ..cost.model import hardware
+    from ..cost.tune import compiler_available
+    from ..ir.loader import load_text
+    t0 = time.perf_counter()
+    kind = collective_of(collective)
+    topo = topology_of(topology)
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError("sizes must be positive byte counts")
+    sizes = sorted(set(sizes))
+    gens = default_families() if families is None else families
+    priced: list[Priced] = []
+    skipped: list[tuple[str, str]] = []
+    chip_name = ""
+    probe = [LATENCY_PROBE] if LATENCY_PROBE not in sizes else []
+    for fam in gens:
+        for cand in fam.generate(kind, topo):
+            try:
+                sched = load_text(cand.text, f"<synth:{cand.name}>")
+                hw = hardware(topology, sched, chip=chip, **hw_options)
+            except (ScheduleError, ValueError) as e:
+                skipped.append((cand.name, (getattr(e, "message", None) or str(e)).splitlines()[0]))
+                continue
+            if hw.placement.n != topo.size:
+                continue  # one instance does not span the slice
+            chip_name = hw.chip.name
+            p = Priced(cand, sched, hw=hw)
+            _price(p, hw, probe + sizes)
+            same = next((q for q in priced if q.points and q.points == p.points), None)
+            if same is not None:  # the same schedule by another road (a family's default params)
+                skipped.append((cand.label, f"prices exactly as {same.candidate.label}"))
+                continue
+            priced.append(p)
+    if not priced:
+        raise ValueError(f"no family generates {kind} on {topology}"
+                         + "".join(f"\n  {n}: {w}" for n, w in skipped))
+    note = "--no-compile" if not compile else compiler_available()
+    choices = []
+    for size in sizes:
+        dropped: list[tuple[str, str]] = []
+        winner = None
+        while True:
+            live = sorted((p for p in priced if p.usable(size)), key=lambda p: -p.points[size][1])
+            if not live:
+                break
+            best = live[0]
+            if verify and best.verdict is None:
+                _verify(best, topo)
+                if best.verdict == "":
+                    if compile and not note:
+                        _compile(best, best.hw, size, note)
+                if best.verdict:
+                    dropped.append((best.candidate.label, best.verdict))
+                    continue
+            winner = best
+            break
+        runner = next((p for p in sorted((p for p in priced if p.usable(size) and p is not winner),
+                                         key=lambda p: -p.points[size][1])), None)
+        choices.append(Choice(size, winner, runner, dropped))
+    changes = []
+    for before, after in zip(choices, choices[1:]):
+        a = before.winner.candidate.label if before.winner else "none"
+        b = after.winner.candidate.label if after.winner else "none"
+        if a != b:
+            changes.append((after.size, a, b))
+    frontier = _frontier(priced, sizes[-1])
+    return SynthResult(kind, topology, chip_name, sizes, priced, choices, frontier, changes,
+                       time.perf_counter() - t0, note, skipped)
+
+
+def _frontier(priced: list[Priced], big: int) -> list[tuple[Priced, float, float]]:
+    """Candidates no other beats on both latency (the estimate at LATENCY_PROBE) and
+    bandwidth (seconds per byte from there to the largest size at which it fits VMEM, up
+    to `big`; infinite if none), fastest latency first. Candidates that fail verification
+    are left out."""
+    pts = []
+    for p in priced:
+        lat = p.seconds(LATENCY_PROBE)
+        if lat is None or p.verdict:
+            continue
+        fits = [s for s in sorted(p.points) if s > LATENCY_PROBE and p.usable(s)]
+        per_byte = (p.seconds(fits[-1]) - lat) / (fits[-1] - LATENCY_PROBE) if fits else float("inf")
+        pts.append((p, lat, per_byte))
+    front = [a for a in pts if not any((b[1] <= a[1] and b[2] <= a[2]) and (b[1] < a[1] or b[2] < a[2])
+                                       for b in pts)]
+    return sorted(front, key=lambda t: t[1])

@@ -1,0 +1,183 @@
+"""`ringc synth` (ringc/synth/): the search over families, its frontier, the check of the
+winner (a broken candidate is dropped), the emitted YAML, and bad input. All on the cost
+model, without the TPU compiler (`compile=False`, `--no-compile`): fast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ringc
+from ringc.cli import main
+from ringc.cost.chips import CHIPS
+from ringc.ir.loader import load_text
+from ringc.synth import synth
+from ringc.synth.families import Candidate, library_text, with_params
+from ringc.verify.check import check
+
+REPO = Path(__file__).resolve().parent.parent
+KiB, MiB = 2**10, 2**20
+
+
+@pytest.fixture(scope="module")
+def ring8():
+    return synth("psum", "ring:8", [64 * KiB, 256 * MiB], compile=False)
+
+
+def test_psum_on_ring8_at_256mib_is_within_5_percent_of_the_bound(ring8):
+    choice = ring8.choices[-1]
+    w = choice.winner
+    sec, eff, bound, binding, fits, sized = w.points[256 * MiB]
+    # The bound, derived here: all-reduce must move 2 (1 - 1/p) V into each chip over its 2 links.
+    v = 8 * sized["rows"] * sized["cols"] * 4 if w.candidate.family == "bidirectional_ring" else None
+    B = CHIPS["v5e"].link_bandwidth
+    if v is not None:
+        assert bound == pytest.approx(2 * (1 - 1 / 8) * v / (2 * B), rel=1e-9)
+    assert binding == "ingress" and fits
+    assert eff >= 0.95 and sec == pytest.approx(bound / eff)
+    assert w.verified.startswith("ringc check ok on ring:8")
+    assert choice.runner_up is not None and choice.runner_up.points[256 * MiB][1] <= eff
+
+
+def test_the_winners_yaml_loads_and_rechecks(ring8):
+    w = ring8.choices[-1].winner
+    text = ring8.yaml_of(w)
+    assert text.startswith("# ringc synth psum --topology ring:8")
+    assert "of the bound" in text and "runner-up" in text and "Checked: ringc check ok" in text
+    sched = load_text(text, "<synth winner>")
+    assert check(sched, topology="ring:8").ok
+    assert check(sched, 4).ok  # and on another ring: the template is N-generic
+
+
+def test_at_64kib_latency_dominates_and_the_winner_differs(ring8):
+    small, big = ring8.choices
+    assert small.winner.points[64 * KiB][3] == "latency"
+    assert small.winner is not big.winner
+    assert ring8.changes and ring8.changes[0][0] == 256 * MiB
+    # The frontier: lowest latency first, each next one trades latency for bandwidth.
+    front = ring8.frontier
+    assert len(front) >= 2
+    lats = [lat for _, lat, _ in front]
+    slopes = [s for _, _, s in front]
+    assert lats == sorted(lats) and slopes == sorted(slopes, reverse=True)
+    assert small.winner in [p for p, _, _ in front]  # the small-size winner trades bandwidth for latency
+    assert big.winner.candidate.name not in [p.candidate.name for p, _, _ in front[:1]]
+    for p in ring8.priced:  # nothing left out is better on both counts
+        lat = p.seconds(4 * KiB)
+        if lat is None or p in [f[0] for f in front]:
+            continue
+        assert any(f_lat <= lat for _, f_lat, _ in front)
+
+
+class BrokenFamily:
+    """all_reduce_bidirectional without its all-gather phase: twice as fast on the model,
+    and wrong (each chip ends with only its own block reduced)."""
+    FAMILY = "broken"
+    WHAT = "a test's broken candidate"
+
+    @staticmethod
+    def generate(kind, topo):
+        text = with_params(library_text("all_reduce_bidirectional"), "broken_fast_psum", {})
+        text = text.replace('grid: {k: "(2 * N - 2) * chunks + min(chunks - 1, 1)"}',
+                            'grid: {k: "(N - 1) * chunks + min(chunks - 1, 1)"}')
+        assert "(N - 1) * chunks + min" in text
+        yield Candidate("broken", "broken_fast_psum", text, "broken", {})
+
+
+def test_a_candidate_that_fails_check_is_dropped_and_the_next_taken():
+    from ringc.synth.families import bidirectional_ring
+    r = synth("psum", "ring:8", [256 * MiB], compile=False, families=[BrokenFamily, bidirectional_ring])
+    broken = next(p for p in r.priced if p.candidate.name == "broken_fast_psum")
+    choice = r.choices[0]
+    # It was the fastest on the model, so it was tried first, refused, and passed over.
+    assert broken.points[256 * MiB][1] > max(p.points[256 * MiB][1] for p in r.priced
+                                             if p is not broken and 256 * MiB in p.points)
+    assert broken.verdict.startswith("refused by ringc check")
+    assert [n for n, _ in choice.dropped] == ["broken_fast_psum"]
+    assert choice.winner.candidate.family == "bidirectional_ring" and choice.winner.verdict == ""
+    assert "broken_fast_psum" not in [p.candidate.name for p, _, _ in r.frontier]
+
+
+@pytest.mark.parametrize("topology", ["ring:5", "ring:8", "torus:4x4", "torus:2x3", "torus:2x2", "v5p:2x2x2",
+                                      "torus:3x2x4"])
+@pytest.mark.parametrize("family", ["direct", "per_axis_direct", "rotated_bidirectional", "recursive_doubling"])
+@pytest.mark.parametrize("kind", ["all_gather", "psum"])
+def test_the_generated_families_check(kind, family, topology):
+    """The families the library lacks, checked wherever they generate a candidate, on
+    slices whose axes differ (a row-major offset or a max over the axes would show)."""
+    import importlib
+    from ringc import topology as T
+    module = importlib.import_module(f"ringc.synth.families.{family}")
+    for cand in module.generate(kind, T.parse(topology)):
+        sched = load_text(cand.text, cand.name)
+        report = check(sched, topology=topology)
+        assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_per_axis_direct_psum_hangs_without_its_last_grid_point():
+    """The mistake made while writing it: the final wait for every peer's `done` at the
+    first step of the last phase, before the last round's peers could signal."""
+    from ringc.synth.families.per_axis_direct import psum
+    text = psum(2).replace("step == max(N_x, N_y) - 2", "step == 0")
+    report = check(load_text(text, "early_done_wait"), topology="torus:4x4")
+    assert not report.ok and "hang" in [f.kind for f in report.findings if f.severity == "error"]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "schedules" / "synth").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_synthesized_library_checks(path):
+    sched = ringc.load(path)
+    spec = {1: "ring:8", 2: "torus:4x4", 3: "torus:2x2x2"}[len(sched.axes)]
+    assert check(sched, topology=spec).ok
+    assert path.read_text().startswith("# ringc synth ")
+
+
+def test_cli_text_json_and_output(tmp_path, capsys):
+    out = tmp_path / "ag.yaml"
+    assert main(["synth", "all_gather", "--topology", "torus:4x4", "--bytes", "64KiB", "--no-compile",
+                 "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "ringc synth all_gather on torus:4x4 (16 chips, v5e)" in text and "frontier" in text
+    assert check(ringc.load(out), topology="torus:4x4").ok
+    assert main(["synth", "all_reduce", "--topology", "ring:4", "--bytes", "1MiB", "--no-compile",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "synth" and doc["ok"]
+    (report,) = doc["reports"]
+    assert report["collective"] == "psum" and report["choices"][0]["winner"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["psum_scater", "--topology", "ring:8", "--bytes", "1MiB"], "did you mean psum_scatter"),
+    (["allgathr", "--topology", "ring:8", "--bytes", "1MiB"], "did you mean all"),
+    (["ppermute", "--topology", "ring:8", "--bytes", "1MiB"], "searches psum, all_gather, psum_scatter"),
+    (["psum", "--topology", "ring:x", "--bytes", "1MiB"], "bad topology"),
+    (["psum", "--topology", "ring", "--bytes", "1MiB"], "needs a sized topology"),
+    (["psum", "--topology", "ring:8", "--bytes", "1XB"], "expected a size"),
+    (["psum", "--topology", "ring:8", "--bytes", "0"], "at least 1 byte"),
+])
+def test_bad_input_is_one_clear_message_and_exit_2(argv, says, capsys):
+    try:
+        rc = main(["synth", *argv, "--no-compile"])
+    except SystemExit as e:  # argparse's own refusal of an argument (a size), usage and one error line
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x3", "torus:3x4"])
+def test_the_2d_reduce_scatter_cut_from_the_all_reduce_checks(topology):
+    """per_axis's psum_scatter: all_reduce_2d_bidirectional stopped after its reduce-scatters
+    (a text transformation of the library file, so a change there shows here)."""
+    from ringc import topology as T
+    from ringc.synth.families import per_axis
+    cands = list(per_axis.generate("psum_scatter", T.parse(topology)))
+    assert [c.params["chunks"] for c in cands] == [1, 2, 4]
+    for cand in cands:
+        sched = load_text(cand.text, cand.name)
+        assert sched.collective.kind == "psum_scatter" and "a_gx_r" not in cand.text
+        report = check(sched, topology=topology)
+        assert report.ok, [f.message for f in report.findings]
