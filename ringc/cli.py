@@ -648,7 +648,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cost_parser(sub, add_params) -> None:
-    from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    from .cost.chips import CHIPS
     c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology, against the lower bound",
                        description="Time the unrolled schedule on a model of the ICI network (see "
                                    "docs/cost-model.md) and compare it with the collective's lower bound.")
@@ -665,11 +665,17 @@ def _cost_parser(sub, add_params) -> None:
     c.add_argument("--sweep", type=_sweep, metavar="A..B", help="price every power-of-two size from A to B")
     c.add_argument("--format", choices=("text", "json"), default="text", help="json: one document")
     c.add_argument("--plot", metavar="OUT.png", help="draw estimate, bound and efficiency against size")
+    _add_timing_options(c)
+    add_params(c)
+
+
+def _add_timing_options(c: argparse.ArgumentParser) -> None:
+    """The cost model's two timing constants a user may change (`cost`, `synth`)."""
+    from .cost.chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY
     c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
                    help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
     c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
                    help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
-    add_params(c)
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -766,7 +772,7 @@ def _sweep_table(estimates) -> str:
 # --- ringc synth ----------------------------------------------------------------------------
 
 def _synth_parser(sub) -> None:
-    from .cost.chips import CHIPS, DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    from .cost.chips import CHIPS
     c = sub.add_parser("synth", help="search schedule families for the fastest verified schedule of a collective",
                        description="Price every candidate of ringc/synth/families/ on the cost model at each size, "
                                    "keep the latency-bandwidth frontier, check the winner on the slice (and "
@@ -782,10 +788,7 @@ def _synth_parser(sub) -> None:
     c.add_argument("--chip", choices=sorted(CHIPS), help="chip figures (default: the topology's generation, else v5e)")
     c.add_argument("--no-compile", action="store_true", help="do not compile the winners with libtpu")
     c.add_argument("--format", choices=("text", "json"), default="text", help="json: one document")
-    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
-                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
-    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
-                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    _add_timing_options(c)
     _add_limit(c)
 
 
