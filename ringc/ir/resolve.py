@@ -88,7 +88,7 @@ def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
     times for a 3-D schedule), with what it was computed from: the axes, the param names
     and the lets. A copy of the schedule (`model_copy`, which copies the kept answer) with
     any of them changed computes its own. Callers must not modify the dict returned."""
-    key = (tuple(sched.axes), tuple(sched.params), tuple(sched.let.items()))
+    key = (sched.axes, sched.params, sched.let)  # compared by identity first: a hit costs three `is`
     hit = sched._static_lets
     if hit is not None and hit[0] == key:
         return hit[1]
