@@ -188,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
                         "scanning); github: GitHub Actions annotations")
     c.add_argument("-q", "--quiet", action="store_true", help="print only what failed, and the closing summary")
     c.add_argument("--explain", action="store_true", help="print a concrete interleaving for each finding")
-    c.add_argument("--dma-order", choices=("any", "in-order"), default="any",
+    from .verify.order import DmaOrder
+    c.add_argument("--dma-order", choices=tuple(DmaOrder), default=DmaOrder.ANY.value,
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "

@@ -26,11 +26,12 @@ import glob
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .ir.errors import ScheduleError
+from .verify.order import DmaOrder
 
 __all__ = ["CheckGroup", "Project", "find_pyproject", "load_project"]
 
@@ -43,7 +44,7 @@ class CheckGroup(BaseModel):
     devices: str | int | None = None
     topology: str | None = None
     along: str | None = None
-    dma_order: Literal["any", "in-order"] | None = None
+    dma_order: DmaOrder | None = None
     invocations: int | None = None
     data: str | None = None
     seed: int | None = None

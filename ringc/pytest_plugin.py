@@ -56,7 +56,8 @@ def pytest_addoption(parser: Any) -> None:
     group.addoption("--ringc", action="store_true", default=False,
                     help="check every distributed Pallas TPU kernel the tests run (each distinct one once) with "
                          "ringc's verifier; a kernel that can hang, race or leave semaphores dirty fails its test")
-    group.addoption("--ringc-dma-order", default="any", choices=("any", "in-order"),
+    from .verify.order import DmaOrder
+    group.addoption("--ringc-dma-order", default="any", choices=tuple(DmaOrder),
                     help="the DMA ordering model of the checks (default any; a test's "
                          "@pytest.mark.ringc(dma_order=...) wins)")
     group.addoption("--ringc-invocations", type=int, default=1, metavar="K",
@@ -172,7 +173,8 @@ def _marker_options(item: Any, config: Any) -> dict:
             if k not in _OPTIONS:
                 pytest.fail(f"{file}:{line}: @pytest.mark.ringc: unknown option {k!r}\n"
                             f"  fix: use {', '.join(_OPTIONS)}", pytrace=False)
-            if k == "dma_order" and v not in ("any", "in-order"):
+            from .verify.order import DmaOrder
+            if k == "dma_order" and v not in tuple(DmaOrder):
                 pytest.fail(f"{file}:{line}: @pytest.mark.ringc(dma_order={v!r}): not a DMA ordering model\n"
                             "  fix: dma_order='any' (the default) or 'in-order'", pytrace=False)
             if k == "invocations" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 64):

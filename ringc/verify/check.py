@@ -364,9 +364,7 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
     checked again on every device."""
     if meaning == "schedule":
         meaning = meaning_of(sched)
-    if dma_order not in DMA_ORDERS:
-        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
-                            fix=f"use one of {', '.join(DMA_ORDERS)}")
+    _dma_order_known(dma_order, sched)
     if not isinstance(placement, Placement):
         placement = resolve_topology(sched, program.n if len(sched.axes) == 1 else None, placement)
     if placement.topo.ndim > 1:
@@ -411,6 +409,13 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
+
+
+def _dma_order_known(dma_order: str, sched: Any) -> None:
+    """Refuse a DMA ordering model that is not one of `order.DmaOrder`'s."""
+    if dma_order not in DMA_ORDERS:
+        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
+                            fix=f"use one of {', '.join(DMA_ORDERS)}")
 
 
 def _last_write(order: list[Event], n: int, mm) -> Event | None:
@@ -650,9 +655,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
-    if dma_order not in DMA_ORDERS:
-        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=sched.file,
-                            fix=f"use one of {', '.join(DMA_ORDERS)}")
+    _dma_order_known(dma_order, sched)
     if data is not None and not sched.data:
         raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
                             file=sched.file, fix="drop --data")

@@ -26,6 +26,8 @@ p. One incremental pass then replaces N of them: O(events) instead of O(N * even
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
@@ -36,14 +38,20 @@ from .events import DmaStart, Event, Program, SemId, SemWait, feeders
 from .simulate import Machine
 from .symmetry import semaphore_symmetric
 
-__all__ = ["DMA_ORDERS", "Order", "compute_order", "DmaEnds", "dma_ends", "link", "sums_to"]
+__all__ = ["DmaOrder", "DMA_ORDERS", "Order", "compute_order", "DmaEnds", "dma_ends", "link", "sums_to"]
 
 # The DMA ordering models (`ringc check --dma-order`): what each assumes, as a verdict's
 # assumptions line says it. docs/verification.md ("DMA ordering") gives the sources.
-DMA_ORDERS: dict[str, str] = {
-    "any": ("any order: a DMA's bytes may land in any order, also after the bytes of a DMA started "
+class DmaOrder(StrEnum):
+    """The DMA ordering models (`--dma-order`): a closed set; each is its own text."""
+    ANY = "any"
+    IN_ORDER = "in-order"
+
+
+DMA_ORDERS: dict[DmaOrder, str] = {
+    DmaOrder.ANY: ("any order: a DMA's bytes may land in any order, also after the bytes of a DMA started "
             "later on the same link, until a wait on its semaphore covers them (the default, safe model)"),
-    "in-order": ("in order per link (--dma-order in-order): the remote DMAs from one device to another "
+    DmaOrder.IN_ORDER: ("in order per link (--dma-order in-order): the remote DMAs from one device to another "
                  "land in the order they were started, each side (send, receive) completing in that order; "
                  "DMAs on different links, and local copies, in any order"),
 }
