@@ -127,8 +127,14 @@ def data_mutation(draw, data):
         return data
     path = draw(st.sampled_from(paths))
     parent, key = _at(data, path[:-1]), path[-1]
-    kind = draw(st.sampled_from(["drop", "duplicate", "rename", "replace", "replace", "replace"]))
-    if kind == "drop":
+    kind = draw(st.sampled_from(["drop", "duplicate", "rename", "replace", "replace", "replace", "misspell"]))
+    if kind == "misspell" and isinstance(parent[key], str) and len(parent[key]) > 2:
+        word = parent[key]  # a near miss of a valid word: `all_gather` -> `allgather` (a did-you-mean)
+        cut = draw(st.integers(1, len(word) - 2))
+        parent[key] = word[:cut] + word[cut + 1:]
+    elif kind == "misspell":
+        parent[key] = draw(values)
+    elif kind == "drop":
         del parent[key]
     elif kind == "duplicate":
         if isinstance(parent, list):
@@ -270,7 +276,9 @@ def command_lines(draw, stem: str, command: str):
             if maybe(0.2):
                 flags.append(flag)
         if maybe(0.2):
-            flags += ["--format", draw(st.sampled_from(["json", "text", "xml"]))]
+            flags += ["--format", draw(st.sampled_from(["json", "text", "xml", "sarif", "github"]))]
+        if maybe(0.1):
+            flags.append("-q")
         if maybe(0.1):
             flags += ["--show", "{OUT}"]
         if maybe(0.5 if stem in DATA_STEMS else 0.03):
