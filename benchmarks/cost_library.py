@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from tables import print_table  # benchmarks/tables.py (the script's folder is on the path)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,15 +66,7 @@ def main() -> int:
     print("efficiency = lower bound / simulated estimate (estimate in parentheses); "
           "chip figures from ringc/cost/chips.py; !VMEM: the kernel's VMEM buffers do not fit one "
           "core at that size (the TPU compiler rejects it)\n")
-    if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-        for r in [head] + rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(head, rows, args.markdown)
     print(f"\nunder 95% at {size_text(max(sizes))}, and why:")
     for name, topo, size, why in reasons:
         print(f"- {name} on {topo} ({size}): " + "; ".join(why))

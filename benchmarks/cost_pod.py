@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tables import print_table  # benchmarks/tables.py (the script's folder is on the path)
+
 ROOT = Path(__file__).resolve().parent.parent
 POD = {1: "ring:4096", 2: "torus:64x64", 3: "v5p:16x16x16"}
 DEFAULT = [("all_reduce_3d_bidirectional", "v5p:16x16x16"), ("all_reduce_ring", "ring:4096"),
@@ -83,9 +85,7 @@ def main() -> int:
     for stem, topo in rows:
         table.append(run(stem, topo))
         print("  ".join(table[-1]), file=sys.stderr, flush=True)
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print_table(head, table[1:])
     if args.compare:
         print("\n".join(compare()))
     return 0

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from tables import print_table  # benchmarks/tables.py (the script's folder is on the path)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Per-axis rings (one direction, one axis after another), by collective and number of axes.
@@ -78,15 +80,7 @@ def main() -> int:
                              f"{w.candidate.label} {time_text(wp[0])}" if w else "none verifies",
                              f"{wp[1]:.1%}" if wp else "-", f"{took:.1f}"])
                 print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-    if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-        for r in [head] + rows:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print_table(head, rows, args.markdown)
     return 0
 
 

@@ -88,7 +88,8 @@ class Project(BaseModel):
                     if key in seen or key in excluded or not os.path.isfile(p):
                         continue
                     seen.add(key)
-                    yield os.path.relpath(p) if not os.path.relpath(p).startswith("..") else p, group.options()
+                    rel = os.path.relpath(p)
+                    yield (p if rel.startswith("..") else rel), group.options()
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:

@@ -934,7 +934,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         program = b.program(name)
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
-        lanes.update(rotated=program, notes=notes, spec=spec, placement=placement, program=program)
+        lanes.update(rotated=program, notes=notes, program=program)
         return Candidate(spec, program, placement, meaning)
 
     def full() -> "Candidate":
@@ -952,7 +952,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         steps = None
         if program.rotation is None and b.lanes is not None and len(sizes) == 1 and notes == lanes["notes"]:
             steps = ring_steps(lanes["rotated"])
-        lanes.update(outer=outer, b=b, notes=notes, program=program, full=True)
+        lanes.update(outer=outer, b=b, notes=notes, program=program)
         return Candidate(spec, program, placement, meaning, steps)
 
     report = verify(Subject(quotient, full), dma_order=dma_order)
