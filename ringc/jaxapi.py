@@ -326,10 +326,8 @@ def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[s
     verdict = _VERDICTS.get(key) or _read_verdict(key)
     if verdict is None:
         verdict = _verdict(base, text, source, params, sizes, n, topo)
-        _VERDICTS[key] = verdict
         _write_verdict(key, verdict)
-    else:
-        _VERDICTS[key] = verdict
+    _VERDICTS[key] = verdict
     if not verdict["ok"]:
         raise ValueError(verdict["text"])
 
