@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import limits, progress
 from .output import FORMATS, Output, ringc_version
@@ -106,9 +106,11 @@ def _mesh_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _param(text: str) -> tuple[str, int | str | bool]:
+def _param(text: str) -> tuple[str, Any]:
     """`k=v`: an integer; for a Python kernel's entry function also a word (`mode=one_shot`;
-    `true` and `false` are booleans), which a YAML schedule refuses (`_load`)."""
+    `true` and `false` are booleans, `None` is None), a float, or a Python literal dict, list or
+    tuple (`blockwise_kwargs={'query_chunk_size': 128}`), which a YAML schedule refuses (`_load`)."""
+    import ast
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}")
@@ -116,8 +118,15 @@ def _param(text: str) -> tuple[str, int | str | bool]:
         return name.strip(), _integer(value, "an integer")
     except argparse.ArgumentTypeError as e:
         word = value.strip()
+        if word in ("None", "none"):
+            return name.strip(), None
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", word):
             return name.strip(), {"true": True, "false": False}.get(word.lower(), word)
+        if word[:1] in ("{", "[", "(") or re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)", word):
+            try:
+                return name.strip(), ast.literal_eval(word)
+            except (ValueError, SyntaxError, MemoryError, RecursionError) as bad:
+                raise argparse.ArgumentTypeError(f"--param {text!r}: not a Python literal ({bad})") from None
         raise argparse.ArgumentTypeError(f"expected name=integer, got {text!r}: {e}") from None
 
 

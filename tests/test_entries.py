@@ -196,6 +196,30 @@ def test_a_missing_package_is_one_message_with_both_fixes(tmp_path):
     assert "fix: pip install vllm, or pass --stub vllm" in o.err
 
 
+def test_a_missing_package_names_every_package_its_package_lacks(tmp_path):
+    """ejkernel's ring attention took three runs (chex; then einops, imported by a sibling;
+    then triton, by another kernel family): the message names what the whole package imports
+    at module level and is not installed, each with its file; an import under `try` is
+    optional and left out."""
+    repo = _package(tmp_path, {**PACKAGE,
+                               "serving/kernels/rearrange.py": "import ringc_missing_einops_like\n",
+                               "serving/gpu/__init__.py": "",
+                               "serving/gpu/triton_kernels.py":
+                                   "import os\n\nfrom ringc_missing_triton_like import jit\n",
+                               "serving/optional.py": "try:\n    import ringc_missing_optional\nexcept ImportError:\n"
+                                                      "    pass\n"})
+    kernel = repo / "serving" / "kernels" / "permute.py"
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(kernel), 2, entry="right_permute", axis="tp")
+    assert e.value.message == (
+        "the file imports `vllm` (through serving/__init__.py:1), which is not installed; its package `serving` also "
+        "imports `ringc_missing_triton_like` (serving/gpu/triton_kernels.py:3), `ringc_missing_einops_like` "
+        "(serving/kernels/rearrange.py:1), not installed either")
+    assert e.value.fix == ("pip install vllm ringc_missing_triton_like ringc_missing_einops_like, or pass --stub vllm "
+                           "--stub ringc_missing_triton_like --stub ringc_missing_einops_like if the kernel does not "
+                           "need them")
+
+
 def test_stub_lets_the_package_import_and_the_relative_import_of_a_table_work(tmp_path):
     kernel = _package(tmp_path) / "serving" / "kernels" / "permute.py"
     ok, = check_file(str(kernel), 2, entry="right_permute", axis="tp", stubs=("vllm",))

@@ -126,3 +126,61 @@ def test_newer_jax_tensorcore_mesh_is_refused_by_name(tmp_path):
         check_file(str(script), 2)
     assert "TensorCore meshes (pltpu.TensorCoreMesh) are not supported" in str(e.value)
     assert e.value.line == 4
+
+
+RING_ARGS = ["--arg", "q=float32[256*N,128]@x", "--arg", "k=float32[256*N,128]@x", "--arg", "v=float32[256*N,128]@x"]
+
+
+def _ring(capsys, *extra):
+    rc = main(["check", str(HERE / "ring_flash.py"), "--devices", "4", *RING_ARGS, *extra])
+    return rc, capsys.readouterr().out
+
+
+def test_ring_attention_single_device_kernels_round_a_ppermute_ring_get_a_verdict(capsys):
+    """Ring attention as libraries publish it (erfanzar/ejkernel ring_attention): a flash
+    pallas_call per step, `lax.ppermute` of K/V between. Each call is checked as the
+    single-device kernel it is, the ring is stated (a single cycle through every device), and
+    the accumulator outputs the program drops are scratch, not a megacore result (they were
+    three megacore_vmem findings per call). The old spellings it carries are aliased."""
+    rc, out = _ring(capsys)
+    assert rc == 0, out
+    assert ": _flash_block (line " in out and "N=4: ok" in out
+    assert ("single-device kernels: no pallas_call moves data or signals between devices" in out
+            and "lax.ppermute on axis 'x', i -> i+1 mod 4: one cycle through all 4 devices" in out)
+    assert "the program never reads outputs `m_scratch_ref`, `l_scratch_ref`, `acc_scratch_ref`" in out
+    for alias in ("jax.jit(abstracted_axes=None) -> jax.jit", "OldOrderSpec) -> a plain pl.BlockSpec",
+                  "pltpu.repeat(x, r, axis) -> jnp.tile"):
+        assert alias in out
+
+
+def test_ring_attention_returning_its_accumulator_output_fails_on_megacore(capsys):
+    """The broken case: the caller keeps the accumulator output, which both TensorCores of a
+    megacore chip write back from their own VMEM (JAX's interpret mode models one core)."""
+    rc, out = _ring(capsys, "--param", "keep_scratch=true")
+    assert rc == 1
+    assert "[megacore_vmem] output `acc_scratch_ref` (line " in out
+    assert "`m_scratch_ref`, `l_scratch_ref` of the pallas_call" in out and "m_scratch_ref` (line" not in out
+
+
+def test_a_ring_that_does_not_visit_every_device_is_stated(capsys):
+    """`shift=2` on 4 devices: two cycles of 2, so each device attends to half the keys (JAX's
+    interpret mode: max error 0.25 against softmax(q k^T) v, against 2e-7 at shift=1). ringc
+    checks no meaning for attention; the verdict says what the ring is."""
+    rc, out = _ring(capsys, "--param", "shift=2")
+    assert rc == 0
+    assert "i -> i+2 mod 4: 2 cycles of 2 devices (an array passed on only visits its own cycle's devices)" in out
+
+
+def test_param_takes_none_floats_and_python_literals():
+    """haoliuhl/ringattention's entry takes `blockwise_kwargs` (a dict) and `attn_bias=None`
+    without defaults: `--param` passes them (it took integers and words only)."""
+    from ringc.cli import _param
+    assert _param("attn_bias=None") == ("attn_bias", None)
+    assert _param("kw={'query_chunk_size': 128, 'causal_block_size': None}") == (
+        "kw", {"query_chunk_size": 128, "causal_block_size": None})
+    assert _param("pdrop=0.5") == ("pdrop", 0.5) and _param("sizes=[1, 2]") == ("sizes", [1, 2])
+    assert _param("mode=one_shot") == ("mode", "one_shot") and _param("n=3") == ("n", 3)
+    import argparse
+    import pytest
+    with pytest.raises(argparse.ArgumentTypeError, match="not a Python literal"):
+        _param("kw={'a': ")

@@ -30,6 +30,37 @@ def _memory_spaces() -> Any:
     return types.SimpleNamespace(**members, ANY=_pl().ANY)
 
 
+def _repeat(x: Any, repeats: int, axis: int) -> Any:
+    """`pltpu.repeat` as it was before jax removed it for `jnp.tile` (Feb 2026): `x` tiled
+    `repeats` times along `axis` (a negative axis was refused, as it was then)."""
+    import jax.numpy as jnp
+    if axis < 0 or axis >= x.ndim:
+        raise ValueError(f"axis: {axis} is out of range [0, {x.ndim})")
+    return jnp.tile(x, [repeats if i == axis else 1 for i in range(x.ndim)])
+
+
+def _removed_primitive(name: str) -> Callable[[], Any]:
+    """`pl.load`, `pl.store`, `pl.swap`: removed from `pl` in jax 0.10 (deprecated for
+    `ref[idx]` / `ref[idx] = v`), still the same functions in jax's own module."""
+    def get() -> Any:
+        from jax._src.pallas import primitives
+        return getattr(primitives, name)
+    return get
+
+
+def _jax_lib():
+    import jax.lib
+    return jax.lib
+
+
+def _xla_bridge() -> Any:
+    """`jax.lib.xla_bridge`, gone in jax 0.10: its `get_backend` is `jax.extend.backend.get_backend`."""
+    import types
+
+    from jax.extend import backend
+    return types.SimpleNamespace(get_backend=backend.get_backend)
+
+
 # (module getter, old attribute, new object getter, text for the verdict)
 ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
     (_pltpu, "TPUMemorySpace", lambda: _memory_spaces(), "pltpu.TPUMemorySpace -> pltpu.MemorySpace (ANY -> pl.ANY)"),
@@ -37,6 +68,11 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
     (_pltpu, "TPUCompilerParams", lambda: _pltpu().CompilerParams, "pltpu.TPUCompilerParams -> pltpu.CompilerParams"),
     (_pltpu, "run_scoped", lambda: _pl().run_scoped, "pltpu.run_scoped -> pl.run_scoped"),
     (_pltpu, "delay", lambda: _pl().delay, "pltpu.delay -> pl.delay"),
+    (_pltpu, "repeat", lambda: _repeat, "pltpu.repeat(x, r, axis) -> jnp.tile(x, r along axis)"),
+    (_pl, "load", _removed_primitive("load"), "pl.load(ref, idx) -> ref[idx] (the same primitive)"),
+    (_pl, "store", _removed_primitive("store"), "pl.store(ref, idx, v) -> ref[idx] = v (the same primitive)"),
+    (_pl, "swap", _removed_primitive("swap"), "pl.swap(ref, idx, v) -> the same primitive"),
+    (_jax_lib, "xla_bridge", _xla_bridge, "jax.lib.xla_bridge.get_backend -> jax.extend.backend.get_backend"),
 ]
 
 
@@ -94,12 +130,39 @@ def _accumulating_pipeline(emit_pipeline: Callable[..., Any], log: "AliasLog", t
     return shim
 
 
+def _jax():
+    import jax
+    return jax
+
+
+JIT_ABSTRACTED_AXES_TEXT = ("jax.jit(abstracted_axes=None) -> jax.jit (the keyword is gone; None was its default: "
+                            "no dynamic shapes)")
+
+
+def _jit_without_abstracted_axes(jit: Callable[..., Any], log: "AliasLog", text: str) -> Callable[..., Any]:
+    """`jax.jit` as it was with `abstracted_axes`: libraries that wrap jit pass every keyword
+    it once had (ejkernel's `ejit` passes `abstracted_axes=None`). None was the default, so
+    dropping it keeps the meaning exactly; any other value asked for the removed dynamic-shape
+    tracing, which ringc cannot give, and is refused by name."""
+
+    def shim(*args: Any, **kwargs: Any) -> Any:
+        if "abstracted_axes" in kwargs:
+            value = kwargs.pop("abstracted_axes")
+            if value is not None:
+                raise TypeError(f"jax.jit(abstracted_axes={value!r}): dynamic-shape tracing was removed from jax, and "
+                                "ringc checks with jax 0.10, which has no equivalent (fix: drop abstracted_axes)")
+            log.note(text)
+        return jit(*args, **kwargs)
+    return shim
+
+
 # (module getter, function, removed keyword, shim factory, text): a keyword a function lost,
 # emulated with today's API where its meaning can be kept exactly.
 KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]] = [
     (_pltpu, "emit_pipeline", "should_accumulate_out", _accumulating_pipeline,
      "pltpu.emit_pipeline(should_accumulate_out=True) -> emit_pipeline reading each output block back and adding "
      "it after the body"),
+    (_jax, "jit", "abstracted_axes", _jit_without_abstracted_axes, JIT_ABSTRACTED_AXES_TEXT),
 ]
 
 
@@ -125,6 +188,71 @@ def _old_blockspec_order(log: "AliasLog") -> Callable[[], None]:
 
     def restore() -> None:
         cls.__init__ = init
+    return restore
+
+
+SUBCLASS_REPLACE_TEXT = ("a pl.BlockSpec subclass with its own __init__ ({name}) -> a plain pl.BlockSpec of the same "
+                         "fields where jax 0.10 copies it (`BlockSpec.replace`, which calls the subclass' __init__ "
+                         "with every field and fails there on jax 0.10 itself)")
+
+
+def _plain_blockspec_replace(log: "AliasLog") -> Callable[[], None]:
+    """Libraries kept the old argument order with a subclass (ejkernel's
+    `PatchBlockSpec(index_map, block_shape)` calling `super().__init__(block_shape=...,
+    index_map=...)`). jax 0.10's pallas_call copies each spec without a memory space with
+    `BlockSpec.replace` (`dataclasses.replace`), which calls the subclass' `__init__` with every
+    field: a TypeError in jax itself. Such a subclass adds no field and no behaviour, only an
+    argument order, so its copy is made as a plain `pl.BlockSpec` of the same fields (noted in
+    the verdict). A subclass whose `__init__` takes the fields, or one that adds fields, is
+    copied as before. Returns what puts `BlockSpec.replace` back."""
+    import dataclasses
+    cls = _pl().BlockSpec
+    replace = vars(cls)["replace"]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    def plain(self: Any, **changes: Any) -> Any:
+        kind = type(self)
+        same_fields = [f.name for f in dataclasses.fields(self) if f.init] == names
+        if kind is not cls and "__init__" in vars(kind) and same_fields:
+            try:
+                return replace(self, **changes)
+            except TypeError:
+                log.note(SUBCLASS_REPLACE_TEXT.format(name=f"{kind.__module__}.{kind.__qualname__}"))
+                return replace(cls(**{name: getattr(self, name) for name in names}), **changes)
+        return replace(self, **changes)
+
+    cls.replace = plain
+
+    def restore() -> None:
+        cls.replace = replace
+    return restore
+
+
+DICT_COMPILER_PARAMS_TEXT = ("pl.pallas_call(compiler_params=dict(mosaic=dict(...))) -> "
+                             "compiler_params=pltpu.CompilerParams(...) (the dict form is gone)")
+
+
+def _dict_compiler_params(log: "AliasLog") -> Callable[[], None]:
+    """Old kernels pass `compiler_params=dict(mosaic=dict(dimension_semantics=...))`
+    (haoliuhl/ringattention). jax 0.10 takes `pltpu.CompilerParams` only: the dict traces, but
+    its dimension semantics are lost and lowering fails on it (an unhashable dict). While the
+    user's code runs, such a dict becomes `pltpu.CompilerParams(**inner)` (noted); every other
+    call is as it was. Returns what puts `pl.pallas_call` back."""
+    pl, pltpu = _pl(), _pltpu()
+    pallas_call = vars(pl)["pallas_call"]
+
+    def shim(*args: Any, compiler_params: Any = None, **kwargs: Any) -> Any:
+        if isinstance(compiler_params, dict) and set(compiler_params) <= {"mosaic", "mosaic_tpu"} and compiler_params:
+            inner = next(iter(compiler_params.values()))
+            if isinstance(inner, dict):
+                log.note(DICT_COMPILER_PARAMS_TEXT)
+                compiler_params = pltpu.CompilerParams(**inner)
+        return pallas_call(*args, compiler_params=compiler_params, **kwargs)
+
+    pl.pallas_call = shim
+
+    def restore() -> None:
+        pl.pallas_call = pallas_call
     return restore
 
 
@@ -225,11 +353,15 @@ def aliases(log: AliasLog) -> Iterator[AliasLog]:
         setattr(module, attr, shim)
     try:
         restore_blockspec = _old_blockspec_order(log)
+        restore_replace = _plain_blockspec_replace(log)
+        restore_params = _dict_compiler_params(log)
     except ImportError:
-        restore_blockspec = lambda: None  # noqa: E731 - no Pallas: nothing to put back
+        restore_blockspec = restore_replace = restore_params = lambda: None  # noqa: E731 - no Pallas
     try:
         yield log
     finally:
+        restore_params()
+        restore_replace()
         restore_blockspec()
         for module, attr, enum in reversed(replaced):
             setattr(module, attr, enum)

@@ -37,7 +37,7 @@ from ..ir.errors import ScheduleError
 from .. import limits
 from ..limits import user_code_time
 from ..ir.schema import THREE_INPUT_COLLECTIVES
-from ..verify.events import Compute, DmaStart, Event, Program, Region
+from ..verify.events import DEVICE_BARRIER, Compute, DmaStart, Event, Program, Region, Signal
 from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
@@ -54,6 +54,62 @@ _PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimiza
 # own always (the reference tests/test_pallas_lanes.py compares the fast way with).
 LANES = True
 _CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
+
+
+def _axis_names(params: dict) -> tuple[str, ...]:
+    names = params.get("axis_name", params.get("axes", ()))
+    return tuple(names) if isinstance(names, (tuple, list)) else (names,)
+
+
+def _on_axes(params: dict) -> str:
+    return "on axis " + ", ".join(f"'{a}'" for a in _axis_names(params))
+
+
+def _ppermute_text(params: dict, sizes: dict[str, int]) -> str:
+    """A ppermute's pairs in words: a shift (`i -> i+1 mod 4`) and how its cycles cover the
+    devices of its axes (one cycle through all of them: an array passed on n-1 times has
+    visited every device, the ring of ring attention)."""
+    n = math.prod(sizes.get(a, 1) for a in _axis_names(params))
+    pairs = dict(params["perm"])
+    shifts = {(t - s) % n for s, t in pairs.items()}
+    how = (f"i -> i{'+' if k <= n // 2 else '-'}{k if k <= n // 2 else n - k} mod {n}"
+           if len(shifts) == 1 and len(pairs) == n and (k := shifts.pop()) else f"{len(pairs)} pairs")
+    seen, cycles = set(), []
+    for start in pairs:
+        if start in seen:
+            continue
+        length, d = 0, start
+        while d in pairs and d not in seen:
+            seen.add(d)
+            d, length = pairs[d], length + 1
+        cycles.append(length if d == start else -length)
+    closed, chains = sorted(c for c in cycles if c > 0), sum(1 for c in cycles if c < 0)
+    if cycles == [n]:
+        cover = f"one cycle through all {n} devices"
+    elif closed and not chains and len(set(closed)) == 1:
+        cover = (f"{len(closed)} cycles of {closed[0]} devices (an array passed on only visits its own cycle's "
+                 f"devices)")
+    else:
+        parts = ([f"cycles of {', '.join(map(str, closed))} devices"] if closed else []) + \
+                ([f"{chains} chain{'s' if chains > 1 else ''} that end{'' if chains > 1 else 's'} (a device "
+                  "no pair sends to receives zeros)"] if chains else [])
+        cover = " and ".join(parts)
+    return f"lax.ppermute {_on_axes(params)}, {how}: {cover}"
+
+
+# The lax collectives XLA runs between the kernels (outside every pallas_call): each one's words
+# for the verdict. Every other primitive there is computed (`_Outer.compute`).
+_BETWEEN: dict[str, Callable[[dict, dict[str, int]], str]] = {
+    "ppermute": _ppermute_text,
+    "all_gather": lambda p, sizes: f"lax.all_gather {_on_axes(p)}",
+    "all_to_all": lambda p, sizes: f"lax.all_to_all {_on_axes(p)}",
+    "ragged_all_to_all": lambda p, sizes: f"lax.ragged_all_to_all {_on_axes(p)}",
+    "reduce_scatter": lambda p, sizes: f"lax.psum_scatter {_on_axes(p)}",
+    "psum": lambda p, sizes: f"lax.psum {_on_axes(p)}",
+    "psum_invariant": lambda p, sizes: f"lax.psum {_on_axes(p)}",
+    "pmax": lambda p, sizes: f"lax.pmax {_on_axes(p)}",
+    "pmin": lambda p, sizes: f"lax.pmin {_on_axes(p)}",
+}
 
 
 @dataclass
@@ -302,8 +358,12 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             "not checked")
     captures = [c for c in script.captures if c not in local]
     if not captures:
-        raise ScheduleError("the script's kernel calls all run outside shard_map (single-device kernels)", file=path,
-                            line=local[0].line, fix="ringc checks collectives: kernels run under jax.shard_map")
+        # What else the run said (a distributed test that skipped itself: the one ringc would check).
+        others = [note for note in script.notes if "runs outside shard_map" not in note][:3]
+        raise ScheduleError(f"the script's {len(local)} kernel call{'s all run' if len(local) > 1 else ' runs'} "
+                            "outside shard_map (single-device kernels)" + (f" ({'; '.join(others)})" if others else ""),
+                            file=path, line=local[0].line, fix="ringc checks collectives: kernels run under "
+                                                               "jax.shard_map")
     reports = []
     ran = time.perf_counter() - t0
     checked: dict[Any, tuple[int, Report]] = {}  # an equal call elsewhere in the script: its verdict
@@ -523,6 +583,8 @@ class _Outer:
         self.ins: list[Handle] = []
         self.outs: list[Handle] = []
         self.mesh_axes: dict[str, int] | None = None
+        # The lax collectives XLA runs between the kernels on arrays (`_BETWEEN`): (line, words) -> how many.
+        self.between: dict[tuple[int, str], int] = {}
 
     def top(self, closed: Any) -> None:
         handles = []
@@ -549,6 +611,10 @@ class _Outer:
                 return Handle(a.aval, values=["literal", a.val])
             return env[a]
 
+        # The variables some equation or the result reads (a pallas_call output outside it is dropped).
+        read_later = {a for a in [*(a for e in jaxpr.eqns for a in e.invars), *jaxpr.outvars]
+                      if type(a).__name__ not in ("Literal", "DropVar")}
+
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             ins = [read(a) for a in eqn.invars]
@@ -560,7 +626,8 @@ class _Outer:
                     raise ScheduleError("a pallas_call outside shard_map", file=user_location(eqn).file,
                                         line=int(user_location(eqn)),
                                         fix="ringc checks collectives: run the kernel under jax.shard_map")
-                self.calls.append(Call(eqn, ins, outs, f"call {len(self.calls) + 1}"))
+                self.calls.append(Call(eqn, ins, outs, f"call {len(self.calls) + 1}",
+                                       frozenset(j for j, v in enumerate(eqn.outvars) if v not in read_later)))
             elif name in _CALLS:
                 p = eqn.params
                 sub = p.get("jaxpr") or p.get("call_jaxpr")
@@ -579,6 +646,9 @@ class _Outer:
                                     fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
                                         "call them directly")
             else:
+                if name in _BETWEEN and self.mesh_axes is not None and not all(h.values is not None for h in ins):
+                    key = (int(user_location(eqn)), _BETWEEN[name](eqn.params, self.mesh_axes))
+                    self.between[key] = self.between.get(key, 0) + 1
                 outs = self.compute(eqn, ins)
             for v, h in zip(eqn.outvars, outs):
                 env[v] = h
@@ -968,12 +1038,33 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "the second half of its indices on core 1")
     if collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
+    report.assumptions += _between_assumptions(outer, program)
     report.assumptions += notes
     report.assumptions += list(dict.fromkeys(b.notes))
     if collective is not None:
         report.assumptions += _pointwise_assumptions(program)
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
+
+
+def _between_assumptions(outer: "_Outer", program: Program) -> list[str]:
+    """What the verdict says of the lax collectives between the kernels (ring attention:
+    `lax.ppermute` of the K/V blocks between single-device flash kernels). XLA runs them with
+    value semantics: nothing there can race or hang, and ringc checks no meaning for them."""
+    if not outer.between:
+        return []
+    ops = "; ".join(f"{text} (line {line}{f', {k} times' if k > 1 else ''})"
+                    for (line, text), k in sorted(outer.between.items()))
+    remote = any((isinstance(ev.action, DmaStart) and ev.action.remote)
+                 or (isinstance(ev.action, Signal) and ev.action.sem[0] != ev.device
+                     and not ev.action.sem[1].startswith(DEVICE_BARRIER))  # Mosaic's own, between calls
+                 for evs in program.devices for ev in evs)
+    if remote:
+        return [f"between the kernels XLA runs {ops}: value semantics, nothing to race; not part of the check"]
+    return [f"single-device kernels: no pallas_call moves data or signals between devices, so each is checked on "
+            f"its own (races between its grid steps and TensorCores, bounds, what it hands to the next call); the "
+            f"data moves between devices by XLA's collectives between the calls, {ops}: value semantics, nothing "
+            f"to race or hang; what the program computes is not checked"]
 
 
 def _fault_findings(faults: list) -> list:

@@ -305,6 +305,11 @@ def missing_import(e: BaseException, path: str, imports: Imports | None = None,
     through = f" (through {via})" if via else ""
     tops = [top] + [t for t in _also_missing(e, imports) if t != top]
     also = f"; it also imports {', '.join(f'`{t}`' for t in tops[1:])}, not installed either" if tops[1:] else ""
+    package, elsewhere = _package_missing(e, imports, tops)
+    if elsewhere:
+        also += (f"; its package `{package}` also imports " + ", ".join(f"`{t}` ({where})" for t, where in elsewhere)
+                 + ", not installed either")
+        tops += [t for t, _ in elsewhere]
     return ScheduleError(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
                          fix=f"pip install {' '.join(tops)}, or pass {' '.join(f'--stub {t}' for t in tops)} if the "
                              "kernel does not need " + ("it" if len(tops) == 1 else "them"))
@@ -315,12 +320,7 @@ def _also_missing(e: BaseException, imports: Imports | None) -> list[str]:
     importlib) imports that are not installed either: one message names them all, so a
     user adds every `--stub` at once instead of one per run."""
     import importlib.util
-    tb, last = e.__traceback__, None
-    while tb is not None:
-        f = tb.tb_frame.f_code.co_filename
-        if "importlib" not in f and not f.startswith("<") and f.endswith(".py"):
-            last = f
-        tb = tb.tb_next
+    last = _last_file(e)
     if last is None:
         return []
     try:
@@ -337,6 +337,61 @@ def _also_missing(e: BaseException, imports: Imports | None) -> list[str]:
         except (ImportError, ValueError):
             out.append(t)
     return out
+
+
+_PACKAGE_FILES = 2000  # the most files of a package scanned for its imports (`_package_missing`)
+
+
+def _package_missing(e: BaseException, imports: Imports | None, known: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """The packages not installed that other modules of the failing file's package import at
+    module level (not under `try`: optional imports stay optional), each with the first file
+    that does: the import error of the next run, and the one after (ejkernel: chex, then
+    einops in a sibling, then triton in another kernel family), named in this one message."""
+    import importlib.util
+    last = _last_file(e)
+    if last is None or not (Path(last).parent / "__init__.py").is_file():
+        return "", []
+    top = _package_top(Path(last).resolve().parent)
+    package = next((d for d in [Path(last).resolve().parent, *Path(last).resolve().parents]
+                    if d.parent == top), None)
+    if package is None:
+        return "", []
+    found: dict[str, str] = {}
+    for k, f in enumerate(sorted(package.rglob("*.py"))):
+        if k >= _PACKAGE_FILES:
+            break
+        try:
+            body = ast.parse(f.read_text()).body
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        for node in body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                t = name.split(".")[0]
+                if t not in found and t not in known:
+                    found[t] = f"{f.relative_to(package.parent)}:{node.lineno}"
+    out = []
+    for t, where in found.items():
+        if t in sys.modules or (imports is not None and (_within(imports, t) or t in imports.stubs)):
+            continue
+        try:
+            if importlib.util.find_spec(t) is None:
+                out.append((t, where))
+        except (ImportError, ValueError):
+            out.append((t, where))
+    return package.name, out
+
+
+def _last_file(e: BaseException) -> str | None:
+    """The traceback's last Python file outside importlib: the file whose import failed."""
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if "importlib" not in f and not f.startswith("<") and f.endswith(".py"):
+            last = f
+        tb = tb.tb_next
+    return last
 
 
 def _file_line(e: BaseException, path: str) -> int | None:

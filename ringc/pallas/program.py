@@ -68,6 +68,9 @@ class Call:
     operands: list[Handle]
     outputs: list[Handle]
     name: str
+    # Outputs the program never reads (a DropVar, or a result no later equation or return uses):
+    # the kernel's scratch in all but name (a flash kernel's `m_scratch` output), noted in the verdict.
+    dropped: frozenset[int] = frozenset()
 
 
 def _space(aval: Any) -> str:
@@ -270,6 +273,7 @@ class Builder(Sink):
                 for d in range(self.n):
                     buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
             refs_of.append(buf)
+        dropped: list[str] = []
         for j, h in enumerate(call.outputs):
             h = h.root()
             v = kernel_vars[n_pref + n_in + j]
@@ -285,10 +289,17 @@ class Builder(Sink):
                 h.origin = "kernel"
             else:
                 bm = gm.block_mappings[n_in + j]
-                h.buffer = self.new_buffer(name, bm.array_aval, "output", int(line))
+                h.buffer = self.new_buffer(name, bm.array_aval, "scratch" if j in call.dropped else "output",
+                                           int(line))
+                if j in call.dropped:
+                    dropped.append(name)
                 h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"
                 h.origin = "kernel"
             refs_of.append(h.buffer)
+        if dropped:
+            self.notes.append(f"the program never reads output{'s' if len(dropped) > 1 else ''} "
+                              f"{', '.join(f'`{n}`' for n in dropped)} of the pallas_call at line {int(line)}: "
+                              "checked as the kernel's scratch (what ends there is no result)")
         # Windows (blocked specs) and whole-array refs.
         kernel_refs: list[Any] = []
         for k, (v, target) in enumerate(zip(kernel_vars[:n_pref + n_in + n_out], refs_of)):
