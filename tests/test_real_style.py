@@ -184,3 +184,26 @@ def test_param_takes_none_floats_and_python_literals():
     import pytest
     with pytest.raises(argparse.ArgumentTypeError, match="not a Python literal"):
         _param("kw={'a': ")
+
+
+def test_lax_collectives_beside_kernels_that_communicate_are_named_apart(tmp_path):
+    """A per-shard launcher whose kernel sends to its right neighbour, then a `lax.psum` and a
+    pairwise `lax.ppermute` of the result: the kernel is checked as a collective kernel, and the
+    verdict names the lax collectives XLA runs between (not the single-device wording)."""
+    entries = Path(__file__).parent / "pallas_import" / "entries"
+    path = tmp_path / "permute_then_psum.py"
+    path.write_text((entries / "permute_shard.py").read_text() + '''
+
+def permute_then_reduce(x: jax.Array, axis_name: str = TP) -> jax.Array:
+    y = lax.psum(right_permute(x), axis_name)
+    return lax.ppermute(y, axis_name, [(0, 1), (1, 0), (2, 3)])
+''')
+    report, = check_file(str(path), 4, entry="permute_then_reduce", axis="tp")
+    assert report.ok, report.to_text()
+    text = report.to_text()
+    assert "single-device kernels" not in text
+    lines = path.read_text().splitlines()
+    psum = next(i for i, ln in enumerate(lines, 1) if "lax.psum(right_permute" in ln)
+    assert (f"between the kernels XLA runs lax.psum on axis 'tp' (line {psum}); lax.ppermute on axis 'tp', 3 pairs: "
+            "cycles of 2 devices and 1 chain that ends (a device no pair sends to receives zeros) "
+            f"(line {psum + 1}): value semantics, nothing to race; not part of the check") in text
