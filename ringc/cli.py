@@ -173,7 +173,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def add_params(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--param", type=_param, action="append", default=[], metavar="K=V",
-                        help="override a schedule parameter (repeatable)")
+                        help="override a schedule parameter, or pass a keyword to a Python kernel's entry function: "
+                             "an integer, a word, None, a float or a Python literal (repeatable)")
         _add_limit(sp)
 
     c = sub.add_parser("check", help="verify schedules for one or more device counts")
