@@ -583,8 +583,8 @@ class _Outer:
         self.ins: list[Handle] = []
         self.outs: list[Handle] = []
         self.mesh_axes: dict[str, int] | None = None
-        # The lax collectives XLA runs between the kernels on arrays (`_BETWEEN`): (line, words) -> how many.
-        self.between: dict[tuple[int, str], int] = {}
+        # The lax collectives XLA runs between the kernels on arrays (`_BETWEEN`): (where, words) -> how many.
+        self.between: dict[tuple[str, str], int] = {}
 
     def top(self, closed: Any) -> None:
         handles = []
@@ -647,7 +647,7 @@ class _Outer:
                                         "call them directly")
             else:
                 if name in _BETWEEN and self.mesh_axes is not None and not all(h.values is not None for h in ins):
-                    key = (int(user_location(eqn)), _BETWEEN[name](eqn.params, self.mesh_axes))
+                    key = (self.builder.where(user_location(eqn)), _BETWEEN[name](eqn.params, self.mesh_axes))
                     self.between[key] = self.between.get(key, 0) + 1
                 outs = self.compute(eqn, ins)
             for v, h in zip(eqn.outvars, outs):
@@ -1053,8 +1053,7 @@ def _between_assumptions(outer: "_Outer", program: Program) -> list[str]:
     value semantics: nothing there can race or hang, and ringc checks no meaning for them."""
     if not outer.between:
         return []
-    ops = "; ".join(f"{text} (line {line}{f', {k} times' if k > 1 else ''})"
-                    for (line, text), k in sorted(outer.between.items()))
+    ops = "; ".join(f"{text} ({where}{f', {k} times' if k > 1 else ''})" for (where, text), k in outer.between.items())
     remote = any((isinstance(ev.action, DmaStart) and ev.action.remote)
                  or (isinstance(ev.action, Signal) and ev.action.sem[0] != ev.device
                      and not ev.action.sem[1].startswith(DEVICE_BARRIER))  # Mosaic's own, between calls

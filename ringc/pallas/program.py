@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,13 @@ class Builder(Sink):
         self.parallel: tuple[int, ...] = ()
 
     # -- naming --------------------------------------------------------------------
+    def where(self, line: Any) -> str:
+        """`line 746` in the checked file, `_pallas_impl_fwd.py:746` in another one."""
+        at = getattr(line, "file", None)
+        if not at or os.path.abspath(at) == os.path.abspath(self.file):
+            return f"line {int(line)}"
+        return f"{os.path.basename(at)}:{int(line)}"
+
     def unique(self, name: str) -> str:
         base, k = name, 2
         taken = set(self.buffers) | set(self.sem_kinds)
@@ -298,7 +306,7 @@ class Builder(Sink):
             refs_of.append(h.buffer)
         if dropped:
             self.notes.append(f"the program never reads output{'s' if len(dropped) > 1 else ''} "
-                              f"{', '.join(f'`{n}`' for n in dropped)} of the pallas_call at line {int(line)}: "
+                              f"{', '.join(f'`{n}`' for n in dropped)} of the pallas_call at {self.where(line)}: "
                               "checked as the kernel's scratch (what ends there is no result)")
         # Windows (blocked specs) and whole-array refs.
         kernel_refs: list[Any] = []
