@@ -1,0 +1,143 @@
+"""The families of `ringc synth` that the library lacks entirely: all_to_all on tori (direct,
+with its half-way relay, and one-shot per axis) and the 3-D reduce-scatter cut from the
+3-D all-reduce. Each is checked where it generates, each has a broken variant `ringc
+check` must refuse, and the search picks them where the model says they win. All on the
+cost model, without the TPU compiler (`compile=False`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringc import topology as T
+from ringc.cost import estimate, hardware
+from ringc.ir.loader import load_text
+from ringc.synth import synth
+from ringc.synth.families import all_to_all_direct, library_text, per_axis, per_axis_direct
+from ringc.verify.check import check
+
+KiB, MiB = 2**10, 2**20
+
+
+def _errors(report) -> list[str]:
+    return [f.kind for f in report.findings if f.severity == "error"]
+
+
+# -- all_to_all ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:3x4", "torus:2x4", "torus:2x2x2", "torus:2x3x4",
+                                      "v5p:4x4x4"])
+@pytest.mark.parametrize("module", [all_to_all_direct, per_axis_direct], ids=["direct", "per_axis_direct"])
+def test_the_all_to_all_families_check(module, topology):
+    """On axes of 2, 3 and 4 (an even axis of 4 or more has half-way blocks, relayed), and
+    of different sizes (a row-major offset or a coordinate mixed up between axes would show)."""
+    (cand,) = module.generate("all_to_all", T.parse(topology))
+    report = check(load_text(cand.text, cand.name), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("broken, kinds", [
+    # The relay forwards into its own slot, not the sender's: the sender's bottom half never lands.
+    ('dst: "out[(me_x + e_x) % N_x, (me_y + e_y) % N_y, half:half]"', {"wrong_result"}),
+    # The relay forwards before its half has arrived.
+    ("      - wait_recv: to_relay\n", {"race", "wrong_result", "unbalanced", "hang"}),
+])
+def test_a_broken_direct_all_to_all_is_refused(broken, kinds):
+    text = all_to_all_direct.all_to_all(2)
+    assert broken in text
+    fix = 'dst: "out[me_x, me_y, half:half]"' if broken.startswith("dst") else ""
+    report = check(load_text(text.replace(broken, fix), "broken"), topology="torus:4x4")
+    assert not report.ok and kinds & set(_errors(report)), _errors(report)
+
+
+def test_a_broken_per_axis_all_to_all_is_refused():
+    """Round x lands a block in the slot of its destination's coordinate, not its source's."""
+    text = per_axis_direct.all_to_all(2)
+    bad = text.replace('dst: "part_x[me_x, :]", to: to_x', 'dst: "part_x[t_x, :]", to: to_x')
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:4x4")
+    assert {"race", "wrong_result"} <= set(_errors(report))
+
+
+def test_without_the_relay_the_half_way_links_are_the_bottleneck():
+    """The split is what brings the direct all-to-all to the bisection bound on torus:4x4:
+    with every block sent whole (the positive way half way round) it is at 2/3 of it."""
+    text = all_to_all_direct.all_to_all(2)
+    whole = text.replace("  split: e_x == 1 or e_y == 1", "  split: e_x == 2 or e_y == 2")
+    assert whole != text
+    effs = []
+    for t in (text, whole):
+        sched = load_text(t, "a2a")
+        effs.append(estimate(sched, hardware("torus:4x4", sched), nbytes=64 * MiB).efficiency)
+    assert effs[0] >= 0.95 and effs[1] < 0.8, effs
+    assert check(load_text(whole, "whole"), topology="torus:4x4").ok  # slower, not wrong
+
+
+@pytest.fixture(scope="module")
+def a2a_cube():
+    return synth("all_to_all", "v5p:4x4x4", [64 * KiB, 256 * MiB], compile=False)
+
+
+def test_all_to_all_on_a_cube_is_within_5_percent_of_the_bisection_bound(a2a_cube):
+    small, big = a2a_cube.choices
+    sec, eff, bound, binding, fits, _ = big.winner.points[256 * MiB]
+    assert big.winner.candidate.family == "all_to_all_direct"
+    assert binding == "bisection" and fits and eff >= 0.95
+    # The bound, derived here: half the chips send half their V across the bisection of
+    # an axis of 4 (2 x 16 x 2 directed links cut): d_max V / (8 B).
+    B = big.winner.hw.chip.link_bandwidth
+    v = 64 * big.winner.points[256 * MiB][5]["rows"] * 128 * 4
+    assert bound == pytest.approx(4 * v / (8 * B), rel=1e-6)
+    # At 64 KiB the flat one issues ~130 DMAs; one-shot per axis issues 9 and wins.
+    assert small.winner.candidate.name == "all_to_all_per_axis_direct_3d"
+    assert small.winner.points[64 * KiB][0] < small.runner_up.points[64 * KiB][0] / 3
+    assert small.winner.verified.startswith("ringc check ok on v5p:4x4x4")
+    assert a2a_cube.seconds < 10
+
+
+def test_no_all_to_all_family_generates_on_v5e():
+    """v5e routes only power-of-2 offsets: an offset of 3 is `unroutable`, so neither
+    family generates there and the search says so rather than pricing what check refuses."""
+    for module in (all_to_all_direct, per_axis_direct):
+        assert list(module.generate("all_to_all", T.parse("v5e:4x4"))) == []
+    with pytest.raises(ValueError, match="no family generates all_to_all on v5e:4x4"):
+        synth("all_to_all", "v5e:4x4", [1 * MiB], compile=False)
+
+
+# -- the 3-D reduce-scatter ------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology, rows", [("torus:2x2x2", 8), ("torus:2x2x2", 16), ("torus:2x3x4", 16),
+                                            ("v5p:4x4x4", 16)])
+def test_the_3d_reduce_scatter_cut_from_the_all_reduce_checks(topology, rows):
+    """per_axis's 3-D psum_scatter: all_reduce_3d_bidirectional stopped after its
+    reduce-scatters, with x laid out chip first (a text transformation of the library
+    file, so a change there shows here); rows=16 is the pipelined (chunks=2) program."""
+    cands = list(per_axis.generate("psum_scatter", T.parse(topology)))
+    assert [c.params["chunks"] for c in cands] == [1, 2, 4]
+    cand = cands[0] if rows == 8 else cands[1]
+    text = cand.text
+    assert "\n  a3r: {" not in text and "sa3r:" not in text and '"x[0, ' not in text and "ph_a == 3" not in text
+    sched = load_text(text, cand.name)
+    assert sched.collective.kind == "psum_scatter" and sched.params["rows"] == rows
+    report = check(sched, topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("broken, fix", [
+    ('"out[0, 1, rj:q]"', '"out[0, 0, rj:q]"'),          # part a's left half added where its right half goes
+    ('"x[aa0l, :, :, 0, 1, rj:q]"', '"x[aa0l, :, :, 0, 0, rj:q]"'),   # the wrong direction's own data added
+])
+def test_a_broken_3d_reduce_scatter_is_refused(broken, fix):
+    text = per_axis.reduce_scatter_3d(library_text("all_reduce_3d_bidirectional"))
+    assert broken in text
+    report = check(load_text(text.replace(broken, fix), "broken"), topology="torus:2x2x2")
+    assert "wrong_result" in _errors(report)
+
+
+def test_the_3d_reduce_scatter_is_a_candidate_on_v5p():
+    r = synth("psum_scatter", "v5p:4x4x4", [256 * MiB], compile=False)
+    (choice,) = r.choices
+    w = choice.winner
+    assert w.candidate.family == "per_axis" and w.verdict == ""
+    sec, eff, bound, binding, fits, _ = w.points[256 * MiB]
+    assert binding == "egress" and fits and eff > 0.7
+    assert r.seconds < 10
