@@ -8,7 +8,8 @@ schedule text, no verification.
   holds every chunk is found by trying T upwards from max(diameter, ceil((p - 1) / degree)).
 - all-reduce: the reduce-scatter, then the all-gather (2 T epochs), as TE-CCL composes it.
 - all-to-all: the multi-commodity flow LP (one commodity per source, V / p to every other
-  chip) minimising the busiest link's bytes.
+  chip) minimising the busiest link's bytes (on a fully wrapped torus, one source's flow
+  with the links grouped by axis and direction: the same optimum, by translation).
 
 Times are in the alpha-beta terms of the same chip (`ringc/cost/chips.py`): an epoch is one
 hop latency, one DMA issue and a chunk at the link bandwidth; the all-to-all is its busiest
@@ -26,11 +27,11 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix
 
 MAX_CHIPS_MILP = 16       # the time-expanded MILP: 16 chips solve in seconds, 64 do not in a minute
-MAX_CHIPS_LP = 64
+MAX_CHIPS_LP = 64         # the all-to-all LP with a commodity per source (the symmetric one has no limit)
 TIME_LIMIT = 60.0
 
 
-def _links(topo) -> tuple[list, list[tuple[int, int]]]:
+def directed_links(topo) -> tuple[list, list[tuple[int, int]]]:
     nodes = topo.devices
     index = {c: i for i, c in enumerate(nodes)}
     links = []
@@ -49,12 +50,12 @@ def gather_epochs(topo) -> tuple[int | None, float]:
     p = topo.size
     if p > MAX_CHIPS_MILP:
         return None, 0.0
-    nodes, links = _links(topo)
+    nodes, links = directed_links(topo)
     degree = max(sum(1 for _, v in links if v == n) for n in range(p))
     t0 = time.perf_counter()
     T = max(_diameter(topo), math.ceil((p - 1) / degree))
     while T <= 4 * p:
-        if _gather_feasible(p, links, T, TIME_LIMIT - (time.perf_counter() - t0)):
+        if gather_feasible(p, links, T, TIME_LIMIT - (time.perf_counter() - t0)):
             return T, time.perf_counter() - t0
         if time.perf_counter() - t0 > TIME_LIMIT:
             return None, time.perf_counter() - t0
@@ -62,7 +63,7 @@ def gather_epochs(topo) -> tuple[int | None, float]:
     return None, time.perf_counter() - t0
 
 
-def _gather_feasible(p: int, links: list[tuple[int, int]], T: int, budget: float) -> bool:
+def gather_feasible(p: int, links: list[tuple[int, int]], T: int, budget: float) -> bool:
     L = len(links)
     nf = p * L * T                          # f[s, e, t]: chunk s crosses link e in epoch t (1..T)
     nh = p * p * (T + 1)                    # h[s, n, t]: chip n holds chunk s after epoch t (0..T)
@@ -110,36 +111,53 @@ def _gather_feasible(p: int, links: list[tuple[int, int]], T: int, budget: float
 
 def all_to_all_load(topo) -> tuple[float | None, float]:
     """The busiest link's load, in units of one chunk (V / p), of the least-congested
-    routing of the all-to-all (a multi-commodity flow LP), and the solve seconds."""
+    routing of the all-to-all (a multi-commodity flow LP), and the solve seconds. On a
+    torus wrapped on every axis the chips are translations of each other, so one source's
+    flow is solved and every directed link carries the sum of that flow over its class
+    (axis, direction): the LP of p commodities symmetrised, same optimum."""
     p = topo.size
-    if p > MAX_CHIPS_LP:
+    symmetric = all(topo.wrap)
+    if p > MAX_CHIPS_LP and not symmetric:
         return None, 0.0
     t0 = time.perf_counter()
-    nodes, links = _links(topo)
+    nodes, links = directed_links(topo)
     L = len(links)
-    n_x = p * L                               # x[s, e]: chunks of source s on link e; last var: the max load
+    sources = [0] if symmetric else list(range(p))
+    n_x = len(sources) * L                    # x[s, e]: chunks of source s on link e; last var: the max load
     rows, cols, vals, b_eq = [], [], [], []
     r = 0
-    for s in range(p):
+    for i, s in enumerate(sources):
         for n in range(p):
             for e, (u, v) in enumerate(links):
                 if u == n:
-                    rows.append(r), cols.append(s * L + e), vals.append(1.0)
+                    rows.append(r), cols.append(i * L + e), vals.append(1.0)
                 if v == n:
-                    rows.append(r), cols.append(s * L + e), vals.append(-1.0)
+                    rows.append(r), cols.append(i * L + e), vals.append(-1.0)
             b_eq.append(p - 1.0 if n == s else -1.0)
             r += 1
     A_eq = coo_matrix((vals, (rows, cols)), shape=(r, n_x + 1)).tocsr()
+    if symmetric:   # one row per class: (axis, +1 or -1 along it)
+        def cls(e):
+            u, v = nodes[links[e][0]], nodes[links[e][1]]
+            a = next(k for k in range(topo.ndim) if u[k] != v[k])
+            return a, (v[a] - u[a]) % topo.shape[a] == 1
+        groups: dict = {}
+        for e in range(L):
+            groups.setdefault(cls(e), []).append(e)
+        members = list(groups.values())
+    else:
+        members = [[e] for e in range(L)]
     rows, cols, vals = [], [], []
-    for e in range(L):
-        for s in range(p):
-            rows.append(e), cols.append(s * L + e), vals.append(1.0)
-        rows.append(e), cols.append(n_x), vals.append(-1.0)
-    A_ub = coo_matrix((vals, (rows, cols)), shape=(L, n_x + 1)).tocsr()
+    for g, es in enumerate(members):
+        for i in range(len(sources)):
+            for e in es:
+                rows.append(g), cols.append(i * L + e), vals.append(1.0)
+        rows.append(g), cols.append(n_x), vals.append(-1.0)
+    A_ub = coo_matrix((vals, (rows, cols)), shape=(len(members), n_x + 1)).tocsr()
     c = np.zeros(n_x + 1)
     c[-1] = 1.0
-    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(L), A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs",
-                  options={"time_limit": TIME_LIMIT})
+    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(len(members)), A_eq=A_eq, b_eq=b_eq, bounds=(0, None),
+                  method="highs", options={"time_limit": TIME_LIMIT})
     return (float(res.x[-1]) if res.status == 0 else None), time.perf_counter() - t0
 
 

@@ -103,7 +103,52 @@ def test_no_all_to_all_family_generates_on_v5e():
         synth("all_to_all", "v5e:4x4", [1 * MiB], compile=False)
 
 
-# -- the 3-D reduce-scatter ------------------------------------------------------------------
+# -- the one-shot reduce-scatter and the 3-D reduce-scatter ---------------------------------
+
+@pytest.mark.parametrize("topology", ["ring:5", "ring:8", "torus:3x4", "torus:4x4", "torus:2x3x4", "v5p:4x4x4"])
+def test_the_direct_reduce_scatter_checks(topology):
+    from ringc.synth.families import direct
+    (cand,) = direct.generate("psum_scatter", T.parse(topology))
+    report = check(load_text(cand.text, cand.name), topology=topology, invocations=2)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("topology", ["torus:3x4", "torus:4x4", "torus:2x3x4", "v5p:4x4x4", "v5e:2x2"])
+def test_the_per_axis_direct_reduce_scatter_checks(topology):
+    (cand,) = per_axis_direct.generate("psum_scatter", T.parse(topology))
+    report = check(load_text(cand.text, cand.name), topology=topology, invocations=2)
+    assert report.ok, [f.message for f in report.findings]
+
+
+def test_a_broken_per_axis_direct_reduce_scatter_is_refused():
+    """Round y adds the partial sum bound for the receiver's coordinate instead of mine."""
+    text = per_axis_direct.psum_scatter(3)
+    bad = text.replace('base: "acc_x[me_y, :]"', 'base: "acc_x[t_y, :]"')
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x3x4")
+    assert "wrong_result" in _errors(report)
+
+
+def test_the_per_axis_direct_reduce_scatter_wins_at_64kib_on_a_cube():
+    r = synth("psum_scatter", "v5p:4x4x4", [64 * KiB], compile=False)
+    w = r.choices[0].winner
+    assert w.candidate.name == "psum_scatter_per_axis_direct_3d"
+    # Within 2.5x of the latency bound (alpha x diameter, 6 us), from 119 us for the
+    # reduce-scatter cut from the 3-D all-reduce and 63 us for the flat one-shot.
+    sec, eff, bound, binding, _, _ = w.points[64 * KiB]
+    assert binding == "latency" and sec < 2.5 * bound
+    flat = next(p for p in r.priced if p.candidate.name == "psum_scatter_direct_3d")
+    assert flat.points[64 * KiB][0] > 3 * sec
+
+
+def test_the_direct_reduce_scatter_races_if_it_loads_before_the_arrival():
+    from ringc.synth.families import direct
+    text = direct.psum_scatter(2)
+    bad = text.replace("      - wait: send\n      - start: load\n", "      - start: load\n      - wait: send\n")
+    assert bad != text
+    report = check(load_text(bad, "early_load"), topology="torus:3x4")
+    assert "race" in _errors(report)
+
 
 @pytest.mark.parametrize("topology, rows", [("torus:2x2x2", 8), ("torus:2x2x2", 16), ("torus:2x3x4", 16),
                                             ("v5p:4x4x4", 16)])
@@ -141,3 +186,22 @@ def test_the_3d_reduce_scatter_is_a_candidate_on_v5p():
     sec, eff, bound, binding, fits, _ = w.points[256 * MiB]
     assert binding == "egress" and fits and eff > 0.7
     assert r.seconds < 10
+
+
+# -- the benchmark's MILP baseline ----------------------------------------------------------
+
+def test_the_milp_baseline_finds_the_fewest_epochs_and_the_least_load():
+    """benchmarks/milp_baseline.py: on ring:8 an all-gather needs ceil(7 / 2) = 4 epochs
+    (7 chunks in over 2 links) and 3 are infeasible; on torus:4x4 ceil(15 / 4) = 4; the
+    all-to-all's busiest link carries the average chunk-hops per link (ring:8: 8 x 16 / 16)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import milp_baseline as m
+    ring8, torus = T.parse("ring:8"), T.parse("torus:4x4")
+    assert m.gather_epochs(ring8)[0] == 4 and m.gather_epochs(torus)[0] == 4
+    _, links = m.directed_links(ring8)
+    assert not m.gather_feasible(8, links, 3, 10.0) and m.gather_feasible(8, links, 4, 10.0)
+    assert m.all_to_all_load(ring8)[0] == pytest.approx(8.0)
+    assert m.all_to_all_load(torus)[0] == pytest.approx(8.0)
+    assert m.gather_epochs(T.parse("v5p:4x4x4")) == (None, 0.0)  # over MAX_CHIPS_MILP: not tried
