@@ -1,6 +1,7 @@
 """A small TE-CCL-style baseline for `synth_vs_anchors.py`: the collective as a flow problem
-on the slice's directed links, solved with scipy's HiGHS (`scipy.optimize.milp`), no
-schedule text, no verification.
+on the slice's directed links (`Topology.graph`: networkx, the test extra), solved with
+scipy's HiGHS (`scipy.optimize.milp`, `linprog`; scipy comes with jax), no schedule text,
+no verification.
 
 - all-gather (and reduce-scatter, its time reversal): a time-expanded MILP. Every chip's
   shard is one chunk; in an epoch a directed link carries at most one chunk, from a chip
