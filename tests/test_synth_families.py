@@ -205,3 +205,38 @@ def test_the_milp_baseline_finds_the_fewest_epochs_and_the_least_load():
     assert m.all_to_all_load(ring8)[0] == pytest.approx(8.0)
     assert m.all_to_all_load(torus)[0] == pytest.approx(8.0)
     assert m.gather_epochs(T.parse("v5p:4x4x4")) == (None, 0.0)  # over MAX_CHIPS_MILP: not tried
+
+
+# -- recursive doubling all-gather on power-of-2 axes ----------------------------------------
+
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x8", "torus:2x4x8", "v5e:4x4", "v5e:8x8"])
+def test_the_recursive_doubling_all_gather_checks(topology):
+    """Offsets of 2^b only: routable on v5e, whose slices here have no wraparound on 4."""
+    from ringc.synth.families import recursive_doubling
+    (cand,) = [c for c in recursive_doubling.generate("all_gather", T.parse(topology))]
+    report = check(load_text(cand.text, cand.name), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+    assert list(recursive_doubling.generate("all_gather", T.parse("torus:3x4"))) == []   # not a power of 2
+
+
+def test_a_broken_recursive_doubling_all_gather_is_refused():
+    """A chip sends its partner's range (which it does not hold) instead of its own."""
+    from ringc.synth.families import recursive_doubling
+    text = recursive_doubling.all_gather(2)
+    bad = text.replace("  base_y: me_y - me_y % w_y", "  base_y: (me_y - me_y % w_y) ^ w_y")
+    assert bad != text
+    report = check(load_text(bad, "wrong_range"), topology="torus:4x4")
+    assert not report.ok and {"out_of_bounds", "wrong_result", "race"} & set(_errors(report)), _errors(report)
+
+
+def test_recursive_doubling_beats_the_library_all_gather_at_64kib_on_v5e_16x16():
+    """v5e routes only power-of-2 offsets, so the one-shot families are refused there; 8
+    rounds of doubling (1 + 2 + 4 + 8 hops per axis) beat the library's rings."""
+    import ringc
+    from ringc.synth.families import recursive_doubling
+    from pathlib import Path
+    rd = load_text(recursive_doubling.all_gather(2), "rd")
+    lib = ringc.load(Path(__file__).resolve().parent.parent / "schedules" / "all_gather_2d.yaml")
+    est = [estimate(s, hardware("v5e:16x16", s), nbytes=64 * KiB) for s in (rd, lib)]
+    assert est[0].seconds < 0.75 * est[1].seconds, [e.seconds for e in est]
+    assert est[0].bound.binding == "latency"
