@@ -155,7 +155,7 @@ def all_to_all(k: int) -> str:
     coordinates on the rest); round a sends, to the chip at coordinate t along a, the
     blocks whose destination coordinate along a is t, into its slot of my coordinate."""
     axes = AXES[:k]
-    bufs = [f"x", *[f"part_{a}" for a in axes[:-1]], "out"]   # what round i reads is bufs[i]
+    bufs = ["x", *[f"part_{a}" for a in axes[:-1]], "out"]   # what round i reads is bufs[i]
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
     lets, copies, body, sems, scratch = [], [], [], [], []
     for i, a in enumerate(axes):
