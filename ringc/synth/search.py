@@ -45,6 +45,7 @@ class Priced:
     schedule: Any = None                      # the loaded template (small rows)
     points: dict[int, tuple] = field(default_factory=dict)
     problems: dict[int, str] = field(default_factory=dict)
+    volumes: dict[int, int] = field(default_factory=dict)   # size -> the V its shapes achieve there
     hw: Any = None                            # its placement on the slice (cost.hardware)
     verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
     verified: str = ""
@@ -234,6 +235,7 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
                                 f"{size_text(size)}")
             continue
         p.points[size] = (e.seconds, e.efficiency, e.bound.seconds, e.bound.binding, e.fits, sized)
+        p.volumes[size] = e.bound.volume
         if not e.fits:
             too_big = size
 

@@ -15,11 +15,11 @@ from .base import Candidate, library_text, with_params  # noqa: F401 (the famili
 
 def families() -> list:
     """The generator modules, in the order their candidates are tried on a tie."""
-    from . import (bidirectional_ring, direct, library, per_axis, per_axis_direct, recursive_doubling,
-                   rotated_bidirectional)
+    from . import (all_to_all_direct, bidirectional_ring, direct, library, per_axis, per_axis_direct,
+                   recursive_doubling, rotated_bidirectional)
     return [library, bidirectional_ring, per_axis, rotated_bidirectional, direct, per_axis_direct,
-            recursive_doubling]
+            recursive_doubling, all_to_all_direct]
 
 
 def collectives() -> tuple[str, ...]:
-    return ("psum", "all_gather", "psum_scatter")
+    return ("psum", "all_gather", "psum_scatter", "all_to_all")
