@@ -146,6 +146,9 @@ class Interpreter:
         self.eqn: Any = None
         self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
         self.lanes: Lanes | None = None  # set when every device is evaluated at once (as device 0)
+        # Tensor data known to hold -inf at some positions (`jnp.where(mask, -inf, x)`), by id with
+        # the value kept (so an id is never another value's): where a later argmax never lands.
+        self.masked: dict[int, tuple[Data, np.ndarray]] = {}
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
@@ -473,7 +476,7 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     outs_data = [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
     if name == "select_n":
         _note_masked(it, invals, outs_data[0])
-    elif name == "slice" and len(data) == 1 and it.__dict__.get("masked"):  # `x[:, :num_experts]`
+    elif name == "slice" and len(data) == 1 and it.masked:  # `x[:, :num_experts]`
         hit = it.masked.get(id(data[0]))
         if hit is not None and hit[0] is data[0]:
             sl = tuple(slice(a, b, st) for a, b, st in zip(eqn.params["start_indices"], eqn.params["limit_indices"],
@@ -525,11 +528,11 @@ def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape:
 def _note_masked(it: Interpreter, invals: list, out: Data) -> None:
     """`jnp.where(mask, -inf, x)` with a concrete mask (a top-k loop masking the experts it
     already chose): remember where the result is -inf, so that an `argmax` of it samples
-    only among the other positions, as the run's argmax picks (`Interpreter.masked`)."""
+    only among the other positions, as the run's argmax does (`Interpreter.masked`)."""
     pred, cases = invals[0], invals[1:]
     if len(cases) != 2 or not is_concrete(pred) or np.shape(pred) != out.shape:
         return
-    masked = it.__dict__.setdefault("masked", {})
+    masked = it.masked
     lows = []
     for c in cases:
         if isinstance(c, Data) and c.how[0] == "const":  # a broadcast constant (`jnp.full`, `-jnp.inf`)
@@ -554,7 +557,7 @@ def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data:
     if name in ("argmax", "argmin") and len(data) == 1:
         axis = eqn.params["axes"][0]
         k = data[0].shape[axis]
-        hit = it.__dict__.get("masked", {}).get(id(data[0]))
+        hit = it.masked.get(id(data[0]))
         if name == "argmax" and hit is not None and hit[0] is data[0] and shapes[0]:
             # never a position masked with -inf (unless the whole row is): uniform among the others
             allowed = ~np.moveaxis(hit[1], axis, -1)
