@@ -319,3 +319,41 @@ def test_a_bitcast_ref_of_the_same_width_is_the_same_bytes_and_another_width_is_
     bad, = check_file(str(path), 2)
     text = bad.to_text()
     assert "not checked" in text and "a bitcast of `x_ref` from float32 to uint16, a type of another width" in text, text
+
+
+def test_devices_evaluated_together_switch_only_where_a_wait_needs_another_device():
+    """`CoRun`: device 0 runs until its wait needs device 1's signal, then device 1 runs; a run
+    where no device can go on lets the lowest blocked wait through (and counts it); an error
+    on one device is the run's error."""
+    from ringc.pallas.corun import CoRun
+    from ringc.verify.events import SemWait, Signal
+
+    order: list[str] = []
+
+    def waits(run: CoRun, d: int, sem: str):
+        def body():
+            order.append(f"{d} start")
+            run.on_event(d, SemWait((d, sem, ()), 1, "sem_wait"))
+            order.append(f"{d} waited")
+        return body
+
+    def signals(run: CoRun):
+        def body():
+            order.append("1 start")
+            run.on_event(1, Signal((0, "s", ()), 1))
+            order.append("1 signalled")
+        return body
+
+    run = CoRun(2)
+    run.run([waits(run, 0, "s"), signals(run)])
+    assert order == ["0 start", "1 start", "1 signalled", "0 waited"] and run.released == 0
+    order.clear()
+    hung = CoRun(2)
+    hung.run([waits(hung, 0, "a"), waits(hung, 1, "b")])
+    assert order == ["0 start", "1 start", "0 waited", "1 waited"] and hung.released == 2
+
+    def fails():
+        raise ValueError("device 1 failed")
+
+    with pytest.raises(ValueError, match="device 1 failed"):
+        CoRun(2).run([lambda: None, fails])
