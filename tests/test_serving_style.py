@@ -245,3 +245,115 @@ def test_a_kernel_for_megacore_chips_gets_the_tpu_flag_in_the_fix(tmp_path):
     with pytest.raises(ScheduleError) as err:
         check_file(str(path), 2)
     assert "--tpu v5p" in err.value.fix, err.value.fix
+
+
+MOE = str(HERE / "moe_counts.py")
+MOE_ARGS = ["logits=float32[8*N,2*N]@ep"]
+
+
+def _moe(wrong: int = 0):
+    from ringc.pallas.entries import parse_arg
+    report, = check_file(MOE, 4, entry="dispatch", args=[parse_arg(a) for a in MOE_ARGS], params={"wrong": wrong})
+    return report
+
+
+def test_routing_staged_into_smem_and_counts_all_gathered_by_remote_dmas_are_followed():
+    """The argmax table reaches SMEM through a VMEM -> SMEM DMA and the per-expert counts
+    through remote DMAs around the ring: ringc follows both (the devices evaluated together),
+    so every slice start, size and target of the dispatch is the run's, and says so."""
+    ok = _moe()
+    assert ok.ok, ok.to_text()
+    routed = _notes(ok, "values routed through DMAs")
+    assert any("`table_vmem` -> `table_smem` at line 46" in n for n in routed), routed
+    assert any("`counts_vmem` -> `counts_vmem` at line 60" in n and "evaluated together" in n
+               and "race-free run" in n for n in routed), routed
+    assert _notes(ok, "values from tensor data") and not _notes(ok, "values sent between devices")
+
+
+def test_reading_the_smem_table_before_the_staging_dmas_wait_is_a_race_at_the_read():
+    bad = _moe(wrong=1)
+    races = [f for f in bad.findings if f.kind == "race"]
+    assert races and all(f.event.line == 72 for f in races), bad.to_text()
+    assert "copy `table_vmem->table_smem` writes it" in races[0].message and "`load` reads it" in races[0].message
+
+
+def test_waiting_for_a_wrong_count_received_through_remote_dmas_is_a_hang_at_the_wait():
+    bad = _moe(wrong=2)
+    hangs = [f for f in bad.findings if f.kind == "hang"]
+    assert hangs and all(f.event.line == 106 for f in hangs), bad.to_text()
+    assert {f.kind for f in bad.findings if f.severity == "error"} == {"hang"}, bad.to_text()
+    released, = _notes(bad, "values sent between devices")
+    assert "none could go on" in released and "let through" in released
+
+
+BITCAST = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+TO = jnp.uint32
+
+
+def _kernel(x_ref, o_ref, scratch, sem):
+    copy = pltpu.make_async_copy(x_ref.bitcast(TO), scratch.bitcast(TO), sem)
+    copy.start()
+    copy.wait()
+    o_ref[...] = scratch[...]
+
+
+def kernel(x, *, axis_name="x"):
+    del axis_name
+    return pl.pallas_call(
+        _kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA])(x)
+'''
+
+
+def test_a_bitcast_ref_of_the_same_width_is_the_same_bytes_and_another_width_is_refused(tmp_path):
+    path = tmp_path / "bitcast.py"
+    path.write_text(textwrap.dedent(BITCAST))
+    ok, = check_file(str(path), 2)
+    assert ok.ok, ok.to_text()
+    path.write_text(textwrap.dedent(BITCAST).replace("TO = jnp.uint32", "TO = jnp.uint16"))
+    bad, = check_file(str(path), 2)
+    text = bad.to_text()
+    assert "not checked" in text and "a bitcast of `x_ref` from float32 to uint16, a type of another width" in text, text
+
+
+def test_devices_evaluated_together_switch_only_where_a_wait_needs_another_device():
+    """`CoRun`: device 0 runs until its wait needs device 1's signal, then device 1 runs; a run
+    where no device can go on lets the lowest blocked wait through (and counts it); an error
+    on one device is the run's error."""
+    from ringc.pallas.corun import CoRun
+    from ringc.verify.events import SemWait, Signal
+
+    order: list[str] = []
+
+    def waits(run: CoRun, d: int, sem: str):
+        def body():
+            order.append(f"{d} start")
+            run.on_event(d, SemWait((d, sem, ()), 1, "sem_wait"))
+            order.append(f"{d} waited")
+        return body
+
+    def signals(run: CoRun):
+        def body():
+            order.append("1 start")
+            run.on_event(1, Signal((0, "s", ()), 1))
+            order.append("1 signalled")
+        return body
+
+    run = CoRun(2)
+    run.run([waits(run, 0, "s"), signals(run)])
+    assert order == ["0 start", "1 start", "1 signalled", "0 waited"] and run.released == 0
+    order.clear()
+    hung = CoRun(2)
+    hung.run([waits(hung, 0, "a"), waits(hung, 1, "b")])
+    assert order == ["0 start", "1 start", "0 waited", "1 waited"] and hung.released == 2
+
+    def fails():
+        raise ValueError("device 1 failed")
+
+    with pytest.raises(ValueError, match="device 1 failed"):
+        CoRun(2).run([lambda: None, fails])

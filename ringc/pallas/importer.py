@@ -370,6 +370,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
         values = _small_int_values(cap.args)
+        made_up = values is not None and any(a.startswith("ringc called ") for a in cap.assumes)
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}{cap.via}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -383,7 +384,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             # test): checked once, the verdict repeated under this call's title.
             first, earlier = checked[same]
             if isinstance(earlier, CallError):
-                reports.append(CallError(path, title, earlier.error))
+                reports.append(CallError(path, title, earlier.error, earlier.assumptions))
                 continue
             report = copy.copy(earlier)
             report.title, report.seconds = title, time.perf_counter() - t1
@@ -399,7 +400,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
                                    topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
-            reports.append(CallError(path, title, e))
+            reports.append(CallError(path, title, e, [MADE_UP_ZEROS] if made_up else []))
             if same is not None:
                 checked[same] = (k + 1, reports[-1])
             continue
@@ -413,12 +414,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
-        if values is not None and any(a.startswith("ringc called ") for a in cap.assumes):
-            report.assumptions.append(
-                "values from tensor data: the arrays ringc made up hold zeros, so the integers the kernel reads "
-                "from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero inputs; the "
-                "verdict covers that one input, not every routing, and a finding may come from all-zero inputs the "
-                "kernel does not accept (check a script or test that builds real values)")
+        if made_up:
+            report.assumptions.append(MADE_UP_ZEROS)
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
         if script.answers.assumption():
@@ -456,13 +453,22 @@ def _refusal(e: Any, path: str) -> ScheduleError:
     return ScheduleError(e.what + REFUSAL_TAIL, file=file, line=line)
 
 
+MADE_UP_ZEROS = (
+    "values from tensor data: the arrays ringc made up hold zeros, so the integers the kernel reads "
+    "from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero inputs; the "
+    "verdict covers that one input, not every routing, and a finding may come from all-zero inputs the "
+    "kernel does not accept (check a script or test that builds real values)")
+
+
 @dataclass
 class CallError:
     """A captured kernel call that could not be checked (an index out of range, an unknown
-    primitive): its verdict is the error, and the script's other calls are still checked."""
+    primitive): its verdict is the error, and the script's other calls are still checked.
+    `assumptions`: what the error may come from (the made-up inputs' zeros)."""
     file: str
     title: str
     error: ScheduleError
+    assumptions: list = field(default_factory=list)
     findings: list = field(default_factory=list)
     ok: bool = False
 
@@ -473,12 +479,16 @@ class CallError:
         return []
 
     def to_text(self, explain: bool = False) -> str:
-        return f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
+        return (f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
+                + "".join(f"\n  assumes: {a}" for a in self.assumptions))
 
     def to_json(self) -> dict:
         e = self.error
-        return {"file": self.file, "call": self.title, "ok": False,
-                "error": {"message": e.message, "line": e.line, "fix": e.fix}}
+        out = {"file": self.file, "call": self.title, "ok": False,
+               "error": {"message": e.message, "line": e.line, "fix": e.fix}}
+        if self.assumptions:
+            out["assumptions"] = list(self.assumptions)
+        return out
 
 
 def _small_int_values(args: list) -> list | None:
@@ -724,9 +734,11 @@ class _Outer:
         operands are made of) is computed once, eagerly, on the global values."""
         if self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects:
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
-        if eqn.primitive.name in ("psum", "pmax", "pmin") and self.mesh_axes is not None and ins \
+        if eqn.primitive.name in ("psum", "pmax", "pmin", "all_gather") and self.mesh_axes is not None and ins \
                 and all(h.values is not None and not _literal(h) for h in ins):
             return self.reduce_across(eqn, ins)
+        if eqn.primitive.name == "with_memory_space_constraint" and len(ins) == 1 == len(eqn.outvars):
+            return [Handle(eqn.outvars[0].aval, values=ins[0].values)]  # where it lives, not what it holds
         if eqn.primitive.name == "axis_index" and self.mesh_axes is not None:  # each device's own index
             names = eqn.params["axis_name"]
             names = names if isinstance(names, (tuple, list)) else (names,)
@@ -759,22 +771,30 @@ class _Outer:
         return [Handle(v.aval) for v in eqn.outvars]
 
     def reduce_across(self, eqn: Any, ins: list) -> list:
-        """`lax.psum` / `pmax` / `pmin` of values known on every device (a count of groups
-        each device computed): each device gets the reduction over the devices that differ
-        from it only along the named axes."""
+        """`lax.psum` / `pmax` / `pmin` / `all_gather` of values known on every device (a count
+        of groups each device computed): each device gets the reduction (or the gather, in
+        device order) over the devices that differ from it only along the named axes."""
         names = eqn.params.get("axes", eqn.params.get("axis_name", ()))
         names = set(names if isinstance(names, (tuple, list)) else (names,))
-        if not names <= set(self.mesh_axes):
+        if not names <= set(self.mesh_axes) or eqn.params.get("axis_index_groups") is not None:
             return [Handle(v.aval) for v in eqn.outvars]
         n = math.prod(self.mesh_axes.values())
         key = [tuple(c for a, c in self.builder._coords(d).items() if a not in names) for d in range(n)]
-        op = {"psum": np.sum, "pmax": np.max, "pmin": np.min}[eqn.primitive.name]
+        if eqn.primitive.name == "all_gather":
+            dim, tiled = eqn.params["all_gather_dimension"], eqn.params["tiled"]
+            op = (lambda g, axis: np.concatenate(list(g), axis=dim)) if tiled else \
+                (lambda g, axis: np.moveaxis(g, 0, dim))
+        else:
+            op = {"psum": np.sum, "pmax": np.max, "pmin": np.min}[eqn.primitive.name]
         outs = []
         for h, v in zip(ins, eqn.outvars):
             per = []
             for d in range(n):
                 group = np.stack([np.asarray(h.values[e]) for e in range(n) if key[e] == key[d]])
-                per.append(np.asarray(op(group, axis=0)).astype(v.aval.dtype))
+                out = np.asarray(op(group, axis=0)).astype(v.aval.dtype)
+                if out.shape != tuple(v.aval.shape):
+                    return [Handle(u.aval) for u in eqn.outvars]
+                per.append(out)
             outs.append(Handle(v.aval, values=per))
         return outs
 
@@ -1117,11 +1137,12 @@ def ring_steps(program: Program) -> dict[tuple[str, int], int]:
 
 
 def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None, invocations: int,
-              lanes: bool) -> tuple["_Outer", Builder | None]:
+              lanes: bool, cosim: bool = False) -> tuple["_Outer", Builder | None]:
     """Walk the program and evaluate its pallas_calls: every device on its own, or (`lanes`)
     every device at once, giving None for the builder when that cannot show every device
     runs device 0's events translated (`interpret.Lanes`; errors are left to the other way,
-    which names the device)."""
+    which names the device). Devices evaluated one by one that sent each other values ringc
+    knows (`Builder.cross_values`) are evaluated again together (`cosim`, `corun.CoRun`)."""
     from ..verify.check import collector_paused
     outer = _Outer(file, values)
     outer.top(jaxpr)
@@ -1137,6 +1158,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
             return outer, None
         b.lanes = Lanes(b.axis_sizes)
     b.calls = outer.calls
+    b.cosim = cosim
     with collector_paused():
         try:
             for _ in range(invocations):
@@ -1144,9 +1166,13 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
                     b.run_call(call, k)
                     b.invocation += 1
         except (Diverge, ScheduleError):
+            if not lanes and not cosim and b.cross_values:
+                return _evaluate(jaxpr, sizes, file, values, invocations, lanes, cosim=True)
             if not lanes:
                 raise
             return outer, None
+    if not lanes and not cosim and b.cross_values:
+        return _evaluate(jaxpr, sizes, file, values, invocations, lanes, cosim=True)
     return outer, b
 
 

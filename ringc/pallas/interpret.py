@@ -38,7 +38,7 @@ from .. import limits
 
 from ..ir.errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
-from .values import Buffer, Data, Loc, Ref, SemRef, Unknown, Vec, is_concrete, vec
+from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
 
 Rule = Callable[["Interpreter", Any, list], list]
 RULES: dict[str, Rule] = {}
@@ -146,6 +146,9 @@ class Interpreter:
         self.eqn: Any = None
         self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
         self.lanes: Lanes | None = None  # set when every device is evaluated at once (as device 0)
+        # Tensor data known to hold -inf at some positions (`jnp.where(mask, -inf, x)`), by id with
+        # the value kept (so an id is never another value's): where a later argmax never lands.
+        self.masked: dict[int, tuple[Data, np.ndarray]] = {}
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
@@ -470,7 +473,16 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
                 for _ in outs]
     line = int(it.where())
     what = (f"`{name}` of {len(data)} tensors" if len(data) > 1 and name in ELEMENTWISE else f"`{name}`")
-    return [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
+    outs_data = [Data(s, ("opaque", f"{what} at line {line}")) for s in shapes]
+    if name == "select_n":
+        _note_masked(it, invals, outs_data[0])
+    elif name == "slice" and len(data) == 1 and it.masked:  # `x[:, :num_experts]`
+        hit = it.masked.get(id(data[0]))
+        if hit is not None and hit[0] is data[0]:
+            sl = tuple(slice(a, b, st) for a, b, st in zip(eqn.params["start_indices"], eqn.params["limit_indices"],
+                                                            eqn.params["strides"] or (1,) * len(shapes[0])))
+            it.masked[id(outs_data[0])] = (outs_data[0], hit[1][sl])
+    return outs_data
 
 
 # -- values from tensor data ------------------------------------------------------
@@ -484,7 +496,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
 SAMPLE_SEED = 0
 
 
-def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape: tuple = ()) -> Any:
+def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape: tuple = (),
+                 shown: str | None = None) -> Any:
     """Draw a value (or an array of `shape`) in [lo, hi), the same on every run: the draw is
     keyed by the device, the invocation, the grid point, the line and how many draws that
     line made there. Noted on the sink for the verdict."""
@@ -499,7 +512,7 @@ def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape:
     rng = np.random.default_rng(seed)
     notes = getattr(it.sink, "notes", None)
     if notes is not None:
-        rng_text = "false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})"
+        rng_text = shown or ("false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})")
         note = (f"values from tensor data: {what} at line {line} is runtime data; ringc sampled it "
                 + (f"in its range {rng_text}" if own else
                    f"in the range its use allows, {rng_text} (its own range is not known, so it makes no "
@@ -512,6 +525,31 @@ def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape:
     return Sampled(int(rng.integers(lo, hi)), (what, line))
 
 
+def _note_masked(it: Interpreter, invals: list, out: Data) -> None:
+    """`jnp.where(mask, -inf, x)` with a concrete mask (a top-k loop masking the experts it
+    already chose): remember where the result is -inf, so that an `argmax` of it samples
+    only among the other positions, as the run's argmax does (`Interpreter.masked`)."""
+    pred, cases = invals[0], invals[1:]
+    if len(cases) != 2 or not is_concrete(pred) or np.shape(pred) != out.shape:
+        return
+    masked = it.masked
+    lows = []
+    for c in cases:
+        if isinstance(c, Data) and c.how[0] == "const":  # a broadcast constant (`jnp.full`, `-jnp.inf`)
+            c = np.asarray(c.how[1])
+        if isinstance(c, Data):
+            hit = masked.get(id(c))
+            lows.append(hit[1] if hit is not None and hit[0] is c else np.zeros(out.shape, bool))
+        elif is_concrete(c) and np.issubdtype(np.asarray(c).dtype, np.floating):
+            lows.append(np.broadcast_to(np.isneginf(np.asarray(c)), out.shape))
+        else:
+            return
+    which = np.asarray(pred).astype(np.int64)
+    low = np.where(which == 1, lows[1], lows[0])
+    if low.any():
+        masked[id(out)] = (out, low)
+
+
 def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data: list, shapes: list) -> list | None:
     """The outputs of a primitive on tensor data whose range is known, sampled at the source
     (`sample_value`); None when this primitive is not such a source."""
@@ -519,6 +557,15 @@ def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data:
     if name in ("argmax", "argmin") and len(data) == 1:
         axis = eqn.params["axes"][0]
         k = data[0].shape[axis]
+        hit = it.masked.get(id(data[0]))
+        if name == "argmax" and hit is not None and hit[0] is data[0] and shapes[0]:
+            # never a position masked with -inf (unless the whole row is): uniform among the others
+            allowed = ~np.moveaxis(hit[1], axis, -1)
+            allowed[~allowed.any(-1)] = True
+            keys = sample_value(it, 0, 1 << 30, "`argmax`", own=True, shape=allowed.shape,
+                                shown=f"[0, {k}), never a position the kernel masked with -inf before it")
+            v = np.where(allowed, keys, -1).argmax(-1)
+            return [np.asarray(v, dtype=outs[0].aval.dtype).reshape(shapes[0])]
         v = sample_value(it, 0, k, f"`{name}`", own=True, shape=shapes[0])
         return [v if not shapes[0] else np.asarray(v, dtype=outs[0].aval.dtype)]
     if name == "top_k" and len(data) == 1:
@@ -814,6 +861,14 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
             if isinstance(ref, _TRef):
                 ref = apply_transforms(it, ref.ref, ref.transforms, bounds)
             continue
+        if isinstance(t, _Bitcast):  # `ref.bitcast(jnp.uint32)`: the same bytes seen as another type
+            base = view[0] if view is not None else ref
+            frm = getattr(getattr(base, "buffer", None), "dtype", None)
+            if frm is None or np.dtype(frm).itemsize != t.dtype.itemsize:
+                raise it.fail(f"a bitcast of `{getattr(getattr(base, 'buffer', None), 'name', '?')}` from {frm} to "
+                              f"{t.dtype}, a type of another width (its shape changes)",
+                              "ringc models bitcasts of refs between types of the same width (float32 <-> uint32)")
+            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
@@ -1034,6 +1089,10 @@ class _Select(NamedTuple):
     idx: Any
 
 
+class _Bitcast(NamedTuple):
+    dtype: Any
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -1064,6 +1123,8 @@ def _template(eqn: Any, key: str, n: int) -> Any:
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
         if name == "SelectTransform":
             return _Select(plain(x.idx))
+        if name == "BitcastTransform":
+            return _Bitcast(np.dtype(x.dtype))
         if name == "Slice":
             return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
         if isinstance(x, tuple):
@@ -1142,14 +1203,15 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
         raise it.fail(f"DMA from `{src.region().text()}` {list(src.shape)} to `{dst.region().text()}` "
                       f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
     name = f"{src.buffer.name}->{dst.buffer.name}"
-    _dma_values(it, src, dst, it.device if dev is None else None)
     if dev is None:
+        _dma_values(it, src, dst, it.device)
         it.emit(DmaStart(name, it.region(src), it.region(dst), None,
                          sem_id(it, dst_sem, it.device, "the DMA semaphore")))
         return []
     target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
     if 0 <= target < math.prod(it.axis_sizes.values()):
         _dma_values(it, src, dst, target)
+    _dma_values(it, src, dst, None)  # after the send read its source, which may be the destination
     parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
     explicit = all(isinstance(p, OwnIndex) or any(p is o for o in it.own_vecs) for p in parts)
     it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
@@ -1158,29 +1220,76 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
 
 
 def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None:
-    """A DMA into memory whose values ringc knows (SMEM, scalar prefetch): a local copy of
-    known values copies them (read after the wait; a read before it is a race, found as
-    such); any other makes the destination's values unknown on its device, so later reads
-    are runtime data (`Unknown`), never the values it held before the DMA."""
+    """The values a DMA carries into memory whose values ringc knows (SMEM, scalar prefetch:
+    `store`) or follows (integers in VMEM or HBM: `shadow`). Known source values are copied
+    (a routing table computed in the kernel, staged in VMEM, copied into SMEM): a read after
+    the DMA's wait sees them, and a read before it is a race, found as such. A copy to another
+    device carries them only when the devices are evaluated together (`Sink.corun`: the run
+    the sender and the receiver make together); evaluated one by one, the sink is told
+    (`cross_values`) and evaluates again so. Any other DMA makes the destination's values
+    unknown on its device, so later reads are runtime data (`Unknown`), never the values it
+    held before the DMA. `target` None: the sender's own copy of a remote DMA's destination,
+    which another device's send fills (unknown unless the devices are evaluated together)."""
     buf, d = dst.buffer, (it.device if target is None else target)
-    if not buf.store:  # most DMAs: into memory whose values are data
+    follows = buf.follows_values
+    if not buf.store and not follows:  # most DMAs: into memory whose values are data
         return
+    buf.dma_target = buf.dma_target or not follows
     if it.lanes is not None:
+        if follows and not buf.shadow:
+            return  # every device at once follows no vector values (`_write` diverges on them)
         raise Diverge("a DMA into memory whose values ringc knows")
+    cosim = getattr(it.sink, "corun", None) is not None
+    if target is None and cosim:
+        return  # the sender's own copy of a remote DMA's destination: the receivers' copies change
+    vals = _known_values(it.device, src) if target is not None else None
+    if vals is not None and target != it.device and not cosim:
+        it.sink.cross_values = True  # a remote copy of known values: evaluate the devices together
+        vals = None
+    if vals is not None:
+        _note(it, f"values routed through DMAs: `{src.buffer.name}` -> `{buf.name}` at line {int(it.where())} "
+                  + ("copies integers ringc knows to another device; the devices were evaluated together (each DMA "
+                     "complete as it starts, a device runs until it waits for what another has not yet sent): the "
+                     "values of every race-free run" if target != it.device else
+                     "copies integers ringc knows (computed in the kernel, passed in, or received), which "
+                     "later reads see"))
+    if follows:
+        if vals is None and d not in buf.shadow:
+            return
+        sh = buf.shadow.setdefault(d, Shadow.empty(buf.shape, buf.dtype))
+        sh.put(_box_slices(dst), vals)
+        return
     if d not in buf.store:
         return
-    known = src.buffer.store.get(it.device)
-    if target == it.device and known is not None:
-        sl_s = tuple(slice(a, b) for a, b in src.box)
-        sl_d = tuple(slice(a, b) for a, b in dst.box)
-        vals = np.asarray(known[sl_s])
-        if vals.size == math.prod(dst.shape):
-            buf.store[d] = buf.store[d].copy()
-            buf.store[d][sl_d] = vals.reshape(buf.store[d][sl_d].shape)
-            return
+    if vals is not None and vals.size == math.prod(dst.shape):
+        sl_d = _box_slices(dst)
+        buf.store[d] = buf.store[d].copy()
+        buf.store[d][sl_d] = vals.reshape(buf.store[d][sl_d].shape)
+        return
     buf.store.pop(d)
     buf.unknown[d] = (f"a DMA at line {int(it.where())} filled from `{src.buffer.name}`, whose values ringc "
                       "does not follow")
+
+
+def _note(it: Interpreter, note: str) -> None:
+    notes = getattr(it.sink, "notes", None)
+    if notes is not None and note not in notes:
+        notes.append(note)
+
+
+def _box_slices(ref: Ref) -> tuple:
+    return tuple(slice(a, b) for a, b in ref.box)
+
+
+def _known_values(device: int, ref: Ref) -> np.ndarray | None:
+    """The values of a ref's box on its device, when ringc knows every one (an SMEM store or a
+    vector buffer's shadow), else None."""
+    buf = ref.buffer
+    known = buf.store.get(device)
+    if known is not None:
+        return np.array(known[_box_slices(ref)])
+    sh = buf.shadow.get(device)
+    return sh.get(_box_slices(ref)) if sh is not None else None
 
 
 @rule("dma_wait", doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
@@ -1247,6 +1356,9 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     if ref.device in buf.store:
         if it.lanes is not None:
             return _origin(it, ref, it.lanes.read(ref))
+        if buf.dma_target:  # a scalar a DMA may still be writing: the read is an event (races)
+            reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
+            it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
         return _origin(it, ref, _py(arr[sl]))
@@ -1254,6 +1366,11 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
+    sh = buf.shadow.get(ref.device) if it.lanes is None else None
+    if sh is not None:  # integers the kernel stored or a DMA copied here: the load's values
+        vals = sh.get(_box_slices(ref))
+        if vals is not None:
+            return _origin(it, ref, _py(vals.reshape(ref.shape)))
     why = buf.unknown.get(ref.device)
     if why is not None and math.prod(ref.shape) == 1:
         return Unknown(f"it is read from `{buf.name}` at line {int(it.where())}, which {why}", data=True)
@@ -1279,9 +1396,15 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
             sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
             buf.store[ref.device] = buf.store[ref.device].copy()
             buf.store[ref.device][sl] = value
+            if buf.dma_target:  # a scalar a DMA may still be writing: the write is an event (races)
+                c = _constant_of(value)
+                it.emit(Compute("opaque", it.region(ref), fn=(f"{KNOWN}{c!r}" if c is not None
+                                                              else f"{KNOWN}a constant array",)))
             return
     _vector_memory(it, ref, "store")
     dst = it.region(ref)
+    if buf.follows_values:
+        _shadow_write(it, ref, value)
     if type(value) is Vec:  # every device's own constant: zero on some devices only is not a translation
         zeros = {not np.any(x) for x in value.a}
         if len(zeros) > 1:
@@ -1299,6 +1422,24 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
         return
     for action in store_actions(dst, value):
         it.emit(action)
+
+
+def _shadow_write(it: Interpreter, ref: Ref, value: Any) -> None:
+    """A store into a vector buffer whose integers ringc follows: concrete values are kept
+    (`Buffer.shadow`), anything else makes the box unknown. Evaluating every device at once
+    keeps none: a concrete store diverges (the devices are evaluated one by one)."""
+    concrete = is_concrete(value) or type(value) is Vec
+    if it.lanes is not None:
+        if concrete:
+            raise Diverge("integers stored into vector memory")
+        return
+    sh = ref.buffer.shadow.get(ref.device)
+    if sh is None:
+        if not concrete:
+            return
+        sh = ref.buffer.shadow[ref.device] = Shadow.empty(ref.buffer.shape, ref.buffer.dtype)
+    sl = _box_slices(ref)
+    sh.put(sl, np.broadcast_to(np.asarray(value), ref.shape) if concrete else None)
 
 
 def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
@@ -1411,6 +1552,9 @@ def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
                else np.asarray(old) + value)
         return []
     old = _read(it, ref)
+    if is_concrete(old) and is_concrete(value):  # integers ringc follows in vector memory
+        _write(it, ref, np.asarray(old) + value)
+        return []
     _write(it, ref, Data(ref.shape, ("add", old, value)) if isinstance(value, Data) else
            Data(ref.shape, ("opaque", "addupdate")))
     return []
@@ -1436,6 +1580,9 @@ def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
     return [None for _ in eqn.outvars]
 
 
+_INT_ARRAY = 1 << 16  # integer arrays up to this size made from a constant stay concrete (a routing table)
+
+
 @rule("broadcast_in_dim", doc="a broadcast: zero when it broadcasts a concrete 0 into tensor data")
 def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
     shape = tuple(eqn.params["shape"])
@@ -1443,7 +1590,9 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
     if type(x) is Vec and x.a.ndim == 1 and not eqn.params["broadcast_dimensions"]:  # each device's scalar
         return [Vec(np.broadcast_to(x.a.reshape(-1, *(1,) * len(shape)), (len(x.a), *shape))
                     .astype(eqn.outvars[0].aval.dtype))]
-    if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > 64:
+    dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    integers = np.issubdtype(dtype, np.integer) or dtype == np.bool_
+    if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > (_INT_ARRAY if integers else 64):
         return [Data(shape, ("zero",)) if not x else Data(shape, ("const", _py(np.asarray(x))))]
     return pure_rule(it, eqn, invals)
 
@@ -1524,6 +1673,7 @@ def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
         allocs.append(it.sink.scoped(it, eqn, k, v.aval))
     for a in allocs:
         if isinstance(a, Ref) and not a.buffer.store:
+            a.buffer.shadow.pop(it.device, None)  # fresh memory: no integers known
             it.emit(Compute("allocate", it.region(a)))
     return it.run(body, invals, allocs)  # the scope's closed-over values are its constvars
 

@@ -23,6 +23,7 @@ copies: the pipeline waits for its own DMAs around the body).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -34,8 +35,9 @@ import numpy as np
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
 from ..verify.calls import Handover, entry_sync
+from .corun import CoRun
 from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
-from .values import Buffer, Data, Loc, Ref, SemRef, is_concrete
+from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
 
 @dataclass
@@ -130,6 +132,12 @@ class Builder(Sink):
         # 0's events are recorded, proved to be every device's translated.
         self.lanes: Lanes | None = None
         self.parallel: tuple[int, ...] = ()
+        # Set to evaluate each call's devices together (`corun.CoRun`), so that values a device
+        # sends another (counts all-reduced by remote copies) reach it; `cross_values` is set
+        # when a remote copy carried values ringc knows while the devices ran one by one.
+        self.cosim = False
+        self.cross_values = False
+        self.corun: CoRun | None = None
 
     # -- naming --------------------------------------------------------------------
     def where(self, line: Any) -> str:
@@ -163,6 +171,8 @@ class Builder(Sink):
         out = self.second_core[device] if self.core else self.devices[device]
         ev = Event(device, len(out), point, line, action, self.invocation)
         out.append(ev)
+        if self.corun is not None:
+            self.corun.on_event(device, action)  # a wait may hand the turn to another device
         if self.core:
             return  # core 1 may only compute on its own VMEM: `check.megacore_findings`
         if target is not None:
@@ -280,6 +290,13 @@ class Builder(Sink):
                 # An SMEM input whose values are known (a routing table the caller passed): the kernel reads them.
                 for d in range(self.n):
                     buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
+            elif buf.follows_values and local is not None and len(local) == self.n and not buf.shadow:
+                # Integers in vector memory whose values are known (expert ids the caller passed):
+                # a DMA into SMEM carries them (`interpret._dma_values`).
+                for d in range(self.n):
+                    vals = np.asarray(local[d])
+                    if vals.size == math.prod(buf.shape):
+                        buf.shadow[d] = Shadow(vals.reshape(buf.shape).astype(buf.dtype), np.ones(buf.shape, bool))
             refs_of.append(buf)
         dropped: list[str] = []
         for j, h in enumerate(call.outputs):
@@ -359,7 +376,12 @@ class Builder(Sink):
         exit_bufs = [self.buffers[b] for b in exit_names]
         sync = entry_sync(collective_id is not None or skip_barrier, collective_id is not None, self.invocation)
         self._current_call = call_index
-        for d in ([0] if self.lanes is not None else range(self.n)):
+        cosim = self.cosim and self.lanes is None and split is None
+        if cosim:  # every device's fresh scratch before any device runs (a remote copy may reach it first)
+            for d in range(self.n):
+                self.fresh_scratch(scratch, d)
+
+        def device(d: int) -> None:
             it = Interpreter(self, d, self.lanes.coords if self.lanes is not None else self._coords(d),
                              self.axis_sizes)
             it.lanes = self.lanes
@@ -376,11 +398,9 @@ class Builder(Sink):
                     t = self.torus.adder(k)[d]
                     self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
                 self.emit(d, it.point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
-            for b in scratch:
-                if isinstance(b, Buffer) and b.space == "smem":
-                    for e in (range(self.n) if self.lanes is not None else (d,)):
-                        b.store[e] = np.zeros(b.shape, b.dtype)
-                        b.unknown.pop(e, None)
+            if not cosim:
+                for e in (range(self.n) if self.lanes is not None else (d,)):
+                    self.fresh_scratch(scratch, e)
             args = []
             for r in [*kernel_refs, *scratch]:
                 args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))
@@ -401,8 +421,34 @@ class Builder(Sink):
             self.core = 0
             for b in exit_bufs:
                 self.emit(d, it.point, line, Compute("exit", Ref.whole(b, d).region()), None)
+
+        devices = [0] if self.lanes is not None else range(self.n)
+        if cosim:
+            self.corun = CoRun(self.n)
+            try:
+                self.corun.run([functools.partial(device, d) for d in devices])
+                if self.corun.released:
+                    self.notes.append(
+                        f"values sent between devices in pallas_call `{call.name}`: evaluated together, the devices "
+                        f"stopped where none could go on (a hang); {self.corun.released} wait(s) were let through to "
+                        "finish the evaluation, and values after them may not be a run's")
+            finally:
+                self.corun = None
+        else:
+            for d in devices:
+                device(d)
         self._current_call = None
         self.call_names.append(call.name)
+
+    def fresh_scratch(self, scratch: list, d: int) -> None:
+        """A call's scratch on device d as the kernel finds it: SMEM zeros (the values ringc
+        reads), no integers known in vector memory."""
+        for b in scratch:
+            if isinstance(b, Buffer) and b.space == "smem":
+                b.store[d] = np.zeros(b.shape, b.dtype)
+                b.unknown.pop(d, None)
+            elif isinstance(b, Buffer):
+                b.shadow.pop(d, None)
 
     def interloper(self, d: int, call_index: int, barrier: SemRef, line: Loc, point: tuple) -> None:
         """Another kernel with the same collective_id, between two calls: one barrier round

@@ -50,6 +50,20 @@ class Buffer:
     # Why a device's contents stopped being known (a DMA filled them with values ringc
     # does not follow), per device: a scalar read of it is then runtime data.
     unknown: dict[int, str] = field(default_factory=dict)
+    # Integers the kernel put in vector memory (VMEM, HBM), per device, as far as ringc knows
+    # them: a routing table computed in the kernel, counts received from another device
+    # (`Shadow`). Loads of a fully known box are concrete; DMAs carry the values on.
+    shadow: dict[int, "Shadow"] = field(default_factory=dict)
+    # A DMA may write this SMEM buffer: its scalar reads and writes are then events (a read
+    # before the DMA's wait is a race), not only values.
+    dma_target: bool = False
+
+    @property
+    def follows_values(self) -> bool:
+        """Whether ringc follows the integers this vector buffer holds (`shadow`): integer or
+        boolean arrays outside SMEM (whose values `store` keeps whole)."""
+        return self.space in ("vmem", "hbm") and self.kind != "value" and (
+            np.issubdtype(np.dtype(self.dtype), np.integer) or np.dtype(self.dtype) == np.bool_)
 
     @property
     def itemsize(self) -> int:
@@ -58,6 +72,30 @@ class Buffer:
     @property
     def memory(self) -> str:  # the word `megacore_findings` uses
         return "vmem" if self.space in ("vmem", "smem") else "hbm"
+
+
+@dataclass
+class Shadow:
+    """The known elements of one device's vector buffer: `values`, and `known` (where a
+    concrete value was stored or copied since the buffer was allocated)."""
+    values: np.ndarray
+    known: np.ndarray
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: Any) -> "Shadow":
+        return Shadow(np.zeros(shape, dtype), np.zeros(shape, bool))
+
+    def get(self, sl: tuple) -> np.ndarray | None:
+        """The values of a box when every element is known, else None."""
+        return np.array(self.values[sl]) if self.known[sl].all() else None
+
+    def put(self, sl: tuple, value: Any) -> None:
+        """Store `value` (None: values ringc does not know) into a box."""
+        if value is None:
+            self.known[sl] = False
+        else:
+            self.values[sl] = np.asarray(value).reshape(np.shape(self.values[sl]))
+            self.known[sl] = True
 
 
 @dataclass(frozen=True)
