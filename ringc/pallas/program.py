@@ -153,7 +153,7 @@ class Builder(Sink):
         ev = Event(device, len(out), point, line, action, self.invocation)
         out.append(ev)
         if self.core:
-            return  # core 1 may only compute on its own VMEM: `check.megacore_findings`
+            return  # core 1 may only compute on its own VMEM: `core.megacore_findings`
         if target is not None:
             self.targets.append((ev, target))
         if self._current_call is not None and isinstance(action, (Signal, SemWait)) and action.why == "barrier":

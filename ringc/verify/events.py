@@ -231,7 +231,7 @@ class Program:
     axis_sizes: dict[str, int] = field(default_factory=dict)  # schedule axis -> devices along it
     device_labels: list[str] | None = None  # how findings name device d, e.g. "(1, 2)"; default "d"
     # Megacore: the events of each device's second TensorCore. They must not touch shared
-    # state (see `check.megacore_findings`); `devices` holds core 0's.
+    # state (see `core.megacore_findings`); `devices` holds core 0's.
     second_core: list[list[Event]] = field(default_factory=list)
     # Set by `rotation.rotation_unroll`: `devices` then holds device 0's events only, and
     # device d runs them translated by d (coordinates d_a over the schedule's axes), each

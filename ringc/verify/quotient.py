@@ -1154,7 +1154,7 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: 
     and computes the collective; False when something fails or the quotient cannot tell.
     `meaning`: the schedule's collective, or `(Collective, Buffers)`, or None for no meaning
     check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
-    megacore rules are checked by `check.rotated_report` on the same events.)
+    megacore rules are checked by `core.on_quotient` on the same events.)
 
     With `jobs` > 1 (default `background.default_jobs()`) and at least `FORK_EVENTS` events,
     the data flow runs in a forked child while this process checks the run, the order and
