@@ -1,7 +1,7 @@
 """The one verifier core (`ringc/verify/core.py`): one list of checks, each saying how it runs
 on a quotient; `run` the one place that chooses the quotient or the full analysis, and
 `apply_strict` the one `--strict`. A front end hands it a `Subject`; its spec is anything with
-the `core.Spec` fields, not only a YAML `Schedule`."""
+the `spec.Spec` fields, not only a YAML `Schedule`."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class _Buf:
 
 @dataclass
 class _Spec:
-    """A front end's own description of a program: only the `core.Spec` fields."""
+    """A front end's own description of a program: only the `spec.Spec` fields."""
     name: str
     file: str
     axes: list[str]

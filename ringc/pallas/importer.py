@@ -65,7 +65,7 @@ class _Buf:
 
 @dataclass
 class KernelSpec:
-    """What the checks read besides the events and the meaning (`core.Spec`), for a traced Pallas
+    """What the checks read besides the events and the meaning (`spec.Spec`), for a traced Pallas
     program: where it comes from, its mesh axes, its buffers' kinds and memories (megacore
     checks, the initial symbolic memory) and whether a grid dim is split over two cores.
     The meaning itself is passed as `(Collective, Buffers)` (`_meaning`)."""
@@ -1062,7 +1062,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
 
 def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes: dict[str, int],
           collective: Collective | None, topology: Any) -> tuple[KernelSpec, Any, Any, Program, list[str]]:
-    """What the checks read besides the events: the kernel's description (`core.Spec`), its meaning
+    """What the checks read besides the events: the kernel's description (`spec.Spec`), its meaning
     and its placement; and the program to check (flat buffers viewed: `flat_views`) with
     the assumptions that adds."""
     from ..verify.check import resolve_topology

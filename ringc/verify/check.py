@@ -19,11 +19,12 @@ from .events import Event, Program
 from .findings import Finding, Report
 from .order import DMA_ORDERS
 from .placement import Placement, place
+from .spec import Spec
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
 
-def resolve_topology(sched: S.Schedule, n: int | None, topo: "str | topology.Topology",
+def resolve_topology(sched: Spec, n: int | None, topo: "str | topology.Topology",
                      along: str | None = None) -> Placement:
     """The schedule placed on `topo` (a `--topology` spelling; `ring` takes `n` devices)."""
     if isinstance(topo, str):

@@ -15,8 +15,8 @@ ways to produce what to check, and nothing else.
 whether and how it runs on a quotient (`OnQuotient`). `run` is the one place that chooses
 between the quotient and the full analysis, and `apply_strict` the one place `--strict`
 turns warnings into errors. A `Candidate` carries the program with what the checks read
-beside it: the description of buffers, axes and file (`spec`, anything with the `Spec`
-protocol's fields: a `Schedule`, or the Pallas importer's `KernelSpec`), the placement on
+beside it: the description of buffers, axes and file (`spec`, anything with the
+`spec.Spec` protocol's fields: a `Schedule`, or the Pallas importer's `KernelSpec`), the placement on
 the topology, the meaning (`(Collective, Buffers)`, or None for none), what a verdict on it
 assumes, and `steps` where the front end has proved how accesses move between devices.
 
@@ -36,7 +36,7 @@ from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable
 
 from ..collectives import Buffers, Collective
 from ..ir.errors import ScheduleError
@@ -49,28 +49,10 @@ from .placement import (Placement, labels, rotated_route_summary, route_findings
 from .races import describe, event_accesses, find_races
 from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
+from .spec import Spec
 from .symmetry import memory_steps
 
 
-class BufferFacts(Protocol):
-    """What the checks read of one buffer: its kind (`input`, `output`, ...), its memory
-    (`hbm`, `vmem`, ...) and the line that declares it."""
-    kind: str
-    memory: str
-    line: int
-
-
-class Spec(Protocol):
-    """What the checks read of a front end's description of a program besides its events:
-    its name and file, its mesh axes, its buffers and whether it runs on both TensorCores
-    of a chip. A YAML `Schedule` and the Pallas importer's `KernelSpec` are both one."""
-    name: str
-    file: str | None
-    axes: list[str]
-    buffers: Mapping[str, BufferFacts]
-    megacore: bool
-
-    def line_of(self, key: str) -> int: ...
 
 
 def _adds(ev: Event) -> int:
