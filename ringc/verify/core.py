@@ -5,7 +5,7 @@ A front end (a YAML schedule, `check.check`; a traced Pallas program,
 ways to produce what to check, and nothing else.
 
 - `quotient()`: device 0's events with the symmetry that maps them to every other device's
-  proved (`Program.rotation`, or `Program.group == "xor"`), as a `Candidate`; None when the
+  proved (`Program.rotation`, or `Program.group is Group.XOR`), as a `Candidate`; None when the
   front end cannot prove one. The quotient only ever certifies a clean run
   (`on_quotient`): any finding, or a question it cannot answer, sends the subject to the
   full analysis, which decides and explains.
@@ -41,7 +41,7 @@ from typing import Any, Callable
 from ..collectives import Buffers, Collective
 from ..ir.errors import ScheduleError
 from . import quotient
-from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
+from .events import Compute, DmaStart, Event, Group, Program, SemWait, Signal, deposits, feeders, sem_text
 from .findings import Finding, Report
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from .placement import (Placement, labels, rotated_route_summary, route_findings, route_summary,
@@ -575,7 +575,7 @@ def full_report(c: Candidate, options: Options) -> Report:
 def on_quotient(c: Candidate, options: Options) -> Report | None:
     """The clean report (route warnings aside) of `c.program`, device 0's events with the
     symmetry set (`Program.rotation` for translations: `rotation.rotation_unroll` for a
-    schedule, `pallas.interpret.Lanes` for a traced kernel; `Program.group == "xor"`:
+    schedule, `pallas.interpret.Lanes` for a traced kernel; `Program.group is Group.XOR`:
     `xor.xor_unroll`), checked on the quotient; None when the full analysis must decide (any
     other finding, or the quotient cannot tell). The checks `OnQuotient.SAME` run as they
     are: routes depend only on the offset on wrapped axes, so device 0's route findings are
@@ -594,7 +594,7 @@ def on_quotient(c: Candidate, options: Options) -> Report | None:
         return None
     if placement.topo.ndim > 1:  # before the route findings, which name devices by their labels
         program.device_labels = labels(program, placement)
-    xor = program.group == "xor"
+    xor = program.group is Group.XOR
     if xor and not xor_routes_symmetric(program, placement):
         return None
     a, kept = Analysis(c, options), []

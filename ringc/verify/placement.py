@@ -329,7 +329,7 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
 
 def _xor_offsets(program: Program) -> list[int]:
     """Device 0's send offsets, in order, for a program device d runs with ids XORed by d
-    (`Program.group == "xor"`): device d's sends go to d ^ t. (`sends` skips a send to the
+    (`Program.group is Group.XOR`): device d's sends go to d ^ t. (`sends` skips a send to the
     sender itself, and device 0's targets are inside the ring by construction.)"""
     return [t for ev, t in program.targets if t != ev.device and 0 <= t < program.n]
 

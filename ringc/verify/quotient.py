@@ -44,7 +44,7 @@ from collections import Counter, defaultdict
 from itertools import accumulate, chain
 from typing import Any
 
-from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
+from .events import Compute, DmaStart, Event, Group, Program, Region, SemWait, Signal, deposits
 from .order import DmaEnds, Order, sums_to
 from .races import Access, event_accesses, race
 from .rotation import NotRotational, Torus
@@ -78,7 +78,7 @@ class Rotator:
     def __init__(self, program: Program, steps: dict[tuple[str, int], tuple[int, ...]] | None = None):
         self.n = program.n
         self.torus = group_of(program)
-        self.xor = program.group == "xor"  # a box of step (1,) has its index XORed by delta
+        self.xor = program.group is Group.XOR  # a box of step (1,) has its index XORed by delta
         # The boxes' steps (`Program.rotation`), or a gauge of them that also moves the data
         # of whole-accessed dims (`gauge.py`; whole boxes stay whole either way).
         self.steps = (program.rotation or {}) if steps is None else steps
@@ -383,7 +383,7 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
     steps = (program.rotation or {}) if steps is None else steps
     shapes = program.shapes
     axes = len(program.axis_sizes)
-    if program.group == "xor" and not collective.xor_symmetric:
+    if program.group is Group.XOR and not collective.xor_symmetric:
         return False
 
     def r(buf: str, i: int) -> tuple[int, ...]:
@@ -1130,7 +1130,7 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
     the collective's meaning translates too (`gauge.py`): the boxes' steps (`boxes`, by
     default `Program.rotation`) and the free steps of whole-accessed dims at 0, else at the
     meaning's device dims; None when no gauge does both."""
-    xor = program.group == "xor"
+    xor = program.group is Group.XOR
     boxes = (program.rotation or {}) if boxes is None else boxes
     gauge = Gauge(program.devices[0], boxes, program.shapes, len(program.axis_sizes), xor)
     tried = [{}] if xor else [{}, device_dims(buffers, len(program.axis_sizes))]
