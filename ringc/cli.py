@@ -300,7 +300,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
     from .run import ensure_host_devices
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
-    from .verify.check import apply_strict
+    from .verify.core import apply_strict
     from .topology import sized_by_devices
     ring = sized_by_devices(args.topology)
     if ring and args.devices is None:
@@ -511,7 +511,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                  fix="verify large rings with `ringc check`; run small ones")
     ensure_host_devices(max(sizes))
     from .run import mesh_layout, run_schedule
-    from .verify.check import run_findings
+    from .verify.core import run_findings
     from .verify.simulate import maximal_run
     from .verify.unroll import unroll
     sched = _load(args.file, args.param)

@@ -27,7 +27,7 @@ from .ir import expr as E
 from .ir import schema as S
 from .ir.errors import ScheduleError
 from . import limits
-from .ir.resolve import axis_size_env, inline_static_lets
+from .ir.resolve import axis_size_env, resolved
 
 __all__ = ["Sample", "static_env", "bounds", "derive", "problems", "sample_text", "parse_spec",
            "load_samples"]
@@ -41,7 +41,7 @@ def static_env(sched: S.Schedule, n: int, sizes: Mapping[str, int] | None = None
 
 
 def _value(sched: S.Schedule, e: E.Expr, env: Mapping[str, int]) -> int:
-    return int(E.evaluate(inline_static_lets(sched, e), env))
+    return int(E.evaluate(resolved(sched).inline(e), env))
 
 
 def bounds(sched: S.Schedule, n: int, sizes: Mapping[str, int] | None = None

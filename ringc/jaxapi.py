@@ -140,7 +140,7 @@ def inexact_divisions(sched: Schedule, sizes: Mapping[str, int]) -> list[Schedul
     rows = 5 never sends row 4). One error per division, at its line. A division over N
     alone (`far: N // 2`) is the schedule's own choice, left to the check."""
     from .ir import expr as E
-    from .ir.resolve import inline_static_lets
+    from .ir.resolve import resolved
     env = {**sizes, **sched.params}
     static = set(env)
     errors: list[ScheduleError] = []
@@ -150,7 +150,7 @@ def inexact_divisions(sched: Schedule, sizes: Mapping[str, int]) -> list[Schedul
         for sub in _subexpressions(e):
             if not (isinstance(sub, E.BinOp) and sub.op == "//") or sub in seen:
                 continue
-            a, b = inline_static_lets(sched, sub.left), inline_static_lets(sched, sub.right)
+            a, b = resolved(sched).inline(sub.left), resolved(sched).inline(sub.right)
             names = E.names(a) | E.names(b)
             if not names <= static or names.isdisjoint(sched.params):
                 continue

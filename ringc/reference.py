@@ -37,7 +37,7 @@ from typing import Callable, Mapping
 from .collectives import COLLECTIVES
 from .ir import expr as E
 from .ir import schema as S
-from .ir.resolve import axis_size_env, inline_static_lets
+from .ir.resolve import axis_size_env, resolved
 
 __all__ = ["apply_collective", "summed_terms", "reference"]
 
@@ -63,7 +63,7 @@ def summed_terms(kind: str, n: int, dtype: str = "float32", depth: int = 1) -> i
 
 def _eval_shape(s: S.Schedule, dims: list[E.Expr], env: Mapping[str, int], what: str) -> tuple[int, ...]:
     try:
-        return tuple(int(E.evaluate(inline_static_lets(s, d), env, exact_division=True)) for d in dims)
+        return tuple(int(E.evaluate(resolved(s).inline(d), env, exact_division=True)) for d in dims)
     except E.ExprError as e:
         raise ValueError(f"{what}: {e}") from None
 

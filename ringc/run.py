@@ -27,7 +27,7 @@ from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
 from .ir.errors import ScheduleError
-from .ir.resolve import axis_size_env, inline_static_lets
+from .ir.resolve import axis_size_env, resolved
 from .reference import reference, summed_terms
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -111,7 +111,7 @@ def _largest_operand_bytes(schedule: S.Schedule, n: int, params: Mapping[str, in
     sizes = [0]
     for name, buf in schedule.buffers.items():
         if buf.kind != "vmem_scratch":
-            dims = [E.evaluate(inline_static_lets(schedule, d), env) for d in buf.full_shape]
+            dims = [E.evaluate(resolved(schedule).inline(d), env) for d in buf.full_shape]
             sizes.append(math.prod(dims) * itemsize(schedule.dtype_of(name)))
     return max(sizes)
 
@@ -217,7 +217,7 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
     dtype = schedule.dtype_of(schedule.io_buffer("output"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    depth = E.evaluate(inline_static_lets(schedule, schedule.buffers[schedule.io_buffer("input")].full_shape[-1]),
+    depth = E.evaluate(resolved(schedule).inline(schedule.buffers[schedule.io_buffer("input")].full_shape[-1]),
                        {"N": n, **axis_size_env(schedule.axes, sizes or {}), **schedule.params, **params})
     tol = tolerance(dtype, summed_terms(schedule.collective.kind, n, dtype, depth), scale)
     ok = not math.isnan(err) and err <= tol and races_found is not True

@@ -15,6 +15,7 @@ import ringc
 from ringc.ir.errors import ScheduleError
 from ringc.verify import quotient as Q
 from ringc.verify.background import Background, default_jobs
+from ringc.verify.check import meaning_of
 from ringc.verify.rotation import rotation_unroll
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
@@ -86,8 +87,9 @@ def test_two_processes_give_one_process_verdict(monkeypatch):
                 continue
             if program is None:
                 continue
-            one = Q.clean(sched, program, jobs=1)
-            two = Q.clean(sched, program, jobs=2)
+            meaning = meaning_of(sched)
+            one = Q.clean(sched, program, meaning, jobs=1)
+            two = Q.clean(sched, program, meaning, jobs=2)
             assert one == two, (path.name, n)
             verdicts += 1
             if not one and Q.clean(sched, program, meaning=None, jobs=1):

@@ -139,18 +139,16 @@ def test_ring_steps_are_what_memory_steps_learns(name, monkeypatch):
     access steps the full analysis needs are read off device 0's events and the proved
     translation (`importer.ring_steps`) instead of being learned from every device: they
     must be exactly what `symmetry.memory_steps` learns (and checks) on the full program."""
-    import sys
-    import ringc.verify.check  # noqa: F401 (`ringc.verify.check` the name is the function)
+    from ringc.verify import core
     from ringc.verify.symmetry import memory_steps
-    check = sys.modules["ringc.verify.check"]
     seen = {}
-    real = check.check_program
+    real = core.full_report
 
-    def spy(spec, program, placement, **kw):
-        seen["program"], seen["steps"] = program, kw.get("steps")
-        return real(spec, program, placement, **kw)
+    def spy(candidate, options):
+        seen["program"], seen["steps"] = candidate.program, candidate.steps
+        return real(candidate, options)
 
-    monkeypatch.setattr(check, "check_program", spy)
+    monkeypatch.setattr(core, "full_report", spy)
     monkeypatch.syspath_prepend(str(CORPUS))
     report = check_module(str(CORPUS / name), 4)
     assert not report.ok

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import ringc
 from ringc.ir import expr as E
 from ringc.verify import quotient as Q
-from ringc.verify.check import check, check_program, quotient_report, resolve_topology
+from ringc.verify.check import check, check_program, meaning_of, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary
 from ringc.verify.rotation import NotRotational, Rot, Torus, _make, device_offset, rotation_unroll
 from ringc.collectives import PRODUCT, Buffers, Piece, collective_of
@@ -249,7 +249,7 @@ def test_data_flow_rejects_a_misplaced_block():
         sched = ringc.load_text(source, "all_gather_ring.yaml")
         program = rotation_unroll(sched, 5)
         assert program is not None
-        assert Q._data_flow_right(sched, program) is right
+        assert Q._data_flow_right(sched, program, meaning_of(sched)) is right
 
 
 # -- the meaning rotates --------------------------------------------------------------

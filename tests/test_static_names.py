@@ -10,7 +10,7 @@ import pytest
 
 import ringc
 from ringc.ir import ScheduleError, load_text
-from ringc.ir.resolve import is_static, static_lets
+from ringc.ir.resolve import resolved
 from ringc.verify.unroll import unroll
 from ringc.verify.events import DmaStart
 
@@ -33,7 +33,7 @@ BLOCK_LET = edited(PIPE, ("params: {rows: 16, cols: 256, bm: 8, bn: 128}", "para
 
 def test_a_let_of_params_sizes_a_pipeline_block_and_grid():
     sched = load_text(BLOCK_LET, "block_let.yaml")
-    assert set(static_lets(sched)) == {"half", "bm"}
+    assert set(resolved(sched).static_lets) == {"half", "bm"}
     assert ringc.check(sched, 4).ok
     module = ringc.emit(sched)
     # outside the kernel the let is written out; inside, it is the kernel's local
@@ -63,7 +63,7 @@ GUARDED = edited(RING, ("  - start: forward\n  - wait: forward\n",
 def test_a_static_guard_is_a_python_if_and_is_decided_per_n():
     sched = load_text(GUARDED, "guarded.yaml")
     guards = [op.when for op in sched.body if isinstance(op, ringc.ir.schema.When)]
-    assert [is_static(sched, g) for g in guards] == [False, True, True]
+    assert [resolved(sched).is_static(g) for g in guards] == [False, True, True]
     module = ringc.emit(sched)
     assert "    if N > 1:\n" in module and "@pl.when(N > 1)" not in module
     assert "@pl.when(step == 0)" in module  # a guard of the grid stays a pl.when

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import ringc
 from ringc.ir.errors import ScheduleError
 from ringc.verify import quotient as Q
+from ringc.verify.check import meaning_of
 from ringc.verify.events import Compute, DmaStart, Event, Region
 from ringc.verify.rotation import rotation_unroll
 from ringc.verify.semantics import Memory, apply, canonical_value, restrict_value
@@ -83,12 +84,12 @@ def test_fused_data_flow_is_the_plain_one_on_the_corpus(monkeypatch):
             continue
         memories.clear()
         try:
-            verdict = Q._data_flow_right(sched, program)
+            verdict = Q._data_flow_right(sched, program, meaning_of(sched))
         except Exception as e:  # the quotient cannot tell (its own exceptions): both agree below
             verdict = type(e)
         plain = dataclasses.replace(program, windows=frozenset())
         try:
-            again = Q._data_flow_right(sched, plain)
+            again = Q._data_flow_right(sched, plain, meaning_of(sched))
         except Exception as e:
             again = type(e)
         assert verdict == again, path.name

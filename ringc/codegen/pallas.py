@@ -30,8 +30,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import (axis_builtins, builtin_exprs, call_buffers, copy_ops, inline_static_lets, is_static,
-                          pipeline_windows, walk_ops)
+from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
 
@@ -322,6 +321,7 @@ class _Call(NamedTuple):
 class _Emitter:
     def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
         self.s = schedule
+        self.resolved = resolved(schedule)
         self.checked = None if checked is None else [dict(c) for c in checked]
         self.helpers: set[str] = set()
         self.names_used: set[str] = set()
@@ -388,15 +388,15 @@ class _Emitter:
 
     def static(self, e: E.Expr) -> str:
         """An expression of N and params outside the kernel: plain Python on ints, with the
-        lets it uses that depend only on N and params written out (`inline_static_lets`)."""
-        e = inline_static_lets(self.s, e)
+        lets it uses that depend only on N and params written out (`Resolved.inline`)."""
+        e = self.resolved.inline(e)
         if any(isinstance(sub, E.Call) and sub.func == "log2" for sub in _walk_exprs(e)):
             self.helpers.add("_log2")
         return E.to_static_python(e, self.rename)
 
     def divisions(self, exprs: Iterable[E.Expr]) -> Iterator[tuple[str, str]]:
         for e in exprs:
-            for sub in _walk_exprs(inline_static_lets(self.s, e)):
+            for sub in _walk_exprs(self.resolved.inline(e)):
                 if isinstance(sub, E.BinOp) and sub.op == "//":
                     yield self.static(sub.left), self.static(sub.right)
 
@@ -626,7 +626,7 @@ class _Emitter:
         for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
             w.line(f"{self.name(g)} = pl.program_id({i})")
         derived = []
-        for b, e in reversed(builtin_exprs(s.axes).items()):  # dependents first: they add names
+        for b, e in reversed(self.resolved.builtins.items()):  # dependents first: they add names
             if b in self.names_used:
                 derived.insert(0, f"{b} = {self.py(e)}")
         for i, a in enumerate(s.axes):
@@ -731,7 +731,7 @@ class _Emitter:
 
     def op_when(self, w: CodeWriter, op: S.When) -> None:
         # N, params and loop indices are Python ints: decided when traced
-        if is_static(self.s, op.when, self.loop_names):
+        if self.resolved.is_static(op.when, self.loop_names):
             with w.block(f"if {self.py(op.when)}:"):
                 self.ops(w, op.do)
             return
@@ -943,7 +943,7 @@ class _Emitter:
         offset use only N, the axis sizes and parameters found before; scale None: the
         shapes do not determine it (it appears with other unknowns, or not linearly)."""
         s = self.s
-        dims = [(n, i, inline_static_lets(s, d)) for n in s.buffers_of("input")
+        dims = [(n, i, self.resolved.inline(d)) for n in s.buffers_of("input")
                 for i, d in enumerate(s.buffers[n].shard_shape)]
         params = set(s.params)
         found: set[str] = set()

@@ -33,47 +33,56 @@ class ExprError(ValueError):
             self.fix = fix
 
 
+class _Node:
+    """What every expression node shares: its compiled evaluator (`evaluator`), kept on the
+    node itself, outside its value: not a field, so not in its equality or hash, and not in
+    its pickled state."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "compiled"}
+
+
 @dataclass(frozen=True)
-class Const:
+class Const(_Node):
     value: int | bool
 
 
 @dataclass(frozen=True)
-class Var:
+class Var(_Node):
     name: str
 
 
 @dataclass(frozen=True)
-class BinOp:
+class BinOp(_Node):
     op: str  # + - * // % ^ & | << >> == != < <= > >= and or
     left: "Expr"
     right: "Expr"
 
 
 @dataclass(frozen=True)
-class Not:
+class Not(_Node):
     operand: "Expr"
 
 
 @dataclass(frozen=True)
-class Neg:
+class Neg(_Node):
     operand: "Expr"
 
 
 @dataclass(frozen=True)
-class Invert:
+class Invert(_Node):
     """`~a`: bitwise not of an integer (-a - 1)."""
     operand: "Expr"
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(_Node):
     func: str  # min | max | log2
     args: tuple["Expr", ...]
 
 
 @dataclass(frozen=True)
-class Item:
+class Item(_Node):
     """`name[index]`: one element of a runtime data array (`data:` in the schedule, read from
     SMEM in the kernel), e.g. `send_sizes[t]`. Only data arrays are indexed in expressions;
     buffers and semaphores are indexed in references."""
@@ -82,7 +91,7 @@ class Item:
 
 
 @dataclass(frozen=True)
-class IfExp:
+class IfExp(_Node):
     """`then if cond else orelse`: only the branch taken is evaluated."""
     cond: "Expr"
     then: "Expr"
@@ -382,20 +391,17 @@ class _Fallback(Exception):
     `evaluate`, which raises the error with its message."""
 
 
-_COMPILED: dict[int, tuple[Expr, Callable[[Mapping[str, Any]], Any]]] = {}
-
-
 def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
     """`lambda env: evaluate(expr, env)`, compiled once into one generated Python function
     (`Emitter`: no dispatch on the node type at every evaluation: the unroller evaluates
     each of a schedule's few expressions at every grid point). The code does what
     `evaluate` does for each node, in the same order; wherever `evaluate` would raise, it
     gives up and `evaluate` runs instead, so the value is the same and so is every error
-    and its message. (Kept by the expression's id, with the expression, so the id stays
-    its own.)"""
-    hit = _COMPILED.get(id(expr))
+    and its message. Kept on the node (`_Node`): an expression is compiled once however
+    many stages and schedules share it."""
+    hit = expr.__dict__.get("compiled")
     if hit is not None:
-        return hit[1]
+        return hit
     code = Emitter()
     body: list[str] = []
     result = code.emit(expr, body)
@@ -404,9 +410,7 @@ def evaluator(expr: Expr) -> Callable[[Mapping[str, Any]], Any]:
         "try:", *("    " + line for line in body), f"    return {result}",
         "except Exception:  # NotRotational, ExprError, ...: `evaluate` says which",
         "    return _evaluate(_expr, env)"])
-    if len(_COMPILED) > 100_000:  # a bound on what it keeps alive (property tests make many)
-        _COMPILED.clear()
-    _COMPILED[id(expr)] = (expr, run)
+    object.__setattr__(expr, "compiled", run)  # frozen: the node's value (its fields) is untouched
     return run
 
 

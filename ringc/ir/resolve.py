@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import keyword
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping
 
 from . import expr as E
@@ -18,7 +19,7 @@ from .errors import ScheduleError
 from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
-           "builtin_exprs", "static_lets", "inline_static_lets", "is_static", "walk_ops", "copy_ops",
+           "builtin_exprs", "Resolved", "resolved", "walk_ops", "copy_ops",
            "pipeline_windows", "call_buffers",
            "RESOLVE", "resolve"]
 
@@ -73,47 +74,66 @@ def builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
     return {**BUILTIN_EXPRS, **axis_builtin_exprs(axes)}
 
 
-# `static_lets` per schedule, by id (the schedule kept with it, so the id stays its own).
+@dataclass(frozen=True)
+class Resolved:
+    """A schedule as `resolve` found it, with what the later stages derive from it, derived
+    once: the unroller, the code generator, the reference, runtime data and `ringc run`
+    read these and derive none again.
+
+    - `static_lets`: the lets that depend only on `N`, the per-axis sizes `N_a`, the params
+      and earlier such lets, each written out over N, N_a and params alone (earlier ones
+      inlined). They are known before the kernel runs, so they may appear wherever a param
+      may: shapes, grid sizes, pipeline grids and block shapes (`mbs: rows // M`,
+      `rounds: log2(N)`). Where a shape uses one, it is evaluated inlined (`inline`), so its
+      divisions are exact there as a shape's own are.
+    - `builtins`: every derived builtin name over the schedule's axes, as expressions, in
+      dependency order (`builtin_exprs`).
+    - `static_names`: N, N_a and the params: what a name must reduce to to be static.
+
+    `key` is what it was derived from (the axes, the params and the lets, compared by
+    identity first): a copy of the schedule (`model_copy`) with any of them changed
+    derives its own (`resolved`)."""
+    schedule: S.Schedule = field(compare=False, repr=False)  # a schedule compares its resolved view
+    key: tuple
+    static_lets: Mapping[str, E.Expr]
+    builtins: Mapping[str, E.Expr]
+    static_names: frozenset[str]
+
+    @classmethod
+    def of(cls, sched: S.Schedule) -> "Resolved":
+        static = frozenset({"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params})
+        lets: dict[str, E.Expr] = {}
+        for name, e in sched.let.items():
+            if E.names(e) <= static | set(lets):
+                lets[name] = E.substitute(e, lets) if lets else e
+        return cls(sched, (sched.axes, sched.params, sched.let), MappingProxyType(lets),
+                   MappingProxyType(builtin_exprs(sched.axes)), static)
+
+    def current(self, sched: S.Schedule) -> bool:
+        """Whether this was derived from `sched` as it is now."""
+        return self.schedule is sched and self.key == (sched.axes, sched.params, sched.let)
+
+    def inline(self, e: E.Expr) -> E.Expr:
+        """`e` with the static lets it names written out."""
+        lets = self.static_lets
+        return E.substitute(e, lets) if lets and not E.names(e).isdisjoint(lets) else e
+
+    def is_static(self, e: E.Expr, loop_indices: Iterable[str] = ()) -> bool:
+        """Whether `e` depends only on N, the per-axis sizes and params (through static lets
+        too), and the indices of the `loop`s around it: a `when:` guard of that kind is
+        decided when the kernel is traced (N and params once per N, a loop index once per
+        iteration of the unrolled loop) and emitted as a Python `if`."""
+        return E.names(self.inline(e)) <= self.static_names | set(loop_indices)
 
 
-def static_lets(sched: S.Schedule) -> dict[str, E.Expr]:
-    """The lets that depend only on `N`, the per-axis sizes `N_a`, the params and earlier
-    such lets, each written out over N, N_a and params alone (earlier ones inlined). They
-    are known before the kernel runs, so they may appear wherever a param may: shapes,
-    grid sizes, pipeline grids and block shapes (`mbs: rows // M`, `rounds: log2(N)`).
-    Where a shape uses one, it is evaluated inlined, so its divisions are exact there as
-    a shape's own are.
-
-    Kept on the schedule itself (the unroller asks for every shape it evaluates, a hundred
-    times for a 3-D schedule), with what it was computed from: the axes, the param names
-    and the lets. A copy of the schedule (`model_copy`, which copies the kept answer) with
-    any of them changed computes its own. Callers must not modify the dict returned."""
-    key = (sched.axes, sched.params, sched.let)  # compared by identity first: a hit costs three `is`
-    hit = sched._static_lets
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params}
-    out: dict[str, E.Expr] = {}
-    for name, e in sched.let.items():
-        if E.names(e) <= static | set(out):
-            out[name] = E.substitute(e, out) if out else e
-    sched._static_lets = (key, out)
-    return out
-
-
-def inline_static_lets(sched: S.Schedule, e: E.Expr) -> E.Expr:
-    """`e` with the static lets it names written out (`static_lets`)."""
-    lets = static_lets(sched) if sched.let else {}
-    return E.substitute(e, lets) if lets and not E.names(e).isdisjoint(lets) else e
-
-
-def is_static(sched: S.Schedule, e: E.Expr, loop_indices: Iterable[str] = ()) -> bool:
-    """Whether `e` depends only on N, the per-axis sizes and params (through static lets
-    too), and the indices of the `loop`s around it: a `when:` guard of that kind is decided
-    when the kernel is traced (N and params once per N, a loop index once per iteration of
-    the unrolled loop) and emitted as a Python `if`."""
-    static = {"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params, *loop_indices}
-    return E.names(inline_static_lets(sched, e)) <= static
+def resolved(sched: S.Schedule) -> Resolved:
+    """`sched`'s `Resolved`: the one `resolve` returned when the schedule was loaded, kept on
+    it, while it is current; else (a schedule built in code, or a copy with other params)
+    derived now and kept (without the checks: those are `resolve`'s)."""
+    hit = sched._resolved
+    if hit is None or not hit.current(sched):
+        hit = sched._resolved = Resolved.of(sched)
+    return hit
 
 
 def walk_ops(ops: Iterable[S.Op]) -> Iterator[S.Op]:
@@ -236,7 +256,7 @@ class _Resolver:
         for n in sorted(E.names(e) - allowed):
             self.loop_index_hint(n, line, what)
             if n in self.s.let and "N" in allowed and "me" not in allowed:  # a shape or size: static only
-                uses = sorted(E.names(inline_static_lets(self.s, self.s.let[n])) - self.static_names())
+                uses = sorted(E.names(resolved(self.s).inline(self.s.let[n])) - self.static_names())
                 self.fail(line, f"let `{n}` in {what} `{E.to_text(e)}` depends on {', '.join(f'`{u}`' for u in uses)}, "
                                 "so it is not known before the kernel runs",
                           fix=f"{what} may use N, params and lets of those only: compute `{n}` from them, "
@@ -254,8 +274,9 @@ class _Resolver:
                         "that loop's body", fix=fix)
 
     def static_names(self) -> set[str]:
-        """N, N_a, params and the lets of them only (`static_lets`): usable in shapes."""
-        return {"N", *(n for n in self.builtins if n.startswith("N_")), *self.s.params, *static_lets(self.s)}
+        """N, N_a, params and the lets of them only (`Resolved.static_lets`): usable in shapes."""
+        r = resolved(self.s)
+        return {*r.static_names, *r.static_lets}
 
     def step_names(self) -> set[str]:
         return {*self.builtins, *self.s.params, *self.s.grid, *self.s.let, *self.s.data}
@@ -723,6 +744,8 @@ def _resolve_barrier(r: _Resolver, op: S.Barrier, scope: _Scope) -> None:
 RESOLVE.register(S.Zero, S.Accumulate, S.Assign, S.Cast, S.Matmul)(_Resolver.check_compute)
 
 
-def resolve(sched: S.Schedule) -> None:
-    """Raise `ScheduleError` (with file and line) if any name, kind or rank is wrong."""
+def resolve(sched: S.Schedule) -> Resolved:
+    """Raise `ScheduleError` (with file and line) if any name, kind or rank is wrong; else the
+    schedule `Resolved`, kept on it for the later stages (`resolved`)."""
     _Resolver(sched).run()
+    return resolved(sched)

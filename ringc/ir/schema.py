@@ -755,7 +755,7 @@ class Schedule(Node):
     _header: str = PrivateAttr("")
     _lines: dict = PrivateAttr(default_factory=dict)
     _text: str | None = PrivateAttr(None)  # the YAML as loaded (None for a schedule built in code)
-    _static_lets: tuple | None = PrivateAttr(None)  # `resolve.static_lets`' answer, with its key
+    _resolved: Any = PrivateAttr(None)  # `resolve.resolved`: this schedule as resolved, while current
 
     def line_of(self, *path: Any) -> int:
         """The YAML line of a table entry such as ("let", "working"), else the schedule's."""

@@ -11,7 +11,7 @@
    once when that proves each runs device 0's events translated (`interpret.Lanes`),
    else device by device.
 4. Check the resulting `Program` with the YAML verifier: on the rotation quotient
-   (`check.rotated_report`) when symmetric and clean, else `check_program`: hangs,
+   (`core.on_quotient`) when symmetric and clean, else `core.full_report`: hangs,
    balance, byte counts, targets, races over every interleaving, and the collective's
    meaning when `COLLECTIVE` names one (flat arrays viewed per device: `flat_views`).
 """
@@ -121,7 +121,7 @@ class _Buf:
 
 @dataclass
 class KernelSpec:
-    """What `check_program` reads besides the events and the meaning, for a traced Pallas
+    """What the checks read besides the events and the meaning (`spec.Spec`), for a traced Pallas
     program: where it comes from, its mesh axes, its buffers' kinds and memories (megacore
     checks, the initial symbolic memory) and whether a grid dim is split over two cores.
     The meaning itself is passed as `(Collective, Buffers)` (`_meaning`)."""
@@ -995,12 +995,12 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                  dma_order: str = "any") -> Report:
     """Evaluate and check a traced program. First every device at once (`interpret.Lanes`):
     when that proves every device runs device 0's events translated, and the quotient finds
-    the program clean (`check.rotated_report`), that is the verdict. Otherwise (devices
+    the program clean (`core.on_quotient`), that is the verdict. Otherwise (devices
     differ, or anything to report) every device is evaluated on its own and the full
-    analysis decides and explains (`check.check_program`), on every device's events: device
+    analysis decides and explains (`core.full_report`), on every device's events: device
     0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
     device by device."""
-    from ..verify.check import Candidate, Subject, collector_paused, verify
+    from ..verify.core import Candidate, Options, Subject, collector_paused, run
     from ..verify.quotient import expand
     phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
     clock = time.process_time()
@@ -1045,7 +1045,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         lanes.update(outer=outer, b=b, notes=notes, program=program)
         return Candidate(spec, program, placement, meaning, steps)
 
-    report = verify(Subject(quotient, full), dma_order=dma_order)
+    report = run(Subject(quotient, full), Options(dma_order=dma_order))
     lap("verify")
     outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
@@ -1143,7 +1143,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
     runs device 0's events translated (`interpret.Lanes`; errors are left to the other way,
     which names the device). Devices evaluated one by one that sent each other values ringc
     knows (`Builder.cross_values`) are evaluated again together (`cosim`, `corun.CoRun`)."""
-    from ..verify.check import collector_paused
+    from ..verify.core import collector_paused
     outer = _Outer(file, values)
     outer.top(jaxpr)
     if not outer.calls:
@@ -1178,7 +1178,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
 
 def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes: dict[str, int],
           collective: Collective | None, topology: Any) -> tuple[KernelSpec, Any, Any, Program, list[str]]:
-    """What `check_program` reads besides the events: the kernel's description, its meaning
+    """What the checks read besides the events: the kernel's description (`spec.Spec`), its meaning
     and its placement; and the program to check (flat buffers viewed: `flat_views`) with
     the assumptions that adds."""
     from ..verify.check import resolve_topology

@@ -174,7 +174,7 @@ class Builder(Sink):
         if self.corun is not None:
             self.corun.on_event(device, action)  # a wait may hand the turn to another device
         if self.core:
-            return  # core 1 may only compute on its own VMEM: `check.megacore_findings`
+            return  # core 1 may only compute on its own VMEM: `core.megacore_findings`
         if target is not None:
             self.targets.append((ev, target))
         if self._current_call is not None and isinstance(action, (Signal, SemWait)) and action.why == "barrier":

@@ -70,7 +70,7 @@ class Buffer:
         return np.dtype(self.dtype).itemsize
 
     @property
-    def memory(self) -> str:  # the word `megacore_findings` uses
+    def memory(self) -> str:  # the word `core.megacore_findings` uses
         return "vmem" if self.space in ("vmem", "smem") else "hbm"
 
 

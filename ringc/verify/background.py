@@ -19,7 +19,7 @@ child that computes one half's answer (a bool) while the parent computes the oth
   for work big enough to repay the fork (the caller decides: `quotient.FORK_EVENTS`).
 - **Cost.** The fork copies page tables, not pages; pages either process then writes are
   copied on the first write. Python's cyclic collector is paused during a check
-  (`check.collector_paused`), so the child does not touch every object as a collection
+  (`core.collector_paused`), so the child does not touch every object as a collection
   would. Peak memory is up to twice a serial check's: each process holds what it makes.
 """
 

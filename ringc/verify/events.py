@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
 from functools import cached_property
 from math import prod
 from typing import Union
@@ -217,6 +218,13 @@ class Event:
     inner: tuple[tuple[str, int], ...] = ()  # the indices of the loops and nested pipeline around it
 
 
+class Group(str, Enum):
+    """The symmetry group a quotient's `Program.rotation` is over: how device d's events are
+    device 0's moved (`rotation.py`, `xor.py`)."""
+    TRANSLATION = "translation"  # device d runs them translated by d (every box step, every target)
+    XOR = "xor"                  # device d runs them with every device id XORed by d
+
+
 @dataclass
 class Program:
     """All devices' event lists for one concrete N (and parameter set)."""
@@ -231,16 +239,16 @@ class Program:
     axis_sizes: dict[str, int] = field(default_factory=dict)  # schedule axis -> devices along it
     device_labels: list[str] | None = None  # how findings name device d, e.g. "(1, 2)"; default "d"
     # Megacore: the events of each device's second TensorCore. They must not touch shared
-    # state (see `check.megacore_findings`); `devices` holds core 0's.
+    # state (see `core.megacore_findings`); `devices` holds core 0's.
     second_core: list[list[Event]] = field(default_factory=list)
     # Set by `rotation.rotation_unroll`: `devices` then holds device 0's events only, and
     # device d runs them translated by d (coordinates d_a over the schedule's axes), each
     # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
     rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
-    # The group `rotation` is over: "translation" (above), or "xor" (`xor.xor_unroll`: device
+    # The group `rotation` is over: translation (above), or XOR (`xor.xor_unroll`: device
     # d runs device 0's events with every device id XORed by d, and a box dimension of step
     # (1,) has its index XORed by d).
-    group: str = "translation"
+    group: Group = Group.TRANSLATION
     # A split-phase program: the kernel of each call (`Event.invocation`), for the findings.
     call_names: list[str] | None = None
     # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here

@@ -19,10 +19,10 @@ from functools import cached_property
 from typing import Iterator
 
 from .. import topology as T
-from ..ir import schema as S
 from ..ir.errors import ScheduleError
 from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
+from .spec import Spec
 
 __all__ = ["AXIS_NAMES", "Coord", "Link", "coord_text", "link_text", "axis_names", "Placement", "place",
            "Send", "sends", "route_summary", "rotated_route_summary", "xor_routes_symmetric", "xor_route_summary",
@@ -225,7 +225,7 @@ def _axis_index(text: str, topo: T.Topology) -> int | None:
     return None
 
 
-def place(sched: S.Schedule, topo: T.Topology, along: str | None = None) -> Placement:
+def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
     """Bind the schedule's axes to the topology's. `along` is `y` or `x,y` (axis names x, y, z
     or indices); by default axes named like topology axes bind to them, else the first ones."""
     names = axis_names(topo)
@@ -329,7 +329,7 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
 
 def _xor_offsets(program: Program) -> list[int]:
     """Device 0's send offsets, in order, for a program device d runs with ids XORed by d
-    (`Program.group == "xor"`): device d's sends go to d ^ t. (`sends` skips a send to the
+    (`Program.group is Group.XOR`): device d's sends go to d ^ t. (`sends` skips a send to the
     sender itself, and device 0's targets are inside the ring by construction.)"""
     return [t for ev, t in program.targets if t != ev.device and 0 <= t < program.n]
 

@@ -44,17 +44,17 @@ from collections import Counter, defaultdict
 from itertools import accumulate, chain
 from typing import Any
 
-from ..ir import schema as S
-from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
+from .events import Compute, DmaStart, Event, Group, Program, Region, SemWait, Signal, deposits
 from .order import DmaEnds, Order, sums_to
 from .races import Access, event_accesses, race
 from .rotation import NotRotational, Torus
 from .xor import group_of
 from .background import Background, default_jobs
 from .gauge import Gauge, device_dims
-from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece, collective_of
+from ..collectives import KDIM, PRODUCT, Buffers, Collective, Piece
 from .semantics import (Memory, apply, base_name, canonical_value, device_run, device_span, mismatches, sorted_terms, term_leaves,
                         with_leaves)
+from .spec import Spec
 from .windows import FusedMemory, Unfused
 
 __all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
@@ -78,7 +78,7 @@ class Rotator:
     def __init__(self, program: Program, steps: dict[tuple[str, int], tuple[int, ...]] | None = None):
         self.n = program.n
         self.torus = group_of(program)
-        self.xor = program.group == "xor"  # a box of step (1,) has its index XORed by delta
+        self.xor = program.group is Group.XOR  # a box of step (1,) has its index XORed by delta
         # The boxes' steps (`Program.rotation`), or a gauge of them that also moves the data
         # of whole-accessed dims (`gauge.py`; whole boxes stay whole either way).
         self.steps = (program.rotation or {}) if steps is None else steps
@@ -383,7 +383,7 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
     steps = (program.rotation or {}) if steps is None else steps
     shapes = program.shapes
     axes = len(program.axis_sizes)
-    if program.group == "xor" and not collective.xor_symmetric:
+    if program.group is Group.XOR and not collective.xor_symmetric:
         return False
 
     def r(buf: str, i: int) -> tuple[int, ...]:
@@ -1079,7 +1079,7 @@ def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedule",
+def _data_flow_right(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None",
                      boxes: Rotator | None = None) -> bool:
     """Device 0's memory replayed, each remote DMA landing what device -t sends, then
     compared with the collective's meaning. `boxes`: a Rotator of the same program whose
@@ -1088,7 +1088,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
     under either."""
     if meaning is None:
         return True  # no meaning to check
-    collective, buffers = (collective_of(sched), Buffers.of(sched)) if meaning == "schedule" else meaning
+    collective, buffers = meaning
     steps = data_steps(program, collective, buffers)
     if steps is None:
         return False
@@ -1098,7 +1098,7 @@ def _data_flow_right(sched: S.Schedule, program: Program, meaning: Any = "schedu
     n, events = program.n, program.devices[0]
 
     def fresh(memory: Memory) -> Memory:
-        for name, buf in sched.buffers.items():
+        for name, buf in spec.buffers.items():
             if buf.kind == "input":
                 memory.init_input(0, name)
         return memory
@@ -1130,7 +1130,7 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
     the collective's meaning translates too (`gauge.py`): the boxes' steps (`boxes`, by
     default `Program.rotation`) and the free steps of whole-accessed dims at 0, else at the
     meaning's device dims; None when no gauge does both."""
-    xor = program.group == "xor"
+    xor = program.group is Group.XOR
     boxes = (program.rotation or {}) if boxes is None else boxes
     gauge = Gauge(program.devices[0], boxes, program.shapes, len(program.axis_sizes), xor)
     tried = [{}] if xor else [{}, device_dims(buffers, len(program.axis_sizes))]
@@ -1149,12 +1149,13 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
 FORK_EVENTS = 20_000
 
 
-def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: int | None = None) -> bool:
+def clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None",
+          jobs: int | None = None) -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
-    `meaning`: the schedule's collective, or `(Collective, Buffers)`, or None for no meaning
-    check (a traced kernel: `sched` then only names its buffers' kinds). (Routes and
-    megacore rules are checked by `check.rotated_report` on the same events.)
+    `meaning`: `(Collective, Buffers)`, or None for no meaning check; `spec` names the
+    buffers' kinds (`spec.Spec`: a schedule, or a traced kernel's description). (Routes and
+    megacore rules are checked by `core.on_quotient` on the same events.)
 
     With `jobs` > 1 (default `background.default_jobs()`) and at least `FORK_EVENTS` events,
     the data flow runs in a forked child while this process checks the run, the order and
@@ -1164,7 +1165,7 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: 
     jobs = default_jobs() if jobs is None else jobs
     flow = None
     if jobs > 1 and meaning is not None and len(program.devices[0]) >= FORK_EVENTS:
-        flow = Background(lambda: _flow_clean(sched, program, meaning))
+        flow = Background(lambda: _flow_clean(spec, program, meaning))
     try:
         every, dma = _feeds(program)
         _run(program, (every, dma))
@@ -1173,7 +1174,7 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: 
         if not _race_free(program, order, rot, dma):
             return False
         answer = flow.result() if flow is not None else None
-        return answer if answer is not None else _data_flow_right(sched, program, meaning, rot)
+        return answer if answer is not None else _data_flow_right(spec, program, meaning, rot)
     except (_Unclear, NotRotational):
         return False
     finally:
@@ -1181,9 +1182,9 @@ def clean(sched: S.Schedule, program: Program, meaning: Any = "schedule", jobs: 
             flow.close()
 
 
-def _flow_clean(sched: S.Schedule, program: Program, meaning: Any) -> bool:
+def _flow_clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None") -> bool:
     """The data flow's part of `clean`'s answer: a quotient that cannot tell is a no."""
     try:
-        return _data_flow_right(sched, program, meaning)
+        return _data_flow_right(spec, program, meaning)
     except (_Unclear, NotRotational):
         return False

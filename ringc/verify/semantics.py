@@ -1143,7 +1143,7 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
 
     `symmetric` (the caller proved it): device d's events and accesses are device 0's
     translated by d, the run has no race, and the collective's meaning translates the same
-    way (`check.check_program`: `symmetry.memory_steps`, `Collective.meaning_rotates`).
+    way (`core.full_report`: `symmetry.memory_steps`, `Collective.meaning_rotates`).
     Without a race the outcome is the same in every interleaving, among them the one that
     runs event i on every device at once, whose memory is symmetric: device d's output is
     device 0's translated, so it is wrong iff device 0's is. Then a clean device 0 ends

@@ -19,7 +19,7 @@ from ..ir.dtypes import itemsize
 from .. import limits
 from ..ir.errors import ScheduleError
 from ..ir.rules import RuleTable
-from ..ir.resolve import axis_size_env, builtin_exprs, call_buffers, inline_static_lets, pipeline_windows, walk_ops
+from ..ir.resolve import axis_size_env, call_buffers, pipeline_windows, resolved, walk_ops
 from .calls import Handover, entry_sync
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
                      SemId, SemWait, Signal)
@@ -86,6 +86,7 @@ class _Context:
 
     def __init__(self, sched: S.Schedule, n: int, sizes: dict[str, int]):
         self.s = sched
+        self.resolved = resolved(sched)
         self.n = n
         self.sizes = sizes
         self.static: dict[str, int] = {"N": n, **axis_size_env(sched.axes, sizes), **sched.params}
@@ -175,7 +176,7 @@ class _Context:
         """A pipeline grid size, usually `extent // block`: when the block does not divide the
         extent, say so in those terms, with the blocks that use it."""
         if isinstance(size, E.BinOp) and size.op == "//":
-            extent, block = (E.evaluate(inline_static_lets(self.s, e), self.static) for e in (size.left, size.right))
+            extent, block = (E.evaluate(self.resolved.inline(e), self.static) for e in (size.left, size.right))
             if block > 0 and extent % block:
                 users = [f"`{n}` [{', '.join(E.to_text(d) for d in spec.block)}]" for n, spec in op.specs.items()
                          if any(size.right == d for d in spec.block)]
@@ -197,7 +198,7 @@ class _Context:
         out = []
         for d in dims:
             try:  # a static let in a shape is inlined: its divisions are exact too
-                v = E.evaluate(inline_static_lets(self.s, d), self.static, exact_division=True)
+                v = E.evaluate(self.resolved.inline(d), self.static, exact_division=True)
             except E.ExprError as e:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
                 raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
@@ -221,7 +222,7 @@ class Unroller:
         self.data = data or {}
         self.data_names = data_dependent(sched) if self.data else set()
         self.n = n
-        self.builtins = builtin_exprs(sched.axes)
+        self.builtins = self.ctx.resolved.builtins
         # Row-major strides of the schedule's axes: device d has me_a = d // stride % N_a.
         self.strides = {a: prod(list(sizes.values())[i + 1:]) for i, a in enumerate(sizes)}
         self.env: dict[str, Any] = {}

@@ -1,0 +1,634 @@
+"""The one verifier core: `run(subject, options) -> Report` for every front end.
+
+A front end (a YAML schedule, `check.check`; a traced Pallas program,
+`pallas.importer._check_jaxpr`; a front end to come) hands the verifier a `Subject`: two
+ways to produce what to check, and nothing else.
+
+- `quotient()`: device 0's events with the symmetry that maps them to every other device's
+  proved (`Program.rotation`, or `Program.group is Group.XOR`), as a `Candidate`; None when the
+  front end cannot prove one. The quotient only ever certifies a clean run
+  (`on_quotient`): any finding, or a question it cannot answer, sends the subject to the
+  full analysis, which decides and explains.
+- `full()`: every device's events, as a `Candidate`, for `full_report`.
+
+`CHECKS` is the one list of checks, in the order their findings are reported; each says
+whether and how it runs on a quotient (`OnQuotient`). `run` is the one place that chooses
+between the quotient and the full analysis, and `apply_strict` the one place `--strict`
+turns warnings into errors. A `Candidate` carries the program with what the checks read
+beside it: the description of buffers, axes and file (`spec`, anything with the
+`spec.Spec` protocol's fields: a `Schedule`, or the Pallas importer's `KernelSpec`), the placement on
+the topology, the meaning (`(Collective, Buffers)`, or None for none), what a verdict on it
+assumes, and `steps` where the front end has proved how accesses move between devices.
+
+The full analysis, in dependency order:
+
+1. targets and routes (`placement.py`): every remote action goes to an existing device,
+   a neighbour on the topology ideally, and one the hardware can route to; megacore rules,
+   DMA element types, independence of `parallel` grid axes;
+2. the maximal run: hangs, semaphores non-zero at exit, DMAs never waited, byte counts;
+3. if the run completes: races over all interleavings, then the symbolic data flow.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+from ..collectives import Buffers, Collective
+from ..ir.errors import ScheduleError
+from . import quotient
+from .events import Compute, DmaStart, Event, Group, Program, SemWait, Signal, deposits, feeders, sem_text
+from .findings import Finding, Report
+from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
+from .placement import (Placement, labels, rotated_route_summary, route_findings, route_summary,
+                        xor_route_summary, xor_routes_symmetric)
+from .races import describe, event_accesses, find_races
+from .semantics import box_inside, box_meets, check_semantics
+from .simulate import Machine, maximal_run
+from .spec import Spec
+from .symmetry import memory_steps
+
+
+
+
+def _adds(ev: Event) -> int:
+    a = ev.action
+    return a.inc if isinstance(a, Signal) else a.nbytes
+
+
+def _hang_reason(program: Program, m: Machine, ev: Event, feeders: list[Event]) -> str:
+    """Why the wait `ev` never passes: the events that would feed its semaphore and never
+    run (its own later start: a wait before its start), or a count that can never add up."""
+    sem = ev.action.sem
+    missing = [f for f in feeders if f.index >= m.pc[f.device]]
+    parts = []
+    own = [f for f in missing if f.device == ev.device and f.index > ev.index]
+    if own:
+        f = own[0]
+        dma = isinstance(f.action, DmaStart)
+        what = f"the start of copy `{f.action.copy}`" if dma else "the signal"
+        parts.append(f"{what} that would feed it, {program.where(f)}, comes after this wait on the same "
+                     f"device: the wait on {sem_text(sem)} precedes the {'start' if dma else 'signal'} "
+                     "of what it waits for")
+    firsts: dict[int, Event] = {}
+    for f in missing:
+        if f.device != ev.device:
+            firsts.setdefault(f.device, f)
+    for d, f in list(firsts.items())[:3]:
+        blocked = m.devices[d][m.pc[d]] if m.pc[d] < len(m.devices[d]) else None
+        at = f", stuck at line {blocked.line}" if blocked is not None else ""
+        parts.append(f"device {program.label(d)} never gets to {describe(f)} ({program.where(f)}{at})")
+    if len(firsts) > 3:
+        parts.append(f"and {len(firsts) - 3} more devices")
+    supply = sum(_adds(f) for f in feeders)
+    demand = sum(e.action.value for e in program.devices[ev.device]
+                 if isinstance(e.action, SemWait) and e.action.sem == sem)
+    if not feeders:
+        parts.append(f"nothing ever adds to {sem_text(sem)} on device {program.label(ev.device)}")
+    elif demand > supply:
+        parts.append(f"over the whole kernel {sem_text(sem)} on device {program.label(ev.device)} receives {supply} but "
+                     f"its waits take {demand}: it is waited for more than it is signalled")
+    if not parts:
+        parts.append("every event that adds to it has run, and earlier waits consumed it")
+    return "; ".join(parts)
+
+
+def run_findings(program: Program, m: Machine) -> list[Finding]:
+    findings: list[Finding] = []
+    stuck = m.stuck()
+    fed_by = feeders(program) if stuck else {}
+    for ev in stuck:
+        a: SemWait = ev.action
+        reason = _hang_reason(program, m, ev, fed_by.get(a.sem, []))
+        findings.append(Finding(
+            "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
+                    f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
+            trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
+    findings += byte_findings(program)
+    if stuck:
+        return findings  # balance at exit is moot when the kernel never exits
+    leftover: dict[tuple[str, int], list] = defaultdict(list)
+    for sem, queue in m.deposits.items():
+        for dep in queue:
+            if dep.remaining:
+                leftover[(sem, dep.event.line)].append(dep)
+    reported = set()
+    for (sem, _), deps in sorted(leftover.items(), key=lambda kv: (kv[0][0][0], kv[0][1])):
+        ev: Event = deps[0].event
+        kind_of_sem = program.sem_kinds.get(sem[1])
+        key = (sem[1], ev.line)
+        if key in reported:
+            continue
+        reported.add(key)
+        total = sum(d.remaining for d in deps)
+        if kind_of_sem == "dma" and isinstance(ev.action, DmaStart):
+            side = "receive" if ev.action.recv_sem == sem else "send"
+            findings.append(Finding(
+                "dma_not_waited", f"{describe(ev)} at {program.where(ev)} is never waited on its {side} side: "
+                                  f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]} "
+                                  f"({total} bytes from this copy)", event=ev))
+        else:
+            findings.append(Finding(
+                "unbalanced", f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]}, not 0: "
+                              f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
+                event=ev))
+    return findings
+
+
+def byte_findings(program: Program) -> list[Finding]:
+    """A DMA semaphore counts bytes from any DMA that signals it, so a wait may take the
+    total of several DMAs (one descriptor sized to the total, used only for its wait), or a
+    part of one: the counting model (`order.dma_ends`) is exact about what has landed, and
+    hangs, balance and races follow from the counts. A wait whose byte count is no sum of
+    the sizes of the DMAs on its semaphore (`sums_to`) is still suspicious (a descriptor of
+    the wrong size): a warning, once per op, naming every DMA on that semaphore and their
+    total."""
+    on_sem: dict = defaultdict(list)
+    for events in program.devices:
+        for ev in events:
+            if isinstance(ev.action, DmaStart):
+                for sem in (ev.action.recv_sem, ev.action.send_sem):
+                    if sem is not None:
+                        on_sem[sem].append(ev)
+    findings, flagged, sizes = [], set(), {}
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if (not isinstance(a, SemWait) or program.sem_kinds.get(a.sem[1]) != "dma"
+                    or not on_sem[a.sem] or ev.line in flagged):
+                continue
+            dmas = on_sem[a.sem]
+            if a.sem not in sizes:
+                sizes[a.sem] = Counter(d.action.nbytes for d in dmas)
+            if sums_to(a.value, sizes[a.sem]):
+                continue
+            flagged.add(ev.line)
+            by_copy: dict[str, list[Event]] = defaultdict(list)
+            for d in dmas:
+                by_copy[d.action.copy].append(d)
+            listed = "; ".join(
+                f"copy `{name}` {len(evs)} x {evs[0].action.nbytes} bytes (first at {program.where(evs[0])})"
+                if len(evs) > 1 else f"copy `{name}` {evs[0].action.nbytes} bytes ({program.where(evs[0])})"
+                for name, evs in list(by_copy.items())[:6])
+            if len(by_copy) > 6:
+                listed += f"; and {len(by_copy) - 6} more copies"
+            total = sum(d.action.nbytes for d in dmas)
+            findings.append(Finding(
+                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, which is no sum "
+                                 f"of the DMAs on {sem_text(a.sem)} of device {program.label(a.sem[0])}: {listed}; "
+                                 f"{total} bytes in all. A wait takes whatever bytes have arrived, so check the "
+                                 "size of the descriptor it waits with", severity="warning",
+                event=ev, related=[dmas[0]]))
+    return findings
+
+
+def dtype_findings(program: Program) -> list[Finding]:
+    """A DMA copies bytes: between buffers of different element types it would reinterpret
+    them, and Mosaic refuses it (`tpu.enqueue_dma` needs one type). Once per op line, at the
+    copy's start, naming both types and the `cast` that converts in VMEM."""
+    findings, seen = [], set()
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not isinstance(a, DmaStart) or ev.line in seen:
+                continue
+            src, dst = program.dtypes.get(a.src.buffer), program.dtypes.get(a.dst.buffer)
+            if src is None or dst is None or src == dst:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "dtype_mismatch", f"{describe(ev)} at {program.where(ev)} copies `{a.src.buffer}` ({src}) into "
+                                  f"`{a.dst.buffer}` ({dst}): a DMA moves bytes and cannot convert element "
+                                  f"types (the TPU compiler refuses it); copy into a {src} buffer and `cast` it "
+                                  f"into the {dst} one in VMEM", event=ev))
+    return findings
+
+
+def _parallel_key(program: Program, ev: Event) -> tuple[int, ...]:
+    return tuple(ev.point[k] for k in program.parallel if k < len(ev.point))
+
+
+def parallel_findings(program: Program) -> list[Finding]:
+    """A `parallel` grid axis promises that its iterations are independent: Mosaic may run
+    them in any order, and a megacore chip splits the axis over its two TensorCores, each
+    with its own VMEM and semaphores. So on each device, nothing at one index of a parallel
+    axis may depend on what ran at another index of it:
+
+    - memory: a region read (a compute's operand, an accumulated destination, a DMA's
+      source) whose last writer before it, in grid order, ran at another index (a compute, a
+      local DMA, or a remote DMA landing here, counted at its sender's grid point: SPMD
+      steps line up, so a block received in step s and forwarded in step s + 1 ties the two
+      steps together); a write stops counting once a later one covers it (a partly
+      overwritten one still counts: conservative); inputs are never written;
+    - semaphores: a wait that consumes (first in, first out) what this device deposited at
+      another index on its own semaphore (a local DMA, a remote DMA's send side, a signal to
+      itself); semaphores other devices also feed are left to the other checks.
+
+    One finding per op line, at the dependent event, naming the axis and the event it
+    depends on. The model's own writes (kernel entry and exit, a pipeline's fresh window)
+    are no dependency."""
+    if not program.parallel:
+        return []
+    findings, seen = [], set()
+
+    def report(ev: Event, dep: Event, what: str) -> None:
+        if ev.line in seen:
+            return
+        seen.add(ev.line)
+        axes = [program.grid_names[k] for k in program.parallel
+                if k < len(ev.point) and k < len(dep.point) and ev.point[k] != dep.point[k]]
+        names = ", ".join(f"`{a}`" for a in axes)
+        findings.append(Finding(
+            "parallel_dependency", f"{describe(ev)} at {program.where(ev)} {what} {describe(dep)} at "
+                                   f"{program.where(dep)}, another iteration of the parallel axis {names}: parallel "
+                                   "iterations may run in any order, and a v4/v5p chip splits the axis over its two "
+                                   "TensorCores, so this dependency breaks; make the axis `arbitrary`, or keep what "
+                                   "an iteration needs inside it", event=ev, related=[dep]))
+
+    every = [ev for events in [*program.devices, *program.second_core] for ev in events]
+    remote_fed = {sem for ev in every for sem, _ in deposits(ev.action) if sem[0] != ev.device}
+    landings: dict[int, list[Event]] = defaultdict(list)  # remote DMAs, by the device they land on
+    for ev in every:
+        if isinstance(ev.action, DmaStart) and ev.action.dst.device != ev.device:
+            landings[ev.action.dst.device].append(ev)
+    for d, core0 in enumerate(program.devices):
+        # In grid order. A remote DMA's landing counts as a write at its sender's grid point
+        # (before this device's own events there): SPMD steps line up, so a block received in
+        # one step and used in the next is a dependency between the two steps.
+        own = core0 + (program.second_core[d] if d < len(program.second_core) else [])
+        events = sorted([((e.invocation, e.point, e.inner, e.index), False, e) for e in own]
+                        + [((e.invocation, e.point, (), -1), True, e) for e in landings[d]], key=lambda t: t[0])
+        written: dict[str, list[tuple[Any, tuple[int, ...], Event]]] = defaultdict(list)
+        queues: dict[Any, list[list]] = defaultdict(list)
+        for _, landing, ev in events:
+            a, key = ev.action, _parallel_key(program, ev)
+            if landing:
+                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)] \
+                    + [(a.dst.box, key, ev)]
+                continue
+            reads, writes = [], []
+            if isinstance(a, Compute):
+                if not a.work:
+                    continue
+                reads = list(a.reads) + ([a.dst] if a.reads_dst else [])
+                writes = [a.dst]
+            elif isinstance(a, DmaStart):
+                reads = [a.src] if a.src.device == d else []
+                writes = [a.dst] if a.dst.device == d else []
+            elif isinstance(a, SemWait) and a.sem not in remote_fed:
+                need, queue = a.value, queues[a.sem]
+                while need > 0 and queue:
+                    take = min(need, queue[0][0])
+                    if queue[0][1] != key:
+                        report(ev, queue[0][2], "waits for")
+                    queue[0][0] -= take
+                    need -= take
+                    if not queue[0][0]:
+                        queue.pop(0)
+            for sem, amount in deposits(a):
+                if sem[0] == d and sem not in remote_fed:
+                    queues[sem].append([amount, key, ev])
+            for r in reads:
+                dep = next((w for box, k, w in written[r.buffer] if k != key and box_meets(box, r.box)), None)
+                if dep is not None:
+                    report(ev, dep, "reads what")
+            for w in writes:  # the last writer: earlier writes this one covers no longer count
+                written[w.buffer] = [e for e in written[w.buffer] if not box_inside(e[0], w.box)] + [(w.box, key, ev)]
+    return findings
+
+
+def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
+    """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
+    touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
+    issue DMAs from one core), and outputs live in HBM (each core would write back its own
+    VMEM copy of a VMEM output). Remote copies go HBM to HBM: a VMEM operand would be
+    some core's private memory. With that, core 1 only computes on its own VMEM, and core
+    0's events are the whole story for the other checks. The same holds for a `parallel`
+    grid axis, which such a chip splits over its cores (`Unroller.split`)."""
+    if not spec.megacore and not program.second_core:
+        return []
+    findings, seen = [], set()
+    for events in program.second_core:
+        for ev in events:
+            a = ev.action
+            if isinstance(a, Compute) or ev.line in seen:
+                continue
+            seen.add(ev.line)
+            findings.append(Finding(
+                "megacore_dma", f"{describe(ev)} at {program.where(ev)} runs on core 1: with `megacore: true` only "
+                                "core 0 may issue DMAs and semaphore operations, or both cores of a chip send "
+                                "(guard it with `when: core == 0`)", event=ev))
+    for name in (n for n, b in spec.buffers.items() if b.kind == "output" and b.memory == "vmem"):
+        findings.append(Finding(
+            "megacore_vmem", f"output `{name}` (line {spec.buffers[name].line}) lives in VMEM: with `megacore: true` "
+                             "each core writes its own VMEM copy back to HBM, and core 1's copy overwrites the "
+                             "result; leave the output in HBM (drop `space: vmem`)"))
+    for events in program.devices:
+        for ev in events:
+            a = ev.action
+            if not (isinstance(a, DmaStart) and a.remote) or ev.line in seen:
+                continue
+            private = [r.buffer for r in (a.src, a.dst) if spec.buffers[r.buffer].memory == "vmem"]
+            if private:
+                seen.add(ev.line)
+                findings.append(Finding(
+                    "megacore_vmem", f"{describe(ev)} at {program.where(ev)} moves VMEM (`{private[0]}`) between "
+                                     "chips: with `megacore: true` remote copies go HBM to HBM (the tutorial's "
+                                     "advice), since VMEM belongs to one core", event=ev))
+    return findings
+
+
+
+def _last_write(order: list[Event], n: int, mm) -> Event | None:
+    """The last event of the run that writes into the box `mm` found wrong (its line is where
+    a wrong result is reported), or None when nothing writes it."""
+    if not mm.buffer:  # a shape mismatch: no box
+        return None
+    last = None
+    for ev, region, write, _ in event_accesses(order, n):
+        if type(ev.action) is Compute and not ev.action.work:  # the model's own (kernel exit): not the user's
+            continue
+        if write and region.device == mm.device and region.buffer == mm.buffer and all(
+                a < d and c < b for (a, b), (c, d) in zip(region.box, mm.box)):
+            last = ev
+    return last
+
+
+def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, steps: dict[tuple[str, int], int]) -> bool:
+    """On a ring (one axis), the collective's meaning on device d is device 0's moved the way
+    `symmetry.memory_steps` found the accesses move, with the data of whole-accessed dims
+    moving as the events carry it (`quotient.data_steps`, `gauge.py`): with the run
+    race-free, device 0's output then decides every device's (`check_semantics`)."""
+    if len(program.axis_sizes) > 1:
+        return False
+    return quotient.data_steps(program, collective, buffers, {key: (step,) for key, step in steps.items()}) is not None
+
+
+
+@contextmanager
+def collector_paused():
+    """The analysis allocates millions of small tuples that never form cycles; Python's
+    cyclic collector would scan them over and over (a quarter of the time at N = 1024)
+    and free nothing. Reference counting still frees everything."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+
+def dma_order_known(dma_order: str, spec: Any) -> None:
+    """Refuse a DMA ordering model that is not one of `order.DmaOrder`'s."""
+    if dma_order not in DMA_ORDERS:
+        raise ScheduleError(f"unknown DMA ordering model {dma_order!r}", file=spec.file,
+                            fix=f"use one of {', '.join(DMA_ORDERS)}")
+
+
+def wrapped(placement: Placement) -> bool:
+    """Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ."""
+    return all(placement.topo.wrap[k] for k in placement.along)
+
+
+# ------------------------------------------------------------------ subjects and options
+
+
+@dataclass
+class Candidate:
+    """A program to check, with what the checks read beside it (see the module's docstring).
+    `assumptions`: what a verdict on it assumes beyond the DMA ordering (the front end's)."""
+    spec: Spec
+    program: Program
+    placement: Placement
+    meaning: "tuple[Collective, Buffers] | None"
+    steps: dict | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Subject:
+    """What a front end verifies: its quotient (None: none proved) and its full program,
+    each produced only when `run` asks for it."""
+    quotient: Callable[[], Candidate | None]
+    full: Callable[[], Candidate]
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to verify. `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`,
+    docs/verification.md); `strict`: warnings are errors; `jobs`: processes the quotient may
+    use (default `background.default_jobs()`, `quotient.clean`); `use_symmetry`: whether
+    the full analysis may learn the translation symmetry of the order
+    (`order.compute_order`; the tests turn it off to compare)."""
+    dma_order: str = "any"
+    strict: bool = False
+    jobs: int | None = None
+    use_symmetry: bool = True
+
+
+# ------------------------------------------------------------------ the checks
+
+
+class OnQuotient(Enum):
+    """How a check runs on a quotient (device 0's events with the symmetry proved)."""
+    SAME = "runs on device 0's events as on every device's: a finding sends the subject to the full analysis"
+    CERTIFIED = "`quotient.clean` certifies it on device 0's events (a clean run, no race, the meaning)"
+
+
+@dataclass
+class Analysis:
+    """One full analysis of a candidate: what the checks found so far that later ones read
+    (the maximal run, the order, the proved steps, the races) and the notes of values the
+    meaning check does not follow."""
+    candidate: Candidate
+    options: Options
+    machine: Machine | None = None
+    races: list[Finding] = field(default_factory=list)
+    steps: dict | None = None
+    order: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.machine is not None and self.machine.finished()
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its name, how it runs on a quotient, whether its warnings stand on the
+    quotient (the route warnings are every device's: routes depend only on the offset on
+    wrapped axes), and its full back end, which reads and extends the `Analysis`."""
+    name: str
+    on_quotient: OnQuotient
+    full: Callable[[Analysis], list[Finding]]
+    keeps_warnings: bool = False
+
+
+def _routes(a: Analysis) -> list[Finding]:
+    return route_findings(a.candidate.program, a.candidate.placement)
+
+
+def _megacore(a: Analysis) -> list[Finding]:
+    return megacore_findings(a.candidate.spec, a.candidate.program)
+
+
+def _dtypes(a: Analysis) -> list[Finding]:
+    return dtype_findings(a.candidate.program)
+
+
+def _parallel(a: Analysis) -> list[Finding]:
+    return parallel_findings(a.candidate.program)
+
+
+def _run(a: Analysis) -> list[Finding]:
+    a.machine = maximal_run(a.candidate.program)
+    return run_findings(a.candidate.program, a.machine)
+
+
+def _races(a: Analysis) -> list[Finding]:
+    """Races over all interleavings, when the run completes. Under "any", each race that
+    needs two DMAs of one link to land out of order is labelled (`Finding.relies_on`: the
+    in-order intervals are computed only if there is a race to label); under "in-order"
+    those are not reported."""
+    if not a.finished:
+        return []
+    c, dma_order = a.candidate, a.options.dma_order
+    program = c.program
+    a.order = compute_order(program, use_symmetry=a.options.use_symmetry)
+    a.steps = (c.steps if c.steps is not None else memory_steps(program)) if a.order.symmetric else None
+    memory = {0} if a.steps is not None else None  # see symmetry.py
+    ends = dma_ends(program, a.order, memory, dma_order)
+    fifo = (lambda: dma_ends(program, a.order, memory, "in-order")) if dma_order == "any" else None
+    a.races = find_races(program, a.order, ends, devices=memory, in_order=fifo)
+    return a.races
+
+
+def _meaning(a: Analysis) -> list[Finding]:
+    """The symbolic data flow against the meaning, when the run completes; with the run
+    race-free and the accesses' steps proved, device 0's output decides every device's."""
+    c = a.candidate
+    if not a.finished or c.meaning is None:
+        return []
+    program, (collective, buffers) = c.program, c.meaning
+    inputs = [name for name, buf in c.spec.buffers.items() if buf.kind == "input"]
+    symmetric = not a.races and a.steps is not None and _meaning_moves(collective, buffers, program, a.steps)
+    findings = []
+    for mm in check_semantics(collective, buffers, inputs, program, a.machine.order, program.shapes, limit=8,
+                              symmetric=symmetric):
+        if mm.unfollowed:  # a value the model does not follow: a note, the block is not checked
+            note = (f"not followed: {mm.unfollowed}; the meaning of `{buffers.output}` is not checked "
+                    f"where it holds that value (device {program.label(mm.device)}: {mm.where}, ...)")
+            if not any(n.startswith(f"not followed: {mm.unfollowed};") for n in a.notes):
+                a.notes.append(note)
+            continue
+        last = _last_write(a.machine.order, program.n, mm)
+        findings.append(Finding(
+            "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
+                            f"{collective.kind} needs {mm.want}"
+                            + (f"; its last write: {describe(last)} at {program.where(last)}"
+                               if last is not None else "; nothing writes it"), event=last,
+            device=mm.device))
+    return findings
+
+
+# Every check, in the order of its findings in a report.
+CHECKS: tuple[Check, ...] = (
+    Check("routes", OnQuotient.SAME, _routes, keeps_warnings=True),
+    Check("megacore", OnQuotient.SAME, _megacore),
+    Check("dtypes", OnQuotient.SAME, _dtypes),
+    Check("parallel", OnQuotient.SAME, _parallel),
+    Check("run", OnQuotient.CERTIFIED, _run),
+    Check("races", OnQuotient.CERTIFIED, _races),
+    Check("meaning", OnQuotient.CERTIFIED, _meaning),
+)
+
+
+# ------------------------------------------------------------------ the two back ends
+
+
+def _report(c: Candidate, findings: list[Finding], options: Options, notes: list[str] = ()) -> Report:
+    report = Report(c.program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[options.dma_order]}"]
+                    + c.assumptions + list(notes))
+    if c.placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
+        report.placement = c.placement.describe()
+    return report
+
+
+def full_report(c: Candidate, options: Options) -> Report:
+    """Every check of `CHECKS` on every device's events: the verdict, explained."""
+    dma_order_known(options.dma_order, c.spec)
+    if c.placement.topo.ndim > 1:
+        c.program.device_labels = labels(c.program, c.placement)
+    a = Analysis(c, options)
+    findings = [f for check in CHECKS for f in check.full(a)]
+    report = _report(c, findings, options, a.notes)
+    report.routes = route_summary(c.program, c.placement)
+    return report
+
+
+def on_quotient(c: Candidate, options: Options) -> Report | None:
+    """The clean report (route warnings aside) of `c.program`, device 0's events with the
+    symmetry set (`Program.rotation` for translations: `rotation.rotation_unroll` for a
+    schedule, `pallas.interpret.Lanes` for a traced kernel; `Program.group is Group.XOR`:
+    `xor.xor_unroll`), checked on the quotient; None when the full analysis must decide (any
+    other finding, or the quotient cannot tell). The checks `OnQuotient.SAME` run as they
+    are: routes depend only on the offset on wrapped axes, so device 0's route findings are
+    every device's, and the full analysis reports each op's first, which is device 0's:
+    warnings (a far send) are the same list; an error sends the program to the full path.
+    Under XOR symmetry routes depend on the device, so the quotient is taken only on a ring
+    where each offset's hop count is the same from every device
+    (`placement.xor_routes_symmetric`), and the route summary counts every device's sends
+    (`placement.xor_route_summary`). The checks `OnQuotient.CERTIFIED` are certified
+    together by `quotient.clean`, under the "any" DMA ordering; a program clean under it is
+    clean under "in-order" too (in order, every DMA interval ends no later:
+    `order.dma_ends`)."""
+    dma_order_known(options.dma_order, c.spec)
+    program, placement = c.program, c.placement
+    if not wrapped(placement):
+        return None
+    if placement.topo.ndim > 1:  # before the route findings, which name devices by their labels
+        program.device_labels = labels(program, placement)
+    xor = program.group is Group.XOR
+    if xor and not xor_routes_symmetric(program, placement):
+        return None
+    a, kept = Analysis(c, options), []
+    for check in CHECKS:
+        if check.on_quotient is OnQuotient.SAME:
+            found = check.full(a)
+            if any(f.severity != "warning" or not check.keeps_warnings for f in found):
+                return None
+            kept += found
+    if (any(check.on_quotient is OnQuotient.CERTIFIED for check in CHECKS)
+            and not quotient.clean(c.spec, program, c.meaning, options.jobs)):
+        return None
+    report = _report(c, kept, options)
+    report.routes = xor_route_summary(program, placement) if xor else rotated_route_summary(program, placement)
+    return report
+
+
+def run(subject: Subject, options: Options = Options()) -> Report:
+    """The verdict on `subject`: the quotient's when it certifies a clean run, else the full
+    analysis'; under `options.strict`, warnings are errors."""
+    with collector_paused():  # unrolling and the analyses allocate millions of tuples
+        q = subject.quotient()
+        report = None if q is None else on_quotient(q, options)
+        if report is None:
+            report = full_report(subject.full(), options)
+    return apply_strict(report, options.strict)
+
+
+def apply_strict(report: Any, strict: bool) -> Any:
+    """`--strict`: every warning of `report` (a missing wraparound, a far send) becomes an
+    error, saying so."""
+    if strict:
+        for f in getattr(report, "findings", ()):
+            if f.severity == "warning":
+                f.severity = "error"
+                f.message += " [an error under --strict]"
+    return report
