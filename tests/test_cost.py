@@ -172,6 +172,34 @@ def test_max_min_fair_sharing():
     assert net.finished() == [f]
 
 
+def test_a_flow_too_small_to_move_the_clock_finishes():
+    """A few residual bytes at a fast rate late in a run take less time than a float at
+    `now` can resolve: `next_completion` is `now` again and nothing moves. The flow must
+    finish then, or the run never ends (it did: the 3-D all-reduce on v5p:8x8x8 at 4 KiB,
+    4.1e-8 B left at 2.8e12 B/s at 244 us, looped for ever)."""
+    net = FluidNetwork({"hbm": 2.8e12})
+    net.now = 2.442205995959617e-4
+    f = Flow(1, {"hbm": 1.0}, 4.112951756951588e-08, size=32.0)
+    net.add(f)
+    t = net.next_completion()
+    assert t == net.now  # the residue is below the clock's resolution
+    net.advance(t)
+    assert net.finished() == [f]
+    # A residue the clock can resolve is still moved, not dropped.
+    g = Flow(2, {"hbm": 1.0}, 1.0, size=32.0)
+    net.add(g)
+    assert net.finished() == [] and net.next_completion() > net.now
+
+
+def test_3d_all_reduce_on_8x8x8_finishes():
+    """The timed run above end to end (it looped before): the 3-D all-reduce on v5p:8x8x8
+    at the 4 KiB latency probe, on the quotient, in well under a second of timing."""
+    sched = load_text((LIB / "all_reduce_3d_bidirectional.yaml").read_text(), "all_reduce_3d_bidirectional.yaml")
+    est = estimate(sched, hardware("v5p:8x8x8", sched), nbytes=4096)
+    assert isinstance(est.machine, QuotientMachine)
+    assert est.seconds > est.bound.seconds and 0.02 < est.efficiency < 0.2
+
+
 def test_two_dmas_on_one_link_take_twice_as_long():
     """Two copies started together over the same directed link: the max-min model gives
     each half the bandwidth, so both land at 2 x bytes / B (not one after the other)."""
