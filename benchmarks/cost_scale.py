@@ -1,8 +1,9 @@
 """How long `ringc cost` takes to price the library's and the synthesized schedules at large
 sizes on large slices (issue 36, "cost that scales"): every schedule in schedules/ and
 schedules/synth/ on ring:16, v5e:16x16, v5p:4x4x4, v5p:8x8x8 and v5p:16x16x16 where it
-applies (its axes bind to the slice), at 256 MiB and 1 GiB. Each cell is the wall time of
-`cost.estimate` (sizing, unrolling device 0, timing; the schedule's file already loaded),
+applies (its axes bind to the slice), at 256 MiB and 1 GiB. Each cell is the CPU time of
+`cost.estimate` (sizing, unrolling device 0, timing; the schedule's file already loaded;
+CPU, not wall time, so that a shared machine's load does not inflate it),
 with the estimate's efficiency and how it was timed: `q` on the symmetry quotient
 (device 0's events), `all` on every device; `n/a` says why below the table (one line per
 schedule and reason). Each estimate runs in a child process with a time limit
@@ -40,13 +41,13 @@ def price(path: str, topo: str, size: int, out) -> None:
     except (ValueError, ScheduleError) as err:
         out.send((None, "-", getattr(err, "message", str(err))))
         return
-    t = time.perf_counter()
+    t = time.process_time()
     try:
         e = estimate(sched, hw, nbytes=size)
     except (CostError, ScheduleError, ValueError) as err:
         out.send((None, "n/a", getattr(err, "message", str(err)).splitlines()[0]))
         return
-    took = time.perf_counter() - t
+    took = time.process_time() - t
     how = "q" if e.assumptions else "all"
     out.send((took, f"{took:.2f} s ({e.efficiency:.0%}, {how})", ""))
 
@@ -63,6 +64,8 @@ def main() -> int:
                                                               *(ROOT / "schedules" / "synth").glob("*.yaml")]))
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per estimate before it is abandoned")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap.add_argument("--summary", action="store_true",
+                    help="one row per schedule: its slowest slice at each size (the docs' table)")
     ap.add_argument("--progress", action="store_true", help="also print each row to stderr as it is priced")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -71,6 +74,7 @@ def main() -> int:
 
     head = ["schedule", "topology"] + [size_text(s) for s in sizes]
     rows, times = [], []
+    slowest: dict[str, dict[int, tuple[float, str] | None]] = {}  # schedule -> size -> (s, slice)
     notes: dict[tuple[str, str], list[str]] = {}  # (schedule, reason without numbers) -> [first reason, where...]
     t0 = time.perf_counter()
     for path in args.schedules:
@@ -91,6 +95,10 @@ def main() -> int:
                     cells.append(text)
                     if took is not None:
                         times.append(took)
+                        was = slowest.setdefault(name, {}).get(size)
+                        slowest[name][size] = max(was, (took, topo)) if was else (took, topo)
+                    elif text != "-":
+                        slowest.setdefault(name, {}).setdefault(size, None)
                     elif text == "n/a":
                         key = (name, re.sub(r"\d[\d,]*", "#", why))
                         notes.setdefault(key, [why]).append(f"{topo} {size_text(size)}")
@@ -103,9 +111,14 @@ def main() -> int:
             if args.progress:
                 print(f"[{time.perf_counter() - t0:7.1f} s] " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
 
-    print("wall time of `cost.estimate` per schedule, slice and size (efficiency, and how it was timed: "
+    print("CPU time of `cost.estimate` per schedule, slice and size (efficiency, and how it was timed: "
           "q = symmetry quotient, all = every device); "
           "schedules whose axes do not bind to a slice are left out\n")
+    if args.summary:
+        head = ["schedule", "slices"] + [f"slowest at {size_text(s)}" for s in sizes]
+        count = {name: sum(r[0] == name for r in rows) for name in slowest}
+        rows = [[name, str(count[name])] + [f"{by[s][0]:.2f} s ({by[s][1]})" if by.get(s) else "n/a" for s in sizes]
+                for name, by in slowest.items()]
     print_table(head, rows, args.markdown)
     if notes:
         print("\nn/a:")
