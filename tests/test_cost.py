@@ -200,6 +200,24 @@ def test_3d_all_reduce_on_8x8x8_finishes():
     assert est.seconds > est.bound.seconds and 0.02 < est.efficiency < 0.2
 
 
+def test_timed_flows_limit_stops_a_run_with_too_many_transfers_in_flight():
+    """Every start or end of a transfer re-rates all those in flight, so a one-shot to every
+    chip of a large slice costs the square of its sends (16 million re-ratings on
+    v5p:16x16x16, minutes): the timed run counts them against `timed_flows` as it goes and
+    stops with the limit's message. The one-shot all-gather on v5p:4x4x4 at 256 MiB
+    re-rates a few thousand; under a limit of 1,000 it is refused, under the default priced."""
+    from ringc import limits
+    from ringc.synth.families import direct
+    sched = load_text(direct.all_gather(3), "all_gather_direct_3d.yaml")
+    hw = hardware("v5p:4x4x4", sched)
+    est = estimate(sched, hw, nbytes=256 << 20)
+    assert 1_000 < est.machine.rerated < limits.value("timed_flows")
+    with limits.overridden({"timed_flows": 1_000}), pytest.raises(ScheduleError) as err:
+        estimate(sched, hw, nbytes=256 << 20)
+    assert "`timed_flows` of 1,000" in err.value.message and "in flight at" in err.value.message
+    assert "price it at a smaller size" in str(err.value.fix)
+
+
 def test_two_dmas_on_one_link_take_twice_as_long():
     """Two copies started together over the same directed link: the max-min model gives
     each half the bandwidth, so both land at 2 x bytes / B (not one after the other)."""
