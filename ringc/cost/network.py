@@ -73,6 +73,11 @@ class FluidNetwork:
     def finished(self) -> list[Flow]:
         """Remove and return the flows that have (up to rounding) no bytes left."""
         done = [f for f in self.flows if self._done(f)]
+        for f in done:
+            if f.remaining > 1e-9 * f.size + _EPS:  # finished by the clock's resolution: its
+                for r, c in f.uses.items():          # residue crossed the resources in no time
+                    self.used[r] += f.remaining * c
+                f.remaining = 0.0
         if done:
             self.flows = [f for f in self.flows if f not in done]
             self.allocate()
