@@ -60,6 +60,11 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("timed_events", 1_000_000, "events timed by `ringc cost` (and tune, sweeps): device 0's on the "
                                      "symmetric quotient, else every device's, counted from above before unrolling (a timed event costs "
                                      "about 0.1 ms of fluid-network simulation)"),
+    Limit("timed_flows", 10_000_000, "transfers re-rated by `ringc cost`'s timed run, summed over every start "
+                                    "and end of a transfer (each re-rates all those in flight: a one-shot send "
+                                    "to each of 4,096 chips at once re-rates about 16 million), counted as it "
+                                    "runs (a re-rating costs 3-4 us; `ringc synth` prices its candidates "
+                                    "under 2 million unless this limit is set)"),
     Limit("data_samples", 1_000, "runtime data samples checked with --data (random:K, or the samples of a data "
                                   "file): each sample is one whole check"),
     Limit("invocations", 64, "back-to-back kernel calls checked (--invocations)"),

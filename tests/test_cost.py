@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from conftest import without_runtime_data
 
 import ringc
@@ -170,6 +171,82 @@ def test_max_min_fair_sharing():
     assert f.rate == pytest.approx(5.0)
     net.advance(net.next_completion())
     assert net.finished() == [f]
+
+
+def test_a_flow_too_small_to_move_the_clock_finishes():
+    """A few residual bytes at a fast rate late in a run take less time than a float at
+    `now` can resolve: `next_completion` is `now` again and nothing moves. The flow must
+    finish then, or the run never ends (it did: the 3-D all-reduce on v5p:8x8x8 at 4 KiB,
+    4.1e-8 B left at 2.8e12 B/s at 244 us, looped for ever)."""
+    net = FluidNetwork({"hbm": 2.8e12})
+    net.now = 2.442205995959617e-4
+    f = Flow(1, {"hbm": 1.0}, 4.112951756951588e-08, size=32.0)
+    net.add(f)
+    t = net.next_completion()
+    assert t == net.now  # the residue is below the clock's resolution
+    net.advance(t)
+    assert net.finished() == [f]
+    # A residue the clock can resolve is still moved, not dropped.
+    g = Flow(2, {"hbm": 1.0}, 1.0, size=32.0)
+    net.add(g)
+    assert net.finished() == [] and net.next_completion() > net.now
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=st.floats(0.0, 1.0), caps=st.lists(st.sampled_from([4.5e10, 9e10, 8.1e11, 2.8e12, 6.16e13]),
+                                                min_size=1, max_size=3),
+       flows=st.lists(st.tuples(st.floats(1e-9, 1e9), st.lists(st.integers(0, 2), min_size=1, max_size=3)),
+                      min_size=1, max_size=6))
+def test_fluid_network_always_drains(start, caps, flows):
+    """Any set of flows, started at any time of a run, drains in a bounded number of
+    completion steps (at most two per flow: one that leaves a residue under the clock's
+    resolution, one that finishes it), each resource's bytes adding up to what the flows
+    carried. With the residue rule removed this loops for ever on tiny flows late in a run."""
+    net = FluidNetwork({r: c for r, c in enumerate(caps)})
+    net.now = start
+    want: dict[int, float] = {}
+    for i, (size, uses) in enumerate(flows):
+        coef = {r % len(caps): 1.0 for r in uses}
+        for r, c in coef.items():
+            want[r] = want.get(r, 0.0) + size * c
+        net.add(Flow(i, coef, size))
+    steps = 0
+    while net.flows:
+        steps += 1
+        assert steps <= 2 * len(flows)
+        t = net.next_completion()
+        assert t is not None and t >= net.now
+        net.advance(t)
+        net.finished()
+    for r, total in want.items():
+        assert net.used[r] == pytest.approx(total, rel=1e-6, abs=1e-6)
+
+
+def test_3d_all_reduce_on_8x8x8_finishes():
+    """The timed run above end to end (it looped before): the 3-D all-reduce on v5p:8x8x8
+    at the 4 KiB latency probe, on the quotient, in well under a second of timing."""
+    sched = load_text((LIB / "all_reduce_3d_bidirectional.yaml").read_text(), "all_reduce_3d_bidirectional.yaml")
+    est = estimate(sched, hardware("v5p:8x8x8", sched), nbytes=4096)
+    assert isinstance(est.machine, QuotientMachine)
+    assert est.seconds > est.bound.seconds and 0.02 < est.efficiency < 0.2
+
+
+def test_timed_flows_limit_stops_a_run_with_too_many_transfers_in_flight():
+    """Every start or end of a transfer re-rates all those in flight, so a one-shot to every
+    chip of a large slice costs the square of its sends (16 million re-ratings on
+    v5p:16x16x16, minutes): the timed run counts them against `timed_flows` as it goes and
+    stops with the limit's message. The one-shot all-gather on v5p:4x4x4 at 256 MiB
+    re-rates a few thousand; under a limit of 1,000 it is refused, under the default priced."""
+    from ringc import limits
+    from ringc.synth.families import direct
+    sched = load_text(direct.all_gather(3), "all_gather_direct_3d.yaml")
+    hw = hardware("v5p:4x4x4", sched)
+    est = estimate(sched, hw, nbytes=256 << 20)
+    assert 1_000 < est.machine.rerated < limits.value("timed_flows")
+    with limits.overridden({"timed_flows": 1_000}), pytest.raises(ScheduleError) as err:
+        estimate(sched, hw, nbytes=256 << 20)
+    assert "`timed_flows` of 1,000" in err.value.message and "in flight at" in err.value.message
+    assert "price it at a smaller size" in str(err.value.fix)
 
 
 def test_two_dmas_on_one_link_take_twice_as_long():

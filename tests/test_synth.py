@@ -181,3 +181,24 @@ def test_the_2d_reduce_scatter_cut_from_the_all_reduce_checks(topology):
         assert sched.collective.kind == "psum_scatter" and "a_gx_r" not in cand.text
         report = check(sched, topology=topology)
         assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_search_prices_under_its_own_fluid_network_budget(monkeypatch):
+    """A candidate with many transfers in flight at once costs the square of them to time
+    (the one-shot to every chip of v5p:16x16x16 at 256 MiB: over a minute). The search
+    prices each estimate under `SEARCH_TIMED_FLOWS` re-ratings (unless the user sets the
+    `timed_flows` limit) and lists one past it as not priced there, with the limit's
+    message; the other sizes and candidates are priced as before."""
+    from ringc import limits
+    from ringc.synth import search
+    from ringc.synth.families import direct
+    monkeypatch.setattr(search, "SEARCH_TIMED_FLOWS", 1_000)  # the one-shot on v5p:4x4x4 re-rates ~4,000
+    r = synth("all_gather", "v5p:4x4x4", [256 * MiB], compile=False, verify=False, families=[direct])
+    one_shot = next(p for p in r.priced if p.candidate.name == "all_gather_direct_3d")
+    assert 256 * MiB not in one_shot.points
+    assert "`timed_flows` of 1,000" in one_shot.problems[256 * MiB]
+    assert 4 * KiB in one_shot.points or 4 * KiB in one_shot.problems  # the latency probe is tried on its own
+    # A limit the user sets is the search's budget.
+    with limits.overridden({"timed_flows": 1_000_000}):
+        r = synth("all_gather", "v5p:4x4x4", [256 * MiB], compile=False, verify=False, families=[direct])
+    assert 256 * MiB in next(p for p in r.priced if p.candidate.name == "all_gather_direct_3d").points

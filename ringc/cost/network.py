@@ -72,11 +72,22 @@ class FluidNetwork:
 
     def finished(self) -> list[Flow]:
         """Remove and return the flows that have (up to rounding) no bytes left."""
-        done = [f for f in self.flows if f.remaining <= 1e-9 * f.size + _EPS]
+        done = [f for f in self.flows if self._done(f)]
+        for f in done:
+            if f.remaining > 1e-9 * f.size + _EPS:  # finished by the clock's resolution: its
+                for r, c in f.uses.items():          # residue crossed the resources in no time
+                    self.used[r] += f.remaining * c
+                f.remaining = 0.0
         if done:
             self.flows = [f for f in self.flows if f not in done]
             self.allocate()
         return done
+
+    def _done(self, f: Flow) -> bool:
+        """No bytes left up to rounding, or too few to move the clock: the time they need at
+        the flow's rate is below the resolution of a float at `now` (else the clock would
+        stand still on them, e.g. 4e-8 B at 2.8e12 B/s at 244 us)."""
+        return f.remaining <= 1e-9 * f.size + _EPS or (f.rate > 0 and self.now + f.remaining / f.rate <= self.now)
 
     def allocate(self) -> None:
         """Max-min fair rates by progressive filling."""

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Callable, NamedTuple
 
+from .. import limits
 from ..ir.rules import RuleTable
+from ..units import time_text
 from ..verify.events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
 from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
@@ -128,6 +130,8 @@ class TimedMachine(Machine):
         self.waker: dict[int, tuple[Event, float, int]] = {}
         self.cause: dict[Event, tuple[Event, float, int]] = {}
         self.arrival: dict[tuple[Event, SemId], float] = {}  # (source, sem) -> when its deposit arrived
+        self.rerated = 0  # transfers re-rated so far (`timed_flows`: the fluid network's work)
+        self.rerate_limit = limits.value("timed_flows")
 
     # -- scheduling ---------------------------------------------------------
     def _push(self, t: float, kind: int, payload) -> None:
@@ -195,6 +199,15 @@ class TimedMachine(Machine):
             self.waker[waiter] = (source, self.now, owner)
 
     def _reschedule_flows(self) -> None:
+        """After a start or end of a transfer, which re-rated every transfer in flight: count
+        them against `timed_flows`, and schedule the next completion."""
+        self.rerated += len(self.net.flows)
+        if self.rerated > self.rerate_limit:
+            limits.check("timed_flows", self.rerated,
+                         f"the transfers re-rated by the timed run ({len(self.net.flows):,} in flight at "
+                         f"{time_text(self.now)})", file=self.program.file,
+                         fix="a schedule with that many transfers in flight at once (a one-shot to every "
+                             "chip of a large slice) is for small sizes: price it at a smaller size")
         self.version += 1
         t = self.net.next_completion()
         if t is not None:

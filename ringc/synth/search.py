@@ -27,13 +27,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import topology as T
+from .. import limits, topology as T
 from ..cost.rank import ALIASES
 from ..ir.errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 
 LATENCY_PROBE = 4 * 1024
+# The search's own budget of fluid-network work per estimate (`timed_flows`, unless the
+# user sets that limit): a candidate with thousands of transfers in flight at once (a
+# one-shot to every chip of v5p:16x16x16 at 256 MiB re-rates 16 million, over a minute) is
+# listed as not priced there after about 6 s instead.
+SEARCH_TIMED_FLOWS = 2_000_000
 SIZE_SLACK = 0.25   # a candidate's achieved V may differ from the request by this fraction
 
 
@@ -217,6 +222,9 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
     divide) is more than `SIZE_SLACK` away from the request is not a point; once the
     VMEM buffers do not fit, larger sizes are not priced (they need more)."""
     from ..cost.model import CostError, estimate
+    budget = limits.value("timed_flows")
+    if budget == limits.LIMITS["timed_flows"].default:
+        budget = SEARCH_TIMED_FLOWS
     too_big = None
     for size in sorted(sizes):
         if too_big is None and _vmem_buffers(p.schedule, hw, size) > hw.chip.vmem_bytes:
@@ -225,7 +233,8 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             p.problems[size] = f"its VMEM buffers do not fit a core from {size_text(too_big)} on"
             continue
         try:
-            e = estimate(p.schedule, hw, nbytes=size)
+            with limits.overridden({"timed_flows": budget}):
+                e = estimate(p.schedule, hw, nbytes=size)
         except (ScheduleError, CostError, ValueError) as err:
             p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:160]
             continue
