@@ -125,8 +125,11 @@ def assert_in_order_removes_exactly_the_labelled(any_report, in_order_report) ->
     assert not any(f.relies_on for f in in_order_report.findings)
     want = Counter(_key(f) for f in any_report.findings if f.relies_on is None)
     assert Counter(_key(f) for f in in_order_report.findings) == want, (any_report.to_text(), in_order_report.to_text())
-    assert any_report.assumptions == [f"DMA ordering: {DMA_ORDERS['any']}"]
-    assert in_order_report.assumptions == [f"DMA ordering: {DMA_ORDERS['in-order']}"]
+    # The DMA ordering is stated first; the other assumptions (a program of several calls,
+    # sampled data, no meaning) are the same under both orders.
+    assert any_report.assumptions[0] == f"DMA ordering: {DMA_ORDERS['any']}"
+    assert in_order_report.assumptions[0] == f"DMA ordering: {DMA_ORDERS['in-order']}"
+    assert any_report.assumptions[1:] == in_order_report.assumptions[1:]
     return len(labelled)
 
 
