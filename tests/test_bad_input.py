@@ -676,3 +676,14 @@ def test_an_index_out_of_range_in_a_copy_is_reported_where_the_copy_writes_it(tm
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
     assert_refused(o, line=line_of(text, 'dst: "out[slot + N]"'), says="is out of range for dimension 0")
     assert f"used by the op at line {line_of(text, '- start: forward')}" in o.err
+
+
+def test_a_let_using_a_let_below_it_is_refused_at_its_line_even_in_a_shape(tmp_path):
+    """A size let that names lets written below it: the let's own line says which and where,
+    not an empty "depends on" from the shape that uses it."""
+    text = edited(AG, "  slot: (me - step) % N", "  slot: (me - step) % N\n  size: half + half\n  half: rows // 2")
+    text = edited(Path(write(tmp_path, text)), "shape: [rows, cols]}", "shape: [size, cols]}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  size:"), says="let `size` uses let `half`, which is written below it (line "
+                                                     f"{line_of(text, '  half:')})")
+    assert f"fix: move `half` above line {line_of(text, '  size:')}" in o.err

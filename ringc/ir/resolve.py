@@ -102,9 +102,16 @@ class Resolved:
     @classmethod
     def of(cls, sched: S.Schedule) -> "Resolved":
         static = frozenset({"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params})
+        # Static lets in dependency order: a let may name lets written after it (`rounds:
+        # l_x + l_y` above `l_x: log2(N_x)`), so passes repeat until none is added.
         lets: dict[str, E.Expr] = {}
-        for name, e in sched.let.items():
-            if E.names(e) <= static | set(lets):
+        pending = dict(sched.let)
+        while True:
+            ready = [name for name, e in pending.items() if E.names(e) <= static | set(lets)]
+            if not ready:
+                break
+            for name in ready:
+                e = pending.pop(name)
                 lets[name] = E.substitute(e, lets) if lets else e
         return cls(sched, (sched.axes, sched.params, sched.let), MappingProxyType(lets),
                    MappingProxyType(builtin_exprs(sched.axes)), static)
@@ -261,6 +268,10 @@ class _Resolver:
                                 "so it is not known before the kernel runs",
                           fix=f"{what} may use N, params and lets of those only: compute `{n}` from them, "
                               "or write the size out")
+            if n in self.s.let and what.startswith("let "):  # a let written below this one
+                self.fail(line, f"{what} uses let `{n}`, which is written below it (line "
+                                f"{self.s.line_of('let', n)}): a let may use only the lets above it",
+                          fix=f"move `{n}` above line {line}")
             self.fail(line, f"unknown name `{n}` in {what} `{E.to_text(e)}`", known=allowed)
 
     def loop_index_hint(self, n: str, line: int, what: str) -> None:
