@@ -130,7 +130,10 @@ def test_an_entrys_made_up_integer_arrays_are_said_to_be_zeros(tmp_path):
                                parse_arg("received=int32[N]@")])
     assert report.ok, report.to_text()
     note, = _notes(report)
-    assert "the arrays ringc made up hold zeros" in note
+    assert "ringc made up sizes, offsets, sent, received as zeros" in note
+    assert report.made_up == ("sizes", "offsets", "sent", "received")
+    assert "ok on made-up inputs" in report.to_text().splitlines()[0]
+    assert "it covers only the zeros ringc made up for sizes" in report.to_text().splitlines()[0]
 
 
 def test_every_missing_package_of_the_importing_module_is_named_at_once(tmp_path):

@@ -353,12 +353,19 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
-        if values is not None and any(a.startswith("ringc called ") for a in cap.assumes):
+        if values is not None and cap.made_up:
+            names = ", ".join(a.name for a in cap.made_up)
+            report.made_up = tuple(a.name for a in cap.made_up)
+            report.made_up_fix = f"--arg '{cap.made_up[0].text()}=VALUE' (a numpy expression in N, or a .npy file)"
             report.assumptions.append(
-                "values from tensor data: the arrays ringc made up hold zeros, so the integers the kernel reads "
-                "from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero inputs; the "
-                "verdict covers that one input, not every routing, and a finding may come from all-zero inputs the "
-                "kernel does not accept (check a script or test that builds real values)")
+                f"values from tensor data: ringc made up {names} as zeros (no `=VALUE` in --arg), so the integers "
+                "the kernel reads from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero "
+                "inputs; the verdict covers that one input, not every routing, and a finding may come from all-zero "
+                "inputs the kernel does not accept (give real values with --arg NAME=DTYPE[DIMS]@SPEC=VALUE)")
+        elif values is not None and any(a.startswith("ringc called ") for a in cap.assumes):
+            report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values given with --arg "
+                                      "NAME=...=VALUE; arrays without a value hold zeros (data the kernel does not "
+                                      "read as integers)")
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
         if script.answers.assumption():

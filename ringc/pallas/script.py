@@ -81,6 +81,7 @@ class Capture:
     assumes: list[str] = field(default_factory=list)  # how ringc called an entry function (`entries.py`)
     same: Any = None               # what the check depends on: an equal call elsewhere gets the same verdict
     via: str = ""                  # the helpers of the file between `line` and the call (`call_site`)
+    made_up: list[Any] = field(default_factory=list)  # integer `entries.ArgSpec`s ringc filled with zeros
 
 
 @dataclass
