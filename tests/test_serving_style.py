@@ -269,7 +269,7 @@ def test_a_dma_through_bitcast_views_and_a_strided_load_of_one_are_checked():
     ok = _packed()
     assert ok.ok, ok.to_text()
     note, = [a for a in ok.assumptions if "strided slice" in a]
-    assert "stride 2" in note and "`recv_ref` loaded at line 36" in note and "first to its last element" in note
+    assert "stride 2" in note and "`recv_ref` loaded at line 40" in note and "first to its last element" in note
 
 
 def test_a_strided_load_of_a_bitcast_view_before_the_wait_is_a_race_on_the_bytes_it_reads():
@@ -277,14 +277,19 @@ def test_a_strided_load_of_a_bitcast_view_before_the_wait_is_a_race_on_the_bytes
     assert bad.kinds() == {"race"}, bad.to_text()
     assert len(bad.findings) == 1, bad.to_text()
     # uint32 rows 0, 2, 4, 6 of the view are bfloat16 rows 0..13 of the buffer
-    assert "packed_kv.py:36: error: [race]" in bad.to_text() and "`recv_ref[0:14, 0:128]`" in bad.to_text()
+    assert "packed_kv.py:40: error: [race]" in bad.to_text() and "`recv_ref[0:14, 0:128]`" in bad.to_text()
 
 
 def test_a_strided_store_is_one_clear_refusal_at_its_line():
     report = _packed(strided_store=1)
     text = report.to_text()
-    assert "not checked" in text and "packed_kv.py:38" in text, text
+    assert "not checked" in text and "packed_kv.py:42" in text, text
     assert "a strided slice (stride 2) of `keys_ref` as a store's destination" in text
+
+
+def test_a_view_of_a_strided_slice_is_refused_at_its_line():
+    text = _packed(strided_view=1).to_text()
+    assert "packed_kv.py:38" in text and "a bitcast of a strided slice (stride 2) of `recv_ref`" in text, text
 
 
 def test_bitcast_views_map_to_the_bytes_of_the_buffer():

@@ -801,6 +801,9 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
                               "a ref", "reshape or bitcast refs")
             if ref.var:  # every device's own start (`Lanes`): evaluate each device on its own
                 raise Diverge("a view of a slice that differs between devices")
+            if ref.strided:
+                raise it.fail(f"a {'reshape' if isinstance(t, _Reshape) else 'bitcast'} of {ref.strided}",
+                              "reshape or bitcast the ref first, then take the strided slice")
             if isinstance(t, _Reshape):
                 if math.prod(ref.shape) != math.prod(t.shape):
                     raise it.fail(f"a reshape of `{name}` to {list(t.shape)}",

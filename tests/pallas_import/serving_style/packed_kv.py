@@ -5,7 +5,8 @@ is an [8, 128] uint32 one: row r packs rows 2r and 2r + 1), the kernel reads the
 with a strided load of the uint32 view (every other row) and stores the whole block.
 
 --param late=1 waits for the receive after the strided load: a race on the rows it reads.
---param strided_store=1 stores through a strided slice, which ringc does not model."""
+--param strided_store=1 stores through a strided slice, which ringc does not model; --param
+strided_view=1 bitcasts a strided slice, which it refuses too."""
 
 import functools
 
@@ -19,7 +20,7 @@ P = jax.sharding.PartitionSpec
 AXIS = "x"
 
 
-def packed_kv_kernel(x_ref, out_ref, keys_ref, recv_ref, send_sem, recv_sem, *, late, strided_store):
+def packed_kv_kernel(x_ref, out_ref, keys_ref, recv_ref, send_sem, recv_sem, *, late, strided_store, strided_view):
     me = lax.axis_index("x")
     right = lax.rem(me + 1, lax.psum(1, "x"))
     copy = pltpu.make_async_remote_copy(
@@ -33,7 +34,10 @@ def packed_kv_kernel(x_ref, out_ref, keys_ref, recv_ref, send_sem, recv_sem, *, 
     copy.start()
     if not late:
         copy.wait_recv()
-    keys = recv_ref.bitcast(jnp.uint32)[pl.ds(0, 4, 2)]
+    if strided_view:
+        keys = recv_ref.at[pl.ds(0, 8, 2)].bitcast(jnp.uint32)[...]
+    else:
+        keys = recv_ref.bitcast(jnp.uint32)[pl.ds(0, 4, 2)]
     if strided_store:
         keys_ref.bitcast(jnp.uint32)[pl.ds(0, 2, 2)] = keys[0:2]
     else:
@@ -44,11 +48,12 @@ def packed_kv_kernel(x_ref, out_ref, keys_ref, recv_ref, send_sem, recv_sem, *, 
     copy.wait_send()
 
 
-def packed_kv(x, *, axis_name="x", late=0, strided_store=0):
+def packed_kv(x, *, axis_name="x", late=0, strided_store=0, strided_view=0):
     del axis_name
     rows, cols = x.shape
     return pl.pallas_call(
-        functools.partial(packed_kv_kernel, late=bool(late), strided_store=bool(strided_store)),
+        functools.partial(packed_kv_kernel, late=bool(late), strided_store=bool(strided_store),
+                          strided_view=bool(strided_view)),
         out_shape=(jax.ShapeDtypeStruct((rows, cols), x.dtype), jax.ShapeDtypeStruct((rows // 2, cols), x.dtype)),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=(pl.BlockSpec(memory_space=pltpu.VMEM), pl.BlockSpec(memory_space=pltpu.VMEM)),
