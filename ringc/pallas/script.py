@@ -66,7 +66,7 @@ def lax_collectives() -> dict[str, str]:
     return {p: kind for kind, cls in COLLECTIVES.items() for p in cls.lax_primitives}
 
 
-@dataclass
+@dataclass(eq=False)  # a call is itself: its fields hold arrays, which compare elementwise
 class Capture:
     """One top-level call of a jitted function that runs pallas_calls."""
     jaxpr: Any                    # the call's ClosedJaxpr
@@ -82,6 +82,7 @@ class Capture:
     same: Any = None               # what the check depends on: an equal call elsewhere gets the same verdict
     via: str = ""                  # the helpers of the file between `line` and the call (`call_site`)
     made_up: list[Any] = field(default_factory=list)  # integer `entries.ArgSpec`s ringc filled with zeros
+    tests: list[str] = field(default_factory=list)    # the tests that made it or an identical call
 
 
 @dataclass
@@ -502,9 +503,10 @@ def _capturing(script: Script) -> Iterator[None]:
             if key in script.seen:
                 script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
                 script.seen[key].copies += 1
+                script.seen[key].tests.append(script.test)
                 return zeros()
             script.seen[key] = cap = Capture(jaxpr, list(args), line, kernel_names(jaxpr.jaxpr), ids,
-                                             test=script.test, same=same, via=via)
+                                             test=script.test, same=same, via=via, tests=[script.test])
             script.captures.append(cap)
             return zeros()
         ref = lax_reference(jaxpr.jaxpr)
@@ -570,6 +572,13 @@ def _run_tests(script: Script, env: dict) -> None:
                     and not _copied(script, before):
                 script.notes.append(f"test {script.test} stopped before any kernel call "
                                     f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
+            elif result.errors_raised and not any(
+                    any(e.primitive.name == "shard_map" for e in walk_eqns(c.jaxpr.jaxpr))
+                    for c in script.captures if script.test in c.tests):
+                # An error (not a failed assertion on placeholder results) after single-device calls only.
+                script.notes.append(f"test {script.test} stopped with an error after single-device kernel calls only "
+                                    f"({describe_exception(result.errors_raised[0], script.path)}): a kernel call under "
+                                    "shard_map after that point, if it has one, was not checked")
     script.test = None
 
 
@@ -579,10 +588,13 @@ class _Result(unittest.TestResult):
     def __init__(self) -> None:
         super().__init__()
         self.raised: list[BaseException] = []
+        self.errors_raised: list[BaseException] = []  # errors, not failed assertions
 
     def addError(self, test: Any, err: Any) -> None:
         super().addError(test, err)
         self.raised.append(err[1])
+        if not isinstance(err[1], AssertionError):
+            self.errors_raised.append(err[1])
 
     def addFailure(self, test: Any, err: Any) -> None:
         super().addFailure(test, err)
