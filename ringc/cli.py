@@ -205,9 +205,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
                    "every public one taking an axis name): a global function taking a mesh, a per-shard launcher (run "
                    "under shard_map) or a factory of closures; see docs/pallas-import.md")
-    c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC", action="append", default=[], type=_array_arg,
+    c.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC[=VALUE]", action="append", default=[], type=_array_arg,
                    help="an array argument of --entry, e.g. x=float32[8*N,128]@x (dims in N; SPEC: the "
-                        "PartitionSpec's axis names, empty for unsharded, e.g. @,x)")
+                        "PartitionSpec's axis names, empty for unsharded, e.g. @,x); =VALUE gives its global values "
+                        "(default zeros): a numpy expression in N, e.g. 'sizes=int32[2*N]@=np.full(2*N, 8)', or a "
+                        ".npy file")
     c.add_argument("--tpu", metavar=TPU_CHOICES,
                    help="a Python kernel or script: the TPU generation its devices answer as while ringc runs its "
                         "code (device_kind, coords, get_tpu_info; default v5e); see docs/pallas-import.md")

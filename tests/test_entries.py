@@ -10,6 +10,7 @@ libraries; each has a broken variant behind a `--param`.
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ringc.ir.errors import ScheduleError
@@ -341,3 +342,74 @@ def test_mesh_syntax(text, message):
     else:
         with pytest.raises(ValueError, match=message):
             parse_mesh(text)
+
+
+SIZED = str(ENTRIES / "sized_ring.py")
+
+
+def _sized(value: str):
+    report, = check_file(SIZED, 4, args=[parse_arg(f"sizes=int32[N]@{value}")])
+    return report
+
+
+def test_a_finding_on_made_up_integers_says_so_in_its_headline_and_names_the_arg_to_give():
+    """All-zero `sizes` (made up) break the kernel's contract: the hang it gives is flagged
+    as such in the verdict's first line, with the --arg that gives real values."""
+    made = _sized("")
+    assert made.kinds() == {"hang", "byte_mismatch"} and made.made_up == ("sizes",)
+    head = made.to_text().splitlines()[0]
+    assert "FAILED on made-up inputs" in head and "its findings may come from the zeros ringc made up for sizes" in head
+    assert "--arg 'sizes=int32[N]@=VALUE'" in head
+    assert made.to_json()["made_up_inputs"] == ["sizes"]
+
+
+def test_real_values_for_an_integer_argument_decide_the_verdict():
+    ok = _sized("=np.full(N, 8)")  # the contract: every block is whole
+    assert ok.ok and not ok.made_up, ok.to_text()
+    assert "made-up" not in ok.to_text() and "sizes=int32[N]@=np.full(N, 8)" in ok.title
+    assert any("with the values given with --arg" in a for a in ok.assumptions)
+    half = _sized("=np.full(N, 4)")  # half of each block is sent: a real hang, on real values
+    assert "hang" in half.kinds() and not half.made_up
+    assert "made-up" not in half.to_text().splitlines()[0]
+
+
+def test_values_from_a_npy_file(tmp_path):
+    path = tmp_path / "sizes.npy"
+    np.save(path, np.full(4, 8, np.int32))
+    assert _sized(f"={path}").ok
+    np.save(path, np.full(5, 8, np.int32))
+    with pytest.raises(ScheduleError, match=r"has shape \[5\] at N = 4, the declared \[N\] is \[4\]"):
+        _sized(f"={path}")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("=np.full(N + 1, 8)", r"--arg sizes: the value `np.full\(N \+ 1, 8\)` has shape \[5\] at N = 4"),
+    ("=np.fulll(N, 8)", r"failed at N = 4: AttributeError: module 'numpy' has no attribute 'fulll'"),
+    ("=np.full(N, 8.5)", r"holds 8.5 at \[0\], which int32 cannot hold"),
+    ("=open('x')", r"failed at N = 4: NameError: name 'open' is not defined"),
+    ("=np.full(N, 'a')", r"holds <U1, not numbers"),
+    ("=/nowhere/sizes.npy", r"cannot read /nowhere/sizes.npy"),
+])
+def test_a_bad_value_is_one_message_with_the_fix(value, message):
+    with pytest.raises(ScheduleError, match=message) as e:
+        _sized(value)
+    assert "np.full(N, 1)" in e.value.fix and "a .npy file" in e.value.fix
+
+
+def test_parse_arg_reads_a_value_after_the_spec():
+    a = parse_arg("group_sizes=int32[2*N]@=np.full(2*N, 8)")
+    assert (a.spec, a.value, a.made_up) == (("",), "np.full(2*N, 8)", False)
+    b = parse_arg("x=int32[8*N,128]@x,=np.zeros((8*N, 128))")
+    assert b.spec == ("x", "") and b.value == "np.zeros((8*N, 128))"
+    assert b.text() == "x=int32[8*N,128]@x,=np.zeros((8*N, 128))"
+    assert parse_arg("ids=int32[N]@").made_up and not parse_arg("x=float32[N]@").made_up
+    with pytest.raises(ValueError, match="nothing after `=`"):
+        parse_arg("ids=int32[N]@=")
+
+
+def test_the_cli_takes_a_value_and_reports_a_bad_one_without_a_traceback():
+    ok = run_cli(["check", SIZED, "--devices", "4", "--arg", "sizes=int32[N]@=np.full(N, 8)"], budget=60)
+    assert ok.code == 0, ok
+    bad = run_cli(["check", SIZED, "--devices", "4", "--arg", "sizes=int32[N]@=np.full(N+1, 8)"], budget=60)
+    assert bad.code == 2 and "Traceback" not in bad.out + bad.err, bad
+    assert "has shape [5] at N = 4" in bad.out + bad.err

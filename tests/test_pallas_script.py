@@ -238,3 +238,13 @@ def test_collective_matmul_references_are_named_by_their_dot():
         fn = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False))
         got = _reference(jax.make_jaxpr(fn)(*args).jaxpr)
         assert (got and got["kind"]) == want, (want, got)
+
+
+def test_a_test_that_errs_after_single_device_calls_only_is_a_note():
+    path = Path(__file__).parent / "pallas_import" / "local_then_collective_unittest.py"
+    report, = check_file(str(path), 4)
+    assert report.ok and "T.test_a_ok" in report.title, report.to_text()
+    note, = [a for a in report.assumptions if "test_b_broken" in a]
+    assert "stopped with an error after single-device kernel calls only (RuntimeError: broke before the " \
+           "collective)" in note and "was not checked" in note
+    assert not any("test_a_ok stopped" in a for a in report.assumptions)

@@ -7,6 +7,7 @@ public kernels listed in `tests/real_kernels/serving_manifest.yaml`."""
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ringc.pallas import check_file
@@ -129,7 +130,10 @@ def test_an_entrys_made_up_integer_arrays_are_said_to_be_zeros(tmp_path):
                                parse_arg("received=int32[N]@")])
     assert report.ok, report.to_text()
     note, = _notes(report)
-    assert "the arrays ringc made up hold zeros" in note
+    assert "ringc made up sizes, offsets, sent, received as zeros" in note
+    assert report.made_up == ("sizes", "offsets", "sent", "received")
+    assert "ok on made-up inputs" in report.to_text().splitlines()[0]
+    assert "it covers only the zeros ringc made up for sizes" in report.to_text().splitlines()[0]
 
 
 def test_every_missing_package_of_the_importing_module_is_named_at_once(tmp_path):
@@ -310,15 +314,20 @@ def kernel(x, *, axis_name="x"):
 '''
 
 
-def test_a_bitcast_ref_of_the_same_width_is_the_same_bytes_and_another_width_is_refused(tmp_path):
+def test_a_bitcast_ref_is_the_same_bytes_at_the_same_width_and_at_another(tmp_path):
+    """float32 seen as uint32 (the same width) and as uint16 (the second-minor dimension
+    doubles, as a TPU packs it): the DMA between the views moves the buffer's bytes, and a
+    read of the scratch after the wait is ordered."""
     path = tmp_path / "bitcast.py"
-    path.write_text(textwrap.dedent(BITCAST))
-    ok, = check_file(str(path), 2)
-    assert ok.ok, ok.to_text()
-    path.write_text(textwrap.dedent(BITCAST).replace("TO = jnp.uint32", "TO = jnp.uint16"))
+    for to in ("jnp.uint32", "jnp.uint16"):
+        path.write_text(textwrap.dedent(BITCAST).replace("TO = jnp.uint32", f"TO = {to}"))
+        ok, = check_file(str(path), 2)
+        assert ok.ok, (to, ok.to_text())
+    # the read moved before the wait: a race on the bytes the DMA writes through the view
+    path.write_text(textwrap.dedent(BITCAST).replace("TO = jnp.uint32", "TO = jnp.uint16").replace(
+        "    copy.wait()\n    o_ref[...] = scratch[...]", "    o_ref[...] = scratch[...]\n    copy.wait()"))
     bad, = check_file(str(path), 2)
-    text = bad.to_text()
-    assert "not checked" in text and "a bitcast of `x_ref` from float32 to uint16, a type of another width" in text, text
+    assert "race" in bad.kinds(), bad.to_text()
 
 
 def test_devices_evaluated_together_switch_only_where_a_wait_needs_another_device():
@@ -357,3 +366,71 @@ def test_devices_evaluated_together_switch_only_where_a_wait_needs_another_devic
 
     with pytest.raises(ValueError, match="device 1 failed"):
         CoRun(2).run([lambda: None, fails])
+
+
+PACKED = str(HERE / "packed_kv.py")
+PACKED_ARGS = ["x=bfloat16[16*N,128]@x"]
+
+
+def _packed(**params):
+    from ringc.pallas.entries import parse_arg
+    report, = check_file(PACKED, 4, args=[parse_arg(a) for a in PACKED_ARGS], params=params)
+    return report
+
+
+def test_a_dma_through_bitcast_views_and_a_strided_load_of_one_are_checked():
+    """rpa_v3_cp's style: a bfloat16 block sent through uint32 views, its keys read back
+    with a strided load of the view. The waits count the bytes of the uint32 view (as many
+    as the bfloat16 block's: no byte mismatch), and the verdict says how the strided load
+    is read."""
+    ok = _packed()
+    assert ok.ok, ok.to_text()
+    note, = [a for a in ok.assumptions if "strided slice" in a]
+    assert "stride 2" in note and "`recv_ref` loaded at line 40" in note and "first to its last element" in note
+
+
+def test_a_strided_load_of_a_bitcast_view_before_the_wait_is_a_race_on_the_bytes_it_reads():
+    bad = _packed(late=1)
+    assert bad.kinds() == {"race"}, bad.to_text()
+    assert len(bad.findings) == 1, bad.to_text()
+    # uint32 rows 0, 2, 4, 6 of the view are bfloat16 rows 0..13 of the buffer
+    assert "packed_kv.py:40: error: [race]" in bad.to_text() and "`recv_ref[0:14, 0:128]`" in bad.to_text()
+
+
+def test_a_strided_store_is_one_clear_refusal_at_its_line():
+    report = _packed(strided_store=1)
+    text = report.to_text()
+    assert "not checked" in text and "packed_kv.py:42" in text, text
+    assert "a strided slice (stride 2) of `keys_ref` as a store's destination" in text
+
+
+def test_a_view_of_a_strided_slice_is_refused_at_its_line():
+    text = _packed(strided_view=1).to_text()
+    assert "packed_kv.py:38" in text and "a bitcast of a strided slice (stride 2) of `recv_ref`" in text, text
+
+
+def test_bitcast_views_map_to_the_bytes_of_the_buffer():
+    from ringc.pallas.interpret import _bitcast_box, _elements_box
+    from ringc.pallas.values import Buffer, Ref
+    bf16 = Buffer("kv", (2, 16, 128), np.dtype("float16"), "vmem", "scratch")
+    base = Ref(bf16, 0, ((1, 2), (0, 16), (0, 128)), (1, 2))  # kv.at[1]: [16, 128] of 2-byte elements
+    u32 = Ref.whole(Buffer("kv", (8, 128), np.dtype("uint32"), "vmem", "scratch"), 0)
+    view = Ref(u32.buffer, 0, ((2, 5), (0, 128)), (0, 1))  # u32 rows 2..4 = 16-bit rows 4..9
+    assert _bitcast_box(base, view) == ((1, 2), (4, 10), (0, 128))
+    wide = Ref(Buffer("w", (4, 128), np.dtype("uint32"), "vmem", "scratch"), 0, ((0, 4), (0, 128)), (0, 1))
+    narrow = Ref(Buffer("w", (8, 128), np.dtype("float16"), "vmem", "scratch"), 0, ((3, 5), (0, 128)), (0, 1))
+    assert _bitcast_box(wide, narrow) == ((1, 3), (0, 128))  # 16-bit rows 3, 4 lie in 32-bit rows 1, 2
+    # a reshape that splits the minor dim: a slice of the reshape that is no flat range is still one box
+    assert _elements_box((256, 5, 1, 128), 0, (256, 5, 1, 1, 128),
+                         ((0, 256), (0, 2), (0, 1), (0, 1), (0, 128)), False) == ((0, 256), (0, 2), (0, 1), (0, 128))
+    assert _elements_box((32, 16, 2), 0, (512, 2), ((8, 24), (0, 2)), False) is None  # two pages: no box
+    assert _box_of((32, 16, 2), 160, 160) == ((5, 5), (0, 16), (0, 2))  # a copy of 0 rows is an empty box
+
+
+def test_a_copy_of_no_rows_overlaps_nothing():
+    """A paged fetch of 0 rows (`pl.ds(page * 16, 0)`) is an empty box: it meets no access."""
+    from ringc.verify.events import Region
+    empty = Region("kv", 0, ((0, 1), (16, 16), (0, 128)), (1, 2), 2)
+    full = Region("kv", 0, ((0, 1), (0, 512), (0, 128)), (1, 2), 2)
+    assert not empty.overlaps(full) and not full.overlaps(empty)
+    assert full.overlaps(Region("kv", 0, ((0, 1), (15, 17), (0, 128)), (1, 2), 2))

@@ -74,20 +74,34 @@ class ArgSpec:
     dtype: str
     dims: tuple[str, ...]
     spec: tuple[str, ...]
+    value: str | None = None  # `=EXPR` (numpy in N) or `=FILE.npy`: the global array's values; else zeros
 
     def text(self) -> str:
-        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}"
+        value = "" if self.value is None else f"={self.value}"
+        return f"{self.name}={self.dtype}[{','.join(self.dims)}]@{','.join(self.spec)}{value}"
+
+    @property
+    def made_up(self) -> bool:
+        """An integer array ringc fills with zeros: what the kernel reads from it is made up."""
+        return self.value is None and self.dtype != "bfloat16" and np.issubdtype(np.dtype(self.dtype), np.integer)
 
 
 _DEFAULT_ARG = ("float32", ("8*N", "128"), None)  # one (8, 128) f32 tile per device, sharded on dim 0
 
 
 def parse_arg(text: str) -> ArgSpec:
-    """Parse `NAME=DTYPE[D0,D1,...]@A,B`; raises ValueError naming what is wrong."""
-    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@(.*))?\s*", text)
+    """Parse `NAME=DTYPE[D0,D1,...]@A,B` with an optional `=VALUE` (a numpy expression in N, or
+    a .npy file); raises ValueError naming what is wrong."""
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?:@([^=]*))?(?:=(.*))?", text)
     if not m:
-        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC, e.g. x=float32[8*N,128]@x")
-    name, dtype, dims, spec = m.group(1), m.group(2), m.group(3), m.group(4)
+        raise ValueError(f"--arg {text!r} is not NAME=DTYPE[DIMS]@SPEC or NAME=DTYPE[DIMS]@SPEC=VALUE, e.g. "
+                         "x=float32[8*N,128]@x or 'sizes=int32[2*N]@=np.full(2*N, 8)'")
+    name, dtype, dims, spec, value = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)
+    if value is not None and not value.strip():
+        raise ValueError(f"--arg {name}: nothing after `=`: give a numpy expression in N (np.arange(2*N)) or a "
+                         ".npy file")
+    value = None if value is None else value.strip()
+    spec = None if spec is None else spec.strip()
     try:
         np.dtype(dtype) if dtype != "bfloat16" else None
     except TypeError:
@@ -96,7 +110,7 @@ def parse_arg(text: str) -> ArgSpec:
     spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
     if len(spec_t) > len(dims_t):
         raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
-    return ArgSpec(name, dtype, dims_t, spec_t)
+    return ArgSpec(name, dtype, dims_t, spec_t, value)
 
 
 def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
@@ -256,8 +270,52 @@ def _global_array(a: ArgSpec, mesh: Any, n: int, path: str) -> Any:
             raise ScheduleError(f"--arg {a.text()}: dimension {dim} ({size} at N = {n}) does not split over the "
                                 f"{mesh.shape[axis]} devices along {axis!r}", file=path,
                                 fix="make it a multiple of the axis size, e.g. 8*N")
-    return jax.device_put(jax.numpy.zeros(shape, jax.numpy.dtype(a.dtype)),
-                          jax.sharding.NamedSharding(mesh, _spec(a)))
+    dtype = jax.numpy.dtype(a.dtype)
+    values = jax.numpy.zeros(shape, dtype) if a.value is None else arg_value(a, shape, dtype, n, path)
+    return jax.device_put(values, jax.sharding.NamedSharding(mesh, _spec(a)))
+
+
+def arg_value(a: ArgSpec, shape: tuple[int, ...], dtype: Any, n: int, path: str) -> np.ndarray:
+    """The global values `--arg NAME=...=VALUE` gives: a .npy file, or a numpy expression in N
+    (`np`, `N` and `math` are its names); a scalar fills the array. An error names what is
+    wrong: the expression's own exception, a shape or values that the declared array cannot
+    hold."""
+    dims = a.dims[0] if len(a.dims) == 1 else f"({', '.join(a.dims)})"
+    fix = (f"give a numpy expression in N of shape {list(shape)} (at N = {n}), e.g. "
+           f"--arg '{a.name}={a.dtype}[{','.join(a.dims)}]@{','.join(a.spec)}=np.full({dims}, 1)', or a .npy file")
+    if a.value.endswith(".npy"):
+        try:
+            got = np.load(a.value, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ScheduleError(f"--arg {a.name}: cannot read {a.value}: {e}", file=path, fix=fix) from None
+    else:
+        import math
+        try:
+            got = eval(a.value, {"__builtins__": {}, "np": np, "numpy": np, "math": math, "N": n})  # noqa: S307
+        except Exception as e:  # noqa: BLE001 - the user's expression: its error, said once
+            raise ScheduleError(f"--arg {a.name}: the value `{a.value}` failed at N = {n}: "
+                                f"{type(e).__name__}: {e}", file=path, fix=fix) from None
+    try:
+        got = np.asarray(got)
+    except Exception as e:  # noqa: BLE001
+        raise ScheduleError(f"--arg {a.name}: the value `{a.value}` is no array ({type(e).__name__}: {e})",
+                            file=path, fix=fix) from None
+    if got.ndim == 0:
+        got = np.full(shape, got)
+    if got.shape != shape:
+        raise ScheduleError(f"--arg {a.name}: the value `{a.value}` has shape {list(got.shape)} at N = {n}, the "
+                            f"declared [{', '.join(a.dims)}] is {list(shape)}", file=path, fix=fix)
+    if got.dtype.kind not in "biuf":
+        raise ScheduleError(f"--arg {a.name}: the value `{a.value}` holds {got.dtype}, not numbers", file=path,
+                            fix=fix)
+    cast = got.astype(dtype)
+    if got.dtype.kind in "biu" or dtype.kind in "biu":
+        bad = np.flatnonzero(cast.astype(np.float64) != got.astype(np.float64))
+        if bad.size:
+            at = np.unravel_index(bad[0], shape)
+            raise ScheduleError(f"--arg {a.name}: the value `{a.value}` holds {got[at].item()!r} at "
+                                f"{list(int(i) for i in at)}, which {a.dtype} cannot hold", file=path, fix=fix)
+    return cast
 
 
 def _spec(a: ArgSpec) -> Any:
@@ -304,10 +362,11 @@ def _per_shard(body: Callable, mesh: Any, specs: list[Any], ring: str, arrays: l
 
 
 def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: str, per_shard: bool,
-         given: dict[str, ArgSpec], notes: list[str], enclose: bool = False) -> None:
+         given: dict[str, ArgSpec], notes: list[str], enclose: bool = False) -> list[ArgSpec]:
     """One call of the entry, the way its shape asks (module docstring); `notes` gets the
-    statements about how it was called. `enclose`: a function taking no arrays that launches
-    per shard (it makes its own inputs) runs inside `shard_map` too."""
+    statements about how it was called; returns the arrays it was called on. `enclose`: a
+    function taking no arrays that launches per shard (it makes its own inputs) runs inside
+    `shard_map` too."""
     names = list(b.arrays)
     values = [_global_array(b.arrays[k], mesh, n, path) for k in names]
     specs = [_spec(b.arrays[k]) for k in names]
@@ -318,22 +377,22 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
 
     if names and not per_shard:
         call(values)
-        return
+        return list(b.arrays.values())
     if names:
         def body(*shards):
             return call(list(shards))
         notes.append("per shard: ringc ran it under jax.shard_map over the mesh (check_vma=False), its arrays "
                       "sharded by their specs")
         _per_shard(body, mesh, specs, layout.ring, values)
-        return
+        return list(b.arrays.values())
     if enclose:
         notes.append("per shard, with no arrays: ringc ran it under jax.shard_map over the mesh (check_vma=False)")
         _per_shard(lambda: call([]), mesh, [], layout.ring, [])
-        return
+        return []
     result = call([])
     closures = _closures(result)
     if closures is None:
-        return
+        return []
     first = closures[0]
     k = _required(first)
     k = 1 if k is None else k
@@ -354,10 +413,11 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
         else:
             import jax
             jax.jit(lambda *a: _chain(closures, a))(*values)
-        return
+        return args
     notes.append(f"a factory: it returned {names_text}; ringc called {'them ' + order if order else 'it'} per "
                  f"shard under jax.shard_map over the mesh (check_vma=False), on {made}")
     _per_shard(lambda *a: _chain(closures, a), mesh, [_spec(a) for a in args], layout.ring, values)
+    return args
 
 
 def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
@@ -457,7 +517,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         before = len(script.captures)
         stub_calls = len(imports.calls) if imports else 0
         try:
-            _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes, enclose)
+            used = _run(fn, b, mesh, layout, n, script.path, per_shard, given, notes, enclose)
             failed = ""
         except ScheduleError:
             raise
@@ -489,6 +549,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             continue
         for cap in script.captures[before:]:
             cap.assumes = [f"ringc called {cap.test} with {layout.text()}", *layout.notes, *notes]
+            cap.made_up = [a for a in used if a.made_up]
         break
     ran = len(script.captures) - before
     if ran:

@@ -370,7 +370,6 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
         values = _small_int_values(cap.args)
-        made_up = values is not None and any(a.startswith("ringc called ") for a in cap.assumes)
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
         title = f"{test}{cap.name} (line {cap.line}{cap.via}, kernel call {k + 1} of {len(captures)}{copies})"
@@ -400,7 +399,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
                                    topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
-            reports.append(CallError(path, title, e, [MADE_UP_ZEROS] if made_up else []))
+            reports.append(CallError(path, title, e, [note] if (note := _made_up(cap, values)) else []))
             if same is not None:
                 checked[same] = (k + 1, reports[-1])
             continue
@@ -414,8 +413,15 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
                                       f"computes on the same input at line {cap.reference_line} (not run)")
+        made_up = _made_up(cap, values)
         if made_up:
-            report.assumptions.append(MADE_UP_ZEROS)
+            report.made_up = tuple(a.name for a in cap.made_up)
+            report.made_up_fix = f"--arg '{cap.made_up[0].text()}=VALUE' (a numpy expression in N, or a .npy file)"
+            report.assumptions.append(made_up)
+        elif values is not None and any(a.startswith("ringc called ") for a in cap.assumes):
+            report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values given with --arg "
+                                      "NAME=...=VALUE; arrays without a value hold zeros (data the kernel does not "
+                                      "read as integers)")
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
         if script.answers.assumption():
@@ -453,11 +459,16 @@ def _refusal(e: Any, path: str) -> ScheduleError:
     return ScheduleError(e.what + REFUSAL_TAIL, file=file, line=line)
 
 
-MADE_UP_ZEROS = (
-    "values from tensor data: the arrays ringc made up hold zeros, so the integers the kernel reads "
-    "from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero inputs; the "
-    "verdict covers that one input, not every routing, and a finding may come from all-zero inputs the "
-    "kernel does not accept (check a script or test that builds real values)")
+def _made_up(cap: Any, values: Any) -> str | None:
+    """The assumption a verdict states when the kernel reads integers from arrays ringc made
+    up as zeros (an entry's `--arg` without `=VALUE`); None when there are none."""
+    if values is None or not cap.made_up:
+        return None
+    names = ", ".join(a.name for a in cap.made_up)
+    return (f"values from tensor data: ringc made up {names} as zeros (no `=VALUE` in --arg), so the integers "
+            "the kernel reads from them (scalar prefetch, SMEM: sizes, offsets, expert ids) are those of all-zero "
+            "inputs; the verdict covers that one input, not every routing, and a finding may come from all-zero "
+            "inputs the kernel does not accept (give real values with --arg NAME=DTYPE[DIMS]@SPEC=VALUE)")
 
 
 @dataclass

@@ -834,21 +834,36 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
 
 # -- refs -----------------------------------------------------------------------------
 def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = True) -> Any:
-    """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`).
-    `bounds=False` for a ref used only for its size (the descriptor of a DMA wait)."""
-    view = None  # after `ref.reshape(shape)`: (the ref reshaped, a ref over a stand-in of that shape)
+    """A Ref or SemRef indexed by `transforms` (NDIndexers from `.at[...]` or `ref[...]`,
+    reshapes, bitcasts, `pl.select_ref`). `bounds=False` for a ref used only for its size
+    (the descriptor of a DMA wait). A reshape or bitcast is a view: the indices after it
+    are in the view's shape, over a stand-in buffer of that shape, and the access is mapped
+    back through every view to the underlying buffer at the end (`_unview`)."""
+    views: list[tuple[Any, Ref, Ref]] = []  # (the transform, the ref it views, a ref over its stand-in)
     for t in transforms or ():
-        if isinstance(t, _Reshape):
-            if view is not None:
-                ref = _unview(it, *view, bounds)
-            if not isinstance(ref, Ref) or ref.var or math.prod(ref.shape) != math.prod(t.shape):
-                raise it.fail(f"a reshape of `{getattr(ref, 'name', getattr(getattr(ref, 'buffer', None), 'name', '?'))}`"
-                              f" to {list(t.shape)}", "reshape a whole ref, or a contiguous slice of one")
-            if _flat_range(ref.buffer.shape, ref.box) is None:
-                raise it.fail(f"a reshape of a slice of `{ref.buffer.name}` that is not contiguous in memory",
-                              "reshape a whole ref, or a slice of its leading dimension")
-            stand = Buffer(ref.buffer.name, t.shape, ref.buffer.dtype, ref.buffer.space, ref.buffer.kind)
-            view = (ref, Ref.whole(stand, ref.device))
+        if isinstance(t, (_Reshape, _Bitcast)):
+            name = getattr(ref, 'name', getattr(getattr(ref, 'buffer', None), 'name', '?'))
+            if not isinstance(ref, Ref):
+                raise it.fail(f"a {'reshape' if isinstance(t, _Reshape) else 'bitcast'} of `{name}`, which is not "
+                              "a ref", "reshape or bitcast refs")
+            if ref.var:  # every device's own start (`Lanes`): evaluate each device on its own
+                raise Diverge("a view of a slice that differs between devices")
+            if ref.strided:
+                raise it.fail(f"a {'reshape' if isinstance(t, _Reshape) else 'bitcast'} of {ref.strided}",
+                              "reshape or bitcast the ref first, then take the strided slice")
+            if isinstance(t, _Reshape):
+                if math.prod(ref.shape) != math.prod(t.shape):
+                    raise it.fail(f"a reshape of `{name}` to {list(t.shape)}",
+                                  "reshape a whole ref, or a contiguous slice of one")
+                if _flat_range(ref.buffer.shape, ref.box) is None:
+                    raise it.fail(f"a reshape of a slice of `{ref.buffer.name}` that is not contiguous in memory",
+                                  "reshape a whole ref, or a slice of its leading dimension")
+                shape, dtype = t.shape, ref.buffer.dtype
+            else:
+                shape, dtype = _bitcast_shape(it, ref, t.dtype), t.dtype
+            stand = Buffer(ref.buffer.name, tuple(shape), dtype, ref.buffer.space, ref.buffer.kind)
+            views.append((t, ref, Ref.whole(stand, ref.device)))
+            ref = views[-1][2]
             continue
         if isinstance(t, _Select):  # `pl.select_ref(i, a, b, ...)`: the i-th of the refs
             if not isinstance(ref, (tuple, list)):
@@ -861,27 +876,31 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
             if isinstance(ref, _TRef):
                 ref = apply_transforms(it, ref.ref, ref.transforms, bounds)
             continue
-        if isinstance(t, _Bitcast):  # `ref.bitcast(jnp.uint32)`: the same bytes seen as another type
-            base = view[0] if view is not None else ref
-            frm = getattr(getattr(base, "buffer", None), "dtype", None)
-            if frm is None or np.dtype(frm).itemsize != t.dtype.itemsize:
-                raise it.fail(f"a bitcast of `{getattr(getattr(base, 'buffer', None), 'name', '?')}` from {frm} to "
-                              f"{t.dtype}, a type of another width (its shape changes)",
-                              "ringc models bitcasts of refs between types of the same width (float32 <-> uint32)")
-            continue
         if not isinstance(t, _Indexer):
             what = t[1] if isinstance(t, tuple) and t and t[0] == "?" else type(t).__name__
             raise it.fail(f"the ref transform `{what}` is not supported",
                           "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`), or reshape them")
         if getattr(t, "int_indexer_shape", ()):
             raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
-        if view is not None:
-            view = (view[0], index(it, view[1], t.indices, bounds))
-        else:
-            ref = index(it, ref, t.indices, bounds)
-    if view is not None:
-        ref = _unview(it, *view, bounds)
+        ref = index(it, ref, t.indices, bounds)
+    for t, base, _ in reversed(views):
+        ref = _unview(it, t, base, ref, bounds)
     return ref
+
+
+def _bitcast_shape(it: Interpreter, ref: Ref, dtype: Any) -> tuple:
+    """The shape of `ref.bitcast(dtype)`: on a TPU the second-minor dimension packs or unpacks
+    (a [16, 128] bfloat16 ref is an [8, 128] uint32 one: row r holds rows 2r and 2r + 1)."""
+    old, new = np.dtype(ref.buffer.dtype).itemsize * 8, np.dtype(dtype).itemsize * 8
+    shape = list(ref.shape)
+    if old == new:
+        return tuple(shape)
+    if len(shape) < 2 or shape[-2] * old % new:
+        raise it.fail(f"a bitcast of `{ref.buffer.name}` {list(ref.shape)} from {np.dtype(ref.buffer.dtype).name} "
+                      f"to {np.dtype(dtype).name}", "bitcast a ref of rank 2 or more whose second-minor dimension "
+                      "times the bit width ratio is whole, as Mosaic requires")
+    shape[-2] = shape[-2] * old // new
+    return tuple(shape)
 
 
 def _flat_range(shape: tuple, box: tuple) -> tuple[int, int] | None:
@@ -896,8 +915,14 @@ def _flat_range(shape: tuple, box: tuple) -> tuple[int, int] | None:
 
 
 def _box_of(shape: tuple, a: int, b: int) -> tuple | None:
-    """The box of `shape` covering exactly the row-major elements [a, b), or None."""
-    if b <= a:
+    """The box of `shape` covering exactly the row-major elements [a, b), or None. An empty
+    range is the empty box at its start (a copy of 0 rows)."""
+    if b == a:  # an empty range (a copy of 0 rows): the empty box at its start
+        d = next(d for d in range(len(shape)) if a % math.prod(shape[d + 1:]) == 0)
+        at = [a // math.prod(shape[j + 1:]) for j in range(d + 1)]
+        at = [i % shape[j] for j, i in enumerate(at[:d])] + [at[d] - (at[d - 1] * shape[d] if d else 0)]
+        return tuple((i, i + 1) for i in at[:d]) + ((at[d], at[d]),) + tuple((0, n) for n in shape[d + 1:])
+    if b < a:
         return None
     for d in range(len(shape)):
         stride = math.prod(shape[d + 1:])
@@ -913,30 +938,82 @@ def _box_of(shape: tuple, a: int, b: int) -> tuple | None:
 
 @dataclass(frozen=True)
 class ViewRef(Ref):
-    """A slice of `ref.reshape(shape)`: the same elements as its box of the buffer, with the
-    shape the kernel sees (`view`), which a DMA's shapes are compared in."""
+    """A slice of `ref.reshape(shape)` or `ref.bitcast(dtype)`: the same bytes as its box of
+    the buffer, with the shape the kernel sees (`view`), which a DMA's shapes are compared in."""
     view: tuple = ()
+    view_dtype: Any = None  # after a bitcast, the element type the kernel sees
 
     @property
     def shape(self) -> tuple[int, ...]:
         return self.view
 
+    @property
+    def dtype(self) -> Any:
+        return self.buffer.dtype if self.view_dtype is None else self.view_dtype
 
-def _unview(it: Interpreter, base: Ref, v: Ref, bounds: bool = True) -> Ref:
-    """The ref a slice of a reshaped ref is, in the buffer's own shape (its `view`: the shape
-    the kernel sees); an error when the slice is not one box of the buffer, except for a ref
-    used only for its size (`bounds=False`: a DMA wait's descriptor)."""
-    inner = _flat_range(v.buffer.shape, v.box)
-    start = _flat_range(base.buffer.shape, base.box)
-    box = None if inner is None or start is None else _box_of(base.buffer.shape, start[0] + inner[0],
-                                                               start[0] + inner[1])
+
+def _unview(it: Interpreter, t: Any, base: Ref, v: Ref, bounds: bool = True) -> Ref:
+    """The ref `v` (a ref over the stand-in of the view `t` of `base`) is, in `base`'s buffer
+    (keeping `v`'s shape as the one the kernel sees); an error when its elements are not one
+    box of the buffer, except for a ref used only for its size (`bounds=False`: a DMA wait's
+    descriptor)."""
+    if v.var:
+        raise Diverge("a view sliced differently on each device")
+    strided = getattr(v, "strided", "")
+    if isinstance(t, _Bitcast):
+        box = _bitcast_box(base, v)
+    else:
+        inner = _flat_range(v.buffer.shape, v.box)
+        start = _flat_range(base.buffer.shape, base.box)
+        box = None if inner is None or start is None else _box_of(base.buffer.shape, start[0] + inner[0],
+                                                                   start[0] + inner[1])
+        if box is None and start is not None:
+            box = _elements_box(base.buffer.shape, start[0], v.buffer.shape, v.box, strided)
     if box is None and not bounds:
-        return ViewRef(base.buffer, base.device, base.box, base.kept, view=v.shape)
+        return ViewRef(base.buffer, base.device, base.box, base.kept, strided=strided, view=v.shape,
+                       view_dtype=v.dtype)
     if box is None:
         raise it.fail(f"a slice of `{base.buffer.name}` reshaped to {list(v.buffer.shape)} that is not one box of "
                       f"its shape {list(base.buffer.shape)}",
                       "slice the reshaped ref along its leading dimension by whole rows of the original")
-    return ViewRef(base.buffer, base.device, box, tuple(range(len(box))), view=v.shape)
+    kept = tuple(base.kept[k] for k in v.kept) if isinstance(t, _Bitcast) else tuple(range(len(box)))
+    return ViewRef(base.buffer, base.device, box, kept, strided=strided, view=v.shape, view_dtype=v.dtype)
+
+
+def _bitcast_box(base: Ref, v: Ref) -> tuple:
+    """The box of `base`'s buffer holding the bytes of `v`, a box of `base.bitcast(dtype)`:
+    the same ranges in every dim but the second-minor one of the view, which scales by the
+    bit width ratio (a partial element of a wider type is the whole element)."""
+    old, new = base.buffer.itemsize * 8, v.buffer.itemsize * 8
+    box = list(base.box)
+    minor2 = len(base.kept) - 2
+    for k, dim in enumerate(base.kept):
+        lo, hi = v.box[k]
+        if k == minor2 and old != new:
+            lo, hi = (lo * new // old, hi * new // old) if new > old else (lo * new // old, -(-hi * new // old))
+        box[dim] = (base.box[dim][0] + lo, base.box[dim][0] + hi)
+    return tuple(box)
+
+
+_ELEMENTS = 1 << 22  # the most elements of a reshaped slice mapped one by one (`_elements_box`)
+
+
+def _elements_box(shape: tuple, start: int, view: tuple, box: tuple, bounding: bool) -> tuple | None:
+    """The box of `shape` that the elements of `box`, a box of the reshape to `view` of the
+    elements from `start` on, are (a [256, 5, 1, 1, 128] view's [0:256, 0:2] is the [0:256,
+    0:2] of the [256, 5, 1, 128] ref it reshapes): mapped element by element; None when they
+    are not one box, unless `bounding` (a strided slice: its bounding box is what it is read as)."""
+    ext = [hi - lo for lo, hi in box]
+    if 0 in ext or math.prod(ext) > _ELEMENTS:
+        return None
+    flat = start + np.ravel_multi_index(tuple(np.ix_(*(np.arange(lo, hi) for lo, hi in box))), view).ravel()
+    if flat.max() >= math.prod(shape):
+        return None
+    at = np.unravel_index(flat, shape)
+    out = tuple((int(a.min()), int(a.max()) + 1) for a in at)
+    if bounding or math.prod(hi - lo for lo, hi in out) == flat.size:
+        return out
+    return None
 
 
 def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any:
@@ -962,6 +1039,9 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
     box = list(ref.box)
     var = dict(ref.var)
     kept = []
+    strided: list[tuple[int, int, int]] = []  # (position in the view, size, stride)
+    if ref.strided:
+        raise it.fail(f"indexing a strided slice of `{ref.buffer.name}` again", "index the ref once")
     if len(indices) > len(ref.kept):
         raise it.fail(f"{len(indices)} indices for a ref of rank {len(ref.kept)}", "index each dimension once")
     for k, dim in enumerate(ref.kept):
@@ -974,9 +1054,9 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
             size = it.scalar(ix.size, "a slice size")
             start = it.lane_int(ix.start, "a slice start", (0, max(hi - lo - size, 0) + 1))
             stride = it.scalar(ix.stride, "a slice stride")
-            if stride != 1:
-                raise it.fail(f"a strided slice (stride {stride}) of `{ref.buffer.name}`",
-                              "ringc models contiguous boxes; use stride 1")
+            if stride != 1:  # its box runs from the first to the last element; its shape is `size`
+                strided.append((len(kept), size, stride))
+                size = (size - 1) * stride + 1 if size else 0
             if type(start) is not int:  # every device's own start (`Lanes`)
                 if bounds and ((start < 0) | (start + size > hi - lo)).any():
                     raise Diverge("a slice out of range on some device")
@@ -1010,6 +1090,13 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
             box[dim] = (lo + i, lo + i + 1)
             if dim in var:
                 var[dim] = var[dim] + i
+    if strided:
+        shape = [box[d][1] - box[d][0] for d in kept]
+        for k, size, _ in strided:
+            shape[k] = size
+        what = f"a strided slice (stride {', '.join(str(s) for _, _, s in strided)}) of `{ref.buffer.name}`"
+        return ViewRef(ref.buffer, ref.device, tuple(box), tuple(kept), tuple(var.items()), what, view=tuple(shape),
+                       view_dtype=ref.dtype)
     return Ref(ref.buffer, ref.device, tuple(box), tuple(kept), tuple(var.items()))
 
 
@@ -1085,12 +1172,12 @@ class _Reshape(NamedTuple):
     shape: tuple
 
 
-class _Select(NamedTuple):
-    idx: Any
-
-
 class _Bitcast(NamedTuple):
     dtype: Any
+
+
+class _Select(NamedTuple):
+    idx: Any
 
 
 class _Slice(NamedTuple):
@@ -1119,12 +1206,12 @@ def _template(eqn: Any, key: str, n: int) -> Any:
             return _TRef(plain(x.ref), tuple(plain(t) for t in x.transforms))
         if name == "ReshapeTransform":
             return _Reshape(tuple(int(d) for d in x.shape))
+        if name == "BitcastTransform":
+            return _Bitcast(np.dtype(x.dtype))
         if name == "NDIndexer":
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
         if name == "SelectTransform":
             return _Select(plain(x.idx))
-        if name == "BitcastTransform":
-            return _Bitcast(np.dtype(x.dtype))
         if name == "Slice":
             return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
         if isinstance(x, tuple):
@@ -1199,9 +1286,14 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
     for r, what in ((src, "source"), (dst, "destination")):
         if not isinstance(r, Ref):
             raise it.fail(f"the DMA {what} is not a ref", "copy between refs")
+        _no_stride(it, r, f"a DMA {what}")
     if src.shape != dst.shape:
         raise it.fail(f"DMA from `{src.region().text()}` {list(src.shape)} to `{dst.region().text()}` "
                       f"{list(dst.shape)}: the shapes differ", "copy equal shapes")
+    if np.dtype(src.dtype).itemsize != np.dtype(dst.dtype).itemsize:
+        raise it.fail(f"DMA from `{src.region().text()}` of {np.dtype(src.dtype).name} to `{dst.region().text()}` of "
+                      f"{np.dtype(dst.dtype).name}: the element sizes differ", "copy equal types, or bitcast one "
+                      "side (`ref.bitcast(dtype)`)")
     name = f"{src.buffer.name}->{dst.buffer.name}"
     if dev is None:
         _dma_values(it, src, dst, it.device)
@@ -1271,12 +1363,6 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
                       "does not follow")
 
 
-def _note(it: Interpreter, note: str) -> None:
-    notes = getattr(it.sink, "notes", None)
-    if notes is not None and note not in notes:
-        notes.append(note)
-
-
 def _box_slices(ref: Ref) -> tuple:
     return tuple(slice(a, b) for a, b in ref.box)
 
@@ -1304,7 +1390,7 @@ def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
     # wait_send swaps source and destination: the waited ref is then the copy's source.
     waited = dst if isinstance(dst, Ref) else src
     copy = f"{dst.buffer.name}->{src.buffer.name}" if why == "wait_send" else f"{src.buffer.name}->{dst.buffer.name}"
-    nbytes = math.prod(waited.shape) * waited.buffer.itemsize
+    nbytes = waited.nbytes
     it.emit(SemWait(sem_id(it, sem, it.device, "the waited semaphore"), nbytes, why, copy))
     return []
 
@@ -1363,7 +1449,14 @@ def _read(it: Interpreter, ref: Ref) -> Any:
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
         return _origin(it, ref, _py(arr[sl]))
     _vector_memory(it, ref, "load")
-    reg = it.sink.register(it.eqn, it.where(), ref.shape, buf.dtype)
+    if ref.strided:  # read as the box from its first to its last element; its values not followed
+        box = tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept)
+        reg = it.sink.register(it.eqn, it.where(), box, buf.dtype)
+        it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
+        _note(it, f"{ref.strided} loaded at line {int(it.where())}: modelled as a read of the box from its first "
+                  "to its last element (a race on a row it skips would be reported), its values not followed")
+        return Data(ref.shape, ("opaque", f"{ref.strided} at line {int(it.where())}"))
+    reg = it.sink.register(it.eqn, it.where(), ref.shape, ref.dtype)
     dst = Ref.whole(reg, it.device).region()
     it.emit(Compute("load", dst, it.region(ref)))
     sh = buf.shadow.get(ref.device) if it.lanes is None else None
@@ -1385,6 +1478,7 @@ def _origin(it: Interpreter, ref: Ref, v: Any) -> Any:
 
 
 def _write(it: Interpreter, ref: Ref, value: Any) -> None:
+    _no_stride(it, ref, "a store's destination")
     buf = ref.buffer
     if ref.device in buf.store and it.lanes is not None:
         it.lanes.write(ref, value)
@@ -1440,6 +1534,19 @@ def _shadow_write(it: Interpreter, ref: Ref, value: Any) -> None:
         sh = ref.buffer.shadow[ref.device] = Shadow.empty(ref.buffer.shape, ref.buffer.dtype)
     sl = _box_slices(ref)
     sh.put(sl, np.broadcast_to(np.asarray(value), ref.shape) if concrete else None)
+
+
+def _note(it: Interpreter, note: str) -> None:
+    """A note for the verdict's assumptions, once."""
+    notes = getattr(it.sink, "notes", None)
+    if notes is not None and note not in notes:
+        notes.append(note)
+
+
+def _no_stride(it: Interpreter, ref: Any, what: str) -> None:
+    if isinstance(ref, Ref) and ref.strided:
+        raise it.fail(f"{ref.strided} as {what}", "ringc models strided slices in loads only: store or copy "
+                      "contiguous boxes")
 
 
 def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
@@ -1805,6 +1912,11 @@ class Lanes:
             dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
             args = [v.a if type(v) is Vec else np.asarray(v, dtype=d) if d is not None else v
                     for v, d in zip(invals, dt)]
+            rank = len(eqn.outvars[0].aval.shape)
+            # Every device's lane first: a device's scalar broadcasts against an array operand.
+            args = [a.reshape(a.shape[0], *(1,) * (rank + 1 - a.ndim), *a.shape[1:]) if type(v) is Vec
+                    else a.reshape(1, *(1,) * (rank - a.ndim), *a.shape) if isinstance(a, np.ndarray) else a
+                    for a, v in zip(args, invals)]
             if name == "div":
                 r = _int_div(*args) if np.issubdtype(args[0].dtype, np.integer) else np.divide(*args)
             elif name == "select_n":

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import math
+
 import numpy as np
 
 from ..verify.events import Region
@@ -109,10 +111,21 @@ class Ref:
     box: tuple[tuple[int, int], ...]
     kept: tuple[int, ...]
     var: tuple[tuple[int, np.ndarray], ...] = field(default=(), compare=False)
+    # A strided slice (`ref[pl.ds(a, n, stride)]`), kept as the box from its first to its last
+    # element: what it is, for the verdict (a load) or the error (a store, a DMA); else "".
+    strided: str = field(default="", compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.box[d][1] - self.box[d][0] for d in self.kept)
+
+    @property
+    def dtype(self) -> Any:  # the element type the kernel sees (a bitcast view's: `ViewRef`)
+        return self.buffer.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
     def region(self, device: int | None = None) -> Region:
         # A 0-d buffer (`pltpu.SMEM(())`, a scalar output) is one element: the verifier's

@@ -87,7 +87,7 @@ class Region:
 
     def overlaps(self, other: "Region") -> bool:
         return (self.buffer == other.buffer and self.device == other.device
-                and all(a < d and c < b for (a, b), (c, d) in zip(self.box, other.box)))
+                and all(a < d and c < b and a < b and c < d for (a, b), (c, d) in zip(self.box, other.box)))
 
     def text(self) -> str:
         parts = []

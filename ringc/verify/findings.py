@@ -83,6 +83,11 @@ class Report:
     routes: dict | None = None     # `placement.route_summary`: sends, hops, the busiest link
     assumptions: list[str] = field(default_factory=list)  # what a verdict assumes (Pallas imports)
     title: str | None = None       # which of a script's kernel calls this is, e.g. "right_permute (line 252)"
+    # Integer inputs ringc made up (zeros) that the kernel reads (an entry function's arrays
+    # given without `=VALUE`), and the `--arg` that gives the first one's values: the headline
+    # says the verdict is about them.
+    made_up: tuple[str, ...] = ()
+    made_up_fix: str = ""
 
     @property
     def ok(self) -> bool:
@@ -99,6 +104,7 @@ class Report:
         return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
                 "routes": self.routes, "ok": self.ok,
                 **({"call": self.title} if self.title else {}), "assumptions": self.assumptions,
+                **({"made_up_inputs": list(self.made_up)} if self.made_up else {}),
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 
@@ -111,6 +117,11 @@ class Report:
         on = f" on {self.placement}" if self.placement else ""
         call = f" {self.title}" if self.title else ""
         lines = [f"{p.file}{call} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
+        if self.made_up:
+            names = ", ".join(self.made_up)
+            lines[0] = (f"{p.file}{call} N={p.n}{on}: {status} on made-up inputs ({events} events, "
+                        f"{self.seconds:.2f}s): {'its findings may come from' if not self.ok else 'it covers only'} "
+                        f"the zeros ringc made up for {names}; give real values: {self.made_up_fix}")
         lines += [f"  assumes: {a}" for a in self.assumptions]
         shown: dict[str, int] = {}
         for f in self.findings:
