@@ -323,6 +323,37 @@ def test_a_test_module_beside_its_package_imports_it(tmp_path):
     assert "PermuteTest.test_permute" in ok.title
 
 
+def test_a_parameterized_test_is_titled_with_its_whole_parameters(tmp_path):
+    """absl's parameterized tests have ids like `m.Class.test_ring0 (<class 'numpy.float32'>,
+    P=2)`: the dots inside the parameters must not cut the title short."""
+    files = dict(PACKAGE)
+    files["tests/test_permute.py"] = """\
+        import jax
+        import numpy as np
+        from absl.testing import absltest, parameterized
+        from jax.sharding import PartitionSpec as P
+
+        from serving.kernels import permute
+
+
+        class PermuteTest(parameterized.TestCase):
+            @parameterized.product(dtype=[np.float32], rows=[8])
+            def test_permute(self, dtype, rows):
+                mesh = jax.make_mesh((jax.device_count(),), ("tp",))
+                x = jax.numpy.zeros((rows * jax.device_count(), 128), dtype)
+                jax.jit(jax.shard_map(permute.right_permute, mesh=mesh, in_specs=P("tp"), out_specs=P("tp"),
+                                      check_vma=False))(x)
+
+
+        if __name__ == "__main__":
+            absltest.main()
+        """
+    test = _package(tmp_path, files) / "tests" / "test_permute.py"
+    ok, = check_file(str(test), 2, stubs=("vllm",))
+    assert ok.ok, ok.to_text()
+    assert ok.title.startswith("PermuteTest.test_permute0 (dtype=numpy.float32, rows=8): "), ok.title
+
+
 def test_stub_and_axis_are_refused_for_a_schedule():
     from cli_run import assert_refused
     from conftest import REPO

@@ -541,6 +541,21 @@ def _claim_tpu() -> Iterator[None]:
         jtu.device_under_test = saved
 
 
+def _test_title(test: Any) -> str:
+    """`Class.test_method` and, for a parameterized test, its parameters as the test id gives
+    them (`RingTest.test_ring0 (numpy.float32, P=2)`): the id's text after the method name,
+    which may hold dots of its own, with `<class 'X'>` written `X`."""
+    method = getattr(test, "_testMethodName", "")
+    title = f"{type(test).__name__}.{method}"
+    full = test.id()
+    head = f"{type(test).__module__}.{type(test).__qualname__}.{method}"
+    params = full[len(head):].strip() if method and full.startswith(head) else ""
+    if not method or (not params and full != head):  # an id of another shape: its last two parts
+        return ".".join(full.rsplit(".", 2)[-2:])
+    params = re.sub(r"<class '([\w.]+)'>", r"\1", params)
+    return f"{title} {params}" if params else title
+
+
 def _run_tests(script: Script, env: dict) -> None:
     """What `unittest.main()` / `absltest.main()` does for a test module, under ringc: run
     every test method of the module's TestCase classes, one at a time, the kernel calls
@@ -553,8 +568,7 @@ def _run_tests(script: Script, env: dict) -> None:
     loader = unittest.TestLoader()
     for cls in classes:
         for test in loader.loadTestsFromTestCase(cls):
-            name = test.id().rsplit(".", 2)[-2:]
-            script.test = ".".join(name)
+            script.test = _test_title(test)
             before = sum(c.copies for c in script.captures)
             for claim in (contextlib.nullcontext(), _claim_tpu()):
                 result = _Result()
