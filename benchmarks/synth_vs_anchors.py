@@ -31,7 +31,7 @@ def main() -> int:
     from ringc import topology as T
     from ringc.cost import CostError, estimate, hardware
     from ringc.cost.sizing import parse_size
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     from ringc.synth import synth
     from ringc.units import size_text, time_text
 

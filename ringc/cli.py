@@ -22,7 +22,7 @@ from typing import Sequence
 
 from . import limits, progress
 from .output import FORMATS, Output, ringc_version
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # `--tpu`'s generations, the default first, as `ringc.pallas.tpu.GENERATIONS` has them (a test

@@ -335,8 +335,8 @@ def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[s
 def _verdict(base: Schedule, text: str | None, source: str, params: Mapping[str, int], sizes: Mapping[str, int],
              n: int | None, topo: str) -> dict:
     from .ir.loader import load_text
-    sched = load_text(text, source, params) if text is not None else \
-        base.model_copy(update={"params": {**base.params, **params}})
+    sched = (load_text(text, source, params) if text is not None
+             else base.model_copy(update={"params": {**base.params, **params}}))
     if text is None:
         sched._file, sched._header, sched._lines = base.file, base.header, base._lines
     flags = " ".join(f"--param {k}={v}" for k, v in params.items() if base.params.get(k) != v)

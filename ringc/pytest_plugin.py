@@ -250,7 +250,7 @@ class Checker:
         return result
 
     def _check(self, call: _Call, opts: dict, item: Any) -> _Verdict:
-        from .ir.errors import ScheduleError
+        from .errors import ScheduleError
         from .pallas.compat import AliasLog
         from .pallas.importer import check_capture
         from .pallas.tpu import unsupported_in

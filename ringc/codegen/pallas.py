@@ -28,10 +28,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import (axis_builtins, builtin_exprs, call_buffers, copy_ops, inline_static_lets, is_static,
                           pipeline_windows, walk_ops)
+from ..collectives import collective_of
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
 
@@ -486,7 +487,6 @@ class _Emitter:
             parts.append(self.s.header)
         if self.s.description:
             parts.append(self.s.description.strip())
-        from ..collectives import collective_of
         ins = ", ".join(self.name(n) for n in self.s.buffers_of("input"))
         parts.append(_wrap_words(
             f"Use: `kernel({ins}, axis_name=...)` on one device's shards inside your own jax.shard_map "
@@ -1051,7 +1051,6 @@ class _Emitter:
             w.line(f"return {', '.join(returned)}")
 
     def kernel_fn(self, w: CodeWriter) -> None:
-        from ..collectives import collective_of
 
         s = self.s
         shards = [self.name(n) for n in s.buffers_of("input")]

@@ -11,10 +11,11 @@ import keyword
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping
 
+from .. import limits
+from ..errors import ScheduleError
 from . import expr as E
 from . import schema as S
 from .dtypes import ITEMSIZE
-from .errors import ScheduleError
 from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
@@ -534,14 +535,13 @@ class _Resolver:
     depth = 1  # the nesting depth of the body being checked (`when` and `pipeline` blocks)
 
     def check_body(self, ops: list[S.Op], scope: "_Scope", depth: int = 1) -> None:
-        from ..limits import check
         outer, self.depth = self.depth, depth
         try:
             for op in ops:
                 line, tag = op.line, op.tag
                 if isinstance(op, (S.When, S.Loop, S.Pipeline)):
-                    check("op_depth", depth, "the nesting depth of `when`, `loop` and `pipeline` blocks",
-                          file=self.file, line=line, fix="combine nested guards with `and`")
+                    limits.check("op_depth", depth, "the nesting depth of `when`, `loop` and `pipeline` blocks",
+                                 file=self.file, line=line, fix="combine nested guards with `and`")
                 if isinstance(op, S.When) and not op.do:
                     self.fail(line, "`when` has an empty `do:`", fix="give it at least one operation, or remove it")
                 if scope.pipeline is not None and not op.compute:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .. import limits
 from ..limits import user_code_time
 from ..ir.schema import THREE_INPUT_COLLECTIVES
@@ -378,8 +378,8 @@ def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations:
     shard_map names, with its small integer arguments' values) against the meaning its `lax`
     reference names, if any. The step `check_script` and the pytest plugin
     (`ringc.pytest_plugin`) share; raises ScheduleError if the call cannot be checked."""
-    coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
-        if cap.reference else None
+    coll = (collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path)
+            if cap.reference else None)
     if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
         from ..verify.semantics import PointwiseMeaning
         coll = PointwiseMeaning(coll, cap.reference["pointwise"])
@@ -654,8 +654,8 @@ class _Outer:
         operands are made of) is computed once, eagerly, on the global values."""
         if self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects:
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
-        if eqn.primitive.name in ("psum", "pmax", "pmin") and self.mesh_axes is not None and ins \
-                and all(h.values is not None and not _literal(h) for h in ins):
+        if (eqn.primitive.name in ("psum", "pmax", "pmin") and self.mesh_axes is not None and ins
+                and all(h.values is not None and not _literal(h) for h in ins)):
             return self.reduce_across(eqn, ins)
         if eqn.primitive.name == "axis_index" and self.mesh_axes is not None:  # each device's own index
             names = eqn.params["axis_name"]
@@ -731,8 +731,8 @@ _GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard
 
 def _small_int_aval(aval: Any) -> bool:
     dtype = np.dtype(getattr(aval, "dtype", np.float32))
-    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and \
-        math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
+    return ((np.issubdtype(dtype, np.integer) or dtype == np.bool_)
+            and math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT)
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:
@@ -1001,9 +1001,9 @@ def _pointwise_assumptions(program: Program) -> list[str]:
         return []
     scaled = sorted(f for f in fns if f.endswith("*"))
     other = sorted(f for f in fns if not f.endswith("*"))
-    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + \
-        ([f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
-          "moving data, so f of a block is the same term wherever it was applied"] if other else [])
+    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + (
+        [f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
+         "moving data, so f of a block is the same term wherever it was applied"] if other else [])
     return ["values: " + "; ".join(parts)]
 
 

@@ -50,7 +50,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .entries import ArgSpec, call_entries
 from .jaxprs import jitted_calls, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
@@ -300,8 +300,8 @@ def _matmul_reference(eqns: list, coll: Any) -> dict | None:
 
     flipped = False  # `x @ y.T` is a 2-D transpose of y feeding a plain dot
     y = source(dot.invars[1])
-    while (e := made.get(id(y))) is not None and e.primitive.name == "transpose" \
-            and tuple(e.params["permutation"]) == (1, 0):
+    while ((e := made.get(id(y))) is not None and e.primitive.name == "transpose"
+           and tuple(e.params["permutation"]) == (1, 0)):
         y, flipped = source(e.invars[0]), not flipped
     transposed = (rc[0] == 1) != flipped
     if coll.primitive.name == "all_gather" and source(dot.invars[0]) is coll.outvars[0]:
@@ -515,8 +515,8 @@ def _run_tests(script: Script, env: dict) -> None:
                 continue
             for e in result.raised:
                 user_failure(e, script.path)  # a question ringc cannot answer stops the check
-            if result.raised and not any(c.test == script.test for c in script.captures) \
-                    and not _copied(script, before):
+            if (result.raised and not any(c.test == script.test for c in script.captures)
+                    and not _copied(script, before)):
                 script.notes.append(f"test {script.test} stopped before any kernel call "
                                     f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
     script.test = None
@@ -695,10 +695,10 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     # and its top-level `print` does not even format its arguments: printing a sharded array
     # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
     env["print"] = _unprinted
-    with importing(path, tree, stubs) as imports, _devices(n, script.notes), \
-            answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
-            _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (importing(path, tree, stubs) as imports, _devices(n, script.notes),
+          answering(gen, n, path) as script.answers, _capturing(script), aliases(log),
+          _test_main(script, env), contextlib.redirect_stdout(io.StringIO()),
+          contextlib.redirect_stderr(io.StringIO())):
         pytest_module = entry is None and not args and is_pytest_module(tree)
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
             _run_pytest(script)

@@ -29,9 +29,17 @@ from typing import Any
 
 from .. import topology as T
 from ..cost.rank import ALIASES
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
+from ..compile import compile_for
+from ..cost.model import CostError, estimate, hardware
+from ..cost.sizing import fit_volume
+from ..cost.tune import compile_target, compiler_available
+from ..ir.dtypes import itemsize
+from ..ir.loader import load_text
+from ..verify.check import check
+from ..verify.unroll import buffer_shapes
 
 LATENCY_PROBE = 4 * 1024
 SIZE_SLACK = 0.25   # a candidate's achieved V may differ from the request by this fraction
@@ -215,7 +223,6 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
     """Price `p` at each size, smallest first. A size whose achieved V (the shapes must
     divide) is more than `SIZE_SLACK` away from the request is not a point; once the
     VMEM buffers do not fit, larger sizes are not priced (they need more)."""
-    from ..cost.model import CostError, estimate
     too_big = None
     for size in sorted(sizes):
         if too_big is None and _vmem_buffers(p.schedule, hw, size) > hw.chip.vmem_bytes:
@@ -244,9 +251,6 @@ def _vmem_buffers(sched, hw, size: int) -> int:
     divide (the timed run then says why)."""
     from math import prod
 
-    from ..cost.sizing import fit_volume
-    from ..ir.dtypes import itemsize
-    from ..verify.unroll import buffer_shapes
     try:
         sized = fit_volume(sched, hw.placement.sizes, size)
         shapes = buffer_shapes(sized, hw.placement.sizes)
@@ -257,7 +261,6 @@ def _vmem_buffers(sched, hw, size: int) -> int:
 
 def _verify(p: Priced, topo: T.Topology) -> None:
     """`ringc check` on the slice at the template's small rows; sets verdict and verified."""
-    from ..verify.check import check
     t0 = time.perf_counter()
     try:
         report = check(p.schedule, topology=topo.spec)
@@ -278,9 +281,6 @@ def _compile(p: Priced, hw, size: int, note: str) -> None:
     """Compile the winner, sized for `size`, for a slice of the topology's generation."""
     if note or p.compiled:
         return
-    from ..compile import compile_for
-    from ..cost.sizing import fit_volume
-    from ..cost.tune import compile_target
     target = compile_target(hw, p.schedule)
     try:
         res = compile_for(fit_volume(p.schedule, hw.placement.sizes, size), target)
@@ -297,9 +297,6 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
           compile: bool = True, verify: bool = True, chip: str | None = None, **hw_options) -> SynthResult:
     """Search the families for `collective` on `topology` at each of `sizes` (bytes).
     Raises ValueError for bad input (collective, topology, sizes)."""
-    from ..cost.model import hardware
-    from ..cost.tune import compiler_available
-    from ..ir.loader import load_text
     t0 = time.perf_counter()
     kind = collective_of(collective)
     topo = topology_of(topology)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..collectives import Buffers, Collective, collective_of
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .. import topology
 from math import prod
 
@@ -28,13 +28,14 @@ from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
 from .placement import (Placement, labels, place, rotated_route_summary, route_findings, route_summary,
                         xor_route_summary, xor_routes_symmetric)
-from .races import describe, find_races
+from .races import describe, event_accesses, find_races
 from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
 from .symmetry import memory_steps
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
+from ..data import sample_text
 
 
 def resolve_topology(sched: S.Schedule, n: int | None, topo: "str | topology.Topology",
@@ -263,8 +264,8 @@ def parallel_findings(program: Program) -> list[Finding]:
         for _, landing, ev in events:
             a, key = ev.action, _parallel_key(program, ev)
             if landing:
-                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)] \
-                    + [(a.dst.box, key, ev)]
+                written[a.dst.buffer] = [*(e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)),
+                                         (a.dst.box, key, ev)]
                 continue
             reads, writes = [], []
             if isinstance(a, Compute):
@@ -421,7 +422,6 @@ def _dma_order_known(dma_order: str, sched: Any) -> None:
 def _last_write(order: list[Event], n: int, mm) -> Event | None:
     """The last event of the run that writes into the box `mm` found wrong (its line is where
     a wrong result is reported), or None when nothing writes it."""
-    from .races import event_accesses
     if not mm.buffer:  # a shape mismatch: no box
         return None
     last = None
@@ -543,7 +543,6 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
     """The verdict on runtime data: each sample unrolled and checked in full (data differs per
     device, so there is no quotient); the first sample with a finding is reported, naming
     it, else the last clean one. Every verdict says it rests on these samples only."""
-    from ..data import sample_text
 
     free = [k for k, d in sched.data.items() if d.source is None]
     if not samples:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 from .. import topology as T
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .events import DmaStart, Event, Program, sem_text
 from .findings import Finding
 

@@ -787,8 +787,8 @@ class Memory:
             # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
             index.swap(new[0] if canonical else Piece(box, canonical_value(new[0].value, box)))
             return
-        if len(new) > 1 and all(p.box in exact and box_inside(p.box, box) for p in new) \
-                and len({p.box for p in new}) == len(new) and sum(_volume(p.box) for p in new) == _volume(box):
+        if (len(new) > 1 and all(p.box in exact and box_inside(p.box, box) for p in new)
+                and len({p.box for p in new}) == len(new) and sum(_volume(p.box) for p in new) == _volume(box)):
             # New pieces in the boxes of stored ones (which are disjoint) that fill `r`: these
             # are all the pieces `r` meets, so removing them and adding the new ones in order
             # is swapping each in turn (`_Index.swap`: where removing and adding puts it).
@@ -926,8 +926,8 @@ class Memory:
                 flat = True  # every term a product of plain factors, made canonical here
                 for ta in lefts:
                     for tb in singles:
-                        if ta[0] != PRODUCT and tb[0] != PRODUCT and ta[0][:1] not in (UNINIT, OPAQUE) \
-                                and tb[0][:1] not in (UNINIT, OPAQUE):  # the common case, as below (m = KDIM)
+                        if (ta[0] != PRODUCT and tb[0] != PRODUCT and ta[0][:1] not in (UNINIT, OPAQUE)
+                                and tb[0][:1] not in (UNINIT, OPAQUE)):  # the common case, as below (m = KDIM)
                             terms.append(_canonical((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1), box, single))
                             continue
                         flat = False

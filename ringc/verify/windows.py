@@ -206,8 +206,8 @@ class FusedMemory(Memory):
             else:
                 reads[id(r)] = self._input(r)
         if a.overwrites and None not in reads.values():  # (one that reads the slot adds to its computes)
-            if any(b != dst.box and box_meets(b, dst.box) for b in slots) or \
-                    any(box_meets(b, dst.box) for b in self.bound.get(dst.buffer, ())):
+            if (any(b != dst.box and box_meets(b, dst.box) for b in slots)
+                    or any(box_meets(b, dst.box) for b in self.bound.get(dst.buffer, ()))):
                 raise Unfused(f"{a.kind} into part of a slot of `{dst.buffer}`")
             slots[dst.box] = (dst, [(a, reads)])
         elif entry is None:
