@@ -273,7 +273,7 @@ class Checker:
                                          dma_order=opts["dma_order"])
                 v.report.title = f"{cap.name} (line {call.line}, first run by {item.nodeid})"
                 if cap.reference:
-                    shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
+                    shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
                     v.report.assumptions.append(f"meaning: {cap.reference['kind']}{shift} (the lax reference "
                                                 f"at line {cap.reference_line})")
         except ScheduleError as e:

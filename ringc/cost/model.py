@@ -37,7 +37,7 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
     bound to the topology's as `ringc check` binds them, one instance priced. `n` (from
     `--devices`) sizes a bare `ring` and must match the instance otherwise.
     Raises ValueError, or ScheduleError for a bad `along`."""
-    bare_ring = topology.strip() == "ring"
+    bare_ring = T.sized_by_devices(topology)
     if bare_ring and n is None:
         raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4")
     topo = T.parse(topology, n if bare_ring else None)

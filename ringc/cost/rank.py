@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
+from ..collectives import kind_named
 from ..ir import schema as S
 from ..errors import ScheduleError
 from .model import CostError, Estimate, estimate, hardware
@@ -21,10 +21,6 @@ from ..units import size_text, time_text
 from .. import progress
 from ..ir.loader import load
 from .plot import png_bytes, require_matplotlib
-
-# Names a user may give for a collective, as `collective:` kinds.
-ALIASES = {"all_reduce": "psum", "allreduce": "psum", "reduce_scatter": "psum_scatter",
-           "allgather": "all_gather", "alltoall": "all_to_all", "permute": "ppermute"}
 
 
 def library_dir() -> Path:
@@ -75,11 +71,10 @@ class Ranking:
                 "skipped": [{"schedule": n, "why": w} for n, w in self.skipped]}
 
 
-def collective_kind(name: str) -> str:
-    kind = ALIASES.get(name.lower(), name.lower())
-    kinds = get_args(S.CollectiveKind)
-    if kind not in kinds:
-        raise ValueError(f"unknown collective {name!r}; one of {', '.join(kinds)}")
+def collective_kind(name: str) -> S.CollectiveKind:
+    kind = kind_named(name)
+    if kind is None:
+        raise ValueError(f"unknown collective {name!r}; one of {', '.join(S.CollectiveKind)}")
     return kind
 
 

@@ -8,6 +8,7 @@ locations are then mapped back through the table.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,9 @@ from pydantic import ValidationError
 
 from .. import limits
 from ..errors import ScheduleError
+from . import schema
 from .expr import ExprError
+from .resolve import resolve
 from .schema import OP_KEYS, Schedule, copy_key
 
 LineTable = dict[tuple, int]
@@ -333,8 +336,7 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
             close = difflib.get_close_matches(str(given[0]), OP_KEYS, n=1) if given else []
             fix = (f"did you mean `{close[0]}`?" if close else
                    f"start the op with one of: {', '.join(OP_KEYS)}")
-    elif e["type"] == "literal_error":
-        import re
+    elif e["type"] in ("literal_error", "enum"):
         choices = re.findall(r"'([^']*)'", (e.get("ctx") or {}).get("expected", ""))
         close = difflib.get_close_matches(str(e["input"]), choices, n=1, cutoff=0.5)
         msg = f"`{e['input']}` is not one of {', '.join(f'`{c}`' for c in choices)}"

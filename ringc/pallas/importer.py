@@ -36,8 +36,8 @@ from ..collectives import COLLECTIVES, Buffers, Collective
 from ..errors import ScheduleError
 from .. import limits
 from ..limits import user_code_time
-from ..ir.schema import THREE_INPUT_COLLECTIVES
 from ..verify.events import Compute, DmaStart, Event, Program, Region
+from ..verify import messages as M
 from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
@@ -348,7 +348,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                      "captured; their results were zeros placeholders, not computed")
         report.assumptions[1:1] = script.assumes + cap.assumes  # stubs; how ringc called an entry function
         if cap.reference:
-            shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
+            shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
             fns = cap.reference.get("pointwise")
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
@@ -780,8 +780,7 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
     for role, h in role_handles.items():
         h = h.root() if h is not None else None
         if h is None or h.buffer is None:
-            if (role == "rhs" and not collective.takes_rhs) or (
-                    role == "values" and collective.kind not in THREE_INPUT_COLLECTIVES):
+            if (role == "rhs" and not collective.takes_rhs) or (role == "values" and role not in collective.inputs):
                 continue
             raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
                                 "(ringc states the meaning on the kernels' arrays)", file=file,
@@ -979,7 +978,6 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
 def _fault_findings(faults: list) -> list:
     """`out_of_bounds` findings for the accesses out of range the evaluation met
     (`interpret.out_of_range`): one per line and message, the first device that met it."""
-    from ..verify.findings import Finding
     seen, out = set(), []
     for device, point, line, message in faults:
         key = (getattr(line, "file", None), int(line), message)
@@ -987,8 +985,7 @@ def _fault_findings(faults: list) -> list:
             continue
         seen.add(key)
         where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
-        out.append(Finding("out_of_bounds", f"device {device}: {message} (the check goes on with the access "
-                                            "clamped into the ref)", event=where))
+        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=device, message=message, event=where))
     return out
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import topology as T
-from ..cost.rank import ALIASES
+from ..collectives import NAMES, kind_named
 from ..errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
@@ -199,17 +199,17 @@ def collective_of(name: str) -> str:
     """The collective `ringc synth` searches for `name` (psum, all_gather, psum_scatter, or an
     alias such as all_reduce); ValueError with a did-you-mean otherwise."""
     kinds = collectives()
-    kind = ALIASES.get(name.lower(), name.lower())
+    kind = kind_named(name)
     if kind in kinds:
         return kind
-    known = list(kinds) + [a for a, k in ALIASES.items() if k in kinds]
+    known = list(kinds) + [a for a, k in NAMES.items() if k in kinds and a != k]
     near = difflib.get_close_matches(name.lower(), known, n=1)
     hint = f"; did you mean {near[0]}?" if near else ""
     raise ValueError(f"ringc synth searches {', '.join(kinds)}, not {name!r}{hint}")
 
 
 def topology_of(spec: str) -> T.Topology:
-    if spec.strip() == "ring":
+    if T.sized_by_devices(spec):
         raise ValueError("`ringc synth` needs a sized topology, e.g. ring:16, torus:4x4 or v5p:4x4x4")
     try:
         return T.parse(spec)

@@ -23,6 +23,7 @@ from .. import topology
 from math import prod
 
 from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
+from . import messages as M
 from .findings import Finding, Report
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
@@ -101,9 +102,8 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
     for ev in stuck:
         a: SemWait = ev.action
         reason = _hang_reason(program, m, ev, fed_by.get(a.sem, []))
-        findings.append(Finding(
-            "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
-                    f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
+        findings.append(M.HANG.finding(
+            at=program.where(ev), what=describe(ev), arrives=m.value[a.sem], reason=reason, event=ev,
             trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
     findings += byte_findings(program)
     if stuck:
@@ -124,15 +124,13 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
         total = sum(d.remaining for d in deps)
         if kind_of_sem == "dma" and isinstance(ev.action, DmaStart):
             side = "receive" if ev.action.recv_sem == sem else "send"
-            findings.append(Finding(
-                "dma_not_waited", f"{describe(ev)} at {program.where(ev)} is never waited on its {side} side: "
-                                  f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]} "
-                                  f"({total} bytes from this copy)", event=ev))
+            findings.append(M.DMA_NOT_WAITED.finding(
+                what=describe(ev), at=program.where(ev), side=side, sem=sem_text(sem), label=program.label(sem[0]),
+                value=m.value[sem], total=total, event=ev))
         else:
-            findings.append(Finding(
-                "unbalanced", f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]}, not 0: "
-                              f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
-                event=ev))
+            findings.append(M.UNBALANCED.finding(
+                sem=sem_text(sem), label=program.label(sem[0]), value=m.value[sem], what=describe(ev),
+                at=program.where(ev), event=ev))
     return findings
 
 
@@ -174,12 +172,9 @@ def byte_findings(program: Program) -> list[Finding]:
             if len(by_copy) > 6:
                 listed += f"; and {len(by_copy) - 6} more copies"
             total = sum(d.action.nbytes for d in dmas)
-            findings.append(Finding(
-                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, which is no sum "
-                                 f"of the DMAs on {sem_text(a.sem)} of device {program.label(a.sem[0])}: {listed}; "
-                                 f"{total} bytes in all. A wait takes whatever bytes have arrived, so check the "
-                                 "size of the descriptor it waits with", severity="warning",
-                event=ev, related=[dmas[0]]))
+            findings.append(M.BYTE_MISMATCH.finding(
+                what=describe(ev), at=program.where(ev), value=a.value, sem=sem_text(a.sem),
+                label=program.label(a.sem[0]), listed=listed, total=total, event=ev, related=[dmas[0]]))
     return findings
 
 
@@ -197,11 +192,9 @@ def dtype_findings(program: Program) -> list[Finding]:
             if src is None or dst is None or src == dst:
                 continue
             seen.add(ev.line)
-            findings.append(Finding(
-                "dtype_mismatch", f"{describe(ev)} at {program.where(ev)} copies `{a.src.buffer}` ({src}) into "
-                                  f"`{a.dst.buffer}` ({dst}): a DMA moves bytes and cannot convert element "
-                                  f"types (the TPU compiler refuses it); copy into a {src} buffer and `cast` it "
-                                  f"into the {dst} one in VMEM", event=ev))
+            findings.append(M.DTYPE_MISMATCH.finding(
+                what=describe(ev), at=program.where(ev), src=a.src.buffer, src_dtype=src, dst=a.dst.buffer,
+                dst_dtype=dst, event=ev))
     return findings
 
 
@@ -239,12 +232,9 @@ def parallel_findings(program: Program) -> list[Finding]:
         axes = [program.grid_names[k] for k in program.parallel
                 if k < len(ev.point) and k < len(dep.point) and ev.point[k] != dep.point[k]]
         names = ", ".join(f"`{a}`" for a in axes)
-        findings.append(Finding(
-            "parallel_dependency", f"{describe(ev)} at {program.where(ev)} {what} {describe(dep)} at "
-                                   f"{program.where(dep)}, another iteration of the parallel axis {names}: parallel "
-                                   "iterations may run in any order, and a v4/v5p chip splits the axis over its two "
-                                   "TensorCores, so this dependency breaks; make the axis `arbitrary`, or keep what "
-                                   "an iteration needs inside it", event=ev, related=[dep]))
+        findings.append(M.PARALLEL_DEPENDENCY.finding(
+            what=describe(ev), at=program.where(ev), how=what, dep=describe(dep), dep_at=program.where(dep),
+            axes=names, event=ev, related=[dep]))
 
     every = [ev for events in [*program.devices, *program.second_core] for ev in events]
     remote_fed = {sem for ev in every for sem, _ in deposits(ev.action) if sem[0] != ev.device}
@@ -315,15 +305,9 @@ def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
             if isinstance(a, Compute) or ev.line in seen:
                 continue
             seen.add(ev.line)
-            findings.append(Finding(
-                "megacore_dma", f"{describe(ev)} at {program.where(ev)} runs on core 1: with `megacore: true` only "
-                                "core 0 may issue DMAs and semaphore operations, or both cores of a chip send "
-                                "(guard it with `when: core == 0`)", event=ev))
+            findings.append(M.MEGACORE_DMA.finding(what=describe(ev), at=program.where(ev), event=ev))
     for name in (n for n, b in sched.buffers.items() if b.kind == "output" and b.memory == "vmem"):
-        findings.append(Finding(
-            "megacore_vmem", f"output `{name}` (line {sched.buffers[name].line}) lives in VMEM: with `megacore: true` "
-                             "each core writes its own VMEM copy back to HBM, and core 1's copy overwrites the "
-                             "result; leave the output in HBM (drop `space: vmem`)"))
+        findings.append(M.MEGACORE_VMEM_OUTPUT.finding(name=name, line=sched.buffers[name].line))
     for events in program.devices:
         for ev in events:
             a = ev.action
@@ -332,10 +316,8 @@ def megacore_findings(sched: S.Schedule, program: Program) -> list[Finding]:
             private = [r.buffer for r in (a.src, a.dst) if sched.buffers[r.buffer].memory == "vmem"]
             if private:
                 seen.add(ev.line)
-                findings.append(Finding(
-                    "megacore_vmem", f"{describe(ev)} at {program.where(ev)} moves VMEM (`{private[0]}`) between "
-                                     "chips: with `megacore: true` remote copies go HBM to HBM (the tutorial's "
-                                     "advice), since VMEM belongs to one core", event=ev))
+                findings.append(M.MEGACORE_VMEM_COPY.finding(what=describe(ev), at=program.where(ev),
+                                                              buffer=private[0], event=ev))
     return findings
 
 
@@ -350,7 +332,7 @@ def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective
     return collective, Buffers.of(sched)
 
 
-def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
+def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = topology.DEFAULT, *,
                   use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule",
                   steps: dict[tuple[str, int], int] | None = None) -> Report:
     """Every check of `program` (unrolled on `placement`). `dma_order` is the DMA ordering
@@ -398,15 +380,14 @@ def check_program(sched: S.Schedule, program: Program, placement: "Placement | s
                         unfollowed.append(note)
                     continue
                 last = _last_write(m.order, program.n, mm)
-                findings.append(Finding(
-                    "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
-                                    f"{collective.kind} needs {mm.want}"
-                                    + (f"; its last write: {describe(last)} at {program.where(last)}"
-                                       if last is not None else "; nothing writes it"), event=last,
-                    device=mm.device))
+                written = (M.LAST_WRITE.format(what=describe(last), at=program.where(last)) if last is not None
+                           else M.NOTHING_WRITES)
+                findings.append(M.WRONG_RESULT.finding(
+                    label=program.label(mm.device), where=mm.where, got=mm.got, collective=collective.kind,
+                    want=mm.want, last=written, event=last, device=mm.device))
     report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + schedule_assumptions(sched) + unfollowed)
-    if placement.topo.spec != "ring":  # the default `--topology ring` of N devices goes unsaid
+    if not topology.sized_by_devices(placement.topo.spec):  # the default `--topology ring` of N devices goes unsaid
         report.placement = placement.describe()
     report.routes = route_summary(program, placement)
     return report
@@ -518,7 +499,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
         return None
     report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
                     + schedule_assumptions(sched))
-    if topo.spec != "ring":
+    if not topology.sized_by_devices(topo.spec):
         report.placement = placement.describe()
     report.routes = xor_route_summary(program, placement) if xor else rotated_route_summary(program, placement)
     return report
@@ -559,7 +540,7 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
             program = Program(sched.name, sched.file, n, grid, [[] for _ in range(n)], {}, {},
                               axis_sizes=dict(placement.sizes))
             where = Event(fault.device, 0, fault.point, fault.line, None)  # type: ignore[arg-type]
-            findings = [Finding("out_of_bounds", f"{fault.message} [{label}: {shown}]", event=where)]
+            findings = [M.OUT_OF_BOUNDS.finding(message=fault.message, sample=label, shown=shown, event=where)]
             report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
         else:
             report = check_program(sched, program, placement, dma_order=dma_order,
@@ -641,7 +622,7 @@ def apply_strict(report: Any, strict: bool) -> Any:
     return report
 
 
-def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
+def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = topology.DEFAULT,
           invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any",
           data: "list[dict] | None" = None, data_how: str = "given samples", jobs: int | None = None) -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`
