@@ -24,7 +24,7 @@ from math import prod
 
 from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
 from . import messages as M
-from .findings import Finding, Report
+from .findings import Finding, Report, Severity
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from . import quotient
 from .placement import (Placement, labels, place, rotated_route_summary, route_findings, route_summary,
@@ -494,7 +494,7 @@ def rotated_report(sched: S.Schedule, program: Program, placement: Placement, dm
     if xor and not xor_routes_symmetric(program, placement):
         return None
     routes = route_findings(program, placement)
-    if (any(f.severity != "warning" for f in routes) or megacore_findings(sched, program)
+    if (any(f.severity != Severity.WARNING for f in routes) or megacore_findings(sched, program)
             or dtype_findings(program) or parallel_findings(program) or not quotient.clean(sched, program, meaning, jobs)):
         return None
     report = Report(program, routes, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"]
@@ -616,8 +616,8 @@ def apply_strict(report: Any, strict: bool) -> Any:
     error, saying so."""
     if strict:
         for f in getattr(report, "findings", ()):
-            if f.severity == "warning":
-                f.severity = "error"
+            if f.severity == Severity.WARNING:
+                f.severity = Severity.ERROR
                 f.message += " [an error under --strict]"
     return report
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .events import Event
-from .findings import Finding
+from .findings import Finding, Severity
 
 __all__ = ["Message", "MESSAGES"]
 
@@ -22,7 +22,7 @@ __all__ = ["Message", "MESSAGES"]
 class Message(NamedTuple):
     kind: str                  # the finding kind (`findings.KINDS`)
     template: str              # `str.format` fields, filled by the check
-    severity: str = "error"    # or "warning": reported, not failing (`--strict` fails on it)
+    severity: Severity = Severity.ERROR  # or WARNING: reported, not failing (`--strict` fails on it)
 
     def format(self, **fields: Any) -> str:
         return self.template.format(**fields)
@@ -42,7 +42,7 @@ UNBALANCED = Message(
 BYTE_MISMATCH = Message(
     "byte_mismatch", "{what} at {at} expects {value} bytes, which is no sum of the DMAs on {sem} of device "
                      "{label}: {listed}; {total} bytes in all. A wait takes whatever bytes have arrived, so check "
-                     "the size of the descriptor it waits with", "warning")
+                     "the size of the descriptor it waits with", Severity.WARNING)
 
 # -- the program's own rules (`check.dtype_findings`, `parallel_findings`, `megacore_findings`)
 DTYPE_MISMATCH = Message(
@@ -81,16 +81,16 @@ RACE = Message("race", "race on {memory}: {one}, while {two}. Nothing orders the
 BAD_TARGET = Message("bad_target", "{what} at {at} targets device {target}, which does not exist for N={n}: "
                                    "is a `% N` missing?")
 SELF_TARGET = Message("self_target", "{what} at {at} sends to its own device; use a local copy, or say it is meant "
-                                     "with `self_copy: true` on the copy", "warning")
+                                     "with `self_copy: true` on the copy", Severity.WARNING)
 UNROUTABLE = Message("unroutable", "{what} at {at} sends to {to} at offset {offsets}, which TPU v5e cannot route: a "
                                    "v5e device only sends to power-of-2 offsets from itself (seed 000, \"Routing\")")
 NO_WRAPAROUND = Message(
     "no_wraparound", "{what} at {at} sends to {to} around the end of axis {axis}, but {topology} has no wraparound "
                      "there ({reason}): the send is routed over {hops} hops ({path}) and shares those links with the "
-                     "other sends. Correct, but slow; --strict makes this an error", "warning")
+                     "other sends. Correct, but slow; --strict makes this an error", Severity.WARNING)
 NOT_NEIGHBOUR = Message(
     "not_neighbour", "{what} at {at} goes to {to}, {hops} hops away on {topology} ({path}); it is routed through "
-                     "other devices and competes for their links", "warning")
+                     "other devices and competes for their links", Severity.WARNING)
 
 # Every message, by name (the coverage test reads it).
 MESSAGES: dict[str, Message] = {name: m for name, m in globals().items() if isinstance(m, Message)}
