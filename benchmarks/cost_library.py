@@ -24,7 +24,7 @@ def main() -> int:
     import ringc
     from ringc.cost import CostError, estimate, hardware
     from ringc.cost.sizing import parse_size, size_text
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4KiB,1MiB,256MiB")

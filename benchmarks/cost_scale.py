@@ -34,7 +34,7 @@ def price(path: str, topo: str, size: int, out) -> None:
     sys.path.insert(0, str(ROOT))
     import ringc
     from ringc.cost import CostError, estimate, hardware
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     sched = ringc.load(path)
     try:
         hw = hardware(topo, sched)

@@ -37,7 +37,7 @@ def main() -> int:
     from ringc.cost import CostError, estimate, hardware
     from ringc.cost.chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY
     from ringc.cost.sizing import parse_size
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     from ringc.ir.loader import load_text
     from ringc.synth import synth
     from ringc.synth.families import per_axis_direct

@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import limits, progress
+from . import limits, progress, topology
 from .output import FORMATS, Output, ringc_version
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # `--tpu`'s generations, the default first, as `ringc.pallas.tpu.GENERATIONS` has them (a test
@@ -89,7 +89,6 @@ def _seed(text: str) -> int:
 
 
 def _topology(text: str) -> str:
-    from . import topology
     try:
         topology.parse(text, 1 if topology.sized_by_devices(text) else None)
     except ValueError as e:
@@ -184,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--devices", type=_devices, metavar="N|A..B",
                    help="devices on the ring (required with the default `--topology ring`; with a sized "
                         "topology, optional and its total device count)")
-    c.add_argument("--topology", type=_topology, default="ring",
+    c.add_argument("--topology", type=_topology, default=topology.DEFAULT,
                    help="ring (default), ring:N, line:N, torus:AxB[xC], mesh:AxB[xC] (no wraparound), or a TPU "
                         "slice: v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB (wraparound per generation)")
     c.add_argument("--along", metavar="AXES",
@@ -303,8 +302,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
     ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.core import apply_strict
-    from .topology import sized_by_devices
-    ring = sized_by_devices(args.topology)
+    ring = topology.sized_by_devices(args.topology)
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
@@ -374,8 +372,7 @@ def _check_schedule(args: argparse.Namespace, path: str):
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
     sched = _load(path, args.param)
-    from .topology import sized_by_devices
-    if args.devices is None and sized_by_devices(args.topology):
+    if args.devices is None and topology.sized_by_devices(args.topology):
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N, or a sized topology such as --topology torus:4x4")
     for n in args.devices or [None]:
@@ -875,7 +872,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.format == "png" and not args.output:
         raise ScheduleError("--format png writes a file: give -o OUT.png", file=args.file, fix="add -o timeline.png")
     out = _output_path(args.output, args.file) if args.output else None
-    hw = _timed(sched, args.topology or "ring", args.along, args.devices)
+    hw = _timed(sched, args.topology or topology.DEFAULT, args.along, args.devices)
     try:
         e = estimate(sched, hw, nbytes=args.bytes, every_device=True)  # a timeline of every device
     except CostError as err:

@@ -43,11 +43,12 @@ from math import prod
 from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
 
 from .ir import schema as S
+from .ir.schema import CollectiveKind as K
 from .ir.dtypes import itemsize
 from .ir.rules import RuleTable
 
 __all__ = ["Box", "IndexMap", "Term", "Value", "Piece", "KDIM", "PRODUCT", "unravel", "Buffers", "Collective",
-           "COLLECTIVES", "collective_of", "TITLES", "ragged_all_to_all_lax"]
+           "COLLECTIVES", "collective_of", "TITLES", "NAMES", "kind_named", "ragged_all_to_all_lax"]
 
 Box = tuple[tuple[int, int], ...]
 # A term's index map: for each input dimension, (buffer dim, offset), (None, constant), or
@@ -92,19 +93,32 @@ class Buffers:
     @classmethod
     def of(cls, sched: S.Schedule) -> "Buffers":
         """The roles a YAML schedule gives its buffers (device dims: its slot dims, at least 1)."""
+        roles = COLLECTIVES[sched.collective.kind].inputs
         names = [sched.io_buffer("input"), sched.io_buffer("output")]
-        rhs = sched.io_buffer("rhs") if sched.collective.kind in S.TWO_INPUT_COLLECTIVES else None
+        rhs = sched.io_buffer("rhs") if "rhs" in roles else None
         names += [rhs] if rhs else []
-        values = sched.io_buffer("values") if sched.collective.kind in S.THREE_INPUT_COLLECTIVES else None
+        values = sched.io_buffer("values") if "values" in roles else None
         names += [values] if values else []
         return cls(names[0], names[1], rhs, {n: itemsize(sched.dtype_of(n)) for n in names},
                    {n: max(1, len(sched.buffers[n].slots)) for n in names}, values)
 
 
 class Collective:
-    """Base of every collective; see the module docstring for what each method means."""
-    kind: ClassVar[str]
+    """Base of every collective; see the module docstring for what each method means, and
+    the class variables below for its per-kind facts (its kind is spelled once, in
+    `schema.CollectiveKind`)."""
+    kind: ClassVar[S.CollectiveKind]
     title: ClassVar[str]                 # its name in reports: "all-reduce"
+    # The roles of its inputs (`Buffers`): the input, and the matmuls' and ragged_all_to_all's
+    # `rhs` (`collective.rhs` in YAML), ring_attention's `values` (`collective.values`).
+    inputs: ClassVar[tuple[str, ...]] = ("input",)
+    takes_rhs: ClassVar[bool] = False     # a matmul collective: it multiplies by its `rhs` input
+    takes_shift: ClassVar[bool] = False   # it has a parameter, `shift` (ppermute): part of its identity
+    # Other names for it that `ringc cost --collective` and `ringc synth` accept (`kind_named`).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    # The runtime data arrays (`data:`, of shape [N]) its meaning reads, named as the
+    # arguments of its `lax` call (`resolve` requires them).
+    data_arrays: ClassVar[tuple[str, ...]] = ()
     volume_role: ClassVar[str] = "input"  # the buffer whose size is V (`cost/sizing.py`)
     bisection: ClassVar[bool] = False     # the bound counts the bisection (all-to-all)
     assumes: ClassVar[str | None] = None  # what a meaning check of it leaves out (in every verdict)
@@ -119,17 +133,17 @@ class Collective:
         self.shift = shift
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(shift={self.shift})" if self.kind == "ppermute" else type(self).__name__
+        return f"{type(self).__name__}(shift={self.shift})" if self.takes_shift else type(self).__name__
 
     def __eq__(self, other: object) -> bool:  # the shift is a parameter of ppermute only
-        return type(self) is type(other) and (self.kind != "ppermute" or self.shift == other.shift)  # type: ignore
+        return type(self) is type(other) and (not self.takes_shift or self.shift == other.shift)  # type: ignore
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.shift if self.kind == "ppermute" else 0))
+        return hash((self.kind, self.shift if self.takes_shift else 0))
 
-    @property
-    def takes_rhs(self) -> bool:
-        return self.kind in S.MATMUL_COLLECTIVES
+    def label(self) -> str:
+        """Its kind, with its parameter where it has one: `ppermute (shift +1)`."""
+        return f"{self.kind} (shift {self.shift:+d})" if self.takes_shift else str(self.kind)
 
     # -- meaning ---------------------------------------------------------------------
     def shape_problem(self, n: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> str | None:
@@ -152,6 +166,13 @@ class Collective:
         raise NotImplementedError
 
     # -- lax ---------------------------------------------------------------------------
+    @classmethod
+    def lax_parameters(cls, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What a traced call of its `lax` primitive (the equation's `params`) computes, in the
+        terms of this class: {} for its layout (ppermute: {"shift": s}); None when the call
+        lays the data out otherwise (along another dimension: no meaning ringc states)."""
+        return {}
+
     def lax(self, x: Any, axis: Any, n: int, rhs: Any = None, dtype: Any = None) -> Any:
         """The `lax` call on a per-device array inside shard_map (see `reference.py`)."""
         raise NotImplementedError
@@ -240,6 +261,11 @@ COLLECTIVES: RuleTable[type[Collective]] = RuleTable("collectives (ringc/collect
                                                      "collectives")
 
 
+def _registered(cls: type[Collective]) -> type[Collective]:
+    """Register a collective class under its own `kind`."""
+    return COLLECTIVES.register(cls.kind)(cls)
+
+
 class _SameShape(Collective):
     """A collective whose output has the input's shape, element by element."""
 
@@ -256,11 +282,20 @@ class _SameShape(Collective):
         return len(s.shapes[b.output]) == rank and s.same(b.output, b.input, ((i, i) for i in range(rank)))
 
 
-@COLLECTIVES.register("ppermute")
+@_registered
 class Ppermute(_SameShape):
     """Device d's x lands on device (d + shift) % N."""
-    kind, title = "ppermute", "permutation"
-    lax_primitives = ("ppermute",)
+    kind, title = K.PPERMUTE, "permutation"
+    lax_primitives, takes_shift, aliases = ("ppermute",), True, ("permute",)
+
+    @classmethod
+    def lax_parameters(cls, params):  # one shift for every device: a permutation of all of them
+        perm = params["perm"]
+        n = len(perm)
+        shifts = {(dst - src) % n for src, dst in perm}
+        if len(shifts) != 1 or sorted(s for s, _ in perm) != list(range(n)):
+            return None
+        return {"shift": shifts.pop()}
 
     def expected(self, n, device, shapes, b):
         full, ident = self._full(shapes, b)
@@ -294,10 +329,10 @@ class Ppermute(_SameShape):
         return Ppermute(-self.shift)
 
 
-@COLLECTIVES.register("psum")
+@_registered
 class Psum(_SameShape):
     """out = sum over devices of x."""
-    kind, title = "psum", "all-reduce"
+    kind, title, aliases = K.PSUM, "all-reduce", ("all_reduce", "allreduce")
     xor_symmetric, lax_primitives = True, ("psum", "psum_invariant")
 
     def expected(self, n, device, shapes, b):
@@ -322,11 +357,15 @@ class Psum(_SameShape):
         return Psum()
 
 
-@COLLECTIVES.register("all_gather")
+@_registered
 class AllGather(Collective):
     """out[j] = device j's x (a new leading dim N, which may be split over leading slots)."""
-    kind, title, volume_role = "all_gather", "all-gather", "output"
+    kind, title, volume_role, aliases = K.ALL_GATHER, "all-gather", "output", ("allgather",)
     xor_symmetric, lax_primitives = True, ("all_gather",)
+
+    @classmethod
+    def lax_parameters(cls, params):
+        return {} if params.get("all_gather_dimension", 0) == 0 else None
 
     def shape_problem(self, n, shapes, b):
         x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.output)
@@ -357,11 +396,15 @@ class AllGather(Collective):
         return PsumScatter()
 
 
-@COLLECTIVES.register("psum_scatter")
+@_registered
 class PsumScatter(Collective):
     """x has leading dim N (or leading slots multiplying to N); out = sum over devices of x[me]."""
-    kind, title = "psum_scatter", "reduce-scatter"
+    kind, title, aliases = K.PSUM_SCATTER, "reduce-scatter", ("reduce_scatter",)
     xor_symmetric, lax_primitives = True, ("reduce_scatter",)
+
+    @classmethod
+    def lax_parameters(cls, params):
+        return {} if params.get("scatter_dimension", 0) == 0 else None
 
     def shape_problem(self, n, shapes, b):
         x, out, k = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input)
@@ -394,11 +437,15 @@ class PsumScatter(Collective):
         return AllGather()
 
 
-@COLLECTIVES.register("all_to_all")
+@_registered
 class AllToAll(Collective):
     """x has leading dim N; out[j] = device j's x[me]."""
-    kind, title, bisection = "all_to_all", "all-to-all", True
+    kind, title, bisection, aliases = K.ALL_TO_ALL, "all-to-all", True, ("alltoall",)
     xor_symmetric, lax_primitives = True, ("all_to_all",)
+
+    @classmethod
+    def lax_parameters(cls, params):  # split and concatenated along dimension 0
+        return {} if (params.get("split_axis", 0), params.get("concat_axis", 0)) == (0, 0) else None
 
     def shape_problem(self, n, shapes, b):
         x, out, kx, ko = tuple(shapes[b.input]), tuple(shapes[b.output]), b.dims(b.input), b.dims(b.output)
@@ -438,6 +485,7 @@ class _Matmul(Collective):
     `rhs_t` the right operand is stored transposed, y [n, k], and the product is x @ y^T
     (lax.dot_general contracting the last dim of both), as production collective matmuls
     keep their weights."""
+    inputs, takes_rhs = ("input", "rhs"), True
     moves_like: ClassVar[type[Collective]]
     gathers: ClassVar[bool]          # all_gather(x) @ y; else psum_scatter(x @ y)
     rhs_t: ClassVar[bool] = False    # y is [n, k]: the product is x @ y^T
@@ -558,43 +606,43 @@ class _MatmulPsumScatter(_Matmul):
 # The transposes pair a gather with a scatter of the other orientation, with the same y:
 # x -> all_gather(x) @ y is g -> psum_scatter(g @ y^T), and x -> psum_scatter(x @ y) is
 # g -> all_gather(g) @ y^T. So a y stored once serves the forward and the backward kernel.
-@COLLECTIVES.register("all_gather_matmul")
+@_registered
 class AllGatherMatmul(_AllGatherMatmul):
     """x [m, k], y [k, n]; out [N, m, n]: out[j] = device j's x @ my y."""
-    kind, title = "all_gather_matmul", "all-gather matmul"
+    kind, title = K.ALL_GATHER_MATMUL, "all-gather matmul"
 
     def transpose(self):
         return MatmulPsumScatterT()
 
 
-@COLLECTIVES.register("all_gather_matmul_t")
+@_registered
 class AllGatherMatmulT(_AllGatherMatmul):
     """x [m, k], y [n, k]; out [N, m, n]: out[j] = device j's x @ my y^T."""
-    kind, title, rhs_t = "all_gather_matmul_t", "all-gather matmul (y transposed)", True
+    kind, title, rhs_t = K.ALL_GATHER_MATMUL_T, "all-gather matmul (y transposed)", True
 
     def transpose(self):
         return MatmulPsumScatter()
 
 
-@COLLECTIVES.register("matmul_psum_scatter")
+@_registered
 class MatmulPsumScatter(_MatmulPsumScatter):
     """x [N, m, k], y [k, n]; out [m, n]: out = sum over j of device j's x[me] @ its y."""
-    kind, title = "matmul_psum_scatter", "matmul reduce-scatter"
+    kind, title = K.MATMUL_PSUM_SCATTER, "matmul reduce-scatter"
 
     def transpose(self):
         return AllGatherMatmulT()
 
 
-@COLLECTIVES.register("matmul_psum_scatter_t")
+@_registered
 class MatmulPsumScatterT(_MatmulPsumScatter):
     """x [N, m, k], y [n, k]; out [m, n]: out = sum over j of device j's x[me] @ its y^T."""
-    kind, title, rhs_t = "matmul_psum_scatter_t", "matmul reduce-scatter (y transposed)", True
+    kind, title, rhs_t = K.MATMUL_PSUM_SCATTER_T, "matmul reduce-scatter (y transposed)", True
 
     def transpose(self):
         return AllGatherMatmul()
 
 
-@COLLECTIVES.register("ring_attention")
+@_registered
 class RingAttention(Collective):
     """Ring attention without the softmax: q [m, d] (this device's queries, `input`), k and
     v [s, d] (each device's own key and value blocks, `rhs` and `values`); out [m, d]:
@@ -613,7 +661,8 @@ class RingAttention(Collective):
     the two einsums in float32. No transpose collective: the cotangents of q, k and v are
     no single collective of this module (jax.grad of a kernel raises unless it is given
     its own `transpose`)."""
-    kind, title, volume_role = "ring_attention", "ring attention (linear, no softmax)", "rhs"
+    kind, title, volume_role = K.RING_ATTENTION, "ring attention (linear, no softmax)", "rhs"
+    inputs, takes_rhs = ("input", "rhs", "values"), True  # the queries, the keys, the values
     assumes = ("meaning: linear attention, out = sum_j (q k_j^T) v_j; the softmax (running max and sum, "
                "exp, rescaling) is not modelled, so its elementwise ops are not checked")
 
@@ -674,10 +723,10 @@ class RingAttention(Collective):
         return None
 
 
-@COLLECTIVES.register("ragged_all_to_all")
+@_registered
 class RaggedAllToAll(Collective):
     """`lax.ragged_all_to_all(x, init, input_offsets, send_sizes, output_offsets, recv_sizes,
-    axis_name)` with one slice per peer (the data arrays of shape [N], `schema.RAGGED_DATA`):
+    axis_name)` with one slice per peer (the data arrays of shape [N], `data_arrays`):
     device j's rows x[input_offsets[d] : + send_sizes[d]] land on device d at
     out[output_offsets[d] : + send_sizes[d]] (offsets on the receiver); every other row of out
     is init's (lax's `output` argument, here `Buffers.rhs`). Rows are the leading dimension.
@@ -687,7 +736,9 @@ class RaggedAllToAll(Collective):
     transpose sends the cotangent back: out's rows to where they came from (a ragged
     all-to-all with the roles of the offsets swapped, as JAX's transpose rule does), and
     init's cotangent is the cotangent with the received rows zeroed."""
-    kind, title, bisection = "ragged_all_to_all", "ragged all-to-all", True
+    kind, title, bisection = K.RAGGED_ALL_TO_ALL, "ragged all-to-all", True
+    inputs = ("input", "rhs")  # rhs: lax's `output` argument, the values kept where nothing lands
+    data_arrays = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
 
     def __init__(self, shift: int = 1, data: Mapping[str, Any] | None = None):
         super().__init__(shift)
@@ -735,7 +786,7 @@ class RaggedAllToAll(Collective):
         all_to_all of output_offsets, an all_gather of x, one dynamic update per slice)."""
         import jax
         from jax import lax
-        io, ss, oo, rs = (data[k] for k in S.RAGGED_DATA)
+        io, ss, oo, rs = (data[k] for k in self.data_arrays)
         if jax.default_backend() != "cpu":
             return lax.ragged_all_to_all(x, rhs, io, ss, oo, rs, axis_name=axis)
         return ragged_all_to_all_lax(x, rhs, io, ss, oo, rs, axis, n)
@@ -786,6 +837,15 @@ def ragged_all_to_all_lax(x: Any, init: Any, input_offsets: Any, send_sizes: Any
 
 
 TITLES: dict[str, str] = {kind: c.title for kind, c in COLLECTIVES.items()}
+# Every name a user may give for a collective (`ringc cost --collective`, `ringc synth`): its
+# kind and its class's aliases.
+NAMES: dict[str, S.CollectiveKind] = {**{kind: kind for kind in COLLECTIVES},
+                                      **{a: kind for kind, c in COLLECTIVES.items() for a in c.aliases}}
+
+
+def kind_named(name: str) -> S.CollectiveKind | None:
+    """The collective kind `name` spells, in any case: a kind or one of its aliases (None: none)."""
+    return NAMES.get(name.lower())
 
 
 def collective_of(sched: S.Schedule) -> Collective:

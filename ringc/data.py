@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from .ir import expr as E
 from .ir import schema as S
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 from . import limits
 from .ir.resolve import axis_size_env, resolved
 
@@ -113,9 +113,9 @@ def problems(sched: S.Schedule, n: int, sample: Mapping[str, Any], sizes: Mappin
                                   f"most {lim['sum']} allowed (sum_at_most)"))
         src = sample.get(d.source) if d.source else None
         if src is not None and len(src) == n:
-            want = derive(sched, n, {d.source: src})[name] if d.prefix_sum_of else \
-                tuple(tuple(src[j][dev] for j in range(n)) for dev in range(n)) if all(
-                    len(r) == n for r in src) else None
+            want = (derive(sched, n, {d.source: src})[name] if d.prefix_sum_of else
+                    tuple(tuple(src[j][dev] for j in range(n)) for dev in range(n)) if all(
+                        len(r) == n for r in src) else None)
             if want is not None and tuple(tuple(r) for r in values) != want:
                 rel = "the exclusive prefix sum" if d.prefix_sum_of else "the transpose across devices"
                 out.append((name, f"`{name}` is {[list(r) for r in values]}, but it is declared {rel} of "

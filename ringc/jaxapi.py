@@ -36,6 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Mapping
 
+from . import topology as T
 from .ir import Schedule, ScheduleError, load
 
 __all__ = ["CHECK_SIZES", "EMIT_DATA", "check_topologies", "check_before_emit", "refusal",
@@ -52,7 +53,7 @@ def check_topologies(sched: Schedule, devices: Iterable[int] | None = None) -> l
     or, given `devices`, the most nearly square k-D torus of each count."""
     k = len(sched.axes)
     if k == 1:
-        return [(n, "ring") for n in (devices or CHECK_SIZES)]
+        return [(n, T.DEFAULT) for n in (devices or CHECK_SIZES)]
     if devices is None:
         return [(None, "torus:" + "x".join(["2"] * k)), (None, "torus:" + "x".join(["3"] + ["2"] * (k - 1)))]
     out = []
@@ -128,7 +129,7 @@ def _sizes_at(sched: Schedule, n: int | None, topo: str) -> dict[str, int]:
 def _topology_of(sched: Schedule, sizes: Mapping[str, int]) -> tuple[int | None, str]:
     """(n, topology) to check `sched` at `sizes`: a ring of N, or the torus of the axis sizes."""
     if len(sched.axes) == 1:
-        return sizes["N"], "ring"
+        return sizes["N"], T.DEFAULT
     return None, "torus:" + "x".join(str(sizes[f"N_{a}"]) for a in sched.axes)
 
 
@@ -335,8 +336,8 @@ def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[s
 def _verdict(base: Schedule, text: str | None, source: str, params: Mapping[str, int], sizes: Mapping[str, int],
              n: int | None, topo: str) -> dict:
     from .ir.loader import load_text
-    sched = load_text(text, source, params) if text is not None else \
-        base.model_copy(update={"params": {**base.params, **params}})
+    sched = (load_text(text, source, params) if text is not None
+             else base.model_copy(update={"params": {**base.params, **params}}))
     if text is None:
         sched._file, sched._header, sched._lines = base.file, base.header, base._lines
     flags = " ".join(f"--param {k}={v}" for k, v in params.items() if base.params.get(k) != v)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 

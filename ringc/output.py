@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
+from .verify.findings import KINDS
 
 __all__ = ["FORMATS", "JSON_VERSION", "Output", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "document", "error_json",
            "ringc_version"]
@@ -144,7 +145,6 @@ class Output:
 
     # -- sarif --------------------------------------------------------------------
     def sarif(self) -> dict[str, Any]:
-        from .verify.findings import KINDS
         used = sorted({f.kind for r in self.reports for f in r.findings})
         rules = [{"id": kind, "name": _rule_name(kind), "shortDescription": {"text": KINDS.get(kind, kind)},
                   "fullDescription": {"text": KINDS.get(kind, kind)},

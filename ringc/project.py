@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 from .verify.order import DmaOrder
 
 __all__ = ["CheckGroup", "Project", "find_pyproject", "load_project"]

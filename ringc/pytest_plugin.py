@@ -250,7 +250,7 @@ class Checker:
         return result
 
     def _check(self, call: _Call, opts: dict, item: Any) -> _Verdict:
-        from .ir.errors import ScheduleError
+        from .errors import ScheduleError
         from .pallas.compat import AliasLog
         from .pallas.importer import check_capture
         from .pallas.tpu import unsupported_in
@@ -273,7 +273,7 @@ class Checker:
                                          dma_order=opts["dma_order"])
                 v.report.title = f"{cap.name} (line {call.line}, first run by {item.nodeid})"
                 if cap.reference:
-                    shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
+                    shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
                     v.report.assumptions.append(f"meaning: {cap.reference['kind']}{shift} (the lax reference "
                                                 f"at line {cap.reference_line})")
         except ScheduleError as e:

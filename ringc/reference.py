@@ -93,9 +93,10 @@ def reference(schedule: S.Schedule, mesh, **params) -> Callable:
     in_specs = tuple(P(*s.partition_spec(b)) for b in inputs) + tuple(P(s.axis) for _ in data)
     out_spec = P(*s.partition_spec(dst))
     kind, axis, shift = s.collective.kind, s.axis, s.collective.shift
-    rhs = s.io_buffer("rhs") if kind in S.TWO_INPUT_COLLECTIVES else None
+    roles = COLLECTIVES[kind].inputs
+    rhs = s.io_buffer("rhs") if "rhs" in roles else None
     rhs_shape = _eval_shape(s, s.buffers[rhs].full_shape, env, f"shape of buffer `{rhs}`") if rhs else None
-    third = s.io_buffer("values") if kind in S.THREE_INPUT_COLLECTIVES else None
+    third = s.io_buffer("values") if "values" in roles else None
     third_shape = _eval_shape(s, s.buffers[third].full_shape, env, f"shape of buffer `{third}`") if third else None
     out_dtype = s.dtype_of(dst)
 

@@ -26,9 +26,13 @@ from typing import Mapping
 from .ir import expr as E
 from .ir import schema as S
 from .ir.dtypes import itemsize
-from .ir.errors import ScheduleError
+from .errors import ScheduleError
 from .ir.resolve import axis_size_env, resolved
 from .reference import reference, summed_terms
+from .jaxapi import import_kernel
+from .testing import heaviest_sample
+from .topology import parse
+from .verify.placement import place
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -74,7 +78,6 @@ def ensure_host_devices(n: int) -> bool:
 def load_module(schedule: S.Schedule) -> ModuleType:
     """Emit the schedule's module and import it in memory, unchecked (`ringc.jaxapi.import_kernel`:
     tracebacks show the generated lines). `ringc run` refuses a schedule that would hang itself."""
-    from .jaxapi import import_kernel
 
     return import_kernel(schedule)
 
@@ -94,8 +97,6 @@ def mesh_layout(schedule: S.Schedule, shape: tuple[int, ...], along: str | None 
     schedule axis. The schedule's axes go where `along` says (`y`, `x,y`, or indices; by
     default axes named x, y, z go to that position, others to the first positions), the
     other mesh axes are named x, y, z, w, ... whatever the schedule does not use."""
-    from .topology import parse
-    from .verify.placement import place
 
     placement = place(schedule, parse("mesh:" + "x".join(map(str, shape))), along)
     names: list[str | None] = [None] * len(shape)
@@ -187,7 +188,6 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     fn = module.build(mesh, interpret=interpret, **params)
     if schedule.data:
         if data is None:
-            from .testing import heaviest_sample
             data = heaviest_sample(schedule, n, seed, sizes)
         inputs = module.make_inputs(mesh, jax.random.key(seed), data=data, **params)
     else:

@@ -29,6 +29,10 @@ from .ir import schema as S
 from .ir.loader import load
 from .ir.schema import op_tag
 from .topology import DEFAULT, sized_by_devices
+from .data import Sample, bounds, derive, load_samples, parse_spec, problems
+from .errors import ScheduleError
+from .verify.check import check, resolve_topology
+from .verify.unroll import buffer_shapes
 
 if TYPE_CHECKING:
     from hypothesis import strategies as st
@@ -70,8 +74,6 @@ def topology_for(sched: S.Schedule, n: int) -> str:
 def supports(sched: S.Schedule, n: int) -> bool:
     """Whether a one-axis schedule's shapes and grid are defined for n devices (a
     hypercube's `log2(N)` is for powers of two only); a multi-axis one: always."""
-    from .ir.errors import ScheduleError
-    from .verify.unroll import buffer_shapes
     if len(sched.axes) > 1:
         return True
     try:
@@ -95,8 +97,6 @@ def check_sized(sched: S.Schedule, n: int, **kwargs):
     schedule (`supported_size`: a power of two for a hypercube), a torus of about n
     devices for a multi-axis one. A schedule with runtime data is checked on
     `CHECK_SIZED_DATA` samples drawn from its constraints (seed 0) unless `data` is given."""
-    from .verify.check import check
-    from .verify.check import resolve_topology
 
     n = supported_size(sched, n)
     topo = topology_for(sched, n)
@@ -125,10 +125,10 @@ class Mutation:
     op: str            # the mutated op's key: wait, sem_wait, signal, start, ...
 
     def describe(self) -> str:
-        return {"drop": "dropped the op", "flip": "flipped the direction of the copy used",
+        what = {"drop": "dropped the op", "flip": "flipped the direction of the copy used",
                 "swap": "swapped the op with the next one",
-                "unfeed": "dropped the `arrives` of the pipeline's inputs (fetched without waiting)"}[self.kind] \
-            + f" at line {self.line}"
+                "unfeed": "dropped the `arrives` of the pipeline's inputs (fetched without waiting)"}[self.kind]
+        return f"{what} at line {self.line}"
 
 
 def _op_paths(ops: list[S.Op], prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], S.Op]]:
@@ -221,7 +221,6 @@ def data_samples(sched: S.Schedule, n: int, sizes: dict[str, int] | None = None)
     st = _strategies()
     from hypothesis import reject
 
-    from .data import bounds, derive, problems
 
     limits = bounds(sched, n, sizes)
     free = [k for k, d in sched.data.items() if d.source is None]
@@ -298,8 +297,6 @@ def draw_samples(sched: S.Schedule, n: int, count: int, seed: int = 0,
 def samples_for(spec: str, sched: S.Schedule, n: int, seed: int = 0,
                 sizes: Mapping[str, int] | None = None) -> tuple[list[Sample], str]:
     """The samples `--data SPEC` gives at N devices, and how they were chosen (for the verdict)."""
-    from .data import load_samples, parse_spec
-    from .ir.errors import ScheduleError
 
     kind, arg = parse_spec(spec)
     if kind == "random":

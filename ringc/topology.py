@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from . import limits
+
 if TYPE_CHECKING:
     import networkx as nx
 
@@ -191,10 +193,9 @@ def parse(spec: str, n: int | None = None) -> Topology:
     if n is not None and math.prod(shape) != n:
         raise ValueError(f"topology {spec!r} has {math.prod(shape)} devices, but N={n}; "
                          f"pass --devices {math.prod(shape)} or a topology of {n} devices")
-    from .limits import LIMITS, value
-    if math.prod(shape) > value("devices"):  # refused before the graph is built
+    if math.prod(shape) > limits.value("devices"):  # refused before the graph is built
         raise ValueError(f"topology {spec.strip()!r} has {math.prod(shape):,} devices, over the limit `devices` of "
-                         f"{value('devices'):,}; raise the limit with {LIMITS['devices'].how_to_raise}")
+                         f"{limits.value('devices'):,}; raise the limit with {limits.LIMITS['devices'].how_to_raise}")
     return Topology(spec=spec.strip(), kind=kind, shape=shape, wrap=wrap, generation=generation)
 
 

@@ -94,7 +94,7 @@ def pallas_cases() -> list[tuple[str, str, dict]]:
 
 
 def pallas_verdict(rel: str, kw: dict) -> str:
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     from ringc.pallas import check_file
     try:
         return "\n".join(report_text(r) for r in check_file(str(REPO / rel), kw["n"]))

@@ -12,7 +12,7 @@ import pytest
 from conftest import without_runtime_data
 
 import ringc
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.verify import quotient as Q
 from ringc.verify.background import Background, default_jobs
 from ringc.verify.check import meaning_of

@@ -115,7 +115,7 @@ def test_yaml_depth_is_ringcs_whichever_parser_reads_the_file(tmp_path, monkeypa
     text belongs), 2,500 are refused by the limit."""
     import yaml
     from ringc.ir import loader as L
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     if not hasattr(yaml, loader):
         pytest.skip(f"this PyYAML has no {loader}")
     monkeypatch.setattr(L, "_Loader", getattr(yaml, loader))

@@ -23,7 +23,7 @@ from ringc.cost.network import Flow, FluidNetwork
 from ringc.cost.quotient import QuotientMachine
 from ringc.cost.timeline import TimedMachine
 from ringc.cost.sizing import fit_volume, parse_size, parse_sweep
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.ir.loader import load_text
 from ringc.verify.rotation import Torus
 

@@ -28,11 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 STAGES = {
     "ringc.ir.resolve": ["RESOLVE"],
     "ringc.verify.unroll": ["UNROLL"],
-    "ringc.verify.semantics": ["APPLY"],
+    "ringc.verify.events": ["COMPUTES"],
     "ringc.verify.gauge": ["PAIRS"],
-    "ringc.verify.races": ["RACES"],
-    "ringc.cost.timeline": ["FLOPS"],
-    "ringc.show.ops": ["SHOW"],
     "ringc.codegen.pallas": ["EMIT"],
     "ringc.compile.errors": ["SITE_TEXT"],
     "ringc.collectives": ["COLLECTIVES"],
@@ -40,7 +37,7 @@ STAGES = {
 DOMAINS = {
     "ops": list(S.OPS),
     "compute": list(COMPUTE_KINDS),
-    "collectives": list(S.CollectiveKind.__args__),
+    "collectives": list(S.CollectiveKind),
 }
 
 
@@ -105,7 +102,7 @@ METHODS = ("shape_problem", "expected", "_rotates", "lax", "lax_text", "traffic"
 NO_TRANSPOSE = {"ring_attention"}
 
 
-@pytest.mark.parametrize("kind", list(S.CollectiveKind.__args__))
+@pytest.mark.parametrize("kind", list(S.CollectiveKind))
 def test_collective_defines_its_whole_meaning(kind):
     cls = C.COLLECTIVES[kind]
     assert cls.kind == kind and cls.title
@@ -152,30 +149,53 @@ def _event(action) -> Event:
 REGION = Region("acc", 0, ((0, 8), (0, 128)), (0, 1), 4)
 
 
+UNKNOWN = r"compute kinds .*COMPUTES.* has no rule for 'reduce_max'"
+
+
 def test_semantics_rejects_an_unknown_compute_kind():
     """Was: `semantics.apply` treated any unknown kind as accumulate."""
     from ringc.verify.semantics import Memory, apply
     mem = Memory({"acc": (8, 128)})
-    with pytest.raises(MissingRule, match="semantics"):
+    with pytest.raises(MissingRule, match=UNKNOWN):
         apply(mem, _event(Compute("reduce_max", REGION, REGION)), 1)
 
 
 def test_races_rejects_an_unknown_compute_kind_by_name():
     """Was: `races.py` raised a bare KeyError('reduce_max')."""
-    from ringc.verify.races import describe
-    with pytest.raises(MissingRule, match=r"races .* has no rule for 'reduce_max'") as err:
+    from ringc.verify.races import describe, event_accesses
+    with pytest.raises(MissingRule, match=UNKNOWN) as err:
         describe(_event(Compute("reduce_max", REGION, REGION)))
     assert not isinstance(err.value, KeyError)
+    with pytest.raises(MissingRule, match=UNKNOWN):
+        list(event_accesses([_event(Compute("reduce_max", REGION, REGION))], 1))
 
 
 def test_cost_and_show_reject_an_unknown_compute_kind():
     from ringc.cost.chips import chip
     from ringc.cost.timeline import compute_time
-    from ringc.show.ops import SHOW
-    with pytest.raises(MissingRule, match="cost"):
+    from ringc.show.ops import op_text
+    with pytest.raises(MissingRule, match=UNKNOWN):
         compute_time(Compute("reduce_max", REGION, REGION), chip("v5e"), {})
-    with pytest.raises(MissingRule, match="show"):
-        SHOW["reduce_max"]
+    with pytest.raises(MissingRule, match=UNKNOWN):
+        op_text(_event(Compute("reduce_max", REGION, REGION)), None)
+
+
+def test_every_compute_kind_has_one_reads_dst_rule():
+    """`Compute.reads_dst` is its kind's (`events.COMPUTES`): the cases that read their
+    destination, and one that does not, each kind and variant."""
+    from ringc.verify.events import COMPUTES
+    reads = {k: COMPUTES[k].reads_dst(Compute(k, REGION, REGION, REGION)) for k in COMPUTE_KINDS}
+    assert {k for k, r in reads.items() if r} == {"exit", "accumulate"}
+    assert Compute("matmul", REGION, REGION, REGION, accumulate=True).reads_dst
+    assert not Compute("accumulate", REGION, REGION, base=REGION).reads_dst
+    assert Compute("accumulate", REGION, REGION).overwrites is False
+
+
+def test_the_cost_model_refuses_a_kind_of_unknown_arithmetic():
+    from ringc.cost.chips import chip
+    from ringc.cost.timeline import compute_time
+    with pytest.raises(ValueError, match="cannot price `acc`"):
+        compute_time(Compute("opaque", REGION), chip("v5e"), {})
 
 
 def test_an_unknown_collective_is_an_error_not_the_slow_path():
@@ -224,3 +244,30 @@ def test_compile_errors_locate_cast_and_matmul():
     assert site_refs(sched, Site(cast.line, cast)) == [cast.cast, cast.src]
     assert site_text(matmul) == f"matmul: {matmul.matmul.text()} (a: {matmul.a.text()}, b: {matmul.b.text()})"
     assert site_text(cast) == f"cast: {cast.cast.text()} (src: {cast.src.text()})"
+
+
+# ------------------------------------------------------------------ finding texts
+
+def test_every_finding_kind_has_its_texts_in_the_registry():
+    """The verifier's finding texts live in `verify/messages.py`: every kind of finding has a
+    message there, and every message is of a known kind."""
+    from ringc.verify.findings import KINDS, Severity
+    from ringc.verify.messages import MESSAGES
+    without = sorted(set(KINDS) - {m.kind for m in MESSAGES.values()})
+    assert not without, f"finding kinds with no message in ringc/verify/messages.py: {', '.join(without)}"
+    unknown = sorted(name for name, m in MESSAGES.items() if m.kind not in KINDS)
+    assert not unknown, f"messages of no kind in findings.KINDS: {', '.join(unknown)}"
+    assert all(isinstance(m.severity, Severity) for m in MESSAGES.values())
+
+
+def test_no_check_writes_a_finding_text_of_its_own():
+    """A finding is made from its message (`Message.finding`), not spelled where it is found."""
+    import ast
+    offenders = []
+    for path in sorted((REPO / "ringc").rglob("*.py")):
+        if path.name in ("findings.py", "messages.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, f"Finding(...) made outside verify/messages.py: {', '.join(offenders)}"

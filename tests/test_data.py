@@ -12,7 +12,7 @@ from hypothesis import given, settings
 import ringc
 from ringc.data import derive, load_samples, problems
 from ringc.ir import expr as E
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.testing import data_samples, draw_samples
 
 ROOT = Path(__file__).resolve().parent.parent

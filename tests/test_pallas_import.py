@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from conftest import line_of
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.pallas import check_module
 
 HERE = Path(__file__).parent / "pallas_import"

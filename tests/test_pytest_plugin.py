@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.pallas import check_file
 
 pytest_plugins = ["pytester"]

@@ -118,7 +118,7 @@ def test_newer_jax_tensorcore_mesh_is_refused_by_name(tmp_path):
     AttributeError; now it is the TensorCore-mesh refusal, at its line."""
     import pytest
 
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     script = tmp_path / "core_mesh.py"
     script.write_text("import jax\nfrom jax.experimental.pallas import tpu as pltpu\n\n"
                       "mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)\n")

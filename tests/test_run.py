@@ -12,7 +12,7 @@ from conftest import without_runtime_data
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ringc.ir import errors as ringc_errors
+from ringc import errors as ringc_errors
 from ringc.ir.loader import load, load_text
 from ringc.reference import apply_collective
 from ringc.run import RunResult, ensure_host_devices, host_device_count, run_schedule

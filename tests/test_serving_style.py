@@ -109,7 +109,7 @@ def test_smem_filled_by_a_dma_is_never_read_as_its_old_values(tmp_path):
 
 
 def test_a_summary_with_a_kernel_call_not_checked_is_no_traceback():
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     from ringc.output import Output
     from ringc.pallas.importer import CallError
     import io
@@ -139,7 +139,7 @@ def test_an_entrys_made_up_integer_arrays_are_said_to_be_zeros(tmp_path):
 def test_every_missing_package_of_the_importing_module_is_named_at_once(tmp_path):
     """A serving framework's utility module imports several packages that are not installed
     (sglang-jax's utils import zmq, fastapi, uvicorn, ...): one message names them all."""
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     pkg = tmp_path / "serving"
     (pkg / "utils").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -239,7 +239,7 @@ def test_counts_reduced_across_devices_and_closed_over_offsets_are_computed(tmp_
 def test_a_kernel_for_megacore_chips_gets_the_tpu_flag_in_the_fix(tmp_path):
     """tpu-inference's SparseCore reduce-scatter asserts 2 cores per chip before it builds
     anything: on ringc's default TPU v5e answers the fix says which --tpu has 2."""
-    from ringc.ir.errors import ScheduleError
+    from ringc.errors import ScheduleError
     path = tmp_path / "megacore.py"
     path.write_text("import jax\nfrom jax.experimental.pallas import tpu as pltpu\n\n"
                     "def reduce(x, *, axis_name='x'):\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import ringc
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.verify.unroll import program_semaphores, unroll
 
 REPO = Path(__file__).resolve().parents[1]

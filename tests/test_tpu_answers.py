@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from ringc.cli import main
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.pallas import check_file
 from ringc.pallas.tpu import GENERATIONS, generation
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ringc
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.verify import quotient as Q
 from ringc.verify.check import meaning_of
 from ringc.verify.events import Compute, DmaStart, Event, Region

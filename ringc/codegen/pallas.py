@@ -28,9 +28,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
+from ..collectives import collective_of
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
 
@@ -486,7 +487,6 @@ class _Emitter:
             parts.append(self.s.header)
         if self.s.description:
             parts.append(self.s.description.strip())
-        from ..collectives import collective_of
         ins = ", ".join(self.name(n) for n in self.s.buffers_of("input"))
         parts.append(_wrap_words(
             f"Use: `kernel({ins}, axis_name=...)` on one device's shards inside your own jax.shard_map "
@@ -501,7 +501,7 @@ class _Emitter:
         outs = s.buffers_of("output")
         w.line(f"NAME = {_str(s.name)}")
         w.line(f"COLLECTIVE = {_str(s.collective.kind)}")
-        if s.collective.kind == "ppermute":
+        if collective_of(s).takes_shift:
             w.line(f"SHIFT = {s.collective.shift!r}  # device d sends to (d + SHIFT) % N")
         w.line(f"AXIS = {_axis_text(s.axis)}")
         w.line(f"PARAMS = {{{', '.join(f'{_str(k)}: {v!r}' for k, v in s.params.items())}}}")
@@ -1051,7 +1051,6 @@ class _Emitter:
             w.line(f"return {', '.join(returned)}")
 
     def kernel_fn(self, w: CodeWriter) -> None:
-        from ..collectives import collective_of
 
         s = self.s
         shards = [self.name(n) for n in s.buffers_of("input")]
@@ -1092,12 +1091,10 @@ class _Emitter:
         if self.s.data:
             return (f"the transpose of {coll.kind} is {t.kind} with the offsets' roles swapped, but a kernel "
                     "with runtime data emits no backward pass yet: jax.grad raises (pass `transpose`)")
-        def label(c: Any) -> str:
-            return f"{c.kind} (shift {c.shift:+d})" if c.kind == "ppermute" else c.kind
         if self.own_transpose(coll):
-            return (f"the transpose of {label(coll)} is {label(t)} on the same shapes, so the backward pass "
+            return (f"the transpose of {coll.label()} is {t.label()} on the same shapes, so the backward pass "
                     "runs this kernel again")
-        what = f"the transpose of {label(coll)} is {label(t)}"
+        what = f"the transpose of {coll.label()} is {t.label()}"
         if coll.takes_rhs:
             what += (" (for x, on the same y; y's cotangent is a local matmul with the gathered "
                      f"{'x' if coll.gathers else 'cotangent'})")
@@ -1108,8 +1105,8 @@ class _Emitter:
         ins = [self.name(n) for n in s.buffers_of("input")]
         src, dst = s.io_buffer("input"), s.io_buffer("output")
         x = self.name(src)
-        rhs = self.name(s.io_buffer("rhs")) if s.collective.kind in S.TWO_INPUT_COLLECTIVES else None
-        third = s.io_buffer("values") if s.collective.kind in S.THREE_INPUT_COLLECTIVES else None
+        rhs = self.name(s.io_buffer("rhs")) if "rhs" in coll.inputs else None
+        third = s.io_buffer("values") if "values" in coll.inputs else None
         same = all(s.buffers[n].shard is None
                    for n in (src, dst, *([s.io_buffer("rhs")] if rhs else []), *([third] if third else [])))
         extra = {"values": self.name(third)} if third else {}

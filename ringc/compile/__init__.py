@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..units import size_text
 
 # Targets used in examples and fixes; any `generation:topology` libtpu knows works.

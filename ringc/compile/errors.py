@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..ir.resolve import copy_ops, walk_ops
 from ..ir.rules import RuleTable
 from ..units import size_text

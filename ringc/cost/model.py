@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
-from .. import topology as T
+from .. import limits, topology as T
 from ..collectives import TITLES
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
@@ -14,13 +14,15 @@ from ..units import size_text, time_text
 from ..verify.events import Event, Program
 from ..verify.placement import place
 from ..verify.races import describe
-from ..verify.unroll import window_id
+from ..verify.unroll import Unroller, unroll, window_id
 from .bounds import Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
 from .diagnose import diagnose
 from .quotient import ASSUMPTION, QuotientMachine
 from .sizing import fit_volume
 from .timeline import Hardware, PathStep, TimedMachine, resource_text
+from ..ir.dtypes import itemsize
+from ..verify.rotation import rotation_unroll
 
 
 class CostError(Exception):
@@ -35,7 +37,7 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
     bound to the topology's as `ringc check` binds them, one instance priced. `n` (from
     `--devices`) sizes a bare `ring` and must match the instance otherwise.
     Raises ValueError, or ScheduleError for a bad `along`."""
-    bare_ring = topology.strip() == "ring"
+    bare_ring = T.sized_by_devices(topology)
     if bare_ring and n is None:
         raise ValueError("`ringc cost` needs a sized topology, e.g. ring:16 or v5e:4x4")
     topo = T.parse(topology, n if bare_ring else None)
@@ -63,7 +65,6 @@ def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
     and the compiler's own temporaries are not counted: a lower bound on what the TPU
     compiler allocates (for the library at 256 MiB it is exactly the scoped VMEM that
     `ringc compile` reports). `shapes`: the unrolled program's concrete shapes."""
-    from ..ir.dtypes import itemsize
 
     def nbytes(name: str, dtype: str) -> int:
         return prod(shapes[name]) * itemsize(dtype)
@@ -235,8 +236,6 @@ def check_one_device(sched: S.Schedule, sizes: dict[str, int]) -> None:
     transfer's start and end re-rates the flows in flight), so a nested pipeline of tiny
     blocks over a large array (a matmul's default 8-row blocks at 256 MiB) would run for
     many minutes. Counted from above, as the unroller counts (`Unroller.ctx.work`)."""
-    from .. import limits
-    from ..verify.unroll import Unroller
     events = Unroller(sched, prod(sizes.values()), sizes).ctx.work(1, 1)
     params = ", ".join(f"{k}={v}" for k, v in sched.params.items())
     limits.check("timed_events", events, f"the events of device 0 to time ({params}), counted from above,",
@@ -255,8 +254,6 @@ def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_place
     and every start or end re-rates the transfers in flight, some on each of the N devices
     (`network.FluidNetwork.allocate`). A device's events are counted from above, as the
     unroller counts them (`Unroller.ctx.work`), without unrolling."""
-    from .. import limits
-    from ..verify.unroll import Unroller
     n = prod(sizes.values())
     events = Unroller(sched, n, sizes).ctx.work(1, 1)
     limits.check("timed_events", n * events, f"the events of all {n} devices to time, counted from above,",
@@ -277,8 +274,6 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     from device 0's events on the quotient (`cost/quotient.py`; the same estimate, bound,
     bottleneck and efficiency as timing every device); any other, or with `every_device`
     (a timeline of every device, for `ringc show`), is timed on every device."""
-    from ..verify.rotation import rotation_unroll
-    from ..verify.unroll import unroll
     sizes = hw.placement.sizes
     if nbytes is not None:
         sched = fit_volume(sched, sizes, nbytes)

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
+from ..collectives import kind_named
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .model import CostError, Estimate, estimate, hardware
 from ..units import size_text, time_text
-
-# Names a user may give for a collective, as `collective:` kinds.
-ALIASES = {"all_reduce": "psum", "allreduce": "psum", "reduce_scatter": "psum_scatter",
-           "allgather": "all_gather", "alltoall": "all_to_all", "permute": "ppermute"}
+from .. import progress
+from ..ir.loader import load
+from .plot import png_bytes, require_matplotlib
 
 
 def library_dir() -> Path:
@@ -72,18 +71,15 @@ class Ranking:
                 "skipped": [{"schedule": n, "why": w} for n, w in self.skipped]}
 
 
-def collective_kind(name: str) -> str:
-    kind = ALIASES.get(name.lower(), name.lower())
-    kinds = get_args(S.CollectiveKind)
-    if kind not in kinds:
-        raise ValueError(f"unknown collective {name!r}; one of {', '.join(kinds)}")
+def collective_kind(name: str) -> S.CollectiveKind:
+    kind = kind_named(name)
+    if kind is None:
+        raise ValueError(f"unknown collective {name!r}; one of {', '.join(S.CollectiveKind)}")
     return kind
 
 
 def rank(collective: str, topology: str, sizes: list[int], library: Path | None = None,
          **hw_options) -> Ranking:
-    from ..ir.loader import load
-    from .. import progress
     kind = collective_kind(collective)
     directory = library or library_dir()
     paths = sorted(Path(directory).glob("*.yaml"))
@@ -139,7 +135,6 @@ def ranking_figure(r: Ranking):
     """Estimated time and efficiency of each schedule against size. A size whose VMEM
     buffers do not fit a core is drawn as a hollow cross on a dotted line, not as a point of
     the curve (the compiler would reject it: its time is not one anyone can have)."""
-    from .plot import require_matplotlib
     plt = require_matplotlib()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1.6]})
     any_misfit = False
@@ -178,7 +173,6 @@ def ranking_figure(r: Ranking):
 
 
 def ranking_png(r: Ranking) -> bytes:
-    from .plot import png_bytes, require_matplotlib
     plt = require_matplotlib()
     fig = ranking_figure(r)
     data = png_bytes(fig)

@@ -17,7 +17,7 @@ from math import prod
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..units import size_text
 from ..verify.unroll import buffer_shapes
 from ..collectives import Buffers, collective_of

@@ -19,13 +19,10 @@ import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from math import prod
-from typing import Callable, NamedTuple
 
 from .. import limits
-from ..ir.rules import RuleTable
 from ..units import time_text
-from ..verify.events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
+from ..verify.events import COMPUTES, Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
 from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
 from .network import Flow, FluidNetwork, Resource
@@ -361,44 +358,22 @@ class TimedMachine(Machine):
         return {r: used / (self.net.capacity[r] * span) for r, used in self.net.used.items()}
 
 
-# `FLOPS[kind](compute)`: the arithmetic of one compute event; memory time comes from the
-# regions it touches (its destination too when it reads it, `Compute.reads_dst`).
-class ComputeCost(NamedTuple):
-    flops: Callable[[Compute], float]
-
-
-def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n], either transposed by `contract`
-    ca, cb = a.contract
-    m, k, n = a.src.shape[-2:][1 - ca], a.src.shape[-2:][ca], a.rhs.shape[-2:][1 - cb]
-    return 2.0 * m * n * k
-
-
-FLOPS: RuleTable[ComputeCost] = RuleTable("cost (ringc/cost/timeline.py FLOPS)", "compute")
-FLOPS.register("enter", "exit", "allocate", "zero", "assign", "cast")(ComputeCost(lambda a: 0.0))
-FLOPS.register("accumulate")(ComputeCost(lambda a: float(prod(a.dst.shape))))
-FLOPS.register("matmul")(ComputeCost(_matmul_flops))
-FLOPS.register("load")(ComputeCost(lambda a: 0.0))  # a copy into a value (Pallas import)
-
-
-def _unpriced(a: Compute) -> float:
-    raise ValueError(f"the cost model cannot price `{a.dst.buffer}`: an imported Pallas kernel's own "
-                     "arithmetic (an `opaque` compute) has no known FLOP count")
-
-
-FLOPS.register("opaque")(ComputeCost(_unpriced))
-
-
 def compute_time(a: Compute, chip: Chip, memory: dict[str, str]) -> float:
-    """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in).
-    The race model's own writes (entry, exit, allocate) take no time."""
-    rule = FLOPS[a.kind]
+    """Roofline: max(FLOPs / peak, bytes / bandwidth of the memory each operand is in), the
+    FLOPs its kind's (`events.COMPUTES[kind].flops`), the bytes those of the regions it
+    touches (its destination too when it reads it, `Compute.reads_dst`). The race model's
+    own writes (entry, exit, allocate) take no time."""
+    spec = COMPUTES[a.kind]
     if not a.work:
         return 0.0
+    if spec.flops is None:
+        raise ValueError(f"the cost model cannot price `{a.dst.buffer}`: an imported Pallas kernel's own "
+                         f"arithmetic (an `{a.kind}` compute) has no known FLOP count")
     reads: list[Region] = [r for r in vars(a).values() if isinstance(r, Region) and r is not a.dst]
     writes = [a.dst]
     if a.reads_dst:
         reads.append(a.dst)
-    flops = rule.flops(a)
+    flops = spec.flops(a)
 
     def bw(r: Region) -> float:
         return chip.hbm_bandwidth if memory.get(r.buffer) == "hbm" else chip.vmem_bandwidth
@@ -410,5 +385,5 @@ def simulate(program: Program, hw: Hardware, memory: dict[str, str]) -> TimedMac
     return TimedMachine(program, hw, memory).run()
 
 
-__all__ = ["Hardware", "Dma", "Span", "PathStep", "TimedMachine", "simulate", "compute_time", "FLOPS", "ComputeCost",
+__all__ = ["Hardware", "Dma", "Span", "PathStep", "TimedMachine", "simulate", "compute_time",
            "resource_text", "coord_text"]

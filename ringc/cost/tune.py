@@ -23,10 +23,12 @@ from math import isqrt
 
 from .. import progress
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .model import CostError, Estimate, estimate
 from ..units import size_text, time_text
 from .timeline import Hardware
+from ..compile import compile_for
+from ..verify.check import check
 
 
 def parse_range(text: str) -> tuple[str, list[int]]:
@@ -188,7 +190,6 @@ def _price(choice: Choice, sched: S.Schedule, params: dict[str, int], hw: Hardwa
 
 
 def _compile(choice: Choice, target: str) -> None:
-    from ..compile import compile_for
     sched = choice.estimate.schedule
     try:
         res = compile_for(sched, target)
@@ -205,7 +206,6 @@ def _compile(choice: Choice, target: str) -> None:
 
 def _verify(e: Estimate) -> str:
     """`ringc check` on the estimate's placement (topology and axes), with the chosen params."""
-    from ..verify.check import check
     pl = e.hw.placement
     along = ",".join("xyz"[k] for k in pl.along)
     report = check(e.schedule, topology=pl.topo.spec, along=along)

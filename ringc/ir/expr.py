@@ -21,6 +21,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union, get_args
 
+from .. import limits
+
 
 class ExprError(ValueError):
     """A malformed or ill-typed expression (or integer field, e.g. a matmul's `contract`); the
@@ -112,9 +114,8 @@ _AST_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt
 
 
 def _over_limit(name: str, amount: int, what: str) -> ExprError:
-    from ..limits import LIMITS, value
-    return ExprError(f"{what} is {amount:,}, over the limit `{name}` of {value(name):,} (raise it with "
-                     f"{LIMITS[name].how_to_raise})")
+    return ExprError(f"{what} is {amount:,}, over the limit `{name}` of {limits.value(name):,} (raise it with "
+                     f"{limits.LIMITS[name].how_to_raise})")
 
 
 def _depth(node: ast.AST, limit: int) -> int:
@@ -135,27 +136,25 @@ def _parse_python(text: str) -> ast.expr:
     """Python's parser on a short, shallow text: the length and depth limits (`ringc.limits`)
     are checked first, so nothing downstream (conversion, evaluation, printing, all
     recursive) can exhaust Python's recursion limit."""
-    from ..limits import value
     text = str(text).strip()
-    if len(text) > value("expr_chars"):
+    if len(text) > limits.value("expr_chars"):
         raise _over_limit("expr_chars", len(text), f"the length of expression {text[:20]!r}...")
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as e:
         raise ExprError(f"cannot parse expression {text!r}: {e.msg}") from None
     except (RecursionError, MemoryError):
-        raise _over_limit("expr_depth", value("expr_depth") + 1, f"the nesting of {text[:20]!r}...") from None
-    depth = _depth(tree, value("expr_depth"))
-    if depth > value("expr_depth"):
+        raise _over_limit("expr_depth", limits.value("expr_depth") + 1, f"the nesting of {text[:20]!r}...") from None
+    depth = _depth(tree, limits.value("expr_depth"))
+    if depth > limits.value("expr_depth"):
         raise _over_limit("expr_depth", depth, f"the nesting depth of {text[:20]!r}... (at least)")
     return tree
 
 
 def _int64(v: int) -> int:
-    from ..limits import INT64_MAX, INT64_MIN
-    if not INT64_MIN <= v <= INT64_MAX:
+    if not limits.INT64_MIN <= v <= limits.INT64_MAX:
         raise ExprError(f"the integer {str(v)[:20]}... is outside the 64-bit range "
-                        f"[{INT64_MIN}, {INT64_MAX}]")
+                        f"[{limits.INT64_MIN}, {limits.INT64_MAX}]")
     return v
 
 

@@ -8,6 +8,7 @@ locations are then mapped back through the table.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,9 +17,12 @@ from typing import Any, Iterator, Mapping
 import yaml
 from pydantic import ValidationError
 
-from .errors import ScheduleError
+from .. import limits
+from ..errors import ScheduleError
+from . import schema
 from .expr import ExprError
-from .schema import Schedule
+from .resolve import resolve
+from .schema import OP_KEYS, Schedule, copy_key
 
 LineTable = dict[tuple, int]
 
@@ -43,13 +47,12 @@ class _Builder:
     was written (in the anchored mapping)."""
 
     def __init__(self, loader: yaml.SafeLoader, file: str):
-        from ..limits import value
         self.loader = loader
         self.file = file
         self.lines: LineTable = {}
         self.nodes = 0
-        self.max_nodes = value("yaml_nodes")
-        self.max_depth = value("yaml_depth")
+        self.max_nodes = limits.value("yaml_nodes")
+        self.max_depth = limits.value("yaml_depth")
         self.open: set[int] = set()  # ids of the collection nodes being built (alias cycles)
 
     def fail(self, node: yaml.Node, msg: str, fix: str | None = None) -> None:
@@ -59,10 +62,9 @@ class _Builder:
         self.nodes += 1
         line = node.start_mark.line + 1
         if self.nodes > self.max_nodes or depth > self.max_depth:
-            from ..limits import check
-            check("yaml_nodes", self.nodes, "the number of YAML nodes, aliases expanded,", file=self.file,
+            limits.check("yaml_nodes", self.nodes, "the number of YAML nodes, aliases expanded,", file=self.file,
                   line=line, fix="write the repeated part once instead of through nested aliases")
-            check("yaml_depth", depth, "the YAML nesting depth", file=self.file, line=line)
+            limits.check("yaml_depth", depth, "the YAML nesting depth", file=self.file, line=line)
         self.lines[path] = line
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node)
@@ -81,10 +83,9 @@ class _Builder:
             self.open.discard(id(node))
 
     def scalar(self, node: yaml.ScalarNode) -> Any:
-        from ..limits import check_int64
         if node.tag not in _SCALAR_TAGS:
-            what = "a merge key `<<` needs a mapping (or a list of them) as its value" if node.tag == _MERGE \
-                else f"YAML tag `{node.tag}` is not supported"
+            what = ("a merge key `<<` needs a mapping (or a list of them) as its value" if node.tag == _MERGE
+                    else f"YAML tag `{node.tag}` is not supported")
             self.fail(node, what, fix="remove the tag: a schedule uses plain mappings, lists and scalars")
         if node.tag in (_CORE + "str", _CORE + "timestamp"):
             return node.value  # a date-like string stays text
@@ -93,13 +94,13 @@ class _Builder:
         if node.tag == _CORE + "int":
             digits = node.value.lstrip("+-").replace("_", "")
             if len(digits) > 40:
-                check_int64(10**41, "this integer", file=self.file, line=node.start_mark.line + 1)
+                limits.check_int64(10**41, "this integer", file=self.file, line=node.start_mark.line + 1)
         try:
             value = self.loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as e:
             self.fail(node, f"cannot read the value {node.value[:40]!r}: {e}")
         if isinstance(value, int) and not isinstance(value, bool):
-            check_int64(value, "this integer", file=self.file, line=node.start_mark.line + 1)
+            limits.check_int64(value, "this integer", file=self.file, line=node.start_mark.line + 1)
         return value
 
     def mapping(self, node: yaml.MappingNode, path: tuple, depth: int) -> dict:
@@ -180,13 +181,12 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None]:
 
 
 def _check_depth(text: str, file: str, loader_class: type) -> None:
-    from ..limits import check, value
-    limit, depth = value("yaml_depth"), 0
+    limit, depth = limits.value("yaml_depth"), 0
     for event in yaml.parse(text, Loader=loader_class):
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             depth += 1
             if depth > limit:
-                check("yaml_depth", depth, "the YAML nesting depth (at least)", file=file,
+                limits.check("yaml_depth", depth, "the YAML nesting depth (at least)", file=file,
                       line=event.start_mark.line + 1)
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             depth -= 1
@@ -226,9 +226,8 @@ def _first_over(root: yaml.Node, limit: int) -> tuple[yaml.Node, int] | None:
 def _recursion_for_depth() -> Iterator[None]:
     """Room on Python's stack for composing and building `yaml_depth` levels (each level
     takes a few frames), so a limit raised past the default never ends in RecursionError."""
-    from ..limits import value
     saved = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(saved, 1_000 + 8 * value("yaml_depth")))
+    sys.setrecursionlimit(max(saved, 1_000 + 8 * limits.value("yaml_depth")))
     try:
         yield
     finally:
@@ -263,8 +262,7 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, LineTable]:
     builder = _Builder(loader, file)
     big = _first_over(node, builder.max_nodes)  # a "billion laughs" stops here, before building
     if big is not None:
-        from ..limits import check
-        check("yaml_nodes", big[1], "the number of YAML nodes in this one, aliases expanded,", file=file,
+        limits.check("yaml_nodes", big[1], "the number of YAML nodes in this one, aliases expanded,", file=file,
               line=big[0].start_mark.line + 1, fix="write the repeated part once instead of through nested aliases")
     data = builder.build(node, ())
     if not isinstance(data, dict):
@@ -298,7 +296,6 @@ def _header_comment(text: str) -> str:
 def _line_of(loc: tuple, lines: LineTable) -> int | None:
     """Follow a pydantic location through the line table. Pydantic puts the op's union
     tag right after its list index (`body, 3, signal, to`): that tag is not a YAML key."""
-    from .schema import OP_KEYS
     path: tuple = ()
     for i, comp in enumerate(loc):
         if i and isinstance(loc[i - 1], int) and comp in OP_KEYS:
@@ -309,7 +306,6 @@ def _line_of(loc: tuple, lines: LineTable) -> int | None:
 
 
 def _known_keys() -> list[str]:
-    from . import schema
     keys: set[str] = set()
     for obj in vars(schema).values():
         if isinstance(obj, type) and issubclass(obj, schema.Node):
@@ -331,7 +327,6 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
         msg = f"unknown key `{key}`"
         fix = f"did you mean `{close[0]}`?" if close else "remove it; docs/schedule-format.md lists the keys"
     elif e["type"] == "unknown_op":
-        from .schema import OP_KEYS
         given = [k for k in (e["input"] if isinstance(e["input"], dict) else {}) if k != "__line__"]
         ops = [k for k in given if k in OP_KEYS]
         if len(ops) > 1:
@@ -341,8 +336,7 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
             close = difflib.get_close_matches(str(given[0]), OP_KEYS, n=1) if given else []
             fix = (f"did you mean `{close[0]}`?" if close else
                    f"start the op with one of: {', '.join(OP_KEYS)}")
-    elif e["type"] == "literal_error":
-        import re
+    elif e["type"] in ("literal_error", "enum"):
         choices = re.findall(r"'([^']*)'", (e.get("ctx") or {}).get("expected", ""))
         close = difflib.get_close_matches(str(e["input"]), choices, n=1, cutoff=0.5)
         msg = f"`{e['input']}` is not one of {', '.join(f'`{c}`' for c in choices)}"
@@ -352,8 +346,8 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
         msg = f"expected a name, but YAML reads `{shown}` as {_yaml_kind(e['input'])}"
         fix = f'quote it ("{shown}") to use it as a name'
     elif isinstance((e.get("ctx") or {}).get("error"), ExprError):
-        fix = e["ctx"]["error"].fix or "expressions are Python-style integer expressions: see the Expressions " \
-                                       "section of docs/schedule-format.md"
+        fix = e["ctx"]["error"].fix or ("expressions are Python-style integer expressions: see the Expressions "
+                                        "section of docs/schedule-format.md")
     elif e["type"] == "missing":
         msg = f"missing required key `{loc[-1]}`"
         fix = "see docs/schedule-format.md for what this entry needs"
@@ -366,12 +360,11 @@ def _pydantic_error(err: ValidationError, lines: LineTable, file: str) -> Schedu
 
 
 def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | None = None) -> Schedule:
-    from ..limits import check, check_int64
-    check("schedule_bytes", len(text), "the schedule's size in characters", file=file)
+    limits.check("schedule_bytes", len(text), "the schedule's size in characters", file=file)
     for name, v in (params or {}).items():
         if not isinstance(v, int):
             raise ScheduleError(f"parameter {name!r}: expected an integer, got {v!r}", file=file)
-        check_int64(v, f"parameter {name!r}", file=file)
+        limits.check_int64(v, f"parameter {name!r}", file=file)
     data, lines = parse_yaml(text, file)
     try:
         sched = Schedule.model_validate(data)
@@ -387,27 +380,24 @@ def load_text(text: str, file: str = "<schedule>", params: Mapping[str, int] | N
     sched._file = file
     sched._text = text
     sched._header = _header_comment(text)
-    from .schema import copy_key
     for key in list(lines):  # a template copy `push(k)` is named `push`
         if len(key) >= 2 and key[0] == "copies" and (parsed := copy_key(key[1])) is not None:
             lines.setdefault(("copies", parsed[0], *key[2:]), lines[key])
     sched._lines = lines
-    from .resolve import resolve
     resolve(sched)
     return sched
 
 
 def load(path: str | Path, params: Mapping[str, int] | None = None) -> Schedule:
     """Load and statically validate a schedule file. Raises `ScheduleError` on bad input."""
-    from ..limits import check, value
     try:
         with open(path, "rb") as f:  # at most one byte past the limit: /dev/zero ends here too
-            data = f.read(value("schedule_bytes") + 1)
+            data = f.read(limits.value("schedule_bytes") + 1)
     except OSError as e:
         raise ScheduleError(f"cannot read schedule: {e.strerror}", file=str(path)) from None
-    check("schedule_bytes", len(data), "the schedule file's size in bytes"
-          + (" (at least)" if len(data) > value("schedule_bytes") else ""), file=str(path),
-          fix="check that this is a schedule file (a schedule is a few kilobytes)")
+    limits.check("schedule_bytes", len(data), "the schedule file's size in bytes"
+                 + (" (at least)" if len(data) > limits.value("schedule_bytes") else ""), file=str(path),
+                 fix="check that this is a schedule file (a schedule is a few kilobytes)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

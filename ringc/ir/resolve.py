@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping
 
+from .. import limits
+from ..collectives import COLLECTIVES
+from ..errors import ScheduleError
 from . import expr as E
 from . import schema as S
 from .dtypes import ITEMSIZE
-from .errors import ScheduleError
 from .rules import RuleTable
 
 __all__ = ["BUILTINS", "BUILTIN_EXPRS", "axis_builtins", "axis_size_env", "axis_builtin_exprs",
@@ -319,17 +321,19 @@ class _Resolver:
                                   fix="make one of them free, with `range: [lo, hi]`")
                     seen.append(src)
                     src = s.data[src].source if src in s.data else None
-        if s.collective.kind == "ragged_all_to_all":
-            missing = [n for n in S.RAGGED_DATA if n not in s.data]
+        needs = COLLECTIVES[s.collective.kind].data_arrays
+        if needs:
+            kind = s.collective.kind
+            missing = [n for n in needs if n not in s.data]
             if missing:
-                self.fail(s.collective.line, f"ragged_all_to_all reads the data arrays {', '.join(S.RAGGED_DATA)} "
-                                             f"(the arguments of lax.ragged_all_to_all), but "
+                self.fail(s.collective.line, f"{kind} reads the data arrays {', '.join(needs)} "
+                                             f"(the arguments of lax.{kind}), but "
                                              f"{', '.join(f'`{n}`' for n in missing)} "
                                              f"{'is' if len(missing) == 1 else 'are'} not declared",
                           fix="declare them under `data:` with shape [N]")
-            for n in S.RAGGED_DATA:
+            for n in needs:
                 if E.to_text(s.data[n].shape[0]) != "N":
-                    self.fail(s.line_of("data", n), f"ragged_all_to_all's `{n}` has shape "
+                    self.fail(s.line_of("data", n), f"{kind}'s `{n}` has shape "
                                                     f"[{E.to_text(s.data[n].shape[0])}]: ringc sends one slice per "
                                                     "peer, so it is [N] (lax allows any multiple of N)",
                               fix="declare it with `shape: [N]`")
@@ -399,7 +403,8 @@ class _Resolver:
                 self.fail(coll.line, f"collective.{kind} `{name}` is not an {kind} buffer",
                           known=[n for n, b in s.buffers.items() if b.kind == kind])
         inputs = [n for n, b in s.buffers.items() if b.kind == "input"]
-        if coll.kind in S.THREE_INPUT_COLLECTIVES:  # ring_attention: queries, keys, values
+        cls = COLLECTIVES[coll.kind]
+        if "values" in cls.inputs:  # ring_attention: queries, keys, values
             others = [n for n in inputs if n != s.io_buffer("input")]
             for role, name in (("rhs", coll.rhs), ("values", coll.values)):
                 if name is None:
@@ -414,9 +419,9 @@ class _Resolver:
             if coll.rhs == coll.values:
                 self.fail(coll.line, f"collective.rhs and collective.values both name `{coll.rhs}`",
                           fix="the keys and the values are two input buffers")
-        elif coll.kind in S.TWO_INPUT_COLLECTIVES:
+        elif "rhs" in cls.inputs:
             others = [n for n in inputs if n != s.io_buffer("input")]
-            what = ("multiplies two inputs, `{}` by a right-hand side" if coll.kind in S.MATMUL_COLLECTIVES
+            what = ("multiplies two inputs, `{}` by a right-hand side" if cls.takes_rhs
                     else "takes two inputs, `{}` and the values kept where nothing lands (lax's `output`)")
             if coll.rhs is None and len(others) != 1:
                 self.fail(coll.line, f"{coll.kind} {what.format(s.io_buffer('input'))}, but the other inputs "
@@ -429,7 +434,7 @@ class _Resolver:
             self.fail(coll.line, f"collective.rhs applies to matmul collectives and ragged_all_to_all, not to "
                                  f"{coll.kind}",
                       fix="remove `rhs`")
-        if coll.values is not None and coll.kind not in S.THREE_INPUT_COLLECTIVES:
+        if coll.values is not None and "values" not in cls.inputs:
             self.fail(coll.line, f"collective.values applies to ring_attention only, not to {coll.kind}",
                       fix="remove `values`")
 
@@ -566,14 +571,13 @@ class _Resolver:
     depth = 1  # the nesting depth of the body being checked (`when` and `pipeline` blocks)
 
     def check_body(self, ops: list[S.Op], scope: "_Scope", depth: int = 1) -> None:
-        from ..limits import check
         outer, self.depth = self.depth, depth
         try:
             for op in ops:
                 line, tag = op.line, op.tag
                 if isinstance(op, (S.When, S.Loop, S.Pipeline)):
-                    check("op_depth", depth, "the nesting depth of `when`, `loop` and `pipeline` blocks",
-                          file=self.file, line=line, fix="combine nested guards with `and`")
+                    limits.check("op_depth", depth, "the nesting depth of `when`, `loop` and `pipeline` blocks",
+                                 file=self.file, line=line, fix="combine nested guards with `and`")
                 if isinstance(op, S.When) and not op.do:
                     self.fail(line, "`when` has an empty `do:`", fix="give it at least one operation, or remove it")
                 if scope.pipeline is not None and not op.compute:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainSerializer,
@@ -19,9 +20,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from . import expr as E
 
-__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "MATMUL_COLLECTIVES", "TWO_INPUT_COLLECTIVES",
-           "THREE_INPUT_COLLECTIVES",
-           "RAGGED_DATA", "Collective", "Buffer", "Data", "Semaphore", "BarrierConfig", "Copy", "CopyUse", "CopyUseT",
+__all__ = ["ExprT", "RefT", "ExprList", "Node", "CollectiveKind", "Collective", "Buffer", "Data", "Semaphore",
+           "BarrierConfig", "Copy", "CopyUse", "CopyUseT",
            "copy_key", "OpNode", "Start", "Wait", "WaitSend", "WaitRecv", "Signal", "SemWait", "Barrier", "Zero",
            "Accumulate", "Assign", "Cast", "Matmul", "Arrival", "BlockSpec", "Pipeline", "When", "Loop", "OPS",
            "OP_KEYS", "COMPUTE_OP_KEYS", "OP_OF_TAG", "op_tag", "Op", "Kernel", "Schedule"]
@@ -67,22 +67,20 @@ class Node(BaseModel):
 
 # ------------------------------------------------------------------ declarations
 
-CollectiveKind = Literal["ppermute", "all_gather", "psum", "psum_scatter", "all_to_all",
-                         "all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t",
-                         "matmul_psum_scatter_t", "ragged_all_to_all", "ring_attention"]
-# Collectives fused with matmuls, taking a right-hand input (`collective.rhs`). The `_t`
-# kinds multiply by y transposed (y stored [n, k]: x @ y^T); ring_attention's rhs is the
-# keys, and it takes a third input, the values (`collective.values`).
-MATMUL_COLLECTIVES = ("all_gather_matmul", "matmul_psum_scatter", "all_gather_matmul_t", "matmul_psum_scatter_t",
-                      "ring_attention")
-# Collectives of three inputs (`collective.values` names the third).
-THREE_INPUT_COLLECTIVES = ("ring_attention",)
-# Collectives of two inputs (`collective.rhs` names the second): the matmuls' right-hand
-# side, and ragged_all_to_all's `output` argument (the values kept where nothing lands).
-TWO_INPUT_COLLECTIVES = (*MATMUL_COLLECTIVES, "ragged_all_to_all")
-# The data arrays ragged_all_to_all reads, named as the arguments of `lax.ragged_all_to_all`
-# (each of shape [N]: one slice per peer device).
-RAGGED_DATA = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+class CollectiveKind(StrEnum):
+    """What a schedule computes: the one spelling of each collective. Its facts (inputs,
+    meaning, aliases, ...) are on its class in `ringc.collectives` (`COLLECTIVES[kind]`)."""
+    PPERMUTE = "ppermute"
+    ALL_GATHER = "all_gather"
+    PSUM = "psum"
+    PSUM_SCATTER = "psum_scatter"
+    ALL_TO_ALL = "all_to_all"
+    ALL_GATHER_MATMUL = "all_gather_matmul"
+    MATMUL_PSUM_SCATTER = "matmul_psum_scatter"
+    ALL_GATHER_MATMUL_T = "all_gather_matmul_t"
+    MATMUL_PSUM_SCATTER_T = "matmul_psum_scatter_t"
+    RAGGED_ALL_TO_ALL = "ragged_all_to_all"
+    RING_ATTENTION = "ring_attention"
 
 
 class Collective(Node):
@@ -649,7 +647,7 @@ class Kernel(Node):
 def _schema_shorthands(schema: dict[str, Any]) -> None:
     """Advertise the string shorthands (`collective: psum`, `send_sem: dma`) to editors."""
     props = schema["properties"]
-    props["collective"] = {"anyOf": [{"type": "string", "enum": list(CollectiveKind.__args__)},
+    props["collective"] = {"anyOf": [{"type": "string", "enum": [k.value for k in CollectiveKind]},
                                      props["collective"]]}
     # one kernel (`body`) or a split-phase program of several (`kernels` and `program`)
     schema["oneOf"] = [{"required": ["body"]}, {"required": ["kernels", "program"]}]

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .imports import missing_import
 from .usererrors import describe_exception, user_failure
 
@@ -141,10 +141,10 @@ class _UnknownAxis(Exception):
 def _named_axis(e: BaseException, axes: dict[str, int]) -> str | None:
     """The mesh axis a failure names that the mesh lacks (None if it names none)."""
     text = str(e)
-    m = re.search(r"unbound axis name: (\w+)", text) or re.search(r"refers to '(\w+)'", text) or \
-        re.search(r"Resource axis: (\w+) ", text)
-    if m is None and isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str) \
-            and e.args[0].isidentifier():
+    m = (re.search(r"unbound axis name: (\w+)", text) or re.search(r"refers to '(\w+)'", text)
+         or re.search(r"Resource axis: (\w+) ", text))
+    if (m is None and isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str)
+            and e.args[0].isidentifier()):
         return e.args[0] if e.args[0] not in axes else None
     return m.group(1) if m and m.group(1) not in axes else None
 

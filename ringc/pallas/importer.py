@@ -33,11 +33,11 @@ from typing import Any, Callable
 import numpy as np
 
 from ..collectives import COLLECTIVES, Buffers, Collective
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .. import limits
 from ..limits import user_code_time
-from ..ir.schema import THREE_INPUT_COLLECTIVES
 from ..verify.events import DEVICE_BARRIER, Compute, DmaStart, Event, Program, Region, Signal
+from ..verify import messages as M
 from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
@@ -408,7 +408,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                      "captured; their results were zeros placeholders, not computed")
         report.assumptions[1:1] = script.assumes + cap.assumes  # stubs; how ringc called an entry function
         if cap.reference:
-            shift = f" by {cap.reference['shift']}" if cap.reference["kind"] == "ppermute" else ""
+            shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
             fns = cap.reference.get("pointwise")
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
@@ -441,8 +441,8 @@ def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations:
     shard_map names, with its small integer arguments' values) against the meaning its `lax`
     reference names, if any. The step `check_script` and the pytest plugin
     (`ringc.pytest_plugin`) share; raises ScheduleError if the call cannot be checked."""
-    coll = collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path) \
-        if cap.reference else None
+    coll = (collective_named(cap.reference["kind"], int(cap.reference.get("shift", 1)), path)
+            if cap.reference else None)
     if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
         from ..verify.semantics import PointwiseMeaning
         coll = PointwiseMeaning(coll, cap.reference["pointwise"])
@@ -745,8 +745,8 @@ class _Outer:
         operands are made of) is computed once, eagerly, on the global values."""
         if self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects:
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
-        if eqn.primitive.name in ("psum", "pmax", "pmin", "all_gather") and self.mesh_axes is not None and ins \
-                and all(h.values is not None and not _literal(h) for h in ins):
+        if (eqn.primitive.name in ("psum", "pmax", "pmin", "all_gather") and self.mesh_axes is not None and ins
+                and all(h.values is not None and not _literal(h) for h in ins)):
             return self.reduce_across(eqn, ins)
         if eqn.primitive.name == "with_memory_space_constraint" and len(ins) == 1 == len(eqn.outvars):
             return [Handle(eqn.outvars[0].aval, values=ins[0].values)]  # where it lives, not what it holds
@@ -793,8 +793,8 @@ class _Outer:
         key = [tuple(c for a, c in self.builder._coords(d).items() if a not in names) for d in range(n)]
         if eqn.primitive.name == "all_gather":
             dim, tiled = eqn.params["all_gather_dimension"], eqn.params["tiled"]
-            op = (lambda g, axis: np.concatenate(list(g), axis=dim)) if tiled else \
-                (lambda g, axis: np.moveaxis(g, 0, dim))
+            op = ((lambda g, axis: np.concatenate(list(g), axis=dim)) if tiled
+                  else (lambda g, axis: np.moveaxis(g, 0, dim)))
         else:
             op = {"psum": np.sum, "pmax": np.max, "pmin": np.min}[eqn.primitive.name]
         outs = []
@@ -832,8 +832,8 @@ _GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard
 
 def _small_int_aval(aval: Any) -> bool:
     dtype = np.dtype(getattr(aval, "dtype", np.float32))
-    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and \
-        math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
+    return ((np.issubdtype(dtype, np.integer) or dtype == np.bool_)
+            and math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT)
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:
@@ -881,8 +881,7 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
     for role, h in role_handles.items():
         h = h.root() if h is not None else None
         if h is None or h.buffer is None:
-            if (role == "rhs" and not collective.takes_rhs) or (
-                    role == "values" and collective.kind not in THREE_INPUT_COLLECTIVES):
+            if (role == "rhs" and not collective.takes_rhs) or (role == "values" and role not in collective.inputs):
                 continue
             raise ScheduleError(f"COLLECTIVE {collective.kind}: the program's {role} does not reach a kernel "
                                 "(ringc states the meaning on the kernels' arrays)", file=file,
@@ -1100,7 +1099,6 @@ def _between_assumptions(outer: "_Outer", program: Program) -> list[str]:
 def _fault_findings(faults: list) -> list:
     """`out_of_bounds` findings for the accesses out of range the evaluation met
     (`interpret.out_of_range`): one per line and message, the first device that met it."""
-    from ..verify.findings import Finding
     seen, out = set(), []
     for device, point, line, message in faults:
         key = (getattr(line, "file", None), int(line), message)
@@ -1108,8 +1106,7 @@ def _fault_findings(faults: list) -> list:
             continue
         seen.add(key)
         where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
-        out.append(Finding("out_of_bounds", f"device {device}: {message} (the check goes on with the access "
-                                            "clamped into the ref)", event=where))
+        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=device, message=message, event=where))
     return out
 
 
@@ -1122,9 +1119,9 @@ def _pointwise_assumptions(program: Program) -> list[str]:
         return []
     scaled = sorted(f for f in fns if f.endswith("*"))
     other = sorted(f for f in fns if not f.endswith("*"))
-    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + \
-        ([f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
-          "moving data, so f of a block is the same term wherever it was applied"] if other else [])
+    parts = ([f"scaling by constants followed exactly ({', '.join(scaled)})"] if scaled else []) + (
+        [f"pointwise functions followed as uninterpreted ({', '.join(other)}): an elementwise f commutes with "
+         "moving data, so f of a block is the same term wherever it was applied"] if other else [])
     return ["values: " + "; ".join(parts)]
 
 

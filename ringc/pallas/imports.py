@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 
 __all__ = ["Imports", "importing", "missing_import", "repo_roots", "package_of"]
 
@@ -71,8 +71,8 @@ def _imported_tops(tree: ast.Module) -> list[str]:
     """The top-level names of the file's absolute imports, in order."""
     tops: list[str] = []
     for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
         for name in names:
             if name.split(".")[0] not in tops:
                 tops.append(name.split(".")[0])
@@ -114,8 +114,8 @@ def _shadows(root: str) -> bool:
     for name in names:
         mod = sys.modules.get(name)
         where = getattr(mod, "__file__", None)
-        if mod is not None and where and os.path.isfile(os.path.join(root, name, "__init__.py")) \
-                and not os.path.abspath(where).startswith(os.path.join(root, name) + os.sep):
+        if (mod is not None and where and os.path.isfile(os.path.join(root, name, "__init__.py"))
+                and not os.path.abspath(where).startswith(os.path.join(root, name) + os.sep)):
             return True
     return False
 
@@ -365,8 +365,9 @@ def _package_missing(e: BaseException, imports: Imports | None, known: list[str]
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue
         for node in body:
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
             for name in names:
                 t = name.split(".")[0]
                 if t not in found and t not in known:

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import limits
 
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
 
@@ -574,8 +574,8 @@ def _sampled_from_data(it: Interpreter, eqn: Any, name: str, invals: list, data:
         rows = [sample_value(it, 0, 1 << 30, "`top_k`", own=True, shape=(k_in,)) for _ in range(math.prod(lead))]
         idx = np.asarray([np.argsort(r, kind="stable")[:k] for r in rows], dtype=outs[1].aval.dtype)
         return [Data(shapes[0], ("opaque", f"`top_k` at line {int(it.where())}")), idx.reshape(shapes[1])]
-    if data and not any(isinstance(v, Unknown) for v in invals) and _tensor_source(eqn, invals) \
-            and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs)):
+    if (data and not any(isinstance(v, Unknown) for v in invals) and _tensor_source(eqn, invals)
+            and all(not s and o.aval.dtype == np.bool_ for s, o in zip(shapes, outs))):
         return [bool(sample_value(it, 0, 2, f"`{name}`", own=True)) for _ in outs]
     return None
 

@@ -50,7 +50,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..ir.errors import ScheduleError
+from ..collectives import COLLECTIVES
+from ..errors import ScheduleError
+from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
 from .jaxprs import jitted_calls, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
@@ -62,7 +64,6 @@ __all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script"
 def lax_collectives() -> dict[str, str]:
     """`lax` collective primitive -> the ringc collective it computes (the `lax_primitives`
     of each collective's class; see `lax_reference`)."""
-    from ..collectives import COLLECTIVES
     return {p: kind for kind, cls in COLLECTIVES.items() for p in cls.lax_primitives}
 
 
@@ -302,17 +303,17 @@ def _matmul_reference(eqns: list, coll: Any) -> dict | None:
 
     flipped = False  # `x @ y.T` is a 2-D transpose of y feeding a plain dot
     y = source(dot.invars[1])
-    while (e := made.get(id(y))) is not None and e.primitive.name == "transpose" \
-            and tuple(e.params["permutation"]) == (1, 0):
+    while ((e := made.get(id(y))) is not None and e.primitive.name == "transpose"
+           and tuple(e.params["permutation"]) == (1, 0)):
         y, flipped = source(e.invars[0]), not flipped
     transposed = (rc[0] == 1) != flipped
     if coll.primitive.name == "all_gather" and source(dot.invars[0]) is coll.outvars[0]:
-        kind = "all_gather_matmul"
+        kind = K.ALL_GATHER_MATMUL_T if transposed else K.ALL_GATHER_MATMUL
     elif coll.primitive.name == "reduce_scatter" and source(coll.invars[0]) is dot.outvars[0]:
-        kind = "matmul_psum_scatter"
+        kind = K.MATMUL_PSUM_SCATTER_T if transposed else K.MATMUL_PSUM_SCATTER
     else:
         return None
-    return {"kind": kind + ("_t" if transposed else "")}
+    return {"kind": kind}
 
 
 def lax_reference(jaxpr: Any) -> dict | None:
@@ -337,20 +338,8 @@ def lax_reference(jaxpr: Any) -> dict | None:
     if fns is None:
         return None
     extra = {"pointwise": fns} if fns else {}
-    if kind == "ppermute":
-        perm = e.params["perm"]
-        n = len(perm)
-        shifts = {(dst - src) % n for src, dst in perm}
-        if len(shifts) != 1 or sorted(s for s, _ in perm) != list(range(n)):
-            return None
-        return {"kind": kind, "shift": shifts.pop(), **extra}
-    if kind == "all_gather" and e.params.get("all_gather_dimension", 0) != 0:
-        return None
-    if kind == "psum_scatter" and e.params.get("scatter_dimension", 0) != 0:
-        return None
-    if kind == "all_to_all" and (e.params.get("split_axis", 0), e.params.get("concat_axis", 0)) != (0, 0):
-        return None
-    return {"kind": kind, **extra}
+    parameters = COLLECTIVES[kind].lax_parameters(e.params)
+    return None if parameters is None else {"kind": kind, **parameters, **extra}
 
 
 def caller_line(path: str) -> int:
@@ -582,8 +571,8 @@ def _run_tests(script: Script, env: dict) -> None:
                 continue
             for e in result.raised:
                 user_failure(e, script.path)  # a question ringc cannot answer stops the check
-            if result.raised and not any(c.test == script.test for c in script.captures) \
-                    and not _copied(script, before):
+            if (result.raised and not any(c.test == script.test for c in script.captures)
+                    and not _copied(script, before)):
                 script.notes.append(f"test {script.test} stopped before any kernel call "
                                     f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
             elif result.errors_raised and not any(
@@ -781,10 +770,10 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     # and its top-level `print` does not even format its arguments: printing a sharded array
     # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
     env["print"] = _unprinted
-    with importing(path, tree, stubs) as imports, _devices(n, script.notes), \
-            answering(gen, n, path) as script.answers, _capturing(script), aliases(log), \
-            _test_main(script, env), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (importing(path, tree, stubs) as imports, _devices(n, script.notes),
+          answering(gen, n, path) as script.answers, _capturing(script), aliases(log),
+          _test_main(script, env), contextlib.redirect_stdout(io.StringIO()),
+          contextlib.redirect_stderr(io.StringIO())):
         pytest_module = entry is None and not args and is_pytest_module(tree)
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
             _run_pytest(script)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 
 __all__ = ["script_line", "describe_exception", "user_failure"]
 

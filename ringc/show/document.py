@@ -6,10 +6,11 @@ from __future__ import annotations
 from ..collectives import TITLES
 from ..cost.model import Estimate
 from ..cost.timeline import resource_text
-from ..ir import expr as E
+from ..ir import expr as E, schema as S
 from ..units import size_text, time_text
 from ..verify.placement import coord_text
 from . import mermaid, tables
+from ..ir.resolve import walk_ops
 
 
 def _fence(diagram: str) -> str:
@@ -77,6 +78,4 @@ def document(e: Estimate, device: int = 0) -> str:
 
 
 def _whens(s):
-    from ..ir import schema as S
-    from ..ir.resolve import walk_ops
     return (op for op in walk_ops(s.all_ops) if isinstance(op, S.When))

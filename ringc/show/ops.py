@@ -2,39 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from ..verify.events import COMPUTES, Compute, DmaStart, Event, Program, SemWait, Signal
 
-from ..ir.rules import RuleTable
-from ..verify.events import Compute, DmaStart, Event, Program, SemWait, Signal
-
-__all__ = ["SHOW", "ShowRule", "direction", "op_text", "point_text", "points_text"]
-
-
-class ShowRule(NamedTuple):
-    """How pictures name a compute event of one kind: its short text (`op_text`) and its
-    mark in the slot table (`tables.slot_table`)."""
-    text: Callable[[Compute], str]
-    mark: str
-
-
-def _assignment(op: str) -> Callable[[Compute], str]:
-    return lambda a: f"{a.kind} {a.dst.buffer} {op} {a.src.buffer if a.src is not None else '?'}"
-
-
-# `SHOW[kind]`: one rule per compute kind (`events.COMPUTE_KINDS`).
-SHOW: RuleTable[ShowRule] = RuleTable("show (ringc/show/ops.py SHOW)", "compute")
-SHOW.register("enter")(ShowRule(lambda a: f"kernel entry ({a.dst.buffer})", "enter"))
-SHOW.register("exit")(ShowRule(lambda a: f"kernel exit ({a.dst.buffer})", "exit"))
-SHOW.register("allocate")(ShowRule(_assignment("="), "allocate"))
-SHOW.register("zero")(ShowRule(lambda a: f"zero {a.dst.buffer}", "zero"))
-SHOW.register("accumulate")(ShowRule(_assignment("+="), "acc"))
-SHOW.register("assign")(ShowRule(_assignment("="), "set"))
-SHOW.register("cast")(ShowRule(_assignment("="), "cast"))
-SHOW.register("matmul")(ShowRule(
-    lambda a: f"matmul {a.dst.buffer} {'+=' if a.accumulate else '='} {a.src.buffer}{'' if a.contract[0] == 1 else '.T'}"
-              f" @ {a.rhs.buffer}{'' if a.contract[1] == 0 else '.T'}", "matmul"))
-SHOW.register("load")(ShowRule(_assignment("="), "load"))  # Pallas import only
-SHOW.register("opaque")(ShowRule(lambda a: f"compute {a.dst.buffer}", "compute"))
+__all__ = ["direction", "op_text", "point_text", "points_text"]
 
 
 def direction(program: Program, src: int, dst: int) -> str:
@@ -82,7 +52,7 @@ def op_text(ev: Event, program: Program) -> str:
         name = "barrier signal" if a.why != "signal" else f"signal {a.sem[1]}"
         return f"{name} -> {who}"
     if isinstance(a, Compute):
-        return SHOW[a.kind].text(a)
+        return COMPUTES[a.kind].show(a)
     raise TypeError(f"show: no text for action {a!r}")
 
 

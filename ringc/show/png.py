@@ -172,8 +172,9 @@ def timeline_png(machine: TimedMachine, title: str, finding: Finding | None = No
             ax.text((bar.start + width / 2) / scale, y, text, ha="center", va="center", fontsize=6.5,
                     color="white" if bar.kind == "dma" else "black", clip_on=True, zorder=4)
         if bar.highlighted:
-            label = bar.label if bar.kind in ("stuck", "mark") else \
-                f"{op_text(bar.event, program)} ({point_text(program.grid_names, bar.event.point)}, line {bar.event.line})"
+            label = (bar.label if bar.kind in ("stuck", "mark") else
+                     f"{op_text(bar.event, program)} ({point_text(program.grid_names, bar.event.point)}, "
+                     f"line {bar.event.line})")
             ax.annotate(f"{bar.highlighted}", (bar.start / scale, y + 0.42), color="white", fontsize=7,
                         fontweight="bold", ha="center", va="center", zorder=6,
                         bbox={"boxstyle": "circle,pad=0.2", "fc": "red", "ec": "red"})

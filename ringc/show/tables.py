@@ -8,9 +8,9 @@ from collections import defaultdict
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
-from ..verify.events import Compute, DmaStart, Program, Region
+from ..verify.events import COMPUTES, Compute, DmaStart, Program, Region
 from ..verify.unroll import point_env
-from .ops import SHOW, direction, point_text, points_text
+from .ops import direction, point_text, points_text
 
 
 def _cell(text: str) -> str:
@@ -52,7 +52,7 @@ def slot_table(sched: S.Schedule, program: Program, device: int = 0) -> str:
                 elif a.dst.device == device:
                     mark.append((a.dst, f"recv from {direction(program, device, d)}"))
             elif isinstance(a, Compute) and d == device and a.work:
-                mark.append((a.dst, SHOW[a.kind].mark))
+                mark.append((a.dst, COMPUTES[a.kind].mark))
                 if a.src is not None:
                     mark.append((a.src, "read"))
             for region, role in mark:

@@ -28,10 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import limits, topology as T
-from ..cost.rank import ALIASES
-from ..ir.errors import ScheduleError
+from ..collectives import NAMES, kind_named
+from ..errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
+from ..compile import compile_for
+from ..cost.model import CostError, estimate, hardware
+from ..cost.sizing import fit_volume
+from ..cost.tune import compile_target, compiler_available
+from ..ir.dtypes import itemsize
+from ..ir.loader import load_text
+from ..verify.check import check
+from ..verify.unroll import buffer_shapes
 
 LATENCY_PROBE = 4 * 1024
 # The search's own budget of fluid-network work per estimate (`timed_flows`, unless the
@@ -197,17 +205,17 @@ def collective_of(name: str) -> str:
     """The collective `ringc synth` searches for `name` (psum, all_gather, psum_scatter, or an
     alias such as all_reduce); ValueError with a did-you-mean otherwise."""
     kinds = collectives()
-    kind = ALIASES.get(name.lower(), name.lower())
+    kind = kind_named(name)
     if kind in kinds:
         return kind
-    known = list(kinds) + [a for a, k in ALIASES.items() if k in kinds]
+    known = list(kinds) + [a for a, k in NAMES.items() if k in kinds and a != k]
     near = difflib.get_close_matches(name.lower(), known, n=1)
     hint = f"; did you mean {near[0]}?" if near else ""
     raise ValueError(f"ringc synth searches {', '.join(kinds)}, not {name!r}{hint}")
 
 
 def topology_of(spec: str) -> T.Topology:
-    if spec.strip() == "ring":
+    if T.sized_by_devices(spec):
         raise ValueError("`ringc synth` needs a sized topology, e.g. ring:16, torus:4x4 or v5p:4x4x4")
     try:
         return T.parse(spec)
@@ -221,7 +229,6 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
     """Price `p` at each size, smallest first. A size whose achieved V (the shapes must
     divide) is more than `SIZE_SLACK` away from the request is not a point; once the
     VMEM buffers do not fit, larger sizes are not priced (they need more)."""
-    from ..cost.model import CostError, estimate
     budget = limits.value("timed_flows")
     if budget == limits.LIMITS["timed_flows"].default:
         budget = SEARCH_TIMED_FLOWS
@@ -255,9 +262,6 @@ def _vmem_buffers(sched, hw, size: int) -> int:
     divide (the timed run then says why)."""
     from math import prod
 
-    from ..cost.sizing import fit_volume
-    from ..ir.dtypes import itemsize
-    from ..verify.unroll import buffer_shapes
     try:
         sized = fit_volume(sched, hw.placement.sizes, size)
         shapes = buffer_shapes(sized, hw.placement.sizes)
@@ -268,7 +272,6 @@ def _vmem_buffers(sched, hw, size: int) -> int:
 
 def _verify(p: Priced, topo: T.Topology) -> None:
     """`ringc check` on the slice at the template's small rows; sets verdict and verified."""
-    from ..verify.check import check
     t0 = time.perf_counter()
     try:
         report = check(p.schedule, topology=topo.spec)
@@ -289,9 +292,6 @@ def _compile(p: Priced, hw, size: int, note: str) -> None:
     """Compile the winner, sized for `size`, for a slice of the topology's generation."""
     if note or p.compiled:
         return
-    from ..compile import compile_for
-    from ..cost.sizing import fit_volume
-    from ..cost.tune import compile_target
     target = compile_target(hw, p.schedule)
     try:
         res = compile_for(fit_volume(p.schedule, hw.placement.sizes, size), target)
@@ -308,9 +308,6 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
           compile: bool = True, verify: bool = True, chip: str | None = None, **hw_options) -> SynthResult:
     """Search the families for `collective` on `topology` at each of `sizes` (bytes).
     Raises ValueError for bad input (collective, topology, sizes)."""
-    from ..cost.model import hardware
-    from ..cost.tune import compiler_available
-    from ..ir.loader import load_text
     t0 = time.perf_counter()
     kind = collective_of(collective)
     topo = topology_of(topology)

@@ -10,19 +10,21 @@ from typing import Any
 
 from ..collectives import Buffers, Collective, collective_of
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .. import topology
 
 from .core import (Candidate, Options, Subject, apply_strict, collector_paused, dma_order_known, full_report,
                    on_quotient, run, wrapped)
 from .events import Event, Program
-from .findings import Finding, Report
+from . import messages as M
+from .findings import Report
 from .order import DMA_ORDERS
 from .placement import Placement, place
 from .spec import Spec
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
+from ..data import sample_text
 
 def resolve_topology(sched: Spec, n: int | None, topo: "str | topology.Topology",
                      along: str | None = None) -> Placement:
@@ -59,7 +61,7 @@ def candidate(sched: S.Schedule, program: Program, placement: Placement, meaning
                      schedule_assumptions(sched))
 
 
-def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = "ring", *,
+def check_program(sched: S.Schedule, program: Program, placement: "Placement | str" = topology.DEFAULT, *,
                   use_symmetry: bool = True, dma_order: str = "any", meaning: Any = "schedule",
                   steps: dict[tuple[str, int], int] | None = None) -> Report:
     """Every check of `program` (unrolled from `sched` on `placement`, a `Placement` or a
@@ -114,7 +116,6 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
     """The verdict on runtime data: each sample unrolled and checked in full (data differs per
     device, so there is no quotient); the first sample with a finding is reported, naming
     it, else the last clean one. Every verdict says it rests on these samples only."""
-    from ..data import sample_text
 
     free = [k for k, d in sched.data.items() if d.source is None]
     if not samples:
@@ -131,7 +132,7 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
             program = Program(sched.name, sched.file, n, grid, [[] for _ in range(n)], {}, {},
                               axis_sizes=dict(placement.sizes))
             where = Event(fault.device, 0, fault.point, fault.line, None)  # type: ignore[arg-type]
-            findings = [Finding("out_of_bounds", f"{fault.message} [{label}: {shown}]", event=where)]
+            findings = [M.OUT_OF_BOUNDS.finding(message=fault.message, sample=label, shown=shown, event=where)]
             report = Report(program, findings, assumptions=[f"DMA ordering: {DMA_ORDERS[dma_order]}"])
         else:
             report = check_program(sched, program, placement, dma_order=dma_order,
@@ -147,7 +148,7 @@ def _data_report(sched: S.Schedule, placement: Placement, invocations: int, dma_
     return report
 
 
-def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = "ring",
+def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.Topology" = topology.DEFAULT,
           invocations: int = 1, along: str | None = None, strict: bool = False, dma_order: str = "any",
           data: "list[dict] | None" = None, data_how: str = "given samples", jobs: int | None = None) -> Report:
     """Verify `sched` on a topology: `n` devices on a ring by default, or a `--topology`

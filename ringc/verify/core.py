@@ -39,10 +39,11 @@ from enum import Enum
 from typing import Any, Callable
 
 from ..collectives import Buffers, Collective
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from . import quotient
 from .events import Compute, DmaStart, Event, Group, Program, SemWait, Signal, deposits, feeders, sem_text
-from .findings import Finding, Report
+from . import messages as M
+from .findings import Finding, Report, Severity
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from .placement import (Placement, labels, rotated_route_summary, route_findings, route_summary,
                         xor_route_summary, xor_routes_symmetric)
@@ -104,9 +105,8 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
     for ev in stuck:
         a: SemWait = ev.action
         reason = _hang_reason(program, m, ev, fed_by.get(a.sem, []))
-        findings.append(Finding(
-            "hang", f"hang at {program.where(ev)}: {describe(ev)}, but only "
-                    f"{m.value[a.sem]} can ever arrive; {reason}", event=ev,
+        findings.append(M.HANG.finding(
+            at=program.where(ev), what=describe(ev), arrives=m.value[a.sem], reason=reason, event=ev,
             trace=[f"{program.where(e)}: {describe(e)}" for e in m.order if e.device == ev.device][-6:]))
     findings += byte_findings(program)
     if stuck:
@@ -127,15 +127,13 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
         total = sum(d.remaining for d in deps)
         if kind_of_sem == "dma" and isinstance(ev.action, DmaStart):
             side = "receive" if ev.action.recv_sem == sem else "send"
-            findings.append(Finding(
-                "dma_not_waited", f"{describe(ev)} at {program.where(ev)} is never waited on its {side} side: "
-                                  f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]} "
-                                  f"({total} bytes from this copy)", event=ev))
+            findings.append(M.DMA_NOT_WAITED.finding(
+                what=describe(ev), at=program.where(ev), side=side, sem=sem_text(sem), label=program.label(sem[0]),
+                value=m.value[sem], total=total, event=ev))
         else:
-            findings.append(Finding(
-                "unbalanced", f"{sem_text(sem)} on device {program.label(sem[0])} ends at {m.value[sem]}, not 0: "
-                              f"{describe(ev)} at {program.where(ev)} is never matched by a wait",
-                event=ev))
+            findings.append(M.UNBALANCED.finding(
+                sem=sem_text(sem), label=program.label(sem[0]), value=m.value[sem], what=describe(ev),
+                at=program.where(ev), event=ev))
     return findings
 
 
@@ -177,12 +175,9 @@ def byte_findings(program: Program) -> list[Finding]:
             if len(by_copy) > 6:
                 listed += f"; and {len(by_copy) - 6} more copies"
             total = sum(d.action.nbytes for d in dmas)
-            findings.append(Finding(
-                "byte_mismatch", f"{describe(ev)} at {program.where(ev)} expects {a.value} bytes, which is no sum "
-                                 f"of the DMAs on {sem_text(a.sem)} of device {program.label(a.sem[0])}: {listed}; "
-                                 f"{total} bytes in all. A wait takes whatever bytes have arrived, so check the "
-                                 "size of the descriptor it waits with", severity="warning",
-                event=ev, related=[dmas[0]]))
+            findings.append(M.BYTE_MISMATCH.finding(
+                what=describe(ev), at=program.where(ev), value=a.value, sem=sem_text(a.sem),
+                label=program.label(a.sem[0]), listed=listed, total=total, event=ev, related=[dmas[0]]))
     return findings
 
 
@@ -200,11 +195,9 @@ def dtype_findings(program: Program) -> list[Finding]:
             if src is None or dst is None or src == dst:
                 continue
             seen.add(ev.line)
-            findings.append(Finding(
-                "dtype_mismatch", f"{describe(ev)} at {program.where(ev)} copies `{a.src.buffer}` ({src}) into "
-                                  f"`{a.dst.buffer}` ({dst}): a DMA moves bytes and cannot convert element "
-                                  f"types (the TPU compiler refuses it); copy into a {src} buffer and `cast` it "
-                                  f"into the {dst} one in VMEM", event=ev))
+            findings.append(M.DTYPE_MISMATCH.finding(
+                what=describe(ev), at=program.where(ev), src=a.src.buffer, src_dtype=src, dst=a.dst.buffer,
+                dst_dtype=dst, event=ev))
     return findings
 
 
@@ -242,12 +235,9 @@ def parallel_findings(program: Program) -> list[Finding]:
         axes = [program.grid_names[k] for k in program.parallel
                 if k < len(ev.point) and k < len(dep.point) and ev.point[k] != dep.point[k]]
         names = ", ".join(f"`{a}`" for a in axes)
-        findings.append(Finding(
-            "parallel_dependency", f"{describe(ev)} at {program.where(ev)} {what} {describe(dep)} at "
-                                   f"{program.where(dep)}, another iteration of the parallel axis {names}: parallel "
-                                   "iterations may run in any order, and a v4/v5p chip splits the axis over its two "
-                                   "TensorCores, so this dependency breaks; make the axis `arbitrary`, or keep what "
-                                   "an iteration needs inside it", event=ev, related=[dep]))
+        findings.append(M.PARALLEL_DEPENDENCY.finding(
+            what=describe(ev), at=program.where(ev), how=what, dep=describe(dep), dep_at=program.where(dep),
+            axes=names, event=ev, related=[dep]))
 
     every = [ev for events in [*program.devices, *program.second_core] for ev in events]
     remote_fed = {sem for ev in every for sem, _ in deposits(ev.action) if sem[0] != ev.device}
@@ -267,8 +257,8 @@ def parallel_findings(program: Program) -> list[Finding]:
         for _, landing, ev in events:
             a, key = ev.action, _parallel_key(program, ev)
             if landing:
-                written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)] \
-                    + [(a.dst.box, key, ev)]
+                written[a.dst.buffer] = [*(e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)),
+                                         (a.dst.box, key, ev)]
                 continue
             reads, writes = [], []
             if isinstance(a, Compute):
@@ -318,15 +308,9 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
             if isinstance(a, Compute) or ev.line in seen:
                 continue
             seen.add(ev.line)
-            findings.append(Finding(
-                "megacore_dma", f"{describe(ev)} at {program.where(ev)} runs on core 1: with `megacore: true` only "
-                                "core 0 may issue DMAs and semaphore operations, or both cores of a chip send "
-                                "(guard it with `when: core == 0`)", event=ev))
+            findings.append(M.MEGACORE_DMA.finding(what=describe(ev), at=program.where(ev), event=ev))
     for name in (n for n, b in spec.buffers.items() if b.kind == "output" and b.memory == "vmem"):
-        findings.append(Finding(
-            "megacore_vmem", f"output `{name}` (line {spec.buffers[name].line}) lives in VMEM: with `megacore: true` "
-                             "each core writes its own VMEM copy back to HBM, and core 1's copy overwrites the "
-                             "result; leave the output in HBM (drop `space: vmem`)"))
+        findings.append(M.MEGACORE_VMEM_OUTPUT.finding(name=name, line=spec.buffers[name].line))
     for events in program.devices:
         for ev in events:
             a = ev.action
@@ -335,10 +319,8 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
             private = [r.buffer for r in (a.src, a.dst) if spec.buffers[r.buffer].memory == "vmem"]
             if private:
                 seen.add(ev.line)
-                findings.append(Finding(
-                    "megacore_vmem", f"{describe(ev)} at {program.where(ev)} moves VMEM (`{private[0]}`) between "
-                                     "chips: with `megacore: true` remote copies go HBM to HBM (the tutorial's "
-                                     "advice), since VMEM belongs to one core", event=ev))
+                findings.append(M.MEGACORE_VMEM_COPY.finding(what=describe(ev), at=program.where(ev),
+                                                              buffer=private[0], event=ev))
     return findings
 
 
@@ -528,12 +510,11 @@ def _meaning(a: Analysis) -> list[Finding]:
                 a.notes.append(note)
             continue
         last = _last_write(a.machine.order, program.n, mm)
-        findings.append(Finding(
-            "wrong_result", f"device {program.label(mm.device)}: {mm.where} ends as {mm.got}, but "
-                            f"{collective.kind} needs {mm.want}"
-                            + (f"; its last write: {describe(last)} at {program.where(last)}"
-                               if last is not None else "; nothing writes it"), event=last,
-            device=mm.device))
+        written = (M.LAST_WRITE.format(what=describe(last), at=program.where(last)) if last is not None
+                   else M.NOTHING_WRITES)
+        findings.append(M.WRONG_RESULT.finding(
+            label=program.label(mm.device), where=mm.where, got=mm.got, collective=collective.kind,
+            want=mm.want, last=written, event=last, device=mm.device))
     return findings
 
 
@@ -601,7 +582,7 @@ def on_quotient(c: Candidate, options: Options) -> Report | None:
     for check in CHECKS:
         if check.on_quotient is OnQuotient.SAME:
             found = check.full(a)
-            if any(f.severity != "warning" or not check.keeps_warnings for f in found):
+            if any(f.severity != Severity.WARNING or not check.keeps_warnings for f in found):
                 return None
             kept += found
     if (any(check.on_quotient is OnQuotient.CERTIFIED for check in CHECKS)
@@ -628,7 +609,7 @@ def apply_strict(report: Any, strict: bool) -> Any:
     error, saying so."""
     if strict:
         for f in getattr(report, "findings", ()):
-            if f.severity == "warning":
-                f.severity = "error"
+            if f.severity == Severity.WARNING:
+                f.severity = Severity.ERROR
                 f.message += " [an error under --strict]"
     return report

@@ -10,13 +10,15 @@ from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from functools import cached_property
+from enum import StrEnum
 from math import prod
-from typing import Union
+from typing import Any, Callable, Union
 
 from ..ir import schema as S
+from ..ir.rules import RuleTable
 
 __all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
-           "COMPUTE_KINDS", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
+           "COMPUTE_KINDS", "Origin", "ComputeSpec", "COMPUTES", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
            "Event", "Program", "deposits", "feeders", "matmul_dims"]
 
 # A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
@@ -169,13 +171,12 @@ class Compute:
 
     @property
     def reads_dst(self) -> bool:
-        """Whether it reads its destination as well as writing it: an accumulate without a
-        base (dst += src), a matmul with `accumulate` (dst += src @ rhs), and `exit` (the
-        caller takes back whatever is there). Every other compute replaces all of `dst`
-        whatever it held (`overwrites`). The one rule: the data flow's slicing and fused
-        windows, the parallel-dependency check and the cost model read it."""
-        return (self.kind == "exit" or (self.kind == "accumulate" and self.base is None)
-                or (self.kind == "matmul" and self.accumulate))
+        """Whether it reads its destination as well as writing it (`COMPUTES[kind].reads_dst`):
+        an accumulate without a base (dst += src), a matmul with `accumulate` (dst += src @
+        rhs), and `exit` (the caller takes back whatever is there). Every other compute
+        replaces all of `dst` whatever it held (`overwrites`). The data flow's slicing and
+        fused windows, the parallel-dependency check and the cost model read it."""
+        return COMPUTES[self.kind].reads_dst(self)
 
     @property
     def overwrites(self) -> bool:
@@ -191,7 +192,7 @@ class Compute:
     @property
     def work(self) -> bool:
         """A real op of the kernel, not one of the race model's own writes."""
-        return self.kind not in ("enter", "exit", "allocate")
+        return COMPUTES[self.kind].origin is not Origin.MODEL
 
 
 def matmul_dims(src: Region, rhs: Region, contract: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -310,3 +311,96 @@ def feeders(program: Program) -> dict[SemId, list[Event]]:
             for sem, _ in deposits(ev.action):
                 out[sem].append(ev)
     return out
+
+
+# ------------------------------------------------------------------ compute kinds
+
+class Origin(StrEnum):
+    """What makes compute events of a kind."""
+    OP = "op"          # a compute op of the schedule (the kind is its tag)
+    MODEL = "model"    # the race model's own writes: memory changing hands (enter, exit, allocate)
+    IMPORT = "import"  # the Pallas importer only (load, opaque)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """Everything the stages know about one compute kind, in one place (`COMPUTES[kind]`).
+    What a stage does with a kind beyond these facts is its own rule table (the gauge's
+    `PAIRS`); a new kind is one entry here, every field required."""
+    origin: Origin
+    reads_dst: Callable[[Compute], bool]       # it reads its destination too (else it overwrites all of it)
+    effect: Callable[[Any, Compute], None]     # its effect on the symbolic memory (`semantics.Memory`)
+    flops: Callable[[Compute], float] | None   # its arithmetic (`cost/timeline.py`); None: unknown, not priced
+    describe: Callable[[Compute, Event], str]  # its text in findings, regions in full (`races.describe`)
+    writes: str | None                         # its write in a race's text: "`zero` zeroes it" (None: the model's)
+    show: Callable[[Compute], str]             # its short text in pictures, buffers by name (`show.ops.op_text`)
+    mark: str                                  # its mark in the slot table (`show.tables.slot_table`)
+
+
+def _never(a: Compute) -> bool:
+    return False
+
+
+def _no_flops(a: Compute) -> float:
+    return 0.0
+
+
+def _matmul_flops(a: Compute) -> float:  # src [m, k] @ rhs [k, n], either transposed by `contract`
+    ca, cb = a.contract
+    m, k, n = a.src.shape[-2:][1 - ca], a.src.shape[-2:][ca], a.rhs.shape[-2:][1 - cb]
+    return 2.0 * m * n * k
+
+
+def _shown(op: str) -> Callable[[Compute], str]:
+    return lambda a: f"{a.kind} {a.dst.buffer} {op} {a.src.buffer if a.src is not None else '?'}"
+
+
+# `COMPUTES[kind]`: one entry per compute kind (`COMPUTE_KINDS`).
+COMPUTES: RuleTable[ComputeSpec] = RuleTable("compute kinds (ringc/verify/events.py COMPUTES)", "compute")
+COMPUTES.register("enter")(ComputeSpec(
+    Origin.MODEL, _never, lambda mem, a: mem.forget(a.dst), _no_flops,
+    lambda a, ev: f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it", None,
+    lambda a: f"kernel entry ({a.dst.buffer})", "enter"))
+COMPUTES.register("exit")(ComputeSpec(
+    Origin.MODEL, lambda a: True,  # the caller takes back whatever is there
+    lambda mem, a: None,           # the caller reads the memory as it is
+    _no_flops,
+    lambda a, ev: f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller", None,
+    lambda a: f"kernel exit ({a.dst.buffer})", "exit"))
+COMPUTES.register("allocate")(ComputeSpec(
+    Origin.MODEL, _never, lambda mem, a: mem.forget(a.dst), _no_flops,
+    lambda a, ev: f"the pipeline allocates {a.dst.text()} (garbage until written)", None,
+    _shown("="), "allocate"))
+COMPUTES.register("zero")(ComputeSpec(
+    Origin.OP, _never, lambda mem, a: mem.zero(a.dst), _no_flops,
+    lambda a, ev: f"zero {a.dst.text()}", "zeroes",
+    lambda a: f"zero {a.dst.buffer}", "zero"))
+COMPUTES.register("accumulate")(ComputeSpec(
+    Origin.OP, lambda a: a.base is None,  # dst += src; with a base, dst = base + src
+    lambda mem, a: mem.accumulate(a.src, a.dst, a.base, a.fn), lambda a: float(prod(a.dst.shape)),
+    lambda a, ev: (f"{a.dst.text()} = {a.base.text()} + {a.src.text()}" if a.base is not None
+                   else f"{a.dst.text()} += {a.src.text()}"), "accumulates into",
+    _shown("+="), "acc"))
+COMPUTES.register("assign")(ComputeSpec(
+    Origin.OP, _never, lambda mem, a: mem.copy_fn(a.src, a.dst, a.fn), _no_flops,
+    lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "assigns",
+    _shown("="), "set"))
+COMPUTES.register("cast")(ComputeSpec(
+    Origin.OP, _never, lambda mem, a: mem.copy_fn(a.src, a.dst, a.fn), _no_flops,
+    lambda a, ev: f"{a.dst.text()} = cast({a.src.text()})", "casts into",
+    _shown("="), "cast"))
+COMPUTES.register("matmul")(ComputeSpec(
+    Origin.OP, lambda a: a.accumulate,  # dst += src @ rhs
+    lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract), _matmul_flops,
+    lambda a, ev: f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.product_text}", "multiplies into",
+    lambda a: (f"matmul {a.dst.buffer} {'+=' if a.accumulate else '='} {a.src.buffer}"
+               f"{'' if a.contract[0] == 1 else '.T'} @ {a.rhs.buffer}{'' if a.contract[1] == 0 else '.T'}"),
+    "matmul"))
+COMPUTES.register("load")(ComputeSpec(  # a copy into a value register
+    Origin.IMPORT, _never, lambda mem, a: mem.copy(a.src, a.dst), _no_flops,
+    lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "loads into",
+    _shown("="), "load"))
+COMPUTES.register("opaque")(ComputeSpec(  # data the model does not follow (the kernel's own arithmetic)
+    Origin.IMPORT, _never, lambda mem, a: mem.opaque(a.dst, a.fn[0] if a.fn else None), None,
+    lambda a, ev: f"compute into {a.dst.text()}", "computes into",
+    lambda a: f"compute {a.dst.buffer}", "compute"))

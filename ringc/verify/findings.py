@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from .events import Event, Program
@@ -29,11 +30,16 @@ KINDS = {
 }
 
 
+class Severity(StrEnum):
+    ERROR = "error"      # the check fails
+    WARNING = "warning"  # reported; the check passes unless `--strict`
+
+
 @dataclass
 class Finding:
     kind: str
     message: str
-    severity: str = "error"
+    severity: Severity = Severity.ERROR
     event: Event | None = None
     related: list[Event] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
@@ -91,10 +97,10 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
+        return not any(f.severity == Severity.ERROR for f in self.findings)
 
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
+        return [f for f in self.findings if f.severity == Severity.ERROR]
 
     def kinds(self) -> set[str]:
         return {f.kind for f in self.findings}

@@ -55,8 +55,8 @@ Dim = tuple[str, int]  # (buffer, dim)
 # `PAIRS[kind](compute)`: the (read region, read dim, destination dim) triples a compute
 # maps elementwise onto its destination, and the (region, dim) pairs it sums over. Kinds
 # that move no data from a read (zero, opaque, the model's own writes) have none.
-PAIRS: RuleTable[Callable[[Compute], tuple[list[tuple[Region, int, int]], list[tuple[Region, int]]]]] = \
-    RuleTable("gauge (ringc/verify/gauge.py PAIRS)", "compute")
+PAIRS: RuleTable[Callable[[Compute], tuple[list[tuple[Region, int, int]], list[tuple[Region, int]]]]] = (
+    RuleTable("gauge (ringc/verify/gauge.py PAIRS)", "compute"))
 
 
 def _kept(src: Region, dst: Region) -> list[tuple[Region, int, int]]:

@@ -19,8 +19,9 @@ from functools import cached_property
 from typing import Iterator
 
 from .. import topology as T
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .events import DmaStart, Event, Program, sem_text
+from . import messages as M
 from .findings import Finding
 from .spec import Spec
 
@@ -470,18 +471,14 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
     base = next(placement.bases())  # every instance has the same hop counts (module docstring)
     routes: dict[tuple, list] = {}
     for ev, target in program.targets:
-        what = f"{_what(ev)} at {program.where(ev)}"
+        what, at = _what(ev), program.where(ev)
         if not 0 <= target < program.n:
             if once("bad", ev):
-                findings.append(Finding(
-                    "bad_target", f"{what} targets device {target}, which does not exist for N={program.n}: "
-                                  "is a `% N` missing?", event=ev))
+                findings.append(M.BAD_TARGET.finding(what=what, at=at, target=target, n=program.n, event=ev))
             continue
         if target == ev.device:
             if isinstance(ev.action, DmaStart) and not ev.action.explicit_self and once("self", ev):
-                findings.append(Finding("self_target", f"{what} sends to its own device; use a local copy, or "
-                                        "say it is meant with `self_copy: true` on the copy",
-                                        severity="warning", event=ev))
+                findings.append(M.SELF_TARGET.finding(what=what, at=at, event=ev))
             continue
         src, dst = placement.coord(base, ev.device), placement.coord(base, target)
         route = routes.get((src, dst))
@@ -491,26 +488,18 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
         to = f"device {program.label(target)}"
         if topo.generation == "v5e" and not v5e_offset_ok(topo, src, dst) and once("v5e", ev):
             offsets = ", ".join(f"{names[k]} {b - a:+d}" for k, (a, b) in enumerate(zip(src, dst)) if a != b)
-            findings.append(Finding(
-                "unroutable", f"{what} sends to {to} at offset {offsets}, which TPU v5e cannot route: a v5e "
-                              "device only sends to power-of-2 offsets from itself (seed 000, \"Routing\")",
-                event=ev))
+            findings.append(M.UNROUTABLE.finding(what=what, at=at, to=to, offsets=offsets, event=ev))
             continue
         if hops <= 1:
             continue
         axis = _wraps_around(topo, src, dst)
         if axis is not None and once("wrap", ev):
-            findings.append(Finding(
-                "no_wraparound", f"{what} sends to {to} around the end of axis {names[axis]}, but "
-                                 f"{topo.describe()} has no wraparound there ({_wrap_reason(topo)}): the send is "
-                                 f"routed over {hops} hops ({_path_text(placement, route)}) and shares those "
-                                 "links with the other sends. Correct, but slow; --strict makes this an error",
-                severity="warning", event=ev))
+            findings.append(M.NO_WRAPAROUND.finding(
+                what=what, at=at, to=to, axis=names[axis], topology=topo.describe(), reason=_wrap_reason(topo),
+                hops=hops, path=_path_text(placement, route), event=ev))
         elif axis is None and once("far", ev):
-            findings.append(Finding(
-                "not_neighbour", f"{what} goes to {to}, {hops} hops away on {topo.describe()} "
-                                 f"({_path_text(placement, route)}); it is routed through other devices and "
-                                 "competes for their links", severity="warning", event=ev))
+            findings.append(M.NOT_NEIGHBOUR.finding(what=what, at=at, to=to, hops=hops, topology=topo.describe(),
+                                                    path=_path_text(placement, route), event=ev))
     return findings
 
 

@@ -15,14 +15,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Callable, NamedTuple
 
-from ..ir.rules import RuleTable
-
-from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
+from . import messages as M
+from .events import COMPUTES, Compute, DmaStart, Event, Program, Region, SemWait, Signal, feeders, sem_text
 from .findings import Finding
 from .order import DmaEnds, Order, link
 from .simulate import Machine
 
-__all__ = ["Access", "ComputeRule", "RACES", "describe", "event_accesses", "accesses", "racing_pairs", "race", "find_races", "OUT_OF_ORDER"]
+__all__ = ["Access", "describe", "event_accesses", "accesses", "racing_pairs", "race", "find_races", "OUT_OF_ORDER"]
 
 
 class Access(NamedTuple):  # a tuple: one per access of every event, tens of thousands
@@ -37,35 +36,6 @@ class Access(NamedTuple):  # a tuple: one per access of every event, tens of tho
         return self.end is self.start
 
 
-class ComputeRule(NamedTuple):
-    """How the race analysis reads a compute event of one kind: its text in a finding, and
-    the access it makes of its destination (`what` for the write; None: no destination
-    access of its own, the model's entry/exit/allocate say theirs in `accesses`)."""
-    describe: Callable[[Compute, Event], str]
-    writes: str | None
-
-
-# `RACES[kind]`: one rule per compute kind (`events.COMPUTE_KINDS`).
-RACES: RuleTable[ComputeRule] = RuleTable("races (ringc/verify/races.py RACES)", "compute")
-RACES.register("enter")(ComputeRule(
-    lambda a, ev: f"enter the kernel (call {ev.invocation + 1}): {a.dst.text()} now belongs to it", None))
-RACES.register("exit")(ComputeRule(
-    lambda a, ev: f"exit the kernel (call {ev.invocation + 1}): {a.dst.text()} goes back to the caller", None))
-RACES.register("allocate")(ComputeRule(
-    lambda a, ev: f"the pipeline allocates {a.dst.text()} (garbage until written)", None))
-RACES.register("zero")(ComputeRule(lambda a, ev: f"zero {a.dst.text()}", "zeroes"))
-RACES.register("matmul")(ComputeRule(
-    lambda a, ev: f"{a.dst.text()} {'+=' if a.accumulate else '='} {a.product_text}",
-    "multiplies into"))
-RACES.register("cast")(ComputeRule(lambda a, ev: f"{a.dst.text()} = cast({a.src.text()})", "casts into"))
-RACES.register("assign")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "assigns"))
-RACES.register("load")(ComputeRule(lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "loads into"))
-RACES.register("opaque")(ComputeRule(lambda a, ev: f"compute into {a.dst.text()}", "computes into"))
-RACES.register("accumulate")(ComputeRule(
-    lambda a, ev: (f"{a.dst.text()} = {a.base.text()} + {a.src.text()}" if a.base is not None
-                   else f"{a.dst.text()} += {a.src.text()}"), "accumulates into"))
-
-
 def describe(ev: Event) -> str:
     a = ev.action
     if isinstance(a, DmaStart):
@@ -77,7 +47,7 @@ def describe(ev: Event) -> str:
     if isinstance(a, Signal):
         return f"signal {sem_text(a.sem)} on device {a.sem[0]} (+{a.inc})"
     if isinstance(a, Compute):
-        return RACES[a.kind].describe(a, ev)
+        return COMPUTES[a.kind].describe(a, ev)
     raise TypeError(f"races: no description for action {a!r}")
 
 
@@ -95,10 +65,9 @@ def event_accesses(events: Iterable[Event], n: int) -> Iterator[tuple[Event, Reg
                 yield ev, a.src, False, True
                 yield ev, a.dst, True, True
         elif cls is Compute:
-            if a.work:
-                RACES[a.kind]  # an unknown kind raises
+            work = a.work  # an unknown kind raises (`events.COMPUTES`)
             yield ev, a.dst, True, False
-            if a.work:
+            if work:
                 for r in a.reads:
                     yield ev, r, False, False
 
@@ -143,7 +112,7 @@ def _write_text(program: Program, ev: Event) -> str:
                 "the memory belongs to whatever runs next)")
     if a.kind == "allocate":
         return "a pipeline allocates it"
-    return f"`{a.kind}` {RACES[a.kind].writes} it"
+    return f"`{a.kind}` {COMPUTES[a.kind].writes} it"
 
 
 def _ordered(order: Order, first: Access, second: Access) -> bool:
@@ -420,12 +389,11 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
                 # Two runs of one line at one point (a Python loop unrolled by tracing): say which.
                 one += f" ({_ordinal(program, first.start)} time the line runs there)"
                 two += f" ({_ordinal(program, second.start)} time)"
-            msg = (f"race on {mem}: {one}, while {two}. Nothing orders them: "
-                   f"{_why(program, order, first, second)}")
             # A copy live across a device's entry or exit is the copy's fault.
             at, other = (first, second) if _is_boundary(second) else (second, first)
-            findings.append(Finding("race", msg, event=at.start, related=[other.start],
-                                    trace=_witness(program, first, second)))
+            findings.append(M.RACE.finding(memory=mem, one=one, two=two, why=_why(program, order, first, second),
+                                           event=at.start, related=[other.start],
+                                           trace=_witness(program, first, second)))
     if in_order is not None and len(robust) < len(pairs):
         fed = feeders(program)
         for f, (key, pair) in zip(findings, pairs.items()):

@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .events import Program
 from .unroll import Unroller
 

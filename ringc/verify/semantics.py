@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
-from ..ir.rules import RuleTable
-from .events import Compute, DmaStart, Event, Program, Region, matmul_dims
+from .events import COMPUTES, Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
-           "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "APPLY", "apply", "mismatches"]
+           "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
 UNINIT = "?"          # prefix: uninitialized memory of a buffer
@@ -787,8 +786,8 @@ class Memory:
             # One piece replaces the one piece it meets (`_Index`): where removing and adding would put it.
             index.swap(new[0] if canonical else Piece(box, canonical_value(new[0].value, box)))
             return
-        if len(new) > 1 and all(p.box in exact and box_inside(p.box, box) for p in new) \
-                and len({p.box for p in new}) == len(new) and sum(_volume(p.box) for p in new) == _volume(box):
+        if (len(new) > 1 and all(p.box in exact and box_inside(p.box, box) for p in new)
+                and len({p.box for p in new}) == len(new) and sum(_volume(p.box) for p in new) == _volume(box)):
             # New pieces in the boxes of stored ones (which are disjoint) that fill `r`: these
             # are all the pieces `r` meets, so removing them and adding the new ones in order
             # is swapping each in turn (`_Index.swap`: where removing and adding puts it).
@@ -926,8 +925,8 @@ class Memory:
                 flat = True  # every term a product of plain factors, made canonical here
                 for ta in lefts:
                     for tb in singles:
-                        if ta[0] != PRODUCT and tb[0] != PRODUCT and ta[0][:1] not in (UNINIT, OPAQUE) \
-                                and tb[0][:1] not in (UNINIT, OPAQUE):  # the common case, as below (m = KDIM)
+                        if (ta[0] != PRODUCT and tb[0] != PRODUCT and ta[0][:1] not in (UNINIT, OPAQUE)
+                                and tb[0][:1] not in (UNINIT, OPAQUE)):  # the common case, as below (m = KDIM)
                             terms.append(_canonical((PRODUCT, _remap(ta, fa), _remap(tb, fb), k0, k1), box, single))
                             continue
                         flat = False
@@ -1210,20 +1209,6 @@ def _slice(order: list[Event], n: int, wanted: dict[tuple[int, str], list[Box]])
     return kept
 
 
-# `APPLY[kind](mem, compute)`: a compute event's effect on the symbolic memory.
-APPLY: RuleTable[Callable[[Memory, Compute], None]] = RuleTable("semantics (ringc/verify/semantics.py APPLY)",
-                                                                "compute")
-APPLY.register("enter", "allocate")(lambda mem, a: mem.forget(a.dst))
-APPLY.register("exit")(lambda mem, a: None)  # the caller reads the memory as it is
-APPLY.register("zero")(lambda mem, a: mem.zero(a.dst))
-APPLY.register("load")(lambda mem, a: mem.copy(a.src, a.dst))
-APPLY.register("assign", "cast")(lambda mem, a: mem.copy_fn(a.src, a.dst, a.fn))
-# data the model does not follow (an imported kernel's own arithmetic)
-APPLY.register("opaque")(lambda mem, a: mem.opaque(a.dst, a.fn[0] if a.fn else None))
-APPLY.register("accumulate")(lambda mem, a: mem.accumulate(a.src, a.dst, a.base, a.fn))
-APPLY.register("matmul")(lambda mem, a: mem.matmul(a.dst, a.src, a.rhs, a.accumulate, a.contract))
-
-
 def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] | None = None) -> None:
     """One event's effect on the symbolic memory; `remote_copy` overrides how a remote DMA lands.
     Signals and waits change no memory."""
@@ -1234,7 +1219,7 @@ def apply(mem: Memory, ev: Event, n: int, remote_copy: Callable[[Event], None] |
         elif 0 <= a.dst.device < n:
             mem.copy(a.src, a.dst)
     elif isinstance(a, Compute):
-        APPLY[a.kind](mem, a)
+        COMPUTES[a.kind].effect(mem, a)  # its effect on the symbolic memory
 
 
 def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: Iterable[int], n: int,

@@ -17,7 +17,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.dtypes import itemsize
 from .. import limits
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_size_env, call_buffers, pipeline_windows, resolved, walk_ops
 from .calls import Handover, entry_sync
@@ -921,8 +921,8 @@ class Unroller:
         def dma(name: str, side: str, t: int) -> None:
             spec, slot = specs[name], slots[name]["copy"]
             sem = (self.device, f"{ids[name]}#{side}", (slot,))
-            src, dst = (blocks[name][t], self.window(ids[name], slot)) if side == "in" else \
-                (self.window(ids[name], slot), blocks[name][t])
+            src, dst = ((blocks[name][t], self.window(ids[name], slot)) if side == "in" else
+                        (self.window(ids[name], slot), blocks[name][t]))
             marks.append(("dma", len(out), name, side, t))
             self.emit(out, DmaStart(ids[name], src, dst, None, sem), spec.line, inv)
             slots[name]["copy"] ^= 1

@@ -47,8 +47,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..collectives import Box
-from .events import Compute, DmaStart, Event, Region
-from .semantics import APPLY, Memory, apply, box_meets
+from .events import COMPUTES, Compute, DmaStart, Event, Region
+from .semantics import Memory, apply, box_meets
 
 __all__ = ["Unfused", "FusedMemory"]
 
@@ -114,7 +114,7 @@ class FusedMemory(Memory):
             elif any(r.buffer in windows for r in a.reads):
                 self._direct(a)
             else:
-                APPLY[a.kind](self, a)
+                COMPUTES[a.kind].effect(self, a)
 
     # -- the watch on bindings' sources ---------------------------------------------------
     def write(self, r: Region, new: list, canonical: bool = False) -> None:
@@ -171,7 +171,8 @@ class FusedMemory(Memory):
         """`a` into `dst`, each region it reads replaced by `stand_in`'s."""
         def read(r: Region | None) -> Region | None:
             return None if r is None else stand_in(r)
-        APPLY[a.kind](self, Compute(a.kind, dst, read(a.src), read(a.rhs), a.accumulate, read(a.base), a.contract, a.fn))
+        COMPUTES[a.kind].effect(self, Compute(a.kind, dst, read(a.src), read(a.rhs), a.accumulate, read(a.base),
+                                              a.contract, a.fn))
 
     def _direct(self, a: Compute) -> None:
         """A compute outside the windows that reads input slots (a matmul into an
@@ -189,7 +190,7 @@ class FusedMemory(Memory):
                 for b in [b for b in slots if box_meets(b, dst.box)]:
                     del slots[b]
             return
-        if a.kind == "exit":  # the caller takes the memory back: no effect (`semantics.APPLY`)
+        if a.kind == "exit":  # the caller takes the memory back: no effect (`events.COMPUTES`)
             return
         slots = self.pending.setdefault(dst.buffer, {})
         entry = slots.get(dst.box)
@@ -206,8 +207,8 @@ class FusedMemory(Memory):
             else:
                 reads[id(r)] = self._input(r)
         if a.overwrites and None not in reads.values():  # (one that reads the slot adds to its computes)
-            if any(b != dst.box and box_meets(b, dst.box) for b in slots) or \
-                    any(box_meets(b, dst.box) for b in self.bound.get(dst.buffer, ())):
+            if (any(b != dst.box and box_meets(b, dst.box) for b in slots)
+                    or any(box_meets(b, dst.box) for b in self.bound.get(dst.buffer, ()))):
                 raise Unfused(f"{a.kind} into part of a slot of `{dst.buffer}`")
             slots[dst.box] = (dst, [(a, reads)])
         elif entry is None:

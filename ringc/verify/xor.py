@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import schema as S
-from ..ir.errors import ScheduleError
+from ..errors import ScheduleError
 from .events import Group, Program
 from .rotation import NotRotational, RotationUnroller, Torus, merge_runs
 
