@@ -185,7 +185,6 @@ def test_the_3d_reduce_scatter_is_a_candidate_on_v5p():
     assert w.candidate.family == "per_axis" and w.verdict == ""
     sec, eff, bound, binding, fits, _ = w.points[256 * MiB]
     assert binding == "egress" and fits and eff > 0.7
-    assert r.seconds < 10
 
 
 # -- the benchmark's MILP baseline ----------------------------------------------------------
