@@ -240,3 +240,45 @@ def test_recursive_doubling_beats_the_library_all_gather_at_64kib_on_v5e_16x16()
     est = [estimate(s, hardware("v5e:16x16", s), nbytes=64 * KiB) for s in (rd, lib)]
     assert est[0].seconds < 0.75 * est[1].seconds, [e.seconds for e in est]
     assert est[0].bound.binding == "latency"
+
+
+# -- shift-doubling all-reduce (recursive doubling by translation) ------------------------------
+
+@pytest.mark.parametrize("both", [False, True], ids=["one_way", "both_ways"])
+@pytest.mark.parametrize("topology", ["ring:8", "torus:4x4", "torus:2x8", "torus:2x4x8", "torus:4x2x2", "v5e:16x16"])
+def test_the_shift_doubling_all_reduce_checks(topology, both):
+    """Axes of different sizes (an offset applied along the wrong axis would show), 1-3 axes;
+    every chip runs chip 0's program translated, so v5e:16x16 checks on the quotient."""
+    from ringc.synth.families import recursive_doubling
+    topo = T.parse(topology)
+    cands = [c for c in recursive_doubling.generate("psum", topo) if "shift" in c.name]
+    assert len(cands) == 2
+    (cand,) = [c for c in cands if ("bidirectional" in c.name) == both]
+    report = check(load_text(cand.text, cand.name), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+    assert [c for c in recursive_doubling.generate("psum", T.parse("torus:3x4")) if "shift" in c.name] == []
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", [
+    # The offsets along y stop at 2 on an axis of 4: a chip sums only half of its column.
+    ("d_y: ((N_y // 2) >> (r)) if r < l_y else 0", "d_y: (1 << (r)) if r < l_y - 1 else 0", {"wrong_result"}),
+    # The add into `out` no longer waits for the send of `out` to finish.
+    ("      - wait: pass_p\n      - wait: pass_m\n", "      - wait: pass_m\n", {"race", "unbalanced", "hang"}),
+])
+def test_a_broken_shift_doubling_all_reduce_is_refused(broken, fixed, kinds):
+    from ringc.synth.families import recursive_doubling
+    text = recursive_doubling.psum_shift(2, both=True)
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:4x4")
+    assert not report.ok and kinds & set(_errors(report)), _errors(report)
+
+
+def test_shift_doubling_wins_the_all_reduce_at_64kib_on_v5e_16x16():
+    """v5e routes only power-of-2 offsets (no one-shot family there): log2(N) rounds by
+    translation beat the library's per-axis rings (108 us) by more than a quarter."""
+    r = synth("psum", "v5e:16x16", [64 * KiB], compile=False)
+    (ch,) = r.choices
+    assert ch.winner.candidate.name == "psum_shift_doubling_bidirectional_2d"
+    lib = min(p.points[64 * KiB][0] for p in r.priced if p.candidate.family == "library" and p.usable(64 * KiB))
+    assert ch.winner.points[64 * KiB][0] < 0.75 * lib
