@@ -335,3 +335,18 @@ def test_landing_in_vmem_lifts_the_hbm_limit_of_the_reduce_scatter():
            for name, s in (("big", big), ("small", small), ("per_axis", base))}
     assert est["big"].efficiency >= 0.95 and est["per_axis"].efficiency < 0.85, {k: e.efficiency for k, e in est.items()}
     assert est["big"].vmem > 32 * MiB >= est["small"].vmem
+
+
+def test_the_vmem_windows_winner_is_compiled_with_its_vmem_limit():
+    """The windows at 256 MiB on torus:4x4 (30-60 MiB) are over the TPU compiler's default
+    scoped VMEM; the family raises the limit (`vmem_limit_mib`, 3/4 of a v5e's 128 MiB) and
+    the emitted kernel passes it on. Not generated past 32 chips (checked on every chip)."""
+    from ringc.codegen import emit
+    from ringc.synth.families import vmem_windows
+    cands = list(vmem_windows.generate("psum_scatter", T.parse("torus:4x4")))
+    assert [c.params for c in cands] == [{"lanes": 2, "wrows": 512}, {"lanes": 2, "wrows": 1024},
+                                         {"lanes": 4, "wrows": 256}, {"lanes": 4, "wrows": 512}]
+    sched = load_text(cands[0].text, cands[0].name)
+    assert sched.vmem_limit_mib == 96
+    assert "vmem_limit_bytes=96 * 2**20" in emit(sched)
+    assert list(vmem_windows.generate("psum_scatter", T.parse("v5e:16x16"))) == []
