@@ -1,5 +1,5 @@
-"""Rotated-axis bidirectional reduce-scatter on a 2-D torus whose partial sums land in VMEM
-windows (issue 36): the structure of `per_axis`'s reduce-scatter (half A reduces over x then
+"""Rotated-axis bidirectional reduce-scatter (and all-reduce: the reduce-scatter, then two
+all-gathers) on a 2-D torus whose partial sums land in VMEM windows (issue 36): the structure of `per_axis`'s reduce-scatter (half A reduces over x then
 y, half B over y then x, each as a right and a left ring, so all four links of a chip carry
 data), but a partial sum arrives in a VMEM window of the receiver, is added to the
 receiver's own block there (loaded from HBM into a second window) and is sent on from the
@@ -59,19 +59,41 @@ HEADER = """# Bidirectional 2-D reduce-scatter landing in VMEM: lax.psum_scatter
 
 AXES = ("x", "y")
 
+AR_FROM = """# Bidirectional 2-D reduce-scatter landing in VMEM: lax.psum_scatter(x, ("x", "y"))
+# (scatter_dimension=0, tiled=False: chip d = (d_x, d_y) gets the sum of every chip's block
+# d, the rows x[d_x, d_y, :, :] of the [N_x, N_y, 2, 2] block layout: half, direction)."""
+AR_TO = """# Bidirectional 2-D all-reduce whose reduce-scatters land in VMEM: lax.psum(x, ("x", "y")):
+# x and out are [N_x, N_y, 2, 2] blocks (along x, along y, half, direction); the two
+# reduce-scatters below leave chip d with block d of each half and direction summed, and
+# two all-gathers (over the half's second axis, then its first; HBM to HBM into the
+# neighbours' `out`, as all_reduce_2d_bidirectional.yaml) bring every block to every chip."""
 
-def _stream_lets(h: str, first: str, second: str, sfx: str, var: str) -> list[str]:
-    """Half h's phase, step within the phase and phase index at point `var` (k or j)."""
-    n0, n1 = f"N_{first}", f"N_{second}"
-    return [f"p{h}{sfx}: 0 if s{sfx} < {n0} - 1 else 1",
-            f"t{h}{sfx}: s{sfx} if p{h}{sfx} == 0 else s{sfx} - ({n0} - 1)",
-            f"n{h}{sfx}: (rd{sfx} * ({n0} - 1) + t{h}{sfx}) * lanes + i{sfx} if p{h}{sfx} == 0 "
-            f"else (rd{sfx} * ({n1} - 1) + t{h}{sfx}) * lanes + i{sfx}",
+
+def _stream_lets(h: str, first: str, second: str, sfx: str, var: str, phases: int) -> list[str]:
+    """Half h's phase, step within the phase and phase index at point `var` (k or j): phases
+    over the half's first axis, its second, and (an all-reduce) the second again and the
+    first (the all-gathers)."""
+    n0, n1 = f"(N_{first} - 1)", f"(N_{second} - 1)"
+    lens = [n0, n1, n1, n0][:phases]
+    starts = ["0"]
+    for ln in lens[:-1]:
+        starts.append(f"{starts[-1]} + {ln}" if starts[-1] != "0" else ln)
+    ph = " else ".join(f"{i} if s{sfx} < {starts[i + 1]}" for i in range(phases - 1)) + f" else {phases - 1}"
+    start = " else ".join(f"{starts[i]} if p{h}{sfx} == {i}" for i in range(phases - 1)) + f" else {starts[-1]}"
+    length = " else ".join(f"{lens[i]} if p{h}{sfx} == {i}" for i in range(phases - 1)) + f" else {lens[-1]}"
+    return [f"p{h}{sfx}: {ph}",
+            f"t{h}{sfx}: s{sfx} - ({start})",
+            f"n{h}{sfx}: (rd{sfx} * ({length}) + t{h}{sfx}) * lanes + i{sfx}",
             f"w{h}{sfx}: n{h}{sfx} % (2 * lanes)"]
 
 
-def reduce_scatter_2d() -> str:
-    lets = ["S: N_x + N_y - 2                  # steps of a round: both reduce-scatters",
+def reduce_scatter_2d(all_reduce: bool = False) -> str:
+    """The reduce-scatter; with `all_reduce`, the all-reduce: each half then all-gathers its
+    block back, over its second axis and its first (HBM to HBM into the neighbours' `out`,
+    as the library's all_reduce_2d_bidirectional does, lane by lane)."""
+    phases = 4 if all_reduce else 2
+    lets = [("S: 2 * (N_x + N_y) - 4           # steps of a round: two reduce-scatters, two all-gathers"
+             if all_reduce else "S: N_x + N_y - 2                  # steps of a round: both reduce-scatters"),
             "q: min(wrows, rows // lanes)      # rows of a piece",
             "rounds: rows // (lanes * q)",
             "total: rounds * S * lanes        # points that send",
@@ -83,15 +105,23 @@ def reduce_scatter_2d() -> str:
             lets += ["sending: k < total"]
         lets += [f"c{sfx}: {var} // lanes", f"i{sfx}: {var} % lanes", f"rd{sfx}: c{sfx} // S", f"s{sfx}: c{sfx} % S",
                  f"r{sfx}: (rd{sfx} * lanes + i{sfx}) * q   # first row of the piece"]
-        lets += _stream_lets("a", "x", "y", sfx, var) + _stream_lets("b", "y", "x", sfx, var)
+        lets += _stream_lets("a", "x", "y", sfx, var, phases) + _stream_lets("b", "y", "x", sfx, var, phases)
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (half A's, B's: ub)",
              "ub: (nb - lanes) % (2 * lanes)",
              "n0a: rounds * (N_x - 1) * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
              "n1a: rounds * (N_y - 1) * lanes",
              "n0b: n1a", "n1b: n0a"]
-    bufs = ["  x:     {kind: input,  slots: [N_x, N_y], shape: [2, 2, rows, cols], shard: [4 * N * rows, cols],",
-            "          spec: [null, [x, y]]}",
-            "  out:   {kind: output, shape: [2, 2, rows, cols], shard: [4 * rows, cols]}",
+    if all_reduce:
+        bufs = ["  x:     {kind: input,  slots: [N_x, N_y, 2, 2], shape: [rows, cols], shard: [4 * N * rows, cols],",
+                "          spec: [null, [x, y]]}",
+                "  out:   {kind: output, slots: [N_x, N_y, 2, 2], shape: [rows, cols], shard: [4 * N * rows, cols],",
+                "          spec: [null, [x, y]]}"]
+    else:
+        bufs = ["  x:     {kind: input,  slots: [N_x, N_y], shape: [2, 2, rows, cols], shard: [4 * N * rows, cols],",
+                "          spec: [null, [x, y]]}",
+                "  out:   {kind: output, shape: [2, 2, rows, cols], shard: [4 * rows, cols]}"]
+    mine = "me_x, me_y, " if all_reduce else ""
+    bufs += [
             "  first_a: {kind: hbm_scratch, slots: [N_y, 2], shape: [rows, cols]}   # half A's column (me_x, :)",
             "  first_b: {kind: hbm_scratch, slots: [N_x, 2], shape: [rows, cols]}   # half B's row (:, me_y)"]
     sems, copies, send, finish, drain = [], [], [], [], []
@@ -140,7 +170,20 @@ def reduce_scatter_2d() -> str:
                 f'  {st}_j1: {{src: "w1_{st}[w{h}j]", dst: "w1_{st}[w{h}j]", to: {to1},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}',
                 f'  {st}_jl1: {{src: "first_{h}[jb1_{st}, {d}, rj:q]", dst: "xw1_{st}[ij]", sem: "load_{st}[ij]"}}',
-                f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{hi}, {d}, rj:q]", sem: out_{st}}}']
+                f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{mine}{hi}, {d}, rj:q]", sem: out_{st}}}']
+            if all_reduce:   # the all-gathers: over the half's second axis (phase 2), then its first (3)
+                sems += [f"  recv2_{st}: {{kind: dma, shape: [2 * lanes]}}", f"  recv3_{st}: {{kind: dma, shape: [2 * lanes]}}"]
+                for p, ax in ((2, ax1), (3, ax0)):
+                    for nm, tt, rr, ii in (("g", f"t{h}", "r", "i"), ("jg", f"t{h}j", "rj", "ij")):
+                        b = f"(me_{ax} {sgn} {tt}) % N_{ax}"
+                        if p == 2:
+                            reg = f"out[me_x, {b}, 0, {d}, {rr}:q]" if h == "a" else f"out[{b}, me_y, 1, {d}, {rr}:q]"
+                        else:
+                            reg = f"out[{b}, :, 0, {d}, {rr}:q]" if h == "a" else f"out[:, {b}, 1, {d}, {rr}:q]"
+                        copies += [f'  {st}_{nm}{p}: {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
+                                   f'           send_sem: "send_{st}[{ii}]", recv_sem: "recv{p}_{st}[w{h}{"j" if nm == "jg" else ""}]"}}']
+                    send += [f"  - when: sending and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
+                    finish += [f"  - when: finishing and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
             for p, n_ax in ((0, f"N_{ax0}"), (1, f"N_{ax1}")):
                 send += [f"  - when: sending and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
@@ -169,8 +212,10 @@ def reduce_scatter_2d() -> str:
                            f"        to: {back}_{ax0 if p == 0 else ax1}"]
                 drain += [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
     let = "\n".join(f"  {ln}" for ln in lets)
-    return f"""{HEADER}name: psum_scatter_vmem_windows_2d
-collective: psum_scatter
+    name, kind = ("psum_vmem_windows_2d", "psum") if all_reduce else ("psum_scatter_vmem_windows_2d", "psum_scatter")
+    header = HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER
+    return f"""{header}name: {name}
+collective: {kind}
 axes: [x, y]
 params: {{rows: 16, cols: 128, lanes: 2, wrows: 256}}
 buffers:
@@ -201,17 +246,19 @@ body:
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind != "psum_scatter" or topo.ndim != 2 or not all(topo.wrap):
+    if kind not in ("psum", "psum_scatter") or topo.ndim != 2 or not all(topo.wrap):
         return
     if topo.size > MAX_CHIPS:
         return  # checked on every chip: see MAX_CHIPS
     from ...cost.chips import CHIPS
     chip = CHIPS[topo.generation if topo.generation in CHIPS else "v5e"]   # the cost model's default chip
     limit = chip.vmem_bytes * 3 // 4 // 2**20
-    text = reduce_scatter_2d().replace("\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): the "
-                                       "windows\nparams:", 1)
-    for lanes, wrows in ((2, 512), (2, 1024), (4, 256), (4, 512)):
-        name = f"psum_scatter_vmem_windows_2d_l{lanes}_w{wrows}"
-        yield Candidate(FAMILY, name, text.replace("name: psum_scatter_vmem_windows_2d", f"name: {name}")
+    text = reduce_scatter_2d(kind == "psum").replace(
+        "\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): the windows\nparams:", 1)
+    what = WHAT if kind == "psum_scatter" else \
+        "rotated-axis bidirectional all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
+    for lanes, wrows in ((2, 512), (2, 1024), (4, 512)):
+        name = f"{kind}_vmem_windows_2d_l{lanes}_w{wrows}"
+        yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_2d", f"name: {name}")
                         .replace("lanes: 2, wrows: 256", f"lanes: {lanes}, wrows: {wrows}"),
-                        WHAT, {"lanes": lanes, "wrows": wrows})
+                        what, {"lanes": lanes, "wrows": wrows})
