@@ -377,3 +377,29 @@ def test_the_vmem_windows_all_reduce_is_within_5_percent_of_the_bound_on_torus_4
     r = synth("psum", "torus:4x4", [256 * MiB], compile=False)
     (ch,) = r.choices
     assert ch.winner.candidate.family == "vmem_windows" and ch.winner.points[256 * MiB][1] >= 0.95
+
+
+def test_the_hamiltonian_rings_of_the_benchmark_are_edge_disjoint_and_hamiltonian():
+    """benchmarks/hamiltonian_rings.py: two rings by diagonal on a square torus (checked as
+    they are built), none where the construction does not apply; the all-gather at 256 MiB
+    on torus:4x4 is near the bound in its alpha-beta terms (every directed link one ring)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import hamiltonian_rings as h
+    from ringc.cost.chips import CHIPS
+    for spec, n in (("torus:4x4", 16), ("v5e:16x16", 256), ("torus:8x8", 64)):
+        rs = h.rings(T.parse(spec))
+        assert len(rs) == 2 and all(len(set(r)) == n for r in rs)
+        links = [frozenset((r[i], r[(i + 1) % n])) for r in rs for i in range(n)]
+        assert len(set(links)) == 2 * n                         # no link in both rings
+        side = round(n ** 0.5)
+        for e in links:                                         # every link joins torus neighbours
+            a, b = tuple(e)
+            assert sorted((x - y) % side for x, y in zip(a, b)) in ([0, 1], [0, side - 1]), e
+    assert h.rings(T.parse("torus:3x4")) is None and h.rings(T.parse("v5p:4x4x4")) is None
+    assert len(h.rings(T.parse("ring:16"))) == 1
+    bound = 15 / 16 * 256 * MiB / (4 * CHIPS["v5e"].link_bandwidth)
+    sec = h.seconds("all_gather", T.parse("torus:4x4"), 256 * MiB, CHIPS["v5e"], 1e-6, 0.5e-6)
+    assert bound < sec < 1.05 * bound
+    assert h.seconds("all_to_all", T.parse("torus:4x4"), 256 * MiB, CHIPS["v5e"], 1e-6, 0.5e-6) is None
