@@ -2,8 +2,10 @@
 for each collective, slice and size, the lower bound, the best library schedule, per-axis
 rings (one axis after another, one direction: XLA / the scaling book; a flat ring on a
 1-D slice; for all_to_all on k axes the one-shot-per-axis schedule of `ringc synth`'s
-per_axis_direct family), a small TE-CCL-style MILP (benchmarks/milp_baseline.py: scipy's
-HiGHS, in idealised alpha-beta terms, not the timed model; its solve seconds in brackets)
+per_axis_direct family), k edge-disjoint Hamiltonian rings (benchmarks/hamiltonian_rings.py:
+a ring, or two on a square 2-D torus, each bidirectional), a small TE-CCL-style MILP
+(benchmarks/milp_baseline.py: scipy's HiGHS; its solve seconds in brackets), these two in
+idealised alpha-beta terms, not the timed model,
 and the winner of `ringc synth`, each as estimate (ratio bound / estimate), and the search
 time (pricing every candidate at the table's sizes plus the 4 KiB latency probe, and
 checking each winner; no TPU compiler: --no-compile).
@@ -19,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-import milp_baseline  # benchmarks/milp_baseline.py (the script's folder is on the path)
+import hamiltonian_rings  # benchmarks/hamiltonian_rings.py (the script's folder is on the path)
+import milp_baseline  # benchmarks/milp_baseline.py
 from tables import print_table  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +57,8 @@ def main() -> int:
     def cell(sec, eff) -> str:
         return f"{time_text(sec)} ({eff:.0%})"
 
-    head = ["collective", "slice", "V", "bound", "best library", "per-axis rings", "MILP (alpha-beta) [solve s]",
+    head = ["collective", "slice", "V", "bound", "best library", "per-axis rings", "Hamiltonian rings (alpha-beta)",
+            "MILP (alpha-beta) [solve s]",
             "ringc synth", "synth / bound", "search s"]
     rows = []
     milp_solves: dict[tuple[str, str], tuple] = {}   # (problem, slice) -> (unit time or None, solve s)
@@ -95,9 +99,15 @@ def main() -> int:
                                                          DMA_ISSUE_OVERHEAD, milp_solves[(problem, spec)])
                     mi = (f"{time_text(sec)} ({wp[2] / sec:.0%}) [{solve_s:.1f}]" if sec is not None else
                           f"not solved [{solve_s:.1f}]" if solve_s else f"- (over {milp_baseline.limit(kind)} chips)")
+                ham = "-"
+                if wp is not None:
+                    hs = hamiltonian_rings.seconds(kind, topo, w.volumes[ch.size], w.hw.chip, HOP_LATENCY,
+                                                   DMA_ISSUE_OVERHEAD)
+                    k = len(hamiltonian_rings.rings(topo)) if hs else 0
+                    ham = f"{k} ring{'s' if k > 1 else ''}: {cell(hs, wp[2] / hs)}" if hs else "-"
                 rows.append([kind, spec, size_text(ch.size), time_text(bound) if bound else "-",
                              f"{best.candidate.name} {cell(*best.points[ch.size][:2])}" if best else "-",
-                             f"{per_axis} {pa}" if per_axis else "-", mi,
+                             f"{per_axis} {pa}" if per_axis else "-", ham, mi,
                              f"{w.candidate.label} {time_text(wp[0])}" if w else "none verifies",
                              f"{wp[1]:.1%}" if wp else "-", f"{took:.1f}"])
                 print(" | ".join(rows[-1]), file=sys.stderr, flush=True)

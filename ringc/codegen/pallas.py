@@ -1266,6 +1266,8 @@ class _Emitter:
             if s.barrier is not None:
                 params.append(f"collective_id={s.barrier.collective_id}")
             params.append(f"dimension_semantics={self.semantics_text()}")
+            if s.vmem_limit_mib is not None:
+                params.append(f"vmem_limit_bytes={s.vmem_limit_mib} * 2**20")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
         w.line(")")
@@ -1339,6 +1341,8 @@ class _Emitter:
             if not call.outputs:  # nothing uses its results: keep it anyway
                 params.append("has_side_effects=True")
             params.append(f"dimension_semantics={self.semantics_text()}")
+            if s.vmem_limit_mib is not None:
+                params.append(f"vmem_limit_bytes={s.vmem_limit_mib} * 2**20")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
         w.line(")")

@@ -680,6 +680,9 @@ class Schedule(Node):
         "both run the kernel, and issue every DMA and semaphore op from core 0 (guard them with "
         "`when: core == 0`), as the Pallas distributed tutorial recommends"))
     dtype: str = "float32"
+    vmem_limit_mib: int | None = Field(None, ge=1, description=(
+        "MiB of VMEM the kernel may use, passed to the TPU compiler as Pallas' `vmem_limit_bytes`: raise "
+        "its default scoped limit for large VMEM buffers (up to the chip's VMEM per core)"))
     params: dict[str, int] = {}
     buffers: dict[str, Buffer]
     data: dict[str, Data] = Field(default_factory=dict, description=(

@@ -168,7 +168,148 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         return
     if kind == "psum" and topo.ndim == 1:
         yield Candidate(FAMILY, "psum_recursive_doubling", TEXT, WHAT, {})
+    if kind == "psum" and topo.ndim <= 3 and all(topo.wrap):
+        for both in (False, True):
+            yield Candidate(FAMILY, f"psum_shift_doubling{'_bidirectional' if both else ''}_{topo.ndim}d",
+                            psum_shift(topo.ndim, both),
+                            "recursive doubling by translation: log2(N) rounds, each adding the partial sum "
+                            "of the chip 2^b behind" + (", half the rows each way round" if both else ""),
+                            {})
     if kind == "all_gather" and 2 <= topo.ndim <= 3:
         yield Candidate(FAMILY, f"all_gather_recursive_doubling_{topo.ndim}d", all_gather(topo.ndim),
                         "sum(log2(N_a)) rounds of exchange with the partner 2^b away along each axis, "
                         "doubling what is held", {})
+
+
+def psum_shift(k: int, both: bool = False) -> str:
+    """Shift-doubling all-reduce over k power-of-2 axes (recursive doubling by translation):
+    in each round along axis a every chip sends its partial sum to the chip 2^b ahead along a
+    and adds what arrives from the chip 2^b behind, b = log2(N_a) - 1 down to 0, so after the
+    rounds along a a chip holds the sum of 1 + N_a / 2 + ... + 2 + 1 = N_a consecutive chips:
+    all of the axis. The offsets shrink (any order sums the axis): the last round, whose
+    `done` signal back to the sender ends the call, is then between neighbours. Same
+    rounds, volume and offsets as the XOR exchange, but every chip runs chip 0's program
+    translated, so `ringc check` and `ringc cost` take the symmetry quotient (the XOR one
+    is timed on every chip, over the events limit on v5e:16x16). With `both`, the top half
+    of the rows goes ahead and the bottom half behind (each half its own all-reduce), so
+    both directions of every link carry half the bytes: a 2^b-hop route loads each link
+    it crosses, and round b's sends share each link 2^b ways."""
+    axes = AXES[:k]
+    order = axes[::-1]                               # the last axis first
+    lets = [f"l_{a}: log2(N_{a})" for a in axes]
+    start = "0"
+    for a in order:
+        end = f"l_{a}" if start == "0" else f"{start} + l_{a}"
+        on = f"r < {end}" if start == "0" else f"r >= {start} and r < {end}"
+        shift = "r" if start == "0" else f"r - ({start})"
+        lets.append(f"d_{a}: ((N_{a} // 2) >> ({shift})) if {on} else 0   # this round's offset along {a}")
+        start = end
+
+    def flat(sign: str) -> str:
+        out = ""
+        for a in axes:
+            c = f"(me_{a} {sign} d_{a}) % N_{a}"
+            out = c if not out else f"({out}) * N_{a} + {c}"
+        return out
+    if k == 1:
+        lets = ["d: (N // 2) >> r               # this round's offset"]
+        ahead, behind = "(me + d) % N", "(me - d) % N"
+    else:
+        ahead, behind = flat("+"), flat("-")
+    lets = ["rounds: log2(N)", *lets, f"ahead: {ahead}", f"behind: {behind}"]
+    names = f'"{axes}"' if k == 1 else "(" + ", ".join(f'"{a}"' for a in axes) + ")"
+    name = f"psum_shift_doubling{'_bidirectional' if both else ''}_{k}d"
+    if both:
+        lets.append("half: rows // 2")
+        streams = [("p", "ahead", "behind", "0:half"), ("m", "behind", "ahead", "half:half")]
+        what = ("# (x in round 0, then `out`), the top half of its rows to the chip 2^b ahead along a and\n"
+                "# the bottom half to the chip 2^b behind (two all-reduces at once, one each way round, so\n"
+                "# both directions of every link carry half the bytes), into that chip's HBM slot of the\n"
+                "# round, and adds the two arrivals: after")
+    else:
+        streams = [("p", "ahead", "behind", "")]
+        what = ("# (x in round 0, then `out`) to the chip 2^b ahead along a (a power-of-2 offset, which\n"
+                "# v5e routes), into that chip's HBM slot of the round, and adds the arrival from the\n"
+                "# chip 2^b behind: after")
+    let = "\n".join(f"  {ln}" for ln in lets)
+    sems = "\n".join(f"  send_{s}: dma\n  recv_{s}: {{kind: dma, shape: [rounds]}}" for s, *_ in streams)
+    copies, starts, waits, signals = [], [], [], []
+    for s, to, frm, rows in streams:
+        part = f"[{rows}]" if rows else ""
+        slot = f", {rows}" if rows else ""
+        copies += [f'  first_{s}: {{src: "x{part}", dst: "recv[r{slot}]", to: {to}, send_sem: send_{s}, '
+                   f'recv_sem: "recv_{s}[r]"}}',
+                   f'  pass_{s}:  {{src: "out{part}", dst: "recv[r{slot}]", to: {to}, send_sem: send_{s}, '
+                   f'recv_sem: "recv_{s}[r]"}}']
+        starts.append(s)
+        signals.append(f"      - signal: done\n        to: {frm}")
+    first = "\n".join(f"      - start: first_{s}" for s in starts)
+    pas = "\n".join(f"      - start: pass_{s}" for s in starts)
+    wfirst = "\n".join(f"      - wait: first_{s}" for s in starts)
+    wpass = "\n".join(f"      - wait: pass_{s}" for s in starts)
+    return f"""# Shift-doubling all-reduce over {k} power-of-2 ax{'is' if k == 1 else 'es'}: lax.psum(x, {names}).
+# Generated by `ringc synth` (ringc/synth/families/recursive_doubling.py): log2(N) rounds,
+# the last axis first, along each the offsets N_a / 2, ..., 2, 1 (2^b, b falling, so the
+# last round is between neighbours); in round b along axis a a chip sends its partial sum
+{what}
+# the rounds along a it holds the sum of N_a consecutive chips, the whole axis. Recursive
+# doubling by translation, not XOR, so every chip runs chip 0's program translated (the
+# symmetry quotient). A chip waits for its own sends before it adds into `out`, the array
+# it sent; each round has its own slot and semaphores (a neighbour may run a round ahead);
+# a `done` signal per round back to each sender, waited at the end, keeps a back-to-back
+# call from writing a slot that is still being read.
+name: {name}
+collective: psum
+axes: [{', '.join(axes)}]
+params: {{rows: {16 if both else 8}, cols: 128}}
+buffers:
+  x:     {{kind: input,  shape: [rows, cols], space: vmem}}
+  out:   {{kind: output, shape: [rows, cols], space: vmem}}
+  recv:  {{kind: hbm_scratch, slots: rounds, shape: [rows, cols]}}
+  stage: {{kind: vmem_scratch, shape: [rows, cols]}}
+semaphores:
+{sems}
+  load_sem: dma
+  done: regular
+grid: {{r: rounds, phase: 3}}
+let:
+{let}
+copies:
+{chr(10).join(copies)}
+  load:  {{src: "recv[r]", dst: stage, sem: load_sem}}
+body:
+  - when: phase == 0 and r == 0
+    do:
+{first}
+  - when: phase == 0 and r > 0
+    do:
+{pas}
+  - when: phase == 1 and r == 0
+    do:
+{wfirst}
+  - when: phase == 1 and r > 0
+    do:
+{wpass}
+  - when: phase == 1
+    do:
+      - start: load
+  - when: phase == 2
+    do:
+      - wait: load
+  - when: phase == 2 and r == 0
+    do:
+      - accumulate: out
+        src: stage
+        base: x
+  - when: phase == 2 and r > 0
+    do:
+      - accumulate: out
+        src: stage
+  - when: phase == 2
+    do:
+{chr(10).join(signals)}
+  - when: phase == 2 and r == rounds - 1
+    do:
+      - sem_wait: done
+        value: {len(streams)} * rounds
+"""
