@@ -33,7 +33,7 @@ def _folding(path: Path) -> bool:
 # the library's schedules with a pipeline that folds (the matmuls, the pipelined reduce-scatter, ...)
 FOLDING = [p for p in sorted(LIB.glob("*.yaml")) if _folding(p)]
 TOPOLOGIES = ["ring:4", "ring:5", "torus:2x4", "v5p:2x2x2"]
-SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB]
+SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 8 * MiB]
 
 
 def _both(path: Path, topology: str, nbytes: int):
@@ -83,6 +83,15 @@ def test_steady_pricing_skips_and_says_so():
     assert any("steady state" in a for a in fast.assumptions) and not any("steady" in a for a in exact.assumptions)
     assert any(st.kind == "steady" for st in fast.critical_path())
     assert "repetitions of" in fast.to_text(path_steps=1000)
+
+
+def test_a_transfer_in_flight_across_the_skip_moves_on():
+    """At 8 MiB on ring:4 the all-gather matmul's ring step (a transfer from before the
+    pipeline) is still in flight when the pipeline's rows settle: skipped with it, its
+    bytes taken off by the repetitions skipped, and the estimate as timing every row."""
+    fast, exact = _both(LIB / "all_gather_matmul.yaml", "ring:4", 8 * MiB)
+    assert any(s.drifting for s in fast.machine.steady.skips)
+    _same(fast, exact, "all_gather_matmul at 8 MiB")
 
 
 def test_unfolded_events_are_the_unrolled_ones():

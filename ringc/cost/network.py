@@ -81,13 +81,12 @@ class FluidNetwork:
         resource, and how many busy spans each has."""
         return self.now, dict(self.used), dict(self.busy), {r: len(spans) for r, spans in self.active.items()}
 
-    def repeat(self, since: tuple, count: int) -> None:
-        """Move on `count` periods as the last one (from the `accounts` taken `since`)
-        went: every resource gains `count` times the bytes and busy time it gained, and
-        its busy spans in those periods are one `Repeated` entry. The flows in flight are
-        the caller's (`cost/steady.py`)."""
+    def repeat(self, since: tuple, count: int, period: float) -> None:
+        """Move on `count` periods of `period` seconds as the last one (from the `accounts`
+        taken `since`, a period ago) went: every resource gains `count` times the bytes and
+        busy time it gained, and its busy spans in those periods are one `Repeated` entry.
+        The flows in flight are the caller's (`cost/steady.py`)."""
         start, used, busy, spans = since
-        period = self.now - start
         for r in list(self.used):
             self.used[r] += count * (self.used[r] - used.get(r, 0.0))
         for r in list(self.busy):

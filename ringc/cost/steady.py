@@ -82,12 +82,9 @@ class Unfolded(Sequence[Event]):
     def __len__(self) -> int:
         return self.length
 
-    def spelled(self, i: int) -> int:
-        """The position in the spelled events of logical event i."""
-        return self.place(i)[0]
-
     def place(self, i: int) -> tuple[int, int, int]:
-        """(`spelled`, the outer index's position in `Event.inner`, rows to add to it)."""
+        """Where logical event i is spelled, its pipeline's outer index's position in
+        `Event.inner`, and the rows to add to that index."""
         k = bisect_right(self.starts, i) - 1
         if k < 0:
             return i, 0, 0
@@ -136,6 +133,7 @@ class Skip:
     start: float
     end: float
     repetitions: int
+    drifting: int = 0  # transfers from before the fold in flight across the jump
 
     @property
     def period(self) -> float:
@@ -304,9 +302,14 @@ class SteadyState:
         m.clock = [c + shift for c in m.clock]
         m.now = now + shift
         # each resource gains `skip` times what it gained in the repetition before
-        m.net.repeat(accounts, skip)
+        m.net.repeat(accounts, skip, period)
+        # the next transfer to end may be one from before the fold, now nearer its end
+        m.version += 1
+        t = m.net.next_completion()
+        if t is not None:
+            heapq.heappush(m.heap, (t, next(m.seq), FLOWS, m.version))
         m.pc[0] += moved
-        self.skips.append(Skip(pc, moved, now, now + shift, skip))
+        self.skips.append(Skip(pc, moved, now, now + shift, skip, len(outside)))
         self.seen.clear()
 
     def skipped(self, index: int) -> Skip | None:
