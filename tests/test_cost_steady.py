@@ -193,10 +193,15 @@ def test_a_different_state_is_not_skipped(monkeypatch):
 
 @pytest.mark.parametrize("path", ["all_gather_matmul", "all_gather_matmul_bidirectional", "all_gather_matmul_t",
                                   "reduce_scatter_pipelined"])
-def test_the_matmuls_price_at_256MiB_without_the_limit(path):
-    """The issue's case: refused before (2.9 million events to time on ring:16); now timed
-    from a few thousand events, most rows skipped."""
+def test_the_matmuls_price_at_256MiB_and_1GiB_without_the_limit(path):
+    """The issue's case: refused before (2.9 million events to time on ring:16 at 256 MiB);
+    now timed from the same few thousand events at both sizes, most rows skipped, and the
+    time scales with the bytes (the rows are 4x as many)."""
     sched = ringc.load(LIB / f"{path}.yaml")
-    e = estimate(sched, hardware("ring:16", sched), nbytes=256 * MiB)
-    assert e.machine.executed < limits.value("timed_events") // 50
-    assert e.machine.steady.skips and 0 < e.efficiency < 1
+    hw = hardware("ring:16", sched)
+    small, big = estimate(sched, hw, nbytes=256 * MiB), estimate(sched, hw, nbytes=1024 * MiB)
+    for e in (small, big):
+        assert e.machine.executed < limits.value("timed_events") // 50
+        assert e.machine.steady.skips and 0 < e.efficiency < 1
+    assert big.machine.executed == small.machine.executed
+    assert big.seconds == pytest.approx(4 * small.seconds, rel=0.01)

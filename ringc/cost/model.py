@@ -264,12 +264,13 @@ def check_one_device(sched: S.Schedule, sizes: dict[str, int], *, folded: bool =
     limit (the run itself refuses with this message past it: `estimate_program`)."""
     from .. import limits
     from ..verify.unroll import Unroller
-    u = Unroller(sched, prod(sizes.values()), sizes)
-    events = u.ctx.work(1, 1)
-    if folded and events > limits.value("timed_events"):
+    n = prod(sizes.values())
+    if folded:  # (its spelled events: under the unroller's own limits, unlike all of them)
+        u = Unroller(sched, n, sizes)
         u.fold_pipelines()
         if u.folding and u.ctx.work(1, 1) <= limits.value("timed_events"):
             return
+    events = Unroller(sched, n, sizes).ctx.work(1, 1)
     params = ", ".join(f"{k}={v}" for k, v in sched.params.items())
     limits.check("timed_events", events, f"the events of device 0 to time ({params}), counted from above,",
                  file=sched.file, fix=_smaller_blocks(sched))
