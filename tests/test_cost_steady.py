@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import ringc
 from ringc import limits
@@ -66,8 +66,7 @@ def test_the_library_has_folding_pipelines():
 @given(path=st.sampled_from(FOLDING), topology=st.sampled_from(TOPOLOGIES), nbytes=st.sampled_from(SIZES))
 def test_steady_pricing_equals_timing_every_row(path, topology, nbytes):
     both = _both(path, topology, nbytes)
-    if both is None:
-        return
+    assume(both is not None)  # (a 2-axis schedule on a ring)
     fast, exact = both
     _same(fast, exact, (path.stem, topology, nbytes))
 
