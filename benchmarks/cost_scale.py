@@ -5,7 +5,8 @@ applies (its axes bind to the slice), at 256 MiB and 1 GiB. Each cell is the CPU
 `cost.estimate` (sizing, unrolling device 0, timing; the schedule's file already loaded;
 CPU, not wall time, so that a shared machine's load does not inflate it),
 with the estimate's efficiency and how it was timed: `q` on the symmetry quotient
-(device 0's events), `all` on every device; `n/a` says why below the table (one line per
+(device 0's events), `all` on every device, `steady` when long pipelines were priced from
+their steady state (ringc/cost/steady.py); `n/a` says why below the table (one line per
 schedule and reason). Each estimate runs in a child process with a time limit
 (`--timeout`, default 60 s), so a case that does not finish reads `>60 s`.
 
@@ -49,6 +50,8 @@ def price(path: str, topo: str, size: int, out) -> None:
         return
     took = time.process_time() - t
     how = "q" if e.assumptions else "all"
+    if e.machine.steady is not None and e.machine.steady.skips:
+        how += ", steady"  # long pipelines from their steady state (ringc/cost/steady.py)
     out.send((took, f"{took:.2f} s ({e.efficiency:.0%}, {how})", ""))
 
 
@@ -99,7 +102,6 @@ def main() -> int:
                         slowest[name][size] = max(was, (took, topo)) if was else (took, topo)
                     elif text != "-":
                         slowest.setdefault(name, {}).setdefault(size, None)
-                    elif text == "n/a":
                         key = (name, re.sub(r"\d[\d,]*", "#", why))
                         notes.setdefault(key, [why]).append(f"{topo} {size_text(size)}")
                 child.join()

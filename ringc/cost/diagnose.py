@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..collectives import TITLES
 from ..units import size_text
+from .network import Repeated
 
 if TYPE_CHECKING:  # only for the annotation: `model` imports this module
     from .model import Estimate
@@ -20,10 +21,17 @@ __all__ = ["diagnose"]
 
 
 def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
-    """Seconds during which both interval lists are active (each sorted, disjoint)."""
+    """Seconds during which both interval lists are active (each sorted, disjoint). Periods
+    timed by their period (`network.Repeated`, the same ones in both lists, since a
+    resource idle in them has no entry there) overlap as their pieces do, once per period."""
     i = j = 0
     total = 0.0
     while i < len(a) and j < len(b):
+        if isinstance(a[i], Repeated) and isinstance(b[j], Repeated) and a[i] == b[j]:
+            total += a[i].count * _overlap([list(p) for p in a[i].pieces], [list(p) for p in b[j].pieces])
+            i += 1
+            j += 1
+            continue
         lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
         total += max(0.0, hi - lo)
         if a[i][1] < b[j][1]:
@@ -34,7 +42,7 @@ def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def _length(spans: list[list[float]]) -> float:
-    return sum(e - s for s, e in spans)
+    return sum(span.busy if isinstance(span, Repeated) else span[1] - span[0] for span in spans)
 
 
 def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:

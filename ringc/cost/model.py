@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 from .. import limits, topology as T
 from ..collectives import TITLES
@@ -19,6 +19,7 @@ from .bounds import Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
 from .diagnose import diagnose
 from .quotient import ASSUMPTION, QuotientMachine
+from .steady import ASSUMPTION as STEADY
 from .sizing import fit_volume
 from .timeline import Hardware, PathStep, TimedMachine, resource_text
 from ..ir.dtypes import itemsize
@@ -129,21 +130,39 @@ class Estimate:
     @property
     def assumptions(self) -> list[str]:
         """What the estimate assumes beyond the model (docs/cost-model.md)."""
-        return [ASSUMPTION] if isinstance(self.machine, QuotientMachine) else []
+        out = [ASSUMPTION] if isinstance(self.machine, QuotientMachine) else []
+        if self.machine.steady is not None and self.machine.steady.skips:
+            out.append(STEADY)
+        return out
 
     def path_summary(self) -> dict[str, float]:
-        """Seconds of the critical path by cause: transfers, latency, own work (compute, issue)."""
+        """Seconds of the critical path by cause: transfers, latency, own work (compute, issue).
+        Repetitions timed by their period (a "steady" step, `cost/steady.py`) count as the
+        period before them does, once per repetition."""
+        return self._summary(self.critical_path(), float("-inf"), float("inf"))
+
+    def _summary(self, steps: list[PathStep], lo: float, hi: float) -> dict[str, float]:
+        """`path_summary` of the part of `steps` between times lo and hi."""
         out = {"transfer": 0.0, "hop_latency": 0.0, "signal": 0.0, "device": 0.0}
-        for step in self.critical_path():
+        for step in steps:
+            seconds = min(step.end, hi) - max(step.start, lo)
+            if seconds <= 0:
+                continue
             if step.kind == "dma":
                 dma = self.machine.dmas[step.first]
                 lat = len(dma.links) * self.hw.hop_latency if step.end >= dma.landed else 0.0
+                lat = max(0.0, min(step.end, hi) - max(step.end - lat, lo))  # (at the end of the step)
                 out["hop_latency"] += lat
-                out["transfer"] += step.seconds - lat
+                out["transfer"] += seconds - lat
             elif step.kind == "signal":
-                out["signal"] += step.seconds
+                out["signal"] += seconds
+            elif step.kind == "steady":
+                before = self._summary([st for st in steps if st.kind != "steady"],
+                                       step.start - step.period, step.start)
+                for k, v in before.items():
+                    out[k] += v * seconds / step.period
             else:
-                out["device"] += step.seconds
+                out["device"] += seconds
         return out
 
     # -- output -----------------------------------------------------------------
@@ -210,10 +229,13 @@ class Estimate:
         return "\n".join(lines)
 
 
-def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estimate:
+def estimate_program(sched: S.Schedule, program: Program, hw: Hardware, *,
+                     too_many: Callable[[], None] | None = None) -> Estimate:
     """Time an unrolled program: every device's events, or device 0's alone on the symmetric
-    quotient when the program holds device 0's (`Program.rotation`, `cost/quotient.py`).
-    Raises CostError if it cannot run to the end."""
+    quotient when the program holds device 0's (`Program.rotation`, `cost/quotient.py`),
+    a folded one from its steady state (`Program.folds`, `cost/steady.py`; `too_many`
+    refuses once its run passes `timed_events` events). Raises CostError if it cannot run
+    to the end."""
     if program.n != hw.placement.n:
         raise ValueError(f"{hw.placement.describe(per_instance=True)} has {hw.placement.n} devices on the axis, "
                          f"but the program was unrolled for N={program.n}")
@@ -222,7 +244,9 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
             raise CostError(f"{program.file}:{ev.line}: {describe(ev)} at {program.where(ev)} targets device "
                             f"{target}, which does not exist for N={program.n}; see `ringc check`")
     timed = QuotientMachine if program.rotation is not None else TimedMachine
-    machine = timed(program, hw, memory_of(sched)).run()
+    machine = timed(program, hw, memory_of(sched))
+    machine.too_many = too_many
+    machine.run()
     if not machine.finished():
         first = machine.stuck()[0]
         raise CostError(f"{program.file}:{first.line}: the schedule hangs ({machine.stuck_devices()} device(s) never "
@@ -230,13 +254,22 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware) -> Estim
     return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
 
 
-def check_one_device(sched: S.Schedule, sizes: dict[str, int]) -> None:
+def check_one_device(sched: S.Schedule, sizes: dict[str, int], *, folded: bool = False) -> None:
     """Refuse, before unrolling, a timed run of device 0's events (the quotient) past the
     `timed_events` limit: the timeline costs far more per event than the verifier (every
     transfer's start and end re-rates the flows in flight), so a nested pipeline of tiny
     blocks over a large array (a matmul's default 8-row blocks at 256 MiB) would run for
-    many minutes. Counted from above, as the unroller counts (`Unroller.ctx.work`)."""
-    events = Unroller(sched, prod(sizes.values()), sizes).ctx.work(1, 1)
+    many minutes. Counted from above, as the unroller counts (`Unroller.ctx.work`).
+    `folded`: the long pipelines are folded (`Unroller.fold_pipelines`), and what the timed
+    run will run is not known before it runs: pass when the folded events are within the
+    limit (the run itself refuses with this message past it: `estimate_program`)."""
+    n = prod(sizes.values())
+    if folded:  # (its spelled events: under the unroller's own limits, unlike all of them)
+        u = Unroller(sched, n, sizes)
+        u.fold_pipelines()
+        if u.folding and u.ctx.work(1, 1) <= limits.value("timed_events"):
+            return
+    events = Unroller(sched, n, sizes).ctx.work(1, 1)
     params = ", ".join(f"{k}={v}" for k, v in sched.params.items())
     limits.check("timed_events", events, f"the events of device 0 to time ({params}), counted from above,",
                  file=sched.file, fix=_smaller_blocks(sched))
@@ -268,23 +301,27 @@ def check_every_device(sched: S.Schedule, sizes: dict[str, int], symmetric_place
                       "translation-symmetric schedule is timed from device 0's events alone, or fewer devices"))
 
 
-def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, every_device: bool = False) -> Estimate:
+def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, every_device: bool = False,
+             steady: bool = True) -> Estimate:
     """Time `sched` on `hw`, with its params chosen for `nbytes` if given. A schedule proved
     translation-symmetric on a placement whose routes are (`Placement.symmetric`) is timed
     from device 0's events on the quotient (`cost/quotient.py`; the same estimate, bound,
-    bottleneck and efficiency as timing every device); any other, or with `every_device`
-    (a timeline of every device, for `ringc show`), is timed on every device."""
+    bottleneck and efficiency as timing every device), its long pipelines from their
+    steady state (`cost/steady.py`; `steady=False` times every row, for the tests); any
+    other, or with `every_device` (a timeline of every device, for `ringc show`), is timed
+    on every device."""
     sizes = hw.placement.sizes
     if nbytes is not None:
         sched = fit_volume(sched, sizes, nbytes)
     program = None
     if not every_device and hw.placement.symmetric:
-        check_one_device(sched, sizes)
-        program = rotation_unroll(sched, sizes)
+        check_one_device(sched, sizes, folded=steady)
+        program = rotation_unroll(sched, sizes, fold=steady)
     if program is None:
         check_every_device(sched, sizes, hw.placement.symmetric and not every_device)
         program = unroll(sched, sizes=sizes)
-    return estimate_program(sched, program, hw)
+    refuse = (lambda: check_one_device(sched, sizes)) if program.folds else None
+    return estimate_program(sched, program, hw, too_many=refuse)
 
 
 __all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware", "memory_of", "vmem_need"]

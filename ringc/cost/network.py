@@ -20,6 +20,20 @@ Resource = Hashable
 _EPS = 1e-12
 
 
+class Repeated(list):
+    """An entry of a busy-span list (`FluidNetwork.active`) for repetitions timed by their
+    period (`FluidNetwork.repeat`): [start, end] of all of them, `count` periods of
+    `period` seconds each busy in `pieces` (offsets from the start of each period)."""
+
+    def __init__(self, start: float, pieces: list[tuple[float, float]], period: float, count: int):
+        super().__init__([start, start + count * period])
+        self.pieces, self.period, self.count = pieces, period, count
+
+    @property
+    def busy(self) -> float:
+        return self.count * sum(b - a for a, b in self.pieces)
+
+
 @dataclass(eq=False)
 class Flow:
     key: object                           # what the caller tracks (a DMA's event)
@@ -56,11 +70,38 @@ class FluidNetwork:
             for r in in_use:
                 self.busy[r] += dt
                 spans = self.active[r]
-                if spans and spans[-1][1] >= self.now:
+                if spans and spans[-1][1] >= self.now and not isinstance(spans[-1], Repeated):
                     spans[-1][1] = t
                 else:
                     spans.append([self.now, t])
         self.now = max(self.now, t)
+
+    def accounts(self) -> tuple[float, dict[Resource, float], dict[Resource, float], dict[Resource, int]]:
+        """What `repeat` needs of the accounts now: the time, bytes and busy seconds per
+        resource, and how many busy spans each has."""
+        return self.now, dict(self.used), dict(self.busy), {r: len(spans) for r, spans in self.active.items()}
+
+    def repeat(self, since: tuple, count: int, period: float) -> None:
+        """Move on `count` periods of `period` seconds as the last one (from the `accounts`
+        taken `since`, a period ago) went: every resource gains `count` times the bytes and
+        busy time it gained, and its busy spans in those periods are one `Repeated` entry.
+        The flows in flight are the caller's (`cost/steady.py`)."""
+        start, used, busy, spans = since
+        for r in list(self.used):
+            self.used[r] += count * (self.used[r] - used.get(r, 0.0))
+        for r in list(self.busy):
+            self.busy[r] += count * (self.busy[r] - busy.get(r, 0.0))
+        for r, active in self.active.items():
+            pieces = []
+            for span in active[max(spans.get(r, 0) - 1, 0):]:
+                if isinstance(span, Repeated):
+                    continue
+                a, b = max(span[0], start), min(span[1], self.now)
+                if b > a:
+                    pieces.append((a - start, b - start))
+            if pieces:
+                active.append(Repeated(self.now, pieces, period, count))
+        self.now += count * period
 
     def add(self, flow: Flow) -> None:
         for r in flow.uses:

@@ -19,6 +19,7 @@ import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .. import limits
 from ..units import time_text
@@ -26,9 +27,10 @@ from ..verify.events import COMPUTES, Compute, DmaStart, Event, Program, Region,
 from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
 from .network import Flow, FluidNetwork, Resource
+from .steady import DEPOSIT, DEVICE, FLOWS, INJECT, SteadyState, Unfolded
 from ..verify.placement import Link, Placement, coord_text, link_text
 
-_DEVICE, _INJECT, _FLOWS, _DEPOSIT = range(4)
+_DEVICE, _INJECT, _FLOWS, _DEPOSIT = DEVICE, INJECT, FLOWS, DEPOSIT
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class PathStep:
     first: Event
     last: Event
     detail: str = ""
+    period: float = 0.0  # "steady": repetitions timed by their period (`steady.py`), each this long
 
     @property
     def seconds(self) -> float:
@@ -129,6 +132,21 @@ class TimedMachine(Machine):
         self.arrival: dict[tuple[Event, SemId], float] = {}  # (source, sem) -> when its deposit arrived
         self.rerated = 0  # transfers re-rated so far (`timed_flows`: the fluid network's work)
         self.rerate_limit = limits.value("timed_flows")
+        # A folded program (`Program.folds`, pricing only): device 0's events unfolded as
+        # they are reached, and the repetitions whose run repeats skipped (`cost/steady.py`).
+        self.steady: SteadyState | None = None
+        if program.folds:
+            if self.n != 1:
+                raise ValueError("a folded program is timed on device 0's events alone (the quotient)")
+            events = Unfolded(program.devices[0], program.folds)
+            self.devices = [events]
+            self.limits = [len(events)]
+            self.steady = SteadyState(self, events)
+        # Called when the events run pass `timed_events` (a folded program whose repetitions
+        # never settle): refuses as `model.check_one_device` does before unrolling.
+        self.too_many: Callable[[], None] | None = None
+        self.executed = 0
+        self.event_limit = limits.value("timed_events")
 
     # -- scheduling ---------------------------------------------------------
     def _push(self, t: float, kind: int, payload) -> None:
@@ -260,6 +278,8 @@ class TimedMachine(Machine):
                 self._wake(d, self.clock[d])
                 return
             self.clock[d] = self.now
+            if self.steady is not None:
+                self.steady.at(self.pc[d])  # (may jump over repetitions: pc and now move on)
             ev = events[self.pc[d]]
             self.begin.setdefault(ev, self.now)
             if not self.execute(ev):
@@ -278,6 +298,9 @@ class TimedMachine(Machine):
             self.end[ev] = self.clock[d]
             self.order.append(ev)
             self.pc[d] += 1
+            self.executed += 1
+            if self.executed > self.event_limit and self.too_many is not None:
+                self.too_many()
 
     def run(self) -> "TimedMachine":
         for d in range(self.n):
@@ -342,6 +365,16 @@ class TimedMachine(Machine):
                     ev, run_end, run_last = src, self.end[src], src
                 continue
             prev = self.devices[ev.device][ev.index - 1] if ev.index else None
+            skip = self.steady.skipped(prev.index) if self.steady is not None and prev is not None else None
+            if skip is not None and prev not in self.end:  # repetitions jumped (`steady.py`)
+                steps.append(PathStep("run", device, skip.end, run_end, ev, run_last))
+                before = self.devices[ev.device][prev.index - skip.events]
+                steps.append(PathStep("steady", device, skip.start, skip.end, before, ev,
+                                      f"{skip.repetitions:,} repetitions of {skip.events // skip.repetitions:,} "
+                                      f"events, {time_text(skip.period)} each, as the one before",
+                                      skip.period))
+                ev, run_end, run_last = before, skip.start, before
+                continue
             if prev is None:
                 steps.append(PathStep("run", device, 0.0, run_end, ev, run_last))
             ev = prev

@@ -261,6 +261,11 @@ class Program:
     # The VMEM buffers that hold a nested pipeline's blocks (`unroll.window_id`): only the
     # pipeline's own copies and body touch them (`windows.py` fuses them in the data flow).
     windows: frozenset[str] = frozenset()
+    # Pricing only (`rotation_unroll(fold=True)`, `cost/steady.py`): (start, end, times,
+    # depth, stop): device 0's events [start, end), two rows of a pipeline whose outer index
+    # is `Event.inner[depth]`, stand for `times` repetitions of themselves (each two rows
+    # on), up to the pipeline's end at `stop`. Empty for every program the verifier sees.
+    folds: tuple[tuple[int, int, int, int, int], ...] = ()
 
     @property
     def event_count(self) -> int:

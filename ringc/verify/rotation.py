@@ -485,10 +485,13 @@ class RotationUnroller(Unroller):
         return start, length  # `at0` of a plain value is itself
 
 
-def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1) -> Program | None:
+def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1, *,
+                    fold: bool = False) -> Program | None:
     """Device 0's events, with `Program.rotation` set, when every device provably runs them
     translated; None when that cannot be shown (then unroll all). `sizes`: devices per
-    schedule axis, or one count for a one-axis schedule."""
+    schedule axis, or one count for a one-axis schedule. `fold` (the cost model's, never
+    the verifier's): long pipelines are spelled in a few rows, `Program.folds` saying which
+    repeat (`Unroller.fold_pipelines`)."""
     if isinstance(sizes, int):
         if len(sched.axes) != 1:
             return None
@@ -500,9 +503,13 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
         # A parallel grid axis: its split over two cores and its dependencies through other
         # devices' DMAs (`check.parallel_findings`) are decided on the full unrolling.
         return None
+    if fold:
+        u.fold_pipelines()
     u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
     try:
         events, second = u.device_events(0, invocations)
     except (NotRotational, ScheduleError):
         return None  # the full unrolling decides, and raises the error with its device
-    return u.program([events], [second] if sched.megacore else [], invocations, rotation=dict(u.steps))
+    folds = tuple(fold[1:] for fold in u.folds if fold[0] is events)
+    return u.program([events], [second] if sched.megacore else [], invocations, rotation=dict(u.steps),
+                     folds=folds)

@@ -75,6 +75,18 @@ def node_inputs(sched: S.Schedule, node: Any) -> tuple[tuple[str, ...], tuple[st
     return tuple(sorted(names)), tuple(sorted(refs))
 
 
+def foldable(sched: S.Schedule, op: S.Pipeline) -> bool:
+    """Whether a pipeline's rows repeat (`Unroller.fold_pipelines`): its outer index is
+    read only as a whole block index, and no block arrives by a remote copy."""
+    outer = next(iter(op.pipeline))
+    if op.arrivals:
+        return False
+    for spec in op.specs.values():
+        if any(outer in E.names(e) and not (isinstance(e, E.Var) and e.name == outer) for e in spec.index):
+            return False
+    return all(outer not in node_inputs(sched, inner)[0] for inner in walk_ops(op.do))
+
+
 def window_id(op: S.Pipeline, block: str) -> str:
     """The buffer holding a pipeline block's two VMEM windows. Block names are local to their
     pipeline, so the buffer is named after the pipeline's line too: `a@40`."""
@@ -269,6 +281,11 @@ class Unroller:
         # A split-phase program: the semaphore each name stands for in the current call (`sem_ids`), per call.
         self.sem_ids: dict[str, str] = {}
         self.call_sems = program_semaphores(sched)
+        # Pricing only (`fold_pipelines`): per folded pipeline op, (its rows, rows spelled,
+        # repetitions of the folded two rows); the folds made, as (event list, then
+        # `Program.folds`' fields).
+        self.folding: dict[int, tuple[int, int, int]] = {}
+        self.folds: list[tuple[Any, ...]] = []
 
     # -- evaluation ---------------------------------------------------------
     def fail(self, line: int, msg: str, fix: str) -> None:
@@ -808,6 +825,9 @@ class Unroller:
         grid point of this device had the same one (`pipeline_key`, `PipelineTemplate`).
         A pipeline whose key has come back in fewer than 1 of 8 of its first `MEMO_TRIAL`
         times (`memoized`) is spelled out directly from then on."""
+        if id(op) in self.folding:  # pricing only: a handful of rows, spelled (`fold_pipelines`)
+            self.spell_pipeline(op, out, inv, [])
+            return
         trial = self.pipeline_trials.setdefault(id(op), [0, 0])
         key = None
         if trial[0] < self.MEMO_TRIAL or trial[1] * 8 >= trial[0]:
@@ -952,7 +972,12 @@ class Unroller:
             self.emit(out, Compute("allocate", self.whole(ids[name])), op.line, inv)
         for name in op.inputs:
             fetch(name, 0)
+        fold = self.folding.get(id(op))
+        row = len(points) // fold[1] if fold else 0  # inner points per row of the outer index
+        folded: list[int] = []
         for t, pt in enumerate(points):
+            if fold and t in (row, 3 * row):  # rows 1 and 2 stand for `fold[2]` repetitions
+                folded.append(len(out))
             self.inner = (*around, *zip(op.pipeline, pt))
             for name in op.inputs:
                 if t < last and changes(name, t, t + 1):
@@ -978,7 +1003,33 @@ class Unroller:
         for name in op.outputs:
             wait(name, "out")
         self.inner = around
+        if fold:
+            self.folds.append((out, folded[0], folded[1], fold[2], len(around), len(out)))
         return blocks
+
+    FOLD_ROWS = 8  # the least outer extent a pipeline is folded at (`fold_pipelines`)
+
+    def fold_pipelines(self) -> None:
+        """For pricing only (`cost/steady.py`; the verifier never folds): spell each
+        pipeline whose rows (the points of one value of its outer index) all make the same
+        events but for their HBM blocks with four rows, or five for an odd count, and
+        record that rows 1 and 2 repeat: `folds` gets the event list and the fold
+        (`Program.folds`). Why the rows repeat: the outer index is read
+        only as a whole block index (`i`, never `i // 2` or in a `when`) and no block
+        arrives by a remote copy (`foldable`), so where a block changes from point to point
+        (`spell_pipeline`'s `changes`) and what the body does are the same in every row
+        but the first and the last; the window slots flip the same number of times in each
+        row, so two rows make a period; and a block's bytes do not depend on where it is.
+        A folded program's events stand for more than they are: only `cost` reads it."""
+        if self.s.megacore or self.s.kernels:
+            return
+        for op in walk_ops(self.s.all_ops):
+            if isinstance(op, S.Pipeline) and foldable(self.s, op):
+                grid = self.ctx.pipeline_grids[id(op)]
+                if grid[0] >= self.FOLD_ROWS:
+                    spelled = 4 + grid[0] % 2
+                    self.folding[id(op)] = (grid[0], spelled, (grid[0] - spelled) // 2 + 1)
+                    self.ctx.pipeline_grids[id(op)] = (spelled, *grid[1:])
 
     def set_point(self, point: tuple[int, ...]) -> None:
         self.point = (self.core, *point) if self.s.megacore else point
