@@ -15,7 +15,7 @@ from ringc.cost import estimate, hardware
 from ringc.cost.sizing import fit_volume
 from ringc.cost.steady import REL_TOL, SteadyState, Unfolded
 from ringc.ir import schema as S
-from ringc.ir.errors import ScheduleError
+from ringc.errors import ScheduleError
 from ringc.ir.loader import load_text
 from ringc.ir.resolve import walk_ops
 from ringc.verify.rotation import rotation_unroll
