@@ -97,18 +97,16 @@ def _ppermute_text(params: dict, sizes: dict[str, int]) -> str:
 
 
 # The lax collectives XLA runs between the kernels (outside every pallas_call): each one's words
-# for the verdict. Every other primitive there is computed (`_Outer.compute`).
-_BETWEEN: dict[str, Callable[[dict, dict[str, int]], str]] = {
-    "ppermute": _ppermute_text,
-    "all_gather": lambda p, sizes: f"lax.all_gather {_on_axes(p)}",
-    "all_to_all": lambda p, sizes: f"lax.all_to_all {_on_axes(p)}",
-    "ragged_all_to_all": lambda p, sizes: f"lax.ragged_all_to_all {_on_axes(p)}",
-    "reduce_scatter": lambda p, sizes: f"lax.psum_scatter {_on_axes(p)}",
-    "psum": lambda p, sizes: f"lax.psum {_on_axes(p)}",
-    "psum_invariant": lambda p, sizes: f"lax.psum {_on_axes(p)}",
-    "pmax": lambda p, sizes: f"lax.pmax {_on_axes(p)}",
-    "pmin": lambda p, sizes: f"lax.pmin {_on_axes(p)}",
-}
+# for the verdict (`_Outer.other`). Every other primitive there is computed (`_Outer.compute`).
+PRIMITIVES.between("ppermute", _ppermute_text)
+PRIMITIVES.between("all_gather", lambda p, sizes: f"lax.all_gather {_on_axes(p)}")
+PRIMITIVES.between("all_to_all", lambda p, sizes: f"lax.all_to_all {_on_axes(p)}")
+PRIMITIVES.between("ragged_all_to_all", lambda p, sizes: f"lax.ragged_all_to_all {_on_axes(p)}")
+PRIMITIVES.between("reduce_scatter", lambda p, sizes: f"lax.psum_scatter {_on_axes(p)}")
+PRIMITIVES.between("psum", lambda p, sizes: f"lax.psum {_on_axes(p)}")
+PRIMITIVES.between("psum_invariant", lambda p, sizes: f"lax.psum {_on_axes(p)}")
+PRIMITIVES.between("pmax", lambda p, sizes: f"lax.pmax {_on_axes(p)}")
+PRIMITIVES.between("pmin", lambda p, sizes: f"lax.pmin {_on_axes(p)}")
 
 
 @dataclass
@@ -600,7 +598,7 @@ class _Outer:
         self.ins: list[Handle] = []
         self.outs: list[Handle] = []
         self.mesh_axes: dict[str, int] | None = None
-        # The lax collectives XLA runs between the kernels on arrays (`_BETWEEN`): (where, words) -> how many.
+        # The lax collectives XLA runs between the kernels on arrays (`Primitive.words`): (where, words) -> how many.
         self.between: dict[tuple[str, str], int] = {}
         self.per_device: Any = None  # True inside the shard_map (each handle one value per device)
         self.read_later: set = set()  # the variables the jaxpr being walked reads after an equation
@@ -654,15 +652,17 @@ class _Outer:
 
     def other(self, eqn: Any, ins: list) -> list:
         """A primitive with no outer rule: computed (`compute`), counted when it is a lax
-        collective between the kernels (`_BETWEEN`); an error when it holds pallas_calls."""
+        collective between the kernels (`Primitive.words`); an error when it holds pallas_calls."""
         name = eqn.primitive.name
         if has_pallas(eqn):
             raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
                                 line=int(user_location(eqn)) or None,
                                 fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
                                     "call them directly")
-        if name in _BETWEEN and self.mesh_axes is not None and not all(h.values is not None for h in ins):
-            key = (self.builder.where(user_location(eqn)), _BETWEEN[name](eqn.params, self.mesh_axes))
+        entry = PRIMITIVES.get(name)
+        if (entry is not None and entry.words is not None and self.mesh_axes is not None
+                and not all(h.values is not None for h in ins)):
+            key = (self.builder.where(user_location(eqn)), entry.words(eqn.params, self.mesh_axes))
             self.between[key] = self.between.get(key, 0) + 1
         return self.compute(eqn, ins)
 
@@ -1148,7 +1148,7 @@ def _fault_findings(faults: list) -> list:
 
 def _pointwise_assumptions(program: Program) -> list[str]:
     """What the meaning check assumed of a kernel's own elementwise arithmetic
-    (`interpret.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
+    (`primitives.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
     fns = {f for evs in program.devices for ev in evs if isinstance(ev.action, Compute)
            and ev.action.kind != "opaque" for f in ev.action.fn}
     if not fns:

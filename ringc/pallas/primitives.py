@@ -72,6 +72,9 @@ class Primitive:
     scalar: Callable[..., Any] | None = None  # pure: on Python ints (None: numpy decides)
     lanewise: bool = False       # pure: `numpy` on every device's values at once (`Lanes.pure`)
     elementwise: bool = False    # pure: a pointwise function of one tensor (`interpret._elementwise`)
+    # A lax collective XLA runs between the kernels (outside every pallas_call): its words for
+    # the verdict, from its params and the mesh's axis sizes (`importer._Outer.other`).
+    words: Callable[[dict, dict[str, int]], str] | None = None
 
 
 class PrimitiveTable(RuleTable):
@@ -122,6 +125,13 @@ class PrimitiveTable(RuleTable):
             p = self._entry(name, Does.PURE, "")
             p.numpy, p.scalar, p.lanewise, p.elementwise = fn, scalar, lanewise, elementwise
 
+    def between(self, name: str, words: Callable[[dict, dict[str, int]], str]) -> None:
+        """A lax collective on arrays between the kernels, with its words for the verdict."""
+        p = self._entry(name, Does.COLLECTIVE, "")
+        if p.words is not None:
+            raise ValueError(f"{self.stage}: two texts for `{name}`")
+        p.words = words
+
     def unsupported(self, *names: str, does: Does) -> None:
         """Primitives ringc refuses wherever they appear (an error naming them and the line)."""
         for name in names:
@@ -134,6 +144,7 @@ PRIMITIVES = PrimitiveTable("the Pallas importer (ringc/pallas/primitives.py PRI
 def mosaic_tpu_primitives() -> list[str]:
     """The table's domain: every primitive Pallas' Mosaic TPU lowering has a rule for (a
     private table of jax 0.10, `jax._src.pallas.mosaic.lowering.lowering_rules`)."""
+    import jax.experimental.pallas.tpu  # noqa: F401 - registers the pipeline's and einshape's rules too
     from jax._src.pallas.mosaic import lowering
     return sorted({p.name for rules in lowering.lowering_rules.values() for p in rules})
 
@@ -253,10 +264,12 @@ PRIMITIVES.pure(
     "reduce_sum", "reshard", "roll", "shift_right_logical", "slice", "split", "stack", "stochastic_round",
     "stop_gradient", "threefry2x32", "tile", "transpose", "unpack_elementwise", "unstack", "bitcast",
     "random_bits", "random_fold_in", "random_seed", "random_unwrap", "random_wrap", "prng_join", "prng_split",
-    "prng_random_bits", "reshape", "squeeze", "expand_dims", "copy", "stage")
+    "prng_random_bits", "reshape", "squeeze", "expand_dims", "copy", "stage", "einshape_lo")
 # Known, always with effects or refs ringc does not model: refused wherever they appear.
 PRIMITIVES.unsupported("check", does=Does.HINT)             # checkify: an error effect
 PRIMITIVES.unsupported("empty_ref", "prng_seed", does=Does.MEMORY)  # a fresh ref; the PRNG's state
+# `emit_pipeline` as one primitive (its body a sub-jaxpr): ringc follows a pipeline traced inline.
+PRIMITIVES.unsupported("emit_pipeline", "pipeline_body", does=Does.CONTROL | Does.MEMORY)
 PRIMITIVES.unsupported("matmul_acc_lhs", "matmul_pop", "matmul_push_rhs", does=Does.MEMORY)  # the MXU's own buffers
 
 ELEMENTWISE = frozenset(name for name, p in PRIMITIVES.items() if p.elementwise)
