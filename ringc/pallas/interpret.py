@@ -1907,5 +1907,8 @@ def rule_table_markdown() -> str:
                  "`dot_general`, scaling by a constant (`mul`, `div`, `neg`), and any other elementwise "
                  "function of one tensor as an uninterpreted pointwise function; anything else is a value "
                  "not followed (a note) |")
+    refused = [f"`{name}`" for name in sorted(PRIMITIVES) if Does.UNSUPPORTED in PRIMITIVES[name].does]
+    lines.append(f"| {', '.join(refused)} | refused: effects or refs ringc does not model (an error naming it and "
+                 "the line) |")
     lines.append("| any other primitive | an error naming it and the line |")
     return "\n".join(lines)
