@@ -718,24 +718,8 @@ class _Outer:
         Before the shard_map (global arrays, one value each) an op on known values that makes
         small integer arrays (`jnp.bincount(ids)`, a cumsum of group sizes: what scalar-prefetch
         operands are made of) is computed once, eagerly, on the global values."""
-        if self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects:
+        if self.global_known(eqn, ins):
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
-        if eqn.primitive.name in ("psum", "pmax", "pmin", "all_gather") and self.mesh_axes is not None and ins \
-                and all(h.values is not None and not _literal(h) for h in ins):
-            return self.reduce_across(eqn, ins)
-        if eqn.primitive.name == "with_memory_space_constraint" and len(ins) == 1 == len(eqn.outvars):
-            return [Handle(eqn.outvars[0].aval, values=ins[0].values)]  # where it lives, not what it holds
-        if eqn.primitive.name == "axis_index" and self.mesh_axes is not None:  # each device's own index
-            names = eqn.params["axis_name"]
-            names = names if isinstance(names, (tuple, list)) else (names,)
-            n = math.prod(self.mesh_axes.values())
-            per = []
-            for d in range(n):
-                coords, i = self.builder._coords(d), 0
-                for a in names:
-                    i = i * self.mesh_axes[a] + int(coords[a])
-                per.append(np.asarray(i, dtype=eqn.outvars[0].aval.dtype))
-            return [Handle(eqn.outvars[0].aval, values=per)]
         known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
         if known:
             n = math.prod(self.mesh_axes.values())
@@ -756,6 +740,10 @@ class _Outer:
             return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
                     for v, p in zip(eqn.outvars, per)]
         return [Handle(v.aval) for v in eqn.outvars]
+
+    def global_known(self, eqn: Any, ins: list) -> bool:
+        """Before the shard_map, an effect-free op on known global values (`compute_global`)."""
+        return self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects
 
     def reduce_across(self, eqn: Any, ins: list) -> list:
         """`lax.psum` / `pmax` / `pmin` / `all_gather` of values known on every device (a count
@@ -839,6 +827,38 @@ def _barrier(w: _Outer, eqn: Any, ins: list) -> list:
 def _passthrough(w: _Outer, eqn: Any, ins: list) -> list:
     """The same values in another shape."""
     return [w.passthrough(ins[0], eqn.outvars[0])] if len(ins) == 1 else w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("psum", "pmax", "pmin", "all_gather")
+def _across(w: _Outer, eqn: Any, ins: list) -> list:
+    """A reduction (or gather) over mesh axes of values known on every device (`reduce_across`)."""
+    if w.mesh_axes is not None and ins and all(h.values is not None and not _literal(h) for h in ins):
+        return w.reduce_across(eqn, ins)
+    return w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("with_memory_space_constraint", does=Does.HINT)
+def _memory_space(w: _Outer, eqn: Any, ins: list) -> list:
+    """Where an array lives, not what it holds: the same values."""
+    if len(ins) == 1 == len(eqn.outvars) and not w.global_known(eqn, ins):
+        return [Handle(eqn.outvars[0].aval, values=ins[0].values)]
+    return w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("axis_index")
+def _axis_index(w: _Outer, eqn: Any, ins: list) -> list:
+    """Each device's own index along the named axes (row-major), inside the shard_map."""
+    if w.mesh_axes is None:
+        return w.other(eqn, ins)
+    names = eqn.params["axis_name"]
+    names = names if isinstance(names, (tuple, list)) else (names,)
+    per = []
+    for d in range(math.prod(w.mesh_axes.values())):
+        coords, i = w.builder._coords(d), 0
+        for a in names:
+            i = i * w.mesh_axes[a] + int(coords[a])
+        per.append(np.asarray(i, dtype=eqn.outvars[0].aval.dtype))
+    return [Handle(eqn.outvars[0].aval, values=per)]
 
 
 @PRIMITIVES.outer("scan")
