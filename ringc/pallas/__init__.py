@@ -1,7 +1,8 @@
 """Check hand-written Pallas TPU kernels as they are (`ringc check kernel.py`, `ringc.check_pallas`).
 
 `importer.py` traces the program and runs the checks, `program.py` turns pallas_calls into
-the verifier's events, `interpret.py` holds the rule table per JAX primitive, `compat.py`
+the verifier's events, `primitives.py` holds the one table of JAX primitives (rules from `interpret.py` inside the
+kernels and `importer.py` around them), `compat.py`
 the aliases for old Pallas spellings, `script.py` runs scripts and notebooks as published. See docs/pallas-import.md.
 """
 

@@ -42,18 +42,17 @@ from ..verify.findings import Report
 from . import interpret
 from .compat import AliasLog, aliases
 from .jaxprs import has_pallas, walk_eqns
-from .interpret import RULES, Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
+from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
+from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle
 from .script import describe_exception, script_line
 from .tpu import REFUSAL_TAIL, unsupported_in
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
-_PASSTHROUGH = {"reshape", "squeeze", "expand_dims", "copy", "copy_p", "optimization_barrier"}
 # Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
 # own always (the reference tests/test_pallas_lanes.py compares the fast way with).
 LANES = True
-_CALLS = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
 
 
 def _axis_names(params: dict) -> tuple[str, ...]:
@@ -98,18 +97,16 @@ def _ppermute_text(params: dict, sizes: dict[str, int]) -> str:
 
 
 # The lax collectives XLA runs between the kernels (outside every pallas_call): each one's words
-# for the verdict. Every other primitive there is computed (`_Outer.compute`).
-_BETWEEN: dict[str, Callable[[dict, dict[str, int]], str]] = {
-    "ppermute": _ppermute_text,
-    "all_gather": lambda p, sizes: f"lax.all_gather {_on_axes(p)}",
-    "all_to_all": lambda p, sizes: f"lax.all_to_all {_on_axes(p)}",
-    "ragged_all_to_all": lambda p, sizes: f"lax.ragged_all_to_all {_on_axes(p)}",
-    "reduce_scatter": lambda p, sizes: f"lax.psum_scatter {_on_axes(p)}",
-    "psum": lambda p, sizes: f"lax.psum {_on_axes(p)}",
-    "psum_invariant": lambda p, sizes: f"lax.psum {_on_axes(p)}",
-    "pmax": lambda p, sizes: f"lax.pmax {_on_axes(p)}",
-    "pmin": lambda p, sizes: f"lax.pmin {_on_axes(p)}",
-}
+# for the verdict (`_Outer.other`). Every other primitive there is computed (`_Outer.compute`).
+PRIMITIVES.between("ppermute", _ppermute_text)
+PRIMITIVES.between("all_gather", lambda p, sizes: f"lax.all_gather {_on_axes(p)}")
+PRIMITIVES.between("all_to_all", lambda p, sizes: f"lax.all_to_all {_on_axes(p)}")
+PRIMITIVES.between("ragged_all_to_all", lambda p, sizes: f"lax.ragged_all_to_all {_on_axes(p)}")
+PRIMITIVES.between("reduce_scatter", lambda p, sizes: f"lax.psum_scatter {_on_axes(p)}")
+PRIMITIVES.between("psum", lambda p, sizes: f"lax.psum {_on_axes(p)}")
+PRIMITIVES.between("psum_invariant", lambda p, sizes: f"lax.psum {_on_axes(p)}")
+PRIMITIVES.between("pmax", lambda p, sizes: f"lax.pmax {_on_axes(p)}")
+PRIMITIVES.between("pmin", lambda p, sizes: f"lax.pmin {_on_axes(p)}")
 
 
 @dataclass
@@ -201,11 +198,8 @@ def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | No
     (a `--topology` spelling such as `torus:4x4` or `v5e:8x16`, AXIS along `along`), under
     the DMA ordering model `dma_order` ("any" or "in-order", docs/verification.md), traced
     on an abstract mesh of the TPU generation `tpu` (`tpu.GENERATIONS`, default v5e)."""
-    interpret.PREFERRED.append(os.path.abspath(path))
-    try:
+    with interpret.locating(os.path.abspath(path)):
         return _check_module(path, n, shape, invocations, params, topology, along, dma_order, tpu)
-    finally:
-        interpret.PREFERRED.pop()
 
 
 def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invocations: int,
@@ -604,8 +598,10 @@ class _Outer:
         self.ins: list[Handle] = []
         self.outs: list[Handle] = []
         self.mesh_axes: dict[str, int] | None = None
-        # The lax collectives XLA runs between the kernels on arrays (`_BETWEEN`): (where, words) -> how many.
+        # The lax collectives XLA runs between the kernels on arrays (`Primitive.words`): (where, words) -> how many.
         self.between: dict[tuple[str, str], int] = {}
+        self.per_device: Any = None  # True inside the shard_map (each handle one value per device)
+        self.read_later: set = set()  # the variables the jaxpr being walked reads after an equation
 
     def top(self, closed: Any) -> None:
         handles = []
@@ -618,13 +614,22 @@ class _Outer:
         # outside jit): small integer ones are known values, as the script's arguments are.
         self.consts = {v: np.asarray(c) for v, c in zip(closed.jaxpr.constvars, getattr(closed, "consts", ()))
                        if _small_int_aval(getattr(v, "aval", None)) and hasattr(c, "dtype")}
-        self.outs = self.walk(closed.jaxpr, handles, None)
+        self.outs = self.walk(closed.jaxpr, handles)
 
-    def walk(self, jaxpr: Any, handles: list, per_device: Any) -> list:
+    def walk(self, jaxpr: Any, handles: list) -> list:
+        """Each equation by its outer rule (`PRIMITIVES`, registered below `_Outer`), else
+        `other`."""
+        outer_read_later = self.read_later
+        try:
+            return self._walk(jaxpr, handles)
+        finally:
+            self.read_later = outer_read_later
+
+    def _walk(self, jaxpr: Any, handles: list) -> list:
         env: dict[Any, Any] = dict(zip(jaxpr.invars, handles))
         consts = getattr(self, "consts", {})
         for v in jaxpr.constvars:  # arrays the traced function closed over: small integer ones known
-            known = consts.get(v) if per_device is None else None
+            known = consts.get(v) if self.per_device is None else None
             env[v] = Handle(getattr(v, "aval", None), values=None if known is None else [known])
 
         def read(a: Any) -> Handle:
@@ -636,82 +641,48 @@ class _Outer:
         read_later = {a for a in [*(a for e in jaxpr.eqns for a in e.invars), *jaxpr.outvars]
                       if type(a).__name__ not in ("Literal", "DropVar")}
 
+        self.read_later = read_later
         for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            ins = [read(a) for a in eqn.invars]
-            if name == "shard_map":
-                outs = self.shard_map(eqn, ins)
-            elif name == "pallas_call":
-                outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
-                if self.mesh_axes is None:
-                    raise ScheduleError("a pallas_call outside shard_map", file=user_location(eqn).file,
-                                        line=int(user_location(eqn)),
-                                        fix="ringc checks collectives: run the kernel under jax.shard_map")
-                self.calls.append(Call(eqn, ins, outs, f"call {len(self.calls) + 1}",
-                                       frozenset(j for j, v in enumerate(eqn.outvars) if v not in read_later)))
-            elif name in _CALLS:
-                p = eqn.params
-                sub = p.get("jaxpr") or p.get("call_jaxpr")
-                outs = self.walk(getattr(sub, "jaxpr", sub), ins, per_device)
-            elif name == "optimization_barrier":
-                outs = ins
-            elif name in _PASSTHROUGH and len(ins) == 1:
-                outs = [self.passthrough(ins[0], eqn.outvars[0])]
-            elif name == "scan" and has_pallas(eqn):
-                outs = self.scan(eqn, ins, per_device)
-            elif name == "while" and has_pallas(eqn):
-                outs = self.while_loop(eqn, ins, per_device)
-            elif has_pallas(eqn):
-                raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
-                                    line=int(user_location(eqn)) or None,
-                                    fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
-                                        "call them directly")
-            else:
-                if name in _BETWEEN and self.mesh_axes is not None and not all(h.values is not None for h in ins):
-                    key = (self.builder.where(user_location(eqn)), _BETWEEN[name](eqn.params, self.mesh_axes))
-                    self.between[key] = self.between.get(key, 0) + 1
-                outs = self.compute(eqn, ins)
+            entry = PRIMITIVES.get(eqn.primitive.name)
+            rule = entry.outer if entry is not None and entry.outer is not None else _Outer.other
+            outs = rule(self, eqn, [read(a) for a in eqn.invars])
             for v, h in zip(eqn.outvars, outs):
                 env[v] = h
         return [read(a) for a in jaxpr.outvars]
 
-    def scan(self, eqn: Any, ins: list, per_device: Any) -> list:
-        """A `scan` (or `fori_loop` with a static trip count) around pallas_calls: unrolled,
-        the carried arrays passed from one iteration to the next."""
-        p = eqn.params
-        nc, nk = p["num_consts"], p["num_carry"]
-        consts, carry, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
-        body = p["jaxpr"]
-        ys = []
-        for i in range(p["length"]):
-            x_i = [Handle(getattr(v, "aval", None)) for v in body.jaxpr.invars[nc + nk:]]
-            out = self.walk(body.jaxpr, [*consts, *carry, *x_i], per_device)
-            carry, y = out[:nk], out[nk:]
-            ys.append(y)
-        return [*carry, *[Handle(v.aval) for v in eqn.outvars[nk:]]]
+    def other(self, eqn: Any, ins: list) -> list:
+        """A primitive with no outer rule: computed (`compute`), counted when it is a lax
+        collective between the kernels (`Primitive.words`); an error when it holds pallas_calls."""
+        name = eqn.primitive.name
+        if has_pallas(eqn):
+            raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
+                                line=int(user_location(eqn)) or None,
+                                fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
+                                    "call them directly")
+        entry = PRIMITIVES.get(name)
+        if (entry is not None and entry.words is not None and self.mesh_axes is not None
+                and not all(h.values is not None for h in ins)):
+            key = (self.builder.where(user_location(eqn)), entry.words(eqn.params, self.mesh_axes))
+            self.between[key] = self.between.get(key, 0) + 1
+        return self.compute(eqn, ins)
 
-    def while_loop(self, eqn: Any, ins: list, per_device: Any) -> list:
-        """A `while` (a `fori_loop`) around pallas_calls: unrolled while its condition is
-        known from constants (the loop counter)."""
-        p = eqn.params
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
-        cconsts, bconsts, val = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-        most = limits.value("loop_iterations")
-        for _ in range(most):
-            (c,) = self.walk(p["cond_jaxpr"].jaxpr, [*cconsts, *val], per_device)
-            known = c.values is not None and (_literal(c) or
-                                              all(v is not None for v in c.values))
-            if not known:
-                raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
-                                    file=self.file, line=int(user_location(eqn)) or None,
-                                    fix="use a fori_loop with constant bounds")
-            flag = c.values[1] if _literal(c) else c.values[0]
-            if not bool(np.asarray(flag)):
-                return val
-            val = self.walk(p["body_jaxpr"].jaxpr, [*bconsts, *val], per_device)
-        raise ScheduleError(f"a loop around pallas_calls ran {most:,} times, the limit `loop_iterations`",
-                            file=self.file, line=int(user_location(eqn)) or None,
-                            fix=f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
+    # -- control flow (`primitives.while_loop`, `primitives.scan_loop`) ---------------------
+    def run_closed(self, closed: Any, args: list) -> list:
+        return self.walk(closed.jaxpr, args)
+
+    def truth(self, c: Handle, eqn: Any) -> bool:
+        """A loop condition around pallas_calls: known from constants (the loop counter)."""
+        known = c.values is not None and (_literal(c) or all(v is not None for v in c.values))
+        if not known:
+            raise ScheduleError("a loop around pallas_calls whose trip count is not known before the run",
+                                file=self.file, line=int(user_location(eqn)) or None,
+                                fix="use a fori_loop with constant bounds")
+        return bool(np.asarray(c.values[1] if _literal(c) else c.values[0]))
+
+    def too_many(self, eqn: Any, most: int) -> Exception:
+        return ScheduleError(f"a loop around pallas_calls ran {most:,} times, the limit `loop_iterations`",
+                             file=self.file, line=int(user_location(eqn)) or None,
+                             fix=f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
         if h.values is not None and self.mesh_axes is not None and not _literal(h):
@@ -736,31 +707,19 @@ class _Outer:
                 vals = [_shard(np.asarray(h.values[0]), spec, axes, d) for d in range(n)]
             local.append(Handle(v.aval, values=vals, origin=h.origin, role=h.role, link=h))
         body = eqn.params["jaxpr"]
-        return self.walk(getattr(body, "jaxpr", body), local, True)
+        outer_per_device, self.per_device = self.per_device, True
+        try:
+            return self.walk(getattr(body, "jaxpr", body), local)
+        finally:
+            self.per_device = outer_per_device
 
     def compute(self, eqn: Any, ins: list) -> list:
         """An op outside the kernels: concrete per device when its inputs are, else a new array.
         Before the shard_map (global arrays, one value each) an op on known values that makes
         small integer arrays (`jnp.bincount(ids)`, a cumsum of group sizes: what scalar-prefetch
         operands are made of) is computed once, eagerly, on the global values."""
-        if self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects:
+        if self.global_known(eqn, ins):
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
-        if (eqn.primitive.name in ("psum", "pmax", "pmin", "all_gather") and self.mesh_axes is not None and ins
-                and all(h.values is not None and not _literal(h) for h in ins)):
-            return self.reduce_across(eqn, ins)
-        if eqn.primitive.name == "with_memory_space_constraint" and len(ins) == 1 == len(eqn.outvars):
-            return [Handle(eqn.outvars[0].aval, values=ins[0].values)]  # where it lives, not what it holds
-        if eqn.primitive.name == "axis_index" and self.mesh_axes is not None:  # each device's own index
-            names = eqn.params["axis_name"]
-            names = names if isinstance(names, (tuple, list)) else (names,)
-            n = math.prod(self.mesh_axes.values())
-            per = []
-            for d in range(n):
-                coords, i = self.builder._coords(d), 0
-                for a in names:
-                    i = i * self.mesh_axes[a] + int(coords[a])
-                per.append(np.asarray(i, dtype=eqn.outvars[0].aval.dtype))
-            return [Handle(eqn.outvars[0].aval, values=per)]
         known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
         if known:
             n = math.prod(self.mesh_axes.values())
@@ -770,7 +729,8 @@ class _Outer:
                 it.eqn = eqn
                 vals = [h.values[1] if _literal(h) else h.values[d] for h in ins]
                 vals = [np.asarray(v) if not isinstance(v, (int, float, bool)) else v for v in vals]
-                rule = RULES.get(eqn.primitive.name, pure_rule)
+                entry = PRIMITIVES.get(eqn.primitive.name)
+                rule = entry.kernel if entry is not None and entry.kernel is not None else pure_rule
                 try:
                     out = rule(it, eqn, vals)
                 except KernelError:
@@ -780,6 +740,10 @@ class _Outer:
             return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
                     for v, p in zip(eqn.outvars, per)]
         return [Handle(v.aval) for v in eqn.outvars]
+
+    def global_known(self, eqn: Any, ins: list) -> bool:
+        """Before the shard_map, an effect-free op on known global values (`compute_global`)."""
+        return self.mesh_axes is None and all(h.values is not None for h in ins) and not eqn.effects
 
     def reduce_across(self, eqn: Any, ins: list) -> list:
         """`lax.psum` / `pmax` / `pmin` / `all_gather` of values known on every device (a count
@@ -825,6 +789,94 @@ class _Outer:
             return unknown
         out = out if eqn.primitive.multiple_results else [out]
         return [Handle(v.aval, values=[np.asarray(o)]) for v, o in zip(eqn.outvars, out)]
+
+
+# -- the outer walker's rules (`PRIMITIVES`; every other primitive: `_Outer.other`) ------------
+@PRIMITIVES.outer("shard_map", does=Does.KERNEL)
+def _shard_map(w: _Outer, eqn: Any, ins: list) -> list:
+    return w.shard_map(eqn, ins)
+
+
+@PRIMITIVES.outer("pallas_call", does=Does.KERNEL)
+def _pallas_call(w: _Outer, eqn: Any, ins: list) -> list:
+    """A kernel call, recorded in order (evaluated per device and grid point later)."""
+    outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
+    if w.mesh_axes is None:
+        raise ScheduleError("a pallas_call outside shard_map", file=user_location(eqn).file,
+                            line=int(user_location(eqn)),
+                            fix="ringc checks collectives: run the kernel under jax.shard_map")
+    w.calls.append(Call(eqn, ins, outs, f"call {len(w.calls) + 1}",
+                        frozenset(j for j, v in enumerate(eqn.outvars) if v not in w.read_later)))
+    return outs
+
+
+@PRIMITIVES.outer("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint",
+                  "remat")
+def _call(w: _Outer, eqn: Any, ins: list) -> list:
+    p = eqn.params
+    sub = p.get("jaxpr") or p.get("call_jaxpr")
+    return w.walk(getattr(sub, "jaxpr", sub), ins)
+
+
+@PRIMITIVES.outer("optimization_barrier", does=Does.HINT)
+def _barrier(w: _Outer, eqn: Any, ins: list) -> list:
+    return ins
+
+
+@PRIMITIVES.outer("reshape", "squeeze", "expand_dims", "copy")
+def _passthrough(w: _Outer, eqn: Any, ins: list) -> list:
+    """The same values in another shape."""
+    return [w.passthrough(ins[0], eqn.outvars[0])] if len(ins) == 1 else w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("psum", "pmax", "pmin", "all_gather")
+def _across(w: _Outer, eqn: Any, ins: list) -> list:
+    """A reduction (or gather) over mesh axes of values known on every device (`reduce_across`)."""
+    if w.mesh_axes is not None and ins and all(h.values is not None and not _literal(h) for h in ins):
+        return w.reduce_across(eqn, ins)
+    return w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("with_memory_space_constraint", does=Does.HINT)
+def _memory_space(w: _Outer, eqn: Any, ins: list) -> list:
+    """Where an array lives, not what it holds: the same values."""
+    if len(ins) == 1 == len(eqn.outvars) and not w.global_known(eqn, ins):
+        return [Handle(eqn.outvars[0].aval, values=ins[0].values)]
+    return w.other(eqn, ins)
+
+
+@PRIMITIVES.outer("axis_index")
+def _axis_index(w: _Outer, eqn: Any, ins: list) -> list:
+    """Each device's own index along the named axes (row-major), inside the shard_map."""
+    if w.mesh_axes is None:
+        return w.other(eqn, ins)
+    names = eqn.params["axis_name"]
+    names = names if isinstance(names, (tuple, list)) else (names,)
+    per = []
+    for d in range(math.prod(w.mesh_axes.values())):
+        coords, i = w.builder._coords(d), 0
+        for a in names:
+            i = i * w.mesh_axes[a] + int(coords[a])
+        per.append(np.asarray(i, dtype=eqn.outvars[0].aval.dtype))
+    return [Handle(eqn.outvars[0].aval, values=per)]
+
+
+@PRIMITIVES.outer("scan")
+def _scan(w: _Outer, eqn: Any, ins: list) -> list:
+    """A `scan` (or `fori_loop` with a static trip count) around pallas_calls: unrolled,
+    the carried arrays passed from one iteration to the next."""
+    if not has_pallas(eqn):
+        return w.other(eqn, ins)
+    body = eqn.params["jaxpr"].jaxpr.invars[eqn.params["num_consts"] + eqn.params["num_carry"]:]
+    carry, _ = scan_loop(w, eqn, ins, lambda xs, i: [Handle(getattr(v, "aval", None)) for v in body])
+    return [*carry, *[Handle(v.aval) for v in eqn.outvars[eqn.params["num_carry"]:]]]
+
+
+@PRIMITIVES.outer("while")
+def _while(w: _Outer, eqn: Any, ins: list) -> list:
+    """A `while` (a `fori_loop`) around pallas_calls: unrolled while its condition is
+    known from constants (the loop counter)."""
+    return while_loop(w, eqn, ins) if has_pallas(eqn) else w.other(eqn, ins)
 
 
 _GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard_map (`Walker.compute_global`)
@@ -1000,6 +1052,7 @@ def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tup
                    rotation=rotation)
 
 
+@interpret.locating()  # the user's lines found are remembered for this check
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
                  values: list | None, invocations: int, log: AliasLog, topology: Any,
                  dma_order: str = "any") -> Report:
@@ -1112,7 +1165,7 @@ def _fault_findings(faults: list) -> list:
 
 def _pointwise_assumptions(program: Program) -> list[str]:
     """What the meaning check assumed of a kernel's own elementwise arithmetic
-    (`interpret.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
+    (`primitives.ELEMENTWISE`, `semantics.pointwise`), when it has some."""
     fns = {f for evs in program.devices for ev in evs if isinstance(ev.action, Compute)
            and ev.action.kind != "opaque" for f in ev.action.fn}
     if not fns:

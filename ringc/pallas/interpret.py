@@ -1,7 +1,7 @@
 """Evaluate a Pallas TPU kernel's jaxpr on one device at one grid point, recording events.
 
-One rule table, `RULES`, keyed by the jax primitive's name, like Pallas' own Mosaic
-lowering and TPU interpret mode. Each rule reads the equation's inputs (concrete scalars,
+Its rules are registered in the one primitive table, `primitives.PRIMITIVES`, keyed by the
+jax primitive's name, like Pallas' own Mosaic lowering and TPU interpret mode. Each rule reads the equation's inputs (concrete scalars,
 `Ref`s, `SemRef`s, `Data`) and returns its outputs, emitting the verifier's events
 (`ringc/verify/events.py`) as it goes:
 
@@ -16,21 +16,24 @@ lowering and TPU interpret mode. Each rule reads the equation's inputs (concrete
 - control flow (`cond`, `scan`, `while`, `jit`, `run_scoped`, ...) runs with concrete
   predicates and trip counts: loops are unrolled, the branch taken is the one evaluated.
 
-A primitive that has effects, touches a ref, or holds a sub-jaxpr and is not in the table
-is an error naming it and the user's line: skipping a DMA would make a racy kernel look
-clean. Effect-free primitives on values are pure: computed with numpy (or JAX itself) when
-their inputs are concrete, opaque `Data` when they are tensor data.
+A primitive that has effects, touches a ref, or holds a sub-jaxpr and has no rule here is
+an error naming it and the user's line: skipping a DMA would make a racy kernel look
+clean. Effect-free primitives on values are pure (`pure_rule`, from the flags of their
+registration): computed with numpy (or JAX itself) when their inputs are concrete, opaque
+`Data` when they are tensor data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import functools
 import os
+import weakref
 import sysconfig
 import zlib
-from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -38,21 +41,10 @@ from .. import limits
 
 from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
+from .primitives import ELEMENTWISE, PRIMITIVES, Does, scan_loop, while_loop
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
 
 Rule = Callable[["Interpreter", Any, list], list]
-RULES: dict[str, Rule] = {}
-RULE_DOCS: dict[str, str] = {}
-
-
-def rule(*names: str, doc: str = ""):
-    def register(fn: Rule) -> Rule:
-        for name in names:
-            RULES[name] = fn
-            RULE_DOCS[name] = doc or (fn.__doc__ or "").strip().splitlines()[0]
-        return fn
-    return register
-
 
 _STDLIB = sysconfig.get_path("stdlib")
 _HERE = os.path.dirname(os.path.dirname(__file__)) + os.sep
@@ -70,19 +62,39 @@ def internal_frame(filename: str) -> bool:
             or filename.startswith(_STDLIB) and "site-packages" not in filename)
 
 
-PREFERRED: list[str] = []  # the checked module's path: its frames win over helper modules'
+@dataclass
+class Locating:
+    """One check's view of where equations come from: the checked module's path (its frames
+    win over helper modules'), and the locations found so far, by equation (a `JaxprEqn`
+    hashes by identity; the cache lives as long as the check)."""
+    preferred: str | None = None
+    found: dict = field(default_factory=dict)
 
 
-def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-process cache
+LOCATING: list[Locating] = []  # the checks under way, innermost last (`locating`)
+
+
+@contextlib.contextmanager
+def locating(preferred: str | None = None) -> Iterator[None]:
+    """While inside, `user_location` prefers frames of `preferred` (else the enclosing
+    check's) and remembers what it found."""
+    LOCATING.append(Locating(preferred or (LOCATING[-1].preferred if LOCATING else None)))
+    try:
+        yield
+    finally:
+        LOCATING.pop()
+
+
+def user_location(eqn: Any) -> Loc:
     """Where an equation comes from: the innermost frame of its traceback in the checked
     module (so a helper's DMA points at the kernel line that calls the helper), else the
     innermost frame outside JAX's internals, the standard library and ringc (for JAX's own
     ops, the op's file)."""
-    preferred = PREFERRED[-1] if PREFERRED else None
-    key = (id(eqn.source_info), preferred)
-    hit = cache.get(key)
-    if hit is not None and hit[0] is eqn.source_info:
-        return hit[1]
+    scope = LOCATING[-1] if LOCATING else Locating()
+    hit = scope.found.get(eqn)
+    if hit is not None:
+        return hit
+    preferred = scope.preferred
     from jax._src import source_info_util as siu
     tb = eqn.source_info.traceback
     loc = None
@@ -102,7 +114,7 @@ def user_location(eqn: Any, cache: dict = {}) -> Loc:  # noqa: B006 - a per-proc
                 loc.via = _callers(codes, lastis, code, preferred)
                 break
     loc = loc or Loc(0, "<unknown>")
-    cache[key] = (eqn.source_info, loc)
+    scope.found[eqn] = loc
     return loc
 
 
@@ -248,9 +260,9 @@ class Interpreter:
     def _plan(self, jaxpr: Any) -> tuple[list, list]:
         """Per jaxpr, once: each equation with its rule, its inputs as (var, None) or
         (None, literal value), and its outputs."""
-        hit = _PLANS.get(id(jaxpr))
-        if hit is not None and hit[0] is jaxpr:
-            return hit[1]
+        hit = _PLANS.get(jaxpr)
+        if hit is not None:
+            return hit
 
         def atom(a: Any) -> tuple:
             return (_LIT, _py(a.val)) if type(a).__name__ == "Literal" else (a, None)
@@ -258,23 +270,34 @@ class Interpreter:
         steps = []
         for eqn in jaxpr.eqns:
             self.eqn = eqn
-            fn = RULES.get(eqn.primitive.name) or self.generic(eqn)
+            entry = PRIMITIVES.get(eqn.primitive.name)
+            fn = entry.kernel if entry is not None and entry.kernel is not None else self.generic(eqn, entry)
             steps.append((eqn, fn, [atom(a) for a in eqn.invars], eqn.outvars))
         plan = (steps, [atom(a) for a in jaxpr.outvars])
-        _PLANS[id(jaxpr)] = (jaxpr, plan)
+        _PLANS[jaxpr] = plan
         return plan
 
     def run_closed(self, closed: Any, args: list) -> list:
         return self.run(closed.jaxpr, [_py(c) for c in closed.consts], args)
 
-    def generic(self, eqn: Any) -> Rule:
-        """Pure primitives: no effects, no refs, no sub-jaxprs."""
+    def truth(self, c: Any, eqn: Any) -> bool:
+        """A loop condition (`primitives.while_loop`)."""
+        return bool(self.scalar(c, "a loop condition", (0, 2)))
+
+    def too_many(self, eqn: Any, most: int) -> Exception:
+        return self.fail(f"a while loop ran {most:,} iterations, the limit `loop_iterations`",
+                         f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
+
+    def generic(self, eqn: Any, entry: Any = None) -> Rule:
+        """A primitive with no kernel rule (registered pure, or not registered): pure when
+        it has no effects, no refs and no sub-jaxprs, else an error naming it."""
         from jax._src import core
         touches_refs = any(isinstance(getattr(v, "aval", None), _ref_types()) for v in (*eqn.invars, *eqn.outvars))
         has_sub = any(isinstance(p, (core.Jaxpr, core.ClosedJaxpr)) or
                       (isinstance(p, (tuple, list)) and any(isinstance(q, (core.Jaxpr, core.ClosedJaxpr)) for q in p))
                       for p in eqn.params.values())
-        if eqn.effects or touches_refs or has_sub:
+        refused = entry is not None and Does.UNSUPPORTED in entry.does
+        if refused or eqn.effects or touches_refs or has_sub:
             raise self.fail(f"ringc does not know the primitive `{eqn.primitive.name}`",
                             "see docs/pallas-import.md for the supported primitives; a primitive with effects "
                             "cannot be skipped (a skipped DMA would make a racy kernel look clean)", eqn)
@@ -285,22 +308,24 @@ class Interpreter:
         self.sink.emit(self.device, self.point, self.where(), action, target)
 
 
-_USED: dict[int, tuple[Any, frozenset]] = {}
+# Per jaxpr, while it lives (a `Jaxpr` hashes by identity): the variables it reads, and its
+# equations' rules and inputs (`Interpreter._plan`).
+_USED: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
+_PLANS: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 _LIT = object()  # marks a literal input in a plan
-_PLANS: dict[int, tuple[Any, tuple]] = {}  # per jaxpr: its equations' rules and inputs (`Interpreter._plan`)
 
 
 def _used_vars(jaxpr: Any) -> frozenset:
     """The variables a jaxpr reads (a swap's old value is loaded only when used)."""
-    hit = _USED.get(id(jaxpr))
-    if hit is not None and hit[0] is jaxpr:
-        return hit[1]
+    hit = _USED.get(jaxpr)
+    if hit is not None:
+        return hit
     used = set()
     for eqn in jaxpr.eqns:
         used.update(v for v in eqn.invars if type(v).__name__ != "Literal")
     used.update(v for v in jaxpr.outvars if type(v).__name__ != "Literal")
     out = frozenset(used)
-    _USED[id(jaxpr)] = (jaxpr, out)
+    _USED[jaxpr] = out
     return out
 
 
@@ -326,61 +351,11 @@ def _py(v: Any) -> Any:
 
 
 # -- pure values ------------------------------------------------------------------
-_NUMPY: dict[str, Callable[..., Any]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative,
-    "max": np.maximum, "min": np.minimum, "abs": np.abs, "sign": np.sign,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-    "not": np.invert, "shift_left": np.left_shift, "shift_right_arithmetic": np.right_shift,
-}
-
-
-_OUT_KIND: dict[int, tuple[Any, Any]] = {}
-
-
-def _out_kind(eqn: Any) -> Any:
-    """bool, 2**(bits-1) for an integer output, or None (floats: numpy computes them)."""
-    hit = _OUT_KIND.get(id(eqn))
-    if hit is not None and hit[0] is eqn:
-        return hit[1]
-    dt = np.dtype(eqn.outvars[0].aval.dtype)
-    kind = bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
-    _OUT_KIND[id(eqn)] = (eqn, kind)
-    return kind
-
-
-def _c_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
-
-
-def _c_rem(a: int, b: int) -> int:
-    return a - b * _c_div(a, b)
-
-
-def _select(p: Any, *cases: Any) -> Any:
-    return cases[int(p)]
-
-
-# Scalar arithmetic on Python ints with XLA's semantics (C division and remainder); the
-# result is checked against the output dtype's range, else numpy computes it.
-_INT_OPS: dict[str, Callable[..., Any]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: _c_div(a, b) if b else None, "rem": lambda a, b: _c_rem(a, b) if b else None,
-    "max": max, "min": min, "neg": lambda a: -a, "abs": abs,
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "and": lambda a, b: a and b if type(a) is bool else a & b,
-    "or": lambda a, b: a or b if type(a) is bool else a | b,
-    "not": lambda a: (not a) if type(a) is bool else ~a,
-    "select_n": _select, "convert_element_type": lambda a: a,
-    "sign": lambda a: (a > 0) - (a < 0),
-}
-
-
-def _int_div(a: Any, b: Any) -> Any:
-    q = np.abs(a) // np.abs(b)
-    return np.where(np.sign(a) * np.sign(b) < 0, -q, q)
+@functools.lru_cache(maxsize=None)
+def _out_kind(dtype: Any) -> Any:
+    """bool, 2**(bits-1) for an integer output dtype, or None (floats: numpy computes them)."""
+    dt = np.dtype(dtype)
+    return bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
 
 
 def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
@@ -389,11 +364,12 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     outs = eqn.outvars
     if it.lanes is not None and any(type(v) is Vec for v in invals):
         return it.lanes.pure(it, eqn, invals)
-    fast = _INT_OPS.get(name)
+    entry = PRIMITIVES.get(name)
+    fast = entry.scalar if entry is not None else None
     if fast is not None and all(type(v) is int or type(v) is bool or type(v) is FromMemory or type(v) is Sampled
                                 for v in invals):
         r = fast(*invals)
-        kind = _out_kind(eqn)
+        kind = _out_kind(outs[0].aval.dtype)
         if r is None:
             pass  # division by zero: numpy below says what XLA would
         elif kind is bool:
@@ -406,18 +382,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
                 for v, d in zip(invals, dt)]
         try:
-            if name in _NUMPY:
-                r = _NUMPY[name](*args)
-            elif name == "div":
-                r = _int_div(*args) if np.issubdtype(args[0].dtype, np.integer) else np.divide(*args)
-            elif name == "rem":
-                r = np.fmod(*args)
-            elif name == "select_n":
-                r = np.choose(np.asarray(args[0]).astype(np.int32), args[1:])
-            elif name == "convert_element_type":
-                r = np.asarray(args[0]).astype(eqn.params["new_dtype"])
-            elif name == "integer_pow":
-                r = np.power(args[0], eqn.params["y"])
+            if entry is not None and entry.numpy is not None:
+                r = entry.numpy(eqn.params, *args)
             else:
                 import jax
                 with jax.ensure_compile_time_eval():
@@ -591,16 +557,8 @@ def _tensor_source(eqn: Any, invals: list) -> bool:
     return True
 
 
-# Elementwise primitives: applied to one tensor (the other operands constants), followed as a
-# pointwise function (`Data` how "fn", `semantics.pointwise`): scaling by a constant exactly
-# (`x * 1.0`, `x + 0`, `x / 1` are x; `-x`, `x * c`, `x / c` scale it), any other one as an
-# uninterpreted function named by the primitive and its constants.
-ELEMENTWISE = frozenset({
-    "add", "sub", "mul", "div", "neg", "max", "min", "pow", "integer_pow", "square", "rem", "atan2", "nextafter",
-    "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
-    "cosh", "asinh", "acosh", "atanh", "abs", "sign", "floor", "ceil", "round", "sqrt", "rsqrt", "cbrt", "erf",
-    "erfc", "erf_inv", "lgamma", "digamma", "is_finite", "not", "clamp", "reduce_precision", "real", "imag",
-})
+# Elementwise primitives (registered `elementwise`, `primitives.ELEMENTWISE`): applied to one
+# tensor (the other operands constants), followed as a pointwise function (`_elementwise`).
 
 
 KNOWN = "="  # an opaque Compute's `fn` that starts so holds a known constant: compared, not a note
@@ -744,17 +702,17 @@ def _stored_product(it: "Interpreter", var: Any, x: Data) -> Data:
 
 
 # -- grid and devices ---------------------------------------------------------------
-@rule("program_id", doc="the grid index of the point being evaluated")
+@PRIMITIVES.kernel("program_id", does=Does.PLACE, doc="the grid index of the point being evaluated")
 def _program_id(it: Interpreter, eqn: Any, invals: list) -> list:
     return [it.point[eqn.params["axis"]]]
 
 
-@rule("num_programs", doc="the grid size")
+@PRIMITIVES.kernel("num_programs", does=Does.PLACE, doc="the grid size")
 def _num_programs(it: Interpreter, eqn: Any, invals: list) -> list:
     return [it.grid[eqn.params["axis"]]]
 
 
-@rule("axis_index", doc="this device's coordinate along a mesh axis (or a tuple of axes, row-major)")
+@PRIMITIVES.kernel("axis_index", does=Does.PLACE, doc="this device's coordinate along a mesh axis (or a tuple of axes, row-major)")
 def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
     names = eqn.params["axis_name"]
     names = names if isinstance(names, tuple) else (names,)
@@ -780,7 +738,7 @@ class OwnIndex(int):
     objects in `own_vecs`, and arithmetic on them makes new ones.)"""
 
 
-@rule("psum", doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
+@PRIMITIVES.kernel("psum", does=Does.COLLECTIVE, doc="only as `lax.psum(1, axis)` (the axis size) on concrete values")
 def _psum(it: Interpreter, eqn: Any, invals: list) -> list:
     names = eqn.params["axes"]
     size = math.prod(it.axis_sizes[a] for a in names if isinstance(a, str))
@@ -1186,17 +1144,15 @@ class _Slice(NamedTuple):
     stride: Any
 
 
-_TEMPLATES: dict[tuple, tuple[Any, Any]] = {}
-
-
-def _template(eqn: Any, key: str, n: int) -> Any:
-    """The params pytree `key` of `eqn`, built once with `_Hole`s for the inputs and turned
-    into plain tuples (`_TRef`, `_Indexer`, `_Slice`): filling it per evaluation is much
-    cheaper than JAX's own unflatten, which validates every indexer again."""
-    k = (id(eqn), key)
-    hit = _TEMPLATES.get(k)
-    if hit is not None and hit[0] is eqn:
-        return hit[1]
+def _template(it: Interpreter, eqn: Any, key: str, n: int) -> Any:
+    """The params pytree `key` of `eqn`, built once per check (`Sink.templates`) with
+    `_Hole`s for the inputs and turned into plain tuples (`_TRef`, `_Indexer`, `_Slice`):
+    filling it per evaluation is much cheaper than JAX's own unflatten, which validates
+    every indexer again."""
+    templates = it.sink.templates
+    hit = templates.get((eqn, key))
+    if hit is not None:
+        return hit
     import jax
     tree = jax.tree.unflatten(eqn.params[key], [_Hole(i) for i in range(n)])
 
@@ -1225,7 +1181,7 @@ def _template(eqn: Any, key: str, n: int) -> Any:
         return ("?", type(x).__name__)  # a transform ringc does not model
 
     fill = _compile(plain(tree))
-    _TEMPLATES[k] = (eqn, fill)
+    templates[(eqn, key)] = fill
     return fill
 
 
@@ -1255,7 +1211,7 @@ def _constant(t: Any) -> Callable[[list], Any]:
 
 
 def _unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
-    return _template(eqn, key, len(invals))(invals)
+    return _template(it, eqn, key, len(invals))(invals)
 
 
 def _split(it: Interpreter, x: Any, bounds: bool = True) -> tuple[Any, Any]:
@@ -1276,7 +1232,7 @@ def sem_id(it: Interpreter, s: Any, device: int, what: str) -> tuple:
 
 
 # -- DMAs and semaphores -----------------------------------------------------------------
-@rule("dma_start", doc="an async copy, local or remote: DmaStart")
+@PRIMITIVES.kernel("dma_start", does=Does.MEMORY | Does.SEMAPHORE, doc="an async copy, local or remote: DmaStart")
 def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
     src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
     src, dst = _split(it, src)[0], _split(it, dst)[0]
@@ -1381,7 +1337,7 @@ def _known_values(device: int, ref: Ref) -> np.ndarray | None:
     return sh.get(_box_slices(ref)) if sh is not None else None
 
 
-@rule("dma_wait", doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
+@PRIMITIVES.kernel("dma_wait", does=Does.MEMORY | Does.SEMAPHORE, doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
 def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
     src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
     # A wait reads only its descriptor's size: kernels size a wait-only descriptor to the total
@@ -1398,7 +1354,7 @@ def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
     return []
 
 
-@rule("semaphore_signal", doc="`pl.semaphore_signal`, local or on another device: Signal")
+@PRIMITIVES.kernel("semaphore_signal", does=Does.SEMAPHORE, doc="`pl.semaphore_signal`, local or on another device: Signal")
 def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
     sem, transforms, inc, dev, core = _unflatten(it, eqn, invals, "args_tree")
     sem = apply_transforms(it, sem, transforms)
@@ -1412,7 +1368,7 @@ def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
     return []
 
 
-@rule("semaphore_wait", doc="`pl.semaphore_wait` (decrementing): SemWait")
+@PRIMITIVES.kernel("semaphore_wait", does=Does.SEMAPHORE, doc="`pl.semaphore_wait` (decrementing): SemWait")
 def _sem_wait(it: Interpreter, eqn: Any, invals: list) -> list:
     sem, transforms, value, decrement = _unflatten(it, eqn, invals, "args_tree")
     sem = apply_transforms(it, sem, transforms)
@@ -1424,12 +1380,12 @@ def _sem_wait(it: Interpreter, eqn: Any, invals: list) -> list:
     return []
 
 
-@rule("semaphore_read", doc="a semaphore's value: unknown before the run (an error if it steers control flow)")
+@PRIMITIVES.kernel("semaphore_read", does=Does.SEMAPHORE, doc="a semaphore's value: unknown before the run (an error if it steers control flow)")
 def _sem_read(it: Interpreter, eqn: Any, invals: list) -> list:
     return [Unknown(f"it is read from a semaphore (line {int(it.where())}), whose value depends on timing")]
 
 
-@rule("get_barrier_semaphore", doc="the barrier semaphore of the kernel's `collective_id`")
+@PRIMITIVES.kernel("get_barrier_semaphore", does=Does.SEMAPHORE, doc="the barrier semaphore of the kernel's `collective_id`")
 def _barrier(it: Interpreter, eqn: Any, invals: list) -> list:
     if it.barrier is None:
         raise it.fail("get_barrier_semaphore in a kernel without `collective_id`",
@@ -1634,7 +1590,7 @@ def _indexed(it: Interpreter, eqn: Any, ref: Any, flat: list, key: str = "tree")
     return apply_transforms(it, ref, transforms)
 
 
-@rule("get", doc="`x = ref[idx]`: a load (a Compute into the load site's value register)")
+@PRIMITIVES.kernel("get", does=Does.MEMORY, doc="`x = ref[idx]`: a load (a Compute into the load site's value register)")
 def _get(it: Interpreter, eqn: Any, invals: list) -> list:
     ref = _indexed(it, eqn, invals[0], invals[1:])
     if isinstance(ref, SemRef):
@@ -1642,7 +1598,7 @@ def _get(it: Interpreter, eqn: Any, invals: list) -> list:
     return [_read(it, ref)]
 
 
-@rule("swap", doc="`ref[idx] = x`: a store (Compute: copy, cast, sum, product, zero, or opaque)")
+@PRIMITIVES.kernel("swap", does=Does.MEMORY, doc="`ref[idx] = x`: a store (Compute: copy, cast, sum, product, zero, or opaque)")
 def _swap(it: Interpreter, eqn: Any, invals: list) -> list:
     ref = _indexed(it, eqn, invals[0], invals[2:])
     old = _read(it, ref) if eqn.outvars[0] in it.used else None
@@ -1650,7 +1606,7 @@ def _swap(it: Interpreter, eqn: Any, invals: list) -> list:
     return [old]
 
 
-@rule("addupdate", doc="`ref[idx] += x`: an accumulate")
+@PRIMITIVES.kernel("addupdate", does=Does.MEMORY, doc="`ref[idx] += x`: an accumulate")
 def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
     ref = _indexed(it, eqn, invals[0], invals[2:])
     value = invals[1]
@@ -1670,7 +1626,7 @@ def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
     return []
 
 
-@rule("masked_load", doc="`pl.load` without a mask: a load")
+@PRIMITIVES.kernel("masked_load", does=Does.MEMORY, doc="`pl.load` without a mask: a load")
 def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
     args = _unflatten(it, eqn, invals, "args_tree")
     ref, transforms, mask = args[0], args[1], args[2]
@@ -1679,7 +1635,7 @@ def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
     return [_read(it, apply_transforms(it, ref, transforms))]
 
 
-@rule("masked_swap", doc="`pl.store` without a mask: a store")
+@PRIMITIVES.kernel("masked_swap", does=Does.MEMORY, doc="`pl.store` without a mask: a store")
 def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
     args = _unflatten(it, eqn, invals, "args_tree")
     ref, transforms, val, mask = args[0], args[1], args[2], args[3]
@@ -1693,7 +1649,7 @@ def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
 _INT_ARRAY = 1 << 16  # integer arrays up to this size made from a constant stay concrete (a routing table)
 
 
-@rule("broadcast_in_dim", doc="a broadcast: zero when it broadcasts a concrete 0 into tensor data")
+@PRIMITIVES.kernel("broadcast_in_dim", does=Does.PURE, doc="a broadcast: zero when it broadcasts a concrete 0 into tensor data")
 def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
     shape = tuple(eqn.params["shape"])
     x = invals[0]
@@ -1708,7 +1664,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
 
 
 # -- control flow ----------------------------------------------------------------------
-@rule("cond", doc="`lax.cond` / `pl.when`: the branch the concrete predicate selects")
+@PRIMITIVES.kernel("cond", does=Does.CONTROL, doc="`lax.cond` / `pl.when`: the branch the concrete predicate selects")
 def _cond(it: Interpreter, eqn: Any, invals: list) -> list:
     branches = eqn.params["branches"]
     i = it.scalar(invals[0], "a branch predicate (pl.when / lax.cond)", (0, len(branches)))
@@ -1716,24 +1672,11 @@ def _cond(it: Interpreter, eqn: Any, invals: list) -> list:
     return it.run_closed(branches[i], invals[1:])
 
 
-@rule("scan", doc="`lax.scan` / `fori_loop` with a static trip count: unrolled")
+@PRIMITIVES.kernel("scan", does=Does.CONTROL, doc="`lax.scan` / `fori_loop` with a static trip count: unrolled")
 def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
-    p = eqn.params
-    nc, nk = p["num_consts"], p["num_carry"]
-    consts, carry, xs = invals[:nc], invals[nc:nc + nk], invals[nc + nk:]
-    length = p["length"]
-    ys: list[list] = []
-    order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
-    for i in order:
-        x_i = [x[i] if isinstance(x, np.ndarray) else Data(x.shape[1:], ("opaque", "scan")) if isinstance(x, Data)
-               else vec(x.a[:, i]) if type(x) is Vec else x for x in xs]
-        out = it.run_closed(p["jaxpr"], [*consts, *carry, *[_py(x) for x in x_i]])
-        carry, y = out[:nk], out[nk:]
-        ys.append(y)
-    if p.get("reverse"):
-        ys.reverse()
+    carry, ys = scan_loop(it, eqn, invals, _scan_slice)
     stacked = []
-    for k, o in enumerate(eqn.outvars[nk:]):
+    for k, o in enumerate(eqn.outvars[eqn.params["num_carry"]:]):
         col = [y[k] for y in ys]
         if it.lanes is not None and any(type(c) is Vec for c in col):
             if not all(is_concrete(c) or type(c) is Vec for c in col):
@@ -1747,23 +1690,19 @@ def _scan(it: Interpreter, eqn: Any, invals: list) -> list:
     return [*carry, *stacked]
 
 
-@rule("while", doc="`lax.while_loop` / `fori_loop` with concrete bounds: unrolled")
+def _scan_slice(xs: list, i: int) -> list:
+    """The i-th slice of a scan's scanned inputs."""
+    return [_py(x[i] if isinstance(x, np.ndarray) else Data(x.shape[1:], ("opaque", "scan")) if isinstance(x, Data)
+                else vec(x.a[:, i]) if type(x) is Vec else x) for x in xs]
+
+
+@PRIMITIVES.kernel("while", does=Does.CONTROL, doc="`lax.while_loop` / `fori_loop` with concrete bounds: unrolled")
 def _while(it: Interpreter, eqn: Any, invals: list) -> list:
-    p = eqn.params
-    cn, bn = p["cond_nconsts"], p["body_nconsts"]
-    cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
-    most = limits.value("loop_iterations")
-    for _ in range(most):
-        (c,) = it.run_closed(p["cond_jaxpr"], [*cconsts, *val])
-        if not it.scalar(c, "a loop condition", (0, 2)):
-            return val
-        val = it.run_closed(p["body_jaxpr"], [*bconsts, *val])
-    raise it.fail(f"a while loop ran {most:,} iterations, the limit `loop_iterations`",
-                  f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
+    return while_loop(it, eqn, invals)
 
 
-@rule("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
-      "checkpoint", "remat", "custom_lin", doc="a nested function: evaluated inline")
+@PRIMITIVES.kernel("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
+      "checkpoint", "remat", "custom_lin", does=Does.CALL, doc="a nested function: evaluated inline")
 def _call(it: Interpreter, eqn: Any, invals: list) -> list:
     from jax._src import core
     p = eqn.params
@@ -1773,7 +1712,7 @@ def _call(it: Interpreter, eqn: Any, invals: list) -> list:
     return it.run(sub, [], invals)
 
 
-@rule("run_scoped", doc="`pl.run_scoped`: fresh scratch (VMEM holds garbage) and semaphores for the scope")
+@PRIMITIVES.kernel("run_scoped", does=Does.CONTROL | Does.MEMORY | Does.SEMAPHORE, doc="`pl.run_scoped`: fresh scratch (VMEM holds garbage) and semaphores for the scope")
 def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
     if eqn.params.get("collective_axes"):
         raise it.fail("run_scoped with collective axes", "allocate per core")
@@ -1788,17 +1727,17 @@ def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
     return it.run(body, invals, allocs)  # the scope's closed-over values are its constvars
 
 
-@rule("multiple_of", "pallas_multiple_of", doc="an alignment hint: the value itself")
+@PRIMITIVES.kernel("multiple_of", "pallas_multiple_of", does=Does.HINT, doc="an alignment hint: the value itself")
 def _multiple_of(it: Interpreter, eqn: Any, invals: list) -> list:
     return [invals[0]]
 
 
-@rule("delay", "trace_value", "add_dependency", doc="no effect on memory or semaphores")
+@PRIMITIVES.kernel("delay", "trace_value", "add_dependency", does=Does.HINT, doc="no effect on memory or semaphores")
 def _nothing(it: Interpreter, eqn: Any, invals: list) -> list:
     return [invals[0] if invals else None for _ in eqn.outvars]
 
 
-@rule("debug_callback", "debug_print", doc="printing: ignored (no memory or semaphore effect)")
+@PRIMITIVES.kernel("debug_callback", "debug_print", does=Does.HINT, doc="printing: ignored (no memory or semaphore effect)")
 def _print(it: Interpreter, eqn: Any, invals: list) -> list:
     return [None for _ in eqn.outvars]
 
@@ -1807,11 +1746,6 @@ class Diverge(Exception):
     """Evaluating every device at once cannot go on: the devices take different branches, a
     value the model needs as one number differs between them, or one device's events are not
     device 0's translated. The caller then evaluates device by device."""
-
-
-# Elementwise primitives `Lanes.pure` computes on every device's values at once.
-_LANEWISE = {**_NUMPY, "div": None, "rem": np.fmod, "select_n": None, "convert_element_type": None,
-             "integer_pow": None}
 
 
 class Lanes:
@@ -1911,7 +1845,8 @@ class Lanes:
         values at once, else the primitive per device (the results must then be values, or
         the same data on every device)."""
         name = eqn.primitive.name
-        if name in _LANEWISE and all(type(v) is Vec or is_concrete(v) for v in invals):
+        entry = PRIMITIVES.get(name)
+        if entry is not None and entry.lanewise and all(type(v) is Vec or is_concrete(v) for v in invals):
             dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
             args = [v.a if type(v) is Vec else np.asarray(v, dtype=d) if d is not None else v
                     for v, d in zip(invals, dt)]
@@ -1920,18 +1855,8 @@ class Lanes:
             args = [a.reshape(a.shape[0], *(1,) * (rank + 1 - a.ndim), *a.shape[1:]) if type(v) is Vec
                     else a.reshape(1, *(1,) * (rank - a.ndim), *a.shape) if isinstance(a, np.ndarray) else a
                     for a, v in zip(args, invals)]
-            if name == "div":
-                r = _int_div(*args) if np.issubdtype(args[0].dtype, np.integer) else np.divide(*args)
-            elif name == "select_n":
-                cases = np.broadcast_arrays(*args[1:], np.asarray(args[0]))[:-1]
-                r = np.choose(np.asarray(args[0]).astype(np.int32), cases)
-            elif name == "convert_element_type":
-                r = np.asarray(args[0]).astype(eqn.params["new_dtype"])
-            elif name == "integer_pow":
-                r = np.power(args[0], eqn.params["y"])
-            else:
-                with np.errstate(all="ignore"):
-                    r = _LANEWISE[name](*args)
+            with np.errstate(all="ignore"):
+                r = entry.numpy(eqn.params, *args)
             return [vec(np.broadcast_to(np.asarray(r).astype(eqn.outvars[0].aval.dtype),
                                         (self.n, *eqn.outvars[0].aval.shape)))]
         per = [pure_rule(it, eqn, [v.a[d] if type(v) is Vec else v for v in invals]) for d in range(self.n)]
@@ -1948,7 +1873,13 @@ class Lanes:
 
 
 class Sink:
-    """Where an interpreter's events go, and how scratch and value registers are named."""
+    """Where an interpreter's events go, and how scratch and value registers are named; it
+    lives as long as one check, and so do the caches it owns."""
+
+    @functools.cached_property
+    def templates(self) -> dict:
+        """Each equation's params pytrees as fill-in templates (`_template`), by (equation, key)."""
+        return {}
 
     def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
         raise NotImplementedError
@@ -1960,16 +1891,17 @@ class Sink:
         raise NotImplementedError
 
 
-__all__ = ["RULES", "RULE_DOCS", "internal_frame", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
-           "BARRIER", "ELEMENTWISE", "FromMemory", "out_of_range", "apply_fn", "reference_pointwise"]
+__all__ = ["internal_frame", "Interpreter", "Sink", "KernelError", "Lanes", "Diverge", "OwnIndex", "user_location", "store_actions", "pure_rule",
+           "BARRIER", "FromMemory", "out_of_range", "apply_fn", "reference_pointwise"]
 
 
 def rule_table_markdown() -> str:
     """The supported primitives as a markdown table (docs/pallas-import.md embeds it;
     tests/test_pallas_import.py checks the doc matches)."""
     groups: dict[str, list[str]] = {}
-    for name in sorted(RULES):
-        groups.setdefault(RULE_DOCS[name], []).append(f"`{name}`")
+    for name in sorted(PRIMITIVES):
+        if PRIMITIVES[name].kernel is not None:
+            groups.setdefault(PRIMITIVES[name].doc, []).append(f"`{name}`")
     lines = ["| primitive | what ringc does with it |", "|---|---|"]
     for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
         lines.append(f"| {', '.join(names)} | {doc} |")
@@ -1978,5 +1910,8 @@ def rule_table_markdown() -> str:
                  "`dot_general`, scaling by a constant (`mul`, `div`, `neg`), and any other elementwise "
                  "function of one tensor as an uninterpreted pointwise function; anything else is a value "
                  "not followed (a note) |")
+    refused = [f"`{name}`" for name in sorted(PRIMITIVES) if Does.UNSUPPORTED in PRIMITIVES[name].does]
+    lines.append(f"| {', '.join(refused)} | refused: effects or refs ringc does not model (an error naming it and "
+                 "the line) |")
     lines.append("| any other primitive | an error naming it and the line |")
     return "\n".join(lines)

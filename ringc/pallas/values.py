@@ -160,7 +160,7 @@ class Data:
          | ("cast", Data) | ("zero",) | ("opaque", why: the primitive and its line)
          | ("fn", names, Data): pointwise functions of the data, innermost first (a name ending
            in "*" scales by a constant; any other is an uninterpreted elementwise function,
-           `interpret.ELEMENTWISE`, `semantics.pointwise`)"""
+           `primitives.ELEMENTWISE`, `semantics.pointwise`)"""
     shape: tuple[int, ...]
     how: tuple
 

@@ -1,0 +1,125 @@
+"""The importer's one primitive table (ringc/pallas/primitives.py): registrations carry
+flags, the kernel interpreter and the outer walker dispatch on it, control flow is written
+once, and a primitive ringc cannot model is an error naming it and the user's line.
+(Coverage of Mosaic TPU's primitives: tests/test_coverage.py.)"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+import ringc
+from ringc.errors import ScheduleError
+from ringc.pallas import importer, interpret
+from ringc.pallas.primitives import ELEMENTWISE, PRIMITIVES, Does, PrimitiveTable
+
+
+def test_every_registration_says_how_it_is_evaluated():
+    """A primitive with neither rule is pure (evaluated from its flags), refused, or a lax
+    collective between the kernels (computed there, with its words for the verdict); one that
+    touches memory or semaphores has a kernel rule or is refused (never evaluated as pure)."""
+    for name, p in PRIMITIVES.items():
+        refused = Does.UNSUPPORTED in p.does
+        if p.kernel is None and p.outer is None:
+            assert refused or Does.PURE in p.does or p.words is not None, name
+        if p.words is not None:
+            assert Does.COLLECTIVE in p.does and p.words({"axis_name": "x", "perm": [(0, 1), (1, 0)]}, {"x": 2})
+        if p.does & (Does.MEMORY | Does.SEMAPHORE) and not refused:
+            assert p.kernel is not None, f"`{name}` touches memory or semaphores but has no kernel rule"
+        if p.lanewise or p.scalar is not None:
+            assert p.numpy is not None, f"`{name}`: lanewise or scalar evaluation without numpy"
+    assert {"add", "mul", "tanh", "exp"} <= ELEMENTWISE and "dot_general" not in ELEMENTWISE
+
+
+def test_a_second_rule_for_a_primitive_is_refused():
+    table = PrimitiveTable("a test table", "pallas_tpu")
+    try:
+        table.kernel("thing", does=Does.MEMORY, doc="a thing")(lambda it, eqn, invals: [])
+        with pytest.raises(ValueError, match="two kernel rules for `thing`"):
+            table.kernel("thing", does=Does.MEMORY, doc="again")(lambda it, eqn, invals: [])
+        with pytest.raises(ValueError, match="registered as"):
+            table.outer("thing", does=Does.PURE)(lambda w, eqn, ins: [])
+        with pytest.raises(ValueError, match="needs its flags"):
+            table.outer("other")(lambda w, eqn, ins: [])
+    finally:
+        from ringc.ir.rules import TABLES
+        TABLES.remove(table)
+
+
+def test_pure_flags_evaluate_like_xla():
+    """The flags' numpy and integer evaluations: C division and remainder, select_n."""
+    div, rem, sel = PRIMITIVES["div"], PRIMITIVES["rem"], PRIMITIVES["select_n"]
+    assert div.scalar(-7, 2) == -3 and rem.scalar(-7, 2) == -1 and div.scalar(1, 0) is None
+    assert list(div.numpy({}, np.array([-7, 7]), np.array([2, -2]))) == [-3, -3]
+    assert list(rem.numpy({}, np.array([-7, 7]), np.array([2, -2]))) == [-1, 1]
+    assert list(sel.numpy({}, np.array([0, 1]), np.array(5), np.array([6, 7]))) == [5, 7]
+
+
+def _kernel_with(extra):
+    """A right shift by one device whose kernel also runs `extra()`."""
+    def kernel(x_ref, o_ref, send, recv):
+        extra()
+        me = jax.lax.axis_index("x")
+        dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
+                                           device_id_type=pl.DeviceIdType.LOGICAL)
+        dma.start()
+        dma.wait()
+
+    def fn(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
+                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(x)
+    return fn
+
+
+def _check(fn):
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    sharded = jax.shard_map(fn, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False)
+    x = jax.ShapeDtypeStruct((16, 128), jnp.float32, sharding=jax.NamedSharding(mesh, jax.P("x")))
+    return ringc.check_pallas(sharded, (x,), mesh, "ppermute")
+
+
+def test_the_kernel_checks_without_the_extra_primitive():
+    fn = _kernel_with(lambda: None)
+    report = _check(fn)
+    assert report.ok, report.to_text()
+
+
+def test_a_refused_primitive_is_an_error_naming_it_and_its_line():
+    """`prng_seed` is registered as refused (it sets PRNG state ringc does not model)."""
+    def seed():
+        pltpu.prng_seed(0)
+
+    fn = _kernel_with(seed)
+    line = inspect.getsourcelines(seed)[1] + 1
+    with pytest.raises(ScheduleError) as e:
+        _check(fn)
+    text = str(e.value)
+    assert "ringc does not know the primitive `prng_seed`" in text
+    assert f"test_pallas_primitives.py:{line}" in text, text
+
+
+def test_an_unregistered_primitive_with_effects_is_an_error(monkeypatch):
+    """A primitive the table lacks is pure only without effects, refs and sub-jaxprs: with
+    the DMA rule taken out, the kernel's `dma_start` is an error, never skipped."""
+    monkeypatch.setattr(PRIMITIVES["dma_start"], "kernel", None)
+    fn = _kernel_with(lambda: None)
+    with pytest.raises(ScheduleError, match="ringc does not know the primitive `dma_start`"):
+        _check(fn)
+
+
+def test_the_outer_walker_and_the_interpreter_share_the_loops():
+    """`scan` and `while` have one loop each (`primitives.scan_loop`, `while_loop`), used by
+    both evaluators, which say what their loop condition is (`truth`) and their limit error."""
+    for evaluator in (interpret.Interpreter, importer._Outer):
+        assert callable(evaluator.run_closed) and callable(evaluator.truth) and callable(evaluator.too_many)
+    assert PRIMITIVES["scan"].kernel is not None and PRIMITIVES["scan"].outer is not None
+    assert PRIMITIVES["while"].kernel is not None and PRIMITIVES["while"].outer is not None
+    assert PRIMITIVES["pallas_call"].outer is not None and PRIMITIVES["pallas_call"].kernel is None
