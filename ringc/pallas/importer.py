@@ -424,8 +424,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                       "read as integers)")
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
-        if script.answers.assumption():
-            report.assumptions.append(script.answers.assumption())
+        report.assumptions.extend(script.answers.assumptions())
         if not reports:  # the script's notes once, on its first verdict
             report.assumptions += [f"script note: {note}" for note in script.notes]
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)

@@ -11,6 +11,7 @@ decides race-freedom for the whole schedule, not for one execution.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Callable, NamedTuple
@@ -306,14 +307,30 @@ def _candidate_pairs(group: list[Access]):
         if not b.point:
             active.append(b)
     remote = [a for a in group if not _local(a)]
+    if not remote:
+        return
     rank = {id(a): i for i, a in enumerate(remote)}
     # A 0-d memory (a scalar ref: `pltpu.SMEM(())`, a `()`-shaped output) has one element.
     lead = lambda acc: acc.region.box[0] if acc.region.box else (0, 1)
     others = sorted(group, key=lambda acc: lead(acc)[0])
+    place = {id(b): k for k, b in enumerate(others)}
+    # A spatial sweep on the leading dimension: the accesses that overlap a remote one there.
+    # Grouped by the bit length of their extent (extents below 2**c), each group sorted by its
+    # start, those starting in (start - 2**c + 1, end) are found by bisection: a MoE scatter's
+    # thousands of one-row DMAs into an expert buffer meet only their own row's, not every
+    # access before them (it was quadratic in the accesses: 19 million pairs for 16,384 DMAs).
+    widths: dict[int, tuple[list[int], list[Access]]] = {}
+    for b in others:
+        lo, hi = lead(b)
+        starts, accs = widths.setdefault(max(hi - lo, 1).bit_length(), ([], []))
+        starts.append(lo)
+        accs.append(b)
     for i, a in enumerate(remote):
-        for b in others:  # spatial sweep on the leading dimension
-            if lead(b)[0] >= lead(a)[1]:
-                break
+        lo, hi = lead(a)
+        near = [b for c, (starts, accs) in widths.items()
+                for b in accs[bisect_right(starts, lo - (1 << c)):bisect_left(starts, hi)]]
+        near.sort(key=lambda b: place[id(b)])  # the order of the sweep over `others`
+        for b in near:
             if rank.get(id(b), len(remote)) > i:
                 yield (a, b)
 
