@@ -456,3 +456,31 @@ def test_pallas_call_inputs_reads_the_kernel_not_the_wrapper():
     assert pallas_call_inputs(call) == ["x", "y"]
     assert pallas_call_inputs(pl.pallas_call(star, out_shape=out)) is None
     assert pallas_call_inputs(lambda a, b: a) is None
+
+
+def test_an_entry_that_launches_a_sparsecore_kernel_is_refused_at_its_line(tmp_path):
+    """A serving library's SparseCore scatter: `sc_scatter(tokens, ids, *, bt: int, top_k: int,
+    mesh)` builds `plsc.ScalarSubcoreMesh` after reading `tokens.shape[1]`. It was "parameter
+    `bt` has no default", and with every --param an IndexError on the made-up array: now the
+    entry is not called and the refusal names SparseCore at the line that uses it."""
+    path = tmp_path / "sc_scatter.py"
+    path.write_text(textwrap.dedent('''\
+        import jax
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+        from jax.experimental.pallas import tpu_sc as plsc
+
+
+        def sc_scatter(tokens, ids, *, bt: int, top_k: int, tp_axis_name: str = "tensor", mesh):
+            packing = tokens.shape[1]
+
+            def body(tokens_hbm, ids_hbm, out_hbm, sem):
+                pass
+            kernel = pl.kernel(body, out_shape=tokens, mesh=plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1),
+                               scratch_shapes=[pltpu.SemaphoreType.DMA])
+            return jax.shard_map(kernel, mesh=mesh, in_specs=None, out_specs=None)(tokens, ids)
+        '''))
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 4)
+    assert e.value.message.startswith("SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported")
+    assert e.value.line == 12

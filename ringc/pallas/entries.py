@@ -53,6 +53,7 @@ import numpy as np
 
 from ..ir.errors import ScheduleError
 from .imports import missing_import
+from .tpu import unsupported_use
 from .usererrors import describe_exception, user_failure
 
 if TYPE_CHECKING:
@@ -498,6 +499,11 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     entries = _entries(env, entry, script.path)
     _check_keywords(entries, keywords or {}, script.path)
     for name, fn in entries:
+        refused = unsupported_use(fn)
+        if refused is not None and script.answers is not None:  # SparseCore, Mosaic GPU: not called
+            script.answers.unsupported.append(refused)
+            tried.append(f"{name} was not called ({refused.what})")
+            continue
         try:
             tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, imports))
         except ScheduleError as e:

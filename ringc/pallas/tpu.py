@@ -231,6 +231,29 @@ class _RefusingModule(types.ModuleType):
         raise e
 
 
+def unsupported_use(fn: Any) -> Unsupported | None:
+    """Whether the function `fn` (an entry function, before ringc calls it) reads a module
+    ringc refuses (`plsc`, `plgpu`: a stand-in while the user's code runs), in its own code or
+    a function nested in it: the refusal at the first line that reads it, or None. An entry
+    that launches a SparseCore kernel needs arguments ringc cannot make up (`bt`, `top_k`) and
+    fails on made-up ones before it reaches the kernel; the refusal is the answer."""
+    import dis
+    import inspect
+    target = inspect.unwrap(fn)
+    code, env = getattr(target, "__code__", None), getattr(target, "__globals__", {})
+    if code is None:
+        return None
+    todo = [code]
+    while todo:
+        c = todo.pop(0)
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(env.get(ins.argval), _RefusingModule):
+                line = ins.positions.lineno if ins.positions and ins.positions.lineno else c.co_firstlineno
+                return Unsupported(env[ins.argval]._what, (c.co_filename, line))
+        todo.extend(k for k in c.co_consts if inspect.iscode(k))
+    return None
+
+
 def unsupported_in(jaxpr: Any) -> str | None:
     """What a captured call runs that ringc does not model: a TensorCore or SparseCore mesh
     (`core_map`, a `pallas_call` over a mesh), a GPU backend's compiler params, SparseCore
