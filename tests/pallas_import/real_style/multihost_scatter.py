@@ -32,7 +32,7 @@ LOCAL_EXPERTS = EXPERTS // NDEV
 PER_SOURCE = ASSIGNMENTS // EXPERTS           # rows one device sends each expert
 ROWS = PER_SOURCE * NDEV                      # rows each expert receives
 
-devices = sorted(jax.devices(), key=lambda d: tuple(d.coords)[::-1])
+devices = sorted(jax.devices(), key=lambda d: tuple(getattr(d, "coords", (d.id,)))[::-1])
 mesh = jax.sharding.Mesh(np.array(devices).reshape(1, NDEV), ("data", "expert"))
 
 
