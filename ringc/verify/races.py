@@ -301,11 +301,15 @@ def _candidate_pairs(group: list[Access]):
     access are enumerated."""
     local = sorted((a for a in group if _local(a)), key=lambda a: a.start.index)
     active: list[Access] = []   # local accesses still live at the current program position
+    writes: list[Access] = []   # those of them that write (two reads never race)
     for b in local:
         active = [a for a in active if a.end.index >= b.start.index]
-        yield from ((a, b) for a in active)
+        writes = [a for a in writes if a.end.index >= b.start.index]
+        yield from ((a, b) for a in (active if b.write else writes))
         if not b.point:
             active.append(b)
+            if b.write:
+                writes.append(b)
     remote = [a for a in group if not _local(a)]
     if not remote:
         return
@@ -316,9 +320,11 @@ def _candidate_pairs(group: list[Access]):
     place = {id(b): k for k, b in enumerate(others)}
     # A spatial sweep on the leading dimension: the accesses that overlap a remote one there.
     # Grouped by the bit length of their extent (extents below 2**c), each group sorted by its
-    # start, those starting in (start - 2**c + 1, end) are found by bisection: a MoE scatter's
-    # thousands of one-row DMAs into an expert buffer meet only their own row's, not every
-    # access before them (it was quadratic in the accesses: 19 million pairs for 16,384 DMAs).
+    # start, those starting in (start - 2**c + 1, end) are found by bisection (an extent below
+    # 2**c reaches past `start` only from there): a MoE scatter's thousands of one-row DMAs
+    # into an expert buffer meet only their own row's, not every access before them (it was
+    # quadratic in the accesses: 19 million pairs for 16,384 DMAs). Two reads never race: not
+    # yielded.
     widths: dict[int, tuple[list[int], list[Access]]] = {}
     for b in others:
         lo, hi = lead(b)
@@ -328,10 +334,10 @@ def _candidate_pairs(group: list[Access]):
     for i, a in enumerate(remote):
         lo, hi = lead(a)
         near = [b for c, (starts, accs) in widths.items()
-                for b in accs[bisect_right(starts, lo - (1 << c)):bisect_left(starts, hi)]]
+                for b in accs[bisect_right(starts, lo - (1 << c) + 1):bisect_left(starts, hi)]]
         near.sort(key=lambda b: place[id(b)])  # the order of the sweep over `others`
         for b in near:
-            if rank.get(id(b), len(remote)) > i:
+            if (a.write or b.write) and rank.get(id(b), len(remote)) > i:
                 yield (a, b)
 
 
