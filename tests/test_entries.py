@@ -444,3 +444,74 @@ def test_the_cli_takes_a_value_and_reports_a_bad_one_without_a_traceback():
     bad = run_cli(["check", SIZED, "--devices", "4", "--arg", "sizes=int32[N]@=np.full(N+1, 8)"], budget=60)
     assert bad.code == 2 and "Traceback" not in bad.out + bad.err, bad
     assert "has shape [5] at N = 4" in bad.out + bad.err
+
+
+EXCHANGE_ARGS = [parse_arg("control=int32[(N-1)*N,128]@core=np.ones(((N-1)*N,128))"),
+                 parse_arg("payload=int32[(N-1)*N,8,128]@core"),
+                 parse_arg("counts=int32[(N-1)*N,128]@core=np.ones(((N-1)*N,128))")]
+
+
+def test_a_factory_returning_the_pallas_call_itself_is_found_and_its_arrays_named():
+    """A module whose only public function is `make_exchange_call(mesh, *, wrong=False)`, which
+    returns `pl.pallas_call(kernel, ...)` (a research library's variable-count exchange): it was
+    "no entry function: none takes an axis name", and with --entry the closure was called on one
+    made-up array ("Pytree for `in_specs` and `inputs` do not match"). Now a function taking a
+    mesh is an entry when none takes an axis name, and the pallas_call's inputs are the kernel's
+    first parameters, named without `_ref` for --arg."""
+    path = str(ENTRIES / "exchange_factory.py")
+    ok, = check_file(path, 4, axis="core", args=EXCHANGE_ARGS)
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "a factory: it returned pl.pallas_call(kernel); ringc called it per shard")
+    assert _said(ok, "control=int32[(N-1)*N,128]@core=np.ones(((N-1)*N,128)), payload=")
+    broken, = check_file(path, 4, axis="core", args=EXCHANGE_ARGS, params={"wrong": 1})
+    assert "race" in broken.kinds()
+    made_up, = check_file(path, 4, axis="core")  # no values for the control it branches on
+    assert "control_ref" in made_up.to_text() and not made_up.ok
+
+
+def test_pallas_call_inputs_reads_the_kernel_not_the_wrapper():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from ringc.pallas.entries import pallas_call_inputs
+
+    def kernel(x_ref, y, o_ref, scratch_ref):
+        pass
+
+    def star(*refs):
+        pass
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    from jax.experimental.pallas import tpu as pltpu
+    call = pl.pallas_call(kernel, out_shape=out, scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])
+    assert pallas_call_inputs(call) == ["x", "y"]
+    assert pallas_call_inputs(pl.pallas_call(star, out_shape=out)) is None
+    assert pallas_call_inputs(lambda a, b: a) is None
+
+
+def test_an_entry_that_launches_a_sparsecore_kernel_is_refused_at_its_line(tmp_path):
+    """A serving library's SparseCore scatter: `sc_scatter(tokens, ids, *, bt: int, top_k: int,
+    mesh)` builds `plsc.ScalarSubcoreMesh` after reading `tokens.shape[1]`. It was "parameter
+    `bt` has no default", and with every --param an IndexError on the made-up array: now the
+    entry is not called and the refusal names SparseCore at the line that uses it."""
+    path = tmp_path / "sc_scatter.py"
+    path.write_text(textwrap.dedent('''\
+        import jax
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+        from jax.experimental.pallas import tpu_sc as plsc
+
+
+        def sc_scatter(tokens, ids, *, bt: int, top_k: int, tp_axis_name: str = "tensor", mesh):
+            packing = tokens.shape[1]
+
+            def body(tokens_hbm, ids_hbm, out_hbm, sem):
+                pass
+            kernel = pl.kernel(body, out_shape=tokens, mesh=plsc.ScalarSubcoreMesh(axis_name="core", num_cores=1),
+                               scratch_shapes=[pltpu.SemaphoreType.DMA])
+            return jax.shard_map(kernel, mesh=mesh, in_specs=None, out_specs=None)(tokens, ids)
+        '''))
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 4)
+    assert e.value.message.startswith("SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported")
+    assert e.value.line == 12

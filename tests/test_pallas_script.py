@@ -248,3 +248,27 @@ def test_a_test_that_errs_after_single_device_calls_only_is_a_note():
     assert "stopped with an error after single-device kernel calls only (RuntimeError: broke before the " \
            "collective)" in note and "was not checked" in note
     assert not any("test_a_ok stopped" in a for a in report.assumptions)
+
+
+def test_a_kernel_calling_a_helper_the_file_lacks_names_the_line_that_raised(tmp_path):
+    """A copy of the tutorial's reduce-scatter published without its `local_barrier` helper:
+    the top-level statement that runs the kernel fails with a NameError inside the kernel body.
+    The refusal names the kernel's line, not only the statement's, and its fix says to fix that
+    error first (it said to pass --entry)."""
+    script = tmp_path / "copied.py"
+    script.write_text(
+        "import jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        "mesh = jax.make_mesh((jax.device_count(),), ('x',))\n\n\n"
+        "def kernel(x_ref, o_ref):\n"
+        "    local_barrier()\n"
+        "    o_ref[...] = x_ref[...]\n\n\n"
+        "def run(x):\n"
+        "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(x)\n\n\n"
+        "out = jax.jit(jax.shard_map(run, mesh=mesh, in_specs=jax.P('x'), out_specs=jax.P('x'), check_vma=False))(\n"
+        "    jnp.zeros((8 * jax.device_count(), 128)))\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(script), 2)
+    assert "line 18: NameError: name 'local_barrier' is not defined, raised at line 10 (ringc ran the next" \
+        in e.value.message
+    assert e.value.fix.startswith("the NameError raised at line 10 stopped the script before its kernel ran")

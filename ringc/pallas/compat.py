@@ -156,6 +156,27 @@ def _jit_without_abstracted_axes(jit: Callable[..., Any], log: "AliasLog", text:
     return shim
 
 
+PALLAS_BACKEND_TEXT = ("pl.pallas_call(backend='mosaic_tpu') -> pl.pallas_call (the keyword is gone; the TPU backend is "
+                       "the one ringc checks)")
+
+
+def _pallas_call_without_backend(pallas_call: Callable[..., Any], log: "AliasLog", text: str) -> Callable[..., Any]:
+    """`pl.pallas_call` as it was with `backend=` (jax 0.4.3x; JAX's interpret-mode tests pass
+    `backend='mosaic_tpu'`): the TPU backend is what a pallas_call under ringc lowers for, so
+    dropping it keeps the meaning; a GPU backend is refused by name."""
+
+    def shim(*args: Any, **kwargs: Any) -> Any:
+        if "backend" in kwargs:
+            value = kwargs.pop("backend")
+            if value not in (None, "mosaic_tpu", "mosaic"):
+                raise TypeError(f"pl.pallas_call(backend={value!r}) asks for a GPU backend, which is not supported "
+                                "yet: ringc checks Pallas TPU kernels (backend='mosaic_tpu')")
+            if value is not None:
+                log.note(text)
+        return pallas_call(*args, **kwargs)
+    return shim
+
+
 # (module getter, function, removed keyword, shim factory, text): a keyword a function lost,
 # emulated with today's API where its meaning can be kept exactly.
 KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]] = [
@@ -163,6 +184,7 @@ KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]]
      "pltpu.emit_pipeline(should_accumulate_out=True) -> emit_pipeline reading each output block back and adding "
      "it after the body"),
     (_jax, "jit", "abstracted_axes", _jit_without_abstracted_axes, JIT_ABSTRACTED_AXES_TEXT),
+    (_pl, "pallas_call", "backend", _pallas_call_without_backend, PALLAS_BACKEND_TEXT),
 ]
 
 

@@ -5,7 +5,9 @@ framework's collective kernels) is checked by calling its *entry functions* unde
 (`script.py` records the kernels they run). `--entry NAME` names one; by default ringc calls
 every public function that takes an axis name (a parameter `axis`, or one whose name ends in
 `axis_name`: `ep_axis_name`, `mesh_axis_name`) and is not a kernel body (no `*_ref`,
-`*_sem` parameters). Real files expose three shapes:
+`*_sem` parameters); when none does, every public function that takes a `mesh` (a factory
+`make_exchange_call(mesh, *, capacity=128)` whose kernel names its axis itself). Real files
+expose three shapes:
 
 - **A global function** takes a `mesh`: it is called with ringc's mesh and global arrays
   sharded along the axis; it runs its own `jax.shard_map`.
@@ -19,7 +21,9 @@ every public function that takes an axis name (a parameter `axis`, or one whose 
   ringc calls the closures in order, the first on the arrays, each next one on the previous
   one's result (unpacked when it is a tuple of as many values as the closure takes), all in
   one jitted program, so a DMA started by one and waited by the next is one split-phase
-  program. The closures are global when the factory took the mesh, else per-shard.
+  program. The closures are global when the factory took the mesh, else per-shard. A closure
+  that `pl.pallas_call` returned takes the kernel's inputs (`pallas_call_inputs`): its
+  arrays are named by the kernel's parameters without `_ref` (`--arg payload=...`).
 
 **The mesh.** Its ring axis is `--axis NAME`, else the default of the function's first axis
 parameter, else ringc's `x` (passed to that parameter when its default is `None`); every
@@ -49,6 +53,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from .imports import missing_import
+from .tpu import unsupported_use
 from .usererrors import describe_exception, user_failure
 
 if TYPE_CHECKING:
@@ -323,8 +328,44 @@ def _spec(a: ArgSpec) -> Any:
     return jax.sharding.PartitionSpec(*[s or None for s in a.spec])
 
 
+def pallas_call_inputs(fn: Callable) -> list[str] | None:
+    """The inputs of a function `pl.pallas_call(kernel, ...)` returned (a factory's closure):
+    the kernel's first parameters, as many as it has inputs (its parameters less its outputs
+    and scratch), named without `_ref` (`payload_ref` -> `payload`); None for any other
+    callable. Its own signature is `(*args)`, which says neither."""
+    wrapped = getattr(fn, "__wrapped__", None)
+    if getattr(wrapped, "__qualname__", "") != "_pallas_call.<locals>.wrapped":
+        return None
+    try:
+        import jax
+        found = inspect.getclosurevars(wrapped).nonlocals
+        kernel, outs, grid_spec = found["kernel"], found["flat_out_shapes"], found["grid_spec"]
+        params = list(inspect.signature(kernel).parameters)
+        scratch = len(jax.tree.leaves(getattr(grid_spec, "scratch_shapes", ()) or ()))
+        k = len(params) - len(outs) - scratch
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(kernel).parameters.values()):
+        return None  # `def kernel(*refs)`: the count is not in the signature
+    if not 0 <= k <= len(params):
+        return None
+    return [p[:-len("_ref")] if p.endswith("_ref") and len(p) > 4 else p for p in params[:k]]
+
+
+def _closure_name(fn: Callable) -> str:
+    """How the verdict names a factory's closure: its name, or `pl.pallas_call(kernel)`."""
+    wrapped = getattr(fn, "__wrapped__", None)
+    if pallas_call_inputs(fn) is not None:
+        kernel = inspect.getclosurevars(wrapped).nonlocals["kernel"]
+        return f"pl.pallas_call({getattr(kernel, '__name__', 'kernel')})"
+    return getattr(fn, "__name__", "closure")
+
+
 def _required(fn: Callable) -> int | None:
     """How many positional arguments `fn` needs (None when its signature cannot be read)."""
+    inputs = pallas_call_inputs(fn)
+    if inputs is not None:
+        return len(inputs)
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -397,12 +438,12 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
     k = _required(first)
     k = 1 if k is None else k
     try:
-        pnames = [p for p in inspect.signature(first).parameters][:k]
+        pnames = pallas_call_inputs(first) or [p for p in inspect.signature(first).parameters][:k]
     except (TypeError, ValueError):
         pnames = [f"arg{i}" for i in range(k)]
     args = [given.get(p) or ArgSpec(p, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,)) for p in pnames]
     values = [_global_array(a, mesh, n, path) for a in args]
-    names_text = ", ".join(getattr(c, "__name__", "closure") for c in closures)
+    names_text = ", ".join(_closure_name(c) for c in closures)
     made = ", ".join(a.text() + ("" if a.name in given else " (default; set with --arg)") for a in args)
     order = "in order, each on the previous one's result, in one jitted program" if len(closures) > 1 else ""
     if "mesh" in b.call and not per_shard:
@@ -429,15 +470,21 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
             raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
                                 fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
         return [(entry, fn)]
-    out = []
+    out, of_mesh = [], []
     for name, fn in env.items():
         target = inspect.unwrap(fn) if callable(fn) else None
         if name.startswith("_") or not inspect.isfunction(target) or target.__module__ != env["__name__"]:
             continue
         params = inspect.signature(target).parameters
-        if axis_parameters(params) and not any(p.endswith(_KERNEL_BODY) for p in params):
+        if any(p.endswith(_KERNEL_BODY) for p in params):
+            continue
+        if axis_parameters(params):
             out.append((name, fn))
-    return out
+        elif "mesh" in params:
+            of_mesh.append((name, fn))
+    # With no function taking an axis name, the functions taking a mesh (factories such as
+    # `make_exchange_call(mesh, *, capacity=128)`, whose kernels name their axis themselves).
+    return out or of_mesh
 
 
 def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
@@ -452,6 +499,11 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     entries = _entries(env, entry, script.path)
     _check_keywords(entries, keywords or {}, script.path)
     for name, fn in entries:
+        refused = unsupported_use(fn)
+        if refused is not None and script.answers is not None:  # SparseCore, Mosaic GPU: not called
+            script.answers.unsupported.append(refused)
+            tried.append(f"{name} was not called ({refused.what})")
+            continue
         try:
             tried.append(_call_entry(script, name, fn, args, dict(keywords or {}), axis, mesh, imports))
         except ScheduleError as e:

@@ -333,12 +333,18 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         notes = "; ".join(script.notes[:3])
         # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
         cores = re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e")
+        # A statement of the script's own that failed, inside a function it called (a kernel
+        # body naming a helper the file does not define): that error is what to fix first.
+        failed = next((m for m in map(re.compile(r"line \d+: (\w+): .*?, raised at line (\d+) \(").match,
+                                      script.notes) if m), None)
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
             "(one taking an axis name, or --entry) ran one"
             + (f" ({notes})" if notes else ""), file=path,
             fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
                  "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
+                (f"the {failed.group(1)} raised at line {failed.group(2)} stopped the script before its kernel ran: "
+                 "fix it there; else " if failed else "") +
                 "name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
@@ -418,8 +424,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                                       "read as integers)")
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
-        if script.answers.assumption():
-            report.assumptions.append(script.answers.assumption())
+        report.assumptions.extend(script.answers.assumptions())
         if not reports:  # the script's notes once, on its first verdict
             report.assumptions += [f"script note: {note}" for note in script.notes]
         report.seconds = time.perf_counter() - t1 + (ran if k == 0 else 0.0)

@@ -799,7 +799,10 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 missing = missing_import(e, path, imports, stmt.lineno)
                 script.missing = script.missing or missing
                 fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls)
-                script.notes.append(f"line {stmt.lineno}: {describe_exception(e, path)} "
+                inner = script_line(e, path)  # the line inside a function the statement called (a kernel's)
+                said = describe_exception(e, path)  # (one with no message already says where it was raised)
+                at = f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said else ""
+                script.notes.append(f"line {stmt.lineno}: {said}{at} "
                                     f"(ringc ran the next statement{fix})")
         if entry is not None or args or params or axis or mesh or (not script.captures and not pytest_module):
             call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)

@@ -12,7 +12,11 @@ the check assumes (`--tpu`, default v5e), from one table, `GENERATIONS`:
   x fastest, as libtpu numbers them), `core_on_chip` 0, `num_cores` the TensorCores of one
   JAX device (2 where a chip runs as one megacore device: v4, v5p), `slice_index` 0;
 - `pltpu.get_tpu_info()` JAX's own table for that chip (`tpu_info.get_tpu_info_for_chip`),
-  `pltpu.is_tpu_device()` True, `jax.default_backend()` "tpu".
+  `pltpu.is_tpu_device()` True, `jax.default_backend()` "tpu";
+- `jax.distributed.initialize()` (a multi-host launch: a pod slice's script calls it before
+  anything else) a single host: it returns at once, and the one process owns every device
+  (`process_index()` 0 of `process_count()` 1), which is the same mesh of N devices a
+  multi-host run builds; the verdict says so.
 
 Only the user's code is answered: the answers are properties of jaxlib's `Device` class,
 installed for the run and removed after it, and a question asked from JAX's internals or
@@ -138,9 +142,20 @@ class Answers:
     shape: tuple[int, ...]                     # the slice the devices' coords lay out
     asked: set[str] = field(default_factory=set)
     unsupported: list[Unsupported] = field(default_factory=list)
+    distributed: tuple[str, int] | None = None  # where the code called jax.distributed.initialize()
+
+    def assumptions(self) -> list[str]:
+        """The verdict's `assumes:` lines: what the devices answered, if the code asked
+        anything, and the single host a multi-host initialization was answered as."""
+        out = [] if self.distributed is None else [
+            f"a single host: jax.distributed.initialize() (line {self.distributed[1]}) returned at once, one process "
+            f"owning all {math.prod(self.shape)} devices (process 0 of 1); a multi-host run's devices form the same "
+            "mesh, so its kernels run the same events"]
+        asked = self.assumption()
+        return out + ([asked] if asked else [])
 
     def assumption(self) -> str | None:
-        """The verdict's `assumes:` line, if the code asked anything."""
+        """The verdict's `assumes:` line on the devices' answers, if the code asked anything."""
         if not self.asked:
             return None
         g = self.generation
@@ -216,6 +231,29 @@ class _RefusingModule(types.ModuleType):
         raise e
 
 
+def unsupported_use(fn: Any) -> Unsupported | None:
+    """Whether the function `fn` (an entry function, before ringc calls it) reads a module
+    ringc refuses (`plsc`, `plgpu`: a stand-in while the user's code runs), in its own code or
+    a function nested in it: the refusal at the first line that reads it, or None. An entry
+    that launches a SparseCore kernel needs arguments ringc cannot make up (`bt`, `top_k`) and
+    fails on made-up ones before it reaches the kernel; the refusal is the answer."""
+    import dis
+    import inspect
+    target = inspect.unwrap(fn)
+    code, env = getattr(target, "__code__", None), getattr(target, "__globals__", {})
+    if code is None:
+        return None
+    todo = [code]
+    while todo:
+        c = todo.pop(0)
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(env.get(ins.argval), _RefusingModule):
+                line = ins.positions.lineno if ins.positions and ins.positions.lineno else c.co_firstlineno
+                return Unsupported(env[ins.argval]._what, (c.co_filename, line))
+        todo.extend(k for k in c.co_consts if inspect.iscode(k))
+    return None
+
+
 def unsupported_in(jaxpr: Any) -> str | None:
     """What a captured call runs that ringc does not model: a TensorCore or SparseCore mesh
     (`core_map`, a `pallas_call` over a mesh), a GPU backend's compiler params, SparseCore
@@ -287,6 +325,9 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
 
     default_backend = jax.default_backend
 
+    def initialize(*args: Any, **kwargs: Any) -> None:
+        answers.distributed = answers.distributed or _caller(1)
+
     def backend() -> str:
         if not askers.user(sys._getframe(1)):
             return default_backend()
@@ -303,7 +344,7 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     patches: list[tuple[Any, str, Any]] = [
         *((device, name, answered(name)) for name in ANSWERED), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
-        (jax, "default_backend", backend),
+        (jax, "default_backend", backend), (jax.distributed, "initialize", initialize),
         *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
     modules = {name: sys.modules.get(name) for name in _MODULES}
     for name, what in _MODULES.items():

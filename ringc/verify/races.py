@@ -11,6 +11,7 @@ decides race-freedom for the whole schedule, not for one execution.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Callable, NamedTuple
@@ -269,21 +270,43 @@ def _candidate_pairs(group: list[Access]):
     access are enumerated."""
     local = sorted((a for a in group if _local(a)), key=lambda a: a.start.index)
     active: list[Access] = []   # local accesses still live at the current program position
+    writes: list[Access] = []   # those of them that write (two reads never race)
     for b in local:
         active = [a for a in active if a.end.index >= b.start.index]
-        yield from ((a, b) for a in active)
+        writes = [a for a in writes if a.end.index >= b.start.index]
+        yield from ((a, b) for a in (active if b.write else writes))
         if not b.point:
             active.append(b)
+            if b.write:
+                writes.append(b)
     remote = [a for a in group if not _local(a)]
+    if not remote:
+        return
     rank = {id(a): i for i, a in enumerate(remote)}
     # A 0-d memory (a scalar ref: `pltpu.SMEM(())`, a `()`-shaped output) has one element.
     lead = lambda acc: acc.region.box[0] if acc.region.box else (0, 1)
     others = sorted(group, key=lambda acc: lead(acc)[0])
+    place = {id(b): k for k, b in enumerate(others)}
+    # A spatial sweep on the leading dimension: the accesses that overlap a remote one there.
+    # Grouped by the bit length of their extent (extents below 2**c), each group sorted by its
+    # start, those starting in (start - 2**c + 1, end) are found by bisection (an extent below
+    # 2**c reaches past `start` only from there): a MoE scatter's thousands of one-row DMAs
+    # into an expert buffer meet only their own row's, not every access before them (it was
+    # quadratic in the accesses: 19 million pairs for 16,384 DMAs). Two reads never race: not
+    # yielded.
+    widths: dict[int, tuple[list[int], list[Access]]] = {}
+    for b in others:
+        lo, hi = lead(b)
+        starts, accs = widths.setdefault(max(hi - lo, 1).bit_length(), ([], []))
+        starts.append(lo)
+        accs.append(b)
     for i, a in enumerate(remote):
-        for b in others:  # spatial sweep on the leading dimension
-            if lead(b)[0] >= lead(a)[1]:
-                break
-            if rank.get(id(b), len(remote)) > i:
+        lo, hi = lead(a)
+        near = [b for c, (starts, accs) in widths.items()
+                for b in accs[bisect_right(starts, lo - (1 << c) + 1):bisect_left(starts, hi)]]
+        near.sort(key=lambda b: place[id(b)])  # the order of the sweep over `others`
+        for b in near:
+            if (a.write or b.write) and rank.get(id(b), len(remote)) > i:
                 yield (a, b)
 
 
