@@ -20,6 +20,7 @@ from .findings import Finding, Report
 from .order import DMA_ORDERS
 from .placement import Placement, place
 from .spec import Spec
+from .symmetric.program import SymmetricProgram
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
@@ -50,7 +51,7 @@ def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective
 
 
 
-def candidate(sched: S.Schedule, program: Program, placement: Placement, meaning: Any = "schedule",
+def candidate(sched: S.Schedule, program: "Program | SymmetricProgram", placement: Placement, meaning: Any = "schedule",
               steps: dict | None = None) -> Candidate:
     """`program`, unrolled from `sched` on `placement`, as the verifier core's `Candidate`:
     the schedule is its spec, `meaning` by default the schedule's own (`meaning_of`), and

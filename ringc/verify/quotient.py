@@ -44,7 +44,8 @@ from collections import Counter, defaultdict
 from itertools import accumulate, chain
 from typing import Any
 
-from .events import Compute, DmaStart, Event, Group, Program, Region, SemWait, Signal, deposits
+from .events import Compute, DmaStart, Event, Program, Region, SemWait, Signal, deposits
+from .symmetric.program import Group, SymmetricProgram
 from .order import DmaEnds, Order, sums_to
 from .races import Access, event_accesses, race
 from .rotation import NotRotational, Torus
@@ -57,7 +58,7 @@ from .semantics import (Memory, apply, base_name, canonical_value, device_run, d
 from .spec import Spec
 from .windows import FusedMemory, Unfused
 
-__all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
+__all__ = ["Key", "Rotator", "meaning_rotates", "data_steps", "full_data_steps", "quotient_order", "FORK_EVENTS", "clean", "expand"]
 
 Key = tuple[str, tuple[int, ...]]  # a semaphore of device 0: (name, index)
 
@@ -75,13 +76,13 @@ def _key(sem) -> Key:
 class Rotator:
     """Moves device 0's regions and symbolic values to device delta."""
 
-    def __init__(self, program: Program, steps: dict[tuple[str, int], tuple[int, ...]] | None = None):
+    def __init__(self, program: SymmetricProgram, steps: dict[tuple[str, int], tuple[int, ...]] | None = None):
         self.n = program.n
         self.torus = group_of(program)
         self.xor = program.group is Group.XOR  # a box of step (1,) has its index XORed by delta
-        # The boxes' steps (`Program.rotation`), or a gauge of them that also moves the data
+        # The boxes' steps (`SymmetricProgram.steps`), or a gauge of them that also moves the data
         # of whole-accessed dims (`gauge.py`; whole boxes stay whole either way).
-        self.steps = (program.rotation or {}) if steps is None else steps
+        self.steps = program.steps if steps is None else steps
         self.shapes = program.shapes
         self.moves: dict[tuple[str, int], tuple[int, ...]] = {}
         self.dims: dict[tuple[str, int], tuple[tuple[int, int, bool], ...]] = {}
@@ -288,13 +289,13 @@ class Rotator:
         return out
 
 
-def expand(program: Program) -> Program:
-    """Every device's events of a program that holds device 0's (`Program.rotation`): device
+def expand(program: SymmetricProgram) -> Program:
+    """Every device's events of a symmetric program, as a `Program`: device
     d's are device 0's translated by d, every device id moved by d and every box by its
     dimension's step (`Rotator`). For the full analysis, which decides and explains what the
     quotient cannot, without evaluating every device again (`pallas.importer`)."""
     rot = Rotator(program)
-    target_of = {id(ev): t for ev, t in program.targets}
+    target_of = {id(ev): t for ev, t in program.representatives.targets}
     devices: list[list[Event]] = []
     targets: list[tuple[Event, int]] = []
     # Events share regions (a buffer's slot, a value register): each distinct one is
@@ -308,7 +309,7 @@ def expand(program: Program) -> Program:
         return k
 
     plan = []
-    for ev in program.devices[0]:
+    for ev in program.events:
         a = ev.action
         if isinstance(a, DmaStart):
             plan.append((ev, a, number(a.src), number(a.dst), 0, 0, target_of.get(id(ev))))
@@ -349,7 +350,7 @@ def expand(program: Program) -> Program:
                 targets.append((moved, add[t]))
         devices.append(out)
     # every other field (labels, call names, dtypes, parallel dims, ...) as it is
-    return replace(program, devices=devices, targets=targets, rotation=None)
+    return replace(program.representatives, devices=devices, targets=targets)
 
 
 def _rejoin(parts: list[Piece]) -> list[Piece]:
@@ -375,15 +376,19 @@ def _rejoin(parts: list[Piece]) -> list[Piece]:
 # factors pair device j with j + off.)
 
 
-def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
+def meaning_rotates(collective: Collective, buffers: Buffers, program: SymmetricProgram,
                     steps: dict[tuple[str, int], tuple[int, ...]] | None = None) -> bool:
     """The collective's meaning on device d is device 0's translated by d, for the steps the
     program found, or `steps` (a gauge of them, `gauge.py`) (`Collective.meaning_rotates`;
     a step is a vector, one entry per axis)."""
-    steps = (program.rotation or {}) if steps is None else steps
-    shapes = program.shapes
-    axes = len(program.axis_sizes)
-    if program.group is Group.XOR and not collective.xor_symmetric:
+    return _rotates(collective, buffers, program.shapes, len(program.axis_sizes), program.group,
+                    program.steps if steps is None else steps)
+
+
+def _rotates(collective: Collective, buffers: Buffers, shapes: dict[str, tuple[int, ...]], axes: int, group: Group,
+             steps: dict[tuple[str, int], tuple[int, ...]]) -> bool:
+    """`meaning_rotates` on what it reads: the shapes, the number of axes, the group, the steps."""
+    if group is Group.XOR and not collective.xor_symmetric:
         return False
 
     def r(buf: str, i: int) -> tuple[int, ...]:
@@ -395,7 +400,7 @@ def meaning_rotates(collective: Collective, buffers: Buffers, program: Program,
 
 # -- the run -------------------------------------------------------------------------
 
-def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | None = None) -> None:
+def _run(program: SymmetricProgram, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | None = None) -> None:
     """Device 0 (so every device) runs to the end, every semaphore ends at 0, and every
     DMA wait expects a sum of the sizes of the DMAs on its semaphore (`check.byte_findings`).
     Decided from `_feeds` (`feeds`, if the caller has them): run alone, device 0 reaches a
@@ -404,7 +409,7 @@ def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | 
     blocks there iff those deposits fall short of the wait's cumulative demand; it stops at
     the first such wait in program order."""
     every, dma = _feeds(program) if feeds is None else feeds
-    events = program.devices[0]
+    events = program.events
     hang = len(events)
     for fed in every.values():
         supply = [(fed.index[k], fed.total[k]) for k in fed.index]
@@ -420,7 +425,7 @@ def _run(program: Program, feeds: tuple[dict[Key, _Feeds], dict[Key, _Feeds]] | 
         if sum(total[-1] for total in fed.total.values()) != (fed.demand[-1] if fed.demand else 0):
             raise _Unclear("a semaphore ends non-zero")
     wrong = len(events)
-    kinds = program.sem_kinds
+    kinds = program.representatives.sem_kinds
     for key, fed in dma.items():
         if kinds.get(key[0]) != "dma" or not fed.waits:
             continue
@@ -486,7 +491,7 @@ class _Feeds:
         return len(self.index) == 1 and 0 in self.index
 
 
-def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
+def _feeds(program: SymmetricProgram) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     """Device 0's semaphores' feeds: device 0's deposit into device t's semaphore, rotated
     by -t, is device -t's deposit into device 0's. Every deposit's, and the DMAs' alone,
     in one pass over device 0's events, which also lists each semaphore's waits (the first
@@ -495,7 +500,7 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
     neg = group_of(program).neg
     offsets: dict[int, int] = {}  # owner -> offset of the sender, asked once per owner
     every: defaultdict[Key, _Feeds] = defaultdict(_Feeds)
-    for ev in program.devices[0]:
+    for ev in program.events:
         a = ev.action
         cls = type(a)
         if cls is SemWait:
@@ -518,7 +523,7 @@ def _feeds(program: Program) -> tuple[dict[Key, _Feeds], dict[Key, _Feeds]]:
             fed.amount[k].append(amount)
             if cls is Signal:
                 fed.signals = True
-    kinds = program.sem_kinds
+    kinds = program.representatives.sem_kinds
     for fed in every.values():
         fed.finish()
     dma = {key: fed.copies(kinds.get(key[0]) == "dma") for key, fed in every.items()
@@ -596,7 +601,7 @@ class _Rows:
         return out
 
 
-def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> Order:
+def quotient_order(program: SymmetricProgram, feeds: dict[Key, _Feeds] | None = None) -> Order:
     """The rows of the module docstring's backward sweep. Only waits and the events that
     feed another device's waits are visited: a row changes only at an event that forces
     some wait (an edge), and every event between two such shares the later one's row. A
@@ -604,7 +609,7 @@ def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> 
     before a wait meet the demand needs no row: those waits are checked in one pass and
     not visited (the first failure, in the sweep's order, raises where the sweep would).
     `feeds`: `_feeds(program)[0]`, if the caller has it."""
-    events, n = program.devices[0], program.n
+    events, n = program.events, program.n
     torus = group_of(program)
     length = len(events)
     if feeds is None:
@@ -681,12 +686,12 @@ def quotient_order(program: Program, feeds: dict[Key, _Feeds] | None = None) -> 
     cuts: list[Any] = []
     for row, count in zip(distinct, counts):
         cuts += [row] * count
-    return Order(program, [cuts], symmetric=True, torus=torus, runs=(distinct, counts))
+    return Order(program.representatives, [cuts], symmetric=True, torus=torus, runs=(distinct, counts))
 
 
 # -- races ---------------------------------------------------------------------------
 
-def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None) -> tuple[list, list]:
+def _ends(program: SymmetricProgram, order: Order, feeds: dict[Key, _Feeds] | None = None) -> tuple[list, list]:
     """`order.dma_ends` for device 0's semaphores, with prefix sums: a feed's interval
     ends at the first wait whose possible supply (feeds not forced after it) is no more
     than its cumulative demand. Per event index of device 0's DMA starts: the index of the
@@ -701,7 +706,7 @@ def _ends(program: Program, order: Order, feeds: dict[Key, _Feeds] | None = None
     neg = group_of(program).neg
     offsets: dict[int, int] = {}
     row = order.cuts[0]
-    length = len(program.devices[0])
+    length = len(program.events)
     read_end: list[int | None] = [None] * length
     write_end: list[int | None] = [None] * length
     np = _numpy(order.torus.n)
@@ -774,12 +779,12 @@ def _numpy_ends(np: Any, fed: _Feeds, line: _Line) -> dict[int, list[int | None]
     return out
 
 
-def _incoming(program: Program, rot: Rotator) -> list[tuple[Event, int, Region, Region]]:
+def _incoming(program: SymmetricProgram, rot: Rotator) -> list[tuple[Event, int, Region, Region]]:
     """The remote DMAs that land in device 0: each of device 0's, with minus its offset
     (the device that starts it) and its regions rotated by that."""
     out = []
     neg = rot.torus.neg
-    for ev in program.devices[0]:
+    for ev in program.events:
         a = ev.action
         if type(a) is DmaStart and a.send_sem is not None:
             delta = neg(a.dst.device)
@@ -803,8 +808,8 @@ class _Accesses:
     `sends` on its remote DMAs' send sides, and from `landing` on the remote DMAs that
     land in it (`_incoming`). `access` makes one an `races.Access` again."""
 
-    def __init__(self, program: Program, ends: tuple[list, list], rot: Rotator, line: _Line):
-        events = self.events = program.devices[0]
+    def __init__(self, program: SymmetricProgram, ends: tuple[list, list], rot: Rotator, line: _Line):
+        events = self.events = program.events
         read_end, write_end = ends
         local = [ev for ev in events if not (type(ev.action) is DmaStart and ev.action.send_sem is not None)]
         rows = [(region, w, ev.index, (write_end if w else read_end)[ev.index] if copy else ev.index)
@@ -870,7 +875,7 @@ class _Accesses:
         return Access(region, write, _moved(*self.incoming[j - self.landing]), end_ev, "receive")
 
 
-def _race_free(program: Program, order: Order, rot: Rotator, feeds: dict[Key, _Feeds] | None = None) -> bool:
+def _race_free(program: SymmetricProgram, order: Order, rot: Rotator, feeds: dict[Key, _Feeds] | None = None) -> bool:
     """Whether no two accesses to device 0's memory race (the module docstring): device 0's
     own accesses, its remote DMAs' send sides and the remote DMAs that land in it
     (`_Accesses`), each buffer's decided by `_concurrent_pairs`. `feeds`:
@@ -1079,7 +1084,7 @@ def _meeting(np: Any, accs: _Accesses, at: Any, order: Order) -> bool | None:
 
 # -- data flow -----------------------------------------------------------------------
 
-def _data_flow_right(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None",
+def _data_flow_right(spec: Spec, program: SymmetricProgram, meaning: "tuple[Collective, Buffers] | None",
                      boxes: Rotator | None = None) -> bool:
     """Device 0's memory replayed, each remote DMA landing what device -t sends, then
     compared with the collective's meaning. `boxes`: a Rotator of the same program whose
@@ -1095,7 +1100,7 @@ def _data_flow_right(spec: Spec, program: Program, meaning: "tuple[Collective, B
     rot = Rotator(program, steps)
     if boxes is not None:
         rot.regions = boxes.regions
-    n, events = program.n, program.devices[0]
+    n, events = program.n, program.events
 
     def fresh(memory: Memory) -> Memory:
         for name, buf in spec.buffers.items():
@@ -1110,8 +1115,8 @@ def _data_flow_right(spec: Spec, program: Program, meaning: "tuple[Collective, B
         mem.move(rot.pieces(a.src.buffer, mem.read(a.src), delta), src, dst)
 
     mem: Memory | None = None
-    if program.windows:  # pipeline windows fused (`windows.py`); the plain replay where they do not fit
-        mem = fresh(FusedMemory(program.shapes, program.windows))
+    if program.representatives.windows:  # pipeline windows fused (`windows.py`); the plain replay where they do not fit
+        mem = fresh(FusedMemory(program.shapes, program.representatives.windows))
         try:
             for ev in events:
                 mem.step(ev, n, land)
@@ -1124,19 +1129,33 @@ def _data_flow_right(spec: Spec, program: Program, meaning: "tuple[Collective, B
     return not mismatches(collective, buffers, mem, [0], n, program.shapes)
 
 
-def data_steps(program: Program, collective: Collective, buffers: Buffers,
+def data_steps(program: SymmetricProgram, collective: Collective, buffers: Buffers,
                boxes: dict[tuple[str, int], tuple[int, ...]] | None = None) -> dict | None:
     """Steps under which device 0's events commute with the translation of the memory and
     the collective's meaning translates too (`gauge.py`): the boxes' steps (`boxes`, by
-    default `Program.rotation`) and the free steps of whole-accessed dims at 0, else at the
+    default `SymmetricProgram.steps`) and the free steps of whole-accessed dims at 0, else at the
     meaning's device dims; None when no gauge does both."""
-    xor = program.group is Group.XOR
-    boxes = (program.rotation or {}) if boxes is None else boxes
-    gauge = Gauge(program.devices[0], boxes, program.shapes, len(program.axis_sizes), xor)
-    tried = [{}] if xor else [{}, device_dims(buffers, len(program.axis_sizes))]
+    return _gauge_steps(program.events, program.shapes, len(program.axis_sizes), program.group, collective,
+                        buffers, program.steps if boxes is None else boxes)
+
+
+def full_data_steps(program: Program, collective: Collective, buffers: Buffers,
+                    boxes: dict[tuple[str, int], tuple[int, ...]]) -> dict | None:
+    """`data_steps` of every device's program on a ring whose accesses on device d are
+    device 0's moved by `boxes` (learned and checked on every device: `symmetry.memory_steps`),
+    read off device 0's events: for the full analysis' meaning check (`core._meaning`)."""
+    return _gauge_steps(program.devices[0], program.shapes, len(program.axis_sizes), Group.TRANSLATION, collective,
+                        buffers, boxes)
+
+
+def _gauge_steps(events: list[Event], shapes: dict[str, tuple[int, ...]], axes: int, group: Group,
+                 collective: Collective, buffers: Buffers, boxes: dict[tuple[str, int], tuple[int, ...]]) -> dict | None:
+    xor = group is Group.XOR
+    gauge = Gauge(events, boxes, shapes, axes, xor)
+    tried = [{}] if xor else [{}, device_dims(buffers, axes)]
     for prefer in tried:
         steps = gauge.steps(prefer)
-        if steps is not None and meaning_rotates(collective, buffers, program, steps):
+        if steps is not None and _rotates(collective, buffers, shapes, axes, group, steps):
             return steps
     return None
 
@@ -1149,7 +1168,7 @@ def data_steps(program: Program, collective: Collective, buffers: Buffers,
 FORK_EVENTS = 20_000
 
 
-def clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None",
+def clean(spec: Spec, program: SymmetricProgram, meaning: "tuple[Collective, Buffers] | None",
           jobs: int | None = None) -> bool:
     """True when the rotated program runs to the end with every semaphore at 0, has no race
     and computes the collective; False when something fails or the quotient cannot tell.
@@ -1164,7 +1183,7 @@ def clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | N
     reuses the races'); a region rotates the same either way."""
     jobs = default_jobs() if jobs is None else jobs
     flow = None
-    if jobs > 1 and meaning is not None and len(program.devices[0]) >= FORK_EVENTS:
+    if jobs > 1 and meaning is not None and len(program.events) >= FORK_EVENTS:
         flow = Background(lambda: _flow_clean(spec, program, meaning))
     try:
         every, dma = _feeds(program)
@@ -1182,7 +1201,7 @@ def clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | N
             flow.close()
 
 
-def _flow_clean(spec: Spec, program: Program, meaning: "tuple[Collective, Buffers] | None") -> bool:
+def _flow_clean(spec: Spec, program: SymmetricProgram, meaning: "tuple[Collective, Buffers] | None") -> bool:
     """The data flow's part of `clean`'s answer: a quotient that cannot tell is a no."""
     try:
         return _data_flow_right(spec, program, meaning)

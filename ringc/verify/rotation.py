@@ -39,7 +39,7 @@ from typing import Any, Iterable
 from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.errors import ScheduleError
-from .events import Program
+from .symmetric.program import SymmetricProgram
 from .unroll import Unroller
 
 
@@ -485,8 +485,8 @@ class RotationUnroller(Unroller):
         return start, length  # `at0` of a plain value is itself
 
 
-def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1) -> Program | None:
-    """Device 0's events, with `Program.rotation` set, when every device provably runs them
+def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1) -> SymmetricProgram | None:
+    """Device 0's events as a `SymmetricProgram` (translations) when every device provably runs them
     translated; None when that cannot be shown (then unroll all). `sizes`: devices per
     schedule axis, or one count for a one-axis schedule."""
     if isinstance(sizes, int):
@@ -505,4 +505,4 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
         events, second = u.device_events(0, invocations)
     except (NotRotational, ScheduleError):
         return None  # the full unrolling decides, and raises the error with its device
-    return u.program([events], [second] if sched.megacore else [], invocations, rotation=dict(u.steps))
+    return SymmetricProgram(u.program([events], [second] if sched.megacore else [], invocations), dict(u.steps))
