@@ -6,7 +6,7 @@
 One-axis schedules run on rings of N = 64..1024 (--min-n, --max-n); two-axis ones on
 the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16 (--max-torus caps
 the side). Columns: schedule, topology, events (of all devices), path (whether the
-quotient decided from device 0's events alone, `ringc/verify/quotient.py`, `xor` when it
+quotient decided from device 0's events alone, `ringc/verify/symmetric/`, `xor` when it
 was the XOR quotient of `ringc/verify/xor.py`, or the full analysis did), check s (wall)
 and cpu s (this process's and its children's: with --jobs 2, the default on 2 cores, a
 large check runs its data flow in a forked child, `ringc/verify/background.py`), each the

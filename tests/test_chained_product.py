@@ -26,7 +26,7 @@ from ringc.collectives import COLLECTIVES, KDIM, PRODUCT, Buffers
 from ringc.ir import ScheduleError, load_text
 from ringc.verify.events import Region
 from ringc.verify.symmetric.program import Group
-from ringc.verify.quotient import Rotator
+from ringc.verify.symmetric.moves import Rotator
 from ringc.verify.semantics import Memory, canonical_value, contraction, mismatches, render_value
 
 REPO = Path(__file__).resolve().parent.parent

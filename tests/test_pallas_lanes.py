@@ -10,7 +10,7 @@ import ringc
 from ringc.pallas import check_module, importer
 from ringc.pallas.interpret import Diverge, Lanes
 from ringc.pallas.values import Buffer, Ref
-from ringc.verify.quotient import expand
+from ringc.verify.symmetric.moves import expand
 from ringc.verify.events import Program
 from ringc.verify.symmetric.program import SymmetricProgram
 

@@ -34,7 +34,13 @@ def assert_verified(path: Path, n: int) -> None:
     errors = [f for f in report.findings if f.severity == "error"]
     assert report.ok and not errors, report.to_text()
     size = supported_size(sched, n) if len(sched.axes) == 1 else T.parse(topology_for(sched, n)).size
-    assert report.program.n == size and all(len(events) > 0 for events in report.program.devices)
+    assert report.program.n == size and all(len(events) > 0 for events in _held(report).devices)
+
+
+def _held(report):
+    """The events the report's program holds: device 0's alone for a clean quotient."""
+    p = report.program
+    return p.representatives if isinstance(p, SymmetricProgram) else p
 
 
 # ------------------------------------------------------ library over device counts
@@ -139,9 +145,7 @@ def test_deletions_cover_every_sync_op():
 
 
 def _events(report) -> int:
-    """The events the report's program holds (device 0's alone for a clean quotient)."""
-    p = report.program
-    p = p.representatives if isinstance(p, SymmetricProgram) else p
+    p = _held(report)
     return sum(len(events) for events in p.devices + p.second_core)
 
 

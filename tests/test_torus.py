@@ -147,12 +147,12 @@ def test_one_axis_schedules_along_larger_tori(path):
                                          ("all_reduce_2d", {"x": 4, "y": 3})])
 def test_rows_as_lists_and_as_numpy_agree(name, sizes, monkeypatch):
     """Small tori keep the order's rows as lists, large ones as numpy arrays: same rows."""
-    from ringc.verify import quotient as Q
+    from ringc.verify.symmetric import order as sym_order
     sched = ringc.load(ROOT / "schedules" / f"{name}.yaml")
     program = rotation_unroll(sched, dict(zip(sched.axes, sizes.values())))
-    as_lists = [list(r) for r in Q.quotient_order(program).cuts[0]]
-    monkeypatch.setattr(Q, "SMALL", 0)
-    order = Q.quotient_order(program)
+    as_lists = [list(r) for r in sym_order.quotient_order(program).cuts[0]]
+    monkeypatch.setattr(sym_order, "SMALL", 0)
+    order = sym_order.quotient_order(program)
     assert type(order.cuts[0][0]).__module__ == "numpy"
     assert [list(map(int, r)) for r in order.cuts[0]] == as_lists
 

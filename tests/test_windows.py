@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import ringc
 from ringc.ir.errors import ScheduleError
-from ringc.verify import quotient as Q
+from ringc.verify.symmetric import flow
 from ringc.verify.check import meaning_of
 from ringc.verify.events import Compute, DmaStart, Event, Region
 from ringc.verify.rotation import rotation_unroll
@@ -67,12 +67,12 @@ def test_fused_data_flow_is_the_plain_one_on_the_corpus(monkeypatch):
     what `pipeline:` unrolls to); `reduce_scatter_pipelined_no_base` reads an output window
     it never wrote, and must be refused."""
     memories: list[Memory] = []
-    real = Q.mismatches
+    real = flow.mismatches
 
     def kept(collective, buffers, mem, *rest):
         memories.append(mem)
         return real(collective, buffers, mem, *rest)
-    monkeypatch.setattr(Q, "mismatches", kept)
+    monkeypatch.setattr(flow, "mismatches", kept)
     fused, refused = [], []
     for path in CASES:
         sched = ringc.load(path)
@@ -84,13 +84,13 @@ def test_fused_data_flow_is_the_plain_one_on_the_corpus(monkeypatch):
             continue
         memories.clear()
         try:
-            verdict = Q._data_flow_right(sched, program, meaning_of(sched))
+            verdict = flow.data_flow_right(sched, program, meaning_of(sched))
         except Exception as e:  # the quotient cannot tell (its own exceptions): both agree below
             verdict = type(e)
         plain = dataclasses.replace(program, representatives=dataclasses.replace(program.representatives,
                                                                                  windows=frozenset()))
         try:
-            again = Q._data_flow_right(sched, plain, meaning_of(sched))
+            again = flow.data_flow_right(sched, plain, meaning_of(sched))
         except Exception as e:
             again = type(e)
         assert verdict == again, path.name

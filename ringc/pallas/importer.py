@@ -1002,10 +1002,10 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     the program clean (`core.on_quotient`), that is the verdict. Otherwise (devices
     differ, or anything to report) every device is evaluated on its own and the full
     analysis decides and explains (`core.full_report`), on every device's events: device
-    0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
+    0's translated (`symmetric.moves.expand`) when the symmetry was proved, else evaluated again
     device by device."""
     from ..verify.core import Candidate, Options, Subject, collector_paused, run
-    from ..verify.quotient import expand
+    from ..verify.symmetric.moves import expand
     phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
     clock = time.process_time()
 

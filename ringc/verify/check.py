@@ -157,7 +157,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`, docs/verification.md).
     `data`: samples of the schedule's runtime data (`ringc.data`; `data_how` says where they
     came from), each checked in turn (`_data_report`). `jobs`: processes the quotient may
-    use (default `background.default_jobs()`; `quotient.clean`). Raises `ScheduleError` for
+    use (default `background.default_jobs()`; `symmetric.certify.clean`). Raises `ScheduleError` for
     bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)

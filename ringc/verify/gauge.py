@@ -5,7 +5,7 @@ step per device (`SymmetricProgram.steps`, (buffer, dim) -> step vector): device
 device 0's moved by r . d. A dimension only ever accessed *whole* gets no step there:
 any step maps its one box onto itself. The quotient's data flow needs more than boxes,
 though. It reads device d's memory as device 0's translated: every device id moved by d,
-and every buffer dimension by a step, whole or not (`quotient.Rotator.pieces`). That
+and every buffer dimension by a step, whole or not (`symmetric.moves.Rotator.pieces`). That
 reading is right iff every event that moves data commutes with the translation.
 
 **The condition.** Take an event that maps dimension i of a read region elementwise onto

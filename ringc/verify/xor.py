@@ -25,7 +25,7 @@ without that, every device t runs device 0's events with every device id XORed b
 
 That is the XOR analogue of `symmetry.semaphore_symmetric` and `memory_symmetric`,
 proved for all devices at once (the tests compare it with every device's concrete
-events at small N). `quotient.py` then decides from device 0's events, with the group
+events at small N). `verify/symmetric/` then decides from device 0's events, with the group
 `XorCube` in place of `rotation.Torus`.
 """
 

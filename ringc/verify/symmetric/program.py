@@ -30,7 +30,7 @@ class SymmetricProgram:
     `representatives` is device 0's program alone: its `devices` (and `second_core`, under
     megacore) holds device 0's events, its `n`, shapes, targets and labels are the whole
     program's. Made only where the symmetry is proved (`rotation.rotation_unroll`,
-    `xor.xor_unroll`, `pallas.program.Builder.program`); `quotient.expand` spells every
+    `xor.xor_unroll`, `pallas.program.Builder.program`); `moves.expand` spells every
     device out as a `Program`."""
     representatives: Program
     steps: Steps
