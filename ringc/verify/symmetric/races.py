@@ -316,8 +316,8 @@ def _concurrent_pairs(accs: _Accesses, group: Any, order: Order) -> bool:
     for lo, hi, i in spans:
         acc = members[i]
         first, last = lead[i]
-        near = keys if not narrow[i] else \
-            keys[bisect.bisect_left(keys, first - width + 1):bisect.bisect_left(keys, last)]
+        near = (keys if not narrow[i] else
+                keys[bisect.bisect_left(keys, first - width + 1):bisect.bisect_left(keys, last)])
         for w in (both if acc.write else writes):
             bucket = buckets[w]
             for key in near:
