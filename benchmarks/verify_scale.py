@@ -6,7 +6,7 @@
 One-axis schedules run on rings of N = 64..1024 (--min-n, --max-n); two-axis ones on
 the tori 8x8, 16x16 and 32x32; three-axis ones on 8x8x8 and 16x16x16 (--max-torus caps
 the side). Columns: schedule, topology, events (of all devices), path (whether the
-quotient decided from device 0's events alone, `ringc/verify/quotient.py`, `xor` when it
+quotient decided from device 0's events alone, `ringc/verify/symmetric/`, `xor` when it
 was the XOR quotient of `ringc/verify/xor.py`, or the full analysis did), check s (wall)
 and cpu s (this process's and its children's: with --jobs 2, the default on 2 cores, a
 large check runs its data flow in a forked child, `ringc/verify/background.py`), each the
@@ -51,6 +51,7 @@ def measure(sched, n: int | None, topology: str = "ring", repeats: int = 3,
     runs, as `timeit` advises (the others measure the machine's noise; CPU time is what a
     loaded machine inflates least), peak MiB of a one-process run, events, ok, path."""
     from ringc import check
+    from ringc.verify.symmetric.program import SymmetricProgram
     seconds = cpu = float("inf")
     for _ in range(repeats):
         report = None  # free the last report first: a live heap of millions of objects slows the next run
@@ -62,7 +63,8 @@ def measure(sched, n: int | None, topology: str = "ring", repeats: int = 3,
     check(sched, n, topology=topology, jobs=1)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    path = "full" if report.program.rotation is None else "xor" if report.program.group == "xor" else "quotient"
+    path = ("full" if not isinstance(report.program, SymmetricProgram) else "xor" if report.program.group == "xor"
+            else "quotient")
     return seconds, cpu, peak, report.program.event_count, report.ok, path
 
 

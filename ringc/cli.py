@@ -900,6 +900,7 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
     from .cost.model import memory_of
     from .cost.timeline import simulate
     from .show.png import timeline_png
+    from .verify.symmetric.program import SymmetricProgram
     out = _output_path(args.show, *args.files)
     program = report.program
     numbered = list(enumerate(report.findings, 1))
@@ -915,7 +916,7 @@ def _show_finding(args: argparse.Namespace, sched, report) -> None:
                                 "the timeline to draw", file=sched.file,
                                 fix="choose another K (--explain numbers them in order)")
         drawable = [(j, f) for j, f in drawable if j == k]
-    if program.rotation is not None:  # a clean quotient check kept device 0's events only
+    if isinstance(program, SymmetricProgram):  # a clean quotient check kept device 0's events only
         from .verify.unroll import unroll
         program = unroll(sched, sizes=program.axis_sizes, invocations=args.invocations)
     hw = _timed(sched, args.topology, args.along, program.n)

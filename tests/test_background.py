@@ -13,7 +13,7 @@ from conftest import without_runtime_data
 
 import ringc
 from ringc.errors import ScheduleError
-from ringc.verify import quotient as Q
+from ringc.verify.symmetric import certify, flow
 from ringc.verify.background import Background, default_jobs
 from ringc.verify.check import meaning_of
 from ringc.verify.rotation import rotation_unroll
@@ -69,14 +69,14 @@ def test_two_processes_give_one_process_verdict(monkeypatch):
     in one process. The broken cases include schedules whose only fault is the data (a
     wrong block, a missing reduction), so a child whose answer were lost or always yes
     would disagree."""
-    monkeypatch.setattr(Q, "FORK_EVENTS", 0)
+    monkeypatch.setattr(flow, "FORK_EVENTS", 0)
     flows = []
-    real = Q.Background
+    real = flow.Background
 
     def counted(compute):
         flows.append(compute)
         return real(compute)
-    monkeypatch.setattr(Q, "Background", counted)
+    monkeypatch.setattr(flow, "Background", counted)
     verdicts, data_only = 0, 0
     for path in CASES:
         sched = ringc.load(path)
@@ -88,10 +88,10 @@ def test_two_processes_give_one_process_verdict(monkeypatch):
             if program is None:
                 continue
             meaning = meaning_of(sched)
-            one = Q.clean(sched, program, meaning, jobs=1)
-            two = Q.clean(sched, program, meaning, jobs=2)
+            one = certify.clean(sched, program, meaning, jobs=1)
+            two = certify.clean(sched, program, meaning, jobs=2)
             assert one == two, (path.name, n)
             verdicts += 1
-            if not one and Q.clean(sched, program, meaning=None, jobs=1):
+            if not one and certify.clean(sched, program, meaning=None, jobs=1):
                 data_only += 1  # clean but for the data flow
     assert verdicts >= 80 and data_only >= 8 and len(flows) >= verdicts, (verdicts, data_only, len(flows))

@@ -25,7 +25,8 @@ import ringc
 from ringc.collectives import COLLECTIVES, KDIM, PRODUCT, Buffers
 from ringc.ir import ScheduleError, load_text
 from ringc.verify.events import Region
-from ringc.verify.quotient import Rotator
+from ringc.verify.symmetric.program import Group
+from ringc.verify.symmetric.moves import Rotator
 from ringc.verify.semantics import Memory, canonical_value, contraction, mismatches, render_value
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ def test_the_meaning_is_at_most_three_runs():
 
 @pytest.mark.parametrize("n, delta", [(5, 1), (5, 3), (8, 7)])
 def test_rotating_device_0s_chained_sum_is_device_deltas(n, delta):
-    rot = Rotator(SimpleNamespace(n=n, axis_sizes={"x": n}, rotation={}, shapes=SHAPES, group="translation"))
+    rot = Rotator(SimpleNamespace(n=n, axis_sizes={"x": n}, steps={}, shapes=SHAPES, group=Group.TRANSLATION))
     (mine,) = ATTENTION.expected(n, 0, SHAPES, ROLES)
     (theirs,) = ATTENTION.expected(n, delta, SHAPES, ROLES)
     box = mine.box

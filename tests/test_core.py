@@ -14,6 +14,9 @@ import ringc
 from ringc.verify import core
 from ringc.verify.check import candidate, check, quotient_report, resolve_topology
 from ringc.verify.rotation import rotation_unroll
+from ringc.verify.events import Program
+from ringc.verify.symmetric.certify import BACK_ENDS
+from ringc.verify.symmetric.program import SymmetricProgram
 from ringc.verify.unroll import unroll
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +49,7 @@ def test_a_clean_quotient_is_the_verdict_and_the_full_analysis_never_runs():
     sched = ringc.load(RING)
     placement = resolve_topology(sched, 8, "ring")
     report = core.run(_subject(sched, placement, full=False))
-    assert report.ok and report.program.rotation is not None
+    assert report.ok and isinstance(report.program, SymmetricProgram)
 
 
 def test_a_finding_on_the_quotient_sends_the_subject_to_the_full_analysis():
@@ -57,7 +60,7 @@ def test_a_finding_on_the_quotient_sends_the_subject_to_the_full_analysis():
         assert q is not None, path.name  # the symmetry holds: the finding is the quotient's to refuse
         assert core.on_quotient(q, core.Options()) is None, path.name
         report = core.run(_subject(sched, placement))
-        assert kind in report.kinds() and report.program.rotation is None, path.name
+        assert kind in report.kinds() and isinstance(report.program, Program), path.name
 
 
 def test_strict_turns_warnings_into_errors_once():
@@ -113,3 +116,25 @@ def test_an_unknown_dma_order_is_one_message_naming_the_file():
         core.run(_subject(sched, placement), core.Options(dma_order="lifo"))
     assert e.value.file == sched.file
     assert quotient_report(sched, placement, 1) is not None
+
+
+def test_a_certified_check_has_a_symmetric_back_end_and_a_same_check_none():
+    """`Check` refuses a check the quotient would certify without a back end to certify it,
+    and a `SAME` check (its full back end decides on device 0's program) with one."""
+    with pytest.raises(ValueError, match="CERTIFIED has a symmetric back end"):
+        core.Check("new", core.OnQuotient.CERTIFIED, lambda a: [])
+    with pytest.raises(ValueError, match="SAME has no symmetric back end"):
+        core.Check("new", core.OnQuotient.SAME, lambda a: [], symmetric=lambda a: True)
+    certified = [c.symmetric for c in core.CHECKS if c.on_quotient is core.OnQuotient.CERTIFIED]
+    assert certified == list(BACK_ENDS)  # `clean`'s default is the core's list, in its order
+
+
+def test_a_symmetric_program_holds_device_0_alone():
+    """A `SymmetricProgram` is device 0's events and the group: a program of every device
+    is refused, and the one `rotation_unroll` makes counts every device's events."""
+    sched = ringc.load(RING)
+    full = unroll(sched, 4)
+    with pytest.raises(ValueError, match="device 0's events alone"):
+        SymmetricProgram(full, {})
+    sym = rotation_unroll(sched, 4)
+    assert sym.events == sym.representatives.devices[0] and sym.event_count == full.event_count

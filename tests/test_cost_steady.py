@@ -102,15 +102,15 @@ def test_unfolded_events_are_the_unrolled_ones():
     full = rotation_unroll(sched, {"x": 4})
     folded = rotation_unroll(sched, {"x": 4}, fold=True)
     assert not full.folds and folded.folds
-    events = Unfolded(folded.devices[0], folded.folds)
-    assert len(events) == len(full.devices[0]) > len(folded.devices[0])
+    events = Unfolded(folded.events, folded.folds)
+    assert len(events) == len(full.events) > len(folded.events)
 
     def shape(ev):
         a = ev.action
         return (ev.line, ev.inner, ev.point, type(a).__name__, getattr(a, "nbytes", None), getattr(a, "sem", None),
                 getattr(a, "send_sem", None), getattr(a, "recv_sem", None), getattr(a, "kind", None),
                 getattr(getattr(a, "dst", None), "buffer", None), getattr(getattr(a, "dst", None), "shape", None))
-    for i, (a, b) in enumerate(zip(events, full.devices[0])):
+    for i, (a, b) in enumerate(zip(events, full.events)):
         assert a.index == i and shape(a) == shape(b), i
 
 

@@ -212,15 +212,15 @@ def test_the_cost_model_refuses_a_kind_of_unknown_arithmetic():
 def test_an_unknown_collective_is_an_error_not_the_slow_path():
     """Was: `quotient.meaning_rotates` returned False for an unknown collective, silently
     sending the check down the full analysis."""
-    from ringc.verify import quotient as Q
+    from ringc.verify.symmetric import certify
     from ringc.verify.check import meaning_of
     from ringc.verify.rotation import rotation_unroll
     sched = ringc.load(REPO / "schedules" / "all_reduce_ring.yaml")
     program = rotation_unroll(sched, 4)
     unknown = sched.model_copy(update={"collective": sched.collective.model_copy(update={"kind": "reduce_max"})})
     with pytest.raises(MissingRule, match=r"collectives .* has no rule for 'reduce_max'"):
-        Q.clean(unknown, program, meaning_of(unknown))
-    assert Q.clean(sched, program, meaning_of(sched))
+        certify.clean(unknown, program, meaning_of(unknown))
+    assert certify.clean(sched, program, meaning_of(sched))
 
 
 def test_mermaid_memory_diagram_draws_every_read_of_a_compute_op():

@@ -129,7 +129,7 @@ def test_a_flat_output_is_checked_on_its_per_device_view():
     checked on [N, rows, cols], on the quotient when every device runs device 0's events."""
     report = check_module(str(ALL_GATHER_FLAT), 4)
     assert report.ok, report.to_text()
-    assert report.program.rotation == {("out_ref", 0): (1,), ("out_ref", 1): (0,)}
+    assert report.program.steps == {("out_ref", 0): (1,), ("out_ref", 1): (0,)}
     assert any("`out_ref` [32, 128] viewed as [4, 8, 128]" in a for a in report.assumptions)
 
 

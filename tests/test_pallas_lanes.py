@@ -10,7 +10,9 @@ import ringc
 from ringc.pallas import check_module, importer
 from ringc.pallas.interpret import Diverge, Lanes
 from ringc.pallas.values import Buffer, Ref
-from ringc.verify.quotient import expand
+from ringc.verify.symmetric.moves import expand
+from ringc.verify.events import Program
+from ringc.verify.symmetric.program import SymmetricProgram
 
 LIBRARY = Path(__file__).parent.parent / "schedules"
 # Kernels whose every device runs device 0's events translated (one per kind of traffic;
@@ -44,8 +46,8 @@ def test_every_device_runs_device_0s_events_translated(tmp_path, stem, monkeypat
     full = _check(tmp_path, stem, False, monkeypatch)
     assert fast.ok and full.ok
     program = fast.program
-    assert program.rotation is not None and len(program.devices) == 1
-    assert full.program.rotation is None and len(full.program.devices) == program.n
+    assert isinstance(program, SymmetricProgram) and len(program.representatives.devices) == 1
+    assert isinstance(full.program, Program) and len(full.program.devices) == program.n
     spelled = expand(program)
     assert _events(spelled) == _events(full.program)
     key = {id(ev): (ev.device, ev.index) for events in spelled.devices + full.program.devices for ev in events}
@@ -56,7 +58,7 @@ def test_every_device_runs_device_0s_events_translated(tmp_path, stem, monkeypat
 def test_devices_that_differ_are_evaluated_one_by_one(tmp_path, stem, monkeypatch):
     report = _check(tmp_path, stem, True, monkeypatch)
     assert report.ok, report.to_text()
-    assert report.program.rotation is None and len(report.program.devices) == report.program.n
+    assert isinstance(report.program, Program) and len(report.program.devices) == report.program.n
 
 
 def _ref(starts: list[int], length: int = 2) -> Ref:
@@ -119,11 +121,11 @@ def test_expand_keeps_every_field_and_every_event_detail(tmp_path, monkeypatch):
     from ringc.verify.events import Compute
     fast = _check(tmp_path, "all_gather_matmul_t", True, monkeypatch)
     program = fast.program
-    assert program.rotation is not None and program.dtypes
+    assert isinstance(program, SymmetricProgram) and program.representatives.dtypes
     spelled = expand(program)
-    for f in dataclasses.fields(program):
-        if f.name not in ("devices", "targets", "rotation"):
-            assert getattr(spelled, f.name) == getattr(program, f.name), f.name
+    for f in dataclasses.fields(program.representatives):
+        if f.name not in ("devices", "targets"):
+            assert getattr(spelled, f.name) == getattr(program.representatives, f.name), f.name
     contracts = {ev.action.contract for ev in spelled.devices[0] if isinstance(ev.action, Compute)
                  and ev.action.kind == "matmul"}
     assert contracts == {(1, 1)}

@@ -1,4 +1,4 @@
-"""The quotient check (`rotation.py`, `quotient.py`): device 0's events decide a clean
+"""The quotient check (`rotation.py`, `verify/symmetric/`): device 0's events decide a clean
 verdict for the whole ring. It must never call clean what the full analysis rejects, and
 it must reach the clean verdict on the library, or `check` at large N is slow."""
 
@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 
 import ringc
 from ringc.ir import expr as E
-from ringc.verify import quotient as Q
+from ringc.verify.symmetric import flow, moves, order as sym_order, races as sym_races, run as sym_run
+from ringc.verify.symmetric.analysis import Unclear
 from ringc.verify.check import check, check_program, meaning_of, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary
 from ringc.verify.rotation import NotRotational, Rot, Torus, _make, device_offset, rotation_unroll
+from ringc.verify.symmetric.program import SymmetricProgram
 from ringc.collectives import PRODUCT, Buffers, Piece, collective_of
 from ringc.verify.semantics import canonical_value, restrict_value
 from ringc.verify.symmetry import memory_symmetric, semaphore_symmetric
@@ -142,7 +144,7 @@ def test_rotation_unroll_is_device_0_and_only_when_symmetric(path):
         if quot is None:
             continue
         assert symmetric, f"{path.name} N={n}: proven rotational but device events differ"
-        assert [(e.line, e.point, e.action) for e in quot.devices[0]] == \
+        assert [(e.line, e.point, e.action) for e in quot.events] == \
                [(e.line, e.point, e.action) for e in full.devices[0]]
         assert quot.event_count == full.event_count
 
@@ -204,18 +206,18 @@ def test_each_stage_rejects_its_bug(mutant, stage):
     program = rotation_unroll(sched, 4)
     assert program is not None
     if stage == "run":
-        with pytest.raises(Q._Unclear):
-            Q._run(program)
+        with pytest.raises(Unclear):
+            sym_run.check_run(program)
         return
-    Q._run(program)
-    order = Q.quotient_order(program)
-    rot = Q.Rotator(program)
-    assert not Q._race_free(program, order, rot)
+    sym_run.check_run(program)
+    order = sym_order.quotient_order(program)
+    rot = moves.Rotator(program)
+    assert not sym_races.race_free(program, order, rot)
 
 
 def test_race_stage_lists_pairs_or_sweeps_alike(monkeypatch):
     """On more than `SMALL` devices the race stage finds the DMA intervals of a semaphore
-    with many waits with numpy (`quotient._numpy_ends`) and lists the pairs of accesses
+    with many waits with numpy (`symmetric.races._numpy_ends`) and lists the pairs of accesses
     whose spans meet (`_meeting`, their regions' overlap with numpy too past `OVERLAPS`);
     on fewer it loops and sweeps (`_concurrent_pairs`). The same intervals and verdicts on
     every corpus schedule the quotient unrolls at N = 4, racy mutants and broken ones among
@@ -226,14 +228,14 @@ def test_race_stage_lists_pairs_or_sweeps_alike(monkeypatch):
         if program is None:
             continue
         seen = []
-        for small, overlaps, ends in ((Q.SMALL, Q.OVERLAPS, Q.ENDS), (0, Q.OVERLAPS, 0), (0, 0, 0)):
-            monkeypatch.setattr(Q, "SMALL", small)
-            monkeypatch.setattr(Q, "OVERLAPS", overlaps)
-            monkeypatch.setattr(Q, "ENDS", ends)
+        for small, overlaps, ends in ((sym_order.SMALL, sym_races.OVERLAPS, sym_races.ENDS), (0, sym_races.OVERLAPS, 0), (0, 0, 0)):
+            monkeypatch.setattr(sym_order, "SMALL", small)
+            monkeypatch.setattr(sym_races, "OVERLAPS", overlaps)
+            monkeypatch.setattr(sym_races, "ENDS", ends)
             try:
-                order = Q.quotient_order(program)
-                seen.append((Q._ends(program, order), Q._race_free(program, order, Q.Rotator(program))))
-            except Q._Unclear as e:
+                order = sym_order.quotient_order(program)
+                seen.append((sym_races.quotient_ends(program, order), sym_races.race_free(program, order, moves.Rotator(program))))
+            except Unclear as e:
                 seen.append(str(e))
         assert all(s == seen[0] for s in seen), path.stem
         verdicts.append(seen[0] if isinstance(seen[0], str) else seen[0][1])
@@ -249,7 +251,7 @@ def test_data_flow_rejects_a_misplaced_block():
         sched = ringc.load_text(source, "all_gather_ring.yaml")
         program = rotation_unroll(sched, 5)
         assert program is not None
-        assert Q._data_flow_right(sched, program, meaning_of(sched)) is right
+        assert flow.data_flow_right(sched, program, meaning_of(sched)) is right
 
 
 # -- the meaning rotates --------------------------------------------------------------
@@ -288,22 +290,22 @@ def test_meaning_rotates_agrees_with_every_device(path):
     program = rotation_unroll(sched, sizes)
     out = sched.io_buffer("output")
     c, b = collective_of(sched), Buffers.of(sched)
-    steps = Q.data_steps(program, c, b)  # the boxes' steps, and those of whole dims (gauge.py)
+    steps = moves.data_steps(program, c, b)  # the boxes' steps, and those of whole dims (gauge.py)
     assert steps is not None
 
     def brute(prog, steps) -> bool:
-        rot = Q.Rotator(prog, steps)
+        rot = moves.Rotator(prog, steps)
         base = c.expected(n, 0, prog.shapes, b)
         try:
             return all(_same_content(rot.pieces(out, base, d), c.expected(n, d, prog.shapes, b))
                        for d in range(n))
-        except Q._Unclear:  # the steps move an input dim past its end: no rotation
+        except Unclear:  # the steps move an input dim past its end: no rotation
             return False
 
-    assert Q.meaning_rotates(c, b, program, steps) and brute(program, steps)
+    assert moves.meaning_rotates(c, b, program, steps) and brute(program, steps)
     if any(steps.get((out, 0), ())):
         steps[(out, 0)] = (0,) * len(sizes)  # the output's device dim no longer moves
-        assert not _or_unclear(Q.meaning_rotates, c, b, program, steps) and not _or_unclear(brute, program, steps)
+        assert not _or_unclear(moves.meaning_rotates, c, b, program, steps) and not _or_unclear(brute, program, steps)
 
 
 RELAY = """
@@ -342,7 +344,7 @@ def test_whole_copies_pin_their_steps(take, right):
     device 1's `u[0]` is garbage, not x@1. Now it leaves the verdict to the full analysis."""
     sched = ringc.load_text(RELAY.replace("TAKE", take), "relay.yaml")
     program = rotation_unroll(sched, 2)
-    steps = Q.data_steps(program, collective_of(sched), Buffers.of(sched))
+    steps = moves.data_steps(program, collective_of(sched), Buffers.of(sched))
     assert (steps is not None) is right
     for n in (2, 3, 4):  # one relay step gathers a ring of 2 only
         placement = resolve_topology(sched, n, "ring")
@@ -359,7 +361,7 @@ def _or_unclear(claim, *args) -> bool:
     `x[block]` indexed from `me`) no longer lines up with it."""
     try:
         return claim(*args)
-    except Q._Unclear:
+    except Unclear:
         return False
 
 
@@ -440,7 +442,7 @@ def test_a_copy_stores_canonical_values():
 def test_check_takes_the_quotient_and_reports_the_same():
     sched = ringc.load(ROOT / "schedules" / "reduce_scatter_bidirectional.yaml")
     fast = check(sched, 8)
-    assert fast.program.rotation is not None and fast.ok
+    assert isinstance(fast.program, SymmetricProgram) and fast.ok
     placement = resolve_topology(sched, 8, "ring")
     slow = check_program(sched, unroll(sched, 8), placement)
     fast_json, slow_json = fast.to_json(), slow.to_json()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import ringc
 from ringc.errors import ScheduleError
-from ringc.verify import quotient as Q
+from ringc.verify.symmetric import flow
 from ringc.verify.check import meaning_of
 from ringc.verify.events import Compute, DmaStart, Event, Region
 from ringc.verify.rotation import rotation_unroll
@@ -67,12 +67,12 @@ def test_fused_data_flow_is_the_plain_one_on_the_corpus(monkeypatch):
     what `pipeline:` unrolls to); `reduce_scatter_pipelined_no_base` reads an output window
     it never wrote, and must be refused."""
     memories: list[Memory] = []
-    real = Q.mismatches
+    real = flow.mismatches
 
     def kept(collective, buffers, mem, *rest):
         memories.append(mem)
         return real(collective, buffers, mem, *rest)
-    monkeypatch.setattr(Q, "mismatches", kept)
+    monkeypatch.setattr(flow, "mismatches", kept)
     fused, refused = [], []
     for path in CASES:
         sched = ringc.load(path)
@@ -80,23 +80,24 @@ def test_fused_data_flow_is_the_plain_one_on_the_corpus(monkeypatch):
             program = rotation_unroll(sched, _sizes(sched))
         except ScheduleError:  # a size the schedule refuses
             continue
-        if program is None or not program.windows:
+        if program is None or not program.representatives.windows:
             continue
         memories.clear()
         try:
-            verdict = Q._data_flow_right(sched, program, meaning_of(sched))
+            verdict = flow.data_flow_right(sched, program, meaning_of(sched))
         except Exception as e:  # the quotient cannot tell (its own exceptions): both agree below
             verdict = type(e)
-        plain = dataclasses.replace(program, windows=frozenset())
+        plain = dataclasses.replace(program, representatives=dataclasses.replace(program.representatives,
+                                                                                 windows=frozenset()))
         try:
-            again = Q._data_flow_right(sched, plain, meaning_of(sched))
+            again = flow.data_flow_right(sched, plain, meaning_of(sched))
         except Exception as e:
             again = type(e)
         assert verdict == again, path.name
         if len(memories) == 2:
             one, two = memories
             (fused if isinstance(one, FusedMemory) else refused).append(path.stem)
-            assert _differences(one, two, program.windows) == [], path.name
+            assert _differences(one, two, program.representatives.windows) == [], path.name
     assert "reduce_scatter_pipelined_no_base" in refused
     assert len(fused) >= 12 and {"all_reduce_bidirectional", "reduce_scatter_pipelined", "all_gather_matmul_streamed",
                                  "all_reduce_2d_bidirectional", "all_reduce_3d_bidirectional"} <= set(fused), fused

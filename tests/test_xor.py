@@ -17,6 +17,7 @@ from ringc.ir import expr as E
 from ringc.verify.check import check_program, quotient_report, resolve_topology
 from ringc.verify.placement import route_summary, xor_route_summary
 from ringc.verify.rotation import NotRotational
+from ringc.verify.events import Program
 from ringc.verify.unroll import unroll
 from ringc.verify.xor import Xor, XorCube, xor_unroll
 
@@ -90,9 +91,9 @@ def test_xor_unroll_holds_on_every_device(path):
         if quot is None:
             continue
         full = unroll(sched, n)
-        assert [(e.line, e.point, e.action) for e in quot.devices[0]] == \
+        assert [(e.line, e.point, e.action) for e in quot.events] == \
                [(e.line, e.point, e.action) for e in full.devices[0]]
-        steps = quot.rotation
+        steps = quot.steps
         for t in range(1, n):
             def move_region(r):
                 box = tuple((lo ^ t, (lo ^ t) + 1) if any(steps.get((r.buffer, i), (0,))) and hi - lo == 1 else (lo, hi)
@@ -120,9 +121,9 @@ def test_xor_unroll_holds_on_every_device(path):
                 out += [getattr(a, f, None) for f in ("value", "inc", "kind", "copy", "nbytes")]
                 return tuple(out)
 
-            assert [key(e.action) for e in quot.devices[0]] == [plain(e.action) for e in full.devices[t]], \
+            assert [key(e.action) for e in quot.events] == [plain(e.action) for e in full.devices[t]], \
                 f"{path.name} N={n}: device {t} is not device 0 XORed"
-            assert sorted(tt ^ t for _, tt in quot.targets) == sorted(tt for e, tt in full.targets if e.device == t)
+            assert sorted(tt ^ t for _, tt in quot.representatives.targets) == sorted(tt for e, tt in full.targets if e.device == t)
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
@@ -153,7 +154,7 @@ def test_hypercube_is_decided_on_the_xor_quotient():
         sched = ringc.load(path)
         for n in (2, 4, 8, 16, 256):
             report = ringc.check(sched, n)
-            assert report.ok and report.program.group == "xor" and len(report.program.devices) == 1
+            assert report.ok and report.program.group == "xor" and len(report.program.representatives.devices) == 1
 
 
 def test_a_race_under_xor_symmetry_goes_to_the_full_analysis():
@@ -178,7 +179,7 @@ def test_slots_by_absolute_device_id_break_the_symmetry(tmp_path):
     sched = _variant("slot: me ^ j ", "slot: ((me >> k) << k) + j ", tmp_path)
     assert xor_unroll(sched, 8) is None
     report = ringc.check(sched, 8)
-    assert report.ok and report.program.rotation is None
+    assert report.ok and isinstance(report.program, Program)
 
 
 @pytest.mark.parametrize("old, new, kind", [
@@ -200,7 +201,7 @@ def test_broken_hypercubes_go_to_the_full_analysis(tmp_path, old, new, kind):
 def test_xor_route_summary_counts_agree(n):
     """The difference-array count of link loads is the enumeration's."""
     sched = ringc.load(HYPERCUBE)
-    program = xor_unroll(sched, n)
+    program = xor_unroll(sched, n).representatives
     placement = resolve_topology(sched, n, "ring")
     assert xor_route_summary(program, placement, brute=0) == xor_route_summary(program, placement)
     assert xor_route_summary(program, placement) == route_summary(unroll(sched, n), placement)

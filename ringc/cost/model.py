@@ -14,6 +14,7 @@ from ..units import size_text, time_text
 from ..verify.events import Event, Program
 from ..verify.placement import place
 from ..verify.races import describe
+from ..verify.symmetric.program import SymmetricProgram
 from ..verify.unroll import Unroller, unroll, window_id
 from .bounds import Bound, lower_bound
 from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
@@ -229,13 +230,15 @@ class Estimate:
         return "\n".join(lines)
 
 
-def estimate_program(sched: S.Schedule, program: Program, hw: Hardware, *,
+def estimate_program(sched: S.Schedule, program: "Program | SymmetricProgram", hw: Hardware, *,
                      too_many: Callable[[], None] | None = None) -> Estimate:
     """Time an unrolled program: every device's events, or device 0's alone on the symmetric
-    quotient when the program holds device 0's (`Program.rotation`, `cost/quotient.py`),
-    a folded one from its steady state (`Program.folds`, `cost/steady.py`; `too_many`
-    refuses once its run passes `timed_events` events). Raises CostError if it cannot run
-    to the end."""
+    quotient of a `SymmetricProgram` (`cost/quotient.py`), a folded one from its steady
+    state (`Program.folds`, `cost/steady.py`; `too_many` refuses once its run passes
+    `timed_events` events). Raises CostError if it cannot run to the end."""
+    symmetric = program if isinstance(program, SymmetricProgram) else None
+    if symmetric is not None:
+        program = symmetric.representatives  # device 0's program: what the estimate's texts name
     if program.n != hw.placement.n:
         raise ValueError(f"{hw.placement.describe(per_instance=True)} has {hw.placement.n} devices on the axis, "
                          f"but the program was unrolled for N={program.n}")
@@ -243,8 +246,8 @@ def estimate_program(sched: S.Schedule, program: Program, hw: Hardware, *,
         if not 0 <= target < program.n:
             raise CostError(f"{program.file}:{ev.line}: {describe(ev)} at {program.where(ev)} targets device "
                             f"{target}, which does not exist for N={program.n}; see `ringc check`")
-    timed = QuotientMachine if program.rotation is not None else TimedMachine
-    machine = timed(program, hw, memory_of(sched))
+    machine = (QuotientMachine(symmetric, hw, memory_of(sched)) if symmetric is not None
+               else TimedMachine(program, hw, memory_of(sched)))
     machine.too_many = too_many
     machine.run()
     if not machine.finished():

@@ -48,6 +48,7 @@ from __future__ import annotations
 from ..verify.events import DmaStart, Event, Program, SemId
 from ..verify.placement import Link
 from ..verify.rotation import Torus
+from ..verify.symmetric.program import Group, SymmetricProgram
 from .network import Resource
 from .timeline import Hardware, TimedMachine
 
@@ -58,11 +59,12 @@ ASSUMPTION = ("timed on the symmetric quotient: every device runs device 0's eve
 
 
 class QuotientMachine(TimedMachine):
-    """`TimedMachine` on device 0's events (`Program.rotation` set) and the quotient network."""
+    """`TimedMachine` on device 0's events of a translation-symmetric program and the quotient network."""
 
-    def __init__(self, program: Program, hw: Hardware, memory: dict[str, str]):
-        if program.rotation is None or len(program.devices) != 1:
-            raise ValueError("the quotient times a program of device 0's events (`rotation.rotation_unroll`)")
+    def __init__(self, symmetric: SymmetricProgram, hw: Hardware, memory: dict[str, str]):
+        if not isinstance(symmetric, SymmetricProgram) or symmetric.group is not Group.TRANSLATION:
+            raise ValueError("the quotient times a translation-symmetric program (`rotation.rotation_unroll`)")
+        program = symmetric.representatives
         if not hw.placement.symmetric:
             raise ValueError(f"{hw.placement.describe()} has an axis without wraparound: routes are not "
                              "translation invariant, so every device must be timed")

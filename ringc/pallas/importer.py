@@ -39,6 +39,7 @@ from ..limits import user_code_time
 from ..verify.events import DEVICE_BARRIER, Compute, DmaStart, Event, Program, Region, Signal
 from ..verify import messages as M
 from ..verify.findings import Report
+from ..verify.symmetric.program import SymmetricProgram
 from . import interpret
 from .compat import AliasLog, aliases
 from .jaxprs import has_pallas, walk_eqns
@@ -955,8 +956,8 @@ class _NoView(Exception):
     """A flat buffer's accesses do not stay within one device's block."""
 
 
-def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: Program,
-               file: str) -> tuple[Program, tuple[Collective, Buffers], list[str]]:
+def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: "Program | SymmetricProgram",
+               file: str) -> tuple["Program | SymmetricProgram", tuple[Collective, Buffers], list[str]]:
     """The meaning of the program, and the program it is checked on. The collectives state
     their meaning with leading dims that index devices (all_gather's output [N, m, ...]);
     a kernel may keep such an array flat, [N * m, ...], device j's block in rows j * m ..
@@ -1013,7 +1014,8 @@ def _view_region(r: Region, m: int, n: int, whole_ok: bool) -> Region:
                   ((1,) if 0 in r.kept else ()) + kept, r.itemsize)
 
 
-def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tuple[int, ...]]) -> Program:
+def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
+                  shapes: dict[str, tuple[int, ...]]) -> "Program | SymmetricProgram":
     """`program` with every access to the buffers in `views` (name -> rows per device) on
     their [N, m, ...] view (`flat_views`); `_NoView` when an access straddles two blocks."""
     n = program.n
@@ -1036,25 +1038,27 @@ def _view_program(program: Program, views: dict[str, int], shapes: dict[str, tup
         new = moved[id(ev)] = Event(ev.device, ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
         return new
 
-    devices = [[event(ev) for ev in evs] for evs in program.devices]
-    second = [[event(ev) for ev in evs] for evs in program.second_core]
-    rotation = None
-    if program.rotation is not None:
-        rotation = {}
-        for (name, dim), r in program.rotation.items():
-            if name not in views:
-                rotation[(name, dim)] = r
-            elif dim == 0:  # rows move by whole blocks: the block index moves, the rows within do not
-                if any(x % views[name] for x in r):
-                    raise _NoView
-                rotation[(name, 0)] = tuple(x // views[name] for x in r)
-                rotation[(name, 1)] = tuple(0 for _ in r)
-            else:
-                rotation[(name, dim + 1)] = r
-    targets = [(moved.get(id(ev), ev), t) for ev, t in program.targets]
-    # every other field (dtypes, parallel dims, call names, ...) as it is
-    return replace(program, n=n, devices=devices, shapes=shapes, targets=targets, second_core=second,
-                   rotation=rotation)
+    def viewed(program: Program) -> Program:
+        devices = [[event(ev) for ev in evs] for evs in program.devices]
+        second = [[event(ev) for ev in evs] for evs in program.second_core]
+        targets = [(moved.get(id(ev), ev), t) for ev, t in program.targets]
+        # every other field (dtypes, parallel dims, call names, ...) as it is
+        return replace(program, n=n, devices=devices, shapes=shapes, targets=targets, second_core=second)
+
+    if not isinstance(program, SymmetricProgram):
+        return viewed(program)
+    steps = {}
+    for (name, dim), r in program.steps.items():
+        if name not in views:
+            steps[(name, dim)] = r
+        elif dim == 0:  # rows move by whole blocks: the block index moves, the rows within do not
+            if any(x % views[name] for x in r):
+                raise _NoView
+            steps[(name, 0)] = tuple(x // views[name] for x in r)
+            steps[(name, 1)] = tuple(0 for _ in r)
+        else:
+            steps[(name, dim + 1)] = r
+    return replace(program, representatives=viewed(program.representatives), steps=steps)
 
 
 @interpret.locating()  # the user's lines found are remembered for this check
@@ -1066,10 +1070,10 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     the program clean (`core.on_quotient`), that is the verdict. Otherwise (devices
     differ, or anything to report) every device is evaluated on its own and the full
     analysis decides and explains (`core.full_report`), on every device's events: device
-    0's translated (`quotient.expand`) when the symmetry was proved, else evaluated again
+    0's translated (`symmetric.moves.expand`) when the symmetry was proved, else evaluated again
     device by device."""
     from ..verify.core import Candidate, Options, Subject, collector_paused, run
-    from ..verify.quotient import expand
+    from ..verify.symmetric.moves import expand
     phases = {"evaluate": 0.0, "verify": 0.0}  # CPU seconds (benchmarks/pallas_import_scale.py)
     clock = time.process_time()
 
@@ -1108,7 +1112,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         lap("evaluate")
         spec, meaning, placement, program, notes = _spec(outer, b, program, name, file, sizes, collective, topology)
         steps = None
-        if program.rotation is None and b.lanes is not None and len(sizes) == 1 and notes == lanes["notes"]:
+        if b.lanes is not None and len(sizes) == 1 and notes == lanes["notes"]:
             steps = ring_steps(lanes["rotated"])
         lanes.update(outer=outer, b=b, notes=notes, program=program)
         return Candidate(spec, program, placement, meaning, steps)
@@ -1126,11 +1130,13 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "the second half of its indices on core 1")
     if collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
-    report.assumptions += _between_assumptions(outer, program)
+    # Device 0's events say what every device's do (the same equations, moved) on a quotient.
+    held = program.representatives if isinstance(program, SymmetricProgram) else program
+    report.assumptions += _between_assumptions(outer, held)
     report.assumptions += notes
     report.assumptions += list(dict.fromkeys(b.notes))
     if collective is not None:
-        report.assumptions += _pointwise_assumptions(program)
+        report.assumptions += _pointwise_assumptions(held)
     report.assumptions += [f"checked with alias {a}" for a in log.used]
     return report
 
@@ -1183,15 +1189,15 @@ def _pointwise_assumptions(program: Program) -> list[str]:
     return ["values: " + "; ".join(parts)]
 
 
-def ring_steps(program: Program) -> dict[tuple[str, int], int]:
+def ring_steps(program: SymmetricProgram) -> dict[tuple[str, int], int]:
     """`symmetry.memory_steps` of the full program, read off device 0's events and the
-    translation `interpret.Lanes` proved (`Program.rotation`, one axis): every access to
+    translation `interpret.Lanes` proved (`SymmetricProgram.steps`, one axis): every access to
     device d's memory is device 0's moved by d, each box along (buffer, dim) by the step of
     that dim, so the steps memory_steps would learn (and check on every device) are the
     rotation's, for the dims some access does not span whole."""
-    shapes, rotation = program.shapes, program.rotation or {}
+    shapes, rotation = program.shapes, program.steps
     steps: dict[tuple[str, int], int] = {}
-    for ev in program.devices[0]:
+    for ev in program.events:
         a = ev.action
         regions = (a.src, a.dst) if isinstance(a, DmaStart) else (a.dst, *a.reads) if isinstance(a, Compute) else ()
         for r in regions:

@@ -1763,8 +1763,8 @@ class Lanes:
       not move records r = 0), inside the dimension on every device (`index` checks).
     Then device d's events are exactly device 0's translated by d: the events are made from
     the same equations in the same order, and every field that differs between devices was
-    checked to move that way. That is what `Program.rotation` states (`steps` is its
-    value), the hypothesis of the quotient (`verify/quotient.py`), proved as
+    checked to move that way. That is what a `SymmetricProgram` states (`steps` is its
+    `steps`), the hypothesis of the quotient (`verify/symmetric/`), proved as
     `verify/rotation.py` proves it for YAML, here on every device's concrete values. So
     only device 0's events are recorded. Anything else raises `Diverge`, and the caller
     evaluates device by device (`program.Builder`), never assuming the symmetry."""

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
+from ..verify.symmetric.program import SymmetricProgram
 from ..verify.calls import Handover, entry_sync
 from .corun import CoRun
 from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
@@ -515,14 +516,18 @@ class Builder(Sink):
             rest //= self.axis_sizes[a]
         return dict(reversed(list(coords.items())))
 
-    def program(self, name: str) -> Program:
+    def program(self, name: str) -> "Program | SymmetricProgram":
+        """Every device's events, or device 0's as a `SymmetricProgram` when every device was
+        evaluated at once (`interpret.Lanes` proved device d runs them translated by d)."""
         # A 0-d buffer is one element (its regions' box is ((0, 1),): `values.Ref.region`).
         shapes = {b.name: b.shape or (1,) for b in self.buffers.values()}
         grid_names = ("i", "j", "k", "l", "m", "n")
-        if self.lanes is not None:  # device 0's events; device d runs them translated by d
-            return Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
-                           self.targets, axis_sizes=dict(self.axis_sizes), rotation=dict(self.lanes.steps),
-                           dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel)
+        if self.lanes is not None:
+            return SymmetricProgram(
+                Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
+                        self.targets, axis_sizes=dict(self.axis_sizes),
+                        dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel),
+                dict(self.lanes.steps))
         return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
                        second_core=self.second_core if self.megacore else [],

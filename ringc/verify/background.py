@@ -1,6 +1,6 @@
 """A yes-or-no answer computed in a second process while this one goes on.
 
-The quotient's checks (`quotient.clean`) are two independent halves on the same events:
+The quotient's checks (`symmetric.certify.clean`) are two independent halves on the same events:
 the run, the order and the races on one side, the symbolic data flow on the other, each
 about half the time at N = 1024. On a machine with a spare core, `Background` forks a
 child that computes one half's answer (a bool) while the parent computes the other.
@@ -16,7 +16,7 @@ child that computes one half's answer (a bool) while the parent computes the oth
 - **When.** Only where `os.fork` exists, with `jobs` > 1 (`default_jobs`: 2 when the
   process may run on two cores or more and has not loaded jax, whose native threads make
   forking unsafe in general; `ringc check --jobs 1` or `check(..., jobs=1)` turns it off), and
-  for work big enough to repay the fork (the caller decides: `quotient.FORK_EVENTS`).
+  for work big enough to repay the fork (the caller decides: `symmetric.flow.FORK_EVENTS`).
 - **Cost.** The fork copies page tables, not pages; pages either process then writes are
   copied on the first write. Python's cyclic collector is paused during a check
   (`core.collector_paused`), so the child does not touch every object as a collection

@@ -21,6 +21,7 @@ from .findings import Report
 from .order import DMA_ORDERS
 from .placement import Placement, place
 from .spec import Spec
+from .symmetric.program import SymmetricProgram
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
@@ -52,7 +53,7 @@ def meaning_of(sched: S.Schedule, data: dict | None = None) -> "tuple[Collective
 
 
 
-def candidate(sched: S.Schedule, program: Program, placement: Placement, meaning: Any = "schedule",
+def candidate(sched: S.Schedule, program: "Program | SymmetricProgram", placement: Placement, meaning: Any = "schedule",
               steps: dict | None = None) -> Candidate:
     """`program`, unrolled from `sched` on `placement`, as the verifier core's `Candidate`:
     the schedule is its spec, `meaning` by default the schedule's own (`meaning_of`), and
@@ -157,7 +158,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`, docs/verification.md).
     `data`: samples of the schedule's runtime data (`ringc.data`; `data_how` says where they
     came from), each checked in turn (`_data_report`). `jobs`: processes the quotient may
-    use (default `background.default_jobs()`; `quotient.clean`). Raises `ScheduleError` for
+    use (default `background.default_jobs()`; `symmetric.certify.clean`). Raises `ScheduleError` for
     bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)

@@ -5,7 +5,7 @@ A front end (a YAML schedule, `check.check`; a traced Pallas program,
 ways to produce what to check, and nothing else.
 
 - `quotient()`: device 0's events with the symmetry that maps them to every other device's
-  proved (`Program.rotation`, or `Program.group is Group.XOR`), as a `Candidate`; None when the
+  proved (a `symmetric.program.SymmetricProgram`), as a `Candidate`; None when the
   front end cannot prove one. The quotient only ever certifies a clean run
   (`on_quotient`): any finding, or a question it cannot answer, sends the subject to the
   full analysis, which decides and explains.
@@ -34,14 +34,13 @@ from __future__ import annotations
 import gc
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable
 
 from ..collectives import Buffers, Collective
 from ..errors import ScheduleError
-from . import quotient
-from .events import Compute, DmaStart, Event, Group, Program, SemWait, Signal, deposits, feeders, sem_text
+from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
 from . import messages as M
 from .findings import Finding, Report, Severity
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
@@ -51,6 +50,11 @@ from .races import describe, event_accesses, find_races
 from .semantics import box_inside, box_meets, check_semantics
 from .simulate import Machine, maximal_run
 from .spec import Spec
+from .symmetric import flow as symmetric_flow, races as symmetric_races, run as symmetric_run
+from .symmetric.analysis import SymmetricAnalysis
+from .symmetric.certify import clean
+from .symmetric.moves import full_data_steps
+from .symmetric.program import Group, SymmetricProgram
 from .symmetry import memory_steps
 
 
@@ -343,11 +347,11 @@ def _last_write(order: list[Event], n: int, mm) -> Event | None:
 def _meaning_moves(collective: Collective, buffers: Buffers, program: Program, steps: dict[tuple[str, int], int]) -> bool:
     """On a ring (one axis), the collective's meaning on device d is device 0's moved the way
     `symmetry.memory_steps` found the accesses move, with the data of whole-accessed dims
-    moving as the events carry it (`quotient.data_steps`, `gauge.py`): with the run
+    moving as the events carry it (`symmetric.moves.full_data_steps`, `gauge.py`): with the run
     race-free, device 0's output then decides every device's (`check_semantics`)."""
     if len(program.axis_sizes) > 1:
         return False
-    return quotient.data_steps(program, collective, buffers, {key: (step,) for key, step in steps.items()}) is not None
+    return full_data_steps(program, collective, buffers, {key: (step,) for key, step in steps.items()}) is not None
 
 
 
@@ -386,7 +390,7 @@ class Candidate:
     """A program to check, with what the checks read beside it (see the module's docstring).
     `assumptions`: what a verdict on it assumes beyond the DMA ordering (the front end's)."""
     spec: Spec
-    program: Program
+    program: "Program | SymmetricProgram"  # symmetric: a quotient, for `on_quotient`
     placement: Placement
     meaning: "tuple[Collective, Buffers] | None"
     steps: dict | None = None
@@ -405,7 +409,7 @@ class Subject:
 class Options:
     """How to verify. `dma_order`: "any" (default) or "in-order" (`order.DMA_ORDERS`,
     docs/verification.md); `strict`: warnings are errors; `jobs`: processes the quotient may
-    use (default `background.default_jobs()`, `quotient.clean`); `use_symmetry`: whether
+    use (default `background.default_jobs()`, `symmetric.certify.clean`); `use_symmetry`: whether
     the full analysis may learn the translation symmetry of the order
     (`order.compute_order`; the tests turn it off to compare)."""
     dma_order: str = "any"
@@ -420,7 +424,7 @@ class Options:
 class OnQuotient(Enum):
     """How a check runs on a quotient (device 0's events with the symmetry proved)."""
     SAME = "runs on device 0's events as on every device's: a finding sends the subject to the full analysis"
-    CERTIFIED = "`quotient.clean` certifies it on device 0's events (a clean run, no race, the meaning)"
+    CERTIFIED = "its symmetric back end certifies it on device 0's events (`symmetric.certify.clean`)"
 
 
 @dataclass
@@ -445,11 +449,21 @@ class Analysis:
 class Check:
     """One check: its name, how it runs on a quotient, whether its warnings stand on the
     quotient (the route warnings are every device's: routes depend only on the offset on
-    wrapped axes), and its full back end, which reads and extends the `Analysis`."""
+    wrapped axes), and its back ends: `full`, on every device's events, reads and extends
+    the `Analysis` and returns the findings; `symmetric` (a check `OnQuotient.CERTIFIED`
+    has one, a check `SAME` runs `full` on device 0's program instead), on a
+    `SymmetricProgram`, reads and extends the `symmetric.analysis.SymmetricAnalysis` and
+    certifies a clean run or not (`symmetric/`)."""
     name: str
     on_quotient: OnQuotient
     full: Callable[[Analysis], list[Finding]]
     keeps_warnings: bool = False
+    symmetric: Callable[[SymmetricAnalysis], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.symmetric is not None) != (self.on_quotient is OnQuotient.CERTIFIED):
+            raise ValueError(f"check {self.name!r}: a check {self.on_quotient.name} has "
+                             f"{'a' if self.on_quotient is OnQuotient.CERTIFIED else 'no'} symmetric back end")
 
 
 def _routes(a: Analysis) -> list[Finding]:
@@ -524,9 +538,9 @@ CHECKS: tuple[Check, ...] = (
     Check("megacore", OnQuotient.SAME, _megacore),
     Check("dtypes", OnQuotient.SAME, _dtypes),
     Check("parallel", OnQuotient.SAME, _parallel),
-    Check("run", OnQuotient.CERTIFIED, _run),
-    Check("races", OnQuotient.CERTIFIED, _races),
-    Check("meaning", OnQuotient.CERTIFIED, _meaning),
+    Check("run", OnQuotient.CERTIFIED, _run, symmetric=symmetric_run.certify),
+    Check("races", OnQuotient.CERTIFIED, _races, symmetric=symmetric_races.certify),
+    Check("meaning", OnQuotient.CERTIFIED, _meaning, symmetric=symmetric_flow.certify),
 )
 
 
@@ -554,11 +568,10 @@ def full_report(c: Candidate, options: Options) -> Report:
 
 
 def on_quotient(c: Candidate, options: Options) -> Report | None:
-    """The clean report (route warnings aside) of `c.program`, device 0's events with the
-    symmetry set (`Program.rotation` for translations: `rotation.rotation_unroll` for a
-    schedule, `pallas.interpret.Lanes` for a traced kernel; `Program.group is Group.XOR`:
-    `xor.xor_unroll`), checked on the quotient; None when the full analysis must decide (any
-    other finding, or the quotient cannot tell). The checks `OnQuotient.SAME` run as they
+    """The clean report (route warnings aside) of `c.program`, a `SymmetricProgram` (over
+    translations: `rotation.rotation_unroll` for a schedule, `pallas.interpret.Lanes` for a
+    traced kernel; over `Group.XOR`: `xor.xor_unroll`), checked on the quotient; None when
+    the full analysis must decide (any other finding, or the quotient cannot tell). The checks `OnQuotient.SAME` run as they
     are: routes depend only on the offset on wrapped axes, so device 0's route findings are
     every device's, and the full analysis reports each op's first, which is device 0's:
     warnings (a far send) are the same list; an error sends the program to the full path.
@@ -566,27 +579,30 @@ def on_quotient(c: Candidate, options: Options) -> Report | None:
     where each offset's hop count is the same from every device
     (`placement.xor_routes_symmetric`), and the route summary counts every device's sends
     (`placement.xor_route_summary`). The checks `OnQuotient.CERTIFIED` are certified
-    together by `quotient.clean`, under the "any" DMA ordering; a program clean under it is
+    together by their symmetric back ends (`symmetric.certify.clean`), under the "any" DMA ordering; a program clean under it is
     clean under "in-order" too (in order, every DMA interval ends no later:
     `order.dma_ends`)."""
     dma_order_known(options.dma_order, c.spec)
-    program, placement = c.program, c.placement
+    sym, placement = c.program, c.placement
+    if not isinstance(sym, SymmetricProgram):
+        raise TypeError(f"on_quotient checks a SymmetricProgram, not a {type(sym).__name__}")
+    program = sym.representatives  # what the checks `OnQuotient.SAME` read: device 0's program
     if not wrapped(placement):
         return None
     if placement.topo.ndim > 1:  # before the route findings, which name devices by their labels
         program.device_labels = labels(program, placement)
-    xor = program.group is Group.XOR
+    xor = sym.group is Group.XOR
     if xor and not xor_routes_symmetric(program, placement):
         return None
-    a, kept = Analysis(c, options), []
+    a, kept = Analysis(replace(c, program=program), options), []
     for check in CHECKS:
         if check.on_quotient is OnQuotient.SAME:
             found = check.full(a)
             if any(f.severity != Severity.WARNING or not check.keeps_warnings for f in found):
                 return None
             kept += found
-    if (any(check.on_quotient is OnQuotient.CERTIFIED for check in CHECKS)
-            and not quotient.clean(c.spec, program, c.meaning, options.jobs)):
+    certified = tuple(check.symmetric for check in CHECKS if check.on_quotient is OnQuotient.CERTIFIED)
+    if certified and not clean(c.spec, sym, c.meaning, options.jobs, certified):
         return None
     report = _report(c, kept, options)
     report.routes = xor_route_summary(program, placement) if xor else rotated_route_summary(program, placement)

@@ -219,16 +219,11 @@ class Event:
     inner: tuple[tuple[str, int], ...] = ()  # the indices of the loops and nested pipeline around it
 
 
-class Group(str, Enum):
-    """The symmetry group a quotient's `Program.rotation` is over: how device d's events are
-    device 0's moved (`rotation.py`, `xor.py`)."""
-    TRANSLATION = "translation"  # device d runs them translated by d (every box step, every target)
-    XOR = "xor"                  # device d runs them with every device id XORed by d
-
-
 @dataclass
 class Program:
-    """All devices' event lists for one concrete N (and parameter set)."""
+    """All devices' event lists for one concrete N (and parameter set). A program whose
+    devices run device 0's events moved by a group element is a
+    `symmetric.program.SymmetricProgram`, whose `representatives` is device 0's program."""
     schedule_name: str
     file: str
     n: int
@@ -242,14 +237,6 @@ class Program:
     # Megacore: the events of each device's second TensorCore. They must not touch shared
     # state (see `core.megacore_findings`); `devices` holds core 0's.
     second_core: list[list[Event]] = field(default_factory=list)
-    # Set by `rotation.rotation_unroll`: `devices` then holds device 0's events only, and
-    # device d runs them translated by d (coordinates d_a over the schedule's axes), each
-    # box of buffer dim (b, i) moved by sum_a d_a * rotation[(b, i)][a].
-    rotation: dict[tuple[str, int], tuple[int, ...]] | None = None
-    # The group `rotation` is over: translation (above), or XOR (`xor.xor_unroll`: device
-    # d runs device 0's events with every device id XORed by d, and a box dimension of step
-    # (1,) has its index XORed by d).
-    group: Group = Group.TRANSLATION
     # A split-phase program: the kernel of each call (`Event.invocation`), for the findings.
     call_names: list[str] | None = None
     # Element type of each buffer a DMA may move (`check.dtype_findings`); a buffer missing here
@@ -269,9 +256,7 @@ class Program:
 
     @property
     def event_count(self) -> int:
-        """Events of all devices (the rotated ones included)."""
-        if self.rotation is not None:
-            return self.n * len(self.devices[0])
+        """Events of all devices."""
         return sum(len(d) for d in self.devices)
 
     def label(self, device: int) -> str:

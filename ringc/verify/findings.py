@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from .events import Event, Program
+from .symmetric.program import SymmetricProgram
 
 # Every kind of finding the verifier produces. Tests assert on these names.
 KINDS = {
@@ -48,7 +49,7 @@ class Finding:
     # link" (`races.OUT_OF_ORDER`): it goes away under `--dma-order in-order`. None: nothing.
     relies_on: str | None = None
 
-    def to_json(self, program: Program) -> dict[str, Any]:
+    def to_json(self, program: Program | SymmetricProgram) -> dict[str, Any]:
         ev = self.event
         return {
             "kind": self.kind,
@@ -68,7 +69,7 @@ class Finding:
             "relies_on": self.relies_on,
         }
 
-    def to_text(self, program: Program, explain: bool = False) -> str:
+    def to_text(self, program: Program | SymmetricProgram, explain: bool = False) -> str:
         ev = self.event  # a line may carry its own file (a Pallas kernel's helper module)
         loc = f"{getattr(ev.line, 'file', program.file)}:{int(ev.line)}: " if ev else f"{program.file}: "
         head = f"{loc}{self.severity}: [{self.kind}] {self.message}"
@@ -82,7 +83,7 @@ class Finding:
 
 @dataclass
 class Report:
-    program: Program
+    program: Program | SymmetricProgram  # symmetric: the quotient certified the clean verdict
     findings: list[Finding]
     seconds: float = 0.0
     placement: str | None = None  # where it was checked, e.g. "torus:4x4 (...) along x"; None: the default ring

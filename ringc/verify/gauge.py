@@ -1,11 +1,11 @@
 """How the data in a dimension moves under a translation, where no box says it.
 
 `rotation.py` proves that every box of a buffer moves along each dimension by a fixed
-step per device (`Program.rotation`, (buffer, dim) -> step vector): device d's box is
+step per device (`SymmetricProgram.steps`, (buffer, dim) -> step vector): device d's box is
 device 0's moved by r . d. A dimension only ever accessed *whole* gets no step there:
 any step maps its one box onto itself. The quotient's data flow needs more than boxes,
 though. It reads device d's memory as device 0's translated: every device id moved by d,
-and every buffer dimension by a step, whole or not (`quotient.Rotator.pieces`). That
+and every buffer dimension by a step, whole or not (`symmetric.moves.Rotator.pieces`). That
 reading is right iff every event that moves data commutes with the translation.
 
 **The condition.** Take an event that maps dimension i of a read region elementwise onto
@@ -182,7 +182,7 @@ class Gauge:
     def steps(self, prefer: Mapping[Dim, Step] | None = None) -> dict[Dim, Step] | None:
         """Every dimension's step: the fixed ones, each free class at its pinned step, else
         at the first step `prefer` offers for one of its members, else 0 (only nonzero
-        steps are listed, as in `Program.rotation`); None when the constraints conflict."""
+        steps are listed, as in `SymmetricProgram.steps`); None when the constraints conflict."""
         if self.conflict:
             return None
         chosen: dict[Dim, Step] = {}

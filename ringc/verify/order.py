@@ -105,7 +105,7 @@ class Order:
     cuts: list[list[tuple[int, ...]]]  # cuts[p][i] = positions of all devices while p waits before i
     symmetric: bool = False            # only cuts[0] is stored; device p's are it rotated by p
     torus: Any = None                  # with `symmetric`: the translations (`rotation.Torus`), else a ring
-    # With `symmetric`, from `quotient.quotient_order`: cuts[0] as runs of consecutive events
+    # With `symmetric`, from `symmetric.order.quotient_order`: cuts[0] as runs of consecutive events
     # that share one row (the distinct rows in event order, and how many events each covers).
     runs: tuple[list[Any], list[int]] | None = None
 

@@ -299,8 +299,8 @@ def route_summary(program: Program, placement: Placement) -> dict:
 
 
 def rotated_route_summary(program: Program, placement: Placement) -> dict:
-    """`route_summary` of a program of device 0's events that every device runs translated
-    (`Program.rotation`) on wrapped axes: device d's routes are device 0's moved by d
+    """`route_summary` of device 0's program (`SymmetricProgram.representatives`) when every
+    device runs its events translated, on wrapped axes: device d's routes are device 0's moved by d
     (dimension-order routing depends only on the offset), so each directed link carries
     its direction's total of device 0's hops. Sends to the same device share one route,
     counted once and weighed by how many there are (an all-to-all sends N - 1 copies to
@@ -330,7 +330,7 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
 
 def _xor_offsets(program: Program) -> list[int]:
     """Device 0's send offsets, in order, for a program device d runs with ids XORed by d
-    (`Program.group is Group.XOR`): device d's sends go to d ^ t. (`sends` skips a send to the
+    (`SymmetricProgram.group is Group.XOR`; `program` is its representatives): device d's sends go to d ^ t. (`sends` skips a send to the
     sender itself, and device 0's targets are inside the ring by construction.)"""
     return [t for ev, t in program.targets if t != ev.device and 0 <= t < program.n]
 

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 from ..ir import expr as E
 from ..ir import schema as S
 from ..errors import ScheduleError
-from .events import Program
+from .symmetric.program import SymmetricProgram
 from .unroll import Unroller
 
 
@@ -486,8 +486,8 @@ class RotationUnroller(Unroller):
 
 
 def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocations: int = 1, *,
-                    fold: bool = False) -> Program | None:
-    """Device 0's events, with `Program.rotation` set, when every device provably runs them
+                    fold: bool = False) -> SymmetricProgram | None:
+    """Device 0's events as a `SymmetricProgram` (translations) when every device provably runs them
     translated; None when that cannot be shown (then unroll all). `sizes`: devices per
     schedule axis, or one count for a one-axis schedule. `fold` (the cost model's, never
     the verifier's): long pipelines are spelled in a few rows, `Program.folds` saying which
@@ -511,5 +511,5 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
     except (NotRotational, ScheduleError):
         return None  # the full unrolling decides, and raises the error with its device
     folds = tuple(fold[1:] for fold in u.folds if fold[0] is events)
-    return u.program([events], [second] if sched.megacore else [], invocations, rotation=dict(u.steps),
-                     folds=folds)
+    return SymmetricProgram(u.program([events], [second] if sched.megacore else [], invocations, folds=folds),
+                            dict(u.steps))

@@ -1,6 +1,6 @@
 """What the verifier reads of a front end's description of a program besides its events
 (`Spec`): a YAML `Schedule` and the Pallas importer's `KernelSpec` are both one. The checks
-(`core.py`), the quotient (`quotient.py`) and the placement (`placement.py`) take a `Spec`,
+(`core.py`), the quotient (`symmetric/`) and the placement (`placement.py`) take a `Spec`,
 never a front end's own type."""
 
 from __future__ import annotations

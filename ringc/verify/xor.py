@@ -20,12 +20,12 @@ without that, every device t runs device 0's events with every device id XORed b
   could not depend on the symbol without raising);
 - a box start that depends on the device is c ^ d along a dimension of length 1, with
   c | (N - 1) inside the dimension, so device d's index is device 0's XORed by d; the
-  program records the dimension's step as (1,) (`Program.rotation`, with
-  `Program.group is Group.XOR`), and every other start is the same on every device.
+  program records the dimension's step as (1,) (`SymmetricProgram.steps`, with
+  `SymmetricProgram.group is Group.XOR`), and every other start is the same on every device.
 
 That is the XOR analogue of `symmetry.semaphore_symmetric` and `memory_symmetric`,
 proved for all devices at once (the tests compare it with every device's concrete
-events at small N). `quotient.py` then decides from device 0's events, with the group
+events at small N). `verify/symmetric/` then decides from device 0's events, with the group
 `XorCube` in place of `rotation.Torus`.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from ..ir import schema as S
 from ..errors import ScheduleError
-from .events import Group, Program
+from .symmetric.program import Group, SymmetricProgram
 from .rotation import NotRotational, RotationUnroller, Torus, merge_runs
 
 __all__ = ["XorCube", "Xor", "XorUnroller", "xor_unroll", "group_of"]
@@ -169,8 +169,8 @@ class XorUnroller(RotationUnroller):
         return (start.c if isinstance(start, Xor) else start), length
 
 
-def xor_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> Program | None:
-    """Device 0's events with `Program.rotation` set and `Program.group is Group.XOR` when every
+def xor_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> SymmetricProgram | None:
+    """Device 0's events as a `SymmetricProgram` over `Group.XOR` when every
     device provably runs them with device ids XORed by its own (module docstring); None when
     that cannot be shown (one axis, N a power of two, no runtime data or parallel axis)."""
     if len(sched.axes) != 1 or n < 2 or n & (n - 1) or sched.data or sched.megacore or sched.kernels:
@@ -185,11 +185,11 @@ def xor_unroll(sched: S.Schedule, n: int, invocations: int = 1) -> Program | Non
         events, _ = u.device_events(0, invocations)
     except (NotRotational, ScheduleError):
         return None
-    return u.program([events], [], invocations, rotation=dict(u.steps), group=Group.XOR)
+    return SymmetricProgram(u.program([events], [], invocations), dict(u.steps), Group.XOR)
 
 
-def group_of(program: Program) -> "Torus | XorCube":
-    """The symmetry group of a program that holds device 0's events (`Program.rotation`)."""
+def group_of(program: SymmetricProgram) -> "Torus | XorCube":
+    """The symmetry group of a symmetric program, as device arithmetic."""
     if program.group is Group.XOR:
         return XorCube(program.n)
     return Torus(program.axis_sizes.values())
