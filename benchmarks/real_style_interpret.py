@@ -1,7 +1,7 @@
 """Run two of the issue-31 real-style kernels under JAX's TPU interpret mode with the race
 detector, on 4 CPU devices, and compare with ringc's verdicts:
 
-    python benchmarks/real_style_interpret.py permute   # tests/pallas_import/real_style/old_api_permute_test.py:
+    python benchmarks/real_style_interpret.py permute   # tests/pallas_import/real_style/old_api_permute_cases.py:
         # ringc: 4 sends FAILED race (write/write on the neighbour's output), 1 send ok;
         # interpret: "RACE DETECTED" with 4 sends (dma_execution_mode on_wait and eager), none with 1
     python benchmarks/real_style_interpret.py scatter   # tests/pallas_import/real_style/multihost_scatter.py:
@@ -42,7 +42,7 @@ def _races(run) -> int:
 def permute() -> None:
     from ringc.pallas.compat import AliasLog, aliases
     with aliases(AliasLog()):  # the module's 2024 spellings (TPUMemorySpace, backend='mosaic_tpu')
-        import old_api_permute_test as m
+        import old_api_permute_cases as m
         from jax.experimental import shard_map
         P = jax.sharding.PartitionSpec
         mesh = jax.make_mesh((4,), ("x",))

@@ -59,7 +59,8 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
                                 "translation-symmetric, or show) counts devices^2 x one device's events"),
     Limit("timed_events", 1_000_000, "events timed by `ringc cost` (and tune, sweeps): device 0's on the "
                                      "symmetric quotient, else every device's, counted from above before unrolling (a timed event costs "
-                                     "about 0.1 ms of fluid-network simulation)"),
+                                     "about 0.1 ms of fluid-network simulation); a long pipeline priced from its "
+                                     "steady state counts the events its run times"),
     Limit("timed_flows", 10_000_000, "transfers re-rated by `ringc cost`'s timed run, summed over every start "
                                     "and end of a transfer (each re-rates all those in flight: a one-shot send "
                                     "to each of 4,096 chips at once re-rates about 16 million), counted as it "

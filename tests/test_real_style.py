@@ -238,7 +238,7 @@ def test_an_old_api_test_module_reaches_its_verdicts():
     `pl.pallas_call(..., backend='mosaic_tpu')` was a TypeError before any kernel ran; now the
     keyword is dropped (stated), and a permute sent four times into the same block is the
     write-write race JAX's interpret-mode detector reports, sent once ok."""
-    reports = check_file(str(HERE / "old_api_permute_test.py"), 4)
+    reports = check_file(str(HERE / "old_api_permute_cases.py"), 4)
     by_test = {r.title.split(":")[0]: r for r in reports}
     assert by_test["OldApiPermuteTest.test_single_permute"].ok
     repeated = by_test["OldApiPermuteTest.test_repeated_permute"]
