@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
+from .templates import AXES, head, load_add_signal, row_major
 
 FAMILY = "recursive_doubling"
 WHAT = "log2(N) rounds of pairwise exchange with me ^ (1 << k), adding what arrives"
@@ -66,30 +67,12 @@ body:
   - when: phase == 1
     do:
       - start: load
-  - when: phase == 2
-    do:
-      - wait: load
-  - when: phase == 2 and k == 0
-    do:
-      - accumulate: out
-        src: stage
-        base: x
-  - when: phase == 2 and k > 0
-    do:
-      - accumulate: out
-        src: stage
-  - when: phase == 2
-    do:
-      - signal: done
-        to: partner
+""" + load_add_signal("k", "stage", ["partner"]) + """
   - when: phase == 2 and k == rounds - 1
     do:
       - sem_wait: done
         value: rounds
 """
-
-
-AXES = "xyz"
 
 
 def all_gather(k: int) -> str:
@@ -109,7 +92,7 @@ def all_gather(k: int) -> str:
                  f"  w_{a}: 1 << max(r - ({start}), 0)   # 2^b: the bit flipped along {a}" if start != "0"
                  else f"  w_{a}: 1 << r                     # 2^b: the bit flipped along {a}",
                  f"  base_{a}: me_{a} - me_{a} % w_{a}      # the aligned range along {a} I hold",
-                 f"  to_{a}: " + _flat_xor(axes, a)]
+                 f"  to_{a}: " + row_major(axes, lambda c, a=a: f"(me_{c} ^ w_{c})" if c == a else f"me_{c}")]
         region = ", ".join(":" if c in order[:i] else (f"base_{c}:w_{c}" if c == a else f"me_{c}") for c in axes)
         copies.append(f'  send_{a}: {{src: "out[{region}]", dst: "out[{region}]", to: to_{a}, send_sem: send_sem, '
                       f'recv_sem: "recv_sems[r]"}}')
@@ -127,10 +110,7 @@ def all_gather(k: int) -> str:
 # coordinate XOR 2^b: a power-of-2 offset, which v5e routes), in one DMA, and receives the
 # partner's range; each round has its own receive semaphore and waits for both before the
 # next round forwards what arrived.
-name: all_gather_recursive_doubling_{k}d
-collective: all_gather
-axes: [{', '.join(axes)}]
-params: {{rows: 8, cols: 128}}
+{head(f"all_gather_recursive_doubling_{k}d", "all_gather", axes)}
 buffers:
   x:   {{kind: input,  shape: [rows, cols]}}
   out: {{kind: output, slots: [{slots}], shape: [rows, cols], shard: [N, rows, cols]}}
@@ -152,14 +132,6 @@ body:
       - wait: own
 {chr(10).join(body)}
 """
-
-
-def _flat_xor(axes: str, moved: str) -> str:
-    out = ""
-    for a in axes:
-        c = f"(me_{a} ^ w_{a})" if a == moved else f"me_{a}"
-        out = c if not out else f"({out}) * N_{a} + {c}"
-    return out
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -206,11 +178,7 @@ def psum_shift(k: int, both: bool = False) -> str:
         start = end
 
     def flat(sign: str) -> str:
-        out = ""
-        for a in axes:
-            c = f"(me_{a} {sign} d_{a}) % N_{a}"
-            out = c if not out else f"({out}) * N_{a} + {c}"
-        return out
+        return row_major(axes, lambda a: f"(me_{a} {sign} d_{a}) % N_{a}")
     if k == 1:
         lets = ["d: (N // 2) >> r               # this round's offset"]
         ahead, behind = "(me + d) % N", "(me - d) % N"
@@ -233,7 +201,7 @@ def psum_shift(k: int, both: bool = False) -> str:
                 "# chip 2^b behind: after")
     let = "\n".join(f"  {ln}" for ln in lets)
     sems = "\n".join(f"  send_{s}: dma\n  recv_{s}: {{kind: dma, shape: [rounds]}}" for s, *_ in streams)
-    copies, starts, waits, signals = [], [], [], []
+    copies, starts, senders = [], [], []
     for s, to, frm, rows in streams:
         part = f"[{rows}]" if rows else ""
         slot = f", {rows}" if rows else ""
@@ -242,7 +210,7 @@ def psum_shift(k: int, both: bool = False) -> str:
                    f'  pass_{s}:  {{src: "out{part}", dst: "recv[r{slot}]", to: {to}, send_sem: send_{s}, '
                    f'recv_sem: "recv_{s}[r]"}}']
         starts.append(s)
-        signals.append(f"      - signal: done\n        to: {frm}")
+        senders.append(frm)
     first = "\n".join(f"      - start: first_{s}" for s in starts)
     pas = "\n".join(f"      - start: pass_{s}" for s in starts)
     wfirst = "\n".join(f"      - wait: first_{s}" for s in starts)
@@ -258,10 +226,7 @@ def psum_shift(k: int, both: bool = False) -> str:
 # it sent; each round has its own slot and semaphores (a neighbour may run a round ahead);
 # a `done` signal per round back to each sender, waited at the end, keeps a back-to-back
 # call from writing a slot that is still being read.
-name: {name}
-collective: psum
-axes: [{', '.join(axes)}]
-params: {{rows: {16 if both else 8}, cols: 128}}
+{head(name, "psum", axes, rows=16 if both else 8)}
 buffers:
   x:     {{kind: input,  shape: [rows, cols], space: vmem}}
   out:   {{kind: output, shape: [rows, cols], space: vmem}}
@@ -293,21 +258,7 @@ body:
   - when: phase == 1
     do:
       - start: load
-  - when: phase == 2
-    do:
-      - wait: load
-  - when: phase == 2 and r == 0
-    do:
-      - accumulate: out
-        src: stage
-        base: x
-  - when: phase == 2 and r > 0
-    do:
-      - accumulate: out
-        src: stage
-  - when: phase == 2
-    do:
-{chr(10).join(signals)}
+{load_add_signal("r", "stage", senders)}
   - when: phase == 2 and r == rounds - 1
     do:
       - sem_wait: done
