@@ -22,35 +22,23 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
+from .templates import AXES, head, offset_lets, row_major
 
 FAMILY = "all_to_all_direct"
 WHAT = "every block straight to its destination at once, half-way blocks split over both directions"
 
-AXES = "xyz"
-
-
-def _flat(axes: str, coords: dict[str, str]) -> str:
-    """Row-major index of the chip at the given coordinate expressions."""
-    out = ""
-    for a in axes:
-        out = coords[a] if not out else f"({out}) * N_{a} + {coords[a]}"
-    return out
-
 
 def all_to_all(k: int) -> str:
     axes = AXES[:k]
-    lets = ["  o: step + 1                       # the offset, row-major over the axes"]
-    for i, a in enumerate(axes):
-        inner = " * ".join(f"N_{b}" for b in axes[i + 1:])
-        lets.append(f"  d_{a}: ({f'o // ({inner})' if inner else 'o'}) % N_{a}")
+    lets = [f"  {ln}" for ln in offset_lets(axes)]
     for a in axes:
         lets.append(f"  e_{a}: 1 if N_{a} % 2 == 0 and N_{a} > 2 and d_{a} == N_{a} // 2 else 0"
                     f"   # half-way along {a}")
     lets.append("  split: " + " or ".join(f"e_{a} == 1" for a in axes) + "   # this offset's block is split")
-    lets.append("  target: " + _flat(axes, {a: f"(me_{a} + d_{a}) % N_{a}" for a in axes}))
-    lets.append("  via: " + _flat(axes, {a: f"(me_{a} - e_{a}) % N_{a}" for a in axes})
+    lets.append("  target: " + row_major(axes, lambda a: f"(me_{a} + d_{a}) % N_{a}"))
+    lets.append("  via: " + row_major(axes, lambda a: f"(me_{a} - e_{a}) % N_{a}")
                 + "      # where my bottom half goes")
-    lets.append("  final: " + _flat(axes, {a: f"(me_{a} + e_{a} + d_{a}) % N_{a}" for a in axes})
+    lets.append("  final: " + row_major(axes, lambda a: f"(me_{a} + e_{a} + d_{a}) % N_{a}")
                 + "   # where the half I relay goes")
     lets.append("  half: rows // 2")
     me = ", ".join(f"me_{a}" for a in axes)
@@ -67,10 +55,7 @@ def all_to_all(k: int) -> str:
 # back along each half-way axis, which forwards it the negative way; so both directions of
 # every axis carry the same bytes. One receive slot and semaphore per offset: nothing is
 # reused, no handshake.
-name: all_to_all_direct_{k}d
-collective: all_to_all
-axes: [{', '.join(axes)}]
-params: {{rows: 8, cols: 128}}
+{head(f"all_to_all_direct_{k}d", "all_to_all", axes)}
 buffers:
   x:     {{kind: input,  slots: {slots}, shape: [rows, cols], shard: [N, rows, cols]}}
   out:   {{kind: output, slots: {slots}, shape: [rows, cols], shard: [N, rows, cols]}}

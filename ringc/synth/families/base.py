@@ -1,5 +1,6 @@
 """What every family module shares: the candidate it yields, and library schedules as
-templates (`library_text`, `with_params`)."""
+templates (`library_text`, `with_params`). The pieces of YAML that the generated families
+write alike are in `templates.py`."""
 
 from __future__ import annotations
 

@@ -17,31 +17,20 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
+from .templates import AXES, add_arrivals, head, load_add_signal, offset_lets, row_major
 
 FAMILY = "direct"
 WHAT = "one-shot: every chip sends its shard straight to every other chip at once"
-
-AXES = "xyz"
 
 
 def _offsets(k: int) -> tuple[list[str], str, str]:
     """The lets for offset o's coordinates, the target's and the source's flat index."""
     axes = AXES[:k]
-    lets = ["o: step + 1                       # the offset, row-major over the axes"]
+    lets = offset_lets(axes)
     if k == 1:  # one axis: `me` and `N` are its coordinate and size
-        return lets, "(me + o) % N", "(me - o) % N"
-    for i, a in enumerate(axes):
-        inner = " * ".join(f"N_{b}" for b in axes[i + 1:])
-        term = f"o // ({inner})" if inner else "o"
-        lets.append(f"d_{a}: ({term}) % N_{a}")
-
-    def flat(sign: str) -> str:
-        out = ""
-        for a in axes:
-            c = f"(me_{a} {sign} d_{a}) % N_{a}"
-            out = c if not out else f"({out}) * N_{a} + {c}"
-        return out
-    return lets, flat("+"), flat("-")
+        return lets[:1], "(me + o) % N", "(me - o) % N"
+    return (lets, row_major(axes, lambda a: f"(me_{a} + d_{a}) % N_{a}"),
+            row_major(axes, lambda a: f"(me_{a} - d_{a}) % N_{a}"))
 
 
 def _header(kind: str, k: int) -> str:
@@ -62,10 +51,7 @@ def all_gather(k: int) -> str:
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]" if k > 1 else "N"
     shard = ", shard: [N, rows, cols]" if k > 1 else ""
     let = "\n".join(f"  {ln}" for ln in lets + [f"target: {target}"])
-    return f"""{_header('all_gather', k)}name: all_gather_direct_{k}d
-collective: all_gather
-axes: [{', '.join(axes)}]
-params: {{rows: 8, cols: 128}}
+    return f"""{_header('all_gather', k)}{head(f"all_gather_direct_{k}d", "all_gather", axes)}
 buffers:
   x:   {{kind: input,  shape: [rows, cols]}}
   out: {{kind: output, slots: {slots}, shape: [rows, cols]{shard}}}
@@ -110,10 +96,7 @@ def psum(k: int) -> str:
         src = ", ".join(f"s_{a}" for a in axes)
         lets = lets + [f"s_{a}: (me_{a} - d_{a}) % N_{a}" for a in axes]
     let = "\n".join(f"  {ln}" for ln in lets + [f"target: {target}", f"source: {source}"])
-    return f"""{_header('psum', k)}name: psum_direct_{k}d
-collective: psum
-axes: [{', '.join(axes)}]
-params: {{rows: 8, cols: 128}}
+    return f"""{_header('psum', k)}{head(f"psum_direct_{k}d", "psum", axes)}
 buffers:
   x:        {{kind: input,  shape: [rows, cols], space: vmem}}
   out:      {{kind: output, shape: [rows, cols], space: vmem}}
@@ -138,22 +121,7 @@ body:
     do:
       - wait: send
       - start: load
-  - when: phase == 2
-    do:
-      - wait: load
-  - when: phase == 2 and step == 0
-    do:
-      - accumulate: out
-        src: "stage[{src}]"
-        base: x
-  - when: phase == 2 and step > 0
-    do:
-      - accumulate: out
-        src: "stage[{src}]"
-  - when: phase == 2
-    do:
-      - signal: done
-        to: source
+{load_add_signal("step", f'"stage[{src}]"', ["source"])}
   - when: phase == 2 and step == N - 2
     do:
       - sem_wait: done
@@ -181,10 +149,7 @@ def psum_scatter(k: int) -> str:
         lets = lets + [f"s_{a}: (me_{a} - d_{a}) % N_{a}" for a in axes]
         shard = ", shard: [N * rows, cols]"
     let = "\n".join(f"  {ln}" for ln in lets + [f"target: {target}", f"source: {source}"])
-    return f"""{_header('psum_scatter', k)}name: psum_scatter_direct_{k}d
-collective: psum_scatter
-axes: [{', '.join(axes)}]
-params: {{rows: 8, cols: 128}}
+    return f"""{_header('psum_scatter', k)}{head(f"psum_scatter_direct_{k}d", "psum_scatter", axes)}
 buffers:
   x:        {{kind: input,  slots: {slots}, shape: [rows, cols]{shard}}}
   out:      {{kind: output, shape: [rows, cols], space: vmem}}
@@ -219,15 +184,7 @@ body:
   - when: phase == 2
     do:
       - wait: load
-  - when: phase == 2 and step == 0
-    do:
-      - accumulate: out
-        src: "stage[{src}]"
-        base: "stage[{me}]"
-  - when: phase == 2 and step > 0
-    do:
-      - accumulate: out
-        src: "stage[{src}]"
+{add_arrivals("phase == 2 and step == 0", "phase == 2 and step > 0", "out", f'"stage[{src}]"', f'"stage[{me}]"')}
 """
 
 

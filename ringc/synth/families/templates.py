@@ -1,0 +1,65 @@
+"""The pieces of schedule YAML that the generated families write alike: a chip's row-major
+index from per-axis coordinates, the offset lets of a direct send, a schedule's head, and
+`body:` entries (`when`), including the tail an all-reduce round ends with (wait for the
+load of what arrived, add it into `out`, signal the sender). Each returns YAML text, so a
+generator stays an f-string of its schedule with these filled in."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+AXES = "xyz"   # the names of a torus' axes, in row-major order
+
+
+def row_major(axes: str, coord: Callable[[str], str]) -> str:
+    """The row-major index over `axes` of the chip whose coordinate along axis a is `coord(a)`."""
+    out = ""
+    for a in axes:
+        out = coord(a) if not out else f"({out}) * N_{a} + {coord(a)}"
+    return out
+
+
+def offset_lets(axes: str) -> list[str]:
+    """The lets of a direct send's offset: o = step + 1, row-major over `axes` (1 .. N - 1,
+    every other chip once), and its coordinate d_a along each axis."""
+    lets = ["o: step + 1                       # the offset, row-major over the axes"]
+    for i, a in enumerate(axes):
+        inner = " * ".join(f"N_{b}" for b in axes[i + 1:])
+        lets.append(f"d_{a}: ({f'o // ({inner})' if inner else 'o'}) % N_{a}")
+    return lets
+
+
+def head(name: str, collective: str, axes: str, rows: int = 8) -> str:
+    """A schedule's first lines after its comment: name, collective, axes and the default params."""
+    return (f"name: {name}\ncollective: {collective}\naxes: [{', '.join(axes)}]\n"
+            f"params: {{rows: {rows}, cols: 128}}")
+
+
+def when(cond: str, *actions: str) -> str:
+    """One `body:` entry: `actions` done where `cond` holds. An action is its YAML lines,
+    unindented, joined by newlines (`"wait: load"`, `"signal: done\\nto: source"`)."""
+    lines = [f"  - when: {cond}", "    do:"]
+    for action in actions:
+        first, *rest = action.split("\n")
+        lines += [f"      - {first}", *(f"        {ln}" for ln in rest)]
+    return "\n".join(lines)
+
+
+def accumulate(dst: str, src: str, base: str | None = None) -> str:
+    """The action `dst = (base or dst) + src`."""
+    return f"accumulate: {dst}\nsrc: {src}" + (f"\nbase: {base}" if base else "")
+
+
+def add_arrivals(first: str, later: str, dst: str, src: str, base: str) -> str:
+    """The two entries that add an arrival `src` into `dst`: onto `base` where `first`
+    holds (the first arrival), onto `dst` itself where `later` holds."""
+    return when(first, accumulate(dst, src, base)) + "\n" + when(later, accumulate(dst, src))
+
+
+def load_add_signal(step: str, src: str, senders: list[str]) -> str:
+    """Phase 2 of an all-reduce round that loaded its arrival into VMEM: wait for the load,
+    add `src` into `out` (onto x where `step` is 0), and signal `done` to each of `senders`,
+    so that their next call may write the slot again."""
+    return "\n".join([when("phase == 2", "wait: load"),
+                      add_arrivals(f"phase == 2 and {step} == 0", f"phase == 2 and {step} > 0", "out", src, "x"),
+                      when("phase == 2", *(f"signal: done\nto: {s}" for s in senders))])
