@@ -104,8 +104,9 @@ class Resolved:
     @classmethod
     def of(cls, sched: S.Schedule) -> "Resolved":
         static = frozenset({"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params})
-        # Static lets in dependency order: a let may name lets written after it (`rounds:
-        # l_x + l_y` above `l_x: log2(N_x)`), so passes repeat until none is added.
+        # Static lets in dependency order, passes repeating until none is added: a let that
+        # names one written below it (refused at its own line by the let check) must not make
+        # a size that uses it look dynamic first, with nothing to name as the cause.
         lets: dict[str, E.Expr] = {}
         pending = dict(sched.let)
         while True:

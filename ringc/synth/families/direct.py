@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
-from .templates import AXES, add_arrivals, head, load_add_signal, offset_lets, row_major
+from .templates import AXES, add_arrivals, head, keep_own, load_add_signal, offset_lets, row_major
 
 FAMILY = "direct"
 WHAT = "one-shot: every chip sends its shard straight to every other chip at once"
@@ -66,10 +66,7 @@ copies:
   own:  {{src: x, dst: "out[{me}]", sem: local_sem}}
   send: {{src: x, dst: "out[{me}]", to: target, send_sem: send_sem, recv_sem: "recv_sems[step]"}}
 body:
-  - when: phase == 0 and step == 0
-    do:
-      - start: own
-      - wait: own
+{keep_own("phase == 0 and step == 0")}
   # Every send leaves at once; then the N - 1 arrivals (and our sends) are waited for.
   - when: phase == 0
     do:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
-from .templates import AXES, accumulate, add_arrivals, head, row_major, when
+from .templates import AXES, accumulate, add_arrivals, head, keep_own, own_copy, row_major, when
 
 FAMILY = "per_axis_direct"
 WHAT = "one-shot along each axis in turn: k rounds of direct sends, sum(N_a - 1) DMAs per chip"
@@ -95,13 +95,10 @@ grid: {{phase: {2 * k}, step: {_grid(axes)}}}
 let:
 {chr(10).join(lets)}
 copies:
-  own: {{src: x, dst: "out[{me}]", sem: local_sem}}
+{own_copy(me)}
 {chr(10).join(copies)}
 body:
-  - when: phase == 0 and step == 0
-    do:
-      - start: own
-      - wait: own
+{keep_own("phase == 0 and step == 0")}
 {chr(10).join(body)}
 """
 

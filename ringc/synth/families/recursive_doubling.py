@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
-from .templates import AXES, head, load_add_signal, row_major, when
+from .templates import AXES, head, keep_own, load_add_signal, own_copy, row_major, when
 
 FAMILY = "recursive_doubling"
 WHAT = "log2(N) rounds of pairwise exchange with me ^ (1 << k), adding what arrives"
@@ -123,13 +123,10 @@ let:
   rounds: log2(N)                # = {rounds}
 {chr(10).join(lets)}
 copies:
-  own: {{src: x, dst: "out[{me}]", sem: local_sem}}
+{own_copy(me)}
 {chr(10).join(copies)}
 body:
-  - when: r == 0
-    do:
-      - start: own
-      - wait: own
+{keep_own("r == 0")}
 {chr(10).join(body)}
 """
 

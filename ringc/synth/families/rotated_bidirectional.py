@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
+from .templates import keep_own, own_copy
 
 FAMILY = "rotated_bidirectional"
 WHAT = "both axis orders at once, each as a right and a left ring: all 4 links of a chip busy"
@@ -171,13 +172,10 @@ grid: {{step: {' + '.join(f'N_{a}' for a in axes)} - {k}}}
 let:
 {chr(10).join(lets)}
 copies:
-  own: {{src: x, dst: "out[{me}]", sem: local_sem}}
+{own_copy(me)}
 {chr(10).join(copies)}
 body:
-  - when: step == 0
-    do:
-      - start: own
-      - wait: own
+{keep_own("step == 0")}
   # Every part leaves at once, each on its own link; what arrives is forwarded next step.
 {chr(10).join(body_start)}
 {chr(10).join(body_wait)}

@@ -45,6 +45,16 @@ def when(cond: str, *actions: str) -> str:
     return "\n".join(lines)
 
 
+def own_copy(me: str) -> str:
+    """The `copies:` entry of an all-gather's own shard: `x` into `out[me]`, locally."""
+    return f'  own: {{src: x, dst: "out[{me}]", sem: local_sem}}'
+
+
+def keep_own(cond: str) -> str:
+    """The `body:` entry that copies the own shard into place (`own_copy`) where `cond` holds."""
+    return when(cond, "start: own", "wait: own")
+
+
 def accumulate(dst: str, src: str, base: str | None = None) -> str:
     """The action `dst = (base or dst) + src`."""
     return f"accumulate: {dst}\nsrc: {src}" + (f"\nbase: {base}" if base else "")
