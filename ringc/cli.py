@@ -212,6 +212,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tpu", metavar=TPU_CHOICES,
                    help="a Python kernel or script: the TPU generation its devices answer as while ringc runs its "
                         "code (device_kind, coords, get_tpu_info; default v5e); see docs/pallas-import.md")
+    c.add_argument("--gpu", metavar="h100",
+                   help="a Python Mosaic GPU kernel or script: the GPU its devices answer as while ringc runs its code "
+                        "(core_count, compute_capability; default h100 when the file imports "
+                        "jax.experimental.pallas.mosaic_gpu); see docs/pallas-import.md (Mosaic GPU)")
     c.add_argument("--axis", metavar="NAME", help="a Python module of functions: the mesh axis the collective runs "
                    "along (default: the default of the function's axis_name parameter, else x)")
     c.add_argument("--mesh", metavar="NAME=SIZE,...", type=_mesh_axes_arg,
@@ -323,6 +327,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and args.data:
         raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
                             "drawn", file=jobs[0][0], fix="drop --show, or --data")
+    if getattr(args, "gpu", None) is not None:
+        from .pallas.tpu import GPUS
+        if args.gpu not in GPUS:
+            raise ScheduleError(f"--gpu {args.gpu}: ringc answers as {', '.join(GPUS)}", file=jobs[0][0],
+                                fix="pass --gpu h100")
+        if args.tpu is not None:
+            raise ScheduleError("--tpu and --gpu both name the hardware the devices answer as", file=jobs[0][0],
+                                fix="pass one of them")
+        args.tpu = args.gpu
     if args.tpu is not None:  # checked here, not by argparse, to say it in one line
         from .pallas.tpu import generation
         try:

@@ -203,7 +203,7 @@ class SteadyState:
         discrete.append(tuple(sorted((s, v) for s, v in m.value.items() if v)))
         discrete.append(tuple(sorted((s, tuple((rel(d.event), d.remaining) for d in q))
                                      for s, q in m.deposits.items() if q)))
-        discrete.append(tuple(sorted(m.blocked_on.items())))
+        discrete.append(tuple(sorted((s, tuple(w)) for s, w in m.blocked_on.items())))
         return tuple(discrete), numbers, drift
 
     # -- the hook -----------------------------------------------------------------------

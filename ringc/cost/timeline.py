@@ -207,10 +207,10 @@ class TimedMachine(Machine):
     # -- arrivals -----------------------------------------------------------------
     def _arrive(self, sem: SemId, amount: int, source: Event) -> None:
         owner, sem = sem[0], self.home(sem)
-        waiter = self.blocked_on.get(sem)
+        waiters = self.blocked_on.get(sem, ())
         self.arrival[(source, sem)] = self.now
         self._deposit(sem, amount, source)
-        if waiter is not None:
+        for waiter in waiters:
             self.waker[waiter] = (source, self.now, owner)
 
     def _reschedule_flows(self) -> None:

@@ -23,6 +23,16 @@ def _pl():
     return pl
 
 
+def _plgpu():
+    """Mosaic GPU's Pallas module; an ImportError while it is refused (devices answering as a
+    TPU, `tpu.answering`) or when absl-py, which it imports, is missing."""
+    import sys
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    if type(sys.modules.get("jax.experimental.pallas.mosaic_gpu")).__name__ == "_RefusingModule":
+        raise ImportError("refused")
+    return plgpu
+
+
 def _memory_spaces() -> Any:
     """The old enum: today's `pltpu.MemorySpace` members, and `ANY`, which moved to `pl.ANY`."""
     import types
@@ -73,6 +83,8 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
     (_pl, "store", _removed_primitive("store"), "pl.store(ref, idx, v) -> ref[idx] = v (the same primitive)"),
     (_pl, "swap", _removed_primitive("swap"), "pl.swap(ref, idx, v) -> the same primitive"),
     (_jax_lib, "xla_bridge", _xla_bridge, "jax.lib.xla_bridge.get_backend -> jax.extend.backend.get_backend"),
+    (_plgpu, "ThreadSemantics", lambda: _plgpu().LoweringSemantics,
+     "plgpu.ThreadSemantics -> plgpu.LoweringSemantics"),
 ]
 
 
@@ -185,7 +197,21 @@ KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]]
      "it after the body"),
     (_jax, "jit", "abstracted_axes", _jit_without_abstracted_axes, JIT_ABSTRACTED_AXES_TEXT),
     (_pl, "pallas_call", "backend", _pallas_call_without_backend, PALLAS_BACKEND_TEXT),
+    (_plgpu, "CompilerParams", "thread_semantics",
+     lambda fn, log, text: _renamed_keyword(fn, log, text, "thread_semantics", "lowering_semantics"),
+     "plgpu.CompilerParams(thread_semantics=...) -> plgpu.CompilerParams(lowering_semantics=...)"),
 ]
+
+
+def _renamed_keyword(fn: Callable[..., Any], log: "AliasLog", text: str, old: str, new: str) -> Callable[..., Any]:
+    """`fn` taking its keyword `new` by its old name `old` too (the same meaning, renamed)."""
+
+    def shim(*args: Any, **kwargs: Any) -> Any:
+        if old in kwargs:
+            kwargs[new] = kwargs.pop(old)
+            log.note(text)
+        return fn(*args, **kwargs)
+    return shim
 
 
 BLOCKSPEC_ORDER_TEXT = ("pl.BlockSpec(index_map, block_shape) -> pl.BlockSpec(block_shape, index_map) (the argument "

@@ -41,8 +41,9 @@ from ..verify import messages as M
 from ..verify.findings import Report
 from ..verify.symmetric.program import SymmetricProgram
 from . import interpret
+from . import mgpu  # noqa: F401 - registers the Mosaic GPU rules
 from .compat import AliasLog, aliases
-from .jaxprs import has_pallas, walk_eqns
+from .jaxprs import KERNEL_CALLS, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle
@@ -291,8 +292,11 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     `stubs` the packages to stub (`imports.py`)."""
     from .imports import importing
     from .script import is_script, script_source
+    from .tpu import GPU_DEFAULT
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
+    if tpu is None and "mosaic_gpu" in script_source(path):  # a Mosaic GPU kernel: devices answer as Hopper GPUs
+        tpu = GPU_DEFAULT
     if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args or axis or mesh:
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
@@ -563,7 +567,7 @@ def _needs_values(jaxpr: Any) -> bool:
 
 def _first_file(jaxpr: Any) -> str | None:
     for e in walk_eqns(jaxpr.jaxpr):
-        if e.primitive.name == "pallas_call":
+        if e.primitive.name in KERNEL_CALLS:
             return user_location(e).file
     return None
 
@@ -816,6 +820,27 @@ def _pallas_call(w: _Outer, eqn: Any, ins: list) -> list:
     return outs
 
 
+@PRIMITIVES.outer("mpmd_map", does=Does.KERNEL)
+def _mpmd_map(w: _Outer, eqn: Any, ins: list) -> list:
+    """A Mosaic GPU kernel call (`plgpu.kernel`), recorded in order (its blocks evaluated
+    as processes later, `mgpu.run_launch`)."""
+    outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
+    if w.mesh_axes is None:
+        raise ScheduleError("a Mosaic GPU kernel outside shard_map", file=user_location(eqn).file,
+                            line=int(user_location(eqn)),
+                            fix="ringc checks collectives: run the kernel under jax.shard_map")
+    w.calls.append(Call(eqn, ins, outs, f"call {len(w.calls) + 1}",
+                        frozenset(j for j, v in enumerate(eqn.outvars) if v not in w.read_later), gpu=True))
+    return outs
+
+
+@PRIMITIVES.outer("custom_vmap_call", does=Does.CALL)
+def _custom_vmap_call(w: _Outer, eqn: Any, ins: list) -> list:
+    """`plgpu.kernel`'s wrapper (a custom batching rule): its body, inline."""
+    sub = eqn.params["call"]
+    return w.walk(getattr(sub, "jaxpr", sub), ins)
+
+
 @PRIMITIVES.outer("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint",
                   "remat")
 def _call(w: _Outer, eqn: Any, ins: list) -> list:
@@ -970,8 +995,8 @@ def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: "Pr
     and the data flow are those of the flat program. Otherwise the program is left as it is
     (and the meaning check names the shape that does not fit). Returns the program, the
     meaning and the assumptions to state."""
-    meaning = _meaning(collective, outer, b, program.n, file)
-    shapes, n = program.shapes, program.n
+    meaning = _meaning(collective, outer, b, program.device_count, file)
+    shapes, n = program.shapes, program.device_count
     if collective.shape_problem(n, shapes, meaning[1]) is None:
         return program, meaning, []
     roles = [nm for nm in dict.fromkeys((meaning[1].input, meaning[1].output, meaning[1].rhs, meaning[1].values))
@@ -1018,7 +1043,7 @@ def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
                   shapes: dict[str, tuple[int, ...]]) -> "Program | SymmetricProgram":
     """`program` with every access to the buffers in `views` (name -> rows per device) on
     their [N, m, ...] view (`flat_views`); `_NoView` when an access straddles two blocks."""
-    n = program.n
+    n = program.device_count
 
     def region(r: Region | None, whole_ok: bool) -> Region | None:
         return _view_region(r, views[r.buffer], n, whole_ok) if r is not None and r.buffer in views else r
@@ -1043,7 +1068,7 @@ def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
         second = [[event(ev) for ev in evs] for evs in program.second_core]
         targets = [(moved.get(id(ev), ev), t) for ev, t in program.targets]
         # every other field (dtypes, parallel dims, call names, ...) as it is
-        return replace(program, n=n, devices=devices, shapes=shapes, targets=targets, second_core=second)
+        return replace(program, devices=devices, shapes=shapes, targets=targets, second_core=second)
 
     if not isinstance(program, SymmetricProgram):
         return viewed(program)
@@ -1122,9 +1147,13 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
     report.findings[:0] = _fault_findings(b.faults)
-    report.assumptions.insert(0, f"N = {program.n} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
-                                 f"{len(outer.calls)} pallas_call(s)"
+    gpu_calls = [c for c in outer.calls if c.gpu]
+    report.assumptions.insert(0, f"N = {program.device_count} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+                                 + (f"{len(outer.calls)} pallas_call(s)" if not gpu_calls else
+                                    f"{len(gpu_calls)} Mosaic GPU kernel call(s)")
                                  + (f" x {invocations} invocations" if invocations > 1 else ""))
+    if gpu_calls:
+        report.assumptions[1:1] = mgpu.assumptions(b)
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
                                   "the second half of its indices on core 1")
@@ -1226,7 +1255,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
         raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
                             fix="build the function over the mesh you check")
     if lanes:
-        if b.n < 2:
+        if b.n < 2 or any(c.gpu for c in outer.calls):  # GPU blocks are processes, not translated devices
             return outer, None
         b.lanes = Lanes(b.axis_sizes)
     b.calls = outer.calls
@@ -1235,7 +1264,10 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
         try:
             for _ in range(invocations):
                 for k, call in enumerate(outer.calls):
-                    b.run_call(call, k)
+                    if call.gpu:
+                        mgpu.run_launch(b, call, k)
+                    else:
+                        b.run_call(call, k)
                     b.invocation += 1
         except (Diverge, ScheduleError):
             if not lanes and not cosim and b.cross_values:

@@ -40,7 +40,7 @@ import numpy as np
 from .. import limits
 
 from ..errors import ScheduleError
-from ..verify.events import BARRIER, Compute, DmaStart, SemWait, Signal
+from ..verify.events import BARRIER, Compute, DmaStart, Region, SemWait, Signal
 from .primitives import ELEMENTWISE, PRIMITIVES, Does, scan_loop, while_loop
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
 
@@ -144,7 +144,11 @@ class KernelError(ScheduleError):
 
 
 class Interpreter:
-    """Evaluates kernel jaxprs for one device; `sink` receives the events."""
+    """Evaluates kernel jaxprs for one device; `sink` receives the events. `slot` is the
+    rule each primitive's entry gives it (`Primitive.kernel`; the Mosaic GPU interpreter's
+    `Primitive.gpu`)."""
+
+    slot = "kernel"
 
     def __init__(self, sink: "Sink", device: int, coords: dict[str, int], axis_sizes: dict[str, int]):
         self.sink = sink
@@ -260,7 +264,8 @@ class Interpreter:
     def _plan(self, jaxpr: Any) -> tuple[list, list]:
         """Per jaxpr, once: each equation with its rule, its inputs as (var, None) or
         (None, literal value), and its outputs."""
-        hit = _PLANS.get(jaxpr)
+        plans = _PLANS[self.slot]
+        hit = plans.get(jaxpr)
         if hit is not None:
             return hit
 
@@ -271,10 +276,11 @@ class Interpreter:
         for eqn in jaxpr.eqns:
             self.eqn = eqn
             entry = PRIMITIVES.get(eqn.primitive.name)
-            fn = entry.kernel if entry is not None and entry.kernel is not None else self.generic(eqn, entry)
+            rule = getattr(entry, self.slot) if entry is not None else None
+            fn = rule if rule is not None else self.generic(eqn, entry)
             steps.append((eqn, fn, [atom(a) for a in eqn.invars], eqn.outvars))
         plan = (steps, [atom(a) for a in jaxpr.outvars])
-        _PLANS[jaxpr] = plan
+        plans[jaxpr] = plan
         return plan
 
     def run_closed(self, closed: Any, args: list) -> list:
@@ -311,7 +317,8 @@ class Interpreter:
 # Per jaxpr, while it lives (a `Jaxpr` hashes by identity): the variables it reads, and its
 # equations' rules and inputs (`Interpreter._plan`).
 _USED: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
-_PLANS: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+_PLANS: "dict[str, weakref.WeakKeyDictionary[Any, tuple]]" = {
+    "kernel": weakref.WeakKeyDictionary(), "gpu": weakref.WeakKeyDictionary()}
 _LIT = object()  # marks a literal input in a plan
 
 
@@ -799,6 +806,18 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
     back through every view to the underlying buffer at the end (`_unview`)."""
     views: list[tuple[Any, Ref, Ref]] = []  # (the transform, the ref it views, a ref over its stand-in)
     for t in transforms or ():
+        if isinstance(t, _Unswizzle):  # a permutation inside each swizzle atom: see `_untiled`
+            continue
+        if isinstance(t, _Untile):
+            if not isinstance(ref, Ref) or ref.var:
+                raise it.fail("an untiled view of something that is not one SMEM ref", "index the SMEM ref")
+            n = len(t.tiling)
+            lead, blocks = ref.shape[:-2 * n], ref.shape[-2 * n:-n]
+            shape = (*lead, *(b * k for b, k in zip(blocks, t.tiling)))
+            stand = Buffer(ref.buffer.name, tuple(shape), ref.buffer.dtype, ref.buffer.space, ref.buffer.kind)
+            views.append((t, ref, Ref.whole(stand, ref.device)))
+            ref = views[-1][2]
+            continue
         if isinstance(t, (_Reshape, _Bitcast)):
             name = getattr(ref, 'name', getattr(getattr(ref, 'buffer', None), 'name', '?'))
             if not isinstance(ref, Ref):
@@ -918,6 +937,8 @@ def _unview(it: Interpreter, t: Any, base: Ref, v: Ref, bounds: bool = True) -> 
     if v.var:
         raise Diverge("a view sliced differently on each device")
     strided = getattr(v, "strided", "")
+    if isinstance(t, _Untile):
+        return _untiled(t, base, v)
     if isinstance(t, _Bitcast):
         box = _bitcast_box(base, v)
     else:
@@ -936,6 +957,39 @@ def _unview(it: Interpreter, t: Any, base: Ref, v: Ref, bounds: bool = True) -> 
                       "slice the reshaped ref along its leading dimension by whole rows of the original")
     kept = tuple(base.kept[k] for k in v.kept) if isinstance(t, _Bitcast) else tuple(range(len(box)))
     return ViewRef(base.buffer, base.device, box, kept, strided=strided, view=v.shape, view_dtype=v.dtype)
+
+
+def _untiled(t: _Untile, base: Ref, v: Ref) -> Ref:
+    """A box of an untiled view of tiled SMEM (Mosaic GPU: physical [..., B1, B2, t1, t2], seen
+    as [..., B1 * t1, B2 * t2]) in the physical buffer: the leading dims as they are, each tiled
+    dim as the tiles it touches, whole (a bounding box: exact for tile-aligned accesses, which
+    TMA and wgmma make). Swizzling permutes elements inside a swizzle atom, so whole tiles are
+    the same bytes either way. The data is not followed through the layout (`Ref.layout`)."""
+    n = len(t.tiling)
+    phys_lead = len(base.buffer.shape) - 2 * n
+    box, kept = [], []
+    for d in range(phys_lead):
+        a0, b0 = base.box[d]
+        if d in base.kept:  # a dim the view still has: sliced by the view's indices
+            j = base.kept.index(d)
+            a, b = v.box[j]
+            box.append((a0 + a, a0 + b))
+            if j in v.kept:
+                kept.append(d)
+        else:
+            box.append((a0, b0))
+    lead = len(v.buffer.shape) - n
+    tiles, inner = [], []
+    for k, size in enumerate(t.tiling):
+        a, b = v.box[lead + k]
+        t0 = base.box[phys_lead + k][0]
+        tiles.append((t0 + a // size, t0 + -(-b // size)))
+        one = a // size == (b - 1) // size
+        inner.append((a % size, (b - 1) % size + 1) if one else (0, size))
+    box += tiles + inner
+    kept += range(phys_lead, len(box))
+    return ViewRef(base.buffer, base.device, tuple(box), tuple(kept), view=v.shape, view_dtype=v.dtype,
+                   layout=f"SMEM tiled {list(t.tiling)}")
 
 
 def _bitcast_box(base: Ref, v: Ref) -> tuple:
@@ -1138,6 +1192,20 @@ class _Select(NamedTuple):
     idx: Any
 
 
+class Peer(NamedTuple):
+    """`plgpu.remote_ref`'s transform: the same ref on another GPU (`mgpu.gpu_ref`)."""
+    device_id: Any
+    device_id_type: Any
+
+
+class _Untile(NamedTuple):
+    tiling: tuple[int, ...]
+
+
+class _Unswizzle(NamedTuple):
+    swizzle: int
+
+
 class _Slice(NamedTuple):
     start: Any
     size: Any
@@ -1168,6 +1236,12 @@ def _template(it: Interpreter, eqn: Any, key: str, n: int) -> Any:
             return _Indexer(tuple(plain(i) for i in x.indices), tuple(x.int_indexer_shape))
         if name == "SelectTransform":
             return _Select(plain(x.idx))
+        if name == "PeerMemRef":  # Mosaic GPU's `plgpu.remote_ref` (`mgpu.gpu_ref`)
+            return Peer(plain(x.device_id), x.device_id_type)
+        if name == "UntilingTransform":  # Mosaic GPU's tiled SMEM, seen untiled
+            return _Untile(tuple(int(t) for t in x.tiling))
+        if name == "UnswizzleRef":  # Mosaic GPU's swizzled SMEM, seen unswizzled
+            return _Unswizzle(int(x.swizzle))
         if name == "Slice":
             return _Slice(plain(x.start), plain(x.size), plain(getattr(x, "stride", 1)))
         if isinstance(x, tuple):
@@ -1210,7 +1284,7 @@ def _constant(t: Any) -> Callable[[list], Any]:
     return get
 
 
-def _unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
+def unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
     return _template(it, eqn, key, len(invals))(invals)
 
 
@@ -1234,7 +1308,7 @@ def sem_id(it: Interpreter, s: Any, device: int, what: str) -> tuple:
 # -- DMAs and semaphores -----------------------------------------------------------------
 @PRIMITIVES.kernel("dma_start", does=Does.MEMORY | Does.SEMAPHORE, doc="an async copy, local or remote: DmaStart")
 def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
-    src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
+    src, dst, dst_sem, src_sem, dev = unflatten(it, eqn, invals)
     src, dst = _split(it, src)[0], _split(it, dst)[0]
     dst_sem, src_sem = _split(it, dst_sem)[0], _split(it, src_sem)[0]
     if eqn.params.get("add"):
@@ -1339,7 +1413,7 @@ def _known_values(device: int, ref: Ref) -> np.ndarray | None:
 
 @PRIMITIVES.kernel("dma_wait", does=Does.MEMORY | Does.SEMAPHORE, doc="`.wait()`, `.wait_send()`, `.wait_recv()`: SemWait for the bytes of the waited side")
 def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
-    src, dst, dst_sem, src_sem, dev = _unflatten(it, eqn, invals)
+    src, dst, dst_sem, src_sem, dev = unflatten(it, eqn, invals)
     # A wait reads only its descriptor's size: kernels size a wait-only descriptor to the total
     # of several DMAs (`x_ref.at[pl.ds(0, 8 * count)]`), which may reach past the ref.
     src, dst = _split(it, src, bounds=False)[0], _split(it, dst, bounds=False)[0]
@@ -1356,7 +1430,7 @@ def _dma_wait(it: Interpreter, eqn: Any, invals: list) -> list:
 
 @PRIMITIVES.kernel("semaphore_signal", does=Does.SEMAPHORE, doc="`pl.semaphore_signal`, local or on another device: Signal")
 def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
-    sem, transforms, inc, dev, core = _unflatten(it, eqn, invals, "args_tree")
+    sem, transforms, inc, dev, core = unflatten(it, eqn, invals, "args_tree")
     sem = apply_transforms(it, sem, transforms)
     amount = it.scalar(inc, "the signal increment")
     if core is not None:
@@ -1370,7 +1444,7 @@ def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
 
 @PRIMITIVES.kernel("semaphore_wait", does=Does.SEMAPHORE, doc="`pl.semaphore_wait` (decrementing): SemWait")
 def _sem_wait(it: Interpreter, eqn: Any, invals: list) -> list:
-    sem, transforms, value, decrement = _unflatten(it, eqn, invals, "args_tree")
+    sem, transforms, value, decrement = unflatten(it, eqn, invals, "args_tree")
     sem = apply_transforms(it, sem, transforms)
     if not decrement:
         raise it.fail("a non-decrementing semaphore wait", "ringc models `semaphore_wait(sem, value)`, which decrements")
@@ -1408,6 +1482,12 @@ def _read(it: Interpreter, ref: Ref) -> Any:
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
         return _origin(it, ref, _py(arr[sl]))
     _vector_memory(it, ref, "load")
+    if ref.layout:  # tiled SMEM (Mosaic GPU): read as the tiles it touches; its values not followed
+        reg = it.sink.register(it.eqn, it.where(), tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept), buf.dtype)
+        it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
+        _note(it, f"values through {ref.layout} SMEM are not followed (the meaning check does not cover what "
+                  "passes through it); its accesses are the tiles they touch")
+        return Data(ref.shape, ("opaque", f"{ref.layout} SMEM at line {int(it.where())}"))
     if ref.strided:  # read as the box from its first to its last element; its values not followed
         box = tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept)
         reg = it.sink.register(it.eqn, it.where(), box, buf.dtype)
@@ -1417,7 +1497,7 @@ def _read(it: Interpreter, ref: Ref) -> Any:
         return Data(ref.shape, ("opaque", f"{ref.strided} at line {int(it.where())}"))
     reg = it.sink.register(it.eqn, it.where(), ref.shape, ref.dtype)
     dst = Ref.whole(reg, it.device).region()
-    it.emit(Compute("load", dst, it.region(ref)))
+    it.emit(Compute("load", *squeezed(dst, it.region(ref))))
     sh = buf.shadow.get(ref.device) if it.lanes is None else None
     if sh is not None:  # integers the kernel stored or a DMA copied here: the load's values
         vals = sh.get(_box_slices(ref))
@@ -1427,6 +1507,23 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     if why is not None and math.prod(ref.shape) == 1:
         return Unknown(f"it is read from `{buf.name}` at line {int(it.where())}, which {why}", data=True)
     return Data(ref.shape, ("load", dst))
+
+
+def squeezed(dst: Region, src: Region) -> tuple[Region, Region]:
+    """Two regions of one size whose shapes differ only in dims of 1 (a [1, 32, 128] tile of a
+    reshaped view, read from rows of a [1024, 128] buffer): both as their dims other than 1,
+    so the data flow maps them element by element. Others as they are."""
+    if dst.shape == src.shape:
+        return dst, src
+    ones = lambda r: Region(r.buffer, r.device, r.box, tuple(d for d in r.kept if r.box[d][1] - r.box[d][0] != 1),
+                            r.itemsize)
+    a, b = ones(dst), ones(src)
+    return (a, b) if a.shape == b.shape else (dst, src)
+
+
+def read_ref(it: Interpreter, ref: Ref) -> Any:
+    """A load of a whole ref (`_read`), for rules outside this module."""
+    return _read(it, ref)
 
 
 def _origin(it: Interpreter, ref: Ref, v: Any) -> Any:
@@ -1456,6 +1553,9 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
             return
     _vector_memory(it, ref, "store")
     dst = it.region(ref)
+    if ref.layout:  # tiled SMEM (Mosaic GPU): the tiles it touches, values not followed
+        it.emit(Compute("opaque", dst, fn=(f"a value stored into {ref.layout} SMEM at line {int(it.where())}",)))
+        return
     if buf.follows_values:
         _shadow_write(it, ref, value)
     if type(value) is Vec:  # every device's own constant: zero on some devices only is not a translation
@@ -1586,7 +1686,7 @@ def store_actions(dst: Any, v: Data) -> list:
 
 
 def _indexed(it: Interpreter, eqn: Any, ref: Any, flat: list, key: str = "tree") -> Any:
-    transforms = _unflatten(it, eqn, flat, key) if key in eqn.params else ()
+    transforms = unflatten(it, eqn, flat, key) if key in eqn.params else ()
     return apply_transforms(it, ref, transforms)
 
 
@@ -1628,7 +1728,7 @@ def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
 
 @PRIMITIVES.kernel("masked_load", does=Does.MEMORY, doc="`pl.load` without a mask: a load")
 def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
-    args = _unflatten(it, eqn, invals, "args_tree")
+    args = unflatten(it, eqn, invals, "args_tree")
     ref, transforms, mask = args[0], args[1], args[2]
     if mask is not None:
         raise it.fail("a masked load", "ringc models whole-box loads")
@@ -1637,7 +1737,7 @@ def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
 
 @PRIMITIVES.kernel("masked_swap", does=Does.MEMORY, doc="`pl.store` without a mask: a store")
 def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
-    args = _unflatten(it, eqn, invals, "args_tree")
+    args = unflatten(it, eqn, invals, "args_tree")
     ref, transforms, val, mask = args[0], args[1], args[2], args[3]
     if mask is not None:
         raise it.fail("a masked store", "ringc models whole-box stores")

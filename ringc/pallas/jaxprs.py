@@ -26,11 +26,20 @@ def jitted_calls(hook: Callable[..., Any]) -> Iterator[None]:
         pjit._pjit_call_impl_python = run
 
 
+# The primitives that call a kernel: a Pallas TPU `pallas_call`, a Mosaic GPU `plgpu.kernel` (`mpmd_map`).
+KERNEL_CALLS = ("pallas_call", "mpmd_map")
+
+
+def kernel_jaxpr(eqn: Any) -> Any:
+    """The kernel a kernel call runs: a `pallas_call`'s jaxpr, an `mpmd_map`'s one program."""
+    return eqn.params["jaxpr"] if "jaxpr" in eqn.params else eqn.params["jaxprs"][0]
+
+
 def walk_eqns(jaxpr: Any):
     from jax._src import core
     for eqn in jaxpr.eqns:
         yield eqn
-        if eqn.primitive.name == "pallas_call":
+        if eqn.primitive.name in KERNEL_CALLS:
             continue
         for p in eqn.params.values():
             for sub in (p if isinstance(p, (tuple, list)) else [p]):
@@ -45,6 +54,6 @@ def has_pallas(eqn: Any) -> bool:
     for p in eqn.params.values():
         for sub in (p if isinstance(p, (tuple, list)) else [p]):
             j = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub if isinstance(sub, core.Jaxpr) else None
-            if j is not None and any(e.primitive.name == "pallas_call" for e in walk_eqns(j)):
+            if j is not None and any(e.primitive.name in KERNEL_CALLS for e in walk_eqns(j)):
                 return True
     return False

@@ -67,6 +67,7 @@ class Primitive:
     does: Does
     doc: str = ""
     kernel: Rule | None = None   # inside a kernel (`interpret.Interpreter`); None: `pure_rule`
+    gpu: Rule | None = None      # inside a Mosaic GPU kernel (`mgpu.GpuInterpreter`); None: pure or refused
     outer: Rule | None = None    # outside the kernels (`importer._Outer`); None: computed
     numpy: Callable[..., Any] | None = None   # pure: `numpy(params, *arrays)` on concrete arrays
     scalar: Callable[..., Any] | None = None  # pure: on Python ints (None: numpy decides)
@@ -75,6 +76,7 @@ class Primitive:
     # A lax collective XLA runs between the kernels (outside every pallas_call): its words for
     # the verdict, from its params and the mesh's axis sizes (`importer._Outer.other`).
     words: Callable[[dict, dict[str, int]], str] | None = None
+    gpu_doc: str = ""            # the GPU rule's row in docs/pallas-import.md (Mosaic GPU)
 
 
 class PrimitiveTable(RuleTable):
@@ -104,6 +106,32 @@ class PrimitiveTable(RuleTable):
                 p.kernel = rule
             return rule
         return add
+
+    def gpu(self, *names: str, does: Does, doc: str = "") -> Callable[[Rule], Rule]:
+        """Register the Mosaic GPU interpreter's rule for `names` (`mgpu.GpuInterpreter`)."""
+        def add(rule: Rule) -> Rule:
+            for name in names:
+                p = self._entry(name, does, "")
+                if p.gpu is not None:
+                    raise ValueError(f"{self.stage}: two GPU rules for `{name}`")
+                p.gpu = rule
+                if doc and not p.doc:
+                    p.doc = doc
+                p.gpu_doc = doc or (rule.__doc__ or "").strip().splitlines()[0]
+            return rule
+        return add
+
+    def gpu_shares(self, *names: str) -> None:
+        """The GPU interpreter uses the TPU interpreter's rule for `names` (loads, stores,
+        control flow: they mean the same on both)."""
+        for name in names:
+            p = self.get(name)
+            if p is None or p.kernel is None:
+                raise ValueError(f"{self.stage}: `{name}` has no kernel rule to share")
+            if p.gpu is not None:
+                raise ValueError(f"{self.stage}: two GPU rules for `{name}`")
+            p.gpu = p.kernel
+            p.gpu_doc = "as on TPU"
 
     def outer(self, *names: str, does: Does | None = None) -> Callable[[Rule], Rule]:
         """Register the outer walker's rule for `names` (outside the kernels)."""

@@ -37,6 +37,7 @@ from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, Se
 from ..verify.symmetric.program import SymmetricProgram
 from ..verify.calls import Handover, entry_sync
 from .corun import CoRun
+from .jaxprs import kernel_jaxpr
 from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
@@ -75,6 +76,7 @@ class Call:
     # Outputs the program never reads (a DropVar, or a result no later equation or return uses):
     # the kernel's scratch in all but name (a flash kernel's `m_scratch` output), noted in the verdict.
     dropped: frozenset[int] = frozenset()
+    gpu: bool = False  # a Mosaic GPU kernel (`mpmd_map`): its blocks run as processes (`mgpu.run_launch`)
 
 
 def _space(aval: Any) -> str:
@@ -139,6 +141,11 @@ class Builder(Sink):
         self.cosim = False
         self.cross_values = False
         self.corun: CoRun | None = None
+        # Mosaic GPU: the devices are GPUs, each block's warpgroup a process of its own after
+        # the GPUs' launch processes 0..n-1 (`mgpu.py`): (gpu, block, warpgroup) -> process.
+        self.n_gpus = self.n
+        self.processes: dict[tuple[int, int, int], int] = {}
+        self.labels: list[str] = [str(d) for d in range(self.n)]
 
     # -- naming --------------------------------------------------------------------
     def where(self, line: Any) -> str:
@@ -216,6 +223,23 @@ class Builder(Sink):
                     got.unknown.pop(d, None)
         return Ref.whole(got, it.device)
 
+    def process(self, gpu: int, block: int, wg: int, threads: int, engine: bool = False) -> int:
+        """The process of warpgroup `wg` of `block` on `gpu` (created on first use); `engine`: the
+        block's copy engine (`mgpu._tma_engine`), numbered after its warpgroups."""
+        key = (gpu, block, wg)
+        p = self.processes.get(key)
+        if p is None:
+            p = self.processes[key] = len(self.devices)
+            self.devices.append([])
+            self.second_core.append([])
+            self.labels.append(f"{self.labels[gpu]} block {block}"
+                               + (" TMA" if engine else f" wg {wg}" if threads > 1 else ""))
+        return p
+
+    def block_process(self, gpu: int, block: int) -> int:
+        """The process whose index names a block's shared memory (SMEM): its first warpgroup's."""
+        return self.processes[(gpu, block, 0)]
+
     # -- calls ---------------------------------------------------------------------
     def run_call(self, call: Call, call_index: int) -> None:
         """Evaluate one pallas_call on every device."""
@@ -223,7 +247,7 @@ class Builder(Sink):
         p = eqn.params
         gm = p["grid_mapping"]
         kernel = p["jaxpr"]
-        names = _arg_names(kernel)
+        names = arg_names(kernel)
         cp = p.get("compiler_params")
         cp = cp.get("mosaic_tpu", cp) if isinstance(cp, dict) else cp
         collective_id = getattr(cp, "collective_id", None)
@@ -528,10 +552,14 @@ class Builder(Sink):
                         self.targets, axis_sizes=dict(self.axis_sizes),
                         dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel),
                 dict(self.lanes.steps))
-        return Program(name, self.file, self.n, grid_names, self.devices, dict(self.sem_kinds), shapes,
+        gpu = bool(self.processes)
+        places = tuple(range(self.n)) + tuple(g for (g, _, _), _ in sorted(self.processes.items(), key=lambda kv: kv[1]))
+        return Program(name, self.file, len(self.devices), grid_names, self.devices, dict(self.sem_kinds), shapes,
                        self.targets, axis_sizes=dict(self.axis_sizes),
+                       device_labels=list(self.labels) if gpu else None,
                        second_core=self.second_core if self.megacore else [],
-                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel)
+                       dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel,
+                       memories=self.n if gpu else 0, places=places if gpu else ())
 
 
 def kernel_location(eqn: Any) -> Loc:
@@ -540,7 +568,7 @@ def kernel_location(eqn: Any) -> Loc:
     loc = user_location(eqn)
     if int(loc):
         return loc
-    info = getattr(eqn.params["jaxpr"], "debug_info", None)
+    info = getattr(kernel_jaxpr(eqn), "debug_info", None)
     src = getattr(info, "func_src_info", None) or ""
     if " at " in src and ":" in src:
         file, _, line = src.rpartition(" at ")[2].rpartition(":")
@@ -558,7 +586,7 @@ def _unique(bufs: list[Buffer]) -> list[Buffer]:
     return out
 
 
-def _arg_names(kernel: Any) -> list[str]:
+def arg_names(kernel: Any) -> list[str]:
     info = getattr(kernel, "debug_info", None)
     names = list(getattr(info, "arg_names", None) or [])
     out = []

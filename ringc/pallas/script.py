@@ -54,7 +54,7 @@ from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
-from .jaxprs import jitted_calls, walk_eqns
+from .jaxprs import KERNEL_CALLS, jitted_calls, kernel_jaxpr, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
 
 __all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
@@ -214,10 +214,10 @@ def kernel_names(jaxpr: Any) -> str:
     runs, `all_gather_pallas_kernel in kernel_wrapper` (`_inner_kernel`)."""
     names = []
     for e in walk_eqns(jaxpr):
-        if e.primitive.name == "pallas_call":
-            debug = getattr(e.params.get("jaxpr"), "debug_info", None)
+        if e.primitive.name in KERNEL_CALLS:
+            debug = getattr(kernel_jaxpr(e), "debug_info", None)
             name = e.params.get("name") or getattr(debug, "func_name", None) or "kernel"
-            inner = _inner_kernel(e.params.get("jaxpr"), name)
+            inner = _inner_kernel(kernel_jaxpr(e), name)
             if inner:
                 name = f"{inner} in {name}"
             if name not in names:
@@ -426,7 +426,7 @@ class CallKey:
         self._args = tuple((a.shape, str(a.dtype), str(getattr(a, "sharding", "")),
                             getattr(small_ints(a), "tobytes", bytes)()) for a in args if hasattr(a, "shape"))
         self.summary = (len(jaxpr.eqns), tuple(str(v.aval) for v in jaxpr.outvars),
-                        tuple((str(e.params.get("name")), len(e.params["jaxpr"].eqns),
+                        tuple((str(e.params.get("name")), len(kernel_jaxpr(e).eqns),
                                str(e.params.get("compiler_params")), str(e.params.get("input_output_aliases")))
                               for e in kernels), self._args)
         self._printed: dict[str, Any] = {}
@@ -434,7 +434,8 @@ class CallKey:
     def _print(self, what: str) -> Any:
         if what not in self._printed:
             self._printed[what] = (re.sub(r"interpret=(\w+\([^()]*\)|\w+)", "", str(self._jaxpr)) if what == "outer"
-                                   else tuple(str(e.params["jaxpr"]) + str(e.params["grid_mapping"])
+                                   else tuple(str(kernel_jaxpr(e)) + str(e.params.get("grid_mapping",
+                                                                                      e.params.get("meshes")))
                                               for e in self._kernels))
         return self._printed[what]
 
@@ -477,7 +478,7 @@ def _capturing(script: Script) -> Iterator[None]:
             import jax  # jax arrays, so that `.block_until_ready()` and the like work on them
             return [jax.device_put(np.zeros(v.aval.shape, v.aval.dtype)) for v in jaxpr.jaxpr.outvars], None, None, []
 
-        kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        kernels = [e for e in walk_eqns(jaxpr.jaxpr) if e.primitive.name in KERNEL_CALLS]
         if kernels:
             line, via = call_site(script.path, script.test is not None)
             if not line:

@@ -53,18 +53,27 @@ class Generation:
     name: str          # the --tpu spelling (and `tpu_info.ChipVersion`'s value)
     device_kind: str   # `device.device_kind`, as libtpu's devices of the generation report it
     cores: int         # `device.num_cores`: TensorCores per JAX device (2: one megacore device per chip)
+    # A GPU the devices answer as instead (`--gpu`, or a file that imports Mosaic GPU): its
+    # platform, `device.core_count` (SMs) and `device.compute_capability`.
+    platform: str = "tpu"
+    sms: int = 0
+    capability: str = ""
+
+    @property
+    def gpu(self) -> bool:
+        return self.platform == "gpu"
 
     @property
     def axes(self) -> int:
-        """Axes of the generation's slices (2: v5e, v6e; 3: v4, v5p): `ringc.topology`."""
-        return _AXES[self.name]
+        """Axes of the generation's slices (2: v5e, v6e; 3: v4, v5p; a GPU's NVSwitch: 1): `ringc.topology`."""
+        return 1 if self.gpu else _AXES[self.name]
 
     def shape(self, n: int) -> tuple[int, ...]:
         """The slice of n chips: for a power of two the generation's own slice shapes (v5e
         1x1, 2x2, 2x4, 4x4, 4x8, ...; v5p 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, ...: each doubles
         its smallest axis, the last of equal ones), else a line of n chips along x."""
         dims = [1] * self.axes
-        if n & (n - 1):
+        if n & (n - 1) or self.gpu:
             dims[0] = n
             return tuple(dims)
         while math.prod(dims) < n:
@@ -101,16 +110,25 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (
     Generation("v4", "TPU v4", 2),
     Generation("v6e", "TPU v6 lite", 1),
 )}
+# The GPUs `--gpu` accepts: what JAX's CUDA devices report (H100 SXM: 132 SMs, sm_90; the shipped
+# Mosaic GPU kernels read `core_count` for their grid, JAX's tests `compute_capability` to skip).
+GPUS: dict[str, Generation] = {g.name: g for g in (
+    Generation("h100", "NVIDIA H100 80GB HBM3", 1, platform="gpu", sms=132, capability="9.0"),
+)}
+GPU_DEFAULT = "h100"
 DEFAULT = "v5e"
 
 # The device attributes the stand-ins answer, and every question the verdict lists, in order.
 ANSWERED = ("platform", "device_kind", "coords", "core_on_chip", "num_cores", "slice_index")
-QUESTIONS = (*ANSWERED, "get_tpu_info")
+GPU_ANSWERED = ("platform", "device_kind", "core_count", "compute_capability")
+QUESTIONS = (*ANSWERED, "get_tpu_info", *GPU_ANSWERED[2:])
 
 
 def generation(name: str | None) -> Generation:
     """The row for `--tpu NAME`; ValueError naming the choices for any other name."""
     name = DEFAULT if name is None else name
+    if name in GPUS:
+        return GPUS[name]
     if name not in GENERATIONS:
         raise ValueError(f"unknown TPU generation {name!r}: choose one of {', '.join(GENERATIONS)} "
                          f"(default {DEFAULT})")
@@ -159,6 +177,9 @@ class Answers:
         if not self.asked:
             return None
         g = self.generation
+        if g.gpu:
+            return (f"devices answer as {g.device_kind} GPUs (--gpu {g.name}): {g.sms} SMs (core_count), compute "
+                    f"capability {g.capability}; the code asked {', '.join(q for q in QUESTIONS if q in self.asked)}")
         return (f"devices answer as TPU {g.name} (--tpu): device_kind {g.device_kind!r}, coords of a "
                 f"{'x'.join(map(str, self.shape))} slice, {g.cores} TensorCore{'s' if g.cores > 1 else ''} per "
                 f"device; the code asked {', '.join(q for q in QUESTIONS if q in self.asked)}")
@@ -199,7 +220,8 @@ class Askers:
 # Hardware ringc does not model. A module is replaced, while the user's code runs, by a
 # stand-in whose every attribute refuses; a function refuses when called.
 _MODULES = {
-    "jax.experimental.pallas.mosaic_gpu": "Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) are not supported yet",
+    "jax.experimental.pallas.mosaic_gpu": ("Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) with devices "
+                                           "answering as a TPU: check them with --gpu h100"),
     "jax.experimental.pallas.triton": "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet",
     "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
 }
@@ -210,7 +232,8 @@ _FUNCTIONS = (
     # Newer JAX's name (absent from the jax ringc runs on, so a use was an AttributeError).
     ("jax.experimental.pallas.tpu", "TensorCoreMesh", "TensorCore meshes (pltpu.TensorCoreMesh) are not supported"),
 )
-REFUSAL_TAIL = ": ringc checks Pallas TPU kernels (pallas_call under shard_map)"
+REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call under shard_map) and multi-GPU Mosaic GPU kernels "
+                "(plgpu.kernel under shard_map)")
 
 
 def _caller(depth: int) -> tuple[str, int]:
@@ -268,7 +291,7 @@ def unsupported_in(jaxpr: Any) -> str | None:
         params = e.params.get("compiler_params")
         backend = type(params).__module__ if params is not None else ""  # jax._src.pallas.<backend>.core
         if ".mosaic_gpu." in backend:
-            return "Mosaic GPU kernels are not supported yet"
+            return "a Mosaic GPU pallas_call (one GPU's kernel) is not supported"
         if ".triton." in backend:
             return "Pallas Triton GPU kernels are not supported yet"
         if e.params.get("mesh") is not None:
@@ -288,7 +311,8 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     answers = Answers(gen, gen.shape(n))
     askers = Askers(script)
     device = type(jax.devices()[0])
-    own = {name: device.__dict__.get(name, _MISSING) for name in (*ANSWERED, "__getattr__")}
+    names = GPU_ANSWERED if gen.gpu else ANSWERED
+    own = {name: device.__dict__.get(name, _MISSING) for name in (*names, "__getattr__")}
     own_getattr = own["__getattr__"] if own["__getattr__"] is not _MISSING else _no_attribute
 
     def original(d: Any, name: str) -> Any:
@@ -302,6 +326,9 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
             if not (stand_in(d) and askers.user(sys._getframe(1))):
                 return original(d, name)
             answers.asked.add(name)
+            if gen.gpu:
+                return {"platform": "gpu", "device_kind": gen.device_kind, "core_count": gen.sms,
+                        "compute_capability": gen.capability}[name]
             return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
                     "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
         return property(get)
@@ -321,7 +348,7 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
 
     def is_tpu_device() -> bool:
         answers.asked.add("platform")
-        return True
+        return not gen.gpu
 
     default_backend = jax.default_backend
 
@@ -332,7 +359,7 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         if not askers.user(sys._getframe(1)):
             return default_backend()
         answers.asked.add("platform")
-        return "tpu"
+        return gen.platform
 
     def refusing(what: str) -> Any:
         def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -342,12 +369,13 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         return refuse
 
     patches: list[tuple[Any, str, Any]] = [
-        *((device, name, answered(name)) for name in ANSWERED), (device, "__getattr__", unanswered),
+        *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
         (jax, "default_backend", backend), (jax.distributed, "initialize", initialize),
         *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
-    modules = {name: sys.modules.get(name) for name in _MODULES}
-    for name, what in _MODULES.items():
+    refused = {k: v for k, v in _MODULES.items() if not (gen.gpu and k == "jax.experimental.pallas.mosaic_gpu")}
+    modules = {name: sys.modules.get(name) for name in refused}
+    for name, what in refused.items():
         parent, leaf = name.rsplit(".", 1)
         stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
         patches.append((sys.modules[parent], leaf, stand))
@@ -356,7 +384,8 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     try:
         for obj, attr, value in patches:
             setattr(obj, attr, value)
-        tpu_info.registry["cpu"] = gen.tpu_info  # JAX's own tracing asks `tpu_info.get_tpu_info()`
+        if not gen.gpu:
+            tpu_info.registry["cpu"] = gen.tpu_info  # JAX's own tracing asks `tpu_info.get_tpu_info()`
         tpu_info.get_tpu_info.cache_clear()
         yield answers
     finally:

@@ -114,6 +114,9 @@ class Ref:
     # A strided slice (`ref[pl.ds(a, n, stride)]`), kept as the box from its first to its last
     # element: what it is, for the verdict (a load) or the error (a store, a DMA); else "".
     strided: str = field(default="", compare=False)
+    # Mosaic GPU's tiled (and swizzled) SMEM seen through its logical view (`interpret._untiled`):
+    # the box is the tiles it touches, and the values are not followed element by element.
+    layout: str = field(default="", compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:

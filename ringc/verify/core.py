@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from ..collectives import Buffers, Collective
 from ..errors import ScheduleError
-from .events import Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
+from .events import ZEROED_KINDS, Compute, DmaStart, Event, Program, SemWait, Signal, deposits, feeders, sem_text
 from . import messages as M
 from .findings import Finding, Report, Severity
 from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
@@ -90,8 +90,9 @@ def _hang_reason(program: Program, m: Machine, ev: Event, feeders: list[Event]) 
     if len(firsts) > 3:
         parts.append(f"and {len(firsts) - 3} more devices")
     supply = sum(_adds(f) for f in feeders)
-    demand = sum(e.action.value for e in program.devices[ev.device]
-                 if isinstance(e.action, SemWait) and e.action.sem == sem)
+    demand = ev.action.value if not ev.action.decrement else sum(
+        e.action.value for e in program.devices[ev.device]
+        if isinstance(e.action, SemWait) and e.action.sem == sem and e.action.decrement)
     if not feeders:
         parts.append(f"nothing ever adds to {sem_text(sem)} on device {program.label(ev.device)}")
     elif demand > supply:
@@ -105,6 +106,10 @@ def _hang_reason(program: Program, m: Machine, ev: Event, feeders: list[Event]) 
 def run_findings(program: Program, m: Machine) -> list[Finding]:
     findings: list[Finding] = []
     stuck = m.stuck()
+    # A model wait (a GPU's join of its blocks, its launch barrier) is stuck only because a
+    # process it waits for is: report the user's waits, and a model wait only when none is.
+    users = [ev for ev in stuck if program.sem_kinds.get(ev.action.sem[1]) != "launch"]
+    stuck = users or stuck
     fed_by = feeders(program) if stuck else {}
     for ev in stuck:
         a: SemWait = ev.action
@@ -117,6 +122,8 @@ def run_findings(program: Program, m: Machine) -> list[Finding]:
         return findings  # balance at exit is moot when the kernel never exits
     leftover: dict[tuple[str, int], list] = defaultdict(list)
     for sem, queue in m.deposits.items():
+        if program.sem_kinds.get(sem[1]) in ZEROED_KINDS:
+            continue  # zeroed before the next launch: what threshold waits leave is no finding
         for dep in queue:
             if dep.remaining:
                 leftover[(sem, dep.event.line)].append(dep)
@@ -523,7 +530,7 @@ def _meaning(a: Analysis) -> list[Finding]:
             if not any(n.startswith(f"not followed: {mm.unfollowed};") for n in a.notes):
                 a.notes.append(note)
             continue
-        last = _last_write(a.machine.order, program.n, mm)
+        last = _last_write(a.machine.order, program.device_count, mm)
         written = (M.LAST_WRITE.format(what=describe(last), at=program.where(last)) if last is not None
                    else M.NOTHING_WRITES)
         findings.append(M.WRONG_RESULT.finding(

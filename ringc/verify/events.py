@@ -17,7 +17,7 @@ from typing import Any, Callable, Union
 from ..ir import schema as S
 from ..ir.rules import RuleTable
 
-__all__ = ["SemId", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
+__all__ = ["SemId", "ZEROED_KINDS", "DMA_KINDS", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
            "COMPUTE_KINDS", "Origin", "ComputeSpec", "COMPUTES", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
            "Event", "Program", "deposits", "feeders", "matmul_dims"]
 
@@ -37,6 +37,17 @@ MODEL_KINDS: tuple[str, ...] = ("enter", "exit", "allocate")
 # the messages); `opaque` writes data the model does not follow (a kernel's own arithmetic).
 IMPORT_KINDS: tuple[str, ...] = ("load", "opaque")
 COMPUTE_KINDS: tuple[str, ...] = OP_COMPUTE_KINDS + MODEL_KINDS + IMPORT_KINDS
+
+
+# Semaphore kinds (`Program.sem_kinds`) whose count at kernel exit is no finding: Mosaic GPU
+# zero-initialises every semaphore of a kernel before each launch (`gpu`), and the model's own
+# launch and join counts (`launch`, `pallas/mgpu.py`) only grow. What a non-decrementing wait
+# leaves is dropped there, not carried into the next launch.
+ZEROED_KINDS = frozenset({"gpu", "launch", "tma"})
+# Semaphores that count a copy's bytes (`order.dma_ends` reads their waits as the copies' ends):
+# a DMA's, and a Mosaic GPU TMA load's own, which the barrier waits of its phase wait for
+# without decrementing (`tma`: several warpgroups wait for one load).
+DMA_KINDS = frozenset({"dma", "tma"})
 
 
 def sem_text(sem: SemId) -> str:
@@ -121,11 +132,16 @@ class DmaStart:
 @dataclass(frozen=True)
 class SemWait:
     """Block until the semaphore holds `value`, then subtract it. `why` tells what the
-    author meant: wait_send / wait_recv / wait (local copy) / sem_wait / barrier."""
+    author meant: wait_send / wait_recv / wait (local copy) / sem_wait / barrier.
+    `decrement=False` (Mosaic GPU's `pl.semaphore_wait(..., decrement=False)`, and the model's
+    own launch and join waits): block until the semaphore holds at least `value`, and leave
+    it as it is: a threshold test on a count that only grows, which never disables another
+    process's wait (`simulate.py`'s persistence argument holds)."""
     sem: SemId
     value: int
     why: str
     copy: str | None = None
+    decrement: bool = True
 
 
 @_stored
@@ -253,6 +269,17 @@ class Program:
     # is `Event.inner[depth]`, stand for `times` repetitions of themselves (each two rows
     # on), up to the pipeline's end at `stop`. Empty for every program the verifier sees.
     folds: tuple[tuple[int, int, int, int, int], ...] = ()
+    # Processes that are not devices (Mosaic GPU: each block of each GPU runs as a process of
+    # its own, `pallas/mgpu.py`): the devices that hold memory and semaphores are processes
+    # 0..memories-1 (each GPU's launch process), every region's and semaphore's device is one of
+    # them, and `places[p]` is the device process p runs on. 0: every process is a device.
+    memories: int = 0
+    places: tuple[int, ...] = ()
+
+    @property
+    def device_count(self) -> int:
+        """The devices that hold memory (`memories`, else every process)."""
+        return self.memories or self.n
 
     @property
     def event_count(self) -> int:

@@ -13,7 +13,8 @@ flight with how far each has got. Scheduler transitions are
 - a device executes its next event:
   * `Compute` (zero / accumulate / assign / cast / matmul): an instantaneous access;
   * `Signal`: adds `inc` to the target semaphore at once;
-  * `SemWait`: enabled when the value is >= `v`, then subtracts `v`;
+  * `SemWait`: enabled when the value is >= `v`, then subtracts `v` (a threshold wait,
+    `decrement=False`, subtracts nothing);
   * `DmaStart`: the DMA becomes in flight; nothing is deposited yet;
 - a *side* of an in-flight DMA advances. Bytes arrive in two separate transitions: all
   but the last byte, then the last byte, each adding its share to the side's semaphore.
@@ -110,7 +111,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .events import Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
+from .events import ZEROED_KINDS, Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
 
 DEFAULT_MAX_STATES = 2_000_000
 DMA_MODELS = ("independent", "causal", "coupled")
@@ -177,6 +178,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     idx_of = [ev.index for ev in events]
 
     sem_index: dict[SemId, int] = {}
+    # Semaphores whose count at exit is dropped: zeroed before every launch (`events.ZEROED_KINDS`).
+    zeroed = {name for name, k in program.sem_kinds.items() if k in ZEROED_KINDS}
 
     def sem_of(sem: SemId | None) -> int:
         """The semaphore's slot in the state, or -1: none / on a non-existent device."""
@@ -193,6 +196,7 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
     # Access units: a compute (one point unit) or one side of a DMA (an interval unit,
     # live while in flight), with the accesses and the semaphores its bytes feed.
     kind: list[int] = []
+    keep: set[int] = set()  # the waits that decrement nothing (threshold waits)
     sem_op: list[int] = []
     amount: list[int] = []
     event_units: list[tuple[int, ...]] = []
@@ -236,6 +240,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
         elif isinstance(a, SemWait):
             kind.append(2); sem_op.append(sem_of(a.sem)); amount.append(a.value)
             event_units.append(())
+            if not a.decrement:
+                keep.add(g)
         elif isinstance(a, DmaStart):
             kind.append(3); sem_op.append(-1); amount.append(0)
             src, dst, nb = live(a.src, False), live(a.dst, True), a.nbytes
@@ -324,7 +330,8 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                         si = sem_op[g]
                         if si < 0 or val[si] < amount[g]:
                             break
-                        val[si] -= amount[g]
+                        if g not in keep:
+                            val[si] -= amount[g]
                     elif k == 1:
                         if sem_op[g] >= 0:
                             val[sem_op[g]] += amount[g]
@@ -406,9 +413,10 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                 if not hang:
                     stuck = [events[dev_gids[d][pcs[d]]] for d in range(n) if pcs[d] < lens[d]]
                 hang = True
-            if any(sems):
+            left = {sems_list[i]: v for i, v in enumerate(sems) if v and sems_list[i][1] not in zeroed}
+            if left:
                 if not nonzero:
-                    final = {sems_list[i]: v for i, v in enumerate(sems) if v}
+                    final = left
                 nonzero = True
             continue
         if chosen is None and reduce:
@@ -439,7 +447,7 @@ def explore(program: Program, max_states: int = DEFAULT_MAX_STATES, *,
                 if k == 1:
                     if sem_op[x] >= 0:
                         p[n + sem_op[x]] += amount[x]
-                elif k == 2:
+                elif k == 2 and x not in keep:
                     p[n + sem_op[x]] -= amount[x]
                 elif k == 3:
                     cs.extend(2 * u for u in event_units[x])

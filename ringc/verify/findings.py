@@ -108,7 +108,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         p = self.program
-        return {"file": p.file, "schedule": p.schedule_name, "N": p.n, "topology": self.placement,
+        return {"file": p.file, "schedule": p.schedule_name, "N": p.device_count,
+                **({"processes": p.n} if p.n != p.device_count else {}), "topology": self.placement,
                 "routes": self.routes, "ok": self.ok,
                 **({"call": self.title} if self.title else {}), "assumptions": self.assumptions,
                 **({"made_up_inputs": list(self.made_up)} if self.made_up else {}),
@@ -123,10 +124,13 @@ class Report:
         events = p.event_count
         on = f" on {self.placement}" if self.placement else ""
         call = f" {self.title}" if self.title else ""
-        lines = [f"{p.file}{call} N={p.n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
+        n = p.device_count
+        if n != p.n:  # Mosaic GPU: the blocks are processes of their own
+            on = f" ({p.n - n:,} block processes){on}"
+        lines = [f"{p.file}{call} N={n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         if self.made_up:
             names = ", ".join(self.made_up)
-            lines[0] = (f"{p.file}{call} N={p.n}{on}: {status} on made-up inputs ({events} events, "
+            lines[0] = (f"{p.file}{call} N={n}{on}: {status} on made-up inputs ({events} events, "
                         f"{self.seconds:.2f}s): {'its findings may come from' if not self.ok else 'it covers only'} "
                         f"the zeros ringc made up for {names}; give real values: {self.made_up_fix}")
         lines += [f"  assumes: {a}" for a in self.assumptions]

@@ -34,7 +34,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
-from .events import DmaStart, Event, Program, SemId, SemWait, feeders
+from .events import DMA_KINDS, DmaStart, Event, Program, SemId, SemWait, feeders
 from .simulate import Machine
 from .symmetry import semaphore_symmetric
 
@@ -201,7 +201,7 @@ def dma_ends(program: Program, order: Order, owners: set[int] | None = None, dma
     for events in program.devices:
         for ev in events:
             a = ev.action
-            if isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) == "dma":
+            if isinstance(a, SemWait) and program.sem_kinds.get(a.sem[1]) in DMA_KINDS:
                 waits[a.sem].append(ev)
 
     def first_guaranteeing_wait(sem: SemId) -> dict[Event, Event | None]:
@@ -209,7 +209,8 @@ def dma_ends(program: Program, order: Order, owners: set[int] | None = None, dma
         open_deps = list(deposits[sem])
         demand = 0
         for w in waits[sem]:
-            demand += w.action.value
+            # a threshold wait (Mosaic GPU) asks for its value in all; a decrementing one takes it
+            demand = demand + w.action.value if w.action.decrement else max(demand, w.action.value)
             if not open_deps:
                 break
             possible = [d for d in deposits[sem] if not order.before(w, d)]

@@ -44,7 +44,7 @@ def describe(ev: Event) -> str:
         return f"start {'remote' if a.remote else 'local'} copy `{a.copy}`: {a.src.text()} -> {to}{a.dst.text()}"
     if isinstance(a, SemWait):
         what = f"{a.why} `{a.copy}`" if a.copy else a.why
-        return f"{what}: wait {sem_text(a.sem)} >= {a.value}"
+        return f"{what}: wait {sem_text(a.sem)} >= {a.value}" + ("" if a.decrement else " (no decrement)")
     if isinstance(a, Signal):
         return f"signal {sem_text(a.sem)} on device {a.sem[0]} (+{a.inc})"
     if isinstance(a, Compute):

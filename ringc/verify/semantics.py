@@ -1147,7 +1147,7 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
     runs event i on every device at once, whose memory is symmetric: device d's output is
     device 0's translated, so it is wrong iff device 0's is. Then a clean device 0 ends
     the check, and a wrong one means every device is wrong, so devices 0..7 give the list."""
-    n = program.n
+    n = program.device_count  # the devices that hold memory (Mosaic GPU: the GPUs, not every block)
     inputs = list(inputs)
     found: list[Mismatch] = []
     done = 0

@@ -4,7 +4,11 @@ Why one run decides hang-freedom and exit balance for every interleaving
 -------------------------------------------------------------------------
 Assumptions (all true of the IR): control flow never depends on data or on semaphore
 values (guards see only me, N, grid indices and params); a semaphore is decremented only
-by the device that owns it, by a wait; signals and DMA deposits only add.
+by one process, the one that owns it, by a wait; signals and DMA deposits only add. A wait
+that does not decrement (`SemWait.decrement`, a threshold test) may be made by any number
+of processes (the blocks of a GPU on one `pl.get_global` semaphore): it takes nothing, so it
+disables no one. The Mosaic GPU front end refuses a semaphore decremented by two processes
+(`pallas/mgpu.py`): which of them passes would depend on timing.
 
 Then an enabled event stays enabled whatever other devices do: another device can only
 add to my semaphores, never take from them. The system is persistent (conflict-free),
@@ -59,7 +63,7 @@ class Machine:
         self.pc = [0] * self.n
         self.limits = list(limits) if limits is not None else [len(ev) for ev in self.devices]
         self.value: dict[SemId, int] = defaultdict(int)
-        self.blocked_on: dict[SemId, int] = {}
+        self.blocked_on: dict[SemId, list[int]] = {}  # the processes blocked at a wait on it
         self.ready: deque[int] = deque(range(self.n))
         self.order: list[Event] = []
         self.account = account
@@ -72,9 +76,9 @@ class Machine:
         self.value[sem] += amount
         if self.account:
             self.deposits[sem].append(Deposit(source, amount, amount))
-        waiter = self.blocked_on.pop(sem, None)
-        if waiter is not None:
-            self.ready.append(waiter)
+        waiters = self.blocked_on.pop(sem, None)
+        if waiters is not None:
+            self.ready.extend(waiters)
 
     def _consume(self, ev: Event, sem: SemId, amount: int) -> None:
         self.value[sem] -= amount
@@ -97,9 +101,10 @@ class Machine:
         a = ev.action
         if isinstance(a, SemWait):
             if self.value[a.sem] < a.value:
-                self.blocked_on[a.sem] = ev.device
+                self.blocked_on.setdefault(a.sem, []).append(ev.device)
                 return False
-            self._consume(ev, a.sem, a.value)
+            if a.decrement:
+                self._consume(ev, a.sem, a.value)
         elif isinstance(a, Signal):
             self._signal(ev, a)
         elif isinstance(a, DmaStart):

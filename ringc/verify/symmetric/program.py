@@ -48,6 +48,11 @@ class SymmetricProgram:
 
     # What every device shares, as the representatives' program holds it.
     @property
+    def device_count(self) -> int:
+        """The devices that hold memory: every device of a symmetric program."""
+        return self.n
+
+    @property
     def n(self) -> int:
         return self.representatives.n
 

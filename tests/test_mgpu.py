@@ -1,0 +1,154 @@
+"""The Mosaic GPU front end (`ringc/pallas/mgpu.py`): multi-GPU kernels checked on CPU.
+
+JAX's three shipped collective kernels (`jax/experimental/pallas/ops/gpu/`, read from the
+installed jax, not copied) with the real H100 SM count, the planted bugs of
+tests/pallas_import/mgpu/manifest.yaml, the model's own waits against the explorer (the
+oracle), and `ringc check` on a shipped file as published."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from ringc.pallas.importer import check_pallas  # noqa: E402
+from ringc.pallas import mgpu  # noqa: E402
+from ringc.verify.events import SemWait  # noqa: E402
+
+HERE = Path(__file__).parent / "pallas_import" / "mgpu"
+MANIFEST = yaml.safe_load((HERE / "manifest.yaml").read_text())
+sys.path.insert(0, str(HERE))
+import ring_kernels as rk  # noqa: E402
+
+SMS = 132  # an H100's SMs: the shipped kernels' default grid
+
+
+def _mesh(n: int):
+    if len(jax.devices()) < n:
+        pytest.skip(f"needs {n} CPU devices")
+    return jax.make_mesh((n,), ("x",), devices=jax.devices()[:n])
+
+
+def _check(fn, n: int, rows: int, collective: str | None, **kw):
+    mesh = _mesh(n)
+    f = jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    x = jax.ShapeDtypeStruct((n * rows, 128), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    return check_pallas(f, (x,), mesh, collective, **kw)
+
+
+def _shipped(name: str):
+    from jax.experimental.pallas.ops.gpu import all_gather_mgpu, reduce_scatter_mgpu
+    return {"all_gather": all_gather_mgpu, "reduce_scatter": reduce_scatter_mgpu}[name]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_shipped_all_gather_is_clean_with_its_meaning(n):
+    ag = _shipped("all_gather")
+    r = _check(functools.partial(ag.all_gather, axis_name="x", num_blocks=SMS), n, 256, "all_gather")
+    assert r.ok, r.to_text()
+    assert r.program.device_count == n and r.program.n == n + n * SMS
+    assert not any("COLLECTIVE is None" in a for a in r.assumptions)
+    assert any("132 blocks" in a for a in r.assumptions)
+
+
+@pytest.mark.parametrize("n,mode,collective", [(2, 0, "psum_scatter"), (4, 0, "psum_scatter"), (4, None, "psum")])
+def test_shipped_reduce_scatter_and_all_reduce(n, mode, collective):
+    rs = _shipped("reduce_scatter")
+    fn = functools.partial(rs.reduce_scatter, axis_name="x", num_blocks=SMS, scatter_dimension=mode)
+    r = _check(fn, n, n * 128, collective)
+    assert r.ok, r.to_text()
+
+
+def test_the_meaning_is_checked():
+    """The all-reduce kernel is not an all-gather: the meaning check must say so."""
+    rs = _shipped("reduce_scatter")
+    fn = functools.partial(rs.reduce_scatter, axis_name="x", num_blocks=4, scatter_dimension=0)
+    r = _check(fn, 2, 256, "all_gather")
+    assert not r.ok and "wrong_result" in r.kinds(), r.to_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_shipped_kernels_at_8_gpus(which):
+    if which == "all_gather":
+        r = _check(functools.partial(_shipped("all_gather").all_gather, axis_name="x", num_blocks=SMS), 8, 256,
+                   "all_gather")
+    else:
+        dim = 0 if which == "reduce_scatter" else None
+        r = _check(functools.partial(_shipped("reduce_scatter").reduce_scatter, axis_name="x", num_blocks=SMS,
+                                     scatter_dimension=dim), 8, 8 * 128, "psum_scatter" if dim == 0 else "psum")
+    assert r.ok, r.to_text()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_all_gather_is_clean(n):
+    fn = functools.partial(rk.ring_all_gather, axis_name="x", num_blocks=2)
+    r = _check(fn, n, 2 * 32, "all_gather")
+    assert r.ok, r.to_text()
+
+
+@pytest.mark.parametrize("case", MANIFEST["cases"], ids=lambda c: c["bug"])
+def test_planted_bug_is_caught_with_its_kind_and_line(case):
+    n, blocks = MANIFEST["devices"], MANIFEST["blocks"]
+    if case["bug"] == "no_exit_barrier":
+        fn = functools.partial(rk.multimem_all_gather, axis_name="x", num_blocks=blocks, exit_barrier=False)
+    else:
+        fn = functools.partial(rk.ring_all_gather, axis_name="x", num_blocks=blocks, bug=case["bug"])
+    r = _check(fn, n, blocks * 32, "all_gather")
+    assert not r.ok
+    found = {(f["kind"], f["line"], os.path.basename(f["file"])) for f in r.to_json()["findings"]}
+    assert (case["kind"], case["line"], "ring_kernels.py") in found, r.to_text()
+
+
+def test_missing_exit_barrier_races_across_two_calls():
+    fn = functools.partial(rk.multimem_all_gather, axis_name="x", num_blocks=2, exit_barrier=False)
+    assert "race" in _check(fn, 2, 64, "all_gather", invocations=2).kinds()
+    fn = functools.partial(rk.multimem_all_gather, axis_name="x", num_blocks=2, exit_barrier=True)
+    r = _check(fn, 2, 64, "all_gather", invocations=2)
+    assert r.ok, r.to_text()
+
+
+def test_threshold_waits_agree_with_the_explorer():
+    """The oracle (`verify/explore.py`) and the verifier agree on a small ring, clean and broken."""
+    from jax.experimental.pallas.ops.gpu import all_gather_mgpu  # noqa: F401 - importable
+    from ringc.verify.explore import explore
+    for bug, want_race, want_hang in ((None, False, False), ("shared_count", True, False),
+                                      ("drop_signal", False, True)):
+        fn = functools.partial(rk.ring_all_gather, axis_name="x", num_blocks=2, bug=bug)
+        r = _check(fn, 3, 64, None)
+        program = r.program
+        assert any(isinstance(e.action, SemWait) and not e.action.decrement for evs in program.devices for e in evs)
+        got = explore(program, max_states=2_000_000)
+        assert got.complete
+        assert got.race == want_race == ("race" in r.kinds()), (bug, got.summary(), r.to_text())
+        assert got.hang == want_hang == ("hang" in r.kinds()), (bug, got.summary(), r.to_text())
+
+
+def test_every_mosaic_gpu_primitive_has_a_rule_or_is_refused():
+    from ringc.pallas.primitives import PRIMITIVES, Does
+    missing = []
+    for name in mgpu.mosaic_gpu_primitives():
+        p = PRIMITIVES.get(name)
+        if p is None or not (p.gpu is not None or Does.PURE in p.does or Does.UNSUPPORTED in p.does
+                             or Does.KERNEL in p.does or p.kernel is None and p.outer is not None):
+            missing.append(name)
+    assert not missing, f"Mosaic GPU primitives with no GPU rule: {missing}"
+
+
+def test_ringc_check_on_the_shipped_file_as_published(tmp_path):
+    from jax.experimental.pallas.ops.gpu import all_gather_mgpu
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-m", "ringc", "check", all_gather_mgpu.__file__, "--devices", "4"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "N=4 (528 block processes)" in out.stdout and ": ok" in out.stdout, out.stdout
+    assert "devices answer as NVIDIA H100" in out.stdout and "core_count" in out.stdout
