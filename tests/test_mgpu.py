@@ -7,6 +7,7 @@ oracle), and `ringc check` on a shipped file as published."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -152,3 +153,39 @@ def test_ringc_check_on_the_shipped_file_as_published(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "N=4 (528 block processes)" in out.stdout and ": ok" in out.stdout, out.stdout
     assert "devices answer as NVIDIA H100" in out.stdout and "core_count" in out.stdout
+
+
+def _matmul(kernel: str, n: int, sms: int, m: int):
+    """An all-gather matmul (JAX's shipped one, or the seed's) on n GPUs of `sms` SMs."""
+    from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
+    if kernel == "shipped":
+        from jax.experimental.pallas.ops.gpu import collective_matmul_mgpu as module
+    else:
+        import seed_collective_matmul as module
+    from ringc.pallas.tpu import GPUS, answering
+    mesh = _mesh(n)
+    cfg = hm.TuningConfig(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2,
+                          grid_minor_dim=hm.MatmulDimension.M, grid_tile_width=1, wg_dimension=hm.MatmulDimension.N)
+    fn = functools.partial(module.all_gather_lhs_matmul, axis_name="x", config=cfg, dtype=jnp.float16)
+    f = jax.shard_map(fn, mesh=mesh, in_specs=(P("x", None), P(None, "x")), out_specs=P(None, "x"), check_vma=False)
+    a = jax.ShapeDtypeStruct((n * m, 128), jnp.float16, sharding=NamedSharding(mesh, P("x", None)))
+    b = jax.ShapeDtypeStruct((128, n * 128), jnp.float16, sharding=NamedSharding(mesh, P(None, "x")))
+    gpu = dataclasses.replace(GPUS["h100"], sms=sms)
+    saved = jax.device_count, jax.process_count
+    jax.device_count = jax.process_count = lambda: n  # one host owning n GPUs, as ringc runs a script
+    try:
+        with answering(gpu, n, module.__file__):
+            return check_pallas(f, (a, b), mesh, None)
+    finally:
+        jax.device_count, jax.process_count = saved
+
+
+@pytest.mark.parametrize("case", MANIFEST["matmul_cases"],
+                         ids=lambda c: f"{c['kernel']}-N{c['devices']}-sms{c['sms']}-m{c['m']}")
+def test_all_gather_matmuls(case):
+    r = _matmul(case["kernel"], case["devices"], case["sms"], case["m"])
+    if case.get("ok"):
+        assert r.ok, r.to_text()
+        return
+    found = {(f["kind"], f["line"], os.path.basename(f["file"])) for f in r.to_json()["findings"]}
+    assert (case["kind"], case["line"], case["file"]) in found, r.to_text()
