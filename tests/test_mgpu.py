@@ -189,3 +189,24 @@ def test_all_gather_matmuls(case):
         return
     found = {(f["kind"], f["line"], os.path.basename(f["file"])) for f in r.to_json()["findings"]}
     assert (case["kind"], case["line"], case["file"]) in found, r.to_text()
+
+
+@pytest.mark.parametrize("build", ["ring", "shared_count", "matmul"])
+def test_the_block_quotient_order_is_the_full_order(build):
+    """`order.BlockOrder` (one pass per class of interchangeable blocks) answers every
+    must-happen-before question as the pass per process does."""
+    import random
+    from ringc.verify.order import BlockOrder, compute_order
+    if build == "matmul":
+        program = _matmul("shipped", 3, 3, 64).program
+    else:
+        fn = functools.partial(rk.ring_all_gather, axis_name="x", num_blocks=4,
+                               bug="shared_count" if build == "shared_count" else None)
+        program = _check(fn, 3, 4 * 32, None).program
+    quick, full = compute_order(program), compute_order(program, use_symmetry=False)
+    assert isinstance(quick, BlockOrder) and not isinstance(full, BlockOrder)
+    assert len(quick.rows) < program.n  # some blocks share a row
+    events = [ev for evs in program.devices for ev in evs]
+    rng = random.Random(0)
+    pairs = [(rng.choice(events), rng.choice(events)) for _ in range(20_000)]
+    assert [quick.before(e, f) for e, f in pairs] == [full.before(e, f) for e, f in pairs]

@@ -46,7 +46,7 @@ from .compat import AliasLog, aliases
 from .jaxprs import KERNEL_CALLS, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
-from .program import Builder, Call, Handle
+from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
 from .tpu import REFUSAL_TAIL, unsupported_in
 from .values import Data, is_concrete
@@ -568,7 +568,8 @@ def _needs_values(jaxpr: Any) -> bool:
 def _first_file(jaxpr: Any) -> str | None:
     for e in walk_eqns(jaxpr.jaxpr):
         if e.primitive.name in KERNEL_CALLS:
-            return user_location(e).file
+            file = kernel_location(e).file
+            return file if file and not file.startswith("<") else None
     return None
 
 

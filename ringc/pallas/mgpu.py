@@ -143,6 +143,17 @@ class GpuInterpreter(Interpreter):
             self.sink.buffers[buf.name] = buf
         return Ref.whole(buf, self.device)
 
+    def private_sem(self, prefix: str, kind: str, new: bool = True) -> tuple:
+        """A semaphore of this warpgroup's own (a copy's completion): `prefix#k` for its k-th copy
+        (`new`: the next one), at (block, warpgroup), so that blocks that copy alike name theirs
+        alike (`Program.block_sems`)."""
+        if new:
+            self.copies += 1
+        name = f"{prefix}#{self.copies}"
+        self.sink.sem_kinds[name] = kind
+        self.sink.block_sems.add(name)
+        return (self.gpu, name, (self.block, self.wg))
+
     def peers(self, axes: Any) -> list[int]:
         """The GPUs that differ from this one only along `axes` (a multicast's group), in order."""
         names = axes if isinstance(axes, (tuple, list)) else (axes,)
@@ -151,7 +162,10 @@ class GpuInterpreter(Interpreter):
                 raise self.fail(f"collective_axes `{a}` is not a mesh axis ({', '.join(self.mesh_sizes)})",
                                 "name the shard_map's mesh axes")
         mine = self.sink._coords(self.gpu)
-        return [g for g in range(self.launch.gpus)
+        gpus = self.launch.gpus
+        # from this GPU on (the order a multicast's events are listed in: the same on every GPU,
+        # moved by its own index, as `order.BlockOrder`'s rotation asks)
+        return [g for g in sorted(range(gpus), key=lambda g: (g - self.gpu) % gpus)
                 if all(c == mine[a] for a, c in self.sink._coords(g).items() if a not in names)]
 
 
@@ -342,6 +356,7 @@ def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
             if name is None:
                 name = launch.scoped[key] = it.sink.unique(launch.sem_name(f"sem@{int(line)}"))
                 it.sink.sem_kinds[name] = "gpu"
+                it.sink.block_sems.add(name)
             # one per block: block b's semaphores are the b-th slice of the kernel's GMEM scratch
             allocs.append(SemRef(name, "gpu", (launch.blocks, *aval.shape), (it.block,)))
             continue
@@ -351,12 +366,13 @@ def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
             if name is None:
                 name = launch.scoped[key] = it.sink.unique(launch.sem_name(f"barrier@{int(line)}"))
                 it.sink.sem_kinds[name] = "gpu"
+                it.sink.block_sems.add(name)
                 launch.arrivals[name] = int(getattr(aval.dtype, "num_arrivals", 1))
             allocs.append(SemRef(name, "gpu", (launch.blocks, *aval.shape), (it.block,)))
             continue
         shared = "wgmma" not in kind.lower()
         owner = it.sink.block_process(it.gpu, it.block) if shared else it.device
-        key = (id(eqn), k, owner)
+        key = (id(eqn), k)  # one buffer for every block (or warpgroup): the region's device tells them apart
         buf = launch.scoped.get(key)
         if buf is None:
             shape = tuple(getattr(aval, "shape", ()))
@@ -385,6 +401,7 @@ def _block_barrier(it: GpuInterpreter) -> None:
     launch = it.launch
     name = launch.sem_name(BLOCK_BARRIER)
     it.sink.sem_kinds[name] = "gpu"
+    it.sink.block_sems.add(name)
     sem = (it.gpu, name, (it.block,))
     it.rounds += 1
     it.emit(Signal(sem, 1, "block barrier"))
@@ -587,11 +604,8 @@ def _copy_smem_to_gmem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     if not p.get("commit_group", True):
         raise it.fail("copy_smem_to_gmem(commit_group=False)", "ringc models one bulk group per copy "
                       "(the default commit_group=True)")
-    it.copies += 1
     copy = f"tma@{int(it.where())}"
-    tag = f"{it.device}.{it.copies}"
-    read, write = (it.gpu, f"tma-read#{tag}", ()), (it.gpu, f"tma-write#{tag}", ())
-    it.sink.sem_kinds[read[1]] = it.sink.sem_kinds[write[1]] = "dma"
+    read, write = it.private_sem("tma-read", "dma"), it.private_sem("tma-write", "dma", new=False)
     start = DmaStart(copy, it.region(src), it.region(dst), read, write)
     it.emit(start)
     it.groups.append(_Group(start))
@@ -673,9 +687,8 @@ def _tma_engine(it: GpuInterpreter, name: str, src: Any, dst: Any, then: tuple) 
     engine = b.process(it.gpu, it.block, launch.threads, launch.threads, engine=True)
     queue = (it.gpu, launch.sem_name(ENGINE), (it.block,))
     b.sem_kinds[queue[1]] = "gpu"
-    it.copies += 1
-    landed = (it.gpu, f"tma-landed#{it.device}.{it.copies}", ())
-    b.sem_kinds[landed[1]] = "dma"
+    b.block_sems.add(queue[1])
+    landed = it.private_sem("tma-landed", "dma")
     copy = DmaStart(name, src, dst, None, landed)
     it.emit(Signal(queue, 1, "TMA issue"))
     line = it.where()
@@ -699,13 +712,11 @@ def _wgmma(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     acc = apply_transforms(it, acc, parts[0])
     a, b = gpu_ref(it, a, parts[1]), gpu_ref(it, b, parts[2])
     it.copies += 1
-    tag = f"{it.device}.{it.copies}"
     reads = []
     for name, ref in (("a", a), ("b", b)):
         src = it.region(ref)
         reg = it.register((id(eqn), name), tuple(hi - lo for lo, hi in src.box), ref.buffer.dtype)
-        done = (it.gpu, f"wgmma-{name}#{tag}", ())
-        it.sink.sem_kinds[done[1]] = "dma"
+        done = it.private_sem(f"wgmma-{name}", "dma", new=False)
         start = DmaStart(f"wgmma@{int(it.where())}", src, Region(reg.buffer.name, it.device, src.box, src.kept,
                                                                src.itemsize), None, done)
         it.emit(start)

@@ -38,7 +38,7 @@ from ..verify.symmetric.program import SymmetricProgram
 from ..verify.calls import Handover, entry_sync
 from .corun import CoRun
 from .jaxprs import kernel_jaxpr
-from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, user_location
+from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, internal_frame, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
 
@@ -146,6 +146,7 @@ class Builder(Sink):
         self.n_gpus = self.n
         self.processes: dict[tuple[int, int, int], int] = {}
         self.labels: list[str] = [str(d) for d in range(self.n)]
+        self.block_sems: set[str] = set()  # semaphores whose first index is a block (`Program.block_sems`)
 
     # -- naming --------------------------------------------------------------------
     def where(self, line: Any) -> str:
@@ -157,8 +158,7 @@ class Builder(Sink):
 
     def unique(self, name: str) -> str:
         base, k = name, 2
-        taken = set(self.buffers) | set(self.sem_kinds)
-        while name in taken:
+        while name in self.buffers or name in self.sem_kinds:
             name = f"{base}#{k}"
             k += 1
         return name
@@ -559,7 +559,10 @@ class Builder(Sink):
                        device_labels=list(self.labels) if gpu else None,
                        second_core=self.second_core if self.megacore else [],
                        dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel,
-                       memories=self.n if gpu else 0, places=places if gpu else ())
+                       memories=self.n if gpu else 0, places=places if gpu else (),
+                       blocks=(tuple([-1] * self.n) + tuple(blk for (_, blk, _), _ in sorted(self.processes.items(),
+                                                                                       key=lambda kv: kv[1])))
+                       if gpu else (), block_sems=frozenset(self.block_sems))
 
 
 def kernel_location(eqn: Any) -> Loc:
@@ -568,12 +571,16 @@ def kernel_location(eqn: Any) -> Loc:
     loc = user_location(eqn)
     if int(loc):
         return loc
-    info = getattr(kernel_jaxpr(eqn), "debug_info", None)
-    src = getattr(info, "func_src_info", None) or ""
-    if " at " in src and ":" in src:
-        file, _, line = src.rpartition(" at ")[2].rpartition(":")
-        if line.isdigit():
-            return Loc(int(line), file)
+    kernel = kernel_jaxpr(eqn)
+    # `plgpu.kernel` wraps the user's kernel in its own function: the first scope inside is the user's
+    inner = [e.params["jaxpr"] for e in getattr(kernel, "eqns", ())[:1] if e.primitive.name == "run_scoped"]
+    for jaxpr in (kernel, *inner):
+        info = getattr(jaxpr, "debug_info", None)
+        src = getattr(info, "func_src_info", None) or ""
+        if " at " in src and ":" in src:
+            file, _, line = src.rpartition(" at ")[2].rpartition(":")
+            if line.isdigit() and not internal_frame(file):
+                return Loc(int(line), file)
     return loc
 
 

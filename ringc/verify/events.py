@@ -275,6 +275,11 @@ class Program:
     # them, and `places[p]` is the device process p runs on. 0: every process is a device.
     memories: int = 0
     places: tuple[int, ...] = ()
+    # Mosaic GPU: each process's block (-1: a GPU's launch process), and the semaphores whose
+    # first index is a block (one per block: block b's are at b). Blocks whose processes signal
+    # and wait alike are interchangeable, which `order.compute_order` uses (`order.BlockOrder`).
+    blocks: tuple[int, ...] = ()
+    block_sems: frozenset[str] = frozenset()
 
     @property
     def device_count(self) -> int:

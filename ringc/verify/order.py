@@ -34,7 +34,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
-from .events import DMA_KINDS, DmaStart, Event, Program, SemId, SemWait, feeders
+from .events import DMA_KINDS, DmaStart, Event, Program, SemId, SemWait, Signal, feeders
 from .simulate import Machine
 from .symmetry import semaphore_symmetric
 
@@ -124,6 +124,8 @@ class Order:
 
 
 def compute_order(program: Program, *, use_symmetry: bool = True) -> Order:
+    if use_symmetry and program.blocks:
+        return block_order(program)
     n = program.n
     symmetric = use_symmetry and semaphore_symmetric(program)
     cuts: list[list[tuple[int, ...]]] = []
@@ -149,6 +151,169 @@ def compute_order(program: Program, *, use_symmetry: bool = True) -> Order:
                 snapshot = tuple(m.pc)
         cuts.append(row[:total + 1])
     return Order(program, cuts, symmetric)
+
+
+_SEM_ACTIONS = (SemWait, Signal, DmaStart)
+_NEVER = 1 << 62  # a threshold no position reaches: the process finished while the other was held
+
+
+class BlockOrder(Order):
+    """Must-happen-before for Mosaic GPU programs, one row per class of interchangeable blocks.
+
+    The machine sees only a process's semaphore events (waits, signals, copy starts); what
+    it does between them changes no count. Two blocks whose processes make the same
+    semaphore events in the same order, each naming its own block's semaphores (`Program.
+    block_sems`) where the other names its own, are interchangeable: swapping blocks b and
+    b' on every GPU (σ) maps every run to a run. So while a process p of block b is held
+    before its k-th semaphore event, process q gets exactly as far as σ(q) does while σ(p)
+    is held before its k-th: one incremental pass per process of one block of each class
+    (and per launch process) gives every row, as `compute_order`'s passes do for each
+    process. When every GPU's processes are GPU 0's with every semaphore's GPU moved by the
+    same offset (a ring, a multicast emitted from the sender on), rotating the GPUs (ρ) is
+    one more such map, and only GPU 0's processes are held. Positions are compared by
+    semaphore events: q stops at a wait, and f is after that wait iff the semaphore events of
+    q up to f include it (`upto`).
+
+    A block's processes are its warpgroups on every GPU, and its copy engine: the same block
+    index on every GPU is swapped together, since a remote signal reaches the same block on
+    the peer. 132 idle blocks of an H100 make one class."""
+
+    def __init__(self, program: Program, rows: dict[int, list[tuple[int, ...]]], rep_of: dict[int, int],
+                 swap: dict[int, list[int]], rotate: list[list[int]] | None, upto: list[list[int]],
+                 before_sem: list[list[int]]):
+        super().__init__(program, [], False)
+        self.rows, self.rep_of, self.swap, self.rotate = rows, rep_of, swap, rotate
+        self.upto, self.before_sem = upto, before_sem
+        self.blocks, self.places = program.blocks, program.places
+
+    def before(self, e: Event, f: Event) -> bool:
+        if e.device == f.device:
+            return e.index < f.index
+        p, q = e.device, f.device
+        if self.rotate is not None:  # ρ: GPU 0's process in p's place
+            back = self.rotate[self.places[p]]
+            p, q = back[p], back[q]
+        rep = self.rep_of.get(p, p)
+        if rep != p:  # σ: the representative block's process in p's place
+            sigma = self.swap[self.blocks[p]]
+            p, q = rep, sigma[q]
+        row = self.rows[p][self.before_sem[e.device][e.index]]
+        pc = row[q]
+        upto = self.upto[q]
+        threshold = upto[pc] if pc < len(upto) else _NEVER
+        return self.upto[f.device][f.index] >= threshold
+
+
+def _relative(sem: SemId | None, block: int, gpu: int, gpus: int, block_sems: frozenset[str]) -> Any:
+    """A semaphore as a process of `block` on `gpu` names it: its own block's as "own", and its
+    GPU as an offset from `gpu`."""
+    if sem is None:
+        return None
+    owner, name, idx = sem
+    if name in block_sems and idx:
+        idx = ("own" if idx[0] == block else ("block", idx[0]), *idx[1:])
+    return ((owner - gpu) % gpus, name, idx)
+
+
+def _names_other_block(sem: Any) -> bool:
+    """A relative semaphore (`_relative`) of another block than the process's own."""
+    return isinstance(sem, tuple) and bool(sem[2]) and isinstance(sem[2][0], tuple)
+
+
+def _signature(events: list[Event], block: int, gpu: int, gpus: int, block_sems: frozenset[str]) -> tuple:
+    rel = lambda sem: _relative(sem, block, gpu, gpus, block_sems)  # noqa: E731
+    out = []
+    for ev in events:
+        a = ev.action
+        if isinstance(a, SemWait):
+            out.append(("w", rel(a.sem), a.value, a.decrement))
+        elif isinstance(a, Signal):
+            out.append(("s", rel(a.sem), a.inc))
+        elif isinstance(a, DmaStart):
+            out.append(("d", rel(a.recv_sem), rel(a.send_sem), a.nbytes))
+    return tuple(out)
+
+
+def block_order(program: Program) -> BlockOrder:
+    """`BlockOrder`: rows for the launch processes and for one block of each class (on GPU 0
+    only when the GPUs are one rotation of each other)."""
+    n, blocks, names, places, gpus = program.n, program.blocks, program.block_sems, program.places, program.memories
+    upto: list[list[int]] = []
+    before_sem: list[list[int]] = []
+    for events in program.devices:
+        u, b, c = [], [], 0
+        for ev in events:
+            b.append(c)
+            if isinstance(ev.action, _SEM_ACTIONS):
+                c += 1
+            u.append(c)
+        b.append(c)
+        upto.append(u)
+        before_sem.append(b)
+    # Each process's place: (GPU, block, its position among that block's processes on that GPU).
+    slot: dict[tuple[int, int, int], int] = {}
+    seen: dict[tuple[int, int], int] = defaultdict(int)
+    where: list[tuple[int, int, int]] = []
+    for p in range(n):
+        key = (places[p], blocks[p])
+        where.append((*key, seen[key]))
+        slot[where[-1]] = p
+        seen[key] += 1
+    sigs = [_signature(program.devices[p], blocks[p], places[p], gpus, names) for p in range(n)]
+    foreign = [any(_names_other_block(x) for item in sig for x in item[1:3]) for sig in sigs]
+    # ρ: rotating the GPUs, when every process is GPU 0's counterpart moved
+    rotate: list[list[int]] | None = []
+    for d in range(gpus):
+        back = list(range(n))  # GPU d's process -> GPU 0's
+        for p in range(n):
+            g, blk, j = where[p]
+            q = slot.get(((g - d) % gpus, blk, j))
+            if q is None or sigs[q] != sigs[p]:
+                rotate = None
+                break
+            back[p] = q
+        if rotate is None:
+            break
+        rotate.append(back)
+    members: dict[int, list[int]] = defaultdict(list)
+    for p in range(n):
+        if blocks[p] >= 0:
+            members[blocks[p]].append(p)
+    column = {blk: (blk,) if any(foreign[p] for p in procs) else tuple((where[p][0], where[p][2], sigs[p])
+                                                                     for p in procs)
+              for blk, procs in members.items()}
+    classes: dict[tuple, int] = {}
+    rep_block = {blk: classes.setdefault(column[blk], blk) for blk in sorted(members)}
+    rep_of: dict[int, int] = {}
+    swap: dict[int, list[int]] = {}
+    for blk, rep in rep_block.items():
+        if rep == blk:
+            continue
+        sigma = list(range(n))
+        for p, r in zip(members[blk], members[rep]):
+            sigma[p], sigma[r] = r, p
+            rep_of[p] = r
+        swap[blk] = sigma
+    held = [p for p in range(n) if (blocks[p] < 0 or rep_block[blocks[p]] == blocks[p])
+            and (rotate is None or places[p] == 0)]
+    rows: dict[int, list[tuple[int, ...]]] = {}
+    for p in held:
+        events = program.devices[p]
+        limits = [len(ev) for ev in program.devices]
+        limits[p] = 0
+        m = Machine(program, limits).run()
+        row = [tuple(m.pc)]
+        for i, ev in enumerate(events):
+            if not isinstance(ev.action, _SEM_ACTIONS):
+                continue
+            m.release(p, i + 1)
+            if m.pc[p] <= i:  # held at a wait it can never pass: nothing after it runs either
+                row.extend([row[-1]] * (before_sem[p][-1] - len(row) + 1))
+                break
+            snap = tuple(m.pc)
+            row.append(snap if snap != row[-1] else row[-1])
+        rows[p] = row
+    return BlockOrder(program, rows, rep_of, swap, rotate, upto, before_sem)
 
 
 @dataclass(frozen=True)
