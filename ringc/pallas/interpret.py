@@ -309,6 +309,10 @@ class Interpreter:
                             "cannot be skipped (a skipped DMA would make a racy kernel look clean)", eqn)
         return pure_rule
 
+    def remote(self, ref: Any, peer: Any) -> Any:
+        """`plgpu.remote_ref` (a Mosaic GPU kernel's, `mgpu.GpuInterpreter.remote`)."""
+        raise self.fail("plgpu.remote_ref in a Pallas TPU kernel", "address a peer with a remote DMA (device_id=...)")
+
     # -- events ----------------------------------------------------------------
     def emit(self, action: Any, target: int | None = None) -> None:
         self.sink.emit(self.device, self.point, self.where(), action, target)
@@ -808,6 +812,12 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
     for t in transforms or ():
         if isinstance(t, _Unswizzle):  # a permutation inside each swizzle atom: see `_untiled`
             continue
+        if isinstance(t, Peer):  # Mosaic GPU's `plgpu.remote_ref`: the same ref on a peer
+            ref = it.remote(ref, t)
+            continue
+        if isinstance(t, Multicast):  # Mosaic GPU's `plgpu.multicast_ref`: the peers come with the copy
+            ref = it.remote(ref, t)
+            continue
         if isinstance(t, _Untile):
             if not isinstance(ref, Ref) or ref.var:
                 raise it.fail("an untiled view of something that is not one SMEM ref", "index the SMEM ref")
@@ -1198,6 +1208,11 @@ class Peer(NamedTuple):
     device_id_type: Any
 
 
+class Multicast(NamedTuple):
+    """`plgpu.multicast_ref`'s transform: the same ref on every GPU of the axes."""
+    axes: tuple
+
+
 class _Untile(NamedTuple):
     tiling: tuple[int, ...]
 
@@ -1238,6 +1253,8 @@ def _template(it: Interpreter, eqn: Any, key: str, n: int) -> Any:
             return _Select(plain(x.idx))
         if name == "PeerMemRef":  # Mosaic GPU's `plgpu.remote_ref` (`mgpu.gpu_ref`)
             return Peer(plain(x.device_id), x.device_id_type)
+        if name == "MulticastRef":  # Mosaic GPU's `plgpu.multicast_ref`: the ref on every GPU of the axes
+            return Multicast(tuple(x.collective_axes))
         if name == "UntilingTransform":  # Mosaic GPU's tiled SMEM, seen untiled
             return _Untile(tuple(int(t) for t in x.tiling))
         if name == "UnswizzleRef":  # Mosaic GPU's swizzled SMEM, seen unswizzled
@@ -1285,6 +1302,8 @@ def _constant(t: Any) -> Callable[[list], Any]:
 
 
 def unflatten(it: Interpreter, eqn: Any, invals: list, key: str = "tree") -> Any:
+    if eqn.params.get(key) is None:  # no transforms (Mosaic GPU passes None for an untransformed ref)
+        return ()
     return _template(it, eqn, key, len(invals))(invals)
 
 

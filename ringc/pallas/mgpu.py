@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
-from .interpret import (Interpreter, KernelError, Peer, apply_transforms, device_of, squeezed, unflatten,
+from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, squeezed, unflatten,
                         user_location)
 from .program import arg_names, kernel_location
 from .primitives import PRIMITIVES, Does
@@ -97,6 +97,12 @@ class Launch:
         return base if self.invocation == 0 else f"{base}@call{self.invocation + 1}"
 
 
+@dataclass(frozen=True)
+class MulticastTarget(Ref):
+    """`plgpu.multicast_ref(ref, axes)`: `ref` on every GPU of `peers` (a TMA store's destination)."""
+    peers: tuple = ()
+
+
 class GpuInterpreter(Interpreter):
     """Evaluates a Mosaic GPU kernel jaxpr for one warpgroup of one block of one GPU.
     `device` is the process (events go to it; its registers are its own memory); `gpu` is the
@@ -143,6 +149,21 @@ class GpuInterpreter(Interpreter):
             self.sink.buffers[buf.name] = buf
         return Ref.whole(buf, self.device)
 
+    def remote(self, ref: Any, peer: Any) -> Any:
+        """`plgpu.remote_ref(ref, device_id)`: the same buffer on the peer GPU (the peer's copy of
+        the kernel operand, at the same offset)."""
+        if isinstance(peer, Multicast):
+            if not isinstance(ref, Ref):
+                raise self.fail("multicast_ref of something that is not a GMEM ref", "pass a kernel operand or output")
+            return MulticastTarget(ref.buffer, ref.device, ref.box, ref.kept, peers=tuple(self.peers(peer.axes)))
+        gpu = _gpu_of(self, peer.device_id, peer.device_id_type)
+        if not isinstance(ref, Ref):
+            raise self.fail("remote_ref of something that is not a GMEM ref", "pass a kernel operand or output")
+        if not 0 <= gpu < self.launch.gpus:
+            raise self.fail(f"remote_ref to GPU {gpu}, which does not exist ({self.launch.gpus} GPUs)",
+                            "compute the peer from lax.axis_index and the axis size")
+        return Ref(ref.buffer, gpu, ref.box, ref.kept)
+
     def private_sem(self, prefix: str, kind: str, new: bool = True) -> tuple:
         """A semaphore of this warpgroup's own (a copy's completion): `prefix#k` for its k-th copy
         (`new`: the next one), at (block, warpgroup), so that blocks that copy alike name theirs
@@ -173,7 +194,7 @@ class GpuInterpreter(Interpreter):
 class _Group:
     """One TMA bulk async-group of a process (`copy_smem_to_gmem`): its copy's read side is
     done at `read`'s wait, its write side at `write`'s (None: not waited yet)."""
-    start: DmaStart
+    starts: tuple[DmaStart, ...]
     read_waited: bool = False
     write_waited: bool = False
 
@@ -316,25 +337,9 @@ def _sem(it: GpuInterpreter, s: Any, gpu: int, what: str) -> tuple:
 
 
 def gpu_ref(it: GpuInterpreter, ref: Any, transforms: Any) -> Any:
-    """A ref with its transforms applied (`interpret.apply_transforms`); `plgpu.remote_ref`'s
-    `PeerMemRef` among them makes it the same buffer on the peer GPU (the peer's copy of the
-    kernel operand, at the same offset)."""
-    peer = None
-    rest = []
-    for t in transforms or ():
-        if isinstance(t, Peer):
-            peer = _gpu_of(it, t.device_id, t.device_id_type)
-        else:
-            rest.append(t)
-    ref = apply_transforms(it, ref, tuple(rest))
-    if peer is not None:
-        if not isinstance(ref, Ref):
-            raise it.fail("remote_ref of something that is not a GMEM ref", "pass a kernel operand or output")
-        if not 0 <= peer < it.launch.gpus:
-            raise it.fail(f"remote_ref to GPU {peer}, which does not exist ({it.launch.gpus} GPUs)",
-                          "compute the peer from lax.axis_index and the axis size")
-        ref = Ref(ref.buffer, peer, ref.box, ref.kept)
-    return ref
+    """A ref with its transforms applied (`interpret.apply_transforms`, `plgpu.remote_ref`'s
+    `Peer` among them: `GpuInterpreter.remote`)."""
+    return apply_transforms(it, ref, transforms)
 
 
 @PRIMITIVES.gpu("run_scoped", does=Does.CONTROL | Does.MEMORY | Does.SEMAPHORE,
@@ -576,12 +581,13 @@ def _wait_groups(it: GpuInterpreter, keep: int, read_only: bool, why: str, line:
     older = it.groups[:max(0, len(it.groups) - keep)]
     at = line if line is not None else it.where()
     for g in older:
-        a = g.start
         if not g.read_waited:
-            it.sink.emit(it.device, it.point, at, SemWait(a.send_sem, a.nbytes, f"{why} (read)", a.copy), None)
+            for a in g.starts:
+                it.sink.emit(it.device, it.point, at, SemWait(a.send_sem, a.nbytes, f"{why} (read)", a.copy), None)
             g.read_waited = True
         if not read_only and not g.write_waited:
-            it.sink.emit(it.device, it.point, at, SemWait(a.recv_sem, a.nbytes, why, a.copy), None)
+            for a in g.starts:
+                it.sink.emit(it.device, it.point, at, SemWait(a.recv_sem, a.nbytes, why, a.copy), None)
             g.write_waited = True
     it.groups = [g for g in it.groups if not (g.read_waited and g.write_waited)]
 
@@ -605,10 +611,14 @@ def _copy_smem_to_gmem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
         raise it.fail("copy_smem_to_gmem(commit_group=False)", "ringc models one bulk group per copy "
                       "(the default commit_group=True)")
     copy = f"tma@{int(it.where())}"
-    read, write = it.private_sem("tma-read", "dma"), it.private_sem("tma-write", "dma", new=False)
-    start = DmaStart(copy, it.region(src), it.region(dst), read, write)
-    it.emit(start)
-    it.groups.append(_Group(start))
+    # a multicast store is one copy to every GPU of the axes, in one bulk group
+    dsts = [Ref(dst.buffer, g, dst.box, dst.kept) for g in dst.peers] if isinstance(dst, MulticastTarget) else [dst]
+    starts = []
+    for k, d in enumerate(dsts):
+        read, write = it.private_sem("tma-read", "dma"), it.private_sem("tma-write", "dma", new=False)
+        starts.append(DmaStart(copy, it.region(src), it.region(d), read, write))
+        it.emit(starts[-1])
+    it.groups.append(_Group(tuple(starts)))
     return []
 
 
@@ -638,6 +648,8 @@ def _commit_smem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
 # -- SMEM barriers, TMA loads, wgmma ------------------------------------------------------------
 def _barrier_sem(it: GpuInterpreter, ref: Any, flat: list, key: str, eqn: Any) -> tuple:
     bar = apply_transforms(it, ref, unflatten(it, eqn, flat, key))
+    if isinstance(bar, SemRef) and bar.rest == (1,):  # `plgpu.Barrier()`: one barrier, used without an index
+        bar = SemRef(bar.name, bar.kind, bar.shape, (*bar.index, 0))
     return _sem(it, bar, it.gpu, "the barrier")
 
 
