@@ -281,6 +281,11 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
     return report
 
 
+# A file that uses Mosaic GPU: it imports Pallas' mosaic_gpu module, or JAX's Mosaic GPU kernels
+# (`jax.experimental.pallas.ops.gpu`'s `*_mgpu` modules).
+_MOSAIC_GPU = re.compile(r"pallas[.\s]+import\s+mosaic_gpu|pallas\.mosaic_gpu|pallas\.ops\.gpu\b.*_mgpu|import\s+\w+_mgpu")
+
+
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
@@ -295,7 +300,7 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     from .tpu import GPU_DEFAULT
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
-    if tpu is None and "mosaic_gpu" in script_source(path):  # a Mosaic GPU kernel: devices answer as Hopper GPUs
+    if tpu is None and _MOSAIC_GPU.search(script_source(path)):  # a Mosaic GPU kernel: devices answer as Hopper GPUs
         tpu = GPU_DEFAULT
     if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args or axis or mesh:
         if n is None:

@@ -394,7 +394,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
                 for v, d in zip(invals, dt)]
         try:
             if entry is not None and entry.numpy is not None:
-                r = entry.numpy(eqn.params, *args)
+                with np.errstate(all="ignore"):  # XLA's integer division by zero is defined; numpy's warns
+                    r = entry.numpy(eqn.params, *args)
             else:
                 import jax
                 with jax.ensure_compile_time_eval():

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import limits
+
 from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
 from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, squeezed, unflatten,
                         user_location)
@@ -79,6 +81,7 @@ class Launch:
     globals_: dict[tuple, SemRef] = field(default_factory=dict)  # get_global: (eqn id, k) -> semaphore
     registers: dict[tuple, Buffer] = field(default_factory=dict)
     arrivals: dict[str, int] = field(default_factory=dict)  # an SMEM barrier's num_arrivals
+    sem_words: dict[str, Buffer] = field(default_factory=dict)  # a signalled semaphore's memory (`_signalled`)
 
     @property
     def blocks(self) -> int:
@@ -264,6 +267,8 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
         if launch.gpus > 1:
             b.emit(g, point, line, SemWait((g, barrier_sem, ()), launch.gpus - 1, "launch barrier"), None)
         b.emit(g, point, line, Signal((g, launch_sem, ()), 1, "launch"), None)
+    events = sum(len(d) for d in b.devices)
+    for g in range(launch.gpus):
         for block in range(launch.blocks):
             for wg in range(launch.threads):
                 proc = b.process(g, block, wg, launch.threads)
@@ -273,9 +278,18 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
                 it.run(kernel, [], [Ref.whole(buf, g) for buf in bufs])
                 _end_of_kernel(it, line)
                 b.emit(proc, point, line, Signal((g, join_sem, ()), 1, "join"), None)
+                events += len(b.devices[proc])
+            limits.check("events", events, f"the events of {g + 1} of {launch.gpus} GPUs' blocks so far",
+                         file=line.file, line=int(line) or None,
+                         fix="check smaller shapes (fewer tiles and steps per block) or fewer GPUs")
+    for g in range(launch.gpus):
         b.emit(g, point, line, SemWait((g, join_sem, ()), procs, "join", decrement=False), None)
         for name in exit_names:
             b.emit(g, point, line, Compute("exit", Ref.whole(b.buffers[name], g).region()), None)
+        # the kernel's semaphores go back with the launch: a signal that lands later would count in
+        # whatever the memory holds next (the next launch zeroes it again)
+        for buf in launch.sem_words.values():
+            b.emit(g, point, line, Compute("exit", Ref.whole(buf, g).region()), None)
     b.call_names.append(call.name)
 
 
@@ -305,7 +319,6 @@ def _end_of_kernel(it: GpuInterpreter, line: Loc) -> None:
 
 
 def _check_size(b: Any, launch: Launch, line: Loc) -> None:
-    from .. import limits
     procs = launch.gpus * launch.blocks * launch.threads
     limits.check("gpu_processes", procs, f"{launch.gpus} GPUs x {launch.blocks} blocks x {launch.threads} "
                  "warpgroups", file=line.file, line=int(line) or None,
@@ -436,8 +449,27 @@ def _signal(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     sem = apply_transforms(it, sem, transforms)
     amount = it.scalar(inc, "the signal increment")
     target = it.gpu if dev is None else _gpu_of(it, dev, eqn.params["device_id_type"])
-    it.emit(Signal(_sem(it, sem, target, "the signalled semaphore"), amount, "signal"))
+    sem_id = _sem(it, sem, target, "the signalled semaphore")
+    _signalled(it, sem, sem_id)
+    it.emit(Signal(sem_id, amount, "signal"))
     return []
+
+
+def _signalled(it: GpuInterpreter, sem: SemRef, sem_id: tuple) -> None:
+    """A signal's atomic add, as an access of the semaphore's word on its GPU (a read: adds
+    commute with each other). Its GPU's launch ends with an exit of every signalled semaphore's
+    memory, so a signal that nothing orders before that end (no wait there needs it) races
+    with it: it may land after the launch, in memory the next launch zeroes and counts again."""
+    launch = it.launch
+    buf = launch.sem_words.get(sem.name)
+    if buf is None:
+        buf = launch.sem_words[sem.name] = Buffer(it.sink.unique(f"semaphore {sem.name}"), tuple(sem.shape) or (1,),
+                                                  np.int32, "gmem", "scratch")
+        it.sink.buffers[buf.name] = buf
+    box = tuple((i, i + 1) for i in sem_id[2]) or ((0, 1),)
+    word = Region(buf.name, sem_id[0], box, (), 4)
+    reg = it.register(("signal", sem.name), (1,), np.int32)
+    it.emit(Compute("signal", reg.region(), word))
 
 
 @PRIMITIVES.gpu("semaphore_signal_multicast", does=Does.SEMAPHORE,
@@ -448,7 +480,9 @@ def _signal_multicast(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     sem = apply_transforms(it, sem, transforms)
     amount = it.scalar(inc, "the signal increment")
     for g in it.peers(eqn.params["collective_axes"]):
-        it.emit(Signal(_sem(it, sem, g, "the signalled semaphore"), amount, "multicast signal"))
+        sem_id = _sem(it, sem, g, "the signalled semaphore")
+        _signalled(it, sem, sem_id)
+        it.emit(Signal(sem_id, amount, "multicast signal"))
     return []
 
 

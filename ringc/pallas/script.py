@@ -557,12 +557,16 @@ def _claim_gpu(gen: Any) -> Iterator[None]:
         yield
         return
     want = tuple(int(x) for x in gen.capability.split("."))
+    cap = lambda c: tuple(int(x) for x in c.split("."))  # noqa: E731
     saved = {k: getattr(jtu, k) for k in ("device_under_test", "is_device_cuda", "is_device_rocm",
-                                          "is_cuda_compute_capability_at_least")}
+                                          "is_cuda_compute_capability_at_least", "is_cuda_compute_capability_equal",
+                                          "_get_device_tags") if hasattr(jtu, k)}
     jtu.device_under_test = lambda: "gpu"
     jtu.is_device_cuda = lambda: True
     jtu.is_device_rocm = lambda: False
-    jtu.is_cuda_compute_capability_at_least = lambda c: want >= tuple(int(x) for x in c.split("."))
+    jtu.is_cuda_compute_capability_at_least = lambda c: want >= cap(c)
+    jtu.is_cuda_compute_capability_equal = lambda c: want == cap(c)
+    jtu._get_device_tags = lambda: {"gpu", "cuda"}
     try:
         yield
     finally:

@@ -35,7 +35,7 @@ OP_COMPUTE_KINDS: tuple[str, ...] = tuple(c.tag for c in S.OPS if c.compute and 
 MODEL_KINDS: tuple[str, ...] = ("enter", "exit", "allocate")
 # Kinds only the Pallas importer makes: `load` reads `src` into a value (an assign, named for
 # the messages); `opaque` writes data the model does not follow (a kernel's own arithmetic).
-IMPORT_KINDS: tuple[str, ...] = ("load", "opaque")
+IMPORT_KINDS: tuple[str, ...] = ("load", "opaque", "signal")
 COMPUTE_KINDS: tuple[str, ...] = OP_COMPUTE_KINDS + MODEL_KINDS + IMPORT_KINDS
 
 
@@ -422,6 +422,10 @@ COMPUTES.register("load")(ComputeSpec(  # a copy into a value register
     Origin.IMPORT, _never, lambda mem, a: mem.copy(a.src, a.dst), _no_flops,
     lambda a, ev: f"{a.dst.text()} = {a.src.text()}", "loads into",
     _shown("="), "load"))
+COMPUTES.register("signal")(ComputeSpec(  # a Mosaic GPU signal's atomic add, as an access of the semaphore's word
+    Origin.IMPORT, _never, lambda mem, a: None, _no_flops,
+    lambda a, ev: f"the signal adds to {a.src.text()}", None,
+    lambda a: f"signal {a.src.buffer}", "signal"))
 COMPUTES.register("opaque")(ComputeSpec(  # data the model does not follow (the kernel's own arithmetic)
     Origin.IMPORT, _never, lambda mem, a: mem.opaque(a.dst, a.fn[0] if a.fn else None), None,
     lambda a, ev: f"compute into {a.dst.text()}", "computes into",

@@ -64,7 +64,7 @@ def _kept(src: Region, dst: Region) -> list[tuple[Region, int, int]]:
     return [(src, i, j) for i, j in zip(src.kept, dst.kept)]
 
 
-PAIRS.register("enter", "allocate", "exit", "zero", "opaque")(lambda a: ([], []))
+PAIRS.register("enter", "allocate", "exit", "zero", "opaque", "signal")(lambda a: ([], []))
 PAIRS.register("assign", "cast", "load")(lambda a: (_kept(a.src, a.dst), []))
 PAIRS.register("accumulate")(lambda a: (_kept(a.src, a.dst) + (_kept(a.base, a.dst) if a.base is not None else []), []))
 

@@ -91,7 +91,8 @@ def accesses(program: Program, ends: DmaEnds, described: bool = True) -> list[Ac
             elif write:
                 append(Access(region, True, ev, ev, _write_text(program, ev) if described else ""))
             else:
-                append(Access(region, False, ev, ev, f"`{ev.action.kind}` reads it" if described else ""))
+                text = "a signal adds to it" if ev.action.kind == "signal" else f"`{ev.action.kind}` reads it"
+                append(Access(region, False, ev, ev, text if described else ""))
     return out
 
 

@@ -57,7 +57,8 @@ def ring_all_gather(x, *, axis_name, num_blocks, bug=None):
   instead of k + 1), "no_tma_wait" (signals before the TMA store completes), "wrong_neighbour"
   (sends to the GPU two ahead), "read_before_wait" (stages the next rows before the wait),
   "shared_count" (one semaphore per GPU, counted by every block: a fast block's signal can
-  stand in for a slow block's)."""
+  stand in for a slow block's), "stray_signal" (one more signal at the end, which no wait
+  needs: it may land after the next GPU's launch has ended)."""
   num_devices = lax.axis_size(axis_name)
   m, n = x.shape
   rows_per_block = m // num_blocks
@@ -93,6 +94,8 @@ def ring_all_gather(x, *, axis_name, num_blocks, bug=None):
       arrived = k if bug == "wait_k" else k + 1
       pl.semaphore_wait(sem, arrived * per_step, decrement=False)
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    if bug == "stray_signal":
+      pl.semaphore_signal(sem, device_id=nxt)
 
   return plgpu.kernel(
       kernel,
