@@ -210,3 +210,13 @@ def test_the_block_quotient_order_is_the_full_order(build):
     rng = random.Random(0)
     pairs = [(rng.choice(events), rng.choice(events)) for _ in range(20_000)]
     assert [quick.before(e, f) for e, f in pairs] == [full.before(e, f) for e, f in pairs]
+
+
+def test_a_script_names_the_meaning_with_its_lax_reference():
+    """A user's script: JAX's shipped all-gather, then lax.all_gather on the same input. The
+    reference names the meaning, which is checked (with the real SM count)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-m", "ringc", "check", str(HERE / "all_gather_script.py"), "--devices", "4"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "meaning: all_gather, from the lax reference" in out.stdout and "528 block processes" in out.stdout
