@@ -16,19 +16,32 @@ chips sends to offsets s, 2 s and 3 s = -s round the axis at once (powers of 2 e
 round, which v5e routes), so an axis of 16 takes 8 + 2 + 1 hops in 3 rounds instead of
 8 + 4 + 2 + 1 in 4. The all-gather runs the digits bottom first, each round sending the
 aligned range of w blocks a chip holds to its q - 1 partners, into the same blocks there;
-the all-reduce is the reduce-scatter into `out` followed by that all-gather. `radix` caps
-the top digit of each axis: 2 (binary throughout), 4, or the axis (one round per axis,
-every offset at once, the one-shot per axis; not routable on v5e, so not generated there).
-In a round of radix 4 or more the send half way round the axis (t = q / 2, the longest
-route) is started first.
+the all-reduce is the reduce-scatter (into `acc`, its last round into out[me]) followed
+by that all-gather on `out`. `radix` caps the top digit of each axis: 4, or the axis (one
+round per axis, every offset at once, the one-shot per axis; not routable on v5e, so not
+generated there). In a round of radix 4 or more the send half way round the axis
+(t = q / 2, the longest route) is started first.
 
-Each round's width is a different static shape (the TPU compiler takes no dynamic add
-size), so the rounds are written out one by one for the slice (the generator knows N),
-each with its literal width; a round's sends, adds and signals are `loop`s over t. Every
-chip runs chip 0's program with ids XORed by its own, but the ranges are w > 1 blocks
-long, which the XOR quotient does not follow (`ringc/verify/xor.py`: a device-dependent
-start only along a dimension of length 1), so `ringc check` and `ringc cost` run every
-chip (a few events per round: 2.3 s to check the reduce-scatter on 256 chips)."""
+One text serves every N (the schedules are checked at small N in CI): each axis' digits
+are static lets (`q_x`, `w_x`, `b_x`, `r_x`: radix, weight and binary digits below the
+top one, first round), the top digit's round is written once per axis and its binary
+digits are a `loop` (a Python `for`, unrolled when traced), so every add has a static
+width (the TPU compiler takes no dynamic add size). Slots: round r's arrivals land in
+`recv` slots w .. q w - 1 (the rounds' ranges are disjoint); a round's q - 1 arrivals are
+waited once for their total. A back-to-back call must not write a slot still being read:
+every receiver signals `free[r]` to its round-r senders when the call starts (r > 0) and
+a sender waits for it before round r, which the earlier rounds hide; round 0's receivers
+signal `done` after their adds, waited at the end. `ringc check` models back-to-back calls
+with Pallas' device barrier between them (docs/verification.md), so its verdict does not
+rest on this handshake (a schedule without it checks too); it is there for a caller that
+runs the kernel without that barrier, and costs nothing on the critical path (29.8 us on
+v5e:16x16 at 64 KiB with it or without).
+
+Every chip runs chip 0's program with ids XORed by its own, but the ranges are w > 1
+blocks long, which the XOR quotient does not follow (`ringc/verify/xor.py`: one axis, and
+a device-dependent start only along a dimension of length 1), so `ringc check` and `ringc
+cost` run every chip (on v5e:16x16 the all-reduce checks in 8.4 s; past 256 chips the
+timed run is over the `events` limit and the family is not priced)."""
 
 from __future__ import annotations
 
@@ -36,10 +49,10 @@ from math import prod
 from typing import Iterator
 
 from .base import Candidate
-from .templates import AXES, head, own_copy
+from .templates import AXES, head
 
 FAMILY = "recursive_halving"
-WHAT = ("one round per digit of the row-major index (radix 2, or 4 at the top of an axis): "
+WHAT = ("one round per digit of the row-major index (radix 4 at the top of an axis, 2 below): "
         "exchange with me ^ (t * w), halving what is held (reduce-scatter) or doubling it (all-gather)")
 
 Plan = list[tuple[str, int, int]]   # (axis, weight w, radix q) per round, top digit first
@@ -105,7 +118,7 @@ class _Axis:
                      f"{self.b}: log2({self.n} // {self.q})".ljust(24) + f"# {a}'s binary digits below it",
                      (f"{self.w}: N // {self.q}" if self.first else f"{self.w}: {self.n} // {self.q} * {below}"
                       if below else f"{self.w}: {self.n} // {self.q}").ljust(24)
-                     + f"# the top digit's weight in the row-major index",
+                     + f"# the weight of {a}'s top digit in the row-major index",
                      (f"{self.r}: 0" if prev is None else f"{self.r}: r_{prev} + 1 + b_{prev}").ljust(24)
                      + f"# the round of {a}'s top digit; its binary digits follow"]
 
@@ -155,13 +168,13 @@ def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: 
 def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str) -> list[list[str]]:
     """The reduce-scatter, top digit first: x -> `acc` (the partial sums of the blocks still
     held), the last round (w = 1) into `last`, a region of one block."""
-    ops: list[list[str]] = []
-    for ax in axes:   # at the call's start, every round after the first says its slots are free
+    ops: list[list[str]] = [["# When the call starts: the slots of every round after the first are free."]]
+    for ax in axes:
         if not ax.first:
             ops.append(_loop("t", f"{ax.q} - 1", [_op(f'signal: "free[{ax.r}]"', f"to: me ^ ((t + 1) * {ax.w})")],
-                             f"round {ax.r}'s slots are free"))
+                             f"{ax.a}'s top digit"))
         ops.append(_loop("i", ax.b, [_op(f'signal: "free[{ax.r} + 1 + i]"', f"to: me ^ ({ax.binary_w('i')})")],
-                         "and those of the binary rounds"))
+                         f"{ax.a}'s binary digits"))
     for ax in axes:
         w, mine = ax.w, f"{acc}[me & (N - {ax.w}):{ax.w}]"
         base = f"x[me & (N - {w}):{w}]" if ax.first else None
@@ -244,7 +257,9 @@ _DIGITS = """# The chips' row-major index has one digit per round: along each ax
 _HANDSHAKE = """# So that a back-to-back call writes no slot still being read, a chip signals `free[r]` to
 # its round-r senders when the call starts (r > 0), and they wait for it before round r, off
 # the critical path (the earlier rounds take longer than the signal); round 0's receivers
-# signal `done` once they have added, waited at the end."""
+# signal `done` once they have added, waited at the end. (`ringc check` puts Pallas' device
+# barrier between calls, so its verdict does not rest on this handshake; a caller without
+# that barrier does.)"""
 
 
 def _head(kind: str, k: int, radix: int) -> tuple[list[_Axis], str, str]:
