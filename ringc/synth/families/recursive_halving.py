@@ -165,9 +165,9 @@ def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: 
     return ops
 
 
-def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str) -> list[list[str]]:
-    """The reduce-scatter, top digit first: x -> `acc` (the partial sums of the blocks still
-    held), the last round (w = 1) into `last`, a region of one block."""
+def _free_signals(axes: list[_Axis]) -> list[list[str]]:
+    """At the call's start, every receiver of a round after the first (round 0 is the first
+    axis' top digit) says its slots are free."""
     ops: list[list[str]] = [["# When the call starts: the slots of every round after the first are free."]]
     for ax in axes:
         if not ax.first:
@@ -175,11 +175,21 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str) -> list[list[str
                              f"{ax.a}'s top digit"))
         ops.append(_loop("i", ax.b, [_op(f'signal: "free[{ax.r} + 1 + i]"', f"to: me ^ ({ax.binary_w('i')})")],
                          f"{ax.a}'s binary digits"))
+    return ops
+
+
+def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str | None, signals: bool = True,
+                        wait_done: bool = True) -> list[list[str]]:
+    """The reduce-scatter, top digit first: x -> `acc` (the partial sums of the blocks still
+    held), the last round (w = 1) into `last`, a region of one block (None: the last round
+    adds into `acc` too, and the all-reduce's doubling rounds follow)."""
+    ops: list[list[str]] = _free_signals(axes) if signals else []
     for ax in axes:
+        final = ax.last and last is not None
         w, mine = ax.w, f"{acc}[me & (N - {ax.w}):{ax.w}]"
         base = f"x[me & (N - {w}):{w}]" if ax.first else None
         top = f"Along {ax.a}: the top digit, radix {ax.q}, weight {w} (offsets {w}, 2 {w}, .. round the axis)"
-        if ax.last:   # the top digit is the last round where there is no binary digit below it
+        if final:   # the top digit is the last round where there is no binary digit below it
             adds = [_when(f"{ax.b} > 0", _adds(mine, base, w, ax.q)),
                     _when(f"{ax.b} == 0", _adds_last(  # w = 1 here
                         last, "x[me]" if ax.first else f"{acc}[me]", ax.q))]
@@ -189,14 +199,44 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str) -> list[list[str
         ops += _round("send_x" if ax.first else "send", ax.r, w, ax.q, adds, not ax.first, ax.first)
         bw, r = ax.binary_w("i"), f"{ax.r} + 1 + i"
         mine = f"{acc}[me & (N - ({bw})):{bw}]"
-        if ax.last:
+        if final:
             adds = [_when(f"i < {ax.b} - 1", _adds(mine, None, bw, "2")),
                     _when(f"i == {ax.b} - 1", _adds_last(last, f"{acc}[me]", "2"))]   # (w = 1)
         else:
             adds = _adds(mine, None, bw, "2")
         ops.append([f"# Along {ax.a}: the binary digits, weights {w} / 2 .. {ax.stride}."])
         ops.append(_loop("i", ax.b, _round("send", r, bw, "2", adds, True, False)))
-    ops.append(_op("sem_wait: done", f"value: q_{axes[0].a} - 1"))
+    if wait_done:
+        ops.append(_done_wait(axes[0]))
+    return ops
+
+
+def _done_wait(first: _Axis) -> list[str]:
+    """Wait for round 0's receivers to have read their slots (at the end: off the critical path)."""
+    return _op("sem_wait: done", f"value: {first.q} - 1")
+
+
+def _doubling_ops(axes: list[_Axis]) -> list[list[str]]:
+    """The all-reduce of the S blocks still held (`acc[me & (N - S):S]`) over the digits of
+    `axes` (trailing ones, never the first: round 0 is a halving round) by recursive
+    doubling: each round sends all S to each partner me ^ (t * w), into its
+    `mix[r, t - 1]`, and adds the q - 1 that arrive."""
+    ops: list[list[str]] = []
+    held = '"acc[me & (N - S):S]"'
+    for ax in axes:
+        for what, r, w, q in ((f"the top digit, radix {ax.q}, weight {ax.w}", ax.r, ax.w, ax.q),
+                              (f"the binary digits, weights {ax.w} / 2 .. {ax.stride}", f"{ax.r} + 1 + i",
+                               ax.binary_w("i"), "2")):
+            body = [_op(f'sem_wait: "free[{r}]"', "value: 1" if q == "2" else f"value: {q} - 1")]
+            if q == "2":
+                body.append(_op(f"start: double(r={r}, w={w}, t=1)"))
+            else:
+                body += [_op(f"start: double(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"),
+                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t=t + 1 if t + 1 < {q} // 2 else t + 2)")])]
+            body.append(_op(f"wait: doubled(r={r}, w={w}, q={q})"))
+            body.append(_loop("t", f"{q} - 1", [_op(f"accumulate: {held}", f'src: "mix[{r}, t]"')]))
+            ops.append([f"# Along {ax.a}, doubling: {what}."])
+            ops += body if q != "2" else [_loop("i", ax.b, body)]
     return ops
 
 
@@ -331,15 +371,46 @@ body:
 """
 
 
-def psum(k: int, radix: int) -> str:
-    """The all-reduce over k power-of-2 axes: the reduce-scatter into out[me],
-    then the all-gather of `out` (Rabenseifner)."""
+def psum(k: int, radix: int, fused: int = 0) -> str:
+    """The all-reduce over k power-of-2 axes: the reduce-scatter into out[me], then the
+    all-gather of `out` (Rabenseifner); with `fused` > 0 the last `fused` axes are summed by
+    recursive doubling instead (S = their chips' count of blocks sent whole each round:
+    small once the first axes' halving has cut V by N / S), between the two."""
     axes, top, lets = _head("psum", k, radix)
-    ops = ([["# The reduce-scatter: the partial sums of the blocks still held are kept in `acc`."]]
-           + _reduce_scatter_ops(axes, "acc", "out[me]")
-           + [["# The all-gather: out[me] is the sum of block me; each round doubles the range held."]]
-           + _all_gather_ops(axes))
-    return f"""# Recursive halving and doubling all-reduce (Rabenseifner) over {k} power-of-2 ax{'is' if k == 1 else 'es'}: lax.psum(x, {_names(k)}).
+    name = f"psum_recursive_halving_{k}d_r{radix}" + (f"_f{fused}" if fused else "")
+    top = top.replace(f"name: psum_recursive_halving_{k}d_r{radix}", f"name: {name}")
+    if not 0 <= fused < k:
+        raise ValueError(f"fused is 0 .. {k - 1}: the first axis is halved (doubling V whole is recursive_doubling's)")
+    halve, double = axes[:k - fused], axes[k - fused:]
+    if not fused:
+        ops = ([["# The reduce-scatter: the partial sums of the blocks still held are kept in `acc`."]]
+               + _reduce_scatter_ops(axes, "acc", "out[me]", wait_done=False)
+               + [["# The all-gather: out[me] is the sum of block me; each round doubles the range held."]]
+               + _all_gather_ops(axes))
+    else:
+        ops = (_free_signals(axes)
+               + [["# The reduce-scatter along " + ", ".join(a.a for a in halve) + ": the partial sums of "
+                   "the blocks still held are kept in `acc`."]]
+               + _reduce_scatter_ops(halve, "acc", None, signals=False, wait_done=False)
+               + [[f"# The all-reduce along {', '.join(a.a for a in double)} of the S blocks held, by doubling."]]
+               + _doubling_ops(double)
+               + [_op('assign: "out[me & (N - S):S]"', 'src: "acc[me & (N - S):S]"')]
+               + [["# The all-gather: out holds the sums of the S blocks of my range; each round doubles it."]]
+               + _all_gather_ops(halve))
+    ops.append(_done_wait(axes[0]))
+    S = " * ".join(a.n for a in double) if fused else "1"
+    lets += f"\n  S: {S}".ljust(26) + "# the blocks summed by doubling" if fused else ""
+    what = ("Rabenseifner" if not fused else
+            "halving and doubling along " + ", ".join(a.a for a in halve) + ", doubling along "
+            + ", ".join(a.a for a in double))
+    doubling_text = "" if not fused else f"""
+# The last {fused} ax{'is' if fused == 1 else 'es'} ({', '.join(a.a for a in double)}) are summed by recursive doubling instead, between
+# the two: each of their digits' rounds sends the whole S = {S} blocks held to each partner
+# me ^ (t * w), into its `mix` slots, and adds what arrives; the reduce-scatter has cut
+# V by N / S by then, so the whole range is small, and one round replaces two."""
+    mix_buffer = ("\n  mix:  {kind: vmem_scratch, slots: [rounds, RADIX - 1, S], shape: [rows, cols]}"
+                  "   # a doubling round's arrivals") if fused else ""
+    return f"""# Recursive halving and doubling all-reduce ({what}) over {k} power-of-2 ax{'is' if k == 1 else 'es'}: lax.psum(x, {_names(k)}).
 # Generated by `ringc synth` (ringc/synth/families/recursive_halving.py). x is N blocks,
 # j row-major.
 {_DIGITS.format(order="top first in the reduce-scatter, bottom first in the all-gather")}
@@ -350,14 +421,14 @@ def psum(k: int, radix: int) -> str:
 # q - 1 ranges that arrive into its own, in `acc`, until out[me] is the sum of block me.
 # In the all-gather's, a chip sends the aligned range of w blocks it holds to each
 # partner, into the same blocks of its `out` (which the reduce-scatter's sends, from `acc`,
-# do not read). A round's arrivals come on one semaphore, waited once for their total.
+# do not read). A round's arrivals come on one semaphore, waited once for their total.{doubling_text}
 {_HANDSHAKE}
 {top}
 buffers:
   x:    {{kind: input,  slots: N, shape: [rows, cols], shard: [N * rows, cols], space: vmem}}
   out:  {{kind: output, slots: N, shape: [rows, cols], shard: [N * rows, cols], space: vmem}}
   acc:  {{kind: vmem_scratch, slots: N, shape: [rows, cols]}}   # the partial sums of the blocks still held
-  recv: {{kind: vmem_scratch, slots: N, shape: [rows, cols]}}   # a round's arrivals: slots w .. q w - 1
+  recv: {{kind: vmem_scratch, slots: N, shape: [rows, cols]}}   # a round's arrivals: slots w .. q w - 1{mix_buffer}
 semaphores:
   send_sem: dma
 {_RS_SEMS}
@@ -366,10 +437,19 @@ let:
 {lets}
 copies:
 {_RS_COPIES.format(acc="acc")}
-{_AG_COPIES.format(held="sums of the w blocks")}
+{_AG_COPIES.format(held="sums of the w blocks")}{_MIX_COPIES if fused else ""}
 body:
 {_body(ops)}
 """
+
+
+_MIX_COPIES = """
+  # The S blocks I hold, into slot t - 1 of round r's `mix` of partner me ^ (t * w).
+  double(r, w, t):   {src: "acc[me & (N - S):S]", dst: "mix[r, t - 1]", to: me ^ (t * w), send_sem: send_sem,
+                      recv_sem: "recv_sems[r]"}
+  # Round r's q - 1 sends and arrivals, waited once for their total (never started).
+  doubled(r, w, q):  {src: "mix[r, 0:q - 1]", dst: "mix[r, 0:q - 1]", to: me ^ w, send_sem: send_sem,
+                      recv_sem: "recv_sems[r]"}"""
 
 
 GENERATORS = {"psum_scatter": psum_scatter, "all_gather": all_gather, "psum": psum}
@@ -399,5 +479,10 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         if plan in seen:
             continue
         seen.add(plan)
-        yield Candidate(FAMILY, f"{kind}_recursive_halving_{topo.ndim}d_r{radix}", GENERATORS[kind](topo.ndim, radix),
-                        WHAT, {"radix": radix})
+        # The all-reduce also with its last `fused` axes summed by doubling (0: Rabenseifner;
+        # not all of them: doubling all of V every round is the recursive_doubling family's).
+        for fused in range(topo.ndim) if kind == "psum" else (0,):
+            params = {"radix": radix, **({"fused": fused} if kind == "psum" else {})}
+            text = psum(topo.ndim, radix, fused) if kind == "psum" else GENERATORS[kind](topo.ndim, radix)
+            name = f"{kind}_recursive_halving_{topo.ndim}d_r{radix}" + (f"_f{fused}" if fused else "")
+            yield Candidate(FAMILY, name, text, WHAT, params)
