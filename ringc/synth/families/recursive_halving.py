@@ -404,7 +404,7 @@ def psum(k: int, radix: int, fused: int = 0) -> str:
             "halving and doubling along " + ", ".join(a.a for a in halve) + ", doubling along "
             + ", ".join(a.a for a in double))
     doubling_text = "" if not fused else f"""
-# The last {fused} ax{'is' if fused == 1 else 'es'} ({', '.join(a.a for a in double)}) are summed by recursive doubling instead, between
+# {"The last axis" if fused == 1 else f"The last {fused} axes"} ({', '.join(a.a for a in double)}) {"is" if fused == 1 else "are"} summed by recursive doubling instead, between
 # the two: each of their digits' rounds sends the whole S = {S} blocks held to each partner
 # me ^ (t * w), into its `mix` slots, and adds what arrives; the reduce-scatter has cut
 # V by N / S by then, so the whole range is small, and one round replaces two."""
