@@ -737,7 +737,7 @@ def _resolve_copy_op(r: _Resolver, op: S.Op, scope: _Scope) -> None:
 
 @RESOLVE.register(S.Signal)
 def _resolve_signal(r: _Resolver, op: S.Signal, scope: _Scope) -> None:
-    r.check_sem_ref(op.signal, op.line, ("regular",), "signal")
+    r.check_sem_ref(op.signal, op.line, ("regular",), "signal", scope.names)
     for t in op.to:
         r.check_expr(t, scope.names, op.line, "signal target")
     r.check_expr(op.inc, scope.names, op.line, "signal increment")
@@ -745,7 +745,7 @@ def _resolve_signal(r: _Resolver, op: S.Signal, scope: _Scope) -> None:
 
 @RESOLVE.register(S.SemWait)
 def _resolve_sem_wait(r: _Resolver, op: S.SemWait, scope: _Scope) -> None:
-    r.check_sem_ref(op.sem_wait, op.line, ("regular",), "sem_wait")
+    r.check_sem_ref(op.sem_wait, op.line, ("regular",), "sem_wait", scope.names)
     r.check_expr(op.value, scope.names, op.line, "wait value")
 
 
