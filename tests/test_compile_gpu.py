@@ -182,3 +182,12 @@ def test_the_collective_matmul_compiles_for_sm_90a():
     assert r.ok and r.compiled, r.to_text(verbose=True)
     (k,) = r.kernels
     assert k.arch == "sm_90a" and k.registers > 100 and k.spill_stores == 0 and k.smem > 128 * 1024
+
+
+def test_an_op_mosaic_gpu_cannot_lower_is_reported_at_its_line(capsys):
+    path = HERE / "pallas_import" / "mgpu" / "unlowerable.py"
+    assert main(["compile", str(path), "--target", "h100", "--devices", "2", "--lower-only"]) == 1
+    out = capsys.readouterr().out
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "lax.sort(" in text)
+    assert f"unlowerable.py:{line}: error: Mosaic GPU cannot lower `sort`" in out, out
+    assert "fix: compute the sort outside the kernel" in out and "Traceback" not in out

@@ -362,12 +362,21 @@ def _kernel_places(closed: Any, path: str | None) -> list[tuple[str, str | None,
 
 
 def _user_line(e: BaseException, files: set[str]) -> tuple[str, int] | None:
-    """The user's file and line a lowering error names: its traceback's last frame in one of
-    `files`, else a `file.py:LINE` in its message (Pallas names the equation it lowered)."""
+    """The user's file and line a lowering error names: the last frame in one of `files` of
+    its traceback or of a traceback it was raised from (JAX chains the user's stack of the
+    equation it was lowering, `JaxStackTraceBeforeTransformation`), else a `file.py:LINE` in
+    its message."""
     import traceback
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
-    if frames:
-        return frames[-1].filename, frames[-1].lineno or 0
+    seen, chain = set(), []
+    ex: BaseException | None = e
+    while ex is not None and id(ex) not in seen:
+        seen.add(id(ex))
+        chain.append(ex)
+        ex = ex.__cause__ or ex.__context__
+    for ex in chain:
+        frames = [f for f in traceback.extract_tb(ex.__traceback__) if os.path.abspath(f.filename) in files]
+        if frames:
+            return frames[-1].filename, frames[-1].lineno or 0
     for m in re.finditer(r"([^\s:\"'()]+\.py):(\d+)", str(e)):
         if m.group(1) in files or os.path.abspath(m.group(1)) in files:
             return m.group(1), int(m.group(2))
@@ -379,6 +388,10 @@ _KNOWN_ERRORS = (
      lambda m: (f"the kernel's shared memory ({int(m.group(1))} bytes per block) exceeds the H100's "
                 f"{int(m.group(2))} bytes per block",
                 "shrink the SMEM scratch (plgpu.SMEM shapes, fewer pipeline stages, smaller tiles)")),
+    (re.compile(r"Unimplemented primitive in Pallas Mosaic GPU lowering: (\w+) for lowering semantics "
+                r"(?:LoweringSemantics\.)?(\w+)"),
+     lambda m: (f"Mosaic GPU cannot lower `{m.group(1)}` in a kernel ({m.group(2)} lowering semantics)",
+                f"compute the {m.group(1)} outside the kernel, or write it with operations Mosaic GPU lowers")),
     (re.compile(r"ptxas[^\n]*error[^\n]*", re.I),
      lambda m: (f"ptxas rejected the kernel: {m.group(0).strip()}", "see --verbose for ptxas' full output")),
 )
