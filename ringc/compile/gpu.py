@@ -126,11 +126,13 @@ class KernelFigures:
                 "stack_frame": self.stack_frame, "smem_per_block": self.smem, "launch_smem": self.launch_smem,
                 "static_smem": self.static_smem, "barriers": self.barriers}
 
-    def text(self) -> str:
+    def text(self, compiled: bool = True) -> str:
         where = f"{os.path.basename(self.file)}:{self.line}" if self.file else "?"
         smem = f"smem {self.smem} B/block"
         if self.registers is None:
-            return f"{self.name} ({where}): {smem} (registers: not compiled)"
+            why = ("no ptxas report: the CUDA plugin compiled this kernel earlier in the process, from its cache"
+                   if compiled else "registers and spills: not compiled (lowered only)")
+            return f"{self.name} ({where}): {smem} ({why})"
         return (f"{self.name} ({where}) {self.arch}: {self.registers} registers, spills {self.spill_stores} B "
                 f"stores / {self.spill_loads} B loads, {smem}, stack {self.stack_frame} B, "
                 f"{self.barriers} barriers")
@@ -182,7 +184,7 @@ class GpuCompileResult:
             elif self.raw_error:
                 lines.append("  (--verbose shows the compiler's own message)")
             return "\n".join(lines)
-        return "\n".join([head] + ["  " + k.text() for k in self.kernels])
+        return "\n".join([head] + ["  " + k.text(self.compiled) for k in self.kernels])
 
 
 # ------------------------------------------------------------------------------- ptxas
@@ -212,10 +214,12 @@ def ptxas_report(text: str) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------------------- lowering
 
 
-def _mosaic_calls(lowered: Any) -> list[tuple[str, int]]:
-    """(module name, dynamic shared memory of its launch) of every `mosaic_gpu_v2` custom call
-    in a program lowered for CUDA, in program order. The payload is Mosaic GPU's serialized
-    module (`jax.experimental.mosaic.gpu.core`); read back, its `gpu.launch` holds the bytes."""
+def _mosaic_calls(lowered: Any) -> list[tuple[str, int, bytes]]:
+    """(module name, dynamic shared memory of its launch, the payload's SHA-256) of every
+    `mosaic_gpu_v2` custom call in a program lowered for CUDA, in program order. The payload
+    is Mosaic GPU's serialized module (`jax.experimental.mosaic.gpu.core`); read back, its
+    `gpu.launch` holds the bytes."""
+    import hashlib
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib.mlir import ir
     from jax.experimental.mosaic.gpu import core as mgpu_core, dialect
@@ -256,7 +260,7 @@ def _mosaic_calls(lowered: Any) -> list[tuple[str, int]]:
                             launches(o)
 
             launches(module.operation)
-            out.append((name, smem[0]))
+            out.append((name, smem[0], hashlib.sha256(blob).digest()))
     return out
 
 
@@ -295,6 +299,11 @@ def quiet_plugin() -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="ringc-mgpu-") as tmp, _stderr_to(os.path.join(tmp, "log")):
         yield
 
+
+# ptxas' report of every kernel compiled in this process, by the SHA-256 of its Mosaic GPU
+# module: the CUDA plugin compiles a kernel it has compiled before from its own cache, without
+# running ptxas again (so without a report).
+_PTXAS_SEEN: dict[bytes, dict[str, Any]] = {}
 
 _TOPOLOGIES: dict[tuple[str, int], tuple] = {}
 
@@ -464,10 +473,14 @@ def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: 
             for report in sorted(glob.glob(os.path.join(dump, "*.ptxas"))):
                 figures.update(ptxas_report(_read(report)))
     kernels = []
-    for i, (module, smem) in enumerate(calls):
+    for i, (module, smem, key) in enumerate(calls):
         kname, kfile, kline = places[i] if i < len(places) else (module, path, line)
         found = figures.get(f"{module}_mosaic_gpu_kernel") or (list(figures.values())[i]
                                                                 if len(figures) == len(calls) else {})
+        if found:
+            _PTXAS_SEEN[key] = found
+        elif compile:  # compiled before in this process: the plugin's kernel cache skipped ptxas
+            found = _PTXAS_SEEN.get(key, {})
         kernels.append(KernelFigures(kname, kfile, kline, smem, **found))
     result.kernels, result.ok = kernels, True
     return result
