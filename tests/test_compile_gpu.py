@@ -195,3 +195,12 @@ def test_an_op_mosaic_gpu_cannot_lower_is_reported_at_its_line(capsys):
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "lax.sort(" in text)
     assert f"unlowerable.py:{line}: error: Mosaic GPU cannot lower `sort`" in out, out
     assert "fix: compute the sort outside the kernel" in out and "Traceback" not in out
+
+
+def test_the_documented_matmul_script_lowers():
+    """examples/mgpu_collective_matmul.py (docs/compile.md, "H100"): the script's one jitted
+    call captured and lowered, its pipeline's SMEM read from the launch."""
+    (r,) = gpu.compile_file(str(HERE.parent / "examples" / "mgpu_collective_matmul.py"), 2, compile=False)
+    assert r.ok and r.line == 33 and r.stablehlo_calls == 1, r.to_text(verbose=True)
+    (k,) = r.kernels
+    assert k.file.endswith("collective_matmul_mgpu.py") and 128 * 1024 < k.launch_smem <= 227 * 1024
