@@ -581,8 +581,8 @@ def _compile_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     from .compile.gpu import GPU_TARGETS
     gpu = [t for t in args.target if t in GPU_TARGETS]
     tpu = [t for t in args.target if t not in GPU_TARGETS]
-    python = [f for f in args.files if f.endswith(".py")]
-    yaml_ = [f for f in args.files if not f.endswith(".py")]
+    python = [f for f in args.files if f.endswith((".py", ".md", ".ipynb"))]  # as `ringc check` tells them
+    yaml_ = [f for f in args.files if f not in python]
     if python and tpu:
         raise ScheduleError(f"a Python file compiles for a GPU (--target {', '.join(GPU_TARGETS)}); "
                             f"{', '.join(tpu)} is a TPU slice, for schedules (.yaml)", file=python[0],

@@ -356,6 +356,16 @@ def _on_devices(closed: Any, args: list[Any], devices: tuple) -> tuple[Any, list
     return core.ClosedJaxpr(jaxpr(closed.jaxpr), closed.consts), shapes
 
 
+def _devices_of(closed: Any, args: list[Any]) -> int:
+    """How many devices the captured program runs on: its largest mesh (a `shard_map`'s, or
+    an argument's sharding's)."""
+    from jax.sharding import Mesh
+    from ..pallas.jaxprs import walk_eqns
+    sizes = [p.devices.size for e in walk_eqns(closed.jaxpr) for p in e.params.values() if isinstance(p, Mesh)]
+    sizes += [len(getattr(getattr(a, "sharding", None), "device_set", ())) for a in args]
+    return max(sizes, default=1) or 1
+
+
 def _kernel_places(closed: Any, path: str | None) -> list[tuple[str, str | None, int]]:
     """(name, file, line) of each kernel call in the program, in program order: where the
     kernel is defined (`program.kernel_location`)."""
@@ -436,7 +446,7 @@ def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: 
         compile = gpu_available()
     elif compile and not gpu_available():
         raise ScheduleError(GPU_MISSING, file=path, fix=GPU_FIX)
-    n = max((len(getattr(getattr(a, "sharding", None), "device_set", ())) for a in args), default=1)
+    n = _devices_of(closed, args)
     places = _kernel_places(closed, path)
     result = GpuCompileResult(path, line, name, target, n, False, compile, 0.0, assumes=list(assumes or []),
                               device_kind=GPUS[target].device_kind)
