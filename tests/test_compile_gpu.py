@@ -104,6 +104,7 @@ def test_too_much_shared_memory_is_reported_at_the_kernel(capsys):
     err = report["error"]
     assert err["file"].endswith("ring_kernels.py") and err["line"] == 65  # `def kernel(...)`
     assert "262144 bytes per block" in err["message"] and "232448" in err["message"] and "SMEM" in err["fix"]
+    assert "its SMEM scratch: float32[512,128] (256.0 KiB)" in err["message"]
 
 
 def test_lower_only_in_text(capsys):

@@ -380,6 +380,32 @@ def _kernel_places(closed: Any, path: str | None) -> list[tuple[str, str | None,
     return out
 
 
+def _smem_scratch(closed: Any) -> list[tuple[str, int]]:
+    """(`dtype[shape]`, bytes) of every SMEM scratch buffer of the program's kernels, largest
+    first: the refs `plgpu.kernel` allocates for the kernel body (its `scratch_types`)."""
+    import math
+    import numpy as np
+    from ..pallas.jaxprs import KERNEL_CALLS, kernel_jaxpr, walk_eqns
+    out = []
+    for e in walk_eqns(closed.jaxpr):
+        if e.primitive.name not in KERNEL_CALLS:
+            continue
+        for inner in getattr(kernel_jaxpr(e), "eqns", ())[:1]:
+            if inner.primitive.name != "run_scoped":
+                continue
+            for v in inner.params["jaxpr"].invars:
+                aval = v.aval
+                shaped = getattr(aval, "inner_aval", None)
+                if "smem" not in str(getattr(aval, "memory_space", "")).lower() or shaped is None:
+                    continue
+                try:
+                    size = math.prod(shaped.shape) * np.dtype(shaped.dtype).itemsize
+                except TypeError:  # not an array dtype (a barrier)
+                    continue
+                out.append((f"{shaped.dtype}[{','.join(map(str, shaped.shape))}]", size))
+    return sorted(out, key=lambda b: -b[1])
+
+
 def _user_line(e: BaseException, files: set[str]) -> tuple[str, int] | None:
     """The user's file and line a lowering error names: the last frame in one of `files` of
     its traceback or of a traceback it was raised from (JAX chains the user's stack of the
@@ -417,7 +443,7 @@ _KNOWN_ERRORS = (
 
 
 def _explain(e: BaseException, raw: str, places: list[tuple[str, str | None, int]], path: str,
-             capture_line: int) -> ScheduleError:
+             capture_line: int, closed: Any = None) -> ScheduleError:
     """A lowering or compile failure at the user's line, in one message with a fix."""
     files = {os.path.abspath(f) for _, f, _ in places if f} | {os.path.abspath(path)}
     where = _user_line(e, files)
@@ -429,6 +455,9 @@ def _explain(e: BaseException, raw: str, places: list[tuple[str, str | None, int
         m = pattern.search(raw) or pattern.search(str(e))
         if m:
             message, fix = say(m)
+            if "shared memory" in message and closed is not None and (scratch := _smem_scratch(closed)):
+                from ..units import size_text
+                message += "; its SMEM scratch: " + ", ".join(f"{t} ({size_text(b, decimals=1)})" for t, b in scratch)
             return ScheduleError(message, file=file, line=line, fix=fix)
     return ScheduleError(f"{type(e).__name__}: {first[:400]}", file=file, line=line,
                          fix="see the compiler's message (--verbose); ringc check FILE checks the kernel's logic")
@@ -458,7 +487,7 @@ def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: 
             calls = _mosaic_calls(lowered)
         except Exception as e:  # Pallas and Mosaic GPU lowering raise many exception types
             result.lower_seconds = time.perf_counter() - start
-            result.error, result.raw_error = _explain(e, "", places, path, line), _raw(e)
+            result.error, result.raw_error = _explain(e, "", places, path, line, closed), _raw(e)
             return result
         result.lower_seconds = time.perf_counter() - start
         result.stablehlo_calls = len(calls)
@@ -476,7 +505,7 @@ def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: 
             except Exception as e:  # XLA, Mosaic GPU and ptxas report through many exception types
                 result.compile_seconds = time.perf_counter() - start
                 raw = _read(log)
-                result.error = _explain(e, raw, places, path, line)
+                result.error = _explain(e, raw, places, path, line, closed)
                 result.raw_error = _raw(e) + ("\n" + raw if raw else "")
                 return result
             result.compile_seconds = time.perf_counter() - start
