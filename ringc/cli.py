@@ -278,7 +278,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC[=VALUE]", action="append", default=[], type=_array_arg,
                    help="--target h100: an array argument of --entry, as for ringc check, e.g. x=float32[8*N,128]@x")
     k.add_argument("--stub", metavar="MODULE", action="append", default=[],
-                   help="--target h100: stub `import MODULE` for a package the kernel does not need, as for ringc check")
+                   help="--target h100: stub `import MODULE` for a package the kernel does not need, as for "
+                        "ringc check")
     k.add_argument("--format", choices=("text", "json"), default="text", help="json: one document for the run")
     k.add_argument("--verbose", action="store_true", help="also print the compiler's own message on failure")
     add_params(k)

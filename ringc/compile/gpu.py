@@ -585,11 +585,14 @@ def compile_file(path: str, n: int = DEFAULT_DEVICES, *, target: str = "h100", c
 def compile_pallas(fn: Any, args: tuple, *, target: str = "h100", compile: bool | None = None,
                    path: str | None = None) -> GpuCompileResult:
     """`fn` (a function over a mesh of CPU devices: `jax.shard_map` of a Mosaic GPU kernel, as
-    `ringc.check_pallas` takes it) with argument shapes `args`, compiled for `target`. Trace
-    it on devices that answer as `target` (`pallas.tpu.answering`) when its code asks the
-    device for its SM count."""
+    `ringc.check_pallas` takes it) with argument shapes `args`, compiled for `target`. It is
+    traced on CPU devices that answer the code of `path` (the kernel's file) as `target`
+    (`pallas.tpu.answering`: `core_count` 132 on an H100)."""
     import jax
-    closed = jax.make_jaxpr(fn)(*args)
+    from ..pallas.tpu import GPUS, answering
     file = path or getattr(getattr(fn, "__code__", None), "co_filename", None) or "<python>"
+    n = max((len(getattr(getattr(a, "sharding", None), "device_set", ())) for a in args), default=1)
+    with answering(GPUS[target], n, file):
+        closed = jax.make_jaxpr(fn)(*args)
     return compile_closed(closed, list(args), target=target, path=file, name=getattr(fn, "__name__", "kernel"),
                           compile=compile)
