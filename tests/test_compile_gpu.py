@@ -203,3 +203,14 @@ def test_the_documented_matmul_script_lowers():
     assert r.ok and r.line == 33 and r.stablehlo_calls == 1, r.to_text(verbose=True)
     (k,) = r.kernels
     assert k.file.endswith("collective_matmul_mgpu.py") and 128 * 1024 < k.launch_smem <= 227 * 1024
+
+
+def test_a_plugin_that_cannot_start_is_bad_input_not_the_kernels_fault(monkeypatch):
+    def broken(*_):
+        raise RuntimeError("Unable to load CUDA. Is it installed?")
+    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
+    monkeypatch.setattr(gpu, "gpu_devices", broken)
+    with pytest.raises(gpu.ScheduleError) as e:
+        gpu.compile_file(_shipped("all_gather_mgpu"), 2, compile=True)
+    assert "cannot describe 2 compile-only H100s: Unable to load CUDA" in e.value.message
+    assert 'pip install "ringc[gpu]"' in e.value.fix

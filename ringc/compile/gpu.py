@@ -495,9 +495,14 @@ def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: 
         if compile:
             dump = os.path.join(tmp, "dump")
             os.mkdir(dump)
-            start = time.perf_counter()
             try:
                 devices = gpu_devices(target, n, log)
+            except Exception as e:  # the plugin failed to start: an install problem, not the kernel's
+                first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+                raise ScheduleError(f"JAX's CUDA plugin cannot describe {n} compile-only {target.upper()}s: {first}",
+                                    file=path, fix=f"{GPU_FIX}; the plugin's version must be jax's") from None
+            start = time.perf_counter()
+            try:
                 moved, shapes = _on_devices(closed, args, devices)
                 import jax
                 with _dumping_ptxas(dump), _stderr_to(log):
