@@ -322,8 +322,8 @@ def gpu_devices(target: str, n: int, log: str) -> tuple:
 
 def _on_devices(closed: Any, args: list[Any], devices: tuple) -> tuple[Any, list[Any]]:
     """The captured program and its argument shapes with every mesh of CPU devices replaced by
-    the same mesh over `devices` (device i for CPU device i): what `shard_map` and the
-    arguments' shardings name."""
+    the same mesh over `devices` (the mesh's CPU devices in id order become devices 0, 1, ...):
+    what `shard_map` and the arguments' shardings name."""
     import jax
     import numpy as np
     from jax._src import core
@@ -332,7 +332,8 @@ def _on_devices(closed: Any, args: list[Any], devices: tuple) -> tuple[Any, list
     def mesh(m: Mesh) -> Mesh:
         if not all(d is not None and getattr(d, "platform", None) == "cpu" for d in m.devices.flat):
             return m
-        grid = np.array([devices[d.id] for d in m.devices.flat], dtype=object).reshape(m.devices.shape)
+        rank = {i: k for k, i in enumerate(sorted(d.id for d in m.devices.flat))}
+        grid = np.array([devices[rank[d.id]] for d in m.devices.flat], dtype=object).reshape(m.devices.shape)
         return Mesh(grid, m.axis_names, axis_types=m.axis_types)
 
     def value(v: Any) -> Any:
