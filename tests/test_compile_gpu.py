@@ -101,6 +101,7 @@ def test_too_much_shared_memory_is_reported_at_the_kernel(capsys):
     assert code == 1 and not doc["ok"]
     (report,) = doc["reports"]
     err = report["error"]
+    assert err["kind"] == "smem_overflow"
     assert err["file"].endswith("ring_kernels.py") and err["line"] == 65  # `def kernel(...)`
     assert "262144 bytes per block" in err["message"] and "232448" in err["message"] and "SMEM" in err["fix"]
     assert "its SMEM scratch: float32[512,128] (256.0 KiB)" in err["message"]
@@ -192,7 +193,7 @@ def test_an_op_mosaic_gpu_cannot_lower_is_reported_at_its_line(capsys):
     assert main(["compile", str(path), "--target", "h100", "--devices", "2", "--lower-only"]) == 1
     out = capsys.readouterr().out
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "lax.sort(" in text)
-    assert f"unlowerable.py:{line}: error: Mosaic GPU cannot lower `sort`" in out, out
+    assert f"unlowerable.py:{line}: error: [unsupported] Mosaic GPU cannot lower `sort`" in out, out
     assert "fix: compute the sort outside the kernel" in out and "Traceback" not in out
 
 

@@ -166,8 +166,8 @@ class GpuCompileResult:
             "assumes": list(self.assumes)}
         if self.error is not None:
             e = self.error
-            out["error"] = {"kind": "compiler_error", "message": e.message, "file": e.file, "line": e.line,
-                            "fix": e.fix}
+            out["error"] = {"kind": getattr(e, "kind", "compiler_error"), "message": e.message, "file": e.file,
+                            "line": e.line, "fix": e.fix}
             if verbose:
                 out["raw_error"] = self.raw_error
         return out
@@ -429,16 +429,16 @@ def _user_line(e: BaseException, files: set[str]) -> tuple[str, int] | None:
     return None
 
 
-_KNOWN_ERRORS = (
-    (re.compile(r"exceeds available shared memory: smem_bytes=(\d+) > max_smem_bytes=(\d+)"),
+_KNOWN_ERRORS = (  # (kind of `errors.KINDS`, the compiler's words, what ringc says and the fix)
+    ("smem_overflow", re.compile(r"exceeds available shared memory: smem_bytes=(\d+) > max_smem_bytes=(\d+)"),
      lambda m: (f"the kernel's shared memory ({int(m.group(1))} bytes per block) exceeds the H100's "
                 f"{int(m.group(2))} bytes per block",
                 "shrink the SMEM scratch (plgpu.SMEM shapes, fewer pipeline stages, smaller tiles)")),
-    (re.compile(r"Unimplemented primitive in Pallas Mosaic GPU lowering: (\w+) for lowering semantics "
+    ("unsupported", re.compile(r"Unimplemented primitive in Pallas Mosaic GPU lowering: (\w+) for lowering semantics "
                 r"(?:LoweringSemantics\.)?(\w+)"),
      lambda m: (f"Mosaic GPU cannot lower `{m.group(1)}` in a kernel ({m.group(2)} lowering semantics)",
                 f"compute the {m.group(1)} outside the kernel, or write it with operations Mosaic GPU lowers")),
-    (re.compile(r"ptxas[^\n]*error[^\n]*", re.I),
+    ("compiler_error", re.compile(r"ptxas[^\n]*error[^\n]*", re.I),
      lambda m: (f"ptxas rejected the kernel: {m.group(0).strip()}", "see --verbose for ptxas' full output")),
 )
 
@@ -446,22 +446,23 @@ _KNOWN_ERRORS = (
 def _explain(e: BaseException, raw: str, places: list[tuple[str, str | None, int]], path: str,
              capture_line: int, closed: Any = None) -> ScheduleError:
     """A lowering or compile failure at the user's line, in one message with a fix."""
+    from .errors import CompileError
     files = {os.path.abspath(f) for _, f, _ in places if f} | {os.path.abspath(path)}
     where = _user_line(e, files)
     if where is None and places and places[0][1]:
         where = (places[0][1], places[0][2])
     file, line = where if where else (path, capture_line)
     first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-    for pattern, say in _KNOWN_ERRORS:
+    for kind, pattern, say in _KNOWN_ERRORS:
         m = pattern.search(raw) or pattern.search(str(e))
         if m:
             message, fix = say(m)
-            if "shared memory" in message and closed is not None and (scratch := _smem_scratch(closed)):
+            if kind == "smem_overflow" and closed is not None and (scratch := _smem_scratch(closed)):
                 from ..units import size_text
                 message += "; its SMEM scratch: " + ", ".join(f"{t} ({size_text(b, decimals=1)})" for t, b in scratch)
-            return ScheduleError(message, file=file, line=line, fix=fix)
-    return ScheduleError(f"{type(e).__name__}: {first[:400]}", file=file, line=line,
-                         fix="see the compiler's message (--verbose); ringc check FILE checks the kernel's logic")
+            return CompileError(kind, message, file=file, line=line, fix=fix)
+    return CompileError("compiler_error", f"{type(e).__name__}: {first[:400]}", file=file, line=line,
+                        fix="see the compiler's message (--verbose); ringc check FILE checks the kernel's logic")
 
 
 def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: str, line: int = 0,
