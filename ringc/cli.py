@@ -131,10 +131,13 @@ def _param(text: str) -> tuple[str, Any]:
 
 def _target(text: str) -> str:
     from .compile import EXAMPLE_TARGETS, TARGET_SYNTAX
+    from .compile.gpu import GPU_TARGETS
+    if text in GPU_TARGETS:  # a Mosaic GPU kernel file compiled for this GPU (--devices N of them)
+        return text
     m = TARGET_SYNTAX.match(text)
     if not m or not text.isascii():
         raise argparse.ArgumentTypeError(f"expected GENERATION:TOPOLOGY such as {', '.join(EXAMPLE_TARGETS)}, "
-                                         f"got {text!r}")
+                                         f"or a GPU ({', '.join(GPU_TARGETS)}), got {text!r}")
     dims = m["shape"].split("x")
     _within("devices", math.prod(int(d) if len(d) < 19 else 10**19 for d in dims),
             f"the target {text}'s chip count")
@@ -257,11 +260,26 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (and runtime data sample)")
     add_params(r)
 
-    k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler (no TPU needed)")
-    k.add_argument("files", nargs="+", metavar="FILE", help="schedules (.yaml)")
-    k.add_argument("--target", type=_target, action="append", required=True, metavar="GEN:TOPOLOGY",
+    k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler, or a Mosaic GPU "
+                                       "kernel file for H100 (no TPU or GPU needed)")
+    k.add_argument("files", nargs="+", metavar="FILE",
+                   help="schedules (.yaml) for TPU targets; Python Mosaic GPU kernel files (.py) for --target h100")
+    k.add_argument("--target", type=_target, action="append", required=True, metavar="GEN:TOPOLOGY|h100",
                    help="TPU slice to compile for, e.g. v5e:2x2, v5p:2x2x1, v4:2x2x1, v6e:2x2 (repeatable); "
-                        "the ring runs over all its devices")
+                        "the ring runs over all its devices. h100: a Python Mosaic GPU file for --devices H100s "
+                        '(needs pip install "ringc[gpu]"); docs/compile.md (H100)')
+    k.add_argument("--devices", type=_device_count, metavar="N",
+                   help="--target h100: the GPUs the file's kernels run on (default 8, an HGX H100 board)")
+    k.add_argument("--lower-only", action="store_true",
+                   help="--target h100: lower to StableHLO for CUDA and report each kernel's shared memory, without "
+                        "compiling (needs no CUDA plugin)")
+    k.add_argument("--entry", metavar="NAME", help="--target h100, a module of functions: the function to call, as "
+                   "for ringc check (docs/pallas-import.md)")
+    k.add_argument("--arg", metavar="NAME=DTYPE[DIMS]@SPEC[=VALUE]", action="append", default=[], type=_array_arg,
+                   help="--target h100: an array argument of --entry, as for ringc check, e.g. x=float32[8*N,128]@x")
+    k.add_argument("--stub", metavar="MODULE", action="append", default=[],
+                   help="--target h100: stub `import MODULE` for a package the kernel does not need, as for "
+                        "ringc check")
     k.add_argument("--format", choices=("text", "json"), default="text", help="json: one document for the run")
     k.add_argument("--verbose", action="store_true", help="also print the compiler's own message on failure")
     add_params(k)
@@ -557,8 +575,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _compile_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The TPU targets and the GPU targets of `ringc compile`, each refused in one line
+    where the files cannot take it: a schedule compiles for a TPU slice, a Python Mosaic GPU
+    kernel file for a GPU."""
+    from .compile.gpu import GPU_TARGETS
+    gpu = [t for t in args.target if t in GPU_TARGETS]
+    tpu = [t for t in args.target if t not in GPU_TARGETS]
+    python = [f for f in args.files if f.endswith((".py", ".md", ".ipynb"))]  # as `ringc check` tells them
+    yaml_ = [f for f in args.files if f not in python]
+    if python and tpu:
+        raise ScheduleError(f"a Python file compiles for a GPU (--target {', '.join(GPU_TARGETS)}); "
+                            f"{', '.join(tpu)} is a TPU slice, for schedules (.yaml)", file=python[0],
+                            fix="pass --target h100 (a Pallas TPU kernel file is checked with ringc check)")
+    if yaml_ and gpu:
+        raise ScheduleError("a schedule compiles for TPU slices; emitting a schedule as a Mosaic GPU kernel is not "
+                            "built yet (issue 35: ringc emit --target mgpu)", file=yaml_[0],
+                            fix="pass a TPU target such as --target v5e:2x2, or compile a Python Mosaic GPU kernel "
+                                "file with --target h100")
+    if not python and (args.devices or args.lower_only or args.entry or args.arg or args.stub):
+        raise ScheduleError("--devices, --lower-only, --entry, --arg and --stub are for Python Mosaic GPU kernel "
+                            "files (--target h100); a schedule's devices are its target's",
+                            file=args.files[0], fix="drop them (a schedule's sizes are --param k=v)")
+    return tpu, gpu
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from .compile import LIBTPU_FIX, LIBTPU_MISSING, libtpu_available, quiet_libtpu
+    tpu_targets, gpu_targets = _compile_inputs(args)
+    if gpu_targets:
+        return _compile_gpu(args, gpu_targets)
     if not libtpu_available():  # one message for the run, not one per file and target
         raise ScheduleError(LIBTPU_MISSING, file=args.files[0], fix=LIBTPU_FIX)
     if "jax" not in sys.modules:
@@ -570,11 +616,46 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for path in args.files:  # every file gets its result; a bad one is reported, the next compiled
         try:
             sched = _load(path, args.param)
-            for target in args.target:
+            for target in tpu_targets:
                 res = compile_for(sched, target)
                 results.append(res)
                 if args.format == "text":
                     print(res.to_text(verbose=args.verbose))
+        except ScheduleError as e:
+            errors.append(e)
+            if args.format == "text":
+                print(str(e), file=sys.stderr)
+    code = EXIT_BAD_INPUT if errors else EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps(document("compile", code, [r.to_json(verbose=args.verbose) for r in results], errors),
+                         indent=1))
+    return code
+
+
+def _compile_gpu(args: argparse.Namespace, targets: list[str]) -> int:
+    """`ringc compile FILE.py --target h100`: each kernel call of each file lowered for CUDA
+    and compiled for sm_90a (`ringc.compile.gpu`)."""
+    from .compile import gpu
+    from .run import ensure_host_devices
+    n = args.devices or gpu.DEFAULT_DEVICES
+    ensure_host_devices(n)  # the file's code runs on N CPU devices that answer as H100s
+    with gpu.quiet_plugin():
+        import jax  # the CUDA plugin's start-up notes (no driver here) are not ringc's
+        jax.devices()  # the backends start here, quietly
+    if not args.lower_only and not gpu.gpu_available():  # one message for the run
+        raise ScheduleError(gpu.GPU_MISSING, file=args.files[0], fix=gpu.GPU_FIX + "; or pass --lower-only")
+    from .output import document
+    results, errors = [], []
+    for path in args.files:
+        try:
+            if not os.path.isfile(path):
+                raise ScheduleError("no such file", file=path)
+            for target in targets:
+                for res in gpu.compile_file(path, n, target=target, compile=not args.lower_only, entry=args.entry,
+                                            args=args.arg, params=dict(args.param), stubs=tuple(args.stub)):
+                    results.append(res)
+                    if args.format == "text":
+                        print(res.to_text(verbose=args.verbose))
         except ScheduleError as e:
             errors.append(e)
             if args.format == "text":

@@ -67,6 +67,16 @@ def test_compile_without_libtpu_is_one_message():
     assert 'not compiled: libtpu is not installed: pip install "ringc[tpu]"' in run.stdout
 
 
+def test_compile_for_h100_without_the_cuda_plugin_is_one_message():
+    """`--target h100` needs the `gpu` extra; without it, one message naming it (and
+    --lower-only, which needs no plugin)."""
+    kernel = "tests/pallas_import/mgpu/ring_kernels.py"
+    run = _ringc(["jax_plugins", "jax_cuda12_plugin"], "compile", kernel, kernel, "--target", "h100", "--devices", "2")
+    assert run.returncode == 2
+    assert run.stderr.count('pip install "ringc[gpu]"') == 1 and run.stderr.count("error:") == 1
+    assert kernel in run.stderr and "--lower-only" in run.stderr and "Traceback" not in run.stderr
+
+
 def test_readme_command_one_needs_no_extra(tmp_path):
     """The first command's check, emit and run with libtpu, networkx, matplotlib and pytest hidden."""
     readme = (REPO / "README.md").read_text()
@@ -94,3 +104,5 @@ def test_pyproject_dependencies():
     extras = project["optional-dependencies"]
     assert any(d.startswith("networkx") for d in extras["test"])
     assert any("jax[tpu]" in d for d in extras["tpu"])
+    gpu = " ".join(extras["gpu"])  # `ringc compile --target h100`: the CUDA plugin at jax's version, ptxas
+    assert all(name in gpu for name in ("jax-cuda12-plugin==", "jax-cuda12-pjrt==", "nvidia-cuda-nvcc-cu12"))

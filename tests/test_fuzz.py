@@ -318,7 +318,8 @@ def command_lines(draw, stem: str, command: str):
         if maybe(0.3):
             flags += ["-o", "{OUT}"]
     elif command == "compile":
-        flags += ["--target", draw(st.sampled_from(["v5e:2x2", "v5e:1x1", "v5e:1000x1000", "tpu:2x2", "v5e:2x2x2"]))]
+        flags += ["--target", draw(st.sampled_from(["v5e:2x2", "v5e:1x1", "v5e:1000x1000", "tpu:2x2", "v5e:2x2x2",
+                                                    "h100"]))]
     if command != "schema":
         for _ in range(draw(st.integers(0, 2))):
             flags += ["--param", draw(_param(stem))]

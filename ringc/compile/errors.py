@@ -33,7 +33,8 @@ from ..verify.unroll import buffer_shapes, unroll
 __all__ = ["KINDS", "CompileError", "raw_text", "bad_parameters", "Site", "site_refs", "SITE_TEXT",
            "site_text", "explain"]
 
-KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "compiler_error")
+# smem_overflow: a Mosaic GPU kernel's shared memory past the GPU's per-block limit (`compile/gpu.py`).
+KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "smem_overflow", "compiler_error")
 
 _OP_COMMENT = re.compile(r"^\s*# line (\d+): ")
 _COPY_DOC = re.compile(r'^\s*"""(?:Remote|Local) copy `([^`]+)` \(line (\d+)\)')
@@ -45,7 +46,8 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 class CompileError(ScheduleError):
-    """The TPU compiler rejected the kernel. `kind` is one of KINDS."""
+    """The TPU compiler (or, for a Mosaic GPU file, Mosaic GPU, XLA or ptxas) rejected the
+    kernel. `kind` is one of KINDS."""
 
     def __init__(self, kind: str, message: str, *, file: str | None, line: int | None, fix: str):
         super().__init__(message, file=file, line=line, fix=fix)
