@@ -220,3 +220,24 @@ def test_a_script_names_the_meaning_with_its_lax_reference():
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "meaning: all_gather, from the lax reference" in out.stdout and "528 block processes" in out.stdout
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-m", "ringc", "check", *argv], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def test_an_entry_taking_a_tuning_config_is_built_from_params():
+    """An entry whose `config` is a dataclass with no default (JAX's collective matmul takes a
+    TuningConfig): one message naming the --param to give; given, the kernel is checked; a
+    field or an Enum member that does not exist is refused in one line."""
+    path = str(HERE / "configured.py")
+    out = _cli(path, "--devices", "2")
+    assert out.returncode == 2 and "--param config.num_blocks=V" in out.stderr and "Traceback" not in out.stderr
+    out = _cli(path, "--devices", "3", "--param", "config.num_blocks=2", "--param", "config.order=BACKWARD")
+    assert out.returncode == 0 and "order=<Order.BACKWARD" in out.stdout and ": ok" in out.stdout, out.stdout + out.stderr
+    out = _cli(path, "--devices", "2", "--param", "config.num_blocks=2", "--param", "config.rows=4")
+    assert out.returncode == 2 and "Config has no field `rows`" in out.stderr
+    out = _cli(path, "--devices", "2", "--param", "config.num_blocks=2", "--param", "config.order=SIDEWAYS")
+    assert out.returncode == 2 and "not an Order member" in out.stderr, out.stderr

@@ -33,7 +33,10 @@ an unbound `lax.axis_index("tp")`, a `PartitionSpec("data", ...)`), ringc rename
 `x` to it, or adds it with size 1 when the ring axis is set or the name means data or
 pipeline parallelism (`data`, `dp`, `batch`, ...), and calls again (at most four times).
 
-**The other arguments.** `--param k=v` gives integer keywords (or a word: `mode=one_shot`,
+**The other arguments.** A parameter annotated with a dataclass and no default (a tuning config:
+JAX's collective matmul takes `config: TuningConfig`) is built from `--param NAME.FIELD=V`, its
+fields with defaults kept, an Enum field by a member's name (`_config`).
+`--param k=v` gives integer keywords (or a word: `mode=one_shot`,
 `true`/`false` booleans); a parameter with a default keeps it; `num_devices`, `world_size` and the like get N; one annotated `int` or `bool`
 without a default needs `--param` (a clear error naming it); every other one is an array,
 from `--arg NAME=DTYPE[DIMS]@SPEC` or `float32[8*N, 128]` sharded along the ring axis on
@@ -211,6 +214,49 @@ def _hint(p: inspect.Parameter) -> str:
     return text.rsplit(".", 1)[-1].strip().lower()
 
 
+def _config_class(p: inspect.Parameter) -> Any:
+    """The dataclass a parameter is annotated with (a tuning config: `config: TuningConfig`), or None."""
+    import dataclasses
+    a = p.annotation
+    return a if isinstance(a, type) and dataclasses.is_dataclass(a) else None
+
+
+def _config(p: inspect.Parameter, keywords: dict[str, Any], where: tuple[str, int, str]) -> Any:
+    """A dataclass argument from `--param NAME.FIELD=V` for each of its fields (a field with a
+    default keeps it; an Enum field takes a member's name or value)."""
+    import dataclasses
+    import enum
+    cls = _config_class(p)
+    given = {k.split(".", 1)[1]: v for k, v in keywords.items() if k.startswith(f"{p.name}.")}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise ScheduleError(f"--param {p.name}.{unknown[0]}: {cls.__name__} has no field `{unknown[0]}`",
+                            file=where[0], line=where[1], fix=f"its fields: {', '.join(fields)}")
+    missing = [f.name for f in fields.values() if f.name not in given and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ScheduleError(f"{where[2]}: parameter `{p.name}` is a {cls.__name__}, and ringc cannot make one up",
+                            file=where[0], line=where[1],
+                            fix="pass its fields: " + " ".join(f"--param {p.name}.{m}=V" for m in missing))
+    values = {}
+    for name, v in given.items():
+        kind = fields[name].type
+        kind = kind if isinstance(kind, type) else None
+        if kind is not None and issubclass(kind, enum.Enum) and not isinstance(v, kind):
+            try:
+                v = kind[v] if isinstance(v, str) and v in kind.__members__ else kind(v)
+            except ValueError:
+                raise ScheduleError(f"--param {p.name}.{name}={v}: not an {kind.__name__} member", file=where[0],
+                                    line=where[1], fix=f"one of {', '.join(kind.__members__)}") from None
+        values[name] = v
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ScheduleError(f"--param {p.name}.*: {cls.__name__} refuses them: {e}", file=where[0], line=where[1],
+                            fix=f"give {cls.__name__}'s fields as its definition wants them") from None
+
+
 @dataclass
 class _Binding:
     """The arguments of one call: keywords, array parameters (with their specs) and what was made up."""
@@ -233,6 +279,10 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
         if p.name in keywords:
             call[p.name] = keywords[p.name]
             made.append(f"{p.name}={keywords[p.name]}")
+        elif _config_class(p) is not None and (p.default is p.empty or any(k.startswith(f"{p.name}.")
+                                                                             for k in keywords)):
+            call[p.name] = _config(p, keywords, where)
+            made.append(f"{p.name}={call[p.name]!r}")
         elif p.name == "mesh":
             call[p.name] = mesh
         elif p in named:  # the first one gets the ring axis unless its default names one; others keep defaults
@@ -395,11 +445,13 @@ def _per_shard(body: Callable, mesh: Any, specs: list[Any], ring: str, arrays: l
     every output of rank 1 or more is sharded along the ring axis on its first dimension."""
     import jax
     P = jax.sharding.PartitionSpec
-    probe = jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=P(), check_vma=False)
-    shapes = jax.eval_shape(probe, *arrays)
-    out_specs = jax.tree.map(lambda s: P(ring) if getattr(s, "ndim", 0) else P(), shapes)
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_specs,
-                                 check_vma=False))(*arrays)
+    # (a script's `jax.set_mesh(...)` before, a global context mesh, would not match ringc's)
+    with jax.set_mesh(mesh):
+        probe = jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=P(), check_vma=False)
+        shapes = jax.eval_shape(probe, *arrays)
+        out_specs = jax.tree.map(lambda s: P(ring) if getattr(s, "ndim", 0) else P(), shapes)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_specs,
+                                     check_vma=False))(*arrays)
 
 
 def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: str, per_shard: bool,
@@ -527,7 +579,7 @@ def _check_keywords(entries: list[tuple[str, Any]], keywords: dict[str, int], pa
         if any(p.kind == p.VAR_KEYWORD for p in params.values()):
             return
         takes |= set(params)
-    unknown = [k for k in keywords if k not in takes]
+    unknown = [k for k in keywords if k not in takes and k.split(".", 1)[0] not in takes]
     if entries and unknown:
         names = ", ".join(name for name, _ in entries[:4])
         raise ScheduleError(f"--param {unknown[0]}: no entry function takes it ({names})", file=path,

@@ -816,27 +816,24 @@ def _shard_map(w: _Outer, eqn: Any, ins: list) -> list:
 @PRIMITIVES.outer("pallas_call", does=Does.KERNEL)
 def _pallas_call(w: _Outer, eqn: Any, ins: list) -> list:
     """A kernel call, recorded in order (evaluated per device and grid point later)."""
-    outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
-    if w.mesh_axes is None:
-        raise ScheduleError("a pallas_call outside shard_map", file=user_location(eqn).file,
-                            line=int(user_location(eqn)),
-                            fix="ringc checks collectives: run the kernel under jax.shard_map")
-    w.calls.append(Call(eqn, ins, outs, f"call {len(w.calls) + 1}",
-                        frozenset(j for j, v in enumerate(eqn.outvars) if v not in w.read_later)))
-    return outs
+    return _record_call(w, eqn, ins, "a pallas_call", gpu=False)
 
 
 @PRIMITIVES.outer("mpmd_map", does=Does.KERNEL)
 def _mpmd_map(w: _Outer, eqn: Any, ins: list) -> list:
     """A Mosaic GPU kernel call (`plgpu.kernel`), recorded in order (its blocks evaluated
     as processes later, `mgpu.run_launch`)."""
+    return _record_call(w, eqn, ins, "a Mosaic GPU kernel", gpu=True)
+
+
+def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool) -> list:
     outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
     if w.mesh_axes is None:
-        raise ScheduleError("a Mosaic GPU kernel outside shard_map", file=user_location(eqn).file,
+        raise ScheduleError(f"{what} outside shard_map", file=user_location(eqn).file,
                             line=int(user_location(eqn)),
                             fix="ringc checks collectives: run the kernel under jax.shard_map")
     w.calls.append(Call(eqn, ins, outs, f"call {len(w.calls) + 1}",
-                        frozenset(j for j, v in enumerate(eqn.outvars) if v not in w.read_later), gpu=True))
+                        frozenset(j for j, v in enumerate(eqn.outvars) if v not in w.read_later), gpu=gpu))
     return outs
 
 

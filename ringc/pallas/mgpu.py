@@ -34,8 +34,8 @@ import numpy as np
 from .. import limits
 
 from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
-from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, squeezed, unflatten,
-                        user_location)
+from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, sem_id, squeezed,
+                        unflatten, user_location)
 from .program import arg_names, kernel_location
 from .primitives import PRIMITIVES, Does
 from .values import Buffer, Data, Loc, Ref, SemRef
@@ -338,15 +338,11 @@ def _gpu_of(it: GpuInterpreter, dev: Any, id_type: Any) -> int:
 
 
 def _sem(it: GpuInterpreter, s: Any, gpu: int, what: str) -> tuple:
-    if not isinstance(s, SemRef):
-        raise it.fail(f"{what} is not a semaphore", "pass a semaphore ref")
-    if s.rest:
-        raise it.fail(f"{what}: semaphore `{s.name}` of shape {list(s.shape)} is used without an index for its last "
-                      f"{len(s.rest)} dims", "index it down to one semaphore, e.g. sems.at[i]")
+    """`interpret.sem_id` on `gpu`, which must exist."""
     if not 0 <= gpu < it.launch.gpus:
         raise it.fail(f"{what} is on GPU {gpu}, which does not exist ({it.launch.gpus} GPUs)",
                       "compute the target from lax.axis_index and the axis size")
-    return (gpu, s.name, s.index)
+    return sem_id(it, s, gpu, what)
 
 
 def gpu_ref(it: GpuInterpreter, ref: Any, transforms: Any) -> Any:
@@ -368,24 +364,18 @@ def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
         dtype = str(getattr(aval, "dtype", ""))
         space = str(getattr(aval, "memory_space", "")).lower()
         line = it.where(eqn)
-        if "sem" in dtype:
+        barrier = "barrier" in dtype.lower()
+        if "sem" in dtype or barrier:
             key = (id(eqn), k)
             name = launch.scoped.get(key)
             if name is None:
-                name = launch.scoped[key] = it.sink.unique(launch.sem_name(f"sem@{int(line)}"))
+                name = launch.scoped[key] = it.sink.unique(launch.sem_name(f"{'barrier' if barrier else 'sem'}@"
+                                                                           f"{int(line)}"))
                 it.sink.sem_kinds[name] = "gpu"
                 it.sink.block_sems.add(name)
-            # one per block: block b's semaphores are the b-th slice of the kernel's GMEM scratch
-            allocs.append(SemRef(name, "gpu", (launch.blocks, *aval.shape), (it.block,)))
-            continue
-        if "barrier" in dtype.lower():
-            key = (id(eqn), k)
-            name = launch.scoped.get(key)
-            if name is None:
-                name = launch.scoped[key] = it.sink.unique(launch.sem_name(f"barrier@{int(line)}"))
-                it.sink.sem_kinds[name] = "gpu"
-                it.sink.block_sems.add(name)
-                launch.arrivals[name] = int(getattr(aval.dtype, "num_arrivals", 1))
+                if barrier:
+                    launch.arrivals[name] = int(getattr(aval.dtype, "num_arrivals", 1))
+            # one per block: block b's semaphores (GMEM scratch) and barriers (SMEM) are its own
             allocs.append(SemRef(name, "gpu", (launch.blocks, *aval.shape), (it.block,)))
             continue
         shared = "wgmma" not in kind.lower()

@@ -546,6 +546,20 @@ def _test_title(test: Any) -> str:
     return f"{title} {params}" if params else title
 
 
+def _future_flags(tree: ast.Module) -> int:
+    """The compiler flags of the file's own `from __future__ import ...` statements: each of its
+    statements is compiled on its own, with these and nothing of ringc's (whose modules postpone
+    annotations: a user's dataclass or signature would see strings)."""
+    import __future__
+    flags = 0
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            for alias in stmt.names:
+                feature = getattr(__future__, alias.name, None)
+                flags |= getattr(feature, "compiler_flag", 0)
+    return flags
+
+
 @contextlib.contextmanager
 def _claim_gpu(gen: Any) -> Iterator[None]:
     """JAX's test helpers answer as on the GPU the check assumes (`--gpu`, `tpu.GPUS`): the
@@ -805,13 +819,14 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
           _test_main(script, env), contextlib.redirect_stdout(io.StringIO()),
           contextlib.redirect_stderr(io.StringIO())):
         pytest_module = entry is None and not args and is_pytest_module(tree)
+        future = _future_flags(tree)  # the file's own `from __future__ import ...`, not ringc's
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
             _run_pytest(script)
         for stmt in ([] if pytest_module else tree.body):
             if _only_prints(stmt):
                 continue
             try:
-                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec")
+                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec", flags=future, dont_inherit=True)
             except SyntaxError as e:  # found only when compiled (`def f(_, _)`): like a statement that fails
                 script.notes.append(f"line {e.lineno or stmt.lineno}: not valid Python ({e.msg}): ringc skipped the "
                                     "statement and ran the next")

@@ -382,7 +382,6 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     if gen.gpu:  # JAX's tests ask CUDA whether the GPUs support multicast (`cuda_versions` is None on CPU)
         import jax._src.lib as jaxlib_lib
         if getattr(jaxlib_lib, "cuda_versions", None) is None:
-            answers.asked.add("platform")
             patches.append((jaxlib_lib, "cuda_versions", types.SimpleNamespace(
                 cuda_supports_multicast=lambda *_: True, cuda_runtime_get_version=lambda: 12080,
                 cuda_driver_get_version=lambda: 12080)))
