@@ -694,11 +694,14 @@ def _cost_parser(sub, add_params) -> None:
 
 def _add_timing_options(c: argparse.ArgumentParser) -> None:
     """The cost model's two timing constants a user may change (`cost`, `synth`)."""
-    from .cost.chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY
-    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
-                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
-    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
-                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    from .cost.chips import CHIPS
+    def defaults(field: str) -> str:
+        return ", ".join(f"{name} {getattr(c, field) * 1e6:g}us" for name, c in CHIPS.items())
+    c.add_argument("--hop-latency", type=_duration, default=None, metavar="T",
+                   help=f"per-hop latency (ICI link, or NVLink through the switch; default the chip's: "
+                        f"{defaults('hop_latency')})")
+    c.add_argument("--dma-overhead", type=_duration, default=None, metavar="T",
+                   help=f"core time to issue one DMA (default the chip's: {defaults('dma_overhead')})")
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
