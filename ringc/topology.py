@@ -92,7 +92,9 @@ class Topology:
         """The chips and links as a networkx graph, nodes coordinate tuples: for analysis
         and the tests' oracle (routes and checks need only the shape and wraparound, and use
         no graph). networkx is not a dependency of ringc: `pip install networkx` (the test
-        extra has it)."""
+        extra has it). A switched node's graph is complete: every GPU one hop from every other."""
+        if self.switched:
+            return _grid(self.shape, self.wrap, complete=True)
         return _grid(self.shape, self.wrap)
 
     @property
@@ -140,12 +142,14 @@ class Topology:
         return self.spec
 
 
-def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> "nx.Graph":
+def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...], complete: bool = False) -> "nx.Graph":
     try:
         import networkx as nx
     except ImportError:
         raise ImportError("Topology.graph needs networkx, which ringc does not install: pip install networkx "
                           '(or "ringc[test]")') from None
+    if complete:  # a switch: every device joined to every other
+        return nx.complete_graph(list(itertools.product(*(range(s) for s in shape))))
     # grid_graph takes its dimensions last-axis first; an axis of 1 or 2 chips has no distinct
     # wraparound link (periodic would add a self-loop or a duplicate edge).
     periodic = [w and s > 2 for s, w in zip(shape, wrap)]

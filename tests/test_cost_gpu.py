@@ -8,6 +8,7 @@ carries P = 450 GB/s each way, and every send is one hop through the switch.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,20 @@ def test_cli_prints_the_bound_the_ratio_and_the_nvls_bound(capsys):
     assert "h100:8 (8 GPUs, all-to-all through NVSwitch)" in out
     for word in ("estimate", "bound", "efficiency", "with NVLS", "link nvswitch->0"):
         assert word in out
+    assert main(["cost", str(LIB / "all_reduce_ring.yaml"), "--topology", "h100:8", "--bytes", "64MiB",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (e,) = [r for r in _walk(doc) if isinstance(r, dict) and "bound_in_switch_s" in r]
+    assert e["bound_in_switch_s"] == pytest.approx(e["bytes"] / P)
+    assert e["efficiency_in_switch"] == pytest.approx(e["bound_in_switch_s"] / e["estimate_s"])
+    assert e["bound"]["in_switch"]["bound_s"] == e["bound_in_switch_s"]
+
+
+def _walk(x):
+    yield x
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _walk(v)
