@@ -188,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
                         "topology, optional and its total device count)")
     c.add_argument("--topology", type=_topology, default=topology.DEFAULT,
                    help="ring (default), ring:N, line:N, torus:AxB[xC], mesh:AxB[xC] (no wraparound), or a TPU "
-                        "slice: v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB (wraparound per generation)")
+                        "slice: v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB (wraparound per generation), or h100:N (N <= 8 GPUs "
+                        "of an HGX H100 node, all-to-all through NVSwitch)")
     c.add_argument("--along", metavar="AXES",
                    help="topology axes the schedule's axes run along, e.g. y or x,y (default: axes of the same "
                         "name, else the first ones)")
@@ -753,11 +754,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _cost_parser(sub, add_params) -> None:
     from .cost.chips import CHIPS
-    c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology, against the lower bound",
-                       description="Time the unrolled schedule on a model of the ICI network (see "
-                                   "docs/cost-model.md) and compare it with the collective's lower bound.")
+    c = sub.add_parser("cost", help="estimate a schedule's time on a TPU topology or an H100 node, against the "
+                                    "lower bound",
+                       description="Time the unrolled schedule on a model of the ICI network, or of NVLink through "
+                                   "NVSwitch on h100:N (see docs/cost-model.md), and compare it with the "
+                                   "collective's lower bound.")
     c.add_argument("file", metavar="FILE", nargs="?", help="the schedule (or use --collective)")
-    c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, ...")
+    c.add_argument("--topology", required=True, metavar="SPEC",
+                   help="ring:16, v5e:4x4, v5p:4x4x4, torus:8x8, h100:8, ...")
     c.add_argument("--collective", metavar="KIND", help="rank every library schedule of this collective (psum, "
                                                         "all_gather, ...) at each --sweep size, instead of FILE")
     c.add_argument("--library", metavar="DIR", help="the schedules --collective ranks (default: the library)")
@@ -775,11 +779,14 @@ def _cost_parser(sub, add_params) -> None:
 
 def _add_timing_options(c: argparse.ArgumentParser) -> None:
     """The cost model's two timing constants a user may change (`cost`, `synth`)."""
-    from .cost.chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY
-    c.add_argument("--hop-latency", type=_duration, default=HOP_LATENCY, metavar="T",
-                   help=f"per-hop ICI latency (default {HOP_LATENCY * 1e6:g}us)")
-    c.add_argument("--dma-overhead", type=_duration, default=DMA_ISSUE_OVERHEAD, metavar="T",
-                   help=f"core time to issue one DMA (default {DMA_ISSUE_OVERHEAD * 1e6:g}us)")
+    from .cost.chips import CHIPS
+    def defaults(field: str) -> str:
+        return ", ".join(f"{name} {getattr(c, field) * 1e6:g}us" for name, c in CHIPS.items())
+    c.add_argument("--hop-latency", type=_duration, default=None, metavar="T",
+                   help=f"per-hop latency (ICI link, or NVLink through the switch; default the chip's: "
+                        f"{defaults('hop_latency')})")
+    c.add_argument("--dma-overhead", type=_duration, default=None, metavar="T",
+                   help=f"core time to issue one DMA (default the chip's: {defaults('dma_overhead')})")
 
 
 def cmd_cost(args: argparse.Namespace) -> int:

@@ -205,6 +205,14 @@ class Collective:
         """(bytes a device must receive, bytes it must send) that it cannot avoid."""
         raise NotImplementedError
 
+    def switch_traffic(self, p: int, volume: float) -> tuple[float, float]:
+        """`traffic` through a switch that multicasts (one send reaches every device) and
+        reduces in the fabric (NVLink SHARP, `cost/bounds.py`). Multicast lowers what a
+        sender of an all-gather sends, but not what each device must receive, which binds;
+        a reduce-scatter's blocks for other devices must still leave each device: both keep
+        their `traffic`, as does data meant for one device (permutations, all-to-all)."""
+        return self.traffic(p, volume)
+
     def flops(self, n: int, shapes: Mapping[str, tuple[int, ...]], b: Buffers) -> float:
         """Arithmetic per device the collective itself prescribes (0: none)."""
         return 0.0
@@ -352,6 +360,11 @@ class Psum(_SameShape):
     def traffic(self, p, volume):  # Patarasuk & Yuan, JPDC 2009
         frac = 1 - 1 / p
         return 2 * frac * volume, 2 * frac * volume
+
+    def switch_traffic(self, p, volume):
+        # Summed in the switch, a device's V must still leave it once (every element of it
+        # reaches the others' sums) and the sum of the others arrive once (V): V each way.
+        return (volume, volume) if p > 1 else (0.0, 0.0)
 
     def transpose(self):
         return Psum()

@@ -11,6 +11,11 @@ Spellings (`--topology`):
   mesh:AxB[xC]          no axis wrapped
   v4:AxBxC, v5p:AxBxC   TPU slices, 3-D, wraparound per the generation's rule (below)
   v5e:AxB, v6e:AxB      TPU slices, 2-D, wraparound per the generation's rule (below)
+  h100:N                N GPUs of an HGX H100 node, all-to-all through its NVSwitches (one axis)
+
+A switched topology (`h100:N`) has no links between GPUs: every GPU has one port into the
+switch fabric (its NVLinks, one way each) and one out of it, and a send from a to b takes
+a's port in and b's port out, one hop (`route`: a -> SWITCH -> b; `hops`: 1).
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ if TYPE_CHECKING:
 
 KINDS = ("ring", "line", "torus", "mesh")
 GENERATIONS = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}  # generation -> axes of its slices
-SPELLINGS = "ring, ring:N, line:N, torus:AxB[xC], mesh:AxB[xC], v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB"
+# Switched GPU nodes: generation -> the most GPUs on one NVSwitch fabric. An HGX H100 8-GPU
+# board joins its 8 GPUs through 4 third-generation NVSwitch chips (NVIDIA DGX H100 user
+# guide, "Hardware overview"; the NVSwitch blog cited in docs/cost-model.md); several nodes
+# (the NVLink Switch System) are not modelled.
+SWITCHES = {"h100": 8}
+SWITCH = (-1,)  # the fabric's node on a switched topology's routes (not a device; ints, so resources sort)
+SPELLINGS = ("ring, ring:N, line:N, torus:AxB[xC], mesh:AxB[xC], v4:AxBxC, v5p:AxBxC, v5e:AxB, v6e:AxB, "
+             "h100:N (N <= 8)")
 
 
 def _slice_wrap(generation: str, shape: tuple[int, ...]) -> tuple[bool, ...]:
@@ -65,17 +77,24 @@ _MAX_AXIS = {"v4": 16, "v5p": 28, "v5e": 16, "v6e": 16}
 @dataclass(frozen=True)
 class Topology:
     spec: str                      # as the user wrote it, e.g. "v5e:4x4"
-    kind: str                      # "ring" | "line" | "torus" | "mesh" | "slice"
+    kind: str                      # "ring" | "line" | "torus" | "mesh" | "slice" | "switch"
     shape: tuple[int, ...]         # chips per axis
     wrap: tuple[bool, ...]         # wraparound per axis
-    generation: str | None         # "v4" | "v5p" | "v5e" | "v6e" for slice names, else None
+    generation: str | None         # "v4" | "v5p" | "v5e" | "v6e" for slice names, "h100" for a switch, else None
+
+    @property
+    def switched(self) -> bool:
+        """All-to-all through a switch fabric (`h100:N`), not a grid of links."""
+        return self.kind == "switch"
 
     @cached_property
     def graph(self) -> "nx.Graph":
         """The chips and links as a networkx graph, nodes coordinate tuples: for analysis
         and the tests' oracle (routes and checks need only the shape and wraparound, and use
         no graph). networkx is not a dependency of ringc: `pip install networkx` (the test
-        extra has it)."""
+        extra has it). A switched node's graph is complete: every GPU one hop from every other."""
+        if self.switched:
+            return _grid(self.shape, self.wrap, complete=True)
         return _grid(self.shape, self.wrap)
 
     @property
@@ -107,6 +126,8 @@ class Topology:
 
     def describe(self) -> str:
         """E.g. `v5e:4x4 (4x4, no wraparound)`."""
+        if self.switched:
+            return f"{self.spec} ({self.size} GPUs, all-to-all through NVSwitch)"
         dims = "x".join(map(str, self.shape))
         if all(self.wrap):
             w = "wraparound on every axis" if self.ndim > 1 else "wrapped"
@@ -121,12 +142,14 @@ class Topology:
         return self.spec
 
 
-def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> "nx.Graph":
+def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...], complete: bool = False) -> "nx.Graph":
     try:
         import networkx as nx
     except ImportError:
         raise ImportError("Topology.graph needs networkx, which ringc does not install: pip install networkx "
                           '(or "ringc[test]")') from None
+    if complete:  # a switch: every device joined to every other
+        return nx.complete_graph(list(itertools.product(*(range(s) for s in shape))))
     # grid_graph takes its dimensions last-axis first; an axis of 1 or 2 chips has no distinct
     # wraparound link (periodic would add a self-loop or a duplicate edge).
     periodic = [w and s > 2 for s, w in zip(shape, wrap)]
@@ -136,9 +159,12 @@ def _grid(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> "nx.Graph":
     return g
 
 
-def _dims(text: str, spec: str) -> tuple[int, ...]:
+def _dims(text: str, spec: str, head: str = "") -> tuple[int, ...]:
     parts = text.split("x")
     if not text or not all(p.isascii() and p.isdigit() and len(p) < 19 and int(p) > 0 for p in parts):
+        if head in SWITCHES:
+            raise ValueError(f"bad topology {spec!r}: expected a GPU count from 1 to {SWITCHES[head]} after the "
+                             f"colon, e.g. {head}:{SWITCHES[head]}")
         raise ValueError(f"bad topology {spec!r}: expected sizes like 4 or 4x4 or 4x4x4 after the colon; "
                          f"supported spellings: {SPELLINGS}")
     return tuple(int(p) for p in parts)
@@ -166,18 +192,24 @@ def parse(spec: str, n: int | None = None) -> Topology:
         if n is None:
             raise ValueError("topology 'ring' needs a device count: write ring:N or pass --devices N")
         shape = (n,)
-    elif head in KINDS or head in GENERATIONS:
+    elif head in KINDS or head in GENERATIONS or head in SWITCHES:
         if not sep:
             example = {"line": "line:8", "torus": "torus:4x4", "mesh": "mesh:4x4"}.get(
-                head, f"{head}:" + "x".join(["4"] * GENERATIONS.get(head, 1)))
+                head, f"{head}:" + ("8" if head in SWITCHES else "x".join(["4"] * GENERATIONS.get(head, 1))))
             raise ValueError(f"topology {spec!r} needs its size, e.g. {example}")
-        shape = _dims(rest, spec)
+        shape = _dims(rest, spec, head)
     else:
         raise ValueError(f"unknown topology {spec!r}; supported spellings: {SPELLINGS}")
     if head in ("ring", "line") and len(shape) != 1:
         raise ValueError(f"topology {spec!r}: a {head} has one axis; for several write "
                          f"{'torus' if head == 'ring' else 'mesh'}:{rest}")
-    if head in GENERATIONS:
+    if head in SWITCHES:
+        most = SWITCHES[head]
+        if len(shape) != 1 or shape[0] > most:
+            raise ValueError(f"topology {spec!r}: an {head} node has one axis of at most {most} GPUs on its "
+                             f"NVSwitches, e.g. {head}:{most}; for a grid of links write torus:{rest}")
+        kind, generation, wrap = "switch", head, (True,)
+    elif head in GENERATIONS:
         want = GENERATIONS[head]
         if len(shape) != want:
             example = "x".join(["4"] * want)
@@ -221,8 +253,11 @@ def _check_devices(topo: Topology, *coords: tuple) -> None:
 
 def route(topo: Topology, src: tuple, dst: tuple) -> list[tuple]:
     """The physical path of a send, src..dst inclusive: dimension-order routing (axis 0
-    first), the shortest way round on wrapped axes."""
+    first), the shortest way round on wrapped axes; through the fabric (`SWITCH`) on a
+    switched topology."""
     _check_devices(topo, src, dst)
+    if topo.switched:
+        return [tuple(src)] if tuple(src) == tuple(dst) else [tuple(src), SWITCH, tuple(dst)]
     path = [tuple(src)]
     cur = list(src)
     for axis, (size, wrapped) in enumerate(zip(topo.shape, topo.wrap)):
@@ -242,8 +277,11 @@ def _axis_hops(size: int, wrapped: bool, a: int, b: int) -> int:
 
 
 def hops(topo: Topology, src: tuple, dst: tuple) -> int:
-    """Links a send from src to dst crosses on its route (`route`, counted without building it)."""
+    """Hops a send from src to dst takes on its route (`route`, counted without building it):
+    the links it crosses, or one through a switch fabric."""
     _check_devices(topo, src, dst)
+    if topo.switched:
+        return int(tuple(src) != tuple(dst))
     return sum(_axis_hops(size, wrapped, a, b) for size, wrapped, a, b in zip(topo.shape, topo.wrap, src, dst))
 
 

@@ -23,6 +23,8 @@ from ringc import topology as T
     ("v5e:8x16", None, "slice", (8, 16), (False, True), "v5e"),
     ("v6e:8x8", None, "slice", (8, 8), (False, False), "v6e"),
     ("v6e:16x16", None, "slice", (16, 16), (True, True), "v6e"),
+    # an HGX H100 node: GPUs all-to-all through NVSwitch
+    ("h100:8", None, "switch", (8,), (True,), "h100"),
 ])
 def test_parse(spec, n, kind, shape, wrap, gen):
     t = T.parse(spec, n)
@@ -197,3 +199,25 @@ def test_route_summary_shows_the_detour_of_a_missing_wraparound():
     assert wrapped["sends"] == line["sends"] == 12           # 3 steps x 4 devices, one instance
     assert (wrapped["max_hops"], wrapped["mean_hops"]) == (1, 1.0)
     assert (line["max_hops"], line["mean_hops"]) == (3, 1.5)  # 3 of the 12 sends go 3 hops back
+
+
+def test_a_switched_node_routes_every_send_through_the_fabric_in_one_hop():
+    from ringc.verify.placement import Placement, link_text
+    t = T.parse("h100:8")
+    assert T.route(t, (2,), (5,)) == [(2,), T.SWITCH, (5,)] and T.hops(t, (2,), (5,)) == 1
+    assert T.route(t, (3,), (3,)) == [(3,)] and T.hops(t, (3,), (3,)) == 0
+    assert t.graph.number_of_edges() == 8 * 7 // 2
+    pl = Placement(t, ("x",), (0,))
+    assert len(pl.links) == 16 and {pl.degree(d) for d in range(8)} == {1}
+    assert pl.diameter == 1 and pl.symmetric and not pl.is_cycle()
+    assert pl.hops_of(pl.route(0, 7)) == 1 and link_text(pl.route(0, 7)[0]) == "0->nvswitch"
+    assert pl.representative(((6,), T.SWITCH)) == ((0,), T.SWITCH)
+    assert pl.representative((T.SWITCH, (6,))) == (T.SWITCH, (0,))
+
+
+@pytest.mark.parametrize("stem", ["all_gather_ring", "all_reduce_one_shot", "all_to_all_direct"])
+def test_one_axis_library_checks_clean_on_an_h100_node(stem):
+    # Every send is one hop through the switch: no route warnings, even under --strict
+    # (a ring's wrap-around send and a one-shot's far sends cross no extra links).
+    report = ringc.check(_lib(stem), topology="h100:8", strict=True)
+    assert report.ok and not report.findings, report.to_text()

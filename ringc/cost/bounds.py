@@ -22,6 +22,16 @@ is their maximum:
   incoming links could be used fully, which a shift cannot profit from.)
 - latency: the farthest pair whose data must meet, hops x hop latency (when every pair
   must meet, the placement's diameter).
+
+Through a switch (`h100:N`) a device's links are its one port into the fabric and one out
+of it, each with all its NVLinks' bandwidth P (`Hardware.in_bandwidth`): ingress and egress
+are `in_bytes / P` and `out_bytes / P`, the aggregate the same, every pair one hop apart;
+there is no cycle and no cut narrower than the ports (so no `ring` or `bisection` term).
+A switch that multicasts and reduces in the fabric (NVLink SHARP on third-generation
+NVSwitch) lowers what a device must move for some collectives (`Collective.switch_traffic`:
+an all-reduce sends its V once and receives the sum once, V each way, against 2 (1 - 1/p) V);
+that bound is `Bound.in_switch`, printed beside the one the schedule language can reach
+(its schedules move data by unicast copies).
 """
 
 from __future__ import annotations
@@ -52,10 +62,16 @@ class Bound:
     binding: str                  # the component that gives the bound
     components: dict[str, float]  # component -> seconds
     volume: int                   # V in bytes
+    # Through a switch that multicasts and reduces in the fabric: the bound with that (None
+    # on a grid of links).
+    in_switch: "Bound | None" = None
 
     def to_json(self) -> dict:
-        return {"bound_s": self.seconds, "binding": self.binding, "volume_bytes": self.volume,
-                "components_s": dict(self.components)}
+        out = {"bound_s": self.seconds, "binding": self.binding, "volume_bytes": self.volume,
+               "components_s": dict(self.components)}
+        if self.in_switch is not None:
+            out["in_switch"] = self.in_switch.to_json()
+        return out
 
 
 def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
@@ -69,14 +85,14 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     if p == 1:
         return Bound(0.0, "none", {}, V)
     comps: dict[str, float] = {}
-    degrees = [pl.degree(d) for d in range(p)]
-    if min(degrees) == 0:
+    ports = [hw.in_bandwidth(d) for d in range(p)]  # links are full duplex: as much out as in
+    if min(ports) == 0:
         raise ValueError(f"a device of {pl.describe(per_instance=True)} has no link to the others")
-    comps["ingress"] = max(in_bytes / (B * k) for k in degrees)
-    comps["egress"] = max(out_bytes / (B * k) for k in degrees)
-    # Every device's bytes must cross at least one link; the axis has sum(degrees) directed links.
-    comps["aggregate"] = p * max(in_bytes, out_bytes) / (B * sum(degrees))
-    if c.bisection:
+    comps["ingress"] = max(in_bytes / k for k in ports)
+    comps["egress"] = max(out_bytes / k for k in ports)
+    # Every device's bytes must cross at least one link into a device; the axis has sum(ports) of them.
+    comps["aggregate"] = p * max(in_bytes, out_bytes) / sum(ports)
+    if c.bisection and not pl.topo.switched:
         comps["bisection"] = bisection(pl, V, B)
     ring = c.cycle_bytes(p, V)
     if ring is not None and pl.is_cycle():
@@ -87,7 +103,14 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     farthest = pl.diameter if pairs is None else max((pl.hops(a, b) for a, b in pairs), default=0)
     comps["latency"] = farthest * hw.hop_latency
     binding = max(comps, key=lambda k: comps[k])
-    return Bound(comps[binding], binding, comps, V)
+    in_switch = None
+    if pl.topo.switched:  # multicast and in-fabric reduction (NVLink SHARP)
+        in_sw, out_sw = c.switch_traffic(p, V)
+        nvls = {**comps, "ingress": max(in_sw / k for k in ports), "egress": max(out_sw / k for k in ports),
+                "aggregate": p * max(in_sw, out_sw) / sum(ports)}
+        top = max(nvls, key=lambda k: nvls[k])
+        in_switch = Bound(nvls[top], top, nvls, V)
+    return Bound(comps[binding], binding, comps, V, in_switch)
 
 
 def bisection(pl, V: float, B: float) -> float:

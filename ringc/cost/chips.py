@@ -14,11 +14,35 @@ Sources (cited per number below):
   VMEM capacity, HBM bandwidth and bf16 ops/s (multiply by the cores per chip).
 - [CLOUD] Cloud TPU system architecture pages (https://cloud.google.com/tpu/docs/v4,
   /v5e, /v5p, /v6e): chips per pod, 2-D vs 3-D torus (hence ICI links per chip).
+
+The H100 (`h100:N`, an HGX H100 8-GPU node, all-to-all through NVSwitch):
+- [H100DS] NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM
+  column: "BFLOAT16 Tensor Core 1,979 teraFLOPS*" (* with sparsity; "Specifications are
+  one-half lower without sparsity"), "GPU memory bandwidth 3.35TB/s", "NVIDIA NVLink: 900GB/s".
+- [DGX] NVIDIA DGX H100 datasheet: "18x NVIDIA NVLink connections per GPU, 900GB/s of
+  bidirectional GPU-to-GPU bandwidth"; 4 NVSwitches.
+- [HGX] NVIDIA technical blog "Introducing NVIDIA HGX H100" (developer.nvidia.com/blog/
+  introducing-nvidia-hgx-h100-...): eight H100s and four third-generation NVSwitches, each
+  fully non-blocking, "any H100 to talk to any other H100 concurrently" at 900 GB/s
+  bidirectional; "hardware acceleration for collective operations with multicast and NVIDIA
+  SHARP in-network reductions".
+- [HOPPER] "NVIDIA H100 Tensor Core GPU Architecture" whitepaper: 132 SMs on the H100 SXM5,
+  shared memory configurable up to 228 KB per SM.
+- [NCCL] NCCL's tuning model, src/graph/tuning.cc (NVIDIA/nccl, commit b6475625): `hwLat`
+  NVLink, Ring, LL protocol: 0.6 us per ring step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# [HSM3]: about 1 us per ICI hop, whatever the size.
+HOP_LATENCY = 1e-6
+# The time the issuing core spends starting one DMA (descriptor push, semaphore set-up).
+# No public figure; an assumption, overridable with --dma-overhead. [HSM3] measured ~8 us
+# for a 3-hop latency-bound v5e all-gather that its 1 us/hop model puts at 3 us, so the
+# per-step overheads on top of the hop latency are of this order.
+DMA_ISSUE_OVERHEAD = 0.5e-6
 
 
 @dataclass(frozen=True)
@@ -26,14 +50,25 @@ class Chip:
     name: str
     bf16_flops: float      # peak MXU FLOP/s per chip
     hbm_bandwidth: float   # bytes/s per chip
-    vmem_bytes: int        # VMEM per TensorCore
+    vmem_bytes: int        # VMEM per TensorCore (a GPU: shared memory of all its SMs)
     tensor_cores: int
     ici_links: int         # ICI ports per chip (a 3-D torus has 6 neighbours, a 2-D one 4)
-    link_bandwidth: float  # one-way bytes/s of one ICI link
+    link_bandwidth: float  # one-way bytes/s of one ICI link (of one NVLink on a GPU)
+    # "ici": links to grid neighbours (a TPU); "nvswitch": all of them into one switch
+    # fabric, so a GPU's port to it carries `ici_links x link_bandwidth` each way.
+    fabric: str = "ici"
+    hop_latency: float = HOP_LATENCY            # the default `--hop-latency`
+    dma_overhead: float = DMA_ISSUE_OVERHEAD    # the default `--dma-overhead`
+
+    @property
+    def port_bandwidth(self) -> float:
+        """One way, a GPU's NVLinks together: its port into (and out of) the switch fabric."""
+        return self.ici_links * self.link_bandwidth
 
     @property
     def vmem_bandwidth(self) -> float:
-        # [HSM] "VMEM bandwidth is around 22x higher than HBM bandwidth".
+        # [HSM] "VMEM bandwidth is around 22x higher than HBM bandwidth". (For the H100 the
+        # same ratio stands in for shared memory: no figure is sourced; docs/cost-model.md.)
         return 22 * self.hbm_bandwidth
 
 
@@ -74,17 +109,22 @@ CHIPS: dict[str, Chip] = {
         ici_links=4,            # [HSM] 4 nearest neighbours (2D torus); [CLOUD] v6e 2D torus
         link_bandwidth=9e10,    # [HSM] interconnect table, TPU v6e one-way
     ),
+    "h100": Chip(
+        "h100",
+        bf16_flops=9.895e14,    # [H100DS] 1,979 TFLOPS with sparsity, one half without
+        hbm_bandwidth=3.35e12,  # [H100DS] H100 SXM 3.35 TB/s
+        # [HOPPER] shared memory up to 228 KB per SM, 132 SMs on the H100 SXM: a kernel whose
+        # grid has a block per SM stages the schedule's VMEM arrays through all of them.
+        vmem_bytes=132 * 228 * 1024,
+        tensor_cores=1,         # one JAX device per GPU
+        ici_links=18,           # [DGX] 18 NVLink connections per GPU
+        link_bandwidth=2.5e10,  # [DGX] 900 GB/s bidirectional over 18 links: 25 GB/s each way per link
+        fabric="nvswitch",      # [HGX] all 18 into 4 non-blocking NVSwitches: all-to-all
+        hop_latency=0.6e-6,     # [NCCL] NVLink ring step, LL protocol: the fastest step NCCL's model prices
+    ),
 }
 
 DEFAULT_CHIP = "v5e"  # for topologies that name no generation (ring:N, torus:AxB, ...)
-
-# [HSM3]: about 1 us per ICI hop, whatever the size.
-HOP_LATENCY = 1e-6
-# The time the issuing core spends starting one DMA (descriptor push, semaphore set-up).
-# No public figure; an assumption, overridable with --dma-overhead. [HSM3] measured ~8 us
-# for a 3-hop latency-bound v5e all-gather that its 1 us/hop model puts at 3 us, so the
-# per-step overheads on top of the hop latency are of this order.
-DMA_ISSUE_OVERHEAD = 0.5e-6
 
 
 def chip(name: str) -> Chip:

@@ -64,10 +64,10 @@ def diagnose(e: "Estimate", threshold: float = 0.95) -> list[str]:
             return why
     # Bytes the links carried against the bytes the collective must move.
     moved = e.machine.link_bytes()
-    need = e.bound.components["aggregate"] * e.hw.chip.link_bandwidth * sum(pl.degree(d) for d in range(p))
+    need = e.bound.components["aggregate"] * sum(e.hw.in_bandwidth(d) for d in range(p))
     if need and moved > 1.05 * need:
         name = TITLES[kind]
-        far = max((len(d.links) for d in e.machine.dmas.values()), default=0)
+        far = max((pl.hops_of(d.links) for d in e.machine.dmas.values()), default=0)
         route = f"; sends to non-neighbours cross up to {far} links each" if far > 1 else ""
         why.append(f"moves {moved / need:.1f}x the data {'an' if name[0] in 'aeiou' else 'a'} {name} needs: "
                    f"the links carry {size_text(moved)} in all, the minimum is {size_text(need)}{route}")

@@ -17,7 +17,7 @@ from ..verify.races import describe
 from ..verify.symmetric.program import SymmetricProgram
 from ..verify.unroll import Unroller, unroll, window_id
 from .bounds import Bound, lower_bound
-from .chips import DEFAULT_CHIP, DMA_ISSUE_OVERHEAD, HOP_LATENCY, chip as chip_named
+from .chips import DEFAULT_CHIP, chip as chip_named
 from .diagnose import diagnose
 from .quotient import ASSUMPTION, QuotientMachine
 from .steady import ASSUMPTION as STEADY
@@ -33,11 +33,12 @@ class CostError(Exception):
 
 
 def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: int | None = None,
-             chip: str | None = None, hop_latency: float = HOP_LATENCY,
-             dma_overhead: float = DMA_ISSUE_OVERHEAD) -> Hardware:
+             chip: str | None = None, hop_latency: float | None = None,
+             dma_overhead: float | None = None) -> Hardware:
     """The hardware a `--topology`/`--along`/`--chip` choice describes for `sched`: its axes
     bound to the topology's as `ringc check` binds them, one instance priced. `n` (from
-    `--devices`) sizes a bare `ring` and must match the instance otherwise.
+    `--devices`) sizes a bare `ring` and must match the instance otherwise. The hop latency
+    and DMA issue time default to the chip's (`Chip.hop_latency`, `Chip.dma_overhead`).
     Raises ValueError, or ScheduleError for a bad `along`."""
     bare_ring = T.sized_by_devices(topology)
     if bare_ring and n is None:
@@ -50,7 +51,14 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
                          f"not {n}; choose --devices {placement.n}, another topology, or --along")
     # Placing is O(devices x axes) (`Placement.links`); the work of the timed run is bounded
     # where it is known, before unrolling (`estimate`).
-    return Hardware(chip_named(chip or topo.generation or DEFAULT_CHIP), placement, hop_latency, dma_overhead)
+    figures = chip_named(chip or topo.generation or DEFAULT_CHIP)
+    if (figures.fabric == "nvswitch") != topo.switched:
+        raise ValueError(f"chip {figures.name} " + (f"joins its GPUs through NVSwitch, not a grid of links: price it "
+                                                     f"on h100:N, not {topo.spec}" if not topo.switched else
+                                                     f"has ICI links to grid neighbours, not an NVSwitch port: "
+                                                     f"{topo.spec} takes its own chip (drop --chip)"))
+    return Hardware(figures, placement, figures.hop_latency if hop_latency is None else hop_latency,
+                    figures.dma_overhead if dma_overhead is None else dma_overhead)
 
 
 def memory_of(sched: S.Schedule) -> dict[str, str]:
@@ -102,6 +110,12 @@ class Estimate:
 
     def vmem_text(self) -> str:
         have = size_text(self.hw.chip.vmem_bytes)
+        if self.hw.chip.fabric == "nvswitch":  # a GPU kernel's grid stages blocks through its SMs' shared memory
+            if self.fits:
+                return f"{size_text(self.vmem)} of the {have} of shared memory of all SMs ({self.hw.chip.name})"
+            return (f"{size_text(self.vmem)}: more than the {have} of shared memory of all the SMs of an "
+                    f"{self.hw.chip.name}: keep the arrays in HBM and stream them through blocks (a nested "
+                    "`pipeline`)")
         if self.fits:
             return f"{size_text(self.vmem)} of {have} per core ({self.hw.chip.name})"
         return (f"{size_text(self.vmem)}: DOES NOT FIT in the {have} of a {self.hw.chip.name} core; the TPU "
@@ -151,7 +165,7 @@ class Estimate:
                 continue
             if step.kind == "dma":
                 dma = self.machine.dmas[step.first]
-                lat = len(dma.links) * self.hw.hop_latency if step.end >= dma.landed else 0.0
+                lat = self.hw.placement.hops_of(dma.links) * self.hw.hop_latency if step.end >= dma.landed else 0.0
                 lat = max(0.0, min(step.end, hi) - max(step.end - lat, lo))  # (at the end of the step)
                 out["hop_latency"] += lat
                 out["transfer"] += seconds - lat
@@ -183,6 +197,9 @@ class Estimate:
             "topology": self.hw.placement.topo.spec, "along": self.hw.placement.describe(), "chip": self.hw.chip.name,
             "params": dict(self.schedule.params), "bytes": self.bound.volume,
             "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
+            **({"bound_in_switch_s": self.bound.in_switch.seconds,
+                "efficiency_in_switch": self.bound.in_switch.seconds / self.seconds if self.seconds > 0 else 1.0}
+               if self.bound.in_switch is not None else {}),
             "bound": self.bound.to_json(),
             "bottleneck": ({"resource": resource_text(bn[0]), "utilization": bn[1]} if bn else None),
             "critical_path": [{"kind": st.kind, "device": st.device, "start_s": st.start, "end_s": st.end,
@@ -212,6 +229,12 @@ class Estimate:
         lines.append(f"  estimate   {time_text(self.seconds)}")
         lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
         lines.append(f"  efficiency {self.efficiency:.1%}")
+        sw = self.bound.in_switch
+        if sw is not None:
+            comps = ", ".join(f"{k} {time_text(sw.components[k])}" for k in ("ingress", "egress"))
+            lines.append(f"  with NVLS  {time_text(sw.seconds)}  (the bound with multicast and in-switch reduction, "
+                         f"NVLink SHARP, which unicast copies cannot use; {sw.binding}; {comps}); "
+                         f"{sw.seconds / self.seconds:.1%} of the estimate")
         lines.append(f"  VMEM       {self.vmem_text()}")
         bn = self.bottleneck
         if bn:

@@ -73,7 +73,8 @@ class QuotientMachine(TimedMachine):
 
     def capacities(self) -> dict[Resource, float]:
         pl, chip = self.hw.placement, self.hw.chip
-        caps: dict[Resource, float] = {("link", *pl.representative(link)): chip.link_bandwidth for link in pl.links}
+        caps: dict[Resource, float] = {("link", *pl.representative(link)): self.hw.link_capacity(link)
+                                       for link in pl.links}
         caps[("hbm", 0)] = chip.hbm_bandwidth
         caps[("vmem", 0)] = chip.vmem_bandwidth
         return caps

@@ -28,6 +28,7 @@ from ..verify.simulate import Machine
 from .chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY, Chip
 from .network import Flow, FluidNetwork, Resource
 from .steady import DEPOSIT, DEVICE, FLOWS, INJECT, SteadyState, Unfolded
+from ..topology import SWITCH
 from ..verify.placement import Link, Placement, coord_text, link_text
 
 _DEVICE, _INJECT, _FLOWS, _DEPOSIT = DEVICE, INJECT, FLOWS, DEPOSIT
@@ -41,8 +42,19 @@ class Hardware:
     hop_latency: float = HOP_LATENCY
     dma_overhead: float = DMA_ISSUE_OVERHEAD
 
+    def link_capacity(self, link: Link) -> float:
+        """One way, bytes/s: one ICI link, or a GPU's port into or out of the switch fabric
+        (all its NVLinks: `Chip.port_bandwidth`)."""
+        return self.chip.port_bandwidth if self.placement.topo.switched else self.chip.link_bandwidth
+
+    def in_bandwidth(self, device: int) -> float:
+        """Bytes/s that can arrive at a device from the others of its instance: its links in
+        (`Placement.degree` of them; through a switch, its one port out of the fabric)."""
+        return self.placement.degree(device) * (self.chip.port_bandwidth if self.placement.topo.switched
+                                                else self.chip.link_bandwidth)
+
     def capacities(self) -> dict[Resource, float]:
-        caps: dict[Resource, float] = {("link", *link): self.chip.link_bandwidth for link in self.placement.links}
+        caps: dict[Resource, float] = {("link", *link): self.link_capacity(link) for link in self.placement.links}
         for d in range(self.placement.n):
             caps[("hbm", d)] = self.chip.hbm_bandwidth
             caps[("vmem", d)] = self.chip.vmem_bandwidth
@@ -183,8 +195,9 @@ class TimedMachine(Machine):
         return source.device
 
     def link_bytes(self) -> float:
-        """Bytes carried by all the links together (a byte crossing k links counts k times)."""
-        return sum(used for r, used in self.net.used.items() if r[0] == "link")
+        """Bytes carried by all the links together (a byte crossing k links counts k times;
+        through a switch, once: the links into the fabric are not counted)."""
+        return sum(used for r, used in self.net.used.items() if r[0] == "link" and r[2] != SWITCH)
 
     def links_into(self) -> dict[int, list[list[list[float]]]]:
         """Per device, the busy spans of each link into it that carried data."""
@@ -263,7 +276,7 @@ class TimedMachine(Machine):
                 self._arrive(a.recv_sem, a.nbytes, dma.event)
                 continue
             self._arrive(a.send_sem, a.nbytes, dma.event)
-            dma.landed = self.now + len(dma.links) * self.hw.hop_latency
+            dma.landed = self.now + self.hw.placement.hops_of(dma.links) * self.hw.hop_latency
             if dma.landed == self.now:
                 self._arrive(a.recv_sem, a.nbytes, dma.event)
             else:
@@ -353,7 +366,7 @@ class TimedMachine(Machine):
                 if isinstance(src.action, DmaStart):
                     dma = self.dmas[src]
                     a = src.action
-                    hops = len(dma.links)
+                    hops = self.hw.placement.hops_of(dma.links)
                     how = (f"{a.nbytes} B over {hops} hop{'s' if hops != 1 else ''}"
                            if a.remote else f"{a.nbytes} B local")
                     steps.append(PathStep("dma", device, dma.injected, arrived, src, ev,

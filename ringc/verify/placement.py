@@ -35,6 +35,8 @@ Link = tuple[Coord, Coord]  # directed: data flows from the first chip to the se
 
 
 def coord_text(c: Coord) -> str:
+    if c == T.SWITCH:
+        return "nvswitch"
     return str(c[0]) if len(c) == 1 else "(" + ",".join(map(str, c)) + ")"
 
 
@@ -131,8 +133,14 @@ class Placement:
         return list(zip(path, path[1:]))
 
     def hops(self, src: int, dst: int) -> int:
-        """Links on the route from src to dst, by arithmetic (`topology.hops`), no route list."""
+        """Hops on the route from src to dst, by arithmetic (`topology.hops`), no route list."""
         return T.hops(self.topo, self.coords[src], self.coords[dst])
+
+    @staticmethod
+    def hops_of(links: list[Link]) -> int:
+        """Hops a route of these links takes: the links that arrive at a chip (every link of
+        a grid; through a switch, a -> SWITCH -> b is one hop)."""
+        return sum(1 for _, b in links if b != T.SWITCH)
 
     def _wraps(self, k: int) -> bool:
         """Routes along topology axis k go round the end (a wrapped axis of more than 2 chips)."""
@@ -142,7 +150,10 @@ class Placement:
     def diameter(self) -> int:
         """The most hops between two devices of the instance: per axis, half way round a
         wrapped axis (`size // 2`, the short way round), end to end of a line (`size - 1`);
-        dimension-order routes add the axes' hops, and the farthest pair is far on each."""
+        dimension-order routes add the axes' hops, and the farthest pair is far on each.
+        Through a switch every pair is one hop apart."""
+        if self.topo.switched:
+            return int(self.n > 1)
         return sum(self.topo.shape[k] // 2 if self._wraps(k) else self.topo.shape[k] - 1 for k in self.along)
 
     @property
@@ -167,7 +178,10 @@ class Placement:
         used.) The step from u to its neighbour v along axis k is itself the route from u
         to v: on a line, or an axis of 2 chips, the route walks straight to v; on a wrapped
         axis of s > 2 chips the offset is 1 one way and s - 1 > 1 the other, so the short
-        way is the one link. O(devices x axes), where following every route was O(n^2 x hops)."""
+        way is the one link. O(devices x axes), where following every route was O(n^2 x hops).
+        On a switched topology: each device's port into the fabric and out of it."""
+        if self.topo.switched:
+            return [link for c in self.coords for link in ((c, T.SWITCH), (T.SWITCH, c))]
         shape = self.topo.shape
         seen: dict[Link, None] = {}
         for c in self.coords:
@@ -185,26 +199,38 @@ class Placement:
         """A link's class under translation: its step per topology axis, modulo the axis
         size. On a symmetric instance a translation maps a link to one of the same class,
         and every class holds exactly one link leaving each device (translations act
-        freely), so a class is n links carrying the same load."""
+        freely), so a class is n links carrying the same load. On a switched topology the
+        classes are the ports into the fabric and out of it (a translation moves a's port to
+        a + t's): `(1,)` and `(-1,)`."""
+        if self.topo.switched:
+            return (1,) if link[1] == T.SWITCH else (-1,)
         (a, b), shape = link, self.topo.shape
         return tuple((y - x) % s for x, y, s in zip(a, b, shape))
 
     def representative(self, link: Link) -> Link:
-        """The link of `link`'s class that leaves device 0's chip."""
+        """The link of `link`'s class that leaves device 0's chip (on a switched topology,
+        device 0's port of that direction)."""
         origin, shape = self.coords[0], self.topo.shape
+        if self.topo.switched:
+            return (origin, T.SWITCH) if link[1] == T.SWITCH else (T.SWITCH, origin)
         return origin, tuple((o + e) % s for o, e, s in zip(origin, self.direction(link), shape))
 
     def degree(self, device: int) -> int:
         """Links from this device to other devices of its instance (each full duplex): per
         axis two on a wrapped axis of more than 2 chips, one on an axis of 2, and on a line
-        one at either end, two between."""
+        one at either end, two between. On a switched topology: one, its port to the fabric
+        (whose bandwidth is all of the GPU's NVLinks: `cost.timeline.Hardware.link_capacity`)."""
+        if self.topo.switched:
+            return int(self.n > 1)
         c, shape = self.coords[device], self.topo.shape
         return sum(2 if self._wraps(k) else (c[k] > 0) + (c[k] < shape[k] - 1) for k in self.along)
 
     def is_cycle(self) -> bool:
         """The instance's chips and links form one cycle of at least 3 chips (a wrapped ring):
         one axis of 3 or more chips that wraps, or two axes of 2 (a square); any other
-        instance has an end (degree 1) or a chip of degree 3 or more."""
+        instance has an end (degree 1) or a chip of degree 3 or more. A switch is no cycle."""
+        if self.topo.switched:
+            return False
         axes = [self.topo.shape[k] for k in self.along if self.topo.shape[k] > 1]
         wraps = [self._wraps(k) for k in self.along if self.topo.shape[k] > 1]
         return (len(axes) == 1 and axes[0] >= 3 and wraps[0]) or axes == [2, 2]
@@ -231,6 +257,13 @@ def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
     or indices); by default axes named like topology axes bind to them, else the first ones."""
     names = axis_names(topo)
     k = len(sched.axes)
+    if k > topo.ndim and topo.switched:
+        raise ScheduleError(
+            f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} is one axis: "
+            f"every GPU reaches every other through the switch, so it has no second axis to place `{sched.axes[1]}` on",
+            file=sched.file, line=sched.line_of("axes"),
+            fix=f"price a 1-axis schedule of the same collective on {topo.spec}, or this one on a grid "
+                f"(`--topology torus:{'x'.join(['4'] * k)}`)")
     if k > topo.ndim:
         raise ScheduleError(
             f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} has "
@@ -266,7 +299,7 @@ class Send:
 
     @property
     def hops(self) -> int:
-        return len(self.route) - 1
+        return Placement.hops_of(list(zip(self.route, self.route[1:])))
 
 
 def sends(program: Program, placement: Placement, instance: tuple[int, ...] | None = None) -> list[Send]:
@@ -321,8 +354,9 @@ def rotated_route_summary(program: Program, placement: Placement) -> dict:
     busiest = next((link for ev, target in program.targets if (ev.device, target) in paths
                     for link, d in zip(*paths[(ev.device, target)]) if per_direction[d] == top), None)
     sent = sum(count.values())
-    total = sum(len(paths[key][0]) * c for key, c in count.items())
-    return {"sends": program.n * sent, "max_hops": max((len(links) for links, _ in paths.values()), default=0),
+    total = sum(Placement.hops_of(paths[key][0]) * c for key, c in count.items())
+    return {"sends": program.n * sent, "max_hops": max((Placement.hops_of(links) for links, _ in paths.values()),
+                                                       default=0),
             "mean_hops": round(total / sent, 3) if sent else 0.0,
             "busiest_link": [list(busiest[0]), list(busiest[1])] if busiest else None,
             "busiest_link_sends": top}
@@ -443,7 +477,7 @@ def _what(ev: Event) -> str:
 
 def _path_text(placement: Placement, route: list[tuple[int, ...]]) -> str:
     if placement.topo.ndim == 1:
-        return " -> ".join(str(c[0]) for c in route)
+        return " -> ".join(coord_text(c) for c in route)
     return " -> ".join("(" + ", ".join(map(str, c)) + ")" for c in route)
 
 
@@ -484,7 +518,7 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
         route = routes.get((src, dst))
         if route is None:  # many sends share a route (an all-to-all's N - 1 copies to each device)
             route = routes[(src, dst)] = T.route(topo, src, dst)
-        hops = len(route) - 1
+        hops = Placement.hops_of(list(zip(route, route[1:])))
         to = f"device {program.label(target)}"
         if topo.generation == "v5e" and not v5e_offset_ok(topo, src, dst) and once("v5e", ev):
             offsets = ", ".join(f"{names[k]} {b - a:+d}" for k, (a, b) in enumerate(zip(src, dst)) if a != b)
