@@ -73,6 +73,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("size_bytes", 1 << 50, "collective size given with --bytes or --sweep"),
     Limit("loop_iterations", 1_000_000, "iterations of one `while` loop (a fori_loop) ringc unrolls in a traced "
                                         "Pallas program, in a kernel or around pallas_calls"),
+    Limit("gpu_events", 5_000_000, "events of one Mosaic GPU kernel call over every GPU, block and warpgroup "
+                                   "(about 1 KB of memory each), estimated from the first block evaluated and "
+                                   "counted as the blocks are evaluated"),
     Limit("gpu_processes", 20_000, "processes of one Mosaic GPU kernel call: GPUs x blocks x warpgroups, each "
                                    "evaluated and checked as a process of its own (132 blocks of an H100 on 8 GPUs "
                                    "with 3 warpgroups is 3,168)"),

@@ -241,3 +241,14 @@ def test_an_entry_taking_a_tuning_config_is_built_from_params():
     assert out.returncode == 2 and "Config has no field `rows`" in out.stderr
     out = _cli(path, "--devices", "2", "--param", "config.num_blocks=2", "--param", "config.order=SIDEWAYS")
     assert out.returncode == 2 and "not an Order member" in out.stderr, out.stderr
+
+
+def test_a_kernel_too_big_to_check_is_refused_early(monkeypatch):
+    """The events of a Mosaic GPU call are estimated from its first block and held to the limit
+    `gpu_events` (one message, no run out of memory)."""
+    from ringc import limits
+    from ringc.errors import ScheduleError
+    monkeypatch.setitem(limits._overrides, "gpu_events", 1_000)
+    with pytest.raises(ScheduleError, match="over the limit `gpu_events`") as e:
+        _check(functools.partial(_shipped("all_gather").all_gather, axis_name="x", num_blocks=SMS), 2, 256, None)
+    assert "x 132 blocks x 2 GPUs" in str(e.value)

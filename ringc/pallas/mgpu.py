@@ -267,7 +267,7 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
         if launch.gpus > 1:
             b.emit(g, point, line, SemWait((g, barrier_sem, ()), launch.gpus - 1, "launch barrier"), None)
         b.emit(g, point, line, Signal((g, launch_sem, ()), 1, "launch"), None)
-    events = sum(len(d) for d in b.devices)
+    events = start = sum(len(d) for d in b.devices)
     for g in range(launch.gpus):
         for block in range(launch.blocks):
             for wg in range(launch.threads):
@@ -279,8 +279,14 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
                 _end_of_kernel(it, line)
                 b.emit(proc, point, line, Signal((g, join_sem, ()), 1, "join"), None)
                 events += len(b.devices[proc])
-            limits.check("events", events, f"the events of {g + 1} of {launch.gpus} GPUs' blocks so far",
-                         file=line.file, line=int(line) or None,
+            if g == 0 and block == 0:  # one block's events, times every block of every GPU: refuse early
+                limits.check("gpu_events", (events - start) * launch.blocks * launch.gpus,
+                             f"the events of this kernel call, estimated from its first block "
+                             f"({events - start:,} events) x {launch.blocks} blocks x {launch.gpus} GPUs",
+                             file=line.file, line=int(line) or None,
+                             fix="check smaller shapes (fewer tiles and steps per block) or fewer GPUs")
+            limits.check("gpu_events", events - start, f"the events of this kernel call so far ({g + 1} of "
+                         f"{launch.gpus} GPUs' blocks)", file=line.file, line=int(line) or None,
                          fix="check smaller shapes (fewer tiles and steps per block) or fewer GPUs")
     for g in range(launch.gpus):
         b.emit(g, point, line, SemWait((g, join_sem, ()), procs, "join", decrement=False), None)
