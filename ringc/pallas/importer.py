@@ -1149,7 +1149,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     lap("verify")
     outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
-    report.findings[:0] = _fault_findings(b.faults)
+    report.findings[:0] = _fault_findings(b.faults) + _unfenced_findings(b.unfenced)
     gpu_calls = [c for c in outer.calls if c.gpu]
     report.assumptions.insert(0, f"N = {program.device_count} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
                                  + (f"{len(outer.calls)} pallas_call(s)" if not gpu_calls else
@@ -1203,6 +1203,20 @@ def _fault_findings(faults: list) -> list:
         seen.add(key)
         where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
         out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=device, message=message, event=where))
+    return out
+
+
+def _unfenced_findings(unfenced: list) -> list:
+    """The SMEM reads without a commit_smem (`mgpu.GpuInterpreter.fenced`): one per line, the
+    first process that made it."""
+    seen, out = set(), []
+    for device, point, line, finding in unfenced:
+        key = (getattr(line, "file", None), int(line))
+        if key in seen:
+            continue
+        seen.add(key)
+        finding.event = Event(device, 0, point, line, None)  # type: ignore[arg-type]
+        out.append(finding)
     return out
 
 

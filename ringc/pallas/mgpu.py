@@ -34,6 +34,7 @@ import numpy as np
 from .. import limits
 
 from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
+from ..verify.messages import UNFENCED_SMEM
 from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, sem_id, squeezed,
                         unflatten, user_location)
 from .program import arg_names, kernel_location
@@ -82,6 +83,7 @@ class Launch:
     registers: dict[tuple, Buffer] = field(default_factory=dict)
     arrivals: dict[str, int] = field(default_factory=dict)  # an SMEM barrier's num_arrivals
     sem_words: dict[str, Buffer] = field(default_factory=dict)  # a signalled semaphore's memory (`_signalled`)
+    smem: set[str] = field(default_factory=set)  # the SMEM buffers (`_fenced`)
 
     @property
     def blocks(self) -> int:
@@ -128,6 +130,23 @@ class GpuInterpreter(Interpreter):
         self.rounds = 0                # block barriers met
         self.waited: dict[tuple, int] = {}  # barrier instance -> waits made (the phase the next one waits for)
         self.mma: list[tuple[DmaStart, DmaStart, Any, Any, Any]] = []  # wgmmas in flight, oldest first
+        self.unfenced: list[tuple[Region, int]] = []  # SMEM this warpgroup stored to since its last commit_smem
+
+    def emit(self, action: Any, target: int | None = None) -> None:
+        if (type(action) is Compute and action.dst.buffer in self.launch.smem
+                and action.kind not in ("allocate", "zero")):
+            self.unfenced.append((action.dst, int(self.where())))
+        super().emit(action, target)
+
+    def fenced(self, region: Region, reader: str) -> None:
+        """The TMA or wgmma reads `region` of SMEM: the warpgroup's stores there must have been
+        fenced (`plgpu.commit_smem`), or it may read what was there before (docs/verification.md)."""
+        for wrote, at in self.unfenced:
+            if wrote.overlaps(region):
+                self.sink.unfenced.append((self.device, self.point, self.where(), UNFENCED_SMEM.finding(
+                    label=self.sink.labels[self.device], reader=reader, line=int(self.where()), region=region.text(),
+                    wrote=at)))
+                return
 
     def fail(self, message: str, fix: str, eqn: Any = None) -> KernelError:
         loc = self.where(eqn)
@@ -394,6 +413,8 @@ def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
             buf = launch.scoped[key] = it.sink.new_buffer(f"{base}@{int(line)}", aval, "scratch", int(line),
                                                           shape=shape)
             buf.space = "vmem"
+            if shared:
+                launch.smem.add(buf.name)
         ref = Ref.whole(buf, owner)
         allocs.append(ref)
         # a WGMMA accumulator starts as zeros (`WGMMAAccumulator.zero`); SMEM holds garbage, fresh for
@@ -641,6 +662,7 @@ def _copy_smem_to_gmem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
         raise it.fail("copy_smem_to_gmem(commit_group=False)", "ringc models one bulk group per copy "
                       "(the default commit_group=True)")
     copy = f"tma@{int(it.where())}"
+    it.fenced(it.region(src), "the TMA store (copy_smem_to_gmem)")
     # a multicast store is one copy to every GPU of the axes, in one bulk group
     dsts = [Ref(dst.buffer, g, dst.box, dst.kept) for g in dst.peers] if isinstance(dst, MulticastTarget) else [dst]
     starts = []
@@ -668,9 +690,10 @@ def _commit_group(it: GpuInterpreter, eqn: Any, invals: list) -> list:
 
 
 @PRIMITIVES.gpu("commit_smem", does=Does.MEMORY,
-                doc="`plgpu.commit_smem()`: the fence between generic SMEM stores and TMA reads "
-                    "(`fence.proxy.async.shared::cta`): modelled as program order")
+                doc="`plgpu.commit_smem()`: the fence between the warpgroup's SMEM stores and TMA or wgmma "
+                    "reads of them (`fence.proxy.async.shared::cta`); a read without it is a finding")
 def _commit_smem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
+    it.unfenced.clear()
     return []
 
 
@@ -757,6 +780,7 @@ def _wgmma(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     reads = []
     for name, ref in (("a", a), ("b", b)):
         src = it.region(ref)
+        it.fenced(src, "wgmma")
         reg = it.register((id(eqn), name), tuple(hi - lo for lo, hi in src.box), ref.buffer.dtype)
         done = it.private_sem(f"wgmma-{name}", "dma", new=False)
         start = DmaStart(f"wgmma@{int(it.where())}", src, Region(reg.buffer.name, it.device, src.box, src.kept,

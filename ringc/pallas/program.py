@@ -147,6 +147,9 @@ class Builder(Sink):
         self.processes: dict[tuple[int, int, int], int] = {}
         self.labels: list[str] = [str(d) for d in range(self.n)]
         self.block_sems: set[str] = set()  # semaphores whose first index is a block (`Program.block_sems`)
+        # Mosaic GPU: SMEM read by the TMA or wgmma without a commit_smem after the stores
+        # (`mgpu.GpuInterpreter.fenced`): (process, point, line, finding)
+        self.unfenced: list[tuple] = []
 
     # -- naming --------------------------------------------------------------------
     def where(self, line: Any) -> str:

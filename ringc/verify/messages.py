@@ -74,6 +74,12 @@ OUT_OF_BOUNDS = Message("out_of_bounds", "{message} [{sample}: {shown}]")
 OUT_OF_BOUNDS_CLAMPED = Message("out_of_bounds", "device {label}: {message} (the check goes on with the access "
                                                  "clamped into the ref)")
 
+# Mosaic GPU (`pallas/mgpu.py`): SMEM written by the warpgroup's stores, read by the TMA or wgmma
+# (the async proxy) with no `plgpu.commit_smem()` between: it may read what was there before.
+UNFENCED_SMEM = Message("race", "device {label}: {reader} at line {line} reads `{region}`, which the warpgroup wrote at line "
+                                "{wrote} with no plgpu.commit_smem() between: the TMA and wgmma read SMEM through the "
+                                "async proxy, which may not see those stores yet (call plgpu.commit_smem() before it)")
+
 # -- races (`races.find_races`) ---------------------------------------------------------------
 RACE = Message("race", "race on {memory}: {one}, while {two}. Nothing orders them: {why}")
 

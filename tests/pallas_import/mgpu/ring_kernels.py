@@ -58,7 +58,8 @@ def ring_all_gather(x, *, axis_name, num_blocks, bug=None):
   (sends to the GPU two ahead), "read_before_wait" (stages the next rows before the wait),
   "shared_count" (one semaphore per GPU, counted by every block: a fast block's signal can
   stand in for a slow block's), "stray_signal" (one more signal at the end, which no wait
-  needs: it may land after the next GPU's launch has ended)."""
+  needs: it may land after the next GPU's launch has ended), "no_commit_smem" (the TMA store
+  reads SMEM the warpgroup wrote with no commit_smem fence between)."""
   num_devices = lax.axis_size(axis_name)
   m, n = x.shape
   rows_per_block = m // num_blocks
@@ -76,7 +77,8 @@ def ring_all_gather(x, *, axis_name, num_blocks, bug=None):
     def stage(k):
       origin = lax.rem(dev - k + num_devices, num_devices)
       smem[...] = y_ref.at[pl.ds(origin * m, m)][rows]
-      plgpu.commit_smem()
+      if bug != "no_commit_smem":
+        plgpu.commit_smem()
       return origin
 
     for k in range(num_devices - 1):
