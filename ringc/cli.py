@@ -612,13 +612,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only devices need no backend
     quiet_libtpu()
     from .compile import compile_for
+    def one(path: str) -> Any:
+        sched = _load(path, args.param)
+        return (compile_for(sched, target) for target in tpu_targets)
+    return _compile_files(args, one)
+
+
+def _compile_files(args: argparse.Namespace, compile_one: Any) -> int:
+    """Every file gets its results (`compile_one(path)`, an iterable of compile results); a bad
+    one is reported and the next compiled; the exit code and JSON document of them all."""
     from .output import document
     results, errors = [], []
-    for path in args.files:  # every file gets its result; a bad one is reported, the next compiled
+    for path in args.files:
         try:
-            sched = _load(path, args.param)
-            for target in tpu_targets:
-                res = compile_for(sched, target)
+            for res in compile_one(path):
                 results.append(res)
                 if args.format == "text":
                     print(res.to_text(verbose=args.verbose))
@@ -645,27 +652,13 @@ def _compile_gpu(args: argparse.Namespace, targets: list[str]) -> int:
         jax.devices()  # the backends start here, quietly
     if not args.lower_only and not gpu.gpu_available():  # one message for the run
         raise ScheduleError(gpu.GPU_MISSING, file=args.files[0], fix=gpu.GPU_FIX + "; or pass --lower-only")
-    from .output import document
-    results, errors = [], []
-    for path in args.files:
-        try:
-            if not os.path.isfile(path):
-                raise ScheduleError("no such file", file=path)
-            for target in targets:
-                for res in gpu.compile_file(path, n, target=target, compile=not args.lower_only, entry=args.entry,
-                                            args=args.arg, params=dict(args.param), stubs=tuple(args.stub)):
-                    results.append(res)
-                    if args.format == "text":
-                        print(res.to_text(verbose=args.verbose))
-        except ScheduleError as e:
-            errors.append(e)
-            if args.format == "text":
-                print(str(e), file=sys.stderr)
-    code = EXIT_BAD_INPUT if errors else EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
-    if args.format == "json":
-        print(json.dumps(document("compile", code, [r.to_json(verbose=args.verbose) for r in results], errors),
-                         indent=1))
-    return code
+    def one(path: str) -> Any:
+        if not os.path.isfile(path):
+            raise ScheduleError("no such file", file=path)
+        for target in targets:
+            yield from gpu.compile_file(path, n, target=target, compile=not args.lower_only, entry=args.entry,
+                                        args=args.arg, params=dict(args.param), stubs=tuple(args.stub))
+    return _compile_files(args, one)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

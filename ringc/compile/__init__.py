@@ -89,12 +89,7 @@ class CompileResult:
                 f"{'ok' if self.ok else 'FAILED'}  compile {self.seconds:.2f}s")
         if self.ok:
             return head + "\n  " + memory_text(self.memory)
-        lines = [head] + ["  " + ln for ln in str(self.error).splitlines()]
-        if verbose and self.raw_error:
-            lines += ["  compiler output:"] + ["    " + ln for ln in self.raw_error.splitlines()]
-        elif self.raw_error:
-            lines.append("  (--verbose shows the compiler's own message)")
-        return "\n".join(lines)
+        return "\n".join([head, *error_lines(self.error, self.raw_error, verbose)])
 
 
 # memory key -> label in text output, in display order
@@ -310,3 +305,14 @@ def memory_figures(compiled) -> dict[str, int]:
             if value is not None:
                 out[key] = int(value)
     return out
+
+
+def error_lines(error: Any, raw_error: str, verbose: bool) -> list[str]:
+    """A failed compile's lines under its head: the error, and the compiler's own message
+    (with --verbose) or where to see it."""
+    lines = ["  " + ln for ln in str(error).splitlines()]
+    if verbose and raw_error:
+        lines += ["  compiler output:"] + ["    " + ln for ln in raw_error.splitlines()]
+    elif raw_error:
+        lines.append("  (--verbose shows the compiler's own message)")
+    return lines

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..errors import ScheduleError
+from . import error_lines
 
 __all__ = ["GPU_TARGETS", "GPU_MISSING", "GPU_FIX", "GpuCompileResult", "KernelFigures", "gpu_available",
            "compile_file", "compile_pallas", "lower_for_cuda", "ptxas_report", "quiet_plugin", "target_config"]
@@ -178,12 +179,7 @@ class GpuCompileResult:
                 f"N={self.devices}): {'ok' if self.ok else 'FAILED'}  {what} "
                 f"{self.lower_seconds + self.compile_seconds:.2f}s")
         if not self.ok:
-            lines = [head] + ["  " + ln for ln in str(self.error).splitlines()]
-            if verbose and self.raw_error:
-                lines += ["  compiler output:"] + ["    " + ln for ln in self.raw_error.splitlines()]
-            elif self.raw_error:
-                lines.append("  (--verbose shows the compiler's own message)")
-            return "\n".join(lines)
+            return "\n".join([head, *error_lines(self.error, self.raw_error, verbose)])
         return "\n".join([head] + ["  " + k.text(self.compiled) for k in self.kernels])
 
 
