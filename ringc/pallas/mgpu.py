@@ -37,7 +37,7 @@ from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
 from ..verify.messages import UNFENCED_SMEM
 from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, sem_id, squeezed,
                         unflatten, user_location)
-from .program import arg_names, kernel_location
+from .program import arg_names, kernel_location, row_major
 from .primitives import PRIMITIVES, Does
 from .values import Buffer, Data, Loc, Ref, SemRef
 
@@ -90,11 +90,7 @@ class Launch:
         return math.prod(self.grid.values())
 
     def block_coords(self, block: int) -> dict[str, int]:
-        coords, rest = {}, block
-        for a in reversed(list(self.grid)):
-            coords[a] = rest % self.grid[a]
-            rest //= self.grid[a]
-        return dict(reversed(list(coords.items())))
+        return row_major(block, self.grid)
 
     def sem_name(self, base: str) -> str:
         """A semaphore of this launch: zeroed before every launch (Mosaic GPU's GMEM scratch is

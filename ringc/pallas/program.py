@@ -537,11 +537,7 @@ class Builder(Sink):
         return Ref(buf, device, tuple(box), ref.kept)
 
     def _coords(self, d: int) -> dict[str, int]:
-        coords, rest = {}, d
-        for a in reversed(list(self.axis_sizes)):
-            coords[a] = rest % self.axis_sizes[a]
-            rest //= self.axis_sizes[a]
-        return dict(reversed(list(coords.items())))
+        return row_major(d, self.axis_sizes)
 
     def program(self, name: str) -> "Program | SymmetricProgram":
         """Every device's events, or device 0's as a `SymmetricProgram` when every device was
@@ -566,6 +562,16 @@ class Builder(Sink):
                        blocks=(tuple([-1] * self.n) + tuple(blk for (_, blk, _), _ in sorted(self.processes.items(),
                                                                                        key=lambda kv: kv[1])))
                        if gpu else (), block_sems=frozenset(self.block_sems))
+
+
+def row_major(index: int, sizes: dict[str, int]) -> dict[str, int]:
+    """The coordinates of `index` over axes of `sizes`, the last axis fastest (a device on the
+    mesh, a block on a Mosaic GPU grid)."""
+    coords, rest = {}, index
+    for a in reversed(list(sizes)):
+        coords[a] = rest % sizes[a]
+        rest //= sizes[a]
+    return dict(reversed(list(coords.items())))
 
 
 def kernel_location(eqn: Any) -> Loc:
