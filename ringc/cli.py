@@ -216,6 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tpu", metavar=TPU_CHOICES,
                    help="a Python kernel or script: the TPU generation its devices answer as while ringc runs its "
                         "code (device_kind, coords, get_tpu_info; default v5e); see docs/pallas-import.md")
+    c.add_argument("--collective", metavar="KIND",
+                   help="a Python kernel or script: the lax collective a kernel call means, when no later lax call "
+                        "on its input names it (e.g. all_gather, psum_scatter, psum; see the README table)")
     c.add_argument("--gpu", metavar="h100",
                    help="a Python Mosaic GPU kernel or script: the GPU its devices answer as while ringc runs its code "
                         "(core_count, compute_capability; default h100 when the file imports "
@@ -333,7 +336,8 @@ def _check_kernel(args: argparse.Namespace, path: str):
         for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
                                  dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
-                                 axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub)):
+                                 axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
+                                 collective=getattr(args, "collective", None)):
             yield apply_strict(report, args.strict)
 
 
@@ -346,6 +350,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and args.data:
         raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
                             "drawn", file=jobs[0][0], fix="drop --show, or --data")
+    if getattr(args, "collective", None) is not None:
+        from .collectives import COLLECTIVES
+        if args.collective not in COLLECTIVES:
+            raise ScheduleError(f"--collective {args.collective}: not a collective ringc knows", file=jobs[0][0],
+                                fix=f"one of {', '.join(sorted(COLLECTIVES))}")
     if getattr(args, "gpu", None) is not None:
         from .pallas.tpu import GPUS
         if args.gpu not in GPUS:

@@ -252,3 +252,15 @@ def test_a_kernel_too_big_to_check_is_refused_early(monkeypatch):
     with pytest.raises(ScheduleError, match="over the limit `gpu_events`") as e:
         _check(functools.partial(_shipped("all_gather").all_gather, axis_name="x", num_blocks=SMS), 2, 256, None)
     assert "x 132 blocks x 2 GPUs" in str(e.value)
+
+
+def test_the_meaning_named_with_collective_on_a_published_file():
+    """`--collective KIND` names the meaning of a module's entry kernel: JAX's reduce-scatter is a
+    psum_scatter (ok) and not an all_gather (wrong_result); an unknown kind is one message."""
+    from jax.experimental.pallas.ops.gpu import reduce_scatter_mgpu
+    out = _cli(reduce_scatter_mgpu.__file__, "--devices", "4", "--collective", "psum_scatter")
+    assert out.returncode == 0 and "meaning: psum_scatter, from --collective" in out.stdout, out.stdout + out.stderr
+    out = _cli(reduce_scatter_mgpu.__file__, "--devices", "4", "--collective", "all_gather")
+    assert out.returncode == 1 and "[wrong_result]" in out.stdout
+    out = _cli(reduce_scatter_mgpu.__file__, "--devices", "4", "--collective", "gather")
+    assert out.returncode == 2 and "not a collective ringc knows" in out.stderr and "psum_scatter" in out.stderr

@@ -289,7 +289,7 @@ _MOSAIC_GPU = re.compile(r"pallas[.\s]+import\s+mosaic_gpu|pallas\.mosaic_gpu|pa
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
-               mesh: tuple | None = None, stubs: tuple[str, ...] = ()) -> list[Report]:
+               mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None) -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
     devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
@@ -308,7 +308,11 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices())")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
                             entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=tuple(stubs))
+                            stubs=tuple(stubs), collective=collective)
+    if collective is not None:
+        raise ScheduleError("--collective names the meaning of a script's or entry function's kernel calls; a "
+                            "module with build(mesh) states its own", file=path,
+                            fix="set COLLECTIVE = \"KIND\" in the module (see docs/pallas-import.md)")
     with importing(path, stubs=tuple(stubs)) as imports:
         report = check_module(path, n, invocations=invocations, params=params, topology=topology, along=along,
                               dma_order=dma_order, tpu=tpu)
@@ -319,7 +323,8 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
-                 axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = ()) -> list[Report]:
+                 axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = (),
+                 collective: str | None = None) -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
     jitted function that runs pallas_calls (`script.py`), and check every captured call; one
@@ -379,6 +384,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     checked: dict[Any, tuple[int, Report]] = {}  # an equal call elsewhere in the script: its verdict
     for k, cap in enumerate(captures):
         t1 = time.perf_counter()
+        if collective is not None and not cap.reference:  # `--collective KIND`: the meaning no lax reference names
+            cap.reference, cap.reference_line = {"kind": collective}, None
         values = _small_int_values(cap.args)
         test = f"{cap.test}: " if cap.test else ""
         copies = f", and {cap.copies} identical call{'s' if cap.copies > 1 else ''}" if cap.copies else ""
@@ -421,8 +428,10 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
             fns = cap.reference.get("pointwise")
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
-            report.assumptions.append(f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script "
-                                      f"computes on the same input at line {cap.reference_line} (not run)")
+            report.assumptions.append(
+                f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script computes on the "
+                f"same input at line {cap.reference_line} (not run)" if cap.reference_line is not None else
+                f"meaning: {cap.reference['kind']}, from --collective (on the kernel call's first input and output)")
         made_up = _made_up(cap, values)
         if made_up:
             report.made_up = tuple(a.name for a in cap.made_up)
