@@ -409,9 +409,15 @@ def _check_schedule(args: argparse.Namespace, path: str):
         raise ScheduleError("--entry, --arg, --axis, --mesh and --stub say how to call and import a Python "
                             "file; a schedule has nothing of that", file=path,
                             fix="drop them (a schedule's sizes are --param k=v)")
+    if getattr(args, "gpu", None):
+        raise ScheduleError("--gpu names the GPU a Python kernel's code asks about; a schedule asks nothing",
+                            file=path, fix="drop --gpu (an H100 node for a schedule is --topology h100:8)")
     if args.tpu:
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
+    if getattr(args, "collective", None):
+        raise ScheduleError("--collective names a Python kernel's meaning; a schedule states its own",
+                            file=path, fix="drop --collective (the schedule's `collective:` is what it checks)")
     sched = _load(path, args.param)
     if args.devices is None and topology.sized_by_devices(args.topology):
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,

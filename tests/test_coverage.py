@@ -282,3 +282,19 @@ def test_no_check_writes_a_finding_text_of_its_own():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not offenders, f"Finding(...) made outside verify/messages.py: {', '.join(offenders)}"
+
+
+def test_every_mosaic_gpu_primitive_has_a_gpu_rule_or_is_refused():
+    """The Mosaic GPU interpreter's slot of the same table (`PRIMITIVES.gpu`), against every
+    primitive Mosaic GPU's lowering has a rule for (`mgpu.mosaic_gpu_primitives`): a JAX upgrade
+    that adds one fails here until it has a rule, a shared TPU rule or a refusal by name."""
+    from ringc.pallas import importer  # noqa: F401 - registers every rule
+    from ringc.pallas.mgpu import mosaic_gpu_primitives
+    from ringc.pallas.primitives import PRIMITIVES, Does
+    missing = []
+    for name in mosaic_gpu_primitives():
+        p = PRIMITIVES.get(name)
+        if p is None or not (p.gpu is not None or Does.PURE in p.does or Does.UNSUPPORTED in p.does
+                             or Does.KERNEL in p.does or p.kernel is None and p.outer is not None):
+            missing.append(name)
+    assert not missing, f"Mosaic GPU primitives with no GPU rule: {missing}"

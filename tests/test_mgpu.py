@@ -134,15 +134,9 @@ def test_threshold_waits_agree_with_the_explorer():
         assert got.hang == want_hang == ("hang" in r.kinds()), (bug, got.summary(), r.to_text())
 
 
-def test_every_mosaic_gpu_primitive_has_a_rule_or_is_refused():
-    from ringc.pallas.primitives import PRIMITIVES, Does
-    missing = []
-    for name in mgpu.mosaic_gpu_primitives():
-        p = PRIMITIVES.get(name)
-        if p is None or not (p.gpu is not None or Does.PURE in p.does or Does.UNSUPPORTED in p.does
-                             or Does.KERNEL in p.does or p.kernel is None and p.outer is not None):
-            missing.append(name)
-    assert not missing, f"Mosaic GPU primitives with no GPU rule: {missing}"
+def test_the_docs_list_the_gpu_rules_from_the_table():
+    doc = (Path(__file__).parent.parent / "docs" / "pallas-import.md").read_text()
+    assert mgpu.rule_table_markdown() in doc
 
 
 def test_ringc_check_on_the_shipped_file_as_published(tmp_path):
@@ -264,3 +258,12 @@ def test_the_meaning_named_with_collective_on_a_published_file():
     assert out.returncode == 1 and "[wrong_result]" in out.stdout
     out = _cli(reduce_scatter_mgpu.__file__, "--devices", "4", "--collective", "gather")
     assert out.returncode == 2 and "not a collective ringc knows" in out.stderr and "psum_scatter" in out.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--collective", "psum"), ("--gpu", "h100")])
+def test_python_only_flags_are_refused_on_a_schedule(capsys, flag, value):
+    from ringc.cli import main
+    schedule = str(Path(__file__).parent.parent / "schedules" / "ppermute_right.yaml")
+    assert main(["check", schedule, "--devices", "2", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{schedule}: error: {flag} names") and err.count("\n") == 2

@@ -41,7 +41,7 @@ from .program import arg_names, kernel_location, row_major
 from .primitives import PRIMITIVES, Does
 from .values import Buffer, Data, Loc, Ref, SemRef
 
-__all__ = ["GpuInterpreter", "run_launch", "mosaic_gpu_primitives", "SHARED", "LAUNCH", "JOIN"]
+__all__ = ["GpuInterpreter", "run_launch", "mosaic_gpu_primitives", "rule_table_markdown", "SHARED", "LAUNCH", "JOIN"]
 
 LAUNCH = "mgpu-launch#"  # + invocation: the count every block of a launch waits for before it starts
 JOIN = "mgpu-join#"      # + invocation: every block adds 1 when it ends; the launch process waits for all
@@ -809,3 +809,19 @@ def _wgmma_deref(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     from .interpret import read_ref
     _wait_mma(it, int(eqn.params.get("wait_n", 0)))
     return [read_ref(it, invals[0])]
+
+
+def rule_table_markdown() -> str:
+    """The primitives a Mosaic GPU kernel may run, as a markdown table (docs/pallas-import.md,
+    "Mosaic GPU kernels", embeds it; tests/test_mgpu.py checks the doc matches)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(PRIMITIVES):
+        p = PRIMITIVES[name]
+        if p.gpu is not None:
+            groups.setdefault(p.gpu_doc, []).append(f"`{name}`")
+    lines = ["| primitive | what ringc does with it in a Mosaic GPU kernel |", "|---|---|"]
+    for doc, names in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        lines.append(f"| {', '.join(names)} | {doc} |")
+    lines.append("| any other pure primitive | as in a Pallas TPU kernel (the table above) |")
+    lines.append("| any other primitive | an error naming it and the line |")
+    return "\n".join(lines)

@@ -98,26 +98,23 @@ class PrimitiveTable(RuleTable):
     def kernel(self, *names: str, does: Does, doc: str = "") -> Callable[[Rule], Rule]:
         """Register the interpreter's rule for `names` (inside a kernel). `doc` (else the
         rule's first docstring line) is its row in docs/pallas-import.md."""
-        def add(rule: Rule) -> Rule:
-            for name in names:
-                p = self._entry(name, does, doc or (rule.__doc__ or "").strip().splitlines()[0])
-                if p.kernel is not None:
-                    raise ValueError(f"{self.stage}: two kernel rules for `{name}`")
-                p.kernel = rule
-            return rule
-        return add
+        return self._rule("kernel", names, does, doc)
 
     def gpu(self, *names: str, does: Does, doc: str = "") -> Callable[[Rule], Rule]:
-        """Register the Mosaic GPU interpreter's rule for `names` (`mgpu.GpuInterpreter`)."""
+        """Register the Mosaic GPU interpreter's rule for `names` (`mgpu.GpuInterpreter`); `doc`
+        is its row in docs/pallas-import.md's Mosaic GPU table (`mgpu.rule_table_markdown`)."""
+        return self._rule("gpu", names, does, doc)
+
+    def _rule(self, slot: str, names: tuple[str, ...], does: Does, doc: str) -> Callable[[Rule], Rule]:
         def add(rule: Rule) -> Rule:
+            text = doc or (rule.__doc__ or "").strip().splitlines()[0]
             for name in names:
-                p = self._entry(name, does, "")
-                if p.gpu is not None:
-                    raise ValueError(f"{self.stage}: two GPU rules for `{name}`")
-                p.gpu = rule
-                if doc and not p.doc:
-                    p.doc = doc
-                p.gpu_doc = doc or (rule.__doc__ or "").strip().splitlines()[0]
+                p = self._entry(name, does, text if slot == "kernel" else "")
+                if getattr(p, slot) is not None:
+                    raise ValueError(f"{self.stage}: two {slot} rules for `{name}`")
+                setattr(p, slot, rule)
+                if slot == "gpu":
+                    p.gpu_doc = text
             return rule
         return add
 
@@ -129,7 +126,7 @@ class PrimitiveTable(RuleTable):
             if p is None or p.kernel is None:
                 raise ValueError(f"{self.stage}: `{name}` has no kernel rule to share")
             if p.gpu is not None:
-                raise ValueError(f"{self.stage}: two GPU rules for `{name}`")
+                raise ValueError(f"{self.stage}: two gpu rules for `{name}`")
             p.gpu = p.kernel
             p.gpu_doc = "as on TPU"
 
