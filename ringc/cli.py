@@ -253,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
                         "2x..x2 and 3x2..x2 for a schedule over several axes)")
     e.add_argument("--unchecked", action="store_true",
                    help="emit without checking first (a schedule that fails `ringc check`, on purpose)")
+    e.add_argument("--target", choices=("tpu", "mgpu"), default="tpu",
+                   help="tpu (default): a Pallas TPU module; mgpu: a Pallas Mosaic GPU module for Hopper GPUs "
+                        "(docs/codegen.md, 'Mosaic GPU')")
     add_params(e)
 
     r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")
@@ -262,6 +265,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="run on a multi-axis mesh of this shape (needed for a schedule over several axes)")
     r.add_argument("--along", metavar="AXES", help="mesh axes the schedule's axes run along, e.g. y")
     r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (and runtime data sample)")
+    r.add_argument("--target", choices=("tpu-interpret", "mgpu"), default="tpu-interpret",
+                   help="tpu-interpret (default): TPU interpret mode on CPU devices; mgpu: the Mosaic GPU module on "
+                        "this machine's Hopper GPUs (two or more)")
     add_params(r)
 
     k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler, or a Mosaic GPU "
@@ -524,9 +530,12 @@ def _output_path(path: str, *inputs: str) -> str:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    from .codegen import emit
+    from .codegen import emit, emit_mgpu
     out = _output_path(args.output, args.file) if args.output else None
     sched = _load(args.file, args.param)
+    if args.target == "mgpu":
+        from .codegen.mgpu import refuse_early
+        refuse_early(sched)  # what the GPU target cannot express, before checking
     checked = None
     if not args.unchecked:
         from .jaxapi import check_before_emit, refusal
@@ -537,7 +546,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
             err = refusal(sched, reports)
             print(str(err), file=sys.stderr)
             return EXIT_FAILED
-    text = emit(sched, checked)
+    text = (emit_mgpu if args.target == "mgpu" else emit)(sched, checked)
     if out:
         _write_atomically(out, text)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -548,6 +557,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import math
+    if args.target == "mgpu":
+        from .compile.gpu import hopper_gpus
+        count = hopper_gpus()
+        raise ScheduleError(
+            f"ringc run --target mgpu runs the Mosaic GPU module on two or more Hopper GPUs; this machine has "
+            f"{count}" if count < 2 else
+            "ringc run --target mgpu on this machine's GPUs is not built yet (issue 35)", file=args.file,
+            fix="check the schedule with `ringc check`, compile its Mosaic GPU module with `ringc emit --target "
+                "mgpu -o k.py` and `ringc compile k.py --target h100`, then run k.py's build(mesh) on the GPUs")
     from .run import ensure_host_devices
     if (args.devices is None) == (args.mesh is None):
         raise ScheduleError("give either --devices (a ring) or --mesh (a multi-axis mesh)", file=args.file,

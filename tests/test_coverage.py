@@ -32,6 +32,7 @@ STAGES = {
     "ringc.verify.events": ["COMPUTES"],
     "ringc.verify.gauge": ["PAIRS"],
     "ringc.codegen.pallas": ["EMIT"],
+    "ringc.codegen.mgpu": ["MGPU_EMIT"],
     "ringc.compile.errors": ["SITE_TEXT"],
     "ringc.collectives": ["COLLECTIVES"],
     # The importer's table (ringc/pallas/primitives.py) is complete once its rules are

@@ -320,6 +320,18 @@ class _Call(NamedTuple):
 
 
 class _Emitter:
+    # What the emitted module imports, and the helpers it may use (by name: source text),
+    # what each needs beside it, and the modules they import: the TPU target's.
+    IMPORTS = ("import jax", "import jax.numpy as jnp", "from jax import lax", "from jax.experimental import pallas as pl",
+               "from jax.experimental.pallas import tpu as pltpu")
+    HELPERS = _HELPERS
+    HELPER_DEPS = _HELPER_DEPS
+    HELPER_IMPORTS = _HELPER_IMPORTS
+    # Keywords of `kernel`, `build` and `_call` beyond the TPU target's (name, default).
+    KEYWORDS: tuple[tuple[str, str], ...] = ()
+    # The helpers `kernel`, `build` and `make_inputs` use.
+    API_HELPERS = {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard", "_checked"}
+
     def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
         self.s = schedule
         self.resolved = resolved(schedule)
@@ -462,16 +474,13 @@ class _Emitter:
         if multi:
             needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
         for h in list(needed):
-            needed |= set(_HELPER_DEPS.get(h, ()))
-        imports = sorted({"functools", "math", *(_HELPER_IMPORTS[h] for h in needed if h in _HELPER_IMPORTS)})
-        for ln in (*(f"import {m}" for m in imports), "", "import jax", "import jax.numpy as jnp",
-                   "from jax import lax", "from jax.experimental import pallas as pl",
-                   "from jax.experimental.pallas import tpu as pltpu", "",
-                   "P = jax.sharding.PartitionSpec"):
+            needed |= set(self.HELPER_DEPS.get(h, ()))
+        imports = sorted({"functools", "math", *(self.HELPER_IMPORTS[h] for h in needed if h in self.HELPER_IMPORTS)})
+        for ln in (*(f"import {m}" for m in imports), "", *self.IMPORTS, "", "P = jax.sharding.PartitionSpec"):
             w.line(ln)
         w.blank()
         self.constants(w)
-        for h, src in _HELPERS.items():
+        for h, src in self.HELPERS.items():
             if h in needed:
                 w.blank(2)
                 w.snippet(src)
@@ -859,8 +868,7 @@ class _Emitter:
     # -- kernel, build and make_inputs ------------------------------------------------------
     def api(self) -> CodeWriter:
         s = self.s
-        self.helpers |= {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard",
-                         "_checked"}
+        self.helpers |= self.API_HELPERS
         checks = self.division_checks()
         if checks:
             self.helpers.add("_check_divides")
@@ -872,21 +880,21 @@ class _Emitter:
         self.kernel_fn(w)
         w.blank(2)
         ins = ", ".join([*(self.name(n) for n in s.buffers_of("input")), *(self.name(n) for n in s.data)])
-        with w.block("def build(mesh, *, interpret=None, **params):"):
+        keywords = "".join(f"{k}={v}, " for k, v in self.KEYWORDS)
+        with w.block(f"def build(mesh, *, interpret=None, {keywords}**params):"):
             w.docstring(
                 f"`{s.name}` on `mesh` as a jitted function of the global inputs (IN_SPECS): "
                 "`kernel` under `jax.shard_map` along AXIS.\n\n"
                 "`params` override PARAMS; every parameter is fixed (PARAMS by default), so the "
-                "inputs must have the shapes they give, and the schedule's dtype. `interpret`: None or False compiles for TPU; "
-                "True runs in Pallas TPU interpret mode with default `pltpu.InterpretParams()`; an "
-                "`InterpretParams` instance is used as given.")
+                f"inputs must have the shapes they give, and the schedule's dtype. {self.interpret_doc()}")
             self.config(w, checks)
             w.blank()
             with w.block(f"def per_device({ins}):"):
                 for n in s.buffers_of("input"):
                     w.call("_check_shard", [_str(n), self.name(n), self.static_tuple(s.buffers[n].shard_shape),
                                             f"jnp.{s.dtype_of(n)}"])
-                w.call("return kernel", [*ins.split(", "), "axis_name=AXIS", "interpret=interpret", "**p"])
+                w.call("return kernel", [*ins.split(", "), "axis_name=AXIS", "interpret=interpret",
+                                         *(f"{k}={k}" for k, _ in self.KEYWORDS), "**p"])
             w.blank()
             w.call("sharded = jax.shard_map", [
                 "per_device", "mesh=mesh", "in_specs=IN_SPECS", "out_specs=OUT_SPECS",
@@ -1020,17 +1028,18 @@ class _Emitter:
         s = self.s
         ins = s.buffers_of("input")
         outs = s.buffers_of("output")
-        scratch = s.buffers_of("hbm_scratch")
+        scratch = self.extra_outputs()
         statics = ["N", *self.axis_sizes(), *(self.name(p) for p in s.params)]
         data = [self.name(n) for n in s.data]
-        with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *statics]):
+        keywords = [k for k, _ in self.KEYWORDS]
+        with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *keywords,
+                                  *statics]):
             w.docstring((f"The pallas_calls of `{s.name}` ({', '.join(s.program)})" if s.kernels else
                          f"The pallas_call of `{s.name}`") + " on one device's shards, for sizes from "
                         "`_sizes` (no gradient rule: `kernel` adds it).")
             if any(self.follows(n) for n in s.buffers):
                 w.line(f"dtype = {self.name(s.io_buffer('input'))}.dtype")
-            if "_tpu_info_on_cpu" in self.helpers:
-                w.line("_tpu_info_on_cpu(interpret)")
+            self.call_prelude(w)
             w.line("mesh_axes = tuple(jax.sharding.get_abstract_mesh().axis_names)")
             if s.kernels:
                 self.program_body(w)
@@ -1050,20 +1059,32 @@ class _Emitter:
                                 if b.shard is not None else self.name(n))
             w.line(f"return {', '.join(returned)}")
 
+    def extra_outputs(self) -> list[str]:
+        """The buffers the call allocates as outputs beside the schedule's outputs (scratch)."""
+        return self.s.buffers_of("hbm_scratch")
+
+    def call_prelude(self, w: CodeWriter) -> None:
+        """`_call`'s first statements, before the mesh axes are read."""
+        if "_tpu_info_on_cpu" in self.helpers:
+            w.line("_tpu_info_on_cpu(interpret)")
+
     def kernel_fn(self, w: CodeWriter) -> None:
 
         s = self.s
         shards = [self.name(n) for n in s.buffers_of("input")]
         ins = shards + [self.name(n) for n in s.data]  # runtime data: int32 [N] per device
         coll = collective_of(s)
-        with w.function("kernel", [*ins, "*", "axis_name=AXIS", "interpret=None", "transpose=None", "**params"]):
+        keywords = [f"{k}={v}" for k, v in self.KEYWORDS]
+        with w.function("kernel", [*ins, "*", "axis_name=AXIS", "interpret=None", "transpose=None", *keywords,
+                                   "**params"]):
             w.docstring(self.kernel_doc(coll))
             w.line(f"sizes = _sizes({', '.join(shards)}, axis_name=axis_name, params=params)")
             w.line("_checked(sizes)")
             w.blank()
             w.line("@jax.custom_vjp")
             with w.block(f"def call({', '.join(ins)}):"):
-                w.call("return _call", [*ins, "axis_name=axis_name", "interpret=interpret", "**sizes"])
+                w.call("return _call", [*ins, "axis_name=axis_name", "interpret=interpret",
+                                        *(f"{k}={k}" for k, _ in self.KEYWORDS), "**sizes"])
             w.blank()
             with w.block(f"def forward({', '.join(ins)}):"):
                 saved = _tuple_text(ins) if coll.takes_rhs else "None"
@@ -1073,6 +1094,10 @@ class _Emitter:
             w.blank()
             w.line("call.defvjp(forward, backward)")
             w.line(f"return call({', '.join(ins)})")
+
+    def interpret_doc(self) -> str:
+        return ("`interpret`: None or False compiles for TPU; True runs in Pallas TPU interpret mode with default "
+                "`pltpu.InterpretParams()`; an `InterpretParams` instance is used as given.")
 
     def own_transpose(self, coll: Any) -> bool:
         """Whether this kernel computes its own transpose: the transpose collective is this

@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ScheduleError
@@ -88,6 +89,17 @@ def _ptxas() -> str | None:
     if root and os.path.isfile(os.path.join(root, "bin", "ptxas")):
         return os.path.join(root, "bin", "ptxas")
     return shutil.which("ptxas")
+
+
+def hopper_gpus() -> int:
+    """The Hopper GPUs (compute capability 9.x) this machine's JAX sees: 0 without the CUDA
+    plugin or a GPU."""
+    try:
+        import jax
+        devices = jax.devices("gpu")
+    except Exception:  # no plugin, no driver, or no GPU: none
+        return 0
+    return sum(1 for d in devices if str(getattr(d, "compute_capability", "")).startswith("9"))
 
 
 def gpu_available() -> bool:
@@ -571,6 +583,8 @@ def compile_file(path: str, n: int = DEFAULT_DEVICES, *, target: str = "h100", c
     from ..pallas.script import run_script
     if target not in GPU_TARGETS:
         raise ScheduleError(f"unknown GPU target {target!r}", file=path, fix=f"use {', '.join(GPU_TARGETS)}")
+    if not (entry or args or axis or mesh) and _is_emitted_module(path):
+        return [_compile_module(path, n, target=target, compile=compile, params=params or {})]
     script = run_script(path, n, AliasLog(), entry=entry, args=args, params=params, tpu=target, axis=axis,
                         mesh=mesh, stubs=stubs)
     captures = [c for c in script.captures
@@ -583,6 +597,47 @@ def compile_file(path: str, n: int = DEFAULT_DEVICES, *, target: str = "h100", c
                                 "or call ringc.compile.gpu.compile_pallas(fn, args, mesh) from Python")
     return [compile_closed(c.jaxpr, c.args, target=target, path=path, line=c.line, name=c.name, compile=compile,
                            assumes=c.assumes) for c in captures]
+
+
+def _is_emitted_module(path: str) -> bool:
+    """Whether the file follows `ringc emit`'s convention (`build(mesh)`, `make_inputs`), as
+    `ringc emit --target mgpu` writes it: compiled through `build` rather than run."""
+    from ..pallas.script import is_script, script_source
+    source = script_source(path)
+    return (not is_script(source) and re.search(r"^def build\(mesh\b", source, re.M) is not None
+            and re.search(r"^def make_inputs\(mesh\b", source, re.M) is not None)
+
+
+def _compile_module(path: str, n: int, *, target: str, compile: bool | None,
+                    params: dict) -> GpuCompileResult:
+    """A module with `build(mesh)`: `build(mesh, **params)` on n CPU devices answering as
+    `target`, traced on `make_inputs`' shapes placed as IN_SPECS, lowered and compiled."""
+    import jax
+    from ..pallas.compat import AliasLog
+    from ..pallas.importer import load_module
+    from ..pallas.tpu import GPUS, answering
+    from ..pallas.usererrors import describe_exception, script_line
+    module = load_module(path, AliasLog())
+    if len(jax.devices()) < n:
+        raise ScheduleError(f"{n} devices asked for, {len(jax.devices())} CPU devices here", file=path,
+                            fix="run ringc compile in a fresh process (it sets the CPU device count)")
+    mesh = jax.make_mesh((n,), (module.AXIS,), devices=jax.devices()[:n])
+    try:
+        with answering(GPUS[target], n, path):
+            fn = module.build(mesh, **params)
+            made = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
+            specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
+            shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
+                      for a, spec in zip(jax.tree.leaves(made), specs)]
+            closed = jax.make_jaxpr(fn)(*shapes)
+    except ScheduleError:
+        raise
+    except Exception as e:
+        raise ScheduleError(f"build/make_inputs failed: {describe_exception(e, path)}", file=path,
+                            line=script_line(e, path), fix="check --param values and N") from None
+    line = next((i for i, text in enumerate(_read(path).splitlines(), 1) if text.startswith("def build(")), 0)
+    return compile_closed(closed, shapes, target=target, path=path, line=line,
+                          name=getattr(module, "NAME", Path(path).stem), compile=compile)
 
 
 def compile_pallas(fn: Any, args: tuple, *, target: str = "h100", compile: bool | None = None,

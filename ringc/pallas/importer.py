@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import itertools
+import contextlib
 import math
 import re
 import os
@@ -245,7 +246,11 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         sizes = {axes[0]: n}
     mesh = _mesh(sizes, tpu)
     concrete, ran = None, None  # make_inputs' values, when it had to run concretely
-    with aliases(log), user_code_time(path):
+    from .tpu import answering, generation
+    gen = generation(tpu)
+    # A Mosaic GPU module's devices answer as GPUs (its SM count sizes its grid), as a script's do.
+    answers = answering(gen, math.prod(sizes.values()), path) if gen.gpu else contextlib.nullcontext()
+    with aliases(log), user_code_time(path), answers as answered:
         try:
             fn = module.build(mesh, **params)
             import jax
@@ -277,6 +282,8 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         report.assumptions.append(ran)
     if values is not None:
         report.assumptions.append("scalar-prefetch values sampled from make_inputs(mesh, key=0)")
+    if answered is not None:
+        report.assumptions += answered.assumptions()
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -1161,8 +1161,9 @@ def check_semantics(collective: Collective, buffers: Buffers, inputs: Iterable[s
             for name in inputs:
                 mem.init_input(d, name)
         wanted = {(d, buffers.output): [tuple((0, s) for s in shapes[buffers.output])] for d in batch}
-        for ev in _slice(order, n, wanted):
-            apply(mem, ev, n)
+        # Copies may land in any process's memory (Mosaic GPU: a block's SMEM is its process's).
+        for ev in _slice(order, program.n, wanted):
+            apply(mem, ev, program.n)
         found += mismatches(collective, buffers, mem, batch, n, shapes)
         if limit is not None and len(found) >= limit or (symmetric and not found):
             break

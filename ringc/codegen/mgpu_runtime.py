@@ -1,0 +1,198 @@
+"""The runtime helpers of every emitted Mosaic GPU kernel module (`ringc emit --target mgpu`),
+as real, importable Python, beside `runtime.py` (whose target-neutral helpers the GPU modules
+share: sizes, parameters, `_checked`, random inputs).
+
+`ringc.codegen.mgpu` copies the helpers a module uses into it by source, in the order they
+appear here; a helper here replaces one of the same name in `runtime.py`.
+
+How a schedule runs on a GPU (the emitted module's docstring says the same to its reader):
+every GPU runs the schedule's steps in order in each of its thread blocks; block b owns
+columns [b * tile, (b + 1) * tile) of every buffer (the last dimension) and moves and computes
+only those. Semaphores are per block (Mosaic GPU scratch semaphores), so block b of one GPU
+signals block b of another: each block pair runs the schedule on its own columns, as if the
+buffers were that narrow. A copy goes through the block's SMEM a chunk of rows at a time: a
+TMA load into SMEM, then a TMA store into the destination (a peer's memory through
+`plgpu.remote_ref` for a remote copy). `start` does the whole copy and waits for its stores
+to complete before a remote copy signals the receiving block; `wait_recv` waits for that
+signal. A DMA that completes at once is one of the timings `ringc check` proved the
+schedule for.
+
+The values below stand in for the emitted module's constants so that this module imports on
+its own (see runtime.py).
+"""
+
+import dataclasses
+import itertools
+import math
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+NAME = "mgpu_runtime"
+AXIS = "x"
+
+# Rows of a staging chunk at most: a TMA box has at most 256 rows.
+_MAX_CHUNK_ROWS = 256
+# Bytes of one SMEM staging buffer at most (two per block, well inside an H100's 227 KiB).
+_MAX_STAGE_BYTES = 32 * 1024
+
+
+def _device(coord, axis, mesh_axes):
+    """The device id Mosaic GPU takes (`remote_ref`, `semaphore_signal`) of the GPU at `coord`
+    along the kernel's mesh axis: the kernels ringc emits for GPUs run on a one-axis mesh."""
+    if tuple(mesh_axes) != (axis,):
+        raise ValueError(f"{NAME}: the Mosaic GPU kernel runs on a mesh of the one axis {axis!r}; "
+                         f"this mesh has axes {tuple(mesh_axes)}")
+    return coord
+
+
+def _blocks(cols, dtype, blocks, rows=()):
+    """Thread blocks per GPU: `blocks` (None: the GPU's SM count), lowered to the largest
+    count that splits the `cols` columns into equal tiles of a multiple of 128 bytes (Mosaic
+    GPU issues a TMA copy from a whole warpgroup, 128 threads, so it moves a multiple of 128
+    bytes), and so that a chunk of `rows` rows (each computed region's) of a tile holds a
+    multiple of 128 elements (a warpgroup's registers hold SMEM data so). Raises when none
+    does."""
+    if blocks is None:
+        blocks = jax.devices()[0].core_count
+    if not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"{NAME}: blocks={blocks!r}: give a positive number of thread blocks")
+    least = math.lcm(max(1, 128 // jnp.dtype(dtype).itemsize),
+                     *(128 // math.gcd(128, math.gcd(r, _MAX_CHUNK_ROWS)) for r in rows))
+    for count in range(min(blocks, cols), 0, -1):
+        if cols % count == 0 and (cols // count) % least == 0:
+            return count
+    raise ValueError(f"{NAME}: the last dimension ({cols}) must be a multiple of {least} "
+                     f"elements of {jnp.dtype(dtype).name} to split it into tiles (128 bytes, and "
+                     f"128 elements in a computed chunk of {', '.join(map(str, rows))} rows)")
+
+
+def _chunk_rows(rows, tile, dtype):
+    """Rows of one SMEM staging buffer: the most that divide `rows` (every region's row
+    count divides it, see `_each_chunk`) within a TMA box and the staging budget."""
+    most = max(1, min(_MAX_CHUNK_ROWS, _MAX_STAGE_BYTES // (tile * jnp.dtype(dtype).itemsize)))
+    return max(d for d in range(1, min(rows, most) + 1) if rows % d == 0)
+
+
+def _columns(ref, block, tile):
+    """Block `block`'s columns of a GMEM ref: the last dimension's tile `block`."""
+    return ref.at[(slice(None),) * (len(ref.shape) - 1) + (pl.ds(block * tile, tile),)]
+
+
+def _each_chunk(shape, stage, body):
+    """Call `body(index, rows)` for each chunk of a region of `shape` (its last dimension is a
+    block's tile): every index of the leading dimensions, then the rows in chunks of as many
+    as fit in `stage` (a Mosaic GPU loop when there are several)."""
+    *lead, rows, _ = shape
+    chunk = math.gcd(rows, stage.shape[0])
+    for index in itertools.product(*map(range, lead)):
+        if rows == chunk:
+            body((*index, slice(None)), chunk)
+            continue
+
+        @pl.loop(0, rows // chunk)
+        def _chunk(r, index=index):
+            body((*index, pl.ds(r * chunk, chunk)), chunk)
+
+
+def _load(src, view, barrier):
+    """TMA load of a GMEM chunk into an SMEM view, waited for."""
+    plgpu.copy_gmem_to_smem(src, view, barrier)
+    plgpu.barrier_wait(barrier)
+
+
+def _store(view, dst):
+    """TMA store of an SMEM view into GMEM (ours or a peer's), waited for until it completes:
+    the bytes have landed and the view may be written again."""
+    plgpu.copy_smem_to_gmem(view, dst)
+    plgpu.wait_smem_to_gmem(0, wait_read_only=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Copy:
+    """One schedule copy on one block: `src` to `dst` (GMEM, the block's columns), on GPU
+    `device` (None: this one), through the SMEM buffer `stage` (TMA loads land on `barrier`).
+
+    `start` copies every chunk and, for a remote copy, then signals `recv_sem` on the
+    receiving block by the bytes it copied (a release: the stores completed first), as a TPU
+    DMA semaphore counts bytes. `wait_recv` waits until our `recv_sem` holds this copy's bytes
+    and takes them. A local copy is done when `start` returns."""
+    src: object
+    dst: object
+    stage: object
+    barrier: object
+    recv_sem: object = None
+    device: object = None
+
+    def start(self):
+        dst = self.dst if self.device is None else plgpu.remote_ref(self.dst, self.device)
+
+        def chunk(index, rows):
+            view = self.stage.at[pl.ds(0, rows)]
+            _load(self.src.at[index], view, self.barrier)
+            _store(view, dst.at[index])
+
+        _each_chunk(self.src.shape, self.stage, chunk)
+        if self.device is not None:
+            pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
+
+    def nbytes(self):
+        """The bytes this block's part of the copy moves."""
+        return math.prod(self.src.shape) * jnp.dtype(self.src.dtype).itemsize
+
+    def wait_send(self):
+        """Nothing left: `start` waited for the stores."""
+
+    def wait_recv(self):
+        if self.device is not None:
+            pl.semaphore_wait(self.recv_sem, self.nbytes())
+
+    def wait(self):
+        self.wait_send()
+        self.wait_recv()
+
+
+def _compute(fn, dst, srcs, stages, barrier):
+    """`dst = fn(*srcs)` elementwise on GMEM regions of one block, a chunk of rows at a time:
+    each source TMA-loaded into its own SMEM buffer, the result written into the first,
+    fenced for the TMA engine (`commit_smem`) and TMA-stored."""
+
+    def chunk(index, rows):
+        views = [stage.at[pl.ds(0, rows)] for stage in stages]
+        for src, view in zip(srcs, views):
+            _load(src.at[index], view, barrier)
+        views[0][...] = fn(*(view[...] for view in views[:len(srcs)])).astype(dst.dtype)
+        plgpu.commit_smem()
+        _store(views[0], dst.at[index])
+
+    _each_chunk(dst.shape, stages[0], chunk)
+
+
+def _zeros(shape, dtype):
+    """A function of no sources giving zeros of `shape`, for `_compute` (`zero` ops)."""
+    return lambda: jnp.zeros(shape, dtype)
+
+
+def _signal(sem, inc, device):
+    """Signal `sem` on the block of the same index on GPU `device` (None: ours)."""
+    if device is None:
+        pl.semaphore_signal(sem, inc)
+    else:
+        pl.semaphore_signal(sem, inc, device_id=device)
+
+
+def _barrier(neighbours, sem, axis, mesh_axes):
+    """Barrier with `neighbours` (device indices along `axis`): signal each one's block, then
+    wait for as many signals. Mosaic GPU zeroes semaphores before every launch and launches
+    no GPU before all are ready, so one round suffices where a TPU needs two."""
+    for target in neighbours:
+        pl.semaphore_signal(sem, 1, device_id=_device(target, axis, mesh_axes))
+    pl.semaphore_wait(sem, len(neighbours))
+
+
+def _no_interpret(interpret):
+    """Mosaic GPU interpret mode runs no collective: a GPU kernel runs on GPUs only."""
+    if interpret not in (None, False):
+        raise ValueError(f"{NAME}: Mosaic GPU interpret mode runs no collective; run this kernel "
+                         "on two or more Hopper GPUs, and check it anywhere with `ringc check`")
