@@ -623,10 +623,10 @@ def _compile_inputs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
                             f"{', '.join(tpu)} is a TPU slice, for schedules (.yaml)", file=python[0],
                             fix="pass --target h100 (a Pallas TPU kernel file is checked with ringc check)")
     if yaml_ and gpu:
-        raise ScheduleError("a schedule compiles for TPU slices; emitting a schedule as a Mosaic GPU kernel is not "
-                            "built yet (issue 35: ringc emit --target mgpu)", file=yaml_[0],
-                            fix="pass a TPU target such as --target v5e:2x2, or compile a Python Mosaic GPU kernel "
-                                "file with --target h100")
+        raise ScheduleError("a schedule compiles for TPU slices; for a GPU, emit its Mosaic GPU module first",
+                            file=yaml_[0],
+                            fix=f"ringc emit {yaml_[0]} --target mgpu -o kernel.py, then ringc compile kernel.py "
+                                "--target h100; or pass a TPU target such as --target v5e:2x2")
     if not python and (args.devices or args.lower_only or args.entry or args.arg or args.stub):
         raise ScheduleError("--devices, --lower-only, --entry, --arg and --stub are for Python Mosaic GPU kernel "
                             "files (--target h100); a schedule's devices are its target's",

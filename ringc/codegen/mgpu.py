@@ -4,8 +4,9 @@ The module has the TPU target's interface (`kernel` per shard with its gradient,
 `make_inputs`, the constants) and its layout (`pallas.py`'s module docstring); the kernel is
 a `plgpu.kernel` over a grid of thread blocks instead of a `pallas_call`. How a schedule runs
 on a GPU is the `mgpu_runtime` module docstring: every block runs the schedule's steps in
-order on its own columns of every buffer, copies go through SMEM with TMA (into a peer's
-memory through `plgpu.remote_ref`), and block b of one GPU signals block b of another.
+order on its own columns of every buffer, a second warpgroup per block is its copy engine
+(copies through SMEM with TMA, into a peer's memory through `plgpu.remote_ref`), and block b
+of one GPU signals block b of another.
 
 One emit rule per op class (`MGPU_EMIT`, in the coverage test). An op or schedule feature
 the GPU target does not express yet is refused before anything is written, in one message
@@ -14,7 +15,6 @@ naming the line (`MgpuEmitError`).
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -23,49 +23,34 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
 from ..ir.rules import RuleTable
-from .pallas import EMIT, CodeWriter, _Emitter, _HELPER_DEPS, _HELPER_IMPORTS, _HELPERS
+from .pallas import EMIT, MAX_LINE, CodeWriter, Emitter, runtime_helpers, wrap_words
 
 __all__ = ["MGPU_EMIT", "MgpuEmitError", "emit_mgpu", "refuse_early"]
 
 
-def _mgpu_helpers() -> dict[str, str]:
-    """Each helper of `mgpu_runtime.py` by name, as its source text with its decorators."""
-    path = Path(__file__).with_name("mgpu_runtime.py")
-    source = path.read_text()
-    lines = source.splitlines()
-    out = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith("_"):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            out[node.name] = "\n" + "\n".join(lines[first - 1:node.end_lineno]) + "\n"
-        elif isinstance(node, ast.Assign) and node.targets[0].id.startswith("_MAX"):  # type: ignore[attr-defined]
-            out[node.targets[0].id] = "\n".join(lines[node.lineno - 2:node.end_lineno]) + "\n"  # type: ignore
-    return out
-
-
-_GPU_HELPERS = _mgpu_helpers()
+_GPU_HELPERS = runtime_helpers("mgpu_runtime.py")
 # The shared helpers (runtime.py) first, in their order, then the GPU ones; a GPU helper of
 # the same name (`_device`, `_barrier`) replaces the TPU one where the TPU one stood.
-_HELPERS_MGPU = {**{h: _GPU_HELPERS.get(h, src) for h, src in _HELPERS.items()},
-                 **{h: src for h, src in _GPU_HELPERS.items() if h not in _HELPERS}}
-_HELPER_DEPS_MGPU = {**_HELPER_DEPS, "_barrier": ("_device",),
-                     "_blocks": (), "_chunk_rows": ("_MAX_CHUNK_ROWS", "_MAX_STAGE_BYTES"),
+_HELPERS_MGPU = {**{h: _GPU_HELPERS.get(h, src) for h, src in Emitter.HELPERS.items()},
+                 **{h: src for h, src in _GPU_HELPERS.items() if h not in Emitter.HELPERS}}
+_HELPER_DEPS_MGPU = {**Emitter.HELPER_DEPS, "_barrier": ("_device",),
+                     "_blocks": ("_MAX_CHUNK_ROWS",), "_chunk_rows": ("_MAX_CHUNK_ROWS", "_MAX_STAGE_BYTES"),
                      "_Copy": ("_each_chunk", "_load", "_store"), "_compute": ("_each_chunk", "_load", "_store")}
-_HELPER_IMPORTS_MGPU = {**_HELPER_IMPORTS, "_Copy": "dataclasses", "_each_chunk": "itertools"}
+_HELPER_IMPORTS_MGPU = {**Emitter.HELPER_IMPORTS, "_Copy": "dataclasses", "_each_chunk": "itertools"}
 
 
 class MgpuEmitError(ScheduleError):
     """A schedule the Mosaic GPU target cannot express (yet)."""
 
 
-class _MgpuEmitter(_Emitter):
+class _MgpuEmitter(Emitter):
     IMPORTS = ("import jax", "import jax.numpy as jnp", "from jax import lax", "from jax.experimental import pallas as pl",
                "from jax.experimental.pallas import mosaic_gpu as plgpu")
     HELPERS = _HELPERS_MGPU
     HELPER_DEPS = _HELPER_DEPS_MGPU
-    HELPER_IMPORTS = {**_HELPER_IMPORTS_MGPU, "_Copy": "dataclasses"}
+    HELPER_IMPORTS = _HELPER_IMPORTS_MGPU
     KEYWORDS = (("blocks", "None"),)
-    API_HELPERS = (_Emitter.API_HELPERS - {"_interpret_mode"}) | {"_no_interpret"}
+    API_HELPERS = (Emitter.API_HELPERS - {"_interpret_mode"}) | {"_no_interpret"}
 
     def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
         super().__init__(schedule, checked)
@@ -75,6 +60,10 @@ class _MgpuEmitter(_Emitter):
         self.barrier_sem = self._fresh("_barrier_sem")
         self.stages = (self._fresh("_stage_a"), self._fresh("_stage_b"))
         self.loaded = self._fresh("_loaded")
+        # The copy warpgroup's: its SMEM buffer, its TMA barrier, and per copy descriptor the
+        # semaphores the two warpgroups hand copies over with.
+        self.copy_stage, self.copy_loaded = self._fresh("_copy_stage"), self._fresh("_copy_loaded")
+        self.issued, self.done = self._fresh("_issued"), self._fresh("_done")
 
     def _fresh(self, name: str) -> str:
         taken = set(self.rename.values())
@@ -157,21 +146,21 @@ class _MgpuEmitter(_Emitter):
     # -- module ---------------------------------------------------------------------------
     def module_docstring(self, w: CodeWriter) -> None:
         base = Path(self.s.file).name
-        from .pallas import MAX_LINE, _wrap_words
-        parts = [_wrap_words(f"Generated by ringc from {base} for Pallas Mosaic GPU (Hopper). Do not edit; "
+        parts = [wrap_words(f"Generated by ringc from {base} for Pallas Mosaic GPU (Hopper). Do not edit; "
                              "regenerate with `ringc emit --target mgpu`.", MAX_LINE - 3)]
         if self.s.header:
             parts.append(self.s.header)
         ins = ", ".join(self.name(n) for n in self.s.buffers_of("input"))
         from ..collectives import collective_of
-        parts.append(_wrap_words(
+        parts.append(wrap_words(
             "On a GPU: each GPU runs the schedule's steps in order in every thread block (`blocks`, by default "
             "the GPU's SM count); block b owns tile b of the last dimension of every buffer and moves and "
-            "computes only that tile. Copies go through the block's SMEM by TMA, into a peer GPU's memory "
-            "through `plgpu.remote_ref`; a copy's `start` completes it, then signals the receiving block (block "
-            "b of the peer) by the bytes it moved, whose `wait` takes them. `ringc check` proved the schedule for every DMA "
-            "timing, this one included.", MAX_LINE))
-        parts.append(_wrap_words(
+            "computes only that tile. Each block's warpgroup 0 runs the schedule's ops and warpgroup 1 is its "
+            "copy engine: a copy's `start` hands it over; the copier moves it through SMEM by TMA (into a peer "
+            "GPU's memory through `plgpu.remote_ref`), in the order started, and signals the receiving block "
+            "(block b of the peer) by the bytes moved; `wait` waits for the copier and for those bytes, as on a "
+            "TPU.", MAX_LINE))
+        parts.append(wrap_words(
             f"Use: `kernel({ins}, axis_name=...)` on one GPU's shards inside your own jax.shard_map over a "
             f"one-axis mesh of GPUs, or `build(mesh)` for global arrays. Gradient: "
             f"{self.backward_text(collective_of(self.s))}.", MAX_LINE))
@@ -200,7 +189,8 @@ class _MgpuEmitter(_Emitter):
         """The kernel's own refs after the schedule's: the barrier semaphore (if any barrier),
         the SMEM staging buffers and the TMA barrier."""
         barrier = [self.barrier_sem] if self.has_barrier() else []
-        return [*barrier, *self.stages, self.loaded]
+        copies = [self.issued, self.done, self.copy_stage, self.copy_loaded] if self.s.copies else []
+        return [*barrier, *self.stages, self.loaded, *copies]
 
     def has_barrier(self) -> bool:
         return any(isinstance(op, S.Barrier) for op in walk_ops(self.s.all_ops))
@@ -210,10 +200,10 @@ class _MgpuEmitter(_Emitter):
         refs = [self.name(n) for n, _ in self.kernel_refs()] + self.gpu_refs()
         doc = (f"The whole of `{s.name}` on one thread block of one GPU: "
                + (f"the grid ({', '.join(s.grid)}) in order" if s.grid else "its ops")
-               + ", on the block's tile of columns of every buffer.\n\n" + self.kernel_ref_doc()
+               + ", on the block's tile of columns of every buffer, in two warpgroups: the schedule's "
+                 "ops in warpgroup 0, its copies in warpgroup 1 (the block's copy engine).\n\n"
+               + self.kernel_ref_doc()
                + f" Then the block's own: {', '.join(f'`{r}`' for r in self.gpu_refs())} (see `_call`).")
-        body = CodeWriter()
-        body.level = 1
         w = CodeWriter()
         statics = ["N", *(self.name(p) for p in s.params), "tile", "axis", "mesh_axes"]
         w.call("def _kernel", refs + ["*"] + statics, ":")
@@ -226,7 +216,7 @@ class _MgpuEmitter(_Emitter):
             w.line(f"{self.name(n)} = _columns({self.name(n)}, block, tile)")
         loops = list(s.grid.items())
         point = CodeWriter()
-        point.level = w.level + len(loops)
+        point.level = 2 + len(loops)
         self.loop_names |= set(s.grid)  # Python ints: conditions on them are decided when traced
         for n in s.copies:
             point.blank()
@@ -238,16 +228,25 @@ class _MgpuEmitter(_Emitter):
             if b in self.names_used:
                 derived.insert(0, f"{b} = {self.py(e)}")
         w.lines.extend(INDENT + line for line in derived)
-        if loops:
-            w.blank()
-            w.line("# The grid, in order, unrolled when traced: device ids stay functions of `me` alone, as")
-            w.line("# Mosaic GPU needs for a TMA copy into a peer's memory.")
-        for name, size in loops:
-            w.line(f"for {self.name(name)} in range({self.static(size)}):")
-            w.level += 1
-        w.lines.extend(INDENT * w.level + f"{self.name(n)} = {self.py(e)}" for n, e in s.let.items())
         w.blank()
-        w.lines.extend(point.lines)
+        with w.block("def _run(copier):"):
+            w.docstring("The schedule on this block: its ops (copier False, warpgroup 0), or only its copies, "
+                        "started in the same order (copier True, warpgroup 1).")
+            base = w.level
+            if loops:
+                w.line("# The grid, in order, unrolled when traced: device ids stay functions of `me` alone,")
+                w.line("# as Mosaic GPU needs for a TMA copy into a peer's memory.")
+            for name, size in loops:
+                w.line(f"for {self.name(name)} in range({self.static(size)}):")
+                w.level += 1
+            w.lines.extend(INDENT * w.level + f"{self.name(n)} = {self.py(e)}" for n, e in s.let.items())
+            w.blank()
+            w.lines.extend(point.lines)
+            w.level = base
+        w.blank()
+        w.line('wg = lax.axis_index("wg")')
+        w.line("pl.when(wg == 0)(lambda: _run(copier=False))")
+        w.line("pl.when(wg == 1)(lambda: _run(copier=True))")
         w.level = 0
         return w
 
@@ -263,7 +262,9 @@ class _MgpuEmitter(_Emitter):
 
     def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
         where = f" (line {c.line})" if c.line else ""
-        staging = [f"stage={self.stages[0]}", f"barrier={self.loaded}"]
+        i = list(self.s.copies).index(name)
+        staging = [f"stage={self.copy_stage}", f"barrier={self.copy_loaded}", f"issued={self.issued}.at[{i}]",
+                   f"done={self.done}.at[{i}]", "copier=copier"]
         with w.block(f"def {self.copy_fn(name)}({', '.join(self.name(a) for a in c.args)}):"):
             if c.remote:
                 w.docstring(f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} "
@@ -276,11 +277,31 @@ class _MgpuEmitter(_Emitter):
                     f"device={self.device(c.to)}",
                 ], explode=True)
             else:
-                w.docstring(f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} (done by `start`).")
-                w.call("return _Copy", [f"src={self.dma_ref(c.src)}", f"dst={self.dma_ref(c.dst)}", *staging])
+                w.docstring(f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()}.")
+                w.call("return _Copy", [f"src={self.dma_ref(c.src)}", f"dst={self.dma_ref(c.dst)}", *staging],
+                       explode=True)
         self.helpers.add("_Copy")
 
     def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
+        """The ops, as `pallas.py` writes them, with each run of ops that start or wait for no
+        copy under `if not copier:` (the copy warpgroup runs only the copies)."""
+        run: list[S.Op] = []
+
+        def flush() -> None:
+            if run:
+                with w.block("if not copier:"):
+                    self.each_op(w, run, top)
+                run.clear()
+
+        for op in ops:
+            if any(isinstance(o, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)) for o in walk_ops([op])):
+                flush()
+                self.each_op(w, [op], top)
+            else:
+                run.append(op)
+        flush()
+
+    def each_op(self, w: CodeWriter, ops: list[S.Op], top: bool) -> None:
         for op in ops:
             is_block = isinstance(op, (S.When, S.Loop))
             if top and is_block:
@@ -352,6 +373,8 @@ class _MgpuEmitter(_Emitter):
             w.line("),")
             w.line("grid=(blocks,),")
             w.line('grid_names=("blocks",),')
+            w.line('num_threads=2,  # warpgroup 0 runs the schedule\'s ops, warpgroup 1 its copies')
+            w.line('thread_name="wg",')
             w.line("kernel_name=NAME,")
             with w.block("scratch_types=["):
                 for n, sem in s.semaphores.items():
@@ -361,8 +384,15 @@ class _MgpuEmitter(_Emitter):
                 if self.has_barrier():
                     w.line(f"plgpu.SemaphoreType.REGULAR,  # {self.barrier_sem}: the barrier's")
                 for stage in self.stages:
-                    w.line(f"plgpu.SMEM((chunk, tile), {dtype}),  # {stage}: staging")
-                w.line(f"plgpu.Barrier(),  # {self.loaded}: TMA loads land here")
+                    w.line(f"plgpu.SMEM((chunk, tile), {dtype}),  # {stage}: the schedule's ops' staging")
+                w.line(f"plgpu.Barrier(),  # {self.loaded}: their TMA loads land here")
+                if s.copies:
+                    count = len(s.copies)
+                    w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.issued}: copies handed over, "
+                           "per descriptor")
+                    w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.done}: copies done, per descriptor")
+                    w.line(f"plgpu.SMEM((chunk, tile), {dtype}),  # {self.copy_stage}: the copy warpgroup's staging")
+                    w.line(f"plgpu.Barrier(),  # {self.copy_loaded}: its TMA loads land here")
             w.line("],")
         w.line(")")
 
@@ -387,9 +417,9 @@ def _refused(_: Any, __: Any, op: Any) -> None:  # never called: refused at cons
 # `MGPU_EMIT[op class]`: one rule per op class (`schema.OPS`); the summary line is the TPU
 # target's (`EMIT`), so both targets comment an op alike.
 MGPU_EMIT: RuleTable[_GpuRule] = RuleTable("codegen for Mosaic GPU (ringc/codegen/mgpu.py MGPU_EMIT)", "ops")
-for _op, _method in ((S.When, _Emitter.op_when), (S.Loop, _Emitter.op_loop), (S.Start, _Emitter.op_copy),
-                     (S.Wait, _Emitter.op_copy), (S.WaitSend, _Emitter.op_copy), (S.WaitRecv, _Emitter.op_copy),
-                     (S.Signal, _MgpuEmitter.op_signal), (S.SemWait, _Emitter.op_semwait),
+for _op, _method in ((S.When, Emitter.op_when), (S.Loop, Emitter.op_loop), (S.Start, Emitter.op_copy),
+                     (S.Wait, Emitter.op_copy), (S.WaitSend, Emitter.op_copy), (S.WaitRecv, Emitter.op_copy),
+                     (S.Signal, _MgpuEmitter.op_signal), (S.SemWait, Emitter.op_semwait),
                      (S.Barrier, _MgpuEmitter.op_barrier), (S.Zero, _MgpuEmitter.op_zero),
                      (S.Accumulate, _MgpuEmitter.op_accumulate), (S.Assign, _MgpuEmitter.op_assign),
                      (S.Cast, _MgpuEmitter.op_cast)):

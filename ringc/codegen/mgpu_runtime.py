@@ -10,12 +10,13 @@ every GPU runs the schedule's steps in order in each of its thread blocks; block
 columns [b * tile, (b + 1) * tile) of every buffer (the last dimension) and moves and computes
 only those. Semaphores are per block (Mosaic GPU scratch semaphores), so block b of one GPU
 signals block b of another: each block pair runs the schedule on its own columns, as if the
-buffers were that narrow. A copy goes through the block's SMEM a chunk of rows at a time: a
-TMA load into SMEM, then a TMA store into the destination (a peer's memory through
-`plgpu.remote_ref` for a remote copy). `start` does the whole copy and waits for its stores
-to complete before a remote copy signals the receiving block; `wait_recv` waits for that
-signal. A DMA that completes at once is one of the timings `ringc check` proved the
-schedule for.
+buffers were that narrow. A block has two warpgroups: warpgroup 0 runs the schedule's ops, and
+warpgroup 1 is the block's copy engine, as a TPU's DMA engine is: a copy's `start` hands it
+over and returns; the copier, in the order copies were started, moves it through its SMEM a
+chunk of rows at a time (a TMA load, then a TMA store, into a peer's memory through
+`plgpu.remote_ref` for a remote copy), then signals the receiving block's semaphore by the
+bytes moved, as a TPU DMA semaphore counts bytes; `wait_send` waits until the copier is done
+with it, `wait_recv` until the incoming bytes have been signalled.
 
 The values below stand in for the emitted module's constants so that this module imports on
 its own (see runtime.py).
@@ -112,20 +113,32 @@ def _store(view, dst):
 @dataclasses.dataclass(frozen=True)
 class _Copy:
     """One schedule copy on one block: `src` to `dst` (GMEM, the block's columns), on GPU
-    `device` (None: this one), through the SMEM buffer `stage` (TMA loads land on `barrier`).
+    `device` (None: this one), done by the block's copy warpgroup, as a TPU DMA engine does it.
 
-    `start` copies every chunk and, for a remote copy, then signals `recv_sem` on the
-    receiving block by the bytes it copied (a release: the stores completed first), as a TPU
-    DMA semaphore counts bytes. `wait_recv` waits until our `recv_sem` holds this copy's bytes
-    and takes them. A local copy is done when `start` returns."""
+    Both warpgroups run the schedule's control flow with their own `_Copy` objects (`copier`
+    says which). In the schedule's warpgroup, `start` hands the copy over (signals `issued`)
+    and returns; `wait_send` waits until the copier says it is done (`done`), so the source
+    may be written again; `wait_recv` waits until our `recv_sem` holds the incoming copy's
+    bytes and takes them. In the copy warpgroup, `start` waits for the hand-over, copies every
+    chunk through its SMEM buffer `stage` (TMA loads land on `barrier`), waits for the stores,
+    signals `recv_sem` on the receiving block by the bytes copied (a release, as a TPU DMA
+    semaphore counts bytes) and then `done`; it waits for nothing else. The two warpgroups
+    count on semaphores, so the copier may be any number of copies behind."""
     src: object
     dst: object
     stage: object
     barrier: object
+    issued: object
+    done: object
+    copier: bool
     recv_sem: object = None
     device: object = None
 
     def start(self):
+        if not self.copier:
+            pl.semaphore_signal(self.issued, 1)
+            return
+        pl.semaphore_wait(self.issued, 1)
         dst = self.dst if self.device is None else plgpu.remote_ref(self.dst, self.device)
 
         def chunk(index, rows):
@@ -136,16 +149,18 @@ class _Copy:
         _each_chunk(self.src.shape, self.stage, chunk)
         if self.device is not None:
             pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
+        pl.semaphore_signal(self.done, 1)
 
     def nbytes(self):
         """The bytes this block's part of the copy moves."""
         return math.prod(self.src.shape) * jnp.dtype(self.src.dtype).itemsize
 
     def wait_send(self):
-        """Nothing left: `start` waited for the stores."""
+        if not self.copier:
+            pl.semaphore_wait(self.done, 1)
 
     def wait_recv(self):
-        if self.device is not None:
+        if not self.copier and self.device is not None:
             pl.semaphore_wait(self.recv_sem, self.nbytes())
 
     def wait(self):

@@ -33,7 +33,7 @@ from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 from ..collectives import collective_of
 
-__all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "emit"]
+__all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "Emitter", "emit", "runtime_helpers", "wrap_words"]
 
 MAX_LINE = 100
 INDENT = "    "
@@ -124,7 +124,7 @@ class CodeWriter:
         if wrap:
             paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
             # The first line carries the opening quotes, so it is 3 columns shorter.
-            text = "\n\n".join(_wrap_words(p, self.width, first=self.width - 3 if i == 0 else None)
+            text = "\n\n".join(wrap_words(p, self.width, first=self.width - 3 if i == 0 else None)
                                  for i, p in enumerate(paragraphs))
         lines = text.split("\n")
         self.line(f'"""{lines[0]}')
@@ -181,12 +181,13 @@ def _escape_docstring(text: str) -> str:
 # Emitted verbatim when used, in the order of `runtime.py`, where they are real Python.
 
 
-def _runtime_helpers() -> dict[str, str]:
-    """Each helper function (or class) of `ringc/codegen/runtime.py` by name, as its source
-    text with its decorators (read with `ast`, as `inspect.getsource` would give it, without
+def runtime_helpers(filename: str = "runtime.py") -> dict[str, str]:
+    """Each helper of `ringc/codegen/<filename>` by name (a function or class, or a constant,
+    whose name starts with `_`), as its source text with its decorators and, for a constant,
+    the comment line above it (read with `ast`, as `inspect.getsource` would give it, without
     importing jax). A helper named `_device_axes` is the multi-axis `_device` and is emitted
     under that name."""
-    path = Path(__file__).with_name("runtime.py")
+    path = Path(__file__).with_name(filename)
     source = path.read_text()
     out = {}
     lines = source.splitlines()
@@ -197,12 +198,16 @@ def _runtime_helpers() -> dict[str, str]:
             if node.name in _MULTI_AXIS_VARIANTS:
                 text = text.replace(f"def {node.name}(", f"def {_MULTI_AXIS_VARIANTS[node.name]}(", 1)
             out[node.name] = "\n" + text + "\n"
+        elif (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id.startswith("_") and node.targets[0].id.lstrip("_").isupper()):
+            first = node.lineno - 1 if lines[node.lineno - 2].lstrip().startswith("#") else node.lineno
+            out[node.targets[0].id] = "\n".join(lines[first - 1:node.end_lineno]) + "\n"
     return out
 
 
 # Helpers emitted under another helper's name (a schedule over several mesh axes).
 _MULTI_AXIS_VARIANTS = {"_device_axes": "_device"}
-_HELPERS: dict[str, str] = _runtime_helpers()
+_HELPERS: dict[str, str] = runtime_helpers()
 
 _HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv"),
                 "_emit_pipeline_fed": ("_ArrivingRef",)}
@@ -319,7 +324,7 @@ class _Call(NamedTuple):
     barrier: bool
 
 
-class _Emitter:
+class Emitter:
     # What the emitted module imports, and the helpers it may use (by name: source text),
     # what each needs beside it, and the modules they import: the TPU target's.
     IMPORTS = ("import jax", "import jax.numpy as jnp", "from jax import lax", "from jax.experimental import pallas as pl",
@@ -497,7 +502,7 @@ class _Emitter:
         if self.s.description:
             parts.append(self.s.description.strip())
         ins = ", ".join(self.name(n) for n in self.s.buffers_of("input"))
-        parts.append(_wrap_words(
+        parts.append(wrap_words(
             f"Use: `kernel({ins}, axis_name=...)` on one device's shards inside your own jax.shard_map "
             f"(where the lax collective would be; shapes and dtype come from the arguments), or "
             f"`build(mesh)` for global arrays. Gradient: {self.backward_text(collective_of(self.s))}.",
@@ -1414,9 +1419,9 @@ class _Emitter:
 
 class EmitRule(NamedTuple):
     """How the emitter writes one op class: the comment above its statement (the op in
-    schedule terms) and the `_Emitter` method that writes its statements."""
+    schedule terms) and the `Emitter` method that writes its statements."""
     summary: Callable[[Any], str]
-    emit: Callable[["_Emitter", CodeWriter, Any], None]
+    emit: Callable[["Emitter", CodeWriter, Any], None]
 
 
 def _accumulate_summary(op: S.Accumulate) -> str:
@@ -1431,34 +1436,34 @@ def _exprs(exprs: list[E.Expr]) -> str:
 
 # `EMIT[op class]`: one rule per op class (`schema.OPS`).
 EMIT: RuleTable[EmitRule] = RuleTable("codegen (ringc/codegen/pallas.py EMIT)", "ops")
-EMIT.register(S.When)(EmitRule(lambda op: f"when {E.to_text(op.when)}", _Emitter.op_when))
+EMIT.register(S.When)(EmitRule(lambda op: f"when {E.to_text(op.when)}", Emitter.op_when))
 EMIT.register(S.Loop)(EmitRule(
     lambda op: (f"loop{f' ({op.phase})' if op.phase else ''} over "
-                f"({', '.join(f'{n}: {E.to_text(v)}' for n, v in op.loop.items())})"), _Emitter.op_loop))
+                f"({', '.join(f'{n}: {E.to_text(v)}' for n, v in op.loop.items())})"), Emitter.op_loop))
 EMIT.register(S.Start, S.Wait, S.WaitSend, S.WaitRecv)(EmitRule(lambda op: f"{op.tag} {op.copy_use}",
-                                                                 _Emitter.op_copy))
+                                                                 Emitter.op_copy))
 EMIT.register(S.Signal)(EmitRule(
     lambda op: (f"signal {op.signal.text()}{'' if op.inc == E.Const(1) else f' by {E.to_text(op.inc)}'} "
-                f"to {_exprs(op.to)}"), _Emitter.op_signal))
+                f"to {_exprs(op.to)}"), Emitter.op_signal))
 EMIT.register(S.SemWait)(EmitRule(
     lambda op: f"sem_wait {op.sem_wait.text()}{'' if op.value == E.Const(1) else f' for {E.to_text(op.value)}'}",
-    _Emitter.op_semwait))
+    Emitter.op_semwait))
 EMIT.register(S.Barrier)(EmitRule(
-    lambda op: f"barrier with {_exprs(op.barrier)}{'' if op.double else ' (single)'}", _Emitter.op_barrier))
-EMIT.register(S.Zero)(EmitRule(lambda op: f"zero {op.zero.text()}", _Emitter.op_zero))
-EMIT.register(S.Accumulate)(EmitRule(_accumulate_summary, _Emitter.op_accumulate))
-EMIT.register(S.Assign)(EmitRule(lambda op: f"assign {op.assign.text()} = {op.src.text()}", _Emitter.op_assign))
-EMIT.register(S.Cast)(EmitRule(lambda op: f"cast {op.cast.text()} = {op.src.text()}", _Emitter.op_cast))
+    lambda op: f"barrier with {_exprs(op.barrier)}{'' if op.double else ' (single)'}", Emitter.op_barrier))
+EMIT.register(S.Zero)(EmitRule(lambda op: f"zero {op.zero.text()}", Emitter.op_zero))
+EMIT.register(S.Accumulate)(EmitRule(_accumulate_summary, Emitter.op_accumulate))
+EMIT.register(S.Assign)(EmitRule(lambda op: f"assign {op.assign.text()} = {op.src.text()}", Emitter.op_assign))
+EMIT.register(S.Cast)(EmitRule(lambda op: f"cast {op.cast.text()} = {op.src.text()}", Emitter.op_cast))
 EMIT.register(S.Matmul)(EmitRule(
     lambda op: f"matmul {op.matmul.text()} {'+=' if op.accumulate else '='} {op.a.text()}"
                f"{'' if op.contract[0] == 1 else '.T'} @ {op.b.text()}{'' if op.contract[1] == 0 else '.T'}",
-    _Emitter.op_matmul))
+    Emitter.op_matmul))
 EMIT.register(S.Pipeline)(EmitRule(
     lambda op: f"pipeline over ({', '.join(op.pipeline)}): {', '.join(op.inputs)} -> {', '.join(op.outputs)}",
-    _Emitter.op_pipeline))
+    Emitter.op_pipeline))
 
 
-def _wrap_words(text: str, width: int, first: int | None = None) -> str:
+def wrap_words(text: str, width: int, first: int | None = None) -> str:
     """Fill words into lines of `width` columns (`first` for the first line, if given)."""
     lines, current = [], ""
     for word in text.split(" "):
@@ -1474,7 +1479,7 @@ def _wrap_words(text: str, width: int, first: int | None = None) -> str:
 
 def python_names(schedule: S.Schedule) -> dict[str, str]:
     """The emitted module's Python name of each parameter (its own, unless it clashes)."""
-    names = _Emitter(schedule).rename
+    names = Emitter(schedule).rename
     return {p: names[p] for p in schedule.params}
 
 
@@ -1487,7 +1492,7 @@ def emit(schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = Non
     The text always compiles: Python's compiler checks it here, and a failure (names,
     nesting and expressions are all checked when the schedule loads, so it would be a
     ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
-    text = _Emitter(schedule, checked).emit()
+    text = Emitter(schedule, checked).emit()
     try:
         compile(text, f"<ringc emit of {schedule.file}>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:

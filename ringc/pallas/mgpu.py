@@ -740,13 +740,15 @@ def _copy_gmem_to_smem(it: GpuInterpreter, eqn: Any, invals: list) -> list:
 
 
 def _tma_engine(it: GpuInterpreter, name: str, src: Any, dst: Any, then: tuple) -> None:
-    """Hand a copy to the block's copy engine (a process of its own): the issuing warpgroup
+    """Hand a copy to the warpgroup's copy engine (a process of its own): the issuing warpgroup
     adds one to the engine's queue count; the engine, in issue order, takes it, starts the
     copy, waits until its bytes have landed, and then does `then` (a TMA load's arrival on its
     barrier). A barrier's waiters are then ordered after the copy by the arrival alone."""
     b, launch = it.sink, it.launch
-    engine = b.process(it.gpu, it.block, launch.threads, launch.threads, engine=True)
-    queue = (it.gpu, launch.sem_name(ENGINE), (it.block,))
+    # One engine per warpgroup: copies complete in the order one warpgroup issues them, and
+    # nothing orders one warpgroup's copies after another's.
+    engine = b.process(it.gpu, it.block, launch.threads + it.wg, launch.threads, engine=True)
+    queue = (it.gpu, launch.sem_name(ENGINE), (it.block, it.wg))
     b.sem_kinds[queue[1]] = "gpu"
     b.block_sems.add(queue[1])
     landed = it.private_sem("tma-landed", "dma")

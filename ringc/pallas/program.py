@@ -228,15 +228,16 @@ class Builder(Sink):
 
     def process(self, gpu: int, block: int, wg: int, threads: int, engine: bool = False) -> int:
         """The process of warpgroup `wg` of `block` on `gpu` (created on first use); `engine`: the
-        block's copy engine (`mgpu._tma_engine`), numbered after its warpgroups."""
+        copy engine of warpgroup `wg - threads` (`mgpu._tma_engine`), numbered after them."""
         key = (gpu, block, wg)
         p = self.processes.get(key)
         if p is None:
             p = self.processes[key] = len(self.devices)
             self.devices.append([])
             self.second_core.append([])
+            tma = " TMA" + (f" of wg {wg - threads}" if threads > 1 else "")
             self.labels.append(f"{self.labels[gpu]} block {block}"
-                               + (" TMA" if engine else f" wg {wg}" if threads > 1 else ""))
+                               + (tma if engine else f" wg {wg}" if threads > 1 else ""))
         return p
 
     def block_process(self, gpu: int, block: int) -> int:
