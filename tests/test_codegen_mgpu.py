@@ -16,9 +16,17 @@ ROOT = TESTS.parent
 LIBRARY = sorted((ROOT / "schedules").glob("*.yaml"))
 # The library schedules the GPU target expresses; the others are refused (test below says why).
 EMITTED = ["all_gather_bidirectional", "all_gather_bidirectional_unrolled", "all_gather_hypercube",
-           "all_gather_ring", "all_reduce_one_shot", "all_reduce_ring", "all_to_all_direct", "all_to_all_ring",
-           "ppermute_bidirectional", "ppermute_right", "reduce_scatter_bidirectional",
+           "all_gather_matmul", "all_gather_ring", "all_reduce_one_shot", "all_reduce_ring", "all_to_all_direct",
+           "all_to_all_ring", "ppermute_bidirectional", "ppermute_right", "reduce_scatter_bidirectional",
            "reduce_scatter_bidirectional_overlapped"]
+# Sizes a GPU takes where the schedule's defaults are too small: wgmma multiplies 64-row tiles.
+GPU_PARAMS = {"all_gather_matmul": {"rows": 128, "cols": 128, "depth": 128}}
+
+
+def _gpu_params(sched) -> dict:
+    """A schedule with a matmul at sizes wgmma takes (its rows, cols and depth 128)."""
+    from ringc.codegen.mgpu import _has_matmul
+    return {p: 128 for p in ("rows", "cols", "depth") if p in sched.params} if _has_matmul(sched) else {}
 DIFFERENCES = yaml.safe_load((TESTS / "mgpu_roundtrip_differences.yaml").read_text())
 # The differences in the hardware's semantics the file's header explains.
 WHY = {"dma_not_waited", "unbalanced", "barrier", "order", "bytes", "run", "parallel"}
@@ -52,8 +60,8 @@ def test_the_library_splits_into_emitted_and_refused():
     # Every refusal is one message with the file and a fix, naming what the target lacks.
     for name, text in refused.items():
         assert f"{name}.yaml" in text and "ringc emit --target mgpu:" in text and "fix:" in text, text
-    assert "`pipeline` is not emitted for Mosaic GPU yet" in refused["all_gather_matmul"]
-    assert "all_gather_matmul.yaml:53:" in refused["all_gather_matmul"]  # the pipeline's line
+    assert "only a pipeline that is a blocked matmul" in refused["reduce_scatter_pipelined"]
+    assert "reduce_scatter_pipelined.yaml:74:" in refused["reduce_scatter_pipelined"]  # the pipeline's line
     assert "2 mesh axes" in refused["all_reduce_2d"]
     assert "runtime data" in refused["ragged_all_to_all"]
 
@@ -64,8 +72,9 @@ def test_library_schedule_round_trips_through_the_gpu_front_end(tmp_path, name, 
     """The emitted module, checked as Mosaic GPU code (every block of every GPU a process),
     gets the schedule's verdict: ok, the collective's meaning included."""
     path = ROOT / "schedules" / f"{name}.yaml"
-    want = ringc.check(ringc.load(str(path)), n)
-    (got,) = check_file(_emit(tmp_path, path), n)
+    params = GPU_PARAMS.get(name, {})
+    want = ringc.check(ringc.load(str(path), params), n)
+    (got,) = check_file(_emit(tmp_path, path), n, params=params)
     assert want.ok
     _agree(want, got)
     assert any("Mosaic GPU: every block of each GPU is a process" in a for a in got.assumptions)
@@ -83,21 +92,21 @@ def test_broken_case_round_trips_or_differs_as_recorded(tmp_path, corpus, name, 
     in tests/mgpu_roundtrip_differences.yaml (why: its header); a schedule the target cannot
     express is refused."""
     path = TESTS / corpus / name
-    sched = ringc.load(str(path))
     try:
         module = _emit(tmp_path, path)
     except MgpuEmitError as e:
         assert "ringc emit --target mgpu:" in str(e)
         return
     n, k = entry.get("devices", 4), entry.get("invocations", 1)
-    want = ringc.check(sched, n, invocations=k)
+    params = _gpu_params(ringc.load(str(path)))
+    want = ringc.check(ringc.load(str(path), params), n, invocations=k)
     assert not want.ok
     recorded = DIFFERENCES.get(f"{corpus}/{name}")
     if recorded and "error" in recorded:  # the check stops at the kernel's line, as for a hand-written kernel
         with pytest.raises(ringc.ScheduleError, match=recorded["error"]):
-            check_file(module, n, invocations=k)
+            check_file(module, n, invocations=k, params=params)
         return
-    (got,) = check_file(module, n, invocations=k)
+    (got,) = check_file(module, n, invocations=k, params=params)
     if recorded is None:
         _agree(want, got)
     else:
@@ -119,7 +128,31 @@ def test_every_op_has_a_gpu_emit_rule():
     from ringc.ir import schema as S
     assert set(MGPU_EMIT) == set(S.OPS)
     refused = {op.__name__ for op, rule in MGPU_EMIT.items() if rule.refusal}
-    assert refused == {"Matmul", "Pipeline"}
+    assert refused == {"Matmul"}  # outside a blocked matmul pipeline
+
+
+def test_the_seed_matmul_becomes_a_wgmma_matmul_per_block():
+    """all_gather_matmul's pipelines are blocked matmuls: each becomes one `_matmul` call on the
+    block's rows (wgmma from swizzled SMEM tiles); the accumulator is the matmul's registers."""
+    text = emit_mgpu(ringc.load(str(ROOT / "schedules" / "all_gather_matmul.yaml")))
+    flat = " ".join(text.split())
+    assert flat.count("_matmul( x, y, out.at[block],") + flat.count("_matmul(x, y, out.at[block],") == 1
+    assert flat.count("_matmul( scratch.at[step - 1], y, out.at[block],") == 1
+    assert "plgpu.wgmma(acc, a_smem.at[slot], b_smem.at[slot])" in text
+    assert "acc" not in text.split("def _kernel(")[1].split(")")[0]  # no accumulator ref
+    assert 'schedule = "bfloat16"' not in text and "jnp.bfloat16" in text  # 16-bit operands by default
+
+
+def test_a_blocked_matmul_with_a_broken_body_is_refused(tmp_path):
+    """A pipeline that is not exactly the blocked matmul (here: the accumulator is never zeroed)
+    is refused, not emitted as a matmul that would hide the mistake."""
+    text = (ROOT / "schedules" / "all_gather_matmul.yaml").read_text()
+    broken = text.replace("          - when: k == 0\n            do:\n              - zero: acc\n", "", 1)
+    assert broken != text
+    path = tmp_path / "no_zero.yaml"
+    path.write_text(broken)
+    with pytest.raises(MgpuEmitError, match="only a pipeline that is a blocked matmul"):
+        emit_mgpu(ringc.load(str(path)))
 
 
 def test_run_on_gpus_refuses_without_two_hopper_gpus(capsys):
@@ -137,8 +170,8 @@ def test_emit_cli_writes_a_gpu_module(tmp_path, capsys):
     text = out.read_text()
     assert text.startswith('"""Generated by ringc from ppermute_right.yaml for Pallas Mosaic GPU')
     assert "CHECKED = [" in text  # checked before emitting, as for TPU
-    rc = main(["emit", str(ROOT / "schedules" / "all_gather_matmul.yaml"), "--target", "mgpu"])
-    assert rc != 0 and "line 53" in capsys.readouterr().err
+    rc = main(["emit", str(ROOT / "schedules" / "reduce_scatter_pipelined.yaml"), "--target", "mgpu"])
+    assert rc != 0 and "line 74" in capsys.readouterr().err
 
 
 needs_plugin = pytest.mark.skipif(not __import__("ringc.compile.gpu", fromlist=["gpu_available"]).gpu_available(),
@@ -146,9 +179,11 @@ needs_plugin = pytest.mark.skipif(not __import__("ringc.compile.gpu", fromlist=[
 
 
 @needs_plugin
-@pytest.mark.parametrize("name", ["ppermute_right", "all_gather_ring", "all_reduce_ring", "reduce_scatter_bidirectional"])
+@pytest.mark.parametrize("name", ["ppermute_right", "all_gather_ring", "all_reduce_ring", "reduce_scatter_bidirectional",
+                                  "all_gather_matmul"])
 def test_emitted_module_compiles_for_sm90a(tmp_path, name):
     from ringc.compile.gpu import compile_file
-    (result,) = compile_file(_emit(tmp_path, ROOT / "schedules" / f"{name}.yaml"), 4)
+    (result,) = compile_file(_emit(tmp_path, ROOT / "schedules" / f"{name}.yaml"), 4,
+                             params=GPU_PARAMS.get(name, {}))
     assert result.ok, result.to_text(verbose=True)
     assert result.kernels and all(k.spill_stores == 0 and k.registers for k in result.kernels)

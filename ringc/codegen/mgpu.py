@@ -33,8 +33,9 @@ _GPU_HELPERS = runtime_helpers("mgpu_runtime.py")
 # the same name (`_device`, `_barrier`) replaces the TPU one where the TPU one stood.
 _HELPERS_MGPU = {**{h: _GPU_HELPERS.get(h, src) for h, src in Emitter.HELPERS.items()},
                  **{h: src for h, src in _GPU_HELPERS.items() if h not in Emitter.HELPERS}}
-_HELPER_DEPS_MGPU = {**Emitter.HELPER_DEPS, "_barrier": ("_device",),
-                     "_blocks": ("_MAX_CHUNK_ROWS",), "_chunk_rows": ("_MAX_CHUNK_ROWS", "_MAX_STAGE_BYTES"),
+_HELPER_DEPS_MGPU = {**Emitter.HELPER_DEPS, "_barrier": ("_device",), "_row_blocks": (),
+                     "_matmul": ("_matmul_tile_n", "_matmul_smem", "_store"), "_chunk_cols": ("_MAX_BOX",),
+                     "_blocks": ("_MAX_BOX",), "_chunk_rows": ("_MAX_BOX", "_MAX_STAGE_BYTES"),
                      "_Copy": ("_each_chunk", "_load", "_store"), "_compute": ("_each_chunk", "_load", "_store")}
 _HELPER_IMPORTS_MGPU = {**Emitter.HELPER_IMPORTS, "_Copy": "dataclasses", "_each_chunk": "itertools"}
 
@@ -53,10 +54,18 @@ class _MgpuEmitter(Emitter):
     API_HELPERS = (Emitter.API_HELPERS - {"_interpret_mode"}) | {"_no_interpret"}
 
     def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
+        if "dtype" not in schedule.model_fields_set and _has_matmul(schedule):
+            # wgmma multiplies 16-bit operands from row-major tiles: bfloat16 unless the schedule says.
+            schedule = schedule.model_copy(update={"dtype": "bfloat16"})
         super().__init__(schedule, checked)
+        self.matmuls = self.find_matmuls()
+        # Accumulators the matmul pattern owns: `_matmul` keeps them in registers.
+        self.hidden = {op.matmul.name for p in self.matmuls.values() for op in walk_ops(p.do)
+                       if isinstance(op, S.Matmul)}
         self.refuse_unsupported()
-        self.columns = self.column_dim()
-        self.helpers |= {"_blocks", "_chunk_rows", "_columns"}
+        self.tile_dims = self.choose_tiles()
+        self.columns = self.width_dim()
+        self.helpers |= {"_chunk_rows", "_chunk_cols", "_tile", "_row_blocks" if self.matmuls else "_blocks"}
         self.barrier_sem = self._fresh("_barrier_sem")
         self.stages = (self._fresh("_stage_a"), self._fresh("_stage_b"))
         self.loaded = self._fresh("_loaded")
@@ -64,6 +73,11 @@ class _MgpuEmitter(Emitter):
         # semaphores the two warpgroups hand copies over with.
         self.copy_stage, self.copy_loaded = self._fresh("_copy_stage"), self._fresh("_copy_loaded")
         self.issued, self.done = self._fresh("_issued"), self._fresh("_done")
+        self.mm_stage = self._fresh("_matmul_out")  # a matmul's output tile on its way to GMEM
+        self.mm_a, self.mm_b = self._fresh("_matmul_a"), self._fresh("_matmul_b")  # its operand tiles
+        self.mm_loaded = self._fresh("_matmul_loaded")
+        self.thread_block = self._fresh("thread_block")  # the block's index in the grid
+        self.schedule_only = False  # while writing ops under `if not copier:`
 
     def _fresh(self, name: str) -> str:
         taken = set(self.rename.values())
@@ -89,55 +103,145 @@ class _MgpuEmitter(Emitter):
             self.refuse("runtime data (`data:`, scalar prefetch) is not emitted for Mosaic GPU yet")
         if s.megacore:
             self.refuse("`megacore` is a TPU layout (two TensorCores per chip); a GPU has no such axis")
-        dtypes = {s.dtype_of(n) for n in s.buffers}
+        def check(ops: list[S.Op]) -> None:
+            for op in ops:
+                if id(op) in self.matmuls:
+                    continue
+                if isinstance(op, S.Pipeline):
+                    self.refuse(f"line {op.line}: only a pipeline that is a blocked matmul (zero the accumulator at "
+                                "the first k block, matmul, cast it out at the last) is emitted for Mosaic GPU so "
+                                "far", op.line)
+                rule = MGPU_EMIT.of(op)
+                if rule.refusal:
+                    self.refuse(f"line {op.line}: {rule.refusal}", op.line)
+                if isinstance(op, (S.When, S.Loop)):
+                    check(op.do)
+                if self.matmuls and isinstance(op, (S.Zero, S.Accumulate, S.Assign, S.Cast, S.Matmul)):
+                    self.refuse(f"line {op.line}: a schedule with a matmul tiles rows across thread blocks; "
+                                "other compute ops beside it are not emitted for Mosaic GPU yet", op.line)
+
+        check(s.body)
+        dtypes = {s.dtype_of(n) for n in s.buffers if n not in self.hidden}
         if len(dtypes) > 1:
             self.refuse(f"buffers of several dtypes ({', '.join(sorted(dtypes))}): the GPU target stages every "
                         "buffer through SMEM of one dtype so far", fix="give every buffer the schedule's dtype")
-        for op in walk_ops(s.all_ops):
-            rule = MGPU_EMIT.of(op)
-            if rule.refusal:
-                self.refuse(f"line {op.line}: {rule.refusal}", op.line)
 
-    def column_dim(self) -> E.Expr:
-        """The last dimension every buffer shares: blocks split it into tiles. Refuses a
-        schedule whose buffers differ there, or a region that indexes or slices it."""
+    def find_matmuls(self) -> dict[int, S.Pipeline]:
+        """The pipelines that are a blocked matmul, by id: inputs a (block [bm, bk] at [i, k]) and b
+        ([bk, bn] at [k, j]), output o ([bm, bn] at [i, j]), and a body that zeroes an accumulator
+        when k is 0, multiplies a @ b into it and casts it into o at the last k. `_matmul` does
+        that whole pipeline on a GPU (its own tiles)."""
+        found = {}
+        for op in walk_ops(self.s.all_ops):
+            if not isinstance(op, S.Pipeline) or len(op.pipeline) != 3 or op.arrivals:
+                continue
+            if len(op.inputs) != 2 or len(op.outputs) != 1:
+                continue
+            i, j, k = (E.Var(n) for n in op.pipeline)
+            (a, sa), (b, sb) = op.inputs.items()
+            ((o, so),) = op.outputs.items()
+            if (sa.index, sb.index, so.index) != ([i, k], [k, j], [i, j]):
+                continue
+            body = op.do
+            if len(body) != 3 or not (isinstance(body[0], S.When) and isinstance(body[1], S.Matmul)
+                                      and isinstance(body[2], S.When)):
+                continue
+            zero, mm, cast = body[0].do, body[1], body[2].do
+            acc = mm.matmul
+            if not (len(zero) == 1 and isinstance(zero[0], S.Zero) and zero[0].zero == acc
+                    and len(cast) == 1 and isinstance(cast[0], S.Cast) and cast[0].src == acc
+                    and cast[0].cast == E.Ref(o, ()) and mm.accumulate and not mm.transposed
+                    and mm.a == E.Ref(a, ()) and mm.b == E.Ref(b, ())
+                    and self.s.buffers.get(acc.name) is not None
+                    and self.s.buffers[acc.name].kind == "vmem_scratch"):
+                continue
+            found[id(op)] = op
+        return found
+
+    def choose_tiles(self) -> dict[str, int | None]:
+        """The dimension of each buffer that thread blocks split into tiles (None: every block
+        sees all of it): the last (columns) in general; the first after the slots (rows) in a
+        schedule with a matmul, whose right operand, read whole, is not split."""
         s = self.s
-        lasts = {n: self.resolved.inline(b.full_shape[-1]) for n, b in s.buffers.items() if b.full_shape}
-        if len(s.buffers) != len(lasts) or any(len(b.full_shape) < 2 for b in s.buffers.values()):
-            (n,) = [n for n, b in s.buffers.items() if len(b.full_shape) < 2][:1] or [next(iter(s.buffers))]
-            self.refuse(f"buffer `{n}` has fewer than two dimensions; the GPU target splits the last one "
-                        "(columns) into blocks' tiles and copies rows", s.line_of("buffers", n))
-        first = next(iter(lasts))
-        for n, d in lasts.items():
-            if d != lasts[first]:
-                self.refuse(f"buffers `{first}` and `{n}` differ in their last dimension "
-                            f"({E.to_text(lasts[first])} vs {E.to_text(d)}); the GPU target splits that "
-                            "dimension into one tile per thread block, so every buffer must share it",
-                            s.line_of("buffers", n))
+        if not self.matmuls:
+            return {n: len(b.full_shape) - 1 for n, b in s.buffers.items()}
+        rhs = {spec.ref.name for p in self.matmuls.values() for spec in list(p.inputs.values())[1:]}
+        elsewhere = {ref.name for ref in self.moved()}
+        for p in self.matmuls.values():
+            elsewhere |= {list(p.inputs.values())[0].ref.name, list(p.outputs.values())[0].ref.name}
+        return {n: None if n in self.hidden or (n in rhs and n not in elsewhere) else len(b.slots)
+                for n, b in s.buffers.items()}
+
+    def width_dim(self) -> E.Expr:
+        """The last dimension of what blocks copy and compute (their SMEM chunks' width): every
+        such buffer shares it. Refuses a schedule whose buffers differ there, or a region that
+        indexes or slices a buffer's tiled dimension."""
+        s = self.s
+        tiled = [n for n, d in self.tile_dims.items() if d is not None]
+        short = [n for n in tiled if len(s.buffers[n].full_shape) < 2]
+        if short:
+            self.refuse(f"buffer `{short[0]}` has fewer than two dimensions; the GPU target splits one dimension "
+                        "into blocks' tiles and copies rows", s.line_of("buffers", short[0]))
+        moved = [n for n in tiled if n in {ref.name for ref in self.moved()}] or tiled
+        for what, dim, names in (("last", -1, moved), ("tiled", None, tiled)):
+            sizes = {n: self.resolved.inline(s.buffers[n].full_shape[self.tile_dims[n] if dim is None else dim])
+                     for n in names}
+            first = names[0]
+            for n, d in sizes.items():
+                if d != sizes[first]:
+                    self.refuse(f"buffers `{first}` and `{n}` differ in their {what} dimension "
+                                f"({E.to_text(sizes[first])} vs {E.to_text(d)}); the GPU target splits every "
+                                "buffer alike into one tile per thread block", s.line_of("buffers", n))
         for ref, line in self.regions():
-            dims = len(s.buffers[ref.name].full_shape)
-            if len(ref.indices) == dims and not (isinstance(ref.indices[-1], E.Slice)
-                                                 and ref.indices[-1].start is None and ref.indices[-1].size is None):
-                self.refuse(f"line {line}: region {ref.text()} indexes the last dimension of `{ref.name}`; the "
-                            "GPU target gives each thread block a tile of that dimension", line)
-        return lasts[first]
+            dim = self.tile_dims.get(ref.name)
+            if dim is None or dim >= len(ref.indices):
+                continue
+            ix = ref.indices[dim]
+            if not (isinstance(ix, E.Slice) and ix.start is None and ix.size is None):
+                self.refuse(f"line {line}: region {ref.text()} indexes dimension {dim} of `{ref.name}`; the GPU "
+                            "target gives each thread block a tile of that dimension", line)
+        return self.resolved.inline(s.buffers[moved[0]].full_shape[-1])
+
+    def moved(self) -> list[E.Ref]:
+        """The regions copies and compute ops (outside matmul pipelines) move through SMEM."""
+        matched = {id(o) for p in self.matmuls.values() for o in walk_ops([p])}
+        refs = [ref for c in self.s.copies.values() for ref in (c.src, c.dst)]
+        for op in walk_ops(self.s.all_ops):
+            if id(op) not in matched:
+                refs += [r for f in ("zero", "accumulate", "src", "base", "assign", "cast")
+                         if isinstance(r := getattr(op, f, None), E.Ref) and r.name in self.s.buffers]
+        return refs
+
+    def tiled_size(self) -> E.Expr:
+        """The size of the dimension blocks split (the same in every tiled buffer)."""
+        n = next(n for n, d in self.tile_dims.items() if d is not None)
+        return self.resolved.inline(self.s.buffers[n].full_shape[self.tile_dims[n]])
 
     def computed_regions(self) -> list[E.Ref]:
         """The regions ops compute into (zero, accumulate, assign, cast): their chunks go
         through a warpgroup's registers."""
-        return [ref for op in walk_ops(self.s.all_ops) for field in ("zero", "accumulate", "assign", "cast")
-                if isinstance(ref := getattr(op, field, None), E.Ref)]
+        matched = {id(o) for p in self.matmuls.values() for o in walk_ops(p.do)}
+        return [ref for op in walk_ops(self.s.all_ops) if id(op) not in matched
+                for field in ("zero", "accumulate", "assign", "cast") if isinstance(ref := getattr(op, field, None), E.Ref)]
 
     @staticmethod
     def tuple_or_empty(items: list[str]) -> str:
         return "()" if not items else f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
     def regions(self) -> Iterator[tuple[E.Ref, int | None]]:
+        """Every region copies and ops name (a matmul pipeline's: its operands' regions)."""
         s = self.s
         for n, c in s.copies.items():
             for ref in (c.src, c.dst):
                 yield ref, c.line
+        matched = {id(o) for p in self.matmuls.values() for o in walk_ops(p.do)}
         for op in walk_ops(s.all_ops):
+            if id(op) in matched:
+                continue
+            if id(op) in self.matmuls:
+                for spec in op.specs.values():
+                    yield spec.ref, op.line
+                continue
             for field in ("zero", "accumulate", "src", "base", "assign", "cast"):
                 ref = getattr(op, field, None)
                 if isinstance(ref, E.Ref) and ref.name in s.buffers:
@@ -171,7 +275,7 @@ class _MgpuEmitter(Emitter):
                 "blocks per GPU (None: the GPU's SM count).")
 
     def extra_outputs(self) -> list[str]:
-        return self.s.buffers_of("hbm_scratch", "vmem_scratch")
+        return [n for n in self.s.buffers_of("hbm_scratch", "vmem_scratch") if n not in self.hidden]
 
     def call_prelude(self, w: CodeWriter) -> None:
         w.line("_no_interpret(interpret)")
@@ -190,7 +294,8 @@ class _MgpuEmitter(Emitter):
         the SMEM staging buffers and the TMA barrier."""
         barrier = [self.barrier_sem] if self.has_barrier() else []
         copies = [self.issued, self.done, self.copy_stage, self.copy_loaded] if self.s.copies else []
-        return [*barrier, *self.stages, self.loaded, *copies]
+        matmul = [self.mm_stage, self.mm_a, self.mm_b, self.mm_loaded] if self.matmuls else []
+        return [*barrier, *self.stages, self.loaded, *copies, *matmul]
 
     def has_barrier(self) -> bool:
         return any(isinstance(op, S.Barrier) for op in walk_ops(self.s.all_ops))
@@ -200,7 +305,8 @@ class _MgpuEmitter(Emitter):
         refs = [self.name(n) for n, _ in self.kernel_refs()] + self.gpu_refs()
         doc = (f"The whole of `{s.name}` on one thread block of one GPU: "
                + (f"the grid ({', '.join(s.grid)}) in order" if s.grid else "its ops")
-               + ", on the block's tile of columns of every buffer, in two warpgroups: the schedule's "
+               + f", on the block's tile of {'rows' if self.matmuls else 'columns'} of every buffer, in two "
+                 "warpgroups: the schedule's "
                  "ops in warpgroup 0, its copies in warpgroup 1 (the block's copy engine).\n\n"
                + self.kernel_ref_doc()
                + f" Then the block's own: {', '.join(f'`{r}`' for r in self.gpu_refs())} (see `_call`).")
@@ -210,10 +316,14 @@ class _MgpuEmitter(Emitter):
         w.level = 1
         w.docstring(doc)
         w.line("me = lax.axis_index(axis)")
-        w.line('block = lax.axis_index("blocks")')
-        w.line("# This block's tile of the last dimension of every buffer.")
+        w.line(f'{self.thread_block} = lax.axis_index("blocks")')
+        if self.matmuls:
+            w.line("# This block's tile of the rows of every buffer but the matmul's right operand.")
+        else:
+            w.line("# This block's tile of the last dimension of every buffer.")
         for n in [*s.buffers_of("input", "output"), *self.extra_outputs()]:
-            w.line(f"{self.name(n)} = _columns({self.name(n)}, block, tile)")
+            if self.tile_dims[n] is not None:
+                w.line(f"{self.name(n)} = _tile({self.name(n)}, {self.tile_dims[n]}, {self.thread_block}, tile)")
         loops = list(s.grid.items())
         point = CodeWriter()
         point.level = 2 + len(loops)
@@ -288,10 +398,14 @@ class _MgpuEmitter(Emitter):
         run: list[S.Op] = []
 
         def flush() -> None:
-            if run:
+            if run and self.schedule_only:  # already under `if not copier:`
+                self.each_op(w, run, top)
+            elif run:
+                self.schedule_only = True
                 with w.block("if not copier:"):
                     self.each_op(w, run, top)
-                run.clear()
+                self.schedule_only = False
+            run.clear()
 
         for op in ops:
             if any(isinstance(o, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)) for o in walk_ops([op])):
@@ -348,6 +462,14 @@ class _MgpuEmitter(Emitter):
     def op_cast(self, w: CodeWriter, op: S.Cast) -> None:
         self.compute(w, "lambda value: value", op.cast, [op.src])
 
+    def op_pipeline(self, w: CodeWriter, op: S.Pipeline) -> None:
+        """A blocked matmul pipeline (`find_matmuls`): `_matmul` on the whole regions, this
+        block's rows of the left operand and the output, all of the right operand."""
+        self.helpers.add("_matmul")
+        (a, b), (o,) = op.inputs.values(), op.outputs.values()
+        w.call("_matmul", [self.dma_ref(a.ref), self.dma_ref(b.ref), self.dma_ref(o.ref), self.mm_stage, self.mm_a,
+                           self.mm_b, self.mm_loaded])
+
     # -- the call ----------------------------------------------------------------------------
     def statics(self) -> list[str]:
         return ["N=N", *(f"{self.name(p)}={self.name(p)}" for p in self.s.params), "tile=tile",
@@ -358,12 +480,24 @@ class _MgpuEmitter(Emitter):
         outs = [*s.buffers_of("output"), *self.extra_outputs()]
         src = self.name(s.io_buffer("input"))
         dtype = self.dtype_text(s.io_buffer("input"))
-        rows = s.buffers[s.io_buffer("input")].full_shape[-2]
-        rows_computed = sorted({self.static(self.region_shape(r)[-2]) for r in self.computed_regions()})
-        w.line(f"blocks = _blocks({self.static(self.columns)}, {dtype}, blocks, rows={self.tuple_or_empty(rows_computed)})")
-        w.line(f"tile = {self.static(self.columns)} // blocks  # each block's columns")
-        w.line(f"chunk = _chunk_rows({self.static(rows)}, tile, {dtype})  # rows per SMEM staging buffer")
         del src
+        size = self.static(self.tiled_size())
+        if self.matmuls:
+            w.line(f"blocks = _row_blocks({size}, blocks)")
+            w.line(f"tile = {size} // blocks  # each block's rows")
+            w.line(f"width = _chunk_cols({self.static(self.columns)})  # columns per SMEM staging buffer")
+            w.line(f"chunk = _chunk_rows(tile, width, {dtype})  # rows per SMEM staging buffer")
+            (o,) = next(iter(self.matmuls.values())).outputs.values()
+            cols = self.static(self.resolved.inline(s.buffers[o.ref.name].full_shape[-1]))
+            w.line(f"tile_n = _matmul_tile_n({cols})  # columns of a matmul output tile")
+            w.line(f"tile_k, swizzled = _matmul_smem({dtype})  # depth of its operand tiles, their layout")
+        else:
+            rows = s.buffers[s.io_buffer("input")].full_shape[-2]
+            rows_computed = sorted({self.static(self.region_shape(r)[-2]) for r in self.computed_regions()})
+            w.call("blocks = _blocks", [size, dtype, "blocks", f"rows={self.tuple_or_empty(rows_computed)}"])
+            w.line(f"tile = {size} // blocks  # each block's columns")
+            w.line("width = _chunk_cols(tile)  # columns per SMEM staging buffer")
+            w.line(f"chunk = _chunk_rows({self.static(rows)}, width, {dtype})  # rows per SMEM staging buffer")
         with w.block("call = plgpu.kernel("):
             w.call("functools.partial", ["_kernel", *self.statics()], ",")
             with w.block("out_type=("):
@@ -384,15 +518,24 @@ class _MgpuEmitter(Emitter):
                 if self.has_barrier():
                     w.line(f"plgpu.SemaphoreType.REGULAR,  # {self.barrier_sem}: the barrier's")
                 for stage in self.stages:
-                    w.line(f"plgpu.SMEM((chunk, tile), {dtype}),  # {stage}: the schedule's ops' staging")
+                    w.line(f"plgpu.SMEM((chunk, width), {dtype}),  # {stage}: the schedule's ops' staging")
                 w.line(f"plgpu.Barrier(),  # {self.loaded}: their TMA loads land here")
                 if s.copies:
                     count = len(s.copies)
                     w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.issued}: copies handed over, "
                            "per descriptor")
                     w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.done}: copies done, per descriptor")
-                    w.line(f"plgpu.SMEM((chunk, tile), {dtype}),  # {self.copy_stage}: the copy warpgroup's staging")
+                    w.line(f"plgpu.SMEM((chunk, width), {dtype}),  # {self.copy_stage}: the copy warpgroup's staging")
                     w.line(f"plgpu.Barrier(),  # {self.copy_loaded}: its TMA loads land here")
+                if self.matmuls:
+                    a, _ = next(iter(self.matmuls.values())).inputs.values()
+                    w.line(f"plgpu.SMEM((64, tile_n), {dtype}),  # {self.mm_stage}: a matmul output tile")
+                    w.line(f"plgpu.SMEM((2, 64, tile_k), {dtype}, transforms=swizzled),  # {self.mm_a}: left "
+                           "tiles, two slots")
+                    w.line(f"plgpu.SMEM((2, tile_k, tile_n), {dtype}, transforms=swizzled),  # {self.mm_b}: right "
+                           "tiles, two slots")
+                    w.line(f"plgpu.Barrier(num_arrivals=2, num_barriers=2),  # {self.mm_loaded}: a slot's tiles "
+                           "land here")
             w.line("],")
         w.line(")")
 
@@ -425,11 +568,14 @@ for _op, _method in ((S.When, Emitter.op_when), (S.Loop, Emitter.op_loop), (S.St
                      (S.Cast, _MgpuEmitter.op_cast)):
     MGPU_EMIT.register(_op)(_GpuRule(EMIT[_op].summary, _method))
 MGPU_EMIT.register(S.Matmul)(_GpuRule(EMIT[S.Matmul].summary, _refused,
-                                      "`matmul` is not emitted for Mosaic GPU yet (it needs wgmma on swizzled "
-                                      "SMEM tiles)"))
-MGPU_EMIT.register(S.Pipeline)(_GpuRule(EMIT[S.Pipeline].summary, _refused,
-                                        "`pipeline` is not emitted for Mosaic GPU yet (plgpu.emit_pipeline with "
-                                        "TMA blocks)"))
+                                      "a `matmul` outside a blocked matmul pipeline is not emitted for Mosaic GPU "
+                                      "(wgmma works on pipelined SMEM tiles)"))
+# A pipeline is emitted when it is a blocked matmul (`find_matmuls`); any other is refused there.
+MGPU_EMIT.register(S.Pipeline)(_GpuRule(EMIT[S.Pipeline].summary, _MgpuEmitter.op_pipeline))
+
+
+def _has_matmul(schedule: S.Schedule) -> bool:
+    return any(isinstance(op, S.Matmul) for op in walk_ops(schedule.all_ops))
 
 
 def refuse_early(schedule: S.Schedule) -> None:

@@ -27,14 +27,15 @@ import itertools
 import math
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 NAME = "mgpu_runtime"
 AXIS = "x"
 
-# Rows of a staging chunk at most: a TMA box has at most 256 rows.
-_MAX_CHUNK_ROWS = 256
+# A TMA box has at most 256 elements along each dimension: a staging chunk is no larger.
+_MAX_BOX = 256
 # Bytes of one SMEM staging buffer at most (two per block, well inside an H100's 227 KiB).
 _MAX_STAGE_BYTES = 32 * 1024
 
@@ -60,7 +61,7 @@ def _blocks(cols, dtype, blocks, rows=()):
     if not isinstance(blocks, int) or blocks < 1:
         raise ValueError(f"{NAME}: blocks={blocks!r}: give a positive number of thread blocks")
     least = math.lcm(max(1, 128 // jnp.dtype(dtype).itemsize),
-                     *(128 // math.gcd(128, math.gcd(r, _MAX_CHUNK_ROWS)) for r in rows))
+                     *(128 // math.gcd(128, math.gcd(r, _MAX_BOX)) for r in rows))
     for count in range(min(blocks, cols), 0, -1):
         if cols % count == 0 and (cols // count) % least == 0:
             return count
@@ -69,32 +70,58 @@ def _blocks(cols, dtype, blocks, rows=()):
                      f"128 elements in a computed chunk of {', '.join(map(str, rows))} rows)")
 
 
-def _chunk_rows(rows, tile, dtype):
-    """Rows of one SMEM staging buffer: the most that divide `rows` (every region's row
-    count divides it, see `_each_chunk`) within a TMA box and the staging budget."""
-    most = max(1, min(_MAX_CHUNK_ROWS, _MAX_STAGE_BYTES // (tile * jnp.dtype(dtype).itemsize)))
+def _row_blocks(rows, blocks):
+    """Thread blocks per GPU for a schedule with a matmul, whose blocks split the rows:
+    `blocks` (None: the GPU's SM count), lowered to the largest count that gives each block a
+    multiple of 64 rows (a warpgroup's wgmma tile). Raises when none does."""
+    if blocks is None:
+        blocks = jax.devices()[0].core_count
+    if not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"{NAME}: blocks={blocks!r}: give a positive number of thread blocks")
+    for count in range(min(blocks, rows // 64), 0, -1):
+        if rows % (count * 64) == 0:
+            return count
+    raise ValueError(f"{NAME}: the matmul's rows per GPU ({rows}) must be a multiple of 64 (a wgmma "
+                     "tile) to split them among thread blocks; pass larger shapes")
+
+
+def _chunk_cols(width):
+    """Columns of one SMEM staging buffer: the most that divide `width` within a TMA box."""
+    return max(d for d in range(1, min(width, _MAX_BOX) + 1) if width % d == 0)
+
+
+def _chunk_rows(rows, width, dtype):
+    """Rows of one SMEM staging buffer of `width` columns: the most that divide `rows` (each
+    region's row count is cut by the gcd, see `_each_chunk`) within a TMA box and the budget."""
+    most = max(1, min(_MAX_BOX, _MAX_STAGE_BYTES // (width * jnp.dtype(dtype).itemsize)))
     return max(d for d in range(1, min(rows, most) + 1) if rows % d == 0)
 
 
-def _columns(ref, block, tile):
-    """Block `block`'s columns of a GMEM ref: the last dimension's tile `block`."""
-    return ref.at[(slice(None),) * (len(ref.shape) - 1) + (pl.ds(block * tile, tile),)]
+def _tile(ref, dim, block, tile):
+    """Block `block`'s tile of a GMEM ref along dimension `dim`."""
+    index = [slice(None)] * len(ref.shape)
+    index[dim] = pl.ds(block * tile, tile)
+    return ref.at[tuple(index)]
 
 
 def _each_chunk(shape, stage, body):
-    """Call `body(index, rows)` for each chunk of a region of `shape` (its last dimension is a
-    block's tile): every index of the leading dimensions, then the rows in chunks of as many
-    as fit in `stage` (a Mosaic GPU loop when there are several)."""
-    *lead, rows, _ = shape
+    """Call `body(index, rows, cols)` for each chunk of a region of `shape` that fits in
+    `stage`: every index of the leading dimensions, then the last two in chunks of as many
+    rows and columns as `stage` has (cut to divide them; a Mosaic GPU loop over the rows
+    when there are several chunks of them)."""
+    *lead, rows, cols = shape
     chunk = math.gcd(rows, stage.shape[0])
+    width = math.gcd(cols, stage.shape[1])
     for index in itertools.product(*map(range, lead)):
-        if rows == chunk:
-            body((*index, slice(None)), chunk)
-            continue
+        for c in range(0, cols, width):
+            columns = slice(None) if width == cols else pl.ds(c, width)
+            if rows == chunk:
+                body((*index, slice(None), columns), chunk, width)
+                continue
 
-        @pl.loop(0, rows // chunk)
-        def _chunk(r, index=index):
-            body((*index, pl.ds(r * chunk, chunk)), chunk)
+            @pl.loop(0, rows // chunk)
+            def _chunk(r, index=index, columns=columns):
+                body((*index, pl.ds(r * chunk, chunk), columns), chunk, width)
 
 
 def _load(src, view, barrier):
@@ -141,8 +168,8 @@ class _Copy:
         pl.semaphore_wait(self.issued, 1)
         dst = self.dst if self.device is None else plgpu.remote_ref(self.dst, self.device)
 
-        def chunk(index, rows):
-            view = self.stage.at[pl.ds(0, rows)]
+        def chunk(index, rows, cols):
+            view = self.stage.at[pl.ds(0, rows), pl.ds(0, cols)]
             _load(self.src.at[index], view, self.barrier)
             _store(view, dst.at[index])
 
@@ -173,8 +200,8 @@ def _compute(fn, dst, srcs, stages, barrier):
     each source TMA-loaded into its own SMEM buffer, the result written into the first,
     fenced for the TMA engine (`commit_smem`) and TMA-stored."""
 
-    def chunk(index, rows):
-        views = [stage.at[pl.ds(0, rows)] for stage in stages]
+    def chunk(index, rows, cols):
+        views = [stage.at[pl.ds(0, rows), pl.ds(0, cols)] for stage in stages]
         for src, view in zip(srcs, views):
             _load(src.at[index], view, barrier)
         views[0][...] = fn(*(view[...] for view in views[:len(srcs)])).astype(dst.dtype)
@@ -187,6 +214,69 @@ def _compute(fn, dst, srcs, stages, barrier):
 def _zeros(shape, dtype):
     """A function of no sources giving zeros of `shape`, for `_compute` (`zero` ops)."""
     return lambda: jnp.zeros(shape, dtype)
+
+
+def _matmul_tile_n(n):
+    """Columns of a matmul's output tile: the most of 256, 128 and 64 that divide `n`."""
+    for tile in (256, 128, 64):
+        if n % tile == 0:
+            return tile
+    raise ValueError(f"{NAME}: the matmul's output has {n} columns; wgmma needs a multiple of 64")
+
+
+def _matmul_smem(dtype):
+    """The tile depth of a matmul's operands in SMEM, and their transforms: 128-byte swizzled
+    rows, as wgmma reads 16-bit operands."""
+    itemsize = jnp.dtype(dtype).itemsize
+    if itemsize != 2:
+        raise ValueError(f"{NAME}: wgmma multiplies 16-bit operands from row-major tiles; the inputs are "
+                         f"{jnp.dtype(dtype).name}: pass bfloat16 or float16 inputs")
+    tile_k = 128 // itemsize
+    return tile_k, (plgpu.TilingTransform((8, tile_k)), plgpu.SwizzleTransform(128))
+
+
+def _matmul(a, b, out, out_stage, a_smem, b_smem, loaded):
+    """`out = a @ b`, accumulated in float32 and cast to out's dtype, by one warpgroup: for
+    each tile of `out` (`out_stage`'s shape), a loop over k that TMA-loads the next tiles of a
+    and b into the other of two SMEM slots (`a_smem`, `b_smem`, landing on `loaded`) while
+    wgmma multiplies this step's into a register accumulator; then the accumulator through
+    `out_stage` into `out` by a TMA store."""
+    (m, k), (_, n) = a.shape, b.shape
+    tile_m, tile_n = out_stage.shape
+    tile_k = a_smem.shape[-1]
+    if m % tile_m or n % tile_n or k % tile_k:
+        raise ValueError(f"{NAME}: the matmul's shapes ({m} x {k} @ {k} x {n}) must be multiples of "
+                         f"{tile_m} rows, {tile_n} columns and {tile_k} of depth")
+    steps = k // tile_k
+    for mi in range(m // tile_m):
+        for ni in range(n // tile_n):
+
+            def load(kk, slot, mi=mi, ni=ni):
+                rows, cols = pl.ds(mi * tile_m, tile_m), pl.ds(ni * tile_n, tile_n)
+                depth = pl.ds(kk * tile_k, tile_k)
+                plgpu.copy_gmem_to_smem(a.at[rows, depth], a_smem.at[slot], loaded.at[slot])
+                plgpu.copy_gmem_to_smem(b.at[depth, cols], b_smem.at[slot], loaded.at[slot])
+
+            def tile(acc, mi=mi, ni=ni, load=load):
+                load(0, 0)
+
+                @pl.loop(0, steps)
+                def _step(kk):
+                    slot = lax.rem(kk, 2)
+
+                    @pl.when(kk + 1 < steps)
+                    def _next():
+                        load(kk + 1, 1 - slot)
+
+                    plgpu.barrier_wait(loaded.at[slot])
+                    plgpu.wgmma(acc, a_smem.at[slot], b_smem.at[slot])
+                    plgpu.wgmma_wait(0)
+
+                out_stage[...] = acc[...].astype(out.dtype)
+                plgpu.commit_smem()
+                _store(out_stage, out.at[pl.ds(mi * tile_m, tile_m), pl.ds(ni * tile_n, tile_n)])
+
+            pl.run_scoped(tile, plgpu.ACC((tile_m, tile_n), jnp.float32))
 
 
 def _signal(sem, inc, device):
