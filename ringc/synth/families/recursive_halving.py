@@ -157,6 +157,9 @@ def _later(q: str, w: str) -> str:
             f"else t + 1 if t + 1 < {q} // 2 else t + 2")
 
 
+_LATER = "radix 4: one step back round the axis (its links are free), then one on"
+
+
 def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: bool, signal_done: bool) -> list[list[str]]:
     """One reduce-scatter round: wait until the receivers' slots are free, start the q - 1
     sends (half way round first), wait for the round's total, add."""
@@ -167,7 +170,7 @@ def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: 
         ops.append(_op(f"start: {send}(r={r}, w={w}, t=1)"))
     else:
         ops.append(_op(f"start: {send}(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"))
-        ops.append(_loop("t", f"{q} - 2", [_op(f"start: {send}(r={r}, w={w}, t={_later(q, w)})")]))
+        ops.append(_loop("t", f"{q} - 2", [_op(f"start: {send}(r={r}, w={w}, t={_later(q, w)})")], _LATER))
     ops.append(_op(f"wait: arrivals(r={r}, w={w}, q={q})"))
     ops += adds
     if signal_done:
@@ -243,7 +246,7 @@ def _doubling_ops(axes: list[_Axis]) -> list[list[str]]:
                 body.append(_op(f"start: double(r={r}, w={w}, t=1)"))
             else:
                 body += [_op(f"start: double(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"),
-                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t={_later(q, w)})")])]
+                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t={_later(q, w)})")], _LATER)]
             body.append(_op(f"wait: doubled(r={r}, w={w}, q={q})"))
             body.append(_loop("t", f"{q} - 1", [_op(f"accumulate: {held}", f'src: "mix[{r}, t]"')]))
             ops.append([f"# Along {ax.a}, doubling: {what}."])
@@ -263,7 +266,7 @@ def _all_gather_ops(axes: list[_Axis]) -> list[list[str]]:
         ops.append([f"# Along {ax.a}: the top digit, radix {ax.q}, weight {ax.w}."])
         ops.append(_op(f"start: gather(r={ax.r}, w={ax.w}, t={ax.q} // 2)   # half way round: the longest route first"))
         ops.append(_loop("t", f"{ax.q} - 2",
-                         [_op(f"start: gather(r={ax.r}, w={ax.w}, t={_later(ax.q, ax.w)})")]))
+                         [_op(f"start: gather(r={ax.r}, w={ax.w}, t={_later(ax.q, ax.w)})")], _LATER))
         ops.append(_op(f"wait: gathered(r={ax.r}, w={ax.w}, q={ax.q})"))
     return ops
 
