@@ -146,6 +146,20 @@ def _adds_last(dst: str, base: str, q: str) -> list[list[str]]:
     return ops
 
 
+def _later(q: str, w: str) -> str:
+    """The partner `t` of a round's (t + 1)-th send after the first (t = q / 2, half way
+    round, the longest route): radix 4, the partner one step back round the axis (-w), then
+    one step on (+w); a tie half way goes the positive way (`topology.route`), so the send
+    back shares no link with the first and the one on starts when the first has left. (The
+    digit is (me // w) % 4, its partner digit d ^ t: d - 1 is d ^ 3 for d even, d ^ 1 for
+    d odd.) A larger radix: 1 .. q - 1 in order, skipping q / 2."""
+    return (f"(3 - 2 * ((me // ({w})) % 2) if t == 0 else 1 + 2 * ((me // ({w})) % 2)) if {q} == 4 "
+            f"else t + 1 if t + 1 < {q} // 2 else t + 2")
+
+
+_LATER = "radix 4: one step back round the axis (its links are free), then one on"
+
+
 def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: bool, signal_done: bool) -> list[list[str]]:
     """One reduce-scatter round: wait until the receivers' slots are free, start the q - 1
     sends (half way round first), wait for the round's total, add."""
@@ -156,7 +170,7 @@ def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: 
         ops.append(_op(f"start: {send}(r={r}, w={w}, t=1)"))
     else:
         ops.append(_op(f"start: {send}(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"))
-        ops.append(_loop("t", f"{q} - 2", [_op(f"start: {send}(r={r}, w={w}, t=t + 1 if t + 1 < {q} // 2 else t + 2)")]))
+        ops.append(_loop("t", f"{q} - 2", [_op(f"start: {send}(r={r}, w={w}, t={_later(q, w)})")], _LATER))
     ops.append(_op(f"wait: arrivals(r={r}, w={w}, q={q})"))
     ops += adds
     if signal_done:
@@ -232,7 +246,7 @@ def _doubling_ops(axes: list[_Axis]) -> list[list[str]]:
                 body.append(_op(f"start: double(r={r}, w={w}, t=1)"))
             else:
                 body += [_op(f"start: double(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"),
-                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t=t + 1 if t + 1 < {q} // 2 else t + 2)")])]
+                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t={_later(q, w)})")], _LATER)]
             body.append(_op(f"wait: doubled(r={r}, w={w}, q={q})"))
             body.append(_loop("t", f"{q} - 1", [_op(f"accumulate: {held}", f'src: "mix[{r}, t]"')]))
             ops.append([f"# Along {ax.a}, doubling: {what}."])
@@ -252,7 +266,7 @@ def _all_gather_ops(axes: list[_Axis]) -> list[list[str]]:
         ops.append([f"# Along {ax.a}: the top digit, radix {ax.q}, weight {ax.w}."])
         ops.append(_op(f"start: gather(r={ax.r}, w={ax.w}, t={ax.q} // 2)   # half way round: the longest route first"))
         ops.append(_loop("t", f"{ax.q} - 2",
-                         [_op(f"start: gather(r={ax.r}, w={ax.w}, t=t + 1 if t + 1 < {ax.q} // 2 else t + 2)")]))
+                         [_op(f"start: gather(r={ax.r}, w={ax.w}, t={_later(ax.q, ax.w)})")], _LATER))
         ops.append(_op(f"wait: gathered(r={ax.r}, w={ax.w}, q={ax.q})"))
     return ops
 
