@@ -255,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="emit without checking first (a schedule that fails `ringc check`, on purpose)")
     e.add_argument("--target", choices=("tpu", "mgpu"), default="tpu",
                    help="tpu (default): a Pallas TPU module; mgpu: a Pallas Mosaic GPU module for Hopper GPUs "
-                        "(docs/codegen.md, 'Mosaic GPU')")
+                        "(README: From a schedule to a Mosaic GPU kernel)")
     add_params(e)
 
     r = sub.add_parser("run", help="run the emitted kernel in TPU interpret mode against lax")

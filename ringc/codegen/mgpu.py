@@ -23,7 +23,7 @@ from ..ir import expr as E
 from ..ir import schema as S
 from ..ir.resolve import walk_ops
 from ..ir.rules import RuleTable
-from .pallas import EMIT, MAX_LINE, CodeWriter, Emitter, runtime_helpers, wrap_words
+from .pallas import EMIT, MAX_LINE, CodeWriter, Emitter, compiled_source, runtime_helpers, wrap_words
 
 __all__ = ["MGPU_EMIT", "MgpuEmitError", "emit_mgpu", "refuse_early"]
 
@@ -370,27 +370,15 @@ class _MgpuEmitter(Emitter):
         return ("Refs, in plgpu.kernel order: " + "; ".join(parts) + ". Semaphores are the block's own: a signal "
                 "reaches the block of the same index on the target GPU.")
 
-    def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
-        where = f" (line {c.line})" if c.line else ""
-        i = list(self.s.copies).index(name)
-        staging = [f"stage={self.copy_stage}", f"barrier={self.copy_loaded}", f"issued={self.issued}.at[{i}]",
-                   f"done={self.done}.at[{i}]", "copier=copier"]
-        with w.block(f"def {self.copy_fn(name)}({', '.join(self.name(a) for a in c.args)}):"):
-            if c.remote:
-                w.docstring(f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} "
-                            f"on device {E.to_text(c.to)}.")
-                w.call("return _Copy", [
-                    f"src={self.dma_ref(c.src)}",
-                    f"dst={self.dma_ref(c.dst)}",
-                    *staging,
-                    f"recv_sem={self.dma_ref(c.recv_sem)}",
-                    f"device={self.device(c.to)}",
-                ], explode=True)
-            else:
-                w.docstring(f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()}.")
-                w.call("return _Copy", [f"src={self.dma_ref(c.src)}", f"dst={self.dma_ref(c.dst)}", *staging],
-                       explode=True)
+    def copy_call(self, name: str, c: S.Copy) -> tuple[str, list[str]]:
         self.helpers.add("_Copy")
+        i = list(self.s.copies).index(name)
+        args = [f"src={self.dma_ref(c.src)}", f"dst={self.dma_ref(c.dst)}", f"stage={self.copy_stage}",
+                f"barrier={self.copy_loaded}", f"issued={self.issued}.at[{i}]", f"done={self.done}.at[{i}]",
+                "copier=copier"]
+        if c.remote:
+            args += [f"recv_sem={self.dma_ref(c.recv_sem)}", f"device={self.device(c.to)}"]
+        return "_Copy", args
 
     def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
         """The ops, as `pallas.py` writes them, with each run of ops that start or wait for no
@@ -399,42 +387,24 @@ class _MgpuEmitter(Emitter):
 
         def flush() -> None:
             if run and self.schedule_only:  # already under `if not copier:`
-                self.each_op(w, run, top)
+                super(_MgpuEmitter, self).ops(w, run, top)
             elif run:
                 self.schedule_only = True
                 with w.block("if not copier:"):
-                    self.each_op(w, run, top)
+                    super(_MgpuEmitter, self).ops(w, run, top)
                 self.schedule_only = False
             run.clear()
 
         for op in ops:
             if any(isinstance(o, (S.Start, S.Wait, S.WaitSend, S.WaitRecv)) for o in walk_ops([op])):
                 flush()
-                self.each_op(w, [op], top)
+                super().ops(w, [op], top)
             else:
                 run.append(op)
         flush()
 
-    def each_op(self, w: CodeWriter, ops: list[S.Op], top: bool) -> None:
-        for op in ops:
-            is_block = isinstance(op, (S.When, S.Loop))
-            if top and is_block:
-                w.blank()
-            where = f"line {op.line}: " if op.line else ""
-            rule = MGPU_EMIT.of(op)
-            w.line(f"# {where}{rule.summary(op)}")
-            rule.emit(self, w, op)
-            if top and is_block:
-                w.blank()
-
     # -- ops --------------------------------------------------------------------------------
-    def op_signal(self, w: CodeWriter, op: S.Signal) -> None:
-        sem, inc = self.dma_ref(op.signal), self.py(op.inc)
-        for target in op.to:
-            if target == E.Var("me"):
-                w.call("pl.semaphore_signal", [sem, inc])
-            else:
-                w.call("pl.semaphore_signal", [sem, inc, f"device_id={self.device(target)}"])
+    DEVICE_ID_TYPE = ()  # Mosaic GPU's device ids are indices along the mesh axis
 
     def op_barrier(self, w: CodeWriter, op: S.Barrier) -> None:
         self.helpers.add("_barrier")
@@ -562,11 +532,12 @@ def _refused(_: Any, __: Any, op: Any) -> None:  # never called: refused at cons
 MGPU_EMIT: RuleTable[_GpuRule] = RuleTable("codegen for Mosaic GPU (ringc/codegen/mgpu.py MGPU_EMIT)", "ops")
 for _op, _method in ((S.When, Emitter.op_when), (S.Loop, Emitter.op_loop), (S.Start, Emitter.op_copy),
                      (S.Wait, Emitter.op_copy), (S.WaitSend, Emitter.op_copy), (S.WaitRecv, Emitter.op_copy),
-                     (S.Signal, _MgpuEmitter.op_signal), (S.SemWait, Emitter.op_semwait),
+                     (S.Signal, Emitter.op_signal), (S.SemWait, Emitter.op_semwait),
                      (S.Barrier, _MgpuEmitter.op_barrier), (S.Zero, _MgpuEmitter.op_zero),
                      (S.Accumulate, _MgpuEmitter.op_accumulate), (S.Assign, _MgpuEmitter.op_assign),
                      (S.Cast, _MgpuEmitter.op_cast)):
     MGPU_EMIT.register(_op)(_GpuRule(EMIT[_op].summary, _method))
+_MgpuEmitter.RULES = MGPU_EMIT
 MGPU_EMIT.register(S.Matmul)(_GpuRule(EMIT[S.Matmul].summary, _refused,
                                       "a `matmul` outside a blocked matmul pipeline is not emitted for Mosaic GPU "
                                       "(wgmma works on pipelined SMEM tiles)"))
@@ -587,10 +558,4 @@ def emit_mgpu(schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None 
     """The Pallas Mosaic GPU module for `schedule`, as Python source text (deterministic);
     `checked` as for `pallas.emit`. Raises `MgpuEmitError` (a ScheduleError: file, line,
     fix) for what the GPU target does not express yet."""
-    text = _MgpuEmitter(schedule, checked).emit()
-    try:
-        compile(text, f"<ringc emit --target mgpu of {schedule.file}>", "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        raise RuntimeError(f"ringc emitted Python that does not compile ({type(e).__name__}: {e}); "
-                           "this is a bug in ringc") from None
-    return text
+    return compiled_source(_MgpuEmitter(schedule, checked).emit(), f"<ringc emit --target mgpu of {schedule.file}>")

@@ -33,7 +33,7 @@ from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 from ..collectives import collective_of
 
-__all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "Emitter", "emit", "runtime_helpers", "wrap_words"]
+__all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "Emitter", "compiled_source", "emit", "runtime_helpers", "wrap_words"]
 
 MAX_LINE = 100
 INDENT = "    "
@@ -334,6 +334,8 @@ class Emitter:
     HELPER_IMPORTS = _HELPER_IMPORTS
     # Keywords of `kernel`, `build` and `_call` beyond the TPU target's (name, default).
     KEYWORDS: tuple[tuple[str, str], ...] = ()
+    # The emit rule of each op class (`EMIT`, set below the table).
+    RULES: Any = None
     # The helpers `kernel`, `build` and `make_inputs` use.
     API_HELPERS = {"_config", "_given", "_axis_sizes", "_interpret_mode", "_random_input", "_check_shard", "_checked"}
 
@@ -708,27 +710,36 @@ class Emitter:
                 "`returns` in the schedule). `axis` is the kernel's mesh axis name (a tuple over several), "
                 "`mesh_axes` every mesh axis in order.")
 
-    def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
+    def copy_doc(self, name: str, c: S.Copy) -> str:
+        """A copy descriptor function's docstring: the copy in schedule terms."""
         where = f" (line {c.line})" if c.line else ""
+        if c.remote:
+            return f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} on device {E.to_text(c.to)}."
+        return f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()}."
+
+    def copy_descriptor(self, w: CodeWriter, name: str, c: S.Copy) -> None:
+        """The function that makes copy `name`'s descriptor where it is used."""
         with w.block(f"def {self.copy_fn(name)}({', '.join(self.name(a) for a in c.args)}):"):
-            if c.remote:
-                w.docstring(f"Remote copy `{name}`{where}: {c.src.text()} -> {c.dst.text()} "
-                            f"on device {E.to_text(c.to)}.")
-                w.call("return pltpu.make_async_remote_copy", [
-                    f"src_ref={self.dma_ref(c.src)}",
-                    f"dst_ref={self.dma_ref(c.dst)}",
-                    f"send_sem={self.dma_ref(c.send_sem)}",
-                    f"recv_sem={self.dma_ref(c.recv_sem)}",
-                    f"device_id={self.device(c.to)}",
-                    "device_id_type=pl.DeviceIdType.MESH",
-                ], explode=True)
-            else:
-                w.docstring(f"Local copy `{name}`{where}: {c.src.text()} -> {c.dst.text()}.")
-                w.call("return pltpu.make_async_copy", [
-                    f"src_ref={self.dma_ref(c.src)}",
-                    f"dst_ref={self.dma_ref(c.dst)}",
-                    f"sem={self.dma_ref(c.sem)}",
-                ])
+            w.docstring(self.copy_doc(name, c))
+            callee, args = self.copy_call(name, c)
+            w.call(f"return {callee}", args, explode=c.remote)
+
+    def copy_call(self, name: str, c: S.Copy) -> tuple[str, list[str]]:
+        """What makes the descriptor, and its arguments."""
+        if c.remote:
+            return "pltpu.make_async_remote_copy", [
+                f"src_ref={self.dma_ref(c.src)}",
+                f"dst_ref={self.dma_ref(c.dst)}",
+                f"send_sem={self.dma_ref(c.send_sem)}",
+                f"recv_sem={self.dma_ref(c.recv_sem)}",
+                f"device_id={self.device(c.to)}",
+                "device_id_type=pl.DeviceIdType.MESH",
+            ]
+        return "pltpu.make_async_copy", [
+            f"src_ref={self.dma_ref(c.src)}",
+            f"dst_ref={self.dma_ref(c.dst)}",
+            f"sem={self.dma_ref(c.sem)}",
+        ]
 
     # -- ops -------------------------------------------------------------------------
     def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
@@ -737,7 +748,7 @@ class Emitter:
             if top and is_block:
                 w.blank()
             where = f"line {op.line}: " if op.line else ""
-            rule = EMIT[type(op)]
+            rule = self.RULES[type(op)]
             w.line(f"# {where}{rule.summary(op)}")
             rule.emit(self, w, op)
             if top and is_block:
@@ -772,14 +783,16 @@ class Emitter:
         self.ops(w, op.do)
         w.level, self.loop_names = level, outer
 
+    # Keywords of a remote signal beyond its device id (Mosaic GPU's take none).
+    DEVICE_ID_TYPE = ("device_id_type=pl.DeviceIdType.MESH",)
+
     def op_signal(self, w: CodeWriter, op: S.Signal) -> None:
         sem, inc = self.dma_ref(op.signal), self.py(op.inc)
         for target in op.to:
             if target == E.Var("me"):
                 w.call("pl.semaphore_signal", [sem, inc])
             else:
-                w.call("pl.semaphore_signal", [sem, inc, f"device_id={self.device(target)}",
-                                               "device_id_type=pl.DeviceIdType.MESH"])
+                w.call("pl.semaphore_signal", [sem, inc, f"device_id={self.device(target)}", *self.DEVICE_ID_TYPE])
 
     def op_semwait(self, w: CodeWriter, op: S.SemWait) -> None:
         w.call("pl.semaphore_wait", [self.dma_ref(op.sem_wait), self.py(op.value)])
@@ -1436,6 +1449,7 @@ def _exprs(exprs: list[E.Expr]) -> str:
 
 # `EMIT[op class]`: one rule per op class (`schema.OPS`).
 EMIT: RuleTable[EmitRule] = RuleTable("codegen (ringc/codegen/pallas.py EMIT)", "ops")
+Emitter.RULES = EMIT
 EMIT.register(S.When)(EmitRule(lambda op: f"when {E.to_text(op.when)}", Emitter.op_when))
 EMIT.register(S.Loop)(EmitRule(
     lambda op: (f"loop{f' ({op.phase})' if op.phase else ''} over "
@@ -1492,9 +1506,13 @@ def emit(schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = Non
     The text always compiles: Python's compiler checks it here, and a failure (names,
     nesting and expressions are all checked when the schedule loads, so it would be a
     ringc bug) raises RuntimeError instead of returning a module that cannot be imported."""
-    text = Emitter(schedule, checked).emit()
+    return compiled_source(Emitter(schedule, checked).emit(), f"<ringc emit of {schedule.file}>")
+
+
+def compiled_source(text: str, where: str) -> str:
+    """`text`, once Python's compiler accepts it; RuntimeError (a ringc bug) if it does not."""
     try:
-        compile(text, f"<ringc emit of {schedule.file}>", "exec")
+        compile(text, where, "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise RuntimeError(f"ringc emitted Python that does not compile ({type(e).__name__}: {e}); "
                            "this is a bug in ringc") from None
