@@ -378,7 +378,7 @@ def test_a_failed_emit_writes_nothing(tmp_path):
 def test_emit_compiles_what_it_writes(monkeypatch):
     """A module Python cannot compile is a ringc bug: exit 3, reported, and nothing written."""
     from ringc.codegen import pallas
-    monkeypatch.setattr(pallas._Emitter, "emit", lambda self: "def broken(:\n")
+    monkeypatch.setattr(pallas.Emitter, "emit", lambda self: "def broken(:\n")
     o = run_cli(["emit", PP])
     assert o.code == 3 and "bug in ringc" in o.err and "please report it" in o.err, str(o)
     assert o.out == ""

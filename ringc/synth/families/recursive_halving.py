@@ -81,7 +81,7 @@ def _names(k: int) -> str:
 
 # -- the YAML: each axis' rounds written with its static lets, so one text serves every N -------
 
-def _op(*lines: str) -> list[str]:
+def yaml_op(*lines: str) -> list[str]:
     """One body entry: its first line after `- `, the others indented under it."""
     return [f"- {lines[0]}", *(f"  {ln}" for ln in lines[1:])]
 
@@ -94,7 +94,7 @@ def _nest(head: list[str], ops: list[list[str]]) -> list[str]:
     return out
 
 
-def _loop(var: str, count: str, ops: list[list[str]], comment: str = "") -> list[str]:
+def yaml_loop(var: str, count: str, ops: list[list[str]], comment: str = "") -> list[str]:
     return _nest([f"loop: {{{var}: {count}}}" + (f"  # {comment}" if comment else "")], ops)
 
 
@@ -131,18 +131,18 @@ class _Axis:
 
 def _adds(dst: str, base: str | None, w: str, q: str) -> list[list[str]]:
     """Add round (w, q)'s q - 1 arrivals (recv slots t * w) into `dst`, the first onto `base`."""
-    ops = [_op(f'accumulate: "{dst}"', f'src: "recv[{w}:{w}]"', *([f'base: "{base}"'] if base else []))]
+    ops = [yaml_op(f'accumulate: "{dst}"', f'src: "recv[{w}:{w}]"', *([f'base: "{base}"'] if base else []))]
     if q != "2":
-        ops.append(_loop("t", f"{q} - 2", [_op(f'accumulate: "{dst}"', f'src: "recv[(t + 2) * {w}:{w}]"')]))
+        ops.append(yaml_loop("t", f"{q} - 2", [yaml_op(f'accumulate: "{dst}"', f'src: "recv[(t + 2) * {w}:{w}]"')]))
     return ops
 
 
 def _adds_last(dst: str, base: str, q: str) -> list[list[str]]:
     """The last round's adds (w = 1: one block each, indexed): its arrivals onto `base` (one
     block, indexed) into `dst`."""
-    ops = [_op(f'accumulate: "{dst}"', 'src: "recv[1]"', f'base: "{base}"')]
+    ops = [yaml_op(f'accumulate: "{dst}"', 'src: "recv[1]"', f'base: "{base}"')]
     if q != "2":
-        ops.append(_loop("t", f"{q} - 2", [_op(f'accumulate: "{dst}"', 'src: "recv[t + 2]"')]))
+        ops.append(yaml_loop("t", f"{q} - 2", [yaml_op(f'accumulate: "{dst}"', 'src: "recv[t + 2]"')]))
     return ops
 
 
@@ -165,16 +165,16 @@ def _round(send: str, r: str, w: str, q: str, adds: list[list[str]], wait_free: 
     sends (half way round first), wait for the round's total, add."""
     ops = []
     if wait_free:
-        ops.append(_op(f'sem_wait: "free[{r}]"', "value: 1" if q == "2" else f"value: {q} - 1"))
+        ops.append(yaml_op(f'sem_wait: "free[{r}]"', "value: 1" if q == "2" else f"value: {q} - 1"))
     if q == "2":
-        ops.append(_op(f"start: {send}(r={r}, w={w}, t=1)"))
+        ops.append(yaml_op(f"start: {send}(r={r}, w={w}, t=1)"))
     else:
-        ops.append(_op(f"start: {send}(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"))
-        ops.append(_loop("t", f"{q} - 2", [_op(f"start: {send}(r={r}, w={w}, t={_later(q, w)})")], _LATER))
-    ops.append(_op(f"wait: arrivals(r={r}, w={w}, q={q})"))
+        ops.append(yaml_op(f"start: {send}(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"))
+        ops.append(yaml_loop("t", f"{q} - 2", [yaml_op(f"start: {send}(r={r}, w={w}, t={_later(q, w)})")], _LATER))
+    ops.append(yaml_op(f"wait: arrivals(r={r}, w={w}, q={q})"))
     ops += adds
     if signal_done:
-        ops.append(_loop("t", f"{q} - 1", [_op("signal: done", f"to: me ^ ((t + 1) * {w})")],
+        ops.append(yaml_loop("t", f"{q} - 1", [yaml_op("signal: done", f"to: me ^ ((t + 1) * {w})")],
                          "round 0's slots are read"))
     return ops
 
@@ -185,9 +185,9 @@ def _free_signals(axes: list[_Axis]) -> list[list[str]]:
     ops: list[list[str]] = [["# When the call starts: the slots of every round after the first are free."]]
     for ax in axes:
         if not ax.first:
-            ops.append(_loop("t", f"{ax.q} - 1", [_op(f'signal: "free[{ax.r}]"', f"to: me ^ ((t + 1) * {ax.w})")],
+            ops.append(yaml_loop("t", f"{ax.q} - 1", [yaml_op(f'signal: "free[{ax.r}]"', f"to: me ^ ((t + 1) * {ax.w})")],
                              f"{ax.a}'s top digit"))
-        ops.append(_loop("i", ax.b, [_op(f'signal: "free[{ax.r} + 1 + i]"', f"to: me ^ ({ax.binary_w('i')})")],
+        ops.append(yaml_loop("i", ax.b, [yaml_op(f'signal: "free[{ax.r} + 1 + i]"', f"to: me ^ ({ax.binary_w('i')})")],
                          f"{ax.a}'s binary digits"))
     return ops
 
@@ -219,7 +219,7 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str | None, signals: 
         else:
             adds = _adds(mine, None, bw, "2")
         ops.append([f"# Along {ax.a}: the binary digits, weights {w} / 2 .. {ax.stride}."])
-        ops.append(_loop("i", ax.b, _round("send", r, bw, "2", adds, True, False)))
+        ops.append(yaml_loop("i", ax.b, _round("send", r, bw, "2", adds, True, False)))
     if wait_done:
         ops.append(_done_wait(axes[0]))
     return ops
@@ -227,7 +227,7 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str | None, signals: 
 
 def _done_wait(first: _Axis) -> list[str]:
     """Wait for round 0's receivers to have read their slots (at the end: off the critical path)."""
-    return _op("sem_wait: done", f"value: {first.q} - 1")
+    return yaml_op("sem_wait: done", f"value: {first.q} - 1")
 
 
 def _doubling_ops(axes: list[_Axis]) -> list[list[str]]:
@@ -241,16 +241,16 @@ def _doubling_ops(axes: list[_Axis]) -> list[list[str]]:
         for what, r, w, q in ((f"the top digit, radix {ax.q}, weight {ax.w}", ax.r, ax.w, ax.q),
                               (f"the binary digits, weights {ax.w} / 2 .. {ax.stride}", f"{ax.r} + 1 + i",
                                ax.binary_w("i"), "2")):
-            body = [_op(f'sem_wait: "free[{r}]"', "value: 1" if q == "2" else f"value: {q} - 1")]
+            body = [yaml_op(f'sem_wait: "free[{r}]"', "value: 1" if q == "2" else f"value: {q} - 1")]
             if q == "2":
-                body.append(_op(f"start: double(r={r}, w={w}, t=1)"))
+                body.append(yaml_op(f"start: double(r={r}, w={w}, t=1)"))
             else:
-                body += [_op(f"start: double(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"),
-                         _loop("t", f"{q} - 2", [_op(f"start: double(r={r}, w={w}, t={_later(q, w)})")], _LATER)]
-            body.append(_op(f"wait: doubled(r={r}, w={w}, q={q})"))
-            body.append(_loop("t", f"{q} - 1", [_op(f"accumulate: {held}", f'src: "mix[{r}, t]"')]))
+                body += [yaml_op(f"start: double(r={r}, w={w}, t={q} // 2)   # half way round: the longest route first"),
+                         yaml_loop("t", f"{q} - 2", [yaml_op(f"start: double(r={r}, w={w}, t={_later(q, w)})")], _LATER)]
+            body.append(yaml_op(f"wait: doubled(r={r}, w={w}, q={q})"))
+            body.append(yaml_loop("t", f"{q} - 1", [yaml_op(f"accumulate: {held}", f'src: "mix[{r}, t]"')]))
             ops.append([f"# Along {ax.a}, doubling: {what}."])
-            ops += body if q != "2" else [_loop("i", ax.b, body)]
+            ops += body if q != "2" else [yaml_loop("i", ax.b, body)]
     return ops
 
 
@@ -261,13 +261,13 @@ def _all_gather_ops(axes: list[_Axis]) -> list[list[str]]:
     for ax in reversed(axes):
         gw, r = ax.gather_w("i"), f"{ax.r} + {ax.b} - i"
         ops.append([f"# Along {ax.a}: the binary digits, weights {ax.stride} .. {ax.w} / 2."])
-        ops.append(_loop("i", ax.b, [_op(f"start: gather(r={r}, w={gw}, t=1)"),
-                                    _op(f"wait: gathered(r={r}, w={gw}, q=2)")]))
+        ops.append(yaml_loop("i", ax.b, [yaml_op(f"start: gather(r={r}, w={gw}, t=1)"),
+                                    yaml_op(f"wait: gathered(r={r}, w={gw}, q=2)")]))
         ops.append([f"# Along {ax.a}: the top digit, radix {ax.q}, weight {ax.w}."])
-        ops.append(_op(f"start: gather(r={ax.r}, w={ax.w}, t={ax.q} // 2)   # half way round: the longest route first"))
-        ops.append(_loop("t", f"{ax.q} - 2",
-                         [_op(f"start: gather(r={ax.r}, w={ax.w}, t={_later(ax.q, ax.w)})")], _LATER))
-        ops.append(_op(f"wait: gathered(r={ax.r}, w={ax.w}, q={ax.q})"))
+        ops.append(yaml_op(f"start: gather(r={ax.r}, w={ax.w}, t={ax.q} // 2)   # half way round: the longest route first"))
+        ops.append(yaml_loop("t", f"{ax.q} - 2",
+                         [yaml_op(f"start: gather(r={ax.r}, w={ax.w}, t={_later(ax.q, ax.w)})")], _LATER))
+        ops.append(yaml_op(f"wait: gathered(r={ax.r}, w={ax.w}, q={ax.q})"))
     return ops
 
 
@@ -408,7 +408,7 @@ def psum(k: int, radix: int, fused: int = 0) -> str:
                + _reduce_scatter_ops(halve, "acc", None, signals=False, wait_done=False)
                + [[f"# The all-reduce along {', '.join(a.a for a in double)} of the S blocks held, by doubling."]]
                + _doubling_ops(double)
-               + [_op('assign: "out[me & (N - S):S]"', 'src: "acc[me & (N - S):S]"')]
+               + [yaml_op('assign: "out[me & (N - S):S]"', 'src: "acc[me & (N - S):S]"')]
                + [["# The all-gather: out holds the sums of the S blocks of my range; each round doubles it."]]
                + _all_gather_ops(halve))
     ops.append(_done_wait(axes[0]))

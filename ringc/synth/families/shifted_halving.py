@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
-from .recursive_halving import _loop, _op
+from .recursive_halving import yaml_loop, yaml_op
 from .templates import AXES, head
 
 FAMILY = "shifted_halving"
@@ -100,9 +100,9 @@ def _lets(k: int) -> str:
 def _sends(copy: str, d: _Digit, comment: str) -> list[list[str]]:
     """A round's starts, the longest route first, and its q - 1 waits."""
     return [[f"# {comment}"],
-            _op(f"start: {copy}(t=0)   # 2 u ahead (radix 4; u ahead for radix 2): the longest route first"),
-            _loop("t", _less(d, 2), [_op(f"start: {copy}(t=t + 1)")], "-u, then +u"),
-            _loop("t", _less(d, 1), [_op(f"wait: {copy}(t=t)")])]
+            yaml_op(f"start: {copy}(t=0)   # 2 u ahead (radix 4; u ahead for radix 2): the longest route first"),
+            yaml_loop("t", _less(d, 2), [yaml_op(f"start: {copy}(t=t + 1)")], "-u, then +u"),
+            yaml_loop("t", _less(d, 1), [yaml_op(f"wait: {copy}(t=t)")])]
 
 
 def _less(d: _Digit, m: int) -> str:
@@ -113,7 +113,7 @@ def _less(d: _Digit, m: int) -> str:
 
 def _skip_none(d: _Digit, ops: list[list[str]]) -> list[list[str]]:
     """A low digit of radix 1 (an axis of 4 or fewer) has no round."""
-    return ops if d.high else [_loop("once", f"\"min({d.radix} - 1, 1)\"", ops, f"{d.a} has a low digit")]
+    return ops if d.high else [yaml_loop("once", f"\"min({d.radix} - 1, 1)\"", ops, f"{d.a} has a low digit")]
 
 
 def _gather_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, done: list[str],
@@ -136,7 +136,7 @@ def all_gather(k: int) -> str:
     order = [d for d in digits if d.high] + [d for d in digits if not d.high]
     copies, body = [], []
     own = _region("out", digits, {d.name: d.own for d in digits})
-    body.append(_op(f"assign: {own}     # my own shard", "src: x"))
+    body.append(yaml_op(f"assign: {own}     # my own shard", "src: x"))
     _gather_rounds(order, digits, 0, [], copies, body)
     return _text("all_gather", k, digits, order, f"""
 buffers:
@@ -171,10 +171,10 @@ def _reduce_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, last: s
         ops = _sends(name, d, f"Along {d.a}, its {'high' if d.high else 'low'} digit: send each partner "
                      "the blocks it keeps, add the ranges that arrive into mine.")
         if last is not None and i == len(order) - 1:
-            ops += [_op(f"accumulate: {last}", f'src: "{recv}[0]"', f"base: {mine}"),
-                    _loop("t", _less(d, 2), [_op(f"accumulate: {last}", f'src: "{recv}[t + 1]"')])]
+            ops += [yaml_op(f"accumulate: {last}", f'src: "{recv}[0]"', f"base: {mine}"),
+                    yaml_loop("t", _less(d, 2), [yaml_op(f"accumulate: {last}", f'src: "{recv}[t + 1]"')])]
         else:
-            ops.append(_loop("t", _less(d, 1), [_op(f"accumulate: {mine}", f'src: "{recv}[t]"')]))
+            ops.append(yaml_loop("t", _less(d, 1), [yaml_op(f"accumulate: {mine}", f'src: "{recv}[t]"')]))
         body += _skip_none(d, ops)
     return list(fixed)
 
@@ -182,7 +182,7 @@ def _reduce_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, last: s
 def psum_scatter(k: int) -> str:
     digits = _digits(k)
     order = [d for d in digits if not d.high] + [d for d in digits if d.high]
-    buffers, copies, body = [], [], [_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
+    buffers, copies, body = [], [], [yaml_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
     _reduce_rounds(order, digits, 0, "out", buffers, copies, body)
     slots = _sizes(digits, [d.name for d in digits])
     return _text("psum_scatter", k, digits, order, f"""
@@ -207,7 +207,7 @@ def psum(k: int) -> str:
     low = [d for d in digits if not d.high]
     high = [d for d in digits if d.high]
     buffers, copies = [], []
-    body = [_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
+    body = [yaml_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
     body.append(["# The reduce-scatter along the low digits."])
     fixed = _reduce_rounds(low, digits, 0, None, buffers, copies, body)
     held = _region("acc", digits, {d.name: d.own for d in low})
@@ -221,9 +221,9 @@ def psum(k: int) -> str:
         copies.append(f"  {name}(t): {{src: {held}, dst: \"{mix}[t]\", to: {d.target('t')},\n"
                       f"    send_sem: send_sem, recv_sem: \"sems[{len(low) + i}]\"}}")
         body += _sends(name, d, f"Along {d.a}, its high digit: send the S blocks to each partner, add what arrives.")
-        body.append(_loop("t", f"{d.radix} - 1", [_op(f"accumulate: {held}", f'src: "{mix}[t]"')]))
+        body.append(yaml_loop("t", f"{d.radix} - 1", [yaml_op(f"accumulate: {held}", f'src: "{mix}[t]"')]))
     out_held = _region("out", digits, {d.name: d.own for d in low})
-    body.append(_op(f"assign: {out_held}", f"src: {held}"))
+    body.append(yaml_op(f"assign: {out_held}", f"src: {held}"))
     body.append(["# The all-gather along the low digits, the last first."])
     _gather_rounds(list(reversed(low)), digits, len(low) + len(high), [d.name for d in high], copies, body)
     assert fixed == [d.name for d in low]
