@@ -54,6 +54,7 @@ class _MgpuEmitter(Emitter):
     API_HELPERS = (Emitter.API_HELPERS - {"_interpret_mode"}) | {"_no_interpret"}
 
     def __init__(self, schedule: S.Schedule, checked: Iterable[Mapping[str, int]] | None = None):
+        schedule = _without_elementwise_pipelines(schedule)
         if "dtype" not in schedule.model_fields_set and _has_matmul(schedule):
             # wgmma multiplies 16-bit operands from row-major tiles: bfloat16 unless the schedule says.
             schedule = schedule.model_copy(update={"dtype": "bfloat16"})
@@ -72,7 +73,7 @@ class _MgpuEmitter(Emitter):
         # The copy warpgroup's: its SMEM buffer, its TMA barrier, and per copy descriptor the
         # semaphores the two warpgroups hand copies over with.
         self.copy_stage, self.copy_loaded = self._fresh("_copy_stage"), self._fresh("_copy_loaded")
-        self.issued, self.done = self._fresh("_issued"), self._fresh("_done")
+        self.issued = self._fresh("_issued")
         self.mm_stage = self._fresh("_matmul_out")  # a matmul's output tile on its way to GMEM
         self.mm_a, self.mm_b = self._fresh("_matmul_a"), self._fresh("_matmul_b")  # its operand tiles
         self.mm_loaded = self._fresh("_matmul_loaded")
@@ -109,8 +110,8 @@ class _MgpuEmitter(Emitter):
                     continue
                 if isinstance(op, S.Pipeline):
                     self.refuse(f"line {op.line}: only a pipeline that is a blocked matmul (zero the accumulator at "
-                                "the first k block, matmul, cast it out at the last) is emitted for Mosaic GPU so "
-                                "far", op.line)
+                                "the first k block, matmul, cast it out at the last), or elementwise ops on whole "
+                                "blocks that read input blocks only, is emitted for Mosaic GPU so far", op.line)
                 rule = MGPU_EMIT.of(op)
                 if rule.refusal:
                     self.refuse(f"line {op.line}: {rule.refusal}", op.line)
@@ -293,7 +294,7 @@ class _MgpuEmitter(Emitter):
         """The kernel's own refs after the schedule's: the barrier semaphore (if any barrier),
         the SMEM staging buffers and the TMA barrier."""
         barrier = [self.barrier_sem] if self.has_barrier() else []
-        copies = [self.issued, self.done, self.copy_stage, self.copy_loaded] if self.s.copies else []
+        copies = [self.issued, self.copy_stage, self.copy_loaded] if self.s.copies else []
         matmul = [self.mm_stage, self.mm_a, self.mm_b, self.mm_loaded] if self.matmuls else []
         return [*barrier, *self.stages, self.loaded, *copies, *matmul]
 
@@ -374,8 +375,8 @@ class _MgpuEmitter(Emitter):
         self.helpers.add("_Copy")
         i = list(self.s.copies).index(name)
         args = [f"src={self.dma_ref(c.src)}", f"dst={self.dma_ref(c.dst)}", f"stage={self.copy_stage}",
-                f"barrier={self.copy_loaded}", f"issued={self.issued}.at[{i}]", f"done={self.done}.at[{i}]",
-                "copier=copier"]
+                f"barrier={self.copy_loaded}", f"issued={self.issued}.at[{i}]",
+                f"sem={self.dma_ref(c.send_sem if c.remote else c.sem)}", "copier=copier"]
         if c.remote:
             args += [f"recv_sem={self.dma_ref(c.recv_sem)}", f"device={self.device(c.to)}"]
         return "_Copy", args
@@ -484,7 +485,7 @@ class _MgpuEmitter(Emitter):
                 for n, sem in s.semaphores.items():
                     shape = self.static_tuple(list(sem.shape))
                     text = f"plgpu.SemaphoreType.REGULAR({shape})" if sem.shape else "plgpu.SemaphoreType.REGULAR"
-                    w.line(f"{text},  # {n}{' (a DMA semaphore: it counts bytes)' if sem.kind == 'dma' else ''}")
+                    w.line(f"{text},  # {n}{' (DMA: counts bytes)' if sem.kind == 'dma' else ''}")
                 if self.has_barrier():
                     w.line(f"plgpu.SemaphoreType.REGULAR,  # {self.barrier_sem}: the barrier's")
                 for stage in self.stages:
@@ -494,7 +495,6 @@ class _MgpuEmitter(Emitter):
                     count = len(s.copies)
                     w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.issued}: copies handed over, "
                            "per descriptor")
-                    w.line(f"plgpu.SemaphoreType.REGULAR(({count},)),  # {self.done}: copies done, per descriptor")
                     w.line(f"plgpu.SMEM((chunk, width), {dtype}),  # {self.copy_stage}: the copy warpgroup's staging")
                     w.line(f"plgpu.Barrier(),  # {self.copy_loaded}: its TMA loads land here")
                 if self.matmuls:
@@ -543,6 +543,70 @@ MGPU_EMIT.register(S.Matmul)(_GpuRule(EMIT[S.Matmul].summary, _refused,
                                       "(wgmma works on pipelined SMEM tiles)"))
 # A pipeline is emitted when it is a blocked matmul (`find_matmuls`); any other is refused there.
 MGPU_EMIT.register(S.Pipeline)(_GpuRule(EMIT[S.Pipeline].summary, _MgpuEmitter.op_pipeline))
+
+
+_ELEMENTWISE = (S.Zero, S.Accumulate, S.Assign, S.Cast)
+
+
+def _elementwise_ops(op: S.Pipeline) -> list[S.Op] | None:
+    """A pipeline whose body is elementwise ops on its whole blocks, every operand cut alike
+    (the same block shape, each grid index on its own dimension in order, the other blocks
+    whole): the same ops on the whole regions, which is what the blocks add up to. None for
+    any other pipeline."""
+    specs = list(op.specs.values())
+    if op.arrivals or not specs or not all(isinstance(o, _ELEMENTWISE) for o in op.do):
+        return None
+    first = specs[0]
+    grid = [E.Var(n) for n in op.pipeline]
+    if any(sp.block != first.block or sp.index != first.index for sp in specs):
+        return None
+    if [ix for ix in first.index if ix != E.Const(0)] != grid:
+        return None
+    windows = {n: sp.ref for n, sp in op.specs.items()}
+    for o in op.do:  # an output block starts unloaded: reading it is not reading its region
+        reads = [getattr(o, f, None) for f in ("src", "base")]
+        if isinstance(o, S.Accumulate) and o.base is None:
+            reads.append(o.accumulate)
+        if any(isinstance(r, E.Ref) and r.name in op.outputs for r in reads):
+            return None
+
+    def region(ref: Any) -> Any:
+        if isinstance(ref, E.Ref) and ref.name in windows:
+            return windows[ref.name] if not ref.indices else None
+        return ref
+
+    out = []
+    for o in op.do:
+        fields = {f: region(getattr(o, f)) for f in ("zero", "accumulate", "src", "base", "assign", "cast")
+                  if isinstance(getattr(o, f, None), E.Ref)}
+        if any(v is None for v in fields.values()) or any(
+                isinstance(getattr(o, f), E.Ref) and getattr(o, f).name not in windows for f in fields):
+            return None  # a block indexed inside, or a VMEM buffer of the body's own
+        out.append(o.model_copy(update=fields))
+    return out
+
+
+def _without_elementwise_pipelines(schedule: S.Schedule) -> S.Schedule:
+    """`schedule` with each elementwise pipeline (`_elementwise_ops`) replaced by its ops on
+    the whole regions: on a GPU, blocks chunk every region through SMEM anyway."""
+    changed = False
+
+    def lower(ops: list[S.Op]) -> list[S.Op]:
+        nonlocal changed
+        out: list[S.Op] = []
+        for op in ops:
+            flat = _elementwise_ops(op) if isinstance(op, S.Pipeline) else None
+            if flat is not None:
+                out += flat
+                changed = True
+            elif isinstance(op, (S.When, S.Loop)):
+                out.append(op.model_copy(update={"do": lower(op.do)}))
+            else:
+                out.append(op)
+        return out
+
+    body = lower(schedule.body)
+    return schedule.model_copy(update={"body": body}) if changed and not schedule.kernels else schedule
 
 
 def _has_matmul(schedule: S.Schedule) -> bool:

@@ -15,8 +15,8 @@ warpgroup 1 is the block's copy engine, as a TPU's DMA engine is: a copy's `star
 over and returns; the copier, in the order copies were started, moves it through its SMEM a
 chunk of rows at a time (a TMA load, then a TMA store, into a peer's memory through
 `plgpu.remote_ref` for a remote copy), then signals the receiving block's semaphore by the
-bytes moved, as a TPU DMA semaphore counts bytes; `wait_send` waits until the copier is done
-with it, `wait_recv` until the incoming bytes have been signalled.
+bytes moved, and our own DMA semaphore likewise, as a TPU DMA engine counts bytes on both;
+`wait_send` and `wait_recv` wait for those bytes, as on a TPU.
 
 The values below stand in for the emitted module's constants so that this module imports on
 its own (see runtime.py).
@@ -139,24 +139,25 @@ def _store(view, dst):
 
 @dataclasses.dataclass(frozen=True)
 class _Copy:
-    """One schedule copy on one block: `src` to `dst` (GMEM, the block's columns), on GPU
-    `device` (None: this one), done by the block's copy warpgroup, as a TPU DMA engine does it.
+    """One schedule copy on one block: `src` to `dst` (GMEM, the block's tiles), on GPU `device`
+    (None: this one), done by the block's copy warpgroup, as a TPU DMA engine does it.
 
     Both warpgroups run the schedule's control flow with their own `_Copy` objects (`copier`
     says which). In the schedule's warpgroup, `start` hands the copy over (signals `issued`)
-    and returns; `wait_send` waits until the copier says it is done (`done`), so the source
-    may be written again; `wait_recv` waits until our `recv_sem` holds the incoming copy's
-    bytes and takes them. In the copy warpgroup, `start` waits for the hand-over, copies every
-    chunk through its SMEM buffer `stage` (TMA loads land on `barrier`), waits for the stores,
-    signals `recv_sem` on the receiving block by the bytes copied (a release, as a TPU DMA
-    semaphore counts bytes) and then `done`; it waits for nothing else. The two warpgroups
-    count on semaphores, so the copier may be any number of copies behind."""
+    and returns; `wait_send` waits until our DMA semaphore `sem` (a remote copy's send
+    semaphore, a local copy's semaphore) holds the copy's bytes and takes them, so the source
+    may be written again; `wait_recv` does the same on `recv_sem` for the incoming copy. In
+    the copy warpgroup, `start` waits for the hand-over, copies every chunk through its SMEM
+    buffer `stage` (TMA loads land on `barrier`), waits for the stores, then signals the
+    receiving block's `recv_sem` and our `sem` by the bytes copied (a release), as a TPU DMA
+    engine counts bytes on both semaphores. The copier waits for nothing else, so it may be
+    any number of copies behind."""
     src: object
     dst: object
     stage: object
     barrier: object
     issued: object
-    done: object
+    sem: object
     copier: bool
     recv_sem: object = None
     device: object = None
@@ -176,7 +177,7 @@ class _Copy:
         _each_chunk(self.src.shape, self.stage, chunk)
         if self.device is not None:
             pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
-        pl.semaphore_signal(self.done, 1)
+        pl.semaphore_signal(self.sem, self.nbytes())
 
     def nbytes(self):
         """The bytes this block's part of the copy moves."""
@@ -184,7 +185,7 @@ class _Copy:
 
     def wait_send(self):
         if not self.copier:
-            pl.semaphore_wait(self.done, 1)
+            pl.semaphore_wait(self.sem, self.nbytes())
 
     def wait_recv(self):
         if not self.copier and self.device is not None:
