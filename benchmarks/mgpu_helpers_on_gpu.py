@@ -1,7 +1,8 @@
 """On one Hopper GPU (needs one; no ringc install: it imports ringc/codegen/mgpu_runtime.py by
 path): the runtime helpers of the Mosaic GPU modules `ringc emit --target mgpu` writes, run for
 their values, which the CPU check does not follow through wgmma: `_matmul` against jnp.dot, and
-a copy by the copy warpgroup (`_Copy`, semaphore hand-over) then `_compute` (add) on one block.
+a copy by the copy warpgroup (`_Copy`: semaphore hand-over, bytes counted on its DMA
+semaphore) then `_compute` (add) on one block.
 
     python benchmarks/mgpu_helpers_on_gpu.py
 """
@@ -33,7 +34,7 @@ def copy_then_add(x):
     def kernel(x_ref, o_ref, stage_a, stage_b, loaded, issued, done, copy_stage, copy_loaded):
         def run(copier):
             c = R._Copy(src=x_ref, dst=o_ref, stage=copy_stage, barrier=copy_loaded, issued=issued.at[0],
-                        done=done.at[0], copier=copier)
+                        sem=done.at[0], copier=copier)
             c.start()
             c.wait()
             if not copier:
