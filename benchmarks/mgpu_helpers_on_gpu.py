@@ -6,7 +6,9 @@ semaphore) then `_compute` (add) on one block.
 
     python benchmarks/mgpu_helpers_on_gpu.py
 """
-import functools, sys, time
+import functools
+import sys
+
 import numpy as np
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
