@@ -959,8 +959,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print(json.dumps(document("synth", code, [report], []), indent=1))
     else:
         print(result.to_text())
-        for path in written:
-            print(f"wrote {path}", file=sys.stderr)
+        for path in written:  # as the user named the output: relative to here if they gave it so
+            print(f"wrote {path if os.path.isabs(args.output) else os.path.relpath(path)}", file=sys.stderr)
     return code
 
 
