@@ -133,12 +133,22 @@ def test_the_synthesized_library_checks(path):
     assert path.read_text().startswith("# ringc synth ")
 
 
+def test_cli_says_a_relative_output_as_given(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["synth", "all_gather", "--topology", "ring:4", "--bytes", "64KiB", "--no-compile",
+                 "-o", "ag.yaml"]) == 0
+    assert "wrote ag.yaml" in capsys.readouterr().err.splitlines()
+    assert (tmp_path / "ag.yaml").is_file()
+
+
 def test_cli_text_json_and_output(tmp_path, capsys):
     out = tmp_path / "ag.yaml"
     assert main(["synth", "all_gather", "--topology", "torus:4x4", "--bytes", "64KiB", "--no-compile",
                  "-o", str(out)]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "ringc synth all_gather on torus:4x4 (16 chips, v5e)" in text and "frontier" in text
+    assert f"wrote {out}" in captured.err  # an absolute -o, as given
     assert check(ringc.load(out), topology="torus:4x4").ok
     assert main(["synth", "all_reduce", "--topology", "ring:4", "--bytes", "1MiB", "--no-compile",
                  "--format", "json"]) == 0
