@@ -558,14 +558,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import math
     if args.target == "mgpu":
-        from .compile.gpu import hopper_gpus
-        count = hopper_gpus()
-        raise ScheduleError(
-            f"ringc run --target mgpu runs the Mosaic GPU module on two or more Hopper GPUs; this machine has "
-            f"{count}" if count < 2 else
-            "ringc run --target mgpu on this machine's GPUs is not built yet (issue 35)", file=args.file,
-            fix="check the schedule with `ringc check`, compile its Mosaic GPU module with `ringc emit --target "
-                "mgpu -o k.py` and `ringc compile k.py --target h100`, then run k.py's build(mesh) on the GPUs")
+        return _run_mgpu(args)
     from .run import ensure_host_devices
     if (args.devices is None) == (args.mesh is None):
         raise ScheduleError("give either --devices (a ring) or --mesh (a multi-axis mesh)", file=args.file,
@@ -605,6 +598,50 @@ def cmd_run(args: argparse.Namespace) -> int:
         where = f" on a {'x'.join(map(str, shape))} mesh" if args.mesh else ""
         print(f"{args.file} N={program.n}{where}: {status}  max|kernel - lax| = {res.max_abs_err:.3g} "
               f"(tolerance {res.tolerance:.3g})  race detector: {races}  time {res.seconds:.2f}s")
+        ok &= res.ok
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _run_mgpu(args: argparse.Namespace) -> int:
+    """`ringc run FILE --target mgpu`: the schedule's Mosaic GPU module on this machine's Hopper
+    GPUs. One GPU runs the module's block-local parts for their values (`mgpu_selftest`); a
+    collective needs N GPUs, and runs against lax where there are as many."""
+    from .compile.gpu import hopper_gpus
+    count = hopper_gpus()
+    fix = ("check the schedule with `ringc check`, and compile its Mosaic GPU module with `ringc emit --target mgpu "
+           "-o k.py` and `ringc compile k.py --target h100`")
+    if count == 0:
+        raise ScheduleError("ringc run --target mgpu runs the Mosaic GPU module on Hopper GPUs; this machine has 0",
+                            file=args.file, fix=fix)
+    if args.mesh is not None:
+        raise ScheduleError("--mesh: the Mosaic GPU module runs on a one-axis mesh of GPUs", file=args.file,
+                            fix="give --devices N")
+    import jax
+    from .codegen.mgpu_selftest import run_parts
+    from .jaxapi import import_kernel
+    from .run import run_schedule_gpu
+    sched = _load(args.file, args.param)
+    module = import_kernel(sched, target="mgpu")  # refuses in one line what the GPU target cannot express
+    gpus = [d for d in jax.devices("gpu") if str(getattr(d, "compute_capability", "")).startswith("9")]
+    ok = True
+    print(f"{args.file}: the module's block-local parts on {gpus[0].device_kind} (GPU 0):")
+    for part in run_parts(module):
+        print(f"  {part.name}: {'ok' if part.ok else 'WRONG'}  {part.detail}")
+        ok &= part.ok
+    for n in args.devices or ([count] if count >= 2 else []):
+        if n > count:
+            print(f"{args.file} N={n}: not run: it needs {n} Hopper GPUs, this machine has {count} "
+                  f"(`ringc check` proves it at any N)")
+            ok = False
+            continue
+        try:
+            res = run_schedule_gpu(sched, gpus[:n], params=dict(args.param), seed=args.seed)
+        except Exception as e:  # the GPU runtime's refusal (e.g. no NVSHMEM in this jaxlib): one line
+            print(f"{args.file} N={n} on {n} GPUs: not run: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            ok = False
+            continue
+        print(f"{args.file} N={n} on {n} GPUs: {'ok' if res.ok else 'FAILED'}  max|kernel - lax| = "
+              f"{res.max_abs_err:.3g} (tolerance {res.tolerance:.3g})  time {res.seconds:.4f}s")
         ok &= res.ok
     return EXIT_OK if ok else EXIT_FAILED
 

@@ -228,16 +228,18 @@ def refusal(sched: Schedule, reports: list) -> ScheduleError:
     return err
 
 
-def import_kernel(sched: Schedule, checked: Iterable[Mapping[str, int]] | None = None) -> ModuleType:
-    """Emit `sched`'s module and import it in memory (no file, no check). The module is named
-    `ringc_kernel_<name>` where that is an identifier (else `ringc_kernel`); its source stays in
-    `linecache` so tracebacks show the generated lines. `checked`: the sizes proved (its
-    CHECKED; None: any sizes run). A schedule made in code has no YAML text: its module's
-    SCHEDULE is the `Schedule` itself, so new sizes can still be checked."""
-    from .codegen import emit
+def import_kernel(sched: Schedule, checked: Iterable[Mapping[str, int]] | None = None,
+                  target: str = "tpu") -> ModuleType:
+    """Emit `sched`'s module for `target` ("tpu" or "mgpu") and import it in memory (no file, no
+    check). The module is named `ringc_kernel_<name>` where that is an identifier (else
+    `ringc_kernel`); its source stays in `linecache` so tracebacks show the generated lines.
+    `checked`: the sizes proved (its CHECKED; None: any sizes run). A schedule made in code has
+    no YAML text: its module's SCHEDULE is the `Schedule` itself, so new sizes can still be
+    checked."""
+    from .codegen import emit, emit_mgpu
 
-    text = emit(sched, checked)
-    filename = f"<ringc kernel {Path(sched.file).name}>"
+    text = (emit_mgpu if target == "mgpu" else emit)(sched, checked)
+    filename = f"<ringc {'Mosaic GPU ' if target == 'mgpu' else ''}kernel {Path(sched.file).name}>"
     ident = "ringc_kernel_" + sched.name
     module = ModuleType(ident if ident.isidentifier() and len(ident) < 200 else "ringc_kernel")
     module.__file__ = filename

@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Mapping
+from typing import Any, Mapping
 
 from .ir import expr as E
 from .ir import schema as S
@@ -205,6 +205,18 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     finally:
         pltpu.reset_tpu_interpret_mode_state()
 
+    return compare(schedule, mesh, inputs, out, params, sizes, races_found, seconds)
+
+
+def compare(schedule: S.Schedule, mesh: Any, inputs: Any, out: Any, params: Mapping[str, int],
+            sizes: Mapping[str, int] | None, races_found: bool | None, seconds: float,
+            dtype: str | None = None) -> RunResult:
+    """A run's output against the lax reference on the same mesh and inputs, within the
+    tolerance of the output's dtype (the schedule's, or `dtype`) for the terms the collective
+    sums."""
+    import numpy as np
+    devices = mesh.devices.size
+    n = math.prod(sizes.values()) if sizes else devices
     outputs = [n for n, b in schedule.buffers.items() if b.kind == "output"]
     if len(outputs) > 1:
         out = out[outputs.index(schedule.io_buffer("output"))]
@@ -215,7 +227,7 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
         raise ValueError(f"{schedule.name}: output has shape {got.shape}, but "
                          f"lax {schedule.collective.kind} gives {want.shape}")
     err = float(np.max(np.abs(got - want))) if got.size else 0.0
-    dtype = schedule.dtype_of(schedule.io_buffer("output"))
+    dtype = dtype or schedule.dtype_of(schedule.io_buffer("output"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     depth = E.evaluate(resolved(schedule).inline(schedule.buffers[schedule.io_buffer("input")].full_shape[-1]),
                        {"N": n, **axis_size_env(schedule.axes, sizes or {}), **schedule.params, **params})
@@ -223,6 +235,27 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
     ok = not math.isnan(err) and err <= tol and races_found is not True
     return RunResult(name=schedule.name, devices=devices, max_abs_err=err, tolerance=tol,
                      races_found=races_found, seconds=seconds, ok=ok)
+
+
+def run_schedule_gpu(schedule: S.Schedule, devices: list, *, params: Mapping[str, int] | None = None,
+                     seed: int = 0) -> RunResult:
+    """Run `schedule`'s Mosaic GPU module (`ringc emit --target mgpu`) on `devices` (Hopper GPUs,
+    two or more: its copies need peers) and compare with the lax reference on them."""
+    import jax
+    import numpy as np
+    from .jaxapi import import_kernel
+    params = dict(params or {})
+    mesh = jax.sharding.Mesh(np.array(devices), (schedule.axis,))
+    module = import_kernel(schedule, target="mgpu")
+    fn = module.build(mesh, **params)
+    inputs = module.make_inputs(mesh, jax.random.key(seed), **params)
+    compiled = fn.lower(*inputs).compile()
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(*inputs))
+    seconds = time.perf_counter() - start
+    # (a module with a matmul runs in bfloat16 unless the schedule fixes a dtype)
+    return compare(schedule, mesh, inputs, out, params, {schedule.axis: len(devices)}, None, seconds,
+                   dtype=str(np.asarray(out).dtype) if not isinstance(out, (tuple, list)) else None)
 
 
 def _races_found() -> bool | None:
