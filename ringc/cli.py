@@ -267,7 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (and runtime data sample)")
     r.add_argument("--target", choices=("tpu-interpret", "mgpu"), default="tpu-interpret",
                    help="tpu-interpret (default): TPU interpret mode on CPU devices; mgpu: the Mosaic GPU module on "
-                        "this machine's Hopper GPUs (two or more)")
+                        "this machine's Hopper GPUs (on one: its block-local parts; on --devices N: the collective)")
     add_params(r)
 
     k = sub.add_parser("compile", help="compile the emitted kernel with the real TPU compiler, or a Mosaic GPU "
