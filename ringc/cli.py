@@ -607,7 +607,8 @@ def _run_mgpu(args: argparse.Namespace) -> int:
     GPUs. One GPU runs the module's block-local parts for their values (`mgpu_selftest`); a
     collective needs N GPUs, and runs against lax where there are as many."""
     from .compile.gpu import hopper_gpus
-    count = hopper_gpus()
+    gpus = hopper_gpus()
+    count = len(gpus)
     fix = ("check the schedule with `ringc check`, and compile its Mosaic GPU module with `ringc emit --target mgpu "
            "-o k.py` and `ringc compile k.py --target h100`")
     if count == 0:
@@ -616,13 +617,11 @@ def _run_mgpu(args: argparse.Namespace) -> int:
     if args.mesh is not None:
         raise ScheduleError("--mesh: the Mosaic GPU module runs on a one-axis mesh of GPUs", file=args.file,
                             fix="give --devices N")
-    import jax
     from .codegen.mgpu_selftest import run_parts
     from .jaxapi import import_kernel
     from .run import run_schedule_gpu
     sched = _load(args.file, args.param)
     module = import_kernel(sched, target="mgpu")  # refuses in one line what the GPU target cannot express
-    gpus = [d for d in jax.devices("gpu") if str(getattr(d, "compute_capability", "")).startswith("9")]
     ok = True
     print(f"{args.file}: the module's block-local parts on {gpus[0].device_kind} (GPU 0):")
     for part in run_parts(module):

@@ -217,7 +217,7 @@ def compare(schedule: S.Schedule, mesh: Any, inputs: Any, out: Any, params: Mapp
     import numpy as np
     devices = mesh.devices.size
     n = math.prod(sizes.values()) if sizes else devices
-    outputs = [n for n, b in schedule.buffers.items() if b.kind == "output"]
+    outputs = schedule.buffers_of("output")
     if len(outputs) > 1:
         out = out[outputs.index(schedule.io_buffer("output"))]
     expected = reference(schedule, mesh, **params)(*inputs)

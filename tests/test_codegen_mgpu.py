@@ -20,12 +20,9 @@ EMITTED = ["all_gather_bidirectional", "all_gather_bidirectional_unrolled", "all
            "all_to_all_direct", "all_to_all_ring", "ppermute_bidirectional", "ppermute_right",
            "reduce_scatter_bidirectional", "reduce_scatter_bidirectional_overlapped", "reduce_scatter_chunked",
            "reduce_scatter_pipelined"]
-# Sizes a GPU takes where the schedule's defaults are too small: wgmma multiplies 64-row tiles.
-GPU_PARAMS = {"all_gather_matmul": {"rows": 128, "cols": 128, "depth": 128}}
-
-
 def _gpu_params(sched) -> dict:
-    """A schedule with a matmul at sizes wgmma takes (its rows, cols and depth 128)."""
+    """Sizes a GPU takes where the schedule's defaults are too small: a schedule with a matmul
+    (wgmma multiplies 64-row tiles) at rows, cols and depth 128."""
     from ringc.codegen.mgpu import _has_matmul
     return {p: 128 for p in ("rows", "cols", "depth") if p in sched.params} if _has_matmul(sched) else {}
 DIFFERENCES = yaml.safe_load((TESTS / "mgpu_roundtrip_differences.yaml").read_text())
@@ -73,7 +70,7 @@ def test_library_schedule_round_trips_through_the_gpu_front_end(tmp_path, name, 
     """The emitted module, checked as Mosaic GPU code (every block of every GPU a process),
     gets the schedule's verdict: ok, the collective's meaning included."""
     path = ROOT / "schedules" / f"{name}.yaml"
-    params = GPU_PARAMS.get(name, {})
+    params = _gpu_params(ringc.load(str(path)))
     want = ringc.check(ringc.load(str(path), params), n)
     (got,) = check_file(_emit(tmp_path, path), n, params=params)
     assert want.ok
@@ -195,7 +192,7 @@ needs_plugin = pytest.mark.skipif(not __import__("ringc.compile.gpu", fromlist=[
                                   "all_gather_matmul"])
 def test_emitted_module_compiles_for_sm90a(tmp_path, name):
     from ringc.compile.gpu import compile_file
-    (result,) = compile_file(_emit(tmp_path, ROOT / "schedules" / f"{name}.yaml"), 4,
-                             params=GPU_PARAMS.get(name, {}))
+    path = ROOT / "schedules" / f"{name}.yaml"
+    (result,) = compile_file(_emit(tmp_path, path), 4, params=_gpu_params(ringc.load(str(path))))
     assert result.ok, result.to_text(verbose=True)
     assert result.kernels and all(k.spill_stores == 0 and k.registers for k in result.kernels)

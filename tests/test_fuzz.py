@@ -294,6 +294,8 @@ def command_lines(draw, stem: str, command: str):
             flags += ["-o", "{OUT}"]
         if maybe(0.5):  # emit even what fails `check`: the emitter sees every mutant
             flags.append("--unchecked")
+        if maybe(0.3):  # the Mosaic GPU target: emitted, or refused in one message; or an unknown target
+            flags += ["--target", draw(st.sampled_from(["mgpu", "mgpu", "tpu", "gpu"]))]
     elif command == "cost":
         flags += ["--topology", pick(TOPOLOGIES)] if maybe(0.9) else []
         if maybe(0.3):

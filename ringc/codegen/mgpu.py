@@ -16,7 +16,7 @@ naming the line (`MgpuEmitError`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..errors import ScheduleError
 from ..ir import expr as E
@@ -64,6 +64,7 @@ class _MgpuEmitter(Emitter):
         self.hidden = {op.matmul.name for p in self.matmuls.values() for op in walk_ops(p.do)
                        if isinstance(op, S.Matmul)}
         self.refuse_unsupported()
+        self.uses = self.region_uses()
         self.tile_dims = self.choose_tiles()
         self.columns = self.width_dim()
         self.helpers |= {"_chunk_rows", "_chunk_cols", "_tile", "_row_blocks" if self.matmuls else "_blocks"}
@@ -153,8 +154,7 @@ class _MgpuEmitter(Emitter):
                     and len(cast) == 1 and isinstance(cast[0], S.Cast) and cast[0].src == acc
                     and cast[0].cast == E.Ref(o, ()) and mm.accumulate and not mm.transposed
                     and mm.a == E.Ref(a, ()) and mm.b == E.Ref(b, ())
-                    and self.s.buffers.get(acc.name) is not None
-                    and self.s.buffers[acc.name].kind == "vmem_scratch"):
+                    and getattr(self.s.buffers.get(acc.name), "kind", None) == "vmem_scratch"):
                 continue
             found[id(op)] = op
         return found
@@ -193,7 +193,7 @@ class _MgpuEmitter(Emitter):
                     self.refuse(f"buffers `{first}` and `{n}` differ in their {what} dimension "
                                 f"({E.to_text(sizes[first])} vs {E.to_text(d)}); the GPU target splits every "
                                 "buffer alike into one tile per thread block", s.line_of("buffers", n))
-        for ref, line in self.regions():
+        for ref, line, _ in self.uses:
             dim = self.tile_dims.get(ref.name)
             if dim is None or dim >= len(ref.indices):
                 continue
@@ -203,15 +203,24 @@ class _MgpuEmitter(Emitter):
                             "target gives each thread block a tile of that dimension", line)
         return self.resolved.inline(s.buffers[moved[0]].full_shape[-1])
 
+    def region_uses(self) -> list[tuple[E.Ref, int | None, str]]:
+        """Every region the kernel names, with its line and how: "copy" (a copy's source or
+        destination), "read" or "write" (an op's, by the op class's `reads` and `writes`,
+        outside matmul pipelines), "matmul" (a matmul pipeline's operand)."""
+        s = self.s
+        uses = [(ref, c.line, "copy") for c in s.copies.values() for ref in (c.src, c.dst)]
+        inside = {id(o) for p in self.matmuls.values() for o in walk_ops(p.do)}
+        for op in walk_ops(s.all_ops):
+            if id(op) in self.matmuls:
+                uses += [(spec.ref, op.line, "matmul") for spec in op.specs.values()]
+            elif id(op) not in inside:
+                uses += [(ref, op.line, how) for how, fields in (("read", op.reads), ("write", op.writes))
+                         for f in fields if isinstance(ref := getattr(op, f, None), E.Ref) and ref.name in s.buffers]
+        return uses
+
     def moved(self) -> list[E.Ref]:
         """The regions copies and compute ops (outside matmul pipelines) move through SMEM."""
-        matched = {id(o) for p in self.matmuls.values() for o in walk_ops([p])}
-        refs = [ref for c in self.s.copies.values() for ref in (c.src, c.dst)]
-        for op in walk_ops(self.s.all_ops):
-            if id(op) not in matched:
-                refs += [r for f in ("zero", "accumulate", "src", "base", "assign", "cast")
-                         if isinstance(r := getattr(op, f, None), E.Ref) and r.name in self.s.buffers]
-        return refs
+        return [ref for ref, _, how in self.uses if how != "matmul"]
 
     def tiled_size(self) -> E.Expr:
         """The size of the dimension blocks split (the same in every tiled buffer)."""
@@ -219,34 +228,12 @@ class _MgpuEmitter(Emitter):
         return self.resolved.inline(self.s.buffers[n].full_shape[self.tile_dims[n]])
 
     def computed_regions(self) -> list[E.Ref]:
-        """The regions ops compute into (zero, accumulate, assign, cast): their chunks go
-        through a warpgroup's registers."""
-        matched = {id(o) for p in self.matmuls.values() for o in walk_ops(p.do)}
-        return [ref for op in walk_ops(self.s.all_ops) if id(op) not in matched
-                for field in ("zero", "accumulate", "assign", "cast") if isinstance(ref := getattr(op, field, None), E.Ref)]
+        """The regions ops compute into: their chunks go through a warpgroup's registers."""
+        return [ref for ref, _, how in self.uses if how == "write"]
 
     @staticmethod
     def tuple_or_empty(items: list[str]) -> str:
         return "()" if not items else f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-
-    def regions(self) -> Iterator[tuple[E.Ref, int | None]]:
-        """Every region copies and ops name (a matmul pipeline's: its operands' regions)."""
-        s = self.s
-        for n, c in s.copies.items():
-            for ref in (c.src, c.dst):
-                yield ref, c.line
-        matched = {id(o) for p in self.matmuls.values() for o in walk_ops(p.do)}
-        for op in walk_ops(s.all_ops):
-            if id(op) in matched:
-                continue
-            if id(op) in self.matmuls:
-                for spec in op.specs.values():
-                    yield spec.ref, op.line
-                continue
-            for field in ("zero", "accumulate", "src", "base", "assign", "cast"):
-                ref = getattr(op, field, None)
-                if isinstance(ref, E.Ref) and ref.name in s.buffers:
-                    yield ref, op.line
 
     # -- module ---------------------------------------------------------------------------
     def module_docstring(self, w: CodeWriter) -> None:
@@ -286,7 +273,7 @@ class _MgpuEmitter(Emitter):
         s = self.s
         refs = [(n, "input") for n in s.buffers_of("input")]
         refs += [(n, "output") for n in s.buffers_of("output")]
-        refs += [(n, "GMEM scratch") for n in self.extra_outputs()]
+        refs += [(n, self.SCRATCH_OUTPUTS) for n in self.extra_outputs()]
         refs += [(n, "semaphore") for n in s.semaphores]
         return refs
 
@@ -334,11 +321,7 @@ class _MgpuEmitter(Emitter):
             self.copy_descriptor(point, n, s.copies[n])
         point.blank()
         self.ops(point, s.body, top=True)
-        derived = []
-        for b, e in reversed(self.resolved.builtins.items()):
-            if b in self.names_used:
-                derived.insert(0, f"{b} = {self.py(e)}")
-        w.lines.extend(INDENT + line for line in derived)
+        w.lines.extend(INDENT + line for line in self.derived_lines())
         w.blank()
         with w.block("def _run(copier):"):
             w.docstring("The schedule on this block: its ops (copier False, warpgroup 0), or only its copies, "
@@ -361,15 +344,11 @@ class _MgpuEmitter(Emitter):
         w.level = 0
         return w
 
-    def kernel_ref_doc(self) -> str:
-        groups: dict[str, list[str]] = {}
-        for n, role in self.kernel_refs():
-            groups.setdefault(role, []).append(f"`{self.name(n)}`")
-        parts = [f"{role}{'s' if len(refs) > 1 and role in ('input', 'output', 'semaphore') else ''} "
-                 f"{', '.join(refs)}{' (allocated as extra outputs)' if role == 'GMEM scratch' else ''}"
-                 for role, refs in groups.items()]
-        return ("Refs, in plgpu.kernel order: " + "; ".join(parts) + ". Semaphores are the block's own: a signal "
-                "reaches the block of the same index on the target GPU.")
+    CALL = "plgpu.kernel"
+    SCRATCH_OUTPUTS = "GMEM scratch"
+
+    def refs_note(self) -> str:
+        return "Semaphores are the block's own: a signal reaches the block of the same index on the target GPU."
 
     def copy_call(self, name: str, c: S.Copy) -> tuple[str, list[str]]:
         self.helpers.add("_Copy")
@@ -563,26 +542,16 @@ def _elementwise_ops(op: S.Pipeline) -> list[S.Op] | None:
     if [ix for ix in first.index if ix != E.Const(0)] != grid:
         return None
     windows = {n: sp.ref for n, sp in op.specs.items()}
-    for o in op.do:  # an output block starts unloaded: reading it is not reading its region
-        reads = [getattr(o, f, None) for f in ("src", "base")]
-        if isinstance(o, S.Accumulate) and o.base is None:
-            reads.append(o.accumulate)
-        if any(isinstance(r, E.Ref) and r.name in op.outputs for r in reads):
-            return None
-
-    def region(ref: Any) -> Any:
-        if isinstance(ref, E.Ref) and ref.name in windows:
-            return windows[ref.name] if not ref.indices else None
-        return ref
-
     out = []
     for o in op.do:
-        fields = {f: region(getattr(o, f)) for f in ("zero", "accumulate", "src", "base", "assign", "cast")
-                  if isinstance(getattr(o, f, None), E.Ref)}
-        if any(v is None for v in fields.values()) or any(
-                isinstance(getattr(o, f), E.Ref) and getattr(o, f).name not in windows for f in fields):
+        # An output block starts unloaded: reading it is not reading its region.
+        reads = [*o.reads, *(o.writes if isinstance(o, S.Accumulate) and o.base is None else ())]
+        if any(isinstance(r := getattr(o, f), E.Ref) and r.name in op.outputs for f in reads):
+            return None
+        refs = {f: r for f in (*o.reads, *o.writes) if isinstance(r := getattr(o, f), E.Ref)}
+        if any(r.name not in windows or r.indices for r in refs.values()):
             return None  # a block indexed inside, or a VMEM buffer of the body's own
-        out.append(o.model_copy(update=fields))
+        out.append(o.model_copy(update={f: windows[r.name] for f, r in refs.items()}))
     return out
 
 

@@ -212,11 +212,6 @@ def _compute(fn, dst, srcs, stages, barrier):
     _each_chunk(dst.shape, stages[0], chunk)
 
 
-def _zeros(shape, dtype):
-    """A function of no sources giving zeros of `shape`, for `_compute` (`zero` ops)."""
-    return lambda: jnp.zeros(shape, dtype)
-
-
 def _matmul_tile_n(n):
     """Columns of a matmul's output tile: the most of 256, 128 and 64 that divide `n`."""
     for tile in (256, 128, 64):
@@ -278,14 +273,6 @@ def _matmul(a, b, out, out_stage, a_smem, b_smem, loaded):
                 _store(out_stage, out.at[pl.ds(mi * tile_m, tile_m), pl.ds(ni * tile_n, tile_n)])
 
             pl.run_scoped(tile, plgpu.ACC((tile_m, tile_n), jnp.float32))
-
-
-def _signal(sem, inc, device):
-    """Signal `sem` on the block of the same index on GPU `device` (None: ours)."""
-    if device is None:
-        pl.semaphore_signal(sem, inc)
-    else:
-        pl.semaphore_signal(sem, inc, device_id=device)
 
 
 def _barrier(neighbours, sem, axis, mesh_axes):

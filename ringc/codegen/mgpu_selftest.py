@@ -62,8 +62,8 @@ def _copy_kernel(R: Any, x: Any, add: bool) -> Any:
         pl.when(wg == 0)(lambda: run(False))
         pl.when(wg == 1)(lambda: run(True))
 
-    chunk = R._chunk_rows(rows, R._chunk_cols(cols), x.dtype)
     width = R._chunk_cols(cols)
+    chunk = R._chunk_rows(rows, width, x.dtype)
     smem = functools.partial(plgpu.SMEM, (chunk, width), x.dtype)
     return plgpu.kernel(kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(1,), grid_names=("blocks",),
                         num_threads=2, thread_name="wg",

@@ -577,7 +577,7 @@ class Emitter:
         refs = [(n, "scalar prefetch (SMEM)") for n in s.data]
         refs += [(n, "input") for n in s.buffers_of("input")]
         refs += [(n, "output") for n in s.buffers_of("output")]
-        refs += [(n, "HBM scratch") for n in s.buffers_of("hbm_scratch")]
+        refs += [(n, self.SCRATCH_OUTPUTS) for n in s.buffers_of("hbm_scratch")]
         refs += [(n, "semaphore") for n in s.semaphores]
         refs += [(n, "VMEM scratch") for n in s.buffers_of("vmem_scratch")]
         return refs
@@ -641,10 +641,7 @@ class Emitter:
             w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
         for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
             w.line(f"{self.name(g)} = pl.program_id({i})")
-        derived = []
-        for b, e in reversed(self.resolved.builtins.items()):  # dependents first: they add names
-            if b in self.names_used:
-                derived.insert(0, f"{b} = {self.py(e)}")
+        derived = self.derived_lines()
         for i, a in enumerate(s.axes):
             if f"me_{a}" in self.names_used:
                 w.line(f"me_{a} = lax.axis_index(axis[{i}])")
@@ -654,6 +651,18 @@ class Emitter:
         w.lines.extend(body.lines)
         return w
 
+    def derived_lines(self) -> list[str]:
+        """`left = ...`, `right = ...`: the builtins the ops used, each after those it uses."""
+        derived = []
+        for b, e in reversed(self.resolved.builtins.items()):  # dependents first: they add names
+            if b in self.names_used:
+                derived.insert(0, f"{b} = {self.py(e)}")
+        return derived
+
+    # The kernel call its docstring names, and its role of the scratch allocated as outputs.
+    CALL = "pallas_call"
+    SCRATCH_OUTPUTS = "HBM scratch"
+
     def kernel_ref_doc(self) -> str:
         groups: dict[str, list[str]] = {}
         for n, role in self.kernel_refs():
@@ -661,10 +670,13 @@ class Emitter:
         parts = []
         for role, refs in groups.items():
             plural = "s" if len(refs) > 1 and role in ("input", "output", "semaphore") else ""
-            note = " (allocated as extra outputs)" if role == "HBM scratch" else ""
+            note = " (allocated as extra outputs)" if role == self.SCRATCH_OUTPUTS else ""
             parts.append(f"{role}{plural} {', '.join(refs)}{note}")
-        return ("Refs, in pallas_call order: " + "; ".join(parts) + ". `axis` is the kernel's mesh "
-                "axis name (a tuple over several), `mesh_axes` every mesh axis in order.")
+        return f"Refs, in {self.CALL} order: " + "; ".join(parts) + ". " + self.refs_note()
+
+    def refs_note(self) -> str:
+        return ("`axis` is the kernel's mesh axis name (a tuple over several), `mesh_axes` every mesh axis "
+                "in order.")
 
     def program_calls(self) -> list[_Call]:
         """The pallas_calls of a split-phase program, in order (`_Call`). A call binds the

@@ -91,15 +91,15 @@ def _ptxas() -> str | None:
     return shutil.which("ptxas")
 
 
-def hopper_gpus() -> int:
-    """The Hopper GPUs (compute capability 9.x) this machine's JAX sees: 0 without the CUDA
+def hopper_gpus() -> list:
+    """The Hopper GPUs (compute capability 9.x) this machine's JAX sees: none without the CUDA
     plugin or a GPU."""
     try:
         import jax
         devices = jax.devices("gpu")
     except Exception:  # no plugin, no driver, or no GPU: none
-        return 0
-    return sum(1 for d in devices if str(getattr(d, "compute_capability", "")).startswith("9"))
+        return []
+    return [d for d in devices if str(getattr(d, "compute_capability", "")).startswith("9")]
 
 
 def gpu_available() -> bool:
@@ -614,7 +614,7 @@ def _compile_module(path: str, n: int, *, target: str, compile: bool | None,
     `target`, traced on `make_inputs`' shapes placed as IN_SPECS, lowered and compiled."""
     import jax
     from ..pallas.compat import AliasLog
-    from ..pallas.importer import load_module
+    from ..pallas.importer import load_module, placed_inputs
     from ..pallas.tpu import GPUS, answering
     from ..pallas.usererrors import describe_exception, script_line
     module = load_module(path, AliasLog())
@@ -625,10 +625,7 @@ def _compile_module(path: str, n: int, *, target: str, compile: bool | None,
     try:
         with answering(GPUS[target], n, path):
             fn = module.build(mesh, **params)
-            made = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
-            specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
-            shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
-                      for a, spec in zip(jax.tree.leaves(made), specs)]
+            shapes = placed_inputs(module, mesh, jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params)))
             closed = jax.make_jaxpr(fn)(*shapes)
     except ScheduleError:
         raise

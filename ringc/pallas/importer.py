@@ -193,6 +193,18 @@ def _collective(module: Any) -> Collective | None:
     return collective_named(kind, shift, getattr(module, "__file__", None))
 
 
+def placed_inputs(module: Any, mesh: Any, shapes: Any) -> Any:
+    """`make_inputs`' shapes placed on `mesh` as the module's IN_SPECS (the `ringc emit`
+    convention), or as they are when IN_SPECS does not name one spec per input."""
+    import jax
+    specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
+    leaves = jax.tree.leaves(shapes)
+    if len(specs) != len(leaves):
+        return shapes
+    return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
+            for a, spec in zip(leaves, specs)]
+
+
 def check_module(path: str, n: int | None = None, *, shape: tuple[int, ...] | None = None, invocations: int = 1,
                  params: dict[str, int] | None = None, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", tpu: str | None = None) -> Report:
@@ -262,11 +274,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
                 shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in concrete]
                 ran = (f"make_inputs ran concretely on {math.prod(sizes.values())} CPU devices (it needs concrete "
                        f"values: {type(e).__name__} when traced)")
-            specs = module.IN_SPECS if isinstance(module.IN_SPECS, (tuple, list)) else (module.IN_SPECS,)
-            leaves = jax.tree.leaves(shapes)
-            if len(specs) == len(leaves):  # the convention: inputs placed as IN_SPECS
-                shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.NamedSharding(mesh, spec))
-                          for a, spec in zip(leaves, specs)]
+            shapes = placed_inputs(module, mesh, shapes)
         except ScheduleError:
             raise
         except Exception as e:
