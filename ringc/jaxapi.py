@@ -303,12 +303,15 @@ def _ringc_hash() -> str:
     return _SOURCE_HASH[0]
 
 
-def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[str, int]) -> None:
+def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[str, int],
+                broadcasts: Iterable[str] = ()) -> None:
     """What an emitted module's `_checked` calls for sizes not in its CHECKED: raise
     ValueError unless `schedule` (YAML text, or a `Schedule`) at `sizes` (N, N_<axis>,
     every parameter, by the module's names) has no inexact division and passes
     `ringc.check` on a ring of N (a torus of the axis sizes over several axes). Verdicts
-    are cached in memory and on disk; a failing one raises again without checking."""
+    are cached in memory and on disk; a failing one raises again without checking.
+    `broadcasts`: copies a Mosaic GPU module sends by one multimem store; each must still be
+    a broadcast at these sizes (`verify/broadcast.py`), else ValueError."""
     from .codegen.pallas import python_names
     sizes = dict(sizes)
     if schedule is None:
@@ -333,6 +336,18 @@ def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[s
     _VERDICTS[key] = verdict
     if not verdict["ok"]:
         raise ValueError(verdict["text"])
+    if broadcasts:
+        from .verify.broadcast import why_not_broadcast
+        from .verify.unroll import unroll
+        at = base.model_copy(update={"params": {**base.params, **params}})
+        program = unroll(at, n)  # a Mosaic GPU module runs over one axis
+        scratch = base.buffers_of("hbm_scratch", "vmem_scratch")
+        for name in broadcasts:
+            why = why_not_broadcast(program, name, scratch)
+            if why is not None:
+                raise ValueError(f"{source}: at {sizes}, copy `{name}` is not a broadcast ({why}), but this module "
+                                 "sends it by one multimem store to every GPU: pass multimem=False (a TMA copy per "
+                                 "GPU), or change the schedule")
 
 
 def _verdict(base: Schedule, text: str | None, source: str, params: Mapping[str, int], sizes: Mapping[str, int],

@@ -164,6 +164,93 @@ def test_a_blocked_matmul_with_a_broken_body_is_refused(tmp_path):
         emit_mgpu(ringc.load(str(path)))
 
 
+ONE_SHOT = ROOT / "schedules" / "all_reduce_one_shot.yaml"
+# The runtime's broadcast path, and three ways to break it (each a `_Copy.start` edit).
+_STORE_ONCE = """            if self.broadcast not in self.multicast.stored:
+                self.multicast.stored.add(self.broadcast)
+                self.store_everywhere(self.multicast.axis)"""
+_SIGNALS = """        if self.device is not None:
+            pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
+        pl.semaphore_signal(self.sem, self.nbytes())
+"""
+MULTICAST_MUTANTS = {
+    # the value stored is not the source's: every receiver adds twice a peer's x
+    "wrong_value": [("plgpu.multimem_store(view[...],", "plgpu.multimem_store(view[...] * 2,")],
+    # stored again at every start: a receiver signalled earlier is reading the slot being written
+    "every_start": [(_STORE_ONCE, "            self.store_everywhere(self.multicast.axis)")],
+    # the receivers are signalled before the data is stored
+    "signal_first": [(_STORE_ONCE, "            pass"),
+                     (_SIGNALS, _SIGNALS + "        if self.broadcast and self.multicast is not None:\n"
+                                "            self.store_everywhere(self.multicast.axis)\n")],
+}
+
+
+def test_a_one_shot_copy_goes_out_by_one_multimem_store(tmp_path):
+    """all_reduce_one_shot's `send` reaches every other GPU, one start after another, with its
+    own slot unused: it goes out as one multimem store (BROADCASTS), or per GPU with
+    multimem=False; both check clean with the collective's meaning. Copies round a ring are
+    not broadcasts."""
+    text = emit_mgpu(ringc.load(str(ONE_SHOT)))
+    assert "BROADCASTS = ('send',)" in text and "plgpu.multimem_store(" in text
+    assert "def build(mesh, *, interpret=None, blocks=None, multimem=True, **params):" in text
+    assert "multicast=multicast" in text.split("def _send(")[1].split("def _load(")[0]
+    assert "multicast=" not in text.split("def _load(")[1].split("\n\n")[0]  # a local copy
+    per_gpu = text.replace("blocks=None, multimem=True, **params", "blocks=None, multimem=False, **params")
+    for module_text, stem in ((text, "multimem"), (per_gpu, "per_gpu")):
+        module = tmp_path / f"{stem}.py"
+        module.write_text(module_text)
+        for n in (2, 4):
+            (got,) = check_file(str(module), n)
+            assert got.ok and not got.kinds(), got.to_text()
+    ring = emit_mgpu(ringc.load(str(ROOT / "schedules" / "all_reduce_ring.yaml")))
+    assert "BROADCASTS" not in ring and "class _Multicast" not in ring and "multimem=True" not in ring
+
+
+@pytest.mark.parametrize("mutant", sorted(MULTICAST_MUTANTS))
+def test_a_broken_multicast_is_found_by_the_gpu_check(tmp_path, mutant):
+    text = emit_mgpu(ringc.load(str(ONE_SHOT)))
+    for old, new in MULTICAST_MUTANTS[mutant]:
+        assert old in text
+        text = text.replace(old, new)
+    module = tmp_path / f"{mutant}.py"
+    module.write_text(text)
+    (got,) = check_file(str(module), 4)
+    assert not got.ok
+    assert {"wrong_value": "wrong_result"}.get(mutant, "race") in got.kinds(), got.to_text()
+
+
+def test_a_copy_whose_own_region_is_used_is_not_multicast(tmp_path):
+    """A multicast also writes the sender's own copy of the region: when the schedule uses it
+    (here a local copy into it), the copy goes per GPU, and `why_not_broadcast` says why."""
+    from ringc.verify.broadcast import why_not_broadcast
+    from ringc.verify.unroll import unroll
+    text = ONE_SHOT.read_text().replace("  done: regular\n", "  done: regular\n  keep_sem: dma\n")
+    text = text.replace('sem: "load_sem[step]"}\n', 'sem: "load_sem[step]"}\n  keep: {src: x, dst: "gathered[me]", '
+                        'sem: keep_sem}\n')
+    text += ("  - when: phase == 1 and step == 0\n    do:\n      - start: keep\n"
+             "  - when: phase == 2 and step == 0\n    do:\n      - wait: keep\n")
+    path = tmp_path / "keep.yaml"
+    path.write_text(text)
+    sched = ringc.load(str(path))
+    assert ringc.check(sched, 4).ok
+    why = why_not_broadcast(unroll(sched, 4), "send", sched.buffers_of("hbm_scratch", "vmem_scratch"))
+    assert why and "own gathered[0, 0:8, 0:128] is used" in why
+    assert "BROADCASTS" not in emit_mgpu(sched)
+    ring = ringc.load(str(ROOT / "schedules" / "all_reduce_ring.yaml"))
+    assert "other events run between its starts" in why_not_broadcast(unroll(ring, 4), "pass")
+
+
+def test_new_sizes_are_checked_for_the_broadcasts():
+    """A module's kernel at sizes not in CHECKED has ringc check them; a copy it multicasts must
+    still be a broadcast there, else ValueError names it and the way out (multimem=False)."""
+    from ringc.jaxapi import check_sizes
+    text = ONE_SHOT.read_text()
+    check_sizes(text, "all_reduce_one_shot.yaml", {"N": 6, "rows": 8, "cols": 128}, broadcasts=("send",))
+    ring = (ROOT / "schedules" / "all_reduce_ring.yaml").read_text()
+    with pytest.raises(ValueError, match="copy `pass` is not a broadcast .*multimem=False"):
+        check_sizes(ring, "all_reduce_ring.yaml", {"N": 4, "rows": 8, "cols": 128}, broadcasts=("pass",))
+
+
 def test_run_on_gpus_refuses_without_two_hopper_gpus(capsys):
     from ringc.cli import main
     rc = main(["run", str(ROOT / "schedules" / "ppermute_right.yaml"), "--devices", "2", "--target", "mgpu"])
@@ -189,7 +276,7 @@ needs_plugin = pytest.mark.skipif(not __import__("ringc.compile.gpu", fromlist=[
 
 @needs_plugin
 @pytest.mark.parametrize("name", ["ppermute_right", "all_gather_ring", "all_reduce_ring", "reduce_scatter_bidirectional",
-                                  "all_gather_matmul"])
+                                  "all_gather_matmul", "all_reduce_one_shot"])
 def test_emitted_module_compiles_for_sm90a(tmp_path, name):
     from ringc.compile.gpu import compile_file
     path = ROOT / "schedules" / f"{name}.yaml"

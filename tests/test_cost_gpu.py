@@ -103,6 +103,31 @@ def test_one_shot_and_ring_side_by_side():
     assert big.bound.in_switch.seconds < big.bound.seconds < big.seconds
 
 
+def test_a_broadcast_is_timed_as_one_multicast_beside_a_copy_per_gpu():
+    """all_reduce_one_shot's `send` is a broadcast: on the switch it is one multimem store, whose
+    bytes leave a GPU's port once (V, not (p - 1) V) and still enter every other GPU's port; the
+    same schedule with a copy per GPU is priced beside it. Either way each GPU takes (p - 1) V
+    in, so both stay at or above that; a ring has no broadcast, nor does a grid of links."""
+    sched = ringc.load(LIB / "all_reduce_one_shot.yaml")
+    hw = hardware("h100:8", sched)
+    e = estimate(sched, hw, nbytes=64 * MiB, every_device=True)
+    assert e.multicast == {"send"} and e.per_gpu is not None and not e.per_gpu.multicast
+    V = e.bound.volume
+    out_of_0, into_1 = hw.placement.route(0, 1)
+    for est, leaving in ((e, V), (e.per_gpu, 7 * V)):
+        used = est.machine.net.used
+        assert used[("link", *out_of_0)] == pytest.approx(leaving, rel=1e-9)
+        assert used[("link", *into_1)] == pytest.approx(7 * V, rel=1e-9)
+        assert est.seconds >= 7 * V / P
+    assert any("multicast: copy `send`" in a for a in e.assumptions)
+    assert "per GPU" in e.to_text() and "multimem=False" in e.to_text()
+    assert json.loads(json.dumps(e.to_json()))["multicast"] == ["send"]
+    q = estimate(sched, hw, nbytes=64 * MiB)  # the quotient times the multicast as every GPU does
+    assert q.seconds == pytest.approx(e.seconds, rel=1e-9)
+    assert not price("all_reduce_ring", "h100:8", MiB).multicast
+    assert not price("all_reduce_one_shot", "ring:8", MiB).multicast
+
+
 def test_the_quotient_prices_as_every_gpu():
     for stem in ("all_gather_ring", "all_reduce_one_shot", "all_to_all_direct"):
         sched = ringc.load(LIB / f"{stem}.yaml")

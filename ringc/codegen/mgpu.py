@@ -36,8 +36,8 @@ _HELPERS_MGPU = {**{h: _GPU_HELPERS.get(h, src) for h, src in Emitter.HELPERS.it
 _HELPER_DEPS_MGPU = {**Emitter.HELPER_DEPS, "_barrier": ("_device",), "_row_blocks": (),
                      "_matmul": ("_matmul_tile_n", "_matmul_smem", "_store"), "_chunk_cols": ("_MAX_BOX",),
                      "_blocks": ("_MAX_BOX",), "_chunk_rows": ("_MAX_BOX", "_MAX_STAGE_BYTES"),
-                     "_Copy": ("_each_chunk", "_load", "_store"), "_compute": ("_each_chunk", "_load", "_store")}
-_HELPER_IMPORTS_MGPU = {**Emitter.HELPER_IMPORTS, "_Copy": "dataclasses", "_each_chunk": "itertools"}
+                     "_Copy": ("_each_chunk", "_load", "_store"), "_Multicast": (), "_compute": ("_each_chunk", "_load", "_store")}
+_HELPER_IMPORTS_MGPU = {**Emitter.HELPER_IMPORTS, "_Copy": "dataclasses", "_Multicast": "dataclasses", "_each_chunk": "itertools"}
 
 
 class MgpuEmitError(ScheduleError):
@@ -64,6 +64,10 @@ class _MgpuEmitter(Emitter):
         self.hidden = {op.matmul.name for p in self.matmuls.values() for op in walk_ops(p.do)
                        if isinstance(op, S.Matmul)}
         self.refuse_unsupported()
+        self.broadcasts = self.find_broadcasts()
+        if self.broadcasts:
+            self.KEYWORDS = (*self.KEYWORDS, ("multimem", "True"))
+            self.helpers.add("_Multicast")
         self.uses = self.region_uses()
         self.tile_dims = self.choose_tiles()
         self.columns = self.width_dim()
@@ -159,6 +163,45 @@ class _MgpuEmitter(Emitter):
             found[id(op)] = op
         return found
 
+    # N (with the schedule's params) at which an --unchecked module's broadcasts are found.
+    BROADCAST_SIZES = (2, 3, 4, 5, 8)
+
+    def find_broadcasts(self) -> list[str]:
+        """The remote copies sent by one multimem store (`verify/broadcast.py`): broadcasts at
+        every size the module is checked at (CHECKED; N = 2, 3, 4, 5 and 8 when unchecked),
+        whose starts are all decided when traced (under `when`s of grid and loop indices,
+        outside pipelines), since the kernel stores the data at the first start it traces."""
+        from ..verify.broadcast import broadcast_copies
+        from ..verify.unroll import unroll
+        s = self.s
+        names = {n for n, c in s.copies.items() if c.remote}
+
+        def traced(ops: list[S.Op], indices: set[str], static: bool) -> None:
+            for op in ops:
+                if isinstance(op, S.Start) and not static:
+                    names.discard(op.copy_use.name)
+                elif isinstance(op, S.When):
+                    traced(op.do, indices, static and self.resolved.is_static(op.when, indices))
+                elif isinstance(op, S.Loop):
+                    traced(op.do, indices | set(op.loop), static)
+                elif isinstance(op, S.Pipeline):
+                    traced(op.do, indices, False)
+
+        traced(s.body, set(s.grid), True)
+        if not names:
+            return []
+        sizes = self.checked if self.checked is not None else [{"N": n} for n in self.BROADCAST_SIZES]
+        scratch = s.buffers_of("hbm_scratch", "vmem_scratch")
+        for size in sizes:
+            params = {p: size[p] for p in s.params if p in size}
+            at = s.model_copy(update={"params": {**s.params, **params}}) if params else s
+            try:
+                program = unroll(at, size["N"])
+            except ScheduleError:  # a size the schedule does not take: no multicast decided there
+                return []
+            names &= broadcast_copies(program, names, scratch)
+        return sorted(names, key=list(s.copies).index)
+
     def choose_tiles(self) -> dict[str, int | None]:
         """The dimension of each buffer that thread blocks split into tiles (None: every block
         sees all of it): the last (columns) in general; the first after the slots (rows) in a
@@ -228,8 +271,10 @@ class _MgpuEmitter(Emitter):
         return self.resolved.inline(self.s.buffers[n].full_shape[self.tile_dims[n]])
 
     def computed_regions(self) -> list[E.Ref]:
-        """The regions ops compute into: their chunks go through a warpgroup's registers."""
-        return [ref for ref, _, how in self.uses if how == "write"]
+        """The regions whose chunks go through a warpgroup's registers: what ops compute into,
+        and what a broadcast copy stores by multimem."""
+        return ([ref for ref, _, how in self.uses if how == "write"]
+                + [self.s.copies[n].src for n in self.broadcasts])
 
     @staticmethod
     def tuple_or_empty(items: list[str]) -> str:
@@ -259,11 +304,27 @@ class _MgpuEmitter(Emitter):
         w.docstring("\n\n".join(parts), wrap=False)
 
     def interpret_doc(self) -> str:
-        return ("`interpret` must be None or False: Mosaic GPU interpret mode runs no collective. `blocks`: thread "
-                "blocks per GPU (None: the GPU's SM count).")
+        doc = ("`interpret` must be None or False: Mosaic GPU interpret mode runs no collective. `blocks`: thread "
+               "blocks per GPU (None: the GPU's SM count).")
+        if self.broadcasts:
+            doc += (" `multimem`: send each broadcast copy (BROADCASTS) to every GPU with one multimem store "
+                    "through the NVSwitch (True), or by a TMA copy per GPU (False: GPUs without NVLink multicast).")
+        return doc
 
     def extra_outputs(self) -> list[str]:
         return [n for n in self.s.buffers_of("hbm_scratch", "vmem_scratch") if n not in self.hidden]
+
+    def checked_call(self) -> str:
+        if not self.broadcasts:
+            return super().checked_call()
+        return "_checked(sizes, broadcasts=BROADCASTS if multimem else None)"
+
+    def checked_constant(self, w: CodeWriter) -> None:
+        super().checked_constant(w)
+        if self.broadcasts:
+            w.line("# The copies that go out as one multimem store (multimem=True): each sends one region to every")
+            w.line("# other GPU, one start after another, at every size checked (ringc checks new sizes for it).")
+            w.line(f"BROADCASTS = ({''.join(f'{n!r}, ' for n in self.broadcasts).rstrip()})")
 
     def call_prelude(self, w: CodeWriter) -> None:
         w.line("_no_interpret(interpret)")
@@ -299,7 +360,8 @@ class _MgpuEmitter(Emitter):
                + self.kernel_ref_doc()
                + f" Then the block's own: {', '.join(f'`{r}`' for r in self.gpu_refs())} (see `_call`).")
         w = CodeWriter()
-        statics = ["N", *(self.name(p) for p in s.params), "tile", "axis", "mesh_axes"]
+        statics = ["N", *(self.name(p) for p in s.params), "tile", "axis", "mesh_axes",
+                   *(["multimem"] if self.broadcasts else [])]
         w.call("def _kernel", refs + ["*"] + statics, ":")
         w.level = 1
         w.docstring(doc)
@@ -327,6 +389,9 @@ class _MgpuEmitter(Emitter):
             w.docstring("The schedule on this block: its ops (copier False, warpgroup 0), or only its copies, "
                         "started in the same order (copier True, warpgroup 1).")
             base = w.level
+            if self.broadcasts:
+                w.line("# The broadcast copies stored by multimem so far: decided when traced (the grid is unrolled).")
+                w.line("multicast = _Multicast(axis) if multimem else None")
             if loops:
                 w.line("# The grid, in order, unrolled when traced: device ids stay functions of `me` alone,")
                 w.line("# as Mosaic GPU needs for a TMA copy into a peer's memory.")
@@ -358,7 +423,16 @@ class _MgpuEmitter(Emitter):
                 f"sem={self.dma_ref(c.send_sem if c.remote else c.sem)}", "copier=copier"]
         if c.remote:
             args += [f"recv_sem={self.dma_ref(c.recv_sem)}", f"device={self.device(c.to)}"]
+        if name in self.broadcasts:
+            args += [f"broadcast={name!r}", "multicast=multicast"]
         return "_Copy", args
+
+    def copy_doc(self, name: str, c: S.Copy) -> str:
+        doc = super().copy_doc(name, c)
+        if name in self.broadcasts:
+            doc += (" A broadcast (every start sends it to the next GPU, until all others have it): with "
+                    "`multimem`, the first start stores it on every GPU at once, and each start signals.")
+        return doc
 
     def ops(self, w: CodeWriter, ops: list[S.Op], top: bool = False) -> None:
         """The ops, as `pallas.py` writes them, with each run of ops that start or wait for no
@@ -423,7 +497,7 @@ class _MgpuEmitter(Emitter):
     # -- the call ----------------------------------------------------------------------------
     def statics(self) -> list[str]:
         return ["N=N", *(f"{self.name(p)}={self.name(p)}" for p in self.s.params), "tile=tile",
-                "axis=axis_name", "mesh_axes=mesh_axes"]
+                "axis=axis_name", "mesh_axes=mesh_axes", *(["multimem=multimem"] if self.broadcasts else [])]
 
     def pallas_call(self, w: CodeWriter) -> None:
         s = self.s

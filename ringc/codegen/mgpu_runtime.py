@@ -137,6 +137,18 @@ def _store(view, dst):
     plgpu.wait_smem_to_gmem(0, wait_read_only=False)
 
 
+@dataclasses.dataclass
+class _Multicast:
+    """The broadcast copies (BROADCASTS) of one copy warpgroup, sent by multimem: a broadcast's
+    starts send one region to every other GPU, one right after another, so its first start
+    stores the data on every GPU of `axis` at once (`plgpu.multimem_store`: it crosses this
+    GPU's NVLink port once, and the NVSwitch delivers it), and every start then signals as
+    its own copy would. `stored` names those stored so far; the grid is unrolled when traced,
+    so that is decided then."""
+    axis: object
+    stored: set = dataclasses.field(default_factory=set)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Copy:
     """One schedule copy on one block: `src` to `dst` (GMEM, the block's tiles), on GPU `device`
@@ -151,7 +163,11 @@ class _Copy:
     buffer `stage` (TMA loads land on `barrier`), waits for the stores, then signals the
     receiving block's `recv_sem` and our `sem` by the bytes copied (a release), as a TPU DMA
     engine counts bytes on both semaphores. The copier waits for nothing else, so it may be
-    any number of copies behind."""
+    any number of copies behind.
+
+    A broadcast copy (`broadcast` its name, `multicast` the copier's `_Multicast`) moves its
+    data at its first start by one multimem store, through registers, and only signals at
+    the others; with `multicast` None it is copied to each GPU as any other."""
     src: object
     dst: object
     stage: object
@@ -161,12 +177,26 @@ class _Copy:
     copier: bool
     recv_sem: object = None
     device: object = None
+    broadcast: str = ""
+    multicast: object = None
 
     def start(self):
         if not self.copier:
             pl.semaphore_signal(self.issued, 1)
             return
         pl.semaphore_wait(self.issued, 1)
+        if self.broadcast and self.multicast is not None:
+            if self.broadcast not in self.multicast.stored:
+                self.multicast.stored.add(self.broadcast)
+                self.store_everywhere(self.multicast.axis)
+        else:
+            self.copy()
+        if self.device is not None:
+            pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
+        pl.semaphore_signal(self.sem, self.nbytes())
+
+    def copy(self):
+        """Every chunk through SMEM by TMA, into the destination (a peer's, when remote)."""
         dst = self.dst if self.device is None else plgpu.remote_ref(self.dst, self.device)
 
         def chunk(index, rows, cols):
@@ -175,9 +205,17 @@ class _Copy:
             _store(view, dst.at[index])
 
         _each_chunk(self.src.shape, self.stage, chunk)
-        if self.device is not None:
-            pl.semaphore_signal(self.recv_sem, self.nbytes(), device_id=self.device)
-        pl.semaphore_signal(self.sem, self.nbytes())
+
+    def store_everywhere(self, axis):
+        """Every chunk TMA-loaded into SMEM, then stored from registers into the destination
+        on every GPU along `axis` by one multimem store (ours included)."""
+
+        def chunk(index, rows, cols):
+            view = self.stage.at[pl.ds(0, rows), pl.ds(0, cols)]
+            _load(self.src.at[index], view, self.barrier)
+            plgpu.multimem_store(view[...], self.dst.at[index], axis)
+
+        _each_chunk(self.src.shape, self.stage, chunk)
 
     def nbytes(self):
         """The bytes this block's part of the copy moves."""

@@ -535,6 +535,10 @@ class Emitter:
                f"  # {', '.join(outs)}")
         self.checked_constant(w)
 
+    def checked_call(self) -> str:
+        """`kernel`'s call that has ringc check sizes not in CHECKED."""
+        return "_checked(sizes)"
+
     def checked_constant(self, w: CodeWriter) -> None:
         """CHECKED: the sizes (N, the axis sizes, every parameter) `ringc check` proved this
         kernel at before emitting it; `kernel` has ringc check any others first (`_checked`)."""
@@ -1109,7 +1113,7 @@ class Emitter:
                                    "**params"]):
             w.docstring(self.kernel_doc(coll))
             w.line(f"sizes = _sizes({', '.join(shards)}, axis_name=axis_name, params=params)")
-            w.line("_checked(sizes)")
+            w.line(self.checked_call())
             w.blank()
             w.line("@jax.custom_vjp")
             with w.block(f"def call({', '.join(ins)}):"):

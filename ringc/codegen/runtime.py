@@ -245,13 +245,15 @@ def _infer(params, name, buffer, shape, dim, scale, offset, text):
     return size // scale
 
 
-def _checked(sizes):
+def _checked(sizes, broadcasts=()):
     """Run only at sizes `ringc check` proved. CHECKED lists the sizes proved before emitting
     (None: emitted with --unchecked, so any sizes run). Other sizes (N, or parameters solved
     from your shapes) are checked now by ringc against SCHEDULE, once: ringc keeps the verdict
     in memory and on disk. A failing check, an inexact division at these sizes, or no ringc
     installed raises ValueError before the kernel runs, naming the sizes and the command
-    that checks them."""
+    that checks them. `broadcasts`: copies the kernel sends by one multicast, which ringc also
+    finds to be broadcasts at the new sizes (None: a module's broadcasts sent per GPU on this
+    call; the sizes are not recorded, so that a multicast call checks them)."""
     if CHECKED is None or sizes in CHECKED:
         return
     try:
@@ -261,8 +263,9 @@ def _checked(sizes):
         command = f"ringc check {SOURCE} --devices {sizes['N']} {flags}"
         raise ValueError(f"{NAME}: not checked at {sizes} (checked: {CHECKED}); install ringc "
                          f"to check them on this call, or run `{command}` and emit again") from None
-    check_sizes(SCHEDULE, SOURCE, sizes)
-    CHECKED.append(dict(sizes))
+    check_sizes(SCHEDULE, SOURCE, sizes, **({"broadcasts": broadcasts} if broadcasts else {}))
+    if broadcasts is not None:
+        CHECKED.append(dict(sizes))
 
 
 def _not_inferred(params, name, buffer, shape, text):

@@ -91,6 +91,10 @@ class Estimate:
     hw: Hardware
     machine: TimedMachine
     bound: Bound
+    # Broadcast copies timed as one multicast each (switched topologies, `multicast_copies`),
+    # and then the same schedule timed with a copy per GPU instead, side by side.
+    multicast: frozenset[str] = frozenset()
+    per_gpu: "Estimate | None" = None
     _path: list[PathStep] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -148,6 +152,12 @@ class Estimate:
         out = [ASSUMPTION] if isinstance(self.machine, QuotientMachine) else []
         if self.machine.steady is not None and self.machine.steady.skips:
             out.append(STEADY)
+        if self.multicast:
+            names = ", ".join(f"`{n}`" for n in sorted(self.multicast))
+            out.append(f"multicast: copy {names} sends one region to every other GPU, one start after another (a "
+                       "broadcast): timed as one multimem store, its bytes once through the source's port out and "
+                       "the switch's port into each target, as `ringc emit --target mgpu` writes it "
+                       "(multimem=True); `per GPU` below times a copy to each GPU instead")
         return out
 
     def path_summary(self) -> dict[str, float]:
@@ -197,6 +207,8 @@ class Estimate:
             "topology": self.hw.placement.topo.spec, "along": self.hw.placement.describe(), "chip": self.hw.chip.name,
             "params": dict(self.schedule.params), "bytes": self.bound.volume,
             "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
+            **({"multicast": sorted(self.multicast), "estimate_per_gpu_copies_s": self.per_gpu.seconds}
+               if self.per_gpu is not None else {}),
             **({"bound_in_switch_s": self.bound.in_switch.seconds,
                 "efficiency_in_switch": self.bound.in_switch.seconds / self.seconds if self.seconds > 0 else 1.0}
                if self.bound.in_switch is not None else {}),
@@ -227,6 +239,9 @@ class Estimate:
         lines = [self.header()] + [f"  assumes:   {a}" for a in self.assumptions]
         comps = ", ".join(f"{k} {time_text(v)}" for k, v in self.bound.components.items())
         lines.append(f"  estimate   {time_text(self.seconds)}")
+        if self.per_gpu is not None:
+            lines.append(f"  per GPU    {time_text(self.per_gpu.seconds)}  (the broadcasts as a copy to each GPU, "
+                         f"multimem=False; {self.per_gpu.efficiency:.1%} of the bound)")
         lines.append(f"  bound      {time_text(self.bound.seconds)}  ({self.bound.binding}; {comps})")
         lines.append(f"  efficiency {self.efficiency:.1%}")
         sw = self.bound.in_switch
@@ -253,12 +268,28 @@ class Estimate:
         return "\n".join(lines)
 
 
+def multicast_copies(sched: S.Schedule, program: Program, hw: Hardware) -> frozenset[str]:
+    """The remote copies a switched topology sends by multicast: broadcasts at these sizes
+    (`verify/broadcast.py`, on every device's events: `program` when it has them, else
+    unrolled here). None on a grid of links, which has no multicast."""
+    remote = [n for n, c in sched.copies.items() if c.remote]
+    if not hw.placement.topo.switched or not remote:
+        return frozenset()
+    from ..verify.broadcast import broadcast_copies
+    if len(program.devices) != program.n or program.folds:
+        program = unroll(sched, sizes=hw.placement.sizes)
+    return frozenset(broadcast_copies(program, remote, sched.buffers_of("hbm_scratch", "vmem_scratch")))
+
+
 def estimate_program(sched: S.Schedule, program: "Program | SymmetricProgram", hw: Hardware, *,
-                     too_many: Callable[[], None] | None = None) -> Estimate:
+                     too_many: Callable[[], None] | None = None, multicast: bool = True) -> Estimate:
     """Time an unrolled program: every device's events, or device 0's alone on the symmetric
     quotient of a `SymmetricProgram` (`cost/quotient.py`), a folded one from its steady
     state (`Program.folds`, `cost/steady.py`; `too_many` refuses once its run passes
-    `timed_events` events). Raises CostError if it cannot run to the end."""
+    `timed_events` events). On a switched topology its broadcasts are timed as multicasts
+    (`multicast_copies`), and, with `multicast`, again as a copy per GPU (`Estimate.per_gpu`).
+    Raises CostError if it cannot run to the end."""
+    given = program
     symmetric = program if isinstance(program, SymmetricProgram) else None
     if symmetric is not None:
         program = symmetric.representatives  # device 0's program: what the estimate's texts name
@@ -272,12 +303,17 @@ def estimate_program(sched: S.Schedule, program: "Program | SymmetricProgram", h
     machine = (QuotientMachine(symmetric, hw, memory_of(sched)) if symmetric is not None
                else TimedMachine(program, hw, memory_of(sched)))
     machine.too_many = too_many
+    if multicast:
+        machine.multicast = multicast_copies(sched, program, hw)
     machine.run()
     if not machine.finished():
         first = machine.stuck()[0]
         raise CostError(f"{program.file}:{first.line}: the schedule hangs ({machine.stuck_devices()} device(s) never "
                         f"finish; first: {program.where(first)}: {describe(first)}); see `ringc check`")
-    return Estimate(sched, program, hw, machine, lower_bound(sched, program, hw))
+    est = Estimate(sched, program, hw, machine, lower_bound(sched, program, hw), machine.multicast)
+    if machine.multicast:
+        est.per_gpu = estimate_program(sched, given, hw, too_many=too_many, multicast=False)
+    return est
 
 
 def check_one_device(sched: S.Schedule, sizes: dict[str, int], *, folded: bool = False) -> None:
@@ -350,4 +386,5 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     return estimate_program(sched, program, hw, too_many=refuse)
 
 
-__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware", "memory_of", "vmem_need"]
+__all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware",
+           "memory_of", "multicast_copies", "vmem_need"]

@@ -8,6 +8,10 @@ take time on hardware are deferred:
   (`network.FluidNetwork`); the send semaphore is credited when the last byte has left,
   the receive semaphore `hops x hop_latency` later;
 - a remote signal arrives `hops x hop_latency` after it is sent.
+A broadcast copy (`multicast`, `verify/broadcast.py`) on a switched topology is one multicast
+(`multimem.st`, as the Mosaic GPU emitter writes it): its first start of a run sends the bytes
+once through the source's port out, and the switch through every target's port in; the
+run's other starts each cost their issue and end when it does.
 Compute ops hold their core for their roofline time. A wait holds its core until its
 semaphore has the value. Events are processed in time order, so contention is exact for
 the fluid model.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .. import limits
@@ -77,6 +81,11 @@ class Dma:
     landed: float = float("nan")    # last byte arrived (receive semaphore credited)
     links: list[Link] = field(default_factory=list)
     flow: Flow | None = None
+    # A start of a broadcast run (`TimedMachine.multicast`): the run's first start, whose one
+    # multicast flow carries the run's bytes (itself, for the first), and the later starts
+    # waiting for it to end.
+    leader: "Dma | None" = None
+    riders: list["Dma"] = field(default_factory=list)
 
     @property
     def bottleneck(self) -> Resource | None:
@@ -142,6 +151,10 @@ class TimedMachine(Machine):
         self.waker: dict[int, tuple[Event, float, int]] = {}
         self.cause: dict[Event, tuple[Event, float, int]] = {}
         self.arrival: dict[tuple[Event, SemId], float] = {}  # (source, sem) -> when its deposit arrived
+        # Broadcast copies timed as one multicast (`estimate_program`; empty: each start its own
+        # copy), and the last broadcast start of each device (to find the run it continues).
+        self.multicast: frozenset[str] = frozenset()
+        self.last_broadcast: dict[int, Dma] = {}
         self.rerated = 0  # transfers re-rated so far (`timed_flows`: the fluid network's work)
         self.rerate_limit = limits.value("timed_flows")
         # A folded program (`Program.folds`, pricing only): device 0's events unfolded as
@@ -252,6 +265,11 @@ class TimedMachine(Machine):
 
     def _start_dma(self, ev: Event, a: DmaStart) -> None:
         dma = Dma(ev, issued=self.now, injected=self.now + self.hw.dma_overhead)
+        if a.copy in self.multicast and a.remote:
+            prev = self.last_broadcast.get(ev.device)
+            same_run = prev is not None and prev.event.action.copy == a.copy and prev.event.index == ev.index - 1
+            dma.leader = prev.leader if same_run else dma
+            self.last_broadcast[ev.device] = dma
         self.dmas[ev] = dma
         self.clock[ev.device] = dma.injected
         self._push(dma.injected, _INJECT, dma)
@@ -260,27 +278,60 @@ class TimedMachine(Machine):
         a: DmaStart = dma.event.action
         if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.program.n:
             dma.links = self.hw.placement.route(a.src.device, a.dst.device)
-        dma.flow = Flow(dma, self.uses(a, dma.links), float(a.nbytes))
+        if dma.leader is not None and dma.leader is not dma:  # a later start of a multicast
+            if dma.leader.sent == dma.leader.sent:  # (not NaN: its flow has ended)
+                self._finish(dma)
+            else:
+                dma.leader.riders.append(dma)
+            return
+        uses = self.multicast_uses(a) if dma.leader is dma else self.uses(a, dma.links)
+        dma.flow = Flow(dma, uses, float(a.nbytes))
         self.net.advance(self.now)
         self.net.add(dma.flow)
         self._reschedule_flows()
+
+    def multicast_uses(self, a: DmaStart) -> dict[Resource, float]:
+        """The resources of a multicast from `a`'s source to every other device: the source's
+        memory and the first link of its routes (its port out) once, and each target's memory
+        and the rest of its route (the switch's port into it) per target. (`uses` counts no
+        region on device -1: each part names only the end it is about.)"""
+        def at(region: Region, device: int) -> Region:
+            return Region(region.buffer, device, region.box, region.kept, region.itemsize)
+
+        targets = [t for t in range(self.program.n) if t != a.src.device]
+        routes = {t: self.hw.placement.route(a.src.device, t) for t in targets}
+        parts = [(replace(a, dst=at(a.dst, -1)), routes[targets[0]][:1])]
+        parts += [(replace(a, src=at(a.src, -1), dst=at(a.dst, t)), routes[t][1:]) for t in targets]
+        uses: dict[Resource, float] = defaultdict(float)
+        for start, links in parts:
+            for r, c in self.uses(start, links).items():
+                uses[r] += c
+        return dict(uses)
+
+    def _finish(self, dma: Dma) -> None:
+        """A DMA's last byte has left its source: credit the send semaphore now and the
+        receive semaphore when the bytes land (its route's hops later)."""
+        a: DmaStart = dma.event.action
+        dma.sent = self.now
+        if a.send_sem is None:
+            dma.landed = self.now
+            self._arrive(a.recv_sem, a.nbytes, dma.event)
+            return
+        self._arrive(a.send_sem, a.nbytes, dma.event)
+        dma.landed = self.now + self.hw.placement.hops_of(dma.links) * self.hw.hop_latency
+        if dma.landed == self.now:
+            self._arrive(a.recv_sem, a.nbytes, dma.event)
+        else:
+            self._push(dma.landed, _DEPOSIT, (a.recv_sem, a.nbytes, dma.event))
 
     def _flows_done(self) -> None:
         self.net.advance(self.now)
         for flow in self.net.finished():
             dma: Dma = flow.key
-            a: DmaStart = dma.event.action
-            dma.sent = self.now
-            if a.send_sem is None:
-                dma.landed = self.now
-                self._arrive(a.recv_sem, a.nbytes, dma.event)
-                continue
-            self._arrive(a.send_sem, a.nbytes, dma.event)
-            dma.landed = self.now + self.hw.placement.hops_of(dma.links) * self.hw.hop_latency
-            if dma.landed == self.now:
-                self._arrive(a.recv_sem, a.nbytes, dma.event)
-            else:
-                self._push(dma.landed, _DEPOSIT, (a.recv_sem, a.nbytes, dma.event))
+            self._finish(dma)
+            for rider in dma.riders:
+                self._finish(rider)
+            dma.riders.clear()
         self._reschedule_flows()
 
     # -- devices --------------------------------------------------------------
