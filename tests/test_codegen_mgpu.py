@@ -251,6 +251,22 @@ def test_new_sizes_are_checked_for_the_broadcasts():
         check_sizes(ring, "all_reduce_ring.yaml", {"N": 4, "rows": 8, "cols": 128}, broadcasts=("pass",))
 
 
+def test_a_lowering_error_in_an_emitted_module_names_the_schedule_line(tmp_path):
+    """Mosaic GPU refusing the code of an op (here an add made a cumsum, which it does not
+    lower) is reported at the module's line and at the schedule's line the op came from, as
+    the TPU target does; lowering needs no CUDA plugin."""
+    from ringc.compile.gpu import compile_file
+    text = emit_mgpu(ringc.load(str(ROOT / "schedules" / "all_reduce_ring.yaml")))
+    call = "_compute(lax.add, out, [out, receive]"
+    assert "# line 56: accumulate out += receive" in text and call in text
+    module = tmp_path / "broken_add.py"
+    module.write_text(text.replace(call, "_compute(lambda a, b: lax.cumsum(a, 0) + b, out, [out, receive]"))
+    (result,) = compile_file(str(module), 4, compile=False)
+    assert not result.ok and result.error.kind == "unsupported"
+    assert "cumsum" in str(result.error) and "(from all_reduce_ring.yaml line 56)" in str(result.error)
+    assert result.error.line == next(i for i, ln in enumerate(module.read_text().splitlines(), 1) if "cumsum" in ln)
+
+
 def test_run_on_gpus_refuses_without_two_hopper_gpus(capsys):
     from ringc.cli import main
     rc = main(["run", str(ROOT / "schedules" / "ppermute_right.yaml"), "--devices", "2", "--target", "mgpu"])

@@ -13,6 +13,7 @@ Two sources of facts:
 from __future__ import annotations
 
 import linecache
+import os
 import re
 import traceback
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..verify.events import Compute, DmaStart, Region
 from ..verify.unroll import buffer_shapes, unroll
 
 __all__ = ["KINDS", "CompileError", "raw_text", "bad_parameters", "Site", "site_refs", "SITE_TEXT",
-           "site_text", "explain"]
+           "site_text", "explain", "schedule_line"]
 
 # smem_overflow: a Mosaic GPU kernel's shared memory past the GPU's per-block limit (`compile/gpu.py`).
 KINDS = ("vmem_overflow", "hbm_overflow", "tiling", "unsupported", "dtype_mismatch", "smem_overflow", "compiler_error")
@@ -186,32 +187,45 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def _generated_lines(exc: BaseException, path: str) -> list[int]:
     """Lines of the emitted module in the exception's tracebacks, innermost first."""
     out: list[int] = []
+    path = os.path.abspath(path)
     for e in _chain(exc):
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
         for f in reversed(frames):
             if f.lineno and f.lineno not in out:
                 out.append(f.lineno)
     return out
 
 
-def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site | None:
-    """The schedule op (or copy) behind the innermost emitted line that maps to one."""
-    path = module.__file__
+def schedule_line(exc: BaseException, path: str) -> tuple[int, str | None] | None:
+    """The schedule line behind the innermost line of the module ringc emitted at `path`
+    that an exception's tracebacks pass through (the `# line N:` comment above an op, or a
+    copy descriptor's docstring), with the copy's name for a copy; None if none does. A
+    line in a top-level helper is looked up at its caller."""
     source = linecache.getlines(path)
-    ops = {op.line: op for op in walk_ops(schedule.all_ops)}
-    for wait in copy_ops(schedule.all_ops):  # the waits of pipeline blocks that arrive by a copy too
-        ops.setdefault(wait.line, wait)
     for lineno in _generated_lines(exc, path):
         for text in reversed(source[:lineno]):
             if m := _OP_COMMENT.match(text):
-                op = ops.get(int(m[1]))
-                copy = op.copy_name if isinstance(op, S.OpNode) else None
-                return Site(int(m[1]), op, copy)
+                return int(m[1]), None
             if m := _COPY_DOC.match(text):
-                return Site(int(m[2]), None, m[1])
+                return int(m[2]), m[1]
             if text.startswith("def "):  # a top-level helper: look at its caller
                 break
     return None
+
+
+def _site(schedule: S.Schedule, exc: BaseException, module: ModuleType) -> Site | None:
+    """The schedule op (or copy) behind the innermost emitted line that maps to one."""
+    found = schedule_line(exc, module.__file__)
+    if found is None:
+        return None
+    line, copy = found
+    if copy is not None:
+        return Site(line, None, copy)
+    ops = {op.line: op for op in walk_ops(schedule.all_ops)}
+    for wait in copy_ops(schedule.all_ops):  # the waits of pipeline blocks that arrive by a copy too
+        ops.setdefault(wait.line, wait)
+    op = ops.get(line)
+    return Site(line, op, op.copy_name if isinstance(op, S.OpNode) else None)
 
 
 # ---------------------------------------------------------------------------- what

@@ -468,9 +468,21 @@ def _explain(e: BaseException, raw: str, places: list[tuple[str, str | None, int
             if kind == "smem_overflow" and closed is not None and (scratch := _smem_scratch(closed)):
                 from ..units import size_text
                 message += "; its SMEM scratch: " + ", ".join(f"{t} ({size_text(b, decimals=1)})" for t, b in scratch)
-            return CompileError(kind, message, file=file, line=line, fix=fix)
-    return CompileError("compiler_error", f"{type(e).__name__}: {first[:400]}", file=file, line=line,
-                        fix="see the compiler's message (--verbose); ringc check FILE checks the kernel's logic")
+            return CompileError(kind, message + _schedule_site(e, path), file=file, line=line, fix=fix)
+    return CompileError("compiler_error", f"{type(e).__name__}: {first[:400]}{_schedule_site(e, path)}", file=file,
+                        line=line, fix="see the compiler's message (--verbose); ringc check FILE checks the kernel's logic")
+
+
+def _schedule_site(e: BaseException, path: str) -> str:
+    """For a module `ringc emit --target mgpu` wrote: where in its schedule the failing code
+    comes from (`errors.schedule_line`), as the TPU target says it; else nothing."""
+    from .errors import schedule_line
+    if not _is_emitted_module(path) or (found := schedule_line(e, path)) is None:
+        return ""
+    source = re.search(r'^SOURCE = "([^"]*)"', _read(path), re.M)
+    line, copy = found
+    return (f" (from {source.group(1) if source else 'the schedule'} line {line}"
+            + (f", copy `{copy}`" if copy else "") + ")")
 
 
 def compile_closed(closed: Any, args: list[Any], *, target: str = "h100", path: str, line: int = 0,
