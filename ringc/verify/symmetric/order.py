@@ -20,6 +20,7 @@ import bisect
 import heapq
 from typing import Any
 
+from ..events import Signal
 from ..order import Order
 from ..rotation import Torus
 from ..xor import group_of
@@ -154,14 +155,25 @@ def quotient_order(program: SymmetricProgram, feeds: dict[Key, Feeds] | None = N
         slack = sum(fed.total[k][c] for k, c in limits.items()) - demand
         if slack < 0:
             raise Unclear("a wait the order cannot satisfy")
+        supply = slack + demand  # what the feeds not forced after the wait could add
         for k, count in limits.items():
             if k == 0:
                 continue  # program order already
-            # The last necessary feed of device k implies its earlier ones.
+            # The last necessary feed of device k implies its earlier ones. A feed is
+            # necessary when the others fall short without it (`amount[j] > slack`), or when
+            # it is a signal and the feeds of device k before it, with every other device's,
+            # fall short: a signal lands when it runs, so none of device k's later feeds has
+            # landed before it (a DMA's may land after later ones: not so for a DMA).
             amount = fed.amount[k]
             j = count - 1
             while j >= 0 and amount[j] <= slack:
                 j -= 1
+            total = fed.total[k]
+            need = demand - (supply - total[count])  # what device k must add itself
+            p = bisect.bisect_left(total, need, 0, count + 1) - 1  # the last feed j with total[j] < need
+            while p > j and type(fed.events[k][p].action) is not Signal:
+                p -= 1
+            j = max(j, p)
             if j < 0:
                 continue
             src = fed.index[k][j]
