@@ -240,6 +240,24 @@ def test_a_copy_whose_own_region_is_used_is_not_multicast(tmp_path):
     assert "other events run between its starts" in why_not_broadcast(unroll(ring, 4), "pass")
 
 
+def test_a_one_shot_all_gather_multicasts_the_block_it_holds(tmp_path):
+    """`ringc synth`'s radix-8 all-gather on 8 chips sends the block each holds (`out[me]`, after
+    its own assign) to all 7 others at once: its own copy of the region is the source, so the
+    multicast writes there what it holds, and the copy goes out by one multimem store, as
+    JAX's all_gather_mgpu does. One output, no scratch: `build` gives an array, not a tuple."""
+    from ringc import topology as T
+    from ringc.ir.loader import load_text
+    from ringc.synth.families import recursive_halving
+    (cand,) = [c for c in recursive_halving.generate("all_gather", T.parse("ring:8")) if c.params["radix"] == 8]
+    sched = load_text(cand.text, "all_gather_radix8.yaml")
+    text = emit_mgpu(sched, checked=[{"N": 8, "rows": 8, "cols": 128}])
+    assert "BROADCASTS = ('gather',)" in text and "(out,) = call(x)" in text
+    module = tmp_path / "ag8.py"
+    module.write_text(text)
+    (got,) = check_file(str(module), 8)
+    assert got.ok and not got.kinds(), got.to_text()
+
+
 def test_new_sizes_are_checked_for_the_broadcasts():
     """A module's kernel at sizes not in CHECKED has ringc check them; a copy it multicasts must
     still be a broadcast there, else ValueError names it and the way out (multimem=False)."""

@@ -314,6 +314,8 @@ class _MgpuEmitter(Emitter):
     def extra_outputs(self) -> list[str]:
         return [n for n in self.s.buffers_of("hbm_scratch", "vmem_scratch") if n not in self.hidden]
 
+    RESULTS_IN_TUPLE = True
+
     def checked_call(self) -> str:
         if not self.broadcasts:
             return super().checked_call()

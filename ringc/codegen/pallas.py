@@ -1085,7 +1085,8 @@ class Emitter:
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))
             results = [self.name(n) for n in outs] + ["_"] * len(scratch)
-            w.call(f"{', '.join(results)} = call", data + args)
+            unpack = f"({results[0]},)" if len(results) == 1 and self.RESULTS_IN_TUPLE else ", ".join(results)
+            w.call(f"{unpack} = call", data + args)
             returned = []
             for n in outs:
                 b = s.buffers[n]
@@ -1096,6 +1097,9 @@ class Emitter:
     def extra_outputs(self) -> list[str]:
         """The buffers the call allocates as outputs beside the schedule's outputs (scratch)."""
         return self.s.buffers_of("hbm_scratch")
+
+    # The call returns a tuple of its outputs even when there is one (plgpu.kernel's out_type is a tuple).
+    RESULTS_IN_TUPLE = False
 
     def call_prelude(self, w: CodeWriter) -> None:
         """`_call`'s first statements, before the mesh axes are read."""

@@ -8,7 +8,10 @@ The schedule's meaning is unchanged: every target gets the same bytes into the s
 that its own copy would have written, at the same point of the sender's program (nothing
 runs between the starts, so nothing can change the source or act on the arrivals in
 between); what multicast adds is a write into the sender's own copy of that region, which is
-why no event of the program may touch it.
+why no event of the program may touch it, unless that region is the copy's source (an
+all-gather sending its block on from where it holds it): then the multicast writes there the
+value it holds, and any use of it is as before (a write to the source before the copies
+are waited for is a race in the schedule itself).
 
 The test is on an unrolled program (one N and parameter set): a caller that emits code for
 every N asks at the sizes it checks, as `ringc check` proves the schedule at those sizes.
@@ -60,7 +63,9 @@ def why_not_broadcast(program: Program, name: str, scratch: Iterable[str] = ()) 
             return f"device {d} sends different regions to different devices"
         if any(e.invocation != starts[0].invocation for e in starts):
             return f"device {d} starts it in several calls"
-        mine.append(Region(first.dst.buffer, d, first.dst.box, first.dst.kept, first.dst.itemsize))
+        own = Region(first.dst.buffer, d, first.dst.box, first.dst.kept, first.dst.itemsize)
+        if own != first.src:  # (a copy of a region into the same region elsewhere: the multicast
+            mine.append(own)  # writes ours with what it holds, so any use of it is as before)
     if not mine:
         return None
     by_device = {r.device: r for r in mine}
