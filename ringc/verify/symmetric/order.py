@@ -171,6 +171,8 @@ def quotient_order(program: SymmetricProgram, feeds: dict[Key, Feeds] | None = N
             total = fed.total[k]
             need = demand - (supply - total[count])  # what device k must add itself
             p = bisect.bisect_left(total, need, 0, count + 1) - 1  # the last feed j with total[j] < need
+            if fed.thresholds:  # (the demand of a wait that does not decrement is not a running sum)
+                p = -1
             while p > j and type(fed.events[k][p].action) is not Signal:
                 p -= 1
             j = max(j, p)

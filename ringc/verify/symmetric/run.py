@@ -35,6 +35,7 @@ class Feeds:
         self.waits: list[int] = []
         self.values: list[int] = []
         self.signals = False  # some feed is a signal, not a DMA
+        self.thresholds = False  # some wait does not decrement (Mosaic GPU): the demand is not a sum
 
     def finish(self) -> None:
         self.index = {k: [ev.index for ev in evs] for k, evs in self.events.items()}
@@ -83,6 +84,7 @@ def feeds_of(program: SymmetricProgram) -> tuple[dict[Key, Feeds], dict[Key, Fee
             fed = every[(a.sem[1], a.sem[2])]
             fed.waits.append(ev.index)
             fed.values.append(a.value)
+            fed.thresholds |= not a.decrement
             continue
         if cls is not DmaStart and cls is not Signal:
             continue
