@@ -3,8 +3,10 @@ for each collective, slice and size, the lower bound, the best library schedule,
 rings (one axis after another, one direction: XLA / the scaling book; a flat ring on a
 1-D slice; for all_to_all on k axes the one-shot-per-axis schedule of `ringc synth`'s
 per_axis_direct family), k edge-disjoint Hamiltonian rings (benchmarks/hamiltonian_rings.py:
-a ring, or two on a square 2-D torus, each bidirectional), a small TE-CCL-style MILP
-(benchmarks/milp_baseline.py: scipy's HiGHS; its solve seconds in brackets), these two in
+a ring, or two on a square 2-D torus, each bidirectional), a tree packing
+(benchmarks/tree_packing.py, ForestColl-style: every chip's shard down its dimension-ordered
+shortest-path out-trees, their shares by a small LP; `-` for all_to_all), a small TE-CCL-style MILP
+(benchmarks/milp_baseline.py: scipy's HiGHS; its solve seconds in brackets), these three in
 idealised alpha-beta terms, not the timed model,
 and the winner of `ringc synth`, each as estimate (ratio bound / estimate), and the search
 time (pricing every candidate at the table's sizes plus the 4 KiB latency probe, and
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import hamiltonian_rings  # benchmarks/hamiltonian_rings.py (the script's folder is on the path)
 import milp_baseline  # benchmarks/milp_baseline.py
+import tree_packing  # benchmarks/tree_packing.py
 from tables import print_table  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +61,7 @@ def main() -> int:
         return f"{time_text(sec)} ({eff:.0%})"
 
     head = ["collective", "slice", "V", "bound", "best library", "per-axis rings", "Hamiltonian rings (alpha-beta)",
-            "MILP (alpha-beta) [solve s]",
+            "tree packing (alpha-beta)", "MILP (alpha-beta) [solve s]",
             "ringc synth", "synth / bound", "search s"]
     rows = []
     milp_solves: dict[tuple[str, str], tuple] = {}   # (problem, slice) -> (unit time or None, solve s)
@@ -105,9 +108,14 @@ def main() -> int:
                                                    DMA_ISSUE_OVERHEAD)
                     k = len(hamiltonian_rings.rings(topo)) if hs else 0
                     ham = f"{k} ring{'s' if k > 1 else ''}: {cell(hs, wp[2] / hs)}" if hs else "-"
+                trees = "-"
+                if wp is not None:
+                    ts = tree_packing.seconds(kind, topo, w.volumes[ch.size], w.hw.chip, HOP_LATENCY,
+                                              DMA_ISSUE_OVERHEAD)
+                    trees = f"{tree_packing.trees_per_root(topo)} trees/root: {cell(ts, wp[2] / ts)}" if ts else "-"
                 rows.append([kind, spec, size_text(ch.size), time_text(bound) if bound else "-",
                              f"{best.candidate.name} {cell(*best.points[ch.size][:2])}" if best else "-",
-                             f"{per_axis} {pa}" if per_axis else "-", ham, mi,
+                             f"{per_axis} {pa}" if per_axis else "-", ham, trees, mi,
                              f"{w.candidate.label} {time_text(wp[0])}" if w else "none verifies",
                              f"{wp[1]:.1%}" if wp else "-", f"{took:.1f}"])
                 print(" | ".join(rows[-1]), file=sys.stderr, flush=True)

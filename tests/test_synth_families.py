@@ -434,6 +434,89 @@ def test_the_hamiltonian_rings_of_the_benchmark_are_edge_disjoint_and_hamiltonia
     assert h.seconds("all_to_all", T.parse("torus:4x4"), 256 * MiB, CHIPS["v5e"], 1e-6, 0.5e-6) is None
 
 
+
+def _benchmark(name: str):
+    import importlib
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    return importlib.import_module(name)
+
+
+def test_the_tree_packing_loads_a_ring_of_4_as_counted_by_hand():
+    """benchmarks/tree_packing.py on ring:4: from chip 0 the shortest-path tree reaches 1 and 3
+    in one hop and 2 through 1 (tie +) or through 3 (tie -), half the shard each way. Summed
+    over the 4 roots a +1 link carries 4 x (2 + 1) / 2 / 4 = 1.5 shards, and so does a -1
+    link: the busiest link 1.5 shards, (1 - 1/p) V / 2 = 3 V / 8, the ingress bound."""
+    tp = _benchmark("tree_packing")
+    ring4 = T.parse("ring:4")
+    edges, depth = tp.tree(ring4, (0,), (0,), (1,))
+    assert sorted(edges) == [((0,), (1,)), ((0,), (3,)), ((1,), (2,))] and depth == 2
+    edges, _ = tp.tree(ring4, (0,), (0,), (-1,))
+    assert sorted(edges) == [((0,), (1,)), ((0,), (3,)), ((3,), (2,))]
+    loads = tp.loads(ring4, (0,), explicit=True)
+    ring = [((i,), ((i + d) % 4,)) for i in range(4) for d in (1, -1)]
+    assert sorted(loads) == sorted(ring) and all(loads[e] == pytest.approx(1.5) for e in ring)
+    weights, busiest, depth = tp.packing(ring4)
+    assert weights == {(0,): 1.0} and busiest == pytest.approx(1.5) and depth == 2
+    assert tp.trees_per_root(ring4) == 2
+    from ringc.cost.chips import CHIPS
+    chip = CHIPS["v5p"]
+    V = 4 * MiB
+    one = 2 * (1e-6 + 0.5e-6) + 1.5 * (V / 4) / chip.link_bandwidth
+    assert tp.seconds("all_gather", ring4, V, chip, 1e-6, 0.5e-6) == pytest.approx(one)
+    assert tp.seconds("psum_scatter", ring4, V, chip, 1e-6, 0.5e-6) == pytest.approx(one)
+    assert tp.seconds("psum", ring4, V, chip, 1e-6, 0.5e-6) == pytest.approx(2 * one)
+    assert tp.seconds("all_to_all", ring4, V, chip, 1e-6, 0.5e-6) is None
+
+
+@pytest.mark.parametrize("spec", ["torus:4x4", "torus:2x4", "torus:3x4", "v5p:2x2x2", "torus:4x4x2", "ring:5"])
+def test_the_tree_packing_counts_by_link_class_as_summed_over_every_root(spec):
+    """On a translation group every link of a class (axis, step) carries the load root 0's
+    trees put on the class; the trees span the slice by shortest routes (depth = diameter)."""
+    tp = _benchmark("tree_packing")
+    topo = T.parse(spec)
+    for order in __import__("itertools").permutations(range(topo.ndim)):
+        per_link = tp.loads(topo, order, explicit=True)
+        per_class = tp.loads(topo, order)
+        assert sum(per_link.values()) == pytest.approx(topo.size * (topo.size - 1))
+        for link, shards in per_link.items():
+            assert shards == pytest.approx(per_class[tp.link_class(topo, link)]), (order, link)
+    diameter = sum(s // 2 if w else s - 1 for s, w in zip(topo.shape, topo.wrap))
+    assert tp.packing(topo)[2] == diameter
+
+
+@pytest.mark.parametrize("spec, schedules", [
+    ("ring:4", {"psum": "all_reduce_ring", "all_gather": "all_gather_ring",
+                "psum_scatter": "reduce_scatter_bidirectional"}),
+    ("ring:5", {"psum": "all_reduce_ring", "all_gather": "all_gather_ring"}),
+    ("torus:4x4", {"psum": "all_reduce_2d", "all_gather": "all_gather_2d",
+                   "psum_scatter": "reduce_scatter_hierarchical"}),
+    ("torus:2x4", {"psum": "all_reduce_2d"}),
+    ("v5p:4x4x4", {"psum": "all_reduce_3d_bidirectional"}),
+])
+def test_the_tree_packing_is_never_below_the_lower_bound(spec, schedules):
+    """Its time against `cost/bounds.py`'s bound for the collective on the slice (taken from
+    a library schedule's estimate, at the V its shapes reach), latency- and bandwidth-bound;
+    on these tori the packing is balanced, so its bytes term is the ingress (all-gather,
+    all-reduce) or egress (reduce-scatter) bound exactly."""
+    import ringc
+    from pathlib import Path
+    from ringc.cost.chips import DMA_ISSUE_OVERHEAD, HOP_LATENCY
+    tp = _benchmark("tree_packing")
+    topo = T.parse(spec)
+    root = Path(__file__).resolve().parent.parent / "schedules"
+    for kind, name in schedules.items():
+        sched = ringc.load(root / f"{name}.yaml")
+        hw = hardware(spec, sched)
+        for size in (4 * KiB, 64 * KiB, 64 * MiB):
+            b = estimate(sched, hw, nbytes=size).bound
+            sec = tp.seconds(kind, topo, b.volume, hw.chip, HOP_LATENCY, DMA_ISSUE_OVERHEAD)
+            assert sec >= b.seconds * (1 - 1e-9), (kind, size, sec, b.components)
+            rounds = (2 if kind == "psum" else 1) * tp.packing(topo)[2]
+            ports = max(b.components["ingress"], b.components["egress"])
+            assert sec - rounds * (HOP_LATENCY + DMA_ISSUE_OVERHEAD) == pytest.approx(ports, rel=1e-9)
+
 # -- recursive halving and doubling, radix 4 at the top of each axis ----------------------------
 
 def test_the_digits_of_the_row_major_index():
