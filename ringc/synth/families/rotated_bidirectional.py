@@ -22,6 +22,7 @@ from .templates import keep_own, own_copy
 
 FAMILY = "rotated_bidirectional"
 WHAT = "both axis orders at once, each as a right and a left ring: all 4 links of a chip busy"
+WHAT_3D = "the three rotated axis orders at once, each as a right and a left ring: all 6 links of a chip busy"
 
 
 def all_gather_2d() -> str:
@@ -186,4 +187,4 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     if kind != "all_gather" or not 2 <= topo.ndim <= 3 or not all(topo.wrap):
         return
     text = all_gather_2d() if topo.ndim == 2 else all_gather(3)
-    yield Candidate(FAMILY, f"all_gather_{topo.ndim}d_bidirectional", text, WHAT, {})
+    yield Candidate(FAMILY, f"all_gather_{topo.ndim}d_bidirectional", text, WHAT if topo.ndim == 2 else WHAT_3D, {})
