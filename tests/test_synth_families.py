@@ -408,6 +408,104 @@ def test_the_vmem_windows_all_reduce_is_within_5_percent_of_the_bound_on_torus_4
     assert ch.winner.candidate.family == "vmem_windows" and ch.winner.points[256 * MiB][1] >= 0.95
 
 
+
+# -- the 3-D reduce-scatter and all-reduce landing in VMEM windows ------------------------------
+
+def _windows_3d(rows: int = 32, lanes: int = 2, wrows: int = 8, all_reduce: bool = False) -> str:
+    from ringc.synth.families import vmem_windows
+    return vmem_windows.reduce_scatter_3d(all_reduce).replace(
+        "params: {rows: 16, cols: 128, lanes: 2, wrows: 256}",
+        f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, wrows: {wrows}}}")
+
+
+WINDOWS_3D = [("torus:2x2x2", 48, 2), ("torus:2x2x2", 16, 1), ("torus:2x3x4", 32, 2), ("torus:2x3x4", 32, 4),
+              ("torus:3x3x3", 16, 1), ("torus:4x4x4", 32, 4), ("torus:4x4x4", 64, 2)]
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("topology, rows, lanes", WINDOWS_3D)
+def test_the_3d_vmem_windows_check_on_the_quotient(topology, rows, lanes, all_reduce):
+    """Six streams, three phases each (a plane, a column, a block), on axes of 2, 3 and 4 and
+    of different sizes (an axis or a part's rotation mixed up would show), one lane, two and
+    four, and several rounds (rows / (lanes * wrows)): proved on the symmetry quotient."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    sched = load_text(_windows_3d(rows, lanes, all_reduce=all_reduce), "windows_3d")
+    report = quotient_report(sched, resolve_topology(sched, None, topology), 1)
+    assert report is not None and report.ok, report and [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("topology, rows, lanes", [("torus:2x2x2", 48, 2), ("torus:2x3x4", 32, 2)])
+def test_the_3d_vmem_windows_check_on_every_chip(topology, rows, lanes, all_reduce):
+    """The same verdict from the full analysis (every chip's events, no symmetry)."""
+    from ringc.verify.check import check_program, resolve_topology
+    from ringc.verify.unroll import unroll
+    sched = load_text(_windows_3d(rows, lanes, all_reduce=all_reduce), "windows_3d")
+    placement = resolve_topology(sched, None, topology)
+    report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
+    assert report.ok, [f.message for f in report.findings]
+
+
+HANDSHAKES_3D = [
+    # Part C's left stream writes a plane window without its receiver's word that it is free.
+    ("  - when: sending and pc == 0 and nc >= 2 * lanes\n    do: [{sem_wait: cap0_cl}]\n", "", {"race"}),
+    # Part B's column windows: window n - lanes + 1 freed, one too early (it is still sent on).
+    ("  - when: finishing and pbj == 1 and nbj >= lanes   # window n - lanes is free\n    do:\n      - signal: cap1_br",
+     "  - when: finishing and pbj == 1 and nbj >= lanes - 1   # window n - lanes is free\n    do:\n      - signal: cap1_br",
+     {"race"}),
+    # Part A's last block windows are never freed: the drain at the end waits for ever.
+    ("  - when: finishing and paj == 2 and naj >= n2a - lanes   # and, at the end, window n\n    do:\n"
+     "      - signal: cap2_ar",
+     "  - when: finishing and paj == 2 and naj >= n2a   # and, at the end, window n\n    do:\n"
+     "      - signal: cap2_ar", {"hang"}),
+]
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4x4", "torus:2x3x4"])
+@pytest.mark.parametrize("broken, fixed, kinds", HANDSHAKES_3D)
+def test_a_broken_3d_capacity_handshake_is_refused(broken, fixed, kinds, topology):
+    """`check` tries the quotient first (it certifies no broken handshake) and the full
+    analysis finds the race or the hang."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    text = _windows_3d(rows=32)
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    sched = load_text(bad, "broken")
+    assert quotient_report(sched, resolve_topology(sched, None, topology), 1) is None
+    report = check(sched, topology=topology)
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused():
+    """Part B's all-gather over its second axis (z) forwards the column it is receiving, not
+    the one it holds."""
+    text = _windows_3d(all_reduce=True)
+    bad = text.replace('bl_g4: {src: "out[:, me_y, (me_z + tb) % N_z, 1, 1, r:q]"',
+                       'bl_g4: {src: "out[:, me_y, (me_z + tb + 1) % N_z, 1, 1, r:q]"')
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x3x4")
+    assert not report.ok and {"race", "wrong_result"} & set(_errors(report)), _errors(report)
+
+
+def test_the_3d_vmem_windows_fit_the_vmem_limit():
+    """Each 3-D candidate's pieces are the largest whose windows fit 3/4 of the chip's VMEM
+    (the limit the family passes to the compiler), so their VMEM at 256 MiB is under it
+    and doubling the pieces would not be."""
+    from ringc.synth.families import vmem_windows
+    topo = T.parse("v5p:4x4x4")
+    cands = list(vmem_windows.generate("psum_scatter", topo))
+    assert [c.params["lanes"] for c in cands] == [1, 2, 4]
+    for c in cands:
+        sched = load_text(c.text, c.name)
+        assert sched.vmem_limit_mib == 48
+        hw = hardware("v5p:4x4x4", sched)
+        e = estimate(sched, hw, nbytes=256 * MiB)
+        assert e.vmem <= 48 * MiB, (c.name, e.vmem)
+        double = c.text.replace(f"wrows: {c.params['wrows']}}}", f"wrows: {2 * c.params['wrows']}}}")
+        big = load_text(double, c.name)
+        assert estimate(big, hardware("v5p:4x4x4", big), nbytes=256 * MiB).vmem > 48 * MiB
+
+
 def test_the_hamiltonian_rings_of_the_benchmark_are_edge_disjoint_and_hamiltonian():
     """benchmarks/hamiltonian_rings.py: two rings by diagonal on a square torus (checked as
     they are built), none where the construction does not apply; the all-gather at 256 MiB
