@@ -261,16 +261,22 @@ HEADER_3D = """# Bidirectional 3-D reduce-scatter landing in VMEM: lax.psum_scat
 # plane of blocks the chip owns along the part's first axis) goes to `first_*` in HBM, the
 # second's (a column) to `second_*`, the third's to `out`.
 #
-# Pieces: a block is cut into pieces of q rows (at most `wrows`); the grid runs `rounds` of
-# every step of the three reduce-scatters for `lanes` pieces at a time, flat: point k is
-# lane k % lanes of step (k // lanes) % S of round k // (lanes * S). Point k starts lane k's
-# transfers and finishes point j = k - (lanes - 1): waits for its transfers and its load,
-# adds, and frees a window. Windows: 2 x lanes per stream and phase, used in turn (phase
-# index n, window n % (2 lanes)); a sender waits for its receiver's `cap` word before it
-# writes window n >= 2 lanes, which the receiver signals when window n - lanes is free (its
-# content sent on by the send of n, waited when n finishes); the last lanes windows of a
-# phase are freed when they finish, and every chip drains the words it was not waited for at
-# the end. All six neighbours write our windows: a barrier with them at entry.
+# Phase by phase: unlike the 2-D schedule, whose rounds run every step of both phases, each
+# part runs its first phase over all the rows, then its second, then its third, so each
+# phase has its own pieces: `wrows` rows of a plane, `crows` of a column, `brows` of a block
+# (a DMA of a column or a block of `wrows` rows would cost its issue for little data; the
+# windows of the three phases are about the same size). In a phase, point k (from the
+# phase's first, e_p) is lane k % lanes of step (k // lanes) % (N_a - 1) of round
+# k // (lanes (N_a - 1)); point k starts lane k's transfer and finishes point j = k - (lanes
+# - 1): waits for its transfer, adds, and frees a window; L = lanes - 1 idle points end a
+# phase, so that its last results are in HBM before the next phase reads them. The own
+# blocks of a step, all its lanes' rows, are loaded by one DMA once the step before is added.
+# Windows: 2 x lanes per stream and phase, used in turn (phase index n, window n % (2
+# lanes)); a sender waits for its receiver's `cap` word before it writes window n >= 2
+# lanes, which the receiver signals when window n - lanes is free (its content sent on by
+# the send of n, waited when n finishes); the last lanes windows of a phase are freed when
+# they finish, and every chip drains the words it was not waited for at the end. All six
+# neighbours write our windows: a barrier with them at entry.
 """
 
 AR3_FROM = """# Bidirectional 3-D reduce-scatter landing in VMEM: lax.psum_scatter(x, ("x", "y", "z"))
@@ -286,7 +292,7 @@ AR3_TO = """# Bidirectional 3-D all-reduce whose reduce-scatters land in VMEM: l
 
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
-LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their `wrows`: `window_rows`)
+LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their pieces: `window_rows`)
 
 
 def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -> str:
@@ -296,34 +302,50 @@ def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -
 
 
 def reduce_scatter_3d(all_reduce: bool = False) -> str:
-    """The 3-D reduce-scatter (the 2-D one's structure, `reduce_scatter_2d`, with a third
-    part and a third phase per part); with `all_reduce`, the all-reduce: each part then
-    all-gathers its block back over its third axis, its second and its first (HBM to HBM
-    into the neighbours' `out`, lane by lane)."""
+    """The 3-D reduce-scatter (the 2-D one's streams and handshake, `reduce_scatter_2d`, with
+    a third part and a third phase per part, run phase by phase with pieces of their own);
+    with `all_reduce`, the all-reduce: each part then all-gathers its block back over its
+    third axis, its second and its first (HBM to HBM into the neighbours' `out`, lane by
+    lane, in pieces of rows / lanes)."""
     phases = 6 if all_reduce else 3
-    lets = [("S: 2 * (N_x + N_y + N_z) - 6     # steps of a round: three reduce-scatters, three all-gathers"
-             if all_reduce else "S: N_x + N_y + N_z - 3           # steps of a round: the three reduce-scatters"),
-            "q: min(wrows, rows // lanes)      # rows of a piece",
-            "rounds: rows // (lanes * q)",
-            "total: rounds * S * lanes        # points that send",
-            "L: lanes - 1                     # point k finishes point k - L"]
+    lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
+            "q1: min(crows, rows // lanes)",
+            "q2: min(brows, rows // lanes)"]
+    if all_reduce:
+        lets += ["q3: rows // lanes                          # the all-gathers (HBM to HBM): one round",
+                 "q4: q3", "q5: q3"]
+    lets += ["L: lanes - 1                               # point k finishes point k - L"]
+    for h, order in PARTS_3D:
+        axes = (order + order[::-1])[:phases]
+        for p, ax in enumerate(axes):
+            lets.append(f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
+                        + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
+        lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart)" if h == "a" else ""))
+        for p in range(1, phases):
+            lets.append(f"e{p}{h}: e{p - 1}{h} + n{p - 1}{h} + L")
+        lets.append(f"total{h}: e{phases - 1}{h} + n{phases - 1}{h} + L")
+    lets.append("T: max(totala, max(totalb, totalc))")
+    lets.append("j: k - L")
     for var, sfx in (("k", ""), ("j", "j")):
-        if var == "j":
-            lets += ["j: k - L", "finishing: j >= 0 and j < total"]
-        else:
-            lets += ["sending: k < total"]
-        lets += [f"c{sfx}: {var} // lanes", f"i{sfx}: {var} % lanes", f"rd{sfx}: c{sfx} // S", f"s{sfx}: c{sfx} % S",
-                 f"r{sfx}: (rd{sfx} * lanes + i{sfx}) * q   # first row of the piece"]
         for h, order in PARTS_3D:
-            lets += _stream_lets(h, order, sfx, var, phases)
+            axes = (order + order[::-1])[:phases]
+            ph = " else ".join(f"{p} if {var} < e{p + 1}{h}" for p in range(phases - 1)) + f" else {phases - 1}"
+            pick = lambda fmt: " else ".join(f"{fmt(p)} if p{h}{sfx} == {p}" for p in range(phases - 1)) + f" else {fmt(phases - 1)}"
+            lets += [f"p{h}{sfx}: {ph}",
+                     f"n{h}{sfx}: {var} - ({pick(lambda p: f'e{p}{h}')})   # the phase index",
+                     f"{'sending' if var == 'k' else 'finishing'}{h}: {var} >= 0 and n{h}{sfx} < ({pick(lambda p: f'n{p}{h}')})",
+                     f"len{h}{sfx}: ({pick(lambda p: f'N_{axes[p]}')}) - 1",
+                     f"i{h}{sfx}: n{h}{sfx} % lanes",
+                     f"t{h}{sfx}: n{h}{sfx} // lanes % len{h}{sfx}",
+                     f"q{h}{sfx}: {pick(lambda p: f'q{p}')}",
+                     f"r0{h}{sfx}: n{h}{sfx} // lanes // len{h}{sfx} * lanes * q{h}{sfx}   # first row of the step's lane 0",
+                     f"r{h}{sfx}: r0{h}{sfx} + i{h}{sfx} * q{h}{sfx}   # first row of the piece",
+                     f"w{h}{sfx}: n{h}{sfx} % (2 * lanes)"]
+    for h, _ in PARTS_3D:   # the step after j's (its blocks are loaded once j's step is added)
+        lets += [f"tn{h}: (n{h}j + 1) // lanes % len{h}j", f"rn{h}: (n{h}j + 1) // lanes // len{h}j * lanes * q{h}j"]
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (part A's; B's: ub, C's: uc)",
              "ub: (nb - lanes) % (2 * lanes)",
-             "uc: (nc - lanes) % (2 * lanes)",
-             "n0a: rounds * (N_x - 1) * lanes   # phase indices of each phase (part A's; B's: n0b .. n2b, C's)",
-             "n1a: rounds * (N_y - 1) * lanes",
-             "n2a: rounds * (N_z - 1) * lanes",
-             "n0b: n1a", "n1b: n2a", "n2b: n0a",
-             "n0c: n2a", "n1c: n0a", "n2c: n1a"]
+             "uc: (nc - lanes) % (2 * lanes)"]
     xyz = ("x", "y", "z")
     if all_reduce:
         bufs = ["  x:     {kind: input,  slots: [N_x, N_y, N_z, 3, 2], shape: [rows, cols], shard: [6 * N * rows, cols],",
@@ -356,14 +378,15 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             for p, ax in enumerate(order):
                 lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
                          f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
-                         f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j"]
+                         f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j",
+                         f"nb{p}_{st}: (me_{ax} {sgn} tn{h} {sgn} 2) % N_{ax}   # the block arriving after j's step"]
             for p in range(3):
                 slots = ", ".join(["2 * lanes"] + extra[p])
-                xslots = ", ".join(["lanes"] + extra[p])
-                bufs += [f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q, cols]}}",
-                         f"  xw{p}_{st}: {{kind: vmem_scratch, slots: [{xslots}], shape: [q, cols]}}"]
+                xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
+                bufs += [f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}",
+                         f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}"]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
-                     f"  load_{st}: {{kind: dma, shape: [lanes]}}",
+                     f"  load_{st}: dma",
                      *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in range(3)),
                      f"  out_{st}: dma",
                      *(f"  cap{p}_{st}: regular" for p in range(3))]
@@ -371,8 +394,8 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             def win(p: int, w: str) -> str:   # window w of phase p, all its blocks
                 return f"w{p}_{st}[{', '.join([w] + [':'] * len(extra[p]))}]"
 
-            def xwin(p: int, i: str) -> str:
-                return f"xw{p}_{st}[{', '.join([i] + [':'] * len(extra[p]))}]"
+            def xwin(p: int, rows: str) -> str:   # the step's own blocks (all lanes), or rows of them
+                return f"xw{p}_{st}[{', '.join([':'] * len(extra[p]) + [rows])}]"
 
             def src(p: int, b: str, rows: str) -> str:   # the blocks of phase p's step with block b on its axis
                 buf, axes = src_of[p]
@@ -383,53 +406,62 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             for p, ax in enumerate(order):
                 to = f"{dword}_{ax}"
                 copies += [
-                    f'  {st}_s{p}: {{src: "{src(p, f"sb{p}_{st}", "r:q")}", dst: "{win(p, f"w{h}")}", to: {to},',
-                    f'           send_sem: "send_{st}[i]", recv_sem: "recv{p}_{st}[w{h}]"}}',
+                    f'  {st}_s{p}: {{src: "{src(p, f"sb{p}_{st}", f"r{h}:q{p}")}", dst: "{win(p, f"w{h}")}", to: {to},',
+                    f'           send_sem: "send_{st}[i{h}]", recv_sem: "recv{p}_{st}[w{h}]"}}',
                     f'  {st}_f{p}: {{src: "{win(p, f"u{h}")}", dst: "{win(p, f"w{h}")}", to: {to},',
-                    f'           send_sem: "send_{st}[i]", recv_sem: "recv{p}_{st}[w{h}]"}}',
-                    f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", "r:q")}", dst: "{xwin(p, "i")}", sem: "load_{st}[i]"}}']
+                    f'           send_sem: "send_{st}[i{h}]", recv_sem: "recv{p}_{st}[w{h}]"}}',
+                    f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", f"0:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
+                    f'  {st}_n{p}: {{src: "{src(p, f"nb{p}_{st}", f"rn{h}:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}']
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
             for p, ax in enumerate(order):
                 to = f"{dword}_{ax}"
-                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", "rj:q")
+                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"r{h}j:q{p}")
                 copies += [
                     f'  {st}_j{p}: {{src: "{win(p, f"w{h}j")}", dst: "{win(p, f"w{h}j")}", to: {to},',
-                    f'           send_sem: "send_{st}[ij]", recv_sem: "recv{p}_{st}[w{h}j]"}}',
-                    f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", "rj:q")}", dst: "{xwin(p, "ij")}", sem: "load_{st}[ij]"}}',
+                    f'           send_sem: "send_{st}[i{h}j]", recv_sem: "recv{p}_{st}[w{h}j]"}}',
+                    f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
                     f'  {st}_o{p}: {{src: "{win(p, f"w{h}j")}", dst: "{dst}", sem: out_{st}}}']
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 sems += [f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in (3, 4, 5)]
                 for p, m in ((3, 2), (4, 1), (5, 0)):
                     ax = order[m]
-                    for nm, tt, rr, ii in (("g", f"t{h}", "r", "i"), ("jg", f"t{h}j", "rj", "ij")):
+                    for nm, tt, rr, ii in (("g", f"t{h}", f"r{h}", f"i{h}"), ("jg", f"t{h}j", f"r{h}j", f"i{h}j")):
                         index = {a: f"me_{a}" for a in order[:m]}   # axes not yet gathered: ours; gathered: all
                         index[ax] = f"(me_{ax} {sgn} {tt}) % N_{ax}"
-                        reg = _region("out", index, xyz, f"{hi}, {d}, {rr}:q")
+                        reg = _region("out", index, xyz, f"{hi}, {d}, {rr}:q{p}")
                         copies += [f'  {st}_{nm}{p}: {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
                                    f'           send_sem: "send_{st}[{ii}]", recv_sem: "recv{p}_{st}[w{h}{"j" if nm == "jg" else ""}]"}}']
-                    send += [f"  - when: sending and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
-                    finish += [f"  - when: finishing and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
+                    send += [f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
+                    finish += [f"  - when: finishing{h} and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
             for p, ax in enumerate(order):
-                send += [f"  - when: sending and p{h} == {p} and n{h} >= 2 * lanes",
+                send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
-                         f"  - when: sending and p{h} == {p} and t{h} == 0",
-                         f"    do: [{{start: {st}_s{p}}}, {{start: {st}_l{p}}}]",
-                         f"  - when: sending and p{h} == {p} and t{h} > 0",
-                         f"    do: [{{start: {st}_f{p}}}, {{start: {st}_l{p}}}]"]
+                         f"  - when: sending{h} and p{h} == {p} and t{h} == 0",
+                         f"    do: [{{start: {st}_s{p}}}]",
+                         f"  - when: sending{h} and p{h} == {p} and t{h} > 0",
+                         f"    do: [{{start: {st}_f{p}}}]",
+                         f"  - when: sending{h} and p{h} == {p} and n{h} == 0   # the phase's first own blocks",
+                         f"    do: [{{start: {st}_l{p}}}]"]
                 nt = f"n{p}{h}"
-                finish += [f"  - when: finishing and p{h}j == {p}",
+                finish += [f"  - when: finishing{h} and p{h}j == {p}",
                            "    do:",
                            f"      - wait: {st}_j{p}",
-                           f"      - wait: {st}_jl{p}",
+                           f"  - when: finishing{h} and p{h}j == {p} and i{h}j == 0   # the step's own blocks",
+                           f"    do: [{{wait: {st}_jl{p}}}]",
+                           f"  - when: finishing{h} and p{h}j == {p}",
+                           "    do:",
                            f'      - accumulate: "{win(p, f"w{h}j")}"',
-                           f'        src: "{xwin(p, "ij")}"',
-                           f"  - when: finishing and p{h}j == {p} and t{h}j == N_{ax} - 2   # the phase's last step: out to HBM",
+                           f'        src: "{xwin(p, f"i{h}j * q{p}:q{p}")}"',
+                           f"  - when: finishing{h} and p{h}j == {p} and i{h}j == L and n{h}j + 1 < n{p}{h}"
+                           "   # the step added: load the next one's",
+                           f"    do: [{{start: {st}_n{p}}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # the phase's last step: out to HBM",
                            f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
-                           f"  - when: finishing and p{h}j == {p} and n{h}j >= lanes   # window n - lanes is free",
+                           f"  - when: finishing{h} and p{h}j == {p} and n{h}j >= lanes   # window n - lanes is free",
                            "    do:",
                            f"      - signal: cap{p}_{st}",
                            f"        to: {back}_{ax}",
-                           f"  - when: finishing and p{h}j == {p} and n{h}j >= {nt} - lanes   # and, at the end, window n",
+                           f"  - when: finishing{h} and p{h}j == {p} and n{h}j >= {nt} - lanes   # and, at the end, window n",
                            "    do:",
                            f"      - signal: cap{p}_{st}",
                            f"        to: {back}_{ax}"]
@@ -440,13 +472,13 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
     return f"""{header}name: {name}
 collective: {kind}
 axes: [x, y, z]
-params: {{rows: 16, cols: 128, lanes: 2, wrows: 256}}
+params: {{rows: 16, cols: 128, lanes: 2, wrows: 64, crows: 128, brows: 256}}
 buffers:
 {chr(10).join(bufs)}
 semaphores:
 {chr(10).join(sems)}
 barrier: {{collective_id: 0}}
-grid: {{k: total + L}}
+grid: {{k: T}}
 let:
 {let}
 copies:
@@ -462,21 +494,19 @@ body:
   # and tell the upstream neighbour a window is free.
 {chr(10).join(finish)}
   # Drain the capacity words nobody waited for.
-  - when: k == total + L - 1
+  - when: k == T - 1
     do:
 {chr(10).join(drain)}
 """
 
 def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4) -> int:
-    """The most rows of a piece (a power of 2, at least 8) whose windows on the 3-D torus
-    `topo` fit in `limit_mib`: per stream 3 x `lanes` windows (2 x `lanes` landing, `lanes`
-    own blocks) of each phase, a plane, a column and a block of pieces, in six streams."""
+    """The most rows `w` of a plane's piece (a multiple of 16) whose windows on the 3-D torus
+    `topo` fit in `limit_mib` with pieces of 2 w rows of a column and 4 w of a block: per
+    stream and phase 3 x `lanes` pieces (2 x `lanes` landing, `lanes` own blocks), in six
+    streams."""
     n = dict(zip("xyz", topo.shape))
-    pieces = sum(n[o[1]] * n[o[2]] + n[o[2]] + 1 for _, o in PARTS_3D) * 2 * 3 * lanes
-    rows = 8
-    while pieces * 2 * rows * cols * itemsize <= limit_mib * 2**20:
-        rows *= 2
-    return rows
+    rows_per_w = sum(n[o[1]] * n[o[2]] + 2 * n[o[2]] + 4 for _, o in PARTS_3D) * 2 * 3 * lanes
+    return max(16, limit_mib * 2**20 // (rows_per_w * cols * itemsize) // 16 * 16)
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -502,15 +532,17 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
 
 
 def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
-    """The 3-D schedules, one per `lanes` in (1, 2, 4), each with the largest pieces whose
+    """The 3-D schedules, one per `lanes` in `LANES_3D`, each with the largest pieces whose
     windows fit the VMEM limit (`window_rows`: the planes of the first phase take most)."""
     text = reduce_scatter_3d(kind == "psum").replace(
         "\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): the windows\nparams:", 1)
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
     for lanes in LANES_3D:
-        wrows = window_rows(topo, lanes, limit)
-        name = f"{kind}_vmem_windows_3d_l{lanes}_w{wrows}"
+        w = window_rows(topo, lanes, limit)
+        name = f"{kind}_vmem_windows_3d_l{lanes}_w{w}"
+        params = {"lanes": lanes, "wrows": w, "crows": 2 * w, "brows": 4 * w}
         yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
-                        .replace("lanes: 2, wrows: 256", f"lanes: {lanes}, wrows: {wrows}"),
-                        what, {"lanes": lanes, "wrows": wrows})
+                        .replace("lanes: 2, wrows: 64, crows: 128, brows: 256",
+                                 ", ".join(f"{k}: {v}" for k, v in params.items())),
+                        what, params)
