@@ -16,7 +16,16 @@ next lane's is on the links). A window is written by the upstream neighbour and 
 its content has been sent on (or, at a phase's last step, copied out to HBM), so a sender
 may only write a window once its receiver said it is free: the `cap*` semaphores carry that
 handshake, 2 x `lanes` windows per stream and phase, the first 2 x `lanes` sends needing no
-word and the last ones drained at the end."""
+word and the last ones drained at the end.
+
+On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
+z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
+column, a block), the same windows and handshake per stream and phase; but the phases run
+one after another over all the rows, each with pieces of its own (`wrows`, `crows`,
+`brows` rows), and a step's own blocks are loaded by one DMA for all its lanes: with six
+streams a point issues a DMA per stream and lane, and a column's or a block's step of
+`wrows` rows would pay those issues for a fraction of a plane's bytes (docs/cost-model.md,
+"Synthesis")."""
 
 from __future__ import annotations
 
