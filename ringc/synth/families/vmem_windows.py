@@ -94,6 +94,25 @@ def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int
             f"w{h}{sfx}: n{h}{sfx} % (2 * lanes)"]
 
 
+def _windows_freed(finishing: str, h: str, p: int, st: str, nt: str, upstream: str) -> list[str]:
+    """Stream `st`'s capacity words for phase p when a point finishes (`finishing`, part or
+    half h): window n - lanes is free once point n is added (its content sent on), and at
+    the phase's end window n too; both to the upstream neighbour."""
+    return [f"  - when: {finishing} and p{h}j == {p} and n{h}j >= lanes   # window n - lanes is free",
+            "    do:",
+            f"      - signal: cap{p}_{st}",
+            f"        to: {upstream}",
+            f"  - when: {finishing} and p{h}j == {p} and n{h}j >= {nt} - lanes   # and, at the end, window n",
+            "    do:",
+            f"      - signal: cap{p}_{st}",
+            f"        to: {upstream}"]
+
+
+def _drain(p: int, st: str, nt: str) -> list[str]:
+    """The wait at the end for the capacity words of stream `st`'s phase p nobody waited for."""
+    return [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
+
+
 def reduce_scatter_2d(all_reduce: bool = False) -> str:
     """The reduce-scatter; with `all_reduce`, the all-reduce: each half then all-gathers its
     block back, over its second axis and its first (HBM to HBM into the neighbours' `out`,
@@ -209,15 +228,8 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
                            f'        src: "{xwin}"',
                            f"  - when: finishing and p{h}j == {p} and t{h}j == {n_ax} - 2   # the phase's last step: out to HBM",
                            f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
-                           f"  - when: finishing and p{h}j == {p} and n{h}j >= lanes   # window n - lanes is free",
-                           "    do:",
-                           f"      - signal: cap{p}_{st}",
-                           f"        to: {back}_{ax0 if p == 0 else ax1}",
-                           f"  - when: finishing and p{h}j == {p} and n{h}j >= {nt} - lanes   # and, at the end, window n",
-                           "    do:",
-                           f"      - signal: cap{p}_{st}",
-                           f"        to: {back}_{ax0 if p == 0 else ax1}"]
-                drain += [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
+                           *_windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")]
+                drain += _drain(p, st, nt)
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_2d", "psum") if all_reduce else ("psum_scatter_vmem_windows_2d", "psum_scatter")
     header = HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER
@@ -466,15 +478,8 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                            f"    do: [{{start: {st}_n{p}}}]",
                            f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # the phase's last step: out to HBM",
                            f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and n{h}j >= lanes   # window n - lanes is free",
-                           "    do:",
-                           f"      - signal: cap{p}_{st}",
-                           f"        to: {back}_{ax}",
-                           f"  - when: finishing{h} and p{h}j == {p} and n{h}j >= {nt} - lanes   # and, at the end, window n",
-                           "    do:",
-                           f"      - signal: cap{p}_{st}",
-                           f"        to: {back}_{ax}"]
-                drain += [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
+                           *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
+                drain += _drain(p, st, nt)
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
