@@ -195,13 +195,13 @@ def test_a_one_shot_copy_goes_out_by_one_multimem_store(tmp_path):
     assert "def build(mesh, *, interpret=None, blocks=None, multimem=True, **params):" in text
     assert "multicast=multicast" in text.split("def _send(")[1].split("def _load(")[0]
     assert "multicast=" not in text.split("def _load(")[1].split("\n\n")[0]  # a local copy
-    per_gpu = text.replace("blocks=None, multimem=True, **params", "blocks=None, multimem=False, **params")
-    for module_text, stem in ((text, "multimem"), (per_gpu, "per_gpu")):
-        module = tmp_path / f"{stem}.py"
-        module.write_text(module_text)
+    module = tmp_path / "one_shot.py"
+    module.write_text(text)
+    # build's keywords pass through `--param` (make_inputs takes them too): per GPU, and 2 blocks
+    for params in ({}, {"multimem": False}, {"blocks": 2}):
         for n in (2, 4):
-            (got,) = check_file(str(module), n)
-            assert got.ok and not got.kinds(), got.to_text()
+            (got,) = check_file(str(module), n, params=params)
+            assert got.ok and not got.kinds(), (params, got.to_text())
     ring = emit_mgpu(ringc.load(str(ROOT / "schedules" / "all_reduce_ring.yaml")))
     assert "BROADCASTS" not in ring and "class _Multicast" not in ring and "multimem=True" not in ring
 

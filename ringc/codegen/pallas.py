@@ -935,10 +935,17 @@ class Emitter:
                 "check_vma=False"])
             w.line("return jax.jit(sharded)")
         w.blank(2)
-        head = "def make_inputs(mesh, key, data=None, **params):" if s.data else "def make_inputs(mesh, key, **params):"
+        # `build`'s own keywords (a GPU kernel's `blocks`, `multimem`) are taken and ignored, so that one
+        # set of keywords builds a kernel and makes its inputs (`ringc check FILE.py --param blocks=2`).
+        keywords = "".join(f"{k}={v}, " for k, v in self.KEYWORDS)
+        head = (f"def make_inputs(mesh, key, data=None, {'*, ' if keywords else ''}{keywords}**params):" if s.data
+                else f"def make_inputs(mesh, key, {'*, ' if keywords else ''}{keywords}**params):")
         with w.block(head):
             w.docstring("Random global inputs for `build(mesh, **params)`, placed as IN_SPECS.\n\n"
                         "`key` is a PRNG key or an int seed."
+                        + (f" {', '.join(f'`{k}`' for k, _ in self.KEYWORDS)}: `build`'s, taken so that the same "
+                           "keywords build the kernel and make its inputs; they do not change the inputs."
+                           if self.KEYWORDS else "")
                         + ("\n\n`data` gives the runtime data, which must satisfy the schedule's constraints: "
                            "for each name in DATA, one list of N integers per device (e.g. a sample of "
                            "`ringc.testing.draw_samples`); they are appended to the inputs, sharded along AXIS."
