@@ -11,7 +11,7 @@ take time on hardware are deferred:
 A broadcast copy (`multicast`, `verify/broadcast.py`) on a switched topology is one multicast
 (`multimem.st`, as the Mosaic GPU emitter writes it): its first start of a run sends the bytes
 once through the source's port out, and the switch through every target's port in; the
-run's other starts each cost their issue and end when it does.
+run's other starts only signal (no DMA issue) and end when it does.
 Compute ops hold their core for their roofline time. A wait holds its core until its
 semaphore has the value. Events are processed in time order, so contention is exact for
 the fluid model.
@@ -270,6 +270,8 @@ class TimedMachine(Machine):
             same_run = prev is not None and prev.event.action.copy == a.copy and prev.event.index == ev.index - 1
             dma.leader = prev.leader if same_run else dma
             self.last_broadcast[ev.device] = dma
+            if same_run:  # a later start of a multicast issues no copy: it only signals (as a signal, no core time)
+                dma.injected = self.now
         self.dmas[ev] = dma
         self.clock[ev.device] = dma.injected
         self._push(dma.injected, _INJECT, dma)
