@@ -341,9 +341,8 @@ def check_sizes(schedule: "str | Schedule | None", source: str, sizes: Mapping[s
         from .verify.unroll import unroll
         at = base.model_copy(update={"params": {**base.params, **params}})
         program = unroll(at, n)  # a Mosaic GPU module runs over one axis
-        scratch = base.buffers_of("hbm_scratch", "vmem_scratch")
         for name in broadcasts:
-            why = why_not_broadcast(program, name, scratch)
+            why = why_not_broadcast(at, program, name)
             if why is not None:
                 raise ValueError(f"{source}: at {sizes}, copy `{name}` is not a broadcast ({why}), but this module "
                                  "sends it by one multimem store to every GPU: pass multimem=False (a TMA copy per "

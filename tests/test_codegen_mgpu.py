@@ -233,11 +233,11 @@ def test_a_copy_whose_own_region_is_used_is_not_multicast(tmp_path):
     path.write_text(text)
     sched = ringc.load(str(path))
     assert ringc.check(sched, 4).ok
-    why = why_not_broadcast(unroll(sched, 4), "send", sched.buffers_of("hbm_scratch", "vmem_scratch"))
+    why = why_not_broadcast(sched, unroll(sched, 4), "send")
     assert why and "own gathered[0, 0:8, 0:128] is used" in why
     assert "BROADCASTS" not in emit_mgpu(sched)
     ring = ringc.load(str(ROOT / "schedules" / "all_reduce_ring.yaml"))
-    assert "other events run between its starts" in why_not_broadcast(unroll(ring, 4), "pass")
+    assert "other events run between its starts" in why_not_broadcast(ring, unroll(ring, 4), "pass")
 
 
 def test_a_one_shot_all_gather_multicasts_the_block_it_holds(tmp_path):

@@ -705,6 +705,12 @@ def test_a_broken_recursive_halving_schedule_is_refused(kind, broken, fixed, kin
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
 
 
+def _at_64kib(text: str, name: str, topology: str):
+    """The cost model's estimate of a generated schedule at 64 KiB on `topology`."""
+    s = load_text(text, name)
+    return estimate(s, hardware(topology, s), nbytes=64 * KiB)
+
+
 def test_recursive_halving_meets_the_latency_goals_on_a_cube():
     """Issue 36's goals at 64 KiB: within 1.5x of alpha x diameter for the reduce-scatter and
     the all-gather, 2x for the all-reduce. On v5p:4x4x4 one radix-4 round per axis: 3
@@ -714,11 +720,9 @@ def test_recursive_halving_meets_the_latency_goals_on_a_cube():
     for kind, text, goal in (("psum_scatter", recursive_halving.psum_scatter(3, 4), 1.5),
                              ("all_gather", recursive_halving.all_gather(3, 4), 1.5),
                              ("psum", recursive_halving.psum(3, 4, fused=2), 2.0)):
-        s = load_text(text, kind)
-        e = estimate(s, hardware("v5p:4x4x4", s), nbytes=64 * KiB)
+        e = _at_64kib(text, kind, "v5p:4x4x4")
         assert e.bound.binding == "latency" and e.seconds <= goal * e.bound.seconds, (kind, e.seconds, e.bound.seconds)
-    s = load_text(recursive_halving.psum(3, 4), "rabenseifner")
-    e = estimate(s, hardware("v5p:4x4x4", s), nbytes=64 * KiB)
+    e = _at_64kib(recursive_halving.psum(3, 4), "rabenseifner", "v5p:4x4x4")
     assert e.seconds > 2.0 * e.bound.seconds
     with pytest.raises(ValueError, match="fused is 0 .. 2"):   # all of V by doubling: recursive_doubling's
         recursive_halving.psum(3, 4, fused=3)
@@ -733,8 +737,7 @@ def test_recursive_halving_meets_the_latency_goals_for_scatter_and_gather_on_tor
     for kind, text, goal in (("psum_scatter", recursive_halving.psum_scatter(2, 4), 1.5),
                              ("all_gather", recursive_halving.all_gather(2, 4), 1.5),
                              ("psum", recursive_halving.psum(2, 4, fused=1), 2.5)):
-        s = load_text(text, kind)
-        e = estimate(s, hardware("torus:4x4", s), nbytes=64 * KiB)
+        e = _at_64kib(text, kind, "torus:4x4")
         assert e.bound.binding == "latency" and e.seconds <= goal * e.bound.seconds, (kind, e.seconds, e.bound.seconds)
         if kind == "psum":
             assert e.seconds > 2.0 * e.bound.seconds

@@ -191,7 +191,6 @@ class _MgpuEmitter(Emitter):
         if not names:
             return []
         sizes = self.checked if self.checked is not None else [{"N": n} for n in self.BROADCAST_SIZES]
-        scratch = s.buffers_of("hbm_scratch", "vmem_scratch")
         for size in sizes:
             params = {p: size[p] for p in s.params if p in size}
             at = s.model_copy(update={"params": {**s.params, **params}}) if params else s
@@ -199,7 +198,7 @@ class _MgpuEmitter(Emitter):
                 program = unroll(at, size["N"])
             except ScheduleError:  # a size the schedule does not take: no multicast decided there
                 return []
-            names &= broadcast_copies(program, names, scratch)
+            names &= broadcast_copies(at, program, names)
         return sorted(names, key=list(s.copies).index)
 
     def choose_tiles(self) -> dict[str, int | None]:

@@ -278,7 +278,7 @@ def multicast_copies(sched: S.Schedule, program: Program, hw: Hardware) -> froze
     from ..verify.broadcast import broadcast_copies
     if len(program.devices) != program.n or program.folds:
         program = unroll(sched, sizes=hw.placement.sizes)
-    return frozenset(broadcast_copies(program, remote, sched.buffers_of("hbm_scratch", "vmem_scratch")))
+    return frozenset(broadcast_copies(sched, program, remote))
 
 
 def estimate_program(sched: S.Schedule, program: "Program | SymmetricProgram", hw: Hardware, *,

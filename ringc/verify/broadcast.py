@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..ir import schema as S
 from .events import Compute, DmaStart, Program, Region
 
 __all__ = ["broadcast_copies", "why_not_broadcast"]
@@ -38,10 +39,11 @@ def _regions(action: object, scratch: frozenset[str]) -> list[Region]:
     return []
 
 
-def why_not_broadcast(program: Program, name: str, scratch: Iterable[str] = ()) -> str | None:
-    """None when remote copy `name` is a broadcast in `program`; else why not, in words.
-    `scratch`: the buffers no caller sees, whose contents when the kernel ends do not matter."""
-    scratch = frozenset(scratch)
+def why_not_broadcast(sched: S.Schedule, program: Program, name: str) -> str | None:
+    """None when remote copy `name` is a broadcast in `program`, an unrolling of `sched`; else
+    why not, in words. (The schedule's scratch buffers are no caller's: what they hold when the
+    kernel ends does not matter.)"""
+    scratch = frozenset(sched.buffers_of("hbm_scratch", "vmem_scratch"))
     n = program.n
     mine: list[Region] = []  # each device's own copy of the region the copy writes elsewhere
     for d, events in enumerate(program.devices):
@@ -79,7 +81,9 @@ def why_not_broadcast(program: Program, name: str, scratch: Iterable[str] = ()) 
     return None
 
 
-def broadcast_copies(program: Program, names: Iterable[str], scratch: Iterable[str] = ()) -> set[str]:
-    """Of the remote copies `names`, those that are broadcasts in `program` (`scratch` as for
-    `why_not_broadcast`)."""
-    return {name for name in names if why_not_broadcast(program, name, scratch) is None}
+def broadcast_copies(sched: S.Schedule, program: Program, names: Iterable[str] | None = None) -> set[str]:
+    """Of the remote copies `names` (default: all of `sched`'s), those that are broadcasts in
+    `program`, an unrolling of `sched`."""
+    if names is None:
+        names = [n for n, c in sched.copies.items() if c.remote]
+    return {name for name in names if why_not_broadcast(sched, program, name) is None}
