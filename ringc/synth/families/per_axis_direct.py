@@ -8,9 +8,9 @@ decide (the sizes where latency dominates).
 - all-gather: round a sends the blocks gathered so far (my x-line, then my xy-plane) to
   the other chips along axis a, straight into their `out`; every block lands once.
 - all-reduce: round a sends the partial sum (x, then the line sum in `out`) to the other
-  chips along a, each into its own HBM slot of the receiver's per-axis `gathered_a`,
-  loads them into VMEM and adds: after round a every chip holds the sum over the axes
-  done so far. A `done` signal per peer (waited at the end) keeps a back-to-back call from
+  chips along a, each straight into its own slot of the receiver's per-axis VMEM
+  `stage_a` (one DMA issue per peer, no load from HBM), and adds what arrived: after
+  round a every chip holds the sum over the axes done so far. A `done` signal per peer (waited at the end) keeps a back-to-back call from
   overwriting a slot its receiver still reads, as in `all_reduce_one_shot`.
 - all-to-all: round a sends, to each chip along axis a, every block bound for that chip's
   coordinate along a (a strided region), into the slot of my coordinate in the next
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
-from .templates import AXES, accumulate, add_arrivals, head, keep_own, own_copy, row_major, when
+from .templates import AXES, accumulate, add_arrivals, far_first, head, keep_own, own_copy, row_major, when
 
 FAMILY = "per_axis_direct"
 WHAT = "one-shot along each axis in turn: k rounds of direct sends, sum(N_a - 1) DMAs per chip"
@@ -32,16 +32,23 @@ WHAT = "one-shot along each axis in turn: k rounds of direct sends, sum(N_a - 1)
 
 def _flat(axes: str, moved: str, sign: str) -> str:
     """Row-major index of the chip at `me` with the coordinate along `moved` shifted by
-    sign (step + 1)."""
-    return row_major(axes, lambda a: f"(me_{a} {sign} (step + 1)) % N_{a}" if a == moved else f"me_{a}")
+    sign o_moved (`_offset`)."""
+    return row_major(axes, lambda a: f"(me_{a} {sign} o_{a}) % N_{a}" if a == moved else f"me_{a}")
 
 
-def _send_fetch(a: str, i: int, live: str) -> list[str]:
+def _offset(a: str) -> str:
+    """The let of step's offset along axis a: every other chip along a once (steps 0 ..
+    N_a - 2), the farthest first (`far_first`: the long routes leave first)."""
+    return f"  o_{a}: {far_first('step', f'N_{a}')}   # this step's offset along {a}, farthest first"
+
+
+def _send_wait(a: str, i: int, live: str) -> list[str]:
     """Round i (along axis a) of a reduction, in phases 3i .. 3i + 2: send my part to the
-    other chips along a, wait for it and fetch what arrived into VMEM, wait for the fetch."""
+    other chips along a, straight into their VMEM `stage_a` slot of me (one DMA issue per
+    peer: no landing in HBM and no load), then wait for every send and arrival; phase
+    3i + 2 adds what arrived (after the round's last send has read its source)."""
     return [when(f"phase == {3 * i} and {live}", f"start: send_{a}"),
-            when(f"phase == {3 * i + 1} and {live}", f"wait: send_{a}", f"start: fetch_{a}"),
-            when(f"phase == {3 * i + 2} and {live}", f"wait: fetch_{a}")]
+            when(f"phase == {3 * i + 1} and {live}", f"wait: send_{a}")]
 
 
 def _grid(axes: str) -> str:
@@ -70,7 +77,7 @@ def all_gather(k: int) -> str:
     me = ", ".join(f"me_{a}" for a in axes)
     lets, copies, body = [], [], []
     for i, a in enumerate(axes):
-        lets.append(f"  to_{a}: {_flat(axes, a, '+')}")
+        lets += [_offset(a), f"  to_{a}: {_flat(axes, a, '+')}"]
         # Round i sends the region gathered so far: all of axes < i, my coordinate on the rest.
         region = ", ".join(":" if j < i else f"me_{b}" for j, b in enumerate(axes))
         copies.append(f'  send_{a}: {{src: "out[{region}]", dst: "out[{region}]", to: to_{a}, '
@@ -107,18 +114,16 @@ def psum(k: int) -> str:
     axes = AXES[:k]
     lets, bufs, sems, copies, body = [], [], [], [], []
     for i, a in enumerate(axes):
-        lets += [f"  to_{a}: {_flat(axes, a, '+')}", f"  from_{a}: {_flat(axes, a, '-')}",
-                 f"  src_{a}: (me_{a} - step - 1) % N_{a}"]
-        bufs += [f"  gathered_{a}: {{kind: hbm_scratch, slots: N_{a}, shape: [rows, cols]}}",
-                 f"  stage_{a}:    {{kind: vmem_scratch, slots: N_{a}, shape: [rows, cols]}}"]
-        sems += [f"  recv_{a}: {{kind: dma, shape: [N_{a} - 1]}}", f"  load_{a}: {{kind: dma, shape: [N_{a} - 1]}}"]
+        lets += [_offset(a), f"  to_{a}: {_flat(axes, a, '+')}", f"  from_{a}: {_flat(axes, a, '-')}",
+                 f"  src_{a}: (me_{a} - o_{a}) % N_{a}"]
+        bufs.append(f"  stage_{a}: {{kind: vmem_scratch, slots: N_{a}, shape: [rows, cols]}}")
+        sems.append(f"  recv_{a}: {{kind: dma, shape: [N_{a} - 1]}}")
         src = "x" if i == 0 else "out"
-        copies += [f'  send_{a}: {{src: {src}, dst: "gathered_{a}[me_{a}]", to: to_{a}, send_sem: send_sem, '
-                   f'recv_sem: "recv_{a}[step]"}}',
-                   f'  fetch_{a}: {{src: "gathered_{a}[src_{a}]", dst: "stage_{a}[src_{a}]", sem: "load_{a}[step]"}}']
+        copies.append(f'  send_{a}: {{src: {src}, dst: "stage_{a}[me_{a}]", to: to_{a}, send_sem: send_sem, '
+                      f'recv_sem: "recv_{a}[step]"}}')
         live = f"step < N_{a} - 1"
         arrival = f'"stage_{a}[src_{a}]"'
-        body += _send_fetch(a, i, live)
+        body += _send_wait(a, i, live)
         if i == 0:
             body.append(add_arrivals("phase == 2 and step == 0", f"phase == 2 and step > 0 and {live}",
                                      "out", arrival, "x"))
@@ -131,9 +136,10 @@ def psum(k: int) -> str:
     body.append(when(f"phase == {3 * k - 1} and step == {last}", f"sem_wait: done\nvalue: {total}"))
     return f"""# One-shot per axis all-reduce over {k} axes: lax.psum(x, axes).
 # Generated by `ringc synth` (ringc/synth/families/per_axis_direct.py): round a sends the
-# partial sum (x, then `out`) to every other chip along axis a at once, into the receiver's
-# `gathered_a` slot of the sender; the arrivals are loaded into VMEM and added, so after
-# round a every chip holds the sum over the axes done so far. k rounds, sum(N_a - 1) DMAs.
+# partial sum (x, then `out`) to every other chip along axis a at once (the farthest
+# first), straight into the receiver's VMEM `stage_a` slot of the sender, and adds the
+# arrivals, so after round a every chip holds the sum over the axes done so far. k rounds,
+# sum(N_a - 1) DMAs.
 {head(f"psum_per_axis_direct_{k}d", "psum", axes)}
 buffers:
   x:   {{kind: input,  shape: [rows, cols], space: vmem}}
@@ -152,7 +158,7 @@ def all_to_all(k: int) -> str:
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
     lets, copies, body, sems, scratch = [], [], [], [], []
     for i, a in enumerate(axes):
-        lets += [f"  to_{a}: {_flat(axes, a, '+')}", f"  t_{a}: (me_{a} + step + 1) % N_{a}"]
+        lets += [_offset(a), f"  to_{a}: {_flat(axes, a, '+')}", f"  t_{a}: (me_{a} + o_{a}) % N_{a}"]
         src, dst = bufs[i], bufs[i + 1]
         if dst != "out":
             scratch.append(f"  {dst}: {{kind: hbm_scratch, slots: {slots}, shape: [rows, cols]}}"
@@ -191,8 +197,8 @@ def psum_scatter(k: int) -> str:
     """Round a (x, then y, then z) is a one-shot reduce-scatter along axis a of what the
     earlier rounds left: chip me sends, to the chip at coordinate t along a, the partial
     sums of the blocks bound for coordinate t (the blocks of every coordinate on the axes
-    not done yet), into its `gathered_a` slot of me; the arrivals are loaded into VMEM and
-    added to my own part, so after round a every chip holds the sum over the axes done of
+    not done yet), straight into its VMEM `stage_a` slot of me; the arrivals are added to
+    my own part, so after round a every chip holds the sum over the axes done of
     the blocks bound for its coordinates on them."""
     axes = AXES[:k]
     n_all = ", ".join(f"N_{a}" for a in axes)
@@ -201,10 +207,9 @@ def psum_scatter(k: int) -> str:
         rest = axes[i + 1:]
         slots = ", ".join([f"N_{a}"] + [f"N_{b}" for b in rest])
         free = "".join(", :" for _ in rest)
-        lets += [f"  to_{a}: {_flat(axes, a, '+')}", f"  t_{a}: (me_{a} + step + 1) % N_{a}",
-                 f"  src_{a}: (me_{a} - step - 1) % N_{a}"]
-        bufs += [f"  gathered_{a}: {{kind: hbm_scratch, slots: [{slots}], shape: [rows, cols]}}",
-                 f"  stage_{a}:    {{kind: vmem_scratch, slots: [{slots}], shape: [rows, cols]}}"]
+        lets += [_offset(a), f"  to_{a}: {_flat(axes, a, '+')}", f"  t_{a}: (me_{a} + o_{a}) % N_{a}",
+                 f"  src_{a}: (me_{a} - o_{a}) % N_{a}"]
+        bufs.append(f"  stage_{a}: {{kind: vmem_scratch, slots: [{slots}], shape: [rows, cols]}}")
         last = i == k - 1
         if not last:
             bufs.append(f"  acc_{a}:      {{kind: vmem_scratch, slots: [{', '.join(f'N_{b}' for b in rest)}], "
@@ -214,13 +219,11 @@ def psum_scatter(k: int) -> str:
             prev = lambda c: f"x[{c}{free}]"  # noqa: E731
         else:
             prev = lambda c, p=axes[i - 1]: f"acc_{p}[{c}{free}]"  # noqa: E731
-        sems += [f"  recv_{a}: {{kind: dma, shape: [N_{a} - 1]}}", f"  load_{a}: {{kind: dma, shape: [N_{a} - 1]}}"]
-        copies += [f'  send_{a}: {{src: "{prev(f"t_{a}")}", dst: "gathered_{a}[me_{a}{free}]", to: to_{a}, '
-                   f'send_sem: send_sem, recv_sem: "recv_{a}[step]"}}',
-                   f'  fetch_{a}: {{src: "gathered_{a}[src_{a}{free}]", dst: "stage_{a}[src_{a}{free}]", '
-                   f'sem: "load_{a}[step]"}}']
+        sems.append(f"  recv_{a}: {{kind: dma, shape: [N_{a} - 1]}}")
+        copies.append(f'  send_{a}: {{src: "{prev(f"t_{a}")}", dst: "stage_{a}[me_{a}{free}]", to: to_{a}, '
+                      f'send_sem: send_sem, recv_sem: "recv_{a}[step]"}}')
         live = f"step < N_{a} - 1"
-        body += [f"  # Round {a}.", *_send_fetch(a, i, live),
+        body += [f"  # Round {a}.", *_send_wait(a, i, live),
                  add_arrivals(f"phase == {3 * i + 2} and step == 0", f"phase == {3 * i + 2} and step > 0 and {live}",
                               dst, f'"stage_{a}[src_{a}{free}]"', f'"{prev(f"me_{a}")}"')]
     names = ", ".join(f'"{a}"' for a in axes)
@@ -228,8 +231,8 @@ def psum_scatter(k: int) -> str:
 # chip j gets the sum of every chip's block j, row-major).
 # Generated by `ringc synth` (ringc/synth/families/per_axis_direct.py): round a sends, to
 # each other chip along axis a at once, the partial sums of the blocks bound for its
-# coordinate along a, into its `gathered_a` slot of mine; the arrivals are loaded into
-# VMEM and added to my own, so the blocks shrink by N_a each round and the last round adds
+# coordinate along a (the farthest first), straight into its VMEM `stage_a` slot of mine;
+# the arrivals are added to my own, so the blocks shrink by N_a each round and the last round adds
 # into `out`. k rounds, sum(N_a - 1) DMAs, for small sizes (every array is in VMEM).
 {head(f"psum_scatter_per_axis_direct_{k}d", "psum_scatter", axes)}
 buffers:

@@ -19,13 +19,27 @@ def row_major(axes: str, coord: Callable[[str], str]) -> str:
     return out
 
 
+def far_first(j: str, n: str) -> str:
+    """The j-th offset (j = 0 .. n - 1) round an axis of n chips, farthest first: n // 2,
+    then n // 2 + 1 and n // 2 - 1, n // 2 + 2 and n // 2 - 2, ... (n even: n - 1 and 1 at j = n - 3, n - 2),
+    and 0 last (j = n - 1). A direct send issued at j x the issue time lands after its
+    hops, so sending the long routes first makes the last arrival about the diameter plus
+    one issue, where nearest first waits N - 1 issues for the farthest."""
+    return f"({n} // 2 + (({j} + 1) // 2) * (2 * ({j} % 2) - 1)) % {n}"
+
+
 def offset_lets(axes: str) -> list[str]:
-    """The lets of a direct send's offset: o = step + 1, row-major over `axes` (1 .. N - 1,
-    every other chip once), and its coordinate d_a along each axis."""
-    lets = ["o: step + 1                       # the offset, row-major over the axes"]
+    """The lets of a direct send's offset, one per `step` = 0 .. N - 2: along each axis a
+    the row-major digit j_a of step picks the offset d_a (`far_first`), so every other chip
+    comes once (the digits all N_a - 1, offset 0, are step N - 1: never run) and step 0 is
+    the chip farthest away. One axis: `o` is the offset."""
+    if len(axes) == 1:
+        return [f"o: {far_first('step', 'N')}   # the offset, farthest first"]
+    lets = []
     for i, a in enumerate(axes):
         inner = " * ".join(f"N_{b}" for b in axes[i + 1:])
-        lets.append(f"d_{a}: ({f'o // ({inner})' if inner else 'o'}) % N_{a}")
+        lets.append(f"j_{a}: ({f'step // ({inner})' if inner else 'step'}) % N_{a}")
+        lets.append(f"d_{a}: {far_first(f'j_{a}', f'N_{a}')}   # the offset along {a}, farthest first")
     return lets
 
 
