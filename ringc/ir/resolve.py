@@ -104,19 +104,7 @@ class Resolved:
     @classmethod
     def of(cls, sched: S.Schedule) -> "Resolved":
         static = frozenset({"N", *(f"N_{a}" for a in sched.axes if len(sched.axes) > 1), *sched.params})
-        # Static lets in dependency order, passes repeating until none is added: a let that
-        # names one written below it (refused at its own line by the let check) must not make
-        # a size that uses it look dynamic first, with nothing to name as the cause.
-        lets: dict[str, E.Expr] = {}
-        pending = dict(sched.let)
-        while True:
-            ready = [name for name, e in pending.items() if E.names(e) <= static | set(lets)]
-            if not ready:
-                break
-            for name in ready:
-                e = pending.pop(name)
-                lets[name] = E.substitute(e, lets) if lets else e
-        return cls(sched, (sched.axes, sched.params, sched.let), MappingProxyType(lets),
+        return cls(sched, (sched.axes, sched.params, sched.let), _static_lets(sched.let, static),
                    MappingProxyType(builtin_exprs(sched.axes)), static)
 
     def current(self, sched: S.Schedule) -> bool:
@@ -134,6 +122,41 @@ class Resolved:
         decided when the kernel is traced (N and params once per N, a loop index once per
         iteration of the unrolled loop) and emitted as a Python `if`."""
         return E.names(self.inline(e)) <= self.static_names | set(loop_indices)
+
+
+# The static lets depend on the let expressions and on which names are static, not on the
+# params' values: the copies a search makes of one schedule with other params (`fit_volume`
+# tries dozens) share its `let` mapping, so they share the derivation too. Keyed by that
+# mapping's identity (held in the entry, so the id is not reused) and the static names.
+_STATIC_LETS: dict[tuple[int, frozenset[str]], tuple[Mapping, Mapping[str, E.Expr]]] = {}
+_STATIC_LETS_MAX = 256
+
+
+def _static_lets(let: Mapping[str, E.Expr], static: frozenset[str]) -> Mapping[str, E.Expr]:
+    """The lets that reduce to `static` names, in dependency order, each with the earlier
+    ones inlined. Passes repeat until none is added: a let that names one written below it
+    (refused at its own line by the let check) must not make a size that uses it look
+    dynamic first, with nothing to name as the cause."""
+    key = (id(let), static)
+    hit = _STATIC_LETS.get(key)
+    if hit is not None and hit[0] is let:
+        return hit[1]
+    lets: dict[str, E.Expr] = {}
+    pending = {name: (e, E.names(e)) for name, e in let.items()}  # names once per let
+    known = set(static)
+    while True:
+        ready = [name for name, (_, used) in pending.items() if used <= known]
+        if not ready:
+            break
+        for name in ready:
+            e, _ = pending.pop(name)
+            lets[name] = E.substitute(e, lets) if lets else e
+            known.add(name)
+    out = MappingProxyType(lets)
+    if len(_STATIC_LETS) >= _STATIC_LETS_MAX:
+        _STATIC_LETS.clear()
+    _STATIC_LETS[key] = (let, out)
+    return out
 
 
 def resolved(sched: S.Schedule) -> Resolved:
