@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate
+from . import recursive_halving
 from .recursive_halving import yaml_loop, yaml_op
 from .templates import AXES, head
 
@@ -275,9 +276,11 @@ GENERATORS = {"psum_scatter": psum_scatter, "all_gather": all_gather, "psum": ps
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    """Where some axis has a low digit of radix 4 (16 chips): on axes of 8 or fewer the
-    rounds are `recursive_halving`'s (a top digit of radix 4, a binary one below)."""
+    """Where some axis has a low digit of radix 4 (16 chips), or where `recursive_halving`
+    is not generated (past its `MAX_CHIPS`: v5p:8x8x8): elsewhere, on axes of 8 or fewer,
+    the rounds are `recursive_halving`'s (a top digit of radix 4, a binary one below)."""
     if (kind not in GENERATORS or topo.ndim > 3 or not all(topo.wrap)
-            or any(s < 2 or s > MAX_AXIS or s & (s - 1) for s in topo.shape) or max(topo.shape) < MAX_AXIS):
+            or any(s < 2 or s > MAX_AXIS or s & (s - 1) for s in topo.shape)
+            or (max(topo.shape) < MAX_AXIS and topo.size <= recursive_halving.MAX_CHIPS)):
         return
     yield Candidate(FAMILY, f"{kind}_shifted_halving_{topo.ndim}d", GENERATORS[kind](topo.ndim), WHAT, {})
