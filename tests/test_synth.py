@@ -100,6 +100,34 @@ def test_a_candidate_that_fails_check_is_dropped_and_the_next_taken():
     assert "broken_fast_psum" not in [p.candidate.name for p, _, _ in r.frontier]
 
 
+class SplitFamily:
+    """The 3-D rotated all-gather as it was: six parts of rows // 6 rows, so rows that 6
+    does not divide leave the last rows ungathered. Its template rows (48) divide."""
+    @staticmethod
+    def generate(kind, topo):
+        from ringc.synth.families import rotated_bidirectional
+        text = rotated_bidirectional.all_gather(3)
+        fixed = "5 * q:rows - 5 * q"
+        assert fixed in text
+        yield Candidate("split", "split_all_gather", text.replace(fixed, "5 * q:q"), "split", {})
+
+
+def test_a_winner_is_also_checked_with_the_params_sized_for_each_size():
+    """256 MiB on torus:2x2x2 sizes rows to 65536, which 6 does not divide: the template
+    checks at 48 rows, the sized schedule misses 4 rows of every shard."""
+    from ringc.synth.families import direct
+    r = synth("all_gather", "torus:2x2x2", [64 * KiB, 256 * MiB], compile=False, families=[SplitFamily, direct])
+    split = next(p for p in r.priced if p.candidate.name == "split_all_gather")
+    small, big = r.choices
+    assert split.points[256 * MiB][5]["rows"] % 6 and split.verdict == ""
+    assert big.winner.candidate.family == "direct"
+    ((name, why),) = big.dropped
+    assert name == "split_all_gather" and "refused by ringc check at rows=" in why and "wrong_result" in why
+    assert split.sized_verdicts[256 * MiB] == why and not split.usable(256 * MiB)
+    if small.winner is split:   # where its sized rows divide, it stays a winner, checked with them
+        assert split.sized_verdicts[64 * KiB] == "" and "checked with these params too" in r.yaml_of(split)
+
+
 @pytest.mark.parametrize("topology", ["ring:5", "ring:8", "torus:4x4", "torus:2x3", "torus:2x2", "v5p:2x2x2",
                                       "torus:3x2x4"])
 @pytest.mark.parametrize("family", ["direct", "per_axis_direct", "rotated_bidirectional", "recursive_doubling"])

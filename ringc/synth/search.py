@@ -32,7 +32,7 @@ from ..collectives import NAMES, kind_named
 from ..errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
-from ..compile import compile_for
+from ..compile import compile_for, with_params
 from ..cost.model import CostError, estimate, hardware
 from ..cost.sizing import fit_volume
 from ..cost.tune import compile_target, compiler_available
@@ -63,6 +63,10 @@ class Priced:
     verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
     verified: str = ""
     compiled: str = ""
+    # size -> "" if `ringc check` also proved it with the params sized there (the rows the
+    # estimate and the compile use: a region split that the template's rows divide and the
+    # sized rows do not is caught there), else why it was dropped at that size.
+    sized_verdicts: dict[int, str] = field(default_factory=dict)
 
     def seconds(self, size: int) -> float | None:
         p = self.points.get(size)
@@ -70,7 +74,7 @@ class Priced:
 
     def usable(self, size: int) -> bool:
         p = self.points.get(size)
-        return p is not None and p[4] and self.verdict in (None, "")
+        return p is not None and p[4] and self.verdict in (None, "") and self.sized_verdicts.get(size, "") == ""
 
 
 @dataclass
@@ -125,7 +129,8 @@ class SynthResult:
             ru_text = (f"runner-up {ru.candidate.label} {time_text(ru.seconds(ch.size))} "
                        f"({ru.points[ch.size][1]:.1%})" if ru else "no runner-up")
             lines.append(f"# At {size_text(ch.size)} ({rows}): estimate {time_text(sec)}, {eff:.1%} of the bound "
-                         f"{time_text(bound)} ({binding}); {ru_text}.")
+                         f"{time_text(bound)} ({binding}); {ru_text}"
+                         + ("; checked with these params too." if p.sized_verdicts.get(ch.size) == "" else "."))
             for name, why in ch.dropped:
                 lines.append(f"#   dropped before it: {name}: {why}")
         lines.append(f"# Why: the fastest of {len(self.priced)} candidates on the {self.chip} cost model "
@@ -288,6 +293,26 @@ def _verify(p: Priced, topo: T.Topology) -> None:
                   f"{time.perf_counter() - t0:.2f}s")
 
 
+def _verify_sized(p: Priced, topo: T.Topology, size: int) -> None:
+    """`ringc check` on the slice with the params sized for `size`, where they differ from
+    the template's (already proved by `_verify`); sets `sized_verdicts[size]`. Within the
+    check's limits (`--limit`): a check past them drops the candidate at that size."""
+    sized = p.points[size][5]
+    if sized == dict(p.schedule.params) or any(p.points[s][5] == sized for s in p.sized_verdicts if s in p.points
+                                                and p.sized_verdicts[s] == ""):
+        p.sized_verdicts[size] = ""
+        return
+    rows = ", ".join(f"{k}={v}" for k, v in sized.items() if k in ("rows", "cols"))
+    try:
+        report = check(with_params(p.schedule, sized), topology=topo.spec)
+    except ScheduleError as e:
+        p.sized_verdicts[size] = f"refused by ringc check at {rows}: {e.message.splitlines()[0][:120]}"
+        return
+    errors = [f for f in report.findings if f.severity == "error"]
+    p.sized_verdicts[size] = (f"refused by ringc check at {rows}: [{errors[0].kind}] "
+                              f"{errors[0].message.splitlines()[0][:120]}" if errors else "")
+
+
 def _compile(p: Priced, hw, size: int, note: str) -> None:
     """Compile the winner, sized for `size`, for a slice of the topology's generation."""
     if note or p.compiled:
@@ -352,9 +377,16 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             best = live[0]
             if verify and best.verdict is None:
                 _verify(best, topo)
-                if best.verdict == "":
-                    if compile and not note:
-                        _compile(best, best.hw, size, note)
+                if best.verdict:
+                    dropped.append((best.candidate.label, best.verdict))
+                    continue
+            if verify and size not in best.sized_verdicts:
+                _verify_sized(best, topo, size)
+                if best.sized_verdicts[size]:
+                    dropped.append((best.candidate.label, best.sized_verdicts[size]))
+                    continue
+            if verify and compile and not note and not best.compiled:
+                _compile(best, best.hw, size, note)
                 if best.verdict:
                     dropped.append((best.candidate.label, best.verdict))
                     continue

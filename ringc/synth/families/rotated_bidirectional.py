@@ -145,7 +145,8 @@ def all_gather(k: int) -> str:
             lets.append(f"  {tag}_{a}: (me_{a} {sign} (step - ({begin}))) % N_{a}")
             lets.append(f"  {tag}_on_{a}: step >= {begin} and step < {end}")
             region = ", ".join(":" if b in order[:i] else (f"{tag}_{b}" if b == a else f"me_{b}") for b in axes)
-            rows = f"{n} * q:q" if n else "0:q"
+            # start:length; the last part also takes the rows // (2k) leaves over, so any rows tile
+            rows = "0:q" if not n else f"{n} * q:q" if n < len(parts) - 1 else f"{n} * q:rows - {n} * q"
             copies.append(f'  {tag}_{a}_send: {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
                           f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[step]"}}')
             body_start += [f"  - when: {tag}_on_{a}", "    do:", f"      - start: {tag}_{a}_send"]
