@@ -239,14 +239,21 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
         budget = SEARCH_TIMED_FLOWS
     too_big = None
     for size in sorted(sizes):
-        if too_big is None and _vmem_buffers(p.schedule, hw, size) > hw.chip.vmem_bytes:
-            too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
+        fitted = None
+        if too_big is None:
+            try:
+                fitted = fit_volume(p.schedule, hw.placement.sizes, size)   # once: the VMEM test and the timing share it
+            except ScheduleError as err:
+                p.problems[size] = err.message.splitlines()[0][:160]
+                continue
+            if _vmem_buffers(fitted, hw) > hw.chip.vmem_bytes:
+                too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
         if too_big is not None:
             p.problems[size] = f"its VMEM buffers do not fit a core from {size_text(too_big)} on"
             continue
         try:
             with limits.overridden({"timed_flows": budget}):
-                e = estimate(p.schedule, hw, nbytes=size)
+                e = estimate(fitted, hw)
         except (ScheduleError, CostError, ValueError) as err:
             p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:160]
             continue
@@ -261,14 +268,13 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             too_big = size
 
 
-def _vmem_buffers(sched, hw, size: int) -> int:
-    """Bytes of the VMEM buffers `sched` declares, sized for `size` (no pipeline windows:
-    a lower bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not
-    divide (the timed run then says why)."""
+def _vmem_buffers(sized, hw) -> int:
+    """Bytes of the VMEM buffers the sized schedule declares (no pipeline windows: a lower
+    bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not divide (the
+    timed run then says why)."""
     from math import prod
 
     try:
-        sized = fit_volume(sched, hw.placement.sizes, size)
         shapes = buffer_shapes(sized, hw.placement.sizes)
     except ScheduleError:
         return 0
