@@ -12,6 +12,7 @@ from ringc import topology as T
 from ringc.cost import estimate, hardware
 from ringc.ir.loader import load_text
 from ringc.synth import synth
+from ringc.compile import with_params
 from ringc.synth.families import all_to_all_direct, library_text, per_axis, per_axis_direct
 from ringc.verify.check import check
 
@@ -30,9 +31,11 @@ def _errors(report) -> list[str]:
 def test_the_all_to_all_families_check(module, topology):
     """On axes of 2, 3 and 4 (an even axis of 4 or more has half-way blocks, relayed), and
     of different sizes (a row-major offset or a coordinate mixed up between axes would show)."""
-    (cand,) = module.generate("all_to_all", T.parse(topology))
-    report = check(load_text(cand.text, cand.name), topology=topology)
-    assert report.ok, [f.message for f in report.findings]
+    cands = list(module.generate("all_to_all", T.parse(topology)))
+    assert len(cands) == (2 if module is per_axis_direct else 1)   # per axis: also the rotated parts
+    for cand in cands:
+        report = check(load_text(cand.text, cand.name), topology=topology)
+        assert report.ok, (cand.name, [f.message for f in report.findings])
 
 
 @pytest.mark.parametrize("broken, kinds", [
@@ -47,6 +50,30 @@ def test_a_broken_direct_all_to_all_is_refused(broken, kinds):
     fix = 'dst: "out[me_x, me_y, half:half]"' if broken.startswith("dst") else ""
     report = check(load_text(text.replace(broken, fix), "broken"), topology="torus:4x4")
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
+
+
+def test_the_rotated_per_axis_all_to_all_tiles_any_rows_and_a_broken_one_is_refused():
+    """Three parts of rows // 3 rows, the last taking the rest: 50 rows tile; a part that
+    keeps its own blocks from another part's rows leaves its rows unwritten."""
+    text = per_axis_direct.all_to_all_rotated(3)
+    sched = load_text(text, "rotated")
+    assert check(sched, topology="torus:2x3x4").ok
+    assert check(with_params(sched, {"rows": 50}), topology="torus:2x2x2").ok
+    bad = text.replace('keep_p1_y: {src: "x[:, me_y, :, 1 * q:q]"', 'keep_p1_y: {src: "x[:, me_y, :, 0:q]"')
+    assert bad != text
+    assert "wrong_result" in _errors(check(load_text(bad, "broken"), topology="torus:2x3x4"))
+
+
+def test_rotated_parts_keep_every_link_busy_on_a_cube_at_256mib():
+    """One axis at a time moves V along one axis per round; the rotated parts move a third
+    of it along each axis at once: 3x faster on v5p:8x8x8, 80% of the bisection bound (the
+    half-way offset's block goes the positive way round, 10 of 16 parts on that link)."""
+    est = {}
+    for text in (per_axis_direct.all_to_all(3), per_axis_direct.all_to_all_rotated(3)):
+        sched = load_text(text, "a2a")
+        est[sched.name] = estimate(sched, hardware("v5p:8x8x8", sched), nbytes=256 * MiB)
+    flat, rot = est["all_to_all_per_axis_direct_3d"], est["all_to_all_per_axis_direct_rotated_3d"]
+    assert rot.seconds < flat.seconds / 2.5 and rot.efficiency > 0.75 and rot.bound.binding == "bisection"
 
 
 def test_a_broken_per_axis_all_to_all_is_refused():
