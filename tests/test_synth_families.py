@@ -142,9 +142,21 @@ def test_the_direct_reduce_scatter_checks(topology):
 
 @pytest.mark.parametrize("topology", ["torus:3x4", "torus:4x4", "torus:2x3x4", "v5p:4x4x4", "v5e:2x2"])
 def test_the_per_axis_direct_reduce_scatter_checks(topology):
-    (cand,) = per_axis_direct.generate("psum_scatter", T.parse(topology))
-    report = check(load_text(cand.text, cand.name), topology=topology, invocations=2)
-    assert report.ok, [f.message for f in report.findings]
+    """Landing in the receiver's VMEM, and in its HBM then loaded (the fallback libtpu takes
+    where it refuses the VMEM landing)."""
+    cands = list(per_axis_direct.generate("psum_scatter", T.parse(topology)))
+    assert [c.name.endswith("_hbm_" + c.name[-2:]) for c in cands] == [False, True]
+    for cand in cands:
+        report = check(load_text(cand.text, cand.name), topology=topology, invocations=2)
+        assert report.ok, (cand.name, [f.message for f in report.findings])
+
+
+def test_the_per_axis_direct_reduce_scatter_landing_in_hbm_races_if_it_loads_before_the_arrival():
+    text = per_axis_direct.psum_scatter(2, "hbm")
+    wait = "      - wait: send_y\n      - start: fetch_y\n"
+    assert wait in text
+    bad = text.replace(wait, "      - start: fetch_y\n      - wait: send_y\n")
+    assert "race" in _errors(check(load_text(bad, "early_fetch"), topology="torus:3x4"))
 
 
 def test_a_broken_per_axis_direct_reduce_scatter_is_refused():
@@ -192,7 +204,7 @@ def test_the_longest_route_first_brings_one_shot_sends_within_1_5x_of_the_diamet
     order = [eval(far_first(str(j), "16")) for j in range(16)]
     assert order[:5] == [8, 9, 7, 10, 6] and order[-3:] == [15, 1, 0] and sorted(order) == list(range(16))
     module = direct if T.parse(topology).ndim == 1 else per_axis_direct
-    (cand,) = module.generate(kind, T.parse(topology))
+    cand = next(module.generate(kind, T.parse(topology)))   # per axis: the landing in VMEM
     sched = load_text(cand.text, cand.name)
     est = estimate(sched, hardware(topology, sched), nbytes=64 * KiB)
     assert est.bound.binding == "latency" and est.seconds <= 1.5 * est.bound.seconds
