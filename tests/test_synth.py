@@ -240,3 +240,27 @@ def test_the_search_prices_under_its_own_fluid_network_budget(monkeypatch):
     with limits.overridden({"timed_flows": 1_000_000}):
         r = synth("all_gather", "v5p:4x4x4", [256 * MiB], compile=False, verify=False, families=[direct])
     assert 256 * MiB in next(p for p in r.priced if p.candidate.name == "all_gather_direct_3d").points
+
+
+def test_a_winner_the_compiler_refuses_for_scoped_vmem_is_compiled_with_the_limit_raised():
+    """The one-shot-per-axis reduce-scatter at 16 MiB on v5p:4x4x4 stages its arrivals in
+    VMEM: more than libtpu's default scoped VMEM, less than the chip's. Compiled again with
+    `vmem_limit_mib` (3/4 of 64 MiB) it passes, and the winner keeps that line."""
+    pytest.importorskip("libtpu")
+    from ringc import topology as T
+    from ringc.compile import compile_for
+    from ringc.cost.model import hardware
+    from ringc.cost.sizing import fit_volume
+    from ringc.cost.tune import compile_target
+    from ringc.synth import search
+    from ringc.synth.families import per_axis_direct
+    cand = next(per_axis_direct.generate("psum_scatter", T.parse("v5p:4x4x4")))
+    sched = load_text(cand.text, cand.name)
+    hw = hardware("v5p:4x4x4", sched)
+    plain = compile_for(fit_volume(sched, hw.placement.sizes, 16 * MiB), compile_target(hw, sched))
+    assert not plain.ok and plain.error.kind == "vmem_overflow"
+    p = search.Priced(cand, sched, hw=hw)
+    search._compile(p, hw, 16 * MiB, "")
+    assert p.verdict is None and p.compiled.endswith("with vmem_limit_mib: 48 (its default scoped VMEM refused it)")
+    assert "\nvmem_limit_mib: 48 " in p.candidate.text and p.schedule.vmem_limit_mib == 48
+    assert check(p.schedule, topology="torus:2x2x2").ok

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import difflib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import limits, topology as T
@@ -32,6 +32,7 @@ from ..collectives import NAMES, kind_named
 from ..errors import ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
+from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
 from ..cost.model import CostError, estimate, hardware
 from ..cost.sizing import fit_volume
@@ -320,19 +321,39 @@ def _verify_sized(p: Priced, topo: T.Topology, size: int) -> None:
 
 
 def _compile(p: Priced, hw, size: int, note: str) -> None:
-    """Compile the winner, sized for `size`, for a slice of the topology's generation."""
+    """Compile the winner, sized for `size`, for a slice of the topology's generation. One
+    the compiler refuses for VMEM (its default scoped limit is a fraction of the chip's) and
+    that sets no `vmem_limit_mib` is compiled again with 3/4 of the chip's VMEM, and kept
+    with that line (`with_vmem_limit`: it changes what the compiler allows, not what the
+    kernel does, so the check stands)."""
     if note or p.compiled:
         return
     target = compile_target(hw, p.schedule)
-    try:
-        res = compile_for(fit_volume(p.schedule, hw.placement.sizes, size), target)
-    except ScheduleError as e:
-        p.verdict = f"refused by the TPU compiler: {e.message.splitlines()[0][:120]}"
+    res, err = _compiled(p.schedule, hw, size, target)
+    raised = ""
+    if res is not None and not res.ok and getattr(res.error, "kind", "") == "vmem_overflow" \
+            and p.schedule.vmem_limit_mib is None:
+        text = with_vmem_limit(p.candidate.text, hw.chip, "libtpu's default scoped VMEM refused it")
+        sched = load_text(text, f"<synth:{p.candidate.name}>")
+        again, err2 = _compiled(sched, hw, size, target)
+        if again is not None and again.ok:
+            p.candidate, p.schedule, res = replace(p.candidate, text=text), sched, again
+            raised = f" with vmem_limit_mib: {sched.vmem_limit_mib} (its default scoped VMEM refused it)"
+    if err:
+        p.verdict = f"refused by the TPU compiler: {err}"
         return
     if not res.ok:
         p.verdict = f"rejected by the TPU compiler for {target}: {getattr(res.error, 'kind', 'compiler_error')}"
         return
-    p.compiled = f"ok for {target} at {size_text(size)}"
+    p.compiled = f"ok for {target} at {size_text(size)}{raised}"
+
+
+def _compiled(sched, hw, size: int, target):
+    """(the compile result, None), or (None, why) where the schedule cannot be compiled."""
+    try:
+        return compile_for(fit_volume(sched, hw.placement.sizes, size), target), None
+    except ScheduleError as e:
+        return None, e.message.splitlines()[0][:120]
 
 
 def synth(collective: str, topology: str, sizes: list[int], *, families: list | None = None,

@@ -41,3 +41,12 @@ def with_params(text: str, name: str, params: dict[str, int]) -> str:
     new.update({k: str(v) for k, v in params.items()})
     line = "params: {" + ", ".join(f"{k}: {v}" for k, v in new.items()) + "}"
     return text[:m.start()] + line + text[m.end():]
+
+
+def with_vmem_limit(text: str, chip, why: str) -> str:
+    """`text` with `vmem_limit_mib: ` 3/4 of `chip`'s VMEM before its `params:` line (the
+    compiler's default scoped VMEM is a fraction of the chip's; Pallas' vmem_limit_bytes
+    raises it), saying `why`."""
+    limit = chip.vmem_bytes * 3 // 4 // 2**20
+    return text.replace("\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): {why}\nparams:", 1)
+

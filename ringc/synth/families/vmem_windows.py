@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Candidate
+from .base import Candidate, with_vmem_limit
 
 FAMILY = "vmem_windows"
 # `ringc check` proves it on the symmetry quotient, which orders a window's reuse after the
@@ -534,8 +534,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     if topo.ndim == 3:
         yield from _generate_3d(kind, topo, chip, limit)
         return
-    text = reduce_scatter_2d(kind == "psum").replace(
-        "\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): the windows\nparams:", 1)
+    text = with_vmem_limit(reduce_scatter_2d(kind == "psum"), chip, "the windows")
     what = WHAT if kind == "psum_scatter" else \
         "rotated-axis bidirectional all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
     for lanes, wrows in ((2, 512), (2, 1024), (4, 512)):
@@ -548,8 +547,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
 def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
     """The 3-D schedules, one per `lanes` in `LANES_3D`, each with the largest pieces whose
     windows fit the VMEM limit (`window_rows`: the planes of the first phase take most)."""
-    text = reduce_scatter_3d(kind == "psum").replace(
-        "\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): the windows\nparams:", 1)
+    text = with_vmem_limit(reduce_scatter_3d(kind == "psum"), chip, "the windows")
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
     for lanes in LANES_3D:
