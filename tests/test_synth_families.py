@@ -213,6 +213,44 @@ def test_the_milp_baseline_finds_the_fewest_epochs_and_the_least_load():
     assert m.gather_epochs(T.parse("v5p:4x4x4")) == (None, 0.0)  # over MAX_CHIPS_MILP: not tried
 
 
+# -- the rotated bidirectional all-gather on a 3-D torus ---------------------------------------
+
+AG_3D_BROKEN = [
+    # The own shard copied into `out` only at the last step: a part's second phase forwards it before.
+    ("  - when: step == 0\n    do:\n      - start: own", "  - when: step == S - 1\n    do:\n      - start: own",
+     {"wrong_result"}),
+    # Part p0's steps along y share one receive semaphore: a neighbour a step ahead satisfies the wait.
+    ('to: right_y, send_sem: send_p0, recv_sem: "recv_p0[s]"', 'to: right_y, send_sem: send_p0, recv_sem: "recv_p0[0]"',
+     {"race"}),
+    # Part p2 waits for the transfer before the one it forwards along z: the last one is never waited.
+    ("do: [{wait: p2_z(s=j)}]", "do: [{wait: p2_z(s=j - 1)}]", {"hang"}),
+]
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4x4", "torus:2x3x4"])
+@pytest.mark.parametrize("broken, fixed, kinds", AG_3D_BROKEN)
+def test_a_broken_3d_bidirectional_all_gather_is_refused(broken, fixed, kinds, topology):
+    """The decoupled parts' structure: each step's receive on its own semaphore, a part's
+    wait for the transfer it forwards next, the own shard in place before a part's second
+    phase forwards it (the first step sends from `x`)."""
+    from ringc.synth.families import rotated_bidirectional
+    text = rotated_bidirectional.all_gather(3)
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology=topology)
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_3d_bidirectional_all_gather_is_within_5_percent_of_the_bound_on_v5p_4x4x4():
+    """Its parts decoupled (a step's turnaround one DMA issue and a hop) and the own shard
+    copied under the first transfers."""
+    from ringc.synth.families import rotated_bidirectional
+    (cand,) = rotated_bidirectional.generate("all_gather", T.parse("v5p:4x4x4"))
+    sched = load_text(cand.text, cand.name)
+    e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
+    assert e.efficiency >= 0.95, e.efficiency
+
+
 # -- recursive doubling all-gather on power-of-2 axes ----------------------------------------
 
 @pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x8", "torus:2x4x8", "v5e:4x4", "v5e:8x8"])
