@@ -502,6 +502,11 @@ HANDSHAKES_3D = [
      "      - signal: cap2_ar",
      "  - when: finishinga and paj == 2 and naj >= n2a   # and, at the end, window n\n    do:\n"
      "      - signal: cap2_ar", {"hang"}),
+    # Part B's right stream frees a plane window whose round's result it never waited into HBM.
+    ("  - when: finishingb and pbj == 0 and tbj == 0 and nbj >= lanes   # the round before's result in HBM before"
+     " its window is freed\n    do: [{wait: br_o0(n=nbj - lanes)}]\n", "", {"race", "dma_not_waited"}),
+    # Part C's left stream's results go to HBM on one semaphore: a lane's wait counts the other's bytes.
+    ('sem: "out_cl[n % lanes]"', 'sem: "out_cl[0]"', {"race"}),
 ]
 
 

@@ -292,6 +292,10 @@ HEADER_3D = """# Bidirectional 3-D reduce-scatter landing in VMEM: lax.psum_scat
 # - 1): waits for its transfer, adds, and frees a window; L = lanes - 1 idle points end a
 # phase, so that its last results are in HBM before the next phase reads them. The own
 # blocks of a step, all its lanes' rows, are loaded by one DMA once the step before is added.
+# A round's result (its last step) goes from the windows to HBM by a DMA per lane that is
+# waited lanes points later, before its window is freed (the phase's last at once, before
+# the next phase reads it): the core goes on to the next round's sends meanwhile (waited at
+# once, the six streams' copies out held the links idle at every round's end).
 # Windows: 2 x lanes per stream and phase, used in turn (phase index n, window n % (2
 # lanes)); a sender waits for its receiver's `cap` word before it writes window n >= 2
 # lanes, which the receiver signals when window n - lanes is free (its content sent on by
@@ -409,7 +413,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
                      *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in range(3)),
-                     f"  out_{st}: dma",
+                     f"  out_{st}: {{kind: dma, shape: [lanes]}}",
                      *(f"  cap{p}_{st}: regular" for p in range(3))]
 
             def win(p: int, w: str) -> str:   # window w of phase p, all its blocks
@@ -436,12 +440,13 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
             for p, ax in enumerate(order):
                 to = f"{dword}_{ax}"
-                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"r{h}j:q{p}")
+                # the result of phase index n (a round's last step) to HBM: its rows, as r{h}j's
+                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"(n // lanes // len{h}j * lanes + n % lanes) * q{p}:q{p}")
                 copies += [
                     f'  {st}_j{p}: {{src: "{win(p, f"w{h}j")}", dst: "{win(p, f"w{h}j")}", to: {to},',
                     f'           send_sem: "send_{st}[i{h}j]", recv_sem: "recv{p}_{st}[w{h}j]"}}',
                     f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
-                    f'  {st}_o{p}: {{src: "{win(p, f"w{h}j")}", dst: "{dst}", sem: out_{st}}}']
+                    f'  {st}_o{p}(n): {{src: "{win(p, "n % (2 * lanes)")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}']
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 sems += [f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in (3, 4, 5)]
                 for p, m in ((3, 2), (4, 1), (5, 0)):
@@ -476,8 +481,14 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                            f"  - when: finishing{h} and p{h}j == {p} and i{h}j == L and n{h}j + 1 < n{p}{h}"
                            "   # the step added: load the next one's",
                            f"    do: [{{start: {st}_n{p}}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # the phase's last step: out to HBM",
-                           f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == 0 and n{h}j >= lanes"
+                           "   # the round before's result in HBM before its window is freed",
+                           f"    do: [{{wait: {st}_o{p}(n=n{h}j - lanes)}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # a round's last step: out to HBM",
+                           f"    do: [{{start: {st}_o{p}(n=n{h}j)}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2 and n{h}j >= {nt} - lanes"
+                           "   # the phase's last: waited now",
+                           f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]",
                            *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
                 drain += _drain(p, st, nt)
     let = "\n".join(f"  {ln}" for ln in lets)
