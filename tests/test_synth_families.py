@@ -269,6 +269,44 @@ def test_the_milp_baseline_finds_the_fewest_epochs_and_the_least_load():
     assert m.gather_epochs(T.parse("v5p:4x4x4")) == (None, 0.0)  # over MAX_CHIPS_MILP: not tried
 
 
+# -- the rotated bidirectional all-gather on a 3-D torus ---------------------------------------
+
+AG_3D_BROKEN = [
+    # The own shard copied into `out` only at the last step: a part's second phase forwards it before.
+    ("  - when: step == 0\n    do:\n      - start: own", "  - when: step == S - 1\n    do:\n      - start: own",
+     {"wrong_result"}),
+    # Part p0's steps along y share one receive semaphore: a neighbour a step ahead satisfies the wait.
+    ('to: right_y, send_sem: send_p0, recv_sem: "recv_p0[s]"', 'to: right_y, send_sem: send_p0, recv_sem: "recv_p0[0]"',
+     {"race"}),
+    # Part p2 waits for the transfer before the one it forwards along z: the last one is never waited.
+    ("do: [{wait: p2_z(s=j)}]", "do: [{wait: p2_z(s=j - 1)}]", {"hang"}),
+]
+
+
+@pytest.mark.parametrize("topology", ["torus:4x4x4", "torus:2x3x4"])
+@pytest.mark.parametrize("broken, fixed, kinds", AG_3D_BROKEN)
+def test_a_broken_3d_bidirectional_all_gather_is_refused(broken, fixed, kinds, topology):
+    """The decoupled parts' structure: each step's receive on its own semaphore, a part's
+    wait for the transfer it forwards next, the own shard in place before a part's second
+    phase forwards it (the first step sends from `x`)."""
+    from ringc.synth.families import rotated_bidirectional
+    text = rotated_bidirectional.all_gather(3)
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology=topology)
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_3d_bidirectional_all_gather_is_within_5_percent_of_the_bound_on_v5p_4x4x4():
+    """Its parts decoupled (a step's turnaround one DMA issue and a hop) and the own shard
+    copied under the first transfers."""
+    from ringc.synth.families import rotated_bidirectional
+    (cand,) = rotated_bidirectional.generate("all_gather", T.parse("v5p:4x4x4"))
+    sched = load_text(cand.text, cand.name)
+    e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
+    assert e.efficiency >= 0.95, e.efficiency
+
+
 # -- recursive doubling all-gather on power-of-2 axes ----------------------------------------
 
 @pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x8", "torus:2x4x8", "v5e:4x4", "v5e:8x8"])
@@ -520,6 +558,11 @@ HANDSHAKES_3D = [
      "      - signal: cap2_ar",
      "  - when: finishinga and paj == 2 and naj >= n2a   # and, at the end, window n\n    do:\n"
      "      - signal: cap2_ar", {"hang"}),
+    # Part B's right stream frees a plane window whose round's result it never waited into HBM.
+    ("  - when: finishingb and pbj == 0 and tbj == 0 and nbj >= lanes   # the round before's result in HBM before"
+     " its window is freed\n    do: [{wait: br_o0(n=nbj - lanes)}]\n", "", {"race", "dma_not_waited"}),
+    # Part C's left stream's results go to HBM on one semaphore: a lane's wait counts the other's bytes.
+    ('sem: "out_cl[n % lanes]"', 'sem: "out_cl[0]"', {"race"}),
 ]
 
 
@@ -538,15 +581,29 @@ def test_a_broken_3d_capacity_handshake_is_refused(broken, fixed, kinds, topolog
     assert not report.ok and kinds <= set(_errors(report)), _errors(report)
 
 
-def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused():
-    """Part B's all-gather over its second axis (z) forwards the column it is receiving, not
-    the one it holds."""
+ALL_GATHERS_3D = [
+    # Part B's all-gather over its second axis (z) forwards the column it is receiving, not
+    # the one it holds.
+    ('bl_g4(n): {src: "out[:, me_y, (me_z + n // lanes % lenb) % N_z',
+     'bl_g4(n): {src: "out[:, me_y, (me_z + n // lanes % lenb + 1) % N_z', {"race", "wrong_result"}),
+    # Part A's phase 4 starts L points after phase 3, not lanes: its last piece, waited only
+    # when the next is forwarded, is forwarded unwaited and never waited.
+    ("e4a: e3a + n3a + lanes", "e4a: e3a + n3a + L", {"race", "dma_not_waited"}),
+    # Part B's right stream receives on 2 x lanes semaphores in turn, as the reduce-scatter's
+    # windows: its upstream neighbour, not held back, lands a later piece's bytes on one we wait.
+    ('recv_sem: "recv4_br[n]"', 'recv_sem: "recv4_br[n % (2 * lanes)]"', {"race"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", ALL_GATHERS_3D)
+def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused(broken, fixed, kinds):
+    """The all-gathers' streams run decoupled: each waits for the piece it forwards just
+    before it starts the next, `lanes` points after the piece's own start."""
     text = _windows_3d(all_reduce=True)
-    bad = text.replace('bl_g4: {src: "out[:, me_y, (me_z + tb) % N_z, 1, 1, rb:q4]"',
-                       'bl_g4: {src: "out[:, me_y, (me_z + tb + 1) % N_z, 1, 1, rb:q4]"')
+    bad = text.replace(broken, fixed)
     assert bad != text
     report = check(load_text(bad, "broken"), topology="torus:2x3x4")
-    assert not report.ok and {"race", "wrong_result"} & set(_errors(report)), _errors(report)
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
 
 
 def test_the_3d_vmem_windows_fit_the_vmem_limit():

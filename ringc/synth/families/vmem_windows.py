@@ -292,6 +292,10 @@ HEADER_3D = """# Bidirectional 3-D reduce-scatter landing in VMEM: lax.psum_scat
 # - 1): waits for its transfer, adds, and frees a window; L = lanes - 1 idle points end a
 # phase, so that its last results are in HBM before the next phase reads them. The own
 # blocks of a step, all its lanes' rows, are loaded by one DMA once the step before is added.
+# A round's result (its last step) goes from the windows to HBM by a DMA per lane that is
+# waited lanes points later, before its window is freed (the phase's last at once, before
+# the next phase reads it): the core goes on to the next round's sends meanwhile (waited at
+# once, the six streams' copies out held the links idle at every round's end).
 # Windows: 2 x lanes per stream and phase, used in turn (phase index n, window n % (2
 # lanes)); a sender waits for its receiver's `cap` word before it writes window n >= 2
 # lanes, which the receiver signals when window n - lanes is free (its content sent on by
@@ -309,7 +313,11 @@ AR3_TO = """# Bidirectional 3-D all-reduce whose reduce-scatters land in VMEM: l
 # reduce-scatters below leave chip d with block d of each part and direction summed, and
 # three all-gathers (over the part's third axis, its second, then its first: a block, a
 # column, a plane; HBM to HBM into the neighbours' `out`, as all_reduce_3d_bidirectional.yaml)
-# bring every block to every chip."""
+# bring every block to every chip. In those a stream waits for the piece it forwards (point
+# n - lanes) just before it starts point n, so a step costs it one DMA issue, not the six
+# streams' waits and starts; each point has its own receive semaphore (the upstream
+# neighbour is not held back by our waits), and `lanes` points after each all-gather wait
+# for its last pieces."""
 
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
@@ -341,10 +349,10 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
         for p, ax in enumerate(axes):
             lets.append(f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
-        lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart)" if h == "a" else ""))
-        for p in range(1, phases):
-            lets.append(f"e{p}{h}: e{p - 1}{h} + n{p - 1}{h} + L")
-        lets.append(f"total{h}: e{phases - 1}{h} + n{phases - 1}{h} + L")
+        lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart; lanes after an all-gather)" if h == "a" else ""))
+        for p in range(1, phases):   # an all-gather phase (3 ..) waits for its last sends in `lanes` points after it
+            lets.append(f"e{p}{h}: e{p - 1}{h} + n{p - 1}{h} + {'lanes' if p - 1 >= 3 else 'L'}")
+        lets.append(f"total{h}: e{phases - 1}{h} + n{phases - 1}{h} + {'lanes' if all_reduce else 'L'}")
     lets.append("T: max(totala, max(totalb, totalc))")
     lets.append("j: k - L")
     for var, sfx in (("k", ""), ("j", "j")):
@@ -409,7 +417,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
                      *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in range(3)),
-                     f"  out_{st}: dma",
+                     f"  out_{st}: {{kind: dma, shape: [lanes]}}",
                      *(f"  cap{p}_{st}: regular" for p in range(3))]
 
             def win(p: int, w: str) -> str:   # window w of phase p, all its blocks
@@ -436,24 +444,31 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
             for p, ax in enumerate(order):
                 to = f"{dword}_{ax}"
-                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"r{h}j:q{p}")
+                # the result of phase index n (a round's last step) to HBM: its rows, as r{h}j's
+                dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"(n // lanes // len{h}j * lanes + n % lanes) * q{p}:q{p}")
                 copies += [
                     f'  {st}_j{p}: {{src: "{win(p, f"w{h}j")}", dst: "{win(p, f"w{h}j")}", to: {to},',
                     f'           send_sem: "send_{st}[i{h}j]", recv_sem: "recv{p}_{st}[w{h}j]"}}',
                     f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
-                    f'  {st}_o{p}: {{src: "{win(p, f"w{h}j")}", dst: "{dst}", sem: out_{st}}}']
+                    f'  {st}_o{p}(n): {{src: "{win(p, "n % (2 * lanes)")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}']
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
-                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in (3, 4, 5)]
+                # a receive semaphore per point (one round: q3 = rows / lanes): the upstream
+                # neighbour is not held back by our waits, so it may run steps ahead
+                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [(N_{order[m]} - 1) * lanes]}}" for p, m in ((3, 2), (4, 1), (5, 0))]
                 for p, m in ((3, 2), (4, 1), (5, 0)):
+                    # Point n of the phase (its step, lane and rows, as t, i and r at n); the
+                    # stream waits for n - lanes (what it forwards now) just before it starts
+                    # n, so its chain is one DMA issue a step, not the six streams' waits and starts.
                     ax = order[m]
-                    for nm, tt, rr, ii in (("g", f"t{h}", f"r{h}", f"i{h}"), ("jg", f"t{h}j", f"r{h}j", f"i{h}j")):
-                        index = {a: f"me_{a}" for a in order[:m]}   # axes not yet gathered: ours; gathered: all
-                        index[ax] = f"(me_{ax} {sgn} {tt}) % N_{ax}"
-                        reg = _region("out", index, xyz, f"{hi}, {d}, {rr}:q{p}")
-                        copies += [f'  {st}_{nm}{p}: {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
-                                   f'           send_sem: "send_{st}[{ii}]", recv_sem: "recv{p}_{st}[w{h}{"j" if nm == "jg" else ""}]"}}']
-                    send += [f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
-                    finish += [f"  - when: finishing{h} and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
+                    index = {a: f"me_{a}" for a in order[:m]}   # axes not yet gathered: ours; gathered: all
+                    index[ax] = f"(me_{ax} {sgn} n // lanes % len{h}) % N_{ax}"
+                    reg = _region("out", index, xyz, f"{hi}, {d}, (n // lanes // len{h} * lanes + n % lanes) * q{p}:q{p}")
+                    copies += [f'  {st}_g{p}(n): {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
+                               f'           send_sem: "send_{st}[n % lanes]", recv_sem: "recv{p}_{st}[n]"}}']
+                    send += [f"  - when: p{h} == {p} and n{h} >= lanes and n{h} < n{p}{h} + lanes"
+                             "   # the piece forwarded now (or, after the phase, its last ones) arrived",
+                             f"    do: [{{wait: {st}_g{p}(n=n{h} - lanes)}}]",
+                             f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}(n=n{h})}}]"]
             for p, ax in enumerate(order):
                 send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
@@ -476,8 +491,14 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                            f"  - when: finishing{h} and p{h}j == {p} and i{h}j == L and n{h}j + 1 < n{p}{h}"
                            "   # the step added: load the next one's",
                            f"    do: [{{start: {st}_n{p}}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # the phase's last step: out to HBM",
-                           f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == 0 and n{h}j >= lanes"
+                           "   # the round before's result in HBM before its window is freed",
+                           f"    do: [{{wait: {st}_o{p}(n=n{h}j - lanes)}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # a round's last step: out to HBM",
+                           f"    do: [{{start: {st}_o{p}(n=n{h}j)}}]",
+                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2 and n{h}j >= {nt} - lanes"
+                           "   # the phase's last: waited now",
+                           f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]",
                            *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
                 drain += _drain(p, st, nt)
     let = "\n".join(f"  {ln}" for ln in lets)
