@@ -16,16 +16,19 @@ next lane's is on the links). A window is written by the upstream neighbour and 
 its content has been sent on (or, at a phase's last step, copied out to HBM), so a sender
 may only write a window once its receiver said it is free: the `cap*` semaphores carry that
 handshake, 2 x `lanes` windows per stream and phase, the first 2 x `lanes` sends needing no
-word and the last ones drained at the end.
+word and the last ones drained at the end. A step's own blocks, the rows of all its lanes,
+are loaded by one DMA once the step before is added: at 256 MiB on v5e:16x16 a step of the
+second phase moves one block per lane (128 KiB a link), and with a load per lane the four
+streams' DMA issues (two per point and stream) took longer than the transfers (94.1% of the
+bound; with one load per step 97.0%, and the all-reduce 96.5% -> 98.0%).
 
 On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
 z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
-column, a block), the same windows and handshake per stream and phase; but the phases run
-one after another over all the rows, each with pieces of its own (`wrows`, `crows`,
-`brows` rows), and a step's own blocks are loaded by one DMA for all its lanes: with six
-streams a point issues a DMA per stream and lane, and a column's or a block's step of
-`wrows` rows would pay those issues for a fraction of a plane's bytes (docs/cost-model.md,
-"Synthesis")."""
+column, a block), the same windows, handshake and loads of a step's own blocks per stream
+and phase; but the phases run one after another over all the rows, each with pieces of its
+own (`wrows`, `crows`, `brows` rows): with six streams a point issues a DMA per stream, and
+a column's or a block's step of `wrows` rows would pay those issues for a fraction of a
+plane's bytes (docs/cost-model.md, "Synthesis")."""
 
 from __future__ import annotations
 
@@ -56,13 +59,17 @@ HEADER = """# Bidirectional 2-D reduce-scatter landing in VMEM: lax.psum_scatter
 # Pieces: a block is cut into pieces of q rows (at most `wrows`); the grid runs `rounds` of
 # every step of both reduce-scatters for `lanes` pieces at a time, flat: point k is lane
 # k % lanes of step (k // lanes) % S of round k // (lanes * S). Point k starts lane k's
-# transfers and finishes point j = k - (lanes - 1): waits for its transfers and its load,
-# adds, and frees a window. Windows: 2 x lanes per stream and phase, used in turn (phase
-# index n, window n % (2 lanes)); a sender waits for its receiver's `cap` word before it
-# writes window n >= 2 lanes, which the receiver signals when window n - lanes is free (its
-# content sent on by the send of n, waited when n finishes); the last lanes windows of a
-# phase are freed when they finish, and every chip drains the words it was not waited for at
-# the end. All four neighbours write our windows: a barrier with them at entry.
+# transfers and finishes point j = k - (lanes - 1): waits for its transfers, adds, and frees
+# a window. The own blocks of a step, all its lanes' rows, are loaded into `xw*` by one DMA
+# once the step before is added (its last lane finished; the first step's at entry), and
+# waited by the step's first lane: one load per step, not per lane, so that a step of the
+# second phase (one block per lane) is not bound by the DMA issues. Windows: 2 x lanes per
+# stream and phase, used in turn (phase index n, window n % (2 lanes)); a sender waits for
+# its receiver's `cap` word before it writes window n >= 2 lanes, which the receiver signals
+# when window n - lanes is free (its content sent on by the send of n, waited when n
+# finishes); the last lanes windows of a phase are freed when they finish, and every chip
+# drains the words it was not waited for at the end. All four neighbours write our windows:
+# a barrier with them at entry.
 """
 
 AXES = ("x", "y")
@@ -132,6 +139,10 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
         lets += [f"c{sfx}: {var} // lanes", f"i{sfx}: {var} % lanes", f"rd{sfx}: c{sfx} // S", f"s{sfx}: c{sfx} % S",
                  f"r{sfx}: (rd{sfx} * lanes + i{sfx}) * q   # first row of the piece"]
         lets += _stream_lets("a", ("x", "y"), sfx, var, phases) + _stream_lets("b", ("y", "x"), sfx, var, phases)
+    lets += ["r0j: rdj * lanes * q             # first row of j's step (lane 0's piece)",
+             "cn: cj + 1                       # the step after j's (its own blocks are loaded once j's step is added)",
+             "rdn: cn // S", "sn: cn % S", "rn: rdn * lanes * q"]
+    lets += _stream_lets("a", ("x", "y"), "n", "cn", phases)[:2] + _stream_lets("b", ("y", "x"), "n", "cn", phases)[:2]
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (half A's, B's: ub)",
              "ub: (nb - lanes) % (2 * lanes)",
              "n0a: rounds * (N_x - 1) * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
@@ -150,7 +161,7 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
     bufs += [
             "  first_a: {kind: hbm_scratch, slots: [N_y, 2], shape: [rows, cols]}   # half A's column (me_x, :)",
             "  first_b: {kind: hbm_scratch, slots: [N_x, 2], shape: [rows, cols]}   # half B's row (:, me_y)"]
-    sems, copies, send, finish, drain = [], [], [], [], []
+    sems, copies, send, finish, drain, first = [], [], [], [], [], []
     for h, (ax0, ax1) in (("a", ("x", "y")), ("b", ("y", "x"))):
         hi = 0 if h == "a" else 1
         for d, (dword, back) in enumerate((("right", "left"), ("left", "right"))):
@@ -159,14 +170,15 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
             for p, ax in ((0, ax0), (1, ax1)):
                 lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
                          f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
-                         f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j"]
+                         f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j",
+                         f"nb{p}_{st}: (me_{ax} {sgn} t{h}n {sgn} 2) % N_{ax}   # the block arriving after j's step"]
             other = "N_y" if h == "a" else "N_x"
             bufs += [f"  w0_{st}:  {{kind: vmem_scratch, slots: [2 * lanes, {other}], shape: [q, cols]}}",
-                     f"  xw0_{st}: {{kind: vmem_scratch, slots: [lanes, {other}], shape: [q, cols]}}",
+                     f"  xw0_{st}: {{kind: vmem_scratch, slots: [{other}], shape: [lanes * q, cols]}}",
                      f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [q, cols]}}",
-                     f"  xw1_{st}: {{kind: vmem_scratch, slots: [lanes], shape: [q, cols]}}"]
+                     f"  xw1_{st}: {{kind: vmem_scratch, shape: [lanes * q, cols]}}"]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
-                     f"  load_{st}: {{kind: dma, shape: [lanes]}}",
+                     f"  load_{st}: dma",
                      f"  recv0_{st}: {{kind: dma, shape: [2 * lanes]}}",
                      f"  recv1_{st}: {{kind: dma, shape: [2 * lanes]}}",
                      f"  out_{st}: dma",
@@ -182,20 +194,21 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv0_{st}[w{h}]"}}',
                 f'  {st}_f0: {{src: "w0_{st}[u{h}, :]", dst: "w0_{st}[w{h}, :]", to: {to0},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv0_{st}[w{h}]"}}',
-                f'  {st}_l0: {{src: "{col(f"rb0_{st}", "r:q")}", dst: "xw0_{st}[i, :]", sem: "load_{st}[i]"}}',
+                f'  {st}_l0: {{src: "{col(f"rb0_{st}", "0:lanes * q")}", dst: "xw0_{st}[:, 0:lanes * q]", sem: load_{st}}}',
+                f'  {st}_n0: {{src: "{col(f"nb0_{st}", "rn:lanes * q")}", dst: "xw0_{st}[:, 0:lanes * q]", sem: load_{st}}}',
                 f'  {st}_s1: {{src: "first_{h}[sb1_{st}, {d}, r:q]", dst: "w1_{st}[w{h}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
                 f'  {st}_f1: {{src: "w1_{st}[u{h}]", dst: "w1_{st}[w{h}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
-                f'  {st}_l1: {{src: "first_{h}[rb1_{st}, {d}, r:q]", dst: "xw1_{st}[i]", sem: "load_{st}[i]"}}',
+                f'  {st}_n1: {{src: "first_{h}[nb1_{st}, {d}, rn:lanes * q]", dst: "xw1_{st}[0:lanes * q]", sem: load_{st}}}',
                 f"  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size).",
                 f'  {st}_j0: {{src: "w0_{st}[w{h}j, :]", dst: "w0_{st}[w{h}j, :]", to: {to0},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv0_{st}[w{h}j]"}}',
-                f'  {st}_jl0: {{src: "{col(f"jb0_{st}", "rj:q")}", dst: "xw0_{st}[ij, :]", sem: "load_{st}[ij]"}}',
+                f'  {st}_jl0: {{src: "{col(f"jb0_{st}", "r0j:lanes * q")}", dst: "xw0_{st}[:, 0:lanes * q]", sem: load_{st}}}',
                 f'  {st}_o0: {{src: "w0_{st}[w{h}j, :]", dst: "first_{h}[:, {d}, rj:q]", sem: out_{st}}}',
                 f'  {st}_j1: {{src: "w1_{st}[w{h}j]", dst: "w1_{st}[w{h}j]", to: {to1},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}',
-                f'  {st}_jl1: {{src: "first_{h}[jb1_{st}, {d}, rj:q]", dst: "xw1_{st}[ij]", sem: "load_{st}[ij]"}}',
+                f'  {st}_jl1: {{src: "first_{h}[jb1_{st}, {d}, r0j:lanes * q]", dst: "xw1_{st}[0:lanes * q]", sem: load_{st}}}',
                 f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{mine}{hi}, {d}, rj:q]", sem: out_{st}}}']
             if all_reduce:   # the all-gathers: over the half's second axis (phase 2), then its first (3)
                 sems += [f"  recv2_{st}: {{kind: dma, shape: [2 * lanes]}}", f"  recv3_{st}: {{kind: dma, shape: [2 * lanes]}}"]
@@ -214,22 +227,30 @@ def reduce_scatter_2d(all_reduce: bool = False) -> str:
                 send += [f"  - when: sending and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending and p{h} == {p} and t{h} == 0",
-                         f"    do: [{{start: {st}_s{p}}}, {{start: {st}_l{p}}}]",
+                         f"    do: [{{start: {st}_s{p}}}]",
                          f"  - when: sending and p{h} == {p} and t{h} > 0",
-                         f"    do: [{{start: {st}_f{p}}}, {{start: {st}_l{p}}}]"]
+                         f"    do: [{{start: {st}_f{p}}}]"]
                 win = f"w{p}_{st}[w{h}j, :]" if p == 0 else f"w{p}_{st}[w{h}j]"
-                xwin = f"xw{p}_{st}[ij, :]" if p == 0 else f"xw{p}_{st}[ij]"
+                xwin = f"xw{p}_{st}[:, ij * q:q]" if p == 0 else f"xw{p}_{st}[ij * q:q]"
                 nt = f"n{p}{h}"
                 finish += [f"  - when: finishing and p{h}j == {p}",
                            "    do:",
                            f"      - wait: {st}_j{p}",
-                           f"      - wait: {st}_jl{p}",
+                           f"  - when: finishing and p{h}j == {p} and ij == 0   # the step's own blocks",
+                           f"    do: [{{wait: {st}_jl{p}}}]",
+                           f"  - when: finishing and p{h}j == {p}",
+                           "    do:",
                            f'      - accumulate: "{win}"',
                            f'        src: "{xwin}"',
                            f"  - when: finishing and p{h}j == {p} and t{h}j == {n_ax} - 2   # the phase's last step: out to HBM",
                            f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
                            *_windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")]
                 drain += _drain(p, st, nt)
+            first.append(f"      - start: {st}_l0")
+            for p in (0, 1):   # the step added (and its result out in HBM): load the next one's
+                finish += [f"  - when: finishing and ij == L and cn < rounds * S and p{h}n == {p}"
+                           + ("   # the step added: load the next one's" if p == 0 else ""),
+                           f"    do: [{{start: {st}_n{p}}}]"]
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_2d", "psum") if all_reduce else ("psum_scatter_vmem_windows_2d", "psum_scatter")
     header = HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER
@@ -251,11 +272,13 @@ body:
   - when: k == 0
     do:
       - barrier: [left_x, right_x, left_y, right_y]
-  # Start point k's transfers (once the receiver has a window free) and the loads of the
-  # blocks they will be added to.
+      # The first step's own blocks (each step's are loaded once the step before is added).
+{chr(10).join(first)}
+  # Start point k's transfers (once the receiver has a window free).
 {chr(10).join(send)}
-  # Finish point j: wait for its transfers and loads, add, send the phase's result to HBM,
-  # and tell the upstream neighbour a window is free.
+  # Finish point j: wait for its transfers and (its step's first lane) its own blocks, add,
+  # send the phase's result to HBM, tell the upstream neighbour a window is free and (its
+  # step's last lane) load the next step's own blocks.
 {chr(10).join(finish)}
   # Drain the capacity words nobody waited for.
   - when: k == total + L - 1
