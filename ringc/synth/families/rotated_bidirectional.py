@@ -140,8 +140,9 @@ def all_gather(k: int, lanes: bool = False) -> str:
     axes = AXES[:k]
     parts = [(r, d) for r in range(k) for d in ("right", "left")]
     steps = f"{' + '.join(f'N_{a}' for a in axes)} - {k}"
-    lets, copies, body_start, body_wait, sems = [f"  q: rows // {2 * k}" + ("                      # rows of a part" if lanes else "")], [], [], [], []
+    lets, copies, body_start, body_wait, sems = [f"  q: rows // {2 * k}"], [], [], [], []
     if lanes:
+        lets[0] += "                      # rows of a part"
         lets += ["  p: q // lanes                     # rows of a piece",
                  f"  S: {steps}",
                  "  total: S * lanes                  # points that send",
@@ -151,8 +152,8 @@ def all_gather(k: int, lanes: bool = False) -> str:
                  "  j: k - L                          # ... and waits for point j: lane ij of step sj",
                  "  sj: j // lanes",
                  "  ij: j % lanes"]
-    # (the point, the step, its lane, the name's suffix) of a send started, and of one waited
-    views = [("step", "step", "i", "", "k")] + ([("sj", "sj", "ij", "j", "j")] if lanes else [])
+    # (the step, its lane, the names' suffix, the point) of a send started, and of one waited
+    views = [("step", "i", "", "k")] + ([("sj", "ij", "j", "j")] if lanes else [])
     for n, (r, d) in enumerate(parts):
         order = axes[r:] + axes[:r]
         tag = f"p{n}"
@@ -164,7 +165,7 @@ def all_gather(k: int, lanes: bool = False) -> str:
         for i, a in enumerate(order):
             end = f"{begin} + N_{a} - 1" if begin != "0" else f"N_{a} - 1"
             sign = "-" if d == "right" else "+"
-            for _, st, lane, sfx, point in views:
+            for st, lane, sfx, point in views:
                 lets.append(f"  {tag}_{a}{sfx}: (me_{a} {sign} ({st} - ({begin}))) % N_{a}")
                 lets.append(f"  {tag}_on_{a}{sfx}: {st} >= {begin} and {st} < {end}")
                 region = ", ".join(":" if b in order[:i] else (f"{tag}_{b}{sfx}" if b == a else f"me_{b}") for b in axes)
@@ -177,7 +178,7 @@ def all_gather(k: int, lanes: bool = False) -> str:
                 copies.append(f'  {tag}_{a}_send{sfx}: {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
                               f'to: {d}_{a}, {sem}}}')
             body_start += [f"  - when: {tag}_on_{a}", "    do:", f"      - start: {tag}_{a}_send"]
-            w = views[-1][3]
+            w = views[-1][2]
             body_wait += [f"  - when: {tag}_on_{a}{w}", "    do:", f"      - wait: {tag}_{a}_send{w}"]
             begin = end
     me = ", ".join(f"me_{a}" for a in axes)
