@@ -392,19 +392,20 @@ def test_halving_and_shift_doubling_win_the_all_reduce_at_64kib_on_v5e_16x16():
 
 # -- the 2-D reduce-scatter landing in VMEM windows, with a capacity handshake ------------------
 
-def _windows(rows: int = 32, lanes: int = 2, wrows: int = 8) -> str:
+def _windows(rows: int = 32, lanes: int = 2, wrows: int = 8, step_loads: bool = False) -> str:
     from ringc.synth.families import vmem_windows
-    return vmem_windows.reduce_scatter_2d().replace(
+    return vmem_windows.reduce_scatter_2d(step_loads=step_loads).replace(
         "params: {rows: 16, cols: 128, lanes: 2, wrows: 256}",
         f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, wrows: {wrows}}}")
 
 
 @pytest.mark.parametrize("topology, rows, lanes", [("torus:4x4", 32, 2), ("torus:4x4", 32, 4), ("torus:2x4", 32, 2),
                                                    ("torus:3x4", 16, 2), ("torus:2x2", 48, 2), ("torus:3x2", 16, 1)])
-def test_the_vmem_windows_reduce_scatter_checks(topology, rows, lanes):
+@pytest.mark.parametrize("step_loads", [False, True], ids=["lane_loads", "step_loads"])
+def test_the_vmem_windows_reduce_scatter_checks(topology, rows, lanes, step_loads):
     """Several rounds (rows / (lanes * wrows) of them: the windows reused across rounds),
     one lane (no overlap), four, and axes of 2 and 3 (a phase of one step)."""
-    report = check(load_text(_windows(rows, lanes), "windows"), topology=topology)
+    report = check(load_text(_windows(rows, lanes, step_loads=step_loads), "windows"), topology=topology)
     assert report.ok, [f.message for f in report.findings]
 
 
@@ -471,18 +472,22 @@ def test_the_vmem_windows_winner_is_compiled_with_its_vmem_limit():
     from ringc.synth.families import vmem_windows
     cands = list(vmem_windows.generate("psum_scatter", T.parse("torus:4x4")))
     assert [c.params for c in cands] == [{"lanes": 2, "wrows": 512}, {"lanes": 2, "wrows": 1024},
-                                         {"lanes": 4, "wrows": 512}]
+                                         {"lanes": 4, "wrows": 512}] + [
+        {"lanes": 2, "wrows": 512, "loads": "step"}, {"lanes": 2, "wrows": 1024, "loads": "step"},
+        {"lanes": 4, "wrows": 512, "loads": "step"}]
     sched = load_text(cands[0].text, cands[0].name)
     assert sched.vmem_limit_mib == 96
     assert "vmem_limit_bytes=96 * 2**20" in emit(sched)
-    assert len(list(vmem_windows.generate("psum_scatter", T.parse("v5e:16x16")))) == 3  # proved on the quotient
+    assert len(list(vmem_windows.generate("psum_scatter", T.parse("v5e:16x16")))) == 6  # proved on the quotient
 
 
 @pytest.mark.parametrize("topology, rows", [("torus:4x4", 16), ("torus:2x4", 32), ("torus:3x2", 16)])
-def test_the_vmem_windows_all_reduce_checks(topology, rows):
-    """The reduce-scatter, then the all-gathers over the half's second axis and its first."""
+@pytest.mark.parametrize("step_loads", [False, True], ids=["lane_loads", "step_loads"])
+def test_the_vmem_windows_all_reduce_checks(topology, rows, step_loads):
+    """The reduce-scatter, then the all-gathers over the half's second axis and its first
+    (with one load per step: the next round's first own blocks loaded after an all-gather)."""
     from ringc.synth.families import vmem_windows
-    text = vmem_windows.reduce_scatter_2d(all_reduce=True).replace(
+    text = vmem_windows.reduce_scatter_2d(all_reduce=True, step_loads=step_loads).replace(
         "params: {rows: 16, cols: 128, lanes: 2, wrows: 256}", f"params: {{rows: {rows}, cols: 128, lanes: 2, wrows: 8}}")
     report = check(load_text(text, "windows_ar"), topology=topology)
     assert report.ok, [f.message for f in report.findings]
@@ -504,6 +509,117 @@ def test_the_vmem_windows_all_reduce_is_within_5_percent_of_the_bound_on_torus_4
     (ch,) = r.choices
     assert ch.winner.candidate.family == "vmem_windows" and ch.winner.points[256 * MiB][1] >= 0.95
 
+
+
+# The own blocks of a step, all its lanes, are loaded by one DMA once the step before is added.
+OWN_LOADS = [
+    # The next step's blocks are loaded once the step's first lane is added, not its last:
+    # the load overwrites the blocks lane 1 has yet to add.
+    ("  - when: finishing and ij == L and cn < rounds * S and pan == 0   # the step added: load the next one's",
+     "  - when: finishing and ij == 0 and cn < rounds * S and pan == 0   # the step added: load the next one's",
+     {"race", "wrong_result"}),
+    # The step's own blocks are added without waiting for their load.
+    ("  - when: finishing and paj == 0 and ij == 0   # the step's own blocks\n    do: [{wait: ar_jl0}]\n", "",
+     {"race"}),
+    # The second phase's blocks are never loaded: its first lane waits for ever.
+    ("  - when: finishing and ij == L and cn < rounds * S and pan == 1\n    do: [{start: ar_n1}]\n", "", {"hang"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", OWN_LOADS)
+def test_a_broken_load_of_the_own_blocks_is_refused(broken, fixed, kinds):
+    text = _windows(step_loads=True)
+    bad = text.replace(broken, fixed, 1)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:4x4")
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+def test_the_vmem_windows_kernels_match_lax_in_interpret_mode(all_reduce):
+    """Two rounds of pieces (the next round's own blocks loaded after the last step of the
+    one before), on a 2 x 4 CPU mesh, equal lax."""
+    from ringc.run import run_schedule
+    from ringc.synth.families import vmem_windows
+    text = vmem_windows.reduce_scatter_2d(all_reduce, step_loads=True).replace(
+        "params: {rows: 16, cols: 128, lanes: 2, wrows: 256}", "params: {rows: 32, cols: 128, lanes: 2, wrows: 8}")
+    result = run_schedule(load_text(text, "windows"), 8, mesh_shape=(2, 4), seed=3)
+    assert result.ok, result
+
+
+def test_one_load_per_step_brings_the_reduce_scatter_within_5_percent_on_v5e_16x16():
+    """At 256 MiB on v5e:16x16 a step of the second phase moves one block per lane (128 KiB),
+    and the DMA issues bound it: with a load per lane the schedule is at 94.1% of the bound,
+    with one load per step (all lanes) over 95%."""
+    effs = []
+    for step_loads in (False, True):
+        sched = load_text(_windows(rows=16, lanes=2, wrows=512, step_loads=step_loads), "windows")
+        effs.append(estimate(sched, hardware("v5e:16x16", sched), nbytes=256 * MiB).efficiency)
+    assert effs[0] < 0.95 <= effs[1], effs
+
+
+# -- the pipelined rotated-axis all-gather (rotated_bidirectional, in lanes) -------------------
+
+@pytest.mark.parametrize("k, topology", [(2, "torus:4x4"), (2, "torus:2x3"), (2, "v5e:16x16"), (3, "torus:3x2x4"),
+                                         (3, "v5p:4x4x4")])
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_the_pipelined_all_gather_checks(k, topology, lanes):
+    from ringc.synth.families import rotated_bidirectional
+    text = rotated_bidirectional.all_gather_lanes(k).replace("lanes: 2}", f"lanes: {lanes}}}")
+    report = check(load_text(text, "lanes"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_pipelined_all_gather_names_rows_its_equal_pieces_do_not_split():
+    """A DMA's shape is static, so the pieces are equal: rows 40 do not split into 4 parts of
+    4 lanes. The schedule says so in the send semaphores' shape (an exact division), where
+    pieces of 40 // 16 rows would leave 8 rows of every shard ungathered."""
+    from ringc.errors import ScheduleError
+    from ringc.synth.families import rotated_bidirectional
+    sched = load_text(rotated_bidirectional.all_gather_lanes(2).replace("lanes: 2}", "lanes: 4}"), "lanes")
+    assert check(with_params(sched, {"rows": 48}), topology="torus:2x2").ok
+    with pytest.raises(ScheduleError, match=r"shape of semaphore `send_p0`.*does not divide exactly"):
+        check(with_params(sched, {"rows": 40}), topology="torus:2x2")
+
+
+LANES = [
+    # Point k waits for point k - lanes, not k - (lanes - 1): a lane is forwarded before its wait.
+    ("  j: k - L  ", "  j: k - lanes", {"race", "dma_not_waited"}),
+    # A receive semaphore per lane, not per point: a neighbour a step ahead credits it too.
+    ('recv_sem: "recv_p3[k]"', 'recv_sem: "recv_p3[i]"', {"race"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", LANES)
+def test_a_broken_pipelined_all_gather_is_refused(broken, fixed, kinds):
+    from ringc.synth.families import rotated_bidirectional
+    text = rotated_bidirectional.all_gather_lanes(2)
+    bad = text.replace(broken, fixed)
+    if broken.startswith("recv_sem"):
+        bad = bad.replace('recv_sem: "recv_p3[j]"', 'recv_sem: "recv_p3[ij]"')
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:4x4")
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_pipelined_all_gather_matches_lax_in_interpret_mode():
+    from ringc.run import run_schedule
+    from ringc.synth.families import rotated_bidirectional
+    result = run_schedule(load_text(rotated_bidirectional.all_gather_lanes(2), "lanes"), 8, mesh_shape=(2, 4),
+                          seed=3)
+    assert result.ok, result
+
+
+def test_lanes_bring_the_all_gather_within_5_percent_on_v5e_16x16():
+    """Without lanes a link idles at each of the 30 steps for the hop latency and the issue of
+    the step's four DMAs (94.1% of the bound at 256 MiB); with two lanes the next lane is on
+    the link meanwhile."""
+    from ringc.synth.families import rotated_bidirectional
+    effs = []
+    for text in (rotated_bidirectional.all_gather_2d(), rotated_bidirectional.all_gather_lanes(2)):
+        sched = load_text(text, "ag")
+        effs.append(estimate(sched, hardware("v5e:16x16", sched), nbytes=256 * MiB).efficiency)
+    assert effs[0] < 0.95 <= effs[1], effs
 
 
 # -- the 3-D reduce-scatter and all-reduce landing in VMEM windows ------------------------------
