@@ -301,7 +301,7 @@ def test_the_3d_bidirectional_all_gather_is_within_5_percent_of_the_bound_on_v5p
     """Its parts decoupled (a step's turnaround one DMA issue and a hop) and the own shard
     copied under the first transfers."""
     from ringc.synth.families import rotated_bidirectional
-    (cand,) = rotated_bidirectional.generate("all_gather", T.parse("v5p:4x4x4"))
+    cand = next(rotated_bidirectional.generate("all_gather", T.parse("v5p:4x4x4")))   # the unpipelined one
     sched = load_text(cand.text, cand.name)
     e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
     assert e.efficiency >= 0.95, e.efficiency
