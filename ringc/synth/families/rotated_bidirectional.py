@@ -126,6 +126,29 @@ body:
 AXES = "xyz"
 
 
+def _sections(k: int, name: str, params: str, sems: list[str], grid: str, lets: list[str], copies: list[str]) -> str:
+    """A k-axis all-gather's YAML from `name:` to `body:` (the own shard's copy first among
+    the copies), with `params` after rows and cols."""
+    axes = AXES[:k]
+    return f"""name: {name}
+collective: all_gather
+axes: [{', '.join(axes)}]
+params: {{rows: {16 * k}, cols: 128{params}}}
+buffers:
+  x:   {{kind: input,  shape: [rows, cols]}}
+  out: {{kind: output, slots: [{', '.join(f'N_{a}' for a in axes)}], shape: [rows, cols], shard: [N, rows, cols]}}
+semaphores:
+  local_sem: dma
+{chr(10).join(sems)}
+grid: {{{grid}}}
+let:
+{chr(10).join(lets)}
+copies:
+{own_copy(", ".join(f"me_{a}" for a in axes))}
+{chr(10).join(copies)}
+body:"""
+
+
 def all_gather(k: int) -> str:
     """The same on k axes (k = 2 or 3): 2k parts, one per rotation of the axis order and
     direction; part (r, dir) runs phase i along axis order_r[i], forwarding the region
@@ -183,23 +206,7 @@ def all_gather(k: int) -> str:
 # bytes, not the issue of all {2 * k} parts' DMAs after a wait for all of them. Step 0 sends
 # from `x`; the own shard is copied into `out` under those transfers (a part's second
 # phase forwards it), and the last grid point only waits.
-name: all_gather_{k}d_bidirectional
-collective: all_gather
-axes: [{', '.join(axes)}]
-params: {{rows: {16 * k}, cols: 128}}
-buffers:
-  x:   {{kind: input,  shape: [rows, cols]}}
-  out: {{kind: output, slots: [{', '.join(f'N_{a}' for a in axes)}], shape: [rows, cols], shard: [N, rows, cols]}}
-semaphores:
-  local_sem: dma
-{chr(10).join(sems)}
-grid: {{step: {S} + 1}}
-let:
-{chr(10).join(lets)}
-copies:
-{own_copy(me)}
-{chr(10).join(copies)}
-body:
+{_sections(k, f"all_gather_{k}d_bidirectional", "", sems, f"step: {S} + 1", lets, copies)}
 {chr(10).join(body)}
 {keep_own("step == 0")}
 """
@@ -247,25 +254,8 @@ def all_gather_lanes(k: int) -> str:
             body_start += [f"  - when: {tag}_on_{a}", "    do:", f"      - start: {tag}_{a}_send"]
             body_wait += [f"  - when: {tag}_on_{a}j", "    do:", f"      - wait: {tag}_{a}_sendj"]
             begin = end
-    me = ", ".join(f"me_{a}" for a in axes)
     names = ", ".join(f'"{a}"' for a in axes)
-    return f"""{LANES_HEADER.format(k=k, names=names, parts=2 * k)}name: all_gather_{k}d_bidirectional_lanes
-collective: all_gather
-axes: [{', '.join(axes)}]
-params: {{rows: {16 * k}, cols: 128, lanes: 2}}
-buffers:
-  x:   {{kind: input,  shape: [rows, cols]}}
-  out: {{kind: output, slots: [{', '.join(f'N_{a}' for a in axes)}], shape: [rows, cols], shard: [N, rows, cols]}}
-semaphores:
-  local_sem: dma
-{chr(10).join(sems)}
-grid: {{k: total + L}}
-let:
-{chr(10).join(lets)}
-copies:
-{own_copy(me)}
-{chr(10).join(copies)}
-body:
+    return f"""{LANES_HEADER.format(k=k, names=names, parts=2 * k)}{_sections(k, f"all_gather_{k}d_bidirectional_lanes", ", lanes: 2", sems, "k: total + L", lets, copies)}
 {keep_own("k == 0")}
   # Point k starts lane i of its step on every part (each on its own link); it waits for point j's.
 {chr(10).join(body_start)}
