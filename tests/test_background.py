@@ -33,6 +33,33 @@ def _reaped(pid: int) -> bool:
 def test_answers_come_back():
     assert Background(lambda: True).result() is True
     assert Background(lambda: False).result() is False
+    big = {i: (i, str(i)) for i in range(100_000)}   # megabytes: more than a pipe holds at once
+    assert Background(lambda: big).result() == big
+
+
+def test_synth_prices_the_same_with_half_its_candidates_in_a_child():
+    """`ringc synth` prices every other candidate in a forked child where a second core is
+    free; the estimates, winners and frontier are the ones one process gives. Run in a
+    fresh interpreter: a test process that has loaded jax must not fork."""
+    import subprocess
+    import sys
+    code = """
+import json, sys
+from ringc.synth import search
+out = []
+for jobs in (1, 2):
+    search.default_jobs = lambda: jobs
+    r = search.synth("psum_scatter", "torus:4x4", [64 * 2**10, 256 * 2**20], compile=False, verify=False)
+    out.append(json.dumps([[p.candidate.name, sorted((str(k), v) for k, v in p.points.items()),
+                            sorted(p.problems.items())] for p in r.priced], default=str))
+assert "jax" not in sys.modules
+print(out[0] == out[1], len(json.loads(out[0])))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    same, n = res.stdout.split()
+    assert same == "True" and int(n) >= 5
 
 
 def test_a_failing_or_dead_child_answers_nothing():

@@ -39,6 +39,7 @@ from ..cost.sizing import fit_volume
 from ..cost.tune import compile_target, compiler_available
 from ..ir.dtypes import itemsize
 from ..ir.loader import load_text
+from ..verify.background import Background, default_jobs
 from ..verify.check import check
 from ..verify.unroll import buffer_shapes
 
@@ -269,6 +270,31 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             too_big = size
 
 
+def _price_all(found: list[Priced], sizes: list[int]) -> None:
+    """`_price` every candidate: every other one in a forked child where a second core is
+    free (`verify.background`: the same deterministic pricing, its estimates sent back),
+    the rest here; a child that fails leaves its share to be priced here."""
+    theirs = found[1::2] if default_jobs() > 1 and len(found) > 1 else []
+
+    def price(ps: list[Priced]) -> list[tuple]:
+        for p in ps:
+            _price(p, p.hw, sizes)
+        return [(p.points, p.problems, p.volumes) for p in ps]
+
+    child = Background(lambda: price(theirs)) if theirs else None
+    try:
+        price([p for p in found if not any(p is q for q in theirs)])
+        answer = child.result() if child is not None else None
+    finally:
+        if child is not None:
+            child.close()
+    if answer is None:
+        price(theirs)
+        return
+    for p, (points, problems, volumes) in zip(theirs, answer):
+        p.points, p.problems, p.volumes = points, problems, volumes
+
+
 def _vmem_buffers(sized, hw) -> int:
     """Bytes of the VMEM buffers the sized schedule declares (no pipeline windows: a lower
     bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not divide (the
@@ -371,6 +397,7 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
     skipped: list[tuple[str, str]] = []
     chip_name = ""
     probe = [LATENCY_PROBE] if LATENCY_PROBE not in sizes else []
+    found: list[Priced] = []
     for fam in gens:
         for cand in fam.generate(kind, topo):
             try:
@@ -382,13 +409,14 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             if hw.placement.n != topo.size:
                 continue  # one instance does not span the slice
             chip_name = hw.chip.name
-            p = Priced(cand, sched, hw=hw)
-            _price(p, hw, probe + sizes)
-            same = next((q for q in priced if q.points and q.points == p.points), None)
-            if same is not None:  # the same schedule by another road (a family's default params)
-                skipped.append((cand.label, f"prices exactly as {same.candidate.label}"))
-                continue
-            priced.append(p)
+            found.append(Priced(cand, sched, hw=hw))
+    _price_all(found, probe + sizes)
+    for p in found:
+        same = next((q for q in priced if q.points and q.points == p.points), None)
+        if same is not None:  # the same schedule by another road (a family's default params)
+            skipped.append((p.candidate.label, f"prices exactly as {same.candidate.label}"))
+            continue
+        priced.append(p)
     if not priced:
         raise ValueError(f"no family generates {kind} on {topology}"
                          + "".join(f"\n  {n}: {w}" for n, w in skipped))

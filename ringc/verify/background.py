@@ -1,4 +1,4 @@
-"""A yes-or-no answer computed in a second process while this one goes on.
+"""An answer computed in a second process while this one goes on.
 
 The quotient's checks (`symmetric.certify.clean`) are two independent halves on the same events:
 the run, the order and the races on one side, the symbolic data flow on the other, each
@@ -6,10 +6,12 @@ about half the time at N = 1024. On a machine with a spare core, `Background` fo
 child that computes one half's answer (a bool) while the parent computes the other.
 
 - **Same answer.** The child runs the same function on the same objects (a fork copies
-  the parent's memory as it is), and the function is deterministic. It sends back one
-  byte: yes, no, or "failed" (it raised). On "failed", or if the child dies without an
-  answer, `result` returns None and the caller computes the answer itself, so any
-  exception is raised in the parent, where and as it would be without the child.
+  the parent's memory as it is), and the function is deterministic. It sends back its
+  answer pickled (a bool for the checks; `ringc synth` prices half its candidates in the
+  child and gets their estimates back), or "failed" (it raised). On "failed", or if the
+  child dies without an answer, `result` returns None and the caller computes the answer
+  itself, so any exception is raised in the parent, where and as it would be without the
+  child.
 - **Nothing left behind.** `close` kills a child whose answer is no longer needed and
   always reaps it; the child leaves with `os._exit`, running no cleanup of the parent's
   (atexit handlers, buffered output, pytest's teardown).
@@ -26,14 +28,12 @@ child that computes one half's answer (a bool) while the parent computes the oth
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["default_jobs", "Background"]
-
-_ANSWERS = {b"1": True, b"0": False}
-
 
 def default_jobs() -> int:
     """Processes a check may use: 2 on a machine (or CPU set) of two cores or more, 1 when
@@ -45,10 +45,11 @@ def default_jobs() -> int:
 
 
 class Background:
-    """`compute()`'s answer, computed in a forked child (`result`), or nothing if forking
-    is not possible here: then `result` is None and the caller computes it."""
+    """`compute()`'s answer (picklable, not None), computed in a forked child (`result`), or
+    nothing if forking is not possible here: then `result` is None and the caller computes
+    it."""
 
-    def __init__(self, compute: Callable[[], bool]):
+    def __init__(self, compute: Callable[[], Any]):
         self.pid: int | None = None
         self.read_end: int | None = None
         if not hasattr(os, "fork"):
@@ -64,27 +65,32 @@ class Background:
             code = b"E"
             try:
                 os.close(read_end)
-                code = b"1" if compute() else b"0"
+                code = b"V" + pickle.dumps(compute())
             except BaseException:  # noqa: BLE001 -- the parent computes it again and raises it
                 code = b"E"
             finally:
                 try:
-                    os.write(write_end, code)
+                    view = memoryview(code)
+                    while view:   # a pipe takes a large answer in parts
+                        view = view[os.write(write_end, view):]
                 finally:
                     os._exit(0)
         os.close(write_end)
         self.pid, self.read_end = pid, read_end
 
-    def result(self) -> bool | None:
+    def result(self) -> Any:
         """The child's answer (waiting for it), or None: no child, or it failed."""
         if self.read_end is None:
             return None
+        parts = []
         try:
-            code = os.read(self.read_end, 1)
+            while part := os.read(self.read_end, 1 << 16):
+                parts.append(part)
         except OSError:
-            code = b""
+            parts = []
         self.close()
-        return _ANSWERS.get(code)
+        code = b"".join(parts)
+        return pickle.loads(code[1:]) if code[:1] == b"V" else None
 
     def close(self) -> None:
         """Kill the child if it is still working, and reap it."""
