@@ -297,6 +297,16 @@ def test_a_broken_3d_bidirectional_all_gather_is_refused(broken, fixed, kinds, t
     assert not report.ok and kinds <= set(_errors(report)), _errors(report)
 
 
+def test_the_3d_all_gather_with_its_exact_split_matches_lax_in_interpret_mode():
+    """Its receive semaphores' shape divides `(N_x + N_y + N_z - 3) * (rows // q)`: the
+    emitted `make_inputs` reads every axis size such a check names (it missed `N_x` after a
+    parenthesis), and the kernel equals lax.all_gather."""
+    from ringc.run import run_schedule
+    from ringc.synth.families import rotated_bidirectional
+    result = run_schedule(load_text(rotated_bidirectional.all_gather(3), "ag3"), 8, mesh_shape=(2, 2, 2), seed=5)
+    assert result.ok, result
+
+
 def test_the_3d_bidirectional_all_gather_is_within_5_percent_of_the_bound_on_v5p_4x4x4():
     """Its parts decoupled (a step's turnaround one DMA issue and a hop) and the own shard
     copied under the first transfers."""

@@ -1284,11 +1284,13 @@ class Emitter:
     def config(self, w: CodeWriter, checks: list[tuple[str, str, str]], uses_n: bool = True,
                sizes: Iterable[str] | None = None) -> None:
         """Read N, the per-axis sizes (all, or `sizes`) and the parameters from the mesh."""
-        uses_n = uses_n or any("N" in f"{a} {b}".split() for a, b, _ in checks)
+        def named(n: str) -> bool:   # a check's expression names n (`(N_x + N_y) * 2` names N_x)
+            return any(re.search(rf"\b{n}\b", f"{a} {b}") for a, b, _ in checks)
+        uses_n = uses_n or named("N")
         w.line(f"{'N' if uses_n else '_'}, p = _config(mesh, params)")
         wanted = set(self.axis_sizes() if sizes is None else sizes)
         for n in self.axis_sizes():
-            if n in wanted or any(n in f"{a} {b}".split() for a, b, _ in checks):
+            if n in wanted or named(n):
                 w.line(f"{n} = mesh.shape[{_str(n[2:])}]")
         for n in self.s.params:
             w.line(f"{self.name(n)} = p[{_str(n)}]")

@@ -173,10 +173,11 @@ def all_gather(k: int) -> str:
     for n, (r, d) in enumerate(parts):
         order = axes[r:] + axes[:r]
         tag = f"p{n}"
-        # start:length; the last part also takes the rows // (2k) leaves over, so any rows tile
-        rows = "0:q" if not n else f"{n} * q:q" if n < len(parts) - 1 else f"{n} * q:rows - {n} * q"
+        rows = f"{n} * q:q" if n else "0:q"   # start:length
         sign = "-" if d == "right" else "+"
-        sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S]}}"]
+        # S receives; written with q, whose division must be exact in a shape, so that rows
+        # split into 2k equal parts (other rows are refused by name, not left ungathered)
+        sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // q) // {2 * k}]}}"]
         copies.append(f'  {tag}_first: {{src: "x[{rows}]", dst: "out[{me}, {rows}]", to: {d}_{order[0]}, '
                       f'send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
         waits, starts = [], []
