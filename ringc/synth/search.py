@@ -8,16 +8,20 @@ at each size the fastest candidate that verifies.
   winner at that size. Candidates are ranked by efficiency (the bound at the V their
   shapes achieve over their estimate: shapes must divide, so V is met to within
   `SIZE_SLACK`, and time alone would favour a smaller V); one the model cannot price (shapes that do not divide, a hang,
-  a size past the limits) is listed with the reason.
+  a size past the limits) is listed with the reason. Where a second core is free, every
+  other candidate is priced in a forked child (`_price_all`).
 - **Frontier**: each candidate's latency is its estimate at `LATENCY_PROBE` (4 KiB) and
   its bandwidth cost the slope from there to the largest size (seconds per byte); the
   frontier is the candidates no other beats on both.
 - **Verification**: the winner at a size is checked with `ringc check` on the slice
   (every device, or chip 0's events on the symmetry quotient for large N, as `ringc
   check --topology` does) at its template's small rows (the structure: chunks, pipeline,
-  semaphores, is what the params chosen here change), then compiled for the slice's
-  generation (`ringc compile`, when libtpu is installed and `compile` is on). A
-  candidate that fails either is dropped and the next fastest taken.
+  semaphores), then again with the params sized for that size (the rows the estimate and
+  the compile use: a split the small rows divide and the sized ones do not shows there),
+  then compiled for the slice's generation (`ringc compile`, when libtpu is installed and
+  `compile` is on; a refusal for the compiler's default scoped VMEM is compiled again with
+  `vmem_limit_mib` raised, `_compile`). A candidate that fails any of them is dropped at
+  that size and the next fastest taken.
 """
 
 from __future__ import annotations
