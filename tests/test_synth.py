@@ -125,6 +125,8 @@ def test_a_winner_is_also_checked_with_the_params_sized_for_each_size():
     ((name, why),) = big.dropped
     assert name == "split_all_gather" and "refused by ringc check at rows=" in why and "wrong_result" in why
     assert split.sized_verdicts[256 * MiB] == why and not split.usable(256 * MiB)
+    doc = next(c for c in r.to_json()["candidates"] if c["name"] == "split_all_gather")
+    assert doc["sized_checks"][str(256 * MiB)] == why
     if small.winner is split:   # where its sized rows divide, it stays a winner, checked with them
         assert split.sized_verdicts[64 * KiB] == "" and "checked with these params too" in r.yaml_of(split)
 

@@ -205,6 +205,7 @@ class SynthResult:
                              for p, lat, pb in self.frontier],
                 "candidates": [{"name": p.candidate.name, "family": p.candidate.family, "params": p.candidate.params,
                                 "verdict": p.verdict, "verified": p.verified or None, "compiled": p.compiled or None,
+                                "sized_checks": {str(s): w or "ok" for s, w in p.sized_verdicts.items()},
                                 "points": [point(p, s) for s in self.sizes],
                                 "problems": {str(s): w for s, w in p.problems.items()}}
                                for p in self.priced]}
