@@ -126,8 +126,12 @@ def test_no_all_to_all_family_generates_on_v5e():
     family generates there and the search says so rather than pricing what check refuses."""
     for module in (all_to_all_direct, per_axis_direct):
         assert list(module.generate("all_to_all", T.parse("v5e:4x4"))) == []
-    with pytest.raises(ValueError, match="no family generates all_to_all on v5e:4x4"):
+    with pytest.raises(ValueError, match="no family generates all_to_all on v5e:4x4") as e:
         synth("all_to_all", "v5e:4x4", [1 * MiB], compile=False)
+    # ... and says why, per family
+    for family in ("all_to_all_direct", "per_axis_direct"):
+        assert f"\n  {family}: it sends over offsets of 3 and more along an axis, and v5e routes only powers of 2" \
+            in str(e.value)
 
 
 # -- the one-shot reduce-scatter and the 3-D reduce-scatter ---------------------------------

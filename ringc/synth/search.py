@@ -423,8 +423,9 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             continue
         priced.append(p)
     if not priced:
+        why_not = [(fam.FAMILY, fam.unavailable(kind, topo)) for fam in gens if hasattr(fam, "unavailable")]
         raise ValueError(f"no family generates {kind} on {topology}"
-                         + "".join(f"\n  {n}: {w}" for n, w in skipped))
+                         + "".join(f"\n  {n}: {w}" for n, w in skipped + [(f, w) for f, w in why_not if w]))
     note = "--no-compile" if not compile else compiler_available()
     choices = []
     for size in sizes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Candidate
+from .base import V5E_OFFSETS, Candidate
 from .templates import AXES, head, offset_lets, row_major
 
 FAMILY = "all_to_all_direct"
@@ -113,7 +113,12 @@ body:
 """
 
 
+def unavailable(kind: str, topo) -> str | None:
+    """Why the family does not generate `kind` on `topo` where it would otherwise apply."""
+    return V5E_OFFSETS if kind == "all_to_all" and 2 <= topo.ndim <= 3 and topo.generation == "v5e" else None
+
+
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind != "all_to_all" or not 2 <= topo.ndim <= 3 or topo.generation == "v5e":
+    if kind != "all_to_all" or not 2 <= topo.ndim <= 3 or unavailable(kind, topo):
         return
     yield Candidate(FAMILY, f"all_to_all_direct_{topo.ndim}d", all_to_all(topo.ndim), WHAT, {})

@@ -50,3 +50,9 @@ def with_vmem_limit(text: str, chip, why: str) -> str:
     limit = chip.vmem_bytes * 3 // 4 // 2**20
     return text.replace("\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): {why}\nparams:", 1)
 
+
+# Why a family that sends over every offset along an axis is not generated on v5e (a
+# family's optional `unavailable(kind, topo)` says it, and `ringc synth` shows it when no
+# family generates the collective).
+V5E_OFFSETS = "it sends over offsets of 3 and more along an axis, and v5e routes only powers of 2"
+

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .base import Candidate
+from .base import V5E_OFFSETS, Candidate
 from .templates import AXES, accumulate, add_arrivals, far_first, head, keep_own, own_copy, row_major, when
 
 FAMILY = "per_axis_direct"
@@ -317,11 +317,18 @@ buffers:
 GENERATORS = {"all_gather": all_gather, "psum": psum, "all_to_all": all_to_all, "psum_scatter": psum_scatter}
 
 
+def unavailable(kind: str, topo) -> str | None:
+    """Why the family does not generate `kind` on `topo` where it would otherwise apply:
+    every offset 1 .. N_a - 1 along an axis, which v5e does not route past 2."""
+    if kind in ("all_to_all", "psum_scatter") and 2 <= topo.ndim <= 3 and topo.generation == "v5e" \
+            and max(topo.shape) > 3:
+        return V5E_OFFSETS
+    return None
+
+
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind not in GENERATORS or not 2 <= topo.ndim <= 3:
+    if kind not in GENERATORS or not 2 <= topo.ndim <= 3 or unavailable(kind, topo):
         return
-    if kind in ("all_to_all", "psum_scatter") and topo.generation == "v5e" and max(topo.shape) > 3:
-        return  # every offset 1 .. N_a - 1 along an axis: v5e routes only powers of 2, not 3
     if kind in ("psum", "psum_scatter"):   # the landing in VMEM first; in HBM where libtpu refuses that
         for landing in LANDINGS:
             yield Candidate(FAMILY, f"{kind}_per_axis_direct{_SUFFIX[landing]}_{topo.ndim}d",
