@@ -279,7 +279,8 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
     """`_price` every candidate: every other one in a forked child where a second core is
     free (`verify.background`: the same deterministic pricing, its estimates sent back),
     the rest here; a child that fails leaves its share to be priced here."""
-    theirs = found[1::2] if default_jobs() > 1 and len(found) > 1 else []
+    forked = default_jobs() > 1 and len(found) > 1
+    mine, theirs = (found[0::2], found[1::2]) if forked else (found, [])
 
     def price(ps: list[Priced]) -> list[tuple]:
         for p in ps:
@@ -288,7 +289,7 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
 
     child = Background(lambda: price(theirs)) if theirs else None
     try:
-        price([p for p in found if not any(p is q for q in theirs)])
+        price(mine)
         answer = child.result() if child is not None else None
     finally:
         if child is not None:
@@ -336,8 +337,8 @@ def _verify_sized(p: Priced, topo: T.Topology, size: int) -> None:
     the template's (already proved by `_verify`); sets `sized_verdicts[size]`. Within the
     check's limits (`--limit`): a check past them drops the candidate at that size."""
     sized = p.points[size][5]
-    if sized == dict(p.schedule.params) or any(p.points[s][5] == sized for s in p.sized_verdicts if s in p.points
-                                                and p.sized_verdicts[s] == ""):
+    proved = [p.schedule.params] + [p.points[s][5] for s, why in p.sized_verdicts.items() if not why]
+    if sized in proved:   # the template's params, or a size's already proved
         p.sized_verdicts[size] = ""
         return
     rows = ", ".join(f"{k}={v}" for k, v in sized.items() if k in ("rows", "cols"))

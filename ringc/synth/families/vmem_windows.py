@@ -129,6 +129,32 @@ def _drain(p: int, st: str, nt: str) -> list[str]:
     return [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
 
 
+def _sections(name: str, kind: str, axes: str, pieces: str, bufs: list[str], sems: list[str], grid: str,
+              let: str, copies: list[str]) -> str:
+    """A schedule's YAML from `name:` to its first body entry (the barrier with every
+    neighbour at the first point), the 2-D and 3-D families alike; `pieces` are the piece
+    params after rows, cols and lanes."""
+    near = ", ".join(f"{side}_{a}" for a in axes for side in ("left", "right"))
+    return f"""name: {name}
+collective: {kind}
+axes: [{', '.join(axes)}]
+params: {{rows: 16, cols: 128, lanes: 2, {pieces}}}
+buffers:
+{chr(10).join(bufs)}
+semaphores:
+{chr(10).join(sems)}
+barrier: {{collective_id: 0}}
+grid: {{k: {grid}}}
+let:
+{let}
+copies:
+{chr(10).join(copies)}
+body:
+  - when: k == 0
+    do:
+      - barrier: [{near}]"""
+
+
 def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str:
     """The reduce-scatter; with `all_reduce`, the all-reduce: each half then all-gathers its
     block back, over its second axis and its first (HBM to HBM into the neighbours' `out`,
@@ -299,24 +325,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
                  "  # blocks they will be added to."]
         finishing = """  # Finish point j: wait for its transfers and loads, add, send the phase's result to HBM,
   # and tell the upstream neighbour a window is free."""
-    return f"""{header}name: {name}
-collective: {kind}
-axes: [x, y]
-params: {{rows: 16, cols: 128, lanes: 2, wrows: 256}}
-buffers:
-{chr(10).join(bufs)}
-semaphores:
-{chr(10).join(sems)}
-barrier: {{collective_id: 0}}
-grid: {{k: total + L}}
-let:
-{let}
-copies:
-{chr(10).join(copies)}
-body:
-  - when: k == 0
-    do:
-      - barrier: [left_x, right_x, left_y, right_y]
+    return f"""{header}{_sections(name, kind, "xy", "wrows: 256", bufs, sems, "total + L", let, copies)}
 {chr(10).join(first + send)}
 {finishing}
 {chr(10).join(finish)}
@@ -567,24 +576,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
-    return f"""{header}name: {name}
-collective: {kind}
-axes: [x, y, z]
-params: {{rows: 16, cols: 128, lanes: 2, wrows: 64, crows: 128, brows: 256}}
-buffers:
-{chr(10).join(bufs)}
-semaphores:
-{chr(10).join(sems)}
-barrier: {{collective_id: 0}}
-grid: {{k: T}}
-let:
-{let}
-copies:
-{chr(10).join(copies)}
-body:
-  - when: k == 0
-    do:
-      - barrier: [left_x, right_x, left_y, right_y, left_z, right_z]
+    return f"""{header}{_sections(name, kind, "xyz", "wrows: 64, crows: 128, brows: 256", bufs, sems, "T", let, copies)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
 {chr(10).join(send)}
