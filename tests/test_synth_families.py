@@ -1102,3 +1102,131 @@ def test_the_shifted_halving_kernels_match_lax_in_interpret_mode(kind):
     from ringc.synth.families import shifted_halving
     result = run_schedule(load_text(shifted_halving.GENERATORS[kind](2), kind), 8, mesh_shape=(1, 8), seed=3)
     assert result.ok, result
+
+
+# -- the first axis one-shot (rotated all-gather) and the paced all-gather on unequal axes -----
+
+@pytest.mark.parametrize("k, topology", [(2, "torus:4x4"), (2, "torus:3x4"), (3, "torus:2x4x8"), (3, "v5p:4x4x4")])
+def test_the_all_gather_with_its_first_axis_one_shot_checks(k, topology):
+    from ringc.synth.families import rotated_bidirectional
+    report = check(load_text(rotated_bidirectional.all_gather_direct_first(k), "d1"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", [
+    # The ring phase starts before the one-shot arrivals are waited: it forwards slots not yet landed.
+    ("  - when: step == 1\n    do:\n      - loop: {t: N_y - 1}", "  - when: step == 2\n    do:\n      - loop: {t: N_y - 1}",
+     {"race"}),
+    # One arrival along x is never waited: the ring phase forwards its slot unlanded.
+    ("      - loop: {t: N_x - 1}\n        do:\n          - wait: d0(t=t)",
+     "      - loop: {t: N_x - 2}\n        do:\n          - wait: d0(t=t)", {"dma_not_waited"}),
+])
+def test_a_broken_first_axis_one_shot_is_refused(broken, fixed, kinds):
+    from ringc.synth.families import rotated_bidirectional
+    text = rotated_bidirectional.all_gather_direct_first(3)
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_first_axis_one_shot_pays_on_v5p_16x16x16():
+    """Its 15 ring steps of one part each cost a hop and six DMA issues apiece; one round of
+    direct sends does them (at 256 MiB in the cost model: 86.6% of the bound against 83.6%)."""
+    from ringc.synth.families import rotated_bidirectional
+    effs = []
+    for text in (rotated_bidirectional.all_gather(3), rotated_bidirectional.all_gather_direct_first(3)):
+        sched = load_text(text, "ag")
+        effs.append(estimate(sched, hardware("v5p:16x16x16", sched), nbytes=256 * MiB).efficiency)
+    assert effs[0] < effs[1], effs
+
+
+def test_the_paced_all_gather_is_generated_only_on_unequal_axes():
+    from ringc.synth.families import paced_parts
+    assert not list(paced_parts.generate("all_gather", T.parse("v5p:4x4x4")))
+    assert not list(paced_parts.generate("psum", T.parse("v5p:4x4x8")))
+    (cand,) = paced_parts.generate("all_gather", T.parse("v5p:4x4x8"))
+    assert cand.name == "all_gather_3d_paced" and "only_4x4x8" in cand.text
+
+
+@pytest.mark.parametrize("shape, topology", [((4, 4, 8), "v5p:4x4x8"), ((2, 4, 8), "torus:2x4x8"), ((4, 8), "torus:4x8"),
+                                             ((3, 5), "torus:3x5")])
+def test_the_paced_all_gather_checks_on_its_shape(shape, topology):
+    from ringc.synth.families import paced_parts
+    report = check(load_text(paced_parts.all_gather(shape), "paced"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_paced_all_gather_refuses_another_shape_by_name():
+    """Its program is unrolled for one shape: on another the guard's exact division fails,
+    naming the semaphore that says which shape it is for."""
+    from ringc.errors import ScheduleError
+    from ringc.synth.families import paced_parts
+    sched = load_text(paced_parts.all_gather((2, 4, 8)), "paced")
+    with pytest.raises(ScheduleError, match=r"shape of semaphore `only_2x4x8`.*does not divide exactly"):
+        check(sched, topology="torus:4x4x8")
+
+
+def _paced_swap(text: str) -> str:
+    """`text` with the first ring step of part p3 started before the wait for the step it forwards."""
+    lines = text.split("\n")
+    i = next(n for n, ln in enumerate(lines) if ln.startswith("  - wait: p3_") and "_first" not in ln)
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    return "\n".join(lines)
+
+
+def _paced_unwaited(text: str) -> str:
+    """`text` without its last wait for part p5's last transfer."""
+    i = text.rindex("\n  - wait: p5_")
+    return text[:i] + text[text.index("\n", i + 1):]
+
+
+@pytest.mark.parametrize("breaking, kinds", [
+    (_paced_swap, {"race"}),
+    # A part's last transfer is never waited: the call ends with a DMA in flight.
+    (_paced_unwaited, {"dma_not_waited"}),
+])
+def test_a_broken_paced_all_gather_is_refused(breaking, kinds):
+    from ringc.synth.families import paced_parts
+    text = paced_parts.all_gather((2, 4, 8))
+    bad = breaking(text)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_paced_all_gather_matches_lax_in_interpret_mode():
+    from ringc.run import run_schedule
+    from ringc.synth.families import paced_parts
+    result = run_schedule(load_text(paced_parts.all_gather((2, 4)), "paced"), 8, mesh_shape=(2, 4), seed=7)
+    assert result.ok, result
+
+
+def test_the_fluid_model_sizes_the_parts_for_the_long_axis():
+    """On equal axes every order weighs alike; on 4x4x8 the orders that end on z (the long
+    axis, where a part carries the most) weigh less than those that start on it, and the
+    model's end is earlier than with equal parts."""
+    import itertools
+    from ringc.synth.families import paced_parts
+    cube = {"x": 4, "y": 4, "z": 4}
+    orders = ["".join(o) for o in itertools.permutations("xyz")]
+    assert len(set(paced_parts.weights(cube, orders, 0.5))) == 1
+    size = {"x": 4, "y": 4, "z": 8}
+    m = dict(zip(orders, paced_parts.weights(size, orders, 0.5)))
+    assert m["xyz"] < m["zxy"] and m["yxz"] < m["zyx"], m
+
+    def end(w):
+        parts = [(o, d, w[o] * 12 / (2 * sum(w.values()))) for o in orders for d in ("right", "left")]
+        return paced_parts.fluid(size, parts, 0.5)[1]
+    assert end(m) < end(dict.fromkeys(orders, 1))
+
+
+def test_pacing_the_parts_brings_the_all_gather_on_v5p_4x4x8_past_90_percent():
+    """In one grid the rotated parts wait for the slowest at every step (63.7% of the bound
+    at 256 MiB); each at its own pace, sized for the long axis, 92.1% (cost model)."""
+    from ringc.synth.families import paced_parts, rotated_bidirectional
+    effs = []
+    for text in (rotated_bidirectional.all_gather(3), next(paced_parts.generate("all_gather", T.parse("v5p:4x4x8"))).text):
+        sched = load_text(text, "ag")
+        effs.append(estimate(sched, hardware("v5p:4x4x8", sched), nbytes=256 * MiB).efficiency)
+    assert effs[0] < 0.7 and effs[1] > 0.9, effs
