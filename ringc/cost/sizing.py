@@ -110,6 +110,10 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
         while align * 2 <= ideal:
             align *= 2
             candidates += [{**base, rows: r} for r in _near(ideal, align)[:3]]
+        # A schedule whose default rows are the least its shapes divide into (a paced
+        # schedule's 8 x 82 rows) divides at their multiples, which neither list may hold.
+        if unit > 8:
+            candidates += [{**base, rows: r} for r in _near(ideal, unit)[:3]]
         if ideal < 8 and cols is not None:
             for r in (8, 4, 2, 1):
                 per_col = (_volume_at(sched, sizes, {**base, rows: r}) or 0) / max(1, base[cols])

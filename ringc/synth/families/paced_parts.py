@@ -37,6 +37,8 @@ up, and this is `rotated_bidirectional`'s all-gather)."""
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import dataclass
 from typing import Iterator
 
 from ...cost import chips
@@ -49,24 +51,32 @@ REFERENCE_BYTES = 256 * 2**20   # the size whose step overhead sets the weights 
 START_WEIGHT = 6                # every order's weight before the search (units of u)
 
 
-def _steps(shape: dict[str, int], order: str, direction: str, weight: float) -> list[tuple[tuple[str, str], float]]:
-    """A part's steps: (its link class, its units), phase by phase."""
-    out, held = [], 1
-    for a in order:
+def _steps(shape: dict[str, int], order: str, direction: str, weight: float,
+           reduce: bool = False) -> list[tuple[tuple[str, str], float]]:
+    """A part's steps: (its link class, its units), phase by phase: an all-gather's phase
+    along a forwards the blocks gathered over the axes before a, a reduce-scatter's the
+    partial sums still to reduce over the axes after it."""
+    out = []
+    for i, a in enumerate(order):
+        held = 1
+        for b in (order[i + 1:] if reduce else order[:i]):
+            held *= shape[b]
         out += [((a, direction), held * weight)] * (shape[a] - 1)
-        held *= shape[a]
     return out
 
 
-def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: float) -> tuple[list[tuple[float, int, int]], float]:
+def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: float, reduce: bool = False,
+          add: float = 0.0) -> tuple[list[tuple[float, int, int]], float]:
     """(start time, part, step) of every step, and the end, when `parts` (order, direction,
     units) share their link classes equally and a part's next step starts `overhead` after
-    its last one landed. Times in units of one unit's transfer at a link's bandwidth."""
-    steps = [_steps(shape, o, d, w) for o, d, w in parts]
+    its last one landed (after its add, `add` per unit landed, where a reduce-scatter adds
+    what came: the adds take the core one at a time, in the order their steps landed).
+    Times in units of one unit's transfer at a link's bandwidth."""
+    steps = [_steps(shape, o, d, w, reduce) for o, d, w in parts]
     nxt = [0] * len(parts)          # the part's next step
     left = [None] * len(parts)      # units of its step in flight
     ready = [0.0] * len(parts)
-    t, starts = 0.0, []
+    t, starts, core = 0.0, [], 0.0
     while True:
         for n in range(len(parts)):
             if left[n] is None and nxt[n] < len(steps[n]) and ready[n] <= t + 1e-12:
@@ -85,21 +95,23 @@ def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: 
         t += dt
         for n in flying:
             left[n] -= rate[n] * dt
-            if left[n] <= 1e-9:
-                left[n], nxt[n], ready[n] = None, nxt[n] + 1, t + overhead
+            if left[n] <= 1e-9:   # landed: its add waits for the core (one at a time, as landed)
+                core = max(core, t) + add * steps[n][nxt[n]][1]
+                left[n], nxt[n], ready[n] = None, nxt[n] + 1, core + overhead
 
 
 def _parts(orders: list[str], m: list[int]) -> list[tuple[str, str, int]]:
     return [(o, d, w) for o, w in zip(orders, m) for d in ("right", "left") if w]
 
 
-def weights(shape: dict[str, int], orders: list[str], overhead: float) -> list[int]:
+def weights(shape: dict[str, int], orders: list[str], overhead: float, reduce: bool = False,
+            add: float = 0.0) -> list[int]:
     """Each order's units (`m_o`): coordinate descent on the fluid model's end, from
     START_WEIGHT each (a part of weight w is w / (2 sum m) of the shard, so the units
     are rescaled to the shard before each run)."""
     def end(m: list[int]) -> float:
         scale = 2 * len(orders) / (2 * sum(m))    # in units of a part when all weigh alike
-        return fluid(shape, [(o, d, w * scale) for o, d, w in _parts(orders, m)], overhead)[1]
+        return fluid(shape, [(o, d, w * scale) for o, d, w in _parts(orders, m)], overhead, reduce, add)[1]
     m = [START_WEIGHT] * len(orders)
     best = end(m)
     better = True
@@ -128,28 +140,67 @@ def overhead_units(topo) -> float:
     return ((chip.hop_latency or chips.HOP_LATENCY) + chips.DMA_ISSUE_OVERHEAD) / unit
 
 
-def all_gather(shape: tuple[int, ...], m: list[int] | None = None, overhead: float = 0.4) -> str:
-    """The schedule for a torus of `shape` (2 or 3 axes): parts of every axis order with
-    units `m` (default: `weights`), its program in the fluid model's order."""
-    k = len(shape)
-    axes = AXES[:k]
+def add_units(topo) -> float:
+    """A reduce-scatter's add of one unit landed in units of its link time: two reads and a
+    write of HBM, at about half the chip's HBM bandwidth (what `ringc cost` finds with the
+    links' landings in flight: on v5p an add of 4.7 MB takes 10 us of the core)."""
+    chip = chips.chip(topo.generation or chips.DEFAULT_CHIP)
+    return 2 * 3 * chip.link_bandwidth / chip.hbm_bandwidth
+
+
+@dataclass
+class Pieces:
+    """One paced collective's share of a schedule: its parts' buffers, semaphores, lets,
+    copies, the program in the fluid model's order, and what a header says of it."""
+    buffers: list[str]
+    sems: list[str]
+    lets: list[str]
+    copies: list[str]
+    body: list[str]
+    M: int                      # units in a shard's (a block's) rows
+    unit: str                   # the let naming a unit's rows
+    shown: str                  # the orders' units, for the header
+    end: float                  # the fluid model's end
+
+
+def _rows(unit: str, offset: int, w: int) -> str:
+    return f"{offset} * {unit}:{w} * {unit}" if offset else f"0:{w} * {unit}"
+
+
+def _program(parts, starts, names, wait_ops) -> list[str]:
+    """The steps of every part in the fluid model's order: wait for the step before (and
+    what `wait_ops` adds after that wait), then start the step."""
+    body = []
+    for t, n, s in sorted(starts, key=lambda e: (e[0], e[1])):
+        order, d, _ = parts[n]
+        if s == 1:
+            body.append(f"  # {names[n][0].split('_')[0]} ({d} along {', '.join(order)}) from here; t = {t:.1f}")
+        if s > 0:
+            body += [f"  - wait: {names[n][s - 1]}", *wait_ops(n, s - 1)]
+        body.append(f"  - start: {names[n][s]}")
+    return body
+
+
+def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, unit: str, first_src: str) -> Pieces:
+    """An all-gather into `out` (slots per axis) whose step 0 sends `first_src` with the
+    part's rows (`{rows}` in it)."""
+    axes = AXES[:len(shape)]
     size = dict(zip(axes, shape))
     orders = ["".join(o) for o in itertools.permutations(axes)]
-    m = m or weights(size, orders, overhead)
     parts = _parts(orders, m)
     M = sum(w for _, _, w in parts)
     me = ", ".join(f"me_{a}" for a in axes)
     copies, sems, names, offset = [], [], [], 0
     for n, (order, d, w) in enumerate(parts):
-        tag = f"p{n}"
-        rows = f"{offset} * u:{w} * u" if offset else f"0:{w} * u"
+        tag = f"{prefix}{n}"
+        rows = _rows(unit, offset, w)
         offset += w
         sign = "-" if d == "right" else "+"
-        # a receive per step, written with u, whose division must be exact in a shape: rows
-        # split into M units (other rows are refused by name, not left ungathered)
-        sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // u) // {M}]}}"]
-        copies.append(f'  {tag}_first: {{src: "x[{rows}]", dst: "out[{me}, {rows}]", to: {d}_{order[0]}, '
-                      f'send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
+        # a receive per step, written with the unit, whose division must be exact in a shape:
+        # rows split into M units (other rows are refused by name, not left ungathered)
+        sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // {unit}) // {M}]}}"]
+        copies.append(f'  {tag}_first: {{src: "{first_src.format(rows=rows)}", dst: "out[{me}, {rows}]", '
+                      f'to: {d}_{order[0]}, send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
         step_names, begin = [f"{tag}_first"], 0
         for i, a in enumerate(order):
             moving = f"(me_{a} {sign} (s - {begin})) % N_{a}" if begin else f"(me_{a} {sign} s) % N_{a}"
@@ -158,74 +209,248 @@ def all_gather(shape: tuple[int, ...], m: list[int] | None = None, overhead: flo
                           f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
             step_names += [f"{tag}_{a}(s={s})" for s in range(begin, begin + size[a] - 1)]
             begin += size[a] - 1
-        names.append(step_names[:1] + step_names[2:])   # step 0 sends from `x`: `_first`, not `_<a>(s=0)`
-    scale = 2 * len(orders) / M
-    starts, end = fluid(size, [(o, d, w * scale) for o, d, w in parts], overhead)
-    body = []
-    for t, n, s in sorted(starts, key=lambda e: (e[0], e[1])):
-        order, d, _ = parts[n]
-        if s == 0:
-            body.append(f"  - start: {names[n][0]}")
-            continue
-        if s == 1:
-            body.append(f"  # p{n} ({d} along {', '.join(order)}) from here; t = {t:.1f}")
-        body += [f"  - wait: {names[n][s - 1]}", f"  - start: {names[n][s]}"]
-    first = [ln for ln in body if ln.endswith("_first")]
-    rest = [ln for ln in body if not ln.endswith("_first")]
-    last = [f"  - wait: {names[n][-1]}" for n in range(len(parts))]
+        names.append(step_names[:1] + step_names[2:])   # step 0 sends from `first_src`, not `_<a>(s=0)`
+    starts, end = fluid(size, [(o, d, w * 2 * len(orders) / M) for o, d, w in parts], overhead)
+    body = _program(parts, starts, names, lambda n, s: [])
+    body += [f"  - wait: {names[n][-1]}" for n in range(len(parts))]
+    return Pieces([], sems, [f"  {unit}: rows // {M}                     # rows of a gathered unit"], copies, body,
+                  M, unit, ", ".join(f"{o}: {w}" for o, w in zip(orders, m)), end)
+
+
+def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, prefix: str, unit: str,
+            final: str) -> Pieces:
+    """A reduce-scatter of `x` (slots per axis) whose last adds go to `final` (`{rows}`: the
+    part's rows). A part's partial sums land in its `acc` along its first axis, and in
+    `land<i>` along its later ones (where `acc` still holds its own for that coordinate);
+    each arrival is added there, from HBM through VMEM windows, before it is sent on."""
+    k = len(shape)
+    axes = AXES[:k]
+    size = dict(zip(axes, shape))
+    orders = ["".join(o) for o in itertools.permutations(axes)]
+    parts = _parts(orders, m)
+    M = sum(w for _, _, w in parts)
+    buffers, sems, copies, names, phases, offsets, offset = [], [], [], [], [], [], 0
+    for n, (order, d, w) in enumerate(parts):
+        tag = f"{prefix}{n}"
+        rows = _rows(unit, offset, w)
+        offsets.append(offset)
+        offset += w
+        sign = "-" if d == "right" else "+"
+        buffers.append(f"  acc_{tag}: {{kind: hbm_scratch, slots: [{', '.join(f'N_{a}' for a in axes)}], "
+                       f"shape: [{w} * {unit}, cols]}}   # part {tag}'s partial sums")
+        for i in range(1, k):
+            slots = ", ".join(f"N_{a}" for a in [order[i]] + [b for b in axes if b in order[i + 1:]])
+            buffers.append(f"  land{i}_{tag}: {{kind: hbm_scratch, slots: [{slots}], shape: [{w} * {unit}, cols]}}"
+                           f"   # arrivals along {order[i]}")
+        sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // {unit}) // {M}]}}"]
+
+        def region(i: int, idx: str, buf: str, sub: str = "") -> str:
+            coords = [f"me_{a}" if a in order[:i] else idx if a == order[i] else ":" for a in axes]
+            return f"{buf}[{', '.join(coords)}{sub}]"
+
+        # step j of phase i sends the slab (me -/+ (j + 1)) along the phase's axis
+        idx = [f"(me_{a} {sign} (j + 1)) % N_{a}" for a in order]
+        first = f"(me_{order[0]} {sign} 1) % N_{order[0]}"
+        copies.append(f'  {tag}_first: {{src: "{region(0, first, "x", ", " + rows)}", '
+                      f'dst: "{region(0, first, "acc_" + tag)}", to: {d}_{order[0]}, '
+                      f'send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
+        step_names, phase = [f"{tag}_first"], []
+        s = 0
+        for i, a in enumerate(order):
+            dst = region(0, idx[0], "acc_" + tag) if i == 0 else f"land{i}_{tag}[{idx[i]}]"
+            copies.append(f'  {tag}_{a}(s, j): {{src: "{region(i, idx[i], "acc_" + tag)}", dst: "{dst}", '
+                          f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
+            for j in range(size[a] - 1):
+                if s:
+                    step_names.append(f"{tag}_{a}(s={s}, j={j})")
+                phase.append((i, j))
+                s += 1
+        names.append(step_names)
+        phases.append(phase)
+
+    def add_op(n: int, s: int, last: bool = False) -> list[str]:
+        """Part n's add of what its step s brought: the slab (me -/+ (j + 2)) along phase i's
+        axis (its own coordinate at the phase's last step), onto its own."""
+        order, d, w = parts[n]
+        i, j = phases[n][s]
+        tag, a = f"{prefix}{n}", order[i]
+        where = f"(me_{a} {'-' if d == 'right' else '+'} {j + 2}) % N_{a}"
+        coords = ", ".join(f"me_{b}" if b in order[:i] else where if b == a else ":" for b in axes)
+        rest = [b for b in axes if b in order[i + 1:]]
+        rows = _rows(unit, offsets[n], w)
+        mine = f"x[{coords}, {rows}]" if i == 0 else f"acc_{tag}[{coords}]"
+        came = f"acc_{tag}[{coords}]" if i == 0 else f"land{i}_{tag}[{where}]"
+        # a window per slab of the first axis left: [1, N_b.., w units, cols] (a pipeline DMA
+        # per block would cost the core more than the add)
+        block = (["1"] + [f"N_{b}" for b in rest[1:]] if len(rest) > 1 else [f"N_{b}" for b in rest]) + [f"{w} * {unit}", "cols"]
+        index = (["r"] + ["0"] * (len(rest) - 1) if len(rest) > 1 else ["0"] * len(rest)) + ["0", "0"]
+        count = f"N_{rest[0]}" if len(rest) > 1 else "1"
+        out = final.format(rows=rows) if last else f"acc_{tag}[{coords}]"
+        oblock = f"[{w} * {unit}, cols]" if last else f"[{', '.join(block)}]"
+        oindex = "[0, 0]" if last else f"[{', '.join(index)}]"
+        return [f"  - pipeline: {{r: {count}}}",
+                "    inputs:",
+                f'      mine: {{ref: "{mine}", block: [{", ".join(block)}], index: [{", ".join(index)}]}}',
+                f'      came: {{ref: "{came}", block: [{", ".join(block)}], index: [{", ".join(index)}]}}',
+                "    outputs:",
+                f'      sum: {{ref: "{out}", block: {oblock}, index: {oindex}}}',
+                "    do: [{accumulate: sum, src: came, base: mine}]"]
+
+    starts, end = fluid(size, [(o, d, w * 2 * len(orders) / M) for o, d, w in parts], overhead, True, add)
+    body = _program(parts, starts, names, add_op)
+    body.append("  # The last arrivals, added into place.")
+    for n in range(len(parts)):
+        body += [f"  - wait: {names[n][-1]}", *add_op(n, len(names[n]) - 1, last=True)]
+    lets = [f"  {unit}: rows // {M}                     # rows of a reduced unit"]
+    return Pieces(buffers, sems, lets, copies, body, M, unit, ", ".join(f"{o}: {w}" for o, w in zip(orders, m)), end)
+
+
+def _guard(shape: tuple[int, ...]) -> str:
+    """The semaphore that refuses another shape: its exact divisions hold on `shape` only."""
     tag = "x".join(str(n) for n in shape)
-    guard = " * ".join(f"(N_{a} // {n}) * ({n} // N_{a})" for a, n in zip(axes, shape))
-    weights_shown = ", ".join(f"{o}: {w}" for o, w in zip(orders, m))
-    names_q = ", ".join(f'"{a}"' for a in axes)
-    return f"""# Paced rotated-axis all-gather over {k} axes of unequal sizes: lax.all_gather(x, ({names_q}))
-# (tiled=False: out[j] is the shard of the chip with row-major index j).
-# Generated by `ringc synth` (ringc/synth/families/paced_parts.py): the shard is cut in
-# {len(parts)} parts, one per axis order and direction, part p<n> of order o carrying m_o units of
-# u = rows / {M} rows (m = {{{weights_shown}}}); part p<n> runs along its axes in
-# turn as a ring, forwarding everything it has gathered. On unequal axes the parts' steps
-# differ in length, so there is no grid: the program waits for each part's previous step
-# and starts its next in the order a fluid model of the links expects them ready (the
-# `t = ` comments, in units of a unit's link time; its end {end:.1f}), and a part whose steps
-# are short goes on while a long transfer is still on another link. Each receive has its
-# own semaphore (a neighbour may run ahead), and every block is written once.
-name: all_gather_{k}d_paced
-collective: all_gather
+    guard = " * ".join(f"(N_{a} // {n}) * ({n} // N_{a})" for a, n in zip(AXES, shape))
+    return (f"  # The body is unrolled for {tag}: the exact divisions of this shape hold there only, so on\n"
+            f"  # another slice `ringc check` refuses the schedule by this name (synthesize one for it).\n"
+            f"  only_{tag}: {{kind: regular, shape: [{guard}]}}")
+
+
+def _schedule(name: str, kind: str, shape: tuple[int, ...], header: str, rows: int, buffers: list[str],
+              pieces: list[Pieces], copies: list[str], body: list[str], sems: list[str]) -> str:
+    axes = AXES[:len(shape)]
+    lets = [ln for p in pieces for ln in p.lets]
+    return f"""{header}name: {name}
+collective: {kind}
 axes: [{', '.join(axes)}]
-params: {{rows: {M}, cols: 128}}
+params: {{rows: {rows}, cols: 128}}
 buffers:
-  x:   {{kind: input,  shape: [rows, cols]}}
-  out: {{kind: output, slots: [{', '.join(f'N_{a}' for a in axes)}], shape: [rows, cols], shard: [N, rows, cols]}}
+{chr(10).join(buffers + [b for p in pieces for b in p.buffers])}
 semaphores:
-  # The body is unrolled for {tag}: the exact divisions of this shape hold there only, so on
-  # another slice `ringc check` refuses the schedule by this name (synthesize one for it).
-  only_{tag}: {{kind: regular, shape: [{guard}]}}
-  local_sem: dma
-{chr(10).join(sems)}
+{_guard(shape)}
+{chr(10).join(sems + [s for p in pieces for s in p.sems])}
 let:
-  u: rows // {M}                     # rows of a unit
-  S: {' + '.join(f'N_{a}' for a in axes)} - {k}                # steps of every part
+{chr(10).join(lets)}
+  S: {' + '.join(f'N_{a}' for a in axes)} - {len(shape)}                # steps of every part
 copies:
-{own_copy(me)}
-{chr(10).join(copies)}
+{chr(10).join(copies + [c for p in pieces for c in p.copies])}
 body:
-  # Every part's first step sends from `x`; the own shard is copied into `out` under them.
-{chr(10).join(first)}
-  - start: own
-  - wait: own
-{chr(10).join(rest)}
-  # The last steps' transfers.
-{chr(10).join(last)}
+{chr(10).join(body)}
 """
 
 
+PACED = """# On unequal axes the parts' steps differ in length, so there is no grid: the program waits
+# for each part's previous step and starts its next in the order a fluid model of the links
+# expects them ready (the `t = ` comments, in units of a unit's link time), and a part whose
+# steps are short goes on while a long transfer is still on another link. Each receive has
+# its own semaphore and every slot is written once, so a neighbour may run ahead.
+"""
+
+
+def _slots(shape: tuple[int, ...]) -> str:
+    return ", ".join(f"N_{a}" for a in AXES[:len(shape)])
+
+
+def all_gather(shape: tuple[int, ...], m: list[int] | None = None, overhead: float = 0.4) -> str:
+    """The all-gather for a torus of `shape` (2 or 3 axes): parts of every axis order with
+    units `m` (default: `weights`), its program in the fluid model's order."""
+    axes = AXES[:len(shape)]
+    m = m or weights(dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)], overhead)
+    g = _gather(shape, m, overhead, "p", "u", "x[{rows}]")
+    names = ", ".join(f'"{a}"' for a in axes)
+    me = ", ".join(f"me_{a}" for a in axes)
+    header = f"""# Paced all-gather over {len(shape)} axes of unequal sizes: lax.all_gather(x, ({names}))
+# (tiled=False: out[j] is the shard of the chip with row-major index j).
+# Generated by `ringc synth` (ringc/synth/families/paced_parts.py): the shard is cut in
+# parts, one per axis order and direction, the part of order o carrying m_o units of
+# u = rows / {g.M} rows (m = {{{g.shown}}}); each runs along its axes in turn as a
+# ring, forwarding everything it has gathered. The fluid model ends at {g.end:.1f}.
+{PACED}"""
+    first = [ln for ln in g.body if ln.endswith("_first")]
+    rest = [ln for ln in g.body if not ln.endswith("_first")]
+    body = ["  # Every part's first step sends from `x`; the own shard is copied into `out` under them.",
+            *first, "  - start: own", "  - wait: own", *rest]
+    return _schedule(f"all_gather_{len(shape)}d_paced", "all_gather", shape, header, g.M,
+                     ["  x:   {kind: input,  shape: [rows, cols]}",
+                      f"  out: {{kind: output, slots: [{_slots(shape)}], shape: [rows, cols], shard: [N, rows, cols]}}"],
+                     [g], [own_copy(me)], body, ["  local_sem: dma"])
+
+
+def _rows_multiple(M: int) -> str:
+    return (f"  # a reduced unit is a multiple of 8 rows (a VMEM window's tile): rows divide by {8 * M}.\n"
+            f"  rows_by_{8 * M}: {{kind: regular, shape: [rows // {8 * M} // (rows // {8 * M})]}}")
+
+
+def reduce_scatter(shape: tuple[int, ...], m: list[int] | None = None, overhead: float = 0.4,
+                   add: float = 0.2) -> str:
+    """The reduce-scatter for a torus of `shape` (2 or 3 axes): parts of every axis order,
+    each reducing along its axes in turn as a ring, with units `m` (default: `weights`, on
+    the reduce-scatter's steps: a phase carries the partial sums over the axes after it)."""
+    axes = AXES[:len(shape)]
+    m = m or weights(dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)], overhead, True, add)
+    r = _reduce(shape, m, overhead, add, "p", "u", "out[{rows}]")
+    names = ", ".join(f'"{a}"' for a in axes)
+    header = f"""# Paced reduce-scatter over {len(shape)} axes of unequal sizes: lax.psum_scatter(x, ({names}))
+# (scatter_dimension=0, tiled=False: chip j gets the sum of every chip's block j, row-major).
+# Generated by `ringc synth` (ringc/synth/families/paced_parts.py): every block is cut in
+# parts of rows, one per axis order and direction, the part of order o carrying m_o units
+# of u = rows / {r.M} rows (m = {{{r.shown}}}). Each reduces along its axes in
+# turn as a ring: along the first it sends the partial sums of every block with one
+# coordinate there, along the next those left with this chip's coordinate, and so on; what
+# arrives is added, from HBM through VMEM windows, to this chip's own (its `x` along the
+# first axis, `acc` after) before it is sent on, and the last add goes to `out`. The adds
+# take the core one at a time (the fluid model orders them as they land; it ends at {r.end:.1f}).
+{PACED}"""
+    return _schedule(f"psum_scatter_{len(shape)}d_paced", "psum_scatter", shape, header, 8 * r.M,
+                     [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
+                      "  out: {kind: output, shape: [rows, cols]}"],
+                     [r], [], r.body, [_rows_multiple(r.M)])
+
+
+def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = None, overhead: float = 0.4,
+               add: float = 0.2) -> str:
+    """The all-reduce for a torus of `shape`: `reduce_scatter` of every chip's blocks (its
+    rows cut in N), each chip's reduced block into its `out` slot, then `all_gather` of
+    those, each with its own parts and units (`m`: the reduce-scatter's, the all-gather's)."""
+    axes = AXES[:len(shape)]
+    size, orders = dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)]
+    mr, mg = m or (weights(size, orders, overhead, True, add), weights(size, orders, overhead))
+    me = ", ".join(f"me_{a}" for a in axes)
+    r = _reduce(shape, mr, overhead, add, "r", "u", f"out[{me}, {{rows}}]")
+    g = _gather(shape, mg, overhead, "g", "v", f"out[{me}, {{rows}}]")
+    names = ", ".join(f'"{a}"' for a in axes)
+    rows = 8 * r.M * g.M // math.gcd(8 * r.M, g.M)
+    header = f"""# Paced all-reduce over {len(shape)} axes of unequal sizes: lax.psum(x, ({names})).
+# Generated by `ringc synth` (ringc/synth/families/paced_parts.py): a paced reduce-scatter
+# of the N blocks of x (slots per axis) leaves each chip's sum of its own block in its `out`
+# slot, and a paced all-gather of those fills the others. Parts r<n> reduce, one per axis
+# order and direction, of order o carrying m_o units of u = rows / {r.M} rows
+# (m = {{{r.shown}}}); parts g<n> gather, of v = rows / {g.M} rows
+# (m = {{{g.shown}}}). The reduce-scatter's parts add what arrives, from HBM through
+# VMEM windows, before sending it on; the all-gather starts once every reduced part is in
+# place. Fluid model: the reduce-scatter ends at {r.end:.1f}, the all-gather {g.end:.1f} later.
+{PACED}"""
+    body = [*r.body, "  # The all-gather of the reduced blocks.", *g.body]
+    return _schedule(f"psum_{len(shape)}d_paced", "psum", shape, header, rows,
+                     [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
+                      f"  out: {{kind: output, slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}"],
+                     [r, g], [], body, [_rows_multiple(r.M)])
+
+
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind != "all_gather" or not 2 <= topo.ndim <= 3 or not all(topo.wrap):
+    if kind not in ("all_gather", "psum_scatter", "psum") or not 2 <= topo.ndim <= 3 or not all(topo.wrap):
         return
     if len(set(topo.shape)) == 1 or min(topo.shape) < 2:
-        return   # equal axes: every part's steps line up (rotated_bidirectional's all-gather)
-    overhead = overhead_units(topo)
+        return   # equal axes: every part's steps line up (rotated_bidirectional, per_axis, vmem_windows)
+    overhead, add = overhead_units(topo), add_units(topo)
     size = dict(zip(AXES, topo.shape))
     orders = ["".join(o) for o in itertools.permutations(AXES[:topo.ndim])]
-    m = weights(size, orders, overhead)
-    yield Candidate(FAMILY, f"all_gather_{topo.ndim}d_paced", all_gather(topo.shape, m, overhead), WHAT,
-                    {"units": "/".join(str(w) for w in m)})
+    gather = weights(size, orders, overhead) if kind != "psum_scatter" else None
+    reduce = weights(size, orders, overhead, True, add) if kind != "all_gather" else None
+    units = lambda m: "/".join(str(w) for w in m)
+    if kind == "all_gather":
+        text, params = all_gather(topo.shape, gather, overhead), {"units": units(gather)}
+    elif kind == "psum_scatter":
+        text, params = reduce_scatter(topo.shape, reduce, overhead, add), {"units": units(reduce)}
+    else:
+        text = all_reduce(topo.shape, (reduce, gather), overhead, add)
+        params = {"units": f"{units(reduce)} + {units(gather)}"}
+    yield Candidate(FAMILY, f"{kind}_{topo.ndim}d_paced", text, WHAT, params)
