@@ -1291,3 +1291,47 @@ def test_pacing_the_parts_brings_the_all_gather_on_v5p_4x4x8_past_90_percent():
         sched = load_text(text, "ag")
         effs.append(estimate(sched, hardware("v5p:4x4x8", sched), nbytes=256 * MiB).efficiency)
     assert effs[0] < 0.7 and effs[1] > 0.9, effs
+
+
+# -- shifted halving with the low digits in one round --------------------------------------------
+
+@pytest.mark.parametrize("kind", ["psum", "psum_scatter", "all_gather"])
+@pytest.mark.parametrize("topology", ["torus:2x4x8", "torus:8x8", "torus:8x2x8"])
+def test_the_low_digits_in_one_round_check(kind, topology):
+    from ringc.synth.families import shifted_halving
+    report = check(load_text(shifted_halving.GENERATORS[kind](T.parse(topology).ndim, True), "low1"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+def test_the_low_digits_in_one_round_refuse_an_axis_of_16():
+    """An axis of 16 has a low digit of radix 4, which one hop per axis does not cover:
+    the guard's exact division names it."""
+    from ringc.errors import ScheduleError
+    from ringc.synth.families import shifted_halving
+    sched = load_text(shifted_halving.psum(2, True), "low1")
+    with pytest.raises(ScheduleError, match=r"shape of semaphore `low_radix_2`.*does not divide exactly"):
+        check(sched, topology="torus:4x16")
+
+
+def test_a_low_digits_round_without_its_guard_is_refused():
+    """Partner c moves along an axis only where that axis has a low digit: without the
+    guard, on 2x4x8 (low digits only along z) it sends blocks to chips along x and y."""
+    from ringc.synth.families import shifted_halving
+    text = shifted_halving.psum_scatter(3, True)
+    bad = text
+    for a in "xyz":
+        bad = bad.replace(f" or L_{a} == 2)", " or 0 == 0)")
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
+    assert not report.ok and set(_errors(report)) & {"wrong_result", "race"}, _errors(report)
+
+
+def test_the_low_digits_in_one_round_bring_the_all_reduce_within_2x_on_v5p_8x8x8():
+    """At 64 KiB: one round of 7 sends over the low digits' cube instead of three rounds of
+    one hop, on each side of the doubling (24.9 us against 23.8 us; alpha x diameter 12 us)."""
+    from ringc.synth.families import shifted_halving
+    ests = []
+    for text in (shifted_halving.psum(3), shifted_halving.psum(3, True)):
+        sched = load_text(text, "psum")
+        ests.append(estimate(sched, hardware("v5p:8x8x8", sched), nbytes=64 * KiB).seconds)
+    assert ests[1] < ests[0] and ests[1] <= 2 * 12e-6, ests

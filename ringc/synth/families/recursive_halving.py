@@ -98,7 +98,7 @@ def yaml_loop(var: str, count: str, ops: list[list[str]], comment: str = "") -> 
     return _nest([f"loop: {{{var}: {count}}}" + (f"  # {comment}" if comment else "")], ops)
 
 
-def _when(cond: str, ops: list[list[str]]) -> list[str]:
+def yaml_when(cond: str, ops: list[list[str]]) -> list[str]:
     return _nest([f"when: {cond}"], ops)
 
 
@@ -204,8 +204,8 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str | None, signals: 
         base = f"x[me & (N - {w}):{w}]" if ax.first else None
         top = f"Along {ax.a}: the top digit, radix {ax.q}, weight {w} (offsets {w}, 2 {w}, .. round the axis)"
         if final:   # the top digit is the last round where there is no binary digit below it
-            adds = [_when(f"{ax.b} > 0", _adds(mine, base, w, ax.q)),
-                    _when(f"{ax.b} == 0", _adds_last(  # w = 1 here
+            adds = [yaml_when(f"{ax.b} > 0", _adds(mine, base, w, ax.q)),
+                    yaml_when(f"{ax.b} == 0", _adds_last(  # w = 1 here
                         last, "x[me]" if ax.first else f"{acc}[me]", ax.q))]
         else:
             adds = _adds(mine, base, w, ax.q)
@@ -214,8 +214,8 @@ def _reduce_scatter_ops(axes: list[_Axis], acc: str, last: str | None, signals: 
         bw, r = ax.binary_w("i"), f"{ax.r} + 1 + i"
         mine = f"{acc}[me & (N - ({bw})):{bw}]"
         if final:
-            adds = [_when(f"i < {ax.b} - 1", _adds(mine, None, bw, "2")),
-                    _when(f"i == {ax.b} - 1", _adds_last(last, f"{acc}[me]", "2"))]   # (w = 1)
+            adds = [yaml_when(f"i < {ax.b} - 1", _adds(mine, None, bw, "2")),
+                    yaml_when(f"i == {ax.b} - 1", _adds_last(last, f"{acc}[me]", "2"))]   # (w = 1)
         else:
             adds = _adds(mine, None, bw, "2")
         ops.append([f"# Along {ax.a}: the binary digits, weights {w} / 2 .. {ax.stride}."])

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from .base import Candidate
 from . import recursive_halving
-from .recursive_halving import yaml_loop, yaml_op
+from .recursive_halving import yaml_loop, yaml_op, yaml_when
 from .templates import AXES, head
 
 FAMILY = "shifted_halving"
@@ -117,6 +117,84 @@ def _skip_none(d: _Digit, ops: list[list[str]]) -> list[list[str]]:
     return ops if d.high else [yaml_loop("once", f"\"min({d.radix} - 1, 1)\"", ops, f"{d.a} has a low digit")]
 
 
+class _LowDigits:
+    """Every axis' low digit in one round (`combined`: axes of 8 chips or fewer, where a low
+    digit has radix 1 or 2): partner c = 1 .. 2^k - 1 is one hop along each axis a whose
+    bit e_a(c) is set (+1, which is -1 when the radix is 2), so the 2^k - 1 partners of the
+    low digits' 2 x .. x 2 cube get their blocks at once, the farthest (k hops) first,
+    instead of in k rounds of one hop each (one hop, a DMA issue and an add apiece: on
+    v5p:8x8x8 at 64 KiB the all-reduce's 6 rounds of one hop take 9 of its 24.9 us)."""
+
+    def __init__(self, digits: list[_Digit]):
+        self.low = [d for d in digits if not d.high]
+        self.k = len(self.low)
+        self.count = 2 ** self.k - 1
+
+    def bit(self, d: _Digit, c: str) -> str:
+        return f"(({c}) >> {self.k - 1 - self.low.index(d)}) % 2"
+
+    def target(self, c: str) -> str:
+        parts = []
+        for d in self.low:
+            s = "" if d.stride == "1" else f" * {d.stride}"
+            parts.append(f"(({d.me} + {self.bit(d, c)}) % {d.n} - {d.me}){s}")
+        return "me + " + " + ".join(parts)
+
+    def value(self, d: _Digit, c: str) -> str:
+        """Partner c's low digit along d's axis."""
+        return f"(({d.me} + {self.bit(d, c)}) % {d.n}) % L_{d.a}"
+
+    def valid(self, c: str) -> str:
+        """Partner c moves only along axes that have a low digit (radix 2, not 1)."""
+        return " and ".join(f"({self.bit(d, c)} == 0 or L_{d.a} == 2)" for d in self.low)
+
+    def guard(self) -> str:
+        """A shape whose exact divisions hold only where every low digit's radix is 1 or 2."""
+        return " * ".join(f"(2 // L_{d.a})" for d in self.low)
+
+    def sends(self, copy: str, comment: str) -> list[list[str]]:
+        c = f"{self.count} - t"   # the farthest partner (every bit set) first
+        return [[f"# {comment}"],
+                yaml_loop("t", str(self.count), [yaml_when(self.valid(c), [yaml_op(f"start: {copy}(c={c})")])],
+                          "partners 2^k - 1 .. 1: the farthest first"),
+                yaml_loop("t", str(self.count), [yaml_when(self.valid(c), [yaml_op(f"wait: {copy}(c={c})")])])]
+
+
+class _Low:
+    """The combined low digits' round, as `_text` lists the rounds."""
+    name = "lo (every axis at once)"
+
+
+_LOW = _Low()
+
+
+def _combined_reduce(low: _LowDigits, digits: list[_Digit], sem: int, buffers: list[str], copies: list[str],
+                     body: list[list[str]]) -> None:
+    """The low digits' reduce-scatter in one round on `acc`: partner c gets the partial sums
+    of the blocks it keeps (its low digits, every high one), into its `recv_lo` slot c - 1."""
+    src = _region("acc", digits, {d.name: low.value(d, "c") for d in low.low})
+    free = [e.name for e in digits if e.high]
+    buffers.append(f"  recv_lo: {{kind: vmem_scratch, slots: [{low.count}, {_sizes(digits, free)}], shape: [rows, cols]}}"
+                   "   # the low digits' arrivals")
+    copies.append(f"  reduce_lo(c): {{src: {src}, dst: \"recv_lo[c - 1]\", to: {low.target('c')},\n"
+                  f"    send_sem: send_sem, recv_sem: \"sems[{sem}]\"}}")
+    mine = _region("acc", digits, {d.name: d.own for d in low.low})
+    body += low.sends("reduce_lo", "Every low digit at once: send each partner of the low digits' cube the blocks "
+                      "it keeps, add the ranges that arrive into mine.")
+    c = f"{low.count} - t"
+    body.append(yaml_loop("t", str(low.count), [yaml_when(low.valid(c), [yaml_op(f"accumulate: {mine}",
+                                                                              f'src: "recv_lo[{c} - 1]"')])]))
+
+
+def _combined_gather(low: _LowDigits, digits: list[_Digit], sem: int, copies: list[str], body: list[list[str]]) -> None:
+    """The low digits' all-gather in one round on `out` (every high digit done): partner c
+    gets what I hold, into the same blocks there."""
+    region = _region("out", digits, {d.name: d.own for d in low.low})
+    copies.append(f"  gather_lo(c): {{src: {region}, dst: {region}, to: {low.target('c')},\n"
+                  f"    send_sem: send_sem, recv_sem: \"sems[{sem}]\"}}")
+    body += low.sends("gather_lo", "Every low digit at once: send what I hold to each partner of the low digits' cube.")
+
+
 def _gather_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, done: list[str],
                    copies: list[str], body: list[list[str]], src: str = "out") -> None:
     """All-gather rounds over `order` on `out`; `done`: digits already free."""
@@ -132,13 +210,19 @@ def _gather_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, done: l
         done.append(d.name)
 
 
-def all_gather(k: int) -> str:
+def all_gather(k: int, combined: bool = False) -> str:
     digits = _digits(k)
     order = [d for d in digits if d.high] + [d for d in digits if not d.high]
     copies, body = [], []
     own = _region("out", digits, {d.name: d.own for d in digits})
     body.append(yaml_op(f"assign: {own}     # my own shard", "src: x"))
-    _gather_rounds(order, digits, 0, [], copies, body)
+    if combined:
+        high = [d for d in digits if d.high]
+        _gather_rounds(high, digits, 0, [], copies, body)
+        _combined_gather(_LowDigits(digits), digits, len(high), copies, body)
+        order = high + [_LOW]
+    else:
+        _gather_rounds(order, digits, 0, [], copies, body)
     return _text("all_gather", k, digits, order, f"""
 buffers:
   x:   {{kind: input,  shape: [rows, cols], space: vmem}}
@@ -153,11 +237,13 @@ semaphores:
 
 
 def _reduce_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, last: str | None,
-                   buffers: list[str], copies: list[str], body: list[list[str]]) -> list[str]:
+                   buffers: list[str], copies: list[str], body: list[list[str]],
+                   fixed: dict[str, str] | None = None) -> list[str]:
     """Reduce-scatter rounds over `order` on `acc` (partial sums): each sends a partner the
     blocks it keeps, into its `recv_<digit>` slot t, and adds the q - 1 that arrive. The
-    last round adds into `last` (one block) if given. Returns the digits then fixed."""
-    fixed: dict[str, str] = {}
+    last round adds into `last` (one block) if given; `fixed`: digits already mine. Returns
+    the digits then fixed."""
+    fixed = dict(fixed or {})
     for i, d in enumerate(order):
         src = _region("acc", digits, {**fixed, d.name: d.partner_value("t")})
         free = [e.name for e in digits if e.name not in fixed and e.name != d.name]
@@ -180,11 +266,18 @@ def _reduce_rounds(order: list[_Digit], digits: list[_Digit], sem0: int, last: s
     return list(fixed)
 
 
-def psum_scatter(k: int) -> str:
+def psum_scatter(k: int, combined: bool = False) -> str:
     digits = _digits(k)
     order = [d for d in digits if not d.high] + [d for d in digits if d.high]
     buffers, copies, body = [], [], [yaml_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
-    _reduce_rounds(order, digits, 0, "out", buffers, copies, body)
+    if combined:
+        low = _LowDigits(digits)
+        _combined_reduce(low, digits, 0, buffers, copies, body)
+        high = [d for d in digits if d.high]
+        _reduce_rounds(high, digits, 1, "out", buffers, copies, body, {d.name: d.own for d in low.low})
+        order = [_LOW] + high
+    else:
+        _reduce_rounds(order, digits, 0, "out", buffers, copies, body)
     slots = _sizes(digits, [d.name for d in digits])
     return _text("psum_scatter", k, digits, order, f"""
 buffers:
@@ -203,14 +296,18 @@ semaphores:
 # into `out`).""")
 
 
-def psum(k: int) -> str:
+def psum(k: int, combined: bool = False) -> str:
     digits = _digits(k)
     low = [d for d in digits if not d.high]
     high = [d for d in digits if d.high]
     buffers, copies = [], []
     body = [yaml_op("assign: acc", "src: x   # the partial sums start as mine (a VMEM copy)")]
     body.append(["# The reduce-scatter along the low digits."])
-    fixed = _reduce_rounds(low, digits, 0, None, buffers, copies, body)
+    if combined:
+        _combined_reduce(_LowDigits(digits), digits, 0, buffers, copies, body)
+        fixed, rounds = [d.name for d in low], 1
+    else:
+        fixed, rounds = _reduce_rounds(low, digits, 0, None, buffers, copies, body), len(low)
     held = _region("acc", digits, {d.name: d.own for d in low})
     S = ", ".join(d.radix for d in high)
     body.append(["# The all-reduce of the S blocks held (every high digit free) by doubling along the high digits."])
@@ -220,16 +317,20 @@ def psum(k: int) -> str:
                        f"   # round {d.name}'s arrivals")
         name = f"double_{d.name}"
         copies.append(f"  {name}(t): {{src: {held}, dst: \"{mix}[t]\", to: {d.target('t')},\n"
-                      f"    send_sem: send_sem, recv_sem: \"sems[{len(low) + i}]\"}}")
+                      f"    send_sem: send_sem, recv_sem: \"sems[{rounds + i}]\"}}")
         body += _sends(name, d, f"Along {d.a}, its high digit: send the S blocks to each partner, add what arrives.")
         body.append(yaml_loop("t", f"{d.radix} - 1", [yaml_op(f"accumulate: {held}", f'src: "{mix}[t]"')]))
     out_held = _region("out", digits, {d.name: d.own for d in low})
     body.append(yaml_op(f"assign: {out_held}", f"src: {held}"))
     body.append(["# The all-gather along the low digits, the last first."])
-    _gather_rounds(list(reversed(low)), digits, len(low) + len(high), [d.name for d in high], copies, body)
+    if combined:
+        _combined_gather(_LowDigits(digits), digits, rounds + len(high), copies, body)
+        order = [_LOW] + high + [_LOW]
+    else:
+        _gather_rounds(list(reversed(low)), digits, rounds + len(high), [d.name for d in high], copies, body)
+        order = low + high + list(reversed(low))
     assert fixed == [d.name for d in low]
     slots = _sizes(digits, [d.name for d in digits])
-    order = low + high + list(reversed(low))
     return _text("psum", k, digits, order, f"""
 buffers:
   x:   {{kind: input,  slots: [{slots}], shape: [rows, cols], shard: [N * rows, cols], space: vmem}}
@@ -254,6 +355,14 @@ def _text(kind: str, k: int, digits: list[_Digit], order: list[_Digit], buffers:
           body: list[list[str]], what: str) -> str:
     name = f"{kind}_shifted_halving_{k}d"
     rounds = ", ".join(d.name for d in order)
+    if _LOW in order:   # every low digit in one round: radix 1 or 2 only (axes of 8 or fewer)
+        name += "_low1"
+        what += ("\n# The low digits (radix 2 on an axis of 8) go in one round: each chip sends to the 2^k - 1"
+                 "\n# chips of its low digits' cube at once, the farthest first (`_low1`), instead of one"
+                 "\n# round of one hop per axis.")
+        guard = _LowDigits(digits).guard()
+        buffers = buffers.replace("\nsemaphores:\n", "\nsemaphores:\n  # every low digit's radix is 1 or 2 (an axis of 16 would need one of 4): exact only there\n"
+                                  f"  low_radix_2: {{kind: regular, shape: [{guard}]}}\n", 1)
     return f"""{what}
 # Generated by `ringc synth` (ringc/synth/families/shifted_halving.py).
 # Along each axis the coordinate is h * L + l: a high digit of radix H = min(4, N_a) and a
@@ -273,6 +382,7 @@ body:
 
 
 GENERATORS = {"psum_scatter": psum_scatter, "all_gather": all_gather, "psum": psum}
+WHAT_LOW1 = WHAT + "; the low digits (radix 2) in one round over their cube, the farthest first"
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -284,3 +394,6 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
             or (max(topo.shape) < MAX_AXIS and topo.size <= recursive_halving.MAX_CHIPS)):
         return
     yield Candidate(FAMILY, f"{kind}_shifted_halving_{topo.ndim}d", GENERATORS[kind](topo.ndim), WHAT, {})
+    if topo.ndim > 1 and max(topo.shape) == 8:   # a low digit of radix 2 on some axis, none of 4
+        yield Candidate(FAMILY, f"{kind}_shifted_halving_{topo.ndim}d_low1", GENERATORS[kind](topo.ndim, True),
+                        WHAT_LOW1, {})
