@@ -2,7 +2,8 @@
 with its half-way relay, and one-shot per axis) and the 3-D reduce-scatter cut from the
 3-D all-reduce. Each is checked where it generates, each has a broken variant `ringc
 check` must refuse, and the search picks them where the model says they win. All on the
-cost model, without the TPU compiler (`compile=False`)."""
+cost model, without the TPU compiler (`compile=False`), but for the tests that winners
+the compiler once refused now compile (skipped without libtpu)."""
 
 from __future__ import annotations
 
@@ -38,18 +39,66 @@ def test_the_all_to_all_families_check(module, topology):
         assert report.ok, (cand.name, [f.message for f in report.findings])
 
 
-@pytest.mark.parametrize("broken, kinds", [
+_RELAY_WAITS = """  - when: phase == 1 and split
+    do:
+      - wait_recv: to_relay
+"""
+_FORWARDS = """
+  # Phase 2: ... and on to their destinations.
+  - when: phase == 2 and split
+    do:
+      - start: forward"""
+
+
+@pytest.mark.parametrize("broken, fix, kinds", [
     # The relay forwards into its own slot, not the sender's: the sender's bottom half never lands.
-    ('dst: "out[(me_x + e_x) % N_x, (me_y + e_y) % N_y, half:half]"', {"wrong_result"}),
-    # The relay forwards before its half has arrived.
-    ("      - wait_recv: to_relay\n", {"race", "wrong_result", "unbalanced", "hang"}),
+    ('dst: "out[(me_x + e_x) % N_x, (me_y + e_y) % N_y, half:half]"', 'dst: "out[me_x, me_y, half:half]"',
+     {"wrong_result"}),
+    # The relay forwards without waiting for its halves.
+    (_RELAY_WAITS, "", {"race", "wrong_result", "dma_not_waited"}),
+    # The relay forwards each half right after its own wait: the halves share one semaphore,
+    # so that wait may have counted another half's bytes while this one is still landing.
+    (_FORWARDS, "\n      - start: forward", {"race"}),
+    # The arrivals share one semaphore: one wait short (the forwarded halves' never waited)
+    # and the last wait no longer covers every block.
+    ("      - wait: forward\n", "", {"dma_not_waited"}),
 ])
-def test_a_broken_direct_all_to_all_is_refused(broken, kinds):
+def test_a_broken_direct_all_to_all_is_refused(broken, fix, kinds):
     text = all_to_all_direct.all_to_all(2)
     assert broken in text
-    fix = 'dst: "out[me_x, me_y, half:half]"' if broken.startswith("dst") else ""
     report = check(load_text(text.replace(broken, fix), "broken"), topology="torus:4x4")
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
+
+
+@pytest.mark.parametrize("topology", ["v5p:8x8x8", "v5p:16x16x16"])
+def test_the_direct_all_to_all_keeps_its_semaphores_few(topology):
+    """libtpu gives a kernel 2 KiB of semaphores (sflag): three arrays of one per offset
+    (3 x 511 on v5p:8x8x8) ran out of it. The arrivals and the relayed halves each share one
+    DMA semaphore, whatever the slice."""
+    cand = next(all_to_all_direct.generate("all_to_all", T.parse(topology)))
+    sched = load_text(cand.text, cand.name)
+    assert all(sem.shape == [] for sem in sched.semaphores.values()), sched.semaphores
+    assert len(sched.semaphores) <= 8
+
+
+def test_the_direct_all_to_all_compiles_on_v5p_8x8x8_where_a_semaphore_per_offset_did_not():
+    """At 256 MiB on v5p:8x8x8 (96.7% of the bound in the model) it compiles; with a
+    receive semaphore per offset (the arrivals only: 511 of them, 2 KiB) libtpu refuses it."""
+    pytest.importorskip("libtpu")
+    from ringc.compile import compile_for
+    from ringc.cost.sizing import fit_volume
+    from ringc.cost.tune import compile_target
+    cand = next(all_to_all_direct.generate("all_to_all", T.parse("v5p:8x8x8")))
+    per_offset = (cand.text.replace("  recv_sem: dma ", "  recv_sem: {kind: dma, shape: [N - 1]} ")
+                  .replace("recv_sem: recv_sem", 'recv_sem: "recv_sem[step]"'))
+    assert per_offset.count('"recv_sem[step]"') == 3
+    results = []
+    for text in (cand.text, per_offset):
+        sched = load_text(text, cand.name)
+        hw = hardware("v5p:8x8x8", sched)
+        results.append(compile_for(fit_volume(sched, hw.placement.sizes, 256 * MiB), compile_target(hw, sched)))
+    assert results[0].ok, results[0].raw_error
+    assert not results[1].ok and "sflag" in results[1].raw_error
 
 
 def test_the_rotated_per_axis_all_to_all_names_rows_it_cannot_halve_and_a_broken_one_is_refused():

@@ -14,6 +14,15 @@ destination (N_a / 2 - 1 more hops the negative way along each of them). Each ha
 axis then carries half of that block each way. The relays and the forwards never reuse a
 slot (one per offset), so no handshake is needed.
 
+Semaphores are few, not one per offset: libtpu allots a kernel 2 KiB of semaphore memory
+(sflag, 4 bytes a semaphore), and three arrays of N - 1 ran out of it from v5p:8x8x8 on.
+A DMA semaphore counts bytes, so every block and half landing in `out` signals one
+`recv_sem`, waited once per DMA at the end: the last wait proves all of them landed, and
+nothing reads `out` before. The halves a chip relays share `relay_recv` likewise, so the
+relay waits for all of them before it forwards any (a forward after its own half's wait
+alone would read a half that may still be landing: the wait may have counted another's
+bytes, a race `ringc check` finds).
+
 Not generated on v5e, whose chips send only to power-of-2 offsets (`ringc check`'s
 `unroutable`): an offset of 3 on an axis of 4 is refused there."""
 
@@ -53,8 +62,10 @@ def all_to_all(k: int) -> str:
 # straight into that chip's out[me], all N - 1 sends at once. A block half way round an even axis is
 # split: the top half goes directly (the positive way), the bottom half to the relay one hop
 # back along each half-way axis, which forwards it the negative way; so both directions of
-# every axis carry the same bytes. One receive slot and semaphore per offset: nothing is
-# reused, no handshake.
+# every axis carry the same bytes. One receive slot per offset: nothing is reused, no
+# handshake. One receive semaphore for all the arrivals, and one for all the relayed halves
+# (a DMA semaphore counts bytes; one per offset would not fit the TPU's 2 KiB of them): a
+# relay waits for all its halves before it forwards any, and the blocks are waited at the end.
 {head(f"all_to_all_direct_{k}d", "all_to_all", axes)}
 buffers:
   x:     {{kind: input,  slots: {slots}, shape: [rows, cols], shard: [N, rows, cols]}}
@@ -63,24 +74,23 @@ buffers:
 semaphores:
   local_sem: dma
   send_sem: dma
-  recv_sem: {{kind: dma, shape: [N - 1]}}
+  recv_sem: dma      # every block and half landing in out: only waited at the end, so one for all
   relay_sem: dma
-  relay_recv: {{kind: dma, shape: [N - 1]}}
+  relay_recv: dma    # the halves this chip relays: all waited before any goes on, so one for all
   forward_sem: dma
-  forward_recv: {{kind: dma, shape: [N - 1]}}
-grid: {{phase: 3, step: N - 1}}
+grid: {{phase: 4, step: N - 1}}
 let:
 {chr(10).join(lets)}
 copies:
   keep:     {{src: "x[{me}]", dst: "out[{me}]", sem: local_sem}}
-  send:     {{src: "x[{tgt}]", dst: "out[{me}]", to: target, send_sem: send_sem, recv_sem: "recv_sem[step]"}}
+  send:     {{src: "x[{tgt}]", dst: "out[{me}]", to: target, send_sem: send_sem, recv_sem: recv_sem}}
   top:      {{src: "x[{tgt}, 0:half]", dst: "out[{me}, 0:half]", to: target, send_sem: send_sem,
-             recv_sem: "recv_sem[step]"}}
+             recv_sem: recv_sem}}
   to_relay: {{src: "x[{tgt}, half:half]", dst: "relay[step]", to: via, send_sem: relay_sem,
-             recv_sem: "relay_recv[step]"}}
+             recv_sem: relay_recv}}
   # At the relay: on to the sender's destination, into the sender's slot there.
   forward:  {{src: "relay[step]", dst: "out[{origin}, half:half]", to: final, send_sem: forward_sem,
-             recv_sem: "forward_recv[step]"}}
+             recv_sem: recv_sem}}
 body:
   - when: phase == 0 and step == 0
     do:
@@ -93,19 +103,24 @@ body:
     do:
       - start: top
       - start: to_relay
-  # Phase 1: the halves this chip relays go on as they arrive.
+  # Phase 1: the halves this chip relays, all of them (they share one semaphore, so only the
+  # last wait proves that every one has landed).
   - when: phase == 1 and split
     do:
       - wait_recv: to_relay
+  # Phase 2: ... and on to their destinations.
+  - when: phase == 2 and split
+    do:
       - start: forward
-  # Phase 2: wait for everything, in the order it was sent.
-  - when: phase == 2 and step == 0
+  # Phase 3: wait for everything, in the order it was sent (one semaphore: the last wait
+  # proves that every block has landed).
+  - when: phase == 3 and step == 0
     do:
       - wait: keep
-  - when: phase == 2 and not split
+  - when: phase == 3 and not split
     do:
       - wait: send
-  - when: phase == 2 and split
+  - when: phase == 3 and split
     do:
       - wait: top
       - wait_send: to_relay
