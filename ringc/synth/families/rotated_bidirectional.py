@@ -221,7 +221,13 @@ def all_gather_lanes(k: int) -> str:
     step k // lanes and waits for point k - (lanes - 1)'s (`LANES_HEADER`). A DMA's shape
     is static, so the pieces are equal: `rows` must be a multiple of 2k x lanes, which the
     send semaphores' shape `q // p` (= lanes) states as an exact division (`ringc check`
-    and `--bytes` then refuse other rows by name instead of leaving rows ungathered)."""
+    and `--bytes` then refuse other rows by name instead of leaving rows ungathered).
+
+    The receives of a point share one semaphore across the parts (`recv[point]`): all
+    parts' waits for point j are at point j + L, one after another, and the pieces are
+    forwarded from point j + lanes on, so only the last of those waits must cover them,
+    and it covers all. One per part and point (6 x 90 at lanes 2 on v5p:16x16x16, 4 bytes
+    each) is more than libtpu's 2 KiB of semaphore memory (sflag)."""
     axes = AXES[:k]
     parts = [(r, d) for r in range(k) for d in ("right", "left")]
     steps = f"{' + '.join(f'N_{a}' for a in axes)} - {k}"
@@ -241,8 +247,7 @@ def all_gather_lanes(k: int) -> str:
     for n, (r, d) in enumerate(parts):
         order = axes[r:] + axes[:r]
         tag = f"p{n}"
-        sems += [f"  send_{tag}: {{kind: dma, shape: [q // p]}}   # one per lane (q // p is lanes, exactly)",
-                 f"  recv_{tag}: {{kind: dma, shape: [total]}}"]
+        sems += [f"  send_{tag}: {{kind: dma, shape: [q // p]}}   # one per lane (q // p is lanes, exactly)"]
         begin = "0"
         for i, a in enumerate(order):
             end = f"{begin} + N_{a} - 1" if begin != "0" else f"N_{a} - 1"
@@ -253,10 +258,11 @@ def all_gather_lanes(k: int) -> str:
                 region = ", ".join(":" if b in order[:i] else (f"{tag}_{b}{sfx}" if b == a else f"me_{b}") for b in axes)
                 rows = f"{n} * q + {lane} * p:p" if n else f"{lane} * p:p"
                 copies.append(f'  {tag}_{a}_send{sfx}: {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
-                              f'to: {d}_{a}, send_sem: "send_{tag}[{lane}]", recv_sem: "recv_{tag}[{point}]"}}')
+                              f'to: {d}_{a}, send_sem: "send_{tag}[{lane}]", recv_sem: "recv[{point}]"}}')
             body_start += [f"  - when: {tag}_on_{a}", "    do:", f"      - start: {tag}_{a}_send"]
             body_wait += [f"  - when: {tag}_on_{a}j", "    do:", f"      - wait: {tag}_{a}_sendj"]
             begin = end
+    sems.append(f"  recv: {{kind: dma, shape: [total]}}   # one per point, shared by the {2 * k} parts' pieces")
     names = ", ".join(f'"{a}"' for a in axes)
     return f"""{LANES_HEADER.format(k=k, names=names, parts=2 * k)}{_sections(k, f"all_gather_{k}d_bidirectional_lanes", ", lanes: 2", sems, "k: total + L", lets, copies)}
 {keep_own("k == 0")}
@@ -351,8 +357,12 @@ LANES_HEADER = """# Pipelined bidirectional rotated-axis all-gather over {k} axe
 # idles at every step while the chip waits for the last byte, its hop latency and the
 # issue of the step's {parts} DMAs; here the next lane is already on the link, so those are
 # hidden (at 256 MiB on v5e:16x16, 94.1% of the bound without lanes). A lane's piece is
-# forwarded at point k + lanes, after its wait at point k + 1: each receive has its own
-# semaphore (a neighbour may run ahead), and every piece is written once.
+# forwarded at point k + lanes, after its wait at point k + 1, and every piece is written
+# once. Each point's receives have their own semaphore (a neighbour may run ahead), one for
+# the {parts} parts together: a point's {parts} waits come one after another, before any of
+# those pieces is forwarded, so the last of them proves that all have landed (a semaphore
+# per part and point would be {parts} x the points: over the TPU's 2 KiB of semaphores from
+# v5p:16x16x16 on).
 """
 
 
