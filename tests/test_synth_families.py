@@ -70,6 +70,14 @@ def test_a_broken_direct_all_to_all_is_refused(broken, fix, kinds):
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
 
 
+def test_the_direct_all_to_all_matches_lax_in_interpret_mode():
+    """On a 2 x 4 CPU mesh (the half-way blocks along y relayed, their waits on shared
+    semaphores), equal to lax.all_to_all."""
+    from ringc.run import run_schedule
+    result = run_schedule(load_text(all_to_all_direct.all_to_all(2), "a2a"), 8, mesh_shape=(2, 4), seed=3)
+    assert result.ok, result
+
+
 @pytest.mark.parametrize("topology", ["v5p:8x8x8", "v5p:16x16x16"])
 def test_the_direct_all_to_all_keeps_its_semaphores_few(topology):
     """libtpu gives a kernel 2 KiB of semaphores (sflag): three arrays of one per offset
