@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate, with_vmem_limit
+from .templates import far_first, row_major
 
 FAMILY = "vmem_windows"
 # `ringc check` proves it on the symmetry quotient, which orders a window's reuse after the
@@ -391,6 +392,18 @@ AR3_TO = """# Bidirectional 3-D all-reduce whose reduce-scatters land in VMEM: l
 # neighbour is not held back by our waits), and `lanes` points after each all-gather wait
 # for its last pieces."""
 
+DIRECT_3D = """#
+# The third phase sent directly (this `_direct` schedule): no ring and no `w2_*` windows for
+# the block. A part sends, at once, each chip along its third axis c that chip's block of
+# our column (`second_*`, both directions, every row) straight into its VMEM `stage_*` slot
+# of ours (the farthest first, so the long routes are on their way while the short ones
+# are issued), then waits for the N_c - 1 arrivals in the same order, adds each into our
+# own block's slot and copies the sum to `out`: N_c - 1 DMA issues per part, where the ring
+# took N_c - 1 dependent steps of a DMA per stream and lane (a step of little data: the
+# phase moves 1 / (N_a N_b) of the bytes), for more link bytes (each block goes its
+# distance, not one hop). The stage holds whole blocks, so its VMEM grows with V.
+"""
+
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
 LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their pieces: `window_rows`)
@@ -402,16 +415,19 @@ def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -
     return f"{buf}[{', '.join(index.get(a, ':') for a in axes)}, {tail}]"
 
 
-def reduce_scatter_3d(all_reduce: bool = False) -> str:
+def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
     """The 3-D reduce-scatter (the 2-D one's streams and handshake, `reduce_scatter_2d`, with
     a third part and a third phase per part, run phase by phase with pieces of their own);
     with `all_reduce`, the all-reduce: each part then all-gathers its block back over its
     third axis, its second and its first (HBM to HBM into the neighbours' `out`, lane by
-    lane, in pieces of rows / lanes)."""
+    lane, in pieces of rows / lanes). With `direct`, each part's third phase (one block) is
+    not a ring but one round of direct sends along the axis (`_direct_block`)."""
     phases = 6 if all_reduce else 3
+    rings = (0, 1) if direct else (0, 1, 2)   # the phases reduced round a ring
     lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
             "q1: min(crows, rows // lanes)",
-            "q2: min(brows, rows // lanes)"]
+            ("q2: rows                                   # the direct phase: whole blocks" if direct else
+             "q2: min(brows, rows // lanes)")]
     if all_reduce:
         lets += ["q3: rows // lanes                          # the all-gathers (HBM to HBM): one round",
                  "q4: q3", "q5: q3"]
@@ -419,7 +435,9 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
-            lets.append(f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
+            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + ("                             # the direct phase: sends, then adds"
+                                                          if h == "a" else "")) if p == 2 and direct else
+                        f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
         lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart; lanes after an all-gather)" if h == "a" else ""))
         for p in range(1, phases):   # an all-gather phase (3 ..) waits for its last sends in `lanes` points after it
@@ -476,21 +494,21 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
         for d, (dword, back) in enumerate((("right", "left"), ("left", "right"))):
             st = f"{h}{'rl'[d]}"
             sgn = "-" if d == 0 else "+"
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
                          f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
                          f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j",
                          f"nb{p}_{st}: (me_{ax} {sgn} tn{h} {sgn} 2) % N_{ax}   # the block arriving after j's step"]
-            for p in range(3):
+            for p in rings:
                 slots = ", ".join(["2 * lanes"] + extra[p])
                 xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
                 bufs += [f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}",
                          f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}"]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
-                     *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in range(3)),
+                     *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in rings),
                      f"  out_{st}: {{kind: dma, shape: [lanes]}}",
-                     *(f"  cap{p}_{st}: regular" for p in range(3))]
+                     *(f"  cap{p}_{st}: regular" for p in rings)]
 
             def win(p: int, w: str) -> str:   # window w of phase p, all its blocks
                 return f"w{p}_{st}[{', '.join([w] + [':'] * len(extra[p]))}]"
@@ -504,7 +522,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                 return _region(buf, {order[p]: b}, axes, tail)
 
             copies += [f"  # Stream {st}: part {h.upper()} {dword}, over {', '.join(order[:2])} then {order[2]}."]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
                 copies += [
                     f'  {st}_s{p}: {{src: "{src(p, f"sb{p}_{st}", f"r{h}:q{p}")}", dst: "{win(p, f"w{h}")}", to: {to},',
@@ -514,7 +532,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                     f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", f"0:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
                     f'  {st}_n{p}: {{src: "{src(p, f"nb{p}_{st}", f"rn{h}:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}']
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
                 # the result of phase index n (a round's last step) to HBM: its rows, as r{h}j's
                 dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"(n // lanes // len{h}j * lanes + n % lanes) * q{p}:q{p}")
@@ -541,7 +559,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                              "   # the piece forwarded now (or, after the phase, its last ones) arrived",
                              f"    do: [{{wait: {st}_g{p}(n=n{h} - lanes)}}]",
                              f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}(n=n{h})}}]"]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending{h} and p{h} == {p} and t{h} == 0",
@@ -573,10 +591,17 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                            f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]",
                            *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
                 drain += _drain(p, st, nt)
+        if direct:
+            more = _direct_block(h, hi, order, mine)
+            for part, extra_lines in zip((lets, bufs, sems, copies, send, finish), more):
+                part += extra_lines
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
-    return f"""{header}{_sections(name, kind, "xyz", "wrows: 64, crows: 128, brows: 256", bufs, sems, "T", let, copies)}
+    if direct:
+        header += DIRECT_3D
+    pieces = "wrows: 64, crows: 128" + ("" if direct else ", brows: 256")
+    return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
 {chr(10).join(send)}
@@ -589,14 +614,82 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
 {chr(10).join(drain)}
 """
 
-def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4) -> int:
+def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[list[str], ...]:
+    """Part h's third phase as one round of direct sends (`reduce_scatter_3d(direct=True)`):
+    the lets, buffers, semaphores, copies, and the body entries of the sending point k and
+    of the finishing point j. Its column (`second_h`, both directions, all rows) holds a
+    block for each chip along the part's third axis c. The phase has 2 (N_c - 1) points:
+    point n < N_c - 1 sends the block of the chip at offset o(n) (`templates.far_first`:
+    the farthest first) straight into that chip's VMEM `stage_h` slot of ours; point
+    N_c - 1 + m waits for the block that arrived from offset -o(m) (sent at its point m, as
+    ours) and adds it into our own slot (loaded at the phase's first point); the last copies
+    the sum to `out`. Every send is issued before the first wait, so the transfers overlap:
+    one DMA issue per peer and part, instead of N_c - 1 dependent ring steps of a DMA per
+    stream and lane each, for about N_c / 4 times the link bytes of the ring (the sum of the
+    distances), on a phase that moves 1 / (N_a N_b) of the data."""
+    c = order[2]
+    target = row_major("xyz", lambda a: f"(me_{a} + o{h}) % N_{a}" if a == c else f"me_{a}")
+    lets = [f"o{h}: {far_first(f'n{h}', f'N_{c}')}   # the direct phase's offset along {c} at k (farthest first)"
+            + ("; part B's: ob, .." if h == "a" else ""),
+            f"m{h}: n{h}j - (N_{c} - 1)   # the peer whose block j adds (j's offset: -o{h}j)",
+            f"o{h}j: {far_first(f'm{h}', f'N_{c}')}",
+            f"to{h}: {target}   # the chip at offset o{h} along {c}"]
+    own = f"me_{c}"
+    bufs = [f"  stage_{h}: {{kind: vmem_scratch, slots: [N_{c}, 2], shape: [rows, cols]}}"
+            f"   # part {h.upper()}'s block of each chip along {c} (ours: the sum)"]
+    sems = [f"  dsend_{h}: dma", f"  drecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}", f"  dlocal_{h}: dma"]
+    out = f"out[{mine}{hi}, :]" if mine else f"out[{hi}, :]"
+    copies = [f"  # Part {h.upper()}'s direct phase along {c}: our block of the chip at offset o, into its slot of ours.",
+              f'  {h}_d: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}, :]", dst: "stage_{h}[{own}, :]", to: to{h},',
+              f'         send_sem: dsend_{h}, recv_sem: "drecv_{h}[n{h}]"}}',
+              f'  {h}_dj: {{src: "stage_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", to: to{h},   # point j\'s, to wait',
+              f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}',
+              f'  {h}_own: {{src: "second_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", sem: dlocal_{h}}}',
+              f'  {h}_out: {{src: "stage_{h}[{own}, :]", dst: "{out}", sem: dlocal_{h}}}']
+    send = [f"  - when: sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
+            f"    do: [{{start: {h}_own}}]",
+            f"  - when: sending{h} and p{h} == 2 and n{h} < N_{c} - 1",
+            f"    do: [{{start: {h}_d}}]"]
+    finish = [f"  - when: finishing{h} and p{h}j == 2 and m{h} == 0",
+              f"    do: [{{wait: {h}_own}}]",
+              f"  - when: finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
+              "    do:",
+              f"      - wait: {h}_dj",
+              f'      - accumulate: "stage_{h}[{own}, :]"',
+              f'        src: "stage_{h}[(me_{c} - o{h}j) % N_{c}, :]"',
+              f"  - when: finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
+              f"    do: [{{start: {h}_out}}, {{wait: {h}_out}}]"]
+    return lets, bufs, sems, copies, send, finish
+
+
+# The direct candidates' `stage` slots hold whole blocks (every row), so their VMEM grows
+# with V: their windows leave room for the stage at this size (at a larger V they do not
+# fit, and the search does not take them there).
+DIRECT_SIZED = 256 * 2**20
+
+
+def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4, direct: bool = False) -> int:
     """The most rows `w` of a plane's piece (a multiple of 16) whose windows on the 3-D torus
     `topo` fit in `limit_mib` with pieces of 2 w rows of a column and 4 w of a block: per
     stream and phase 3 x `lanes` pieces (2 x `lanes` landing, `lanes` own blocks), in six
-    streams."""
+    streams. With `direct` (the third phase sent directly, `_direct_block`), no block
+    windows, and the `stage` slots (N_c blocks of each part, both directions, every row)
+    fit too, at the rows that size V to `DIRECT_SIZED` (the multiple of a column round's
+    2 lanes w rows nearest it)."""
     n = dict(zip("xyz", topo.shape))
-    rows_per_w = sum(n[o[1]] * n[o[2]] + 2 * n[o[2]] + 4 for _, o in PARTS_3D) * 2 * 3 * lanes
-    return max(16, limit_mib * 2**20 // (rows_per_w * cols * itemsize) // 16 * 16)
+    rows_per_w = sum(n[o[1]] * n[o[2]] + 2 * n[o[2]] + (0 if direct else 4) for _, o in PARTS_3D) * 2 * 3 * lanes
+    budget = limit_mib * 2**20 // (cols * itemsize)   # in rows
+    w = max(16, budget // rows_per_w // 16 * 16)
+    if not direct:
+        return w
+    ideal = DIRECT_SIZED / (6 * topo.size * cols * itemsize)
+    stage_per_row = sum(n[o[2]] for _, o in PARTS_3D) * 2
+    while w > 16:
+        m = 2 * lanes * w
+        if rows_per_w * w + stage_per_row * max(m, round(ideal / m) * m) <= budget:
+            break
+        w -= 16
+    return w
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -627,16 +720,19 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
 
 
 def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
-    """The 3-D schedules, one per `lanes` in `LANES_3D`, each with the largest pieces whose
-    windows fit the VMEM limit (`window_rows`: the planes of the first phase take most)."""
-    text = with_vmem_limit(reduce_scatter_3d(kind == "psum"), chip, "the windows")
+    """The 3-D schedules, one per `lanes` in `LANES_3D` and per third phase (a ring, or
+    direct sends: `_direct_block`), each with the largest pieces whose windows fit the VMEM
+    limit (`window_rows`: the planes of the first phase take most)."""
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
-    for lanes in LANES_3D:
-        w = window_rows(topo, lanes, limit)
-        name = f"{kind}_vmem_windows_3d_l{lanes}_w{w}"
-        params = {"lanes": lanes, "wrows": w, "crows": 2 * w, "brows": 4 * w}
-        yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
-                        .replace("lanes: 2, wrows: 64, crows: 128, brows: 256",
-                                 ", ".join(f"{k}: {v}" for k, v in params.items())),
-                        what, params)
+    for direct in (False, True):
+        text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct), chip, "the windows")
+        for lanes in LANES_3D:
+            w = window_rows(topo, lanes, limit, direct=direct)
+            name = f"{kind}_vmem_windows_3d_l{lanes}_w{w}" + ("_direct" if direct else "")
+            params = {"lanes": lanes, "wrows": w, "crows": 2 * w} | ({"last": "direct"} if direct else {"brows": 4 * w})
+            yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
+                            .replace("lanes: 2, wrows: 64, crows: 128" + ("" if direct else ", brows: 256"),
+                                     ", ".join(f"{k}: {v}" for k, v in params.items() if k != "last")),
+                            what + (", its last phase (a block) sent directly to every chip along its axis"
+                                    if direct else ""), params)
