@@ -830,9 +830,20 @@ DIRECT_3D = [
 ]
 
 
-@pytest.mark.parametrize("broken, fixed, kinds", DIRECT_3D)
-def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds):
-    text = _windows_3d_direct()
+DIRECT_GATHER_3D = [
+    # Part C never waits for the blocks of its direct all-gather (nor its sends).
+    ("  - when: sendingc and pc == 3 and nc >= N_y - 1\n    do: [{wait: c_gw}]\n", "", {"race", "dma_not_waited"}),
+    # Part B's block lands in the receiver's part C slot.
+    ('b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 1, :]"',
+     'b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 2, :]"', {"race", "wrong_result"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds, all_reduce",
+                         [(*c, False) for c in DIRECT_3D] + [(*c, True) for c in DIRECT_GATHER_3D])
+def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds, all_reduce):
+    """The reduce-scatter's direct phase and (the all-reduce) the direct first all-gather."""
+    text = _windows_3d_direct(all_reduce=all_reduce)
     bad = text.replace(broken, fixed)
     assert bad != text
     report = check(load_text(bad, "broken"), topology="torus:2x4x4")

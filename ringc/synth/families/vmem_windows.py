@@ -404,6 +404,11 @@ DIRECT_3D = """#
 # distance, not one hop). The stage holds whole blocks, so its VMEM grows with V.
 """
 
+DIRECT_AR_3D = """# The first all-gather is direct too: each part sends its summed block (both directions,
+# every row) straight into the `out` of every chip along its third axis (HBM to HBM, the
+# farthest first), then waits for their N_c - 1 blocks, before the column's all-gather.
+"""
+
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
 LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their pieces: `window_rows`)
@@ -435,8 +440,8 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
-            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + ("                             # the direct phase: sends, then adds"
-                                                          if h == "a" else "")) if p == 2 and direct else
+            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + (f"                             # the direct phase: sends, then {'adds' if p == 2 else 'waits'}"
+                                                          if h == "a" else "")) if p in (2, 3) and direct else
                         f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
         lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart; lanes after an all-gather)" if h == "a" else ""))
@@ -544,8 +549,9 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 # a receive semaphore per point (one round: q3 = rows / lanes): the upstream
                 # neighbour is not held back by our waits, so it may run steps ahead
-                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [(N_{order[m]} - 1) * lanes]}}" for p, m in ((3, 2), (4, 1), (5, 0))]
-                for p, m in ((3, 2), (4, 1), (5, 0)):
+                gathers = ((4, 1), (5, 0)) if direct else ((3, 2), (4, 1), (5, 0))   # direct: phase 3 is `_direct_gather`
+                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [(N_{order[m]} - 1) * lanes]}}" for p, m in gathers]
+                for p, m in gathers:
                     # Point n of the phase (its step, lane and rows, as t, i and r at n); the
                     # stream waits for n - lanes (what it forwards now) just before it starts
                     # n, so its chain is one DMA issue a step, not the six streams' waits and starts.
@@ -593,13 +599,15 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
                 drain += _drain(p, st, nt)
         if direct:
             more = _direct_block(h, hi, order, mine)
+            if all_reduce:
+                more = [a + b for a, b in zip(more, _direct_gather(h, hi, order))]
             for part, extra_lines in zip((lets, bufs, sems, copies, send, finish), more):
                 part += extra_lines
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
     if direct:
-        header += DIRECT_3D
+        header += DIRECT_3D + (DIRECT_AR_3D if all_reduce else "")
     pieces = "wrows: 64, crows: 128" + ("" if direct else ", brows: 256")
     return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
@@ -666,6 +674,27 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[l
 # with V: their windows leave room for the stage at this size (at a larger V they do not
 # fit, and the search does not take them there).
 DIRECT_SIZED = 256 * 2**20
+
+
+def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], ...]:
+    """The all-reduce's first all-gather (phase 3, over part h's third axis c) as one round
+    of direct sends, as `_direct_block` (its lets, buffers, semaphores, copies, send and
+    finish entries): point n < N_c - 1 of the phase sends our block (both directions, every
+    row) straight into the `out` of the chip at offset o(n) (HBM to HBM, the farthest first),
+    and point N_c - 1 + m waits for the block from offset -o(m) (and our send of m), so the
+    next all-gather forwards whole columns."""
+    c = order[2]
+    block = f"out[me_x, me_y, me_z, {hi}, :]"
+    sems = [f"  gsend_{h}: dma", f"  grecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}"]
+    copies = [f"  # Part {h.upper()}'s first all-gather, direct along {c}: our block into the `out` of the chip at offset o.",
+              f'  {h}_g: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h}, recv_sem: "grecv_{h}[n{h}]"}}',
+              f'  {h}_gw: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h},   # point n\'s, to wait',
+              f'         recv_sem: "grecv_{h}[n{h} - (N_{c} - 1)]"}}']
+    send = [f"  - when: sending{h} and p{h} == 3 and n{h} < N_{c} - 1   # the direct all-gather: every peer's send, then the waits",
+            f"    do: [{{start: {h}_g}}]",
+            f"  - when: sending{h} and p{h} == 3 and n{h} >= N_{c} - 1",
+            f"    do: [{{wait: {h}_gw}}]"]
+    return [], [], sems, copies, send, []
 
 
 def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4, direct: bool = False) -> int:
