@@ -30,7 +30,19 @@ column, a block), the same windows, handshake and loads of a step's own blocks p
 and phase; but the phases run one after another over all the rows, each with pieces of its
 own (`wrows`, `crows`, `brows` rows): with six streams a point issues a DMA per stream, and
 a column's or a block's step of `wrows` rows would pay those issues for a fraction of a
-plane's bytes (docs/cost-model.md, "Synthesis")."""
+plane's bytes (docs/cost-model.md, "Synthesis").
+
+The `_direct` 3-D candidates (`reduce_scatter_3d(direct=True)`, `_direct_block`) replace
+the third phase's ring by one round of direct sends along the part's third axis: each
+chip's block goes straight into a VMEM `stage` slot of its owner, farthest first, and the
+owner adds the arrivals; the all-reduce's first all-gather (a block) is direct too
+(`_direct_gather`). The ring's block phase is N_c - 1 dependent steps, each six streams'
+DMA issues for little data (at 256 MiB on v5p:8x8x8 one block is 32 KiB a lane); direct,
+it is N_c - 1 DMA issues per part, for about N_c / 4 times the ring's link bytes on
+1 / (N_a N_b) of the data: 75.1% -> 84.3% of the bound on v5p:8x8x8 (all-reduce 81.4% ->
+89.1%), 59.9% -> 67.2% on v5p:16x16x16 (68.4% -> 74.6%; lanes 1, the compiled winners);
+on v5p:4x4x4 (3 ring steps, and a stage of 16 MiB at 256 MiB that shrinks the windows)
+the ring stays ahead."""
 
 from __future__ import annotations
 
