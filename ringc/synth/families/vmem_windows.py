@@ -416,7 +416,8 @@ DIRECT_3D = """#
 # distance, not one hop). The stage holds whole blocks, so its VMEM grows with V.
 """
 
-DIRECT_AR_3D = """# The first all-gather is direct too: each part sends its summed block (both directions,
+DIRECT_AR_3D = """#
+# The first all-gather is direct too: each part sends its summed block (both directions,
 # every row) straight into the `out` of every chip along its third axis (HBM to HBM, the
 # farthest first), then waits for their N_c - 1 blocks, before the column's all-gather.
 """
@@ -452,7 +453,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
-            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + (f"                             # the direct phase: sends, then {'adds' if p == 2 else 'waits'}"
+            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + (f"                             # {'the direct phase: sends, then adds' if p == 2 else 'the direct all-gather: sends, then waits'}"
                                                           if h == "a" else "")) if p in (2, 3) and direct else
                         f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
