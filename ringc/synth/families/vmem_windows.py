@@ -30,13 +30,26 @@ column, a block), the same windows, handshake and loads of a step's own blocks p
 and phase; but the phases run one after another over all the rows, each with pieces of its
 own (`wrows`, `crows`, `brows` rows): with six streams a point issues a DMA per stream, and
 a column's or a block's step of `wrows` rows would pay those issues for a fraction of a
-plane's bytes (docs/cost-model.md, "Synthesis")."""
+plane's bytes (docs/cost-model.md, "Synthesis").
+
+The `_direct` 3-D candidates (`reduce_scatter_3d(direct=True)`, `_direct_block`) replace
+the third phase's ring by one round of direct sends along the part's third axis: each
+chip's block goes straight into a VMEM `stage` slot of its owner, farthest first, and the
+owner adds the arrivals; the all-reduce's first all-gather (a block) is direct too
+(`_direct_gather`). The ring's block phase is N_c - 1 dependent steps, each six streams'
+DMA issues for little data (at 256 MiB on v5p:8x8x8 one block is 32 KiB a lane); direct,
+it is N_c - 1 DMA issues per part, for about N_c / 4 times the ring's link bytes on
+1 / (N_a N_b) of the data: 75.1% -> 84.3% of the bound on v5p:8x8x8 (all-reduce 81.4% ->
+89.1%), 59.9% -> 67.2% on v5p:16x16x16 (68.4% -> 74.6%; lanes 1, the compiled winners);
+on v5p:4x4x4 (3 ring steps, and a stage of 16 MiB at 256 MiB that shrinks the windows)
+the ring stays ahead."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
 from .base import Candidate, with_vmem_limit
+from .templates import far_first, row_major
 
 FAMILY = "vmem_windows"
 # `ringc check` proves it on the symmetry quotient, which orders a window's reuse after the
@@ -391,9 +404,31 @@ AR3_TO = """# Bidirectional 3-D all-reduce whose reduce-scatters land in VMEM: l
 # neighbour is not held back by our waits), and `lanes` points after each all-gather wait
 # for its last pieces."""
 
+DIRECT_3D = """#
+# The third phase sent directly (this `_direct` schedule): no ring and no `w2_*` windows for
+# the block. A part sends, at once, each chip along its third axis c that chip's block of
+# our column (`second_*`, both directions, every row) straight into its VMEM `stage_*` slot
+# of ours (the farthest first, so the long routes are on their way while the short ones
+# are issued), then waits for the N_c - 1 arrivals in the same order, adds each into our
+# own block's slot and copies the sum to `out`: N_c - 1 DMA issues per part, where the ring
+# took N_c - 1 dependent steps of a DMA per stream and lane (a step of little data: the
+# phase moves 1 / (N_a N_b) of the bytes), for more link bytes (each block goes its
+# distance, not one hop). The stage holds whole blocks, so its VMEM grows with V.
+"""
+
+DIRECT_AR_3D = """#
+# The first all-gather is direct too: each part sends its summed block (both directions,
+# every row) straight into the `out` of every chip along its third axis (HBM to HBM, the
+# farthest first), then waits for their N_c - 1 blocks, before the column's all-gather.
+"""
+
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
 LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their pieces: `window_rows`)
+# The direct candidates' lanes: with four, the windows leave plane pieces of 16 rows and
+# the DMA issues bind (at 256 MiB: 74.7% of the bound on v5p:8x8x8 against 84.3% with two,
+# 61.8% on v5p:16x16x16), so they are not priced (the search's time on 16x16x16).
+DIRECT_LANES_3D = (1, 2)
 
 
 def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -> str:
@@ -402,16 +437,19 @@ def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -
     return f"{buf}[{', '.join(index.get(a, ':') for a in axes)}, {tail}]"
 
 
-def reduce_scatter_3d(all_reduce: bool = False) -> str:
+def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
     """The 3-D reduce-scatter (the 2-D one's streams and handshake, `reduce_scatter_2d`, with
     a third part and a third phase per part, run phase by phase with pieces of their own);
     with `all_reduce`, the all-reduce: each part then all-gathers its block back over its
     third axis, its second and its first (HBM to HBM into the neighbours' `out`, lane by
-    lane, in pieces of rows / lanes)."""
+    lane, in pieces of rows / lanes). With `direct`, each part's third phase (one block) is
+    not a ring but one round of direct sends along the axis (`_direct_block`)."""
     phases = 6 if all_reduce else 3
+    rings = (0, 1) if direct else (0, 1, 2)   # the phases reduced round a ring
     lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
             "q1: min(crows, rows // lanes)",
-            "q2: min(brows, rows // lanes)"]
+            ("q2: rows                                   # the direct phase: whole blocks" if direct else
+             "q2: min(brows, rows // lanes)")]
     if all_reduce:
         lets += ["q3: rows // lanes                          # the all-gathers (HBM to HBM): one round",
                  "q4: q3", "q5: q3"]
@@ -419,7 +457,9 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
-            lets.append(f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
+            lets.append((f"n{p}{h}: 2 * (N_{ax} - 1)" + (f"                             # {'the direct phase: sends, then adds' if p == 2 else 'the direct all-gather: sends, then waits'}"
+                                                          if h == "a" else "")) if p in (2, 3) and direct else
+                        f"n{p}{h}: rows // (lanes * q{p}) * (N_{ax} - 1) * lanes"
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
         lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart; lanes after an all-gather)" if h == "a" else ""))
         for p in range(1, phases):   # an all-gather phase (3 ..) waits for its last sends in `lanes` points after it
@@ -476,21 +516,21 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
         for d, (dword, back) in enumerate((("right", "left"), ("left", "right"))):
             st = f"{h}{'rl'[d]}"
             sgn = "-" if d == 0 else "+"
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
                          f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
                          f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j",
                          f"nb{p}_{st}: (me_{ax} {sgn} tn{h} {sgn} 2) % N_{ax}   # the block arriving after j's step"]
-            for p in range(3):
+            for p in rings:
                 slots = ", ".join(["2 * lanes"] + extra[p])
                 xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
                 bufs += [f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}",
                          f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}"]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
-                     *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in range(3)),
+                     *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in rings),
                      f"  out_{st}: {{kind: dma, shape: [lanes]}}",
-                     *(f"  cap{p}_{st}: regular" for p in range(3))]
+                     *(f"  cap{p}_{st}: regular" for p in rings)]
 
             def win(p: int, w: str) -> str:   # window w of phase p, all its blocks
                 return f"w{p}_{st}[{', '.join([w] + [':'] * len(extra[p]))}]"
@@ -504,7 +544,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                 return _region(buf, {order[p]: b}, axes, tail)
 
             copies += [f"  # Stream {st}: part {h.upper()} {dword}, over {', '.join(order[:2])} then {order[2]}."]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
                 copies += [
                     f'  {st}_s{p}: {{src: "{src(p, f"sb{p}_{st}", f"r{h}:q{p}")}", dst: "{win(p, f"w{h}")}", to: {to},',
@@ -514,7 +554,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                     f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", f"0:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
                     f'  {st}_n{p}: {{src: "{src(p, f"nb{p}_{st}", f"rn{h}:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}']
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
                 # the result of phase index n (a round's last step) to HBM: its rows, as r{h}j's
                 dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"(n // lanes // len{h}j * lanes + n % lanes) * q{p}:q{p}")
@@ -526,8 +566,9 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 # a receive semaphore per point (one round: q3 = rows / lanes): the upstream
                 # neighbour is not held back by our waits, so it may run steps ahead
-                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [(N_{order[m]} - 1) * lanes]}}" for p, m in ((3, 2), (4, 1), (5, 0))]
-                for p, m in ((3, 2), (4, 1), (5, 0)):
+                gathers = ((4, 1), (5, 0)) if direct else ((3, 2), (4, 1), (5, 0))   # direct: phase 3 is `_direct_gather`
+                sems += [f"  recv{p}_{st}: {{kind: dma, shape: [(N_{order[m]} - 1) * lanes]}}" for p, m in gathers]
+                for p, m in gathers:
                     # Point n of the phase (its step, lane and rows, as t, i and r at n); the
                     # stream waits for n - lanes (what it forwards now) just before it starts
                     # n, so its chain is one DMA issue a step, not the six streams' waits and starts.
@@ -541,7 +582,7 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                              "   # the piece forwarded now (or, after the phase, its last ones) arrived",
                              f"    do: [{{wait: {st}_g{p}(n=n{h} - lanes)}}]",
                              f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}(n=n{h})}}]"]
-            for p, ax in enumerate(order):
+            for p, ax in ((p, order[p]) for p in rings):
                 send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending{h} and p{h} == {p} and t{h} == 0",
@@ -573,10 +614,19 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
                            f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]",
                            *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
                 drain += _drain(p, st, nt)
+        if direct:
+            more = _direct_block(h, hi, order, mine)
+            if all_reduce:
+                more = [a + b for a, b in zip(more, _direct_gather(h, hi, order))]
+            for part, extra_lines in zip((lets, bufs, sems, copies, send, finish), more):
+                part += extra_lines
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
-    return f"""{header}{_sections(name, kind, "xyz", "wrows: 64, crows: 128, brows: 256", bufs, sems, "T", let, copies)}
+    if direct:
+        header += DIRECT_3D + (DIRECT_AR_3D if all_reduce else "")
+    pieces = "wrows: 64, crows: 128" + ("" if direct else ", brows: 256")
+    return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
 {chr(10).join(send)}
@@ -589,14 +639,103 @@ def reduce_scatter_3d(all_reduce: bool = False) -> str:
 {chr(10).join(drain)}
 """
 
-def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4) -> int:
+def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[list[str], ...]:
+    """Part h's third phase as one round of direct sends (`reduce_scatter_3d(direct=True)`):
+    the lets, buffers, semaphores, copies, and the body entries of the sending point k and
+    of the finishing point j. Its column (`second_h`, both directions, all rows) holds a
+    block for each chip along the part's third axis c. The phase has 2 (N_c - 1) points:
+    point n < N_c - 1 sends the block of the chip at offset o(n) (`templates.far_first`:
+    the farthest first) straight into that chip's VMEM `stage_h` slot of ours; point
+    N_c - 1 + m waits for the block that arrived from offset -o(m) (sent at its point m, as
+    ours) and adds it into our own slot (loaded at the phase's first point); the last copies
+    the sum to `out`. Every send is issued before the first wait, so the transfers overlap:
+    one DMA issue per peer and part, instead of N_c - 1 dependent ring steps of a DMA per
+    stream and lane each, for about N_c / 4 times the link bytes of the ring (the sum of the
+    distances), on a phase that moves 1 / (N_a N_b) of the data."""
+    c = order[2]
+    target = row_major("xyz", lambda a: f"(me_{a} + o{h}) % N_{a}" if a == c else f"me_{a}")
+    lets = [f"o{h}: {far_first(f'n{h}', f'N_{c}')}   # the direct phase's offset along {c} at k (farthest first)"
+            + ("; part B's: ob, .." if h == "a" else ""),
+            f"m{h}: n{h}j - (N_{c} - 1)   # the peer whose block j adds (j's offset: -o{h}j)",
+            f"o{h}j: {far_first(f'm{h}', f'N_{c}')}",
+            f"to{h}: {target}   # the chip at offset o{h} along {c}"]
+    own = f"me_{c}"
+    bufs = [f"  stage_{h}: {{kind: vmem_scratch, slots: [N_{c}, 2], shape: [rows, cols]}}"
+            f"   # part {h.upper()}'s block of each chip along {c} (ours: the sum)"]
+    sems = [f"  dsend_{h}: dma", f"  drecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}", f"  dlocal_{h}: dma"]
+    out = f"out[{mine}{hi}, :]" if mine else f"out[{hi}, :]"
+    copies = [f"  # Part {h.upper()}'s direct phase along {c}: our block of the chip at offset o, into its slot of ours.",
+              f'  {h}_d: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}, :]", dst: "stage_{h}[{own}, :]", to: to{h},',
+              f'         send_sem: dsend_{h}, recv_sem: "drecv_{h}[n{h}]"}}',
+              f'  {h}_dj: {{src: "stage_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", to: to{h},   # point j\'s, to wait',
+              f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}',
+              f'  {h}_own: {{src: "second_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", sem: dlocal_{h}}}',
+              f'  {h}_out: {{src: "stage_{h}[{own}, :]", dst: "{out}", sem: dlocal_{h}}}']
+    send = [f"  - when: sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
+            f"    do: [{{start: {h}_own}}]",
+            f"  - when: sending{h} and p{h} == 2 and n{h} < N_{c} - 1",
+            f"    do: [{{start: {h}_d}}]"]
+    finish = [f"  - when: finishing{h} and p{h}j == 2 and m{h} == 0",
+              f"    do: [{{wait: {h}_own}}]",
+              f"  - when: finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
+              "    do:",
+              f"      - wait: {h}_dj",
+              f'      - accumulate: "stage_{h}[{own}, :]"',
+              f'        src: "stage_{h}[(me_{c} - o{h}j) % N_{c}, :]"',
+              f"  - when: finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
+              f"    do: [{{start: {h}_out}}, {{wait: {h}_out}}]"]
+    return lets, bufs, sems, copies, send, finish
+
+
+# The direct candidates' `stage` slots hold whole blocks (every row), so their VMEM grows
+# with V: their windows leave room for the stage at this size (at a larger V they do not
+# fit, and the search does not take them there).
+DIRECT_SIZED = 256 * 2**20
+
+
+def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], ...]:
+    """The all-reduce's first all-gather (phase 3, over part h's third axis c) as one round
+    of direct sends, as `_direct_block` (its lets, buffers, semaphores, copies, send and
+    finish entries): point n < N_c - 1 of the phase sends our block (both directions, every
+    row) straight into the `out` of the chip at offset o(n) (HBM to HBM, the farthest first),
+    and point N_c - 1 + m waits for the block from offset -o(m) (and our send of m), so the
+    next all-gather forwards whole columns."""
+    c = order[2]
+    block = f"out[me_x, me_y, me_z, {hi}, :]"
+    sems = [f"  gsend_{h}: dma", f"  grecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}"]
+    copies = [f"  # Part {h.upper()}'s first all-gather, direct along {c}: our block into the `out` of the chip at offset o.",
+              f'  {h}_g: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h}, recv_sem: "grecv_{h}[n{h}]"}}',
+              f'  {h}_gw: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h},   # point n\'s, to wait',
+              f'         recv_sem: "grecv_{h}[n{h} - (N_{c} - 1)]"}}']
+    send = [f"  - when: sending{h} and p{h} == 3 and n{h} < N_{c} - 1   # the direct all-gather: every peer's send, then the waits",
+            f"    do: [{{start: {h}_g}}]",
+            f"  - when: sending{h} and p{h} == 3 and n{h} >= N_{c} - 1",
+            f"    do: [{{wait: {h}_gw}}]"]
+    return [], [], sems, copies, send, []
+
+
+def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4, direct: bool = False) -> int:
     """The most rows `w` of a plane's piece (a multiple of 16) whose windows on the 3-D torus
     `topo` fit in `limit_mib` with pieces of 2 w rows of a column and 4 w of a block: per
     stream and phase 3 x `lanes` pieces (2 x `lanes` landing, `lanes` own blocks), in six
-    streams."""
+    streams. With `direct` (the third phase sent directly, `_direct_block`), no block
+    windows, and the `stage` slots (N_c blocks of each part, both directions, every row)
+    fit too, at the rows that size V to `DIRECT_SIZED` (the multiple of a column round's
+    2 lanes w rows nearest it)."""
     n = dict(zip("xyz", topo.shape))
-    rows_per_w = sum(n[o[1]] * n[o[2]] + 2 * n[o[2]] + 4 for _, o in PARTS_3D) * 2 * 3 * lanes
-    return max(16, limit_mib * 2**20 // (rows_per_w * cols * itemsize) // 16 * 16)
+    rows_per_w = sum(n[o[1]] * n[o[2]] + 2 * n[o[2]] + (0 if direct else 4) for _, o in PARTS_3D) * 2 * 3 * lanes
+    budget = limit_mib * 2**20 // (cols * itemsize)   # in rows
+    w = max(16, budget // rows_per_w // 16 * 16)
+    if not direct:
+        return w
+    ideal = DIRECT_SIZED / (6 * topo.size * cols * itemsize)
+    stage_per_row = sum(n[o[2]] for _, o in PARTS_3D) * 2
+    while w > 16:
+        m = 2 * lanes * w
+        if rows_per_w * w + stage_per_row * max(m, round(ideal / m) * m) <= budget:
+            break
+        w -= 16
+    return w
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -627,16 +766,20 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
 
 
 def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
-    """The 3-D schedules, one per `lanes` in `LANES_3D`, each with the largest pieces whose
-    windows fit the VMEM limit (`window_rows`: the planes of the first phase take most)."""
-    text = with_vmem_limit(reduce_scatter_3d(kind == "psum"), chip, "the windows")
+    """The 3-D schedules, one per `lanes` in `LANES_3D` with a ring for the third phase and
+    one per `lanes` in `DIRECT_LANES_3D` with direct sends (`_direct_block`), each with the
+    largest pieces whose windows fit the VMEM limit (`window_rows`: the planes of the
+    first phase take most)."""
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
-    for lanes in LANES_3D:
-        w = window_rows(topo, lanes, limit)
-        name = f"{kind}_vmem_windows_3d_l{lanes}_w{w}"
-        params = {"lanes": lanes, "wrows": w, "crows": 2 * w, "brows": 4 * w}
-        yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
-                        .replace("lanes: 2, wrows: 64, crows: 128, brows: 256",
-                                 ", ".join(f"{k}: {v}" for k, v in params.items())),
-                        what, params)
+    for direct in (False, True):
+        text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct), chip, "the windows")
+        for lanes in DIRECT_LANES_3D if direct else LANES_3D:
+            w = window_rows(topo, lanes, limit, direct=direct)
+            name = f"{kind}_vmem_windows_3d_l{lanes}_w{w}" + ("_direct" if direct else "")
+            params = {"lanes": lanes, "wrows": w, "crows": 2 * w} | ({"last": "direct"} if direct else {"brows": 4 * w})
+            yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
+                            .replace("lanes: 2, wrows: 64, crows: 128" + ("" if direct else ", brows: 256"),
+                                     ", ".join(f"{k}: {v}" for k, v in params.items() if k != "last")),
+                            what + (", its last phase (a block) sent directly to every chip along its axis"
+                                    if direct else ""), params)
