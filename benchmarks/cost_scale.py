@@ -1,6 +1,6 @@
 """How long `ringc cost` takes to price the library's and the synthesized schedules at large
 sizes on large slices (issue 36, "cost that scales"): every schedule in schedules/ and
-schedules/synth/ on ring:16, v5e:16x16, v5p:4x4x4, v5p:8x8x8 and v5p:16x16x16 where it
+schedules/synth/ on ring:16, v5e:16x16, v5p:4x4x4, v5p:4x4x8, v5p:8x8x8 and v5p:16x16x16 where it
 applies (its axes bind to the slice), at 256 MiB and 1 GiB. Each cell is the CPU time of
 `cost.estimate` (sizing, unrolling device 0, timing; the schedule's file already loaded;
 CPU, not wall time, so that a shared machine's load does not inflate it),
@@ -27,7 +27,7 @@ from pathlib import Path
 from tables import print_table  # benchmarks/tables.py (the script's folder is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
-TOPOLOGIES = "ring:16,v5e:16x16,v5p:4x4x4,v5p:8x8x8,v5p:16x16x16"
+TOPOLOGIES = "ring:16,v5e:16x16,v5p:4x4x4,v5p:4x4x8,v5p:8x8x8,v5p:16x16x16"
 
 
 def price(path: str, topo: str, size: int, out) -> None:

@@ -125,8 +125,15 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
         if v is not None and (best is None or (round(abs(v - target) / target, 3), i) < best[0]):
             best = ((round(abs(v - target) / target, 3), i), params)
     if best is None:
+        # A shape that divides at no rows (a guard on the axis sizes, as a paced schedule
+        # unrolled for one slice has) is the reason to show: it names what the rows cannot fix.
+        try:
+            buffer_shapes(sched, sizes)
+            why = ""
+        except ScheduleError as e:
+            why = f"; at its own params: {e.message}"
         raise ScheduleError(
             f"--bytes {size_text(target)}: found no `{rows}`{f'/`{cols}`' if cols else ''} for which the shapes of "
-            f"`{sched.name}` divide exactly on {' x '.join(f'{v} ({k})' for k, v in sizes.items())} devices", file=sched.file,
-            line=sched.buffers[volume_buffer(sched)].line, fix="pick the parameters yourself with --param")
+            f"`{sched.name}` divide exactly on {' x '.join(f'{v} ({k})' for k, v in sizes.items())} devices{why}",
+            file=sched.file, line=sched.buffers[volume_buffer(sched)].line, fix="pick the parameters yourself with --param")
     return sched.model_copy(update={"params": best[1]})
