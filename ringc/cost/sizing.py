@@ -69,6 +69,14 @@ def _size_params(sched: S.Schedule) -> tuple[str, str | None]:
     return rows, (cols if cols != rows else None)
 
 
+def _names(text: str) -> set[str]:
+    """The names an expression mentions (the words of `text` if it is not one)."""
+    try:
+        return E.names(E.parse(text))
+    except Exception:   # not an expression: the message had another form
+        return set(re.findall(r"[A-Za-z_]\w*", text))
+
+
 def _volume_at(sched: S.Schedule, sizes: dict[str, int], params: dict[str, int]) -> int | None:
     """V for these params, or None if some shape of the schedule does not divide."""
     try:
@@ -127,11 +135,13 @@ def fit_volume(sched: S.Schedule, sizes: dict[str, int], target: int) -> S.Sched
     if best is None:
         # A shape that divides at no rows (a guard on the axis sizes, as a paced schedule
         # unrolled for one slice has) is the reason to show: it names what the rows cannot fix.
+        why = ""
         try:
             buffer_shapes(sched, sizes)
-            why = ""
         except ScheduleError as e:
-            why = f"; at its own params: {e.message}"
+            failing = e.message.split(": ", 1)[-1].split(" = ", 1)[0]   # the expression that does not divide
+            if rows not in _names(failing):   # no rows would make it divide: say so
+                why = f"; at its own params: {e.message}"
         raise ScheduleError(
             f"--bytes {size_text(target)}: found no `{rows}`{f'/`{cols}`' if cols else ''} for which the shapes of "
             f"`{sched.name}` divide exactly on {' x '.join(f'{v} ({k})' for k, v in sizes.items())} devices{why}",
