@@ -25,6 +25,15 @@ def _errors(report) -> list[str]:
     return [f.kind for f in report.findings if f.severity == "error"]
 
 
+def _assert_refused(text: str, broken: str, fixed: str, kinds: set[str], topology: str) -> None:
+    """`text` with `broken` replaced by `fixed` is refused by `ringc check` on `topology`,
+    with at least the findings `kinds`."""
+    bad = text.replace(broken, fixed)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology=topology)
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
 # -- all_to_all ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("topology", ["torus:4x4", "torus:3x4", "torus:2x4", "torus:2x2x2", "torus:2x3x4",
@@ -151,10 +160,7 @@ def test_rotated_parts_keep_every_link_busy_on_a_cube_at_256mib():
 ])
 def test_a_broken_half_way_relay_of_the_rotated_all_to_all_is_refused(broken, fixed, kinds):
     text = per_axis_direct.all_to_all_rotated(3)
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:4x4x4")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, "torus:4x4x4")
 
 
 def test_a_broken_per_axis_all_to_all_is_refused():
@@ -376,10 +382,7 @@ def test_a_broken_3d_bidirectional_all_gather_is_refused(broken, fixed, kinds, t
     phase forwards it (the first step sends from `x`)."""
     from ringc.synth.families import rotated_bidirectional
     text = rotated_bidirectional.all_gather(3)
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology=topology)
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, topology)
 
 
 def test_the_3d_all_gather_with_its_exact_split_matches_lax_in_interpret_mode():
@@ -520,10 +523,7 @@ HANDSHAKES = [
 @pytest.mark.parametrize("broken, fixed, kinds", HANDSHAKES)
 def test_a_broken_capacity_handshake_is_refused(broken, fixed, kinds, topology):
     text = _windows()
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology=topology)
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, topology)
 
 
 def test_the_quotient_orders_a_window_reuse_after_the_capacity_word():
@@ -845,10 +845,7 @@ def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused(broken
     """The all-gathers' streams run decoupled: each waits for the piece it forwards just
     before it starts the next, `lanes` points after the piece's own start."""
     text = _windows_3d(all_reduce=True)
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:2x3x4")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, "torus:2x3x4")
 
 
 def test_the_3d_vmem_windows_fit_the_vmem_limit():
@@ -936,10 +933,7 @@ DIRECT_GATHER_3D = [
 def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds, all_reduce):
     """The reduce-scatter's direct phase and (the all-reduce) the direct first all-gather."""
     text = _windows_3d_direct(all_reduce=all_reduce)
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:2x4x4")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, "torus:2x4x4")
 
 
 @pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
@@ -1335,10 +1329,7 @@ def test_the_all_gather_with_its_first_axis_one_shot_checks(k, topology):
 def test_a_broken_first_axis_one_shot_is_refused(broken, fixed, kinds):
     from ringc.synth.families import rotated_bidirectional
     text = rotated_bidirectional.all_gather_direct_first(3)
-    bad = text.replace(broken, fixed)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_refused(text, broken, fixed, kinds, "torus:2x4x8")
 
 
 def test_the_first_axis_one_shot_pays_on_v5p_16x16x16():

@@ -267,29 +267,22 @@ def all_to_all_rotated(k: int) -> str:
                        f'  forward_{tag}: {{src: relay_{tag}, dst: "{dst}[{origin}, {bottom}]", to: final_{a}, '
                        f'send_sem: forward_sem, recv_sem: forward_recv_{tag}}}']
     for i in range(k):
+        # round i: part r along axis i of its order, its copies tagged p<r>_<axis>
+        round_parts = [(a, f"p{r}_{a}", f"step < N_{a} - 1") for r in range(k) for a in [(axes[r:] + axes[:r])[i]]]
         body.append(f"  # Round {i}: part r along axis {i + 1} of its order (" +
-                    "; ".join(f"p{r}: {(axes[r:] + axes[:r])[i]}" for r in range(k)) + "), all at once.")
-        for r in range(k):
-            a = (axes[r:] + axes[:r])[i]
-            tag = f"p{r}_{a}"
-            live = f"phase == {3 * i} and step < N_{a} - 1"
+                    "; ".join(f"{tag.split('_')[0]}: {a}" for a, tag, _ in round_parts) + "), all at once.")
+        for a, tag, live in round_parts:
             body += [when(f"phase == {3 * i} and step == 0", f"start: keep_{tag}"),
-                     when(f"{live} and not split_{a}", f"start: send_{tag}"),
-                     when(f"{live} and split_{a}", f"start: top_{tag}", f"start: to_relay_{tag}")]
+                     when(f"phase == {3 * i} and {live} and not split_{a}", f"start: send_{tag}"),
+                     when(f"phase == {3 * i} and {live} and split_{a}", f"start: top_{tag}", f"start: to_relay_{tag}")]
         body.append("  # The halves this chip relays go on as they arrive.")
-        for r in range(k):
-            a = (axes[r:] + axes[:r])[i]
-            tag = f"p{r}_{a}"
-            body.append(when(f"phase == {3 * i + 1} and step < N_{a} - 1 and split_{a}", f"wait_recv: to_relay_{tag}",
-                             f"start: forward_{tag}"))
-        for r in range(k):
-            a = (axes[r:] + axes[:r])[i]
-            tag = f"p{r}_{a}"
-            live = f"phase == {3 * i + 2} and step < N_{a} - 1"
+        body += [when(f"phase == {3 * i + 1} and {live} and split_{a}", f"wait_recv: to_relay_{tag}",
+                      f"start: forward_{tag}") for a, tag, live in round_parts]
+        for a, tag, live in round_parts:
             body += [when(f"phase == {3 * i + 2} and step == 0", f"wait: keep_{tag}"),
-                     when(f"{live} and not split_{a}", f"wait: send_{tag}"),
-                     when(f"{live} and split_{a}", f"wait: top_{tag}", f"wait_send: to_relay_{tag}",
-                          f"wait: forward_{tag}")]
+                     when(f"phase == {3 * i + 2} and {live} and not split_{a}", f"wait: send_{tag}"),
+                     when(f"phase == {3 * i + 2} and {live} and split_{a}", f"wait: top_{tag}",
+                          f"wait_send: to_relay_{tag}", f"wait: forward_{tag}")]
     names = ", ".join(f'"{a}"' for a in axes)
     return f"""# Rotated one-shot per axis all-to-all over {k} axes: lax.all_to_all(x, ({names}), 0, 0)
 # (tiled=False: out[j] is block x[me] of the chip with row-major index j).
