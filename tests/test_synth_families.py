@@ -1370,8 +1370,13 @@ def test_the_paced_all_gather_refuses_another_shape_by_name():
     from ringc.errors import ScheduleError
     from ringc.synth.families import paced_parts
     sched = load_text(paced_parts.all_gather((2, 4, 8)), "paced")
-    with pytest.raises(ScheduleError, match=r"shape of semaphore `only_2x4x8`.*does not divide exactly"):
+    with pytest.raises(ScheduleError, match=r"shape of semaphore `only_2x4x8`.*does not divide exactly") as e:
         check(sched, topology="torus:4x4x8")
+    # no parameter could fix it, and the fix says so (not "choose parameters")
+    assert "depends on the axis sizes alone" in e.value.fix and "synthesize one for this slice" in e.value.fix
+    # `ringc cost --bytes` says it too, after the rows it tried
+    with pytest.raises(ScheduleError, match=r"found no `rows`.*; at its own params: shape of semaphore `only_2x4x8`"):
+        estimate(sched, hardware("torus:4x4x8", sched), nbytes=256 * MiB)
 
 
 def _paced_swap(text: str) -> str:

@@ -213,6 +213,11 @@ class _Context:
                 v = E.evaluate(self.resolved.inline(d), self.static, exact_division=True)
             except E.ExprError as e:
                 params = ", ".join(f"{k}={v}" for k, v in self.static.items())
+                if not E.names(self.resolved.inline(d)) & set(self.s.params):
+                    # no parameter could make it divide: the schedule is written for other axis sizes
+                    fix = ("this shape depends on the axis sizes alone, so the schedule is written for others "
+                           "(its comments say which; a `ringc synth` schedule unrolled for one slice: "
+                           "synthesize one for this slice)")
                 raise ScheduleError(f"{what}: {e} (with {params})", file=self.s.file, line=line,
                                     fix=getattr(e, "fix", None) or fix) from None
             if v < minimum:
