@@ -216,6 +216,14 @@ def test_a_huge_parameter_is_refused_where_shapes_are_evaluated():
     assert_refused(o, line_of(AR.read_text(), "  x: "), says="`buffer_bytes`")
 
 
+def test_a_shape_that_no_parameter_divides_says_the_schedule_is_for_other_sizes(tmp_path):
+    """`N // 3` on 4 devices divides for no parameter: the fix says the schedule is written
+    for other axis sizes, not to choose parameters."""
+    text = edited(AG, "recv_sems: {kind: dma, shape: [N - 1]}", "recv_sems: {kind: dma, shape: [N // 3 * 0 + N - 1]}")
+    o = run_cli(["check", write(tmp_path, text), "--devices", "4"])
+    assert_refused(o, line_of(text, "  recv_sems:"), says="depends on the axis sizes alone")
+
+
 def test_a_grid_of_billions_is_refused(tmp_path):
     text = edited(AG, "grid: {step: N - 1}", "grid: {step: 1000000000 * N}")
     o = run_cli(["check", write(tmp_path, text), "--devices", "4"])

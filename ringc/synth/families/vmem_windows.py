@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate, with_vmem_limit
-from .templates import far_first, row_major
+from .templates import accumulate, far_first, row_major, when
 
 FAMILY = "vmem_windows"
 # `ringc check` proves it on the symmetry quotient, which orders a window's reuse after the
@@ -671,19 +671,14 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[l
               f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}',
               f'  {h}_own: {{src: "second_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", sem: dlocal_{h}}}',
               f'  {h}_out: {{src: "stage_{h}[{own}, :]", dst: "{out}", sem: dlocal_{h}}}']
-    send = [f"  - when: sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
-            f"    do: [{{start: {h}_own}}]",
-            f"  - when: sending{h} and p{h} == 2 and n{h} < N_{c} - 1",
-            f"    do: [{{start: {h}_d}}]"]
-    finish = [f"  - when: finishing{h} and p{h}j == 2 and m{h} == 0",
-              f"    do: [{{wait: {h}_own}}]",
-              f"  - when: finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
-              "    do:",
-              f"      - wait: {h}_dj",
-              f'      - accumulate: "stage_{h}[{own}, :]"',
-              f'        src: "stage_{h}[(me_{c} - o{h}j) % N_{c}, :]"',
-              f"  - when: finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
-              f"    do: [{{start: {h}_out}}, {{wait: {h}_out}}]"]
+    send = [when(f"sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
+                 f"start: {h}_own"),
+            when(f"sending{h} and p{h} == 2 and n{h} < N_{c} - 1", f"start: {h}_d")]
+    finish = [when(f"finishing{h} and p{h}j == 2 and m{h} == 0", f"wait: {h}_own"),
+              when(f"finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
+                   f"wait: {h}_dj", accumulate(f'"stage_{h}[{own}, :]"', f'"stage_{h}[(me_{c} - o{h}j) % N_{c}, :]"')),
+              when(f"finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
+                   f"start: {h}_out", f"wait: {h}_out")]
     return lets, bufs, sems, copies, send, finish
 
 
@@ -707,10 +702,9 @@ def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], 
               f'  {h}_g: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h}, recv_sem: "grecv_{h}[n{h}]"}}',
               f'  {h}_gw: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h},   # point n\'s, to wait',
               f'         recv_sem: "grecv_{h}[n{h} - (N_{c} - 1)]"}}']
-    send = [f"  - when: sending{h} and p{h} == 3 and n{h} < N_{c} - 1   # the direct all-gather: every peer's send, then the waits",
-            f"    do: [{{start: {h}_g}}]",
-            f"  - when: sending{h} and p{h} == 3 and n{h} >= N_{c} - 1",
-            f"    do: [{{wait: {h}_gw}}]"]
+    send = [when(f"sending{h} and p{h} == 3 and n{h} < N_{c} - 1   # the direct all-gather: every peer's send, then the waits",
+                 f"start: {h}_g"),
+            when(f"sending{h} and p{h} == 3 and n{h} >= N_{c} - 1", f"wait: {h}_gw")]
     return [], [], sems, copies, send, []
 
 
