@@ -43,6 +43,7 @@ from typing import Iterator
 
 from ...cost import chips
 from .base import Candidate
+from .rotated_bidirectional import ring_phases
 from .templates import AXES, own_copy
 
 FAMILY = "paced_parts"
@@ -100,18 +101,28 @@ def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: 
                 left[n], nxt[n], ready[n] = None, nxt[n] + 1, core + overhead
 
 
+def orders_of(k: int) -> list[str]:
+    """Every order of the first k axes ("xyz", "xzy", ...)."""
+    return ["".join(o) for o in itertools.permutations(AXES[:k])]
+
+
 def _parts(orders: list[str], m: list[int]) -> list[tuple[str, str, int]]:
     return [(o, d, w) for o, w in zip(orders, m) for d in ("right", "left") if w]
+
+
+def _in_units(orders: list[str], m: list[int]) -> list[tuple[str, str, float]]:
+    """The parts with their sizes in the fluid model's unit (a part's when all weigh alike:
+    a part of weight w is w / (2 sum m) of the shard)."""
+    scale = len(orders) / sum(m)
+    return [(o, d, w * scale) for o, d, w in _parts(orders, m)]
 
 
 def weights(shape: dict[str, int], orders: list[str], overhead: float, reduce: bool = False,
             add: float = 0.0) -> list[int]:
     """Each order's units (`m_o`): coordinate descent on the fluid model's end, from
-    START_WEIGHT each (a part of weight w is w / (2 sum m) of the shard, so the units
-    are rescaled to the shard before each run)."""
+    START_WEIGHT each."""
     def end(m: list[int]) -> float:
-        scale = 2 * len(orders) / (2 * sum(m))    # in units of a part when all weigh alike
-        return fluid(shape, [(o, d, w * scale) for o, d, w in _parts(orders, m)], overhead, reduce, add)[1]
+        return fluid(shape, _in_units(orders, m), overhead, reduce, add)[1]
     m = [START_WEIGHT] * len(orders)
     best = end(m)
     better = True
@@ -132,11 +143,7 @@ def overhead_units(topo) -> float:
     """A step's turnaround (hop latency and one DMA issue) in units of one part's link time
     at REFERENCE_BYTES, when the shard is cut in 2 k! equal parts."""
     chip = chips.chip(topo.generation or chips.DEFAULT_CHIP)
-    p = 1
-    for n in topo.shape:
-        p *= n
-    orders = len(list(itertools.permutations(range(topo.ndim))))
-    unit = REFERENCE_BYTES / p / (2 * orders) / chip.link_bandwidth
+    unit = REFERENCE_BYTES / topo.size / (2 * math.factorial(topo.ndim)) / chip.link_bandwidth
     return ((chip.hop_latency or chips.HOP_LATENCY) + chips.DMA_ISSUE_OVERHEAD) / unit
 
 
@@ -186,7 +193,7 @@ def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, 
     part's rows (`{rows}` in it)."""
     axes = AXES[:len(shape)]
     size = dict(zip(axes, shape))
-    orders = ["".join(o) for o in itertools.permutations(axes)]
+    orders = orders_of(len(shape))
     parts = _parts(orders, m)
     M = sum(w for _, _, w in parts)
     me = ", ".join(f"me_{a}" for a in axes)
@@ -195,22 +202,18 @@ def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, 
         tag = f"{prefix}{n}"
         rows = _rows(unit, offset, w)
         offset += w
-        sign = "-" if d == "right" else "+"
         # a receive per step, written with the unit, whose division must be exact in a shape:
         # rows split into M units (other rows are refused by name, not left ungathered)
         sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // {unit}) // {M}]}}"]
         copies.append(f'  {tag}_first: {{src: "{first_src.format(rows=rows)}", dst: "out[{me}, {rows}]", '
                       f'to: {d}_{order[0]}, send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
+        copies += ring_phases(axes, order, 0, "0", tag, d, rows)[0]   # `rotated_bidirectional`'s rings
         step_names, begin = [f"{tag}_first"], 0
-        for i, a in enumerate(order):
-            moving = f"(me_{a} {sign} (s - {begin})) % N_{a}" if begin else f"(me_{a} {sign} s) % N_{a}"
-            region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
-            copies.append(f'  {tag}_{a}(s): {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
-                          f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
+        for a in order:
             step_names += [f"{tag}_{a}(s={s})" for s in range(begin, begin + size[a] - 1)]
             begin += size[a] - 1
         names.append(step_names[:1] + step_names[2:])   # step 0 sends from `first_src`, not `_<a>(s=0)`
-    starts, end = fluid(size, [(o, d, w * 2 * len(orders) / M) for o, d, w in parts], overhead)
+    starts, end = fluid(size, _in_units(orders, m), overhead)
     body = _program(parts, starts, names, lambda n, s: [])
     body += [f"  - wait: {names[n][-1]}" for n in range(len(parts))]
     return Pieces([], sems, [f"  {unit}: rows // {M}                     # rows of a gathered unit"], copies, body,
@@ -226,7 +229,7 @@ def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, p
     k = len(shape)
     axes = AXES[:k]
     size = dict(zip(axes, shape))
-    orders = ["".join(o) for o in itertools.permutations(axes)]
+    orders = orders_of(len(shape))
     parts = _parts(orders, m)
     M = sum(w for _, _, w in parts)
     buffers, sems, copies, names, phases, offsets, offset = [], [], [], [], [], [], 0
@@ -296,7 +299,7 @@ def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, p
                 f'      sum: {{ref: "{out}", block: {oblock}, index: {oindex}}}',
                 "    do: [{accumulate: sum, src: came, base: mine}]"]
 
-    starts, end = fluid(size, [(o, d, w * 2 * len(orders) / M) for o, d, w in parts], overhead, True, add)
+    starts, end = fluid(size, _in_units(orders, m), overhead, True, add)
     body = _program(parts, starts, names, add_op)
     body.append("  # The last arrivals, added into place.")
     for n in range(len(parts)):
@@ -353,7 +356,7 @@ def all_gather(shape: tuple[int, ...], m: list[int] | None = None, overhead: flo
     """The all-gather for a torus of `shape` (2 or 3 axes): parts of every axis order with
     units `m` (default: `weights`), its program in the fluid model's order."""
     axes = AXES[:len(shape)]
-    m = m or weights(dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)], overhead)
+    m = m or weights(dict(zip(axes, shape)), orders_of(len(shape)), overhead)
     g = _gather(shape, m, overhead, "p", "u", "x[{rows}]")
     names = ", ".join(f'"{a}"' for a in axes)
     me = ", ".join(f"me_{a}" for a in axes)
@@ -385,7 +388,7 @@ def reduce_scatter(shape: tuple[int, ...], m: list[int] | None = None, overhead:
     each reducing along its axes in turn as a ring, with units `m` (default: `weights`, on
     the reduce-scatter's steps: a phase carries the partial sums over the axes after it)."""
     axes = AXES[:len(shape)]
-    m = m or weights(dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)], overhead, True, add)
+    m = m or weights(dict(zip(axes, shape)), orders_of(len(shape)), overhead, True, add)
     r = _reduce(shape, m, overhead, add, "p", "u", "out[{rows}]")
     names = ", ".join(f'"{a}"' for a in axes)
     header = f"""# Paced reduce-scatter over {len(shape)} axes of unequal sizes: lax.psum_scatter(x, ({names}))
@@ -411,7 +414,7 @@ def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = N
     rows cut in N), each chip's reduced block into its `out` slot, then `all_gather` of
     those, each with its own parts and units (`m`: the reduce-scatter's, the all-gather's)."""
     axes = AXES[:len(shape)]
-    size, orders = dict(zip(axes, shape)), ["".join(o) for o in itertools.permutations(axes)]
+    size, orders = dict(zip(axes, shape)), orders_of(len(shape))
     mr, mg = m or (weights(size, orders, overhead, True, add), weights(size, orders, overhead))
     me = ", ".join(f"me_{a}" for a in axes)
     r = _reduce(shape, mr, overhead, add, "r", "u", f"out[{me}, {{rows}}]")
@@ -442,7 +445,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         return   # equal axes: every part's steps line up (rotated_bidirectional, per_axis, vmem_windows)
     overhead, add = overhead_units(topo), add_units(topo)
     size = dict(zip(AXES, topo.shape))
-    orders = ["".join(o) for o in itertools.permutations(AXES[:topo.ndim])]
+    orders = orders_of(topo.ndim)
     gather = weights(size, orders, overhead) if kind != "psum_scatter" else None
     reduce = weights(size, orders, overhead, True, add) if kind != "all_gather" else None
     units = lambda m: "/".join(str(w) for w in m)

@@ -151,6 +151,28 @@ copies:
 body:"""
 
 
+def ring_phases(axes: str, order: str, first: int, begin: str, tag: str, d: str,
+                 rows: str) -> tuple[list[str], list[str], list[str]]:
+    """Part `tag`'s ring phases along order[first:] from step `begin` ("0": its first, whose
+    step 0 is the part's `_first` send), each forwarding the region gathered so far (every
+    coordinate of the axes done, the moving one's block, mine on the rest): the copies, and
+    the body entries that wait for step j's transfer and start step `step`'s (a grid's;
+    `paced_parts` orders the steps itself and takes the copies only)."""
+    sign = "-" if d == "right" else "+"
+    copies, waits, starts = [], [], []
+    for i, a in enumerate(order[first:], start=first):
+        end = f"{begin} + N_{a} - 1" if begin != "0" else f"N_{a} - 1"
+        moving = f"(me_{a} {sign} s) % N_{a}" if begin == "0" else f"(me_{a} {sign} (s - ({begin}))) % N_{a}"
+        region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
+        copies.append(f'  {tag}_{a}(s): {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
+                      f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
+        waits += [f"  - when: j >= {begin} and j < {end}", f"    do: [{{wait: {tag}_{a}(s=j)}}]"]
+        starts += [f"  - when: {'step > 0' if begin == '0' else f'step >= {begin}'} and step < {end}",
+                   f"    do: [{{start: {tag}_{a}(s=step)}}]"]
+        begin = end
+    return copies, waits, starts
+
+
 def all_gather(k: int) -> str:
     """The same on k axes (k = 2 or 3): 2k parts, one per rotation of the axis order and
     direction; part (r, dir) runs phase i along axis order_r[i], forwarding the region
@@ -176,25 +198,13 @@ def all_gather(k: int) -> str:
         order = axes[r:] + axes[:r]
         tag = f"p{n}"
         rows = f"{n} * q:q" if n else "0:q"   # start:length
-        sign = "-" if d == "right" else "+"
         # S receives; written with q, whose division must be exact in a shape, so that rows
         # split into 2k equal parts (other rows are refused by name, not left ungathered)
         sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // q) // {2 * k}]}}"]
         copies.append(f'  {tag}_first: {{src: "x[{rows}]", dst: "out[{me}, {rows}]", to: {d}_{order[0]}, '
                       f'send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
-        waits, starts = [], []
-        begin = "0"
-        for i, a in enumerate(order):
-            end = f"{begin} + N_{a} - 1" if begin != "0" else f"N_{a} - 1"
-            moving = f"(me_{a} {sign} s) % N_{a}" if begin == "0" else f"(me_{a} {sign} (s - ({begin}))) % N_{a}"
-            region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
-            copies.append(f'  {tag}_{a}(s): {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
-                          f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
-            lo = "step > 0" if begin == "0" else f"step >= {begin}"
-            waits.append(f"  - when: j >= {begin} and j < {end}" if begin != "0" else f"  - when: j >= 0 and j < {end}")
-            waits[-1:] = [waits[-1], f"    do: [{{wait: {tag}_{a}(s=j)}}]"]
-            starts += [f"  - when: {lo} and step < {end}", f"    do: [{{start: {tag}_{a}(s=step)}}]"]
-            begin = end
+        ring, waits, starts = ring_phases(axes, order, 0, "0", tag, d, rows)
+        copies += ring
         body += [f"  # Part {tag}: {d} along {', '.join(order)}.", *waits,
                  "  - when: step == 0", f"    do: [{{start: {tag}_first}}]", *starts]
     names = ", ".join(f'"{a}"' for a in axes)
@@ -311,21 +321,11 @@ def all_gather_direct_first(k: int) -> str:
             n = 2 * r + (d == "left")
             tag = f"p{n}"
             prow = f"{n} * q:q" if n else "0:q"
-            sign = "-" if d == "right" else "+"
             # a receive per ring step, written with q, whose division must be exact in a
             # shape: rows split into 2k equal parts (other rows are refused by name)
             sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S{r} * (rows // q) // {2 * k}]}}"]
-            waits, starts = [], []
-            begin = "1"
-            for i, a in enumerate(order[1:], start=1):
-                end = f"{begin} + N_{a} - 1"
-                moving = f"(me_{a} {sign} (s - ({begin}))) % N_{a}"
-                region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
-                copies.append(f'  {tag}_{a}(s): {{src: "out[{region}, {prow}]", dst: "out[{region}, {prow}]", '
-                              f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
-                waits += [f"  - when: j >= {begin} and j < {end}", f"    do: [{{wait: {tag}_{a}(s=j)}}]"]
-                starts += [f"  - when: step >= {begin} and step < {end}", f"    do: [{{start: {tag}_{a}(s=step)}}]"]
-                begin = end
+            ring, waits, starts = ring_phases(axes, order, 1, "1", tag, d, prow)
+            copies += ring
             body += [f"  # Part {tag}: {d} along {', '.join(order[1:])}.", *waits, *starts]
     names = ", ".join(f'"{a}"' for a in axes)
     return f"""# Bidirectional rotated-axis all-gather over {k} axes, first axis one-shot:
