@@ -910,7 +910,7 @@ DIRECT_3D = [
      "      - accumulate: \"stage_a[me_z, :]\"\n        src: \"stage_a[(me_z - oaj) % N_z, :]\"\n      - wait: a_dj",
      {"race"}),
     # Part B adds its own block before its load from HBM is waited.
-    ("  - when: finishingb and pbj == 2 and mb == 0\n    do: [{wait: b_own}]\n", "", {"race"}),
+    ("  - when: finishingb and pbj == 2 and mb == 0\n    do:\n      - wait: b_own\n", "", {"race"}),
     # Part C sends every peer the same block (its own chip's), not the peer's.
     ('c_d: {src: "second_c[(me_y + oc) % N_y, :]"', 'c_d: {src: "second_c[me_y, :]"', {"wrong_result"}),
     # Part A's offsets from 0: a send to itself (onto the sum being made there), and the
@@ -921,7 +921,7 @@ DIRECT_3D = [
 
 DIRECT_GATHER_3D = [
     # Part C never waits for the blocks of its direct all-gather (nor its sends).
-    ("  - when: sendingc and pc == 3 and nc >= N_y - 1\n    do: [{wait: c_gw}]\n", "", {"race", "dma_not_waited"}),
+    ("  - when: sendingc and pc == 3 and nc >= N_y - 1\n    do:\n      - wait: c_gw\n", "", {"race", "dma_not_waited"}),
     # Part B's block lands in the receiver's part C slot.
     ('b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 1, :]"',
      'b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 2, :]"', {"race", "wrong_result"}),
