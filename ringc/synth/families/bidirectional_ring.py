@@ -1,8 +1,10 @@
-"""Bidirectional rings on one wrapped axis (a `ring:N`), with their chunk counts: half of
+"""Bidirectional rings on one axis (a `ring:N`), with their chunk counts: half of
 every block travels right and half left, so both links into every chip carry data, and
 with `chunks` >= 2 the pieces of a step are software-pipelined so a link does not idle
 through the hop latency or the add. Templates: the library's bidirectional schedules,
-with `chunks` (the param `ringc tune` ranges over) chosen here."""
+with `chunks` (the param `ringc tune` ranges over) chosen here. On an axis without
+wraparound the wrap-around step goes back over the N - 1 links of the other direction:
+correct, and the two rings then share every link (about one ring's time)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ TEMPLATES = {"psum": ("all_reduce_bidirectional", (1, 2, 4, 8)),
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind not in TEMPLATES or topo.ndim != 1 or not topo.wrap[0] or topo.size < 3:
+    if kind not in TEMPLATES or topo.ndim != 1 or topo.size < 3:
         return
     template, chunk_counts = TEMPLATES[kind]
     text = library_text(template)

@@ -439,7 +439,7 @@ def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = N
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
-    if kind not in ("all_gather", "psum_scatter", "psum") or not 2 <= topo.ndim <= 3 or not all(topo.wrap):
+    if kind not in ("all_gather", "psum_scatter", "psum") or not 2 <= topo.ndim <= 3:
         return
     if len(set(topo.shape)) == 1 or min(topo.shape) < 2:
         return   # equal axes: every part's steps line up (rotated_bidirectional, per_axis, vmem_windows)

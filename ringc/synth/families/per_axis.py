@@ -25,7 +25,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         yield from generate_rs(topo)
         return
     key = (kind, topo.ndim)
-    if key not in TEMPLATES or not all(topo.wrap):
+    if key not in TEMPLATES:
         return
     template, chunk_counts = TEMPLATES[key]
     text = library_text(template)
@@ -141,7 +141,7 @@ def reduce_scatter_3d(text: str) -> str:
 
 
 def generate_rs(topo) -> Iterator[Candidate]:
-    if topo.ndim not in (2, 3) or not all(topo.wrap):
+    if topo.ndim not in (2, 3):
         return
     if topo.ndim == 2:
         base = reduce_scatter_2d(library_text("all_reduce_2d_bidirectional"))

@@ -137,7 +137,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         return
     if kind == "psum" and topo.ndim == 1:
         yield Candidate(FAMILY, "psum_recursive_doubling", TEXT, WHAT, {})
-    if kind == "psum" and topo.ndim <= 3 and all(topo.wrap):
+    if kind == "psum" and topo.ndim <= 3:
         for both in (False, True):
             yield Candidate(FAMILY, f"psum_shift_doubling{'_bidirectional' if both else ''}_{topo.ndim}d",
                             psum_shift(topo.ndim, both),

@@ -389,7 +389,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     """Where some axis has a low digit of radix 4 (16 chips), or where `recursive_halving`
     is not generated (past its `MAX_CHIPS`: v5p:8x8x8): elsewhere, on axes of 8 or fewer,
     the rounds are `recursive_halving`'s (a top digit of radix 4, a binary one below)."""
-    if (kind not in GENERATORS or topo.ndim > 3 or not all(topo.wrap)
+    if (kind not in GENERATORS or topo.ndim > 3
             or any(s < 2 or s > MAX_AXIS or s & (s - 1) for s in topo.shape)
             or (max(topo.shape) < MAX_AXIS and topo.size <= recursive_halving.MAX_CHIPS)):
         return
