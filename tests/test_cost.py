@@ -746,3 +746,23 @@ def test_timed_events_limit_refuses_before_unrolling():
     with pytest.raises(ScheduleError, match="over the limit `timed_events`") as err:
         estimate(sched, hardware("ring:16", sched), nbytes=256 * MiB)
     assert "--param bm=..." in err.value.fix and "--limit timed_events=" in err.value.fix
+
+
+def test_a_schedule_s_vmem_limit_is_the_capacity_it_fits_or_not():
+    """`vmem_limit_mib` is the scoped VMEM the compiler gives the kernel: a schedule whose
+    buffers need more than its own limit does not fit, though the core holds them (the
+    search took such windows on v5p:16x16x16, 53.6 MiB against a limit of 48, and libtpu
+    refused them). The text names the limit and the fix."""
+    from ringc.ir.loader import load_text
+    text = (LIB / "all_reduce_2d.yaml").read_text()
+    sched = ringc.load(LIB / "all_reduce_2d.yaml")
+    e = estimate(sched, hardware("torus:4x4", sched), nbytes=4 * MiB)
+    assert e.fits and e.vmem > 2 * MiB and e.vmem_capacity == 128 * MiB
+    limited = load_text(text.replace("\nparams:", "\nvmem_limit_mib: 2\nparams:", 1), "limited")
+    e2 = estimate(limited, hardware("torus:4x4", limited), nbytes=4 * MiB)
+    assert e2.vmem == e.vmem and e2.vmem_capacity == 2 * MiB and not e2.fits
+    assert "DOES NOT FIT in the 2 MiB its vmem_limit_mib allows per core (v5e: 128 MiB)" in e2.to_text()
+    assert e2.to_json()["vmem_capacity_bytes"] == 2 * MiB and not e2.to_json()["fits_vmem"]
+    roomy = load_text(text.replace("\nparams:", "\nvmem_limit_mib: 96\nparams:", 1), "roomy")
+    e3 = estimate(roomy, hardware("torus:4x4", roomy), nbytes=4 * MiB)
+    assert e3.fits and "of the 96 MiB its vmem_limit_mib allows per core" in e3.to_text()

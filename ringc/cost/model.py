@@ -84,6 +84,13 @@ def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
     return fixed + max(blocks, default=0)
 
 
+def vmem_capacity(schedule, chip) -> int:
+    """VMEM a kernel may use on one core: the chip's, or less where the schedule's
+    `vmem_limit_mib` says so (the compiler's scoped limit then)."""
+    limit = schedule.vmem_limit_mib
+    return min(chip.vmem_bytes, limit * 2**20) if limit and chip.fabric != "nvswitch" else chip.vmem_bytes
+
+
 @dataclass
 class Estimate:
     schedule: S.Schedule
@@ -107,13 +114,28 @@ class Estimate:
         return vmem_need(self.schedule, self.program.shapes)
 
     @property
+    def vmem_capacity(self) -> int:
+        return vmem_capacity(self.schedule, self.hw.chip)
+
+    @property
     def fits(self) -> bool:
-        """Whether those buffers fit in one core's VMEM (necessary for the kernel to compile;
-        `ringc compile` is the sufficient test)."""
-        return self.vmem <= self.hw.chip.vmem_bytes
+        """Whether those buffers fit in one core's VMEM capacity (necessary for the kernel to
+        compile; `ringc compile` is the sufficient test)."""
+        return self.vmem <= self.vmem_capacity
+
+    def _limited(self) -> bool:
+        return self.vmem_capacity < self.hw.chip.vmem_bytes
 
     def vmem_text(self) -> str:
         have = size_text(self.hw.chip.vmem_bytes)
+        if self._limited():
+            cap = size_text(self.vmem_capacity)
+            if self.fits:
+                return (f"{size_text(self.vmem)} of the {cap} its vmem_limit_mib allows per core "
+                        f"({self.hw.chip.name}: {have})")
+            return (f"{size_text(self.vmem)}: DOES NOT FIT in the {cap} its vmem_limit_mib allows per core "
+                    f"({self.hw.chip.name}: {have}); the TPU compiler rejects this size: raise `vmem_limit_mib` "
+                    "(up to the core's VMEM) or keep the arrays in HBM and stream them through VMEM blocks")
         if self.hw.chip.fabric == "nvswitch":  # a GPU kernel's grid stages blocks through its SMs' shared memory
             if self.fits:
                 return f"{size_text(self.vmem)} of the {have} of shared memory of all SMs ({self.hw.chip.name})"
@@ -221,7 +243,7 @@ class Estimate:
             "why": self.why(),
             "assumptions": self.assumptions,
             "hop_latency_s": self.hw.hop_latency, "dma_overhead_s": self.hw.dma_overhead,
-            "vmem_bytes": self.vmem, "vmem_capacity_bytes": self.hw.chip.vmem_bytes, "fits_vmem": self.fits,
+            "vmem_bytes": self.vmem, "vmem_capacity_bytes": self.vmem_capacity, "fits_vmem": self.fits,
         }
 
     def why(self) -> list[str]:

@@ -38,7 +38,7 @@ from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
-from ..cost.model import CostError, estimate, hardware
+from ..cost.model import CostError, estimate, hardware, vmem_capacity
 from ..cost.sizing import fit_volume
 from ..cost.tune import compile_target, compiler_available
 from ..ir.dtypes import itemsize
@@ -253,10 +253,11 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             except ScheduleError as err:
                 p.problems[size] = err.message.splitlines()[0][:160]
                 continue
-            if _vmem_buffers(fitted, hw) > hw.chip.vmem_bytes:
+            if _vmem_buffers(fitted, hw) > vmem_capacity(fitted, hw.chip):
                 too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
         if too_big is not None:
-            p.problems[size] = f"its VMEM buffers do not fit a core from {size_text(too_big)} on"
+            where = "its vmem_limit_mib" if p.schedule.vmem_limit_mib else "a core"
+            p.problems[size] = f"its VMEM buffers do not fit {where} from {size_text(too_big)} on"
             continue
         try:
             with limits.overridden({"timed_flows": budget}):
