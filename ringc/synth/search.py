@@ -132,8 +132,7 @@ class SynthResult:
             sec, eff, bound, binding, _, sized = p.points[ch.size]
             rows = ", ".join(f"{k}={v}" for k, v in sized.items() if k in ("rows", "cols"))
             ru = ch.runner_up
-            ru_text = (f"runner-up {ru.candidate.label} {time_text(ru.seconds(ch.size))} "
-                       f"({ru.points[ch.size][1]:.1%})" if ru else "no runner-up")
+            ru_text = f"runner-up {_runner_up_text(ru, ch.size)}" if ru else "no runner-up"
             lines.append(f"# At {size_text(ch.size)} ({rows}): estimate {time_text(sec)}, {eff:.1%} of the bound "
                          f"{time_text(bound)} ({binding}); {ru_text}"
                          + ("; checked with these params too." if p.sized_verdicts.get(ch.size) == "" else "."))
@@ -161,7 +160,7 @@ class SynthResult:
                 continue
             sec, eff, bound, binding, _, _ = w.points[ch.size]
             rows.append([size_text(ch.size), w.candidate.label, time_text(sec), f"{time_text(bound)} ({binding})",
-                         f"{eff:.1%}", f"{ru.candidate.label} {time_text(ru.seconds(ch.size))}" if ru else "-"])
+                         f"{eff:.1%}", _runner_up_text(ru, ch.size) if ru else "-"])
         widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
         for r in [head] + rows:
             out.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -233,6 +232,12 @@ def topology_of(spec: str) -> T.Topology:
         return T.parse(spec)
     except ScheduleError as e:
         raise ValueError(e.message) from None
+
+
+def _runner_up_text(ru: "Priced", size: int) -> str:
+    """The runner-up, its estimate and its share of the bound: the share is what ranks them,
+    as the candidates' shapes reach different V (a runner-up may take less time at a smaller V)."""
+    return f"{ru.candidate.label} {time_text(ru.seconds(size))} ({ru.points[size][1]:.1%})"
 
 
 # -- the search ------------------------------------------------------------------------------
