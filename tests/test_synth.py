@@ -309,3 +309,20 @@ def test_a_slice_without_wraparound_gets_a_verified_reduce_scatter_at_256mib():
     cand = next(rotated_bidirectional.generate("all_gather", T.parse("v5e:4x4")))
     sched = load_text(cand.text, cand.name)
     assert estimate(sched, hardware("v5e:4x4", sched), nbytes=256 * MiB).efficiency >= 0.95
+
+
+def test_none_verifies_says_which_limit_would_price_the_candidates():
+    """A size with no winner because ringc's own limits left its candidates unpriced says
+    the `--limit` that would price them (on v5e:8x16 at 256 MiB every chip is timed: the
+    slice has no wraparound, so no symmetry), not only the candidates' reasons."""
+    from ringc import limits
+    with limits.overridden({"timed_events": 2000}):
+        r = synth("psum_scatter", "v5e:2x2", [256 * MiB], compile=False)
+    assert r.choices[0].winner is None
+    text = r.to_text()
+    assert "over the limit `timed_events` of 2,000" in text
+    hint = [ln for ln in text.splitlines() if ln.startswith("  none verifies at 256 MiB: --limit timed_events=")]
+    assert len(hint) == 1, text
+    need = int(hint[0].split("timed_events=")[1].split()[0])
+    with limits.overridden({"timed_events": need}):
+        assert synth("psum_scatter", "v5e:2x2", [256 * MiB], compile=False).choices[0].winner is not None

@@ -26,6 +26,8 @@ at each size the fastest candidate that verifies.
 
 from __future__ import annotations
 
+import re
+
 import difflib
 import time
 from dataclasses import dataclass, field, replace
@@ -53,6 +55,8 @@ LATENCY_PROBE = 4 * 1024
 # one-shot to every chip of v5p:16x16x16 at 256 MiB re-rates 16 million, over a minute) is
 # listed as not priced there after about 6 s instead.
 SEARCH_TIMED_FLOWS = 2_000_000
+# "... is 4,471,808, over the limit `timed_events` of 1,000,000" (a problem a limit caused)
+_OVER_LIMIT = re.compile(r"is ([\d,]+), over the limit `(\w+)`")
 SIZE_SLACK = 0.25   # a candidate's achieved V may differ from the request by this fraction
 
 
@@ -181,7 +185,27 @@ class SynthResult:
         unpriced = sorted({(p.candidate.label, why) for p in self.priced for why in p.problems.values()})
         for label, why in unpriced:
             out.append(f"  not priced: {label}: {why}")
+        out += self._none_hints()
         return "\n".join(out)
+
+    def _none_hints(self) -> list[str]:
+        """Where a size has no winner and candidates were left unpriced by ringc's own limits
+        (not by VMEM): the `--limit` that would price them (slower), the largest need each."""
+        lines = []
+        for ch in self.choices:
+            if ch.winner is not None:
+                continue
+            need: dict[str, int] = {}
+            for p in self.priced:
+                m = _OVER_LIMIT.search(p.problems.get(ch.size, ""))
+                if m:
+                    name, value = m.group(2), int(m.group(1).replace(",", ""))
+                    need[name] = max(need.get(name, 0), value)
+            if need:
+                flags = " ".join(f"--limit {n}={v}" for n, v in sorted(need.items()))
+                lines.append(f"  none verifies at {size_text(ch.size)}: {flags} prices the candidates over "
+                             f"ringc's limits (slower: every chip is timed where the slice has no symmetry)")
+        return lines
 
     def to_json(self) -> dict:
         def point(p: Priced, size: int) -> dict | None:
