@@ -22,6 +22,7 @@ the symmetry quotient."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from .base import V5E_OFFSETS, Candidate
@@ -221,6 +222,44 @@ def _part_rows(r: int, parts: int) -> tuple[str, str, str, str]:
     return length, rows, f"{start}:{length} // 2", f"{start} + {length} // 2:{length} - {length} // 2"
 
 
+@dataclass(frozen=True)
+class _Leg:
+    """Round i of part r (rows `rows` of every block, `length` of them, cut in `top` and
+    `bottom` halves where it is split) along axis a, from buffer `src` into `dst`; `there`,
+    `mine`: the slot regions of the coordinate sent to and of my own; `others`: the other
+    axes' sizes."""
+    r: int
+    a: str
+    tag: str
+    src: str
+    dst: str
+    length: str
+    rows: str
+    top: str
+    bottom: str
+    others: list
+    there: str
+    mine: str
+
+
+def _legs(axes: str, parts: int) -> tuple[list[str], list[str], list[_Leg]]:
+    """The buffers a rotated all-to-all reads in each round (`x`, `mid_1`, .., `out`), the
+    `mid` scratch lines, and every part's round along every axis of its rotated order."""
+    bufs = ["x", *[f"mid_{i}" for i in range(1, len(axes))], "out"]   # what round i reads is bufs[i]
+    slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
+    scratch = [f"  {b}: {{kind: hbm_scratch, slots: {slots}, shape: [rows, cols]}}   # after {i} round{'s' * (i > 1)} "
+               "of each part" for i, b in enumerate(bufs[1:-1], 1)]
+    legs = []
+    for r in range(parts):
+        length, rows, top, bottom = _part_rows(r, parts)
+        for i, a in enumerate(axes[r:] + axes[:r]):
+            legs.append(_Leg(r, a, f"p{r}_{a}", bufs[i], bufs[i + 1], length, rows, top, bottom,
+                             [f"N_{b}" for b in axes if b != a],
+                             ", ".join(f"t_{a}" if b == a else ":" for b in axes),
+                             ", ".join(f"me_{a}" if b == a else ":" for b in axes)))
+    return bufs, scratch, legs
+
+
 def all_to_all_rotated(k: int) -> str:
     """`all_to_all` in k parts at once, one per rotation of the axis order: part r takes
     rows r q .. (r + 1) q of every block (q = rows // k, the last part the rest) and runs
@@ -238,7 +277,6 @@ def all_to_all_rotated(k: int) -> str:
     one hop the negative way, which forwards it N_a / 2 - 1 hops on the negative way
     (phase 3i + 1): 32 each way."""
     axes = AXES[:k]
-    bufs = ["x", *[f"mid_{i}" for i in range(1, k)], "out"]   # what round i reads is bufs[i]
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
     lets, copies, body, sems = ["  q: rows // " + str(k) + "   # rows of every block per part"], [], [], []
     for a in axes:
@@ -248,33 +286,25 @@ def all_to_all_rotated(k: int) -> str:
                  + f"   # the relay of my half-way block along {a}",
                  f"  final_{a}: " + row_major(axes, lambda b: f"(me_{b} + 1 + N_{b} // 2) % N_{b}" if b == a else f"me_{b}")
                  + f"   # where the half I relay along {a} goes"]
-    scratch = [f"  {b}: {{kind: hbm_scratch, slots: {slots}, shape: [rows, cols]}}   # after {i} round{'s' * (i > 1)} "
-               "of each part" for i, b in enumerate(bufs[1:-1], 1)]
     sems += ["  relay_sem: dma", "  forward_sem: dma"]
-    for r in range(k):
-        order = axes[r:] + axes[:r]
-        length, rows, top, bottom = _part_rows(r, k)
-        for i, a in enumerate(order):
-            src, dst = bufs[i], bufs[i + 1]
-            tag = f"p{r}_{a}"
-            sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
-                     f"  relay_recv_{tag}: dma", f"  forward_recv_{tag}: dma"]
-            others = [f"N_{b}" for b in axes if b != a]
-            scratch.append(f"  relay_{tag}: {{kind: hbm_scratch, slots: [{', '.join(others)}], "
-                           f"shape: [{length} - {length} // 2, cols]}}   # part {r}'s bottom half in transit along {a}")
-            there = ", ".join(f"t_{a}" if b == a else ":" for b in axes)
-            mine = ", ".join(f"me_{a}" if b == a else ":" for b in axes)
-            origin = ", ".join(f"(me_{a} + 1) % N_{a}" if b == a else ":" for b in axes)
-            copies += [f'  keep_{tag}: {{src: "{src}[{mine}, {rows}]", dst: "{dst}[{mine}, {rows}]", '
-                       f'sem: keep_{tag}_sem}}',
-                       f'  send_{tag}: {{src: "{src}[{there}, {rows}]", dst: "{dst}[{mine}, {rows}]", to: to_{a}, '
-                       f'send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
-                       f'  top_{tag}: {{src: "{src}[{there}, {top}]", dst: "{dst}[{mine}, {top}]", to: to_{a}, '
-                       f'send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
-                       f'  to_relay_{tag}: {{src: "{src}[{there}, {bottom}]", dst: relay_{tag}, to: via_{a}, '
-                       f'send_sem: relay_sem, recv_sem: relay_recv_{tag}}}',
-                       f'  forward_{tag}: {{src: relay_{tag}, dst: "{dst}[{origin}, {bottom}]", to: final_{a}, '
-                       f'send_sem: forward_sem, recv_sem: forward_recv_{tag}}}']
+    bufs, scratch, legs = _legs(axes, k)
+    for g in legs:
+        a, tag = g.a, g.tag
+        sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
+                 f"  relay_recv_{tag}: dma", f"  forward_recv_{tag}: dma"]
+        scratch.append(f"  relay_{tag}: {{kind: hbm_scratch, slots: [{', '.join(g.others)}], "
+                       f"shape: [{g.length} - {g.length} // 2, cols]}}   # part {g.r}'s bottom half in transit along {a}")
+        origin = ", ".join(f"(me_{a} + 1) % N_{a}" if b == a else ":" for b in axes)
+        copies += [f'  keep_{tag}: {{src: "{g.src}[{g.mine}, {g.rows}]", dst: "{g.dst}[{g.mine}, {g.rows}]", '
+                   f'sem: keep_{tag}_sem}}',
+                   f'  send_{tag}: {{src: "{g.src}[{g.there}, {g.rows}]", dst: "{g.dst}[{g.mine}, {g.rows}]", '
+                   f'to: to_{a}, send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
+                   f'  top_{tag}: {{src: "{g.src}[{g.there}, {g.top}]", dst: "{g.dst}[{g.mine}, {g.top}]", '
+                   f'to: to_{a}, send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
+                   f'  to_relay_{tag}: {{src: "{g.src}[{g.there}, {g.bottom}]", dst: relay_{tag}, to: via_{a}, '
+                   f'send_sem: relay_sem, recv_sem: relay_recv_{tag}}}',
+                   f'  forward_{tag}: {{src: relay_{tag}, dst: "{g.dst}[{origin}, {g.bottom}]", to: final_{a}, '
+                   f'send_sem: forward_sem, recv_sem: forward_recv_{tag}}}']
     for i in range(k):
         # round i: part r along axis i of its order, its copies tagged p<r>_<axis>
         round_parts = [(a, f"p{r}_{a}", f"step < N_{a} - 1") for r in range(k) for a in [(axes[r:] + axes[:r])[i]]]
@@ -339,7 +369,6 @@ def all_to_all_pow2(k: int, legs: int, rotated: bool = True) -> str:
     `rotated` False: one part through the axes in order (half the DMAs: for small sizes)."""
     axes = AXES[:k]
     parts = k if rotated else 1
-    bufs = ["x", *[f"mid_{i}" for i in range(1, k)], "out"]   # what round i reads is bufs[i]
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
     span = 2 ** (legs + 1)
     lets, copies, body = ["  q: rows // " + str(parts) + "   # rows of every block per part"], [], []
@@ -360,45 +389,37 @@ def all_to_all_pow2(k: int, legs: int, rotated: bool = True) -> str:
         lets += [f"  to_{a}: {shift(f'+ o_{a}')}",
                  f"  via_{a}: {shift(f'- N_{a} // 4')}   # the relay of my half-way block's bottom half",
                  f"  final_{a}: {shift(f'- (N_{a} // 2 - N_{a} // 4)')}   # where that relay sends it"]
-    scratch = [f"  {b}: {{kind: hbm_scratch, slots: {slots}, shape: [rows, cols]}}   # after {i} round{'s' * (i > 1)} "
-               "of each part" for i, b in enumerate(bufs[1:-1], 1)]
-    for r in range(parts):
-        order = axes[r:] + axes[:r]
-        length, rows, top, bottom = _part_rows(r, parts)
-        for i, a in enumerate(order):
-            src, dst = bufs[i], bufs[i + 1]
-            tag = f"p{r}_{a}"
-            others = [f"N_{b}" for b in axes if b != a]
-            there = ", ".join(f"t_{a}" if b == a else ":" for b in axes)
-            mine = ", ".join(f"me_{a}" if b == a else ":" for b in axes)
-            sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
-                     f"  bottom_recv_{tag}: dma", f"  forward_recv_{tag}: dma"]
-            sems += [f"  hop{j}_recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}" for j in range(1, legs)]
-            scratch += [f"  landed{j}_{tag}: {{kind: hbm_scratch, slots: [N_{a} - 1, {', '.join(others)}], "
-                        f"shape: [{length}, cols]}}   # part {r} after hop {j} along {a}" for j in range(1, legs)]
-            scratch.append(f"  half_{tag}: {{kind: hbm_scratch, slots: [{', '.join(others)}], "
-                           f"shape: [{length} - {length} // 2, cols]}}   # part {r}'s bottom half in transit along {a}")
-            copies += [f'  keep_{tag}: {{src: "{src}[{mine}, {rows}]", dst: "{dst}[{mine}, {rows}]", sem: keep_{tag}_sem}}',
-                       f'  top_{tag}: {{src: "{src}[{there}, {top}]", dst: "{dst}[{mine}, {top}]", to: to_{a}, '
-                       f'send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
-                       f'  bottom_{tag}: {{src: "{src}[{there}, {bottom}]", dst: half_{tag}, to: via_{a}, '
-                       f'send_sem: relay_sem, recv_sem: bottom_recv_{tag}}}',
-                       f'  forward_{tag}: {{src: half_{tag}, dst: "{dst}[{", ".join(f"(me_{a} + N_{a} // 4) % N_{a}" if b == a else ":" for b in axes)}, {bottom}]", '
-                       f'to: final_{a}, send_sem: forward_sem, recv_sem: forward_recv_{tag}}}']
-            for j in range(1, legs + 1):
-                # hop j: from the source's block (j = 1) or the arrival of hop j - 1; into the
-                # destination's slot of the source (which is u1 + .. + u(j-1) hops back) if no
-                # digit is left after it, else into the next chip's hop<j> slot of the step
-                here = f'"{src}[{there}, {rows}]"' if j == 1 else f'"landed{j - 1}_{tag}[step]"'
-                back = " - s_{a} * (".format(a=a) + " + ".join(f"u{i}_{a}" for i in range(1, j)) + ")" if j > 1 else ""
-                origin = ", ".join(f"(me_{a}{back}) % N_{a}" if b == a and j > 1 else f"me_{a}" if b == a else ":"
-                                   for b in axes)
-                sem = "send_sem" if j == 1 else "hop_sem"
-                copies.append(f'  last{j}_{tag}: {{src: {here}, dst: "{dst}[{origin}, {rows}]", to: to{j}_{a}, '
-                              f'send_sem: {sem}, recv_sem: "recv_{tag}[step]"}}')
-                if j < legs:
-                    copies.append(f'  hop{j}_{tag}: {{src: {here}, dst: "landed{j}_{tag}[step]", to: to{j}_{a}, '
-                                  f'send_sem: {sem}, recv_sem: "hop{j}_recv_{tag}[step]"}}')
+    bufs, scratch, part_legs = _legs(axes, parts)
+    for g in part_legs:
+        a, tag, src, dst, there, mine, rows = g.a, g.tag, g.src, g.dst, g.there, g.mine, g.rows
+        sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
+                 f"  bottom_recv_{tag}: dma", f"  forward_recv_{tag}: dma"]
+        sems += [f"  hop{j}_recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}" for j in range(1, legs)]
+        scratch += [f"  landed{j}_{tag}: {{kind: hbm_scratch, slots: [N_{a} - 1, {', '.join(g.others)}], "
+                    f"shape: [{g.length}, cols]}}   # part {g.r} after hop {j} along {a}" for j in range(1, legs)]
+        scratch.append(f"  half_{tag}: {{kind: hbm_scratch, slots: [{', '.join(g.others)}], "
+                       f"shape: [{g.length} - {g.length} // 2, cols]}}   # part {g.r}'s bottom half in transit along {a}")
+        relayed = ", ".join(f"(me_{a} + N_{a} // 4) % N_{a}" if b == a else ":" for b in axes)
+        copies += [f'  keep_{tag}: {{src: "{src}[{mine}, {rows}]", dst: "{dst}[{mine}, {rows}]", sem: keep_{tag}_sem}}',
+                   f'  top_{tag}: {{src: "{src}[{there}, {g.top}]", dst: "{dst}[{mine}, {g.top}]", to: to_{a}, '
+                   f'send_sem: send_sem, recv_sem: "recv_{tag}[step]"}}',
+                   f'  bottom_{tag}: {{src: "{src}[{there}, {g.bottom}]", dst: half_{tag}, to: via_{a}, '
+                   f'send_sem: relay_sem, recv_sem: bottom_recv_{tag}}}',
+                   f'  forward_{tag}: {{src: half_{tag}, dst: "{dst}[{relayed}, {g.bottom}]", '
+                   f'to: final_{a}, send_sem: forward_sem, recv_sem: forward_recv_{tag}}}']
+        for j in range(1, legs + 1):
+            # hop j: from the source's block (j = 1) or the arrival of hop j - 1; into the
+            # destination's slot of the source (which is u1 + .. + u(j-1) hops back) if no
+            # digit is left after it, else into the next chip's landed<j> slot of the step
+            here = f'"{src}[{there}, {rows}]"' if j == 1 else f'"landed{j - 1}_{tag}[step]"'
+            back = f" - s_{a} * (" + " + ".join(f"u{i}_{a}" for i in range(1, j)) + ")" if j > 1 else ""
+            origin = mine if j == 1 else ", ".join(f"(me_{a}{back}) % N_{a}" if b == a else ":" for b in axes)
+            sem = "send_sem" if j == 1 else "hop_sem"
+            copies.append(f'  last{j}_{tag}: {{src: {here}, dst: "{dst}[{origin}, {rows}]", to: to{j}_{a}, '
+                          f'send_sem: {sem}, recv_sem: "recv_{tag}[step]"}}')
+            if j < legs:
+                copies.append(f'  hop{j}_{tag}: {{src: {here}, dst: "landed{j}_{tag}[step]", to: to{j}_{a}, '
+                              f'send_sem: {sem}, recv_sem: "hop{j}_recv_{tag}[step]"}}')
     # A round takes legs + 2 phases: P0 the first hops of the routes of two hops or more
     # (they have the links to themselves, so they land early); P1 the forwards of those
     # arrivals and the one-hop sends (which, farthest first, come after every longer route's
