@@ -252,7 +252,7 @@ def test_the_power_of_2_all_to_all_names_an_axis_its_hops_do_not_cover():
 
 @pytest.mark.parametrize("broken, fixed, kinds", [
     # One hop per offset: a direct send of 3, 5, 6 or 7, which v5e does not route.
-    ("  u1_x: 8 if r0_x >= 8", "  u1_x: r0_x if r0_x >= 3", {"unroutable"}),
+    ("  u1_x: 4 if r0_x >= 4", "  u1_x: r0_x if r0_x >= 3", {"unroutable"}),
     # A relay forwards before its hop has landed.
     ("wait_recv: hop1_p1_y\n      - start: last2_p1_y", "start: last2_p1_y\n      - wait_recv: hop1_p1_y", {"race"}),
     # Only the send of a two-hop route's last hop is waited, not its arrival: the next
@@ -262,7 +262,7 @@ def test_the_power_of_2_all_to_all_names_an_axis_its_hops_do_not_cover():
     ('dst: "mid_1[(me_x - s_x * (u1_x)) % N_x, :, 0:q]"', 'dst: "mid_1[me_x, :, 0:q]"', {"wrong_result"}),
 ])
 def test_a_broken_power_of_2_all_to_all_is_refused(broken, fixed, kinds):
-    _assert_refused(per_axis_direct.all_to_all_pow2(2, 3), broken, fixed, kinds, "v5e:16x16")
+    _assert_refused(per_axis_direct.all_to_all_pow2(2, 2), broken, fixed, kinds, "v5e:8x8")
 
 
 def test_the_power_of_2_all_to_all_is_within_5_percent_of_the_bisection_bound_on_v5e_16x16():
