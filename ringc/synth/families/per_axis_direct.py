@@ -389,7 +389,7 @@ def all_to_all_pow2(k: int, legs: int, rotated: bool = True) -> str:
         lets += [f"  to_{a}: {shift(f'+ o_{a}')}",
                  f"  via_{a}: {shift(f'- N_{a} // 4')}   # the relay of my half-way block's bottom half",
                  f"  final_{a}: {shift(f'- (N_{a} // 2 - N_{a} // 4)')}   # where that relay sends it"]
-    bufs, scratch, part_legs = _legs(axes, parts)
+    _, scratch, part_legs = _legs(axes, parts)
     for g in part_legs:
         a, tag, src, dst, there, mine, rows = g.a, g.tag, g.src, g.dst, g.there, g.mine, g.rows
         sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
