@@ -201,6 +201,7 @@ def test_cli_text_json_and_output(tmp_path, capsys):
     (["psum", "--topology", "ring", "--bytes", "1MiB"], "needs a sized topology"),
     (["psum", "--topology", "ring:8", "--bytes", "1XB"], "expected a size"),
     (["psum", "--topology", "ring:8", "--bytes", "0"], "at least 1 byte"),
+    (["psum", "--topology", "v5e:1x1", "--bytes", "1MiB"], "is one chip: a collective over it moves no data"),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(argv, says, capsys):
     try:
@@ -326,3 +327,22 @@ def test_none_verifies_says_which_limit_would_price_the_candidates():
     need = int(hint[0].split("timed_events=")[1].split()[0])
     with limits.overridden({"timed_events": need}):
         assert synth("psum_scatter", "v5e:2x2", [256 * MiB], compile=False).choices[0].winner is not None
+
+
+def test_a_slice_with_an_axis_of_one_chip_is_synthesized_on_its_other_axes():
+    """v5p:2x2x1 (the v5p-8 slice) is a 2x2 grid: the 3-D families, whose axis of one chip
+    has no step to send on, found nothing at 256 MiB ("none verifies" for psum and
+    psum_scatter). The families now generate for the other axes, and the winner is checked
+    on the slice along them (said in its header) within 5% of the bound."""
+    from ringc import topology as T
+    from ringc.synth.search import squeezed
+    gen, along = squeezed(T.parse("v5p:2x1x2"))
+    assert (gen.shape, gen.generation, along) == ((2, 2), "v5p", "x,z")
+    assert squeezed(T.parse("v5p:4x4x4"))[1] is None
+    r = synth("psum_scatter", "v5p:2x1x2", [256 * MiB], compile=False)
+    w = r.choices[0].winner
+    assert w is not None and w.points[256 * MiB][1] >= 0.95 and len(w.schedule.axes) == 2
+    assert w.verified.startswith("ringc check ok on v5p:2x1x2 --along x,z")
+    assert "# Checked: ringc check ok on v5p:2x1x2 --along x,z" in r.yaml_of(w)
+    with pytest.raises(ValueError, match="v5e:1x1 is one chip: a collective over it moves no data"):
+        synth("psum", "v5e:1x1", [MiB], compile=False)

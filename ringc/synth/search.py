@@ -42,6 +42,7 @@ from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
 from ..cost.model import CostError, estimate, hardware, vmem_capacity
 from ..cost.sizing import fit_volume
+from ..verify.placement import axis_names
 from ..cost.tune import compile_target, compiler_available
 from ..ir.dtypes import itemsize
 from ..ir.loader import load_text
@@ -249,6 +250,22 @@ def collective_of(name: str) -> str:
     raise ValueError(f"ringc synth searches {', '.join(kinds)}, not {name!r}{hint}")
 
 
+def squeezed(topo: T.Topology) -> tuple[T.Topology, str | None]:
+    """The topology the families generate for, and the `--along` that binds their schedules
+    to `topo`: on a slice with axes of one chip (v5p:2x2x1, the v5p-8 slice), the other
+    axes alone (a 2-D schedule along x, y; a 3-D family's axis of one would have no step to
+    send on). Raises ValueError for one chip: a collective over it moves nothing."""
+    kept = [i for i, n in enumerate(topo.shape) if n > 1]
+    if not kept:
+        raise ValueError(f"{topo.spec} is one chip: a collective over it moves no data, so there is nothing to "
+                         "synthesize (choose a slice of two chips or more)")
+    if len(kept) == topo.ndim:
+        return topo, None
+    names = axis_names(topo)
+    gen = replace(topo, shape=tuple(topo.shape[i] for i in kept), wrap=tuple(topo.wrap[i] for i in kept))
+    return gen, ",".join(names[i] for i in kept)
+
+
 def topology_of(spec: str) -> T.Topology:
     if T.sized_by_devices(spec):
         raise ValueError("`ringc synth` needs a sized topology, e.g. ring:16, torus:4x4 or v5p:4x4x4")
@@ -344,11 +361,12 @@ def _vmem_buffers(sized, hw) -> int:
     return sum(prod(shapes[n]) * itemsize(sized.dtype_of(n)) for n, b in sized.buffers.items() if b.memory == "vmem")
 
 
-def _verify(p: Priced, topo: T.Topology) -> None:
-    """`ringc check` on the slice at the template's small rows; sets verdict and verified."""
+def _verify(p: Priced, topo: T.Topology, along: str | None = None) -> None:
+    """`ringc check` on the slice (`along` its axes of more than one chip, where some have
+    one) at the template's small rows; sets verdict and verified."""
     t0 = time.perf_counter()
     try:
-        report = check(p.schedule, topology=topo.spec)
+        report = check(p.schedule, topology=topo.spec, along=along)
     except ScheduleError as e:
         p.verdict = f"refused by ringc check: {e.message.splitlines()[0]}"
         return
@@ -358,11 +376,11 @@ def _verify(p: Priced, topo: T.Topology) -> None:
         return
     rows = ", ".join(f"{k}={v}" for k, v in p.schedule.params.items() if k in ("rows", "cols"))
     p.verdict = ""
-    p.verified = (f"ringc check ok on {topo.spec} (N={topo.size}, {rows}) in "
+    p.verified = (f"ringc check ok on {topo.spec}{f' --along {along}' if along else ''} (N={topo.size}, {rows}) in "
                   f"{time.perf_counter() - t0:.2f}s")
 
 
-def _verify_sized(p: Priced, topo: T.Topology, size: int) -> None:
+def _verify_sized(p: Priced, topo: T.Topology, size: int, along: str | None = None) -> None:
     """`ringc check` on the slice with the params sized for `size`, where they differ from
     the template's (already proved by `_verify`); sets `sized_verdicts[size]`. Within the
     check's limits (`--limit`): a check past them drops the candidate at that size."""
@@ -373,7 +391,7 @@ def _verify_sized(p: Priced, topo: T.Topology, size: int) -> None:
         return
     rows = ", ".join(f"{k}={v}" for k, v in sized.items() if k in ("rows", "cols"))
     try:
-        report = check(with_params(p.schedule, sized), topology=topo.spec)
+        report = check(with_params(p.schedule, sized), topology=topo.spec, along=along)
     except ScheduleError as e:
         p.sized_verdicts[size] = f"refused by ringc check at {rows}: {e.message.splitlines()[0][:120]}"
         return
@@ -425,6 +443,7 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
     t0 = time.perf_counter()
     kind = collective_of(collective)
     topo = topology_of(topology)
+    gen_topo, along = squeezed(topo)
     if not sizes or any(s < 1 for s in sizes):
         raise ValueError("sizes must be positive byte counts")
     sizes = sorted(set(sizes))
@@ -435,10 +454,10 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
     probe = [LATENCY_PROBE] if LATENCY_PROBE not in sizes else []
     found: list[Priced] = []
     for fam in gens:
-        for cand in fam.generate(kind, topo):
+        for cand in fam.generate(kind, gen_topo):
             try:
                 sched = load_text(cand.text, f"<synth:{cand.name}>")
-                hw = hardware(topology, sched, chip=chip, **hw_options)
+                hw = hardware(topology, sched, along=along, chip=chip, **hw_options)
             except (ScheduleError, ValueError) as e:
                 skipped.append((cand.name, (getattr(e, "message", None) or str(e)).splitlines()[0]))
                 continue
@@ -454,7 +473,7 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             continue
         priced.append(p)
     if not priced:
-        why_not = [(fam.FAMILY, fam.unavailable(kind, topo)) for fam in gens if hasattr(fam, "unavailable")]
+        why_not = [(fam.FAMILY, fam.unavailable(kind, gen_topo)) for fam in gens if hasattr(fam, "unavailable")]
         raise ValueError(f"no family generates {kind} on {topology}"
                          + "".join(f"\n  {n}: {w}" for n, w in skipped + [(f, w) for f, w in why_not if w]))
     note = "--no-compile" if not compile else compiler_available()
@@ -468,12 +487,12 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
                 break
             best = live[0]
             if verify and best.verdict is None:
-                _verify(best, topo)
+                _verify(best, topo, along)
                 if best.verdict:
                     dropped.append((best.candidate.label, best.verdict))
                     continue
             if verify and size not in best.sized_verdicts:
-                _verify_sized(best, topo, size)
+                _verify_sized(best, topo, size, along)
                 if best.sized_verdicts[size]:
                     dropped.append((best.candidate.label, best.sized_verdicts[size]))
                     continue

@@ -254,7 +254,9 @@ def _axis_index(text: str, topo: T.Topology) -> int | None:
 
 def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
     """Bind the schedule's axes to the topology's. `along` is `y` or `x,y` (axis names x, y, z
-    or indices); by default axes named like topology axes bind to them, else the first ones."""
+    or indices); by default axes named like topology axes bind to them, else the first ones,
+    unless one of those has a single chip and exactly k axes have more (then those: a
+    2-axis schedule on v5p:2x1x2 runs along x and z)."""
     names = axis_names(topo)
     k = len(sched.axes)
     if k > topo.ndim and topo.switched:
@@ -282,8 +284,15 @@ def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
                     f"{','.join(names[:k])}")
         return Placement(topo, tuple(sched.axes), tuple(idx))
     if all(a in names for a in sched.axes):
-        return Placement(topo, tuple(sched.axes), tuple(names.index(a) for a in sched.axes))
-    return Placement(topo, tuple(sched.axes), tuple(range(k)))
+        idx = tuple(names.index(a) for a in sched.axes)
+    else:
+        idx = tuple(range(k))
+    wide = tuple(i for i, n in enumerate(topo.shape) if n > 1)
+    if len(wide) == k and any(topo.shape[i] == 1 for i in idx):
+        # an axis of one chip has nothing to run along: on v5p:2x1x2 a 2-axis schedule runs
+        # along x and z, the axes that have chips (as `--along x,z` says)
+        idx = wide
+    return Placement(topo, tuple(sched.axes), idx)
 
 
 # ------------------------------------------------------------------------- routes
