@@ -192,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
                         "of an HGX H100 node, all-to-all through NVSwitch)")
     c.add_argument("--along", metavar="AXES",
                    help="topology axes the schedule's axes run along, e.g. y or x,y (default: axes of the same "
-                        "name, else the first ones)")
+                        "name, else the first ones; the axes that have chips where one of those has a single "
+                        "chip: x,z on v5p:2x1x2)")
     c.add_argument("--strict", action="store_true", help="treat warnings (e.g. a missing wraparound) as failures")
     c.add_argument("--invocations", type=_invocations, default=1, metavar="K",
                    help="check K back-to-back calls of the kernel (barrier reuse)")
