@@ -297,7 +297,7 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             try:
                 fitted = fit_volume(p.schedule, hw.placement.sizes, size)   # once: the VMEM test and the timing share it
             except ScheduleError as err:
-                p.problems[size] = err.message.splitlines()[0][:160]
+                p.problems[size] = err.message.splitlines()[0][:320]
                 continue
             if _vmem_buffers(fitted, hw) > vmem_capacity(fitted, hw.chip):
                 too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
@@ -309,7 +309,7 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             with limits.overridden({"timed_flows": budget}):
                 e = estimate(fitted, hw)
         except (ScheduleError, CostError, ValueError) as err:
-            p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:160]
+            p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:320]
             continue
         sized = {k: v for k, v in e.schedule.params.items()}
         if abs(e.bound.volume - size) > SIZE_SLACK * size:
