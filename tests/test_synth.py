@@ -346,3 +346,26 @@ def test_a_slice_with_an_axis_of_one_chip_is_synthesized_on_its_other_axes():
     assert "# Checked: ringc check ok on v5p:2x1x2 --along x,z" in r.yaml_of(w)
     with pytest.raises(ValueError, match="v5e:1x1 is one chip: a collective over it moves no data"):
         synth("psum", "v5e:1x1", [MiB], compile=False)
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v5e:2x4", "v5e:4x4", "v5e:4x8", "v5e:8x8", "v5e:8x16",
+                                      "v5e:16x16", "v6e:4x4", "v4:2x2x1", "v4:2x2x4", "v5p:2x2x1", "v5p:2x1x2",
+                                      "v5p:2x2x2", "v5p:2x4x4", "v5p:4x4x4", "v5p:4x4x8"])
+def test_every_family_generates_loadable_candidates_on_the_slices_users_hold(topology):
+    """Every family, for every collective, on the slices Cloud TPU sells (with and without
+    wraparound, with an axis of one chip): generating raises nothing and every candidate is a
+    schedule the loader takes, whose axes bind to the slice as the search binds them."""
+    from ringc import topology as T
+    from ringc.cost import hardware
+    from ringc.synth.families import collectives, families
+    from ringc.synth.search import squeezed
+    topo = T.parse(topology)
+    gen, along = squeezed(topo)
+    count = 0
+    for kind in collectives():
+        for fam in families():
+            for cand in fam.generate(kind, gen):
+                sched = load_text(cand.text, cand.name)
+                assert hardware(topology, sched, along=along).placement.n == topo.size, cand.name
+                count += 1
+    assert count >= 8
