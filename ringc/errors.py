@@ -22,3 +22,13 @@ class ScheduleError(Exception):
         if self.fix:
             text += f"\n  fix: {self.fix}"
         return text
+
+
+class LimitError(ScheduleError):
+    """An input past one of ringc's limits (`limits.check`): which limit, and the amount that
+    would pass it (`--limit NAME=AMOUNT`)."""
+
+    def __init__(self, message: str, *, limit: str, amount: int | float, **where):
+        super().__init__(message, **where)
+        self.limit = limit
+        self.amount = amount

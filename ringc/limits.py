@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from .errors import ScheduleError
+from .errors import LimitError, ScheduleError
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
@@ -139,11 +139,13 @@ def apply(name: str, value_: int) -> None:
 
 def check(name: str, amount: int | float, what: str, *, file: str | None = None, line: int | None = None,
           fix: str | None = None) -> None:
-    """Raise ScheduleError when `amount` exceeds limit `name`: `what` says what was counted."""
+    """Raise LimitError (a ScheduleError) when `amount` exceeds limit `name`: `what` says what
+    was counted."""
     limit = value(name)
     if amount > limit:
-        raise ScheduleError(f"{what} is {amount:,}, over the limit `{name}` of {limit:,}", file=file, line=line,
-                            fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
+        raise LimitError(f"{what} is {amount:,}, over the limit `{name}` of {limit:,}", limit=name, amount=amount,
+                         file=file, line=line,
+                         fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
 
 
 class _OverTime(BaseException):

@@ -106,6 +106,11 @@ class Topology:
         return math.prod(self.shape)
 
     @property
+    def wide_axes(self) -> tuple[int, ...]:
+        """The axes with more than one chip (v5p:2x1x2: 0 and 2): what a schedule can run along."""
+        return tuple(i for i, n in enumerate(self.shape) if n > 1)
+
+    @property
     def devices(self) -> list[tuple[int, ...]]:
         """All device coordinates, in flat-id (row-major) order."""
         return list(itertools.product(*(range(s) for s in self.shape)))

@@ -123,12 +123,9 @@ class Estimate:
         compile; `ringc compile` is the sufficient test)."""
         return self.vmem <= self.vmem_capacity
 
-    def _limited(self) -> bool:
-        return self.vmem_capacity < self.hw.chip.vmem_bytes
-
     def vmem_text(self) -> str:
         have = size_text(self.hw.chip.vmem_bytes)
-        if self._limited():
+        if self.vmem_capacity < self.hw.chip.vmem_bytes:   # its vmem_limit_mib is the capacity
             cap = size_text(self.vmem_capacity)
             if self.fits:
                 return (f"{size_text(self.vmem)} of the {cap} its vmem_limit_mib allows per core "

@@ -26,8 +26,6 @@ at each size the fastest candidate that verifies.
 
 from __future__ import annotations
 
-import re
-
 import difflib
 import time
 from dataclasses import dataclass, field, replace
@@ -35,7 +33,7 @@ from typing import Any
 
 from .. import limits, topology as T
 from ..collectives import NAMES, kind_named
-from ..errors import ScheduleError
+from ..errors import LimitError, ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
@@ -56,8 +54,6 @@ LATENCY_PROBE = 4 * 1024
 # one-shot to every chip of v5p:16x16x16 at 256 MiB re-rates 16 million, over a minute) is
 # listed as not priced there after about 6 s instead.
 SEARCH_TIMED_FLOWS = 2_000_000
-# "... is 4,471,808, over the limit `timed_events` of 1,000,000" (a problem a limit caused)
-_OVER_LIMIT = re.compile(r"is ([\d,]+), over the limit `(\w+)`")
 SIZE_SLACK = 0.25   # a candidate's achieved V may differ from the request by this fraction
 
 
@@ -69,6 +65,7 @@ class Priced:
     schedule: Any = None                      # the loaded template (small rows)
     points: dict[int, tuple] = field(default_factory=dict)
     problems: dict[int, str] = field(default_factory=dict)
+    over_limit: dict[int, tuple[str, int]] = field(default_factory=dict)   # size -> (limit, the amount it needs)
     volumes: dict[int, int] = field(default_factory=dict)   # size -> the V its shapes achieve there
     hw: Any = None                            # its placement on the slice (cost.hardware)
     verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
@@ -198,10 +195,9 @@ class SynthResult:
                 continue
             need: dict[str, int] = {}
             for p in self.priced:
-                m = _OVER_LIMIT.search(p.problems.get(ch.size, ""))
-                if m:
-                    name, value = m.group(2), int(m.group(1).replace(",", ""))
-                    need[name] = max(need.get(name, 0), value)
+                if ch.size in p.over_limit:
+                    name, amount = p.over_limit[ch.size]
+                    need[name] = max(need.get(name, 0), amount)
             if need:
                 flags = " ".join(f"--limit {n}={v}" for n, v in sorted(need.items()))
                 lines.append(f"  none verifies at {size_text(ch.size)}: {flags} prices the candidates over "
@@ -255,7 +251,7 @@ def squeezed(topo: T.Topology) -> tuple[T.Topology, str | None]:
     to `topo`: on a slice with axes of one chip (v5p:2x2x1, the v5p-8 slice), the other
     axes alone (a 2-D schedule along x, y; a 3-D family's axis of one would have no step to
     send on). Raises ValueError for one chip: a collective over it moves nothing."""
-    kept = [i for i, n in enumerate(topo.shape) if n > 1]
+    kept = topo.wide_axes
     if not kept:
         raise ValueError(f"{topo.spec} is one chip: a collective over it moves no data, so there is nothing to "
                          "synthesize (choose a slice of two chips or more)")
@@ -310,6 +306,8 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
                 e = estimate(fitted, hw)
         except (ScheduleError, CostError, ValueError) as err:
             p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:320]
+            if isinstance(err, LimitError):
+                p.over_limit[size] = (err.limit, int(err.amount))
             continue
         sized = {k: v for k, v in e.schedule.params.items()}
         if abs(e.bound.volume - size) > SIZE_SLACK * size:
@@ -332,7 +330,7 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
     def price(ps: list[Priced]) -> list[tuple]:
         for p in ps:
             _price(p, p.hw, sizes)
-        return [(p.points, p.problems, p.volumes) for p in ps]
+        return [(p.points, p.problems, p.over_limit, p.volumes) for p in ps]
 
     child = Background(lambda: price(theirs)) if theirs else None
     try:
@@ -344,8 +342,8 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
     if answer is None:
         price(theirs)
         return
-    for p, (points, problems, volumes) in zip(theirs, answer):
-        p.points, p.problems, p.volumes = points, problems, volumes
+    for p, (points, problems, over_limit, volumes) in zip(theirs, answer):
+        p.points, p.problems, p.over_limit, p.volumes = points, problems, over_limit, volumes
 
 
 def _vmem_buffers(sized, hw) -> int:

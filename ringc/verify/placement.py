@@ -287,11 +287,10 @@ def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
         idx = tuple(names.index(a) for a in sched.axes)
     else:
         idx = tuple(range(k))
-    wide = tuple(i for i, n in enumerate(topo.shape) if n > 1)
-    if len(wide) == k and any(topo.shape[i] == 1 for i in idx):
+    if len(topo.wide_axes) == k and any(topo.shape[i] == 1 for i in idx):
         # an axis of one chip has nothing to run along: on v5p:2x1x2 a 2-axis schedule runs
         # along x and z, the axes that have chips (as `--along x,z` says)
-        idx = wide
+        idx = topo.wide_axes
     return Placement(topo, tuple(sched.axes), idx)
 
 
