@@ -462,3 +462,30 @@ def test_compile_never_crashes_or_hangs(example):
 @given(examples())
 def test_mutated_schedules_slow(example):
     run_example(*example)
+
+
+# `ringc synth` takes no file: its input is the collective, the slice and the sizes. Small
+# slices only among the valid ones (a search on a large slice takes minutes by design); the
+# rest are absurd, degenerate (one chip, an axis of one) or malformed.
+SYNTH_TOPOLOGIES = ["ring:4", "torus:2x2", "v5e:2x2", "v5p:2x2x1", "v5p:2x1x2", "line:4", "v5e:1x1", "ring:1",
+                    "ring:0", "ring", "bogus", "torus:2x", "v5e:99x99", "ring:100000", ""]
+SYNTH_COLLECTIVES = ["psum", "all_gather", "psum_scatter", "all_to_all", "ppermute", "psum_scater", "", "ＰＳＵＭ"]
+
+
+@settings(max_examples=max(EXAMPLES // 10, 10), **FUZZ)
+@given(st.sampled_from(SYNTH_COLLECTIVES), st.sampled_from(SYNTH_TOPOLOGIES),
+       st.sampled_from([["--bytes", s] for s in ["4KiB", "64KiB", "1MiB", "0", "-1", "abc", "9" * 400]]
+                       + [["--sweep", s] for s in SWEEPS] + [[]]),
+       st.sampled_from([[], ["--format", "json"], ["--format", "xml"], ["--hop-latency", "nan"]]))
+def test_synth_command_lines_never_crash_or_hang(collective, topology, size, extra):
+    """Exit 0, 1 or 2 within the budget, no traceback, nothing written: a search that finds a
+    verified winner, one that finds none, or one line of bad input (one chip among them)."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
+        out = Path(tmp) / "s.yaml"
+        argv = ["synth", collective, "--topology", topology, *size, *extra, "--no-compile"]
+        o = run_cli(argv + ["-o", str(out)], budget=BUDGET)
+        event(f"synth: exit {o.code}")
+        assert o.code in (0, 1, 2), o
+        assert "Traceback" not in o.err + o.out and "internal error" not in o.err, o
+        if o.code == 2:   # bad input writes nothing
+            assert not any(Path(tmp).iterdir()), o
