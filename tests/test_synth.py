@@ -253,7 +253,7 @@ def test_the_search_prices_under_its_own_fluid_network_budget(monkeypatch):
 def test_a_winner_the_compiler_refuses_for_scoped_vmem_is_compiled_with_the_limit_raised():
     """The one-shot-per-axis reduce-scatter at 16 MiB on v5p:4x4x4 stages its arrivals in
     VMEM: more than libtpu's default scoped VMEM, less than the chip's. Compiled again with
-    `vmem_limit_mib` (3/4 of 64 MiB) it passes, and the winner keeps that line."""
+    `vmem_limit_mib` (the core's 64 MiB) it passes, and the winner keeps that line."""
     pytest.importorskip("libtpu")
     from ringc import topology as T
     from ringc.compile import compile_for
@@ -269,8 +269,8 @@ def test_a_winner_the_compiler_refuses_for_scoped_vmem_is_compiled_with_the_limi
     assert not plain.ok and plain.error.kind == "vmem_overflow"
     p = search.Priced(cand, sched, hw=hw)
     search._compile(p, hw, 16 * MiB, "")
-    assert p.verdict is None and p.compiled.endswith("with vmem_limit_mib: 48 (its default scoped VMEM refused it)")
-    assert "\nvmem_limit_mib: 48 " in p.candidate.text and p.schedule.vmem_limit_mib == 48
+    assert p.verdict is None and p.compiled.endswith("with vmem_limit_mib: 64 (its default scoped VMEM refused it)")
+    assert "\nvmem_limit_mib: 64 " in p.candidate.text and p.schedule.vmem_limit_mib == 64
     assert check(p.schedule, topology="torus:2x2x2").ok
 
 

@@ -401,13 +401,13 @@ def test_a_broken_3d_reduce_scatter_is_refused(broken, fix):
 
 
 def test_the_3d_reduce_scatter_is_a_candidate_on_v5p():
-    """per_axis' 3-D reduce-scatter is priced there, the runner-up (the winner, landing in
+    """per_axis' 3-D reduce-scatter is priced there, egress-bound (the winner, landing in
     VMEM windows, is vmem_windows': `test_the_3d_vmem_windows_beat_per_axis_on_v5p_4x4x4`)."""
     r = synth("psum_scatter", "v5p:4x4x4", [256 * MiB], compile=False)
     (choice,) = r.choices
     assert choice.winner.verdict == ""
-    p = choice.runner_up
-    assert p.candidate.family == "per_axis"
+    p = max((p for p in r.priced if p.candidate.family == "per_axis" and 256 * MiB in p.points),
+            key=lambda p: p.points[256 * MiB][1])
     sec, eff, bound, binding, fits, _ = p.points[256 * MiB]
     assert binding == "egress" and fits and eff > 0.7
 
@@ -632,7 +632,7 @@ def test_landing_in_vmem_lifts_the_hbm_limit_of_the_reduce_scatter():
 
 def test_the_vmem_windows_winner_is_compiled_with_its_vmem_limit():
     """The windows at 256 MiB on torus:4x4 (30-60 MiB) are over the TPU compiler's default
-    scoped VMEM; the family raises the limit (`vmem_limit_mib`, 3/4 of a v5e's 128 MiB) and
+    scoped VMEM; the family raises the limit (`vmem_limit_mib`, a v5e core's 128 MiB) and
     the emitted kernel passes it on."""
     from ringc.codegen import emit
     from ringc.synth.families import vmem_windows
@@ -642,8 +642,8 @@ def test_the_vmem_windows_winner_is_compiled_with_its_vmem_limit():
         {"lanes": 2, "wrows": 512, "loads": "step"}, {"lanes": 2, "wrows": 1024, "loads": "step"},
         {"lanes": 4, "wrows": 512, "loads": "step"}]
     sched = load_text(cands[0].text, cands[0].name)
-    assert sched.vmem_limit_mib == 96
-    assert "vmem_limit_bytes=96 * 2**20" in emit(sched)
+    assert sched.vmem_limit_mib == 128
+    assert "vmem_limit_bytes=128 * 2**20" in emit(sched)
     assert len(list(vmem_windows.generate("psum_scatter", T.parse("v5e:16x16")))) == 6  # proved on the quotient
 
 
@@ -921,100 +921,30 @@ def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused(broken
 
 def test_the_3d_vmem_windows_fit_the_vmem_limit():
     """Each 3-D candidate's pieces are the largest (in steps of 16 rows of a plane) whose
-    windows fit 3/4 of the chip's VMEM, the limit the family passes to the compiler: its VMEM
-    at 256 MiB is under it, and 16 more rows of a plane (32 of a column, 64 of a block) are not."""
+    windows fit the core's VMEM, the limit the family passes to the compiler: its VMEM at
+    256 MiB is under it, and 16 more rows of a plane (c x 16 of a column, b x 16 of a block,
+    for each ratio (c, b) of `PIECES_3D`) are not."""
     from math import prod
     from ringc.synth.families import vmem_windows
     from ringc.verify.unroll import buffer_shapes
     sizes = {"x": 4, "y": 4, "z": 4}
 
-    def windows(sched, lanes: int, w: int) -> int:
-        p = {**sched.params, "rows": lanes * 4 * w, "wrows": w, "crows": 2 * w, "brows": 4 * w}
+    def windows(sched, lanes: int, w: int, c: int, b: int) -> int:
+        p = {**sched.params, "rows": lanes * b * w, "wrows": w, "crows": c * w, "brows": b * w}
         shapes = buffer_shapes(sched.model_copy(update={"params": p}), sizes)
-        return sum(4 * prod(shapes[n]) for n, b in sched.buffers.items() if b.memory == "vmem")
+        return sum(4 * prod(shapes[n]) for n, buf in sched.buffers.items() if buf.memory == "vmem")
 
     cands = [c for c in vmem_windows.generate("psum_scatter", T.parse("v5p:4x4x4")) if "last" not in c.params]
-    assert [c.params["lanes"] for c in cands] == [1, 2, 4]
-    for c in cands:
-        sched = load_text(c.text, c.name)
-        assert sched.vmem_limit_mib == 48
+    assert [(c.params["lanes"], c.params["crows"] // c.params["wrows"], c.params["brows"] // c.params["wrows"])
+            for c in cands] == [(lanes, c, b) for lanes in (1, 2, 4) for c, b in vmem_windows.PIECES_3D]
+    for cand in cands:
+        sched = load_text(cand.text, cand.name)
+        assert sched.vmem_limit_mib == 64
         e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
-        lanes, w = c.params["lanes"], c.params["wrows"]
-        assert e.vmem <= 48 * MiB and windows(sched, lanes, w) <= 48 * MiB < windows(sched, lanes, w + 16), c.name
-
-
-def _windows_3d_direct(rows: int = 64, lanes: int = 2, wrows: int = 8, all_reduce: bool = False) -> str:
-    """The 3-D schedule whose third phase is sent directly (`_direct` candidates), pieces of
-    8 rows of a plane and 16 of a column."""
-    from ringc.synth.families import vmem_windows
-    return vmem_windows.reduce_scatter_3d(all_reduce, direct=True).replace(
-        "params: {rows: 16, cols: 128, lanes: 2, wrows: 64, crows: 128}",
-        f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, wrows: {wrows}, crows: {2 * wrows}}}")
-
-
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-@pytest.mark.parametrize("topology, rows, lanes", [("torus:2x3x4", 64, 2), ("torus:2x3x4", 128, 4), ("torus:3x3x3", 32, 1),
-                                                   ("torus:2x4x8", 64, 2), ("v5p:4x4x4", 64, 2)])
-def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_the_quotient(topology, rows, lanes, all_reduce):
-    """The direct third phase after the two rings: axes of 2, 3, 4 and 8 (offsets farthest
-    first: 0 would be a send to ourselves, a repeat a slot written twice), one lane, two
-    and four (the phase's sends and adds are `lanes` - 1 points apart)."""
-    from ringc.verify.check import quotient_report, resolve_topology
-    sched = load_text(_windows_3d_direct(rows, lanes, all_reduce=all_reduce), "windows_3d_direct")
-    report = quotient_report(sched, resolve_topology(sched, None, topology), 1)
-    assert report is not None and report.ok, report and [f.message for f in report.findings]
-
-
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_every_chip(all_reduce):
-    from ringc.verify.check import check_program, resolve_topology
-    from ringc.verify.unroll import unroll
-    sched = load_text(_windows_3d_direct(all_reduce=all_reduce), "windows_3d_direct")
-    placement = resolve_topology(sched, None, "torus:2x3x4")
-    report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
-    assert report.ok, [f.message for f in report.findings]
-
-
-DIRECT_3D = [
-    # Part A adds the block from its peer before waiting for it.
-    ("      - wait: a_dj\n      - accumulate: \"stage_a[me_z, :]\"\n        src: \"stage_a[(me_z - oaj) % N_z, :]\"",
-     "      - accumulate: \"stage_a[me_z, :]\"\n        src: \"stage_a[(me_z - oaj) % N_z, :]\"\n      - wait: a_dj",
-     {"race"}),
-    # Part B adds its own block before its load from HBM is waited.
-    ("  - when: finishingb and pbj == 2 and mb == 0\n    do:\n      - wait: b_own\n", "", {"race"}),
-    # Part C sends every peer the same block (its own chip's), not the peer's.
-    ('c_d: {src: "second_c[(me_y + oc) % N_y, :]"', 'c_d: {src: "second_c[me_y, :]"', {"wrong_result"}),
-    # Part A's offsets from 0: a send to itself (onto the sum being made there), and the
-    # farthest chip's block never sent.
-    ("oa: (N_z // 2 + ((na + 1) // 2) * (2 * (na % 2) - 1)) % N_z", "oa: na % N_z", {"race", "wrong_result"}),
-]
-
-
-DIRECT_GATHER_3D = [
-    # Part C never waits for the blocks of its direct all-gather (nor its sends).
-    ("  - when: sendingc and pc == 3 and nc >= N_y - 1\n    do:\n      - wait: c_gw\n", "", {"race", "dma_not_waited"}),
-    # Part B's block lands in the receiver's part C slot.
-    ('b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 1, :]"',
-     'b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 2, :]"', {"race", "wrong_result"}),
-]
-
-
-@pytest.mark.parametrize("broken, fixed, kinds, all_reduce",
-                         [(*c, False) for c in DIRECT_3D] + [(*c, True) for c in DIRECT_GATHER_3D])
-def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds, all_reduce):
-    """The reduce-scatter's direct phase and (the all-reduce) the direct first all-gather."""
-    text = _windows_3d_direct(all_reduce=all_reduce)
-    _assert_refused(text, broken, fixed, kinds, "torus:2x4x4")
-
-
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-def test_the_3d_vmem_windows_with_a_direct_last_phase_match_lax_in_interpret_mode(all_reduce):
-    """Two rounds of plane pieces, one of a column, then the direct phase (and the direct
-    all-gather), on a 2 x 2 x 2 CPU mesh, equal lax."""
-    from ringc.run import run_schedule
-    text = _windows_3d_direct(rows=32, all_reduce=all_reduce)
-    result = run_schedule(load_text(text, "windows_3d_direct"), 8, mesh_shape=(2, 2, 2), seed=3)
-    assert result.ok, result
+        lanes, w = cand.params["lanes"], cand.params["wrows"]
+        c, b = cand.params["crows"] // w, cand.params["brows"] // w
+        assert e.vmem <= 64 * MiB and windows(sched, lanes, w, c, b) <= 64 * MiB < windows(sched, lanes, w + 16, c, b), \
+            cand.name
 
 
 @pytest.mark.parametrize("kind", ["psum_scatter", "psum"])
@@ -1023,34 +953,36 @@ def test_the_direct_last_phase_pays_on_v5p_8x8x8(kind):
     streams' DMA issues) costs more than sending every block straight to its chip: with the
     same lanes and plane pieces, the direct candidate is 9 points of efficiency ahead for the
     reduce-scatter (75.1% -> 84.3%) and 7 for the all-reduce, whose first all-gather is
-    direct too (81.4% -> 89.1%), in the model; it also fits the VMEM limit there."""
+    direct too (81.4% -> 89.1%), in the model. Columns of 4 w rows instead of 2 w (`PIECES_3D`)
+    halve the second phase's DMA issues: 89.9% and 92.7%. Each fits the VMEM limit there."""
     from ringc.synth.families import vmem_windows
     cands = {c.name: c for c in vmem_windows.generate(kind, T.parse("v5p:8x8x8"))}
     effs = {}
-    for name in (f"{kind}_vmem_windows_3d_l2_w32", f"{kind}_vmem_windows_3d_l2_w32_direct"):
+    for name in (f"{kind}_vmem_windows_3d_l2_w32", f"{kind}_vmem_windows_3d_l2_w32_direct",
+                 f"{kind}_vmem_windows_3d_l2_w32_c4_direct"):
         sched = load_text(cands[name].text, name)
         e = estimate(sched, hardware("v5p:8x8x8", sched), nbytes=256 * MiB)
         assert e.vmem <= sched.vmem_limit_mib * MiB, name
         effs[name] = e.bound.seconds / e.seconds
-    ring, direct = effs.values()
-    assert direct > ring + 0.07, effs
+    ring, direct, wide_columns = effs.values()
+    assert direct > ring + 0.07 and wide_columns > direct + 0.03, effs
 
 
 def test_the_3d_vmem_windows_beat_per_axis_on_v5p_4x4x4():
     """At 256 MiB on v5p:4x4x4 the 3-D reduce-scatter landing in VMEM (one byte of HBM traffic
     per link byte) beats per_axis, which lands in HBM (75.0% of the bound), in the model; the
-    all-reduce is at least as good as the library's 3-D all-reduce (87.8%). Neither is
-    within 5% of the bound: the DMA issues of six streams (0.5 us each in the model) and
-    the windows that fit v5p's VMEM keep it at about 80% (docs/cost-model.md)."""
+    all-reduce beats the library's 3-D all-reduce (87.8%). Neither is within 5% of the bound:
+    the DMA issues of six streams (0.5 us each in the model) and the windows that fit v5p's
+    VMEM keep them at 88.4% and 92.8% (docs/cost-model.md)."""
     r = synth("psum_scatter", "v5p:4x4x4", [256 * MiB], compile=False)
     (ch,) = r.choices
     assert ch.winner.candidate.family == "vmem_windows" and ch.winner.candidate.params["lanes"] == 2
-    assert ch.runner_up.candidate.family == "per_axis"
-    assert ch.winner.points[256 * MiB][1] > ch.runner_up.points[256 * MiB][1] + 0.03
+    per_axis = max(p.points[256 * MiB][1] for p in r.priced if p.candidate.family == "per_axis" and 256 * MiB in p.points)
+    assert ch.winner.points[256 * MiB][1] > per_axis + 0.1
     r = synth("psum", "v5p:4x4x4", [256 * MiB], compile=False)
     (ch,) = r.choices
-    assert ch.winner.candidate.family == "vmem_windows"
-    assert ch.winner.points[256 * MiB][1] >= ch.runner_up.points[256 * MiB][1]
+    library = max(p.points[256 * MiB][1] for p in r.priced if p.candidate.family == "library" and 256 * MiB in p.points)
+    assert ch.winner.candidate.family == "vmem_windows" and ch.winner.points[256 * MiB][1] > library + 0.03
 
 
 def test_the_hamiltonian_rings_of_the_benchmark_are_edge_disjoint_and_hamiltonian():

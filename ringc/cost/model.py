@@ -68,16 +68,36 @@ def memory_of(sched: S.Schedule) -> dict[str, str]:
     return {**windows, **{name: buf.memory for name, buf in sched.buffers.items()}}
 
 
-def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]]) -> int:
+def tiled_bytes(shape: tuple[int, ...], dtype: str, tiled: bool = True) -> int:
+    """Bytes of an array of `shape` in a TPU core's VMEM, laid out as Mosaic's memref layout
+    does: the last dim padded to whole 128 lanes, the one before to whole tiles of 8 rows
+    of 32 bits (16 of bf16, 32 of int8), or, where it has fewer rows than that, to the
+    power of 2 that holds them (a [4, 16, 16, 11, 128] float32 window takes 8 MiB, not 5.5;
+    a [.., 4, 1] one 128 lanes a row). `tiled=False`: the plain bytes (a GPU's shared
+    memory)."""
+    size = itemsize(dtype)
+    dims = list(shape)
+    if tiled and dims:
+        dims[-1] = -(-dims[-1] // 128) * 128
+        if len(dims) >= 2:
+            tile = 8 * max(1, 4 // size)
+            if dims[-2] < tile:
+                tile = 1 << max(0, dims[-2] - 1).bit_length()
+            dims[-2] = -(-dims[-2] // tile) * tile
+    return prod(dims) * size
+
+
+def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]], tiled: bool = True) -> int:
     """Bytes of VMEM the kernel's own buffers take: its VMEM inputs, outputs and scratch,
     plus the largest nested pipeline's blocks (each twice: `emit_pipeline` double-buffers,
-    and pipelines run one after another, so the compiler reuses their space). Semaphores
-    and the compiler's own temporaries are not counted: a lower bound on what the TPU
-    compiler allocates (for the library at 256 MiB it is exactly the scoped VMEM that
-    `ringc compile` reports). `shapes`: the unrolled program's concrete shapes."""
+    and pipelines run one after another, so the compiler reuses their space), each padded
+    to whole tiles (`tiled_bytes`; `tiled=False` on a GPU). Semaphores and the compiler's
+    own temporaries are not counted: a lower bound on what the TPU compiler allocates (for
+    the library at 256 MiB it is exactly the scoped VMEM that `ringc compile` reports).
+    `shapes`: the unrolled program's concrete shapes."""
 
     def nbytes(name: str, dtype: str) -> int:
-        return prod(shapes[name]) * itemsize(dtype)
+        return tiled_bytes(shapes[name], dtype, tiled)
     fixed = sum(nbytes(n, sched.dtype_of(n)) for n, b in sched.buffers.items() if b.memory == "vmem")
     blocks = [sum(nbytes(window_id(op, name), sched.dtype_of(spec.ref.name)) for name, spec in op.specs.items())
               for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)]
@@ -111,7 +131,7 @@ class Estimate:
     @property
     def vmem(self) -> int:
         """VMEM the kernel's buffers need on one core (`vmem_need`)."""
-        return vmem_need(self.schedule, self.program.shapes)
+        return vmem_need(self.schedule, self.program.shapes, tiled=self.hw.chip.fabric != "nvswitch")
 
     @property
     def vmem_capacity(self) -> int:
@@ -406,4 +426,4 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
 
 
 __all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware",
-           "memory_of", "multicast_copies", "vmem_need"]
+           "memory_of", "multicast_copies", "tiled_bytes", "vmem_need"]

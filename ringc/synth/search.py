@@ -38,11 +38,10 @@ from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
-from ..cost.model import CostError, estimate, hardware, vmem_capacity
+from ..cost.model import CostError, estimate, hardware, tiled_bytes, vmem_capacity
 from ..cost.sizing import fit_volume
 from ..verify.placement import axis_names
 from ..cost.tune import compile_target, compiler_available
-from ..ir.dtypes import itemsize
 from ..ir.loader import load_text
 from ..verify.background import Background, default_jobs
 from ..verify.check import check
@@ -347,16 +346,15 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
 
 
 def _vmem_buffers(sized, hw) -> int:
-    """Bytes of the VMEM buffers the sized schedule declares (no pipeline windows: a lower
-    bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do not divide (the
-    timed run then says why)."""
-    from math import prod
-
+    """Bytes of the VMEM buffers the sized schedule declares, in whole tiles (no pipeline
+    windows: a lower bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do
+    not divide (the timed run then says why)."""
     try:
         shapes = buffer_shapes(sized, hw.placement.sizes)
     except ScheduleError:
         return 0
-    return sum(prod(shapes[n]) * itemsize(sized.dtype_of(n)) for n, b in sized.buffers.items() if b.memory == "vmem")
+    return sum(tiled_bytes(shapes[n], sized.dtype_of(n), hw.chip.fabric != "nvswitch")
+               for n, b in sized.buffers.items() if b.memory == "vmem")
 
 
 def _verify(p: Priced, topo: T.Topology, along: str | None = None) -> None:
@@ -401,8 +399,8 @@ def _verify_sized(p: Priced, topo: T.Topology, size: int, along: str | None = No
 def _compile(p: Priced, hw, size: int, note: str) -> None:
     """Compile the winner, sized for `size`, for a slice of the topology's generation. One
     the compiler refuses for VMEM (its default scoped limit is a fraction of the chip's) and
-    that sets no `vmem_limit_mib` is compiled again with 3/4 of the chip's VMEM, and kept
-    with that line (`with_vmem_limit`: it changes what the compiler allows, not what the
+    that sets no `vmem_limit_mib` is compiled again with the core's VMEM as the limit, and
+    kept with that line (`with_vmem_limit`: it changes what the compiler allows, not what the
     kernel does, so the check stands)."""
     if note or p.compiled:
         return

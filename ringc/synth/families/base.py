@@ -42,12 +42,18 @@ def with_params(text: str, name: str, params: dict[str, int]) -> str:
     return text[:m.start()] + line + text[m.end():]
 
 
+def vmem_limit_mib(chip) -> int:
+    """The `vmem_limit_mib` a generated schedule asks for: the whole of a core's VMEM. The
+    compiler's default scoped VMEM is a fraction of it, and Pallas' vmem_limit_bytes raises
+    it up to the core's VMEM: libtpu compiles 61.9 MiB of scoped VMEM under a limit of 64 MiB
+    on v5p, and 120 MiB under 128 MiB on v5e and v6e (`ringc synth` compiles every winner)."""
+    return chip.vmem_bytes // 2**20
+
+
 def with_vmem_limit(text: str, chip, why: str) -> str:
-    """`text` with `vmem_limit_mib: ` 3/4 of `chip`'s VMEM before its `params:` line (the
-    compiler's default scoped VMEM is a fraction of the chip's; Pallas' vmem_limit_bytes
-    raises it), saying `why`."""
-    limit = chip.vmem_bytes * 3 // 4 // 2**20
-    return text.replace("\nparams:", f"\nvmem_limit_mib: {limit}   # 3/4 of the chip's VMEM ({chip.name}): {why}\nparams:", 1)
+    """`text` with `vmem_limit_mib: ` the core's VMEM (`vmem_limit_mib`) before its `params:`
+    line, saying `why`."""
+    return text.replace("\nparams:", f"\nvmem_limit_mib: {vmem_limit_mib(chip)}   # the core's VMEM ({chip.name}): {why}\nparams:", 1)
 
 
 # Why a family that sends over every offset along an axis is not generated on v5e (a
