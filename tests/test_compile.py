@@ -203,6 +203,23 @@ def test_streamed_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_co
     assert res.memory["vmem_scoped"] == vmem_need(sched, unroll(sched, 4).shapes) == 3 * 2 * 512 * 128 * 4
 
 
+@pytest.mark.parametrize("block, plain", [(11, 28160), (3, 7680), (20, 51200)])
+def test_the_cost_models_vmem_is_the_compilers_in_whole_tiles(block, plain):
+    """all_reduce_2d keeps x ([2 block, 128]) and three [block, 128] blocks in VMEM: the TPU
+    compiler pads each to whole (8, 128) tiles of float32 (fewer than 8 rows to the power of
+    2 that holds them), and `vmem_need` counts the same bytes it reports, more than the
+    elements take when `block` is not a multiple of 8."""
+    from ringc.cost.model import vmem_need
+    sched = ringc.load(REPO / "schedules" / "all_reduce_2d.yaml", params={"block": block})
+    sizes = {"x": 2, "y": 2}
+    shapes = unroll(sched, sizes=sizes).shapes
+    assert sum(4 * prod(shapes[n]) for n in ("x", "acc", "tmp", "red")) == plain
+    res = ringc.compile_for(sched, "v5e:2x2")
+    assert res.ok, str(res.error)
+    assert res.memory["vmem_scoped"] == vmem_need(sched, shapes)
+    assert (vmem_need(sched, shapes) > plain) == (block % 8 != 0)
+
+
 def test_streamed_2d_all_reduce_compiles_at_256_mib_with_the_vmem_the_cost_model_counts():
     """The 2-D torus all-reduce streams too: 256 MiB per device on v5e:2x2 (rows = 32768),
     in the VMEM `ringc cost` counts: its largest pipeline, six double-buffered windows of

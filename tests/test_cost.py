@@ -677,6 +677,28 @@ def test_tune_drops_what_the_compiler_rejects():
     assert small.best is not None and all(c.compiled and c.vmem for c in small.choices)
 
 
+def test_vmem_is_counted_in_whole_tiles():
+    """A VMEM array's last dim takes whole 128 lanes and the one before whole tiles of 8 rows
+    of 32 bits (16 of bf16), or the power of 2 that holds fewer rows; on a GPU (shared
+    memory) its plain bytes. The 2-lane 3-D windows at 256 MiB on v5p:16x16x16 (pieces of
+    11 rows) are 53.6 MiB of elements, 71.25 MiB in tiles: over the core's 64 MiB, as libtpu
+    says, so they do not fit."""
+    from ringc import topology as T
+    from ringc.cost.model import tiled_bytes
+    from ringc.synth.families import vmem_windows
+    assert tiled_bytes((4, 16, 16, 11, 128), "float32") == 4 * 16 * 16 * 16 * 128 * 4
+    assert tiled_bytes((10, 4, 1), "float32") == 10 * 4 * 128 * 4
+    assert tiled_bytes((3, 128), "float32") == 4 * 128 * 4 and tiled_bytes((9, 128), "float32") == 16 * 128 * 4
+    assert tiled_bytes((20, 128), "bfloat16") == 32 * 128 * 2 and tiled_bytes((20, 200), "int8") == 32 * 256
+    assert tiled_bytes((11, 100), "float32", tiled=False) == 11 * 100 * 4 and tiled_bytes((200,), "float32") == 256 * 4
+    cand = next(c for c in vmem_windows.generate("psum", T.parse("v5p:16x16x16"))
+                if c.params == {"lanes": 2, "wrows": 16, "crows": 32, "last": "direct"})
+    sched = load_text(cand.text, cand.name)
+    e = estimate(sched, hardware("v5p:16x16x16", sched), nbytes=256 * MiB)
+    assert e.schedule.params["rows"] == 22 and e.vmem == 71.25 * MiB and not e.fits
+    assert "DOES NOT FIT in the 64 MiB" in e.to_text()
+
+
 @pytest.mark.slow  # prices 256 MiB schedules (80 s)
 def test_vmem_need_counts_vmem_buffers_and_the_largest_pipeline():
     """`ringc cost` says what VMEM the kernel's buffers take and whether a core holds them:
