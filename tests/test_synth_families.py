@@ -947,6 +947,80 @@ def test_the_3d_vmem_windows_fit_the_vmem_limit():
             cand.name
 
 
+def _windows_3d_direct(rows: int = 64, lanes: int = 2, wrows: int = 8, all_reduce: bool = False) -> str:
+    """The 3-D schedule whose third phase is sent directly (`_direct` candidates), pieces of
+    8 rows of a plane and 16 of a column."""
+    from ringc.synth.families import vmem_windows
+    return vmem_windows.reduce_scatter_3d(all_reduce, direct=True).replace(
+        "params: {rows: 16, cols: 128, lanes: 2, wrows: 64, crows: 128}",
+        f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, wrows: {wrows}, crows: {2 * wrows}}}")
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("topology, rows, lanes", [("torus:2x3x4", 64, 2), ("torus:2x3x4", 128, 4), ("torus:3x3x3", 32, 1),
+                                                   ("torus:2x4x8", 64, 2), ("v5p:4x4x4", 64, 2)])
+def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_the_quotient(topology, rows, lanes, all_reduce):
+    """The direct third phase after the two rings: axes of 2, 3, 4 and 8 (offsets farthest
+    first: 0 would be a send to ourselves, a repeat a slot written twice), one lane, two
+    and four (the phase's sends and adds are `lanes` - 1 points apart)."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    sched = load_text(_windows_3d_direct(rows, lanes, all_reduce=all_reduce), "windows_3d_direct")
+    report = quotient_report(sched, resolve_topology(sched, None, topology), 1)
+    assert report is not None and report.ok, report and [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_every_chip(all_reduce):
+    from ringc.verify.check import check_program, resolve_topology
+    from ringc.verify.unroll import unroll
+    sched = load_text(_windows_3d_direct(all_reduce=all_reduce), "windows_3d_direct")
+    placement = resolve_topology(sched, None, "torus:2x3x4")
+    report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
+    assert report.ok, [f.message for f in report.findings]
+
+
+DIRECT_3D = [
+    # Part A adds the block from its peer before waiting for it.
+    ("      - wait: a_dj\n      - accumulate: \"stage_a[me_z, :]\"\n        src: \"stage_a[(me_z - oaj) % N_z, :]\"",
+     "      - accumulate: \"stage_a[me_z, :]\"\n        src: \"stage_a[(me_z - oaj) % N_z, :]\"\n      - wait: a_dj",
+     {"race"}),
+    # Part B adds its own block before its load from HBM is waited.
+    ("  - when: finishingb and pbj == 2 and mb == 0\n    do:\n      - wait: b_own\n", "", {"race"}),
+    # Part C sends every peer the same block (its own chip's), not the peer's.
+    ('c_d: {src: "second_c[(me_y + oc) % N_y, :]"', 'c_d: {src: "second_c[me_y, :]"', {"wrong_result"}),
+    # Part A's offsets from 0: a send to itself (onto the sum being made there), and the
+    # farthest chip's block never sent.
+    ("oa: (N_z // 2 + ((na + 1) // 2) * (2 * (na % 2) - 1)) % N_z", "oa: na % N_z", {"race", "wrong_result"}),
+]
+
+
+DIRECT_GATHER_3D = [
+    # Part C never waits for the blocks of its direct all-gather (nor its sends).
+    ("  - when: sendingc and pc == 3 and nc >= N_y - 1\n    do:\n      - wait: c_gw\n", "", {"race", "dma_not_waited"}),
+    # Part B's block lands in the receiver's part C slot.
+    ('b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 1, :]"',
+     'b_g: {src: "out[me_x, me_y, me_z, 1, :]", dst: "out[me_x, me_y, me_z, 2, :]"', {"race", "wrong_result"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds, all_reduce",
+                         [(*c, False) for c in DIRECT_3D] + [(*c, True) for c in DIRECT_GATHER_3D])
+def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds, all_reduce):
+    """The reduce-scatter's direct phase and (the all-reduce) the direct first all-gather."""
+    text = _windows_3d_direct(all_reduce=all_reduce)
+    _assert_refused(text, broken, fixed, kinds, "torus:2x4x4")
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+def test_the_3d_vmem_windows_with_a_direct_last_phase_match_lax_in_interpret_mode(all_reduce):
+    """Two rounds of plane pieces, one of a column, then the direct phase (and the direct
+    all-gather), on a 2 x 2 x 2 CPU mesh, equal lax."""
+    from ringc.run import run_schedule
+    text = _windows_3d_direct(rows=32, all_reduce=all_reduce)
+    result = run_schedule(load_text(text, "windows_3d_direct"), 8, mesh_shape=(2, 2, 2), seed=3)
+    assert result.ok, result
+
+
 @pytest.mark.parametrize("kind", ["psum_scatter", "psum"])
 def test_the_direct_last_phase_pays_on_v5p_8x8x8(kind):
     """At 256 MiB on v5p:8x8x8 the ring's last phase (a block, 7 dependent steps of six
@@ -1547,3 +1621,100 @@ def test_a_paced_program_is_proved_on_any_unequal_shape(shape, builder, overhead
     text = getattr(paced_parts, builder)(tuple(shape), None, overhead)
     report = check(load_text(text, "paced"), topology="torus:" + "x".join(map(str, shape)))
     assert report.ok, [f.message for f in report.findings][:3]
+
+
+# -- one ring through every chip of a 2-D slice without wraparound (hamiltonian_ring) ----------
+
+def _ring_of(text: str, topology: str, first: str = "right_first") -> dict[int, int]:
+    """Each chip's next chip on the ring, read from the unrolled program: where its first
+    right-moving piece (the copy `first`) goes."""
+    from ringc.verify.unroll import unroll
+    sched = load_text(text, "ring")
+    placement = hardware(topology, sched).placement
+    prog = unroll(sched, sizes=placement.sizes)
+    after = {}
+    for d, events in enumerate(prog.devices):
+        (dst,) = {e.action.dst.device for e in events
+                  if type(e.action).__name__ == "DmaStart" and e.action.copy.split("(")[0] == first}
+        assert placement.hops(d, dst) == 1, (topology, d, dst)   # one link a step
+        after[d] = dst
+    return after
+
+
+@pytest.mark.parametrize("kind, first", [("psum", "right_first"), ("all_gather", "to_right"),
+                                         ("psum_scatter", "right_first")])
+@pytest.mark.parametrize("topology", ["v5e:2x4", "v5e:4x2", "v5e:4x4", "mesh:3x4", "mesh:5x2", "mesh:2x3",
+                                      "v6e:8x4"])
+def test_the_hamiltonian_ring_visits_every_chip_once_by_one_link_and_checks(topology, kind, first):
+    """On every 2-D slice without wraparound with an even axis the ring goes through every
+    chip once, each step one link, and `ringc check` proves the collective on it (the
+    all-gather's and reduce-scatter's blocks in row-major order, as lax lays them out)."""
+    from ringc import topology as T
+    from ringc.synth.families import hamiltonian_ring
+    topo = T.parse(topology)
+    cands = list(hamiltonian_ring.generate(kind, topo))
+    assert [c.params.get("chunks") for c in cands] == list(hamiltonian_ring.RINGS[kind][1] or (None,))
+    after = _ring_of(cands[0].text, topology, first)
+    d, seen = 0, []
+    for _ in range(topo.size):
+        seen.append(d)
+        d = after[d]
+    assert d == 0 and sorted(seen) == list(range(topo.size)), seen
+    report = check(load_text(cands[0].text, cands[0].name), topology=topology)
+    assert report.ok, [f.message for f in report.findings if f.severity == "error"]
+
+
+@pytest.mark.parametrize("topology", ["mesh:3x3", "v5e:2x2", "torus:4x4", "v5e:16x16", "ring:8", "v5p:2x2x4"])
+def test_the_hamiltonian_ring_is_not_generated_without_a_cycle_or_where_every_axis_wraps(topology):
+    """Both axes odd (no Hamiltonian cycle), a square of 2x2 (already one), a wrapped torus
+    (the rotated families use all four links there), one axis, three axes: none."""
+    from ringc import topology as T
+    from ringc.synth.families import hamiltonian_ring
+    for kind in ("psum", "all_gather", "psum_scatter", "all_to_all"):
+        assert list(hamiltonian_ring.generate(kind, T.parse(topology))) == []
+    assert list(hamiltonian_ring.generate("all_to_all", T.parse("v5e:2x4"))) == []
+
+
+def test_a_broken_hamiltonian_ring_is_refused():
+    """Rows 1 .. N_a - 1 all read left to right (no snake): two chips take one position, so
+    two of them write the same slots of one receiver (race) and the sums come out wrong.
+    And an all-gather whose labels are left as positions (the block of the chip at position
+    p put in slot p, not in its chip's row-major slot) is a wrong result: lax's layout is
+    row-major."""
+    from ringc import topology as T
+    from ringc.synth.families import hamiltonian_ring
+    text = next(hamiltonian_ring.generate("psum", T.parse("v5e:4x4"))).text
+    bad = text.replace("(N_y - 1 - me_y if me_x % 2 == 1 else me_y - 1)", "(me_y - 1)", 1)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="v5e:4x4")
+    assert not report.ok and {"race", "wrong_result"} <= set(_errors(report)), _errors(report)
+    text = next(hamiltonian_ring.generate("all_gather", T.parse("v5e:4x4"))).text
+    bad = (text.replace("going_right: going_right_x * N_y + going_right_y", "going_right: going_right_p", 1)
+           .replace("going_left: going_left_x * N_y + going_left_y", "going_left: going_left_p", 1))
+    assert bad.count("going_right: going_right_p") == 1 and bad.count("going_left: going_left_p") == 1
+    report = check(load_text(bad, "broken"), topology="v5e:4x4")
+    assert not report.ok and "wrong_result" in _errors(report), _errors(report)
+
+
+def test_the_hamiltonian_ring_brings_v5e_2x4_within_5_percent_at_256mib():
+    """A corner chip of v5e:2x4 has two links: the rotated-axis families reach 66.7% of the
+    all-reduce's bound at 256 MiB; the ring through every chip, both ways, 99.2% with 8
+    chunks (the model's estimate)."""
+    from ringc import topology as T
+    from ringc.synth.families import hamiltonian_ring
+    cand = next(c for c in hamiltonian_ring.generate("psum", T.parse("v5e:2x4")) if c.params["chunks"] == 8)
+    sched = load_text(cand.text, cand.name)
+    e = estimate(sched, hardware("v5e:2x4", sched), nbytes=256 * MiB)
+    assert e.efficiency > 0.95 and e.bound.binding == "ingress", e.efficiency
+
+
+@pytest.mark.parametrize("kind", ["psum", "all_gather", "psum_scatter"])
+def test_the_hamiltonian_ring_matches_lax_in_interpret_mode(kind):
+    """On a 2 x 4 CPU mesh (the ring 0 1 2 3 7 6 5 4 in row-major chips) each kernel equals
+    lax over both axes."""
+    from ringc.run import run_schedule
+    from ringc import topology as T
+    from ringc.synth.families import hamiltonian_ring
+    cand = next(hamiltonian_ring.generate(kind, T.parse("v5e:2x4")))
+    result = run_schedule(load_text(cand.text, cand.name), 8, mesh_shape=(2, 4), seed=5)
+    assert result.ok, result

@@ -15,10 +15,11 @@ from .base import Candidate, library_text, with_params  # noqa: F401 (the famili
 
 def families() -> list:
     """The generator modules, in the order their candidates are tried on a tie."""
-    from . import (all_to_all_direct, bidirectional_ring, direct, library, paced_parts, per_axis, per_axis_direct,
-                   recursive_doubling, recursive_halving, rotated_bidirectional, shifted_halving, vmem_windows)
-    return [library, bidirectional_ring, per_axis, rotated_bidirectional, paced_parts, direct, per_axis_direct,
-            recursive_doubling, recursive_halving, shifted_halving, all_to_all_direct, vmem_windows]
+    from . import (all_to_all_direct, bidirectional_ring, direct, hamiltonian_ring, library, paced_parts, per_axis,
+                   per_axis_direct, recursive_doubling, recursive_halving, rotated_bidirectional, shifted_halving,
+                   vmem_windows)
+    return [library, bidirectional_ring, hamiltonian_ring, per_axis, rotated_bidirectional, paced_parts, direct,
+            per_axis_direct, recursive_doubling, recursive_halving, shifted_halving, all_to_all_direct, vmem_windows]
 
 
 def collectives() -> tuple[str, ...]:
