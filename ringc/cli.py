@@ -951,7 +951,7 @@ def _synth_parser(sub) -> None:
                        description="Price every candidate of ringc/synth/families/ on the cost model at each size, "
                                    "keep the latency-bandwidth frontier, check the winner on the slice (and "
                                    "compile it where libtpu is installed) and write it as a YAML schedule.")
-    c.add_argument("collective", metavar="COLLECTIVE", help="psum, all_gather or psum_scatter (or all_reduce, ...)")
+    c.add_argument("collective", metavar="COLLECTIVE", help="psum, all_gather, psum_scatter or all_to_all (or all_reduce, ...)")
     c.add_argument("--topology", required=True, metavar="SPEC", help="ring:16, torus:4x4, v5e:16x16, v5p:4x4x4, ...")
     size = c.add_mutually_exclusive_group(required=True)
     size.add_argument("--bytes", type=_size, metavar="SIZE", help="collective size V (e.g. 256MiB)")
