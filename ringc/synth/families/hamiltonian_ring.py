@@ -111,6 +111,8 @@ def on_ring(kind: str, a: str, b: str) -> str:
         if old not in text:
             raise ValueError(f"{template} no longer has {old!r}: update hamiltonian_ring.on_ring")
         text = text.replace(old, new)
+    # An input sharded along the 1-D schedule's axis is sharded along both mesh axes here.
+    text = text.replace("spec: [null, x]}", "spec: [null, [x, y]]}")
     return text.replace("barrier: [left, right]", "barrier: [before, after]")
 
 
