@@ -61,6 +61,12 @@ class Chip:
     dma_overhead: float = DMA_ISSUE_OVERHEAD    # the default `--dma-overhead`
 
     @property
+    def tpu(self) -> bool:
+        """A TPU (ICI links): its VMEM laid out in (8, 128) tiles (`cost.model.tiled_bytes`),
+        its scoped VMEM raised by a kernel's `vmem_limit_mib`; a GPU on NVSwitch has neither."""
+        return self.fabric == "ici"
+
+    @property
     def port_bandwidth(self) -> float:
         """One way, a GPU's NVLinks together: its port into (and out of) the switch fabric."""
         return self.ici_links * self.link_bandwidth
@@ -132,3 +138,9 @@ def chip(name: str) -> Chip:
         return CHIPS[name]
     except KeyError:
         raise ValueError(f"unknown chip {name!r}; known: {', '.join(CHIPS)}") from None
+
+
+def of_topology(topo) -> Chip:
+    """The chip a topology's figures default to: its generation's (v5p:4x4x4: v5p), else
+    `DEFAULT_CHIP` (ring:N, torus:AxB name none)."""
+    return chip(topo.generation or DEFAULT_CHIP)

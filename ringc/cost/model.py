@@ -17,7 +17,7 @@ from ..verify.races import describe
 from ..verify.symmetric.program import SymmetricProgram
 from ..verify.unroll import Unroller, unroll, window_id
 from .bounds import Bound, lower_bound
-from .chips import DEFAULT_CHIP, chip as chip_named
+from .chips import chip as chip_named, of_topology
 from .diagnose import diagnose
 from .quotient import ASSUMPTION, QuotientMachine
 from .steady import ASSUMPTION as STEADY
@@ -51,7 +51,7 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
                          f"not {n}; choose --devices {placement.n}, another topology, or --along")
     # Placing is O(devices x axes) (`Placement.links`); the work of the timed run is bounded
     # where it is known, before unrolling (`estimate`).
-    figures = chip_named(chip or topo.generation or DEFAULT_CHIP)
+    figures = chip_named(chip) if chip else of_topology(topo)
     if (figures.fabric == "nvswitch") != topo.switched:
         raise ValueError(f"chip {figures.name} " + (f"joins its GPUs through NVSwitch, not a grid of links: price it "
                                                      f"on h100:N, not {topo.spec}" if not topo.switched else
@@ -87,28 +87,32 @@ def tiled_bytes(shape: tuple[int, ...], dtype: str, tiled: bool = True) -> int:
     return prod(dims) * size
 
 
-def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]], tiled: bool = True) -> int:
-    """Bytes of VMEM the kernel's own buffers take: its VMEM inputs, outputs and scratch,
-    plus the largest nested pipeline's blocks (each twice: `emit_pipeline` double-buffers,
-    and pipelines run one after another, so the compiler reuses their space), each padded
-    to whole tiles (`tiled_bytes`; `tiled=False` on a GPU). Semaphores and the compiler's
-    own temporaries are not counted: a lower bound on what the TPU compiler allocates (for
-    the library at 256 MiB it is exactly the scoped VMEM that `ringc compile` reports).
-    `shapes`: the unrolled program's concrete shapes."""
+def vmem_buffers(sched: S.Schedule, shapes: dict[str, tuple[int, ...]], tiled: bool = True) -> int:
+    """Bytes of the VMEM buffers the schedule declares (its VMEM inputs, outputs and
+    scratch), each padded to whole tiles (`tiled_bytes`; `tiled=False` on a GPU): without
+    the nested pipelines' blocks, known from the buffers' shapes alone."""
+    return sum(tiled_bytes(shapes[n], sched.dtype_of(n), tiled) for n, b in sched.buffers.items() if b.memory == "vmem")
 
-    def nbytes(name: str, dtype: str) -> int:
-        return tiled_bytes(shapes[name], dtype, tiled)
-    fixed = sum(nbytes(n, sched.dtype_of(n)) for n, b in sched.buffers.items() if b.memory == "vmem")
-    blocks = [sum(nbytes(window_id(op, name), sched.dtype_of(spec.ref.name)) for name, spec in op.specs.items())
+
+def vmem_need(sched: S.Schedule, shapes: dict[str, tuple[int, ...]], tiled: bool = True) -> int:
+    """Bytes of VMEM the kernel's own buffers take: its VMEM buffers (`vmem_buffers`) plus
+    the largest nested pipeline's blocks (each twice: `emit_pipeline` double-buffers, and
+    pipelines run one after another, so the compiler reuses their space), each padded to
+    whole tiles. Semaphores and the compiler's own temporaries are not counted: a lower
+    bound on what the TPU compiler allocates (for the library at 256 MiB it is exactly the
+    scoped VMEM that `ringc compile` reports). `shapes`: the unrolled program's concrete
+    shapes."""
+    blocks = [sum(tiled_bytes(shapes[window_id(op, name)], sched.dtype_of(spec.ref.name), tiled)
+                  for name, spec in op.specs.items())
               for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)]
-    return fixed + max(blocks, default=0)
+    return vmem_buffers(sched, shapes, tiled) + max(blocks, default=0)
 
 
 def vmem_capacity(schedule, chip) -> int:
     """VMEM a kernel may use on one core: the chip's, or less where the schedule's
     `vmem_limit_mib` says so (the compiler's scoped limit then)."""
     limit = schedule.vmem_limit_mib
-    return min(chip.vmem_bytes, limit * 2**20) if limit and chip.fabric != "nvswitch" else chip.vmem_bytes
+    return min(chip.vmem_bytes, limit * 2**20) if limit and chip.tpu else chip.vmem_bytes
 
 
 @dataclass
@@ -131,7 +135,7 @@ class Estimate:
     @property
     def vmem(self) -> int:
         """VMEM the kernel's buffers need on one core (`vmem_need`)."""
-        return vmem_need(self.schedule, self.program.shapes, tiled=self.hw.chip.fabric != "nvswitch")
+        return vmem_need(self.schedule, self.program.shapes, tiled=self.hw.chip.tpu)
 
     @property
     def vmem_capacity(self) -> int:
@@ -153,7 +157,7 @@ class Estimate:
             return (f"{size_text(self.vmem)}: DOES NOT FIT in the {cap} its vmem_limit_mib allows per core "
                     f"({self.hw.chip.name}: {have}); the TPU compiler rejects this size: raise `vmem_limit_mib` "
                     "(up to the core's VMEM) or keep the arrays in HBM and stream them through VMEM blocks")
-        if self.hw.chip.fabric == "nvswitch":  # a GPU kernel's grid stages blocks through its SMs' shared memory
+        if not self.hw.chip.tpu:  # a GPU kernel's grid stages blocks through its SMs' shared memory
             if self.fits:
                 return f"{size_text(self.vmem)} of the {have} of shared memory of all SMs ({self.hw.chip.name})"
             return (f"{size_text(self.vmem)}: more than the {have} of shared memory of all the SMs of an "
@@ -426,4 +430,4 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
 
 
 __all__ = ["CostError", "Estimate", "estimate", "estimate_program", "check_one_device", "check_every_device", "hardware",
-           "memory_of", "multicast_copies", "tiled_bytes", "vmem_need"]
+           "memory_of", "multicast_copies", "tiled_bytes", "vmem_buffers", "vmem_need"]

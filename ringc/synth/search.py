@@ -38,13 +38,13 @@ from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
-from ..cost.model import CostError, estimate, hardware, tiled_bytes, vmem_capacity
+from ..cost.model import CostError, estimate, hardware, vmem_buffers, vmem_capacity
 from ..cost.sizing import fit_volume
-from ..verify.placement import axis_names
 from ..cost.tune import compile_target, compiler_available
 from ..ir.loader import load_text
 from ..verify.background import Background, default_jobs
 from ..verify.check import check
+from ..verify.placement import axis_names
 from ..verify.unroll import buffer_shapes
 
 LATENCY_PROBE = 4 * 1024
@@ -346,15 +346,14 @@ def _price_all(found: list[Priced], sizes: list[int]) -> None:
 
 
 def _vmem_buffers(sized, hw) -> int:
-    """Bytes of the VMEM buffers the sized schedule declares, in whole tiles (no pipeline
-    windows: a lower bound on `Estimate.vmem`, known without unrolling); 0 if the shapes do
-    not divide (the timed run then says why)."""
+    """`cost.model.vmem_buffers` of the sized schedule (no pipeline windows: a lower bound on
+    `Estimate.vmem`, known without unrolling); 0 if the shapes do not divide (the timed run
+    then says why)."""
     try:
         shapes = buffer_shapes(sized, hw.placement.sizes)
     except ScheduleError:
         return 0
-    return sum(tiled_bytes(shapes[n], sized.dtype_of(n), hw.chip.fabric != "nvswitch")
-               for n, b in sized.buffers.items() if b.memory == "vmem")
+    return vmem_buffers(sized, shapes, hw.chip.tpu)
 
 
 def _verify(p: Priced, topo: T.Topology, along: str | None = None) -> None:

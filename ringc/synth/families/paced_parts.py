@@ -142,7 +142,7 @@ def weights(shape: dict[str, int], orders: list[str], overhead: float, reduce: b
 def overhead_units(topo) -> float:
     """A step's turnaround (hop latency and one DMA issue) in units of one part's link time
     at REFERENCE_BYTES, when the shard is cut in 2 k! equal parts."""
-    chip = chips.chip(topo.generation or chips.DEFAULT_CHIP)
+    chip = chips.of_topology(topo)
     unit = REFERENCE_BYTES / topo.size / (2 * math.factorial(topo.ndim)) / chip.link_bandwidth
     return ((chip.hop_latency or chips.HOP_LATENCY) + chips.DMA_ISSUE_OVERHEAD) / unit
 
@@ -151,7 +151,7 @@ def add_units(topo) -> float:
     """A reduce-scatter's add of one unit landed in units of its link time: two reads and a
     write of HBM, at about half the chip's HBM bandwidth (what `ringc cost` finds with the
     links' landings in flight: on v5p an add of 4.7 MB takes 10 us of the core)."""
-    chip = chips.chip(topo.generation or chips.DEFAULT_CHIP)
+    chip = chips.of_topology(topo)
     return 2 * 3 * chip.link_bandwidth / chip.hbm_bandwidth
 
 

@@ -242,9 +242,9 @@ class _Leg:
     mine: str
 
 
-def _legs(axes: str, parts: int) -> tuple[list[str], list[str], list[_Leg]]:
-    """The buffers a rotated all-to-all reads in each round (`x`, `mid_1`, .., `out`), the
-    `mid` scratch lines, and every part's round along every axis of its rotated order."""
+def _legs(axes: str, parts: int) -> tuple[list[str], list[_Leg]]:
+    """The `mid` scratch lines of a rotated all-to-all (what round i reads: `x`, `mid_1`, ..,
+    `out`), and every part's round along every axis of its rotated order."""
     bufs = ["x", *[f"mid_{i}" for i in range(1, len(axes))], "out"]   # what round i reads is bufs[i]
     slots = "[" + ", ".join(f"N_{a}" for a in axes) + "]"
     scratch = [f"  {b}: {{kind: hbm_scratch, slots: {slots}, shape: [rows, cols]}}   # after {i} round{'s' * (i > 1)} "
@@ -257,7 +257,7 @@ def _legs(axes: str, parts: int) -> tuple[list[str], list[str], list[_Leg]]:
                              [f"N_{b}" for b in axes if b != a],
                              ", ".join(f"t_{a}" if b == a else ":" for b in axes),
                              ", ".join(f"me_{a}" if b == a else ":" for b in axes)))
-    return bufs, scratch, legs
+    return scratch, legs
 
 
 def all_to_all_rotated(k: int) -> str:
@@ -287,7 +287,7 @@ def all_to_all_rotated(k: int) -> str:
                  f"  final_{a}: " + row_major(axes, lambda b: f"(me_{b} + 1 + N_{b} // 2) % N_{b}" if b == a else f"me_{b}")
                  + f"   # where the half I relay along {a} goes"]
     sems += ["  relay_sem: dma", "  forward_sem: dma"]
-    bufs, scratch, legs = _legs(axes, k)
+    scratch, legs = _legs(axes, k)
     for g in legs:
         a, tag = g.a, g.tag
         sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",
@@ -389,7 +389,7 @@ def all_to_all_pow2(k: int, legs: int, rotated: bool = True) -> str:
         lets += [f"  to_{a}: {shift(f'+ o_{a}')}",
                  f"  via_{a}: {shift(f'- N_{a} // 4')}   # the relay of my half-way block's bottom half",
                  f"  final_{a}: {shift(f'- (N_{a} // 2 - N_{a} // 4)')}   # where that relay sends it"]
-    _, scratch, part_legs = _legs(axes, parts)
+    scratch, part_legs = _legs(axes, parts)
     for g in part_legs:
         a, tag, src, dst, there, mine, rows = g.a, g.tag, g.src, g.dst, g.there, g.mine, g.rows
         sems += [f"  recv_{tag}: {{kind: dma, shape: [N_{a} - 1]}}", f"  keep_{tag}_sem: dma",

@@ -745,10 +745,10 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         return
     if topo.size > MAX_CHIPS:
         return  # see MAX_CHIPS
-    from ...cost.chips import CHIPS
-    chip = CHIPS[topo.generation if topo.generation in CHIPS else "v5e"]   # the cost model's default chip
+    from ...cost.chips import of_topology
+    chip = of_topology(topo)   # the cost model's chip for the slice
     if topo.ndim == 3:
-        yield from _generate_3d(kind, topo, chip, vmem_limit_mib(chip))
+        yield from _generate_3d(kind, topo, chip)
         return
     what = WHAT if kind == "psum_scatter" else \
         "rotated-axis bidirectional all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
@@ -766,7 +766,7 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
                             what + (", a step's own blocks loaded by one DMA" if step_loads else ""), params)
 
 
-def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
+def _generate_3d(kind: str, topo, chip) -> Iterator[Candidate]:
     """The 3-D schedules, one per `lanes` in `LANES_3D` with a ring for the third phase and
     one per `lanes` in `DIRECT_LANES_3D` with direct sends (`_direct_block`), each for every
     ratio of `PIECES_3D` with the largest pieces whose windows fit the VMEM limit
@@ -777,7 +777,7 @@ def _generate_3d(kind: str, topo, chip, limit: int) -> Iterator[Candidate]:
         text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct), chip, "the windows")
         for lanes in DIRECT_LANES_3D if direct else LANES_3D:
             for c, b in PIECES_3D:
-                w = window_rows(topo, lanes, limit, direct=direct, pieces=(c, b))
+                w = window_rows(topo, lanes, vmem_limit_mib(chip), direct=direct, pieces=(c, b))
                 name = (f"{kind}_vmem_windows_3d_l{lanes}_w{w}" + ("" if (c, b) == PIECES_3D[0] else f"_c{c}")
                         + ("_direct" if direct else ""))
                 params = {"lanes": lanes, "wrows": w, "crows": c * w} | ({"last": "direct"} if direct else {"brows": b * w})
