@@ -321,6 +321,11 @@ def _mesh_axes_arg(text: str):
 
 def _load(path: str, params: list[tuple[str, int]]):
     from .ir.loader import load
+    if path.endswith(".py"):  # (`check` and `compile --target h100` route Python files before this)
+        raise ScheduleError("a Python file, where this command takes a schedule (.yaml)", file=path,
+                            fix="check a hand-written Pallas TPU kernel with `ringc check FILE.py`, compile a "
+                                "Mosaic GPU one with `ringc compile --target h100 FILE.py`; `emit`, `run`, `show`, "
+                                "`cost` and `tune` work on YAML schedules")
     for name, value in params:
         if type(value) is not int:
             raise ScheduleError(f"--param {name}={value}: a schedule's parameters are integers", file=path,

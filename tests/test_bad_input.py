@@ -695,3 +695,16 @@ def test_a_let_using_a_let_below_it_is_refused_at_its_line_even_in_a_shape(tmp_p
     assert_refused(o, line_of(text, "  size:"), says="let `size` uses let `half`, which is written below it (line "
                                                      f"{line_of(text, '  half:')})")
     assert f"fix: move `half` above line {line_of(text, '  size:')}" in o.err
+
+
+@pytest.mark.parametrize("argv", [["emit"], ["run", "--devices", "4"], ["show", "--devices", "4"],
+                                  ["cost", "--topology", "ring:4"], ["tune", "--topology", "ring:4", "--bytes", "1MiB"]])
+def test_a_python_file_given_to_a_schedule_command_says_so(tmp_path, argv):
+    """A Pallas kernel file where a command takes a YAML schedule: one message naming the file
+    and the commands that take it (it was "malformed YAML" at the first line that is not
+    YAML)."""
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("import jax\n\n\ndef f(x):\n    return x\n")
+    o = run_cli([argv[0], kernel, *argv[1:]])
+    assert_refused(o, says="a Python file, where this command takes a schedule (.yaml)")
+    assert f"{kernel}: error:" in o.err and "ringc check FILE.py" in o.err and "YAML:" not in o.err, str(o)
