@@ -1721,3 +1721,63 @@ def test_the_hamiltonian_ring_matches_lax_in_interpret_mode(kind):
     cand = next(hamiltonian_ring.generate(kind, T.parse("v5e:2x4")))
     result = run_schedule(load_text(cand.text, cand.name), 8, mesh_shape=(2, 4), seed=5)
     assert result.ok, result
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x4", "mesh:3x4"])
+def test_the_hamiltonian_ring_times_as_its_template_on_a_ring(topology):
+    """`Candidate.priced_as`: every candidate's timed run on the slice (every chip timed) is
+    its template's on ring:N (device 0's events on the translation quotient), to 1e-9, at
+    1 MiB and 64 MiB: the same events on relabeled devices, each hop one link either way.
+    Only the bound differs (the slice's hop latency across, not the ring's), which the search
+    takes from the slice."""
+    from ringc.cost.sizing import fit_volume
+    from ringc.synth.families import hamiltonian_ring
+    compared = 0
+    for kind in ("psum", "psum_scatter", "all_gather"):
+        for cand in hamiltonian_ring.generate(kind, T.parse(topology)):
+            assert cand.priced_as is not None and cand.priced_as[1] == f"ring:{T.parse(topology).size}"
+            sched = load_text(cand.text, cand.name)
+            hw = hardware(topology, sched)
+            proxy = load_text(cand.priced_as[0], "proxy")
+            on_ring = hardware(cand.priced_as[1], proxy, chip=hw.chip.name)
+            assert on_ring.placement.symmetric
+            for size in (MiB, 64 * MiB):
+                mine = estimate(fit_volume(sched, hw.placement.sizes, size), hw)
+                theirs = estimate(fit_volume(proxy, on_ring.placement.sizes, size), on_ring)
+                assert mine.schedule.params == theirs.schedule.params
+                assert abs(mine.seconds - theirs.seconds) <= 1e-9 * mine.seconds, (cand.name, size)
+                compared += 1
+    assert compared == 2 * (4 + 4 + 1)
+
+
+def test_a_ring_that_skips_a_chip_or_a_link_is_not_priced_as_its_template():
+    """`ring_of_links` is what lets the template on ring:N stand for the schedule: a ring
+    whose next chip is two positions on, or whose positions miss a chip, is not."""
+    from ringc.synth.families import hamiltonian_ring
+    topo = T.parse("v5e:4x4")
+    text = next(hamiltonian_ring.generate("psum", topo)).text
+    assert hamiltonian_ring.ring_of_links(text, topo)
+    skip = text.replace("after_p: (pos + 1) % N", "after_p: (pos + 2) % N", 1)
+    assert skip != text and not hamiltonian_ring.ring_of_links(skip, topo)
+    no_snake = text.replace("(N_y - 1 - me_y if me_x % 2 == 1 else me_y - 1)", "(me_y - 1)", 1)
+    assert no_snake != text and not hamiltonian_ring.ring_of_links(no_snake, topo)
+
+
+def test_synth_prices_the_hamiltonian_ring_on_v5e_8x8_and_against_the_slice_bound():
+    """v5e:8x8 has no wraparound, so every chip would be timed (over a million events for
+    the all-reduce at 256 MiB, past ringc's limits: none verified). Priced as the template on
+    ring:64, the 2-chunk ring is within 1% of the slice's bound; on v5e:2x4, where every chip
+    can be timed, the search's point (proxy timing, slice bound) is the full estimate's."""
+    from ringc.synth.families import hamiltonian_ring
+    res = synth("psum", "v5e:8x8", [256 * MiB], families=[hamiltonian_ring], compile=False, verify=False)
+    win = res.choices[0].winner
+    assert win.proxy is not None and win.candidate.params["chunks"] == 2
+    assert win.points[256 * MiB][1] > 0.99 and win.points[256 * MiB][3] == "ingress"
+    assert "priced as `all_reduce_bidirectional` on ring:64" in res.to_text()
+    assert "# Priced: as `all_reduce_bidirectional` on ring:64" in res.yaml_of(win)
+    res = synth("psum_scatter", "v5e:2x4", [64 * MiB], families=[hamiltonian_ring], compile=False, verify=False)
+    for p in res.priced:
+        sec, eff, bound, binding, fits, sized = p.points[64 * MiB]
+        sched = load_text(p.candidate.text, p.candidate.name)
+        full = estimate(sched.model_copy(update={"params": sized}), hardware("v5e:2x4", sched))
+        assert abs(full.seconds - sec) <= 1e-9 * sec and full.bound.seconds == bound and full.bound.binding == binding

@@ -76,12 +76,18 @@ class Bound:
 
 
 def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
-    """The maximum of the components in the module docstring; what the collective must move,
-    compute and connect comes from its class (`ringc.collectives`)."""
+    """The bound of `program` (its devices and buffer shapes): `bound_of`."""
+    return bound_of(sched, program.n, program.shapes, hw)
+
+
+def bound_of(sched: S.Schedule, p: int, shapes: dict[str, tuple[int, ...]], hw: Hardware) -> Bound:
+    """The maximum of the components in the module docstring for `p` devices whose buffers
+    have `shapes`; what the collective must move, compute and connect comes from its class
+    (`ringc.collectives`)."""
     c, buffers = collective_of(sched), Buffers.of(sched)
     pl = hw.placement
-    p, B = program.n, hw.chip.link_bandwidth
-    V = c.volume(p, program.shapes, buffers)
+    B = hw.chip.link_bandwidth
+    V = c.volume(p, shapes, buffers)
     in_bytes, out_bytes = c.traffic(p, V)
     if p == 1:
         return Bound(0.0, "none", {}, V)
@@ -99,7 +105,7 @@ def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     if ring is not None and pl.is_cycle():
         comps["ring"] = ring / B
     if c.takes_rhs:
-        comps["compute"] = c.flops(p, program.shapes, buffers) / hw.chip.bf16_flops
+        comps["compute"] = c.flops(p, shapes, buffers) / hw.chip.bf16_flops
     pairs = c.far_pairs(p)
     farthest = pl.diameter if pairs is None else max((pl.hops(a, b) for a, b in pairs), default=0)
     comps["latency"] = farthest * hw.hop_latency

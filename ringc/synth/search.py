@@ -38,6 +38,7 @@ from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
 from ..compile import compile_for, with_params
+from ..cost.bounds import bound_of
 from ..cost.model import CostError, estimate, hardware, vmem_buffers, vmem_capacity
 from ..cost.sizing import fit_volume
 from ..cost.tune import compile_target, compiler_available
@@ -67,6 +68,8 @@ class Priced:
     over_limit: dict[int, tuple[str, int]] = field(default_factory=dict)   # size -> (limit, the amount it needs)
     volumes: dict[int, int] = field(default_factory=dict)   # size -> the V its shapes achieve there
     hw: Any = None                            # its placement on the slice (cost.hardware)
+    # (schedule, hardware) of `candidate.priced_as`, timed in its place (against the slice's bound)
+    proxy: Any = None
     verdict: str | None = None                # None: not verified yet; "" ok; else why dropped
     verified: str = ""
     compiled: str = ""
@@ -74,6 +77,13 @@ class Priced:
     # estimate and the compile use: a region split that the template's rows divide and the
     # sized rows do not is caught there), else why it was dropped at that size.
     sized_verdicts: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def priced_as(self) -> str:
+        """What was timed in its place (`proxy`), in words."""
+        sched, hw = self.proxy
+        return (f"as `{sched.name}` on {hw.placement.topo.spec}, the same run with its devices relabeled, "
+                f"every transfer over one link (the slice's bound)")
 
     def seconds(self, size: int) -> float | None:
         p = self.points.get(size)
@@ -141,6 +151,8 @@ class SynthResult:
                 lines.append(f"#   dropped before it: {name}: {why}")
         lines.append(f"# Why: the fastest of {len(self.priced)} candidates on the {self.chip} cost model "
                      "(docs/cost-model.md; model against model, not hardware).")
+        if p.proxy is not None:
+            lines.append(f"# Priced: {p.priced_as}.")
         lines.append(f"# Checked: {p.verified}.")
         lines.append(f"# Compiled: {p.compiled or self.compile_note}.")
         lines.append("#")
@@ -174,6 +186,9 @@ class SynthResult:
             out.append(f"    {p.candidate.label}: {time_text(lat)}, {slope}")
         for p in self.winners():
             out.append(f"  {p.candidate.name}: {p.verified}; compiled: {p.compiled or self.compile_note}")
+        for p in self.winners():
+            if p.proxy is not None:
+                out.append(f"  {p.candidate.name}: priced {p.priced_as}")
         for ch in self.choices:
             for name, why in ch.dropped:
                 out.append(f"  dropped at {size_text(ch.size)}: {name}: {why}")
@@ -224,6 +239,7 @@ class SynthResult:
                              for p, lat, pb in self.frontier],
                 "candidates": [{"name": p.candidate.name, "family": p.candidate.family, "params": p.candidate.params,
                                 "verdict": p.verdict, "verified": p.verified or None, "compiled": p.compiled or None,
+                                "priced_as": p.priced_as if p.proxy is not None else None,
                                 "sized_checks": {str(s): w or "ok" for s, w in p.sized_verdicts.items()},
                                 "points": [point(p, s) for s in self.sizes],
                                 "problems": {str(s): w for s, w in p.problems.items()}}
@@ -281,20 +297,22 @@ def _runner_up_text(ru: "Priced", size: int) -> str:
 def _price(p: Priced, hw, sizes: list[int]) -> None:
     """Price `p` at each size, smallest first. A size whose achieved V (the shapes must
     divide) is more than `SIZE_SLACK` away from the request is not a point; once the
-    VMEM buffers do not fit, larger sizes are not priced (they need more)."""
+    VMEM buffers do not fit, larger sizes are not priced (they need more). A candidate with
+    a proxy (`Candidate.priced_as`) is timed as the proxy, against the slice's bound."""
     budget = limits.value("timed_flows")
     if budget == limits.LIMITS["timed_flows"].default:
         budget = SEARCH_TIMED_FLOWS
+    sched, where = p.proxy or (p.schedule, hw)
     too_big = None
     for size in sorted(sizes):
         fitted = None
         if too_big is None:
             try:
-                fitted = fit_volume(p.schedule, hw.placement.sizes, size)   # once: the VMEM test and the timing share it
+                fitted = fit_volume(sched, where.placement.sizes, size)   # once: the VMEM test and the timing share it
             except ScheduleError as err:
                 p.problems[size] = err.message.splitlines()[0][:320]
                 continue
-            if _vmem_buffers(fitted, hw) > vmem_capacity(fitted, hw.chip):
+            if _vmem_buffers(fitted, where) > vmem_capacity(fitted, where.chip):
                 too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
         if too_big is not None:
             where = "its vmem_limit_mib" if p.schedule.vmem_limit_mib else "a core"
@@ -302,19 +320,24 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             continue
         try:
             with limits.overridden({"timed_flows": budget}):
-                e = estimate(fitted, hw)
+                e = estimate(fitted, where)
         except (ScheduleError, CostError, ValueError) as err:
             p.problems[size] = (getattr(err, "message", None) or str(err)).splitlines()[0][:320]
             if isinstance(err, LimitError):
                 p.over_limit[size] = (err.limit, int(err.amount))
             continue
         sized = {k: v for k, v in e.schedule.params.items()}
-        if abs(e.bound.volume - size) > SIZE_SLACK * size:
-            p.problems[size] = (f"its shapes give V = {size_text(e.bound.volume)} at best, not "
+        bound = e.bound
+        if p.proxy is not None:   # the slice's bound, for the candidate with the proxy's params
+            mine = p.schedule.model_copy(update={"params": sized})
+            bound = bound_of(mine, hw.placement.n, buffer_shapes(mine, hw.placement.sizes), hw)
+        if abs(bound.volume - size) > SIZE_SLACK * size:
+            p.problems[size] = (f"its shapes give V = {size_text(bound.volume)} at best, not "
                                 f"{size_text(size)}")
             continue
-        p.points[size] = (e.seconds, e.efficiency, e.bound.seconds, e.bound.binding, e.fits, sized)
-        p.volumes[size] = e.bound.volume
+        eff = bound.seconds / e.seconds if e.seconds > 0 else 1.0
+        p.points[size] = (e.seconds, eff, bound.seconds, bound.binding, e.fits, sized)
+        p.volumes[size] = bound.volume
         if not e.fits:
             too_big = size
 
@@ -453,13 +476,19 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
             try:
                 sched = load_text(cand.text, f"<synth:{cand.name}>")
                 hw = hardware(topology, sched, along=along, chip=chip, **hw_options)
+                proxy = None
+                if cand.priced_as is not None:
+                    text, where = cand.priced_as
+                    other = load_text(text, f"<synth:{cand.name} on {where}>")
+                    proxy = (other, hardware(where, other, chip=hw.chip.name, hop_latency=hw.hop_latency,
+                                             dma_overhead=hw.dma_overhead))
             except (ScheduleError, ValueError) as e:
                 skipped.append((cand.name, (getattr(e, "message", None) or str(e)).splitlines()[0]))
                 continue
             if hw.placement.n != topo.size:
                 continue  # one instance does not span the slice
             chip_name = hw.chip.name
-            found.append(Priced(cand, sched, hw=hw))
+            found.append(Priced(cand, sched, hw=hw, proxy=proxy))
     _price_all(found, probe + sizes)
     for p in found:
         same = next((q for q in priced if q.points and q.points == p.points), None)

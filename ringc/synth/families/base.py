@@ -17,6 +17,11 @@ class Candidate:
     text: str                   # the schedule, YAML
     what: str                   # one line: what it is
     params: dict = field(default_factory=dict, hash=False)  # the structural params chosen
+    # (YAML, topology): a schedule on another topology whose timed run is this one's (the
+    # same events on devices relabeled, every transfer over one link either way), timed in its
+    # place against the slice's bound: on a ring it is timed on the translation quotient, where
+    # timing every chip of a slice without wraparound would be past ringc's limits.
+    priced_as: tuple[str, str] | None = None
 
     @property
     def label(self) -> str:

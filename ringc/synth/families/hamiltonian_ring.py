@@ -121,9 +121,40 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     if kind not in TITLES or axes is None:
         return
     text = on_ring(kind, *axes)
+    template = RINGS[kind][0]
     for chunks in RINGS[kind][1] or (None,):
         # Blocks of 4,096 rows for the adds (12 MiB of float32 VMEM: 3 arrays, double-
-        # buffered): on a slice without symmetry the timed run counts every chip's blocks.
+        # buffered): fewer events to time where every chip is timed.
         params = {"chunks": chunks, "rows": 16 * chunks, "block": 4096} if chunks else {}
         name = f"{kind}_hamiltonian_ring" + (f"_c{chunks}" if chunks else "")
-        yield Candidate(FAMILY, name, with_params(text, name, params), WHAT, {"chunks": chunks} if chunks else {})
+        mine = with_params(text, name, params)
+        # Priced as the template on ring:N, whose run is this one's (`on_ring`: the same
+        # events, chip `pos` for device `me`, each hop one link) and is timed on the
+        # translation quotient: every chip of a slice without wraparound is timed otherwise
+        # (v5e:8x8 at 256 MiB: over a million events).
+        proxy = (with_params(library_text(template), template, params), f"ring:{topo.size}") \
+            if ring_of_links(mine, topo) else None
+        yield Candidate(FAMILY, name, mine, WHAT, {"chunks": chunks} if chunks else {}, priced_as=proxy)
+
+
+def ring_of_links(text: str, topo) -> bool:
+    """Whether the ring of the schedule `text` on `topo` (its lets `pos` and `after`, at every
+    chip) visits every chip once, each step to a chip one link away: then the schedule's run
+    is its template's on ring:N with the devices relabeled by `pos`."""
+    from ...ir.loader import load_text
+    from ...verify.unroll import point_env
+    sched = load_text(text, "<hamiltonian_ring>")
+    sizes = dict(zip(("x", "y"), topo.shape))
+    envs = [point_env(sched, sizes, d, (0,) * len(sched.grid)) for d in range(topo.size)]
+    at = {env["pos"]: d for d, env in enumerate(envs)}
+    if sorted(at) != list(range(topo.size)):
+        return False
+    for d, env in enumerate(envs):
+        nxt = env["after"]
+        if nxt != at[(env["pos"] + 1) % topo.size]:
+            return False
+        steps = [abs(a - b) for a, b in zip(divmod(d, topo.shape[1]), divmod(nxt, topo.shape[1]))]
+        hops = sum(min(s, n - s) if w else s for s, n, w in zip(steps, topo.shape, topo.wrap))
+        if hops != 1:
+            return False
+    return True
