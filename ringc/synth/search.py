@@ -302,7 +302,7 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
     budget = limits.value("timed_flows")
     if budget == limits.LIMITS["timed_flows"].default:
         budget = SEARCH_TIMED_FLOWS
-    sched, where = p.proxy or (p.schedule, hw)
+    sched, where = p.proxy or (p.schedule, hw)   # what is timed, and on what
     too_big = None
     for size in sorted(sizes):
         fitted = None
@@ -315,8 +315,8 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             if _vmem_buffers(fitted, where) > vmem_capacity(fitted, where.chip):
                 too_big = size  # known without timing it (a one-shot's N staged shards at 256 MiB)
         if too_big is not None:
-            where = "its vmem_limit_mib" if p.schedule.vmem_limit_mib else "a core"
-            p.problems[size] = f"its VMEM buffers do not fit {where} from {size_text(too_big)} on"
+            limit = "its vmem_limit_mib" if p.schedule.vmem_limit_mib else "a core"
+            p.problems[size] = f"its VMEM buffers do not fit {limit} from {size_text(too_big)} on"
             continue
         try:
             with limits.overridden({"timed_flows": budget}):
