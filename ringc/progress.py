@@ -1,7 +1,8 @@
 """Progress on stderr for the commands that take a while (tqdm).
 
-`ringc cost --collective ... --sweep`, `ringc tune`, a script or test module under `ringc
-check` and a `ringc check` over several files show a bar on stderr once they have run for
+`ringc cost --collective ... --sweep`, `ringc tune`, `ringc synth` (its pricing, then the
+checks of the fastest), a script or test module under `ringc check` and a `ringc check` over
+several files show a bar on stderr once they have run for
 2 seconds, and only when stderr is a terminal: a pipe, a file, CI logs and `--format
 json`/`sarif` (whose document is on stdout) never see one, nor does `check -q`. `RINGC_PROGRESS=1` shows it
 whatever stderr is, from the start (for a terminal emulator that is not a tty, and for the

@@ -127,3 +127,15 @@ def test_a_terminal_sees_progress_after_two_seconds_and_a_clean_line_after():
     assert b"%|" not in out and b"all_reduce_ring" in out
     _, err, out = _on_a_terminal("cost", "--collective", "psum", "--topology", "ring:8", "--sweep", "4KiB..8KiB")
     assert b"%|" not in err and b"ranking" not in err  # done within the delay: never a bar
+
+
+def test_synth_shows_its_pricing_and_verifying_when_forced():
+    """`ringc synth` prices every candidate and then checks (and compiles) the fastest: minutes
+    on a slice without symmetry (v5e:8x16), so both show on stderr, never on stdout."""
+    run = _ringc("synth", "psum", "--topology", "ring:8", "--bytes", "1MiB", "--no-compile", progress_env="1")
+    assert run.returncode == 0, run.stderr
+    assert "pricing psum candidates on ring:8" in run.stderr and "candidate" in run.stderr
+    assert "verifying the fastest" in run.stderr
+    assert "%|" not in run.stdout and "ringc synth psum on ring:8" in run.stdout
+    run = _ringc("synth", "psum", "--topology", "ring:8", "--bytes", "1MiB", "--no-compile", progress_env=None)
+    assert run.returncode == 0 and "pricing" not in run.stderr

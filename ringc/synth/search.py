@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import limits, topology as T
+from .. import limits, progress, topology as T
 from ..collectives import NAMES, kind_named
 from ..errors import LimitError, ScheduleError
 from ..units import size_text, time_text
@@ -342,28 +342,33 @@ def _price(p: Priced, hw, sizes: list[int]) -> None:
             too_big = size
 
 
-def _price_all(found: list[Priced], sizes: list[int]) -> None:
+def _price_all(found: list[Priced], sizes: list[int], bar=None) -> None:
     """`_price` every candidate: every other one in a forked child where a second core is
     free (`verify.background`: the same deterministic pricing, its estimates sent back),
-    the rest here; a child that fails leaves its share to be priced here."""
+    the rest here; a child that fails leaves its share to be priced here. `bar` counts the
+    candidates priced (the child's when its answer comes)."""
     forked = default_jobs() > 1 and len(found) > 1
     mine, theirs = (found[0::2], found[1::2]) if forked else (found, [])
 
-    def price(ps: list[Priced]) -> list[tuple]:
+    def price(ps: list[Priced], shown=None) -> list[tuple]:
         for p in ps:
             _price(p, p.hw, sizes)
+            if shown is not None:
+                shown.update()
         return [(p.points, p.problems, p.over_limit, p.volumes) for p in ps]
 
     child = Background(lambda: price(theirs)) if theirs else None
     try:
-        price(mine)
+        price(mine, bar)
         answer = child.result() if child is not None else None
     finally:
         if child is not None:
             child.close()
     if answer is None:
-        price(theirs)
+        price(theirs, bar)
         return
+    if bar is not None:
+        bar.update(len(theirs))
     for p, (points, problems, over_limit, volumes) in zip(theirs, answer):
         p.points, p.problems, p.over_limit, p.volumes = points, problems, over_limit, volumes
 
@@ -489,7 +494,8 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
                 continue  # one instance does not span the slice
             chip_name = hw.chip.name
             found.append(Priced(cand, sched, hw=hw, proxy=proxy))
-    _price_all(found, probe + sizes)
+    with progress.bar(len(found), f"pricing {kind} candidates on {topology}", unit="candidate") as bar:
+        _price_all(found, probe + sizes, bar)
     for p in found:
         same = next((q for q in priced if q.points and q.points == p.points), None)
         if same is not None:  # the same schedule by another road (a family's default params)
@@ -502,34 +508,9 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
                          + "".join(f"\n  {n}: {w}" for n, w in skipped + [(f, w) for f, w in why_not if w]))
     note = "--no-compile" if not compile else compiler_available()
     choices = []
-    for size in sizes:
-        dropped: list[tuple[str, str]] = []
-        winner = None
-        while True:
-            live = sorted((p for p in priced if p.usable(size)), key=lambda p: -p.points[size][1])
-            if not live:
-                break
-            best = live[0]
-            if verify and best.verdict is None:
-                _verify(best, topo, along)
-                if best.verdict:
-                    dropped.append((best.candidate.label, best.verdict))
-                    continue
-            if verify and size not in best.sized_verdicts:
-                _verify_sized(best, topo, size, along)
-                if best.sized_verdicts[size]:
-                    dropped.append((best.candidate.label, best.sized_verdicts[size]))
-                    continue
-            if verify and compile and not note and not best.compiled:
-                _compile(best, best.hw, size, note)
-                if best.verdict:
-                    dropped.append((best.candidate.label, best.verdict))
-                    continue
-            winner = best
-            break
-        runner = next((p for p in sorted((p for p in priced if p.usable(size) and p is not winner),
-                                         key=lambda p: -p.points[size][1])), None)
-        choices.append(Choice(size, winner, runner, dropped))
+    with progress.bar(None, "verifying the fastest") as bar:
+        for size in sizes:
+            choices.append(_choose(priced, size, topo, along, verify, compile, note, bar))
     changes = []
     for before, after in zip(choices, choices[1:]):
         a = before.winner.candidate.label if before.winner else "none"
@@ -539,6 +520,42 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
     frontier = _frontier(priced, sizes[-1])
     return SynthResult(kind, topology, chip_name, sizes, priced, choices, frontier, changes,
                        time.perf_counter() - t0, note, skipped)
+
+
+def _choose(priced: list[Priced], size: int, topo: T.Topology, along: str | None, verify: bool, compile: bool,
+            note: str, bar) -> Choice:
+    """The winner at `size`: the most efficient candidate that verifies there (`_verify`,
+    `_verify_sized`, `_compile`), the ones dropped before it, and the runner-up."""
+    dropped: list[tuple[str, str]] = []
+    winner = None
+    while True:
+        live = sorted((p for p in priced if p.usable(size)), key=lambda p: -p.points[size][1])
+        if not live:
+            break
+        best = live[0]
+        if verify and best.verdict is None:
+            bar.describe(f"checking {best.candidate.name} on {topo.spec}")
+            _verify(best, topo, along)
+            if best.verdict:
+                dropped.append((best.candidate.label, best.verdict))
+                continue
+        if verify and size not in best.sized_verdicts:
+            bar.describe(f"checking {best.candidate.name} at {size_text(size)}")
+            _verify_sized(best, topo, size, along)
+            if best.sized_verdicts[size]:
+                dropped.append((best.candidate.label, best.sized_verdicts[size]))
+                continue
+        if verify and compile and not note and not best.compiled:
+            bar.describe(f"compiling {best.candidate.name} for {topo.spec}")
+            _compile(best, best.hw, size, note)
+            if best.verdict:
+                dropped.append((best.candidate.label, best.verdict))
+                continue
+        winner = best
+        break
+    runner = next((p for p in sorted((p for p in priced if p.usable(size) and p is not winner),
+                                     key=lambda p: -p.points[size][1])), None)
+    return Choice(size, winner, runner, dropped)
 
 
 def _frontier(priced: list[Priced], big: int) -> list[tuple[Priced, float, float]]:
