@@ -409,7 +409,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.show and shown:
         _show_finding(args, *shown)
     elif args.show:
-        print(f"ringc: --show: nothing drawn: it draws a schedule's (.yaml) timed run, and no schedule was checked; "
+        print("ringc: --show: nothing drawn: it draws a schedule's (.yaml) timed run, and no schedule was checked; "
               "a Pallas kernel's findings show their run with --explain", file=sys.stderr)
     return out.close()
 

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ..ir import expr as E
 from ..ir import schema as S
-from ..errors import ScheduleError
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 from ..collectives import collective_of
@@ -1168,7 +1167,7 @@ class Emitter:
         if coll.takes_rhs:
             what += (" (for x, on the same y; y's cotangent is a local matmul with the gathered "
                      f"{'x' if coll.gathers else 'cotangent'})")
-        return what + f"; this module has no ringc kernel for it, so the backward pass runs lax"
+        return what + "; this module has no ringc kernel for it, so the backward pass runs lax"
 
     def kernel_doc(self, coll: Any) -> str:
         s = self.s

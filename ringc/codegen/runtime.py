@@ -27,6 +27,7 @@ P = jax.sharding.PartitionSpec
 NAME = "runtime"
 AXIS = "x"
 PARAMS: dict = {}
+DATA: tuple = ()
 CHECKED: list | None = None
 SOURCE = "runtime.yaml"
 SCHEDULE = None

@@ -45,7 +45,7 @@ Whatever is not proved symmetric is timed on every device (`model.estimate`).
 
 from __future__ import annotations
 
-from ..verify.events import DmaStart, Event, Program, SemId
+from ..verify.events import DmaStart, Event, SemId
 from ..verify.placement import Link
 from ..verify.rotation import Torus
 from ..verify.symmetric.program import Group, SymmetricProgram

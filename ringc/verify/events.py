@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields
-from enum import Enum
 from functools import cached_property
 from enum import StrEnum
 from math import prod

@@ -351,7 +351,7 @@ class Unroller:
         lines = ["def key(env, slots):"]
         for i, n in enumerate(names):
             lines += [f"    v{i} = env.get({n!r}, missing)", f"    if type(v{i}) is not int:",
-                      f"        f = keyed.get(type(v{i}))", f"        if f is not None:", f"            v{i} = f(v{i})"]
+                      f"        f = keyed.get(type(v{i}))", "        if f is not None:", f"            v{i} = f(v{i})"]
         values = "".join(f", v{i}" for i in range(len(names)))
         if blocks:
             slots = "".join(f", slots.get({b!r})" for b in blocks)
@@ -1448,7 +1448,7 @@ def _wait(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
 
 
 def _wait_plain(u: Unroller, op: S.Op) -> list[tuple[Action, int | None]]:
-    line, key, name = op.line, op.tag, op.copy_name
+    line, name = op.line, op.copy_name
     outer, u.env = u.env, u.bind(op.copy_use, line)
     try:
         c, src, dst = u.copy_parts(name, line)

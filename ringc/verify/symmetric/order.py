@@ -109,7 +109,7 @@ def quotient_order(program: SymmetricProgram, feeds: dict[Key, Feeds] | None = N
     before a wait meet the demand needs no row: those waits are checked in one pass and
     not visited (the first failure, in the sweep's order, raises where the sweep would).
     `feeds`: `feeds_of(program)[0]`, if the caller has it."""
-    events, n = program.events, program.n
+    events = program.events
     torus = group_of(program)
     length = len(events)
     if feeds is None:
