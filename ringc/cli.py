@@ -359,6 +359,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     out = Output(args.format, "check", quiet=args.quiet, explain=args.explain)
     jobs = [(path, args) for path in args.files] if args.files else _project_jobs(args)
     shown = None  # (schedule, report) to draw with --show: the first that fails, else the first
+    refused = False
     if args.show and args.data:
         raise ScheduleError("--show draws one timed run; with --data every sample is its own run, so it is not "
                             "drawn", file=jobs[0][0], fix="drop --show, or --data")
@@ -402,11 +403,15 @@ def cmd_check(args: argparse.Namespace) -> int:
                     if shown is None or (shown[1].ok and not report.ok):
                         shown = (sched, report)
             except ScheduleError as e:
+                refused = True
                 with bar.paused():
                     out.refused(e)
             finally:
                 bar.update()
-    if args.show and shown:
+    if args.show and refused:  # bad input writes nothing: no picture of the part that ran
+        print("ringc: --show: nothing drawn: bad input was refused (above); fix it and run again",
+              file=sys.stderr)
+    elif args.show and shown:
         _show_finding(args, *shown)
     elif args.show:
         print("ringc: --show: nothing drawn: it draws a schedule's (.yaml) timed run, and no schedule was checked; "

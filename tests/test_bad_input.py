@@ -357,6 +357,17 @@ def test_output_refuses_the_input_schedule(tmp_path):
     _no_temp_files(tmp_path)
 
 
+def test_check_show_draws_nothing_when_a_size_is_bad_input(tmp_path):
+    """`--devices 2..4 --topology ring:2`: N=2 checks, N=3 is refused; bad input writes
+    nothing, so the picture of N=2 is not drawn either (found by the slow fuzz)."""
+    out = tmp_path / "run.png"
+    o = run_cli(["check", PP, "--devices", "2..4", "--topology", "ring:2", "--show", out])
+    assert o.code == 2 and "has 2 devices, but N=3" in o.err and "nothing drawn" in o.err, str(o)
+    assert not out.exists()
+    o = run_cli(["check", PP, "--devices", "2", "--topology", "ring:2", "--show", out])
+    assert o.code == 0 and out.exists(), str(o)
+
+
 def test_output_refuses_a_device():
     assert_refused(run_cli(["emit", PP, "-o", "/dev/null"]), says="not a regular file")
 

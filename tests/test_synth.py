@@ -369,3 +369,15 @@ def test_every_family_generates_loadable_candidates_on_the_slices_users_hold(top
                 assert hardware(topology, sched, along=along).placement.n == topo.size, cand.name
                 count += 1
     assert count >= 8
+
+
+def test_a_slice_libtpu_does_not_know_is_refused_before_the_search():
+    """v5e:3x3 is no v5e slice (hosts hold 2x2 chips): every winner would be dropped by the
+    compiler after the whole search. Refused at once, saying --no-compile searches it on the
+    model alone, which then works; a ring of 9 compiles for v5e:3x3 too."""
+    pytest.importorskip("libtpu")
+    for topology in ("v5e:3x3", "ring:9"):
+        with pytest.raises(ValueError, match=r"compiled for v5e:3x3.*--no-compile"):
+            synth("psum", topology, [MiB])
+    res = synth("psum", "v5e:3x3", [MiB], compile=False)
+    assert res.ok and res.compile_note == "--no-compile"

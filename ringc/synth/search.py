@@ -37,7 +37,7 @@ from ..errors import LimitError, ScheduleError
 from ..units import size_text, time_text
 from .families import Candidate, collectives, families as default_families
 from .families.base import with_vmem_limit
-from ..compile import compile_for, with_params
+from ..compile import compile_for, target_devices, with_params
 from ..cost.bounds import bound_of
 from ..cost.model import CostError, estimate, hardware, vmem_buffers, vmem_capacity
 from ..cost.sizing import fit_volume
@@ -451,6 +451,24 @@ def _compile(p: Priced, hw, size: int, note: str) -> None:
     p.compiled = f"ok for {target} at {size_text(size)}{raised}"
 
 
+def _compilable(found: list[Priced], topology: str) -> None:
+    """Refuse, before any pricing, a slice whose compile targets (`compile_target`, the
+    slice itself for a TPU slice) libtpu describes for no candidate: every winner would be
+    dropped by the compiler after minutes of search (v5e:3x3 is no v5e slice)."""
+    why = {}
+    for target in dict.fromkeys(compile_target(p.hw, p.schedule) for p in found):
+        try:
+            target_devices(target)
+            return
+        except ScheduleError as e:
+            why[target] = e.message.splitlines()[0]
+    if why:
+        target, msg = next(iter(why.items()))
+        raise ValueError(f"{topology}: the winners would be compiled for {target}, and libtpu compiles for no such "
+                         f"slice ({msg.removeprefix(f'target {target!r}: ')}); pass --no-compile to search it "
+                         "on the cost model alone, or name a slice libtpu knows (e.g. v5e:2x4, v5e:4x4, v5p:2x2x4)")
+
+
 def _compiled(sched, hw, size: int, target):
     """(the compile result, None), or (None, why) where the schedule cannot be compiled."""
     try:
@@ -494,6 +512,9 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
                 continue  # one instance does not span the slice
             chip_name = hw.chip.name
             found.append(Priced(cand, sched, hw=hw, proxy=proxy))
+    note = "--no-compile" if not compile else compiler_available()
+    if verify and not note:
+        _compilable(found, topology)
     with progress.bar(len(found), f"pricing {kind} candidates on {topology}", unit="candidate") as bar:
         _price_all(found, probe + sizes, bar)
     for p in found:
@@ -506,7 +527,6 @@ def synth(collective: str, topology: str, sizes: list[int], *, families: list | 
         why_not = [(fam.FAMILY, fam.unavailable(kind, gen_topo)) for fam in gens if hasattr(fam, "unavailable")]
         raise ValueError(f"no family generates {kind} on {topology}"
                          + "".join(f"\n  {n}: {w}" for n, w in skipped + [(f, w) for f, w in why_not if w]))
-    note = "--no-compile" if not compile else compiler_available()
     choices = []
     with progress.bar(None, "verifying the fastest") as bar:
         for size in sizes:
