@@ -186,7 +186,6 @@ class SynthResult:
             out.append(f"    {p.candidate.label}: {time_text(lat)}, {slope}")
         for p in self.winners():
             out.append(f"  {p.candidate.name}: {p.verified}; compiled: {p.compiled or self.compile_note}")
-        for p in self.winners():
             if p.proxy is not None:
                 out.append(f"  {p.candidate.name}: priced {p.priced_as}")
         for ch in self.choices:

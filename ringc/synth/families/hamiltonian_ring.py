@@ -142,19 +142,12 @@ def ring_of_links(text: str, topo) -> bool:
     chip) visits every chip once, each step to a chip one link away: then the schedule's run
     is its template's on ring:N with the devices relabeled by `pos`."""
     from ...ir.loader import load_text
+    from ...verify.placement import place
     from ...verify.unroll import point_env
     sched = load_text(text, "<hamiltonian_ring>")
-    sizes = dict(zip(("x", "y"), topo.shape))
-    envs = [point_env(sched, sizes, d, (0,) * len(sched.grid)) for d in range(topo.size)]
+    placement = place(sched, topo)
+    envs = [point_env(sched, placement.sizes, d, (0,) * len(sched.grid)) for d in range(topo.size)]
     at = {env["pos"]: d for d, env in enumerate(envs)}
-    if sorted(at) != list(range(topo.size)):
-        return False
-    for d, env in enumerate(envs):
-        nxt = env["after"]
-        if nxt != at[(env["pos"] + 1) % topo.size]:
-            return False
-        steps = [abs(a - b) for a, b in zip(divmod(d, topo.shape[1]), divmod(nxt, topo.shape[1]))]
-        hops = sum(min(s, n - s) if w else s for s, n, w in zip(steps, topo.shape, topo.wrap))
-        if hops != 1:
-            return False
-    return True
+    return sorted(at) == list(range(topo.size)) and all(
+        env["after"] == at[(env["pos"] + 1) % topo.size] and placement.hops(d, env["after"]) == 1
+        for d, env in enumerate(envs))

@@ -144,7 +144,7 @@ def overhead_units(topo) -> float:
     at REFERENCE_BYTES, when the shard is cut in 2 k! equal parts."""
     chip = chips.of_topology(topo)
     unit = REFERENCE_BYTES / topo.size / (2 * math.factorial(topo.ndim)) / chip.link_bandwidth
-    return ((chip.hop_latency or chips.HOP_LATENCY) + chips.DMA_ISSUE_OVERHEAD) / unit
+    return (chip.hop_latency + chip.dma_overhead) / unit
 
 
 def add_units(topo) -> float:

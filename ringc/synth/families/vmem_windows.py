@@ -714,7 +714,7 @@ def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], 
 
 
 def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4, direct: bool = False,
-                pieces: tuple[int, int] = (2, 4)) -> int:
+                pieces: tuple[int, int] = PIECES_3D[0]) -> int:
     """The most rows `w` of a plane's piece (a multiple of 16) whose windows on the 3-D torus
     `topo` fit in `limit_mib` with pieces of c w rows of a column and b w of a block
     (`pieces` = (c, b)): per
