@@ -151,6 +151,13 @@ def run_schedule(schedule: S.Schedule, devices: int, *, params: Mapping[str, int
             "cannot be waited in the next", file=schedule.file, line=schedule.line_of("kernels"),
             fix="`ringc check` verifies the program (and `ringc check` of the emitted module, the same program "
                 "as traced); `ringc compile --target v5e:2x2` compiles it for TPU")
+    if schedule.cores > 1:
+        raise ScheduleError(
+            f"`{schedule.name}` runs on every TensorCore (`cores: {schedule.cores}`), which interpret mode cannot "
+            "run: jax 0.10.2's TPU interpreter refuses a `device_id` that names a core (NotImplementedError in "
+            "jax/_src/pallas/mosaic/interpret/utils.py `device_coords_to_logical_id`), and the kernel's remote "
+            "copies name theirs", file=schedule.file, line=schedule.line_of("cores"),
+            fix="`ringc check` verifies it on every core; `ringc compile --target v5p:2x2x1` compiles it for TPU")
     import jax
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu

@@ -107,8 +107,9 @@ class _MgpuEmitter(Emitter):
                         "(a ring of GPUs) so far")
         if s.data:
             self.refuse("runtime data (`data:`, scalar prefetch) is not emitted for Mosaic GPU yet")
-        if s.megacore:
-            self.refuse("`megacore` is a TPU layout (two TensorCores per chip); a GPU has no such axis")
+        if s.megacore or s.cores > 1:
+            self.refuse(f"`{'megacore' if s.megacore else 'cores'}` is a TPU layout (two TensorCores per chip); "
+                        "a GPU has no such axis")
         def check(ops: list[S.Op]) -> None:
             for op in ops:
                 if id(op) in self.matmuls:

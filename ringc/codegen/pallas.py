@@ -31,6 +31,7 @@ from ..ir import schema as S
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 from ..collectives import collective_of
+from ..errors import ScheduleError
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "Emitter", "compiled_source", "emit", "runtime_helpers", "wrap_words"]
 
@@ -205,15 +206,18 @@ def runtime_helpers(filename: str = "runtime.py") -> dict[str, str]:
 
 
 # Helpers emitted under another helper's name (a schedule over several mesh axes).
-_MULTI_AXIS_VARIANTS = {"_device_axes": "_device"}
+_MULTI_AXIS_VARIANTS = {"_device_axes": "_device", "_device_core": "_device", "_device_axes_core": "_device"}
 _HELPERS: dict[str, str] = runtime_helpers()
 
 _HELPER_DEPS = {"_floordiv": ("_mod",), "_barrier": ("_device",), "_device_axes": ("_mod", "_floordiv"),
+                "_device_axes_core": ("_mod", "_floordiv"),
                 "_emit_pipeline_fed": ("_ArrivingRef",)}
 # Modules the helpers import beyond those every emitted module imports.
 _HELPER_IMPORTS = {"_ArrivingRef": "dataclasses"}
 # A schedule over several mesh axes gets these variants (same function names) instead.
 _MULTI_AXIS_HELPERS = {"_device": "_device_axes"}
+# A schedule on every TensorCore (`cores: 2`) gets these (same function names) instead.
+_CORE_HELPERS = {"_device": "_device_core", "_device_axes": "_device_axes_core"}
 
 _EXPR_HELPERS = {"%": "_mod", "//": "_floordiv", "and": "_and", "or": "_or"}
 
@@ -475,10 +479,14 @@ class Emitter:
         w = CodeWriter()
         self.module_docstring(w)
         w.line()
-        multi = len(self.s.axes) > 1
         needed = set(self.helpers)
-        if multi:
+        for h in list(needed):
+            needed |= set(self.HELPER_DEPS.get(h, ()))
+        # the variants a schedule over several mesh axes, or on every TensorCore, needs
+        if len(self.s.axes) > 1:
             needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
+        if self.s.cores > 1:
+            needed = {_CORE_HELPERS.get(h, h) for h in needed}
         for h in list(needed):
             needed |= set(self.HELPER_DEPS.get(h, ()))
         imports = sorted({"functools", "math", *(self.HELPER_IMPORTS[h] for h in needed if h in self.HELPER_IMPORTS)})
@@ -612,6 +620,9 @@ class Emitter:
 
     def grid_text(self) -> str:
         """What one call of a kernel function is: a grid point, or the whole kernel."""
+        if self.s.cores > 1:
+            loops = f"its grid ({', '.join(self.s.grid)}) as loops" if self.s.grid else "no grid"
+            return f"The whole kernel on one TensorCore ({loops})"
         return f"One point of the grid ({', '.join(self.s.grid)})" if self.s.grid else "The whole kernel (it has no grid)"
 
     def alias_name(self, n: str) -> str:
@@ -623,9 +634,11 @@ class Emitter:
         """One kernel function: `fn(*refs, *, statics)`, its grid indices, lets, the descriptors
         of `copies` and the ops; `aliased` refs are deleted (the aliased input's ref is used)."""
         s = self.s
-        lets = [f"{INDENT}{self.name(n)} = {self.py(e)}" for n, e in s.let.items()]
+        # On every TensorCore (`cores: 2`) the kernel has no grid: its points are loops.
+        loops = list(s.grid.items()) if s.cores > 1 else []
+        lets = [f"{INDENT * (1 + len(loops))}{self.name(n)} = {self.py(e)}" for n, e in s.let.items()]
         body = CodeWriter()
-        body.level = 1
+        body.level = 1 + len(loops)
         for n in copies:
             body.blank()
             self.copy_descriptor(body, n, s.copies[n])
@@ -642,13 +655,20 @@ class Emitter:
         w.line("me = lax.axis_index(axis)")
         if s.megacore:
             w.line("core = pl.program_id(0)  # megacore: the TensorCore, a parallel grid axis")
-        for i, g in enumerate(s.grid, start=1 if s.megacore else 0):
+        elif s.cores > 1:
+            w.line("core = lax.axis_index(\"core\")  # this TensorCore: the kernel runs on each")
+        for i, g in enumerate(s.grid if not loops else (), start=1 if s.megacore else 0):
             w.line(f"{self.name(g)} = pl.program_id({i})")
         derived = self.derived_lines()
         for i, a in enumerate(s.axes):
             if f"me_{a}" in self.names_used:
                 w.line(f"me_{a} = lax.axis_index(axis[{i}])")
         w.lines.extend(INDENT + line for line in derived)
+        for g, size in loops:  # the grid's points in row-major order, as pallas_call runs them
+            w.line()
+            w.line(f"@pl.loop(0, {self.static(size)})")
+            w.line(f"def _({self.name(g)}):")
+            w.level += 1
         w.lines.extend(lets)
         w.blank()
         w.lines.extend(body.lines)
@@ -675,7 +695,9 @@ class Emitter:
             plural = "s" if len(refs) > 1 and role in ("input", "output", "semaphore") else ""
             note = " (allocated as extra outputs)" if role == self.SCRATCH_OUTPUTS else ""
             parts.append(f"{role}{plural} {', '.join(refs)}{note}")
-        return f"Refs, in {self.CALL} order: " + "; ".join(parts) + ". " + self.refs_note()
+        call = "pl.kernel" if self.s.cores > 1 else self.CALL
+        own = " Semaphores and VMEM scratch are this core's own; HBM is the chip's." if self.s.cores > 1 else ""
+        return f"Refs, in {call} order: " + "; ".join(parts) + "." + own + " " + self.refs_note()
 
     def refs_note(self) -> str:
         return ("`axis` is the kernel's mesh axis name (a tuple over several), `mesh_axes` every mesh axis "
@@ -1074,8 +1096,10 @@ class Emitter:
         keywords = [k for k, _ in self.KEYWORDS]
         with w.function("_call", [*(self.name(n) for n in ins), *data, "*", "axis_name", "interpret", *keywords,
                                   *statics]):
-            w.docstring((f"The pallas_calls of `{s.name}` ({', '.join(s.program)})" if s.kernels else
-                         f"The pallas_call of `{s.name}`") + " on one device's shards, for sizes from "
+            what = (f"The pallas_calls of `{s.name}` ({', '.join(s.program)})" if s.kernels else
+                    f"The kernel call of `{s.name}` (`pl.kernel` on each TensorCore)" if s.cores > 1 else
+                    f"The pallas_call of `{s.name}`")
+            w.docstring(what + " on one device's shards, for sizes from "
                         "`_sizes` (no gradient rule: `kernel` adds it).")
             if any(self.follows(n) for n in s.buffers):
                 w.line(f"dtype = {self.name(s.io_buffer('input'))}.dtype")
@@ -1091,7 +1115,8 @@ class Emitter:
                 args.append(f"{self.name(n)}.reshape{self.static_tuple(b.full_shape)}"
                             if b.shard is not None else self.name(n))
             results = [self.name(n) for n in outs] + ["_"] * len(scratch)
-            unpack = f"({results[0]},)" if len(results) == 1 and self.RESULTS_IN_TUPLE else ", ".join(results)
+            in_tuple = self.RESULTS_IN_TUPLE or s.cores > 1  # (pl.kernel's out_type is a tuple)
+            unpack = f"({results[0]},)" if len(results) == 1 and in_tuple else ", ".join(results)
             w.call(f"{unpack} = call", data + args)
             returned = []
             for n in outs:
@@ -1300,6 +1325,9 @@ class Emitter:
         s = self.s
         outs = s.buffers_of("output", "hbm_scratch")
         single = len(outs) == 1
+        if s.cores > 1:
+            self.core_kernel_call(w, outs)
+            return
 
         memory, shape_dtype = self.memory_space, self.shape_dtype
         with w.block("call = pl.pallas_call("):
@@ -1340,6 +1368,29 @@ class Emitter:
             if s.vmem_limit_mib is not None:
                 params.append(f"vmem_limit_bytes={s.vmem_limit_mib} * 2**20")
             w.call("compiler_params=pltpu.CompilerParams", params, ",")
+            w.line("interpret=_interpret_mode(interpret),")
+        w.line(")")
+
+    def core_kernel_call(self, w: CodeWriter, outs: list[str]) -> None:
+        """`call = pl.kernel(...)` over the chip's TensorCores (`cores: 2`): each core runs
+        `_kernel` once, its grid as loops; the operands and outputs stay in HBM, shared by
+        the cores; semaphores and VMEM scratch are each core's own (`scratch_types`)."""
+        s = self.s
+        with w.block("call = pl.kernel("):
+            w.call("functools.partial", ["_kernel", *self.statics()], ",")
+            with w.block("out_type=("):
+                for n in outs:
+                    w.line(f"{self.shape_dtype(n)},  # {n}{self.scratch_note(n)}")
+            w.line("),")
+            w.line(f"mesh=pltpu.create_tensorcore_mesh(\"core\", num_cores={s.cores}),")
+            self.scratch_list(w, [*s.semaphores, *s.buffers_of("vmem_scratch")], key="scratch_types")
+            params = []
+            if s.barrier is not None:
+                params.append(f"collective_id={s.barrier.collective_id}")
+            if s.vmem_limit_mib is not None:
+                params.append(f"vmem_limit_bytes={s.vmem_limit_mib} * 2**20")
+            if params:
+                w.call("compiler_params=pltpu.CompilerParams", params, ",")
             w.line("interpret=_interpret_mode(interpret),")
         w.line(")")
 
@@ -1441,12 +1492,12 @@ class Emitter:
         semantics = [f'"{sem}"' for sem in self.s.semantics]
         return _tuple_text(semantics) if semantics else "()"
 
-    def scratch_list(self, w: CodeWriter, names: list[str]) -> None:
+    def scratch_list(self, w: CodeWriter, names: list[str], key: str = "scratch_shapes") -> None:
         """`scratch_shapes=[...]`: the named semaphores and VMEM scratch buffers, in order."""
         if not names:
-            w.line("scratch_shapes=[],")
+            w.line(f"{key}=[],")
             return
-        with w.block("scratch_shapes=["):
+        with w.block(f"{key}=["):
             for n in names:
                 if n in self.s.semaphores:
                     sem = self.s.semaphores[n]

@@ -116,6 +116,24 @@ def _device_axes(index, axis, mesh_axes):
     return tuple(coord[name] if name in coord else lax.axis_index(name) for name in mesh_axes)
 
 
+def _device_core(coord, axis, mesh_axes):
+    """`_device` for a kernel on every TensorCore (`cores: 2`, `pl.kernel` over the core
+    mesh): the same core of that device, as the dict of mesh coordinates and `core` that a
+    TensorCoreMesh kernel's `device_id` takes."""
+    ids = {name: coord if name == axis else lax.axis_index(name) for name in mesh_axes}
+    return {**ids, "core": lax.axis_index("core")}
+
+
+def _device_axes_core(index, axis, mesh_axes):
+    """`_device_axes` for a kernel on every TensorCore (`_device_core`)."""
+    coord = {}
+    for name in reversed(axis):
+        coord[name] = _mod(index, lax.axis_size(name))
+        index = _floordiv(index, lax.axis_size(name))
+    ids = {name: coord[name] if name in coord else lax.axis_index(name) for name in mesh_axes}
+    return {**ids, "core": lax.axis_index("core")}
+
+
 def _barrier(neighbours, axis, mesh_axes, double=True):
     """Barrier with `neighbours` on the global barrier semaphore (the seed's `local_barrier`).
 

@@ -54,7 +54,7 @@ def volume_buffer(sched: S.Schedule) -> str:
 
 
 def volume(sched: S.Schedule, program: Program) -> int:
-    return collective_of(sched).volume(program.n, program.shapes, Buffers.of(sched))
+    return collective_of(sched).volume(program.device_count, program.shapes, Buffers.of(sched))
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Bound:
 
 def lower_bound(sched: S.Schedule, program: Program, hw: Hardware) -> Bound:
     """The bound of `program` (its devices and buffer shapes): `bound_of`."""
-    return bound_of(sched, program.n, program.shapes, hw)
+    return bound_of(sched, program.device_count, program.shapes, hw)
 
 
 def bound_of(sched: S.Schedule, p: int, shapes: dict[str, tuple[int, ...]], hw: Hardware) -> Bound:

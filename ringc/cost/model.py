@@ -57,6 +57,10 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
                                                      f"on h100:N, not {topo.spec}" if not topo.switched else
                                                      f"has ICI links to grid neighbours, not an NVSwitch port: "
                                                      f"{topo.spec} takes its own chip (drop --chip)"))
+    if sched.cores > figures.tensor_cores:
+        raise ValueError(f"`{sched.name}` runs on {sched.cores} TensorCores per chip (`cores: {sched.cores}`), and a "
+                         f"{figures.name} chip has {figures.tensor_cores}: price it on v5p or v4 (e.g. --topology "
+                         "v5p:4x4x4, or --chip v5p on a ring or torus)")
     return Hardware(figures, placement, figures.hop_latency if hop_latency is None else hop_latency,
                     figures.dma_overhead if dma_overhead is None else dma_overhead)
 
@@ -195,6 +199,10 @@ class Estimate:
         out = [ASSUMPTION] if isinstance(self.machine, QuotientMachine) else []
         if self.machine.steady is not None and self.machine.steady.skips:
             out.append(STEADY)
+        if self.schedule.cores > 1:
+            out.append(f"TensorCores: each of a chip's {self.schedule.cores} cores runs its own events and issues its "
+                       "own DMAs (the issue time per core); the chip's links and HBM are shared by its cores; every "
+                       "device timed (no quotient with several cores yet)")
         if self.multicast:
             names = ", ".join(f"`{n}`" for n in sorted(self.multicast))
             out.append(f"multicast: copy {names} sends one region to every other GPU, one start after another (a "
@@ -237,7 +245,8 @@ class Estimate:
     def header(self) -> str:
         s = self.schedule
         params = ", ".join(f"{k}={v}" for k, v in s.params.items())
-        return (f"{s.file}: {s.name} ({TITLES[s.collective.kind]}), N={self.program.n} on "
+        cores = f" ({s.cores} TensorCores each)" if s.cores > 1 else ""
+        return (f"{s.file}: {s.name} ({TITLES[s.collective.kind]}), N={self.program.device_count}{cores} on "
                 f"{self.hw.placement.describe(per_instance=True)}, chip {self.hw.chip.name}; "
                 f"V = {size_text(self.bound.volume)} "
                 f"({params})")
@@ -246,7 +255,8 @@ class Estimate:
         bn = self.bottleneck
         return {
             "file": self.schedule.file, "schedule": self.schedule.name,
-            "collective": self.schedule.collective.kind, "N": self.program.n,
+            "collective": self.schedule.collective.kind, "N": self.program.device_count,
+            "cores": self.schedule.cores,
             "topology": self.hw.placement.topo.spec, "along": self.hw.placement.describe(), "chip": self.hw.chip.name,
             "params": dict(self.schedule.params), "bytes": self.bound.volume,
             "estimate_s": self.seconds, "bound_s": self.bound.seconds, "efficiency": self.efficiency,
@@ -336,13 +346,14 @@ def estimate_program(sched: S.Schedule, program: "Program | SymmetricProgram", h
     symmetric = program if isinstance(program, SymmetricProgram) else None
     if symmetric is not None:
         program = symmetric.representatives  # device 0's program: what the estimate's texts name
-    if program.n != hw.placement.n:
+    n = program.device_count  # (with `cores: 2`, a process per core: N chips)
+    if n != hw.placement.n:
         raise ValueError(f"{hw.placement.describe(per_instance=True)} has {hw.placement.n} devices on the axis, "
-                         f"but the program was unrolled for N={program.n}")
+                         f"but the program was unrolled for N={n}")
     for ev, target in program.targets:
-        if not 0 <= target < program.n:
+        if not 0 <= target < n:
             raise CostError(f"{program.file}:{ev.line}: {describe(ev)} at {program.where(ev)} targets device "
-                            f"{target}, which does not exist for N={program.n}; see `ringc check`")
+                            f"{target}, which does not exist for N={n}; see `ringc check`")
     machine = (QuotientMachine(symmetric, hw, memory_of(sched)) if symmetric is not None
                else TimedMachine(program, hw, memory_of(sched)))
     machine.too_many = too_many
@@ -419,7 +430,7 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     if nbytes is not None:
         sched = fit_volume(sched, sizes, nbytes)
     program = None
-    if not every_device and hw.placement.symmetric:
+    if not every_device and hw.placement.symmetric and sched.cores == 1:  # (every core is unrolled)
         check_one_device(sched, sizes, folded=steady)
         program = rotation_unroll(sched, sizes, fold=steady)
     if program is None:

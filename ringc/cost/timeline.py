@@ -126,8 +126,8 @@ class PathStep:
 class TimedMachine(Machine):
     def __init__(self, program: Program, hw: Hardware, memory: dict[str, str]):
         super().__init__(program, account=True)
-        if program.n != hw.placement.n:
-            raise ValueError(f"the program has {program.n} devices but the placement {hw.placement.n}")
+        if program.device_count != hw.placement.n:
+            raise ValueError(f"the program has {program.device_count} devices but the placement {hw.placement.n}")
         # The devices whose events run: all of them, or device 0 alone on the symmetric
         # quotient (`cost/quotient.py`); targets are checked against program.n.
         self.n = len(program.devices)
@@ -256,11 +256,12 @@ class TimedMachine(Machine):
 
     # -- the two timed effects ----------------------------------------------
     def _signal(self, ev: Event, a: Signal) -> None:
-        target = a.sem[0]
-        if target == ev.device or not 0 <= target < self.program.n:
+        # between chips (a TensorCore's process runs on its chip: `Program.place`)
+        source, target = self.program.place(ev.device), a.sem[0]
+        if not 0 <= target < self.program.n or (target := self.program.place(target)) == source:
             self._arrive(a.sem, a.inc, ev)
             return
-        self._push(self.now + self.hw.placement.hops(ev.device, target) * self.hw.hop_latency,
+        self._push(self.now + self.hw.placement.hops(source, target) * self.hw.hop_latency,
                    _DEPOSIT, (a.sem, a.inc, ev))
 
     def _start_dma(self, ev: Event, a: DmaStart) -> None:
@@ -278,8 +279,10 @@ class TimedMachine(Machine):
 
     def _inject(self, dma: Dma) -> None:
         a: DmaStart = dma.event.action
-        if a.remote and a.dst.device != a.src.device and 0 <= a.dst.device < self.program.n:
-            dma.links = self.hw.placement.route(a.src.device, a.dst.device)
+        if a.remote and 0 <= a.dst.device < self.program.n:
+            src, dst = self.program.place(a.src.device), self.program.place(a.dst.device)
+            if src != dst:
+                dma.links = self.hw.placement.route(src, dst)
         if dma.leader is not None and dma.leader is not dma:  # a later start of a multicast
             if dma.leader.sent == dma.leader.sent:  # (not NaN: its flow has ended)
                 self._finish(dma)
@@ -423,11 +426,11 @@ class TimedMachine(Machine):
                     how = (f"{a.nbytes} B over {hops} hop{'s' if hops != 1 else ''}"
                            if a.remote else f"{a.nbytes} B local")
                     steps.append(PathStep("dma", device, dma.injected, arrived, src, ev,
-                                          f"copy `{a.copy}` d{device}->d{self.translate(device, a.dst.device)}: {how}"))
+                                          f"copy `{a.copy}` {self.dname(device)}->{self.dname(self.translate(device, a.dst.device))}: {how}"))
                     ev, run_end, run_last = src, dma.injected, src
                 else:
                     steps.append(PathStep("signal", device, self.end[src], arrived, src, ev,
-                                          f"{src.action.why} d{device}->d{self.translate(device, src.action.sem[0])}"))
+                                          f"{src.action.why} {self.dname(device)}->{self.dname(self.translate(device, src.action.sem[0]))}"))
                     ev, run_end, run_last = src, self.end[src], src
                 continue
             prev = self.devices[ev.device][ev.index - 1] if ev.index else None
@@ -446,6 +449,11 @@ class TimedMachine(Machine):
             ev = prev
         steps.reverse()
         return [s for s in steps if s.end > s.start or s.kind != "run"]
+
+    def dname(self, p: int) -> str:
+        """A process as the critical path names it: `d3`, or `d3c1` for chip 3's core 1 (`cores: 2`)."""
+        n = self.program.device_count
+        return f"d{p}" if self.program.cores == 1 or p < n else f"d{self.program.place(p)}c{p // n}"
 
     def translate(self, device: int, target: int) -> int:
         """Device `target` as named by an event that runs on `device` (the same here)."""

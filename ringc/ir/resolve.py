@@ -227,6 +227,8 @@ class _Resolver:
         self.builtins = {**BUILTINS, **axis_builtins(sched.axes)}
         if sched.megacore:
             self.builtins["core"] = "the TensorCore running this grid point (megacore: 0 or 1)"
+        elif sched.cores > 1:
+            self.builtins["core"] = f"the TensorCore running the body (`cores: {sched.cores}`: 0..{sched.cores - 1})"
         self.outer = _Scope(self.step_names())
         self.window_lines = {name: op.line for op in walk_ops(sched.all_ops) if isinstance(op, S.Pipeline)
                              for name in op.specs}  # for a helpful error when one is used outside
@@ -373,6 +375,29 @@ class _Resolver:
             self.fail(line, f"axes {s.axes} name an axis twice", fix="list each mesh axis once")
 
     # -- declarations ----------------------------------------------------------
+    def check_cores(self) -> None:
+        """`cores: 2`: both TensorCores run the whole body (Pallas `pl.kernel` over a
+        TensorCoreMesh), which takes HBM operands only."""
+        s = self.s
+        if s.cores == 1:
+            return
+        line = s.line_of("cores")
+        if s.megacore:
+            self.fail(line, "`cores: 2` and `megacore: true` are two ways to use a chip's TensorCores: choose one",
+                      fix="`cores: 2` runs the whole body on each core with its own VMEM and semaphores; "
+                          "`megacore` splits a parallel grid axis and issues DMAs from core 0 only")
+        for what, used in (("a split-phase program (`kernels`)", bool(s.kernels)),
+                           ("a nested `pipeline`", any(isinstance(op, S.Pipeline) for op in walk_ops(s.all_ops))),
+                           ("runtime `data`", bool(s.data))):
+            if used:
+                self.fail(line, f"`cores: {s.cores}` cannot be used with {what} yet",
+                          fix="write the collective as one `body` of copies, signals and computes, or drop `cores`")
+        for name, buf in s.buffers.items():
+            if buf.kind in ("input", "output") and buf.memory != "hbm":
+                self.fail(s.line_of("buffers", name), f"`{name}` is an {buf.kind} in VMEM: with `cores: "
+                          f"{s.cores}` the kernel's operands are in HBM, shared by the cores (a TensorCoreMesh "
+                          "kernel takes no VMEM operands)", fix=f"drop `space: vmem` from `{name}`")
+
     def check_declarations(self) -> None:
         s = self.s
         static = self.static_names()
@@ -715,6 +740,7 @@ class _Resolver:
         self.check_axes()
         self.check_namespaces()
         self.check_declarations()
+        self.check_cores()
         self.check_data()
         self.check_copies()
         self.check_program()

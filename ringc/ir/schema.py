@@ -679,6 +679,11 @@ class Schedule(Node):
         "v4/v5p chips have two TensorCores: add a leading `parallel` grid axis `core` (0, 1) so "
         "both run the kernel, and issue every DMA and semaphore op from core 0 (guard them with "
         "`when: core == 0`), as the Pallas distributed tutorial recommends"))
+    cores: int = Field(1, ge=1, le=2, description=(
+        "TensorCores per chip that run the body (v4/v5p have two): with 2, each core runs the "
+        "whole body with the builtin `core` (0 or 1), its own VMEM scratch and semaphores, and "
+        "the chip's HBM buffers shared with the other core; a remote copy or signal goes to "
+        "the same core of its target chip (Pallas `pl.kernel` over a TensorCoreMesh)"))
     dtype: str = "float32"
     vmem_limit_mib: int | None = Field(None, ge=1, description=(
         "MiB of VMEM the kernel may use, passed to the TPU compiler as Pallas' `vmem_limit_bytes`: raise "

@@ -82,6 +82,11 @@ def schedule_assumptions(sched: S.Schedule) -> list[str]:
     program says its own: `pallas.importer._check_jaxpr`.)"""
     note = collective_of(sched).assumes
     meaning = [note] if note else []
+    if sched.cores > 1:
+        meaning.append(f"TensorCores: each chip's {sched.cores} cores run the body as processes of their own, in any "
+                       "interleaving, started together by the chip's kernel call and all ended before it returns; "
+                       "HBM is the chip's and shared, VMEM and semaphores are each core's; a remote copy or signal "
+                       "lands on the same core of its target chip (device d is chip d and its core 0)")
     if not sched.kernels:
         return meaning
     handed = [f"{sem} ({k} -> {t})" for k in sched.program for sem in sched.kernels[k].returns
@@ -92,11 +97,25 @@ def schedule_assumptions(sched: S.Schedule) -> list[str]:
             f"{', '.join(handed) or 'none'}; balance is checked at the end of the program"]
 
 
+def cores_known(sched: S.Schedule, placement: Placement) -> None:
+    """`cores: 2` on a slice of a generation with one TensorCore per chip is bad input."""
+    generation = placement.topo.generation
+    if sched.cores == 1 or generation is None:
+        return
+    from ..cost.chips import chip
+    have = chip(generation).tensor_cores
+    if sched.cores > have:
+        raise ScheduleError(f"`{sched.name}` runs on {sched.cores} TensorCores per chip, and {generation} has {have}",
+                            file=sched.file, line=sched.line_of("cores"),
+                            fix="check it on a v5p or v4 slice (e.g. --topology v5p:4x4x4), or on ring:N / torus")
+
+
 def _quotient(sched: S.Schedule, placement: Placement, invocations: int) -> "Candidate | None":
     """Device 0's events of a translation-symmetric schedule on a ring or torus, or of an
     XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`) on a ring, the
-    symmetry proved (`rotation.py`); None when there is none to prove."""
-    if not wrapped(placement):
+    symmetry proved (`rotation.py`); None when there is none to prove. (With `cores: 2`
+    every process is unrolled: a quotient would keep both of chip 0's cores.)"""
+    if not wrapped(placement) or sched.cores > 1:
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
     if program is None and placement.topo.kind == "ring" and len(placement.sizes) == 1:
@@ -162,6 +181,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     bad input."""
     t0 = time.perf_counter()
     placement = resolve_topology(sched, n, topology, along)
+    cores_known(sched, placement)
     dma_order_known(dma_order, sched)
     if data is not None and not sched.data:
         raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",

@@ -279,6 +279,14 @@ class Program:
     # and wait alike are interchangeable, which `order.compute_order` uses (`order.BlockOrder`).
     blocks: tuple[int, ...] = ()
     block_sems: frozenset[str] = frozenset()
+    # TPU TensorCores per chip each running as a process (`cores: 2`, `Unroller.core_events`):
+    # chip d's core c is process c * memories + d; its VMEM and semaphores are its own.
+    cores: int = 1
+
+    def place(self, process: int) -> int:
+        """The device (a process that holds memory) `process` runs on: itself, but for a
+        Mosaic GPU block or a TPU chip's second core (`places`)."""
+        return self.places[process] if self.places else process
 
     @property
     def device_count(self) -> int:
@@ -295,6 +303,8 @@ class Program:
         them (`(1, 2)`, `*` for every value of an axis the schedule does not run along)."""
         if self.device_labels is not None and 0 <= device < len(self.device_labels):
             return self.device_labels[device]
+        if self.cores > 1 and self.device_count <= device < self.n:  # core 0 and HBM: the chip's label
+            return f"{self.place(device)} core {device // self.device_count}"
         return str(device)
 
     def where(self, ev: Event) -> str:

@@ -125,7 +125,9 @@ class Report:
         on = f" on {self.placement}" if self.placement else ""
         call = f" {self.title}" if self.title else ""
         n = p.device_count
-        if n != p.n:  # Mosaic GPU: the blocks are processes of their own
+        if p.cores > 1:  # TPU: each TensorCore a process of its own
+            on = f" ({p.cores} TensorCores each){on}"
+        elif n != p.n:  # Mosaic GPU: the blocks are processes of their own
             on = f" ({p.n - n:,} block processes){on}"
         lines = [f"{p.file}{call} N={n}{on}: {status} ({events} events, {self.seconds:.2f}s)"]
         if self.made_up:

@@ -317,9 +317,10 @@ def sends(program: Program, placement: Placement, instance: tuple[int, ...] | No
     bases = [instance] if instance is not None else list(placement.bases())
     for base in bases:
         for ev, target in program.targets:
-            if target == ev.device or not 0 <= target < program.n:
+            source = program.place(ev.device)  # a second core sends from its chip
+            if target == source or not 0 <= target < program.device_count:
                 continue
-            src, dst = placement.coord(base, ev.device), placement.coord(base, target)
+            src, dst = placement.coord(base, source), placement.coord(base, target)
             out.append(Send(ev, src, dst, T.route(placement.topo, src, dst)))
     return out
 
@@ -546,4 +547,10 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
 
 
 def labels(program: Program, placement: Placement) -> list[str]:
+    """How findings name each process: its chip's coordinates, and with `cores: 2` a second
+    core's index (process d stands for chip d's core 0 and its HBM: the chip's label)."""
+    if program.cores > 1:
+        n = program.device_count
+        return [placement.label(p) if p < n else f"{placement.label(program.place(p))} core {p // n}"
+                for p in range(program.n)]
     return [placement.label(d) for d in range(program.n)]

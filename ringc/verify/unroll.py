@@ -9,6 +9,7 @@ hang, a race) are not errors here: they are findings of the later checks.
 from __future__ import annotations
 
 import itertools
+from dataclasses import fields, replace
 from functools import cached_property
 from math import prod
 from typing import Any, Callable
@@ -49,6 +50,37 @@ def data_dependent(sched: S.Schedule) -> set[str]:
 
 
 _MISSING = object()
+# `cores: 2` (`Unroller.core_events`) + invocation: core 0 starts the chip's other cores, which
+# wait for it without taking it, and waits for every one of them to end.
+CORE_LAUNCH = "core-launch#"
+CORE_JOIN = "core-join#"
+
+
+def on_core(action: Action, offset: int, per_core: set[str]) -> Action:
+    """`action` as made on a chip, moved to one of its TensorCores (`Unroller.core_events`):
+    each region of a per-core buffer (VMEM) and every semaphore but the launch and join
+    counts onto the device `offset` on (the core's process, on every chip a remote action
+    names: it goes to the same core there); HBM stays the chip's."""
+    def region(r: Region | None) -> Region | None:
+        if r is None or r.buffer not in per_core:
+            return r
+        return Region(r.buffer, r.device + offset, r.box, r.kept, r.itemsize)
+
+    def sem(x: SemId | None) -> SemId | None:
+        if x is None or x[1].startswith((CORE_LAUNCH, CORE_JOIN)):
+            return x
+        return (x[0] + offset, x[1], x[2])
+    if isinstance(action, DmaStart):
+        return DmaStart(action.copy, region(action.src), region(action.dst), sem(action.send_sem),
+                        sem(action.recv_sem), action.explicit_self)
+    if isinstance(action, SemWait):
+        return SemWait(sem(action.sem), action.value, action.why, action.copy, action.decrement)
+    if isinstance(action, Signal):
+        return Signal(sem(action.sem), action.inc, action.why)
+    if isinstance(action, Compute):
+        return replace(action, **{f.name: region(getattr(action, f.name)) for f in fields(action)
+                                  if isinstance(getattr(action, f.name), Region)})
+    raise TypeError(f"on_core: no rule for {type(action).__name__}")
 _WHOLE = object()  # a dimension a ref does not index (`Unroller.region_plan`)
 
 
@@ -718,7 +750,7 @@ class Unroller:
         code = E.Emitter()
         code.consts.update(_Event=Event, _missing=_MISSING)
         body = ["env, device, point, inner = u.env, u.device, u.point, u.inner",
-                "targets = u.targets if u.core == 0 else None",
+                "targets = u.targets if u.core == 0 or u.s.cores > 1 else None",
                 "inputs, memo = u.inputs, u.memo"]
         for op in ops:
             o, line, rule = code.const(op), code.const(op.line), UNROLL[type(op)]
@@ -1041,7 +1073,7 @@ class Unroller:
         env: dict[str, Any] = {**self.ctx.static, "me": self.me(), **dict(zip(self.s.grid, point))}
         for name, values in self.data.items():
             env[name] = values[self.device]
-        if self.s.megacore:
+        if self.s.megacore or self.s.cores > 1:
             env["core"] = self.core
         if len(self.ctx.sizes) > 1:
             for i, a in enumerate(self.ctx.sizes):
@@ -1088,7 +1120,7 @@ class Unroller:
     def emit(self, out: list[Event], action: Action, line: int, invocation: int, target: int | None = None) -> None:
         event = Event(self.device, len(out), self.point, line, action, invocation, self.inner)
         out.append(event)
-        if target is not None and self.core == 0:
+        if target is not None and (self.core == 0 or self.s.cores > 1):  # megacore: core 1 sends nothing
             self.targets.append((event, target))
 
     def boundary(self, out: list[Event], kind: str, line: int, invocation: int, names: list[str]) -> None:
@@ -1212,6 +1244,50 @@ class Unroller:
         return next((i for i, g in enumerate(self.s.grid)
                      if self.s.dimension_semantics.get(g) == "parallel" and self.ctx.grid[i] >= 2), None)
 
+    def core_events(self, d: int, core: int, invocations: int) -> list[Event]:
+        """With `cores: 2`, TensorCore `core` of chip d: a process of its own, running the
+        whole body with `core` set, as `pl.kernel` over a TensorCoreMesh runs it. Core 0's
+        process stands for the chip's kernel call as well: it enters the chip's buffers,
+        then starts the other cores (`CORE_LAUNCH`, which they wait for without taking),
+        and after its body waits for them to end (`CORE_JOIN`) before the caller takes the
+        memory back. Another core enters and leaves only its own VMEM scratch. The events
+        are made on chip d (`self.device`), then moved to the core's process and its own
+        VMEM and semaphores (`on_core`)."""
+        s = self.s
+        self.device, self.memo, self.core = d, {}, core
+        own = [name for name, b in s.buffers.items() if b.memory != "hbm"]
+        events: list[Event] = []
+        for inv in range(invocations):
+            launch, join = (d, f"{CORE_LAUNCH}{inv}", ()), (d, f"{CORE_JOIN}{inv}", ())
+            self.point = tuple(0 for _ in self.grid_names)
+            if core:
+                self.emit(events, SemWait(launch, 1, "launch", decrement=False), s.line, inv)
+            if s.barrier is not None:
+                if inv:
+                    self.interloper(events, inv)
+                self.boundary(events, "enter", s.barrier.line, inv, [n for n, b in s.buffers.items()
+                                                                     if b.kind != "input" and (not core or n in own)])
+            elif invocations > 1:
+                self.device_barrier(events, inv)
+            if not core:
+                self.emit(events, Signal(launch, s.cores - 1, "launch"), s.line, inv)
+            for point in itertools.product(*(range(g) for g in self.ctx.grid)):
+                self.set_point(point)
+                self.walk(s.body, events, inv)
+            self.point = tuple(0 for _ in self.grid_names)
+            if core:
+                self.boundary(events, "exit", s.line_of("body"), inv, own)
+                self.emit(events, Signal(join, 1, "join"), s.line, inv)
+            else:
+                self.emit(events, SemWait(join, s.cores - 1, "join", decrement=False), s.line, inv)
+                self.exit(events, inv)
+        if core:
+            per_core = {name for name, b in s.buffers.items() if b.memory != "hbm"}
+            for ev in events:
+                ev.device = core * self.n + d
+                ev.action = on_core(ev.action, core * self.n, per_core)
+        return events
+
     def program(self, devices: list[list[Event]], second_core: list[list[Event]], invocations: int,
                 **extra: Any) -> Program:
         s = self.s
@@ -1223,10 +1299,12 @@ class Unroller:
                 kinds.update({f"{window_id(op, name)}#{side}": "dma" for name in op.specs for side in ("in", "out")})
                 windows.update(window_id(op, name) for name in op.specs)
         kinds[BARRIER] = kinds[SECOND_BARRIER] = "barrier"
+        if s.cores > 1:  # the chip's call starting and ending its cores (`core_events`)
+            kinds.update({f"{name}{i}": "launch" for name in (CORE_LAUNCH, CORE_JOIN) for i in range(invocations)})
         kinds.update({f"{DEVICE_BARRIER}{i}": "barrier" for i in range(invocations * len(s.calls))})
         if s.kernels:  # a split-phase program: findings name each call's kernel
             extra.setdefault("call_names", [k for _ in range(invocations) for k in s.program])
-        return Program(s.name, s.file, self.n, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
+        return Program(s.name, s.file, self.n * s.cores, self.grid_names, devices, kinds, dict(self.ctx.shapes), self.targets,
                        axis_sizes=dict(self.ctx.sizes), second_core=second_core,
                        dtypes={name: s.dtype_of(name) for name in s.buffers},
                        parallel=tuple(i for i, sem in enumerate(s.semantics) if sem == "parallel"),
@@ -1236,6 +1314,11 @@ class Unroller:
         self.ctx.work(self.n, invocations)
         devices: list[list[Event]] = []
         second_core: list[list[Event]] = []
+        if self.s.cores > 1:  # a process per TensorCore: chip d's core c is process c * N + d
+            devices = [self.core_events(d, c, invocations) for c in range(self.s.cores) for d in range(self.n)]
+            self.core = 0
+            return self.program(devices, [], invocations, memories=self.n,
+                                places=tuple(range(self.n)) * self.s.cores, cores=self.s.cores)
         for d in range(self.n):
             events, second = self.device_events(d, invocations)
             devices.append(events)

@@ -57,6 +57,11 @@ class SymmetricProgram:
         return self.representatives.n
 
     @property
+    def cores(self) -> int:
+        """One process per device (a quotient of `cores: 2` is not made yet)."""
+        return 1
+
+    @property
     def file(self) -> str:
         return self.representatives.file
 

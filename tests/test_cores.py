@@ -1,0 +1,159 @@
+"""`cores: 2`: a chip's two TensorCores (v5p, v4) each a process of its own
+(`Unroller.core_events`): its own VMEM and semaphores, the chip's HBM shared, remote
+copies and signals to the same core of the target chip. The verifier checks them as it
+checks devices (and the explorer, the oracle, agrees on every case below); the cost model
+issues DMAs per core and shares the chip's links; the emitter writes `pl.kernel` over the
+TensorCore mesh, which libtpu compiles for v5p; interpret mode cannot run it (refused)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import ringc
+from ringc.cli import main
+from ringc.cost.model import estimate, hardware
+from ringc.errors import ScheduleError
+from ringc.verify.check import check
+from ringc.verify.explore import explore
+from ringc.verify.unroll import unroll
+
+HERE = Path(__file__).parent / "cores"
+GOOD = (HERE / "all_gather_two_cores.yaml").read_text()
+MiB = 2**20
+
+
+def variant(old: str, new: str, name: str) -> ringc.Schedule:
+    assert old in GOOD, old
+    return ringc.load_text(GOOD.replace(old, new, 1), f"all_gather_two_cores[{name}]")
+
+
+# (name, edit, the finding kinds `check` must report at N=4)
+BROKEN = [
+    # both cores move the left half: they write the same HBM rows, and the right half stays unwritten
+    ("same_half", ("c0: core * half", "c0: 0"), {"race", "wrong_result"}),
+    # core 1 sends to the left but forwards the slots of a rightward ring
+    ("wrong_slot", ("slot: (me - dir * step) % N", "slot: (me - step) % N"), {"race", "wrong_result"}),
+    # core 1 never copies its own shard's half into `out`
+    ("core1_no_own", ("  - when: step == 0\n", "  - when: step == 0 and core == 0\n"), {"wrong_result"}),
+    # only core 0 starts its forwards: core 1 waits for bytes that never come
+    ("core1_never_sends", ("  - start: forward\n", "  - when: core == 0\n    do: [{start: forward}]\n"), {"hang"}),
+    # core 1 never waits for its sends: its send semaphore ends non-zero, its DMA outlives the kernel
+    ("core1_no_wait_send", ("  - wait: forward\n",
+                            "  - when: core == 0\n    do: [{wait: forward}]\n"
+                            "  - when: core == 1\n    do: [{wait_recv: forward}]\n"), {"dma_not_waited"}),
+]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_two_cores_all_gather_is_proved_and_the_explorer_agrees(n):
+    sched = ringc.load_text(GOOD, "all_gather_two_cores.yaml")
+    report = check(sched, n)
+    assert report.ok, report.to_text()
+    program = unroll(sched, n)
+    assert program.n == 2 * n and program.device_count == n and program.cores == 2
+    if n <= 3:
+        res = explore(program, max_states=400_000)
+        assert res.complete and not (res.race or res.hang or res.nonzero_exit), res.summary()
+
+
+@pytest.mark.parametrize("name, edit, kinds", BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_two_core_schedules_are_rejected(name, edit, kinds):
+    sched = variant(*edit, name)
+    report = check(sched, 4)
+    assert not report.ok
+    assert kinds <= report.kinds(), (sorted(report.kinds()), report.to_text())
+    # the explorer (every interleaving, `verify/explore.py`) finds the same verdicts at N=3
+    res = explore(unroll(sched, 3), max_states=400_000)
+    small = check(sched, 3).kinds()
+    assert res.complete
+    assert res.race == ("race" in small) and res.hang == ("hang" in small), (res.summary(), sorted(small))
+
+
+def test_findings_name_the_second_core():
+    report = check(variant("c0: core * half", "c0: 0", "same_half"), 4)
+    text = report.to_text()
+    assert "(2 TensorCores each)" in text
+    assert "device 1 core 1" in text  # a second core's events
+    assert "device 0's `out" in text  # HBM is the chip's
+
+
+def test_vmem_and_semaphores_are_each_cores_hbm_the_chips():
+    """Core 1's semaphores and VMEM live on its own process; its HBM regions on the chip."""
+    text = GOOD.replace("semaphores:\n", "  stage: {kind: vmem_scratch, shape: [rows, cols // 2]}\nsemaphores:\n", 1)
+    text = text.replace("  - start: forward\n", "  - start: forward\n  - start: stage_it\n  - wait: stage_it\n", 1)
+    text = text.replace("copies:\n", "copies:\n  stage_it: {src: \"x[:, c0:half]\", dst: stage, sem: local_sem}\n", 1)
+    sched = ringc.load_text(text, "staged.yaml")
+    assert check(sched, 4).ok  # each core's `stage` is its own: no race between the cores
+    program = unroll(sched, 4)
+    core1 = program.devices[4 + 2]  # chip 2's core 1
+    starts = [ev.action for ev in core1 if type(ev.action).__name__ == "DmaStart"]
+    stage = next(a for a in starts if a.copy == "stage_it")
+    assert stage.src.device == 2 and stage.dst.device == 6  # x in chip 2's HBM, `stage` in core 1's VMEM
+    assert stage.recv_sem[0] == 6
+    forward = next(a for a in starts if a.copy == "forward")
+    assert forward.dst.device == 1 and forward.send_sem[0] == 6 and forward.recv_sem[0] == 4 + 1
+
+
+def test_the_cost_model_issues_per_core_and_shares_the_chips_links():
+    """Both directions (one per core) against both cores on the right-hand links: the
+    second shares each link between the cores, so it takes about twice as long."""
+    both = ringc.load_text(GOOD, "two_cores.yaml")
+    right = variant("dir: 1 - 2 * core", "dir: 1", "right_only")
+    assert check(right, 4).ok  # disjoint halves: a correct schedule, only slower
+    hw = hardware("ring:4", both, chip="v5p")
+    fast, slow = estimate(both, hw, nbytes=64 * MiB), estimate(right, hw, nbytes=64 * MiB)
+    assert slow.seconds > 1.8 * fast.seconds
+    assert any("TensorCores" in a for a in fast.assumptions)
+    # both cores of chip 0 issue DMAs at overlapping times: the issue time is per core
+    issue = {p: [(d.issued, d.injected) for ev, d in fast.machine.dmas.items() if ev.device == p] for p in (0, 4)}
+    assert any(a < d and c < b for a, b in issue[0] for c, d in issue[4])
+
+
+def test_cores_are_refused_where_a_chip_has_one_or_interpret_mode_cannot_run(capsys):
+    sched = ringc.load_text(GOOD, "two_cores.yaml")
+    with pytest.raises(ScheduleError, match="v5e has 1"):
+        check(sched, topology="v5e:2x2")
+    with pytest.raises(ValueError, match="v5e chip has 1"):
+        hardware("ring:4", sched)
+    assert check(sched, topology="v5p:2x2x1").ok
+    path = HERE / "all_gather_two_cores.yaml"
+    assert main(["run", str(path), "--devices", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "all_gather_two_cores.yaml:11:" in err and "interpret mode cannot run" in err and "Traceback" not in err
+    assert main(["emit", str(path), "--target", "mgpu"]) == 2
+    assert "TPU layout" in capsys.readouterr().err
+
+
+def test_the_emitted_kernel_runs_on_each_core_and_names_the_core_of_every_target(tmp_path):
+    out = tmp_path / "two_cores.py"
+    assert main(["emit", str(HERE / "all_gather_two_cores.yaml"), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "pl.kernel(" in text and 'mesh=pltpu.create_tensorcore_mesh("core", num_cores=2)' in text
+    assert "pallas_call" not in text.split("def _call")[1]
+    assert 'core = lax.axis_index("core")' in text
+    assert "@pl.loop(0, N - 1)\n    def _(step):" in text  # the grid, as a loop on each core
+    assert '"core": lax.axis_index("core")' in text  # `_device`: the same core of the target
+    assert text.count("def _device(") == 1
+    compile(text, str(out), "exec")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")
+def test_libtpu_compiles_the_two_core_kernel_for_v5p_and_refuses_v5e(capsys):
+    path = str(HERE / "all_gather_two_cores.yaml")
+    assert main(["compile", path, "--target", "v5p:2x2x1"]) == 0
+    assert "v5p:2x2x1 (4 x TPU v5, N=4): ok" in capsys.readouterr().out
+    assert main(["compile", path, "--target", "v5e:2x2"]) != 0
+    assert "v5e has 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("cores: 2\n", "cores: 2\nmegacore: true\n", "choose one"),
+    ("cores: 2\n", "cores: 3\n", "less than or equal to 2"),
+    ("out: {kind: output,", "out: {kind: output, space: vmem,", "in VMEM"),
+])
+def test_bad_cores_declarations_get_one_message(old, new, message):
+    with pytest.raises(ScheduleError, match=message):
+        ringc.load_text(GOOD.replace(old, new, 1), "bad.yaml")
