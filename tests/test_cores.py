@@ -80,6 +80,11 @@ def test_findings_name_the_second_core():
     assert "device 0's `out" in text  # HBM is the chip's
 
 
+STAGED = (GOOD.replace("semaphores:\n", "  stage: {kind: vmem_scratch, shape: [rows, cols // 2]}\nsemaphores:\n", 1)
+          .replace("  - start: forward\n", "  - start: forward\n  - start: stage_it\n  - wait: stage_it\n", 1)
+          .replace("copies:\n", "copies:\n  stage_it: {src: \"x[:, c0:half]\", dst: stage, sem: local_sem}\n", 1))
+
+
 def test_vmem_and_semaphores_are_each_cores_hbm_the_chips():
     """Core 1's semaphores and VMEM live on its own process; its HBM regions on the chip."""
     text = GOOD.replace("semaphores:\n", "  stage: {kind: vmem_scratch, shape: [rows, cols // 2]}\nsemaphores:\n", 1)
@@ -138,6 +143,23 @@ def test_the_emitted_kernel_runs_on_each_core_and_names_the_core_of_every_target
     assert '"core": lax.axis_index("core")' in text  # `_device`: the same core of the target
     assert text.count("def _device(") == 1
     compile(text, str(out), "exec")
+
+
+@pytest.mark.parametrize("text", [GOOD, GOOD.replace("dir: 1 - 2 * core", "dir: 1"), STAGED],
+                         ids=["a_core_a_direction", "both_cores_right", "staged_in_vmem"])
+@pytest.mark.parametrize("topology", ["ring:2", "ring:4", "ring:8", "torus:4x4"])
+def test_the_quotient_of_chip_0s_cores_times_what_every_process_does(text, topology):
+    """On wrapped slices both cores of chip 0 are timed for every chip (`rotation._cores_unroll`,
+    `QuotientMachine`): the same estimate, bound, bottleneck and VMEM as timing every process."""
+    from ringc.cost.quotient import QuotientMachine
+    sched = ringc.load_text(text, "two_cores.yaml")
+    hw = hardware(topology, sched, chip="v5p")
+    for size in (MiB, 64 * MiB):
+        q, full = estimate(sched, hw, nbytes=size), estimate(sched, hw, nbytes=size, every_device=True)
+        assert isinstance(q.machine, QuotientMachine) and not isinstance(full.machine, QuotientMachine)
+        assert q.seconds == pytest.approx(full.seconds, rel=1e-9)
+        assert q.bound.seconds == full.bound.seconds and q.bottleneck == full.bottleneck
+        assert q.vmem == full.vmem
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")

@@ -201,8 +201,7 @@ class Estimate:
             out.append(STEADY)
         if self.schedule.cores > 1:
             out.append(f"TensorCores: each of a chip's {self.schedule.cores} cores runs its own events and issues its "
-                       "own DMAs (the issue time per core); the chip's links and HBM are shared by its cores; every "
-                       "device timed (no quotient with several cores yet)")
+                       "own DMAs (the issue time per core); the chip's links and HBM are shared by its cores")
         if self.multicast:
             names = ", ".join(f"`{n}`" for n in sorted(self.multicast))
             out.append(f"multicast: copy {names} sends one region to every other GPU, one start after another (a "
@@ -430,7 +429,7 @@ def estimate(sched: S.Schedule, hw: Hardware, *, nbytes: int | None = None, ever
     if nbytes is not None:
         sched = fit_volume(sched, sizes, nbytes)
     program = None
-    if not every_device and hw.placement.symmetric and sched.cores == 1:  # (every core is unrolled)
+    if not every_device and hw.placement.symmetric:
         check_one_device(sched, sizes, folded=steady)
         program = rotation_unroll(sched, sizes, fold=steady)
     if program is None:

@@ -40,6 +40,11 @@ device 0 is timed alone, on the quotient of the network by the translations:
   a deposit from the source event on semaphore owner o, waited for on device w, came
   from device w - o.
 
+With `cores: 2` the representatives are chip 0's cores (processes 0 and N,
+`rotation._cores_unroll`): each core is its own translation orbit, so a semaphore or VMEM of
+chip t's core c is (moved by -t) chip 0's core c's (`home`, `_memory_class`), HBM and links
+are the chip's as above, and the quotient has one VMEM class per core.
+
 Whatever is not proved symmetric is timed on every device (`model.estimate`).
 """
 
@@ -76,30 +81,39 @@ class QuotientMachine(TimedMachine):
         caps: dict[Resource, float] = {("link", *pl.representative(link)): self.hw.link_capacity(link)
                                        for link in pl.links}
         caps[("hbm", 0)] = chip.hbm_bandwidth
-        caps[("vmem", 0)] = chip.vmem_bandwidth
+        for c in range(self.program.cores):  # each core's VMEM (`cores: 2`)
+            caps[("vmem", c * self.program.device_count)] = chip.vmem_bandwidth
         return caps
 
+    def _core_base(self, owner: int) -> int:
+        """The representative of a process or memory: chip 0's, of the same core."""
+        n = self.program.device_count
+        return owner // n * n
+
     def home(self, sem: SemId) -> SemId:
-        return (0, sem[1], sem[2])
+        return (self._core_base(sem[0]), sem[1], sem[2])
 
     def uses(self, a: DmaStart, links: list[Link]) -> dict[Resource, float]:
         uses: dict[Resource, float] = {}
         pl = self.hw.placement
-        classes = [(self.memory[region.buffer], 0) for region in (a.src, a.dst)
-                   if 0 <= region.device < self.program.n]
+        classes = [(memory, 0 if memory == "hbm" else self._core_base(region.device))
+                   for region in (a.src, a.dst) if 0 <= region.device < self.program.n
+                   for memory in [self.memory[region.buffer]]]
         classes += [("link", *pl.representative(link)) for link in links]
         for r in classes:
             uses[r] = uses.get(r, 0.0) + 1.0
         return uses
 
     def source_device(self, device: int, source: Event, owner: int) -> int:
-        return self.torus.sub(device, owner)
+        n = self.program.device_count  # (a process c * N + d of `cores: 2`: its chip d moved)
+        return self._core_base(source.device) + self.torus.sub(device % n, owner % n)
 
     def translate(self, device: int, target: int) -> int:
-        return self.torus.add(device, target)
+        n = self.program.device_count
+        return self._core_base(target) + self.torus.add(device % n, target % n)
 
     def link_bytes(self) -> float:
-        return self.program.n * super().link_bytes()
+        return self.program.device_count * super().link_bytes()
 
     def links_into(self) -> dict[int, list[list[list[float]]]]:
         """Device 0's links in, one per class that carried data (every device's alike)."""
@@ -107,7 +121,7 @@ class QuotientMachine(TimedMachine):
 
     @property
     def alike(self) -> int:
-        return self.program.n
+        return self.program.device_count
 
     def stuck_devices(self) -> int:
-        return self.program.n if self.stuck() else 0
+        return self.program.device_count if self.stuck() else 0

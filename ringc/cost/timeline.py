@@ -185,7 +185,10 @@ class TimedMachine(Machine):
 
     # -- what the quotient (`cost/quotient.py`) changes ----------------------------
     def capacities(self) -> dict[Resource, float]:
-        return self.hw.capacities()
+        caps = self.hw.capacities()
+        for p in range(self.program.device_count, self.program.n):  # `cores: 2`: each core's VMEM
+            caps[("vmem", p)] = self.hw.chip.vmem_bandwidth
+        return caps
 
     def home(self, sem: SemId) -> SemId:
         """The semaphore a deposit lands in (every device's own here)."""

@@ -39,6 +39,7 @@ from typing import Any, Iterable
 from ..ir import expr as E
 from ..ir import schema as S
 from ..errors import ScheduleError
+from .events import Event
 from .symmetric.program import SymmetricProgram
 from .unroll import Unroller
 
@@ -506,6 +507,8 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
     if fold:
         u.fold_pipelines()
     u.ctx.work(1, invocations)  # past a limit for one device: past it for all, refused here
+    if sched.cores > 1:
+        return _cores_unroll(u, invocations)
     try:
         events, second = u.device_events(0, invocations)
     except (NotRotational, ScheduleError):
@@ -513,3 +516,22 @@ def rotation_unroll(sched: S.Schedule, sizes: "int | dict[str, int]", invocation
     folds = tuple(fold[1:] for fold in u.folds if fold[0] is events)
     return SymmetricProgram(u.program([events], [second] if sched.megacore else [], invocations, folds=folds),
                             dict(u.steps))
+
+
+def _cores_unroll(u: RotationUnroller, invocations: int) -> SymmetricProgram | None:
+    """`cores: 2`: chip 0's cores, each proved to run on every chip translated (`me` is
+    symbolic in each core's walk, `core` a constant). The program holds process c * N
+    for each core c (chip 0's), the other processes empty: every chip's core c runs core c's
+    events of chip 0 translated by the chip. The cost model's quotient reads it; `check`
+    unrolls every process."""
+    n, cores = u.n, u.s.cores
+    devices: list[list[Event]] = [[] for _ in range((cores - 1) * n + 1)]
+    try:
+        for c in range(cores):
+            devices[c * n] = u.core_events(0, c, invocations)
+    except (NotRotational, ScheduleError):
+        return None
+    u.core = 0
+    return SymmetricProgram(u.program(devices, [], invocations, memories=n, places=tuple(range(n)) * cores,
+                                      cores=cores), dict(u.steps))
+

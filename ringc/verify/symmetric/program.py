@@ -37,7 +37,10 @@ class SymmetricProgram:
     group: Group = Group.TRANSLATION
 
     def __post_init__(self) -> None:
-        if len(self.representatives.devices) != 1:
+        if self.representatives.cores > 1:  # chip 0's cores: processes c * N (`rotation._cores_unroll`)
+            if any(events for p, events in enumerate(self.representatives.devices) if p % self.device_count):
+                raise ValueError("a symmetric program of several cores holds chip 0's cores' events alone")
+        elif len(self.representatives.devices) != 1:
             raise ValueError(f"a symmetric program holds device 0's events alone, not "
                              f"{len(self.representatives.devices)} devices'")
 
@@ -49,8 +52,8 @@ class SymmetricProgram:
     # What every device shares, as the representatives' program holds it.
     @property
     def device_count(self) -> int:
-        """The devices that hold memory: every device of a symmetric program."""
-        return self.n
+        """The devices that hold memory: every device (chip) of a symmetric program."""
+        return self.representatives.device_count
 
     @property
     def n(self) -> int:
@@ -58,8 +61,8 @@ class SymmetricProgram:
 
     @property
     def cores(self) -> int:
-        """One process per device (a quotient of `cores: 2` is not made yet)."""
-        return 1
+        """TensorCores per chip, each a process (`cores: 2`: the processes c * N hold chip 0's cores)."""
+        return self.representatives.cores
 
     @property
     def file(self) -> str:
