@@ -337,10 +337,14 @@ def _check_kernel(args: argparse.Namespace, path: str):
     """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md); its
     reports, one by one."""
     from .run import ensure_host_devices
-    ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
+    ring = topology.sized_by_devices(args.topology)
+    try:  # a sized topology without --devices: a script runs on the slice's devices
+        size = 1 if ring or args.devices else topology.parse(args.topology).size
+    except ValueError:
+        size = 1
+    ensure_host_devices(max(args.devices or [size]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.core import apply_strict
-    ring = topology.sized_by_devices(args.topology)
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")

@@ -776,12 +776,13 @@ def _unprinted(*args: Any, file: Any = None, **kwargs: Any) -> None:
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
-               stubs: tuple[str, ...] = (), tpu: str | None = None) -> Script:
+               stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
     (`tpu.answering`, default v5e), capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`entries.call_entries`). Its
     imports resolve from its repository, with `stubs` stubbed (`imports.py`); a package it
-    needs that is not installed is an error when nothing got checked."""
+    needs that is not installed is an error when nothing got checked. `shape`: the slice the
+    devices' `coords` lay out (`--topology`; default the generation's slice of n chips)."""
     from .compat import aliases
     from .imports import importing, missing_import, package_of
     from .tpu import answering, generation
@@ -815,7 +816,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
     env["print"] = _unprinted
     with (importing(path, tree, stubs) as imports, _devices(n, script.notes),
-          answering(gen, n, path) as script.answers, _capturing(script), aliases(log),
+          answering(gen, n, path, shape) as script.answers, _capturing(script), aliases(log),
           _test_main(script, env), contextlib.redirect_stdout(io.StringIO()),
           contextlib.redirect_stderr(io.StringIO())):
         pytest_module = entry is None and not args and is_pytest_module(tree)

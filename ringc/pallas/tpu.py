@@ -302,13 +302,14 @@ def unsupported_in(jaxpr: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
+def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | None = None) -> Iterator[Answers]:
     """While the block runs, CPU devices 0..n-1 answer the user's code as `gen` (module
-    docstring), and out-of-scope hardware refuses; everything is put back after."""
+    docstring), and out-of-scope hardware refuses; everything is put back after. `shape`:
+    the slice their `coords` lay out (`--topology v5e:4x2`), x fastest; default `gen.shape(n)`."""
     import jax
     from jax._src.pallas.mosaic import tpu_info
     from jax.experimental.pallas import tpu as pltpu
-    answers = Answers(gen, gen.shape(n))
+    answers = Answers(gen, tuple(shape) if shape and math.prod(shape) == n else gen.shape(n))
     askers = Askers(script)
     device = type(jax.devices()[0])
     names = GPU_ANSWERED if gen.gpu else ANSWERED
@@ -329,7 +330,7 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
             if gen.gpu:
                 return {"platform": "gpu", "device_kind": gen.device_kind, "core_count": gen.sms,
                         "compute_capability": gen.capability}[name]
-            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
+            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": _coords(d.id, answers.shape),
                     "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
         return property(get)
 
@@ -410,6 +411,16 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         else:
             tpu_info.registry["cpu"] = registry
         tpu_info.get_tpu_info.cache_clear()
+
+
+def _coords(index: int, shape: tuple[int, ...]) -> list[int]:
+    """Device `index`'s chip coordinates [x, y, z] in a slice of `shape`, x fastest (z = 0 on
+    2-D slices): `Generation.coords` on the slice checked on."""
+    out = []
+    for d in shape:
+        out.append(index % d)
+        index //= d
+    return out + [0] * (3 - len(out))
 
 
 def _no_attribute(d: Any, name: str) -> Any:
