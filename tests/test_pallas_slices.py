@@ -5,10 +5,12 @@ a range of sizes where some refuse, and SparseCore code beside single-device ker
 
 from pathlib import Path
 
+import jax
 import pytest
 
 from ringc.errors import ScheduleError
 from ringc.pallas import check_file
+from ringc.pallas.tpu import answering, generation
 
 from cli_run import run_cli
 
@@ -68,3 +70,33 @@ def test_a_mesh_of_the_slices_shape_keeps_its_axes(tmp_path):
     report, = check_file(str(path), 4, topology="v5e:2x2")
     assert report.ok, report.to_text()
     assert report.placement == "v5e:2x2 (2x2, no wraparound) along x, y", report.placement
+
+
+# -- F1: jax._src.xla_bridge's device list -------------------------------------------------------
+
+
+def test_xla_bridges_devices_are_the_scripts_devices():
+    """tpu-inference's `make_optimized_mesh` sorts `xla_bridge.devices()` by `coords`: every
+    route to the device list gives the N devices, each answering `coords` (the spare CPU
+    device ringc starts JAX with made it an AttributeError with no message)."""
+    report, = check_file(str(SLICES / "bridge_devices.py"), 4)
+    assert report.ok, report.to_text()
+    assert not any("script note" in a for a in report.assumptions), report.assumptions
+    assert any("the code asked coords" in a for a in report.assumptions)
+
+
+def test_jax_internals_still_see_every_cpu_device():
+    from jax._src import xla_bridge as xb
+    before = len(xb.devices())
+    assert before > 4
+    report, = check_file(str(SLICES / "bridge_devices.py"), 2)
+    assert report.ok and len(xb.devices()) == before
+
+
+def test_a_device_past_n_says_why_it_does_not_answer():
+    gen = generation("v5e")
+    spare = jax.devices()[3]
+    with answering(gen, 2, __file__):
+        with pytest.raises(AttributeError, match="device 3 is not one of the 2 devices ringc runs the code on"):
+            spare.coords  # noqa: B018 (the question is the test)
+        assert jax.devices()[1].coords == [0, 1, 0]  # a v5e 1x2 slice

@@ -325,7 +325,7 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
     def answered(name: str) -> property:
         def get(d: Any) -> Any:
             if not (stand_in(d) and askers.user(sys._getframe(1))):
-                return original(d, name)
+                return original(d, name)  # (an AttributeError goes on to `unanswered`)
             answers.asked.add(name)
             if gen.gpu:
                 return {"platform": "gpu", "device_kind": gen.device_kind, "core_count": gen.sms,
@@ -338,7 +338,12 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         try:
             return own_getattr(d, name)
         except AttributeError:
-            frame = sys._getframe(1)
+            frame = sys._getframe(1)  # (also where a getter of `answered` raised: the code that asked)
+            if (not name.startswith("_") and not stand_in(d) and askers.user(frame)
+                    and original(d, "platform") == "cpu"):  # a CPU device past the n the code runs on
+                raise AttributeError(f"device {d.id} is not one of the {n} devices ringc runs the code on "
+                                     f"(--devices {n}), so it does not answer `{name}` as a TPU {gen.name} "
+                                     "device") from None
             if name.startswith("_") or not stand_in(d):
                 raise
             raise Unanswered(name, gen, (frame.f_code.co_filename, frame.f_lineno), askers.user(frame)) from None
