@@ -100,3 +100,25 @@ def test_a_device_past_n_says_why_it_does_not_answer():
         with pytest.raises(AttributeError, match="device 3 is not one of the 2 devices ringc runs the code on"):
             spare.coords  # noqa: B018 (the question is the test)
         assert jax.devices()[1].coords == [0, 1, 0]  # a v5e 1x2 slice
+
+
+# -- F4: a range where some sizes refuse ---------------------------------------------------------
+
+
+def test_each_size_of_a_range_gets_its_verdict_or_its_refusal():
+    """The script asserts a 2x2 mesh: N=2, 3 and 5 are refused, each naming its N, and N=4
+    is still checked; the summary counts them all."""
+    path = SLICES / "square_only.py"
+    o = run_cli(["check", path, "--devices", "2..5"], budget=120)
+    assert o.code == 2, o
+    refusals = [line for line in o.err.splitlines() if ": error: N=" in line]
+    assert [line.split(": error: ")[1][:4] for line in refusals] == ["N=2:", "N=3:", "N=5:"], o
+    assert all("AssertionError: expected a 2x2 device mesh" in line for line in refusals)
+    assert f"{path} _kernel (line {_line(path, '    main()')}, through main() at line {_line(path, '    return f(')}" \
+        in o.out and "N=4: ok (" in o.out, o
+    assert "Bad input: 1 verdict in 1 file: 1 ok, 0 failed, 3 refused as bad input" in o.err, o
+
+
+def test_a_single_size_refusal_does_not_name_the_size():
+    o = run_cli(["check", SLICES / "square_only.py", "--devices", "2"], budget=60)
+    assert o.code == 2 and ": error: the script ran no pallas_call" in o.err, o
