@@ -122,3 +122,16 @@ def test_each_size_of_a_range_gets_its_verdict_or_its_refusal():
 def test_a_single_size_refusal_does_not_name_the_size():
     o = run_cli(["check", SLICES / "square_only.py", "--devices", "2"], budget=60)
     assert o.code == 2 and ": error: the script ran no pallas_call" in o.err, o
+
+
+# -- F6: SparseCore beside single-device kernels -------------------------------------------------
+
+
+def test_sparsecore_beside_single_device_kernels_is_the_one_line_refusal():
+    path = SLICES / "sparsecore_beside_local.py"
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert e.value.line == _line(path, "# the SparseCore line")
+    assert e.value.message.startswith("SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported: ")
+    assert e.value.message.endswith("; the file's 2 other kernel calls run outside shard_map (single-device "
+                                    "kernels), not checked")

@@ -407,6 +407,16 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             "not checked")
     captures = [c for c in script.captures if c not in local]
     if not captures:
+        # Hardware ringc refuses (SparseCore, TensorCore meshes), beside single-device kernels it
+        # would not check anyway: the refusal is the answer, in its one line.
+        single = (f"; the file's {len(local)} other kernel call{'s run' if len(local) > 1 else ' runs'} outside "
+                  "shard_map (single-device kernels), not checked")
+        if script.answers.unsupported:
+            e = _refusal(script.answers.unsupported[0], path)
+            raise ScheduleError(e.message + single, file=e.file, line=e.line)
+        kept = next((c for c in local if refused[id(c)]), None)
+        if kept is not None:
+            raise ScheduleError(refused[id(kept)] + REFUSAL_TAIL + single, file=path, line=kept.line)
         # What else the run said (a distributed test that skipped itself: the one ringc would check).
         others = [note for note in script.notes if "runs outside shard_map" not in note][:3]
         raise ScheduleError(f"the script's {len(local)} kernel call{'s all run' if len(local) > 1 else ' runs'} "
