@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -335,22 +336,43 @@ def _load(path: str, params: list[tuple[str, int]]):
 
 def _check_kernel(args: argparse.Namespace, path: str):
     """`ringc check kernel.py`: a hand-written Pallas module (see docs/pallas-import.md); its
-    reports, one by one."""
+    reports, one by one. Over a range (`--devices 2..5`) a size that is refused yields its
+    ScheduleError, naming the N, in place of its reports, and the next size is checked."""
     from .run import ensure_host_devices
-    ensure_host_devices(max(args.devices or [1]))  # scalar-prefetch inputs are sampled on CPU devices
+    ring = topology.sized_by_devices(args.topology)
+    try:  # a sized topology without --devices: a script runs on the slice's devices
+        size = 1 if ring or args.devices else topology.parse(args.topology).size
+    except ValueError:
+        size = 1
+    ensure_host_devices(max(args.devices or [size]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.core import apply_strict
-    ring = topology.sized_by_devices(args.topology)
     if ring and args.devices is None:
         raise ScheduleError("--devices is required with the default topology `ring`", file=path,
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
-    for n in args.devices or [None]:
-        for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
+    sizes = args.devices or [None]
+    for n in sizes:
+        try:
+            reports = check_file(path, n, invocations=args.invocations, params=dict(args.param),
                                  topology=None if ring else args.topology, along=args.along,
                                  dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
                                  axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
-                                 collective=getattr(args, "collective", None)):
+                                 collective=getattr(args, "collective", None))
+        except ScheduleError as e:
+            if len(sizes) == 1:
+                raise
+            yield _at_size(e, n)  # a range: this size refused, the next still checked
+            continue
+        for report in reports:
             yield apply_strict(report, args.strict)
+
+
+def _at_size(e: ScheduleError, n: int) -> ScheduleError:
+    """A refusal of one size of a `--devices A..B` range, its message naming the N."""
+    named = copy.copy(e)
+    named.message = f"N={n}: {e.message}"
+    named.args = (named.message,)
+    return named
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -395,7 +417,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 if path.endswith((".py", ".md", ".ipynb")):
                     for report in _check_kernel(job, path):
                         with bar.paused():
-                            out.report(report)
+                            if isinstance(report, ScheduleError):  # one size of a range, refused
+                                refused = True
+                                out.refused(report)
+                            else:
+                                out.report(report)
                     continue
                 for sched, report in _check_schedule(job, path):
                     with bar.paused():

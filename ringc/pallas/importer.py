@@ -318,9 +318,13 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     if tpu is None and _MOSAIC_GPU.search(script_source(path)):  # a Mosaic GPU kernel: devices answer as Hopper GPUs
         tpu = GPU_DEFAULT
     if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args or axis or mesh:
+        slice_ = _script_topology(topology, n, path)
+        if n is None and slice_ is not None:  # a sized topology names the device count: v5e:2x2 runs on 4
+            n = slice_.size
         if n is None:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
-                                fix="pass --devices N (a script's mesh is its own, over jax.devices())")
+                                fix="pass --devices N (a script's mesh is its own, over jax.devices()), or a "
+                                    "sized topology such as --topology v5e:2x2")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
                             entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
                             stubs=tuple(stubs), collective=collective)
@@ -333,6 +337,18 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                               dma_order=dma_order, tpu=tpu)
     report.assumptions += imports.assumptions()
     return [report]
+
+
+def _script_topology(topology: str | None, n: int | None, path: str) -> Any:
+    """The sized topology a script runs on (`--topology v5e:2x2`: its devices are the slice's),
+    refused, as for a schedule, when its size is not `n`; None for none or `ring`."""
+    from .. import topology as T
+    if topology is None or T.sized_by_devices(topology):
+        return None
+    try:
+        return T.parse(topology, n)
+    except ValueError as e:
+        raise ScheduleError(str(e), file=path, fix="see `ringc check --help`") from None
 
 
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
@@ -350,9 +366,12 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             "the script builds", file=path, fix="drop --along (pass --topology for the placement)")
     t0 = time.perf_counter()
     log = AliasLog()
+    slice_ = _script_topology(topology, n, path)
+    # The devices' `coords` lay out the slice checked on (a v5e:4x2 is not the 2x4 libtpu makes of 8 chips).
+    shape = slice_.shape if slice_ is not None and not slice_.switched and slice_.ndim <= 3 else None
     with user_code_time(path):
         script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=stubs)
+                            stubs=stubs, shape=shape)
     refused = {id(c): unsupported_in(c.jaxpr.jaxpr) for c in script.captures}
     if script.answers.unsupported and not any(r is None for r in refused.values()):
         raise _refusal(script.answers.unsupported[0], path)
@@ -388,6 +407,16 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                             "not checked")
     captures = [c for c in script.captures if c not in local]
     if not captures:
+        # Hardware ringc refuses (SparseCore, TensorCore meshes), beside single-device kernels it
+        # would not check anyway: the refusal is the answer, in its one line.
+        single = (f"; the file's {len(local)} other kernel call{'s run' if len(local) > 1 else ' runs'} outside "
+                  "shard_map (single-device kernels), not checked")
+        if script.answers.unsupported:
+            e = _refusal(script.answers.unsupported[0], path)
+            raise ScheduleError(e.message + single, file=e.file, line=e.line)
+        kept = next((c for c in local if refused[id(c)]), None)
+        if kept is not None:
+            raise ScheduleError(refused[id(kept)] + REFUSAL_TAIL + single, file=path, line=kept.line)
         # What else the run said (a distributed test that skipped itself: the one ringc would check).
         others = [note for note in script.notes if "runs outside shard_map" not in note][:3]
         raise ScheduleError(f"the script's {len(local)} kernel call{'s all run' if len(local) > 1 else ' runs'} "
@@ -638,6 +667,7 @@ class _Outer:
         self.ins: list[Handle] = []
         self.outs: list[Handle] = []
         self.mesh_axes: dict[str, int] | None = None
+        self.mesh_ids: list[int] | None = None  # the JAX ids of the mesh's devices, row-major (a concrete Mesh)
         # The lax collectives XLA runs between the kernels on arrays (`Primitive.words`): (where, words) -> how many.
         self.between: dict[tuple[str, str], int] = {}
         self.per_device: Any = None  # True inside the shard_map (each handle one value per device)
@@ -737,6 +767,11 @@ class _Outer:
             raise ScheduleError("two shard_maps over different meshes", file=self.file,
                                 fix="check one mesh at a time")
         self.mesh_axes = axes
+        if self.mesh_ids is None:
+            try:  # an AbstractMesh has no devices (ValueError)
+                self.mesh_ids = [int(d.id) for d in np.asarray(mesh.devices).flat]
+            except (AttributeError, TypeError, ValueError):
+                self.mesh_ids = None
         if self.builder is None:
             self.builder = Builder(self.file, axes)
         n = math.prod(axes.values())
@@ -1327,6 +1362,7 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
     and its placement; and the program to check (flat buffers viewed: `flat_views`) with
     the assumptions that adds."""
     from ..verify.check import resolve_topology
+    from ..verify.placement import fits, place_devices
     buffers = {nm: _Buf(buf.kind, buf.memory, buf.line) for nm, buf in b.buffers.items()}
     for h in outer.ins:
         h = h.root()
@@ -1341,7 +1377,17 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
         placement = topology
     else:
         topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
-        placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
+        from .. import topology as T
+        try:
+            parsed = None if ":" not in topo else T.parse(topo)
+        except ValueError:  # a bad spelling: resolve_topology refuses it in one line
+            parsed = None
+        if parsed is not None and len(axes) > parsed.ndim and outer.mesh_ids is not None:
+            placement = place_devices(spec, parsed, sizes, outer.mesh_ids)  # more mesh axes than the slice's
+        else:
+            placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
+        if not fits(placement, sizes):  # the kernel's own mesh (a script's) on a slice of its devices
+            placement = place_devices(spec, placement.topo, sizes, outer.mesh_ids)
     return spec, meaning, placement, program, notes
 
 

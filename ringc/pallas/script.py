@@ -368,11 +368,16 @@ def call_site(path: str, in_test: bool = False) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _devices(n: int, notes: list[str]) -> Iterator[None]:
+def _devices(n: int, notes: list[str], script: str | None = None) -> Iterator[None]:
     """`jax.devices()` and friends answer with the first n CPU devices; `jax.make_mesh` uses
-    them, with Auto axes unless the script names axis types."""
+    them, with Auto axes unless the script names axis types. So do JAX's own
+    `jax._src.xla_bridge.devices()` and friends when the user's code calls them
+    (tpu-inference's `make_optimized_mesh`: `sorted(xb.devices(), key=lambda d: d.coords)`),
+    while JAX's internals calling them still see every CPU device (`tpu.Askers`)."""
     import jax
+    from jax._src import xla_bridge as xb
     from jax.sharding import AxisType
+    from .tpu import Askers
     devices = jax.devices()[:n]
     if len(devices) < n:
         raise ScheduleError(f"ringc runs the script on {n} CPU devices, but JAX has {len(devices)}",
@@ -399,16 +404,30 @@ def _devices(n: int, notes: list[str]) -> Iterator[None]:
         return create_device_mesh(mesh_shape, jax.devices() if devices is None else devices, *args, **kw)
 
     mesh_utils.create_device_mesh = device_mesh
-    jax.devices = lambda backend=None: list(devices)
-    jax.local_devices = lambda process_index=None, backend=None: list(devices)
-    jax.device_count = lambda backend=None: n
-    jax.local_device_count = lambda backend=None: n
+    answer = {"devices": lambda *a, **kw: list(devices), "local_devices": lambda *a, **kw: list(devices),
+              "device_count": lambda *a, **kw: n, "local_device_count": lambda *a, **kw: n}
+    for k, f in answer.items():
+        setattr(jax, k, f)
     jax.make_mesh = mesh
+    askers = Askers(script or "<script>")
+    bridge = {k: getattr(xb, k) for k in answer}
+
+    def users(name: str) -> Any:
+        def ask(*args: Any, **kwargs: Any) -> Any:
+            if askers.user(sys._getframe(1)):
+                return answer[name](*args, **kwargs)
+            return bridge[name](*args, **kwargs)
+        return ask
+
+    for k in answer:
+        setattr(xb, k, users(k))
     try:
         yield
     finally:
         for k, v in saved.items():
             setattr(jax, k, v)
+        for k, v in bridge.items():
+            setattr(xb, k, v)
         mesh_utils.create_device_mesh = create_device_mesh
 
 
@@ -776,12 +795,13 @@ def _unprinted(*args: Any, file: Any = None, **kwargs: Any) -> None:
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
-               stubs: tuple[str, ...] = (), tpu: str | None = None) -> Script:
+               stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
     (`tpu.answering`, default v5e), capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`entries.call_entries`). Its
     imports resolve from its repository, with `stubs` stubbed (`imports.py`); a package it
-    needs that is not installed is an error when nothing got checked."""
+    needs that is not installed is an error when nothing got checked. `shape`: the slice the
+    devices' `coords` lay out (`--topology`; default the generation's slice of n chips)."""
     from .compat import aliases
     from .imports import importing, missing_import, package_of
     from .tpu import answering, generation
@@ -814,8 +834,8 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     # and its top-level `print` does not even format its arguments: printing a sharded array
     # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
     env["print"] = _unprinted
-    with (importing(path, tree, stubs) as imports, _devices(n, script.notes),
-          answering(gen, n, path) as script.answers, _capturing(script), aliases(log),
+    with (importing(path, tree, stubs) as imports, _devices(n, script.notes, path),
+          answering(gen, n, path, shape) as script.answers, _capturing(script), aliases(log),
           _test_main(script, env), contextlib.redirect_stdout(io.StringIO()),
           contextlib.redirect_stderr(io.StringIO())):
         pytest_module = entry is None and not args and is_pytest_module(tree)

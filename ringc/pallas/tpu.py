@@ -302,13 +302,14 @@ def unsupported_in(jaxpr: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
+def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | None = None) -> Iterator[Answers]:
     """While the block runs, CPU devices 0..n-1 answer the user's code as `gen` (module
-    docstring), and out-of-scope hardware refuses; everything is put back after."""
+    docstring), and out-of-scope hardware refuses; everything is put back after. `shape`:
+    the slice their `coords` lay out (`--topology v5e:4x2`), x fastest; default `gen.shape(n)`."""
     import jax
     from jax._src.pallas.mosaic import tpu_info
     from jax.experimental.pallas import tpu as pltpu
-    answers = Answers(gen, gen.shape(n))
+    answers = Answers(gen, tuple(shape) if shape and math.prod(shape) == n else gen.shape(n))
     askers = Askers(script)
     device = type(jax.devices()[0])
     names = GPU_ANSWERED if gen.gpu else ANSWERED
@@ -324,12 +325,12 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
     def answered(name: str) -> property:
         def get(d: Any) -> Any:
             if not (stand_in(d) and askers.user(sys._getframe(1))):
-                return original(d, name)
+                return original(d, name)  # (an AttributeError goes on to `unanswered`)
             answers.asked.add(name)
             if gen.gpu:
                 return {"platform": "gpu", "device_kind": gen.device_kind, "core_count": gen.sms,
                         "compute_capability": gen.capability}[name]
-            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": gen.coords(d.id, n),
+            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": _coords(d.id, answers.shape),
                     "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
         return property(get)
 
@@ -337,7 +338,12 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         try:
             return own_getattr(d, name)
         except AttributeError:
-            frame = sys._getframe(1)
+            frame = sys._getframe(1)  # (also where a getter of `answered` raised: the code that asked)
+            if (not name.startswith("_") and not stand_in(d) and askers.user(frame)
+                    and original(d, "platform") == "cpu"):  # a CPU device past the n the code runs on
+                raise AttributeError(f"device {d.id} is not one of the {n} devices ringc runs the code on "
+                                     f"(--devices {n}), so it does not answer `{name}` as a TPU {gen.name} "
+                                     "device") from None
             if name.startswith("_") or not stand_in(d):
                 raise
             raise Unanswered(name, gen, (frame.f_code.co_filename, frame.f_lineno), askers.user(frame)) from None
@@ -410,6 +416,16 @@ def answering(gen: Generation, n: int, script: str) -> Iterator[Answers]:
         else:
             tpu_info.registry["cpu"] = registry
         tpu_info.get_tpu_info.cache_clear()
+
+
+def _coords(index: int, shape: tuple[int, ...]) -> list[int]:
+    """Device `index`'s chip coordinates [x, y, z] in a slice of `shape`, x fastest (z = 0 on
+    2-D slices): `Generation.coords` on the slice checked on."""
+    out = []
+    for d in shape:
+        out.append(index % d)
+        index //= d
+    return out + [0] * (3 - len(out))
 
 
 def _no_attribute(d: Any, name: str) -> Any:

@@ -385,8 +385,9 @@ def dma_order_known(dma_order: str, spec: Any) -> None:
 
 
 def wrapped(placement: Placement) -> bool:
-    """Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ."""
-    return all(placement.topo.wrap[k] for k in placement.along)
+    """Only wrapped axes are symmetric: on a line or mesh the end devices' routes differ; a
+    mesh's own device order (`Placement.chips`) is no translation of the chips."""
+    return placement.chips is None and all(placement.topo.wrap[k] for k in placement.along)
 
 
 # ------------------------------------------------------------------ subjects and options

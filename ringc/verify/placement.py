@@ -27,7 +27,7 @@ from .spec import Spec
 
 __all__ = ["AXIS_NAMES", "Coord", "Link", "coord_text", "link_text", "axis_names", "Placement", "place",
            "Send", "sends", "route_summary", "rotated_route_summary", "xor_routes_symmetric", "xor_route_summary",
-           "v5e_offset_ok", "route_findings", "labels"]
+           "v5e_offset_ok", "route_findings", "labels", "fits", "chip_of", "place_devices"]
 
 AXIS_NAMES = ("x", "y", "z")
 Coord = tuple[int, ...]
@@ -58,10 +58,17 @@ class Placement:
     topo: T.Topology
     axes: tuple[str, ...]       # the schedule's axes
     along: tuple[int, ...]      # the topology axis each schedule axis runs along
+    # A kernel whose mesh is its own (a script's: `place_devices`): the chip of each device
+    # (row-major over `axes`, sized `shape`), in the order the mesh lists them; one instance,
+    # `along` the topology axes its chips span. None: the schedule's axes bind to `along`.
+    chips: tuple[Coord, ...] | None = None
+    shape: tuple[int, ...] | None = None
 
     @property
     def sizes(self) -> dict[str, int]:
         """Devices along each schedule axis (N_a)."""
+        if self.chips is not None:
+            return dict(zip(self.axes, self.shape or (len(self.chips),)))
         return {a: self.topo.shape[k] for a, k in zip(self.axes, self.along)}
 
     @property
@@ -80,6 +87,8 @@ class Placement:
     def coord(self, base: tuple[int, ...], device: int) -> tuple[int, ...]:
         """The topology coordinate of local device `device` in the instance whose other
         coordinates are `base` (one entry per topology axis; entries on `along` ignored)."""
+        if self.chips is not None:
+            return self.chips[device]
         c = list(base)
         for k, x in zip(self.along, self.local_coords(device)):
             c[k] = x
@@ -92,6 +101,8 @@ class Placement:
 
     @property
     def instances(self) -> int:
+        if self.chips is not None:
+            return 1
         return self.topo.size // max(1, _prod(self.sizes.values()))
 
     def label(self, device: int) -> str:
@@ -99,6 +110,8 @@ class Placement:
         run along (the finding holds in every instance)."""
         if self.topo.ndim == 1:
             return str(device)
+        if self.chips is not None:
+            return "(" + ", ".join(map(str, self.chips[device])) + ")"
         c = self.coord(tuple(0 for _ in self.topo.shape), device)
         return "(" + ", ".join(str(x) if k in self.along else "*" for k, x in enumerate(c)) + ")"
 
@@ -107,6 +120,11 @@ class Placement:
         `per_instance` adds the chips of one instance, as the cost model prices one."""
         names = axis_names(self.topo)
         along = ", ".join(names[k] for k in self.along)
+        if self.chips is not None:
+            mesh = ", ".join(f"{a}={s}" for a, s in self.sizes.items())
+            whole = "the whole slice" if len(set(self.chips)) == self.topo.size else f"{len(self.chips)} of its chips"
+            return (f"{self.topo.describe()}, the mesh's {mesh} over {whole} in its devices' order: "
+                    + " ".join(coord_text(c) for c in self.chips[:16]) + (" ..." if len(self.chips) > 16 else ""))
         if tuple(names[k] for k in self.along) != self.axes:
             along += f" (the schedule's {', '.join(self.axes)})"
         count = f", {self.instances} instances" if self.instances > 1 else ""
@@ -119,6 +137,8 @@ class Placement:
     @property
     def n(self) -> int:
         """Devices in one instance."""
+        if self.chips is not None:
+            return len(self.chips)
         return _prod(self.sizes.values())
 
     @cached_property
@@ -154,6 +174,8 @@ class Placement:
         Through a switch every pair is one hop apart."""
         if self.topo.switched:
             return int(self.n > 1)
+        if self.chips is not None:
+            return max((T.hops(self.topo, a, b) for a in self.chips for b in self.chips), default=0)
         return sum(self.topo.shape[k] // 2 if self._wraps(k) else self.topo.shape[k] - 1 for k in self.along)
 
     @property
@@ -292,6 +314,41 @@ def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
         # along x and z, the axes that have chips (as `--along x,z` says)
         idx = topo.wide_axes
     return Placement(topo, tuple(sched.axes), idx)
+
+
+def fits(placement: Placement, sizes: dict[str, int]) -> bool:
+    """Whether a kernel whose mesh has these axis sizes runs as `placement` binds it: each axis
+    as long as the topology axis it runs along (a schedule takes its sizes from the placement;
+    a script's kernel brings its own)."""
+    return list(placement.sizes.items()) == list(sizes.items())
+
+
+def chip_of(topo: T.Topology, device_id: int) -> Coord:
+    """Where JAX device `device_id` sits on `topo`: x fastest, as libtpu numbers a slice's
+    chips and as ringc's CPU devices answer `coords` while a script runs (`pallas.tpu`)."""
+    out = []
+    for s in topo.shape:
+        device_id, c = divmod(device_id, s)
+        out.append(c)
+    return tuple(out)
+
+
+def place_devices(spec: Spec, topo: T.Topology, sizes: dict[str, int], ids: "list[int] | None") -> Placement:
+    """A kernel's own mesh (`sizes`, its devices' JAX ids `ids` in row-major mesh order) on
+    `topo`, when its axes do not bind to the topology's (`fits`): a mesh of 4 along one axis
+    on v5e:2x2 runs over the whole slice, device i on the chip of the mesh's i-th device, as
+    on the hardware. Refused when the ids are unknown (an abstract mesh) or not on `topo`."""
+    n = _prod(sizes.values())
+    shown = ", ".join(f"{a}={s}" for a, s in sizes.items())
+    if topo.switched or ids is None or len(ids) != n or not all(0 <= i < topo.size for i in ids):
+        why = ("its devices are not known (an abstract mesh)" if ids is None or len(ids) != n else
+               f"it has {n} devices and {topo.spec} {topo.size}")
+        raise ScheduleError(
+            f"the kernel's mesh ({shown}) does not fit {topo.describe()}: {why}", file=spec.file,
+            fix=f"pass a topology of the mesh's shape: --topology {'ring:' + str(n) if len(sizes) == 1 else 'torus:' + 'x'.join(map(str, sizes.values()))}")
+    chips = tuple(chip_of(topo, i) for i in ids)
+    along = tuple(k for k in range(topo.ndim) if len({c[k] for c in chips}) > 1) or (0,)
+    return Placement(topo, tuple(sizes), along, chips=chips, shape=tuple(sizes.values()))
 
 
 # ------------------------------------------------------------------------- routes
