@@ -143,14 +143,14 @@ def _drain(p: int, st: str, nt: str) -> list[str]:
 
 
 def _sections(name: str, kind: str, axes: str, pieces: str, bufs: list[str], sems: list[str], grid: str,
-              let: str, copies: list[str]) -> str:
+              let: str, copies: list[str], cores: bool = False) -> str:
     """A schedule's YAML from `name:` to its first body entry (the barrier with every
     neighbour at the first point), the 2-D and 3-D families alike; `pieces` are the piece
-    params after rows, cols and lanes."""
+    params after rows, cols and lanes; `cores`: on both TensorCores (`cores: 2`)."""
     near = ", ".join(f"{side}_{a}" for a in axes for side in ("left", "right"))
     return f"""name: {name}
 collective: {kind}
-axes: [{', '.join(axes)}]
+axes: [{', '.join(axes)}]{chr(10) + "cores: 2" if cores else ""}
 params: {{rows: 16, cols: 128, lanes: 2, {pieces}}}
 buffers:
 {chr(10).join(bufs)}
@@ -422,6 +422,15 @@ DIRECT_AR_3D = """#
 # farthest first), then waits for their N_c - 1 blocks, before the column's all-gather.
 """
 
+CORES_3D = """#
+# On both TensorCores (`cores: 2`, v5p): core 0 runs the three right rings (direction 0)
+# and core 1 the three left ones, each with its own VMEM (64 MiB: the windows of three
+# streams, so each twice the size), its own DMA issue and its own semaphores; the chip's
+# HBM (x, out, first_*, second_*) is shared, each core's rows its own direction's. `dir`,
+# `fwd_a` and `back_a` are the core's direction, next chip and chip before along axis a;
+# every remote copy and signal goes to the same core of that chip. One core issuing the
+# six streams' DMAs was the bound on one core (the issue time, not the links).
+"""
 PARTS_3D = (("a", ("x", "y", "z")), ("b", ("y", "z", "x")), ("c", ("z", "x", "y")))
 WHAT_3D = "rotated-axis bidirectional 3-D reduce-scatter whose partial sums land in VMEM windows, with a capacity handshake"
 LANES_3D = (1, 2, 4)   # the 3-D candidates' lanes (their pieces: `window_rows`)
@@ -442,13 +451,18 @@ def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -
     return f"{buf}[{', '.join(index.get(a, ':') for a in axes)}, {tail}]"
 
 
-def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
+def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: bool = False) -> str:
     """The 3-D reduce-scatter (the 2-D one's streams and handshake, `reduce_scatter_2d`, with
     a third part and a third phase per part, run phase by phase with pieces of their own);
     with `all_reduce`, the all-reduce: each part then all-gathers its block back over its
     third axis, its second and its first (HBM to HBM into the neighbours' `out`, lane by
     lane, in pieces of rows / lanes). With `direct`, each part's third phase (one block) is
-    not a ring but one round of direct sends along the axis (`_direct_block`)."""
+    not a ring but one round of direct sends along the axis (`_direct_block`). With `cores`
+    (`cores: 2`, v5p), each TensorCore runs one direction's three streams (core 0 the right
+    rings, core 1 the left) with its own VMEM, DMA issue and semaphores: the same text per
+    stream, its direction the core's (`dir`, `fwd_a`, `back_a`)."""
+    if cores and direct:
+        raise ValueError("the two-core 3-D schedule has ring phases only")
     phases = 6 if all_reduce else 3
     rings = (0, 1) if direct else (0, 1, 2)   # the phases reduced round a ring
     lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
@@ -459,6 +473,11 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
         lets += ["q3: rows // lanes                          # the all-gathers (HBM to HBM): one round",
                  "q4: q3", "q5: q3"]
     lets += ["L: lanes - 1                               # point k finishes point k - L"]
+    if cores:
+        lets += ["dir: 2 * core - 1                          # core 0's rings run right (blocks from the left), core 1's left"]
+        lets += [f"fwd_{a}: left_{a} if core == 1 else right_{a}   # the next chip of this core's ring along {a}"
+                 for a in ("x", "y", "z")]
+        lets += [f"back_{a}: right_{a} if core == 1 else left_{a}   # and the one before" for a in ("x", "y", "z")]
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
@@ -518,14 +537,20 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
         src_of = [("x", xyz), (f"first_{h}", plane), (f"second_{h}", (order[2],))]
         dst_of = [f"first_{h}[:, :, DIR, ROWS]", f"second_{h}[:, DIR, ROWS]", f"out[{mine}{hi}, DIR, ROWS]"]
         extra = [[f"N_{a}" for a in plane], [f"N_{order[2]}"], []]
-        for d, (dword, back) in enumerate((("right", "left"), ("left", "right"))):
-            st = f"{h}{'rl'[d]}"
+        # (direction index, the next chip's word, the one before's); with `cores`, the core's
+        directions = [("core", "fwd", "back")] if cores else [(0, "right", "left"), (1, "left", "right")]
+        for d, dword, back in directions:
+            st = h if cores else f"{h}{'rl'[d]}"
             sgn = "-" if d == 0 else "+"
+
+            def moved(ax: str, steps: str) -> str:   # the block `steps` along this stream's ring
+                return (f"(me_{ax} + dir * ({steps})) % N_{ax}" if cores else
+                        f"(me_{ax} {sgn} {steps.replace(' + ', f' {sgn} ')}) % N_{ax}")
             for p, ax in ((p, order[p]) for p in rings):
-                lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
-                         f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
-                         f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j",
-                         f"nb{p}_{st}: (me_{ax} {sgn} tn{h} {sgn} 2) % N_{ax}   # the block arriving after j's step"]
+                lets += [f"sb{p}_{st}: {moved(ax, f't{h} + 1')}   # the block sent now",
+                         f"rb{p}_{st}: {moved(ax, f't{h} + 2')}   # the block arriving now",
+                         f"jb{p}_{st}: {moved(ax, f't{h}j + 2')}   # the block that arrived at j",
+                         f"nb{p}_{st}: {moved(ax, f'tn{h} + 2')}   # the block arriving after j's step"]
             for p in rings:
                 slots = ", ".join(["2 * lanes"] + extra[p])
                 xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
@@ -579,7 +604,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
                     # n, so its chain is one DMA issue a step, not the six streams' waits and starts.
                     ax = order[m]
                     index = {a: f"me_{a}" for a in order[:m]}   # axes not yet gathered: ours; gathered: all
-                    index[ax] = f"(me_{ax} {sgn} n // lanes % len{h}) % N_{ax}"
+                    index[ax] = moved(ax, f"n // lanes % len{h}")
                     reg = _region("out", index, xyz, f"{hi}, {d}, (n // lanes // len{h} * lanes + n % lanes) * q{p}:q{p}")
                     copies += [f'  {st}_g{p}(n): {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
                                f'           send_sem: "send_{st}[n % lanes]", recv_sem: "recv{p}_{st}[n]"}}']
@@ -630,8 +655,10 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False) -> str:
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
     if direct:
         header += DIRECT_3D + (DIRECT_AR_3D if all_reduce else "")
+    if cores:
+        header += CORES_3D
     pieces = "wrows: 64, crows: 128" + ("" if direct else ", brows: 256")
-    return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies)}
+    return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies, cores)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
 {chr(10).join(send)}
@@ -714,18 +741,18 @@ def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], 
 
 
 def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int = 4, direct: bool = False,
-                pieces: tuple[int, int] = PIECES_3D[0]) -> int:
+                pieces: tuple[int, int] = PIECES_3D[0], directions: int = 2) -> int:
     """The most rows `w` of a plane's piece (a multiple of 16) whose windows on the 3-D torus
     `topo` fit in `limit_mib` with pieces of c w rows of a column and b w of a block
     (`pieces` = (c, b)): per
     stream and phase 3 x `lanes` pieces (2 x `lanes` landing, `lanes` own blocks), in six
-    streams. With `direct` (the third phase sent directly, `_direct_block`), no block
+    streams (three with `directions` = 1: a core's, `cores: 2`). With `direct` (the third phase sent directly, `_direct_block`), no block
     windows, and the `stage` slots (N_c blocks of each part, both directions, every row)
     fit too, at the rows that size V to `DIRECT_SIZED` (the multiple of a column round's
     lanes x c w rows nearest it)."""
     n = dict(zip("xyz", topo.shape))
     c, b = pieces
-    rows_per_w = sum(n[o[1]] * n[o[2]] + c * n[o[2]] + (0 if direct else b) for _, o in PARTS_3D) * 2 * 3 * lanes
+    rows_per_w = sum(n[o[1]] * n[o[2]] + c * n[o[2]] + (0 if direct else b) for _, o in PARTS_3D) * directions * 3 * lanes
     budget = limit_mib * 2**20 // (cols * itemsize)   # in rows
     w = max(16, budget // rows_per_w // 16 * 16)
     if not direct:
@@ -773,16 +800,19 @@ def _generate_3d(kind: str, topo, chip) -> Iterator[Candidate]:
     (`window_rows`: the planes of the first phase take most)."""
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
-    for direct in (False, True):
-        text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct), chip, "the windows")
+    # (direct, cores): a ring or direct last phase on one core; rings, a direction per core
+    for direct, cores in ((False, False), (True, False), *([(False, True)] if chip.tensor_cores >= 2 else [])):
+        text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct, cores), chip, "the windows")
         for lanes in DIRECT_LANES_3D if direct else LANES_3D:
             for c, b in PIECES_3D:
-                w = window_rows(topo, lanes, vmem_limit_mib(chip), direct=direct, pieces=(c, b))
+                w = window_rows(topo, lanes, vmem_limit_mib(chip), direct=direct, pieces=(c, b),
+                                directions=1 if cores else 2)
                 name = (f"{kind}_vmem_windows_3d_l{lanes}_w{w}" + ("" if (c, b) == PIECES_3D[0] else f"_c{c}")
-                        + ("_direct" if direct else ""))
+                        + ("_direct" if direct else "") + ("_2c" if cores else ""))
                 params = {"lanes": lanes, "wrows": w, "crows": c * w} | ({"last": "direct"} if direct else {"brows": b * w})
                 yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
                                 .replace("lanes: 2, wrows: 64, crows: 128" + ("" if direct else ", brows: 256"),
                                          ", ".join(f"{k}: {v}" for k, v in params.items() if k != "last")),
                                 what + (", its last phase (a block) sent directly to every chip along its axis"
-                                        if direct else ""), params)
+                                        if direct else "") + (", a direction per TensorCore" if cores else ""),
+                                params)
