@@ -1385,7 +1385,8 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
         if parsed is not None and len(axes) > parsed.ndim and outer.mesh_ids is not None:
             placement = place_devices(spec, parsed, sizes, outer.mesh_ids)  # more mesh axes than the slice's
         else:
-            placement = resolve_topology(spec, program.n if len(axes) == 1 and ":" not in topo else None, topo)
+            placement = resolve_topology(spec, program.device_count if len(axes) == 1 and ":" not in topo else None,
+                                         topo)  # (Mosaic GPU: the GPUs, not every block's process)
         if not fits(placement, sizes):  # the kernel's own mesh (a script's) on a slice of its devices
             placement = place_devices(spec, placement.topo, sizes, outer.mesh_ids)
     return spec, meaning, placement, program, notes
