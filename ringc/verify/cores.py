@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dataclasses import fields, replace
-
-from .events import Action, Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal
+from .events import Action, Compute, DmaStart, Event, Program, Region, SemId, SemWait, Signal, remapped
 from .symmetric.program import SymmetricProgram
 from .unroll import CORE_JOIN, CORE_LAUNCH
 
@@ -149,21 +147,9 @@ def _regions(a: Action) -> list[Region]:
 
 def _renamed(a: Action, n: int) -> Action:
     """A core-1 action on chip 0 with its own VMEM and semaphores renamed, back on chip numbering."""
-    def region(r: Region | None) -> Region | None:
-        if r is None or r.device < n:
-            return r
-        return Region(f"{r.buffer}{CORE_SUFFIX}1", r.device - n, r.box, r.kept, r.itemsize)
+    def region(r: Region) -> Region:
+        return r if r.device < n else Region(f"{r.buffer}{CORE_SUFFIX}1", r.device - n, r.box, r.kept, r.itemsize)
 
-    def sem(s: SemId | None) -> SemId | None:
-        if s is None:
-            return None
-        owner, name, idx = s
-        return (owner - n if owner >= n else owner, f"{name}{CORE_SUFFIX}1", idx)
-    if isinstance(a, DmaStart):
-        return DmaStart(a.copy, region(a.src), region(a.dst), sem(a.send_sem), sem(a.recv_sem), a.explicit_self)
-    if isinstance(a, SemWait):
-        return SemWait(sem(a.sem), a.value, a.why, a.copy, a.decrement)
-    if isinstance(a, Signal):
-        return Signal(sem(a.sem), a.inc, a.why)
-    return replace(a, **{f.name: region(getattr(a, f.name)) for f in fields(a) if isinstance(getattr(a, f.name), Region)})
-
+    def sem(s: SemId) -> SemId:
+        return (s[0] - n if s[0] >= n else s[0], f"{s[1]}{CORE_SUFFIX}1", s[2])
+    return remapped(a, region, sem)
