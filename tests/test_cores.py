@@ -179,3 +179,26 @@ def test_libtpu_compiles_the_two_core_kernel_for_v5p_and_refuses_v5e(capsys):
 def test_bad_cores_declarations_get_one_message(old, new, message):
     with pytest.raises(ScheduleError, match=message):
         ringc.load_text(GOOD.replace(old, new, 1), "bad.yaml")
+
+
+@pytest.mark.parametrize("topology", ["ring:4", "ring:8", "torus:3x3"])
+def test_the_quotient_joins_chip_0s_cores_where_they_share_no_hbm_element(topology):
+    """`cores.composed`: chip 0's two cores as one process decides the schedule when no
+    HBM element is touched by both cores with a write; it is clean where every process
+    is, and where the cores write the same rows it is not taken (the full analysis finds
+    the race)."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    from ringc.verify.cores import composed, separated
+    from ringc.verify.rotation import rotation_unroll
+    good = ringc.load_text(GOOD, "two_cores.yaml")
+    placement = resolve_topology(good, None, topology)
+    report = quotient_report(good, placement, 1)
+    assert report is not None and report.ok
+    sym = rotation_unroll(good, placement.sizes)
+    assert separated(sym) and len(composed(sym).events) < len(sym.representatives.devices[0]) * 2
+    for name, edit, _ in BROKEN:
+        bad = variant(*edit, name)
+        assert quotient_report(bad, resolve_topology(bad, None, topology), 1) is None, name
+    same = variant("c0: core * half", "c0: 0", "same_half")
+    assert not separated(rotation_unroll(same, placement.sizes))
+    assert "race" in check(same, topology=topology).kinds()

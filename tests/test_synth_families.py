@@ -1835,3 +1835,23 @@ def test_two_cores_put_the_3d_reductions_on_v5p_4x4x4_within_5_percent_of_the_bo
                 best[two] = max(best.get(two, 0.0), e.efficiency)
         assert best[True] > floor and best[True] > best[False] + 0.03, (kind, best)
     assert not any(c.name.endswith("_2c") for c in vmem_windows.generate("psum", T.parse("torus:4x4x4")))
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("topology", ["torus:3x3x3", "torus:2x3x4"])
+def test_the_two_core_3d_vmem_windows_with_a_direct_last_phase_check(topology, all_reduce):
+    """Each core sends its own direction's rows of a block straight to every chip along the
+    part's third axis (`_direct_block(cores=True)`), and (the all-reduce) gathers them so."""
+    from ringc.synth.families import vmem_windows
+    text = vmem_windows.reduce_scatter_3d(all_reduce, direct=True, cores=True).replace(
+        "params: {rows: 16, cols: 128, lanes: 2, wrows: 64, crows: 128}",
+        "params: {rows: 64, cols: 128, lanes: 2, wrows: 8, crows: 16}")
+    report = check(load_text(text, "windows_3d_direct_2c"), topology=topology)
+    assert report.ok, [f.message for f in report.findings if f.severity == "error"][:3]
+    # core 1 sends core 0's rows of the column to the peers: they add the wrong direction
+    _assert_refused(text, '"second_a[(me_z + oa) % N_z, core]"', '"second_a[(me_z + oa) % N_z, 0]"',
+                    {"wrong_result"}, topology)
+    # both cores write their sums into core 0's rows of `out`
+    _assert_refused(text, 'dst: "out[0, core]"' if not all_reduce else 'dst: "out[me_x, me_y, me_z, 0, core]"',
+                    'dst: "out[0, 0]"' if not all_reduce else 'dst: "out[me_x, me_y, me_z, 0, 0]"',
+                    {"race", "wrong_result"}, topology)

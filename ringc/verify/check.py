@@ -22,6 +22,7 @@ from .order import DMA_ORDERS
 from .placement import Placement, place
 from .spec import Spec
 from .symmetric.program import SymmetricProgram
+from .cores import composed
 from .rotation import rotation_unroll
 from .xor import xor_unroll
 from .unroll import DataFault, unroll
@@ -113,11 +114,14 @@ def cores_known(sched: S.Schedule, placement: Placement) -> None:
 def _quotient(sched: S.Schedule, placement: Placement, invocations: int) -> "Candidate | None":
     """Device 0's events of a translation-symmetric schedule on a ring or torus, or of an
     XOR-symmetric one (a hypercube's partners `me ^ (1 << k)`, `xor.py`) on a ring, the
-    symmetry proved (`rotation.py`); None when there is none to prove. (With `cores: 2`
-    every process is unrolled: a quotient would keep both of chip 0's cores.)"""
-    if not wrapped(placement) or sched.cores > 1:
+    symmetry proved (`rotation.py`); None when there is none to prove. With `cores: 2`,
+    chip 0's two cores joined into one process where that decides (`cores.composed`)."""
+    if not wrapped(placement):
         return None
     program = rotation_unroll(sched, placement.sizes, invocations)
+    if sched.cores > 1:
+        program = composed(program) if program is not None else None
+        return None if program is None else candidate(sched, program, placement)
     if program is None and placement.topo.kind == "ring" and len(placement.sizes) == 1:
         program = xor_unroll(sched, prod(placement.sizes.values()), invocations)
     return None if program is None else candidate(sched, program, placement)

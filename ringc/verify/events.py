@@ -7,7 +7,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from enum import StrEnum
 from math import prod
@@ -18,7 +18,7 @@ from ..ir.rules import RuleTable
 
 __all__ = ["SemId", "ZEROED_KINDS", "DMA_KINDS", "BARRIER", "SECOND_BARRIER", "DEVICE_BARRIER", "OP_COMPUTE_KINDS", "MODEL_KINDS", "IMPORT_KINDS",
            "COMPUTE_KINDS", "Origin", "ComputeSpec", "COMPUTES", "sem_text", "Region", "DmaStart", "SemWait", "Signal", "Compute", "Action",
-           "Event", "Program", "deposits", "feeders", "matmul_dims"]
+           "Event", "Program", "remapped", "deposits", "feeders", "matmul_dims"]
 
 # A semaphore instance: (device, name, index). The barrier semaphore is "barrier";
 # the double barrier's kernel-scoped second semaphore is "barrier#2".
@@ -319,6 +319,23 @@ class Program:
         if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
             parts.append(pt)
         return f"{', '.join(parts)} (line {ev.line})"
+
+
+def remapped(a: Action, region: Callable[[Region], Region], sem: Callable[[SemId], SemId]) -> Action:
+    """`a` with every region it names replaced by `region(r)` and every semaphore by
+    `sem(s)` (a missing one stays missing): the one place that knows where each kind of
+    action keeps them (`unroll.on_core`, `cores.composed`)."""
+    r = lambda x: None if x is None else region(x)  # noqa: E731
+    s = lambda x: None if x is None else sem(x)  # noqa: E731
+    if isinstance(a, DmaStart):
+        return DmaStart(a.copy, r(a.src), r(a.dst), s(a.send_sem), s(a.recv_sem), a.explicit_self)
+    if isinstance(a, SemWait):
+        return SemWait(s(a.sem), a.value, a.why, a.copy, a.decrement)
+    if isinstance(a, Signal):
+        return Signal(s(a.sem), a.inc, a.why)
+    if isinstance(a, Compute):
+        return replace(a, **{f.name: r(getattr(a, f.name)) for f in fields(a) if isinstance(getattr(a, f.name), Region)})
+    raise TypeError(f"remapped: no rule for {type(a).__name__}")
 
 
 def deposits(a: Action) -> list[tuple[SemId, int]]:

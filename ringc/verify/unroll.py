@@ -9,7 +9,6 @@ hang, a race) are not errors here: they are findings of the later checks.
 from __future__ import annotations
 
 import itertools
-from dataclasses import fields, replace
 from functools import cached_property
 from math import prod
 from typing import Any, Callable
@@ -23,7 +22,7 @@ from ..ir.rules import RuleTable
 from ..ir.resolve import axis_size_env, call_buffers, pipeline_windows, resolved, walk_ops
 from .calls import Handover, entry_sync
 from .events import (BARRIER, DEVICE_BARRIER, SECOND_BARRIER, Action, Compute, DmaStart, Event, Program, Region,
-                     SemId, SemWait, Signal)
+                     SemId, SemWait, Signal, remapped)
 
 __all__ = ["node_inputs", "window_id", "DataFault", "Unroller", "unroll", "point_env", "buffer_shapes", "UNROLL",
            "actions_rule", "data_dependent", "program_semaphores"]
@@ -61,26 +60,14 @@ def on_core(action: Action, offset: int, per_core: set[str]) -> Action:
     each region of a per-core buffer (VMEM) and every semaphore but the launch and join
     counts onto the device `offset` on (the core's process, on every chip a remote action
     names: it goes to the same core there); HBM stays the chip's."""
-    def region(r: Region | None) -> Region | None:
-        if r is None or r.buffer not in per_core:
-            return r
-        return Region(r.buffer, r.device + offset, r.box, r.kept, r.itemsize)
+    def region(r: Region) -> Region:
+        return Region(r.buffer, r.device + offset, r.box, r.kept, r.itemsize) if r.buffer in per_core else r
 
-    def sem(x: SemId | None) -> SemId | None:
-        if x is None or x[1].startswith((CORE_LAUNCH, CORE_JOIN)):
-            return x
-        return (x[0] + offset, x[1], x[2])
-    if isinstance(action, DmaStart):
-        return DmaStart(action.copy, region(action.src), region(action.dst), sem(action.send_sem),
-                        sem(action.recv_sem), action.explicit_self)
-    if isinstance(action, SemWait):
-        return SemWait(sem(action.sem), action.value, action.why, action.copy, action.decrement)
-    if isinstance(action, Signal):
-        return Signal(sem(action.sem), action.inc, action.why)
-    if isinstance(action, Compute):
-        return replace(action, **{f.name: region(getattr(action, f.name)) for f in fields(action)
-                                  if isinstance(getattr(action, f.name), Region)})
-    raise TypeError(f"on_core: no rule for {type(action).__name__}")
+    def sem(x: SemId) -> SemId:
+        return x if x[1].startswith((CORE_LAUNCH, CORE_JOIN)) else (x[0] + offset, x[1], x[2])
+    return remapped(action, region, sem)
+
+
 _WHOLE = object()  # a dimension a ref does not index (`Unroller.region_plan`)
 
 

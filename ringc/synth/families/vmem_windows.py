@@ -461,8 +461,6 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
     (`cores: 2`, v5p), each TensorCore runs one direction's three streams (core 0 the right
     rings, core 1 the left) with its own VMEM, DMA issue and semaphores: the same text per
     stream, its direction the core's (`dir`, `fwd_a`, `back_a`)."""
-    if cores and direct:
-        raise ValueError("the two-core 3-D schedule has ring phases only")
     phases = 6 if all_reduce else 3
     rings = (0, 1) if direct else (0, 1, 2)   # the phases reduced round a ring
     lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
@@ -645,9 +643,9 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                            *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
                 drain += _drain(p, st, nt)
         if direct:
-            more = _direct_block(h, hi, order, mine)
+            more = _direct_block(h, hi, order, mine, cores)
             if all_reduce:
-                more = [a + b for a, b in zip(more, _direct_gather(h, hi, order))]
+                more = [a + b for a, b in zip(more, _direct_gather(h, hi, order, cores))]
             for part, extra_lines in zip((lets, bufs, sems, copies, send, finish), more):
                 part += extra_lines
     let = "\n".join(f"  {ln}" for ln in lets)
@@ -671,7 +669,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
 {chr(10).join(drain)}
 """
 
-def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[list[str], ...]:
+def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str, cores: bool = False) -> tuple[list[str], ...]:
     """Part h's third phase as one round of direct sends (`reduce_scatter_3d(direct=True)`):
     the lets, buffers, semaphores, copies, and the body entries of the sending point k and
     of the finishing point j. Its column (`second_h`, both directions, all rows) holds a
@@ -683,8 +681,10 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[l
     the sum to `out`. Every send is issued before the first wait, so the transfers overlap:
     one DMA issue per peer and part, instead of N_c - 1 dependent ring steps of a DMA per
     stream and lane each, for about N_c / 4 times the link bytes of the ring (the sum of the
-    distances), on a phase that moves 1 / (N_a N_b) of the data."""
+    distances), on a phase that moves 1 / (N_a N_b) of the data. With `cores`, each core
+    sends and adds its own direction's rows (`stage_h` holds a block per chip, one direction)."""
     c = order[2]
+    d, s = (", core", "") if cores else (", :", ", :")   # the direction of `second`/`out`, of `stage`
     target = row_major("xyz", lambda a: f"(me_{a} + o{h}) % N_{a}" if a == c else f"me_{a}")
     lets = [f"o{h}: {far_first(f'n{h}', f'N_{c}')}   # the direct phase's offset along {c} at k (farthest first)"
             + ("; part B's: ob, .." if h == "a" else ""),
@@ -692,23 +692,23 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[l
             f"o{h}j: {far_first(f'm{h}', f'N_{c}')}",
             f"to{h}: {target}   # the chip at offset o{h} along {c}"]
     own = f"me_{c}"
-    bufs = [f"  stage_{h}: {{kind: vmem_scratch, slots: [N_{c}, 2], shape: [rows, cols]}}"
+    bufs = [f"  stage_{h}: {{kind: vmem_scratch, slots: [N_{c}{'' if cores else ', 2'}], shape: [rows, cols]}}"
             f"   # part {h.upper()}'s block of each chip along {c} (ours: the sum)"]
     sems = [f"  dsend_{h}: dma", f"  drecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}", f"  dlocal_{h}: dma"]
-    out = f"out[{mine}{hi}, :]" if mine else f"out[{hi}, :]"
+    out = f"out[{mine}{hi}{d}]" if mine else f"out[{hi}{d}]"
     copies = [f"  # Part {h.upper()}'s direct phase along {c}: our block of the chip at offset o, into its slot of ours.",
-              f'  {h}_d: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}, :]", dst: "stage_{h}[{own}, :]", to: to{h},',
+              f'  {h}_d: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}{d}]", dst: "stage_{h}[{own}{s}]", to: to{h},',
               f'         send_sem: dsend_{h}, recv_sem: "drecv_{h}[n{h}]"}}',
-              f'  {h}_dj: {{src: "stage_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", to: to{h},   # point j\'s, to wait',
+              f'  {h}_dj: {{src: "stage_{h}[{own}{s}]", dst: "stage_{h}[{own}{s}]", to: to{h},   # point j\'s, to wait',
               f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}',
-              f'  {h}_own: {{src: "second_{h}[{own}, :]", dst: "stage_{h}[{own}, :]", sem: dlocal_{h}}}',
-              f'  {h}_out: {{src: "stage_{h}[{own}, :]", dst: "{out}", sem: dlocal_{h}}}']
+              f'  {h}_own: {{src: "second_{h}[{own}{d}]", dst: "stage_{h}[{own}{s}]", sem: dlocal_{h}}}',
+              f'  {h}_out: {{src: "stage_{h}[{own}{s}]", dst: "{out}", sem: dlocal_{h}}}']
     send = [when(f"sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
                  f"start: {h}_own"),
             when(f"sending{h} and p{h} == 2 and n{h} < N_{c} - 1", f"start: {h}_d")]
     finish = [when(f"finishing{h} and p{h}j == 2 and m{h} == 0", f"wait: {h}_own"),
               when(f"finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
-                   f"wait: {h}_dj", accumulate(f'"stage_{h}[{own}, :]"', f'"stage_{h}[(me_{c} - o{h}j) % N_{c}, :]"')),
+                   f"wait: {h}_dj", accumulate(f'"stage_{h}[{own}{s}]"', f'"stage_{h}[(me_{c} - o{h}j) % N_{c}{s}]"')),
               when(f"finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
                    f"start: {h}_out", f"wait: {h}_out")]
     return lets, bufs, sems, copies, send, finish
@@ -720,15 +720,15 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str) -> tuple[l
 DIRECT_SIZED = 256 * 2**20
 
 
-def _direct_gather(h: str, hi: int, order: tuple[str, ...]) -> tuple[list[str], ...]:
+def _direct_gather(h: str, hi: int, order: tuple[str, ...], cores: bool = False) -> tuple[list[str], ...]:
     """The all-reduce's first all-gather (phase 3, over part h's third axis c) as one round
     of direct sends, as `_direct_block` (its lets, buffers, semaphores, copies, send and
     finish entries): point n < N_c - 1 of the phase sends our block (both directions, every
     row) straight into the `out` of the chip at offset o(n) (HBM to HBM, the farthest first),
     and point N_c - 1 + m waits for the block from offset -o(m) (and our send of m), so the
-    next all-gather forwards whole columns."""
+    next all-gather forwards whole columns. With `cores`, each core its own direction's rows."""
     c = order[2]
-    block = f"out[me_x, me_y, me_z, {hi}, :]"
+    block = f"out[me_x, me_y, me_z, {hi}, {'core' if cores else ':'}]"
     sems = [f"  gsend_{h}: dma", f"  grecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}"]
     copies = [f"  # Part {h.upper()}'s first all-gather, direct along {c}: our block into the `out` of the chip at offset o.",
               f'  {h}_g: {{src: "{block}", dst: "{block}", to: to{h}, send_sem: gsend_{h}, recv_sem: "grecv_{h}[n{h}]"}}',
@@ -758,7 +758,7 @@ def window_rows(topo, lanes: int, limit_mib: int, cols: int = 128, itemsize: int
     if not direct:
         return w
     ideal = DIRECT_SIZED / (6 * topo.size * cols * itemsize)
-    stage_per_row = sum(n[o[2]] for _, o in PARTS_3D) * 2
+    stage_per_row = sum(n[o[2]] for _, o in PARTS_3D) * directions
     while w > 16:
         m = c * lanes * w
         if rows_per_w * w + stage_per_row * max(m, round(ideal / m) * m) <= budget:
@@ -801,7 +801,8 @@ def _generate_3d(kind: str, topo, chip) -> Iterator[Candidate]:
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
     # (direct, cores): a ring or direct last phase on one core; rings, a direction per core
-    for direct, cores in ((False, False), (True, False), *([(False, True)] if chip.tensor_cores >= 2 else [])):
+    for direct, cores in ((False, False), (True, False), *([(False, True), (True, True)] if chip.tensor_cores >= 2
+                                                           else [])):
         text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct, cores), chip, "the windows")
         for lanes in DIRECT_LANES_3D if direct else LANES_3D:
             for c, b in PIECES_3D:
