@@ -691,7 +691,8 @@ def test_vmem_is_counted_in_whole_tiles():
     assert tiled_bytes((3, 128), "float32") == 4 * 128 * 4 and tiled_bytes((9, 128), "float32") == 16 * 128 * 4
     assert tiled_bytes((20, 128), "bfloat16") == 32 * 128 * 2 and tiled_bytes((20, 200), "int8") == 32 * 256
     assert tiled_bytes((11, 100), "float32", tiled=False) == 11 * 100 * 4 and tiled_bytes((200,), "float32") == 256 * 4
-    cand = next(c for c in vmem_windows.generate("psum", T.parse("v5p:16x16x16"))
+    from ringc.cost.chips import chip
+    cand = next(c for c in vmem_windows._generate_3d("psum", T.parse("v5p:16x16x16"), chip("v5p"))   # one core's
                 if c.params == {"lanes": 2, "wrows": 16, "crows": 32, "last": "direct"})
     sched = load_text(cand.text, cand.name)
     e = estimate(sched, hardware("v5p:16x16x16", sched), nbytes=256 * MiB)

@@ -934,10 +934,15 @@ def test_the_3d_vmem_windows_fit_the_vmem_limit():
         shapes = buffer_shapes(sched.model_copy(update={"params": p}), sizes)
         return sum(4 * prod(shapes[n]) for n, buf in sched.buffers.items() if buf.memory == "vmem")
 
-    cands = [c for c in vmem_windows.generate("psum_scatter", T.parse("v5p:4x4x4")) if "last" not in c.params]
-    assert [(c.params["lanes"], c.params["crows"] // c.params["wrows"], c.params["brows"] // c.params["wrows"],
-             c.name.endswith("_2c")) for c in cands] == \
-        [(lanes, c, b, cores) for cores in (False, True) for lanes in (1, 2, 4) for c, b in vmem_windows.PIECES_3D]
+    from ringc.cost.chips import chip
+    cands = []
+    for two in (False, True):   # the one-core candidates, and the two-core ones v5p gets
+        made = [c for c in vmem_windows._generate_3d("psum_scatter", T.parse("v5p:4x4x4"), chip("v5p"), two)
+                if "last" not in c.params]
+        assert [(c.params["lanes"], c.params["crows"] // c.params["wrows"], c.params["brows"] // c.params["wrows"],
+                 c.name.endswith("_2c")) for c in made] == \
+            [(lanes, c, b, two) for lanes in (1, 2, 4) for c, b in vmem_windows.PIECES_3D]
+        cands += made
     for cand in cands:
         sched = load_text(cand.text, cand.name)
         assert sched.vmem_limit_mib == 64
@@ -1029,9 +1034,11 @@ def test_the_direct_last_phase_pays_on_v5p_8x8x8(kind):
     same lanes and plane pieces, the direct candidate is 9 points of efficiency ahead for the
     reduce-scatter (75.1% -> 84.3%) and 7 for the all-reduce, whose first all-gather is
     direct too (81.4% -> 89.1%), in the model. Columns of 4 w rows instead of 2 w (`PIECES_3D`)
-    halve the second phase's DMA issues: 89.9% and 92.7%. Each fits the VMEM limit there."""
+    halve the second phase's DMA issues: 89.9% and 92.7%. Each fits the VMEM limit there.
+    (The one-core candidates: v5p gets their two-core twins, `_2c`.)"""
+    from ringc.cost.chips import chip
     from ringc.synth.families import vmem_windows
-    cands = {c.name: c for c in vmem_windows.generate(kind, T.parse("v5p:8x8x8"))}
+    cands = {c.name: c for c in vmem_windows._generate_3d(kind, T.parse("v5p:8x8x8"), chip("v5p"))}
     effs = {}
     for name in (f"{kind}_vmem_windows_3d_l2_w32", f"{kind}_vmem_windows_3d_l2_w32_direct",
                  f"{kind}_vmem_windows_3d_l2_w32_c4_direct"):
@@ -1823,11 +1830,15 @@ def test_two_cores_put_the_3d_reductions_on_v5p_4x4x4_within_5_percent_of_the_bo
     """One core issuing the six streams' DMAs capped the 3-D reduce-scatter at 88.4% of the
     bound on v5p:4x4x4 at 256 MiB (all-reduce 92.8%); a direction per core (its own DMA
     issue and VMEM) passes 95% (cost model). Not generated where the chip has one core."""
+    from ringc.cost.chips import chip
     from ringc.synth.families import vmem_windows
     topo = T.parse("v5p:4x4x4")
     for kind, floor in (("psum_scatter", 0.95), ("psum", 0.96)):
         best: dict[bool, float] = {}
-        for cand in vmem_windows.generate(kind, topo):
+        one_core = vmem_windows._generate_3d(kind, topo, chip("v5p"), two_cores=False)
+        made = list(vmem_windows.generate(kind, topo))
+        assert made and all(c.name.endswith("_2c") for c in made)   # v5p: the two-core twins only
+        for cand in [*one_core, *made]:
             sched = load_text(cand.text, cand.name)
             e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
             if e.vmem <= 64 * MiB:

@@ -775,7 +775,10 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     from ...cost.chips import of_topology
     chip = of_topology(topo)   # the cost model's chip for the slice
     if topo.ndim == 3:
-        yield from _generate_3d(kind, topo, chip)
+        # On a chip of two TensorCores only the two-core schedules: each is its one-core twin
+        # with a core per direction, twice the pieces and twice the DMA issue, and priced at
+        # least as fast on every v5p slice and size measured (docs/cost-model.md).
+        yield from _generate_3d(kind, topo, chip, two_cores=chip.tensor_cores >= 2)
         return
     what = WHAT if kind == "psum_scatter" else \
         "rotated-axis bidirectional all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
@@ -793,16 +796,15 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
                             what + (", a step's own blocks loaded by one DMA" if step_loads else ""), params)
 
 
-def _generate_3d(kind: str, topo, chip) -> Iterator[Candidate]:
+def _generate_3d(kind: str, topo, chip, two_cores: bool = False) -> Iterator[Candidate]:
     """The 3-D schedules, one per `lanes` in `LANES_3D` with a ring for the third phase and
     one per `lanes` in `DIRECT_LANES_3D` with direct sends (`_direct_block`), each for every
     ratio of `PIECES_3D` with the largest pieces whose windows fit the VMEM limit
-    (`window_rows`: the planes of the first phase take most)."""
+    (`window_rows`: the planes of the first phase take most); with `two_cores`, each on
+    both TensorCores (`_2c`), a direction per core."""
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
-    # (direct, cores): a ring or direct last phase on one core; rings, a direction per core
-    for direct, cores in ((False, False), (True, False), *([(False, True), (True, True)] if chip.tensor_cores >= 2
-                                                           else [])):
+    for direct, cores in ((False, two_cores), (True, two_cores)):   # a ring or a direct last phase
         text = with_vmem_limit(reduce_scatter_3d(kind == "psum", direct, cores), chip, "the windows")
         for lanes in DIRECT_LANES_3D if direct else LANES_3D:
             for c, b in PIECES_3D:
