@@ -319,3 +319,15 @@ def test_make_inputs_shapes_and_shardings(schedule_path):
     again = module.make_inputs(mesh, jax.random.key(0))
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(inputs, again))
     assert len(inputs) == 1 or not np.array_equal(np.asarray(inputs[0])[:4, :4], np.asarray(inputs[1])[:4, :4])
+
+
+@pytest.mark.parametrize("stem", ["all_reduce_2d_bidirectional", "all_gather_2d", "all_reduce_3d_bidirectional"])
+def test_a_multi_axis_module_defines_each_helper_once(stem):
+    """A schedule over several axes with a barrier gets the multi-axis `_device` only (its
+    barrier helper's own dependency is mapped to the variant too): no dead first definition."""
+    import ast
+    from ringc import load
+    from ringc.codegen import emit
+    tree = ast.parse(emit(load(REPO / "schedules" / f"{stem}.yaml")))
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

@@ -479,16 +479,13 @@ class Emitter:
         w = CodeWriter()
         self.module_docstring(w)
         w.line()
-        needed = set(self.helpers)
-        for h in list(needed):
-            needed |= set(self.HELPER_DEPS.get(h, ()))
-        # the variants a schedule over several mesh axes, or on every TensorCore, needs
-        if len(self.s.axes) > 1:
-            needed = {_MULTI_AXIS_HELPERS.get(h, h) for h in needed}
-        if self.s.cores > 1:
-            needed = {_CORE_HELPERS.get(h, h) for h in needed}
-        for h in list(needed):
-            needed |= set(self.HELPER_DEPS.get(h, ()))
+        def variant(h: str) -> str:  # the helper a schedule over several mesh axes, or on every core, uses
+            if len(self.s.axes) > 1:
+                h = _MULTI_AXIS_HELPERS.get(h, h)
+            return _CORE_HELPERS.get(h, h) if self.s.cores > 1 else h
+        needed = {variant(h) for h in self.helpers}
+        while more := {variant(d) for h in needed for d in self.HELPER_DEPS.get(h, ())} - needed:
+            needed |= more
         imports = sorted({"functools", "math", *(self.HELPER_IMPORTS[h] for h in needed if h in self.HELPER_IMPORTS)})
         for ln in (*(f"import {m}" for m in imports), "", *self.IMPORTS, "", "P = jax.sharding.PartitionSpec"):
             w.line(ln)
