@@ -775,9 +775,10 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     from ...cost.chips import of_topology
     chip = of_topology(topo)   # the cost model's chip for the slice
     if topo.ndim == 3:
-        # On a chip of two TensorCores only the two-core schedules: each is its one-core twin
-        # with a core per direction, twice the pieces and twice the DMA issue, and priced at
-        # least as fast on every v5p slice and size measured (docs/cost-model.md).
+        # On a chip of two TensorCores only the two-core schedules: each is a one-core one's
+        # twin with a core per direction, twice the pieces and twice the DMA issue, and the
+        # best of them priced faster than the best one-core one at every v5p size measured
+        # (docs/cost-model.md).
         yield from _generate_3d(kind, topo, chip, two_cores=chip.tensor_cores >= 2)
         return
     what = WHAT if kind == "psum_scatter" else \
