@@ -74,6 +74,7 @@ class QuotientMachine(TimedMachine):
             raise ValueError(f"{hw.placement.describe()} has an axis without wraparound: routes are not "
                              "translation invariant, so every device must be timed")
         self.torus = Torus(program.axis_sizes.values())
+        self.chips = program.device_count  # (a process or memory c * chips + d is core c's, `cores: 2`)
         super().__init__(program, hw, memory)
 
     def capacities(self) -> dict[Resource, float]:
@@ -87,18 +88,20 @@ class QuotientMachine(TimedMachine):
 
     def _core_base(self, owner: int) -> int:
         """The representative of a process or memory: chip 0's, of the same core."""
-        n = self.program.device_count
-        return owner // n * n
+        return owner - owner % self.chips
 
     def home(self, sem: SemId) -> SemId:
-        return (self._core_base(sem[0]), sem[1], sem[2])
+        owner = sem[0]
+        return (owner - owner % self.chips, sem[1], sem[2])
 
     def uses(self, a: DmaStart, links: list[Link]) -> dict[Resource, float]:
         uses: dict[Resource, float] = {}
-        pl = self.hw.placement
-        classes = [(memory, 0 if memory == "hbm" else self._core_base(region.device))
-                   for region in (a.src, a.dst) if 0 <= region.device < self.program.n
-                   for memory in [self.memory[region.buffer]]]
+        pl, n, chips = self.hw.placement, self.program.n, self.chips
+        classes = []
+        for region in (a.src, a.dst):
+            if 0 <= region.device < n:
+                memory = self.memory[region.buffer]
+                classes.append((memory, 0 if memory == "hbm" else region.device - region.device % chips))
         classes += [("link", *pl.representative(link)) for link in links]
         for r in classes:
             uses[r] = uses.get(r, 0.0) + 1.0
