@@ -119,7 +119,7 @@ def test_the_cost_model_issues_per_core_and_shares_the_chips_links():
 
 def test_cores_are_refused_where_a_chip_has_one_or_interpret_mode_cannot_run(capsys):
     sched = ringc.load_text(GOOD, "two_cores.yaml")
-    with pytest.raises(ScheduleError, match="v5e has 1"):
+    with pytest.raises(ScheduleError, match="v5e chip has 1"):
         check(sched, topology="v5e:2x2")
     with pytest.raises(ValueError, match="v5e chip has 1"):
         hardware("ring:4", sched)
@@ -168,7 +168,7 @@ def test_libtpu_compiles_the_two_core_kernel_for_v5p_and_refuses_v5e(capsys):
     assert main(["compile", path, "--target", "v5p:2x2x1"]) == 0
     assert "v5p:2x2x1 (4 x TPU v5, N=4): ok" in capsys.readouterr().out
     assert main(["compile", path, "--target", "v5e:2x2"]) != 0
-    assert "v5e has 1" in capsys.readouterr().err
+    assert "v5e chip has 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("old, new, message", [

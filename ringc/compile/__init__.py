@@ -217,12 +217,10 @@ def compile_for(schedule: S.Schedule, target: str, **params: int) -> CompileResu
     except ScheduleError as e:
         raise ScheduleError(e.message, file=schedule.file, fix=e.fix) from None
     if schedule.cores > 1:  # libtpu compiles a 2-core mesh for a 1-core chip too: refuse it here
-        from ..cost.chips import chip
-        generation = target.split(":")[0]
-        have = chip(generation).tensor_cores
-        if schedule.cores > have:
-            raise ScheduleError(f"`{schedule.name}` runs on {schedule.cores} TensorCores per chip, and {generation} "
-                                f"has {have}", file=schedule.file, line=schedule.line_of("cores"),
+        from ..cost.chips import too_few_cores
+        refusal = too_few_cores(schedule.name, schedule.cores, target.split(":")[0])
+        if refusal:
+            raise ScheduleError(refusal, file=schedule.file, line=schedule.line_of("cores"),
                                 fix="compile it for v5p or v4 (e.g. --target v5p:2x2x1)")
     import jax
 

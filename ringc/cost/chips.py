@@ -140,6 +140,16 @@ def chip(name: str) -> Chip:
         raise ValueError(f"unknown chip {name!r}; known: {', '.join(CHIPS)}") from None
 
 
+def too_few_cores(name: str, cores: int, generation: str) -> str | None:
+    """What refuses schedule `name` run on `cores` TensorCores per chip (`cores: 2`) on a
+    chip of `generation` that has fewer (v5e, v6e), or None where it has enough. The one
+    text `check`, `cost` and `compile` give, each with its own fix."""
+    have = chip(generation).tensor_cores
+    if cores <= have:
+        return None
+    return f"`{name}` runs on {cores} TensorCores per chip (`cores: {cores}`), and a {generation} chip has {have}"
+
+
 def of_topology(topo) -> Chip:
     """The chip a topology's figures default to: its generation's (v5p:4x4x4: v5p), else
     `DEFAULT_CHIP` (ring:N, torus:AxB name none)."""

@@ -17,7 +17,7 @@ from ..verify.races import describe
 from ..verify.symmetric.program import SymmetricProgram
 from ..verify.unroll import Unroller, unroll, window_id
 from .bounds import Bound, lower_bound
-from .chips import chip as chip_named, of_topology
+from .chips import chip as chip_named, of_topology, too_few_cores
 from .diagnose import diagnose
 from .quotient import ASSUMPTION, QuotientMachine
 from .steady import ASSUMPTION as STEADY
@@ -57,10 +57,10 @@ def hardware(topology: str, sched: S.Schedule, *, along: str | None = None, n: i
                                                      f"on h100:N, not {topo.spec}" if not topo.switched else
                                                      f"has ICI links to grid neighbours, not an NVSwitch port: "
                                                      f"{topo.spec} takes its own chip (drop --chip)"))
-    if sched.cores > figures.tensor_cores:
-        raise ValueError(f"`{sched.name}` runs on {sched.cores} TensorCores per chip (`cores: {sched.cores}`), and a "
-                         f"{figures.name} chip has {figures.tensor_cores}: price it on v5p or v4 (e.g. --topology "
-                         "v5p:4x4x4, or --chip v5p on a ring or torus)")
+    refusal = too_few_cores(sched.name, sched.cores, figures.name)
+    if refusal:
+        raise ValueError(f"{refusal}: price it on v5p or v4 (e.g. --topology v5p:4x4x4, or --chip v5p on a ring or "
+                         "torus)")
     return Hardware(figures, placement, figures.hop_latency if hop_latency is None else hop_latency,
                     figures.dma_overhead if dma_overhead is None else dma_overhead)
 

@@ -103,11 +103,10 @@ def cores_known(sched: S.Schedule, placement: Placement) -> None:
     generation = placement.topo.generation
     if sched.cores == 1 or generation is None:
         return
-    from ..cost.chips import chip
-    have = chip(generation).tensor_cores
-    if sched.cores > have:
-        raise ScheduleError(f"`{sched.name}` runs on {sched.cores} TensorCores per chip, and {generation} has {have}",
-                            file=sched.file, line=sched.line_of("cores"),
+    from ..cost.chips import too_few_cores
+    refusal = too_few_cores(sched.name, sched.cores, generation)
+    if refusal:
+        raise ScheduleError(refusal, file=sched.file, line=sched.line_of("cores"),
                             fix="check it on a v5p or v4 slice (e.g. --topology v5p:4x4x4), or on ring:N / torus")
 
 
