@@ -15,6 +15,7 @@ from ringc.cost import estimate, hardware
 from ringc.ir.loader import load_text
 from ringc.synth import synth
 from ringc.compile import with_params
+from ringc.errors import ScheduleError
 from ringc.synth.families import all_to_all_direct, library_text, per_axis, per_axis_direct
 from ringc.verify.check import check
 
@@ -474,6 +475,75 @@ def test_the_3d_bidirectional_all_gather_is_within_5_percent_of_the_bound_on_v5p
     sched = load_text(cand.text, cand.name)
     e = estimate(sched, hardware("v5p:4x4x4", sched), nbytes=256 * MiB)
     assert e.efficiency >= 0.95, e.efficiency
+
+
+# -- the rotated all-gather's later phases in halves, on one TensorCore or both ---------------
+
+def _halves(builder: str, cores: bool) -> str:
+    from ringc.synth.families import rotated_bidirectional
+    make = rotated_bidirectional.all_gather if builder == "ring" else rotated_bidirectional.all_gather_direct_first
+    return make(3, cores, 1)
+
+
+HALVES = [("ring", False), ("ring", True), ("direct", False), ("direct", True)]
+
+
+@pytest.mark.parametrize("topology", ["torus:2x3x4", "v5p:4x4x4"])
+@pytest.mark.parametrize("builder, cores", HALVES)
+def test_the_all_gather_in_halves_checks(builder, cores, topology):
+    """Every part's steps from its second phase on go in two halves, each with its own
+    receive; on two cores each core runs one direction's parts over its half of the rows."""
+    report = check(load_text(_halves(builder, cores), "halves"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("builder, cores", HALVES)
+@pytest.mark.parametrize("broken, fixed, kinds", [
+    # A step's two halves land on one semaphore: the first half's wait may be met by the second's bytes.
+    ('recv_sem: "recv_p0[2 * s + h]"', 'recv_sem: "recv_p0[2 * s]"', {"race"}),
+    # Part p1 waits for the step before's second half along z: at the phase's first step that
+    # transfer never ran.
+    ('wait: "p1_z(s=j, h=1)"', 'wait: "p1_z(s=j - 1, h=1)"', {"hang"}),
+])
+def test_a_broken_all_gather_in_halves_is_refused(builder, cores, broken, fixed, kinds):
+    _assert_refused(_halves(builder, cores), broken, fixed, kinds, "torus:2x3x4")
+
+
+@pytest.mark.parametrize("builder, cores", HALVES)
+def test_a_second_half_forwarded_before_its_wait_is_a_race(builder, cores):
+    """Part p1's wait for a second half along z moved to the end of the grid step, after the
+    forward of that half: the transfer reads rows that may not have landed."""
+    lines = _halves(builder, cores).splitlines()
+    i = lines.index('    do: [{wait: "p1_z(s=j, h=1)"}]')
+    moved = lines[i - 1:i + 1]
+    del lines[i - 1:i + 1]
+    report = check(load_text("\n".join(lines + moved) + "\n", "broken"), topology="torus:2x3x4")
+    assert not report.ok and "race" in _errors(report), _errors(report)
+
+
+def test_the_all_gather_in_halves_refuses_an_odd_part_by_name():
+    """A part of q rows goes in halves of q // 2: an odd q would leave a row ungathered, so the
+    receives' shape divides q exactly by q // 2 (`--bytes` then picks other rows)."""
+    sched = with_params(load_text(_halves("ring", True), "halves"), {"rows": 18})   # q = 3
+    with pytest.raises(ScheduleError, match=r"semaphore `recv_p0`.*does not divide exactly"):
+        check(sched, topology="v5p:2x2x2")
+
+
+def test_the_all_gather_in_halves_matches_lax_in_interpret_mode():
+    from ringc.run import run_schedule
+    result = run_schedule(load_text(_halves("ring", False), "halves"), 8, mesh_shape=(2, 2, 2), seed=7)
+    assert result.ok, result
+
+
+def test_halves_on_both_cores_bring_the_v5p_8x8x8_all_gather_within_5_percent():
+    """At 256 MiB: 92.8% of the bound without halves on one core (a hop and an issue per step
+    on the link's critical path), over 95% in halves on both cores."""
+    from ringc.synth.families import rotated_bidirectional
+    effs = []
+    for text in (rotated_bidirectional.all_gather(3), _halves("ring", True)):
+        sched = load_text(text, "ag")
+        effs.append(estimate(sched, hardware("v5p:8x8x8", sched), nbytes=256 * MiB).efficiency)
+    assert effs[0] < 0.95 <= effs[1], effs
 
 
 # -- recursive doubling all-gather on power-of-2 axes ----------------------------------------
@@ -1433,7 +1503,7 @@ def test_the_paced_schedules_are_generated_only_on_unequal_axes(kind):
     from ringc.synth.families import paced_parts
     assert not list(paced_parts.generate(kind, T.parse("v5p:4x4x4")))
     assert not list(paced_parts.generate("all_to_all", T.parse("v5p:4x4x8")))
-    (cand,) = paced_parts.generate(kind, T.parse("v5p:4x4x8"))
+    cand = next(paced_parts.generate(kind, T.parse("v5p:4x4x8")))
     assert cand.name == f"{kind}_3d_paced" and "only_4x4x8" in cand.text
 
 
@@ -1476,6 +1546,40 @@ def _paced_unwaited(text: str) -> str:
     """`text` without its last wait for part p5's last transfer."""
     i = text.rindex("\n  - wait: p5_")
     return text[:i] + text[text.index("\n", i + 1):]
+
+
+@pytest.mark.parametrize("shape, topology", [((4, 4, 8), "v5p:4x4x8"), ((2, 4, 8), "torus:2x4x8"), ((3, 5), "torus:3x5")])
+def test_the_paced_all_gather_on_both_cores_checks(shape, topology):
+    """Core 0 runs the right parts and core 1 the left, each over its half of the rows."""
+    from ringc.synth.families import paced_parts
+    text = paced_parts.all_gather(shape, cores=True)
+    assert "cores: 2" in text and "core * (rows // 2)" in text
+    report = check(load_text(text, "paced"), topology=topology)
+    assert report.ok, [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("breaking, kinds", [
+    (_paced_swap, {"race"}),
+    (_paced_unwaited, {"dma_not_waited"}),
+    # Core 0 copies the whole shard into place: core 1's parts forward rows it may not have written yet.
+    (lambda t: t.replace('own: {src: "x[core * (rows // 2):rows // 2]", dst: "out[me_x, me_y, me_z, core * (rows // 2):rows // 2]"',
+                         'own: {src: x, dst: "out[me_x, me_y, me_z]"'), {"race"}),
+])
+def test_a_broken_paced_all_gather_on_both_cores_is_refused(breaking, kinds):
+    from ringc.synth.families import paced_parts
+    text = paced_parts.all_gather((2, 4, 8), cores=True)
+    bad = breaking(text)
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
+    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+
+
+def test_the_paced_all_gather_on_both_cores_is_offered_on_v5p_only():
+    from ringc.synth.families import paced_parts
+    assert [c.name for c in paced_parts.generate("all_gather", T.parse("v5p:4x4x8"))] == [
+        "all_gather_3d_paced", "all_gather_3d_paced_2c"]
+    assert [c.name for c in paced_parts.generate("all_gather", T.parse("torus:4x4x8"))] == ["all_gather_3d_paced"]
+    assert [c.name for c in paced_parts.generate("psum", T.parse("v5p:4x4x8"))] == ["psum_3d_paced"]
 
 
 @pytest.mark.parametrize("builder", PACED_BUILDERS)

@@ -19,6 +19,18 @@ def row_major(axes: str, coord: Callable[[str], str]) -> str:
     return out
 
 
+def core_lets(axes: str, back: bool = True) -> list[str]:
+    """The lets of a schedule on both TensorCores (`cores: 2`) with a ring direction per core:
+    `dir` (-1 on core 0, whose rings run right, +1 on core 1), `fwd_<a>` (the next chip of the
+    core's ring along a) and, with `back`, `back_<a>` (the one before)."""
+    lets = ["dir: 2 * core - 1                          # core 0's rings run right (blocks from the left), core 1's left"]
+    lets += [f"fwd_{a}: left_{a} if core == 1 else right_{a}   # the next chip of this core's ring along {a}"
+             for a in axes]
+    if back:
+        lets += [f"back_{a}: right_{a} if core == 1 else left_{a}   # and the one before" for a in axes]
+    return lets
+
+
 def far_first(j: str, n: str) -> str:
     """The j-th offset (j = 0 .. n - 1) round an axis of n chips, farthest first: n // 2,
     then n // 2 + 1 and n // 2 - 1, n // 2 + 2 and n // 2 - 2, ... (n even: n - 1 and 1 at j = n - 3, n - 2),

@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .base import Candidate, vmem_limit_mib, with_vmem_limit
-from .templates import accumulate, far_first, row_major, when
+from .templates import accumulate, core_lets, far_first, row_major, when
 
 FAMILY = "vmem_windows"
 # `ringc check` proves it on the symmetry quotient, which orders a window's reuse after the
@@ -472,10 +472,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                  "q4: q3", "q5: q3"]
     lets += ["L: lanes - 1                               # point k finishes point k - L"]
     if cores:
-        lets += ["dir: 2 * core - 1                          # core 0's rings run right (blocks from the left), core 1's left"]
-        lets += [f"fwd_{a}: left_{a} if core == 1 else right_{a}   # the next chip of this core's ring along {a}"
-                 for a in ("x", "y", "z")]
-        lets += [f"back_{a}: right_{a} if core == 1 else left_{a}   # and the one before" for a in ("x", "y", "z")]
+        lets += core_lets("xyz")
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
