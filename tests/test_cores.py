@@ -145,6 +145,20 @@ def test_the_emitted_kernel_runs_on_each_core_and_names_the_core_of_every_target
     compile(text, str(out), "exec")
 
 
+def test_checking_the_emitted_two_core_module_names_its_schedule(tmp_path, capsys):
+    """The Pallas importer does not model a kernel over the TensorCore mesh yet: `ringc check`
+    of the module refuses it in one message at the kernel's call, naming the YAML that ringc
+    proves with every core (it crashed in the Mosaic GPU launcher before: the same primitive)."""
+    out = tmp_path / "two_cores.py"
+    assert main(["emit", str(HERE / "all_gather_two_cores.yaml"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    line = next(n for n, ln in enumerate(out.read_text().splitlines(), 1) if ln.strip() == "(out,) = call(x)")
+    assert main(["check", str(out), "--devices", "4"]) == 2
+    err = capsys.readouterr().err
+    assert f"two_cores.py:{line}: error: kernels over a TensorCoreMesh" in err, err
+    assert "ringc check all_gather_two_cores.yaml" in err and "internal error" not in err
+
+
 @pytest.mark.parametrize("text", [GOOD, GOOD.replace("dir: 1 - 2 * core", "dir: 1"), STAGED],
                          ids=["a_core_a_direction", "both_cores_right", "staged_in_vmem"])
 @pytest.mark.parametrize("topology", ["ring:2", "ring:4", "ring:8", "torus:4x4"])

@@ -277,6 +277,17 @@ def unsupported_use(fn: Any) -> Unsupported | None:
     return None
 
 
+def core_mesh(eqn: Any) -> str | None:
+    """What refuses a kernel call over a TPU core mesh (`pl.kernel` or `pl.core_map` over a
+    TensorCoreMesh or a SparseCore mesh: in jax 0.10 an `mpmd_map`, the primitive of Mosaic
+    GPU's `plgpu.kernel` too), or None for a Mosaic GPU mesh."""
+    for mesh in eqn.params.get("meshes") or ():
+        kind = type(mesh).__name__
+        if "GPU" not in kind.upper():
+            return f"kernels over a {kind} (pl.kernel, pl.core_map on TPU cores) are not supported yet"
+    return None
+
+
 def unsupported_in(jaxpr: Any) -> str | None:
     """What a captured call runs that ringc does not model: a TensorCore or SparseCore mesh
     (`core_map`, a `pallas_call` over a mesh), a GPU backend's compiler params, SparseCore
@@ -286,6 +297,8 @@ def unsupported_in(jaxpr: Any) -> str | None:
         name = e.primitive.name
         if name == "core_map":
             return "TensorCore meshes (pl.core_map) are not supported"
+        if name == "mpmd_map" and core_mesh(e):
+            return core_mesh(e)
         if name != "pallas_call":
             continue
         params = e.params.get("compiler_params")
