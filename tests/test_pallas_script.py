@@ -272,3 +272,46 @@ def test_a_kernel_calling_a_helper_the_file_lacks_names_the_line_that_raised(tmp
     assert "line 18: NameError: name 'local_barrier' is not defined, raised at line 10 (ringc ran the next" \
         in e.value.message
     assert e.value.fix.startswith("the NameError raised at line 10 stopped the script before its kernel ran")
+
+
+AXIS_TYPES_BY_POSITION = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+n = jax.device_count()
+mesh = jax.make_mesh((n,), ("x",), (jax.sharding.AxisType.Explicit,))
+
+
+def kernel(x_ref, o_ref, send_sem, recv_sem):
+    right = jax.lax.rem(jax.lax.axis_index("x") + 1, n)
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,),
+                                        device_id_type=pltpu.DeviceIdType.MESH)
+    copy.start()
+    copy.wait()
+
+
+@jax.jit
+def permute(x):
+    def shard(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
+                              scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x)
+    return jax.shard_map(shard, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False)(x)
+
+
+permute(jax.device_put(jnp.zeros((8 * n, 128), jnp.float32), jax.sharding.NamedSharding(mesh, jax.P("x"))))
+'''
+
+
+def test_make_mesh_takes_axis_types_by_position(tmp_path):
+    """`jax.make_mesh(shape, names, (AxisType.Explicit,))`, as JAX's signature allows: ringc's
+    stand-in (the script's devices) took `axis_types` by keyword only and raised a TypeError
+    of its own, refused as the script's."""
+    path = tmp_path / "explicit_mesh.py"
+    path.write_text(AXIS_TYPES_BY_POSITION)
+    (report,) = check_file(str(path), 4)
+    assert report.ok, report.to_text()
+    assert not any("without axis_types" in a for a in report.assumptions)

@@ -387,7 +387,8 @@ def _devices(n: int, notes: list[str], script: str | None = None) -> Iterator[No
                                           "make_mesh")}
     make_mesh = saved["make_mesh"]
 
-    def mesh(axis_shapes, axis_names, *args, axis_types=None, devices=None, **kw):
+    def mesh(axis_shapes, axis_names, axis_types=None, *, devices=None, **kw):
+        # JAX's signature: `axis_types` may come by position (`make_mesh(shape, names, (Explicit,))`)
         if devices is None:
             devices = jax.devices()[:math.prod(axis_shapes)]
         if axis_types is None:
@@ -395,7 +396,7 @@ def _devices(n: int, notes: list[str], script: str | None = None) -> Iterator[No
             text = "jax.make_mesh without axis_types makes Auto axes (JAX's default when such scripts were written)"
             if text not in notes:
                 notes.append(text)
-        return make_mesh(axis_shapes, axis_names, *args, axis_types=axis_types, devices=devices, **kw)
+        return make_mesh(axis_shapes, axis_names, axis_types, devices=devices, **kw)
 
     from jax.experimental import mesh_utils
     create_device_mesh = mesh_utils.create_device_mesh
