@@ -274,6 +274,27 @@ def test_a_kernel_calling_a_helper_the_file_lacks_names_the_line_that_raised(tmp
     assert e.value.fix.startswith("the NameError raised at line 10 stopped the script before its kernel ran")
 
 
+
+def test_the_first_failing_statement_is_named_not_the_errors_it_caused(tmp_path):
+    """A JAX test file imports a test utility from jax._src that the installed wheel lacks
+    (`from jax._src import hypothesis_test_util as htu`): every later use of `htu` is a
+    NameError inside a function. The fix names the import (it named the first NameError) and
+    says where JAX's test utilities are."""
+    script = tmp_path / "uses_test_util.py"
+    script.write_text(
+        "import jax\nimport jax.numpy as jnp\n"
+        "from jax._src import no_such_test_util as htu\n\n\n"
+        "def make():\n"
+        "    return htu.inputs()\n\n\n"
+        "x = make()\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(script), 2)
+    assert "line 3: ImportError" in e.value.message and "line 10: NameError" in e.value.message
+    assert e.value.fix.startswith("the ImportError raised at line 3 stopped the script before its kernel ran"), \
+        e.value.fix
+    assert "not the installed wheel" in e.value.fix
+
+
 AXIS_TYPES_BY_POSITION = '''
 import jax
 import jax.numpy as jnp

@@ -382,18 +382,22 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         notes = "; ".join(script.notes[:3])
         # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
         cores = re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e")
-        # A statement of the script's own that failed, inside a function it called (a kernel
-        # body naming a helper the file does not define): that error is what to fix first.
-        failed = next((m for m in map(re.compile(r"line \d+: (\w+): .*?, raised at line (\d+) \(").match,
-                                      script.notes) if m), None)
+        # The first statement of the script's own that failed (a top-level import, or a kernel
+        # body naming a helper the file does not define, raised inside a function it called):
+        # the errors after it mostly follow from it (a name it did not bind), so fix it first.
+        failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
+                                                 r"(?:, raised at line (\d+) \(|$)").match, script.notes) if m), None)
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
             "(one taking an axis name, or --entry) ran one"
             + (f" ({notes})" if notes else ""), file=path,
             fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
                  "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
-                (f"the {failed.group(1)} raised at line {failed.group(2)} stopped the script before its kernel ran: "
-                 "fix it there; else " if failed else "") +
+                (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
+                 "before its kernel ran: fix it there" + (
+                     " (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
+                     "a JAX checkout of the installed version on PYTHONPATH)" if failed.group(2).endswith("ImportError")
+                     and "jax._src" in failed.group(0) else "") + "; else " if failed else "") +
                 "name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
