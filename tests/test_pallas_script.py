@@ -336,3 +336,21 @@ def test_make_mesh_takes_axis_types_by_position(tmp_path):
     (report,) = check_file(str(path), 4)
     assert report.ok, report.to_text()
     assert not any("without axis_types" in a for a in report.assumptions)
+
+
+def test_a_kernel_the_script_only_lowers_is_checked_as_if_called(tmp_path):
+    """`print(f.lower(x).compiler_ir())`, as scripts that dump a kernel's Mosaic payload do:
+    the print is run (not skipped as output only), the lowering's program is captured, and
+    the verdict says the script never called it. A kernel that forgets to wait is still
+    found."""
+    text = AXIS_TYPES_BY_POSITION.replace('mesh = jax.make_mesh((n,), ("x",), (jax.sharding.AxisType.Explicit,))',
+                                          'mesh = jax.make_mesh((n,), ("x",))')
+    text = text.replace("\npermute(jax.device_put(", "\nprint(permute.lower(jax.device_put(").rstrip() + ".compiler_ir())\n"
+    path = tmp_path / "lowered.py"
+    path.write_text(text)
+    (report,) = check_file(str(path), 4)
+    assert report.ok, report.to_text()
+    assert any("only lowers this jitted function" in a for a in report.assumptions), report.assumptions
+    path.write_text(text.replace("    copy.wait()\n", ""))
+    (report,) = check_file(str(path), 4)
+    assert not report.ok and "dma_not_waited" in report.kinds(), report.to_text()

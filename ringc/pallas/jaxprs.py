@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-__all__ = ["walk_eqns", "has_pallas", "jitted_calls"]
+__all__ = ["walk_eqns", "has_pallas", "jitted_calls", "jitted_lowerings"]
 
 
 @contextlib.contextmanager
@@ -24,6 +24,32 @@ def jitted_calls(hook: Callable[..., Any]) -> Iterator[None]:
         yield
     finally:
         pjit._pjit_call_impl_python = run
+
+
+@contextlib.contextmanager
+def jitted_lowerings(hook: Callable[..., Any]) -> Iterator[None]:
+    """While inside: `jax.jit(f).lower(*args)` first gives `hook(jaxpr, args_flat)` the
+    ClosedJaxpr it lowers and its flattened arguments, then lowers as JAX does (jax 0.10's
+    `pjit.jit_lower`, set on the jitted functions' class; a private API). A script that only
+    lowers its kernel (to print its Mosaic payload, as torch_xla users do) runs no call for
+    `jitted_calls` to see."""
+    import jax
+    from jax._src import pjit, stages
+    cls = type(jax.jit(lambda x: x))
+    lower = pjit.jit_lower
+
+    def lowering(jit_func, *args, **kwargs):
+        p, args_flat = pjit._infer_params(jit_func._fun, jit_func._jit_info, args, kwargs)
+        closed = p.params["jaxpr"]
+        hook(closed, list(args_flat) if len(closed.in_avals) == len(args_flat) else list(p.consts) + list(args_flat))
+        return stages.Traced(list(map(pjit.convert_to_metaty, args_flat)), p.params, p.in_tree, p.out_tree,
+                             p.consts).lower()
+
+    pjit.jit_lower, cls.lower = lowering, lowering   # `_cpp_pjit` sets the class's from the global
+    try:
+        yield
+    finally:
+        pjit.jit_lower, cls.lower = lower, lower
 
 
 # The primitives that call a kernel: a Pallas TPU `pallas_call`, a Mosaic GPU `plgpu.kernel` (`mpmd_map`).

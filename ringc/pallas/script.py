@@ -54,7 +54,7 @@ from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
-from .jaxprs import KERNEL_CALLS, jitted_calls, kernel_jaxpr, walk_eqns
+from .jaxprs import KERNEL_CALLS, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
 
 __all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
@@ -527,7 +527,19 @@ def _capturing(script: Script) -> Iterator[None]:
                     return zeros()  # the reference only names the meaning: its values are not needed
         return run(*args, jaxpr=jaxpr, **params)
 
-    with jitted_calls(impl):
+    def lowered(jaxpr, args):
+        """A jitted function only lowered (`f.lower(x)`), never called: its kernels are captured
+        as if called (with zeros for arguments given only as shapes), and the verdict says so."""
+        if not any(e.primitive.name in KERNEL_CALLS for e in walk_eqns(jaxpr.jaxpr)):
+            return
+        args = [a if hasattr(a, "__array__") else np.zeros(a.shape, a.dtype) for a in args]
+        before = len(script.captures)
+        impl(None, *args, jaxpr=jaxpr)
+        for cap in script.captures[before:]:
+            cap.assumes.append(f"line {cap.line} only lowers this jitted function (`.lower`), it never calls it: "
+                               "ringc checked the kernel calls as if it did")
+
+    with jitted_calls(impl), jitted_lowerings(lowered):
         yield
 
 
@@ -755,6 +767,7 @@ def _run_pytest(script: Script) -> None:
 
 # Modules whose functions a print's arguments may call without the call mattering to ringc
 # (they compute values to show; a kernel runs only through the script's own functions).
+_LOWERING = {"lower", "trace", "compile"}   # a jitted function's methods that trace it (`jitted_lowerings`)
 _PRINT_SAFE_ROOTS = {"jnp", "np", "numpy", "jax", "lax", "math", "str", "repr", "len", "float", "int", "abs",
                      "round", "max", "min", "sum", "type", "list", "tuple", "format"}
 
@@ -763,7 +776,8 @@ def _only_prints(stmt: ast.stmt) -> bool:
     """A top-level `print(...)` whose arguments call nothing of the script's own: its output
     is dropped, so it is not run at all (formatting `input_arr[::4, 0]` of the tutorial's
     sharded 1 GiB array took 20 s on CPU devices). A print that calls one of the script's
-    functions (`print(run(x))`, which may run a kernel) still runs."""
+    functions (`print(run(x))`, which may run a kernel) or lowers one (`print(f.lower(x)
+    .compiler_ir())`, a kernel's only trace in scripts that dump its payload) still runs."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
             and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "print"):
         return False
@@ -780,6 +794,8 @@ def _only_prints(stmt: ast.stmt) -> bool:
                 return False
             if isinstance(root, ast.Name) and root.id not in _PRINT_SAFE_ROOTS and root is node.func:
                 return False  # a bare call of a name: the script's own function
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _LOWERING:
+                return False  # `print(f.lower(x).compiler_ir())`: the kernel's only trace in the script
             if isinstance(root, ast.Name) and root is not node.func and root.id not in _PRINT_SAFE_ROOTS:
                 # a method of a value (`x.sum()`, `arr.block_until_ready()`): a value's own method
                 continue
