@@ -515,3 +515,41 @@ def test_an_entry_that_launches_a_sparsecore_kernel_is_refused_at_its_line(tmp_p
         check_file(str(path), 4)
     assert e.value.message.startswith("SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported")
     assert e.value.line == 12
+
+
+BLOCKED = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def scale(x, axis_name: str = "x"):
+    """Per shard, in blocks of 128 rows."""
+    assert x.shape[0] % 128 == 0, f"rows {x.shape[0]} are not whole blocks of 128"
+    rows = x.shape[0] // 128
+    return pl.pallas_call(_kernel, grid=(rows,), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec((128, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((128, 128), lambda i: (i, 0)))(x)
+'''
+
+
+def test_an_entry_whose_blocks_outgrow_the_default_arrays_says_how_to_size_them(tmp_path):
+    """ringc's default array is one (8, 128) tile per device: a kernel in blocks of 128 rows
+    fails its own shape assert. The refusal names the arrays ringc made and the --arg that sizes
+    them (it said only `--entry NAME --arg x=float32[8*N,128]@x`); with them the call runs."""
+    path = tmp_path / "blocked.py"
+    path.write_text(BLOCKED)
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert "scale ran no kernel (AssertionError: rows 8 are not whole blocks of 128" in e.value.message
+    assert ("ringc made x=float32[8*N,128]@x (its default, one (8, 128) tile per device): if the kernel's blocks "
+            "need more, size them: --entry scale --arg x=float32[ROWS,COLS]@x") in e.value.message, e.value.message
+    (report,) = check_file(str(path), 2, entry="scale", args=[parse_arg("x=float32[128*N,128]@x")])
+    assert "scale(x=float32[128*N,128]@x)" in report.title

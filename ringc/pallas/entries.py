@@ -665,4 +665,11 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
                 and p.name != "axis"]
     hint = (f"; it kept its defaults {', '.join(switches)}: if one of them chooses the kernel, pass it, e.g. "
             f"--param {switches[0].split('=')[0]}=VALUE") if switches and not failed else ""
+    # Arrays ringc made with its default shape (one (8, 128) tile per device) may be smaller
+    # than the kernel's blocks (a grid of 0 steps, a shape assert): say which, and how to size them.
+    made = [a for a in b.arrays.values() if a.name not in given]
+    if failed and made:
+        hint += (f"; ringc made {', '.join(a.text() for a in made)} (its default, one (8, 128) tile per device): "
+                 f"if the kernel's blocks need more, size them: --entry {name} "
+                 + " ".join(f"--arg {a.name}=float32[ROWS,COLS]@{','.join(a.spec)}" for a in made))
     return f"{name} ran no kernel ({failed or 'no pallas_call under jit'}{hint})"
