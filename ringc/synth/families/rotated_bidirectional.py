@@ -299,7 +299,7 @@ CORES = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right rings 
 """
 
 
-def all_gather_lanes(k: int, cores: bool = False) -> str:
+def all_gather_lanes(k: int) -> str:
     """`all_gather` pipelined (k = 2 or 3): every part is cut in `lanes` pieces (a param)
     that go round one after another, flat: point k starts the sends of lane k % lanes of
     step k // lanes and waits for point k - (lanes - 1)'s (`LANES_HEADER`). A DMA's shape
@@ -311,12 +311,9 @@ def all_gather_lanes(k: int, cores: bool = False) -> str:
     parts' waits for point j are at point j + L, one after another, and the pieces are
     forwarded from point j + lanes on, so only the last of those waits must cover them,
     and it covers all. One per part and point (6 x 90 at lanes 2 on v5p:16x16x16, 4 bytes
-    each) is more than libtpu's 2 KiB of semaphore memory (sflag).
-
-    With `cores` (`cores: 2`, v5p), each TensorCore runs one direction's k parts, as in
-    `all_gather`."""
+    each) is more than libtpu's 2 KiB of semaphore memory (sflag)."""
     axes = AXES[:k]
-    parts = [(r, "core") for r in range(k)] if cores else [(r, d) for r in range(k) for d in ("right", "left")]
+    parts = [(r, d) for r in range(k) for d in ("right", "left")]
     steps = f"{' + '.join(f'N_{a}' for a in axes)} - {k}"
     lets = [f"  q: rows // {2 * k}                      # rows of a part",
             "  p: q // lanes                     # rows of a piece",
@@ -328,7 +325,6 @@ def all_gather_lanes(k: int, cores: bool = False) -> str:
             "  j: k - L                          # ... and waits for point j: lane ij of step sj",
             "  sj: j // lanes",
             "  ij: j % lanes"]
-    lets += [f"  {ln}" for ln in core_lets(axes, back=False)] if cores else []
     copies, body_start, body_wait, sems = [], [], [], []
     # (the step, its lane, the names' suffix, the point) of a send started, and of one waited
     views = [("step", "i", "", "k"), ("sj", "ij", "j", "j")]
@@ -339,23 +335,20 @@ def all_gather_lanes(k: int, cores: bool = False) -> str:
         begin = "0"
         for i, a in enumerate(order):
             end = f"{begin} + N_{a} - 1" if begin != "0" else f"N_{a} - 1"
-            sign = {"right": "-", "left": "+", "core": "+ dir *"}[d]
+            sign = "-" if d == "right" else "+"
             for st, lane, sfx, point in views:
                 lets.append(f"  {tag}_{a}{sfx}: (me_{a} {sign} ({st} - ({begin}))) % N_{a}")
                 lets.append(f"  {tag}_on_{a}{sfx}: {st} >= {begin} and {st} < {end}")
                 region = ", ".join(":" if b in order[:i] else (f"{tag}_{b}{sfx}" if b == a else f"me_{b}") for b in axes)
-                rows = (f"(core * {k} + {r}) * q + {lane} * p:p" if cores else
-                        f"{n} * q + {lane} * p:p" if n else f"{lane} * p:p")
+                rows = f"{n} * q + {lane} * p:p" if n else f"{lane} * p:p"
                 copies.append(f'  {tag}_{a}_send{sfx}: {{src: "out[{region}, {rows}]", dst: "out[{region}, {rows}]", '
-                              f'to: {"fwd" if cores else d}_{a}, send_sem: "send_{tag}[{lane}]", recv_sem: "recv[{point}]"}}')
+                              f'to: {d}_{a}, send_sem: "send_{tag}[{lane}]", recv_sem: "recv[{point}]"}}')
             body_start += [f"  - when: {tag}_on_{a}", "    do:", f"      - start: {tag}_{a}_send"]
             body_wait += [f"  - when: {tag}_on_{a}j", "    do:", f"      - wait: {tag}_{a}_sendj"]
             begin = end
     sems.append(f"  recv: {{kind: dma, shape: [total]}}   # one per point, shared by the {2 * k} parts' pieces")
     names = ", ".join(f'"{a}"' for a in axes)
-    name = f"all_gather_{k}d_bidirectional_lanes" + ("_2c" if cores else "")
-    return f"""{LANES_HEADER.format(k=k, names=names, parts=2 * k)}{CORES if cores else ""}{_sections(
-        k, name, ", lanes: 2", sems, "k: total + L", lets, copies, _own_half(k) if cores else None, cores)}
+    return f"""{LANES_HEADER.format(k=k, names=names, parts=2 * k)}{_sections(k, f"all_gather_{k}d_bidirectional_lanes", ", lanes: 2", sems, "k: total + L", lets, copies)}
 {keep_own("k == 0")}
   # Point k starts lane i of its step on every part (each on its own link); it waits for point j's.
 {chr(10).join(body_start)}
