@@ -145,18 +145,71 @@ def test_the_emitted_kernel_runs_on_each_core_and_names_the_core_of_every_target
     compile(text, str(out), "exec")
 
 
-def test_checking_the_emitted_two_core_module_names_its_schedule(tmp_path, capsys):
-    """The Pallas importer does not model a kernel over the TensorCore mesh yet: `ringc check`
-    of the module refuses it in one message at the kernel's call, naming the YAML that ringc
-    proves with every core (it crashed in the Mosaic GPU launcher before: the same primitive)."""
+def test_the_emitted_two_core_module_is_checked_as_written(tmp_path):
+    """`ringc check` of the module `ringc emit` writes (`pl.kernel` over the TensorCore mesh):
+    the Pallas importer runs each core of each device as a process, as the YAML model does
+    (`pallas/cores.py`). It crashed in the Mosaic GPU launcher before (the same primitive)."""
+    from ringc.pallas import check_file
     out = tmp_path / "two_cores.py"
     assert main(["emit", str(HERE / "all_gather_two_cores.yaml"), "-o", str(out)]) == 0
-    capsys.readouterr()
-    line = next(n for n, ln in enumerate(out.read_text().splitlines(), 1) if ln.strip() == "(out,) = call(x)")
-    assert main(["check", str(out), "--devices", "4"]) == 2
-    err = capsys.readouterr().err
-    assert f"two_cores.py:{line}: error: kernels over a TensorCoreMesh" in err, err
-    assert "ringc check all_gather_two_cores.yaml" in err and "internal error" not in err
+    (report,) = check_file(str(out), 4)
+    assert report.ok, report.to_text()
+    assert report.program.cores == 2 and report.program.n == 8
+    assert any(a.startswith("TensorCores: a kernel over the TensorCore mesh") for a in report.assumptions)
+    assert any("1 kernel call(s) over the TensorCore mesh" in a for a in report.assumptions)
+
+
+@pytest.mark.parametrize("name, edit, kinds", BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_broken_schedule_emitted_is_refused_as_the_schedule_is(tmp_path, name, edit, kinds):
+    """Each broken variant, emitted anyway (`--unchecked`) and checked as a Pallas module:
+    the importer finds what `check` of the YAML finds."""
+    from ringc.pallas import check_file
+    yaml = tmp_path / f"{name}.yaml"
+    yaml.write_text(GOOD.replace(*edit, 1))
+    out = tmp_path / f"{name}.py"
+    assert main(["emit", "--unchecked", str(yaml), "-o", str(out)]) == 0
+    (report,) = check_file(str(out), 4)
+    assert not report.ok and kinds <= set(report.kinds()), report.to_text()
+    assert set(report.kinds()) == set(check(ringc.load_text(yaml.read_text(), str(yaml)), 4).kinds())
+
+
+def test_a_hand_written_kernel_over_both_cores_is_checked():
+    """`pl.kernel` over `pltpu.create_tensorcore_mesh` with a `device_id` dict naming the core:
+    clean as written; both cores sending the same rows race on the neighbour's HBM."""
+    from ringc.pallas import check_file
+    path = str(HERE.parent / "pallas_import" / "cores" / "halves_per_core.py")
+    (ok,) = check_file(path, 3)
+    assert ok.ok, ok.to_text()
+    (bad,) = check_file(path, 3, params={"same_rows": 1})
+    assert "race" in bad.kinds() and not bad.ok
+    assert any("device 0 core 1" in f.message for f in bad.findings)
+
+
+def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
+    """`pltpu.create_tensorcore_mesh("core")` asks a device for `num_cores`: ringc answers as
+    the TPU of `--tpu` (v5p: 2 TensorCores, the default v5e: 1), not refusing JAX's question."""
+    from ringc.pallas import check_file
+    text = (HERE.parent / "pallas_import" / "cores" / "halves_per_core.py").read_text()
+    path = tmp_path / "asks.py"
+    path.write_text(text.replace('create_tensorcore_mesh("core", num_cores=2)', 'create_tensorcore_mesh("core")'))
+    (v5p,) = check_file(str(path), 3, tpu="v5p")
+    (v5e,) = check_file(str(path), 3)
+    assert v5p.ok and v5p.program.cores == 2 and v5p.program.n == 6, v5p.to_text()
+    assert v5e.ok and v5e.program.n == 3, v5e.to_text()
+
+
+def test_a_device_id_that_names_no_core_is_refused_in_a_kernel_over_the_cores(tmp_path):
+    """A tuple `device_id` does not say which core of the target receives: one message at the
+    copy's line, with the dict to write."""
+    from ringc.pallas import check_file
+    text = (HERE.parent / "pallas_import" / "cores" / "halves_per_core.py").read_text()
+    old = 'device_id={axis: jax.lax.rem(me + n - 1, n), "core": core},'
+    assert old in text
+    path = tmp_path / "tuple_id.py"
+    path.write_text(text.replace(old, "device_id=(jax.lax.rem(me + n - 1, n),),"))
+    (report,) = check_file(str(path), 3)
+    assert not report.ok and "not a dict of mesh coordinates" in report.error.message, report.to_text()
+    assert f"{path.name}:25:" in report.to_text() and "'core': core" in report.error.fix
 
 
 @pytest.mark.parametrize("text", [GOOD, GOOD.replace("dir: 1 - 2 * core", "dir: 1"), STAGED],

@@ -343,9 +343,9 @@ y = double(x)
      "a Mosaic GPU pallas_call (one GPU's kernel) is not supported", "y = jax.jit(add)"),
     ("from jax.experimental.pallas import triton as plt\nparams = plt.CompilerParams(num_warps=4)\n",
      "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet", "plt.CompilerParams"),
-    (CORE_MAP, "TensorCore meshes (pltpu.create_tensorcore_mesh) are not supported", "create_tensorcore_mesh"),
-    (CORE_MAP.replace('pltpu.create_tensorcore_mesh("core")', "None"),
-     "TensorCore meshes (pl.core_map) are not supported", "pl.core_map"),
+    # (`pl.kernel` over the same mesh is checked: tests/test_cores.py)
+    (CORE_MAP, "TensorCore meshes with pl.core_map are not supported yet (pl.kernel over the same mesh is)",
+     "pl.core_map"),
     ("from jax.experimental.pallas import tpu_sc as plsc\nsc = plsc.VectorSubcoreMesh(core_axis_name='c', "
      "subcore_axis_name='s')\n", "SparseCore kernels", "plsc.VectorSubcoreMesh"),
 ])

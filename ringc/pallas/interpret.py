@@ -760,9 +760,15 @@ def _psum(it: Interpreter, eqn: Any, invals: list) -> list:
 
 
 def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
-    """A DMA's or signal's target as a logical device index (row-major over the mesh)."""
+    """A DMA's or signal's target as a logical device index (row-major over the mesh; in a
+    kernel over the TensorCores, `cores.CoreInterpreter`, over the mesh and the core axis)."""
     kind = getattr(id_type, "name", str(id_type))
     axes = list(it.axis_sizes)
+    core_axis = getattr(it, "core_axis", None)
+    if core_axis is not None and (kind != "MESH" or not isinstance(dev, dict)):
+        raise it.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores (which "
+                      "core receives it is not stated)", f"name the target's coordinates and core: device_id="
+                      f"{{axis: target, {core_axis!r}: core}} with DeviceIdType.MESH")
     if kind == "MESH":
         if isinstance(dev, dict):
             coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}

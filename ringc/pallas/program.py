@@ -77,6 +77,7 @@ class Call:
     # the kernel's scratch in all but name (a flash kernel's `m_scratch` output), noted in the verdict.
     dropped: frozenset[int] = frozenset()
     gpu: bool = False  # a Mosaic GPU kernel (`mpmd_map`): its blocks run as processes (`mgpu.run_launch`)
+    cores: bool = False  # a kernel over the TensorCore mesh (`mpmd_map`): a process per core (`cores.run_cores`)
 
 
 def _space(aval: Any) -> str:
@@ -147,6 +148,9 @@ class Builder(Sink):
         self.processes: dict[tuple[int, int, int], int] = {}
         self.labels: list[str] = [str(d) for d in range(self.n)]
         self.block_sems: set[str] = set()  # semaphores whose first index is a block (`Program.block_sems`)
+        # TPU kernels over the TensorCore mesh (`cores.run_cores`): chip d's core c is process
+        # c * n + d, its scratch and semaphores its own (`Program.cores`).
+        self.core_count = 1
         # Mosaic GPU: SMEM read by the TMA or wgmma without a commit_smem after the stores
         # (`mgpu.GpuInterpreter.fenced`): (process, point, line, finding)
         self.unfenced: list[tuple] = []
@@ -239,6 +243,19 @@ class Builder(Sink):
             self.labels.append(f"{self.labels[gpu]} block {block}"
                                + (tma if engine else f" wg {wg}" if threads > 1 else ""))
         return p
+
+    def use_cores(self, cores: int) -> None:
+        """A process for every TensorCore of every device, chip d's core c at c * n + d (core 0
+        is the device's own process), for a kernel over the TensorCore mesh."""
+        if self.core_count == cores:
+            return
+        if self.core_count > 1 or self.processes:
+            raise KernelError(f"kernels over {self.core_count} and {cores} TensorCores in one program", file=self.file,
+                              fix="check one kind of kernel call at a time")
+        self.core_count = cores
+        for _ in range(self.n * (cores - 1)):
+            self.devices.append([])
+            self.second_core.append([])
 
     def block_process(self, gpu: int, block: int) -> int:
         """The process whose index names a block's shared memory (SMEM): its first warpgroup's."""
@@ -552,6 +569,12 @@ class Builder(Sink):
                         self.targets, axis_sizes=dict(self.axis_sizes),
                         dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel),
                 dict(self.lanes.steps))
+        if self.core_count > 1:  # as the YAML model's `cores: 2` (`Unroller.run`)
+            return Program(name, self.file, len(self.devices), grid_names, self.devices, dict(self.sem_kinds), shapes,
+                           self.targets, axis_sizes=dict(self.axis_sizes),
+                           second_core=self.second_core if self.megacore else [],
+                           dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel,
+                           memories=self.n, places=tuple(range(self.n)) * self.core_count, cores=self.core_count)
         gpu = bool(self.processes)
         places = tuple(range(self.n)) + tuple(g for (g, _, _), _ in sorted(self.processes.items(), key=lambda kv: kv[1]))
         return Program(name, self.file, len(self.devices), grid_names, self.devices, dict(self.sem_kinds), shapes,

@@ -226,14 +226,14 @@ _MODULES = {
     "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
 }
 _FUNCTIONS = (
-    ("jax.experimental.pallas", "core_map", "TensorCore meshes (pl.core_map) are not supported"),
-    ("jax.experimental.pallas.tpu", "create_tensorcore_mesh",
-     "TensorCore meshes (pltpu.create_tensorcore_mesh) are not supported"),
+    # `pl.core_map` inside `pl.run_state` (`pl.kernel` over the TensorCore mesh is checked: `cores.py`)
+    ("jax.experimental.pallas", "core_map", "TensorCore meshes with pl.core_map are not supported yet (pl.kernel "
+     "over the same mesh is)"),
     # Newer JAX's name (absent from the jax ringc runs on, so a use was an AttributeError).
     ("jax.experimental.pallas.tpu", "TensorCoreMesh", "TensorCore meshes (pltpu.TensorCoreMesh) are not supported"),
 )
-REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call under shard_map) and multi-GPU Mosaic GPU kernels "
-                "(plgpu.kernel under shard_map)")
+REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call, or pl.kernel over the TensorCore mesh, under "
+                "shard_map) and multi-GPU Mosaic GPU kernels (plgpu.kernel under shard_map)")
 
 
 def _caller(depth: int) -> tuple[str, int]:
@@ -278,13 +278,17 @@ def unsupported_use(fn: Any) -> Unsupported | None:
 
 
 def core_mesh(eqn: Any) -> str | None:
-    """What refuses a kernel call over a TPU core mesh (`pl.kernel` or `pl.core_map` over a
-    TensorCoreMesh or a SparseCore mesh: in jax 0.10 an `mpmd_map`, the primitive of Mosaic
-    GPU's `plgpu.kernel` too), or None for a Mosaic GPU mesh."""
+    """What refuses a kernel call over a TPU core mesh that ringc does not model (in jax 0.10
+    an `mpmd_map`, the primitive of Mosaic GPU's `plgpu.kernel` too): a SparseCore mesh, or a
+    TensorCore mesh of more than one axis; None for a GPU mesh or a one-axis TensorCore mesh
+    (`cores.run_cores`)."""
+    from .cores import mesh_of
+    if mesh_of(eqn) is not None:
+        return None
     for mesh in eqn.params.get("meshes") or ():
-        kind = type(mesh).__name__
-        if "GPU" not in kind.upper():
-            return f"kernels over a {kind} (pl.kernel, pl.core_map on TPU cores) are not supported yet"
+        # a TPU mesh's class is in jax._src.pallas.mosaic (Mosaic GPU's `plgpu.Mesh`: .mosaic_gpu)
+        if ".pallas.mosaic." in type(mesh).__module__ + ".":
+            return f"kernels over a {type(mesh).__name__} (pl.kernel on TPU cores) are not supported yet"
     return None
 
 
@@ -380,6 +384,15 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         answers.asked.add("platform")
         return gen.platform
 
+    make_cores = pltpu.create_tensorcore_mesh
+
+    def tensorcore_mesh(axis_name: str, devices: Any = None, num_cores: int | None = None) -> Any:
+        # JAX asks a device (a CPU one, or the abstract mesh's) for `num_cores`: the TPU's answer
+        if num_cores is None and devices is None:
+            answers.asked.add("num_cores")
+            num_cores = gen.cores
+        return make_cores(axis_name, devices, num_cores)
+
     def refusing(what: str) -> Any:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             e = Unsupported(what, _caller(1))
@@ -390,6 +403,7 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
     patches: list[tuple[Any, str, Any]] = [
         *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
+        (pltpu, "create_tensorcore_mesh", tensorcore_mesh),
         (jax, "default_backend", backend), (jax.distributed, "initialize", initialize),
         *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
     refused = {k: v for k, v in _MODULES.items() if not (gen.gpu and k == "jax.experimental.pallas.mosaic_gpu")}

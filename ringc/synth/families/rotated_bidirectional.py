@@ -255,7 +255,7 @@ def all_gather(k: int, cores: bool = False, split: int | None = None) -> str:
 # bytes, not the issue of all {2 * k} parts' DMAs after a wait for all of them. Step 0 sends
 # from `x`; the own shard is copied into `out` under those transfers (a part's second
 # phase forwards it), and the last grid point only waits.
-{CORES if cores else ""}{_sections(k, f"all_gather_{k}d_bidirectional" + _suffix(cores, split), "", sems,
+{_header(k, cores, split)}{_sections(k, f"all_gather_{k}d_bidirectional" + _suffix(cores, split), "", sems,
                                    f"step: {S} + 1", lets, copies, _own_half(k) if cores else None, cores)}
 {chr(10).join(body + halves)}
 {keep_own("step == 0")}
@@ -294,9 +294,24 @@ CORES = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right rings 
 # ones, each issuing its own DMAs and waiting on its own semaphores (one core issuing every
 # part's DMAs is the issue time of all of them per step). `dir` and `fwd_<a>` are the core's
 # direction and next chip along axis a; a remote copy goes to the same core of that chip.
-# The shard's rows are split between the cores: core c's parts carry rows c * k * q on, its
+# The shard's rows are split between the cores: core c's parts carry rows c * {k} * q on, its
 # own half of the shard is copied into `out` by it, and only its parts forward those rows.
 """
+
+
+def _header(k: int, cores: bool, split: int | None) -> str:
+    """The header lines of a two-core or halved variant (`CORES`, and the halves from phase
+    `split` on)."""
+    out = CORES.format(k=k) if cores else ""
+    if split is not None:
+        out += f"""# From phase {split + 1} of a part on, each step goes in two halves of the part's rows (`h`), each
+# with its own receive (`recv_p<n>[2 * s + h]`): at a grid step every part waits for the
+# first half of its step before and forwards it, then the same for the second halves, so a
+# half is on the link while the other still lands (in one piece a link idles for a hop and
+# a DMA issue at every step). A part's rows q must be even: the receives' shape divides
+# q exactly by q // 2.
+"""
+    return out
 
 
 def all_gather_lanes(k: int) -> str:
@@ -417,7 +432,7 @@ def all_gather_direct_first(k: int, cores: bool = False, split: int | None = Non
 # axes in turn, decoupled: at step `step` it waits for its transfer of step j = step - 1 and
 # at once forwards it. The own shard is copied into `out` at step 0, under the sends; each
 # receive has its own semaphore (a neighbour may run ahead), and every block is written once.
-{CORES if cores else ""}{_sections(k, f"all_gather_{k}d_bidirectional_direct_first" + _suffix(cores, split), "", sems, grid,
+{_header(k, cores, split)}{_sections(k, f"all_gather_{k}d_bidirectional_direct_first" + _suffix(cores, split), "", sems, grid,
                                    lets, copies, _own_half(k) if cores else None, cores)}
 {keep_own("step == 0")}
 {chr(10).join(body + halves)}

@@ -1,0 +1,166 @@
+"""Pallas TPU kernels over a chip's TensorCores: `pl.kernel` (or `pl.core_map`) over
+`pltpu.create_tensorcore_mesh`, as `ringc emit` writes a `cores: 2` schedule. jax 0.10
+traces such a call to an `mpmd_map` over a `TensorCoreMesh` (Mosaic GPU's `plgpu.kernel` is
+the same primitive over a GPU mesh: `mgpu.run_launch`).
+
+The model is the YAML one (`verify/unroll.Unroller.core_events`; docs/verification.md, "Two
+cores"): every TensorCore of every device is a process, chip d's core c being process
+c * N + d. The call's operands and results are the chip's HBM, shared by its cores; the
+kernel's scratch (VMEM, SMEM) and semaphores are each core's own. A remote copy or signal
+goes to the core its `device_id` names (a dict of mesh coordinates and the core axis; an
+axis it leaves out is the sender's own, so the same core by default). Core 0's process
+stands for the chip's call: it makes the call's entry (Mosaic's device barrier from the
+second call on, as for a `pallas_call`), starts the other cores (`CORE_LAUNCH`, which they
+wait for without taking), and after its own run waits for them to end (`CORE_JOIN`) before
+the caller takes the memory back. Each core evaluates the kernel with the TPU rules
+(`interpret.Interpreter`), the core axis's `lax.axis_index` its own index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..verify.calls import entry_sync
+from ..verify.events import DEVICE_BARRIER, Compute, Signal, SemWait
+from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
+from .interpret import Interpreter, KernelError
+from .jaxprs import kernel_jaxpr
+from .program import Builder, Call, _is_sem, arg_names, kernel_location
+from .values import Buffer, Ref
+
+
+ASSUMES = ("TensorCores: a kernel over the TensorCore mesh runs on each of a chip's {cores} cores as a process of "
+           "its own, in any interleaving, started by the chip's call and all ended before it returns; HBM (the call's "
+           "operands) is the chip's and shared, scratch and semaphores are each core's; a remote copy or signal lands "
+           "on the core its device_id names (the sender's own when it names none); device d is chip d and its core 0")
+
+
+def mesh_of(eqn: Any) -> tuple[str, int] | None:
+    """(core axis name, cores) of a kernel call over a TPU TensorCore mesh with one axis, else
+    None (a GPU mesh; a SparseCore mesh, refused by `tpu.core_mesh`)."""
+    meshes = eqn.params.get("meshes") or ()
+    if len(meshes) != 1 or type(meshes[0]).__name__ != "TensorCoreMesh" or len(meshes[0].axis_names) != 1:
+        return None
+    mesh = meshes[0]
+    return mesh.axis_names[0], int(mesh.devices.size)
+
+
+class CoreInterpreter(Interpreter):
+    """The TPU rules for one TensorCore of one chip. `device` is the core's process (events,
+    scratch and semaphores are its own); HBM regions are the chip's (`region`). The core
+    axis is the last of the coordinates, so `interpret.device_of` gives a `device_id` dict's
+    target as chip x cores + core, which `target` makes a process."""
+
+    def __init__(self, b: Builder, chip: int, core: int, axis: str, cores: int):
+        super().__init__(b, core * b.n + chip, {**b._coords(chip), axis: core}, {**b.axis_sizes, axis: cores})
+        self.chip, self.core_axis, self.cores, self.chips = chip, axis, cores, b.n
+
+    def target(self, t: Any) -> int:
+        if t < 0:
+            return t  # a device that does not exist: a `bad_target` finding
+        chip, core = divmod(t, self.cores)
+        return core * self.chips + chip
+
+    def region(self, ref: Ref, device: int | None = None) -> Any:
+        owner = ref.device if device is None else device
+        if ref.buffer.space == "hbm" and owner >= 0:  # the chip's memory, whichever core reaches it
+            return ref.region(owner % self.chips)
+        return ref.region(device)
+
+    def emit(self, action: Any, target: int | None = None) -> None:
+        # a remote action's target chip (the links it crosses); its regions name the process
+        super().emit(action, None if target is None or target < 0 else target % self.chips)
+
+    def fail(self, message: str, fix: str, eqn: Any = None) -> KernelError:
+        loc = self.where(eqn)
+        return KernelError(f"{message} (device {self.chip}, core {self.device // self.chips})", file=loc.file,
+                           line=int(loc) or None, fix=fix)
+
+
+def run_cores(b: Builder, call: Call, call_index: int) -> None:
+    """Evaluate one kernel call over the TensorCore mesh on every core of every device."""
+    eqn = call.eqn
+    axis, cores = mesh_of(eqn)
+    kernel = kernel_jaxpr(eqn)
+    line = kernel_location(eqn)
+    b.use_cores(cores)
+    names = arg_names(kernel)
+    names += [f"arg{k}" for k in range(len(names), len(kernel.invars))]
+    bufs = []
+    for k, h in enumerate(call.operands):
+        h = h.root()
+        aval = kernel.invars[k].aval
+        if h.buffer is None:
+            h.buffer = b.new_buffer(names[k], aval, "input" if h.origin == "input" else "computed", int(line),
+                                    shape=tuple(aval.shape))
+            h.buffer.space = "hbm"
+        bufs.append(h.buffer)
+    aliases = dict(eqn.params.get("input_output_aliases") or ())
+    for j, h in enumerate(call.outputs):
+        h = h.root()
+        k = len(call.operands) + j
+        src = next((i for i, o in aliases.items() if o == j), None)
+        if src is not None:
+            h.buffer = call.operands[src].root().buffer
+        else:
+            aval = kernel.invars[k].aval
+            h.buffer = b.new_buffer(names[k], aval, "output", int(line), shape=tuple(aval.shape))
+            h.buffer.space = "hbm"
+        h.origin = "kernel"
+        bufs.append(h.buffer)
+    # `scratch_types`: the kernel's further arguments, each core's own
+    scratch = []
+    for k in range(len(bufs), len(kernel.invars)):
+        v = kernel.invars[k]
+        key = (id(eqn), k)
+        got = b.scoped_allocs.get(key)
+        if got is None:
+            got = b.new_sem(names[k], v.aval) if _is_sem(v.aval) else b.new_buffer(names[k], v.aval, "scratch",
+                                                                                    int(line))
+            b.scoped_allocs[key] = got
+        scratch.append(got)
+    touched = list({buf.name: buf for buf in bufs}.values())
+    later = {h.root().buffer.name for c in b.calls[call_index + 1:] for h in c.operands
+             if h.root().buffer is not None}
+    inputs = [buf.name for buf in bufs[:len(call.operands)]]
+    outputs = [buf.name for buf in bufs[len(call.operands):]]
+    enter_names, exit_names = b.handover.call([buf.name for buf in touched], outputs, inputs, later)
+    sync = entry_sync(False, False, b.invocation)
+    launch, join = f"{CORE_LAUNCH}{b.invocation}", f"{CORE_JOIN}{b.invocation}"
+    entry_sem = f"{DEVICE_BARRIER}{b.invocation}"
+    b.sem_kinds[launch] = b.sem_kinds[join] = "launch"
+    b.sem_kinds[entry_sem] = "barrier"
+    b._current_call = call_index
+    point = ()
+    for d in range(b.n):
+        for c in range(cores):
+            it = CoreInterpreter(b, d, c, axis, cores)
+            p = it.device
+            if c == 0:  # the chip's call: its entry, then its other cores start
+                if sync.device_barrier:  # to every other device, in the order of their offsets from d
+                    for k in range(1, b.n):
+                        t = b.torus.adder(k)[d]
+                        b.emit(p, point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), t)
+                    b.emit(p, point, line, SemWait((p, entry_sem, ()), b.n - 1, "Pallas' entry barrier"), None)
+                if cores > 1:
+                    b.emit(p, point, line, Signal((d, launch, ()), cores - 1, "launch"), None)
+            else:
+                b.emit(p, point, line, SemWait((d, launch, ()), 1, "launch", decrement=False), None)
+            own = [Ref.whole(r, p) for r in scratch if isinstance(r, Buffer)]
+            for ref in own:  # fresh memory: no integers known in it, SMEM zeros
+                b.fresh_scratch([ref.buffer], p)
+                b.emit(p, point, line, Compute("allocate", ref.region()), None)
+            args = [Ref.whole(buf, d) for buf in bufs] + [Ref.whole(r, p) if isinstance(r, Buffer) else r
+                                                          for r in scratch]
+            it.point = point
+            it.run(kernel, [], args)
+            for ref in own:
+                b.emit(p, point, line, Compute("exit", ref.region()), None)
+            if c:
+                b.emit(p, point, line, Signal((d, join, ()), 1, "join"), None)
+        if cores > 1:
+            b.emit(d, point, line, SemWait((d, join, ()), cores - 1, "join", decrement=False), None)
+        for name in exit_names:
+            b.emit(d, point, line, Compute("exit", Ref.whole(b.buffers[name], d).region()), None)
+    b._current_call = None
+    b.call_names.append(call.name)
+
