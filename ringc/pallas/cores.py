@@ -24,7 +24,7 @@ from ..verify.events import DEVICE_BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
-from .program import Builder, Call, _is_sem, arg_names, kernel_location
+from .program import Builder, Call, arg_names, kernel_location
 from .values import Buffer, Ref
 
 
@@ -108,16 +108,8 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
         h.origin = "kernel"
         bufs.append(h.buffer)
     # `scratch_types`: the kernel's further arguments, each core's own
-    scratch = []
-    for k in range(len(bufs), len(kernel.invars)):
-        v = kernel.invars[k]
-        key = (id(eqn), k)
-        got = b.scoped_allocs.get(key)
-        if got is None:
-            got = b.new_sem(names[k], v.aval) if _is_sem(v.aval) else b.new_buffer(names[k], v.aval, "scratch",
-                                                                                    int(line))
-            b.scoped_allocs[key] = got
-        scratch.append(got)
+    scratch = [b.scratch((id(eqn), "scratch", k), names[k], kernel.invars[k].aval, int(line))
+               for k in range(len(bufs), len(kernel.invars))]
     touched = list({buf.name: buf for buf in bufs}.values())
     later = {h.root().buffer.name for c in b.calls[call_index + 1:] for h in c.operands
              if h.root().buffer is not None}

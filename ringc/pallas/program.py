@@ -211,6 +211,15 @@ class Builder(Sink):
             self.buffers[name] = buf
         return buf
 
+    def scratch(self, key: tuple, name: str, aval: Any, line: int) -> "Buffer | SemRef":
+        """A kernel's scratch argument (`scratch_shapes`, `scratch_types`): a semaphore or a
+        buffer, one per call site and position (`key`), the same on every device and call."""
+        got = self.scoped_allocs.get(key)
+        if got is None:
+            got = self.new_sem(name, aval) if _is_sem(aval) else self.new_buffer(name, aval, "scratch", line)
+            self.scoped_allocs[key] = got
+        return got
+
     def scoped(self, it: Interpreter, eqn: Any, k: int, aval: Any) -> Any:
         key = (id(eqn), k)
         got = self.scoped_allocs.get(key)
@@ -393,12 +402,7 @@ class Builder(Sink):
         scratch: list[Any] = []
         for k, v in enumerate(kernel_vars[n_pref + n_in + n_out:]):
             name = names[n_pref + n_in + n_out + k] if n_pref + n_in + n_out + k < len(names) else f"scratch{k}"
-            key = (id(eqn), "scratch", k)
-            got = self.scoped_allocs.get(key)
-            if got is None:
-                got = self.new_sem(name, v.aval) if _is_sem(v.aval) else self.new_buffer(name, v.aval, "scratch",
-                                                                                          int(line))
-                self.scoped_allocs[key] = got
+            got = self.scratch((id(eqn), "scratch", k), name, v.aval, int(line))
             scratch.append(got)
             if isinstance(got, Buffer):
                 written.append(got)
