@@ -83,39 +83,18 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     kernel = kernel_jaxpr(eqn)
     line = kernel_location(eqn)
     b.use_cores(cores)
-    names = arg_names(kernel)
-    names += [f"arg{k}" for k in range(len(names), len(kernel.invars))]
-    bufs = []
-    for k, h in enumerate(call.operands):
-        h = h.root()
-        aval = kernel.invars[k].aval
-        if h.buffer is None:
-            h.buffer = b.new_buffer(names[k], aval, "input" if h.origin == "input" else "computed", int(line),
-                                    shape=tuple(aval.shape))
-            h.buffer.space = "hbm"
-        bufs.append(h.buffer)
-    aliases = dict(eqn.params.get("input_output_aliases") or ())
-    for j, h in enumerate(call.outputs):
-        h = h.root()
-        k = len(call.operands) + j
-        src = next((i for i, o in aliases.items() if o == j), None)
-        if src is not None:
-            h.buffer = call.operands[src].root().buffer
-        else:
-            aval = kernel.invars[k].aval
-            h.buffer = b.new_buffer(names[k], aval, "output", int(line), shape=tuple(aval.shape))
-            h.buffer.space = "hbm"
-        h.origin = "kernel"
-        bufs.append(h.buffer)
+    params = eqn.params.get("compiler_params")
+    params = params.get("mosaic_tpu", params) if isinstance(params, dict) else params
+    if getattr(params, "collective_id", None) is not None:
+        raise KernelError("a collective_id (a barrier semaphore) on a kernel over the TensorCores is not modelled yet",
+                          file=line.file, line=int(line) or None,
+                          fix="synchronise the devices with semaphores of the kernel's own (scratch_types)")
+    # (nothing entered: as a pallas_call without a collective_id)
+    bufs, _, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
     # `scratch_types`: the kernel's further arguments, each core's own
-    scratch = [b.scratch((id(eqn), "scratch", k), names[k], kernel.invars[k].aval, int(line))
-               for k in range(len(bufs), len(kernel.invars))]
-    touched = list({buf.name: buf for buf in bufs}.values())
-    later = {h.root().buffer.name for c in b.calls[call_index + 1:] for h in c.operands
-             if h.root().buffer is not None}
-    inputs = [buf.name for buf in bufs[:len(call.operands)]]
-    outputs = [buf.name for buf in bufs[len(call.operands):]]
-    enter_names, exit_names = b.handover.call([buf.name for buf in touched], outputs, inputs, later)
+    names = arg_names(kernel)
+    scratch = [b.scratch((id(eqn), "scratch", k), names[k] if k < len(names) else f"scratch{k}",
+                         kernel.invars[k].aval, int(line)) for k in range(len(bufs), len(kernel.invars))]
     sync = entry_sync(False, False, b.invocation)
     launch, join = f"{CORE_LAUNCH}{b.invocation}", f"{CORE_JOIN}{b.invocation}"
     entry_sem = f"{DEVICE_BARRIER}{b.invocation}"

@@ -37,7 +37,7 @@ from ..verify.events import Compute, DmaStart, Region, SemWait, Signal
 from ..verify.messages import UNFENCED_SMEM
 from .interpret import (Interpreter, KernelError, Multicast, apply_transforms, device_of, sem_id, squeezed,
                         unflatten, user_location)
-from .program import arg_names, kernel_location, row_major
+from .program import kernel_location, row_major
 from .primitives import PRIMITIVES, Does
 from .values import Buffer, Data, Loc, Ref, SemRef
 
@@ -235,38 +235,7 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
     grid.update(cluster)
     launch = Launch(b, call.name, b.invocation, b.n_gpus, grid, mesh.num_threads or 1, mesh.thread_name)
     _check_size(b, launch, line)
-    names = arg_names(kernel)
-    bufs: list[Buffer] = []
-    for k, h in enumerate(call.operands):
-        h = h.root()
-        aval = kernel.invars[k].aval
-        if h.buffer is None:
-            h.buffer = b.new_buffer(names[k] if k < len(names) else f"arg{k}", aval, "input" if h.origin == "input"
-                                    else "computed", int(line), shape=tuple(aval.shape))
-            h.buffer.space = "gmem"
-        bufs.append(h.buffer)
-    aliases = dict(p.get("input_output_aliases") or ())
-    for j, h in enumerate(call.outputs):
-        h = h.root()
-        k = len(call.operands) + j
-        src = next((i for i, o in aliases.items() if o == j), None)
-        if src is not None:
-            h.buffer = call.operands[src].root().buffer
-        else:
-            aval = kernel.invars[k].aval
-            h.buffer = b.new_buffer(names[k] if k < len(names) else f"out{j}", aval, "output", int(line),
-                                    shape=tuple(aval.shape))
-            h.buffer.space = "gmem"
-        h.origin = "kernel"
-        bufs.append(h.buffer)
-    touched = list({buf.name: buf for buf in bufs}.values())
-    # The caller's operands are never entered (their data is the caller's); arrays a later call
-    # takes unchanged stay with the kernels (`calls.Handover`, as for TPU calls).
-    later = {h.root().buffer.name for c in b.calls[call_index + 1:] for h in c.operands
-             if h.root().buffer is not None}
-    inputs = [buf.name for buf in bufs[:len(call.operands)]]
-    outputs = [buf.name for buf in bufs[len(call.operands):]]
-    enter_names, exit_names = b.handover.call([buf.name for buf in touched], outputs, inputs, later)
+    bufs, enter_names, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "gmem")
     launch_sem, join_sem = f"{LAUNCH}{b.invocation}", f"{JOIN}{b.invocation}"
     barrier_sem = f"{BARRIER}{b.invocation}"
     b.sem_kinds[launch_sem] = b.sem_kinds[join_sem] = b.sem_kinds[barrier_sem] = "launch"

@@ -211,6 +211,46 @@ class Builder(Sink):
             self.buffers[name] = buf
         return buf
 
+    def bind_mesh_call(self, call: Call, call_index: int, kernel: Any, line: Any,
+                       space: str) -> tuple[list[Buffer], list[str], list[str]]:
+        """The buffers a kernel call over a mesh (`mpmd_map`: Mosaic GPU's blocks, the TPU's
+        TensorCores) binds, its operands then its results (`input_output_aliases` kept), made
+        in memory `space` where the program has none yet; and the names it enters and exits
+        (`calls.Handover`: the caller's operands are never entered, and arrays a later call
+        takes unchanged stay with the kernels, as for a pallas_call)."""
+        names = arg_names(kernel)
+        bufs: list[Buffer] = []
+        for k, h in enumerate(call.operands):
+            h = h.root()
+            aval = kernel.invars[k].aval
+            if h.buffer is None:
+                h.buffer = self.new_buffer(names[k] if k < len(names) else f"arg{k}", aval,
+                                           "input" if h.origin == "input" else "computed", int(line),
+                                           shape=tuple(aval.shape))
+                h.buffer.space = space
+            bufs.append(h.buffer)
+        aliases = dict(call.eqn.params.get("input_output_aliases") or ())
+        for j, h in enumerate(call.outputs):
+            h = h.root()
+            k = len(call.operands) + j
+            src = next((i for i, o in aliases.items() if o == j), None)
+            if src is not None:
+                h.buffer = call.operands[src].root().buffer
+            else:
+                aval = kernel.invars[k].aval
+                h.buffer = self.new_buffer(names[k] if k < len(names) else f"out{j}", aval, "output", int(line),
+                                           shape=tuple(aval.shape))
+                h.buffer.space = space
+            h.origin = "kernel"
+            bufs.append(h.buffer)
+        touched = list({buf.name: buf for buf in bufs}.values())
+        later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
+                 if h.root().buffer is not None}
+        inputs = [buf.name for buf in bufs[:len(call.operands)]]
+        outputs = [buf.name for buf in bufs[len(call.operands):]]
+        enter, exit_ = self.handover.call([buf.name for buf in touched], outputs, inputs, later)
+        return bufs, enter, exit_
+
     def scratch(self, key: tuple, name: str, aval: Any, line: int) -> "Buffer | SemRef":
         """A kernel's scratch argument (`scratch_shapes`, `scratch_types`): a semaphore or a
         buffer, one per call site and position (`key`), the same on every device and call."""
