@@ -24,7 +24,7 @@ from ..verify.events import DEVICE_BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
-from .program import Builder, Call, arg_names, kernel_location
+from .program import Builder, Call, arg_names, kernel_location, tpu_params
 from .values import Buffer, Ref
 
 
@@ -83,9 +83,7 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     kernel = kernel_jaxpr(eqn)
     line = kernel_location(eqn)
     b.use_cores(cores)
-    params = eqn.params.get("compiler_params")
-    params = params.get("mosaic_tpu", params) if isinstance(params, dict) else params
-    if getattr(params, "collective_id", None) is not None:
+    if getattr(tpu_params(eqn), "collective_id", None) is not None:
         raise KernelError("a collective_id (a barrier semaphore) on a kernel over the TensorCores is not modelled yet",
                           file=line.file, line=int(line) or None,
                           fix="synchronise the devices with semaphores of the kernel's own (scratch_types)")

@@ -318,8 +318,7 @@ class Builder(Sink):
         gm = p["grid_mapping"]
         kernel = p["jaxpr"]
         names = arg_names(kernel)
-        cp = p.get("compiler_params")
-        cp = cp.get("mosaic_tpu", cp) if isinstance(cp, dict) else cp
+        cp = tpu_params(eqn)
         collective_id = getattr(cp, "collective_id", None)
         skip_barrier = bool(getattr(cp, "skip_device_barrier", False))
         semantics = tuple(getattr(cp, "dimension_semantics", None) or ())
@@ -640,6 +639,13 @@ def row_major(index: int, sizes: dict[str, int]) -> dict[str, int]:
         coords[a] = rest % sizes[a]
         rest //= sizes[a]
     return dict(reversed(list(coords.items())))
+
+
+def tpu_params(eqn: Any) -> Any:
+    """A kernel call's Mosaic TPU compiler params (`pltpu.CompilerParams`, or the
+    `{"mosaic_tpu": ...}` of older spellings), None without."""
+    cp = eqn.params.get("compiler_params")
+    return cp.get("mosaic_tpu", cp) if isinstance(cp, dict) else cp
 
 
 def kernel_location(eqn: Any) -> Loc:
