@@ -185,6 +185,20 @@ def test_a_hand_written_kernel_over_both_cores_is_checked():
     assert any("device 0 core 1" in f.message for f in bad.findings)
 
 
+def test_a_core_map_inside_run_state_is_checked(tmp_path):
+    """`pl.core_map` over the TensorCore mesh inside `pl.run_state`: the refs are the state
+    arrays, read and written in place on each core; both cores copying the same rows race."""
+    from ringc.pallas import check_file
+    path = HERE.parent / "pallas_import" / "cores" / "core_map_halves.py"
+    (ok,) = check_file(str(path), 2)
+    assert ok.ok and ok.program.cores == 2, ok.to_text()
+    assert any("1 kernel call(s) over the TensorCore mesh" in a for a in ok.assumptions)
+    broken = tmp_path / "broken.py"
+    broken.write_text(path.read_text().replace("BROKEN = False", "BROKEN = True"))
+    (bad,) = check_file(str(broken), 2)
+    assert not bad.ok and "race" in bad.kinds(), bad.to_text()
+
+
 def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     """`pltpu.create_tensorcore_mesh("core")` asks a device for `num_cores`: ringc answers as
     the TPU of `--tpu` (v5p: 2 TensorCores, the default v5e: 1), not refusing JAX's question."""

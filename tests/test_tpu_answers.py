@@ -318,23 +318,6 @@ add = pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float
 y = jax.jit(add)(jnp.zeros((8, 128)))
 """
 
-CORE_MAP = """
-x = jnp.zeros((8, 128))
-cores = pltpu.create_tensorcore_mesh("core")
-
-@jax.jit
-def double(x):
-    @pl.run_state
-    def run(refs):
-        x_ref, o_ref = refs
-        @pl.core_map(cores)
-        def _():
-            o_ref[...] = x_ref[...] * 2
-    return run((x, jnp.zeros_like(x)))[1]
-
-y = double(x)
-"""
-
 
 @pytest.mark.parametrize("code, what, at", [
     (GPU, "a Mosaic GPU pallas_call (one GPU's kernel) is not supported", "y = jax.jit(add)"),
@@ -343,9 +326,7 @@ y = double(x)
      "a Mosaic GPU pallas_call (one GPU's kernel) is not supported", "y = jax.jit(add)"),
     ("from jax.experimental.pallas import triton as plt\nparams = plt.CompilerParams(num_warps=4)\n",
      "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet", "plt.CompilerParams"),
-    # (`pl.kernel` over the same mesh is checked: tests/test_cores.py)
-    (CORE_MAP, "TensorCore meshes with pl.core_map are not supported yet (pl.kernel over the same mesh is)",
-     "pl.core_map"),
+    # (a kernel over the TensorCores, `pl.kernel` or `pl.core_map`, is checked: tests/test_cores.py)
     ("from jax.experimental.pallas import tpu_sc as plsc\nsc = plsc.VectorSubcoreMesh(core_axis_name='c', "
      "subcore_axis_name='s')\n", "SparseCore kernels", "plsc.VectorSubcoreMesh"),
 ])

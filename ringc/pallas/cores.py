@@ -1,7 +1,8 @@
-"""Pallas TPU kernels over a chip's TensorCores: `pl.kernel` (or `pl.core_map`) over
-`pltpu.create_tensorcore_mesh`, as `ringc emit` writes a `cores: 2` schedule. jax 0.10
-traces such a call to an `mpmd_map` over a `TensorCoreMesh` (Mosaic GPU's `plgpu.kernel` is
-the same primitive over a GPU mesh: `mgpu.run_launch`).
+"""Pallas TPU kernels over a chip's TensorCores: `pl.kernel` over
+`pltpu.create_tensorcore_mesh`, as `ringc emit` writes a `cores: 2` schedule, which jax 0.10
+traces to an `mpmd_map` over a `TensorCoreMesh` (Mosaic GPU's `plgpu.kernel` is the same
+primitive over a GPU mesh: `mgpu.run_launch`); or `pl.core_map` over that mesh inside
+`pl.run_state`, whose refs the kernel closes over (each is read and written in place).
 
 The model is the YAML one (`verify/unroll.Unroller.core_events`; docs/verification.md, "Two
 cores"): every TensorCore of every device is a process, chip d's core c being process
@@ -35,9 +36,10 @@ ASSUMES = ("TensorCores: a kernel over the TensorCore mesh runs on each of a chi
 
 
 def mesh_of(eqn: Any) -> tuple[str, int] | None:
-    """(core axis name, cores) of a kernel call over a TPU TensorCore mesh with one axis, else
-    None (a GPU mesh; a SparseCore mesh, refused by `tpu.core_mesh`)."""
-    meshes = eqn.params.get("meshes") or ()
+    """(core axis name, cores) of a kernel call over a TPU TensorCore mesh with one axis (an
+    `mpmd_map`'s `meshes`, a `core_map`'s `mesh`), else None (a GPU mesh; a SparseCore mesh,
+    refused by `tpu.core_mesh`)."""
+    meshes = eqn.params.get("meshes") or ((eqn.params["mesh"],) if "mesh" in eqn.params else ())
     if len(meshes) != 1 or type(meshes[0]).__name__ != "TensorCoreMesh" or len(meshes[0].axis_names) != 1:
         return None
     mesh = meshes[0]
@@ -91,8 +93,9 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     bufs, _, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
     # `scratch_types`: the kernel's further arguments, each core's own
     names = arg_names(kernel)
-    scratch = [b.scratch((id(eqn), "scratch", k), names[k] if k < len(names) else f"scratch{k}",
-                         kernel.invars[k].aval, int(line)) for k in range(len(bufs), len(kernel.invars))]
+    scratch = [] if call.aliases is not None else [
+        b.scratch((id(eqn), "scratch", k), names[k] if k < len(names) else f"scratch{k}", kernel.invars[k].aval,
+                  int(line)) for k in range(len(bufs), len(kernel.invars))]
     sync = entry_sync(False, False, b.invocation)
     launch, join = f"{CORE_LAUNCH}{b.invocation}", f"{CORE_JOIN}{b.invocation}"
     entry_sem = f"{DEVICE_BARRIER}{b.invocation}"
@@ -121,7 +124,10 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
             args = [Ref.whole(buf, d) for buf in bufs] + [Ref.whole(r, p) if isinstance(r, Buffer) else r
                                                           for r in scratch]
             it.point = point
-            it.run(kernel, [], args)
+            if call.aliases is not None:  # `core_map`: the run_state's refs, closed over (its outputs are them)
+                it.run(kernel, args[:len(call.operands)], [])
+            else:
+                it.run(kernel, [], args)
             for ref in own:
                 b.emit(p, point, line, Compute("exit", ref.region()), None)
             if c:

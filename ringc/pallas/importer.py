@@ -900,6 +900,35 @@ def _mpmd_map(w: _Outer, eqn: Any, ins: list) -> list:
     return _record_call(w, eqn, ins, "a Mosaic GPU kernel", gpu=True)
 
 
+@PRIMITIVES.outer("run_state", does=Does.MEMORY)
+def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
+    """`pl.run_state` around `pl.core_map` over the TensorCore mesh (JAX's core_map docs write
+    a kernel over the cores so): its refs are the state arrays, which the kernel reads and
+    writes in place, one call whose outputs are its operands' buffers (`Call.aliases`). A
+    run_state with no kernel inside is an op like any other (`other`)."""
+    if not has_pallas(eqn):
+        return w.other(eqn, ins)
+    body = eqn.params["jaxpr"]
+    body = getattr(body, "jaxpr", body)
+    kernel = body.eqns[0] if len(body.eqns) == 1 else None
+    line = user_location(kernel if kernel is not None else eqn)
+    if (kernel is None or kernel.primitive.name != "core_map" or tensorcore_mesh(kernel) is None
+            or not all(v in body.invars for v in kernel.invars)):
+        raise ScheduleError("a pl.run_state whose body is not one pl.core_map over a one-axis TensorCore mesh",
+                            file=line.file or w.file, line=int(line) or None,
+                            fix="write the kernel as pl.kernel(body, out_type=..., mesh=pltpu.create_tensorcore_mesh("
+                                "'core')), or one pl.core_map on the run_state's refs")
+    if w.mesh_axes is None:
+        raise ScheduleError("a kernel over the TensorCores outside shard_map", file=line.file or w.file,
+                            line=int(line) or None, fix="ringc checks collectives: run the kernel under jax.shard_map")
+    refs = [body.invars.index(v) for v in kernel.invars]
+    outs = [Handle(v.aval, origin="kernel") if k in refs else ins[k] for k, v in enumerate(eqn.outvars)]
+    w.calls.append(Call(kernel, [ins[k] for k in refs], [outs[k] for k in refs], f"call {len(w.calls) + 1}",
+                        frozenset(j for j, k in enumerate(refs) if eqn.outvars[k] not in w.read_later), cores=True,
+                        aliases={j: j for j in range(len(refs))}))
+    return outs
+
+
 def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool, cores: bool = False) -> list:
     outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
     if w.mesh_axes is None:

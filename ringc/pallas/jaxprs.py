@@ -52,12 +52,14 @@ def jitted_lowerings(hook: Callable[..., Any]) -> Iterator[None]:
         pjit.jit_lower, cls.lower = lower, lower
 
 
-# The primitives that call a kernel: a Pallas TPU `pallas_call`, a Mosaic GPU `plgpu.kernel` (`mpmd_map`).
-KERNEL_CALLS = ("pallas_call", "mpmd_map")
+# The primitives that call a kernel: a Pallas TPU `pallas_call`, a Mosaic GPU `plgpu.kernel` or a
+# TPU `pl.kernel` over the TensorCores (`mpmd_map`), `pl.core_map` over them (inside `pl.run_state`).
+KERNEL_CALLS = ("pallas_call", "mpmd_map", "core_map")
 
 
 def kernel_jaxpr(eqn: Any) -> Any:
-    """The kernel a kernel call runs: a `pallas_call`'s jaxpr, an `mpmd_map`'s one program."""
+    """The kernel a kernel call runs: a `pallas_call`'s or `core_map`'s jaxpr, an `mpmd_map`'s
+    one program."""
     return eqn.params["jaxpr"] if "jaxpr" in eqn.params else eqn.params["jaxprs"][0]
 
 

@@ -78,6 +78,9 @@ class Call:
     dropped: frozenset[int] = frozenset()
     gpu: bool = False  # a Mosaic GPU kernel (`mpmd_map`): its blocks run as processes (`mgpu.run_launch`)
     cores: bool = False  # a kernel over the TensorCore mesh (`mpmd_map`): a process per core (`cores.run_cores`)
+    # Output j is operand i's buffer, written in place ({i: j}): `input_output_aliases`, or a
+    # `core_map`'s run_state refs (every one); None: the call's own params say.
+    aliases: dict[int, int] | None = None
 
 
 def _space(aval: Any) -> str:
@@ -219,17 +222,18 @@ class Builder(Sink):
         (`calls.Handover`: the caller's operands are never entered, and arrays a later call
         takes unchanged stay with the kernels, as for a pallas_call)."""
         names = arg_names(kernel)
+        refs = kernel.constvars if call.aliases is not None else kernel.invars  # a core_map closes over its refs
         bufs: list[Buffer] = []
         for k, h in enumerate(call.operands):
             h = h.root()
-            aval = kernel.invars[k].aval
+            aval = refs[k].aval
             if h.buffer is None:
                 h.buffer = self.new_buffer(names[k] if k < len(names) else f"arg{k}", aval,
                                            "input" if h.origin == "input" else "computed", int(line),
                                            shape=tuple(aval.shape))
                 h.buffer.space = space
             bufs.append(h.buffer)
-        aliases = dict(call.eqn.params.get("input_output_aliases") or ())
+        aliases = call.aliases if call.aliases is not None else dict(call.eqn.params.get("input_output_aliases") or ())
         for j, h in enumerate(call.outputs):
             h = h.root()
             k = len(call.operands) + j
@@ -237,7 +241,7 @@ class Builder(Sink):
             if src is not None:
                 h.buffer = call.operands[src].root().buffer
             else:
-                aval = kernel.invars[k].aval
+                aval = refs[k].aval
                 h.buffer = self.new_buffer(names[k] if k < len(names) else f"out{j}", aval, "output", int(line),
                                            shape=tuple(aval.shape))
                 h.buffer.space = space

@@ -226,9 +226,6 @@ _MODULES = {
     "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
 }
 _FUNCTIONS = (
-    # `pl.core_map` inside `pl.run_state` (`pl.kernel` over the TensorCore mesh is checked: `cores.py`)
-    ("jax.experimental.pallas", "core_map", "TensorCore meshes with pl.core_map are not supported yet (pl.kernel "
-     "over the same mesh is)"),
     # Newer JAX's name (absent from the jax ringc runs on, so a use was an AttributeError).
     ("jax.experimental.pallas.tpu", "TensorCoreMesh", "TensorCore meshes (pltpu.TensorCoreMesh) are not supported"),
 )
@@ -299,9 +296,7 @@ def unsupported_in(jaxpr: Any) -> str | None:
     from .jaxprs import walk_eqns
     for e in walk_eqns(jaxpr):
         name = e.primitive.name
-        if name == "core_map":
-            return "TensorCore meshes (pl.core_map) are not supported"
-        if name == "mpmd_map" and core_mesh(e):
+        if name in ("mpmd_map", "core_map") and core_mesh(e):
             return core_mesh(e)
         if name != "pallas_call":
             continue
