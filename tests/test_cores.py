@@ -199,6 +199,21 @@ def test_a_core_map_inside_run_state_is_checked(tmp_path):
     assert not bad.ok and "race" in bad.kinds(), bad.to_text()
 
 
+def test_cores_swapping_through_vmem_behind_the_barrier_semaphore():
+    """A copy from one core to the other core of the same chip (`device_id={"core": other}`)
+    after a barrier on the kernel's barrier semaphore (`collective_id`), as JAX's core_map
+    guide writes it: clean, and not a copy to the sender itself (`self_target`). Without the
+    barrier the copy may land before the other core allocated its VMEM: a race."""
+    from ringc.pallas import check_file
+    from ringc.pallas.entries import parse_arg
+    path = str(HERE.parent / "pallas_import" / "cores" / "swap_cores.py")
+    args = [parse_arg("x=float32[8*N,256]@x")]
+    (ok,) = check_file(path, 2, args=args)
+    assert ok.ok and not ok.findings, ok.to_text()
+    (bad,) = check_file(path, 2, args=args, params={"barrier": 0})
+    assert not bad.ok and "race" in bad.kinds(), bad.to_text()
+
+
 def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     """`pltpu.create_tensorcore_mesh("core")` asks a device for `num_cores`: ringc answers as
     the TPU of `--tpu` (v5p: 2 TensorCores, the default v5e: 1), not refusing JAX's question."""

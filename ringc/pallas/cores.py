@@ -10,8 +10,9 @@ c * N + d. The call's operands and results are the chip's HBM, shared by its cor
 kernel's scratch (VMEM, SMEM) and semaphores are each core's own. A remote copy or signal
 goes to the core its `device_id` names (a dict of mesh coordinates and the core axis; an
 axis it leaves out is the sender's own, so the same core by default). Core 0's process
-stands for the chip's call: it makes the call's entry (Mosaic's device barrier from the
-second call on, as for a `pallas_call`), starts the other cores (`CORE_LAUNCH`, which they
+stands for the chip's call: it makes the call's entry (with a `collective_id`, the written
+arrays entered and each core's own barrier semaphore; without, Mosaic's device barrier from
+the second call on, as for a `pallas_call`), starts the other cores (`CORE_LAUNCH`, which they
 wait for without taking), and after its own run waits for them to end (`CORE_JOIN`) before
 the caller takes the memory back. Each core evaluates the kernel with the TPU rules
 (`interpret.Interpreter`), the core axis's `lax.axis_index` its own index."""
@@ -21,12 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..verify.calls import entry_sync
-from ..verify.events import DEVICE_BARRIER, Compute, Signal, SemWait
+from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
 from .program import Builder, Call, arg_names, kernel_location, tpu_params
-from .values import Buffer, Ref
+from .values import Buffer, Ref, SemRef
 
 
 ASSUMES = ("TensorCores: a kernel over the TensorCore mesh runs on each of a chip's {cores} cores as a process of "
@@ -85,18 +86,23 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     kernel = kernel_jaxpr(eqn)
     line = kernel_location(eqn)
     b.use_cores(cores)
-    if getattr(tpu_params(eqn), "collective_id", None) is not None:
-        raise KernelError("a collective_id (a barrier semaphore) on a kernel over the TensorCores is not modelled yet",
-                          file=line.file, line=int(line) or None,
-                          fix="synchronise the devices with semaphores of the kernel's own (scratch_types)")
-    # (nothing entered: as a pallas_call without a collective_id)
-    bufs, _, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
+    collective_id = getattr(tpu_params(eqn), "collective_id", None)
+    sync = entry_sync(collective_id is not None, collective_id is not None, b.invocation)
+    if sync.interloper:
+        raise KernelError("a kernel over the TensorCores with a collective_id after another kernel call is not "
+                          "modelled yet (its barrier semaphore's rounds between the calls)", file=line.file,
+                          line=int(line) or None, fix="check the kernel on its own (one call)")
+    # each core's barrier semaphore (`get_barrier_semaphore`); the written arrays are entered
+    # when there is one, as for a pallas_call with a collective_id
+    barrier = SemRef(f"{BARRIER}@{collective_id}", "barrier", ()) if collective_id is not None else None
+    if barrier is not None:
+        b.sem_kinds[barrier.name] = "barrier"
+    bufs, enter_names, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
     # `scratch_types`: the kernel's further arguments, each core's own
     names = arg_names(kernel)
     scratch = [] if call.aliases is not None else [
         b.scratch((id(eqn), "scratch", k), names[k] if k < len(names) else f"scratch{k}", kernel.invars[k].aval,
                   int(line)) for k in range(len(bufs), len(kernel.invars))]
-    sync = entry_sync(False, False, b.invocation)
     launch, join = f"{CORE_LAUNCH}{b.invocation}", f"{CORE_JOIN}{b.invocation}"
     entry_sem = f"{DEVICE_BARRIER}{b.invocation}"
     b.sem_kinds[launch] = b.sem_kinds[join] = "launch"
@@ -107,8 +113,12 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
         for c in range(cores):
             it = CoreInterpreter(b, d, c, axis, cores)
             p = it.device
+            it.barrier = barrier
             if c == 0:  # the chip's call: its entry, then its other cores start
-                if sync.device_barrier:  # to every other device, in the order of their offsets from d
+                if sync.enter:
+                    for name in enter_names:
+                        b.emit(p, point, line, Compute("enter", Ref.whole(b.buffers[name], d).region()), None)
+                elif sync.device_barrier:  # to every other device, in the order of their offsets from d
                     for k in range(1, b.n):
                         t = b.torus.adder(k)[d]
                         b.emit(p, point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), t)

@@ -900,6 +900,22 @@ def _mpmd_map(w: _Outer, eqn: Any, ins: list) -> list:
     return _record_call(w, eqn, ins, "a Mosaic GPU kernel", gpu=True)
 
 
+@PRIMITIVES.outer("core_map", does=Does.KERNEL | Does.CONTROL)
+def _core_map(w: _Outer, eqn: Any, ins: list) -> list:
+    """`pl.core_map` over the TensorCore mesh on refs the program made (`jax.new_ref`): one
+    kernel call that reads and writes them in place (`Call.aliases`)."""
+    line = user_location(eqn)
+    if tensorcore_mesh(eqn) is None:
+        raise ScheduleError(core_mesh(eqn) or "pl.core_map over a mesh ringc does not model", file=line.file or w.file,
+                            line=int(line) or None, fix="map over a one-axis pltpu.create_tensorcore_mesh")
+    if w.mesh_axes is None:
+        raise ScheduleError("a kernel over the TensorCores outside shard_map", file=line.file or w.file,
+                            line=int(line) or None, fix="ringc checks collectives: run the kernel under jax.shard_map")
+    w.calls.append(Call(eqn, list(ins), list(ins), f"call {len(w.calls) + 1}", frozenset(), cores=True,
+                        aliases={j: j for j in range(len(ins))}))
+    return []
+
+
 @PRIMITIVES.outer("run_state", does=Does.MEMORY)
 def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     """`pl.run_state` around `pl.core_map` over the TensorCore mesh (JAX's core_map docs write

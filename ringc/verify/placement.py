@@ -576,11 +576,15 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
             if once("bad", ev):
                 findings.append(M.BAD_TARGET.finding(what=what, at=at, target=target, n=program.n, event=ev))
             continue
-        if target == ev.device:
-            if isinstance(ev.action, DmaStart) and not ev.action.explicit_self and once("self", ev):
+        source = program.place(ev.device)  # a chip's second core sends from its chip
+        if target == source:
+            # to another TensorCore of the same chip (its semaphore that core's): not the sender itself
+            other_core = program.cores > 1 and (ev.action.recv_sem if isinstance(ev.action, DmaStart)
+                                                else getattr(ev.action, "sem", (ev.device,)))[0] != ev.device
+            if isinstance(ev.action, DmaStart) and not ev.action.explicit_self and not other_core and once("self", ev):
                 findings.append(M.SELF_TARGET.finding(what=what, at=at, event=ev))
             continue
-        src, dst = placement.coord(base, ev.device), placement.coord(base, target)
+        src, dst = placement.coord(base, source), placement.coord(base, target)
         route = routes.get((src, dst))
         if route is None:  # many sends share a route (an all-to-all's N - 1 copies to each device)
             route = routes[(src, dst)] = T.route(topo, src, dst)
