@@ -112,20 +112,29 @@ def test_a_generic_kernel_wrapper_is_titled_with_the_kernel_it_runs():
     assert {f.kind for f in first.errors()} == {f.kind for f in second.errors()} == {"race"}
 
 
-def test_newer_jax_tensorcore_mesh_is_refused_by_name(tmp_path):
-    """JAX's tpu_pallas_interpret_distributed_test.py (at cec06d1) builds
-    `pltpu.TensorCoreMesh(...)`, a name the jax ringc runs on lacks: it was an empty
-    AttributeError; now it is the TensorCore-mesh refusal, at its line."""
-    import pytest
-
-    from ringc.errors import ScheduleError
+def test_newer_jax_tensorcore_mesh_and_kernel_keywords_are_aliased(tmp_path):
+    """JAX's tpu_pallas_interpret_distributed_test.py (at cec06d1) and its quickstart build
+    `pltpu.TensorCoreMesh(axis_name=...)`, a name the jax ringc runs on lacks (it was an empty
+    AttributeError, then a refusal); older code calls `pl.kernel(out_shape=...,
+    scratch_shapes=...)`. Both are aliased, and the verdict says so: here a kernel over one
+    chip's two cores (outside shard_map: N = 1), whose cores write the same slice."""
     script = tmp_path / "core_mesh.py"
-    script.write_text("import jax\nfrom jax.experimental.pallas import tpu as pltpu\n\n"
-                      "mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)\n")
-    with pytest.raises(ScheduleError) as e:
-        check_file(str(script), 2)
-    assert "TensorCore meshes (pltpu.TensorCoreMesh) are not supported" in str(e.value)
-    assert e.value.line == 4
+    script.write_text(
+        "import jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n\n"
+        "@pl.kernel(out_shape=jax.ShapeDtypeStruct((256,), jnp.float32),\n"
+        "           mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),\n"
+        "           scratch_shapes=dict(v=pltpu.VMEM((128,), jnp.float32)))\n"
+        "def fill(o_ref, v):\n"
+        "    v[...] = jnp.zeros((128,), jnp.float32) + jax.lax.axis_index('core')\n"
+        "    pltpu.sync_copy(v, o_ref.at[pl.ds(0, 128)])\n\n\n"
+        "out = fill()\n")
+    (report,) = check_file(str(script), 1, tpu="v5p")
+    assert report.program.cores == 2 and "race" in report.kinds(), report.to_text()
+    assert any("pltpu.TensorCoreMesh(axis_name, num_cores)" in a for a in report.assumptions)
+    assert any("pl.kernel(out_shape=..., scratch_shapes=...)" in a for a in report.assumptions)
+    copy_line = next(n for n, ln in enumerate(script.read_text().splitlines(), 1) if "sync_copy" in ln)
+    assert any(int(f.event.line) == copy_line for f in report.findings if f.kind == "race")
 
 
 RING_ARGS = ["--arg", "q=float32[256*N,128]@x", "--arg", "k=float32[256*N,128]@x", "--arg", "v=float32[256*N,128]@x"]

@@ -85,7 +85,16 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
     (_jax_lib, "xla_bridge", _xla_bridge, "jax.lib.xla_bridge.get_backend -> jax.extend.backend.get_backend"),
     (_plgpu, "ThreadSemantics", lambda: _plgpu().LoweringSemantics,
      "plgpu.ThreadSemantics -> plgpu.LoweringSemantics"),
+    # newer JAX's constructor (jax 0.10 has the factory only)
+    (_pltpu, "TensorCoreMesh", lambda: _tensorcore_mesh,
+     "pltpu.TensorCoreMesh(axis_name, num_cores) -> pltpu.create_tensorcore_mesh(axis_name, num_cores=...)"),
 ]
+
+
+def _tensorcore_mesh(axis_name: str = "core", num_cores: int | None = None, devices: Any = None) -> Any:
+    """Newer JAX's `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)`: jax 0.10's
+    `create_tensorcore_mesh`, looked up when called (`tpu.answering` answers its `num_cores`)."""
+    return _pltpu().create_tensorcore_mesh(axis_name, devices=devices, num_cores=num_cores)
 
 
 # (module getter, enum attribute, old member, new object getter, text): a member an enum lost
@@ -200,16 +209,24 @@ KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]]
     (_plgpu, "CompilerParams", "thread_semantics",
      lambda fn, log, text: _renamed_keyword(fn, log, text, "thread_semantics", "lowering_semantics"),
      "plgpu.CompilerParams(thread_semantics=...) -> plgpu.CompilerParams(lowering_semantics=...)"),
+    # `pl.kernel`'s keywords before their rename (jax-ml/jax 71c25556e9); one shim per function
+    (_pl, "kernel", "out_shape",
+     lambda fn, log, text: _renamed_keyword(fn, log, text, "out_shape", "out_type", scratch_shapes="scratch_types"),
+     "pl.kernel(out_shape=..., scratch_shapes=...) -> pl.kernel(out_type=..., scratch_types=...)"),
 ]
 
 
-def _renamed_keyword(fn: Callable[..., Any], log: "AliasLog", text: str, old: str, new: str) -> Callable[..., Any]:
-    """`fn` taking its keyword `new` by its old name `old` too (the same meaning, renamed)."""
+def _renamed_keyword(fn: Callable[..., Any], log: "AliasLog", text: str, old: str, new: str,
+                     **more: str) -> Callable[..., Any]:
+    """`fn` taking its keyword `new` by its old name `old` too (the same meaning, renamed), and
+    each of `more` (old=new) likewise."""
+    renamed = {old: new, **more}
 
     def shim(*args: Any, **kwargs: Any) -> Any:
-        if old in kwargs:
-            kwargs[new] = kwargs.pop(old)
-            log.note(text)
+        for was, now in renamed.items():
+            if was in kwargs:
+                kwargs[now] = kwargs.pop(was)
+                log.note(text)
         return fn(*args, **kwargs)
     return shim
 

@@ -406,7 +406,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,
                             fix="drop --param, or name the function with --entry")
-    local = [c for c in script.captures if not kernel_mesh_axes(c.jaxpr)]
+    # (a kernel over one chip's TensorCores is a program of its cores even outside shard_map: N = 1)
+    local = [c for c in script.captures if not kernel_mesh_axes(c.jaxpr) and not _over_cores(c.jaxpr)]
     for c in local:
         script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
                             "not checked")
@@ -574,6 +575,12 @@ def _small_int_values(args: list) -> list | None:
     from .script import small_ints
     values = [small_ints(a) for a in args]
     return values if any(v is not None for v in values) else None
+
+
+def _over_cores(jaxpr: Any) -> bool:
+    """Whether a traced call runs a kernel over the TensorCore mesh (`cores.mesh_of`)."""
+    return any(e.primitive.name in ("mpmd_map", "core_map") and tensorcore_mesh(e) is not None
+               for e in walk_eqns(jaxpr.jaxpr))
 
 
 def kernel_mesh_axes(jaxpr: Any) -> dict[str, int]:
@@ -765,6 +772,13 @@ class _Outer:
                           origin=h.origin, role=h.role, link=h)
         return h
 
+    def one_chip(self) -> None:
+        """A kernel over the TensorCores outside shard_map runs on one chip: a program of that
+        chip's cores (N = 1, no mesh axes)."""
+        if self.mesh_axes is None:
+            self.mesh_axes = {}
+            self.builder = self.builder or Builder(self.file, {})
+
     def shard_map(self, eqn: Any, ins: list) -> list:
         mesh = eqn.params["mesh"]
         axes = dict(mesh.shape)
@@ -908,9 +922,7 @@ def _core_map(w: _Outer, eqn: Any, ins: list) -> list:
     if tensorcore_mesh(eqn) is None:
         raise ScheduleError(core_mesh(eqn) or "pl.core_map over a mesh ringc does not model", file=line.file or w.file,
                             line=int(line) or None, fix="map over a one-axis pltpu.create_tensorcore_mesh")
-    if w.mesh_axes is None:
-        raise ScheduleError("a kernel over the TensorCores outside shard_map", file=line.file or w.file,
-                            line=int(line) or None, fix="ringc checks collectives: run the kernel under jax.shard_map")
+    w.one_chip()
     w.calls.append(Call(eqn, list(ins), list(ins), f"call {len(w.calls) + 1}", frozenset(), cores=True,
                         aliases={j: j for j in range(len(ins))}))
     return []
@@ -934,9 +946,7 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
                             file=line.file or w.file, line=int(line) or None,
                             fix="write the kernel as pl.kernel(body, out_type=..., mesh=pltpu.create_tensorcore_mesh("
                                 "'core')), or one pl.core_map on the run_state's refs")
-    if w.mesh_axes is None:
-        raise ScheduleError("a kernel over the TensorCores outside shard_map", file=line.file or w.file,
-                            line=int(line) or None, fix="ringc checks collectives: run the kernel under jax.shard_map")
+    w.one_chip()
     refs = [body.invars.index(v) for v in kernel.invars]
     outs = [Handle(v.aval, origin="kernel") if k in refs else ins[k] for k, v in enumerate(eqn.outvars)]
     w.calls.append(Call(kernel, [ins[k] for k in refs], [outs[k] for k in refs], f"call {len(w.calls) + 1}",
@@ -947,6 +957,8 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
 
 def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool, cores: bool = False) -> list:
     outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
+    if cores:
+        w.one_chip()
     if w.mesh_axes is None:
         raise ScheduleError(f"{what} outside shard_map", file=user_location(eqn).file,
                             line=int(user_location(eqn)),
@@ -1444,7 +1456,8 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
     if topology is not None and not isinstance(topology, str):
         placement = topology
     else:
-        topo = topology or ("ring" if len(axes) == 1 else "torus:" + "x".join(str(s) for s in sizes.values()))
+        topo = topology or ("ring:1" if not axes else "ring" if len(axes) == 1 else
+                            "torus:" + "x".join(str(s) for s in sizes.values()))  # (no axes: one chip's cores)
         from .. import topology as T
         try:
             parsed = None if ":" not in topo else T.parse(topo)

@@ -218,17 +218,14 @@ class Askers:
 
 
 # Hardware ringc does not model. A module is replaced, while the user's code runs, by a
-# stand-in whose every attribute refuses; a function refuses when called.
+# stand-in whose every attribute refuses.
 _MODULES = {
     "jax.experimental.pallas.mosaic_gpu": ("Mosaic GPU kernels (jax.experimental.pallas.mosaic_gpu) with devices "
                                            "answering as a TPU: check them with --gpu h100"),
     "jax.experimental.pallas.triton": "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet",
     "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
 }
-_FUNCTIONS = (
-    # Newer JAX's name (absent from the jax ringc runs on, so a use was an AttributeError).
-    ("jax.experimental.pallas.tpu", "TensorCoreMesh", "TensorCore meshes (pltpu.TensorCoreMesh) are not supported"),
-)
+
 REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call, or pl.kernel over the TensorCore mesh, under "
                 "shard_map) and multi-GPU Mosaic GPU kernels (plgpu.kernel under shard_map)")
 
@@ -388,19 +385,11 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
             num_cores = gen.cores
         return make_cores(axis_name, devices, num_cores)
 
-    def refusing(what: str) -> Any:
-        def refuse(*args: Any, **kwargs: Any) -> Any:
-            e = Unsupported(what, _caller(1))
-            answers.unsupported.append(e)
-            raise e
-        return refuse
-
     patches: list[tuple[Any, str, Any]] = [
         *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
         (pltpu, "create_tensorcore_mesh", tensorcore_mesh),
-        (jax, "default_backend", backend), (jax.distributed, "initialize", initialize),
-        *((sys.modules[module], attr, refusing(what)) for module, attr, what in _FUNCTIONS)]
+        (jax, "default_backend", backend), (jax.distributed, "initialize", initialize)]
     refused = {k: v for k, v in _MODULES.items() if not (gen.gpu and k == "jax.experimental.pallas.mosaic_gpu")}
     modules = {name: sys.modules.get(name) for name in refused}
     for name, what in refused.items():

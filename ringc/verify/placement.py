@@ -128,7 +128,7 @@ class Placement:
         if tuple(names[k] for k in self.along) != self.axes:
             along += f" (the schedule's {', '.join(self.axes)})"
         count = f", {self.instances} instances" if self.instances > 1 else ""
-        text = f"{self.topo.describe()} along {along}{count}"
+        text = f"{self.topo.describe()}" + (f" along {along}" if along.strip() else "") + count  # (one chip: none)
         if per_instance and self.instances > 1:
             text += f" ({self.n} chips per instance, {self.instances} instances on disjoint links)"
         return text
