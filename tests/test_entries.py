@@ -553,3 +553,46 @@ def test_an_entry_whose_blocks_outgrow_the_default_arrays_says_how_to_size_them(
             "need more, size them: --entry scale --arg x=float32[ROWS,COLS]@x") in e.value.message, e.value.message
     (report,) = check_file(str(path), 2, entry="scale", args=[parse_arg("x=float32[128*N,128]@x")])
     assert "scale(x=float32[128*N,128]@x)" in report.title
+
+
+TWO_AXES = '''
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def kernel(x_ref, o_ref, send_sem, recv_sem):
+    nx = jax.lax.axis_size("x")
+    right = jax.lax.rem(jax.lax.axis_index("x") + 1, nx)
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref.at[pl.ds(0, 8)], send_sem, recv_sem,
+                                        device_id=(right, jax.lax.axis_index("y")),
+                                        device_id_type=pltpu.DeviceIdType.MESH)
+
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        copy.start()
+        copy.wait()
+
+
+def shift(x):
+    nx = jax.lax.axis_size("x")
+    return pl.pallas_call(kernel, grid=(nx // 2,), out_shape=jax.ShapeDtypeStruct((8 * nx, 128), x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x)
+'''
+
+
+def test_a_per_shard_launcher_on_two_axes_keeps_the_ring_on_the_axis_it_was_guessed(tmp_path):
+    """The function reads `y`, then `x`: ringc renamed its guessed ring `x` to `y` on the first
+    failure, then added `x` of size 1 on the second, and the grid (N_x // 2,) was empty: an
+    `ok` that checked nothing. The guess was one of the function's axes: it keeps the N
+    devices, the other axis is size 1. A kernel whose grid is empty is refused by name."""
+    path = tmp_path / "two_axes.py"
+    path.write_text(TWO_AXES)
+    (report,) = check_file(str(path), 4, entry="shift")
+    assert report.ok, report.to_text()
+    assert _said(report, "mesh {'x': 4, 'y': 1}, axis 'x'") and _said(report, "mesh axis 'y' of size 1")
+    assert "(20 events" in report.to_text()   # the copies ran (8 events: none did)
+    path.write_text(TWO_AXES.replace("grid=(nx // 2,)", "grid=(nx // 8,)"))
+    (empty,) = check_file(str(path), 4, entry="shift")
+    assert not empty.ok and "has an empty grid (0,): its kernel never runs" in empty.error.message

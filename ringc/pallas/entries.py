@@ -610,6 +610,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
     enclose = False
     given = {a.name: a for a in args}
     failed = ""
+    guessed = None  # ringc's guessed ring axis, once a failure renamed it
     for _ in range(_RETRIES + 1):
         mesh = jax.make_mesh(tuple(layout.axes.values()), tuple(layout.axes),
                              axis_types=(jax.sharding.AxisType.Auto,) * len(layout.axes),
@@ -645,8 +646,16 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             if unknown is None:
                 break
             if not layout.fixed and unknown not in _DATA_AXES:  # ringc's `x` was a guess: take the function's name
+                guessed = layout.ring
                 layout = _Layout({unknown if k == layout.ring else k: v for k, v in layout.axes.items()}, unknown,
                                  "the name the function uses; set with --axis", True, layout.notes)
+            elif unknown == guessed and layout.axes.get(layout.ring) == n:
+                # the guess was one of the function's axes after all: the ring is it (the first one
+                # its failures named is the other), which takes the N devices; the other is size 1
+                other, layout.ring = layout.ring, unknown
+                layout.axes = {unknown: n, other: 1}
+                layout.why = "the first axis the function uses, of the two it names; set with --axis or --mesh"
+                layout.notes.append(f"mesh axis {other!r} of size 1: the function uses it (set with --mesh)")
             else:
                 layout.axes = {unknown: 1, **layout.axes}
                 layout.notes.append(f"mesh axis {unknown!r} of size 1: the function uses it (set with --mesh)")

@@ -331,6 +331,12 @@ class Builder(Sink):
             if not isinstance(g, int):
                 raise KernelError(f"pallas_call `{call.name}` has a dynamic grid {grid}", file=self.file,
                                   fix="use a static grid")
+        if 0 in grid:  # (an `ok` would say nothing: the kernel's body never runs)
+            where = kernel_location(eqn)
+            raise KernelError(f"pallas_call `{call.name}` has an empty grid {grid}: its kernel never runs, so there is "
+                              "nothing to check", file=where.file, line=int(where) or None,
+                              fix="give the arrays and mesh the kernel is sized for (--arg, --mesh, --devices): its "
+                                  "grid comes from their shapes")
         n_pref, n_in, n_out = gm.num_index_operands, gm.num_inputs, gm.num_outputs
         split = next((k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower()
                       and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)
