@@ -253,3 +253,29 @@ def test_a_block_index_out_of_range_from_scalar_prefetch_is_out_of_bounds():
     assert int(f.event.line) == _line(BLOCKS, "def kernel(")
     assert "block index 4 of `x_ref` dimension 0 selects 32:40, outside [0, 32); the index is 4, read from " \
            f"`ids_ref[2]` at line {_line(BLOCKS, 'in_specs=')}" in f.message
+
+
+def test_a_mesh_coordinate_past_the_axis_is_named_in_bad_target(tmp_path):
+    """`semaphore_signal(bar, device_id=d)` for d up to 7 on a mesh of 4 (a MESH id, x = d):
+    the finding names the coordinate asked, `x=4`, not the internal sentinel (-5)."""
+    from ringc.pallas import check_file
+    path = tmp_path / "too_far.py"
+    path.write_text(
+        "import functools\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        "mesh = jax.make_mesh((jax.device_count(),), ('x',), axis_types=(jax.sharding.AxisType.Auto,))\n\n\n"
+        "def kernel(x_ref, o_ref):\n"
+        "    bar = pltpu.get_barrier_semaphore()\n"
+        "    for d in range(8):\n"
+        "        pltpu.semaphore_signal(bar, device_id=d)\n"
+        "    pltpu.semaphore_wait(bar, jax.lax.axis_size('x'))\n"
+        "    o_ref[...] = x_ref[...]\n\n\n"
+        "@jax.jit\n"
+        "@functools.partial(jax.shard_map, mesh=mesh, in_specs=jax.P('x'), out_specs=jax.P('x'), check_vma=False)\n"
+        "def f(x):\n"
+        "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+        "                          compiler_params=pltpu.CompilerParams(collective_id=0))(x)\n\n\n"
+        "y = f(jnp.zeros((8 * jax.device_count(), 128), jnp.float32))\n")
+    (report,) = check_file(str(path), 4)
+    bad = [f for f in report.findings if f.kind == "bad_target"]
+    assert bad and "targets device x=4, which does not exist for N=4" in bad[0].message, report.to_text()

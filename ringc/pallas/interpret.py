@@ -759,6 +759,16 @@ def _psum(it: Interpreter, eqn: Any, invals: list) -> list:
     return [Vec(v.a * size) if type(v) is Vec else _py(np.asarray(v) * size) for v in invals]
 
 
+class BadTarget(int):
+    """A target device that does not exist (negative, as `bad_target` findings expect), with
+    the mesh coordinates the code asked for (`shown`), which the finding names."""
+
+    def __new__(cls, value: int, shown: str) -> "BadTarget":
+        out = super().__new__(cls, value)
+        out.shown = shown
+        return out
+
+
 def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
     """A DMA's or signal's target as a logical device index (row-major over the mesh; in a
     kernel over the TensorCores, `cores.CoreInterpreter`, over the mesh and the core axis)."""
@@ -792,7 +802,8 @@ def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
                 if ((c < 0) | (c >= it.axis_sizes[a])).any():
                     raise Diverge("a target that does not exist on some device")
             elif not 0 <= c < it.axis_sizes[a]:
-                return -1 - abs(c)  # a device that does not exist: a `bad_target` finding
+                # a device that does not exist: a `bad_target` finding, which names the coordinate asked
+                return BadTarget(-1 - abs(c), ", ".join(f"{b}={coords[b]}" for b in axes))
             out = out * it.axis_sizes[a] + c
         return out
     if isinstance(dev, (tuple, list)):

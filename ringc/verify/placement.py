@@ -574,7 +574,9 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
         what, at = _what(ev), program.where(ev)
         if not 0 <= target < program.n:
             if once("bad", ev):
-                findings.append(M.BAD_TARGET.finding(what=what, at=at, target=target, n=program.n, event=ev))
+                # (a Pallas MESH id out of range carries the coordinates asked: `interpret.BadTarget`)
+                findings.append(M.BAD_TARGET.finding(what=what, at=at, target=getattr(target, "shown", target),
+                                                     n=program.n, event=ev))
             continue
         source = program.place(ev.device)  # a chip's second core sends from its chip
         if target == source:
