@@ -354,3 +354,24 @@ def test_a_kernel_the_script_only_lowers_is_checked_as_if_called(tmp_path):
     path.write_text(text.replace("    copy.wait()\n", ""))
     (report,) = check_file(str(path), 4)
     assert not report.ok and "dma_not_waited" in report.kinds(), report.to_text()
+
+
+def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_answers_as(tmp_path):
+    """As vLLM tpu-inference's MoE test, each test skips itself on a TPU older than v7: the fix
+    names the skip and the generations `--tpu` offers (it suggested --entry first)."""
+    path = tmp_path / "needs_v7_test.py"
+    path.write_text(
+        "import unittest\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
+        "class MoeTest(unittest.TestCase):\n"
+        "    def setUp(self):\n"
+        "        self.skipTest('Expect TPUv7+')\n\n"
+        "    def test_copy(self):\n"
+        "        def kernel(x_ref, o_ref):\n"
+        "            o_ref[...] = x_ref[...]\n"
+        "        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    unittest.main()\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert e.value.fix.startswith("every test that ran skipped itself (Expect TPUv7+): where it asks for a TPU "
+                                  "generation, ringc answers as --tpu's (v5e, v5p, v4, v6e; v5e now)"), e.value.fix

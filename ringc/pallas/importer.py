@@ -50,7 +50,7 @@ from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
-from .tpu import REFUSAL_TAIL, core_mesh, unsupported_in
+from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, unsupported_in
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
@@ -383,6 +383,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         notes = "; ".join(script.notes[:3])
         # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
         cores = re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e")
+        # A test module whose tests all skip themselves (`Expect TPUv7+`): say which generations ringc answers as.
+        said = [re.search(r"skipped itself \(([^)]*)\)", n) for n in script.notes]
+        skipped = "; ".join(dict.fromkeys(m.group(1) for m in said if m))
         # The first statement of the script's own that failed (a top-level import, or a kernel
         # body naming a helper the file does not define, raised inside a function it called):
         # the errors after it mostly follow from it (a name it did not bind), so fix it first.
@@ -394,6 +397,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             + (f" ({notes})" if notes else ""), file=path,
             fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
                  "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
+                (f"every test that ran skipped itself ({skipped}): where it asks for a TPU generation, ringc answers "
+                 f"as --tpu's ({', '.join(GENERATIONS)}; {tpu or 'v5e'} now), so pick the one it needs, or call the "
+                 "kernel's launcher with --entry; else " if skipped else "") +
                 (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
                  "before its kernel ran: fix it there" + (
                      " (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
