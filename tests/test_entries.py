@@ -596,3 +596,42 @@ def test_a_per_shard_launcher_on_two_axes_keeps_the_ring_on_the_axis_it_was_gues
     path.write_text(TWO_AXES.replace("grid=(nx // 2,)", "grid=(nx // 8,)"))
     (empty,) = check_file(str(path), 4, entry="shift")
     assert not empty.ok and "has an empty grid (0,): its kernel never runs" in empty.error.message
+
+
+JITTED_FACTORY = '''
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def make_permute(mesh, late: int = 0):
+    n = mesh.size
+
+    def kernel(x_ref, o_ref, send_sem, recv_sem):
+        right = lax.rem(lax.axis_index("i") + 1, n)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,),
+                                            device_id_type=pl.DeviceIdType.MESH)
+        copy.start()
+        if not late:
+            copy.wait()
+
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)
+    spec = jax.sharding.PartitionSpec("i")
+    return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+'''
+
+
+def test_a_factory_returning_a_jitted_shard_map_is_called_with_an_array(tmp_path):
+    """The returned `jax.jit(jax.shard_map(...))` has the signature `(*args)`: ringc read it as
+    taking no arrays and called it with none (JAX: "Pytree for in_specs and inputs do not
+    match"). It gets one default array (or the --arg ones), and a missing wait is found."""
+    path = tmp_path / "factory.py"
+    path.write_text(JITTED_FACTORY)
+    (ok,) = check_file(str(path), 4)
+    assert ok.ok and "(20 events" in ok.to_text(), ok.to_text()
+    (late,) = check_file(str(path), 4, params={"late": 1})
+    assert not late.ok and "dma_not_waited" in late.kinds(), late.to_text()

@@ -417,10 +417,13 @@ def _required(fn: Callable) -> int | None:
     if inputs is not None:
         return len(inputs)
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return None
-    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+    required = sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+    if not required and any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None  # `(*args)`: a jitted function (`jax.jit(jax.shard_map(...))`) says nothing
+    return required
 
 
 def _chain(closures: list[Callable], values: tuple) -> Any:
@@ -488,12 +491,17 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
         return []
     first = closures[0]
     k = _required(first)
-    k = 1 if k is None else k
-    try:
-        pnames = pallas_call_inputs(first) or [p for p in inspect.signature(first).parameters][:k]
-    except (TypeError, ValueError):
-        pnames = [f"arg{i}" for i in range(k)]
-    args = [given.get(p) or ArgSpec(p, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,)) for p in pnames]
+    if k is None and given and pallas_call_inputs(first) is None:
+        args = list(given.values())  # a closure of unknown arity (`(*args)`): the --arg arrays, in order
+    else:
+        k = 1 if k is None else k
+        try:
+            pnames = pallas_call_inputs(first) or [p for p in inspect.signature(first).parameters][:k]
+        except (TypeError, ValueError):
+            pnames = [f"arg{i}" for i in range(k)]
+        if pnames == ["args"]:  # `(*args)` without --arg: one array, named as the default
+            pnames = ["x"]
+        args = [given.get(p) or ArgSpec(p, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,)) for p in pnames]
     values = [_global_array(a, mesh, n, path) for a in args]
     names_text = ", ".join(_closure_name(c) for c in closures)
     made = ", ".join(a.text() + ("" if a.name in given else " (default; set with --arg)") for a in args)
