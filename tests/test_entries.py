@@ -635,3 +635,20 @@ def test_a_factory_returning_a_jitted_shard_map_is_called_with_an_array(tmp_path
     assert ok.ok and "(20 events" in ok.to_text(), ok.to_text()
     (late,) = check_file(str(path), 4, params={"late": 1})
     assert not late.ok and "dma_not_waited" in late.kinds(), late.to_text()
+
+
+def test_a_missing_package_comes_before_another_entrys_refusal(tmp_path):
+    """Two entry functions: the first takes an int without a default (refused: ringc cannot
+    make one up), the second imports a package that is not installed. Neither runs a kernel;
+    the message is the missing package, the first thing to fix (it was the int parameter)."""
+    path = tmp_path / "two_entries.py"
+    path.write_text(
+        "import jax\n\n\n"
+        "def first(x, chunk_size: int, axis_name: str = 'x'):\n"
+        "    return x\n\n\n"
+        "def second(x, axis_name: str = 'x'):\n"
+        "    import not_a_package_anywhere\n"
+        "    return x\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert "the file imports `not_a_package_anywhere`" in e.value.message, e.value.message

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import ScheduleError
-from .imports import missing_import
+from .imports import MissingImport, missing_import
 from .tpu import unsupported_use
 from .usererrors import describe_exception, user_failure
 
@@ -570,7 +570,8 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
             problems.append(e)
             tried.append(f"{name} was not called ({e.message})")
     if problems and len(script.captures) == before_all:
-        raise problems[0]
+        # a package not installed first: another entry's refusal (a parameter without a default) may follow from it
+        raise next((p for p in problems if isinstance(p, MissingImport)), problems[0])
     if tried:
         script.notes.append("entry functions ringc called: " + "; ".join(tried))
     elif entry is None:

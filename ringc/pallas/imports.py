@@ -290,6 +290,11 @@ def _within(imports: Imports, name: str) -> bool:
                for r in imports.roots)
 
 
+class MissingImport(ScheduleError):
+    """A package the file needs is not installed (`missing_import`): the first thing to fix,
+    before any other refusal of the same run."""
+
+
 def missing_import(e: BaseException, path: str, imports: Imports | None = None,
                    line: int | None = None) -> ScheduleError | None:
     """The one message for a package the file needs that is not installed (None when `e` is
@@ -310,7 +315,7 @@ def missing_import(e: BaseException, path: str, imports: Imports | None = None,
         also += (f"; its package `{package}` also imports " + ", ".join(f"`{t}` ({where})" for t, where in elsewhere)
                  + ", not installed either")
         tops += [t for t, _ in elsewhere]
-    return ScheduleError(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
+    return MissingImport(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
                          fix=f"pip install {' '.join(tops)}, or pass {' '.join(f'--stub {t}' for t in tops)} if the "
                              "kernel does not need " + ("it" if len(tops) == 1 else "them"))
 
