@@ -635,6 +635,10 @@ def test_a_factory_returning_a_jitted_shard_map_is_called_with_an_array(tmp_path
     assert ok.ok and "(20 events" in ok.to_text(), ok.to_text()
     (late,) = check_file(str(path), 4, params={"late": 1})
     assert not late.ok and "dma_not_waited" in late.kinds(), late.to_text()
+    # `--arg x=...@i` names the mesh axis before the function does: ringc takes it (it refused
+    # "the mesh has no axis 'i'" on its own first guess, `x`)
+    (given,) = check_file(str(path), 4, entry="make_permute", args=[parse_arg("x=float32[8*N,128]@i")])
+    assert given.ok and _said(given, "axis 'i' (the axis the --arg arrays are sharded along)"), given.to_text()
 
 
 def test_a_missing_package_comes_before_another_entrys_refusal(tmp_path):

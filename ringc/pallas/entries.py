@@ -172,15 +172,18 @@ class _Layout:
 
 
 def _layout(n: int, params: dict[str, inspect.Parameter], axis: str | None,
-            mesh: tuple[tuple[str, str], ...] | None, path: str) -> _Layout:
+            mesh: tuple[tuple[str, str], ...] | None, path: str, args: list[ArgSpec] = ()) -> _Layout:
     from ..ir import expr as E
     named = axis_parameters(params)
     defaults = [p.default[0] if isinstance(p.default, (tuple, list)) and p.default else p.default for p in named]
     defaults = [d if isinstance(d, str) else None for d in defaults]
+    sharded = list(dict.fromkeys(a for spec in args for a in spec.spec if a))  # the --arg arrays' axes
     if axis is not None:
         ring, why, fixed = axis, "--axis", True
     elif defaults and defaults[0]:
         ring, why, fixed = defaults[0], f"the default of {named[0].name}", True
+    elif len(sharded) == 1 and mesh is None:
+        ring, why, fixed = sharded[0], "the axis the --arg arrays are sharded along", True
     else:
         ring, why, fixed = "x", "ringc's; set with --axis", False
     if mesh is not None:
@@ -614,7 +617,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         line = inspect.getsourcelines(target)[1]
     except (OSError, TypeError):
         line = 0
-    layout = _layout(n, params, axis, mesh_axes, script.path)
+    layout = _layout(n, params, axis, mesh_axes, script.path, args)
     per_shard = "mesh" not in params
     enclose = False
     given = {a.name: a for a in args}
