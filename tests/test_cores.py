@@ -214,6 +214,22 @@ def test_cores_swapping_through_vmem_behind_the_barrier_semaphore():
     assert not bad.ok and "race" in bad.kinds(), bad.to_text()
 
 
+def test_an_offset_the_caller_passes_is_followed_into_each_cores_smem(tmp_path):
+    """An int32 input copied into SMEM inside a kernel over the cores (`sync_copy`), then a
+    slice start, as JAX's core_map guide prefetches an index: ringc follows its value on both
+    cores (the guide's kernel was refused as data it did not follow), and an offset past the
+    rows is an out_of_bounds finding naming the value read."""
+    from ringc.pallas import check_file
+    path = HERE.parent / "pallas_import" / "cores" / "indexed_copy.py"
+    (ok,) = check_file(str(path), 2)
+    assert ok.ok and ok.program.cores == 2, ok.to_text()
+    far = tmp_path / "far.py"
+    far.write_text(path.read_text().replace("OFFSET = 4", "OFFSET = 12"))
+    (bad,) = check_file(str(far), 2)
+    assert not bad.ok and "out_of_bounds" in bad.kinds(), bad.to_text()
+    assert any("the index is 12" in f.message for f in bad.findings)
+
+
 def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     """`pltpu.create_tensorcore_mesh("core")` asks a device for `num_cores`: ringc answers as
     the TPU of `--tpu` (v5p: 2 TensorCores, the default v5e: 1), not refusing JAX's question."""

@@ -63,11 +63,12 @@ class CoreInterpreter(Interpreter):
         chip, core = divmod(t, self.cores)
         return core * self.chips + chip
 
+    def owner(self, ref: Ref, device: int) -> int:
+        # the chip's memory, whichever core reaches it; scratch is the core's own
+        return device % self.chips if ref.buffer.space == "hbm" and device >= 0 else device
+
     def region(self, ref: Ref, device: int | None = None) -> Any:
-        owner = ref.device if device is None else device
-        if ref.buffer.space == "hbm" and owner >= 0:  # the chip's memory, whichever core reaches it
-            return ref.region(owner % self.chips)
-        return ref.region(device)
+        return ref.region(self.owner(ref, ref.device if device is None else device))
 
     def emit(self, action: Any, target: int | None = None) -> None:
         # a remote action's target chip (the links it crosses); its regions name the process

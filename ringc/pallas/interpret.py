@@ -230,6 +230,11 @@ class Interpreter:
             self.lanes.place(ref)
         return ref.region(device)
 
+    def owner(self, ref: Ref, device: int) -> int:
+        """Whose copy of `ref`'s buffer a process at `device` reaches: its own (a device's
+        memory is its own; `cores.CoreInterpreter`: HBM is the chip's)."""
+        return device
+
     def target(self, t: Any) -> int:
         """A remote target (device 0's when every device is evaluated at once, after
         `Lanes.target` proves device d targets d + t)."""
@@ -1392,7 +1397,7 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
     unknown on its device, so later reads are runtime data (`Unknown`), never the values it
     held before the DMA. `target` None: the sender's own copy of a remote DMA's destination,
     which another device's send fills (unknown unless the devices are evaluated together)."""
-    buf, d = dst.buffer, (it.device if target is None else target)
+    buf, d = dst.buffer, it.owner(dst, it.device if target is None else target)
     follows = buf.follows_values
     if not buf.store and not follows:  # most DMAs: into memory whose values are data
         return
@@ -1404,7 +1409,7 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
     cosim = getattr(it.sink, "corun", None) is not None
     if target is None and cosim:
         return  # the sender's own copy of a remote DMA's destination: the receivers' copies change
-    vals = _known_values(it.device, src) if target is not None else None
+    vals = _known_values(it.owner(src, it.device), src) if target is not None else None
     if vals is not None and target != it.device and not cosim:
         it.sink.cross_values = True  # a remote copy of known values: evaluate the devices together
         vals = None

@@ -232,6 +232,8 @@ class Builder(Sink):
                                            "input" if h.origin == "input" else "computed", int(line),
                                            shape=tuple(aval.shape))
                 h.buffer.space = space
+            if space == "hbm":  # (a TPU kernel's; Mosaic GPU kernels follow no values)
+                self.known_input(h.buffer, call.operands[k].values)
             bufs.append(h.buffer)
         aliases = call.aliases if call.aliases is not None else dict(call.eqn.params.get("input_output_aliases") or ())
         for j, h in enumerate(call.outputs):
@@ -254,6 +256,21 @@ class Builder(Sink):
         outputs = [buf.name for buf in bufs[len(call.operands):]]
         enter, exit_ = self.handover.call([buf.name for buf in touched], outputs, inputs, later)
         return bufs, enter, exit_
+
+    def known_input(self, buf: Buffer, local: list | None) -> None:
+        """A kernel input whose values the caller passed and ringc knows (`local`, one per device):
+        in SMEM the kernel reads them (a routing table); integers in vector memory or HBM are
+        followed, so a DMA into SMEM carries them (expert ids, an offset: `interpret._dma_values`)."""
+        if local is None or len(local) != self.n:
+            return
+        if buf.space == "smem" and not buf.store:
+            for d in range(self.n):
+                buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
+        elif buf.follows_values and not buf.shadow:
+            for d in range(self.n):
+                vals = np.asarray(local[d])
+                if vals.size == math.prod(buf.shape):
+                    buf.shadow[d] = Shadow(vals.reshape(buf.shape).astype(buf.dtype), np.ones(buf.shape, bool))
 
     def scratch(self, key: tuple, name: str, aval: Any, line: int) -> "Buffer | SemRef":
         """A kernel's scratch argument (`scratch_shapes`, `scratch_types`): a semaphore or a
@@ -389,18 +406,7 @@ class Builder(Sink):
                 refs_of.append(buf)
                 continue
             buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
-            local = in_handles[k].values  # per device, as the shard_map hands them to the kernel
-            if buf.space == "smem" and local is not None and len(local) == self.n and not buf.store:
-                # An SMEM input whose values are known (a routing table the caller passed): the kernel reads them.
-                for d in range(self.n):
-                    buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
-            elif buf.follows_values and local is not None and len(local) == self.n and not buf.shadow:
-                # Integers in vector memory whose values are known (expert ids the caller passed):
-                # a DMA into SMEM carries them (`interpret._dma_values`).
-                for d in range(self.n):
-                    vals = np.asarray(local[d])
-                    if vals.size == math.prod(buf.shape):
-                        buf.shadow[d] = Shadow(vals.reshape(buf.shape).astype(buf.dtype), np.ones(buf.shape, bool))
+            self.known_input(buf, in_handles[k].values)  # per device, as the shard_map hands them to the kernel
             refs_of.append(buf)
         dropped: list[str] = []
         for j, h in enumerate(call.outputs):
