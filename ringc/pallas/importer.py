@@ -1294,7 +1294,8 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     gpu_calls = [c for c in outer.calls if c.gpu]
     core_calls = sum(c.cores for c in outer.calls)
     plain = len(outer.calls) - core_calls
-    report.assumptions.insert(0, f"N = {program.device_count} ({', '.join(f'{a}={s}' for a, s in sizes.items())}), "
+    mesh = ", ".join(f"{a}={s}" for a, s in sizes.items()) or "one chip, no shard_map"
+    report.assumptions.insert(0, f"N = {program.device_count} ({mesh}), "
                                  + (f"{len(gpu_calls)} Mosaic GPU kernel call(s)" if gpu_calls else
                                     ", ".join([f"{plain} pallas_call(s)"] * bool(plain) + [
                                         f"{core_calls} kernel call(s) over the TensorCore mesh"] * bool(core_calls)))
