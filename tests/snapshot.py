@@ -40,8 +40,10 @@ def report_text(report) -> str:
 
 def normalized(text: str) -> str:
     """A report's text without what changes from run to run (seconds, the event count of a
-    quotient check, which depends on the path taken) and with paths relative to the repo."""
+    quotient check, which depends on the path taken; a script's own run time, said when over
+    a second) and with paths relative to the repo."""
     text = re.sub(r"\(\d+ events, [0-9.]+s\)", "(…)", text)
+    text = re.sub(r"\n  assumes: the script's own code ran for [0-9.]+ s[^\n]*", "", text)
     return text.replace(str(REPO) + "/", "")
 
 
