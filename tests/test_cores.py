@@ -185,6 +185,15 @@ def test_a_hand_written_kernel_over_both_cores_is_checked():
     assert any("device 0 core 1" in f.message for f in bad.findings)
 
 
+def test_a_second_call_of_a_kernel_over_the_cores_meets_mosaics_entry_barrier_quietly():
+    """Called twice, the second call starts with Mosaic's device barrier, as a pallas_call's
+    does (`Builder.call_entry`, shared): clean, and no route warning for Mosaic's own signals
+    (the cores' copy of the barrier named each target: `not_neighbour` on ring:4)."""
+    from ringc.pallas import check_file
+    (report,) = check_file(str(HERE.parent / "pallas_import" / "cores" / "halves_per_core.py"), 4, invocations=2)
+    assert report.ok and not report.findings, report.to_text()
+
+
 def test_a_core_map_inside_run_state_is_checked(tmp_path):
     """`pl.core_map` over the TensorCore mesh inside `pl.run_state`: the refs are the state
     arrays, read and written in place on each core; both cores copying the same rows race."""

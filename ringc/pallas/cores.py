@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..verify.calls import entry_sync
-from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Signal, SemWait
+from ..verify.events import BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
@@ -101,13 +101,12 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     bufs, enter_names, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
     # `scratch_types`: the kernel's further arguments, each core's own
     names = arg_names(kernel)
-    scratch = [] if call.aliases is not None else [
+    over_refs = eqn.primitive.name == "core_map"  # the run_state's or new_ref's refs, closed over: no scratch args
+    scratch = [] if over_refs else [
         b.scratch((id(eqn), "scratch", k), names[k] if k < len(names) else f"scratch{k}", kernel.invars[k].aval,
                   int(line)) for k in range(len(bufs), len(kernel.invars))]
     launch, join = f"{CORE_LAUNCH}{b.invocation}", f"{CORE_JOIN}{b.invocation}"
-    entry_sem = f"{DEVICE_BARRIER}{b.invocation}"
     b.sem_kinds[launch] = b.sem_kinds[join] = "launch"
-    b.sem_kinds[entry_sem] = "barrier"
     b._current_call = call_index
     point = ()
     for d in range(b.n):
@@ -115,15 +114,8 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
             it = CoreInterpreter(b, d, c, axis, cores)
             p = it.device
             it.barrier = barrier
-            if c == 0:  # the chip's call: its entry, then its other cores start
-                if sync.enter:
-                    for name in enter_names:
-                        b.emit(p, point, line, Compute("enter", Ref.whole(b.buffers[name], d).region()), None)
-                elif sync.device_barrier:  # to every other device, in the order of their offsets from d
-                    for k in range(1, b.n):
-                        t = b.torus.adder(k)[d]
-                        b.emit(p, point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), t)
-                    b.emit(p, point, line, SemWait((p, entry_sem, ()), b.n - 1, "Pallas' entry barrier"), None)
+            if c == 0:  # the chip's call (core 0 is process d): its entry, then its other cores start
+                b.call_entry(d, point, line, sync, [b.buffers[name] for name in enter_names])
                 if cores > 1:
                     b.emit(p, point, line, Signal((d, launch, ()), cores - 1, "launch"), None)
             else:
@@ -135,7 +127,7 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
             args = [Ref.whole(buf, d) for buf in bufs] + [Ref.whole(r, p) if isinstance(r, Buffer) else r
                                                           for r in scratch]
             it.point = point
-            if call.aliases is not None:  # `core_map`: the run_state's refs, closed over (its outputs are them)
+            if over_refs:  # `core_map`: its outputs are those refs
                 it.run(kernel, args[:len(call.operands)], [])
             else:
                 it.run(kernel, [], args)

@@ -931,9 +931,7 @@ def _core_map(w: _Outer, eqn: Any, ins: list) -> list:
     if tensorcore_mesh(eqn) is None:
         raise ScheduleError(core_mesh(eqn) or "pl.core_map over a mesh ringc does not model", file=line.file or w.file,
                             line=int(line) or None, fix="map over a one-axis pltpu.create_tensorcore_mesh")
-    w.one_chip()
-    w.calls.append(Call(eqn, list(ins), list(ins), f"call {len(w.calls) + 1}", frozenset(), cores=True,
-                        aliases={j: j for j in range(len(ins))}))
+    _record_in_place(w, eqn, list(ins), list(ins), frozenset())
     return []
 
 
@@ -955,13 +953,19 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
                             file=line.file or w.file, line=int(line) or None,
                             fix="write the kernel as pl.kernel(body, out_type=..., mesh=pltpu.create_tensorcore_mesh("
                                 "'core')), or one pl.core_map on the run_state's refs")
-    w.one_chip()
     refs = [body.invars.index(v) for v in kernel.invars]
     outs = [Handle(v.aval, origin="kernel") if k in refs else ins[k] for k, v in enumerate(eqn.outvars)]
-    w.calls.append(Call(kernel, [ins[k] for k in refs], [outs[k] for k in refs], f"call {len(w.calls) + 1}",
-                        frozenset(j for j, k in enumerate(refs) if eqn.outvars[k] not in w.read_later), cores=True,
-                        aliases={j: j for j in range(len(refs))}))
+    _record_in_place(w, kernel, [ins[k] for k in refs], [outs[k] for k in refs],
+                     frozenset(j for j, k in enumerate(refs) if eqn.outvars[k] not in w.read_later))
     return outs
+
+
+def _record_in_place(w: _Outer, kernel: Any, ins: list, outs: list, dropped: frozenset) -> None:
+    """A `core_map` over the TensorCores on refs: one kernel call whose output j is operand
+    j's buffer, written in place (`Call.aliases`)."""
+    w.one_chip()
+    w.calls.append(Call(kernel, ins, outs, f"call {len(w.calls) + 1}", dropped, cores=True,
+                        aliases={j: j for j in range(len(ins))}))
 
 
 def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool, cores: bool = False) -> list:

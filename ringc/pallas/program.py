@@ -222,7 +222,7 @@ class Builder(Sink):
         (`calls.Handover`: the caller's operands are never entered, and arrays a later call
         takes unchanged stay with the kernels, as for a pallas_call)."""
         names = arg_names(kernel)
-        refs = kernel.constvars if call.aliases is not None else kernel.invars  # a core_map closes over its refs
+        refs = kernel.constvars if call.eqn.primitive.name == "core_map" else kernel.invars  # it closes over its refs
         bufs: list[Buffer] = []
         for k, h in enumerate(call.operands):
             h = h.root()
@@ -463,8 +463,7 @@ class Builder(Sink):
                 written.append(got)
         barrier = SemRef(BARRIER if not collective_id else f"{BARRIER}@{collective_id}", "barrier", ())
         self.sem_kinds[barrier.name] = "barrier"
-        entry_sem = f"{DEVICE_BARRIER}{self.invocation}"
-        self.sem_kinds[entry_sem] = "barrier"
+        self.sem_kinds[f"{DEVICE_BARRIER}{self.invocation}"] = "barrier"   # Mosaic's entry barrier (`call_entry`)
         all_bufs = _unique([b for b in refs_of if isinstance(b, Buffer)] + [w for _, w, _, _ in windows] +
                            [s for s in scratch if isinstance(s, Buffer)])
         # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
@@ -493,16 +492,9 @@ class Builder(Sink):
             it.grid = grid
             it.point = tuple(0 for _ in grid)
             it.barrier = barrier if collective_id is not None else None
-            if sync.enter:
-                if sync.interloper:
-                    self.interloper(d, call_index, barrier, line, it.point)
-                for b in enter_bufs:
-                    self.emit(d, it.point, line, Compute("enter", Ref.whole(b, d).region()), None)
-            elif sync.device_barrier:  # to every other device, in the order of their offsets from d
-                for k in range(1, self.n):
-                    t = self.torus.adder(k)[d]
-                    self.emit(d, it.point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
-                self.emit(d, it.point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
+            if sync.enter and sync.interloper:
+                self.interloper(d, call_index, barrier, line, it.point)
+            self.call_entry(d, it.point, line, sync, enter_bufs)
             if not cosim:
                 for e in (range(self.n) if self.lanes is not None else (d,)):
                     self.fresh_scratch(scratch, e)
@@ -544,6 +536,21 @@ class Builder(Sink):
                 device(d)
         self._current_call = None
         self.call_names.append(call.name)
+
+    def call_entry(self, d: int, point: tuple, line: Any, sync: Any, enter: list[Buffer]) -> None:
+        """A kernel call's entry on device d (`calls.entry_sync`): with a collective_id, the
+        arrays it writes entered; without one, from the run's second call on, Mosaic's device
+        barrier with every other device, in the order of their offsets from d."""
+        if sync.enter:
+            for buf in enter:
+                self.emit(d, point, line, Compute("enter", Ref.whole(buf, d).region()), None)
+        elif sync.device_barrier:
+            entry_sem = f"{DEVICE_BARRIER}{self.invocation}"
+            self.sem_kinds[entry_sem] = "barrier"
+            for k in range(1, self.n):
+                t = self.torus.adder(k)[d]
+                self.emit(d, point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
+            self.emit(d, point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
 
     def fresh_scratch(self, scratch: list, d: int) -> None:
         """A call's scratch on device d as the kernel finds it: SMEM zeros (the values ringc
