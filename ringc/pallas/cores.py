@@ -63,6 +63,12 @@ class CoreInterpreter(Interpreter):
         chip, core = divmod(t, self.cores)
         return core * self.chips + chip
 
+    def check_device_id(self, dev: Any, kind: str) -> None:
+        if kind != "MESH" or not isinstance(dev, dict):
+            raise self.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores "
+                            "(which core receives it is not stated)", "name the target's coordinates and core: "
+                            f"device_id={{axis: target, {self.core_axis!r}: core}} with DeviceIdType.MESH")
+
     def owner(self, ref: Ref, device: int) -> int:
         # the chip's memory, whichever core reaches it; scratch is the core's own
         return device % self.chips if ref.buffer.space == "hbm" and device >= 0 else device

@@ -230,6 +230,10 @@ class Interpreter:
             self.lanes.place(ref)
         return ref.region(device)
 
+    def check_device_id(self, dev: Any, kind: str) -> None:
+        """Refuse a remote `device_id` of type `kind` this kernel cannot name a target with
+        (every one a device's kernel can: `cores.CoreInterpreter` needs a dict)."""
+
     def owner(self, ref: Ref, device: int) -> int:
         """Whose copy of `ref`'s buffer a process at `device` reaches: its own (a device's
         memory is its own; `cores.CoreInterpreter`: HBM is the chip's)."""
@@ -776,14 +780,11 @@ class BadTarget(int):
 
 def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
     """A DMA's or signal's target as a logical device index (row-major over the mesh; in a
-    kernel over the TensorCores, `cores.CoreInterpreter`, over the mesh and the core axis)."""
+    kernel over the TensorCores, `cores.CoreInterpreter`, over the mesh and the core axis,
+    which `Interpreter.check_device_id` has the id name)."""
     kind = getattr(id_type, "name", str(id_type))
     axes = list(it.axis_sizes)
-    core_axis = getattr(it, "core_axis", None)
-    if core_axis is not None and (kind != "MESH" or not isinstance(dev, dict)):
-        raise it.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores (which "
-                      "core receives it is not stated)", f"name the target's coordinates and core: device_id="
-                      f"{{axis: target, {core_axis!r}: core}} with DeviceIdType.MESH")
+    it.check_device_id(dev, kind)
     if kind == "MESH":
         if isinstance(dev, dict):
             coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}
