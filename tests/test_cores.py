@@ -323,3 +323,75 @@ def test_the_quotient_joins_chip_0s_cores_where_they_share_no_hbm_element(topolo
     same = variant("c0: core * half", "c0: 0", "same_half")
     assert not separated(rotation_unroll(same, placement.sizes))
     assert "race" in check(same, topology=topology).kinds()
+
+
+# -- `pipeline` on each core -----------------------------------------------------------------
+
+PIPELINED = (HERE / "reduce_scatter_two_cores.yaml").read_text()
+BROKEN_PIPELINED = [
+    # both cores reduce the top rows: they land, add and write the same HBM rows
+    ("same_rows", ("r0: core * half ", "r0: 0 "), {"race", "wrong_result"}),
+    # the add takes the block of the chip the partial sum came from, not the one it is for
+    ("wrong_block", ("own: (me - dir * (step + 2)) % N", "own: (me - dir * (step + 1)) % N"), {"wrong_result"}),
+    # core 1 adds an arrival before waiting for it
+    ("core1_adds_unwaited", ("    do: [{start: fwd}, {wait: fwd}]\n",
+                             "    do: [{start: fwd}]\n  - when: step > 0 and core == 0\n    do: [{wait: fwd}]\n"),
+     {"race"}),
+]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_two_cores_adding_in_pipelines_are_proved_and_the_explorer_agrees(n):
+    """A nested `pipeline` on each core: its VMEM windows and their DMA semaphores are the
+    core's own (`on_core`), so the two cores' adds of the same step do not share a window."""
+    sched = ringc.load_text(PIPELINED, "reduce_scatter_two_cores.yaml")
+    report = check(sched, n)
+    assert report.ok, report.to_text()
+    if n <= 3:
+        res = explore(unroll(sched, n), max_states=400_000)
+        assert res.complete and not (res.race or res.hang or res.nonzero_exit), res.summary()
+
+
+@pytest.mark.parametrize("name, edit, kinds", BROKEN_PIPELINED, ids=[b[0] for b in BROKEN_PIPELINED])
+def test_broken_two_core_pipelines_are_rejected(name, edit, kinds):
+    assert edit[0] in PIPELINED, edit[0]
+    sched = ringc.load_text(PIPELINED.replace(*edit, 1), f"reduce_scatter_two_cores[{name}]")
+    report = check(sched, 3)
+    assert not report.ok and kinds <= report.kinds(), (sorted(report.kinds()), report.to_text())
+    res = explore(unroll(sched, 2), max_states=400_000)
+    assert res.race == ("race" in check(sched, 2).kinds()), res.summary()
+
+
+def test_the_emitted_two_core_pipelines_are_checked_as_written(tmp_path):
+    """`emit_pipeline` inside the kernel over the TensorCore mesh: the importer runs each
+    core's pipeline with its own windows too."""
+    from ringc.pallas import check_file
+    out = tmp_path / "rs_two_cores.py"
+    assert main(["emit", str(HERE / "reduce_scatter_two_cores.yaml"), "-o", str(out)]) == 0
+    assert "emit_pipeline" in out.read_text()
+    (report,) = check_file(str(out), 3)
+    assert report.ok and report.program.cores == 2, report.to_text()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")
+def test_libtpu_compiles_the_two_core_pipelines_for_v5p(capsys):
+    assert main(["compile", str(HERE / "reduce_scatter_two_cores.yaml"), "--target", "v5p:2x2x1"]) == 0
+    assert "v5p:2x2x1 (4 x TPU v5, N=4): ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("topology", ["ring:4", "ring:8"])
+def test_the_quotient_joins_the_cores_pipeline_windows_as_each_cores_own(topology):
+    """`cores.composed` renames core 1's pipeline windows with its VMEM (`NAME@core1`): the
+    joined program is clean as every process is; with both cores on the same rows it is not
+    taken (the full analysis finds the race)."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    from ringc.verify.cores import composed
+    from ringc.verify.rotation import rotation_unroll
+    good = ringc.load_text(PIPELINED, "reduce_scatter_two_cores.yaml")
+    placement = resolve_topology(good, None, topology)
+    report = quotient_report(good, placement, 1)
+    assert report is not None and report.ok, report.to_text()
+    joined = composed(rotation_unroll(good, placement.sizes))
+    assert joined is not None and any("@" in b and b.endswith("@core1") for b in joined.representatives.shapes)
+    bad = ringc.load_text(PIPELINED.replace(*BROKEN_PIPELINED[0][1], 1), "same_rows.yaml")
+    assert composed(rotation_unroll(bad, resolve_topology(bad, None, topology).sizes)) is None

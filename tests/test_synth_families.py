@@ -1549,12 +1549,16 @@ def _paced_unwaited(text: str) -> str:
     return text[:i] + text[text.index("\n", i + 1):]
 
 
+@pytest.mark.parametrize("builder", PACED_BUILDERS)
 @pytest.mark.parametrize("shape, topology", [((4, 4, 8), "v5p:4x4x8"), ((2, 4, 8), "torus:2x4x8"), ((3, 5), "torus:3x5")])
-def test_the_paced_all_gather_on_both_cores_checks(shape, topology):
-    """Core 0 runs the right parts and core 1 the left, each over its half of the rows."""
+def test_the_paced_schedules_on_both_cores_check(builder, shape, topology):
+    """Core 0 runs the right parts and core 1 the left, each over its half of the rows; the
+    reductions add on both cores at once, each core's partial sums in its own HBM slot."""
     from ringc.synth.families import paced_parts
-    text = paced_parts.all_gather(shape, cores=True)
+    text = getattr(paced_parts, builder)(shape, cores=True)
     assert "cores: 2" in text and "core * (rows // 2)" in text
+    if builder != "all_gather":
+        assert "- pipeline:" in text and "acc_p0: {kind: hbm_scratch, slots: [2, " in text.replace("acc_r0", "acc_p0")
     report = check(load_text(text, "paced"), topology=topology)
     assert report.ok, [f.message for f in report.findings]
 
@@ -1575,12 +1579,35 @@ def test_a_broken_paced_all_gather_on_both_cores_is_refused(breaking, kinds):
     assert not report.ok and kinds <= set(_errors(report)), _errors(report)
 
 
-def test_the_paced_all_gather_on_both_cores_is_offered_on_v5p_only():
+@pytest.mark.parametrize("kind", ["all_gather", "psum_scatter", "psum"])
+def test_the_paced_schedules_on_both_cores_are_offered_on_v5p_only(kind):
     from ringc.synth.families import paced_parts
-    assert [c.name for c in paced_parts.generate("all_gather", T.parse("v5p:4x4x8"))] == [
-        "all_gather_3d_paced", "all_gather_3d_paced_2c"]
-    assert [c.name for c in paced_parts.generate("all_gather", T.parse("torus:4x4x8"))] == ["all_gather_3d_paced"]
-    assert [c.name for c in paced_parts.generate("psum", T.parse("v5p:4x4x8"))] == ["psum_3d_paced"]
+    assert [c.name for c in paced_parts.generate(kind, T.parse("v5p:4x4x8"))] == [
+        f"{kind}_3d_paced", f"{kind}_3d_paced_2c"]
+    assert [c.name for c in paced_parts.generate(kind, T.parse("torus:4x4x8"))] == [f"{kind}_3d_paced"]
+
+
+def test_the_paced_all_reduce_on_both_cores_keeps_its_rows_divisible():
+    """Its reduce-scatter's units move between orders but keep their total, so the rows both
+    collectives divide into stay 8 x 72 (free weights, 8 x 82 and 72: 5,904 rows, no size
+    near 256 MiB on v5p:4x4x8)."""
+    from ringc.synth.families import paced_parts
+    cand = [c for c in paced_parts.generate("psum", T.parse("v5p:4x4x8")) if c.name.endswith("_2c")][0]
+    reduce, gather = cand.params["units"].split(" + ")
+    assert sum(map(int, reduce.split("/"))) == 6 * paced_parts.START_WEIGHT
+    assert "params: {rows: 576, cols: 128}" in cand.text
+    sched = load_text(cand.text, "paced")
+    assert estimate(sched, hardware("v5p:4x4x8", sched), nbytes=256 * MiB).seconds > 0
+
+
+def test_a_paced_reduce_scatter_whose_cores_share_a_scratch_slot_is_refused():
+    """Both cores' parts p0 landing and adding in core 0's slot of `acc_p0`: they race."""
+    from ringc.synth.families import paced_parts
+    text = paced_parts.reduce_scatter((2, 4, 8), cores=True)
+    bad = text.replace("acc_p0[core, ", "acc_p0[0, ")
+    assert bad != text
+    report = check(load_text(bad, "broken"), topology="torus:2x4x8")
+    assert not report.ok and "race" in set(_errors(report)), _errors(report)
 
 
 @pytest.mark.parametrize("builder", PACED_BUILDERS)
@@ -1614,9 +1641,10 @@ def _first_add_after_its_start(text: str) -> str:
     ("reduce_scatter", _first_pipeline_dropped, {"wrong_result"}),
     ("reduce_scatter", _first_add_after_its_start, {"race"}),
 ])
-def test_a_broken_paced_schedule_is_refused(builder, breaking, kinds):
+@pytest.mark.parametrize("cores", [False, True], ids=["one_core", "two_cores"])
+def test_a_broken_paced_schedule_is_refused(builder, breaking, kinds, cores):
     from ringc.synth.families import paced_parts
-    text = getattr(paced_parts, builder)((2, 4, 8))
+    text = getattr(paced_parts, builder)((2, 4, 8), cores=cores)
     bad = breaking(text)
     assert bad != text
     report = check(load_text(bad, "broken"), topology="torus:2x4x8")

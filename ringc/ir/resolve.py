@@ -387,7 +387,6 @@ class _Resolver:
                       fix="`cores: 2` runs the whole body on each core with its own VMEM and semaphores; "
                           "`megacore` splits a parallel grid axis and issues DMAs from core 0 only")
         for what, used in (("a split-phase program (`kernels`)", bool(s.kernels)),
-                           ("a nested `pipeline`", any(isinstance(op, S.Pipeline) for op in walk_ops(s.all_ops))),
                            ("runtime `data`", bool(s.data))):
             if used:
                 self.fail(line, f"`cores: {s.cores}` cannot be used with {what} yet",

@@ -1270,6 +1270,8 @@ class Unroller:
                 self.exit(events, inv)
         if core:
             per_core = {name for name, b in s.buffers.items() if b.memory != "hbm"}
+            per_core |= {window_id(op, name) for op in walk_ops(s.all_ops) if isinstance(op, S.Pipeline)
+                         for name in op.specs}   # a pipeline's VMEM windows are the core's
             for ev in events:
                 ev.device = core * self.n + d
                 ev.action = on_core(ev.action, core * self.n, per_core)

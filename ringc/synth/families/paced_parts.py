@@ -67,17 +67,18 @@ def _steps(shape: dict[str, int], order: str, direction: str, weight: float,
 
 
 def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: float, reduce: bool = False,
-          add: float = 0.0) -> tuple[list[tuple[float, int, int]], float]:
+          add: float = 0.0, cores: bool = False) -> tuple[list[tuple[float, int, int]], float]:
     """(start time, part, step) of every step, and the end, when `parts` (order, direction,
     units) share their link classes equally and a part's next step starts `overhead` after
     its last one landed (after its add, `add` per unit landed, where a reduce-scatter adds
-    what came: the adds take the core one at a time, in the order their steps landed).
+    what came: the adds take the core one at a time, in the order their steps landed; with
+    `cores`, each direction's its own core).
     Times in units of one unit's transfer at a link's bandwidth."""
     steps = [_steps(shape, o, d, w, reduce) for o, d, w in parts]
     nxt = [0] * len(parts)          # the part's next step
     left = [None] * len(parts)      # units of its step in flight
     ready = [0.0] * len(parts)
-    t, starts, core = 0.0, [], 0.0
+    t, starts, core = 0.0, [], {}
     while True:
         for n in range(len(parts)):
             if left[n] is None and nxt[n] < len(steps[n]) and ready[n] <= t + 1e-12:
@@ -97,8 +98,9 @@ def fluid(shape: dict[str, int], parts: list[tuple[str, str, float]], overhead: 
         for n in flying:
             left[n] -= rate[n] * dt
             if left[n] <= 1e-9:   # landed: its add waits for the core (one at a time, as landed)
-                core = max(core, t) + add * steps[n][nxt[n]][1]
-                left[n], nxt[n], ready[n] = None, nxt[n] + 1, core + overhead
+                c = parts[n][1] if cores else 0
+                core[c] = max(core.get(c, 0.0), t) + add * steps[n][nxt[n]][1]
+                left[n], nxt[n], ready[n] = None, nxt[n] + 1, core[c] + overhead
 
 
 def orders_of(k: int) -> list[str]:
@@ -118,20 +120,27 @@ def _in_units(orders: list[str], m: list[int]) -> list[tuple[str, str, float]]:
 
 
 def weights(shape: dict[str, int], orders: list[str], overhead: float, reduce: bool = False,
-            add: float = 0.0) -> list[int]:
+            add: float = 0.0, cores: bool = False, keep_total: bool = False) -> list[int]:
     """Each order's units (`m_o`): coordinate descent on the fluid model's end, from
-    START_WEIGHT each."""
+    START_WEIGHT each; with `keep_total`, by moving a unit from one order to another (so
+    that the rows a shape divides into stay START_WEIGHT x k!'s: an all-reduce's two
+    collectives each cut the rows in their own units)."""
     def end(m: list[int]) -> float:
-        return fluid(shape, _in_units(orders, m), overhead, reduce, add)[1]
+        return fluid(shape, _in_units(orders, m), overhead, reduce, add, cores)[1]
     m = [START_WEIGHT] * len(orders)
     best = end(m)
     better = True
+    n = len(orders)
+    moves = ([(i, 1, j) for i in range(n) for j in range(n) if i != j] if keep_total else
+             [(i, step, None) for i, step in itertools.product(range(n), (1, -1))])
     while better:
         better = False
-        for i, step in itertools.product(range(len(orders)), (1, -1)):
+        for i, step, j in moves:
             trial = m[:]
             trial[i] += step
-            if trial[i] < 0 or sum(trial) == 0:
+            if j is not None:
+                trial[j] -= 1
+            if min(trial) < 0 or sum(trial) == 0:
                 continue
             e = end(trial)
             if e < best - 1e-9:
@@ -174,6 +183,22 @@ def _rows(unit: str, offset: int, w: int) -> str:
     return f"{offset} * {unit}:{w} * {unit}" if offset else f"0:{w} * {unit}"
 
 
+def _core_parts(parts, starts):
+    """On both TensorCores: the right parts, as the core's direction (a part's left twin
+    starts as it does in the fluid model, so each core runs the same program), and their
+    steps' starts."""
+    index = {n: i for i, n in enumerate(n for n, p in enumerate(parts) if p[1] == "right")}
+    return ([(t, index[n], s) for t, n, s in starts if n in index],
+            [(o, "core", w) for o, d, w in parts if d == "right"])
+
+
+def _core_rows(rows: str, offset: int, w: int, unit: str, cores: bool) -> str:
+    """A part's rows, on both TensorCores those of core c's half (rows c * rows / 2 on)."""
+    if not cores:
+        return rows
+    return f"core * (rows // 2) + {rows}" if offset else f"core * (rows // 2):{w} * {unit}"
+
+
 def _program(parts, starts, names, wait_ops) -> list[str]:
     """The steps of every part in the fluid model's order: wait for the step before (and
     what `wait_ops` adds after that wait), then start the step."""
@@ -189,6 +214,7 @@ def _program(parts, starts, names, wait_ops) -> list[str]:
     return body
 
 
+
 def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, unit: str, first_src: str,
             cores: bool = False) -> Pieces:
     """An all-gather into `out` (slots per axis) whose step 0 sends `first_src` with the
@@ -201,18 +227,14 @@ def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, 
     orders = orders_of(len(shape))
     parts = _parts(orders, m)
     starts, end = fluid(size, _in_units(orders, m), overhead)
-    if cores:   # the right parts' steps, as the core's direction
-        index = {n: i for i, n in enumerate(n for n, p in enumerate(parts) if p[1] == "right")}
-        starts = [(t, index[n], s) for t, n, s in starts if n in index]
-        parts = [(o, "core", w) for o, d, w in parts if d == "right"]
+    if cores:
+        starts, parts = _core_parts(parts, starts)
     M = sum(w for _, _, w in _parts(orders, m))
     me = ", ".join(f"me_{a}" for a in axes)
     copies, sems, names, offset = [], [], [], 0
     for n, (order, d, w) in enumerate(parts):
         tag = f"{prefix}{n}"
-        rows = _rows(unit, offset, w)
-        if cores:   # core c's parts: rows c * rows / 2 on
-            rows = f"core * (rows // 2) + {rows}" if offset else f"core * (rows // 2):{w} * {unit}"
+        rows = _core_rows(_rows(unit, offset, w), offset, w, unit, cores)
         offset += w
         # a receive per step, written with the unit, whose division must be exact in a shape:
         # rows split into M units (other rows are refused by name, not left ungathered)
@@ -233,48 +255,61 @@ def _gather(shape: tuple[int, ...], m: list[int], overhead: float, prefix: str, 
 
 
 def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, prefix: str, unit: str,
-            final: str) -> Pieces:
+            final: str, cores: bool = False) -> Pieces:
     """A reduce-scatter of `x` (slots per axis) whose last adds go to `final` (`{rows}`: the
     part's rows). A part's partial sums land in its `acc` along its first axis, and in
     `land<i>` along its later ones (where `acc` still holds its own for that coordinate);
-    each arrival is added there, from HBM through VMEM windows, before it is sent on."""
+    each arrival is added there, from HBM through VMEM windows, before it is sent on. With
+    `cores`, as `_gather`'s: each TensorCore runs one direction's parts over its half of the
+    rows, adding on its own (the scratch in HBM is the chip's: a slot per core). (Steps in
+    halves, the first half added and sent on while the second lands, priced below this:
+    the adds are not what is short but HBM, five bytes per link byte; v5p:4x4x8 at 256 MiB
+    63.0% against 74.0% on two cores.)"""
     k = len(shape)
     axes = AXES[:k]
     size = dict(zip(axes, shape))
     orders = orders_of(len(shape))
     parts = _parts(orders, m)
     M = sum(w for _, _, w in parts)
+    starts, end = fluid(size, _in_units(orders, m), overhead, True, add, cores)
+    if cores:
+        starts, parts = _core_parts(parts, starts)
+    core = "core, " if cores else ""
+
+    def hop(a: str, d: str, n: str) -> str:   # the chip n steps upstream along a
+        return f"(me_{a} + dir * {n}) % N_{a}" if cores else f"(me_{a} {'-' if d == 'right' else '+'} {n}) % N_{a}"
     buffers, sems, copies, names, phases, offsets, offset = [], [], [], [], [], [], 0
     for n, (order, d, w) in enumerate(parts):
         tag = f"{prefix}{n}"
-        rows = _rows(unit, offset, w)
+        rows = _core_rows(_rows(unit, offset, w), offset, w, unit, cores)
         offsets.append(offset)
         offset += w
-        sign = "-" if d == "right" else "+"
-        buffers.append(f"  acc_{tag}: {{kind: hbm_scratch, slots: [{', '.join(f'N_{a}' for a in axes)}], "
+        two = "2, " if cores else ""
+        buffers.append(f"  acc_{tag}: {{kind: hbm_scratch, slots: [{two}{', '.join(f'N_{a}' for a in axes)}], "
                        f"shape: [{w} * {unit}, cols]}}   # part {tag}'s partial sums")
         for i in range(1, k):
             slots = ", ".join(f"N_{a}" for a in [order[i]] + [b for b in axes if b in order[i + 1:]])
-            buffers.append(f"  land{i}_{tag}: {{kind: hbm_scratch, slots: [{slots}], shape: [{w} * {unit}, cols]}}"
+            buffers.append(f"  land{i}_{tag}: {{kind: hbm_scratch, slots: [{two}{slots}], shape: [{w} * {unit}, cols]}}"
                            f"   # arrivals along {order[i]}")
         sems += [f"  send_{tag}: dma", f"  recv_{tag}: {{kind: dma, shape: [S * (rows // {unit}) // {M}]}}"]
 
         def region(i: int, idx: str, buf: str, sub: str = "") -> str:
             coords = [f"me_{a}" if a in order[:i] else idx if a == order[i] else ":" for a in axes]
-            return f"{buf}[{', '.join(coords)}{sub}]"
+            return f"{buf}[{'' if buf == 'x' else core}{', '.join(coords)}{sub}]"
 
         # step j of phase i sends the slab (me -/+ (j + 1)) along the phase's axis
-        idx = [f"(me_{a} {sign} (j + 1)) % N_{a}" for a in order]
-        first = f"(me_{order[0]} {sign} 1) % N_{order[0]}"
+        idx = [hop(a, d, "(j + 1)") for a in order]
+        first = hop(order[0], d, "1")
+        to = (lambda a: f"fwd_{a}") if cores else (lambda a: f"{d}_{a}")
         copies.append(f'  {tag}_first: {{src: "{region(0, first, "x", ", " + rows)}", '
-                      f'dst: "{region(0, first, "acc_" + tag)}", to: {d}_{order[0]}, '
+                      f'dst: "{region(0, first, "acc_" + tag)}", to: {to(order[0])}, '
                       f'send_sem: send_{tag}, recv_sem: "recv_{tag}[0]"}}')
         step_names, phase = [f"{tag}_first"], []
         s = 0
         for i, a in enumerate(order):
-            dst = region(0, idx[0], "acc_" + tag) if i == 0 else f"land{i}_{tag}[{idx[i]}]"
+            dst = region(0, idx[0], "acc_" + tag) if i == 0 else f"land{i}_{tag}[{core}{idx[i]}]"
             copies.append(f'  {tag}_{a}(s, j): {{src: "{region(i, idx[i], "acc_" + tag)}", dst: "{dst}", '
-                          f'to: {d}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
+                          f'to: {to(a)}, send_sem: send_{tag}, recv_sem: "recv_{tag}[s]"}}')
             for j in range(size[a] - 1):
                 if s:
                     step_names.append(f"{tag}_{a}(s={s}, j={j})")
@@ -289,18 +324,18 @@ def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, p
         order, d, w = parts[n]
         i, j = phases[n][s]
         tag, a = f"{prefix}{n}", order[i]
-        where = f"(me_{a} {'-' if d == 'right' else '+'} {j + 2}) % N_{a}"
+        where = hop(a, d, str(j + 2))
         coords = ", ".join(f"me_{b}" if b in order[:i] else where if b == a else ":" for b in axes)
         rest = [b for b in axes if b in order[i + 1:]]
-        rows = _rows(unit, offsets[n], w)
-        mine = f"x[{coords}, {rows}]" if i == 0 else f"acc_{tag}[{coords}]"
-        came = f"acc_{tag}[{coords}]" if i == 0 else f"land{i}_{tag}[{where}]"
+        rows = _core_rows(_rows(unit, offsets[n], w), offsets[n], w, unit, cores)
+        mine = f"x[{coords}, {rows}]" if i == 0 else f"acc_{tag}[{core}{coords}]"
+        came = f"acc_{tag}[{core}{coords}]" if i == 0 else f"land{i}_{tag}[{core}{where}]"
         # a window per slab of the first axis left: [1, N_b.., w units, cols] (a pipeline DMA
         # per block would cost the core more than the add)
         block = (["1"] + [f"N_{b}" for b in rest[1:]] if len(rest) > 1 else [f"N_{b}" for b in rest]) + [f"{w} * {unit}", "cols"]
         index = (["r"] + ["0"] * (len(rest) - 1) if len(rest) > 1 else ["0"] * len(rest)) + ["0", "0"]
         count = f"N_{rest[0]}" if len(rest) > 1 else "1"
-        out = final.format(rows=rows) if last else f"acc_{tag}[{coords}]"
+        out = final.format(rows=rows) if last else f"acc_{tag}[{core}{coords}]"
         oblock = f"[{w} * {unit}, cols]" if last else f"[{', '.join(block)}]"
         oindex = "[0, 0]" if last else f"[{', '.join(index)}]"
         return [f"  - pipeline: {{r: {count}}}",
@@ -311,7 +346,6 @@ def _reduce(shape: tuple[int, ...], m: list[int], overhead: float, add: float, p
                 f'      sum: {{ref: "{out}", block: {oblock}, index: {oindex}}}',
                 "    do: [{accumulate: sum, src: came, base: mine}]"]
 
-    starts, end = fluid(size, _in_units(orders, m), overhead, True, add)
     body = _program(parts, starts, names, add_op)
     body.append("  # The last arrivals, added into place.")
     for n in range(len(parts)):
@@ -402,19 +436,28 @@ CORES = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right parts 
 """
 
 
+CORES_REDUCE = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right parts and core 1 the left
+# ones over its half of the rows, each with its own DMA issue, semaphores and adds (its
+# pipelines' VMEM windows are its own; HBM is the chip's, so each core's partial sums have
+# a slot of their own in `acc` and `land`); `dir` and `fwd_<a>` are the core's direction
+# and next chip along a, and a remote copy goes to the same core of that chip.
+"""
+
+
 def _rows_multiple(M: int) -> str:
     return (f"  # a reduced unit is a multiple of 8 rows (a VMEM window's tile): rows divide by {8 * M}.\n"
             f"  rows_by_{8 * M}: {{kind: regular, shape: [rows // {8 * M} // (rows // {8 * M})]}}")
 
 
 def reduce_scatter(shape: tuple[int, ...], m: list[int] | None = None, overhead: float = 0.4,
-                   add: float = 0.2) -> str:
+                   add: float = 0.2, cores: bool = False) -> str:
     """The reduce-scatter for a torus of `shape` (2 or 3 axes): parts of every axis order,
     each reducing along its axes in turn as a ring, with units `m` (default: `weights`, on
-    the reduce-scatter's steps: a phase carries the partial sums over the axes after it)."""
+    the reduce-scatter's steps: a phase carries the partial sums over the axes after it);
+    `cores` as in `_reduce`."""
     axes = AXES[:len(shape)]
-    m = m or weights(dict(zip(axes, shape)), orders_of(len(shape)), overhead, True, add)
-    r = _reduce(shape, m, overhead, add, "p", "u", "out[{rows}]")
+    m = m or weights(dict(zip(axes, shape)), orders_of(len(shape)), overhead, True, add, cores)
+    r = _reduce(shape, m, overhead, add, "p", "u", "out[{rows}]", cores)
     names = ", ".join(f'"{a}"' for a in axes)
     header = f"""# Paced reduce-scatter over {len(shape)} axes of unequal sizes: lax.psum_scatter(x, ({names}))
 # (scatter_dimension=0, tiled=False: chip j gets the sum of every chip's block j, row-major).
@@ -426,24 +469,25 @@ def reduce_scatter(shape: tuple[int, ...], m: list[int] | None = None, overhead:
 # arrives is added, from HBM through VMEM windows, to this chip's own (its `x` along the
 # first axis, `acc` after) before it is sent on, and the last add goes to `out`. The adds
 # take the core one at a time (the fluid model orders them as they land; it ends at {r.end:.1f}).
-{PACED}"""
-    return _schedule(f"psum_scatter_{len(shape)}d_paced", "psum_scatter", shape, header, 8 * r.M,
-                     [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
-                      "  out: {kind: output, shape: [rows, cols]}"],
-                     [r], [], r.body, [_rows_multiple(r.M)])
+{PACED}{CORES_REDUCE if cores else ""}"""
+    return _schedule(f"psum_scatter_{len(shape)}d_paced" + ("_2c" if cores else ""), "psum_scatter", shape, header,
+                     8 * r.M, [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
+                               "  out: {kind: output, shape: [rows, cols]}"],
+                     [r], [], r.body, [_rows_multiple(r.M)], cores)
 
 
 def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = None, overhead: float = 0.4,
-               add: float = 0.2) -> str:
+               add: float = 0.2, cores: bool = False) -> str:
     """The all-reduce for a torus of `shape`: `reduce_scatter` of every chip's blocks (its
     rows cut in N), each chip's reduced block into its `out` slot, then `all_gather` of
-    those, each with its own parts and units (`m`: the reduce-scatter's, the all-gather's)."""
+    those, each with its own parts and units (`m`: the reduce-scatter's, the all-gather's);
+    `cores`: both on both TensorCores, a direction per core."""
     axes = AXES[:len(shape)]
     size, orders = dict(zip(axes, shape)), orders_of(len(shape))
-    mr, mg = m or (weights(size, orders, overhead, True, add), weights(size, orders, overhead))
+    mr, mg = m or (weights(size, orders, overhead, True, add, cores, keep_total=cores), weights(size, orders, overhead))
     me = ", ".join(f"me_{a}" for a in axes)
-    r = _reduce(shape, mr, overhead, add, "r", "u", f"out[{me}, {{rows}}]")
-    g = _gather(shape, mg, overhead, "g", "v", f"out[{me}, {{rows}}]")
+    r = _reduce(shape, mr, overhead, add, "r", "u", f"out[{me}, {{rows}}]", cores)
+    g = _gather(shape, mg, overhead, "g", "v", f"out[{me}, {{rows}}]", cores)
     names = ", ".join(f'"{a}"' for a in axes)
     rows = 8 * r.M * g.M // math.gcd(8 * r.M, g.M)
     header = f"""# Paced all-reduce over {len(shape)} axes of unequal sizes: lax.psum(x, ({names})).
@@ -455,12 +499,12 @@ def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = N
 # (m = {{{g.shown}}}). The reduce-scatter's parts add what arrives, from HBM through
 # VMEM windows, before sending it on; the all-gather starts once every reduced part is in
 # place. Fluid model: the reduce-scatter ends at {r.end:.1f}, the all-gather {g.end:.1f} later.
-{PACED}"""
+{PACED}{CORES_REDUCE if cores else ""}"""
     body = [*r.body, "  # The all-gather of the reduced blocks.", *g.body]
-    return _schedule(f"psum_{len(shape)}d_paced", "psum", shape, header, rows,
+    return _schedule(f"psum_{len(shape)}d_paced" + ("_2c" if cores else ""), "psum", shape, header, rows,
                      [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
                       f"  out: {{kind: output, slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}"],
-                     [r, g], [], body, [_rows_multiple(r.M)])
+                     [r, g], [], body, [_rows_multiple(r.M)], cores)
 
 
 def generate(kind: str, topo) -> Iterator[Candidate]:
@@ -482,8 +526,17 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
         text = all_reduce(topo.shape, (reduce, gather), overhead, add)
         params = {"units": f"{units(reduce)} + {units(gather)}"}
     yield Candidate(FAMILY, f"{kind}_{topo.ndim}d_paced", text, WHAT, params)
-    if kind == "all_gather" and chips.of_topology(topo).tensor_cores >= 2:
-        # a direction per TensorCore (the reductions' adds run in `pipeline`s, which `cores: 2`
-        # does not take yet): v5p:4x4x8 at 256 MiB 92.9% of the bound against 92.1%
-        yield Candidate(FAMILY, f"all_gather_{topo.ndim}d_paced_2c", all_gather(topo.shape, gather, overhead, True),
-                        WHAT + ", a direction per TensorCore", params)
+    if chips.of_topology(topo).tensor_cores < 2:
+        return
+    # a direction per TensorCore: v5p:4x4x8 at 256 MiB the all-gather 92.9% of the bound
+    # against 92.1%; the reductions add on both cores at once (their units weighed so)
+    if kind == "all_gather":
+        text = all_gather(topo.shape, gather, overhead, True)
+    else:
+        reduce = weights(size, orders, overhead, True, add, True, keep_total=kind == "psum")
+        if kind == "psum_scatter":
+            text, params = reduce_scatter(topo.shape, reduce, overhead, add, True), {"units": units(reduce)}
+        else:
+            text = all_reduce(topo.shape, (reduce, gather), overhead, add, True)
+            params = {"units": f"{units(reduce)} + {units(gather)}"}
+    yield Candidate(FAMILY, f"{kind}_{topo.ndim}d_paced_2c", text, WHAT + ", a direction per TensorCore", params)
