@@ -375,3 +375,75 @@ def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_ans
         check_file(str(path), 2)
     assert e.value.fix.startswith("every test that ran skipped itself (Expect TPUv7+): where it asks for a TPU "
                                   "generation, ringc answers as --tpu's (v5e, v5p, v4, v6e; v5e now)"), e.value.fix
+
+
+def test_a_reference_that_does_more_than_its_collective_names_no_meaning():
+    """`all_gather(x)[:, axis_index]` is an all-to-all, `psum(x * mask)` no psum of x,
+    `psum(x[:4])` a sum of part of x: none is read as the collective's meaning (a false
+    wrong_result before, on marin's spike_transport_mgpu.py); what only converts, reshapes or
+    applies a function elementwise still is."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+    from ringc.pallas.script import _unread_reference, lax_reference as _reference
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",))
+    x, mask = jnp.ones((32, 128)), jnp.ones((32, 128))
+    cases = [
+        (lambda v: lax.all_gather(v, "x", axis=0, tiled=False)[:, lax.axis_index("x")], (x,), None),
+        (lambda v, m: lax.psum(v * m, "x"), (x, mask), None),
+        (lambda v: lax.psum(v[:4], "x"), (x,), None),
+        (lambda v: lax.psum(v, "x") + v, (x,), None),
+        (lambda v: lax.all_gather(v, "x", tiled=True).T, (x,), None),
+        (lambda v: lax.psum(v.astype(jnp.bfloat16), "x").reshape(-1), (x,), "psum"),
+        (lambda v: jnp.tanh(lax.ppermute(v, "x", [(i, (i + 1) % 4) for i in range(4)])), (x,), "ppermute"),
+        (lambda v: lax.psum(2.0 * v, "x"), (x,), "psum"),
+    ]
+    for f, args, want in cases:
+        fn = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("x"),) * len(args), out_specs=P("x"), check_vma=False))
+        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+        got = _reference(jaxpr)
+        assert (got and got["kind"]) == want, (want, got)
+        assert want is not None or _unread_reference(jaxpr) in ("all_gather", "psum")   # (named in a note)
+
+
+LAUNCHED_BY_MAIN = '''
+import jax
+from absl import flags
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+TILE = 64
+
+
+def _copy(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def tiled_copy(x, *, axis_name="x"):
+    if x.shape[0] % TILE:
+        raise NotImplementedError(f"rows ({x.shape[0]}) must be a multiple of the tile ({TILE})")
+    return pl.pallas_call(_copy, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+if __name__ == "__main__":
+    flags.DEFINE_integer("num_processes", None, "as JAX's multiprocess test launcher defines it")
+    raise ValueError("num_processes must be set")
+'''
+
+
+def test_an_entry_that_fails_is_what_the_fix_names_not_the_files_main(tmp_path):
+    """JAX's op modules end in a test launcher (`if __name__ == "__main__":`) that fails under
+    ringc and defines absl flags: the entry function's own error leads the fix, with the
+    --arg given, and the second N does not meet the flag defined twice."""
+    from ringc.pallas.entries import parse_arg
+    path = tmp_path / "launched_by_main.py"
+    path.write_text(LAUNCHED_BY_MAIN)
+    for n in (2, 3):
+        with pytest.raises(ScheduleError) as e:
+            check_file(str(path), n, entry="tiled_copy", args=[parse_arg("x=float32[8*N,128]@x")])
+        assert "DuplicateFlagError" not in e.value.message, e.value.message
+        assert e.value.fix.startswith("tiled_copy raised NotImplementedError: rows (") and \
+            "when ringc called it with --arg x=float32[8*N,128]@x" in e.value.fix, e.value.fix
+        assert "stopped the script" not in e.value.fix

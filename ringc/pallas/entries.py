@@ -689,6 +689,8 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
     # Arrays ringc made with its default shape (one (8, 128) tile per device) may be smaller
     # than the kernel's blocks (a grid of 0 steps, a shape assert): say which, and how to size them.
     made = [a for a in b.arrays.values() if a.name not in given]
+    if failed:
+        script.entry_errors.append((name, failed))
     if failed and made:
         hint += (f"; ringc made {', '.join(a.text() for a in made)} (its default, one (8, 128) tile per device): "
                  f"if the kernel's blocks need more, size them: --entry {name} "

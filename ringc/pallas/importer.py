@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.util
 import itertools
@@ -352,6 +353,20 @@ def _script_topology(topology: str | None, n: int | None, path: str) -> Any:
         raise ScheduleError(str(e), file=path, fix="see `ringc check --help`") from None
 
 
+def _main_lines(path: str) -> set[int]:
+    """The lines of the file's `if __name__ == "__main__":` blocks."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    lines: set[int] = set()
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
+                and node.test.left.id == "__name__"):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
 def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
@@ -389,8 +404,19 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         # The first statement of the script's own that failed (a top-level import, or a kernel
         # body naming a helper the file does not define, raised inside a function it called):
         # the errors after it mostly follow from it (a name it did not bind), so fix it first.
+        # With an entry function that failed, a failure under `if __name__ == "__main__":` (a
+        # test launcher ringc runs only as the file's own code) is not what to fix: the entry's is.
+        main = _main_lines(path) if script.entry_errors else set()
         failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
-                                                 r"(?:, raised at line (\d+) \(|$)").match, script.notes) if m), None)
+                                                 r"(?:, raised at line (\d+) \(|$)").match, script.notes)
+                       if m and int(m.group(1)) not in main), None)
+        called = ""
+        if script.entry_errors:
+            name, error = script.entry_errors[0]
+            given = " ".join(f"--arg {a.text()}" for a in args) if args else ""
+            called = (f"{name} raised {error} when ringc called it" + (f" with {given}" if given else "")
+                      + ": give it arrays and keywords its kernel takes (--arg NAME=DTYPE[SHAPE]@AXES, --param "
+                      "NAME=VALUE), or fix it there; else ")
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
             "(one taking an axis name, or --entry) ran one"
@@ -400,11 +426,13 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                 (f"every test that ran skipped itself ({skipped}): where it asks for a TPU generation, ringc answers "
                  f"as --tpu's ({', '.join(GENERATIONS)}; {tpu or 'v5e'} now), so pick the one it needs, or call the "
                  "kernel's launcher with --entry; else " if skipped else "") +
+                (called if entry else "") +
                 (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
                  "before its kernel ran: fix it there" + (
                      " (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
                      "a JAX checkout of the installed version on PYTHONPATH)" if failed.group(2).endswith("ImportError")
                      and "jax._src" in failed.group(0) else "") + "; else " if failed else "") +
+                ("" if entry else called) +
                 "name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")

@@ -262,6 +262,7 @@ def importing(path: str, tree: ast.Module | None = None, stubs: tuple[str, ...] 
     sys.path.extend(back)
     if stubs:
         sys.meta_path.insert(0, finder)
+    flags = _absl_flags()
     try:
         yield imports
     finally:
@@ -279,7 +280,30 @@ def importing(path: str, tree: ast.Module | None = None, stubs: tuple[str, ...] 
             new_package = name.split(".")[0] not in before  # never a submodule of a package imported before
             if isinstance(mod, _StubModule) or (new_package and any(where.startswith(r + os.sep) for r in added)):
                 del sys.modules[name]
+        _forget_absl_flags(flags, before)
         importlib.invalidate_caches()
+
+
+def _absl_flags() -> set[str]:
+    """The absl flags defined now (none if absl is not imported)."""
+    flags = sys.modules.get("absl.flags")
+    return set(flags.FLAGS) if flags is not None else set()
+
+
+def _forget_absl_flags(before: set[str], modules: set[str]) -> None:
+    """Forget the absl flags the file's run defined by a call (JAX's test launchers call
+    `config_with_absl()`) or from a module now forgotten: ringc runs a file once per N in one
+    process, and absl refuses a flag defined twice (DuplicateFlagError at the second N). A
+    flag a module defined when the run imported it stays with that module (it is not
+    imported again), as do absl's own."""
+    flags = sys.modules.get("absl.flags")
+    if flags is None:
+        return
+    for name in set(flags.FLAGS) - before:
+        module = flags.FLAGS.find_module_defining_flag(name) or ""
+        if not module.startswith("absl.") and (module in modules or module not in sys.modules):
+            with contextlib.suppress(Exception):   # (absl's API: a flag it will not forget stays)
+                delattr(flags.FLAGS, name)
 
 
 def _within(imports: Imports, name: str) -> bool:

@@ -41,7 +41,7 @@ from .. import limits
 
 from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, Region, SemWait, Signal
-from .primitives import ELEMENTWISE, PRIMITIVES, Does, scan_loop, while_loop
+from .primitives import ELEMENTWISE, KEEPS_VALUES, PRIMITIVES, Does, scan_loop, while_loop
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
 
 Rule = Callable[["Interpreter", Any, list], list]
@@ -651,12 +651,22 @@ def _elementwise(eqn: Any, invals: list, x: Data) -> Data | None:
 _UNKNOWN = object()
 
 
+def _calls(e: Any) -> bool:
+    """An eqn that calls a nested jaxpr (`shard_map`, `pjit`): `walk_eqns` gives its eqns next."""
+    from jax._src import core
+    return any(isinstance(sub, (core.ClosedJaxpr, core.Jaxpr))
+               for p in e.params.values() for sub in (p if isinstance(p, (tuple, list)) else [p]))
+
+
 def reference_pointwise(eqns: list, collective: Any) -> tuple[str, ...] | None:
     """The elementwise functions a `lax` reference applies around its one collective
     `collective` (`jnp.tanh(lax.ppermute(x))`, `lax.psum(2 * x)`), named as the kernel
     interpreter names them (`_elementwise`), in program order: () when there are none. Data
     movement (ppermute, all_gather, all_to_all) commutes with every elementwise function; a
-    reduction only with scaling after it (None: a meaning ringc cannot state)."""
+    reduction only with scaling after it. None (a meaning ringc cannot state) also where the
+    reference does more than that: indexes or slices the data before or after the
+    collective (`all_gather(x)[:, axis_index]` is an all-to-all), or combines it with
+    another array (`psum(x * mask)`)."""
     import jax
     fns: list[str] = []
     moves = collective.primitive.name in ("ppermute", "all_gather", "all_to_all")
@@ -685,11 +695,15 @@ def reference_pointwise(eqns: list, collective: Any) -> tuple[str, ...] | None:
                 pass
             continue
         if name not in ELEMENTWISE or len(e.outvars) != 1:
-            continue
+            if name in KEEPS_VALUES or not e.invars or _calls(e):
+                continue   # layout, a nested call (its eqns come next), or made from nothing (`axis_index`)
+            return None    # `all_gather(x)[:, i]`, `psum(x[:4])`: not the collective's meaning
         tensors = [v for v, c in zip(e.invars, vals) if c is _UNKNOWN]
         shape = tuple(getattr(e.outvars[0].aval, "shape", ()))
-        if len(tensors) != 1 or tuple(getattr(tensors[0].aval, "shape", ())) != shape or not shape:
-            continue
+        if not shape and len(tensors) == 1:
+            continue   # a scalar's arithmetic (an index, a count)
+        if len(tensors) != 1 or tuple(getattr(tensors[0].aval, "shape", ())) != shape:
+            return None    # `psum(x * mask)`, `psum(x) + x`: more than one function of the data
         x = Data(shape, ("load", None))
         invals = [x if c is _UNKNOWN else c for c in vals]
         y = _elementwise(e, invals, x)

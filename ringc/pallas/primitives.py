@@ -298,3 +298,6 @@ PRIMITIVES.unsupported("emit_pipeline", "pipeline_body", does=Does.CONTROL | Doe
 PRIMITIVES.unsupported("matmul_acc_lhs", "matmul_pop", "matmul_push_rhs", does=Does.MEMORY)  # the MXU's own buffers
 
 ELEMENTWISE = frozenset(name for name, p in PRIMITIVES.items() if p.elementwise)
+# Ops of a `lax` reference that keep its values as they are (a dtype, a shape of the same
+# elements in the same order, a varying-ness): its meaning is read through them.
+KEEPS_VALUES = frozenset({"convert_element_type", "reshape", "squeeze", "expand_dims", "copy", "copy_p", "pvary"})

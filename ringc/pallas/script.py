@@ -98,6 +98,7 @@ class Script:
     answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
+    entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
 
 
 def is_script(source: str) -> bool:
@@ -265,7 +266,7 @@ def _inner_kernel(kernel_jaxpr: Any, name: str) -> str | None:
 
 
 # Ops between a collective matmul's collective and its dot that keep its values (`_matmul_reference`).
-_PASS_THROUGH = ("convert_element_type", "reshape", "squeeze", "expand_dims", "copy", "copy_p")
+from .primitives import KEEPS_VALUES as _PASS_THROUGH  # noqa: E402 -- ops that keep a reference's values
 
 
 def _matmul_reference(eqns: list, coll: Any) -> dict | None:
@@ -314,6 +315,16 @@ def _matmul_reference(eqns: list, coll: Any) -> dict | None:
     else:
         return None
     return {"kind": kind}
+
+
+def _unread_reference(jaxpr: Any) -> str | None:
+    """The collective of a jitted `shard_map` with one `lax` collective that `lax_reference`
+    cannot read as a meaning (it does more around it); None if it has not just one."""
+    eqns = list(walk_eqns(jaxpr))
+    found = [e for e in eqns if e.primitive.name in lax_collectives()]
+    if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in eqns):
+        return None
+    return found[0].primitive.name
 
 
 def lax_reference(jaxpr: Any) -> dict | None:
@@ -525,6 +536,15 @@ def _capturing(script: Script) -> Iterator[None]:
                 if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):
                     c.reference, c.reference_line = ref, caller_line(script.path)
                     return zeros()  # the reference only names the meaning: its values are not needed
+        elif (name := _unread_reference(jaxpr.jaxpr)) is not None:
+            for c in reversed(script.captures):
+                if ids and c.arg_ids[:1] == ids[:1] and c.reference is None:
+                    note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that does more "
+                            "than the collective (it slices, indexes or combines the data): ringc takes no meaning "
+                            "from it (--collective names one)")
+                    if note not in c.assumes:
+                        c.assumes.append(note)
+                    break
         return run(*args, jaxpr=jaxpr, **params)
 
     def lowered(jaxpr, args):

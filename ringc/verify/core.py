@@ -531,6 +531,11 @@ def _meaning(a: Analysis) -> list[Finding]:
             if not any(n.startswith(f"not followed: {mm.unfollowed};") for n in a.notes):
                 a.notes.append(note)
             continue
+        if mm.device < 0:   # the output's shape: no device's values compared, nothing written to name
+            shape = M.WRONG_SHAPE.finding(where=mm.where, got=mm.got, collective=collective.kind, want=mm.want)
+            if all(f.message != shape.message for f in findings):   # (one per output, however it is asked)
+                findings.append(shape)
+            continue
         last = _last_write(a.machine.order, program.device_count, mm)
         written = (M.LAST_WRITE.format(what=describe(last), at=program.where(last)) if last is not None
                    else M.NOTHING_WRITES)

@@ -67,6 +67,8 @@ MEGACORE_VMEM_COPY = Message(
 
 # -- the meaning (`check.check_program`) and the data (`check.check_data`) ---------------------
 WRONG_RESULT = Message("wrong_result", "device {label}: {where} ends as {got}, but {collective} needs {want}{last}")
+# the output's shape is not the collective's (`semantics.mismatches`: no device's values are compared)
+WRONG_SHAPE = Message("wrong_result", "the output `{where}` has {got}, but {collective} needs {want}")
 LAST_WRITE = "; its last write: {what} at {at}"
 NOTHING_WRITES = "; nothing writes it"
 OUT_OF_BOUNDS = Message("out_of_bounds", "{message} [{sample}: {shown}]")
