@@ -267,3 +267,16 @@ def test_python_only_flags_are_refused_on_a_schedule(capsys, flag, value):
     assert main(["check", schedule, "--devices", "2", flag, value]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{schedule}: error: {flag} names") and err.count("\n") == 2
+
+
+def test_warp_level_code_is_refused_as_warp_level():
+    """A `core_map` over `plgpu.WarpMesh` is warp specialisation inside a `plgpu.kernel`: the
+    refusal says warps are not modelled, at the core_map's line, not to launch the kernel with
+    plgpu.kernel (it is)."""
+    from ringc.pallas import check_file
+    path = HERE / "warp_signal.py"
+    (report,) = check_file(str(path), 2)
+    text = report.to_text()
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "@pl.core_map" in ln)
+    assert not report.ok and f"warp_signal.py:{line}: error: `core_map` over plgpu.WarpMesh" in text, text
+    assert "launch the kernel with plgpu.kernel" not in text

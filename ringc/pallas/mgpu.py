@@ -582,9 +582,16 @@ for _names, (_does, _why, _fix) in _NOT_YET.items():
         _entry = PRIMITIVES.get(_name)
         PRIMITIVES.gpu(_name, does=_entry.does if _entry is not None else _does,
                        doc=f"refused: {_why}")(_refusing(_why, _fix))
-PRIMITIVES.gpu("core_map", does=Does.KERNEL | Does.CONTROL,
-               doc="refused: a kernel over a core mesh inside a kernel")(
-    _refusing("a core mesh inside a Mosaic GPU kernel is not modelled", "launch the kernel with plgpu.kernel"))
+@PRIMITIVES.gpu("core_map", does=Does.KERNEL | Does.CONTROL,
+                doc="refused: warp-level code (a core_map over plgpu.WarpMesh), or a core mesh inside a kernel")
+def _core_map(it: GpuInterpreter, eqn: Any, invals: list) -> list:
+    if type(eqn.params.get("mesh")).__name__ == "WarpMesh":   # warp specialisation, not a nested kernel
+        raise it.fail("`core_map` over plgpu.WarpMesh: warp-level code is not modelled (ringc's unit is the "
+                      "warpgroup, each one a program running its ops in order)",
+                      "none within ringc yet: check the kernel's warpgroup-level parts on their own, or write the "
+                      "per-warp work at warpgroup level", eqn)
+    raise it.fail("`core_map`: a core mesh inside a Mosaic GPU kernel is not modelled",
+                  "launch the kernel with plgpu.kernel", eqn)
 PRIMITIVES.gpu("program_id", does=Does.PLACE, doc="refused: the grid's index is `lax.axis_index` of its names")(
     _refusing("a Mosaic GPU kernel names its grid axes", "use lax.axis_index(grid_name)"))
 
