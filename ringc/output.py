@@ -123,15 +123,17 @@ class Output:
     def summary(self) -> dict[str, int]:
         # A call that was not checked (`importer.CallError`) has a file but no program.
         files = {str(r.program.file if hasattr(r, "program") else r.file) for r in self.reports} | {str(e.file) for e in self.errors}
+        unchecked = sum(not hasattr(r, "program") for r in self.reports)
         return {"files": len(files), "verdicts": len(self.reports), "ok": sum(r.ok for r in self.reports),
-                "failed": sum(not r.ok for r in self.reports), "refused": len(self.errors),
-                "findings": sum(len(r.errors()) for r in self.reports)}
+                "failed": sum(not r.ok for r in self.reports) - unchecked, "not_checked": unchecked,
+                "refused": len(self.errors), "findings": sum(len(r.errors()) for r in self.reports)}
 
     def summary_text(self) -> str:
         s = self.summary()
         head = {EXIT_OK: "Success", EXIT_FAILED: "Found problems", EXIT_BAD_INPUT: "Bad input"}[self.exit_code]
         parts = [f"{s['verdicts']} verdict{'s' if s['verdicts'] != 1 else ''} in {s['files']} "
-                 f"file{'s' if s['files'] != 1 else ''}: {s['ok']} ok, {s['failed']} failed"]
+                 f"file{'s' if s['files'] != 1 else ''}: {s['ok']} ok, {s['failed']} failed"
+                 + (f", {s['not_checked']} not checked" if s["not_checked"] else "")]
         if s["findings"]:
             parts.append(f"{s['findings']} error finding{'s' if s['findings'] != 1 else ''}")
         if s["refused"]:

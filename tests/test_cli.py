@@ -233,7 +233,7 @@ def test_check_json_is_one_document_with_a_report_per_file_and_n():
     assert res.returncode == 1
     doc = json.loads(res.stdout)  # one document: `json.load` reads the whole output
     assert doc["version"] == 1 and doc["command"] == "check" and doc["exit_code"] == 1 and doc["errors"] == []
-    assert doc["summary"] == {"files": 3, "verdicts": 6, "ok": 2, "failed": 4, "refused": 0,
+    assert doc["summary"] == {"files": 3, "verdicts": 6, "ok": 2, "failed": 4, "not_checked": 0, "refused": 0,
                               "findings": sum(len([f for f in o["findings"] if f["severity"] == "error"])
                                               for o in doc["reports"])}
     objs = doc["reports"]

@@ -116,7 +116,8 @@ def test_a_summary_with_a_kernel_call_not_checked_is_no_traceback():
     out = Output(out=io.StringIO(), err=io.StringIO())
     out.report(CallError("k.py", "call 1", ScheduleError("no", file="k.py")))
     out.report(CallError("k.py", "call 2", ScheduleError("no", file="k.py")))
-    assert out.summary() == {"files": 1, "verdicts": 2, "ok": 0, "failed": 2, "refused": 0, "findings": 0}
+    assert out.summary() == {"files": 1, "verdicts": 2, "ok": 0, "failed": 0, "not_checked": 2, "refused": 0,
+                             "findings": 0}
     assert out.close() != 0
 
 
