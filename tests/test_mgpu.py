@@ -280,3 +280,34 @@ def test_warp_level_code_is_refused_as_warp_level():
     line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "@pl.core_map" in ln)
     assert not report.ok and f"warp_signal.py:{line}: error: `core_map` over plgpu.WarpMesh" in text, text
     assert "launch the kernel with plgpu.kernel" not in text
+
+
+BOTH_BLOCKS_STORE = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+from jax.sharding import PartitionSpec as P
+
+
+def kernel(x_ref, o_ref):
+    o_ref[0, 0] = 1.0   # every block stores the flag
+
+
+call = plgpu.kernel(kernel, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(2,), grid_names=("b",))
+mesh = jax.sharding.Mesh(jax.devices()[:2], ["x"])
+x = jnp.zeros((16, 128), jnp.float32)
+y = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+'''
+
+
+def test_a_race_between_two_blocks_stores_says_they_are_stores(tmp_path):
+    """Two blocks storing the same flag (marin's spike_transport_mgpu.py `done_ref[0] = 1`): a
+    race, each side "a store writes it" (it read "`opaque` computes into it")."""
+    from ringc.pallas import check_file
+    path = tmp_path / "both_blocks.py"
+    path.write_text(BOTH_BLOCKS_STORE)
+    (report,) = check_file(str(path), 2)
+    text = report.to_text()
+    assert report.kinds() == {"race"} and "a store writes it from device 0 block 1 (line 10)" in text, text
+    assert "opaque" not in text
