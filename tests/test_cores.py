@@ -395,3 +395,50 @@ def test_the_quotient_joins_the_cores_pipeline_windows_as_each_cores_own(topolog
     assert joined is not None and any("@" in b and b.endswith("@core1") for b in joined.representatives.shapes)
     bad = ringc.load_text(PIPELINED.replace(*BROKEN_PIPELINED[0][1], 1), "same_rows.yaml")
     assert composed(rotation_unroll(bad, resolve_topology(bad, None, topology).sizes)) is None
+
+
+CLOSES_OVER_AXIS_INDEX = '''
+from functools import partial
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+mesh = jax.make_mesh((jax.device_count(),), ("x",))
+
+@jax.jit
+@partial(jax.shard_map, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False)
+def right_permute(x):
+    me = jax.lax.axis_index("x")   # OUTSIDE
+    n = jax.lax.axis_size("x")
+    @pl.kernel(mesh=pltpu.create_tensorcore_mesh("core", num_cores=1),
+               out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+               scratch_types=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+               compiler_params=pltpu.CompilerParams(collective_id=0))
+    def kernel(x_hbm, o_hbm, send, recv):
+        right = (me + 1) % n
+        pltpu.make_async_remote_copy(x_hbm, o_hbm, send, recv, device_id={"x": right}).start()
+        pltpu.make_async_remote_copy(x_hbm, o_hbm, send, recv, device_id={"x": right}).wait()
+    return kernel(x)
+
+x = jnp.arange(4 * jax.device_count() * 128, dtype=jnp.float32).reshape(-1, 128)
+y = right_permute(x)
+'''
+
+
+def test_a_scalar_the_kernel_over_the_cores_closes_over_is_the_callers_value(tmp_path):
+    """`pl.kernel` passes a scalar its body closes over (the caller's `axis_index`) by value:
+    the body gets that value, not an HBM array (it crashed indexing with it, or called it
+    computed from tensor data), so the device id is followed; the same kernel with
+    `axis_index` inside its body gets the same verdict."""
+    from ringc.pallas import check_file
+    verdicts = []
+    for name, text in (("outside", CLOSES_OVER_AXIS_INDEX),
+                       ("inside", CLOSES_OVER_AXIS_INDEX.replace('    me = jax.lax.axis_index("x")   # OUTSIDE\n', "")
+                        .replace("        right = (me + 1) % n", '        right = (jax.lax.axis_index("x") + 1) % n'))):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        (report,) = check_file(str(path), 4)
+        assert "tensor data" not in report.to_text(), report.to_text()
+        verdicts.append((report.ok, sorted(report.kinds())))
+    assert "OUTSIDE" in CLOSES_OVER_AXIS_INDEX and verdicts[0] == verdicts[1], verdicts
+    assert verdicts[0][1] == ["race"], verdicts   # (no entry barrier: a copy may land before the peer enters)

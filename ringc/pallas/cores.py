@@ -26,8 +26,8 @@ from ..verify.events import BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
-from .program import Builder, Call, arg_names, kernel_location, tpu_params
-from .values import Buffer, Ref, SemRef
+from .program import Builder, Call, _literal_values, arg_names, kernel_location, tpu_params
+from .values import Buffer, Ref, SemRef, Unknown
 
 
 ASSUMES = ("TensorCores: a kernel over the TensorCore mesh runs on each of a chip's {cores} cores as a process of "
@@ -105,6 +105,7 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     if barrier is not None:
         b.sem_kinds[barrier.name] = "barrier"
     bufs, enter_names, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "hbm")
+    refs = kernel.constvars if eqn.primitive.name == "core_map" else kernel.invars
     # `scratch_types`: the kernel's further arguments, each core's own
     names = arg_names(kernel)
     over_refs = eqn.primitive.name == "core_map"  # the run_state's or new_ref's refs, closed over: no scratch args
@@ -130,8 +131,8 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
             for ref in own:  # fresh memory: no integers known in it, SMEM zeros
                 b.fresh_scratch([ref.buffer], p)
                 b.emit(p, point, line, Compute("allocate", ref.region()), None)
-            args = [Ref.whole(buf, d) for buf in bufs] + [Ref.whole(r, p) if isinstance(r, Buffer) else r
-                                                          for r in scratch]
+            args = [_operand(call, k, d, buf, refs) for k, buf in enumerate(bufs)] + [
+                Ref.whole(r, p) if isinstance(r, Buffer) else r for r in scratch]
             it.point = point
             if over_refs:  # `core_map`: its outputs are those refs
                 it.run(kernel, args[:len(call.operands)], [])
@@ -148,3 +149,18 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     b._current_call = None
     b.call_names.append(call.name)
 
+
+def _operand(call: Call, k: int, d: int, buf: Buffer, refs: list) -> Any:
+    """What the kernel's k-th argument is on chip d: its array in HBM, or (a scalar the body
+    closes over, `pl.kernel` passes it by value: a jit argument, the caller's `axis_index`)
+    the caller's value where it is known, else a value ringc does not know."""
+    from jax._src.state.types import AbstractRef
+    if k >= len(call.operands) or isinstance(refs[k].aval, AbstractRef):
+        return Ref.whole(buf, d)
+    h = call.operands[k]
+    values = h.values if h.values is not None else h.root().values
+    if values is not None and _literal_values(values):
+        return values[1]
+    if values is not None and len(values) > d:
+        return values[d]
+    return Unknown(f"`{buf.name}` is a value the caller computes outside the kernel from data ringc does not follow")
