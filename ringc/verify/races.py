@@ -112,8 +112,8 @@ def _write_text(program: Program, ev: Event) -> str:
     if a.kind == "exit":
         return (f"device {program.label(ev.device)} exits the kernel (call {ev.invocation + 1}; after that "
                 "the memory belongs to whatever runs next)")
-    if a.kind == "allocate":
-        return "a pipeline allocates it"
+    if a.kind == "allocate":   # a pipeline's window, or scratch a kernel's core or scope takes anew
+        return "it is allocated afresh (a pipeline window or scratch)"
     if a.kind == "opaque":   # the kernel's own store of a value the model does not follow (`x_ref[0] = 1`)
         return "a store writes it"
     return f"`{a.kind}` {COMPUTES[a.kind].writes} it"
@@ -152,8 +152,8 @@ def _why(program: Program, order: Order, a: Access, b: Access) -> str:
         why = (f"no wait guarantees that copy `{a.start.action.copy}` has finished{side and ' on' + side}, "
                f"so it may still be in flight at any later point")
     else:
-        why = (f"{program.where(b.start)} can run before {program.where(a.end)} ({describe(a.end)}) "
-               f"guarantees the copy is done, and nothing makes the copy start after it")
+        why = (f"{program.where(b.start)} can run before the wait that guarantees the copy is done "
+               f"({describe(a.end)}, at {program.where(a.end)}), and nothing makes the copy start after it")
     return why + _shared_semaphore(program, order, a)
 
 
