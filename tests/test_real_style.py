@@ -122,8 +122,10 @@ def test_newer_jax_tensorcore_mesh_and_kernel_keywords_are_aliased(tmp_path):
     script = tmp_path / "core_mesh.py"
     script.write_text(
         "import jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
-        "from jax.experimental.pallas import tpu as pltpu\n\n\n"
-        "@pl.kernel(out_shape=jax.ShapeDtypeStruct((256,), jnp.float32),\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        # newer JAX's fields, which its tests read (tpu_pallas_memory_space_test.py: `mesh.num_cores`)
+        "CORES = pltpu.TensorCoreMesh(axis_name='core').num_cores\n\n\n"
+        "@pl.kernel(out_shape=jax.ShapeDtypeStruct((128 * CORES,), jnp.float32),\n"
         "           mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),\n"
         "           scratch_shapes=dict(v=pltpu.VMEM((128,), jnp.float32)))\n"
         "def fill(o_ref, v):\n"

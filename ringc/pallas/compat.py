@@ -93,8 +93,14 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
 
 def _tensorcore_mesh(axis_name: str = "core", num_cores: int | None = None, devices: Any = None) -> Any:
     """Newer JAX's `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)`: jax 0.10's
-    `create_tensorcore_mesh`, looked up when called (`tpu.answering` answers its `num_cores`)."""
-    return _pltpu().create_tensorcore_mesh(axis_name, devices=devices, num_cores=num_cores)
+    `create_tensorcore_mesh`, looked up when called (`tpu.answering` answers its `num_cores`),
+    with newer JAX's fields `axis_name` and `num_cores` on it."""
+    mesh = _pltpu().create_tensorcore_mesh(axis_name, devices=devices, num_cores=num_cores)
+    # newer JAX's fields, which code written for it reads (`mesh.num_cores`): on the frozen
+    # dataclass of jax 0.10, as plain attributes
+    object.__setattr__(mesh, "axis_name", axis_name)
+    object.__setattr__(mesh, "num_cores", int(mesh.devices.size))
+    return mesh
 
 
 # (module getter, enum attribute, old member, new object getter, text): a member an enum lost
