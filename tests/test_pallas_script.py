@@ -428,7 +428,7 @@ def tiled_copy(x, *, axis_name="x"):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_integer("num_processes", None, "as JAX's multiprocess test launcher defines it")
+    flags.DEFINE_integer("ringc_launcher_processes", None, "as JAX's multiprocess test launcher defines one")
     raise ValueError("num_processes must be set")
 '''
 
