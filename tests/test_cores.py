@@ -442,3 +442,41 @@ def test_a_scalar_the_kernel_over_the_cores_closes_over_is_the_callers_value(tmp
         verdicts.append((report.ok, sorted(report.kinds())))
     assert "OUTSIDE" in CLOSES_OVER_AXIS_INDEX and verdicts[0] == verdicts[1], verdicts
     assert verdicts[0][1] == ["race"], verdicts   # (no entry barrier: a copy may land before the peer enters)
+
+
+CORE_INDEX_BARRIER = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+
+@jax.jit
+def f(x):
+    @pl.kernel(out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh,
+               scratch_types=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.REGULAR])
+    def k(x_hbm, o_hbm, v, sem):
+        c = jax.lax.axis_index("core")
+        for i in range(2):
+            pl.semaphore_signal(sem, 1, core_index=i)
+        pl.semaphore_wait(sem, 2)
+        pltpu.sync_copy(x_hbm.at[pl.ds(c * 8, 8)], v)
+        pltpu.sync_copy(v, o_hbm.at[pl.ds(c * 8, 8)])
+    return k(x)
+
+y = f(jnp.zeros((16, 128), jnp.float32))
+'''
+
+
+def test_a_signal_to_a_core_by_core_index_lands_on_that_core(tmp_path):
+    """`pl.semaphore_signal(sem, 1, core_index=i)` (JAX's tpu_pallas_interpret_test.py
+    test_core_map): the signal goes to core i of the chip (it was refused: "ringc models one
+    core per device"); both cores signalling core 0 only leaves core 1's wait hanging."""
+    from ringc.pallas import check_file
+    good, bad = tmp_path / "core_barrier.py", tmp_path / "core_barrier_bad.py"
+    good.write_text(CORE_INDEX_BARRIER)
+    bad.write_text(CORE_INDEX_BARRIER.replace("core_index=i)", "core_index=0)"))
+    (report,) = check_file(str(good), 1, tpu="v5p")
+    assert report.ok and report.program.cores == 2, report.to_text()
+    (report,) = check_file(str(bad), 1, tpu="v5p")
+    assert report.kinds() >= {"hang"}, report.to_text()

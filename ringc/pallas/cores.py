@@ -63,6 +63,14 @@ class CoreInterpreter(Interpreter):
         chip, core = divmod(t, self.cores)
         return core * self.chips + chip
 
+    def core_target(self, target: int, core: Any) -> int:
+        if target < 0:
+            return target
+        core = int(core)
+        if not 0 <= core < self.cores:
+            return -1   # a core the chip does not have: a `bad_target` finding
+        return core * self.chips + target % self.chips
+
     def check_device_id(self, dev: Any, kind: str) -> None:
         if kind != "MESH" or not isinstance(dev, dict):
             raise self.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores "

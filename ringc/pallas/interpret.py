@@ -244,6 +244,14 @@ class Interpreter:
         `Lanes.target` proves device d targets d + t)."""
         return self.lanes.target(t) if self.lanes is not None else t
 
+    def core_target(self, target: int, core: Any) -> int:
+        """The process of TensorCore `core` of `target`'s chip (`pl.semaphore_signal(...,
+        core_index=)`): only a kernel over the TensorCore mesh has one per core
+        (`cores.CoreInterpreter`)."""
+        raise self.fail("a signal to a TensorCore (`core_index`) outside a kernel over the TensorCore mesh",
+                        "signal the core from a pl.kernel or pl.core_map over pltpu.create_tensorcore_mesh, "
+                        "or drop core_index")
+
     # -- evaluation ------------------------------------------------------------
     def run(self, jaxpr: Any, consts: list, args: list) -> list:
         outer_used, outer_eqn = getattr(self, "used", frozenset()), self.eqn
@@ -1490,9 +1498,9 @@ def _signal(it: Interpreter, eqn: Any, invals: list) -> list:
     sem, transforms, inc, dev, core = unflatten(it, eqn, invals, "args_tree")
     sem = apply_transforms(it, sem, transforms)
     amount = it.scalar(inc, "the signal increment")
-    if core is not None:
-        raise it.fail("a signal to another TensorCore (`core_index`)", "ringc models one core per device")
     target = it.device if dev is None else it.target(device_of(it, dev, eqn.params["device_id_type"]))
+    if core is not None:   # that TensorCore of the target (or of this) chip
+        target = it.core_target(target, it.scalar(core, "the signalled core"))
     why = "barrier" if isinstance(sem, SemRef) and sem.kind == "barrier" else "signal"
     it.emit(Signal(sem_id(it, sem, target, "the signalled semaphore"), amount, why),
             target if dev is not None else None)
