@@ -138,6 +138,9 @@ class Output:
             parts.append(f"{s['findings']} error finding{'s' if s['findings'] != 1 else ''}")
         if s["refused"]:
             parts.append(f"{s['refused']} refused as bad input")
+        stopped = sum(bool(getattr(r, "stopped", "")) for r in self.reports)
+        if stopped:   # (a script that did not run to its end: its later kernels were not checked)
+            parts.append(f"{stopped} from a script that stopped short")
         return f"{head}: " + ", ".join(parts)
 
     # -- json ---------------------------------------------------------------------

@@ -447,3 +447,57 @@ def test_an_entry_that_fails_is_what_the_fix_names_not_the_files_main(tmp_path):
         assert e.value.fix.startswith("tiled_copy raised NotImplementedError: rows (") and \
             "when ringc called it with --arg x=float32[8*N,128]@x" in e.value.fix, e.value.fix
         assert "stopped the script" not in e.value.fix
+
+
+HIDDEN_BY_A_MISSING_IMPORT = '''
+from functools import partial
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import ringc_not_installed_helpers as helpers
+
+mesh = jax.make_mesh((jax.device_count(),), ("x",))
+
+
+def permute_kernel(x_ref, o_ref, send, recv):
+    right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
+    c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,),
+                                     device_id_type=pl.DeviceIdType.MESH)
+    c.start()
+    c.wait()
+
+
+def call(x):
+    return pl.pallas_call(permute_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x)
+
+
+first = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False))
+
+
+@jax.jit
+@partial(jax.shard_map, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False)
+@helpers.assert_max_traces(n=1)
+def second(x):
+    return call(x)
+
+
+x = jnp.zeros((8 * jax.device_count(), 128), jnp.float32)
+first(x)
+second(x)
+'''
+
+
+def test_a_missing_import_that_stopped_later_kernels_is_said_on_the_verdict(tmp_path, capsys):
+    """A package the script imports is not installed and a later kernel sits behind it (as
+    roll_shard.py's chex): the kernel that ran is checked, and its verdict and the summary say
+    the script stopped short, with the fix (it was a script note among the assumptions)."""
+    from ringc.cli import main
+    path = tmp_path / "hidden.py"
+    path.write_text(HIDDEN_BY_A_MISSING_IMPORT)
+    (report,) = check_file(str(path), 2)
+    assert report.ok and "ringc_not_installed_helpers" in report.stopped and "--stub" in report.stopped
+    assert "the script did not run to its end" in report.to_text()
+    assert main(["check", str(path), "--devices", "2", "-q"]) == 0   # (-q: the summary line for one verdict)
+    assert "1 from a script that stopped short" in capsys.readouterr().err

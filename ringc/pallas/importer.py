@@ -530,6 +530,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         report.assumptions.extend(script.answers.assumptions())
         if not reports:  # the script's notes once, on its first verdict
             report.assumptions += [f"script note: {note}" for note in script.notes]
+        if script.missing is not None:   # statements after it failed: kernels there never ran
+            m = script.missing
+            report.stopped = f"{Path(m.file).name if m.file else Path(path).name}:{m.line}: {m.message} (fix: {m.fix})"
         report.seconds = time.perf_counter() - t1   # the check; the script's own run is said apart
         if k == 0 and ran >= 1.0:
             report.assumptions.append(f"the script's own code ran for {ran:.1f} s on CPU devices before its kernel "

@@ -95,6 +95,9 @@ class Report:
     # says the verdict is about them.
     made_up: tuple[str, ...] = ()
     made_up_fix: str = ""
+    # A script that did not run to its end (a package it imports is not installed): what
+    # stopped it and the fix; the kernels it would have run later are not checked.
+    stopped: str = ""
 
     @property
     def ok(self) -> bool:
@@ -113,6 +116,7 @@ class Report:
                 "routes": self.routes, "ok": self.ok,
                 **({"call": self.title} if self.title else {}), "assumptions": self.assumptions,
                 **({"made_up_inputs": list(self.made_up)} if self.made_up else {}),
+                **({"script_stopped": self.stopped} if self.stopped else {}),
                 "seconds": round(self.seconds, 4),
                 "findings": [f.to_json(p) for f in self.findings]}
 
@@ -135,6 +139,9 @@ class Report:
             lines[0] = (f"{p.file}{call} N={n}{on}: {status} on made-up inputs ({events} events, "
                         f"{self.seconds:.2f}s): {'its findings may come from' if not self.ok else 'it covers only'} "
                         f"the zeros ringc made up for {names}; give real values: {self.made_up_fix}")
+        if self.stopped:
+            lines.append(f"  the script did not run to its end: {self.stopped}; kernel calls after that were not "
+                         "checked")
         lines += [f"  assumes: {a}" for a in self.assumptions]
         shown: dict[str, int] = {}
         for f in self.findings:
