@@ -207,6 +207,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dma-order", choices=tuple(DmaOrder), default=DmaOrder.ANY.value,
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
+    c.add_argument("--test", metavar="PATTERN", help="a test module: run only the tests whose name contains PATTERN "
+                   "(or matches it as a glob, e.g. 'AllGather*test_small'); the others are not run, and the verdicts "
+                   "say so")
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
                    "every public one taking an axis name): a global function taking a mesh, a per-shard launcher (run "
                    "under shard_map) or a factory of closures; see docs/pallas-import.md")
@@ -357,7 +360,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
                                  topology=None if ring else args.topology, along=args.along,
                                  dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
                                  axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
-                                 collective=getattr(args, "collective", None))
+                                 collective=getattr(args, "collective", None), tests=getattr(args, "test", None))
         except ScheduleError as e:
             if len(sizes) == 1:
                 raise

@@ -501,3 +501,64 @@ def test_a_missing_import_that_stopped_later_kernels_is_said_on_the_verdict(tmp_
     assert "the script did not run to its end" in report.to_text()
     assert main(["check", str(path), "--devices", "2", "-q"]) == 0   # (-q: the summary line for one verdict)
     assert "1 from a script that stopped short" in capsys.readouterr().err
+
+
+TWO_TESTS = ('''
+import unittest
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def permute_kernel(x_ref, o_ref, send, recv):
+    right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
+    c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,),
+                                     device_id_type=pl.DeviceIdType.MESH)
+    c.start()
+    c.wait()
+
+
+def run(x, mesh):
+    call = lambda v: pl.pallas_call(permute_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                    in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                                    out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                                    scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(v)
+    return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False))(x)
+
+
+class PermuteTest(unittest.TestCase):
+    def test_small(self):
+        run(jnp.zeros((8 * jax.device_count(), 128)), jax.make_mesh((jax.device_count(),), ("x",)))
+
+    def test_heavy_benchmark(self):
+        raise AssertionError("ran: a benchmark that would run for minutes on CPU")
+
+
+if __name__ == "__main__":
+    unittest.main()
+''')
+
+
+@pytest.mark.parametrize("style", ["unittest", "pytest"])
+def test_a_test_filter_runs_only_the_tests_it_names(tmp_path, style):
+    """`--test PATTERN` (a substring of the test's name, or a glob): a test module with a
+    heavy benchmark (sglang-jax's fused_moe_v1_test.py ran past 300 s) runs only the tests
+    it names; every verdict says how many were left out; a pattern that matches no test is
+    one message."""
+    text = TWO_TESTS
+    if style == "pytest":
+        text = (text.replace("class PermuteTest(unittest.TestCase):\n", "")
+                .replace("    def test_small(self):\n        run(", "def test_small():\n    run(")
+                .replace("    def test_heavy_benchmark(self):\n        raise", "def test_heavy_benchmark():\n    raise")
+                .replace('\n\nif __name__ == "__main__":\n    unittest.main()\n', "\n"))
+    path = tmp_path / f"{style}_cases.py"
+    path.write_text(text)
+    for pattern in ("test_small", "*small"):
+        (report,) = check_file(str(path), 2, tests=pattern)
+        assert report.ok and "test_small" in report.title, report.to_text()
+        assert any(a.startswith(f"--test {pattern!r} ran only the tests it names: 1 other test left out")
+                   for a in report.assumptions), report.assumptions
+        assert not any("ran: a benchmark" in a for a in report.assumptions)
+    with pytest.raises(ScheduleError, match="--test 'nothing' matches none of the module's 2 tests"):
+        check_file(str(path), 2, tests="nothing")

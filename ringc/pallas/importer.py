@@ -306,12 +306,14 @@ _MOSAIC_GPU = re.compile(r"pallas[.\s]+import\s+mosaic_gpu|pallas\.mosaic_gpu|pa
 def check_file(path: str, n: int | None = None, *, invocations: int = 1, params: dict[str, int] | None = None,
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
-               mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None) -> list[Report]:
+               mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None,
+               tests: str | None = None) -> list[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
     devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
     `entry`, `args`, `axis`, `mesh` say how to call a module's entry functions (`entries.py`),
-    `stubs` the packages to stub (`imports.py`)."""
+    `stubs` the packages to stub (`imports.py`), `tests` the test module's tests to run
+    (`--test`)."""
     from .imports import importing
     from .script import is_script, script_source
     from .tpu import GPU_DEFAULT
@@ -329,7 +331,7 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                                     "sized topology such as --topology v5e:2x2")
         return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
                             entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=tuple(stubs), collective=collective)
+                            stubs=tuple(stubs), collective=collective, tests=tests)
     if collective is not None:
         raise ScheduleError("--collective names the meaning of a script's or entry function's kernel calls; a "
                             "module with build(mesh) states its own", file=path,
@@ -371,7 +373,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
                  axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = (),
-                 collective: str | None = None) -> list[Report]:
+                 collective: str | None = None, tests: str | None = None) -> list[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
     jitted function that runs pallas_calls (`script.py`), and check every captured call; one
@@ -387,13 +389,17 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
     shape = slice_.shape if slice_ is not None and not slice_.switched and slice_.ndim <= 3 else None
     with user_code_time(path):
         script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=stubs, shape=shape)
+                            stubs=stubs, shape=shape, tests=tests)
     refused = {id(c): unsupported_in(c.jaxpr.jaxpr) for c in script.captures}
     if script.answers.unsupported and not any(r is None for r in refused.values()):
         raise _refusal(script.answers.unsupported[0], path)
     if script.captures and all(refused.values()):
         first = script.captures[0]
         raise ScheduleError(refused[id(first)] + REFUSAL_TAIL, file=path, line=first.line)
+    left_out = (f"--test {tests!r} ran only the tests it names: {script.left_out} other test"
+                f"{'s' if script.left_out != 1 else ''} left out, not checked") if tests is not None else ""
+    if left_out and not script.captures:   # (else said on every verdict)
+        script.notes.insert(0, left_out)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
@@ -528,6 +534,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
         report.assumptions.extend(script.answers.assumptions())
+        if left_out:
+            report.assumptions.append(left_out)
         if not reports:  # the script's notes once, on its first verdict
             report.assumptions += [f"script note: {note}" for note in script.notes]
         if script.missing is not None:   # statements after it failed: kernels there never ran

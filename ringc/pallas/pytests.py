@@ -38,6 +38,13 @@ class _Titles:
     def pytest_configure(self, config: Any) -> None:
         config.addinivalue_line("markers", MARKER)
 
+    def pytest_collection_modifyitems(self, config: Any, items: list) -> None:
+        """`--test PATTERN`: only the tests it names run (`Script.runs`)."""
+        kept = [item for item in items if self.script.runs(test_name(item.nodeid))]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+            items[:] = kept
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: Any) -> Any:
         self.script.test = test_name(item.nodeid)  # kernels its fixtures run are titled with it too

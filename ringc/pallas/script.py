@@ -99,6 +99,25 @@ class Script:
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
+    tests: str | None = None       # `--test PATTERN`: the test module's tests to run (a substring or a glob)
+    left_out: int = 0              # tests `tests` left out
+    matched: int = 0               # and those it ran
+
+    def runs(self, title: str) -> bool:
+        """Whether the test titled `title` runs under `--test` (a substring of the title, or a
+        glob matching it); counts those left out and run."""
+        import fnmatch
+        runs = self.tests is None or self.tests in title or fnmatch.fnmatchcase(title, self.tests)
+        self.left_out += not runs
+        self.matched += runs
+        return runs
+
+    def no_test_matched(self) -> None:
+        """`--test` matched none of the module's tests: one message, not another way in."""
+        if self.tests is not None and self.left_out and not self.matched:
+            raise ScheduleError(f"--test {self.tests!r} matches none of the module's {self.left_out} tests",
+                                file=self.path, fix="give a part of a test's name (ClassName.test_name, or the "
+                                                    "pytest node id) or a glob such as '*Permute*'")
 
 
 def is_script(source: str) -> bool:
@@ -652,6 +671,8 @@ def _run_tests(script: Script, env: dict) -> None:
     loader = unittest.TestLoader()
     for cls in classes:
         for test in loader.loadTestsFromTestCase(cls):
+            if not script.runs(_test_title(test)):
+                continue
             script.test = _test_title(test)
             before = sum(c.copies for c in script.captures)
             gen = getattr(getattr(script, "answers", None), "generation", None)
@@ -832,7 +853,8 @@ def _unprinted(*args: Any, file: Any = None, **kwargs: Any) -> None:
 def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
-               stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None) -> Script:
+               stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None,
+               tests: str | None = None) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
     (`tpu.answering`, default v5e), capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`entries.call_entries`). Its
@@ -862,7 +884,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
             source = "\n".join(lines)
             skipped.append(f"line {e.lineno}: the code block at lines {span[0]}-{span[1]} is not valid Python "
                            f"({e.msg}): ringc skipped it, as a notebook cell that fails")
-    script = Script(path, n)
+    script = Script(path, n, tests=tests)
     script.notes += skipped
     register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__,
@@ -906,6 +928,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 at = f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said else ""
                 script.notes.append(f"line {stmt.lineno}: {said}{at} "
                                     f"(ringc ran the next statement{fix})")
+        script.no_test_matched()
         if entry is not None or args or params or axis or mesh or (not script.captures and not pytest_module):
             call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)
         script.assumes = imports.assumptions()
