@@ -562,3 +562,23 @@ def test_a_test_filter_runs_only_the_tests_it_names(tmp_path, style):
         assert not any("ran: a benchmark" in a for a in report.assumptions)
     with pytest.raises(ScheduleError, match="--test 'nothing' matches none of the module's 2 tests"):
         check_file(str(path), 2, tests="nothing")
+
+
+def test_a_test_that_skips_for_its_device_count_names_the_count_to_check_with(tmp_path):
+    """A test that skips itself with more than one device (JAX's tpu_pallas_interpret_test.py:
+    `requires 1 device, found 4`): the reason kept is its own, not the retry's (answered as a
+    TPU it skips for another reason), and the fix names --devices 1."""
+    path = tmp_path / "one_device_only.py"
+    path.write_text(
+        "import unittest\nimport jax\n\n\n"
+        "class OneDevice(unittest.TestCase):\n"
+        "    def setUp(self):\n"
+        "        if jax.device_count() > 1:\n"
+        "            self.skipTest(f'requires 1 device, found {jax.device_count()}')\n\n"
+        "    def test_it(self):\n"
+        "        pass\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    unittest.main()\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert "requires 1 device, found 2" in e.value.fix and "check with --devices 1" in e.value.fix, e.value.fix

@@ -407,6 +407,8 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         # A test module whose tests all skip themselves (`Expect TPUv7+`): say which generations ringc answers as.
         said = [re.search(r"skipped itself \(([^)]*)\)", n) for n in script.notes]
         skipped = "; ".join(dict.fromkeys(m.group(1) for m in said if m))
+        # (`requires 1 device, found 4`: the device count is what to change, not the generation)
+        count = re.search(r"\b(?:requires?|needs?|at least|expects?|only) (\d+) (?:devices?|chips?)", skipped)
         # The first statement of the script's own that failed (a top-level import, or a kernel
         # body naming a helper the file does not define, raised inside a function it called):
         # the errors after it mostly follow from it (a name it did not bind), so fix it first.
@@ -429,7 +431,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             + (f" ({notes})" if notes else ""), file=path,
             fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
                  "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
-                (f"every test that ran skipped itself ({skipped}): where it asks for a TPU generation, ringc answers "
+                (f"every test that ran skipped itself ({skipped}): " + (
+                    f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
+                    if count else "") + "where it asks for a TPU generation, ringc answers "
                  f"as --tpu's ({', '.join(GENERATIONS)}; {tpu or 'v5e'} now), so pick the one it needs, or call the "
                  "kernel's launcher with --entry; else " if skipped else "") +
                 (called if entry else "") +
