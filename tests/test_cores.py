@@ -480,3 +480,43 @@ def test_a_signal_to_a_core_by_core_index_lands_on_that_core(tmp_path):
     assert report.ok and report.program.cores == 2, report.to_text()
     (report,) = check_file(str(bad), 1, tpu="v5p")
     assert report.kinds() >= {"hang"}, report.to_text()
+
+
+PRNG_KEY_IN_CORE_MAP = '''
+import functools
+import jax, jax.numpy as jnp
+from jax import random as jax_random
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def main(refs):
+    key_hbm, o_ref = refs
+    @pl.core_map(pltpu.create_tensorcore_mesh('core'))
+    def _():
+        @functools.partial(pl.run_scoped, key_smem=pltpu.SMEM((), key_hbm.dtype),
+                           o_vmem=pltpu.VMEM(o_ref.shape, o_ref.dtype))
+        def _scoped(key_smem, o_vmem):
+            pltpu.sync_copy(key_hbm, key_smem)
+            o_vmem[...] = jax_random.uniform(key_smem[...], shape=o_ref.shape, minval=0.0, maxval=1.0)
+            pltpu.sync_copy(o_vmem, o_ref)
+
+@jax.jit
+def f(rng_key):
+    y = jnp.zeros((8, 128), dtype=jnp.float32)
+    _, y = pl.run_state(main)((rng_key, y))
+    return y
+
+y = f(pltpu.to_pallas_key(jax_random.key(0, impl="rbg")))
+'''
+
+
+def test_a_prng_key_in_a_kernel_over_the_cores_is_carried_not_followed(tmp_path):
+    """A Pallas PRNG key (`key<pl>`, an extended dtype numpy cannot interpret: JAX's
+    tpu_pallas_random_test.py test_key_in_core_map) is copied and used without ringc
+    following its bits (it stopped the script, then was an internal error); both cores
+    write the whole output, a race as written."""
+    from ringc.pallas import check_file
+    path = tmp_path / "key_in_core_map.py"
+    path.write_text(PRNG_KEY_IN_CORE_MAP)
+    (report,) = check_file(str(path), 1, tpu="v5p")
+    assert report.program.cores == 2 and report.kinds() == {"race"}, report.to_text()

@@ -296,8 +296,11 @@ class Builder(Sink):
         if got.space == "smem":
             for d in (range(self.n) if self.lanes is not None else (it.device,)):
                 if d not in got.store:
-                    got.store[d] = np.zeros(got.shape, got.dtype)
-                    got.unknown.pop(d, None)
+                    try:
+                        got.store[d] = np.zeros(got.shape, got.dtype)
+                        got.unknown.pop(d, None)
+                    except TypeError:   # an extended dtype (a PRNG key, `key<pl>`): no integers in it
+                        got.unknown[d] = f"holds {got.dtype} values, which ringc does not follow"
         return Ref.whole(got, it.device)
 
     def process(self, gpu: int, block: int, wg: int, threads: int, engine: bool = False) -> int:

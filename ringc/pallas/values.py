@@ -64,16 +64,26 @@ class Buffer:
     def follows_values(self) -> bool:
         """Whether ringc follows the integers this vector buffer holds (`shadow`): integer or
         boolean arrays outside SMEM (whose values `store` keeps whole)."""
-        return self.space in ("vmem", "hbm") and self.kind != "value" and (
+        return self.space in ("vmem", "hbm") and self.kind != "value" and not _extended(self.dtype) and (
             np.issubdtype(np.dtype(self.dtype), np.integer) or np.dtype(self.dtype) == np.bool_)
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        # (an extended dtype, a PRNG key `key<pl>`, is no numpy dtype: its own bytes per element)
+        return int(self.dtype.itemsize) if _extended(self.dtype) else np.dtype(self.dtype).itemsize
 
     @property
     def memory(self) -> str:  # the word `core.megacore_findings` uses
         return "vmem" if self.space in ("vmem", "smem") else "hbm"
+
+
+def _extended(dtype: Any) -> bool:
+    """A JAX extended dtype (a PRNG key's `key<pl>`), which numpy cannot interpret."""
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return True
+    return False
 
 
 @dataclass
@@ -128,7 +138,7 @@ class Ref:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * (int(self.dtype.itemsize) if _extended(self.dtype) else np.dtype(self.dtype).itemsize)
 
     def region(self, device: int | None = None) -> Region:
         # A 0-d buffer (`pltpu.SMEM(())`, a scalar output) is one element: the verifier's
