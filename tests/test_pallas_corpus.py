@@ -133,3 +133,26 @@ def test_interpret_mode_sees_the_read_before_wait_race():
     assert entry["interpret_detects"] == "race"
     _, _, raced, _ = _run(entry, 2)
     assert raced
+
+
+def test_the_emit_pipeline_primitive_setting_is_turned_off_and_said(tmp_path):
+    """JAX's fusible-matmul tests turn on `jax_use_emit_pipeline_primitive`: emit_pipeline
+    then binds one primitive instead of its loop of copies and waits, which ringc refused as
+    unknown. It is off while the pipeline is built, the loop is checked, and the verdict says
+    so."""
+    import shutil
+    from ringc.pallas import check_file
+    for name in ("reduce_scatter_pipelined.py", "corpus_common.py"):
+        shutil.copy(CORPUS / name, tmp_path / name)
+    path = tmp_path / "reduce_scatter_pipelined.py"
+    text = path.read_text()
+    assert "\nregister_cpu_tpu_info()" in text
+    path.write_text(text.replace("\nregister_cpu_tpu_info()",
+                                 '\nregister_cpu_tpu_info()\njax.config.update("jax_use_emit_pipeline_primitive", True)', 1))
+    try:
+        (report,) = check_file(str(path), 2)
+    finally:
+        import jax
+        jax.config.update("jax_use_emit_pipeline_primitive", False)
+    assert report.ok, report.to_text()
+    assert any("jax_use_emit_pipeline_primitive=True -> off" in a for a in report.assumptions), report.assumptions
