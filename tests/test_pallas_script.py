@@ -582,3 +582,21 @@ def test_a_test_that_skips_for_its_device_count_names_the_count_to_check_with(tm
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 2)
     assert "requires 1 device, found 2" in e.value.fix and "check with --devices 1" in e.value.fix, e.value.fix
+
+
+def test_a_module_inside_a_package_named_like_a_pypi_package_does_not_shadow_it(tmp_path):
+    """tokamax/_src holds its own jaxtyping.py (imported as tokamax._src.jaxtyping): a kernel
+    file under it that imports the PyPI `jaxtyping`, not installed, is told that (the folder
+    was put on the path, and the private module's `from jaxtyping import Array` was a circular
+    ImportError blamed on the file)."""
+    src = tmp_path / "pkg" / "_src"
+    (src / "ops").mkdir(parents=True)
+    for d in (tmp_path / "pkg", src, src / "ops"):
+        (d / "__init__.py").write_text("")
+    (src / "jaxtyping.py").write_text("from jaxtyping import Array\n")
+    kernel = src / "ops" / "kernel.py"
+    kernel.write_text("import jaxtyping_ringc_absent as jt\nimport jax\nx = jt.Array\n")
+    (src / "jaxtyping_ringc_absent.py").write_text("from jaxtyping_ringc_absent import Array\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(kernel), 2)
+    assert "`jaxtyping_ringc_absent`, which is not installed" in e.value.message, e.value.message

@@ -96,7 +96,10 @@ def repo_roots(tree: ast.Module, path: str) -> list[str]:
     for top in tops:
         holder = next((d for d in [here, *here.parents]
                        if (d / top).is_dir() or (d / f"{top}.py").is_file()), None)  # namespace packages too
-        if holder is not None and holder != here:
+        # A folder inside a package (its `__init__.py`) is no import root: a module there named
+        # like a PyPI package (tokamax/_src/jaxtyping.py) is the package's own, imported as
+        # `tokamax._src.jaxtyping`, and on the path it would shadow the real one.
+        if holder is not None and holder != here and not (holder / "__init__.py").is_file():
             roots.append(holder)
     out: list[str] = []
     for r in roots:

@@ -140,8 +140,8 @@ class Report:
                         f"{self.seconds:.2f}s): {'its findings may come from' if not self.ok else 'it covers only'} "
                         f"the zeros ringc made up for {names}; give real values: {self.made_up_fix}")
         if self.stopped:
-            lines.append(f"  the script did not run to its end: {self.stopped}; kernel calls after that were not "
-                         "checked")
+            lines.append(f"  the script did not run to its end: {self.stopped}; statements that needed it failed, "
+                         "and kernel calls they would have made were not checked")
         lines += [f"  assumes: {a}" for a in self.assumptions]
         shown: dict[str, int] = {}
         for f in self.findings:
