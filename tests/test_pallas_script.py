@@ -600,3 +600,27 @@ def test_a_module_inside_a_package_named_like_a_pypi_package_does_not_shadow_it(
     with pytest.raises(ScheduleError) as e:
         check_file(str(kernel), 2)
     assert "`jaxtyping_ringc_absent`, which is not installed" in e.value.message, e.value.message
+
+
+def test_a_grid_sized_at_run_time_is_refused_at_its_line(tmp_path):
+    """A grid whose size is traced (megablox gmm's tiles counted from group_sizes): one
+    message at the pallas_call's line with a fix that applies (it had no line, and "use a
+    static grid")."""
+    path = tmp_path / "dynamic_grid.py"
+    path.write_text(
+        "from functools import partial\nimport jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n"
+        "mesh = jax.make_mesh((jax.device_count(),), ('x',))\n\n\n"
+        "def add_one(x_ref, o_ref):\n    o_ref[...] = x_ref[...] + 1\n\n\n"
+        "@jax.jit\n"
+        "@partial(jax.shard_map, mesh=mesh, in_specs=(jax.P('x'), jax.P()), out_specs=jax.P('x'), check_vma=False)\n"
+        "def f(x, sizes):\n"
+        "    n = jnp.sum(sizes > 0).astype(jnp.int32)\n"
+        "    return pl.pallas_call(add_one, grid=(n,), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+        "                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],\n"
+        "                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)\n\n\n"
+        "y = f(jnp.zeros((32 * jax.device_count(), 128), jnp.float32), jnp.array([1, 1, 1, 0], jnp.int32))\n")
+    (report,) = check_file(str(path), 2)
+    text = report.to_text()
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "pl.pallas_call(" in ln)
+    assert not report.ok and f"dynamic_grid.py:{line}: error: pallas_call `call 1` has a grid sized at run time" in text, text
+    assert "size the grid with a Python int" in text

@@ -348,9 +348,14 @@ class Builder(Sink):
         semantics = tuple(getattr(cp, "dimension_semantics", None) or ())
         grid = tuple(gm.grid)
         for g in grid:
-            if not isinstance(g, int):
-                raise KernelError(f"pallas_call `{call.name}` has a dynamic grid {grid}", file=self.file,
-                                  fix="use a static grid")
+            if not isinstance(g, int):   # (megablox's gmm: tiles counted from group_sizes under jit)
+                where = kernel_location(eqn)
+                shown = tuple(d if isinstance(d, int) else "dynamic" for d in grid)
+                raise KernelError(f"pallas_call `{call.name}` has a grid sized at run time {shown}: ringc checks a "
+                                  "grid whose size is known when the kernel is traced", file=where.file,
+                                  line=int(where) or None,
+                                  fix="size the grid with a Python int (computed outside jit, or the largest size "
+                                      "the kernel takes), or check the kernel through --entry with static sizes")
         if 0 in grid:  # (an `ok` would say nothing: the kernel's body never runs)
             where = kernel_location(eqn)
             raise KernelError(f"pallas_call `{call.name}` has an empty grid {grid}: its kernel never runs, so there is "
