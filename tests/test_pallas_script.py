@@ -624,3 +624,26 @@ def test_a_grid_sized_at_run_time_is_refused_at_its_line(tmp_path):
     line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "pl.pallas_call(" in ln)
     assert not report.ok and f"dynamic_grid.py:{line}: error: pallas_call `call 1` has a grid sized at run time" in text, text
     assert "size the grid with a Python int" in text
+
+
+def test_an_internal_error_in_one_kernel_call_leaves_the_others_checked(tmp_path, monkeypatch):
+    """ringc's own bug while checking one call (a TypeError where a closed-over scalar became
+    an array) lost every verdict of JAX's tpu_pallas_state_test.py: now that call is "not
+    checked" with an internal error that says whose bug it is, and the others get theirs."""
+    import ringc.pallas.importer as importer
+    path = tmp_path / "hidden.py"
+    path.write_text(HIDDEN_BY_A_MISSING_IMPORT.replace("import ringc_not_installed_helpers as helpers\n", "")
+                    .replace("@helpers.assert_max_traces(n=1)\n", ""))
+    real, calls = importer.check_capture, []
+
+    def flaky(cap, *args, **kwargs):
+        calls.append(cap)
+        if len(calls) == 1:
+            raise TypeError("int() argument must be a string, a bytes-like object or a real number, not 'Ref'")
+        return real(cap, *args, **kwargs)
+    monkeypatch.setattr(importer, "check_capture", flaky)
+    monkeypatch.delenv("RINGC_DEBUG", raising=False)
+    first, second = check_file(str(path), 2)
+    assert not first.ok and "internal error while checking this kernel call: TypeError" in first.to_text()
+    assert "ringc's bug, not the kernel's" in first.to_text()
+    assert second.ok, second.to_text()
