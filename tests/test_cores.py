@@ -520,3 +520,27 @@ def test_a_prng_key_in_a_kernel_over_the_cores_is_carried_not_followed(tmp_path)
     path.write_text(PRNG_KEY_IN_CORE_MAP)
     (report,) = check_file(str(path), 1, tpu="v5p")
     assert report.program.cores == 2 and report.kinds() == {"race"}, report.to_text()
+
+
+def test_a_python_int_the_jitted_caller_passes_is_followed_into_the_kernel(tmp_path):
+    """`jax.jit(f)(x, 1)` with the kernel's body indexing by the closed-over `i` (JAX's
+    tpu_pallas_state_test.py test_capture_scalar): the index is the caller's 1 (it was an
+    internal error, then an index not known before the run); a core reading past the rows
+    is an out_of_bounds finding."""
+    from ringc.pallas import check_file
+    text = (
+        "import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        "mesh = pltpu.create_tensorcore_mesh('core', num_cores=2)\n\n\n"
+        "def f(x, i):\n"
+        "    def body(x_ref, out_ref):\n"
+        "        idx = jax.lax.axis_index('core')\n"
+        "        pltpu.sync_copy(x_ref.at[i], out_ref.at[idx])\n"
+        "    return pl.kernel(body, mesh=mesh, out_type=jax.ShapeDtypeStruct((2, *x.shape[1:]), jnp.int32))(x)\n\n\n"
+        "x = jnp.arange(4 * 8 * 128, dtype=jnp.int32).reshape((4, 8, 128))\n"
+        "out = jax.jit(f)(x, I)\n")
+    for i, ok in ((1, True), (7, False)):
+        path = tmp_path / f"capture_scalar_{i}.py"
+        path.write_text(text.replace("(x, I)", f"(x, {i})"))
+        (report,) = check_file(str(path), 1, tpu="v5p")
+        assert report.ok == ok and (ok or "out_of_bounds" in report.kinds()), report.to_text()
