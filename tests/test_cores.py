@@ -544,3 +544,29 @@ def test_a_python_int_the_jitted_caller_passes_is_followed_into_the_kernel(tmp_p
         path.write_text(text.replace("(x, I)", f"(x, {i})"))
         (report,) = check_file(str(path), 1, tpu="v5p")
         assert report.ok == ok and (ok or "out_of_bounds" in report.kinds()), report.to_text()
+
+
+def test_an_empty_ref_in_a_kernel_over_the_cores_is_each_cores_fresh_scratch(tmp_path):
+    """`jax.empty_ref(aval, memory_space=VMEM)` in the body (JAX's tpu_pallas_mpmd_test.py
+    test_mpmd_capture_scalar_and_ref; it was refused as unknown): fresh VMEM of each core, so
+    both cores staging their rows through it do not race; staging both halves through the
+    chip's output rows instead does."""
+    from ringc.pallas import check_file
+    text = (
+        "import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import tpu as pltpu\n\n"
+        "mesh = pltpu.create_tensorcore_mesh('core', num_cores=2)\n\n\n"
+        "@jax.jit\n"
+        "def f(x):\n"
+        "    def body(x_ref, out_ref):\n"
+        "        c = jax.lax.axis_index('core')\n"
+        "        stage = jax.empty_ref(jax.core.ShapedArray((8, 128), jnp.float32), memory_space=pltpu.VMEM)\n"
+        "        pltpu.sync_copy(x_ref.at[pl.ds(c * 8, 8)], stage)\n"
+        "        pltpu.sync_copy(stage, out_ref.at[pl.ds(ROWS, 8)])\n"
+        "    return pl.kernel(body, mesh=mesh, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n\n\n"
+        "y = f(jnp.zeros((16, 128), jnp.float32))\n")
+    for rows, kinds in (("c * 8", set()), ("0", {"race"})):
+        path = tmp_path / f"stage_{len(kinds)}.py"
+        path.write_text(text.replace("ROWS", rows))
+        (report,) = check_file(str(path), 1, tpu="v5p")
+        assert report.kinds() == kinds and report.program.cores == 2, report.to_text()

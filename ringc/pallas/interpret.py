@@ -1892,6 +1892,15 @@ def _run_scoped(it: Interpreter, eqn: Any, invals: list) -> list:
     return it.run(body, invals, allocs)  # the scope's closed-over values are its constvars
 
 
+@PRIMITIVES.kernel("empty_ref", does=Does.MEMORY, doc="`jax.empty_ref(aval, memory_space=...)` in a kernel: fresh scratch (VMEM holds garbage), as a `run_scoped` allocation")
+def _empty_ref(it: Interpreter, eqn: Any, invals: list) -> list:
+    a = it.sink.scoped(it, eqn, 0, eqn.outvars[0].aval)
+    if isinstance(a, Ref) and not a.buffer.store:
+        a.buffer.shadow.pop(it.device, None)  # fresh memory: no integers known
+        it.emit(Compute("allocate", it.region(a)))
+    return [a]
+
+
 @PRIMITIVES.kernel("multiple_of", "pallas_multiple_of", does=Does.HINT, doc="an alignment hint: the value itself")
 def _multiple_of(it: Interpreter, eqn: Any, invals: list) -> list:
     return [invals[0]]

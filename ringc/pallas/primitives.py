@@ -292,7 +292,7 @@ PRIMITIVES.pure(
     "prng_random_bits", "reshape", "squeeze", "expand_dims", "copy", "stage", "einshape_lo")
 # Known, always with effects or refs ringc does not model: refused wherever they appear.
 PRIMITIVES.unsupported("check", does=Does.HINT)             # checkify: an error effect
-PRIMITIVES.unsupported("empty_ref", "prng_seed", does=Does.MEMORY)  # a fresh ref; the PRNG's state
+PRIMITIVES.unsupported("prng_seed", does=Does.MEMORY)  # the PRNG's state
 # `emit_pipeline` as one primitive (its body a sub-jaxpr): ringc follows a pipeline traced inline.
 PRIMITIVES.unsupported("emit_pipeline", "pipeline_body", does=Does.CONTROL | Does.MEMORY)
 PRIMITIVES.unsupported("matmul_acc_lhs", "matmul_pop", "matmul_push_rhs", does=Does.MEMORY)  # the MXU's own buffers
