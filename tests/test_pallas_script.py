@@ -449,15 +449,8 @@ def test_an_entry_that_fails_is_what_the_fix_names_not_the_files_main(tmp_path):
         assert "stopped the script" not in e.value.fix
 
 
-HIDDEN_BY_A_MISSING_IMPORT = '''
-from functools import partial
-import jax, jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-import ringc_not_installed_helpers as helpers
-
-mesh = jax.make_mesh((jax.device_count(),), ("x",))
-
+# a right permute and its pallas_call, for the scripts below
+PERMUTE_KERNEL = '''
 
 def permute_kernel(x_ref, o_ref, send, recv):
     right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
@@ -471,6 +464,18 @@ def call(x):
     return pl.pallas_call(permute_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
                           scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x)
+'''
+
+HIDDEN_BY_A_MISSING_IMPORT = '''
+from functools import partial
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import ringc_not_installed_helpers as helpers
+
+mesh = jax.make_mesh((jax.device_count(),), ("x",))
+
+''' + PERMUTE_KERNEL + '''
 
 
 first = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False))
@@ -510,20 +515,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-
-def permute_kernel(x_ref, o_ref, send, recv):
-    right = jax.lax.rem(jax.lax.axis_index("x") + 1, jax.lax.axis_size("x"))
-    c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,),
-                                     device_id_type=pl.DeviceIdType.MESH)
-    c.start()
-    c.wait()
-
+''' + PERMUTE_KERNEL + '''
 
 def run(x, mesh):
-    call = lambda v: pl.pallas_call(permute_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                    in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-                                    out_specs=pl.BlockSpec(memory_space=pl.ANY),
-                                    scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(v)
     return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False))(x)
 
 
