@@ -708,8 +708,8 @@ def reference_pointwise(eqns: list, collective: Any) -> tuple[str, ...] | None:
             return None    # `all_gather(x)[:, i]`, `psum(x[:4])`: not the collective's meaning
         tensors = [v for v, c in zip(e.invars, vals) if c is _UNKNOWN]
         shape = tuple(getattr(e.outvars[0].aval, "shape", ()))
-        if not shape and len(tensors) == 1:
-            continue   # a scalar's arithmetic (an index, a count)
+        if not shape:
+            continue   # a scalar's arithmetic (an index, a count), not the data's
         if len(tensors) != 1 or tuple(getattr(tensors[0].aval, "shape", ())) != shape:
             return None    # `psum(x * mask)`, `psum(x) + x`: more than one function of the data
         x = Data(shape, ("load", None))

@@ -564,9 +564,10 @@ def _capturing(script: Script) -> Iterator[None]:
         elif (name := _unread_reference(jaxpr.jaxpr)) is not None:
             for c in reversed(script.captures):
                 if ids and c.arg_ids[:1] == ids[:1] and c.reference is None:
-                    note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that does more "
-                            "than the collective (it slices, indexes or combines the data): ringc takes no meaning "
-                            "from it (--collective names one)")
+                    note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that ringc "
+                            "cannot read as the collective's meaning (it slices, indexes or combines the data "
+                            "around it, or gathers along another dimension): no meaning taken from it "
+                            "(--collective names one)")
                     if note not in c.assumes:
                         c.assumes.append(note)
                     break
