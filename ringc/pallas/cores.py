@@ -26,7 +26,7 @@ from ..verify.events import BARRIER, Compute, Signal, SemWait
 from ..verify.unroll import CORE_JOIN, CORE_LAUNCH
 from .interpret import Interpreter, KernelError
 from .jaxprs import kernel_jaxpr
-from .program import Builder, Call, _literal_values, arg_names, kernel_location, tpu_params
+from .program import Builder, Call, arg_names, kernel_location, literal_values, tpu_params
 from .values import Buffer, Ref, SemRef, Unknown
 
 
@@ -167,7 +167,7 @@ def _operand(call: Call, k: int, d: int, buf: Buffer, refs: list) -> Any:
         return Ref.whole(buf, d)
     h = call.operands[k]
     values = h.values if h.values is not None else h.root().values
-    if values is not None and _literal_values(values):
+    if values is not None and literal_values(values):
         return values[1]
     if values is not None and len(values) > d:
         return values[d]

@@ -61,7 +61,7 @@ class Handle:
         return h
 
 
-def _literal_values(values: list) -> bool:
+def literal_values(values: list) -> bool:
     """Handle values of a jaxpr literal: ("literal", value), not one per device."""
     return isinstance(values[0], str) and values[0] == "literal"
 
@@ -403,7 +403,7 @@ class Builder(Sink):
                                           "from values ringc does not know (tensor data)")
                     refs_of.append(buf)
                     continue
-                if len(values) != self.n or _literal_values(values):
+                if len(values) != self.n or literal_values(values):
                     raise KernelError(
                         f"scalar-prefetch operand `{name}` of pallas_call `{call.name}` is not known before the run",
                         file=line.file, line=int(line),
