@@ -355,19 +355,18 @@ def _check_kernel(args: argparse.Namespace, path: str):
                             fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
     sizes = args.devices or [None]
     for n in sizes:
-        try:
-            reports = check_file(path, n, invocations=args.invocations, params=dict(args.param),
-                                 topology=None if ring else args.topology, along=args.along,
-                                 dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
-                                 axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
-                                 collective=getattr(args, "collective", None), tests=getattr(args, "test", None))
+        try:  # (a script's verdicts come as each kernel call is checked: printed then, not at the end)
+            for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
+                                     topology=None if ring else args.topology, along=args.along,
+                                     dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
+                                     axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
+                                     collective=getattr(args, "collective", None), tests=getattr(args, "test", None),
+                                     iterate=True):
+                yield apply_strict(report, args.strict)
         except ScheduleError as e:
             if len(sizes) == 1:
                 raise
             yield _at_size(e, n)  # a range: this size refused, the next still checked
-            continue
-        for report in reports:
-            yield apply_strict(report, args.strict)
 
 
 def _at_size(e: ScheduleError, n: int) -> ScheduleError:

@@ -641,3 +641,22 @@ def test_an_internal_error_in_one_kernel_call_leaves_the_others_checked(tmp_path
     assert not first.ok and "internal error while checking this kernel call: TypeError" in first.to_text()
     assert "ringc's bug, not the kernel's" in first.to_text()
     assert second.ok, second.to_text()
+
+
+def test_a_scripts_verdicts_come_as_each_call_is_checked(tmp_path, monkeypatch):
+    """`ringc check` prints each verdict when it is decided (a file whose later calls take long
+    printed nothing before a timeout): the iterator gives the first call's report before the
+    second call is checked."""
+    import ringc.pallas.importer as importer
+    path = tmp_path / "two_calls.py"
+    path.write_text(HIDDEN_BY_A_MISSING_IMPORT.replace("import ringc_not_installed_helpers as helpers\n", "")
+                    .replace("@helpers.assert_max_traces(n=1)\n", ""))
+    real, checked = importer.check_capture, []
+    monkeypatch.setattr(importer, "check_capture", lambda cap, *a, **k: checked.append(cap) or real(cap, *a, **k))
+    reports = check_file(str(path), 2, iterate=True)
+    assert not isinstance(reports, list) and checked == []
+    first = next(reports)
+    assert first.ok and len(checked) == 1
+    second = next(reports)   # (the same kernel: checked once, the same verdict)
+    assert second.ok and "identical to kernel call 1" in second.to_text()
+    assert next(reports, None) is None

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -307,13 +307,14 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
                mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None,
-               tests: str | None = None) -> list[Report]:
+               tests: str | None = None, iterate: bool = False) -> list[Report] | Iterator[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
     devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
     `entry`, `args`, `axis`, `mesh` say how to call a module's entry functions (`entries.py`),
     `stubs` the packages to stub (`imports.py`), `tests` the test module's tests to run
-    (`--test`)."""
+    (`--test`). With `iterate`, a script's reports come one by one as each call is checked
+    (`ringc check` prints each verdict when it is decided)."""
     from .imports import importing
     from .script import is_script, script_source
     from .tpu import GPU_DEFAULT
@@ -329,9 +330,10 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
             raise ScheduleError("a script runs on a device count: give --devices N", file=path,
                                 fix="pass --devices N (a script's mesh is its own, over jax.devices()), or a "
                                     "sized topology such as --topology v5e:2x2")
-        return check_script(path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order,
-                            entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=tuple(stubs), collective=collective, tests=tests)
+        return (iter_script if iterate else check_script)(
+            path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order, entry=entry,
+            args=args, params=params, tpu=tpu, axis=axis, mesh=mesh, stubs=tuple(stubs), collective=collective,
+            tests=tests)
     if collective is not None:
         raise ScheduleError("--collective names the meaning of a script's or entry function's kernel calls; a "
                             "module with build(mesh) states its own", file=path,
@@ -369,11 +371,16 @@ def _main_lines(path: str) -> set[int]:
     return lines
 
 
-def check_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
+def check_script(path: str, n: int, **kwargs: Any) -> list[Report]:
+    """`iter_script`'s reports, all of them (the Python API's list)."""
+    return list(iter_script(path, n, **kwargs))
+
+
+def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None = None,
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
                  axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = (),
-                 collective: str | None = None, tests: str | None = None) -> list[Report]:
+                 collective: str | None = None, tests: str | None = None) -> Iterator[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
     jitted function that runs pallas_calls (`script.py`), and check every captured call; one
@@ -487,6 +494,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
         if refused[id(cap)]:
             reports.append(CallError(path, title, ScheduleError(refused[id(cap)] + REFUSAL_TAIL, file=path,
                                                                 line=cap.line)))
+            yield reports[-1]
             continue
         same = None if cap.same is None else (cap.same, repr(cap.reference))
         if same is not None and same in checked:
@@ -495,6 +503,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             first, earlier = checked[same]
             if isinstance(earlier, CallError):
                 reports.append(CallError(path, title, earlier.error, earlier.assumptions))
+                yield reports[-1]
                 continue
             report = copy.copy(earlier)
             report.title, report.seconds = title, time.perf_counter() - t1
@@ -505,12 +514,14 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report.assumptions.append(f"identical to kernel call {first} (line {captures[first - 1].line}): "
                                       "checked once, the same verdict")
             reports.append(report)
+            yield reports[-1]
             continue
         try:
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
                                    topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             reports.append(CallError(path, title, e, [note] if (note := _made_up(cap, values)) else []))
+            yield reports[-1]
             if same is not None:
                 checked[same] = (k + 1, reports[-1])
             continue
@@ -521,6 +532,7 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
                 f"internal error while checking this kernel call: {type(e).__name__}: {e}", file=path,
                 line=cap.line or None, fix="this is ringc's bug, not the kernel's: please report it (RINGC_DEBUG=1 "
                                            "shows the traceback); the file's other kernel calls are still checked")))
+            yield reports[-1]
             continue
         report.title = title
         report.assumptions.insert(0, f"a script: ringc ran it on {n} CPU devices and checked the kernel calls it "
@@ -558,9 +570,9 @@ def check_script(path: str, n: int, *, invocations: int = 1, topology: str | Non
             report.assumptions.append(f"the script's own code ran for {ran:.1f} s on CPU devices before its kernel "
                                       "calls were checked (its arrays and imports; not in the verdict's seconds)")
         reports.append(report)
+        yield reports[-1]
         if same is not None:
             checked[same] = (k + 1, report)
-    return reports
 
 
 def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,
