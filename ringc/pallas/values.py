@@ -69,12 +69,19 @@ class Buffer:
 
     @property
     def itemsize(self) -> int:
-        # (an extended dtype, a PRNG key `key<pl>`, is no numpy dtype: its own bytes per element)
-        return int(self.dtype.itemsize) if _extended(self.dtype) else np.dtype(self.dtype).itemsize
+        return _itemsize(self.dtype)
 
     @property
     def memory(self) -> str:  # the word `core.megacore_findings` uses
         return "vmem" if self.space in ("vmem", "smem") else "hbm"
+
+
+def _itemsize(dtype: Any) -> int:
+    """Bytes per element; an extended dtype (a PRNG key `key<pl>`, no numpy dtype) says its own."""
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return int(dtype.itemsize)
 
 
 def _extended(dtype: Any) -> bool:
@@ -138,7 +145,7 @@ class Ref:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * (int(self.dtype.itemsize) if _extended(self.dtype) else np.dtype(self.dtype).itemsize)
+        return math.prod(self.shape) * _itemsize(self.dtype)
 
     def region(self, device: int | None = None) -> Region:
         # A 0-d buffer (`pltpu.SMEM(())`, a scalar output) is one element: the verifier's
