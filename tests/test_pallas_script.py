@@ -660,3 +660,21 @@ def test_a_scripts_verdicts_come_as_each_call_is_checked(tmp_path, monkeypatch):
     second = next(reports)   # (the same kernel: checked once, the same verdict)
     assert second.ok and "identical to kernel call 1" in second.to_text()
     assert next(reports, None) is None
+
+
+def test_an_output_of_the_wrong_shape_for_the_meaning_is_one_finding_without_a_device(tmp_path):
+    """A right permute checked as an all-gather (`--collective all_gather`): its output has
+    the input's shape, not [N, ...]. One wrong_result naming the output's shape (it was printed
+    twice, on "device -1", with "nothing writes it"); as a ppermute the same kernel is clean."""
+    path = tmp_path / "permute.py"
+    path.write_text("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+                    "from jax.experimental.pallas import tpu as pltpu\n\n"
+                    "mesh = jax.make_mesh((jax.device_count(),), ('x',))\n" + PERMUTE_KERNEL +
+                    "\n\nf = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=jax.P('x'), out_specs=jax.P('x'), "
+                    "check_vma=False))\ny = f(jnp.zeros((8 * jax.device_count(), 128), jnp.float32))\n")
+    (report,) = check_file(str(path), 2, collective="all_gather")
+    shape = [f for f in report.findings if f.kind == "wrong_result"]
+    assert len(shape) == 1 and "has shape [8, 128], but all_gather needs shape [N, *input shape]" in shape[0].message
+    assert "device -1" not in report.to_text() and "nothing writes it" not in report.to_text()
+    (clean,) = check_file(str(path), 2, collective="ppermute")
+    assert clean.ok, clean.to_text()
