@@ -460,6 +460,9 @@ def _check_schedule(args: argparse.Namespace, path: str):
     if args.tpu:
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
+    if getattr(args, "test", None):
+        raise ScheduleError("--test names the tests of a Python test module to run; a schedule has none",
+                            file=path, fix="drop --test")
     if getattr(args, "collective", None):
         raise ScheduleError("--collective names a Python kernel's meaning; a schedule states its own",
                             file=path, fix="drop --collective (the schedule's `collective:` is what it checks)")

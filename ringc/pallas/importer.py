@@ -334,6 +334,9 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
             path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order, entry=entry,
             args=args, params=params, tpu=tpu, axis=axis, mesh=mesh, stubs=tuple(stubs), collective=collective,
             tests=tests)
+    if tests is not None:
+        raise ScheduleError("--test names the tests of a test module to run; a module with build(mesh) is checked "
+                            "through build", file=path, fix="drop --test")
     if collective is not None:
         raise ScheduleError("--collective names the meaning of a script's or entry function's kernel calls; a "
                             "module with build(mesh) states its own", file=path,
