@@ -197,27 +197,37 @@ def test_a_missing_package_is_one_message_with_both_fixes(tmp_path):
     assert "fix: pip install vllm, or pass --stub vllm" in o.err
 
 
-def test_a_missing_package_names_every_package_its_package_lacks(tmp_path):
+def test_a_missing_package_names_every_package_its_import_chain_lacks(tmp_path):
     """ejkernel's ring attention took three runs (chex; then einops, imported by a sibling;
-    then triton, by another kernel family): the message names what the whole package imports
-    at module level and is not installed, each with its file; an import under `try` is
-    optional and left out."""
+    then triton, by another kernel family), sglang-jax's MoE test five: the message names
+    every package not installed that the file's import chain imports, each with its place,
+    and none that it does not (a benchmark's sibling `import kernel`, a server's own
+    dependencies): an import under `try`, `if TYPE_CHECKING:` or in a function is left out."""
     repo = _package(tmp_path, {**PACKAGE,
+                               "serving/kernels/__init__.py": "from . import rearrange\nfrom ..gpu import triton_kernels\n",
                                "serving/kernels/rearrange.py": "import ringc_missing_einops_like\n",
                                "serving/gpu/__init__.py": "",
                                "serving/gpu/triton_kernels.py":
                                    "import os\n\nfrom ringc_missing_triton_like import jit\n",
                                "serving/optional.py": "try:\n    import ringc_missing_optional\nexcept ImportError:\n"
-                                                      "    pass\n"})
+                                                      "    pass\n",
+                               "serving/server.py": "import ringc_missing_server_only\n",
+                               "serving/bench/bench.py": "import kernel\nimport ringc_missing_bench_only\n",
+                               "serving/bench/kernel.py": "",
+                               "serving/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                   "    import ringc_missing_typing_only\n"
+                                                   "def f():\n    import ringc_missing_lazy\n"})
+    (repo / "serving" / "kernels" / "rearrange.py").write_text("from .. import optional, typed\n"
+                                                               "import ringc_missing_einops_like\n")
     kernel = repo / "serving" / "kernels" / "permute.py"
     with pytest.raises(ScheduleError) as e:
         check_file(str(kernel), 2, entry="right_permute", axis="tp")
     assert e.value.message == (
-        "the file imports `vllm` (through serving/__init__.py:1), which is not installed; its package `serving` also "
-        "imports `ringc_missing_triton_like` (serving/gpu/triton_kernels.py:3), `ringc_missing_einops_like` "
-        "(serving/kernels/rearrange.py:1), not installed either")
-    assert e.value.fix == ("pip install vllm ringc_missing_triton_like ringc_missing_einops_like, or pass --stub vllm "
-                           "--stub ringc_missing_triton_like --stub ringc_missing_einops_like if the kernel does not "
+        "the file imports `vllm` (through serving/__init__.py:1), which is not installed; the modules it imports in turn "
+        "import `ringc_missing_einops_like` (serving/kernels/rearrange.py:2), `ringc_missing_triton_like` "
+        "(serving/gpu/triton_kernels.py:3), not installed either")
+    assert e.value.fix == ("pip install vllm ringc_missing_einops_like ringc_missing_triton_like, or pass --stub vllm "
+                           "--stub ringc_missing_einops_like --stub ringc_missing_triton_like if the kernel does not "
                            "need them")
 
 

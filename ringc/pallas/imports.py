@@ -337,9 +337,9 @@ def missing_import(e: BaseException, path: str, imports: Imports | None = None,
     through = f" (through {via})" if via else ""
     tops = [top] + [t for t in _also_missing(e, imports) if t != top]
     also = f"; it also imports {', '.join(f'`{t}`' for t in tops[1:])}, not installed either" if tops[1:] else ""
-    package, elsewhere = _package_missing(e, imports, tops)
+    elsewhere = _chain_missing([path] + ([_last_file(e)] if _last_file(e) else []), imports, tops)
     if elsewhere:
-        also += (f"; its package `{package}` also imports " + ", ".join(f"`{t}` ({where})" for t, where in elsewhere)
+        also += ("; the modules it imports in turn import " + ", ".join(f"`{t}` ({where})" for t, where in elsewhere)
                  + ", not installed either")
         tops += [t for t, _ in elsewhere]
     return MissingImport(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
@@ -371,49 +371,116 @@ def _also_missing(e: BaseException, imports: Imports | None) -> list[str]:
     return out
 
 
-_PACKAGE_FILES = 2000  # the most files of a package scanned for its imports (`_package_missing`)
+_CHAIN_FILES = 2000  # the most of the repository's own modules followed for imports (`_chain_missing`)
 
 
-def _package_missing(e: BaseException, imports: Imports | None, known: list[str]) -> tuple[str, list[tuple[str, str]]]:
-    """The packages not installed that other modules of the failing file's package import at
-    module level (not under `try`: optional imports stay optional), each with the first file
-    that does: the import error of the next run, and the one after (ejkernel: chex, then
-    einops in a sibling, then triton in another kernel family), named in this one message."""
+def _module_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported, in source order: at module level and in
+    its `if` and `with` blocks, not in functions, classes, `if TYPE_CHECKING:` or a `try` that
+    handles errors (an optional import stays optional)."""
+    def walk(body):
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            elif isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.With):
+                yield from walk(node.body)
+            elif isinstance(node, ast.Try) and not node.handlers:
+                yield from walk(node.body)
+                yield from walk(node.finalbody)
+    yield from walk(tree.body)
+
+
+def _local_files(roots: list[Path], dotted: str) -> list[Path] | None:
+    """The repository's files that importing `dotted` runs (each package's `__init__.py` on
+    the way, then the module), from the first root holding its top package; None when no root
+    holds it (an installed or missing package)."""
+    parts = dotted.split(".")
+    for root in roots:
+        if not ((root / parts[0]).is_dir() or (root / f"{parts[0]}.py").is_file()):
+            continue
+        files, folder = [], root
+        for k, part in enumerate(parts):
+            if (folder / part / "__init__.py").is_file():
+                files.append(folder / part / "__init__.py")
+            elif (folder / f"{part}.py").is_file():
+                files.append(folder / f"{part}.py")
+                break
+            elif not (folder / part).is_dir():
+                break                                   # a name inside the module, not a module
+            folder = folder / part
+        return files
+    return None
+
+
+def _chain_missing(start: list[str], imports: Imports | None, known: list[str]) -> list[tuple[str, str]]:
+    """The packages not installed that the file's own import chain imports, each with the first
+    place that does (`file:line`): every module of the repository the file imports, and every
+    one those import, followed as Python would import them (`_module_imports`). One message
+    names what the next runs would stop on, one per run, and no package the file never
+    imports (a benchmark's `import kernel`, a server's dependencies elsewhere in the
+    repository)."""
     import importlib.util
-    last = _last_file(e)
-    if last is None or not (Path(last).parent / "__init__.py").is_file():
-        return "", []
-    top = _package_top(Path(last).resolve().parent)
-    package = next((d for d in [Path(last).resolve().parent, *Path(last).resolve().parents]
-                    if d.parent == top), None)
-    if package is None:
-        return "", []
+    roots = [Path(r) for r in imports.roots] if imports is not None else []
+    seen: set[Path] = set()
     found: dict[str, str] = {}
-    for k, f in enumerate(sorted(package.rglob("*.py"))):
-        if k >= _PACKAGE_FILES:
-            break
+    stack: list[Path] = []
+    for f in reversed(start):   # importing a module of a package runs its packages' `__init__.py` first
+        f = Path(f).resolve()
+        stack.append(f)
+        folder = f.parent
+        while (folder / "__init__.py").is_file() and folder.parent != folder:
+            stack.append(folder / "__init__.py")
+            folder = folder.parent
+    while stack and len(seen) < _CHAIN_FILES:
+        f = stack.pop()
+        if f in seen:
+            continue
+        seen.add(f)
         try:
-            body = ast.parse(f.read_text()).body
+            tree = ast.parse(f.read_text())
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue
-        for node in body:
+        nxt: list[Path] = []
+        for node in _module_imports(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = f.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                mods = [base / Path(*node.module.split("."))] if node.module else [base]
+                for m in list(mods):
+                    mods += [m / a.name for a in node.names]
+                for m in mods:
+                    nxt += [m / "__init__.py"] if (m / "__init__.py").is_file() else \
+                        [m.with_suffix(".py")] if m.with_suffix(".py").is_file() else []
+                continue
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                     else [])
+                     else [node.module] + [f"{node.module}.{a.name}" for a in node.names])
             for name in names:
+                beside = [] if (f.parent / "__init__.py").is_file() else [f.parent]  # a script's own folder
+                local = _local_files(beside + roots, name)
+                if local is not None:
+                    nxt += local
+                    continue
                 t = name.split(".")[0]
-                if t not in found and t not in known:
-                    found[t] = f"{f.relative_to(package.parent)}:{node.lineno}"
-    out = []
-    for t, where in found.items():
-        if t in sys.modules or (imports is not None and (_within(imports, t) or t in imports.stubs)):
-            continue
-        try:
-            if importlib.util.find_spec(t) is None:
-                out.append((t, where))
-        except (ImportError, ValueError):
-            out.append((t, where))
-    return package.name, out
+                if t in found or t in known or t in sys.modules or (imports is not None and t in imports.stubs):
+                    continue
+                try:
+                    installed = importlib.util.find_spec(t) is not None
+                except (ImportError, ValueError):
+                    installed = False
+                if not installed:
+                    found[t] = f"{_shown(f)}:{node.lineno}"
+        stack += reversed(nxt)
+    return list(found.items())
+
+
+def _shown(f: Path) -> str:
+    """A file as its import path shows it: from its top package's folder."""
+    return str(f.relative_to(_package_top(f.parent)))
 
 
 def _last_file(e: BaseException) -> str | None:
