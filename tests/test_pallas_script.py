@@ -596,28 +596,55 @@ def test_a_module_inside_a_package_named_like_a_pypi_package_does_not_shadow_it(
     assert "`jaxtyping_ringc_absent`, which is not installed" in e.value.message, e.value.message
 
 
-def test_a_grid_sized_at_run_time_is_refused_at_its_line(tmp_path):
-    """A grid whose size is traced (megablox gmm's tiles counted from group_sizes): one
-    message at the pallas_call's line with a fix that applies (it had no line, and "use a
-    static grid")."""
+DYNAMIC_GRID = (
+    "from functools import partial\nimport jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+    "from jax.experimental.pallas import tpu as pltpu\n\n"
+    "mesh = jax.make_mesh((jax.device_count(),), ('x',))\n\n\n"
+    "def add_one(x_ref, o_ref):\n    o_ref[...] = x_ref[...] + 1\n\n\n"
+    "@jax.jit\n"
+    "@partial(jax.shard_map, mesh=mesh, in_specs=(jax.P('x'), jax.P()), out_specs=jax.P('x'), check_vma=False)\n"
+    "def f(x, sizes):\n"
+    "    n = COUNT\n"
+    "    return pl.pallas_call(add_one, grid=(n,), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+    "                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],\n"
+    "                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)\n\n\n"
+    "y = f(jnp.zeros((32 * jax.device_count(), 128), jnp.float32), jnp.array(SIZES, jnp.int32))\n")
+
+
+def _dynamic_grid(tmp_path, count="jnp.sum(sizes > 0).astype(jnp.int32)", sizes="[1, 1, 1, 0]"):
     path = tmp_path / "dynamic_grid.py"
-    path.write_text(
-        "from functools import partial\nimport jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n"
-        "mesh = jax.make_mesh((jax.device_count(),), ('x',))\n\n\n"
-        "def add_one(x_ref, o_ref):\n    o_ref[...] = x_ref[...] + 1\n\n\n"
-        "@jax.jit\n"
-        "@partial(jax.shard_map, mesh=mesh, in_specs=(jax.P('x'), jax.P()), out_specs=jax.P('x'), check_vma=False)\n"
-        "def f(x, sizes):\n"
-        "    n = jnp.sum(sizes > 0).astype(jnp.int32)\n"
-        "    return pl.pallas_call(add_one, grid=(n,), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
-        "                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],\n"
-        "                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)\n\n\n"
-        "y = f(jnp.zeros((32 * jax.device_count(), 128), jnp.float32), jnp.array([1, 1, 1, 0], jnp.int32))\n")
+    path.write_text(DYNAMIC_GRID.replace("COUNT", count).replace("SIZES", sizes))
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "pl.pallas_call(" in ln)
+    return path, line
+
+
+def test_a_grid_sized_at_run_time_from_known_values_is_checked_at_the_size_the_program_computes(tmp_path):
+    """A grid whose size is traced (megablox gmm's tiles counted from group_sizes under jit)
+    is sized from the values the program was given, followed through jit: checked at that
+    size, and the verdict says which sizes it covers."""
+    path, _ = _dynamic_grid(tmp_path)
+    (report,) = check_file(str(path), 2)
+    assert report.ok, report.to_text()
+    assert any("has a grid sized at run time ('dynamic',): checked with the sizes the program computes from the "
+               "values it was given, (3,)" in a for a in report.assumptions), report.assumptions
+
+
+def test_a_grid_sized_at_run_time_past_the_array_is_out_of_bounds(tmp_path):
+    """The broken case: the count the program computes (5 tiles of 8 rows) runs past the
+    shard's 32 rows, an out_of_bounds finding at the kernel's BlockSpec."""
+    path, _ = _dynamic_grid(tmp_path, sizes="[1, 1, 1, 1, 1]")
+    (report,) = check_file(str(path), 2)
+    assert not report.ok and "out_of_bounds" in report.kinds(), report.to_text()
+
+
+def test_a_grid_sized_at_run_time_from_tensor_data_is_refused_at_its_line(tmp_path):
+    """A size counted from tensor data (not known before the run): one message at the
+    pallas_call's line with a fix that applies (it had no line, and "use a static grid")."""
+    path, line = _dynamic_grid(tmp_path, count="jnp.sum(x[:, 0] > 0).astype(jnp.int32)")
     (report,) = check_file(str(path), 2)
     text = report.to_text()
-    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "pl.pallas_call(" in ln)
     assert not report.ok and f"dynamic_grid.py:{line}: error: pallas_call `call 1` has a grid sized at run time" in text, text
-    assert "size the grid with a Python int" in text
+    assert "from values ringc does not know (tensor data)" in text and "--arg NAME=int32[...]@=np.array" in text
 
 
 def test_an_internal_error_in_one_kernel_call_leaves_the_others_checked(tmp_path, monkeypatch):

@@ -768,26 +768,30 @@ class _Outer:
                                   else [self.values[k]]))
         self.ins = handles
         # Arrays the traced function closed over (`jnp.arange(E)` of constants, a table built
-        # outside jit): small integer ones are known values, as the script's arguments are.
+        # outside jit): small ones are known values, as the script's small integer arguments are.
         self.consts = {v: np.asarray(c) for v, c in zip(closed.jaxpr.constvars, getattr(closed, "consts", ()))
-                       if _small_int_aval(getattr(v, "aval", None)) and hasattr(c, "dtype")}
-        self.outs = self.walk(closed.jaxpr, handles)
+                       if _small_aval(getattr(v, "aval", None)) and hasattr(c, "dtype")}
+        self.outs = self._walk(closed.jaxpr, handles)
 
     def walk(self, jaxpr: Any, handles: list) -> list:
         """Each equation by its outer rule (`PRIMITIVES`, registered below `_Outer`), else
-        `other`."""
+        `other`. `jaxpr` may be a ClosedJaxpr: its constants are what it closed over."""
         outer_read_later = self.read_later
         try:
-            return self._walk(jaxpr, handles)
+            return self._walk(getattr(jaxpr, "jaxpr", jaxpr), handles, tuple(getattr(jaxpr, "consts", ())))
         finally:
             self.read_later = outer_read_later
 
-    def _walk(self, jaxpr: Any, handles: list) -> list:
+    def _walk(self, jaxpr: Any, handles: list, closed: tuple = ()) -> list:
         env: dict[Any, Any] = dict(zip(jaxpr.invars, handles))
-        consts = getattr(self, "consts", {})
-        for v in jaxpr.constvars:  # arrays the traced function closed over: small integer ones known
-            known = consts.get(v) if self.per_device is None else None
-            env[v] = Handle(getattr(v, "aval", None), values=None if known is None else [known])
+        consts = {**getattr(self, "consts", {}),
+                  **{v: np.asarray(c) for v, c in zip(jaxpr.constvars, closed)
+                     if _small_aval(getattr(v, "aval", None)) and hasattr(c, "dtype")}}
+        for v in jaxpr.constvars:  # arrays the traced function closed over: small ones known
+            known = consts.get(v)  # (a jitted function's `jnp.array([0])`: megablox's group_offset)
+            env[v] = Handle(getattr(v, "aval", None),
+                            values=None if known is None
+                            else [known] * math.prod(self.mesh_axes.values()) if self.per_device else [known])
 
         def read(a: Any) -> Handle:
             if type(a).__name__ == "Literal":
@@ -825,7 +829,7 @@ class _Outer:
 
     # -- control flow (`primitives.while_loop`, `primitives.scan_loop`) ---------------------
     def run_closed(self, closed: Any, args: list) -> list:
-        return self.walk(closed.jaxpr, args)
+        return self.walk(closed, args)
 
     def truth(self, c: Handle, eqn: Any) -> bool:
         """A loop condition around pallas_calls: known from constants (the loop counter)."""
@@ -878,7 +882,7 @@ class _Outer:
         body = eqn.params["jaxpr"]
         outer_per_device, self.per_device = self.per_device, True
         try:
-            return self.walk(getattr(body, "jaxpr", body), local)
+            return self.walk(body, local)
         finally:
             self.per_device = outer_per_device
 
@@ -944,10 +948,11 @@ class _Outer:
 
     def compute_global(self, eqn: Any, ins: list) -> list:
         """`compute` before the shard_map: the op bound eagerly on the global values, kept when
-        every output is a small integer array; otherwise (or if JAX cannot evaluate it) new
+        every output is a small array (integers, or floats made from them: a histogram's bin
+        edges); otherwise (or if JAX cannot evaluate it) new
         arrays whose values are not known."""
         unknown = [Handle(v.aval) for v in eqn.outvars]
-        if not all(_small_int_aval(v.aval) for v in eqn.outvars):
+        if not all(_small_aval(v.aval) for v in eqn.outvars):
             return unknown
         import jax
         vals = [h.values[1] if _literal(h) else h.values[0] for h in ins]
@@ -1051,16 +1056,14 @@ def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool, cores: bo
 @PRIMITIVES.outer("custom_vmap_call", does=Does.CALL)
 def _custom_vmap_call(w: _Outer, eqn: Any, ins: list) -> list:
     """`plgpu.kernel`'s wrapper (a custom batching rule): its body, inline."""
-    sub = eqn.params["call"]
-    return w.walk(getattr(sub, "jaxpr", sub), ins)
+    return w.walk(eqn.params["call"], ins)
 
 
 @PRIMITIVES.outer("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint",
                   "remat")
 def _call(w: _Outer, eqn: Any, ins: list) -> list:
     p = eqn.params
-    sub = p.get("jaxpr") or p.get("call_jaxpr")
-    return w.walk(getattr(sub, "jaxpr", sub), ins)
+    return w.walk(p.get("jaxpr") or p.get("call_jaxpr"), ins)
 
 
 @PRIMITIVES.outer("optimization_barrier", does=Does.HINT)
@@ -1125,6 +1128,12 @@ def _while(w: _Outer, eqn: Any, ins: list) -> list:
 
 
 _GLOBAL_LIMIT = 65_536  # elements of an integer array computed before the shard_map (`Walker.compute_global`)
+
+
+def _small_aval(aval: Any) -> bool:
+    """A small array of any dtype: computed from known values (a histogram's float bin edges
+    over tile ids, in megablox's metadata), it is followed as they are."""
+    return math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
 
 
 def _small_int_aval(aval: Any) -> bool:

@@ -346,17 +346,8 @@ class Builder(Sink):
         collective_id = getattr(cp, "collective_id", None)
         skip_barrier = bool(getattr(cp, "skip_device_barrier", False))
         semantics = tuple(getattr(cp, "dimension_semantics", None) or ())
-        grid = tuple(gm.grid)
-        for g in grid:
-            if not isinstance(g, int):   # (megablox's gmm: tiles counted from group_sizes under jit)
-                where = kernel_location(eqn)
-                shown = tuple(d if isinstance(d, int) else "dynamic" for d in grid)
-                raise KernelError(f"pallas_call `{call.name}` has a grid sized at run time {shown}: ringc checks a "
-                                  "grid whose size is known when the kernel is traced", file=where.file,
-                                  line=int(where) or None,
-                                  fix="size the grid with a Python int (computed outside jit, or the largest size "
-                                      "the kernel takes), or check the kernel through --entry with static sizes")
-        if 0 in grid:  # (an `ok` would say nothing: the kernel's body never runs)
+        grid, grids, operands = self._grid(call, gm, kernel, eqn)
+        if all(0 in g for g in grids):  # (an `ok` would say nothing: the kernel's body never runs)
             where = kernel_location(eqn)
             raise KernelError(f"pallas_call `{call.name}` has an empty grid {grid}: its kernel never runs, so there is "
                               "nothing to check", file=where.file, line=int(where) or None,
@@ -376,7 +367,7 @@ class Builder(Sink):
         line = kernel_location(eqn)
         # Bind operands and outputs to buffers.
         aliases = dict(p.get("input_output_aliases") or ())
-        in_handles = call.operands
+        in_handles = operands
         kernel_vars = kernel.invars
         refs_of: list[Any] = []  # per kernel invar: Buffer | SemRef (whole), in order
         written: list[Buffer] = []
@@ -497,7 +488,7 @@ class Builder(Sink):
             it = Interpreter(self, d, self.lanes.coords if self.lanes is not None else self._coords(d),
                              self.axis_sizes)
             it.lanes = self.lanes
-            it.grid = grid
+            it.grid = grid = grids[d]
             it.point = tuple(0 for _ in grid)
             it.barrier = barrier if collective_id is not None else None
             if sync.enter and sync.interloper:
@@ -510,12 +501,16 @@ class Builder(Sink):
             for r in [*kernel_refs, *scratch]:
                 args.append(r if isinstance(r, SemRef) else Ref.whole(r, d))
             points = list(itertools.product(*(range(g) for g in grid)))
+            it.eqn = eqn   # (a block index from tensor data is sampled at the pallas_call's line)
             blocks = [[self.block_index(it, bm, pt, args[:n_pref]) for pt in points] for _, _, bm, _ in windows]
             for i, pt in enumerate(points):
                 it.point = pt
                 self.core = int(split is not None and pt[split] >= grid[split] // 2)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
-                    if not is_out and (i == 0 or idx[i] != idx[i - 1]):
+                    if i == 0 or idx[i] != idx[i - 1]:
+                        if is_out:   # a new output block: its VMEM buffer holds what it held last (garbage)
+                            self.emit(d, pt, line, Compute("allocate", Ref.whole(win, d).region()), None)
+                            continue
                         src = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), it.region(src)), None)
                 it.run(kernel, [], args)
@@ -544,6 +539,38 @@ class Builder(Sink):
                 device(d)
         self._current_call = None
         self.call_names.append(call.name)
+
+    def _grid(self, call: Call, gm: Any, kernel: Any, eqn: Any) -> tuple[tuple, list[tuple], list[Handle]]:
+        """The call's grid, each device's, and its operands without the grid's sizes. A grid
+        dimension sized at run time (megablox's gmm: tiles counted from `group_sizes` under
+        jit) is a leading operand of the call (after closed-over refs), each device's value
+        followed as the program computed it; `grid` has each dynamic dimension's largest
+        size (for the megacore split). One not known (tensor data) is refused at the call."""
+        grid = tuple(gm.grid)
+        dynamic = [k for k, g in enumerate(grid) if not isinstance(g, int)]
+        if not dynamic:
+            return grid, [grid] * self.n, list(call.operands)
+        refs = next((k for k, h in enumerate(call.operands) if not hasattr(h.aval, "inner_aval")), 0)
+        sizes = call.operands[refs:refs + len(dynamic)]
+        where = kernel_location(eqn)
+        shown = tuple(g if isinstance(g, int) else "dynamic" for g in grid)
+        grids = [list(grid) for _ in range(self.n)]
+        for k, h in zip(dynamic, sizes):
+            values = h.values
+            if values is None or len(values) != self.n and not literal_values(values):
+                raise KernelError(f"pallas_call `{call.name}` has a grid sized at run time {shown}, from values ringc "
+                                  "does not know (tensor data)", file=where.file, line=int(where) or None,
+                                  fix="give the arrays its size is computed from with their values (--arg "
+                                      "NAME=int32[...]@=np.array([...])), or size the grid with a Python int")
+            for d in range(self.n):
+                v = values[1] if literal_values(values) else values[d]
+                grids[d][k] = int(np.asarray(v).reshape(-1)[0])
+        self.notes.append(f"pallas_call `{call.name}` has a grid sized at run time {shown}: checked with the sizes "
+                          "the program computes from the values it was given, "
+                          + ", ".join(sorted({str(tuple(g)) for g in grids}))
+                          + " (other values give other grids, not checked)")
+        grid = tuple(max(g[k] for g in grids) if k in dynamic else grid[k] for k in range(len(grid)))
+        return grid, [tuple(g) for g in grids], list(call.operands[:refs]) + list(call.operands[refs + len(dynamic):])
 
     def call_entry(self, d: int, point: tuple, line: Any, sync: Any, enter: list[Buffer]) -> None:
         """A kernel call's entry on device d (`calls.entry_sync`): with a collective_id, the

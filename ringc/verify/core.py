@@ -234,7 +234,9 @@ def parallel_findings(program: Program) -> list[Finding]:
 
     One finding per op line, at the dependent event, naming the axis and the event it
     depends on. The model's own writes (kernel entry and exit, a pipeline's fresh window)
-    are no dependency."""
+    are no dependency, and what a fresh window or output block holds (garbage) depends on
+    no iteration: a read of it is the kernel's business (megablox's gmm merges a new output
+    block under a row mask, rows it overwrites later)."""
     if not program.parallel:
         return []
     findings, seen = [], set()
@@ -274,6 +276,8 @@ def parallel_findings(program: Program) -> list[Finding]:
             reads, writes = [], []
             if isinstance(a, Compute):
                 if not a.work:
+                    if a.kind == "allocate":   # fresh garbage: what an earlier iteration left there is gone
+                        written[a.dst.buffer] = [e for e in written[a.dst.buffer] if not box_inside(e[0], a.dst.box)]
                     continue
                 reads = list(a.reads) + ([a.dst] if a.reads_dst else [])
                 writes = [a.dst]
