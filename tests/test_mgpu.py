@@ -21,7 +21,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from ringc.pallas.importer import check_pallas  # noqa: E402
+from ringc.pallas.importer import check_file, check_pallas  # noqa: E402
 from ringc.pallas import mgpu  # noqa: E402
 from ringc.verify.events import SemWait  # noqa: E402
 
@@ -311,3 +311,19 @@ def test_a_race_between_two_blocks_stores_says_they_are_stores(tmp_path):
     text = report.to_text()
     assert report.kinds() == {"race"} and "a store writes it from device 0 block 1 (line 10)" in text, text
     assert "opaque" not in text
+
+
+def test_a_multi_process_test_module_runs_its_tests_with_a_process_per_gpu(tmp_path):
+    """JAX's 0.7-0.9 distributed GPU tests run under `jt_multiprocess.main()` with one process
+    per GPU, and ask the removed `mgpu.supports_cross_device_collectives()`: ringc runs their
+    tests, answers `process_count()` as N (and says so) and the removed helper as True; the
+    broken variant (signal before the store) is a race."""
+    path = HERE / "multiprocess_style.py"
+    report, = check_file(str(path), 3)
+    assert report.ok, report.to_text()
+    assert any("jax.process_count() answered 3" in a for a in report.assumptions), report.assumptions
+    assert "supports_cross_device_collectives" in report.to_text()
+    broken = tmp_path / "multiprocess_style.py"
+    broken.write_text(path.read_text().replace("BROKEN = False", "BROKEN = True"))
+    bad, = check_file(str(broken), 3)
+    assert "race" in bad.kinds(), bad.to_text()

@@ -58,6 +58,11 @@ def _removed_primitive(name: str) -> Callable[[], Any]:
     return get
 
 
+def _mosaic_gpu():
+    import jax.experimental.mosaic.gpu as mgpu
+    return mgpu
+
+
 def _jax_lib():
     import jax.lib
     return jax.lib
@@ -85,6 +90,9 @@ ALIASES: list[tuple[Callable[[], Any], str, Callable[[], Any], str]] = [
     (_jax_lib, "xla_bridge", _xla_bridge, "jax.lib.xla_bridge.get_backend -> jax.extend.backend.get_backend"),
     (_plgpu, "ThreadSemantics", lambda: _plgpu().LoweringSemantics,
      "plgpu.ThreadSemantics -> plgpu.LoweringSemantics"),
+    # removed from JAX (0.10): the stand-in H100s have the NVSHMEM collectives it asked about
+    (_mosaic_gpu, "supports_cross_device_collectives", lambda: (lambda: True),
+     "mgpu.supports_cross_device_collectives() -> True (removed from JAX; the stand-in H100s have them)"),
     # newer JAX's constructor (jax 0.10 has the factory only)
     (_pltpu, "TensorCoreMesh", lambda: _tensorcore_mesh,
      "pltpu.TensorCoreMesh(axis_name, num_cores) -> pltpu.create_tensorcore_mesh(axis_name, num_cores=...)"),

@@ -737,8 +737,8 @@ def _copied(script: Script, before: int) -> bool:
 
 @contextlib.contextmanager
 def _test_main(script: Script, env: dict) -> Iterator[None]:
-    """`unittest.main` and `absltest.main` run the module's tests under ringc (`_run_tests`);
-    `jtu.request_cpu_devices` keeps ringc's devices."""
+    """`unittest.main`, `absltest.main` and JAX's `test_multiprocess.main` run the module's
+    tests under ringc (`_run_tests`); `jtu.request_cpu_devices` keeps ringc's devices."""
     import unittest
     patches = [(unittest, "main")]
     try:
@@ -751,6 +751,12 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
         patches.append((jtu, "request_cpu_devices"))
     except ImportError:
         pass
+    try:  # JAX's multi-process GPU tests (0.7-0.8): one process per GPU, run here as one process
+        from jax._src import test_multiprocess
+        patches += [(test_multiprocess, "main"), (test_multiprocess.MultiProcessTest, "setUp"),
+                    (test_multiprocess.MultiProcessTest, "tearDown")]
+    except (ImportError, AttributeError):
+        test_multiprocess = None
     try:  # JAX's interpret tests read the race detector's state after a call: give them a fresh one
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
         if ipc.races is None:
@@ -772,6 +778,8 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
             # They re-check every jaxpr JAX builds (half of tracing a large kernel: rpa_v3_cp's test
             # module); they find bugs of JAX, not of the kernel, and change no program.
             setattr(m, k, {**getattr(m, k), "jax_enable_checks": False})
+        elif k in ("setUp", "tearDown"):   # no distributed client to start and end each test together
+            setattr(m, k, getattr(m.__mro__[1], k))
         elif k == "races":
             from jax._src.pallas.mosaic.interpret.race_detection_state import RaceDetectionState
             setattr(m, k, RaceDetectionState(num_cores=1))

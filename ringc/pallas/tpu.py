@@ -169,20 +169,25 @@ class Answers:
             f"a single host: jax.distributed.initialize() (line {self.distributed[1]}) returned at once, one process "
             f"owning all {math.prod(self.shape)} devices (process 0 of 1); a multi-host run's devices form the same "
             "mesh, so its kernels run the same events"]
+        if "process_count" in self.asked:
+            n = math.prod(self.shape)
+            out.append(f"one process per GPU, as a multi-GPU job launches: jax.process_count() answered {n} (the "
+                       f"{n} devices), jax.process_index() 0 (the process ringc runs every device in)")
         asked = self.assumption()
         return out + ([asked] if asked else [])
 
     def assumption(self) -> str | None:
         """The verdict's `assumes:` line on the devices' answers, if the code asked anything."""
-        if not self.asked:
+        questions = ", ".join(q for q in QUESTIONS if q in self.asked)
+        if not questions:
             return None
         g = self.generation
         if g.gpu:
             return (f"devices answer as {g.device_kind} GPUs (--gpu {g.name}): {g.sms} SMs (core_count), compute "
-                    f"capability {g.capability}; the code asked {', '.join(q for q in QUESTIONS if q in self.asked)}")
+                    f"capability {g.capability}; the code asked {questions}")
         return (f"devices answer as TPU {g.name} (--tpu): device_kind {g.device_kind!r}, coords of a "
                 f"{'x'.join(map(str, self.shape))} slice, {g.cores} TensorCore{'s' if g.cores > 1 else ''} per "
-                f"device; the code asked {', '.join(q for q in QUESTIONS if q in self.asked)}")
+                f"device; the code asked {questions}")
 
 
 def _internal_dirs() -> tuple[str, ...]:
@@ -385,6 +390,16 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
             num_cores = gen.cores
         return make_cores(axis_name, devices, num_cores)
 
+    process_count = jax.process_count
+
+    def processes(*args: Any, **kwargs: Any) -> int:
+        # Mosaic GPU code assumes one process per GPU (JAX's collective matmul at 0.7-0.8:
+        # "The kernel only supports one device per process"; its tests skip on one process)
+        if not askers.user(sys._getframe(1)):
+            return process_count(*args, **kwargs)
+        answers.asked.add("process_count")
+        return n
+
     patches: list[tuple[Any, str, Any]] = [
         *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
@@ -396,6 +411,8 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         parent, leaf = name.rsplit(".", 1)
         stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
         patches.append((sys.modules[parent], leaf, stand))
+    if gen.gpu:
+        patches.append((jax, "process_count", processes))
     if gen.gpu:  # JAX's tests ask CUDA whether the GPUs support multicast (`cuda_versions` is None on CPU)
         import jax._src.lib as jaxlib_lib
         if getattr(jaxlib_lib, "cuda_versions", None) is None:
