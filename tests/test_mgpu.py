@@ -327,3 +327,24 @@ def test_a_multi_process_test_module_runs_its_tests_with_a_process_per_gpu(tmp_p
     broken.write_text(path.read_text().replace("BROKEN = False", "BROKEN = True"))
     bad, = check_file(str(broken), 3)
     assert "race" in bad.kinds(), bad.to_text()
+
+
+def test_a_mosaic_gpu_pallas_call_is_a_launch_of_its_grids_blocks(tmp_path):
+    """JAX's 0.8-0.9 distributed GPU tests write Mosaic GPU kernels as `pl.pallas_call` (whole
+    GMEM operands, semaphores in scratch_shapes, often no compiler params): each grid point
+    is a block (`pl.program_id` its index), each block's semaphore its own. It was refused
+    as "one GPU's kernel", or checked as a TPU kernel. The broken variant races; a BlockSpec
+    that pipelines blocks through SMEM is refused at the call."""
+    path = HERE / "pallas_call_style.py"
+    report, = check_file(str(path), 3)
+    assert report.ok, report.to_text()
+    assert "(6 block processes)" in report.to_text().splitlines()[0]
+    broken = tmp_path / "pallas_call_style.py"
+    broken.write_text(path.read_text().replace("BROKEN = False", "BROKEN = True"))
+    bad, = check_file(str(broken), 3)
+    assert "race" in bad.kinds(), bad.to_text()
+    blocked = tmp_path / "blocked.py"
+    blocked.write_text(path.read_text().replace("in_specs=[pl.BlockSpec(memory_space=plgpu.GMEM)]",
+                                                "in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))]"))
+    refused, = check_file(str(blocked), 3)
+    assert "pipelines blocks through SMEM" in refused.to_text(), refused.to_text()

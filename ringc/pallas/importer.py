@@ -51,7 +51,7 @@ from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
-from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, unsupported_in
+from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
 from .values import Data, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
@@ -973,7 +973,10 @@ def _shard_map(w: _Outer, eqn: Any, ins: list) -> list:
 
 @PRIMITIVES.outer("pallas_call", does=Does.KERNEL)
 def _pallas_call(w: _Outer, eqn: Any, ins: list) -> list:
-    """A kernel call, recorded in order (evaluated per device and grid point later)."""
+    """A kernel call, recorded in order (evaluated per device and grid point later); a
+    Mosaic GPU pallas_call as a launch of its grid's blocks (`mgpu.run_launch`)."""
+    if mosaic_gpu_call(eqn):
+        return _record_call(w, eqn, ins, "a Mosaic GPU kernel", gpu=True)
     return _record_call(w, eqn, ins, "a pallas_call", gpu=False)
 
 

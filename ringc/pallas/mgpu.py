@@ -84,6 +84,7 @@ class Launch:
     arrivals: dict[str, int] = field(default_factory=dict)  # an SMEM barrier's num_arrivals
     sem_words: dict[str, Buffer] = field(default_factory=dict)  # a signalled semaphore's memory (`_signalled`)
     smem: set[str] = field(default_factory=set)  # the SMEM buffers (`_fenced`)
+    program_ids: tuple[str, ...] | None = None  # a pallas_call's grid axes, in `pl.program_id` order
 
     @property
     def blocks(self) -> int:
@@ -221,6 +222,8 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
     """Evaluate one Mosaic GPU kernel call on every GPU, block and warpgroup."""
     eqn = call.eqn
     p = eqn.params
+    if eqn.primitive.name == "pallas_call":
+        return _run_pallas_call(b, call, call_index)
     if len(p["jaxprs"]) != 1:
         raise KernelError(f"an mpmd_map of {len(p['jaxprs'])} programs", file=b.file,
                           line=int(user_location(eqn)) or None, fix="ringc checks one kernel program per call")
@@ -234,8 +237,43 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
     grid = dict(zip(mesh.grid_names, mesh.grid))
     grid.update(cluster)
     launch = Launch(b, call.name, b.invocation, b.n_gpus, grid, mesh.num_threads or 1, mesh.thread_name)
+    _launch(b, call, call_index, launch, kernel, line)
+
+
+def _run_pallas_call(b: Any, call: Any, call_index: int) -> None:
+    """A Mosaic GPU `pallas_call` (JAX's 0.8-0.9 distributed GPU tests): its grid's points are
+    the blocks, one warpgroup each (`pl.program_id` is the block's index along a grid axis),
+    its operands whole arrays in GMEM, and its scratch (`scratch_shapes`: semaphores, SMEM)
+    each block's own, as `pl.run_scoped` in a `plgpu.kernel` makes them. A BlockSpec that
+    pipelines blocks through SMEM is refused at the call."""
+    eqn = call.eqn
+    gm = eqn.params["grid_mapping"]
+    line = kernel_location(eqn)
+    for bm in gm.block_mappings:
+        space = str(getattr(bm.transformed_block_aval, "memory_space", "")).lower()
+        if "smem" in space and tuple(bm.block_aval.shape) == tuple(bm.array_aval.shape):
+            note = (f"a Mosaic GPU pallas_call's whole-array SMEM operand or result (line {int(line)}) is checked as "
+                    "the array in GMEM: Mosaic GPU copies it into SMEM before the body and out after it")
+            if note not in b.notes:
+                b.notes.append(note)
+            continue
+        if tuple(bm.block_aval.shape) != tuple(bm.array_aval.shape) or not any(m in space for m in ("gmem", "any")):
+            raise KernelError("a Mosaic GPU pallas_call that pipelines blocks through SMEM (a BlockSpec with a "
+                              "block shape) is not modelled", file=line.file, line=int(line) or None,
+                              fix="give its operands whole in GMEM (pl.BlockSpec(memory_space=plgpu.GMEM)) and "
+                                  "copy tiles in the kernel, or launch it with plgpu.kernel")
+    names = tuple(gm.grid_names) if gm.grid_names else tuple(f"program_id({k})" for k in range(len(gm.grid)))
+    launch = Launch(b, call.name, b.invocation, b.n_gpus, dict(zip(names, gm.grid)), 1, None)
+    launch.program_ids = names
+    _launch(b, call, call_index, launch, eqn.params["jaxpr"], line)
+
+
+def _launch(b: Any, call: Any, call_index: int, launch: "Launch", kernel: Any, line: Loc) -> None:
+    """One launch of `kernel` on every GPU and block (`run_launch`): entry, the barrier jaxlib
+    queues, every block's warpgroups as processes, join and exit."""
     _check_size(b, launch, line)
     bufs, enter_names, exit_names = b.bind_mesh_call(call, call_index, kernel, line, "gmem")
+    scratch = kernel.invars[len(bufs):]   # a pallas_call's scratch_shapes (a plgpu.kernel scopes its own)
     launch_sem, join_sem = f"{LAUNCH}{b.invocation}", f"{JOIN}{b.invocation}"
     barrier_sem = f"{BARRIER}{b.invocation}"
     b.sem_kinds[launch_sem] = b.sem_kinds[join_sem] = b.sem_kinds[barrier_sem] = "launch"
@@ -259,7 +297,9 @@ def run_launch(b: Any, call: Any, call_index: int) -> None:
                 it = GpuInterpreter(launch, g, block, wg, proc)
                 it.point = point
                 b.emit(proc, point, line, SemWait((g, launch_sem, ()), 1, "launch", decrement=False), None)
-                it.run(kernel, [], [Ref.whole(buf, g) for buf in bufs])
+                it.eqn = call.eqn   # (scratch is allocated at the call's line)
+                allocs = _scoped(it, call.eqn, scratch, line) if scratch else []
+                it.run(kernel, [], [Ref.whole(buf, g) for buf in bufs] + allocs)
                 _end_of_kernel(it, line)
                 b.emit(proc, point, line, Signal((g, join_sem, ()), 1, "join"), None)
                 events += len(b.devices[proc])
@@ -347,13 +387,22 @@ def gpu_ref(it: GpuInterpreter, ref: Any, transforms: Any) -> Any:
 def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
     body = eqn.params["jaxpr"]
     launch = it.launch
+    allocs = _scoped(it, eqn, body.invars, it.where(eqn))
+    if launch.threads > 1 and tuple(eqn.params.get("collective_axes") or ()) == (launch.thread_name,):
+        _block_barrier(it)  # `gpu.barrier()`: every warpgroup of the block meets before the scope
+    return it.run(body, invals, allocs)
+
+
+def _scoped(it: GpuInterpreter, eqn: Any, invars: list, line: Loc) -> list:
+    """The refs of a scope's allocations (`pl.run_scoped`'s, or a pallas_call's scratch):
+    semaphores and SMEM per block, accumulators per warpgroup."""
+    launch = it.launch
     allocs = []
-    for k, v in enumerate(body.invars):
+    for k, v in enumerate(invars):
         aval = v.aval
         kind = type(aval).__name__
         dtype = str(getattr(aval, "dtype", ""))
         space = str(getattr(aval, "memory_space", "")).lower()
-        line = it.where(eqn)
         barrier = "barrier" in dtype.lower()
         if "sem" in dtype or barrier:
             key = (id(eqn), k)
@@ -390,9 +439,7 @@ def _run_scoped(it: GpuInterpreter, eqn: Any, invals: list) -> list:
             it.emit(Compute("allocate", ref.region()))
         # (a scope shared by several warpgroups reuses its SMEM from the last time the scope ran: the
         # barrier below orders every warpgroup's accesses there before any here; no one write can)
-    if launch.threads > 1 and tuple(eqn.params.get("collective_axes") or ()) == (launch.thread_name,):
-        _block_barrier(it)  # `gpu.barrier()`: every warpgroup of the block meets before the scope
-    return it.run(body, invals, allocs)
+    return allocs
 
 
 def _block_barrier(it: GpuInterpreter) -> None:
@@ -592,8 +639,24 @@ def _core_map(it: GpuInterpreter, eqn: Any, invals: list) -> list:
                       "per-warp work at warpgroup level", eqn)
     raise it.fail("`core_map`: a core mesh inside a Mosaic GPU kernel is not modelled",
                   "launch the kernel with plgpu.kernel", eqn)
-PRIMITIVES.gpu("program_id", does=Does.PLACE, doc="refused: the grid's index is `lax.axis_index` of its names")(
-    _refusing("a Mosaic GPU kernel names its grid axes", "use lax.axis_index(grid_name)"))
+@PRIMITIVES.gpu("program_id", does=Does.PLACE,
+                doc="a Mosaic GPU pallas_call's block index along a grid axis; refused in plgpu.kernel (its grid "
+                    "axes are named: `lax.axis_index`)")
+def _program_id(it: GpuInterpreter, eqn: Any, invals: list) -> list:
+    names = it.launch.program_ids
+    if names is None:
+        raise it.fail("`pl.program_id` in a Mosaic GPU kernel, which names its grid axes",
+                      "use lax.axis_index(grid_name)", eqn)
+    return [it.launch.block_coords(it.block)[names[eqn.params["axis"]]]]
+
+
+@PRIMITIVES.gpu("num_programs", does=Does.PLACE, doc="a Mosaic GPU pallas_call's grid size along an axis")
+def _num_programs(it: GpuInterpreter, eqn: Any, invals: list) -> list:
+    names = it.launch.program_ids
+    if names is None:
+        raise it.fail("`pl.num_programs` in a Mosaic GPU kernel, which names its grid axes",
+                      "use the grid's sizes (lax.axis_size(grid_name))", eqn)
+    return [it.launch.grid[names[eqn.params["axis"]]]]
 
 
 # -- TMA: SMEM -> GMEM copies and their bulk groups -------------------------------------------
