@@ -705,3 +705,24 @@ def test_an_output_of_the_wrong_shape_for_the_meaning_is_one_finding_without_a_d
     assert "device -1" not in report.to_text() and "nothing writes it" not in report.to_text()
     (clean,) = check_file(str(path), 2, collective="ppermute")
     assert clean.ok, clean.to_text()
+
+
+def test_a_harness_that_gathers_both_results_names_the_meaning_inside(tmp_path):
+    """MIT 6.S894's lab harness gathers the kernel's result and its `lax` reference with
+    `all_gather(tiled=True)` and computes the reference first: the meaning is the collective
+    inside (it had none, and --collective made every call "not checked"); a reference that
+    shifts by 2 makes the same kernel a wrong_result; --collective names it too."""
+    path = Path(__file__).parent / "pallas_import" / "gathered_harness.py"
+    ok, = check_file(str(path), 4)
+    assert ok.ok, ok.to_text()
+    assert any("meaning: ppermute by 1, from the lax reference" in a and "run before the kernel call" in a
+               for a in ok.assumptions), ok.assumptions
+    assert any("lax.all_gather(tiled=True) of the kernel's output `o_ref`" in a for a in ok.assumptions)
+    bad = tmp_path / "gathered_harness.py"
+    bad.write_text(path.read_text().replace("SHIFT = 1", "SHIFT = 2"))
+    wrong, = check_file(str(bad), 4)
+    assert wrong.kinds() == {"wrong_result"}, wrong.to_text()
+    bare = tmp_path / "bare.py"
+    bare.write_text(path.read_text().replace("expected = gathered(reference)(x)\n", ""))
+    named, = check_file(str(bare), 4, collective="ppermute")
+    assert named.ok and any("from --collective" in a for a in named.assumptions), named.to_text()

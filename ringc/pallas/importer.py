@@ -46,7 +46,7 @@ from . import interpret
 from .cores import ASSUMES as CORES_ASSUMED, mesh_of as tensorcore_mesh, run_cores
 from . import mgpu  # noqa: F401 - registers the Mosaic GPU rules
 from .compat import AliasLog, aliases
-from .jaxprs import KERNEL_CALLS, has_pallas, walk_eqns
+from .jaxprs import KERNEL_CALLS, gathers_whole, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle, kernel_location
@@ -547,7 +547,9 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
             report.assumptions.append(
                 f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script computes on the "
-                f"same input at line {cap.reference_line} (not run)" if cap.reference_line is not None else
+                f"same input at line {cap.reference_line} "
+                f"({'run before the kernel call' if cap.reference_ran else 'not run'})"
+                if cap.reference_line is not None else
                 f"meaning: {cap.reference['kind']}, from --collective (on the kernel call's first input and output)")
         made_up = _made_up(cap, values)
         if made_up:
@@ -1085,7 +1087,10 @@ def _across(w: _Outer, eqn: Any, ins: list) -> list:
     """A reduction (or gather) over mesh axes of values known on every device (`reduce_across`)."""
     if w.mesh_axes is not None and ins and all(h.values is not None and not _literal(h) for h in ins):
         return w.reduce_across(eqn, ins)
-    return w.other(eqn, ins)
+    outs = w.other(eqn, ins)
+    if gathers_whole(eqn) and len(ins) == 1 and ins[0].root().origin == "kernel":
+        outs[0].gathered = ins[0]   # a harness laying every device's result side by side (`_meaning`)
+    return outs
 
 
 @PRIMITIVES.outer("with_memory_space_constraint", does=Does.HINT)
@@ -1189,6 +1194,15 @@ def _meaning(collective: Collective, outer: "_Outer", b: Builder, n: int, file: 
     roles: dict[str, str] = {}
     for role, h in role_handles.items():
         h = h.root() if h is not None else None
+        if role == "output" and h is not None and h.buffer is None and h.gathered is not None:
+            gathered = h.gathered.root()
+            if gathered.buffer is not None:
+                h = gathered
+                note = (f"the program's output is lax.all_gather(tiled=True) of the kernel's output "
+                        f"`{h.buffer.name}`, which only lays every device's side by side: the meaning is checked on "
+                        f"`{h.buffer.name}`")
+                if note not in b.notes:
+                    b.notes.append(note)
         if h is None or h.buffer is None:
             if (role == "rhs" and not collective.takes_rhs) or (role == "values" and role not in collective.inputs):
                 continue

@@ -53,6 +53,7 @@ class Handle:
     origin: str = "computed"            # input | kernel | computed
     role: int | None = None             # index among the shard_map's inputs
     link: "Handle | None" = None        # the same array under another name (shard_map, reshape)
+    gathered: "Handle | None" = None    # it is `lax.all_gather(h, tiled=True)` of this kernel output h
 
     def root(self) -> "Handle":
         h = self
