@@ -726,3 +726,19 @@ def test_a_harness_that_gathers_both_results_names_the_meaning_inside(tmp_path):
     bare.write_text(path.read_text().replace("expected = gathered(reference)(x)\n", ""))
     named, = check_file(str(bare), 4, collective="ppermute")
     assert named.ok and any("from --collective" in a for a in named.assumptions), named.to_text()
+
+
+def test_a_semaphore_index_out_of_range_is_a_finding_with_its_callers(tmp_path):
+    """A semaphore array indexed past its end (in a helper the kernel calls) is an
+    out_of_bounds finding at the helper's line with the call chain, and the check goes on
+    (it stopped the call, "not checked", at the helper's line alone); in range it is ok."""
+    path = Path(__file__).parent / "pallas_import" / "sem_index_helper.py"
+    bad, = check_file(str(path), 4)
+    assert bad.kinds() == {"out_of_bounds"}, bad.to_text()
+    text = bad.to_text()
+    assert "semaphore `recv_sems` index 2 is out of range [0, 2)" in text
+    assert "is in rdma_start(), called from kernel()" in text, text
+    ok_path = tmp_path / "sem_index_helper.py"
+    ok_path.write_text(path.read_text().replace("INDEX = 2", "INDEX = 1"))
+    ok, = check_file(str(ok_path), 4)
+    assert ok.ok, ok.to_text()

@@ -319,11 +319,21 @@ y = jax.jit(add)(jnp.zeros((8, 128)))
 """
 
 
+@pytest.mark.parametrize("code", [GPU, GPU.replace("from jax.experimental.pallas import mosaic_gpu as plgpu",
+                                                    "import jax.experimental.pallas.mosaic_gpu as plgpu")])
+def test_a_mosaic_gpu_pallas_call_on_one_gpu_is_refused_as_single_device(tmp_path, capsys, code):
+    """A Mosaic GPU pallas_call is checked as a launch of its blocks (tests/test_mgpu.py); one
+    outside shard_map is one GPU's kernel: refused as single-device, in one message."""
+    path = tmp_path / "other.py"
+    path.write_text(HEADER + code)
+    assert main(["check", str(path), "--devices", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:{line(str(path), 'y = jax.jit(add)')}: error: the script's 1 kernel call runs "
+                          "outside shard_map (single-device kernels)"), err
+    assert "Traceback" not in err and "ran no pallas_call" not in err
+
+
 @pytest.mark.parametrize("code, what, at", [
-    (GPU, "a Mosaic GPU pallas_call (one GPU's kernel) is not supported", "y = jax.jit(add)"),
-    (GPU.replace("from jax.experimental.pallas import mosaic_gpu as plgpu",
-                 "import jax.experimental.pallas.mosaic_gpu as plgpu"),
-     "a Mosaic GPU pallas_call (one GPU's kernel) is not supported", "y = jax.jit(add)"),
     ("from jax.experimental.pallas import triton as plt\nparams = plt.CompilerParams(num_warps=4)\n",
      "Pallas Triton GPU kernels (jax.experimental.pallas.triton) are not supported yet", "plt.CompilerParams"),
     # (a kernel over the TensorCores, `pl.kernel` or `pl.core_map`, is checked: tests/test_cores.py)
@@ -352,15 +362,15 @@ def test_a_captured_gpu_kernel_is_recognised_from_its_jaxpr():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
     from jax.experimental.pallas import tpu as pltpu
-    from ringc.pallas.tpu import unsupported_in
+    from ringc.pallas.tpu import mosaic_gpu_call, unsupported_in
 
     def copy(x_ref, o_ref):
         o_ref[...] = x_ref[...]
     spec = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     gpu = jax.make_jaxpr(pl.pallas_call(copy, out_shape=spec, compiler_params=plgpu.CompilerParams()))(spec)
     tpu = jax.make_jaxpr(pl.pallas_call(copy, out_shape=spec, compiler_params=pltpu.CompilerParams()))(spec)
-    assert unsupported_in(gpu.jaxpr).startswith("a Mosaic GPU pallas_call (one GPU's kernel) is not supported")
-    assert unsupported_in(tpu.jaxpr) is None
+    assert mosaic_gpu_call(gpu.jaxpr.eqns[0]) and not mosaic_gpu_call(tpu.jaxpr.eqns[0])
+    assert unsupported_in(gpu.jaxpr) is None and unsupported_in(tpu.jaxpr) is None
 
 
 # -- undone after the run ------------------------------------------------------------------------

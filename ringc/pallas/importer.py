@@ -443,9 +443,12 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
                  "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
                 (f"every test that ran skipped itself ({skipped}): " + (
                     f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
-                    if count else "") + "where it asks for a TPU generation, ringc answers "
+                    if count else "") + ("where it asks for a TPU generation, ringc answers "
                  f"as --tpu's ({', '.join(GENERATIONS)}; {tpu or 'v5e'} now), so pick the one it needs, or call the "
-                 "kernel's launcher with --entry; else " if skipped else "") +
+                 "kernel's launcher with --entry; else " if re.search(r"TPU|tpu|v\d|generation|core", skipped)
+                 else "ringc runs the tests in one process on the devices --devices gives (Mosaic GPU files: "
+                      "answered as one process per GPU), so a test that skips for another setup stays skipped; "
+                      "call the kernel's launcher with --entry; else ") if skipped else "") +
                 (called if entry else "") +
                 (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
                  "before its kernel ran: fix it there" + (

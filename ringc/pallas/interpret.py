@@ -1097,9 +1097,10 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 break
             dim = ref.shape[len(fixed)]
             i = it.scalar(ix, "a semaphore index", (0, dim))
-            if not 0 <= i < dim:
-                raise it.fail(f"semaphore `{ref.name}` index {i} is out of range [0, {dim})",
-                              "index within the semaphore array")
+            if not 0 <= i < dim:   # a finding, and the check goes on with the index clamped (as for a ref)
+                out_of_range(it, f"semaphore `{ref.name}` index {i} is out of range [0, {dim})", ix,
+                             "index within the semaphore array (or give it more semaphores)")
+                i = min(max(i, 0), dim - 1)
             fixed.append(i)
         return SemRef(ref.name, ref.kind, ref.shape, tuple(fixed))
     if not isinstance(ref, Ref):

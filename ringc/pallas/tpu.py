@@ -172,7 +172,8 @@ class Answers:
         if "process_count" in self.asked:
             n = math.prod(self.shape)
             out.append(f"one process per GPU, as a multi-GPU job launches: jax.process_count() answered {n} (the "
-                       f"{n} devices), jax.process_index() 0 (the process ringc runs every device in)")
+                       f"{n} devices), jax.local_device_count() 1, jax.process_index() 0 (the process ringc runs "
+                       "every device in)")
         asked = self.assumption()
         return out + ([asked] if asked else [])
 
@@ -425,8 +426,16 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         parent, leaf = name.rsplit(".", 1)
         stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
         patches.append((sys.modules[parent], leaf, stand))
+    local_device_count = jax.local_device_count
+
+    def local_devices(*args: Any, **kwargs: Any) -> int:
+        if not askers.user(sys._getframe(1)):
+            return local_device_count(*args, **kwargs)
+        answers.asked.add("process_count")
+        return 1
+
     if gen.gpu:
-        patches.append((jax, "process_count", processes))
+        patches += [(jax, "process_count", processes), (jax, "local_device_count", local_devices)]
     if gen.gpu:  # JAX's tests ask CUDA whether the GPUs support multicast (`cuda_versions` is None on CPU)
         import jax._src.lib as jaxlib_lib
         if getattr(jaxlib_lib, "cuda_versions", None) is None:
