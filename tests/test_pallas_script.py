@@ -742,3 +742,13 @@ def test_a_semaphore_index_out_of_range_is_a_finding_with_its_callers(tmp_path):
     ok_path.write_text(path.read_text().replace("INDEX = 2", "INDEX = 1"))
     ok, = check_file(str(ok_path), 4)
     assert ok.ok, ok.to_text()
+
+
+def test_a_grid_sized_at_run_time_from_each_devices_shard_is_each_devices_own(tmp_path):
+    """Sizes sharded over the mesh give each device its own grid (2 tiles on device 0, 1 on
+    device 1): each is checked at its own, and the verdict lists both."""
+    path, _ = _dynamic_grid(tmp_path)
+    path.write_text(path.read_text().replace("in_specs=(jax.P('x'), jax.P())", "in_specs=(jax.P('x'), jax.P('x'))"))
+    (report,) = check_file(str(path), 2)
+    assert report.ok, report.to_text()
+    assert any("(1,), (2,) (other values give other grids" in a for a in report.assumptions), report.assumptions

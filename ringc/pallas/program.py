@@ -566,10 +566,13 @@ class Builder(Sink):
             for d in range(self.n):
                 v = values[1] if literal_values(values) else values[d]
                 grids[d][k] = int(np.asarray(v).reshape(-1)[0])
-        self.notes.append(f"pallas_call `{call.name}` has a grid sized at run time {shown}: checked with the sizes "
-                          "the program computes from the values it was given, "
-                          + ", ".join(sorted({str(tuple(g)) for g in grids}))
-                          + " (other values give other grids, not checked)")
+        if self.lanes is not None and len({tuple(g) for g in grids}) > 1:
+            raise Diverge("a grid sized at run time differs between devices")
+        note = (f"pallas_call `{call.name}` has a grid sized at run time {shown}: checked with the sizes the program "
+                "computes from the values it was given, " + ", ".join(sorted({str(tuple(g)) for g in grids}))
+                + " (other values give other grids, not checked)")
+        if note not in self.notes:
+            self.notes.append(note)
         grid = tuple(max(g[k] for g in grids) if k in dynamic else grid[k] for k in range(len(grid)))
         return grid, [tuple(g) for g in grids], list(call.operands[:refs]) + list(call.operands[refs + len(dynamic):])
 
