@@ -248,6 +248,10 @@ KEYWORD_SHIMS: list[tuple[Callable[[], Any], str, str, Callable[..., Any], str]]
     (_plgpu, "CompilerParams", "thread_semantics",
      lambda fn, log, text: _renamed_keyword(fn, log, text, "thread_semantics", "lowering_semantics"),
      "plgpu.CompilerParams(thread_semantics=...) -> plgpu.CompilerParams(lowering_semantics=...)"),
+    # `jax.experimental.shard_map`'s keyword, which `jax.shard_map` (jax 0.10) takes as check_vma
+    (_jax, "shard_map", "check_rep",
+     lambda fn, log, text: _renamed_keyword(fn, log, text, "check_rep", "check_vma"),
+     "jax.shard_map(check_rep=...) -> jax.shard_map(check_vma=...) (the keyword's new name)"),
     # `pl.kernel`'s keywords before their rename (jax-ml/jax 71c25556e9); one shim per function
     (_pl, "kernel", "out_shape",
      lambda fn, log, text: _renamed_keyword(fn, log, text, "out_shape", "out_type", scratch_shapes="scratch_types"),

@@ -122,8 +122,11 @@ def parse_arg(text: str) -> ArgSpec:
 
 
 def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
-    """The parameters that take a mesh axis name: `axis`, or a name ending in `axis_name`."""
-    return [p for p in params.values() if p.name == "axis" or p.name.endswith("axis_name")]
+    """The parameters that take a mesh axis name: `axis`, a name ending in `axis_name`, or one
+    ending in `_axis` whose default is a string (sglang-jax's `kv_partition_axis="tensor"`; an
+    `_axis` defaulting to an int is an array dimension)."""
+    return [p for p in params.values() if p.name == "axis" or p.name.endswith("axis_name")
+            or (p.name.endswith("_axis") and isinstance(p.default, str))]
 
 
 def parse_mesh(text: str) -> tuple[tuple[str, str], ...]:

@@ -46,6 +46,7 @@ from . import interpret
 from .cores import ASSUMES as CORES_ASSUMED, mesh_of as tensorcore_mesh, run_cores
 from . import mgpu  # noqa: F401 - registers the Mosaic GPU rules
 from .compat import AliasLog, aliases
+from .imports import pip_name
 from .jaxprs import KERNEL_CALLS, gathers_whole, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
@@ -428,6 +429,10 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
                                                  r"(?:, raised at line (\d+) \(|$)").match, script.notes)
                        if m and int(m.group(1)) not in main), None)
+        # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
+        laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
+        mesh_devices = math.prod(int(k) for k in laid.group(1).replace(",", " ").split()) if laid else 0
+        stubbed = re.search(r"called the stub (\S+)\(\) at", failed.string) if failed else None
         called = ""
         if script.entry_errors:
             name, error = script.entry_errors[0]
@@ -451,7 +456,11 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
                       "call the kernel's launcher with --entry; else ") if skipped else "") +
                 (called if entry else "") +
                 (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
-                 "before its kernel ran: fix it there" + (
+                 "before its kernel ran: " + (f"it lays out {mesh_devices} devices: check with --devices "
+                                              f"{mesh_devices}" if mesh_devices else
+                                              f"the stub {stubbed.group(1)}() it called returned a stand-in: "
+                                              f"pip install {pip_name(stubbed.group(1).split('.')[0])} instead of stubbing it"
+                                              if stubbed else "fix it there") + (
                      " (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
                      "a JAX checkout of the installed version on PYTHONPATH)" if failed.group(2).endswith("ImportError")
                      and "jax._src" in failed.group(0) else "") + "; else " if failed else "") +
@@ -1407,7 +1416,9 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
                                   "the second half of its indices on core 1")
     if collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check")
+        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check (name the "
+                                  "kernel's collective to check its result: --collective KIND, or COLLECTIVE in a "
+                                  "build(mesh) module)")
     # Device 0's events say what every device's do (the same equations, moved) on a quotient.
     held = program.representatives if isinstance(program, SymmetricProgram) else program
     report.assumptions += _between_assumptions(outer, held)

@@ -228,10 +228,13 @@ class Imports:
                 f"{name}() at {_where(line)}" for name, line in self.calls[:6]))
         return out
 
-    def blame(self, error: str = "", since: int = 0) -> str:
-        """For a failure whose message shows a stub's value (`Stub`, `<stub ...>`): the stub
-        call since `since` (an index into `calls`) that likely made it ('' if none shows)."""
-        if "Stub" not in error and "<stub " not in error:
+    def blame(self, error: str = "", since: int = 0, kind: str = "") -> str:
+        """For a failure whose message shows a stub's value (`Stub`, `<stub ...>`), or an
+        AttributeError or TypeError after a stub call in the same statement (axlearn's
+        `@attr.define` class read for its `__qualname__`): the stub call since `since` (an
+        index into `calls`) that likely made it ('' if none shows)."""
+        shows = "Stub" in error or "<stub " in error
+        if not shows and not (kind in ("AttributeError", "TypeError") and self.calls[since:]):
             return ""
         if self.calls[since:]:
             name, line = self.calls[-1]
@@ -317,6 +320,21 @@ def _within(imports: Imports, name: str) -> bool:
                for r in imports.roots)
 
 
+# Import names whose PyPI distribution has another name: `pip install attr` installs an
+# unrelated package, `pip install zmq` an old shim.
+PIP_NAMES = {"attr": "attrs", "zmq": "pyzmq", "yaml": "pyyaml", "sklearn": "scikit-learn",
+             "skimage": "scikit-image", "cv2": "opencv-python", "PIL": "pillow", "bs4": "beautifulsoup4",
+             "dateutil": "python-dateutil", "dotenv": "python-dotenv", "jwt": "PyJWT", "Crypto": "pycryptodome",
+             "OpenSSL": "pyOpenSSL", "serial": "pyserial", "fitz": "PyMuPDF", "docx": "python-docx",
+             "google.protobuf": "protobuf", "absl": "absl-py", "tensorflow_datasets": "tensorflow-datasets",
+             "orbax": "orbax-checkpoint", "grain": "grain", "jax_triton": "jax-triton"}
+
+
+def pip_name(module: str) -> str:
+    """The package `pip install` takes for an import name (`attr` -> `attrs`)."""
+    return PIP_NAMES.get(module, module)
+
+
 class MissingImport(ScheduleError):
     """A package the file needs is not installed (`missing_import`): the first thing to fix,
     before any other refusal of the same run."""
@@ -343,7 +361,7 @@ def missing_import(e: BaseException, path: str, imports: Imports | None = None,
                  + ", not installed either")
         tops += [t for t, _ in elsewhere]
     return MissingImport(f"the file imports `{top}`{through}, which is not installed{also}", file=path, line=line,
-                         fix=f"pip install {' '.join(tops)}, or pass {' '.join(f'--stub {t}' for t in tops)} if the "
+                         fix=f"pip install {' '.join(pip_name(t) for t in tops)}, or pass {' '.join(f'--stub {t}' for t in tops)} if the "
                              "kernel does not need " + ("it" if len(tops) == 1 else "them"))
 
 

@@ -953,7 +953,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 user_failure(e, path)
                 missing = missing_import(e, path, imports, stmt.lineno)
                 script.missing = script.missing or missing
-                fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls)
+                fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls, type(e).__name__)
                 inner = script_line(e, path)  # the line inside a function the statement called (a kernel's)
                 said = describe_exception(e, path)  # (one with no message already says where it was raised)
                 at = f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said else ""

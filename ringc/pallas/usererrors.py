@@ -43,11 +43,20 @@ def _raised_at(e: BaseException, path: str) -> str:
 
 def describe_exception(e: BaseException, path: str) -> str:
     """How ringc names an exception from the user's code, everywhere it reports one: `Type:
-    first line of the message`; an exception with no message (an empty `AttributeError:`) is
+    the message's first line` (and the two after a first line ending in ':', up to 500
+    characters); an exception with no message (an empty `AttributeError:`) is
     named by its type and the user's file:line that raised it."""
     text = str(e).strip()
     if text:
-        return f"{type(e).__name__}: {text.splitlines()[0][:160]}"
+        # The first line, and the two after it when it ends with ':' (JAX's shard_map error
+        # names the argument and shapes that do not divide there).
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        shown = lines[0]
+        if shown.endswith(":"):
+            shown = " ".join(lines[:3])
+        if len(shown) > 500:
+            shown = shown[:497] + "..."
+        return f"{type(e).__name__}: {shown}"
     return f"{type(e).__name__} with no message, raised at {_raised_at(e, path)}"
 
 
