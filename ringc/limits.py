@@ -82,6 +82,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
     Limit("user_code_s", 300, "seconds the checked file's own code may run in `ringc check FILE.py` (importing "
                               "it, its statements, test methods and entry functions, build and make_inputs, "
                               "with the tracing of what they call)"),
+    Limit("user_code_mib", 16_384, "MiB of memory ringc's process may hold while the checked file's own code runs "
+                                   "(its arrays are allocated on the CPU devices: a benchmark at full size can "
+                                   "take more than the machine has), checked every half second"),
 )}
 
 _overrides: dict[str, int] = {}
@@ -148,6 +151,26 @@ def check(name: str, amount: int | float, what: str, *, file: str | None = None,
                          fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
 
 
+class _OverMemory(BaseException):
+    """The process held more than `user_code_mib` while the user's code ran."""
+
+    def __init__(self, line: int | None, mib: int):
+        super().__init__(line, mib)
+        self.line, self.mib = line, mib
+
+
+def _resident_mib() -> int:
+    """The process's resident memory in MiB (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+TICK_S = 0.5   # how often the user's code is looked at for `user_code_mib`
+
+
 class _OverTime(BaseException):
     """The user's code ran past `user_code_s` (a BaseException: the user's `except Exception`
     cannot swallow it); `line` is the line of the user's file it was running."""
@@ -159,14 +182,16 @@ class _OverTime(BaseException):
 
 @contextmanager
 def user_code_time(file: str, what: str = "the file's own code") -> Iterator[None]:
-    """Run the user's code (in `file`) under the `user_code_s` limit, wall-clock. Past it,
-    raise ScheduleError naming `file`, the line its code was at, the limit and how to raise
-    it. Uses SIGALRM, so it applies in the main thread of a POSIX process (elsewhere the
+    """Run the user's code (in `file`) under the `user_code_s` limit, wall-clock, and the
+    `user_code_mib` limit on the process's resident memory (looked at every `TICK_S`). Past
+    either, raise ScheduleError naming `file`, the line its code was at, the limit and how to
+    raise it. Uses SIGALRM, so it applies in the main thread of a POSIX process (elsewhere the
     code runs unbounded); an outer SIGALRM timer (a test's budget) keeps its own deadline."""
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
     seconds = value("user_code_s")
+    most_mib = value("user_code_mib")
     target = os.path.abspath(file)
     now = time.monotonic()
     ours = now + seconds
@@ -177,20 +202,31 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
     def on_alarm(signum, frame):
         if outer is not None and time.monotonic() >= outer - 1e-3 and callable(outer_handler):
             outer_handler(signum, frame)  # the outer timer's turn (it may raise)
-        if time.monotonic() >= ours - 1e-3:
+        over_time = time.monotonic() >= ours - 1e-3
+        held = _resident_mib()
+        if over_time or held > most_mib:
             f, line = frame, None
             while f is not None:
                 if os.path.abspath(f.f_code.co_filename) == target:
                     line = f.f_lineno
                     break
                 f = f.f_back
-            raise _OverTime(line)
-        signal.setitimer(signal.ITIMER_REAL, max(ours - time.monotonic(), 1e-3))
+            raise _OverTime(line) if over_time else _OverMemory(line, held)
+        at = time.monotonic()
+        nxt = min(ours, at + TICK_S, *([outer] if outer is not None and outer > at else []))
+        signal.setitimer(signal.ITIMER_REAL, max(nxt - at, 1e-3))
 
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours) - now, 1e-3))
+    signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours, now + TICK_S) - now, 1e-3))
     try:
         yield
+    except _OverMemory as e:
+        raise ScheduleError(f"{what} made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` "
+                            f"({most_mib:,} MiB)" + (f"; it was at line {e.line}" if e.line else ""),
+                            file=file, line=e.line,
+                            fix="run it at smaller sizes (its own knobs: environment variables, flags or "
+                                "constants; its arrays are allocated for real on the CPU devices), or raise the "
+                                f"limit with {LIMITS['user_code_mib'].how_to_raise}") from None
     except _OverTime as e:
         raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`"
                             + (f"; it was at line {e.line}" if e.line else ""), file=file, line=e.line,

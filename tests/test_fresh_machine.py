@@ -195,3 +195,21 @@ def test_a_failing_check_piped_into_head_keeps_its_exit_code():
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 1, done
     assert "FAILED" in done.stdout and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_user_code_runs_under_a_memory_limit(tmp_path):
+    """A script that allocates past `user_code_mib` (a benchmark at full size: sglang-jax's
+    bench_v2.py took 20 GB and was OOM-killed with nothing printed) is stopped with one
+    message at its line, naming the limit and how to raise it."""
+    path = tmp_path / "big.py"
+    path.write_text(textwrap.dedent("""\
+        import time
+        import numpy as np
+
+        held = []
+        for _ in range(40):
+            held.append(np.ones(2**27 // 8)); time.sleep(0.05)  # 128 MiB each, touched
+        """))
+    o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_mib=1500"], budget=60)
+    assert_refused(o, line=6, says="past the limit `user_code_mib` (1,500 MiB)", seconds=40)
+    assert "--limit user_code_mib=" in o.err and "smaller sizes" in o.err
