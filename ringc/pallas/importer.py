@@ -361,6 +361,73 @@ def _script_topology(topology: str | None, n: int | None, path: str) -> Any:
         raise ScheduleError(str(e), file=path, fix="see `ringc check --help`") from None
 
 
+def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
+    """The fix for a script that ran no kernel, most likely cause first: a megacore kernel on a
+    1-core answer, tests that all skipped themselves, the entry's own error, the first
+    statement of the script's that failed; then the other ways to call a kernel."""
+    parts = []
+    # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
+    if re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e"):
+        parts.append(f"the code asked for TensorCores per chip: ringc answered as TPU {tpu or 'v5e'}, 1 core per "
+                     "device; check with --tpu v5p or --tpu v4 (2 cores, megacore)")
+    # A test module whose tests all skip themselves (`Expect TPUv7+`): say which generations ringc answers as.
+    said = [re.search(r"skipped itself \(([^)]*)\)", n) for n in script.notes]
+    skipped = "; ".join(dict.fromkeys(m.group(1) for m in said if m))
+    if skipped:
+        # (`requires 1 device, found 4`: the device count is what to change, not the generation)
+        count = re.search(r"\b(?:requires?|needs?|at least|expects?|only) (\d+) (?:devices?|chips?)", skipped)
+        parts.append(f"every test that ran skipped itself ({skipped}): "
+                     + (f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
+                        if count else "")
+                     + (f"where it asks for a TPU generation, ringc answers as --tpu's ({', '.join(GENERATIONS)}; "
+                        f"{tpu or 'v5e'} now), so pick the one it needs, or call the kernel's launcher with --entry"
+                        if re.search(r"TPU|tpu|v\d|generation|core", skipped) else
+                        "ringc runs the tests in one process on the devices --devices gives (Mosaic GPU files: "
+                        "answered as one process per GPU), so a test that skips for another setup stays skipped; "
+                        "call the kernel's launcher with --entry"))
+    called = ""
+    if script.entry_errors:
+        name, error = script.entry_errors[0]
+        given = " ".join(f"--arg {a.text()}" for a in args) if args else ""
+        called = (f"{name} raised {error} when ringc called it" + (f" with {given}" if given else "")
+                  + ": give it arrays and keywords its kernel takes (--arg NAME=DTYPE[SHAPE]@AXES, --param "
+                  "NAME=VALUE), or fix it there")
+    if called and entry:
+        parts.append(called)
+    # The first statement of the script's own that failed (a top-level import, or a kernel
+    # body naming a helper the file does not define, raised inside a function it called):
+    # the errors after it mostly follow from it (a name it did not bind), so fix it first.
+    # With an entry function that failed, a failure under `if __name__ == "__main__":` (a
+    # test launcher ringc runs only as the file's own code) is not what to fix: the entry's is.
+    main = _main_lines(path) if script.entry_errors else set()
+    failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
+                                             r"(?:, raised at line (\d+) \(|$)").match, script.notes)
+                   if m and int(m.group(1)) not in main), None)
+    if failed:
+        # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
+        laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
+        stubbed = re.search(r"called the stub (\S+)\(\) at", failed.string)
+        if laid:
+            devices = math.prod(int(k) for k in laid.group(1).replace(",", " ").split())
+            remedy = f"it lays out {devices} devices: check with --devices {devices}"
+        elif stubbed:
+            remedy = (f"the stub {stubbed.group(1)}() it called returned a stand-in: "
+                      f"pip install {pip_name(stubbed.group(1).split('.')[0])} instead of stubbing it")
+        else:
+            remedy = "fix it there"
+        parts.append(f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
+                     "before its kernel ran: " + remedy
+                     + (" (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
+                        "a JAX checkout of the installed version on PYTHONPATH)"
+                        if failed.group(2).endswith("ImportError") and "jax._src" in failed.group(0) else ""))
+    if called and not entry:
+        parts.append(called)
+    parts.append("name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
+                 "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
+                 "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
+    return "; else ".join(parts)
+
+
 def _main_lines(path: str) -> set[int]:
     """The lines of the file's `if __name__ == "__main__":` blocks."""
     try:
@@ -413,61 +480,10 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         script.notes.insert(0, left_out)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
-        # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
-        cores = re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e")
-        # A test module whose tests all skip themselves (`Expect TPUv7+`): say which generations ringc answers as.
-        said = [re.search(r"skipped itself \(([^)]*)\)", n) for n in script.notes]
-        skipped = "; ".join(dict.fromkeys(m.group(1) for m in said if m))
-        # (`requires 1 device, found 4`: the device count is what to change, not the generation)
-        count = re.search(r"\b(?:requires?|needs?|at least|expects?|only) (\d+) (?:devices?|chips?)", skipped)
-        # The first statement of the script's own that failed (a top-level import, or a kernel
-        # body naming a helper the file does not define, raised inside a function it called):
-        # the errors after it mostly follow from it (a name it did not bind), so fix it first.
-        # With an entry function that failed, a failure under `if __name__ == "__main__":` (a
-        # test launcher ringc runs only as the file's own code) is not what to fix: the entry's is.
-        main = _main_lines(path) if script.entry_errors else set()
-        failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
-                                                 r"(?:, raised at line (\d+) \(|$)").match, script.notes)
-                       if m and int(m.group(1)) not in main), None)
-        # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
-        laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
-        mesh_devices = math.prod(int(k) for k in laid.group(1).replace(",", " ").split()) if laid else 0
-        stubbed = re.search(r"called the stub (\S+)\(\) at", failed.string) if failed else None
-        called = ""
-        if script.entry_errors:
-            name, error = script.entry_errors[0]
-            given = " ".join(f"--arg {a.text()}" for a in args) if args else ""
-            called = (f"{name} raised {error} when ringc called it" + (f" with {given}" if given else "")
-                      + ": give it arrays and keywords its kernel takes (--arg NAME=DTYPE[SHAPE]@AXES, --param "
-                      "NAME=VALUE), or fix it there; else ")
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
             "(one taking an axis name, or --entry) ran one"
-            + (f" ({notes})" if notes else ""), file=path,
-            fix=("the code asked for TensorCores per chip: ringc answered as TPU " + (tpu or "v5e") + ", 1 core per "
-                 "device; check with --tpu v5p or --tpu v4 (2 cores, megacore); else " if cores else "") +
-                (f"every test that ran skipped itself ({skipped}): " + (
-                    f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
-                    if count else "") + ("where it asks for a TPU generation, ringc answers "
-                 f"as --tpu's ({', '.join(GENERATIONS)}; {tpu or 'v5e'} now), so pick the one it needs, or call the "
-                 "kernel's launcher with --entry; else " if re.search(r"TPU|tpu|v\d|generation|core", skipped)
-                 else "ringc runs the tests in one process on the devices --devices gives (Mosaic GPU files: "
-                      "answered as one process per GPU), so a test that skips for another setup stays skipped; "
-                      "call the kernel's launcher with --entry; else ") if skipped else "") +
-                (called if entry else "") +
-                (f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
-                 "before its kernel ran: " + (f"it lays out {mesh_devices} devices: check with --devices "
-                                              f"{mesh_devices}" if mesh_devices else
-                                              f"the stub {stubbed.group(1)}() it called returned a stand-in: "
-                                              f"pip install {pip_name(stubbed.group(1).split('.')[0])} instead of stubbing it"
-                                              if stubbed else "fix it there") + (
-                     " (JAX's test utilities under jax._src are in its source tree, not the installed wheel: put "
-                     "a JAX checkout of the installed version on PYTHONPATH)" if failed.group(2).endswith("ImportError")
-                     and "jax._src" in failed.group(0) else "") + "; else " if failed else "") +
-                ("" if entry else called) +
-                "name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
-                "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
-                "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
+            + (f" ({notes})" if notes else ""), file=path, fix=_no_kernel_fix(script, path, notes, tpu, entry, args))
     if params and not any(c.test and "(" in c.test for c in script.captures):
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,
@@ -1158,8 +1174,7 @@ def _small_aval(aval: Any) -> bool:
 
 def _small_int_aval(aval: Any) -> bool:
     dtype = np.dtype(getattr(aval, "dtype", np.float32))
-    return ((np.issubdtype(dtype, np.integer) or dtype == np.bool_)
-            and math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT)
+    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and _small_aval(aval)
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:

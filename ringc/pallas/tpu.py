@@ -405,15 +405,17 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
             num_cores = gen.cores
         return make_cores(axis_name, devices, num_cores)
 
-    process_count = jax.process_count
-
-    def processes(*args: Any, **kwargs: Any) -> int:
-        # Mosaic GPU code assumes one process per GPU (JAX's collective matmul at 0.7-0.8:
-        # "The kernel only supports one device per process"; its tests skip on one process)
-        if not askers.user(sys._getframe(1)):
-            return process_count(*args, **kwargs)
-        answers.asked.add("process_count")
-        return n
+    def per_gpu_process(original: Any, value: int) -> Any:
+        """`original` (jax.process_count, local_device_count) answered `value` when the
+        user's code asks: Mosaic GPU code assumes one process per GPU (JAX's collective
+        matmul at 0.7-0.8: "The kernel only supports one device per process"; its tests
+        skip on one process)."""
+        def answer(*args: Any, **kwargs: Any) -> int:
+            if not askers.user(sys._getframe(1)):
+                return original(*args, **kwargs)
+            answers.asked.add("process_count")
+            return value
+        return answer
 
     patches: list[tuple[Any, str, Any]] = [
         *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
@@ -426,16 +428,9 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         parent, leaf = name.rsplit(".", 1)
         stand = sys.modules[name] = _RefusingModule(name, what, answers)  # `import ... as plgpu` finds it
         patches.append((sys.modules[parent], leaf, stand))
-    local_device_count = jax.local_device_count
-
-    def local_devices(*args: Any, **kwargs: Any) -> int:
-        if not askers.user(sys._getframe(1)):
-            return local_device_count(*args, **kwargs)
-        answers.asked.add("process_count")
-        return 1
-
     if gen.gpu:
-        patches += [(jax, "process_count", processes), (jax, "local_device_count", local_devices)]
+        patches += [(jax, "process_count", per_gpu_process(jax.process_count, n)),
+                    (jax, "local_device_count", per_gpu_process(jax.local_device_count, 1))]
     if gen.gpu:  # JAX's tests ask CUDA whether the GPUs support multicast (`cuda_versions` is None on CPU)
         import jax._src.lib as jaxlib_lib
         if getattr(jaxlib_lib, "cuda_versions", None) is None:
