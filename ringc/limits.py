@@ -15,6 +15,7 @@ The README's limits table is tested against `LIMITS` (tests/test_bad_input.py).
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import threading
 import time
@@ -84,7 +85,9 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
                               "with the tracing of what they call)"),
     Limit("user_code_mib", 16_384, "MiB of memory ringc's process may hold while the checked file's own code runs "
                                    "(its arrays are allocated on the CPU devices: a benchmark at full size can "
-                                   "take more than the machine has), checked every half second"),
+                                   "take more than the machine has), checked every half second, and (one "
+                                   "allocation past it, which the system would kill the process for before the "
+                                   "next look) as a limit on the process's data size while that code runs"),
 )}
 
 _overrides: dict[str, int] = {}
@@ -152,11 +155,12 @@ def check(name: str, amount: int | float, what: str, *, file: str | None = None,
 
 
 class _OverMemory(BaseException):
-    """The process held more than `user_code_mib` while the user's code ran."""
+    """The process held more than `user_code_mib` while the user's code ran (`mib`), or one
+    allocation of it failed under the data size limit (`asked`: its MemoryError's words)."""
 
-    def __init__(self, line: int | None, mib: int):
-        super().__init__(line, mib)
-        self.line, self.mib = line, mib
+    def __init__(self, line: int | None, mib: int, asked: str = ""):
+        super().__init__(line, mib, asked)
+        self.line, self.mib, self.asked = line, mib, asked
 
 
 def _resident_mib() -> int:
@@ -169,6 +173,66 @@ def _resident_mib() -> int:
 
 
 TICK_S = 0.5   # how often the user's code is looked at for `user_code_mib`
+
+
+def _status_mib(field: str) -> int:
+    """A `/proc/self/status` figure (VmData, VmRSS) in MiB; 0 where it is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            for row in f:
+                if row.startswith(field + ":"):
+                    return int(row.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+_capped: list[str] = []   # the file whose code runs under `_data_limit` now, if any
+
+
+def refuse_memory_error(e: BaseException) -> None:
+    """Where the user's code raised a MemoryError under `_data_limit` (an allocation past
+    `user_code_mib`, ringc's limit, not the code's fault), stop the check with the limit's
+    message (a BaseException, past the handlers that note the user's errors and go on)."""
+    if not isinstance(e, MemoryError) or not _capped:
+        return
+    line, tb = None, e.__traceback__
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == _capped[-1]:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    raise _OverMemory(line, _resident_mib(), str(e) or "MemoryError") from None
+
+
+@contextmanager
+def _data_limit(most_mib: int, target: str) -> Iterator[None]:
+    """While the user's code runs, let the process's data size (`RLIMIT_DATA`, its writable
+    private memory, what one `np.ones` of 20 GiB asks for at once) grow only by what is left
+    of `user_code_mib` over what it holds now: such an allocation then fails at its line with
+    a MemoryError, which the caller reports, where the looks every `TICK_S` come too late
+    (the system kills the process while the one C call fills the array). A limit already
+    lower is kept; where the platform has none, nothing is set."""
+    data = _status_mib("VmData")
+    if not data or not hasattr(resource, "RLIMIT_DATA"):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    want = (data + max(most_mib - _resident_mib(), 256)) * 2**20
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft <= want:
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
+    _capped.append(target)
+    try:
+        yield
+    except MemoryError as e:   # raised where no handler of ringc's saw it
+        refuse_memory_error(e)
+        raise
+    finally:
+        _capped.pop()
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 class _OverTime(BaseException):
@@ -219,10 +283,12 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours, now + TICK_S) - now, 1e-3))
     try:
-        yield
+        with _data_limit(most_mib, target):
+            yield
     except _OverMemory as e:
-        raise ScheduleError(f"{what} made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` "
-                            f"({most_mib:,} MiB)" + (f"; it was at line {e.line}" if e.line else ""),
+        held = (f"asked for memory past the limit `user_code_mib` ({most_mib:,} MiB): {e.asked}" if e.asked else
+                f"made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` ({most_mib:,} MiB)")
+        raise ScheduleError(f"{what} {held}" + (f"; it was at line {e.line}" if e.line else ""),
                             file=file, line=e.line,
                             fix="run it at smaller sizes (its own knobs: environment variables, flags or "
                                 "constants; its arrays are allocated for real on the CPU devices), or raise the "

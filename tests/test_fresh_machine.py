@@ -213,3 +213,17 @@ def test_user_code_runs_under_a_memory_limit(tmp_path):
     o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_mib=1500"], budget=60)
     assert_refused(o, line=6, says="past the limit `user_code_mib` (1,500 MiB)", seconds=40)
     assert "--limit user_code_mib=" in o.err and "smaller sizes" in o.err
+
+
+def test_one_allocation_past_the_memory_limit_fails_at_its_line(tmp_path):
+    """One allocation past `user_code_mib` (np.ones of 6 GiB: one C call that fills it, where
+    the looks every half second come too late and the system kills the process with nothing
+    printed on a smaller machine) fails at once under the process's data size limit, with
+    the limit's message at its line, not the script's MemoryError noted and the next
+    statement run."""
+    path = tmp_path / "one_big.py"
+    path.write_text("import numpy as np\n\ntable = np.ones((6 << 30) // 8)  # 6 GiB at once\n")
+    o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_mib=1500"], budget=60)
+    assert_refused(o, line=3, says="asked for memory past the limit `user_code_mib` (1,500 MiB): Unable to "
+                                   "allocate 6.00 GiB", seconds=20)
+    assert "ran the next statement" not in o.err

@@ -75,6 +75,8 @@ def test_top_level_prints_of_values_are_not_run_but_prints_that_call_the_script_
     assert only("print('Difference', jnp.mean(jnp.abs(a - b)))")
     assert only("print(f'{x.sum():.3f}')")
     assert not only("print(run(x))")
+    assert not only("print(pl.pallas_call(kernel, out_shape=o)(x))")   # a kernel, run where it is printed
+    assert not only("print(jax.jit(add)(x, y))")
     assert not only("print(x, file=log)")
     assert not only("y = print(x)")
 

@@ -52,6 +52,7 @@ from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
+from .usererrors import user_failure
 from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
 from .values import Data, is_concrete
 
@@ -281,6 +282,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
         except ScheduleError:
             raise
         except Exception as e:
+            user_failure(e, path)
             raise ScheduleError(f"build/make_inputs failed: {describe_exception(e, path)}", file=path,
                                 line=script_line(e, path), fix="check --param values and N") from None
         values = None

@@ -848,8 +848,10 @@ def _only_prints(stmt: ast.stmt) -> bool:
     """A top-level `print(...)` whose arguments call nothing of the script's own: its output
     is dropped, so it is not run at all (formatting `input_arr[::4, 0]` of the tutorial's
     sharded 1 GiB array took 20 s on CPU devices). A print that calls one of the script's
-    functions (`print(run(x))`, which may run a kernel) or lowers one (`print(f.lower(x)
-    .compiler_ir())`, a kernel's only trace in scripts that dump its payload) still runs."""
+    functions (`print(run(x))`, which may run a kernel), calls what a call made
+    (`print(pl.pallas_call(kernel, ...)(x))`, `print(jax.jit(f)(x))`) or lowers one
+    (`print(f.lower(x).compiler_ir())`, a kernel's only trace in scripts that dump its payload)
+    still runs."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
             and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "print"):
         return False
@@ -857,6 +859,8 @@ def _only_prints(stmt: ast.stmt) -> bool:
         return False
     for node in ast.walk(stmt.value):
         if isinstance(node, ast.Call) and node is not stmt.value:
+            if isinstance(node.func, ast.Call):  # `pl.pallas_call(k, ...)(x)`, `jax.jit(f)(x)`: runs code
+                return False
             root = node.func
             while isinstance(root, ast.Attribute):
                 root = root.value

@@ -62,8 +62,11 @@ def describe_exception(e: BaseException, path: str) -> str:
 
 def user_failure(e: BaseException, path: str) -> None:
     """Raise the input error for an exception of the user's code that ringc, not the code, is
-    the cause of: a device attribute the stand-in TPU devices do not answer (`tpu.Unanswered`)."""
+    the cause of: a device attribute the stand-in TPU devices do not answer (`tpu.Unanswered`),
+    an allocation past ringc's `user_code_mib` (`limits.refuse_memory_error`)."""
+    from ..limits import refuse_memory_error
     from .tpu import QUESTIONS, Unanswered
+    refuse_memory_error(e)
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
