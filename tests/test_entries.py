@@ -124,6 +124,17 @@ def test_a_factory_over_the_mesh_returns_a_global_closure():
     assert "dma_not_waited" in broken.kinds()
 
 
+def test_a_factorys_closure_runs_traced_as_its_callers_jit_would():
+    """`pl.kernel(out_type=pltpu.HBM(...))` in the closure fails eagerly in JAX itself (sweep 8,
+    a remote-DMA benchmark): ringc traces the closure, and the kernel is checked."""
+    ok, = check_file(str(ENTRIES / "hbm_factory.py"), 4, entry="make_permute", axis="device")
+    assert ok.ok, ok.to_text()
+    assert _said(ok, "a factory: it returned permute; ringc called it on x=float32[8*N,128]@device")
+    broken, = check_file(str(ENTRIES / "hbm_factory.py"), 4, entry="make_permute", axis="device",
+                         params={"wait_recv": 0})
+    assert not broken.ok and "dma_not_waited" in broken.kinds(), broken.to_text()
+
+
 def test_an_int_parameter_without_default_needs_param(tmp_path):
     src = (ENTRIES / "permute_shard.py").read_text().replace(
         "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int)")

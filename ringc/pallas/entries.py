@@ -56,6 +56,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from .imports import MissingImport, missing_import
+from .jaxprs import concrete_errors
 from .tpu import unsupported_use
 from .usererrors import describe_exception, user_failure
 
@@ -515,11 +516,11 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
     if "mesh" in b.call and not per_shard:
         notes.append(f"a factory: it returned {names_text}; ringc called {'them ' + order if order else 'it'} on "
                      f"{made}")
-        if len(closures) == 1:
-            closures[0](*values)
-        else:
-            import jax
+        import jax
+        try:  # traced, as the caller's jit would (eagerly, `pl.kernel(out_type=pltpu.HBM(...))` fails)
             jax.jit(lambda *a: _chain(closures, a))(*values)
+        except concrete_errors():  # a closure that needs concrete values (`int(n)`): run as it is
+            _chain(closures, values)
         return args
     notes.append(f"a factory: it returned {names_text}; ringc called {'them ' + order if order else 'it'} per "
                  f"shard under jax.shard_map over the mesh (check_vma=False), on {made}")

@@ -47,7 +47,7 @@ from .cores import ASSUMES as CORES_ASSUMED, mesh_of as tensorcore_mesh, run_cor
 from . import mgpu  # noqa: F401 - registers the Mosaic GPU rules
 from .compat import AliasLog, aliases
 from .imports import pip_name
-from .jaxprs import KERNEL_CALLS, gathers_whole, has_pallas, walk_eqns
+from .jaxprs import KERNEL_CALLS, concrete_errors, gathers_whole, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
 from .program import Builder, Call, Handle, kernel_location
@@ -272,7 +272,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
             import jax
             try:
                 shapes = jax.eval_shape(lambda: module.make_inputs(mesh, 0, **params))
-            except _concrete_errors() as e:  # make_inputs needs concrete values (`int(jax.random...)`): run it
+            except concrete_errors() as e:  # make_inputs needs concrete values (`int(jax.random...)`): run it
                 concrete = _sample_inputs(module, sizes, params, path,
                                           why=f"make_inputs needs concrete values ({type(e).__name__})")
                 shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in concrete]
@@ -748,12 +748,6 @@ def _first_file(jaxpr: Any) -> str | None:
             file = kernel_location(e).file
             return file if file and not file.startswith("<") else None
     return None
-
-
-def _concrete_errors() -> tuple:
-    import jax
-    return (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError,
-            jax.errors.TracerBoolConversionError, jax.errors.TracerArrayConversionError)
 
 
 def _sample_inputs(module: Any, sizes: dict[str, int], params: dict, path: str,

@@ -93,3 +93,10 @@ def gathers_whole(eqn: Any) -> bool:
     p = eqn.params
     return (eqn.primitive.name == "all_gather" and bool(p.get("tiled")) and p.get("all_gather_dimension") == 0
             and p.get("axis_index_groups") is None)
+
+
+def concrete_errors() -> tuple:
+    """The errors JAX raises where traced code needs a concrete value (`int(x)`, `if x:`)."""
+    import jax
+    return (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError,
+            jax.errors.TracerBoolConversionError, jax.errors.TracerArrayConversionError)
