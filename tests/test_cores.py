@@ -239,6 +239,37 @@ def test_an_offset_the_caller_passes_is_followed_into_each_cores_smem(tmp_path):
     assert any("the index is 12" in f.message for f in bad.findings)
 
 
+def test_an_access_out_of_range_on_core_1_names_that_core_of_its_chip(tmp_path):
+    """Only core 1 indexes past its scratch: the finding names `device 0 core 1`, as race
+    findings do, not the process's flat index (`device 1`, which N = 1 does not have)."""
+    from ringc.pallas import check_file
+    path = tmp_path / "core_oob.py"
+    path.write_text('''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+@pl.kernel(mesh=pltpu.create_tensorcore_mesh("core", num_cores=2),
+           out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+           scratch_types=[pltpu.VMEM((8, 128), jnp.float32)])
+def kernel(x_ref, o_ref, vmem_ref):
+    core = jax.lax.axis_index("core")
+
+    @pl.when(core == 1)
+    def _():
+        vmem_ref[20, 0] = vmem_ref[0, 0]
+
+    @pl.when(core == 0)
+    def _():
+        pltpu.sync_copy(x_ref, o_ref)
+
+kernel(jnp.ones((8, 128), jnp.float32))
+''')
+    (bad,) = check_file(str(path), 1, tpu="v5p")
+    oob = [f for f in bad.findings if f.kind == "out_of_bounds"]
+    assert oob and oob[0].message.startswith("device 0 core 1: index 20 of `vmem_ref`"), bad.to_text()
+
+
 def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     """`pltpu.create_tensorcore_mesh("core")` asks a device for `num_cores`: ringc answers as
     the TPU of `--tpu` (v5p: 2 TensorCores, the default v5e: 1), not refusing JAX's question."""

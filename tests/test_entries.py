@@ -457,6 +457,8 @@ def test_parse_arg_reads_a_value_after_the_spec():
     assert parse_arg("ids=int32[N]@").made_up and not parse_arg("x=float32[N]@").made_up
     with pytest.raises(ValueError, match="nothing after `=`"):
         parse_arg("ids=int32[N]@=")
+    scalar = parse_arg("length=int32[]@=32")   # a 0-d array (JetStream's chunked prefill `length`)
+    assert (scalar.dims, scalar.spec, scalar.value) == ((), (), "32")
 
 
 def test_the_cli_takes_a_value_and_reports_a_bad_one_without_a_traceback():

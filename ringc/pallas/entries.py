@@ -117,6 +117,8 @@ def parse_arg(text: str) -> ArgSpec:
         raise ValueError(f"--arg {name}: unknown dtype {dtype!r} (float32, bfloat16, int32, ...)") from None
     dims_t = tuple(d.strip() for d in dims.split(",") if d.strip())
     spec_t = tuple(a.strip() for a in spec.split(",")) if spec is not None else ()
+    if not dims_t and spec_t == ("",):   # `length=int32[]@=32`: a 0-d array, nothing to shard
+        spec_t = ()
     if len(spec_t) > len(dims_t):
         raise ValueError(f"--arg {name}: {len(spec_t)} sharding entries for {len(dims_t)} dimensions")
     return ArgSpec(name, dtype, dims_t, spec_t, value)

@@ -1409,7 +1409,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     lap("verify")
     outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
-    report.findings[:0] = _fault_findings(b.faults) + _unfenced_findings(b.unfenced)
+    report.findings[:0] = _fault_findings(b.faults, program) + _unfenced_findings(b.unfenced)
     gpu_calls = [c for c in outer.calls if c.gpu]
     core_calls = sum(c.cores for c in outer.calls)
     plain = len(outer.calls) - core_calls
@@ -1460,9 +1460,10 @@ def _between_assumptions(outer: "_Outer", program: Program) -> list[str]:
             f"to race or hang; what the program computes is not checked"]
 
 
-def _fault_findings(faults: list) -> list:
+def _fault_findings(faults: list, program: Program) -> list:
     """`out_of_bounds` findings for the accesses out of range the evaluation met
-    (`interpret.out_of_range`): one per line and message, the first device that met it."""
+    (`interpret.out_of_range`): one per line and message, the first device that met it, named
+    as the program names it (a TensorCore's process: `0 core 1`)."""
     seen, out = set(), []
     for device, point, line, message in faults:
         key = (getattr(line, "file", None), int(line), message)
@@ -1470,7 +1471,7 @@ def _fault_findings(faults: list) -> list:
             continue
         seen.add(key)
         where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
-        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=device, message=message, event=where))
+        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=program.label(device), message=message, event=where))
     return out
 
 
