@@ -135,6 +135,23 @@ def test_a_factorys_closure_runs_traced_as_its_callers_jit_would():
     assert not broken.ok and "dma_not_waited" in broken.kinds(), broken.to_text()
 
 
+def test_entry_naming_a_kernel_body_says_so_and_names_its_launcher(tmp_path):
+    """`--entry` on a kernel body (refs and semaphores in; sweep 8's benchmark utilities): one
+    message naming the function that launches it, not made-up float32 arrays for semaphores."""
+    text = (ENTRIES / "permute_shard.py").read_text()
+    body = next(line.split("(")[0][4:] for line in text.splitlines()
+                if line.startswith("def ") and "_ref" in line)
+    o = run_cli(["check", ENTRIES / "permute_shard.py", "--devices", "2", "--entry", body])
+    assert o.code == 2 and "Traceback" not in o.err, str(o)
+    assert f"`{body}` is a kernel body (its parameters " in o.err and "float32[ROWS" not in o.err, o.err
+    assert "fix: name the function that launches it: --entry right_permute" in o.err, o.err
+    alone = tmp_path / "body_only.py"
+    alone.write_text("def send_kernel(src_ref, dst_ref, send_sem, recv_sem):\n    pass\n")
+    o = run_cli(["check", alone, "--devices", "2", "--entry", "send_kernel"])
+    assert o.code == 2 and f"{alone}:1: error: --entry send_kernel: `send_kernel` is a kernel body" in o.err, o.err
+    assert "the file only defines the kernel" in o.err
+
+
 def test_an_int_parameter_without_default_needs_param(tmp_path):
     src = (ENTRIES / "permute_shard.py").read_text().replace(
         "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int)")

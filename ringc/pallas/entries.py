@@ -530,6 +530,44 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
     return args
 
 
+def _refuse_kernel_body(env: dict, entry: str, fn: Any, path: str) -> None:
+    """`--entry` naming a kernel body (`*_ref`, `*_sem` parameters: refs and semaphores, which
+    only `pl.pallas_call` or `pl.kernel` make): one message naming the module's functions that
+    launch it, or saying that none does (ringc cannot make semaphores up as arrays)."""
+    target = inspect.unwrap(fn)
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return
+    body = [p for p in params if p.endswith(_KERNEL_BODY)]
+    if not body:
+        return
+    launchers = sorted(k for k, v in env.items() if k != entry and inspect.isfunction(inspect.unwrap(v))
+                       and entry in _names_used(inspect.unwrap(v).__code__))
+    try:
+        line = inspect.getsourcelines(target)[1]
+    except (OSError, TypeError):
+        line = None
+    fix = (f"name the function that launches it: --entry {launchers[0]}" + (f" (or {', '.join(launchers[1:4])})"
+                                                                            if launchers[1:] else "")
+           if launchers else
+           "the file only defines the kernel: check the code that launches it (its own file), or launch it "
+           "from Python with ringc.check_pallas(fn, args, mesh)")
+    raise ScheduleError(f"--entry {entry}: `{entry}` is a kernel body (its parameters {', '.join(body[:4])} are refs "
+                        "and semaphores, which pl.pallas_call or pl.kernel makes), not a function ringc can call "
+                        "with arrays", file=path, line=line, fix=fix)
+
+
+def _names_used(code: Any) -> set[str]:
+    """The global names a function's code (and the functions defined in it) reads."""
+    names, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return names
+
+
 def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
     """The functions ringc calls (module docstring)."""
     if entry is not None:
@@ -538,6 +576,7 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
             names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_"))
             raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
                                 fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
+        _refuse_kernel_body(env, entry, fn, path)
         return [(entry, fn)]
     out, of_mesh = [], []
     for name, fn in env.items():
