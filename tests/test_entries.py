@@ -152,6 +152,20 @@ def test_entry_naming_a_kernel_body_says_so_and_names_its_launcher(tmp_path):
     assert "the file only defines the kernel" in o.err
 
 
+def test_a_build_that_is_not_the_emit_interface_is_an_entry_function(tmp_path):
+    """A benchmark's own `build(mesh, shift, repeats)` (sweep 8) is a factory ringc calls, not
+    a half-written `ringc emit` interface to complete: its unannotated numbers are asked for
+    with --param first, and given, the kernel is checked."""
+    path = tmp_path / "bench.py"
+    path.write_text((ENTRIES / "hbm_factory.py").read_text().replace(
+        "def make_permute(mesh, wait_recv: int = 1):", "def build(mesh, wait_recv):"))
+    o = run_cli(["check", path, "--devices", "2"])
+    assert o.code == 2 and "the module lacks make_inputs" not in o.err, str(o)
+    assert "fix: pass the entry function's numbers: --param wait_recv=V; else" in o.err, o.err
+    ok, = check_file(str(path), 2, params={"wait_recv": 1})
+    assert ok.ok, ok.to_text()
+
+
 def test_an_int_parameter_without_default_needs_param(tmp_path):
     src = (ENTRIES / "permute_shard.py").read_text().replace(
         "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int)")

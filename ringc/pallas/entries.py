@@ -740,4 +740,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         hint += (f"; ringc made {', '.join(a.text() for a in made)} (its default, one (8, 128) tile per device): "
                  f"if the kernel's blocks need more, size them: --entry {name} "
                  + " ".join(f"--arg {a.name}=float32[ROWS,COLS]@{','.join(a.spec)}" for a in made))
+    elif made and not failed:   # `build(mesh, shift, repeats)`: numbers ringc took for arrays
+        hint += (f"; ringc made arrays for {', '.join(f'`{a.name}`' for a in made)} (no default, no annotation): "
+                 f"if they are numbers or words, pass them: " + " ".join(f"--param {a.name}=V" for a in made))
     return f"{name} ran no kernel ({failed or 'no pallas_call under jit'}{hint})"

@@ -424,6 +424,11 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                         if failed.group(2).endswith("ImportError") and "jax._src" in failed.group(0) else ""))
     if called and not entry:
         parts.append(called)
+    # Arguments of an entry ringc took for arrays (`build(mesh, shift, repeats)`): the numbers to give.
+    numbers = next((m.group(1) for m in map(re.compile(r"if they are numbers or words, pass them: ([^)]*)").search,
+                                            script.notes) if m), None)
+    if numbers:
+        parts.insert(0, f"pass the entry function's numbers: {numbers}")
     parts.append("name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                  "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                  "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
@@ -483,7 +488,8 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
     if not script.captures:
         notes = "; ".join(script.notes[:3])
         raise ScheduleError(
-            "the script ran no pallas_call under jit at top level, has no build(mesh), and no entry function "
+            "the script ran no pallas_call under jit at top level, has no build(mesh) with the interface `ringc emit` "
+            "writes, and no entry function "
             "(one taking an axis name, or --entry) ran one"
             + (f" ({notes})" if notes else ""), file=path, fix=_no_kernel_fix(script, path, notes, tpu, entry, args))
     if params and not any(c.test and "(" in c.test for c in script.captures):

@@ -125,15 +125,22 @@ class Script:
 
 
 def is_script(source: str) -> bool:
-    """A module without `build`: ringc runs it as a script (and reports a syntax error at its line)."""
+    """A module that is not the interface `ringc emit` writes (`build` with `make_inputs`,
+    `COLLECTIVE` or `AXIS` beside it): ringc runs it as a script (and reports a syntax error at
+    its line). A benchmark's own `build(mesh, flows, repeats)` alone is a factory ringc calls
+    as an entry function, not a half-written interface."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return True
-    return not any(isinstance(s, (ast.FunctionDef, ast.Assign)) and
-                   (getattr(s, "name", None) == "build" or
-                    any(isinstance(t, ast.Name) and t.id == "build" for t in getattr(s, "targets", [])))
-                   for s in tree.body)
+    defined = set()
+    for s in tree.body:
+        if isinstance(s, ast.FunctionDef):
+            defined.add(s.name)
+        elif isinstance(s, (ast.Assign, ast.AnnAssign)):
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            defined.update(t.id for t in targets if isinstance(t, ast.Name))
+    return "build" not in defined or not defined & {"make_inputs", "COLLECTIVE", "AXIS"}
 
 
 def script_source(path: str) -> str:
