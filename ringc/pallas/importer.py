@@ -409,7 +409,13 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
         # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
         laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
         stubbed = re.search(r"called the stub (\S+)\(\) at", failed.string)
-        if laid:
+        newer = re.search(r"its project asks for Python >= (\d+\.\d+)", failed.string)
+        elsewhere = re.search(r"^line \d+: SyntaxError: .*? at (\S+:\d+)", failed.string)
+        if newer:
+            remedy = f"a module it imports needs Python >= {newer.group(1)}: run ringc from a Python that new"
+        elif elsewhere:
+            remedy = f"fix it at {elsewhere.group(1)}, in a module it imports"
+        elif laid:
             devices = math.prod(int(k) for k in laid.group(1).replace(",", " ").split())
             remedy = f"it lays out {devices} devices: check with --devices {devices}"
         elif stubbed:

@@ -46,6 +46,8 @@ def describe_exception(e: BaseException, path: str) -> str:
     the message's first line` (and the two after a first line ending in ':', up to 500
     characters); an exception with no message (an empty `AttributeError:`) is
     named by its type and the user's file:line that raised it."""
+    if isinstance(e, SyntaxError) and e.filename and os.path.abspath(e.filename) != os.path.abspath(path):
+        return _syntax_elsewhere(e)
     text = str(e).strip()
     if text:
         # The first line, and the two after it when it ends with ':' (JAX's shard_map error
@@ -88,3 +90,35 @@ def user_failure(e: BaseException, path: str) -> None:
                 fix="JAX's internals see ringc's devices as the CPU devices they are, so that meshes and sharding "
                     "work; ask the device itself (jax.devices()[0].num_cores) or pltpu.get_tpu_info()") from None
         e = e.__cause__ or e.__context__
+
+
+def _syntax_elsewhere(e: SyntaxError) -> str:
+    """A SyntaxError in a module the file imports: its whole path and line (a package has many
+    `api.py`), and the Python the project asks for where its pyproject.toml names a newer one
+    than ringc runs on (`type X = ...`, Python 3.12, read by 3.11)."""
+    import sys
+    where = f"{e.filename}:{e.lineno}" if e.lineno else e.filename
+    said = f"{type(e).__name__}: {e.msg} at {where}"
+    needs = _requires_python(e.filename)
+    if needs is not None and needs > sys.version_info[:2]:
+        said += (f" (its project asks for Python >= {needs[0]}.{needs[1]}; ringc runs on "
+                 f"{sys.version_info[0]}.{sys.version_info[1]}: run ringc from a Python that new)")
+    return said
+
+
+def _requires_python(file: str) -> tuple[int, int] | None:
+    """The least Python `requires-python` of the nearest pyproject.toml above `file` allows
+    (`>=3.12` -> (3, 12)); None where there is none or it says no `>=` bound."""
+    import re
+    import tomllib
+    from pathlib import Path
+    for folder in Path(os.path.abspath(file)).parents:
+        project = folder / "pyproject.toml"
+        if project.is_file():
+            try:
+                spec = tomllib.loads(project.read_text()).get("project", {}).get("requires-python", "")
+            except (OSError, ValueError):
+                return None
+            m = re.search(r">=\s*(\d+)\.(\d+)", str(spec))
+            return (int(m.group(1)), int(m.group(2))) if m else None
+    return None
