@@ -85,9 +85,10 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
                               "with the tracing of what they call)"),
     Limit("user_code_mib", 16_384, "MiB of memory ringc's process may hold while the checked file's own code runs "
                                    "(its arrays are allocated on the CPU devices: a benchmark at full size can "
-                                   "take more than the machine has), checked every half second, and (one "
-                                   "allocation past it, which the system would kill the process for before the "
-                                   "next look) as a limit on the process's data size while that code runs"),
+                                   "take more than the machine has), checked every half second; one allocation "
+                                   "past it by more than a quarter of it (which the system would kill the process "
+                                   "for before the next look) fails at once, under a limit on the process's data "
+                                   "size while that code runs"),
 )}
 
 _overrides: dict[str, int] = {}
@@ -187,6 +188,7 @@ def _status_mib(field: str) -> int:
     return 0
 
 
+DATA_MARGIN_MIB = 2048   # how far past `user_code_mib` one allocation may reach before it fails at once
 _capped: list[str] = []   # the file whose code runs under `_data_limit` now, if any
 
 
@@ -208,16 +210,19 @@ def refuse_memory_error(e: BaseException) -> None:
 def _data_limit(most_mib: int, target: str) -> Iterator[None]:
     """While the user's code runs, let the process's data size (`RLIMIT_DATA`, its writable
     private memory, what one `np.ones` of 20 GiB asks for at once) grow only by what is left
-    of `user_code_mib` over what it holds now: such an allocation then fails at its line with
-    a MemoryError, which the caller reports, where the looks every `TICK_S` come too late
-    (the system kills the process while the one C call fills the array). A limit already
-    lower is kept; where the platform has none, nothing is set."""
+    of `user_code_mib` over what it holds now, and a margin (a quarter of the limit, at least
+    `DATA_MARGIN_MIB`): such an allocation then fails at its line with a MemoryError, which
+    the caller reports, where the looks every `TICK_S` come too late (the system kills the
+    process while the one C call fills the array). A limit already lower is kept; where the
+    platform has none, nothing is set."""
     data = _status_mib("VmData")
     if not data or not hasattr(resource, "RLIMIT_DATA"):
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    want = (data + max(most_mib - _resident_mib(), 256)) * 2**20
+    # A margin over the limit: gradual growth is the looks' to stop, with their message (an
+    # allocation of XLA's own that failed here would abort the process with nothing said).
+    want = (data + max(most_mib - _resident_mib(), 256) + max(DATA_MARGIN_MIB, most_mib // 4)) * 2**20
     if hard != resource.RLIM_INFINITY:
         want = min(want, hard)
     if soft != resource.RLIM_INFINITY and soft <= want:

@@ -242,12 +242,14 @@ def test_collective_matmul_references_are_named_by_their_dot():
 
 def test_a_test_that_errs_after_single_device_calls_only_is_a_note():
     path = Path(__file__).parent / "pallas_import" / "local_then_collective_unittest.py"
-    report, = check_file(str(path), 4)
-    assert report.ok and "T.test_a_ok" in report.title, report.to_text()
-    note, = [a for a in report.assumptions if "test_b_broken" in a]
+    local, report, broken = check_file(str(path), 4)
+    assert local.ok and local.program.n == 1 and "T.test_a_ok: _copy" in local.title, local.to_text()
+    assert report.ok and "T.test_a_ok: _permute" in report.title, report.to_text()
+    assert broken.ok and "T.test_b_broken: _copy" in broken.title, broken.to_text()
+    note, = [a for a in local.assumptions if "test_b_broken" in a]
     assert "stopped with an error after single-device kernel calls only (RuntimeError: broke before the " \
            "collective)" in note and "was not checked" in note
-    assert not any("test_a_ok stopped" in a for a in report.assumptions)
+    assert not any("test_a_ok stopped" in a for a in local.assumptions + report.assumptions)
 
 
 def test_a_kernel_calling_a_helper_the_file_lacks_names_the_line_that_raised(tmp_path):
@@ -752,3 +754,20 @@ def test_a_grid_sized_at_run_time_from_each_devices_shard_is_each_devices_own(tm
     (report,) = check_file(str(path), 2)
     assert report.ok, report.to_text()
     assert any("(1,), (2,) (other values give other grids" in a for a in report.assumptions), report.assumptions
+
+
+def test_a_single_device_kernel_at_top_level_is_checked_as_one_chips_program(tmp_path):
+    """Tutorials' and serving stacks' kernels run on one device, called with no shard_map: each
+    is checked as one chip's program (N = 1; it was "not a collective, not checked"), saying
+    so; both halves of a double buffer on one DMA semaphore (JetStream's chunked prefill,
+    sweep 8) is a race: a wait can be satisfied by the other half's bytes."""
+    path = Path(__file__).parent / "pallas_import" / "single_device.py"
+    ok, = check_file(str(path), 2)
+    assert ok.ok and ok.program.n == 1 and ok.title.startswith("double_halves (line "), ok.to_text()
+    assert "N=1: ok" in ok.to_text() and " on ring:1" not in ok.to_text()
+    assert any(a.startswith("COLLECTIVE is None: one chip's kernel, called outside shard_map") for a in ok.assumptions)
+    shared = tmp_path / "shared.py"
+    shared.write_text(path.read_text().replace("SHARED_SEM = False", "SHARED_SEM = True"))
+    bad, = check_file(str(shared), 2)
+    assert not bad.ok and "race" in bad.kinds(), bad.to_text()
+    assert any("race on device 0's `buf[0, 0:8, 0:128]`" in f.message for f in bad.findings), bad.to_text()

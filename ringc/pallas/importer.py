@@ -502,10 +502,12 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         raise ScheduleError(f"--param {', '.join(params)}: a script takes no params; they go to the entry functions "
                             "ringc calls in a module of functions, and none ran a kernel", file=path,
                             fix="drop --param, or name the function with --entry")
-    # (a kernel over one chip's TensorCores is a program of its cores even outside shard_map: N = 1)
-    local = [c for c in script.captures if not kernel_mesh_axes(c.jaxpr) and not _over_cores(c.jaxpr)]
+    # A kernel outside shard_map is one device's program (N = 1: its DMAs, semaphores, grid and
+    # bounds), as a kernel over one chip's TensorCores is its cores'; one GPU's kernel is not checked.
+    local = [c for c in script.captures if not kernel_mesh_axes(c.jaxpr) and not _over_cores(c.jaxpr)
+             and _one_gpu(c.jaxpr)]
     for c in local:
-        script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one device: not a collective, "
+        script.notes.append(f"line {c.line}: {c.name} runs outside shard_map, on one GPU: not a collective, "
                             "not checked")
     captures = [c for c in script.captures if c not in local]
     if not captures:
@@ -620,6 +622,14 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         yield reports[-1]
         if same is not None:
             checked[same] = (k + 1, report)
+    # Hardware ringc does not model (a SparseCore kernel) beside kernels it checked: a "not
+    # checked" verdict of its own at the line that used it, not only a note on another verdict.
+    kept = {c.line for c in captures if refused[id(c)]}   # refused from its program: said above
+    for u in script.answers.unsupported:
+        e = _refusal(u, path)
+        if e.line in kept:
+            continue
+        yield CallError(path, f"{u.what.split(' (')[0].split(':')[0]} (line {e.line})", e)
 
 
 def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,
@@ -700,6 +710,11 @@ def _over_cores(jaxpr: Any) -> bool:
     """Whether a traced call runs a kernel over the TensorCore mesh (`cores.mesh_of`)."""
     return any(e.primitive.name in ("mpmd_map", "core_map") and tensorcore_mesh(e) is not None
                for e in walk_eqns(jaxpr.jaxpr))
+
+
+def _one_gpu(jaxpr: Any) -> bool:
+    """Whether a traced call runs a Mosaic GPU kernel (outside shard_map: one GPU's)."""
+    return any(mosaic_gpu_call(e) or e.primitive.name == "mpmd_map" for e in walk_eqns(jaxpr.jaxpr))
 
 
 def kernel_mesh_axes(jaxpr: Any) -> dict[str, int]:
@@ -1082,7 +1097,7 @@ def _record_in_place(w: _Outer, kernel: Any, ins: list, outs: list, dropped: fro
 
 def _record_call(w: _Outer, eqn: Any, ins: list, what: str, gpu: bool, cores: bool = False) -> list:
     outs = [Handle(v.aval, origin="kernel") for v in eqn.outvars]
-    if cores:
+    if cores or (w.mesh_axes is None and not gpu):   # a single-device TPU kernel: one device's program
         w.one_chip()
     if w.mesh_axes is None:
         raise ScheduleError(f"{what} outside shard_map", file=user_location(eqn).file,
@@ -1421,6 +1436,8 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     lap("verify")
     outer, b, program, notes = lanes["outer"], lanes["b"], lanes["program"], lanes["notes"]
     report.phases = phases
+    if not sizes:   # one chip, no shard_map: no topology to name ("ring:1")
+        report.placement = ""
     report.findings[:0] = _fault_findings(b.faults, program) + _unfenced_findings(b.unfenced)
     gpu_calls = [c for c in outer.calls if c.gpu]
     core_calls = sum(c.cores for c in outer.calls)
@@ -1438,7 +1455,11 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
                                   "the second half of its indices on core 1")
-    if collective is None:
+    if collective is None and not sizes:
+        report.assumptions.append("COLLECTIVE is None: one chip's kernel, called outside shard_map: hangs, balance, "
+                                  "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "
+                                  "there is no meaning to check")
+    elif collective is None:
         report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check (name the "
                                   "kernel's collective to check its result: --collective KIND, or COLLECTIVE in a "
                                   "build(mesh) module)")

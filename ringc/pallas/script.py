@@ -140,6 +140,8 @@ def is_script(source: str) -> bool:
         elif isinstance(s, (ast.Assign, ast.AnnAssign)):
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
             defined.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(s, (ast.Import, ast.ImportFrom)):   # `from common import make_inputs, COLLECTIVE`
+            defined.update((a.asname or a.name).split(".")[0] for a in s.names)
     return "build" not in defined or not defined & {"make_inputs", "COLLECTIVE", "AXIS"}
 
 

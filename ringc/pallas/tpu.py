@@ -232,8 +232,8 @@ _MODULES = {
     "jax.experimental.pallas.tpu_sc": "SparseCore kernels (jax.experimental.pallas.tpu_sc) are not supported",
 }
 
-REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call, or pl.kernel over the TensorCore mesh, under "
-                "shard_map) and multi-GPU Mosaic GPU kernels (plgpu.kernel under shard_map)")
+REFUSAL_TAIL = (": ringc checks Pallas TPU kernels (pallas_call, or pl.kernel over the TensorCore mesh, on one "
+                "chip or under shard_map) and multi-GPU Mosaic GPU kernels (plgpu.kernel under shard_map)")
 
 
 def _caller(depth: int) -> tuple[str, int]:
