@@ -188,6 +188,9 @@ def _status_mib(field: str) -> int:
     return 0
 
 
+# The files whose code a limit stopped in this process: what they left in flight on the CPU
+# devices (a matmul of the tutorial's 8192 x 8192 arrays) would hold the process at its exit.
+STOPPED: list[str] = []
 DATA_MARGIN_MIB = 2048   # how far past `user_code_mib` one allocation may reach before it fails at once
 _capped: list[str] = []   # the file whose code runs under `_data_limit` now, if any
 
@@ -291,6 +294,7 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         with _data_limit(most_mib, target):
             yield
     except _OverMemory as e:
+        STOPPED.append(file)   # work the code left in flight on the devices: `cli.console` does not wait for it
         held = (f"asked for memory past the limit `user_code_mib` ({most_mib:,} MiB): {e.asked}" if e.asked else
                 f"made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` ({most_mib:,} MiB)")
         raise ScheduleError(f"{what} {held}" + (f"; it was at line {e.line}" if e.line else ""),
@@ -299,6 +303,7 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
                                 "constants; its arrays are allocated for real on the CPU devices), or raise the "
                                 f"limit with {LIMITS['user_code_mib'].how_to_raise}") from None
     except _OverTime as e:
+        STOPPED.append(file)
         raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`"
                             + (f"; it was at line {e.line}" if e.line else ""), file=file, line=e.line,
                             fix="look for a loop that never ends or work that waits on devices; or raise the "

@@ -15,6 +15,7 @@ import importlib.metadata
 import os
 import re
 import subprocess
+import time
 import sys
 import textwrap
 import tomllib
@@ -186,6 +187,24 @@ def test_user_code_runs_under_a_time_limit(tmp_path, where, code, line):
     o = run_cli(["check", path, "--devices", "4", "--limit", "user_code_s=1"], budget=30)
     assert_refused(o, line=line, says="the limit `user_code_s`", seconds=20)
     assert "--limit user_code_s=" in o.err
+
+
+def test_the_command_ends_when_a_limit_stops_code_that_left_work_in_flight(tmp_path):
+    """JAX's sparse.md tutorial benchmarks dense matmuls on the CPU devices: stopped by
+    `user_code_s` in `block_until_ready`, the computation it waited for kept running, and the
+    process sat at its exit for minutes after printing the message. The `ringc` command ends
+    once its output is out (`cli.console`)."""
+    path = tmp_path / "spin.py"
+    path.write_text("import jax\nimport jax.numpy as jnp\n\n"
+                    "spin = jax.jit(lambda x: jax.lax.fori_loop(0, 10**6, lambda i, x: jnp.tanh(x @ x), x))\n"
+                    "jax.block_until_ready(spin(jnp.ones((512, 512), jnp.float32)))\n")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ringc", "check", str(path), "--devices", "2", "--limit",
+                           "user_code_s=3"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done
+    assert f"{path}:5: error: the file's own code ran for 3 s, the limit `user_code_s`" in done.stderr, done.stderr
+    assert time.perf_counter() - start < 60, "the process waited at exit for the computation in flight"
 
 
 def test_a_failing_check_piped_into_head_keeps_its_exit_code():
