@@ -134,6 +134,9 @@ class KernelSpec:
     axes: list[str]
     buffers: dict[str, _Buf]
     megacore: bool = False
+    # A `parallel` grid dim split over a chip's two TensorCores, each with its own VMEM and
+    # DMA semaphores (`core.megacore_findings`: core 1's copies into its own VMEM are no finding).
+    split_grid: bool = True
 
     def line_of(self, key: str) -> int:
         return 0
@@ -1454,7 +1457,10 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         report.assumptions.append(CORES_ASSUMED.format(cores=b.core_count))
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
-                                  "the second half of its indices on core 1")
+                                  "the second half of its indices on core 1; each core copies into its own VMEM with its own DMA "
+                                  "semaphores, so core 1's local copies and their waits are not checked against each "
+                                  "other (core 0's half is, the same code on its indices); core 1's remote DMAs, "
+                                  "signals and copies into HBM are findings")
     if collective is None and not sizes:
         report.assumptions.append("COLLECTIVE is None: one chip's kernel, called outside shard_map: hangs, balance, "
                                   "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "
