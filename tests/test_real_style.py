@@ -315,3 +315,44 @@ def test_core_1s_copies_into_its_own_vmem_under_a_parallel_axis_are_no_finding(t
     to_hbm.write_text(MEGACORE_COPY.replace("x_hbm.at[c * 2 + j], buf, sem", "buf, x_hbm.at[c * 2 + j], sem"))
     bad, = check_file(str(to_hbm), 1, tpu="v5p")
     assert "megacore_dma" in bad.kinds(), bad.to_text()
+
+
+MASKED = '''
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+EARLY = False
+
+def kernel(x_hbm, o_ref, buf, sem):
+    cp = pltpu.make_async_copy(x_hbm, buf, sem)
+    cp.start()
+    if not EARLY:
+        cp.wait()
+    rows = lax.broadcasted_iota(jnp.int32, buf.shape, 0)
+    pltpu.store(buf, jnp.zeros(buf.shape, jnp.float32), mask=rows >= 4)
+    if EARLY:
+        cp.wait()
+    o_ref[...] = pltpu.load(buf, mask=rows < 4) + 1
+
+x = jnp.ones((8, 128), jnp.float32)
+out = jax.jit(pl.pallas_call(kernel, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                             out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                             scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA(())]))(x)
+'''
+
+
+def test_masked_loads_and_stores_are_whole_box_accesses(tmp_path):
+    """JAX's ragged paged attention stores with `mask=` (sweep 9: refused, "ringc models
+    whole-box stores"): a masked store reads its box and writes it back, a masked load reads
+    it, and the verdict says so; a masked store into a buffer a DMA is still filling races."""
+    path = tmp_path / "masked.py"
+    path.write_text(MASKED)
+    ok, = check_file(str(path), 1)
+    assert ok.ok, ok.to_text()
+    assert any(a.startswith("a masked load or store") for a in ok.assumptions), ok.assumptions
+    early = tmp_path / "early.py"
+    early.write_text(MASKED.replace("EARLY = False", "EARLY = True"))
+    bad, = check_file(str(early), 1)
+    assert not bad.ok and "race" in bad.kinds(), bad.to_text()

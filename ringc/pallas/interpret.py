@@ -1792,22 +1792,45 @@ def _addupdate(it: Interpreter, eqn: Any, invals: list) -> list:
     return []
 
 
-@PRIMITIVES.kernel("masked_load", does=Does.MEMORY, doc="`pl.load` without a mask: a load")
+MASKED_NOTE = ("a masked load or store (`pltpu.store(..., mask=)`, `pl.load(..., mask=)`) is checked as an access "
+               "of its whole box (a store reads the box and writes it back with the masked lanes replaced): races "
+               "with the lanes the mask leaves are reported as if they were touched")
+
+
+def _masked_note(it: Interpreter) -> None:
+    notes = getattr(it.sink, "notes", None)
+    if notes is not None and MASKED_NOTE not in notes:
+        notes.append(MASKED_NOTE)
+
+
+@PRIMITIVES.kernel("masked_load", does=Does.MEMORY,
+                   doc="`pl.load`: a load; with a mask, a load of the whole box, `other` where the mask is off")
 def _masked_load(it: Interpreter, eqn: Any, invals: list) -> list:
     args = unflatten(it, eqn, invals, "args_tree")
     ref, transforms, mask = args[0], args[1], args[2]
-    if mask is not None:
-        raise it.fail("a masked load", "ringc models whole-box loads")
-    return [_read(it, apply_transforms(it, ref, transforms))]
+    value = _read(it, apply_transforms(it, ref, transforms))
+    if mask is None:
+        return [value]
+    _masked_note(it)
+    other = args[3] if len(args) > 3 else None
+    if is_concrete(value) and is_concrete(mask) and (other is None or is_concrete(other)):
+        return [np.where(np.asarray(mask), np.asarray(value), np.asarray(0 if other is None else other))]
+    return [Data(tuple(eqn.outvars[0].aval.shape), ("opaque", f"a masked load at line {int(it.where())}"))]
 
 
-@PRIMITIVES.kernel("masked_swap", does=Does.MEMORY, doc="`pl.store` without a mask: a store")
+@PRIMITIVES.kernel("masked_swap", does=Does.MEMORY,
+                   doc="`pl.store`: a store; with a mask, the whole box read and written back, the masked lanes new")
 def _masked_swap(it: Interpreter, eqn: Any, invals: list) -> list:
     args = unflatten(it, eqn, invals, "args_tree")
     ref, transforms, val, mask = args[0], args[1], args[2], args[3]
-    if mask is not None:
-        raise it.fail("a masked store", "ringc models whole-box stores")
     ref = apply_transforms(it, ref, transforms)
+    if mask is not None:  # `where(mask, val, old)`: the lanes the mask leaves keep what was there
+        _masked_note(it)
+        old = _read(it, ref)
+        if is_concrete(old) and is_concrete(val) and is_concrete(mask):
+            val = np.where(np.asarray(mask), np.asarray(val), np.asarray(old))
+        else:
+            val = Data(ref.shape, ("opaque", f"a masked store at line {int(it.where())}"))
     _write(it, ref, val)
     return [None for _ in eqn.outvars]
 
