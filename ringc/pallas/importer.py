@@ -1457,10 +1457,12 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
         report.assumptions.append(CORES_ASSUMED.format(cores=b.core_count))
     if b.megacore:
         report.assumptions.append("megacore (TPU v4, v5p): a `parallel` grid dim is split over 2 TensorCores, "
-                                  "the second half of its indices on core 1; each core copies into its own VMEM with its own DMA "
-                                  "semaphores, so core 1's local copies and their waits are not checked against each "
-                                  "other (core 0's half is, the same code on its indices); core 1's remote DMAs, "
-                                  "signals and copies into HBM are findings")
+                                  "the second half of its indices on core 1, which starts from the call's entry state (its own "
+                                  "scalar prefetch and scratch); each core copies into its own VMEM with its own DMA "
+                                  "semaphores: core 1's waits are checked against its own copies (a hang where none "
+                                  "started them), its local copies not for races among themselves (core 0's half is "
+                                  "checked whole, the same code on its indices); core 1's remote DMAs, signals and "
+                                  "copies into HBM are findings")
     if collective is None and not sizes:
         report.assumptions.append("COLLECTIVE is None: one chip's kernel, called outside shard_map: hangs, balance, "
                                   "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "

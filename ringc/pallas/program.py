@@ -504,9 +504,19 @@ class Builder(Sink):
             points = list(itertools.product(*(range(g) for g in grid)))
             it.eqn = eqn   # (a block index from tensor data is sampled at the pallas_call's line)
             blocks = [[self.block_index(it, bm, pt, args[:n_pref]) for pt in points] for _, _, bm, _ in windows]
+            # Core 1 of a split grid starts from the call's entry state, not from core 0's: its
+            # own SMEM copy of the scalar prefetch (which a kernel may write: paged attention's
+            # first-block flag) and its own fresh scratch.
+            entry = ({id(r.buffer): (r.buffer, r.buffer.store[d].copy()) for r in args[:n_pref]
+                      if isinstance(r, Ref) and d in r.buffer.store} if split is not None else {})
             for i, pt in enumerate(points):
                 it.point = pt
-                self.core = int(split is not None and pt[split] >= grid[split] // 2)
+                core = int(split is not None and pt[split] >= grid[split] // 2)
+                if core and not self.core:
+                    for buf, stored in entry.values():
+                        buf.store[d] = stored.copy()
+                    self.fresh_scratch(scratch, d)
+                self.core = core
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
                     if i == 0 or idx[i] != idx[i - 1]:
                         if is_out:   # a new output block: its VMEM buffer holds what it held last (garbage)

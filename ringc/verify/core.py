@@ -317,6 +317,30 @@ def _own_copy(spec: Spec, a: Any) -> bool:
     return isinstance(a, SemWait) and a.why == "wait"
 
 
+def _core1_hangs(program: Program) -> list[Finding]:
+    """Core 1's own copies run in its program order on one core: a wait for more bytes than its
+    own copies on that semaphore started is a hang (core 0's copies land in core 0's VMEM and
+    semaphores; a prefetch across the split, never started on core 1, is one)."""
+    out = []
+    for events in program.second_core:
+        held: Counter = Counter()
+        for ev in events:
+            a = ev.action
+            if isinstance(a, DmaStart) and not a.remote:
+                for sem, n in deposits(a):
+                    held[sem] += n
+            elif isinstance(a, SemWait) and a.why == "wait":
+                if held[a.sem] < a.value:
+                    out.append(M.HANG.finding(at=program.where(ev), what=describe(ev),
+                                              arrives=f"{held[a.sem]} bytes", event=ev,
+                                              reason="on core 1 (its half of the parallel grid axis) no copy of its "
+                                                     "own started them: each TensorCore has its own semaphores and "
+                                                     "VMEM, so a copy core 0 started does not land here"))
+                    break
+                held[a.sem] -= a.value
+    return out
+
+
 def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
     """With `megacore: true`, both TensorCores of a chip run the kernel. Core 1 must not
     touch shared state: no DMA, signal, semaphore wait or barrier (the tutorial's advice:
@@ -328,6 +352,8 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
     if not spec.megacore and not program.second_core:
         return []
     findings, seen = [], set()
+    if getattr(spec, "split_grid", False):
+        findings += _core1_hangs(program)
     for events in program.second_core:
         for ev in events:
             a = ev.action
