@@ -166,11 +166,7 @@ class _OverMemory(BaseException):
 
 def _resident_mib() -> int:
     """The process's resident memory in MiB (0 where /proc is not there)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
-    except (OSError, ValueError, IndexError):
-        return 0
+    return _status_mib("VmRSS")
 
 
 TICK_S = 0.5   # how often the user's code is looked at for `user_code_mib`

@@ -88,6 +88,7 @@ class _Spec:
     axes: list[str]
     buffers: dict[str, _Buf]
     megacore: bool = False
+    split_grid: bool = False
 
     def line_of(self, key: str) -> int:
         return 0

@@ -788,6 +788,12 @@ class Schedule(Node):
         """The YAML's leading comment: the author's explanation of the algorithm."""
         return self._header
 
+    @property
+    def split_grid(self) -> bool:
+        """Never: a schedule's core 1 (`megacore: true`) issues no DMA of its own
+        (`verify.core.megacore_findings`; a Pallas kernel's split grid does)."""
+        return False
+
     def operands(self, op: OpNode, role: str) -> list[E.Ref]:
         """The refs `op` has in `role` ("reads", "writes" or "sems"); for a copy op, the
         fields of its copy that the op's roles name."""

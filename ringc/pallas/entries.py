@@ -57,7 +57,7 @@ import numpy as np
 from ..errors import ScheduleError
 from .imports import MissingImport, missing_import
 from .jaxprs import concrete_errors
-from .tpu import unsupported_use
+from .tpu import nested_codes, unsupported_use
 from .usererrors import describe_exception, user_failure
 
 if TYPE_CHECKING:
@@ -560,12 +560,7 @@ def _refuse_kernel_body(env: dict, entry: str, fn: Any, path: str) -> None:
 
 def _names_used(code: Any) -> set[str]:
     """The global names a function's code (and the functions defined in it) reads."""
-    names, todo = set(), [code]
-    while todo:
-        c = todo.pop()
-        names.update(c.co_names)
-        todo.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    return names
+    return {name for c in nested_codes(code) for name in c.co_names}
 
 
 def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
@@ -741,6 +736,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
                  f"if the kernel's blocks need more, size them: --entry {name} "
                  + " ".join(f"--arg {a.name}=float32[ROWS,COLS]@{','.join(a.spec)}" for a in made))
     elif made and not failed:   # `build(mesh, shift, repeats)`: numbers ringc took for arrays
+        script.entry_numbers += [f"--param {a.name}=V" for a in made]
         hint += (f"; ringc made arrays for {', '.join(f'`{a.name}`' for a in made)} (no default, no annotation): "
                  f"if they are numbers or words, pass them: " + " ".join(f"--param {a.name}=V" for a in made))
     return f"{name} ran no kernel ({failed or 'no pallas_call under jit'}{hint})"

@@ -434,10 +434,8 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     if called and not entry:
         parts.append(called)
     # Arguments of an entry ringc took for arrays (`build(mesh, shift, repeats)`): the numbers to give.
-    numbers = next((m.group(1) for m in map(re.compile(r"if they are numbers or words, pass them: ([^)]*)").search,
-                                            script.notes) if m), None)
-    if numbers:
-        parts.insert(0, f"pass the entry function's numbers: {numbers}")
+    if script.entry_numbers:
+        parts.insert(0, f"pass the entry function's numbers: {' '.join(script.entry_numbers)}")
     parts.append("name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                  "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                  "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")

@@ -103,6 +103,7 @@ class Script:
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
+    entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
     tests: str | None = None       # `--test PATTERN`: the test module's tests to run (a substring or a glob)
     left_out: int = 0              # tests `tests` left out
     matched: int = 0               # and those it ran

@@ -266,15 +266,22 @@ def unsupported_use(fn: Any) -> Unsupported | None:
     code, env = getattr(target, "__code__", None), getattr(target, "__globals__", {})
     if code is None:
         return None
-    todo = [code]
-    while todo:
-        c = todo.pop(0)
+    for c in nested_codes(code):
         for ins in dis.get_instructions(c):
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(env.get(ins.argval), _RefusingModule):
                 line = ins.positions.lineno if ins.positions and ins.positions.lineno else c.co_firstlineno
                 return Unsupported(env[ins.argval]._what, (c.co_filename, line))
-        todo.extend(k for k in c.co_consts if inspect.iscode(k))
     return None
+
+
+def nested_codes(code: Any) -> Iterator[Any]:
+    """A function's code object, then those of the functions defined in it, outer first."""
+    import inspect
+    todo = [code]
+    while todo:
+        c = todo.pop(0)
+        yield c
+        todo.extend(k for k in c.co_consts if inspect.iscode(k))
 
 
 def core_mesh(eqn: Any) -> str | None:

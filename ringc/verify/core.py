@@ -310,8 +310,8 @@ def _own_copy(spec: Spec, a: Any) -> bool:
     """A Pallas kernel's core 1 (its half of a `parallel` grid axis) copying into its own VMEM
     or SMEM with its own semaphore, or waiting for such a copy (JAX's paged attention with
     `megacore_mode`): each TensorCore has its own VMEM and DMA semaphores, so this is no
-    shared state. Only where the spec says its cores split a grid (`split_grid`: the Pallas
-    importer's `KernelSpec`): a `megacore: true` schedule's core 1 issues no DMA at all."""
+    shared state. Only where the spec says its cores split a grid (`Spec.split_grid`): a
+    `megacore: true` schedule's core 1 issues no DMA at all."""
     if isinstance(a, DmaStart):
         return not a.remote and spec.buffers[a.dst.buffer].memory in ("vmem", "smem")
     return isinstance(a, SemWait) and a.why == "wait"
@@ -351,13 +351,11 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
     grid axis, which such a chip splits over its cores (`Unroller.split`)."""
     if not spec.megacore and not program.second_core:
         return []
-    findings, seen = [], set()
-    if getattr(spec, "split_grid", False):
-        findings += _core1_hangs(program)
+    findings, seen = (_core1_hangs(program) if spec.split_grid else []), set()
     for events in program.second_core:
         for ev in events:
             a = ev.action
-            if isinstance(a, Compute) or ev.line in seen or (getattr(spec, "split_grid", False) and _own_copy(spec, a)):
+            if isinstance(a, Compute) or ev.line in seen or (spec.split_grid and _own_copy(spec, a)):
                 continue
             seen.add(ev.line)
             findings.append(M.MEGACORE_DMA.finding(what=describe(ev), at=program.where(ev), event=ev))

@@ -19,11 +19,14 @@ class BufferFacts(Protocol):
 class Spec(Protocol):
     """What the checks read of a front end's description of a program besides its events:
     its name and file, its mesh axes, its buffers and whether it runs on both TensorCores
-    of a chip. A YAML `Schedule` and the Pallas importer's `KernelSpec` are both one."""
+    of a chip, and how. A YAML `Schedule` and the Pallas importer's `KernelSpec` are both one."""
     name: str
     file: str | None
     axes: list[str]
     buffers: Mapping[str, BufferFacts]
     megacore: bool
+    # Whether core 1 runs its half of a split grid with its own VMEM, DMA semaphores and
+    # copies (a Pallas kernel's `parallel` axis on a v4/v5p chip), not the YAML model's rule.
+    split_grid: bool
 
     def line_of(self, key: str) -> int: ...
