@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import checkify
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -94,17 +95,73 @@ def test_the_kernel_checks_without_the_extra_primitive():
 
 
 def test_a_refused_primitive_is_an_error_naming_it_and_its_line():
-    """`prng_seed` is registered as refused (it sets PRNG state ringc does not model)."""
-    def seed():
-        pltpu.prng_seed(0)
+    """`check` (checkify's error effect) is registered as refused."""
+    def check():
+        checkify.check(jax.lax.axis_index("x") >= 0, "negative")
 
-    fn = _kernel_with(seed)
-    line = inspect.getsourcelines(seed)[1] + 1
+    fn = _kernel_with(check)
+    line = inspect.getsourcelines(check)[1] + 1
     with pytest.raises(ScheduleError) as e:
         _check(fn)
     text = str(e.value)
-    assert "ringc does not know the primitive `prng_seed`" in text
+    assert "ringc does not know the primitive `check`" in text
     assert f"test_pallas_primitives.py:{line}" in text, text
+
+
+def test_the_cores_prng_is_no_effect_and_its_bits_are_unknown_data():
+    """`pltpu.prng_seed` seeds the core's own PRNG (no memory or semaphore effect; JAX's
+    tpu_pallas_random_test.py was refused on it): the kernel is checked. Its bits are
+    tensor data of unknown value: a branch on them is sampled and the verdict says so; and the race a kernel has beside them is still found."""
+    def seed():
+        pltpu.prng_seed(jax.lax.axis_index("x"))
+        pltpu.prng_random_bits((8, 128))
+
+    assert _check(_kernel_with(seed)).ok
+
+    def kernel(x_ref, o_ref, send, recv, v):
+        pltpu.prng_seed(7)
+        bits = pltpu.prng_random_bits((8, 128))
+
+        @pl.when(bits.astype(jnp.float32)[0, 0] > 0)   # a branch the bits decide
+        def _():
+            v[...] = jnp.zeros((8, 128), jnp.float32)
+
+        me = jax.lax.axis_index("x")
+        dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
+                                           device_id_type=pl.DeviceIdType.LOGICAL)
+        dma.start()
+        dma.wait()
+
+    def fn(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
+                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
+                                              pltpu.VMEM((8, 128), jnp.float32)])(x)
+    report = _check(fn)
+    assert report.ok, report.to_text()
+    assert "sampled" in report.to_text()
+
+    def racy():   # the neighbour's write into o_ref races this read of it
+        pltpu.prng_seed(0)
+        pltpu.prng_random_bits((8, 128))
+
+    def kernel2(x_ref, o_ref, send, recv):
+        racy()
+        me = jax.lax.axis_index("x")
+        dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
+                                           device_id_type=pl.DeviceIdType.LOGICAL)
+        dma.start()
+        x_ref[...] = o_ref[...]
+        dma.wait()
+
+    def fn2(x):
+        return pl.pallas_call(kernel2, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
+                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(x)
+    report = _check(fn2)
+    assert not report.ok and "race" in report.to_text()
 
 
 def test_an_unregistered_primitive_with_effects_is_an_error(monkeypatch):

@@ -54,7 +54,7 @@ from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
 from .usererrors import user_failure
 from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
-from .values import Data, is_concrete
+from .values import Data, integer_or_bool, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
 # Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
@@ -1197,8 +1197,7 @@ def _small_aval(aval: Any) -> bool:
 
 
 def _small_int_aval(aval: Any) -> bool:
-    dtype = np.dtype(getattr(aval, "dtype", np.float32))
-    return (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and _small_aval(aval)
+    return integer_or_bool(getattr(aval, "dtype", np.float32)) and _small_aval(aval)
 
 
 def _shard(a: np.ndarray, spec: Any, axes: dict[str, int], d: int) -> np.ndarray:

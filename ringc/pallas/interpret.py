@@ -35,6 +35,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NamedTuple
 
+import jax
 import numpy as np
 
 from .. import limits
@@ -42,7 +43,7 @@ from .. import limits
 from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, Region, SemWait, Signal
 from .primitives import ELEMENTWISE, KEEPS_VALUES, PRIMITIVES, Does, scan_loop, while_loop
-from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, is_concrete, vec
+from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, integer_or_bool, is_concrete, vec
 
 Rule = Callable[["Interpreter", Any, list], list]
 
@@ -381,7 +382,10 @@ def _py(v: Any) -> Any:
 # -- pure values ------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _out_kind(dtype: Any) -> Any:
-    """bool, 2**(bits-1) for an integer output dtype, or None (floats: numpy computes them)."""
+    """bool, 2**(bits-1) for an integer output dtype, or None (floats: numpy computes them;
+    an extended dtype, a PRNG key, is no number)."""
+    if not integer_or_bool(dtype):
+        return None
     dt = np.dtype(dtype)
     return bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
 
@@ -460,7 +464,7 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
                 operands.append(_stored_product(it, var, x))
                 contract.append(c)
             return [Data(shapes[0], ("dot", *operands, tuple(contract)))]
-    if all(not s and (np.issubdtype(o.aval.dtype, np.integer) or o.aval.dtype == np.bool_)
+    if all(not s and integer_or_bool(o.aval.dtype)
            for s, o in zip(shapes, outs)):  # a scalar computed from data: known only at run time
         source = _tensor_source(eqn, invals)
         return [Unknown(f"`{name}` at line {int(it.where())} computes it from "
@@ -581,7 +585,7 @@ def _tensor_source(eqn: Any, invals: list) -> bool:
     from memory at run time (an expert id read back from SMEM) is no such source: a value
     computed from it is not sampled apart from it (the two samples would disagree)."""
     for v, var in zip(invals, eqn.invars):
-        if isinstance(v, Data) and not v.shape and np.issubdtype(np.dtype(var.aval.dtype), np.integer):
+        if isinstance(v, Data) and not v.shape and jax.dtypes.issubdtype(var.aval.dtype, np.integer):
             return False
     return True
 
@@ -636,7 +640,7 @@ def _elementwise(eqn: Any, invals: list, x: Data) -> Data | None:
         return apply_fn(x, _scale(-1.0))
     if name == "mul":
         return apply_fn(x, _scale(other))
-    if name == "div" and pos == 0 and other != 0 and np.issubdtype(np.dtype(eqn.outvars[0].aval.dtype), np.inexact):
+    if name == "div" and pos == 0 and other != 0 and jax.dtypes.issubdtype(eqn.outvars[0].aval.dtype, np.inexact):
         return apply_fn(x, _scale(1.0 / other))  # (an integer division rounds: an uninterpreted function)
     if name == "add" and other == 0:
         return x
@@ -1845,8 +1849,7 @@ def _broadcast(it: Interpreter, eqn: Any, invals: list) -> list:
     if type(x) is Vec and x.a.ndim == 1 and not eqn.params["broadcast_dimensions"]:  # each device's scalar
         return [Vec(np.broadcast_to(x.a.reshape(-1, *(1,) * len(shape)), (len(x.a), *shape))
                     .astype(eqn.outvars[0].aval.dtype))]
-    dtype = np.dtype(eqn.outvars[0].aval.dtype)
-    integers = np.issubdtype(dtype, np.integer) or dtype == np.bool_
+    integers = integer_or_bool(eqn.outvars[0].aval.dtype)
     if is_concrete(x) and np.asarray(x).ndim == 0 and math.prod(shape) > (_INT_ARRAY if integers else 64):
         return [Data(shape, ("zero",)) if not x else Data(shape, ("const", _py(np.asarray(x))))]
     return pure_rule(it, eqn, invals)
@@ -1938,6 +1941,36 @@ def _nothing(it: Interpreter, eqn: Any, invals: list) -> list:
 @PRIMITIVES.kernel("debug_callback", "debug_print", does=Does.HINT, doc="printing: ignored (no memory or semaphore effect)")
 def _print(it: Interpreter, eqn: Any, invals: list) -> list:
     return [None for _ in eqn.outvars]
+
+
+@PRIMITIVES.kernel("prng_seed", does=Does.HINT,
+                   doc="seeds the TensorCore's own PRNG (`pltpu.prng_seed`): no effect on memory or semaphores")
+def _prng_seed(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [None for _ in eqn.outvars]
+
+
+@PRIMITIVES.kernel("random_bits", "random_fold_in", "random_seed", "random_split", "random_unwrap", "random_wrap",
+                   "prng_join", "prng_split", does=Does.PURE,
+                   doc="`jax.random` on keys: JAX's value on concrete keys of an implementation JAX evaluates, else tensor data of unknown value")
+def _random(it: Interpreter, eqn: Any, invals: list) -> list:
+    if all(is_concrete(v) for v in invals):
+        try:
+            with jax.ensure_compile_time_eval():
+                r = eqn.primitive.bind(*invals, **eqn.params)
+            r = list(r) if eqn.primitive.multiple_results else [r]
+            return [_py(np.asarray(x).astype(o.aval.dtype)) if integer_or_bool(o.aval.dtype) else x
+                    for x, o in zip(r, eqn.outvars)]
+        except Exception:  # noqa: BLE001 - a Pallas key implementation (`pltpu.to_pallas_key`, the stateful
+            pass           # samplers' seeds) has no evaluation outside a kernel: its bits are unknown data
+        return [Data(tuple(o.aval.shape), ("opaque", f"`{eqn.primitive.name}` at line {int(it.where())}"))
+                for o in eqn.outvars]
+    return pure_rule(it, eqn, invals)
+
+
+@PRIMITIVES.kernel("prng_random_bits", does=Does.PURE,
+                   doc="the core's PRNG bits (`pltpu.prng_random_bits`): tensor data of unknown value, as any tensor data")
+def _prng_random_bits(it: Interpreter, eqn: Any, invals: list) -> list:
+    return [Data(tuple(o.aval.shape), ("opaque", f"random bits at line {int(it.where())}")) for o in eqn.outvars]
 
 
 class Diverge(Exception):

@@ -288,11 +288,9 @@ PRIMITIVES.pure(
     "platform_index", "population_count", "reciprocal", "reduce_and", "reduce_max", "reduce_min", "reduce_or",
     "reduce_sum", "reshard", "roll", "shift_right_logical", "slice", "split", "stack", "stochastic_round",
     "stop_gradient", "threefry2x32", "tile", "transpose", "unpack_elementwise", "unstack", "bitcast",
-    "random_bits", "random_fold_in", "random_seed", "random_unwrap", "random_wrap", "prng_join", "prng_split",
-    "prng_random_bits", "reshape", "squeeze", "expand_dims", "copy", "stage", "einshape_lo")
+    "reshape", "squeeze", "expand_dims", "copy", "stage", "einshape_lo")
 # Known, always with effects or refs ringc does not model: refused wherever they appear.
 PRIMITIVES.unsupported("check", does=Does.HINT)             # checkify: an error effect
-PRIMITIVES.unsupported("prng_seed", does=Does.MEMORY)  # the PRNG's state
 # `emit_pipeline` as one primitive (its body a sub-jaxpr): ringc follows a pipeline traced inline.
 PRIMITIVES.unsupported("emit_pipeline", "pipeline_body", does=Does.CONTROL | Does.MEMORY)
 PRIMITIVES.unsupported("matmul_acc_lhs", "matmul_pop", "matmul_push_rhs", does=Does.MEMORY)  # the MXU's own buffers

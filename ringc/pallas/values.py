@@ -64,8 +64,7 @@ class Buffer:
     def follows_values(self) -> bool:
         """Whether ringc follows the integers this vector buffer holds (`shadow`): integer or
         boolean arrays outside SMEM (whose values `store` keeps whole)."""
-        return self.space in ("vmem", "hbm") and self.kind != "value" and not _extended(self.dtype) and (
-            np.issubdtype(np.dtype(self.dtype), np.integer) or np.dtype(self.dtype) == np.bool_)
+        return self.space in ("vmem", "hbm") and self.kind != "value" and integer_or_bool(self.dtype)
 
     @property
     def itemsize(self) -> int:
@@ -82,6 +81,12 @@ def _itemsize(dtype: Any) -> int:
         return np.dtype(dtype).itemsize
     except TypeError:
         return int(dtype.itemsize)
+
+
+def integer_or_bool(dtype: Any) -> bool:
+    """Whether a dtype holds integers or booleans (values ringc may follow); False for an
+    extended dtype (a PRNG key's `key<pl>`), which numpy cannot interpret."""
+    return not _extended(dtype) and (np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_)
 
 
 def _extended(dtype: Any) -> bool:
