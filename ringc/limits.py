@@ -155,13 +155,28 @@ def check(name: str, amount: int | float, what: str, *, file: str | None = None,
                          fix=(f"{fix}; or " if fix else "") + f"raise the limit with {LIMITS[name].how_to_raise}")
 
 
-class _OverMemory(BaseException):
+class LimitStop(BaseException):
+    """A limit on the user's code stopped it (a BaseException: the user's `except Exception`
+    cannot swallow it). A test runner that catches every exception of a test (unittest and
+    pytest both do) re-raises it (`reraise_stop`), after `where` says which test it was in."""
+    where = ""
+
+
+class _OverMemory(LimitStop):
     """The process held more than `user_code_mib` while the user's code ran (`mib`), or one
     allocation of it failed under the data size limit (`asked`: its MemoryError's words)."""
 
     def __init__(self, line: int | None, mib: int, asked: str = ""):
         super().__init__(line, mib, asked)
         self.line, self.mib, self.asked = line, mib, asked
+
+
+def reraise_stop(e: BaseException, where: str = "") -> None:
+    """Raise `e` again if a limit stopped the user's code (a test runner caught it as a test's
+    error), saying `where` it was (a test: which one, and how far through the module)."""
+    if isinstance(e, LimitStop):
+        e.where = e.where or where
+        raise e
 
 
 def _resident_mib() -> int:
@@ -239,9 +254,9 @@ def _data_limit(most_mib: int, target: str) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
-class _OverTime(BaseException):
-    """The user's code ran past `user_code_s` (a BaseException: the user's `except Exception`
-    cannot swallow it); `line` is the line of the user's file it was running."""
+class _OverTime(LimitStop):
+    """The user's code ran past `user_code_s`; `line` is the line of the user's file it was
+    running."""
 
     def __init__(self, line: int | None):
         super().__init__(line)
@@ -293,22 +308,33 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         STOPPED.append(file)   # work the code left in flight on the devices: `cli.console` does not wait for it
         held = (f"asked for memory past the limit `user_code_mib` ({most_mib:,} MiB): {e.asked}" if e.asked else
                 f"made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` ({most_mib:,} MiB)")
-        raise ScheduleError(f"{what} {held}" + (f"; it was at line {e.line}" if e.line else ""),
-                            file=file, line=e.line,
+        raise ScheduleError(f"{what} {held}" + _at(e), file=file, line=e.line,
                             fix="run it at smaller sizes (its own knobs: environment variables, flags or "
-                                "constants; its arrays are allocated for real on the CPU devices), or raise the "
-                                f"limit with {LIMITS['user_code_mib'].how_to_raise}") from None
+                                "constants; its arrays are allocated for real on the CPU devices), "
+                                + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_mib'].how_to_raise}"
+                            ) from None
     except _OverTime as e:
         STOPPED.append(file)
-        raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`"
-                            + (f"; it was at line {e.line}" if e.line else ""), file=file, line=e.line,
-                            fix="look for a loop that never ends or work that waits on devices; or raise the "
-                                f"limit with {LIMITS['user_code_s'].how_to_raise}") from None
+        raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`" + _at(e), file=file, line=e.line,
+                            fix=("" if e.where else "look for a loop that never ends or work that waits on devices; ")
+                                + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_s'].how_to_raise}"
+                            ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
         if outer is not None:
             signal.setitimer(signal.ITIMER_REAL, max(outer - time.monotonic(), 1e-3))
+
+
+def _at(e: LimitStop) -> str:
+    """Where the stopped code was: its line, and the test it was in."""
+    line = getattr(e, "line", None)
+    return (f"; it was at line {line}" if line else "") + (f", {e.where}" if e.where else "")
+
+
+def _fewer_tests(e: LimitStop) -> str:
+    """A test module's remedy: check fewer of its tests at a time."""
+    return "check fewer of its tests at a time with --test NAME (a test's name or a part of it), " if e.where else ""
 
 
 def check_int64(v: int, what: str, *, file: str | None = None, line: int | None = None) -> int:

@@ -189,6 +189,42 @@ def test_user_code_runs_under_a_time_limit(tmp_path, where, code, line):
     assert "--limit user_code_s=" in o.err
 
 
+@pytest.mark.parametrize("runner,code,line", [
+    ("unittest", textwrap.dedent("""\
+        import unittest
+
+        class Spin(unittest.TestCase):
+            def test_a(self):
+                pass
+
+            def test_b(self):
+                while True: pass  # noqa: E701
+
+        if __name__ == "__main__":
+            unittest.main()
+        """), 8),
+    ("pytest", textwrap.dedent("""\
+        def test_a():
+            pass
+
+
+        def test_b():
+            while True: pass  # noqa: E701
+        """), 6),
+])
+def test_a_test_module_past_the_time_limit_names_the_test_and_suggests_test(tmp_path, runner, code, line):
+    """unittest and pytest catch every exception of a test, the limit's included: JAX's
+    tpu_paged_attention_kernel_test.py (872 tests) ran on past `user_code_s` (sweep 9) and was
+    killed with nothing said. The limit stops the run at the test it was in, and the fix
+    says to check fewer tests with --test."""
+    path = tmp_path / "spin_test.py"
+    path.write_text(code)
+    o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_s=2"], budget=60)
+    assert_refused(o, line=line, says="the limit `user_code_s`", seconds=30)
+    assert "in test" in o.err and "test_b" in o.err and "(2 of the module's 2 tests)" in o.err, o.err
+    assert "--test NAME" in o.err and "--limit user_code_s=" in o.err
+
+
 def test_the_command_ends_when_a_limit_stops_code_that_left_work_in_flight(tmp_path):
     """JAX's sparse.md tutorial benchmarks dense matmuls on the CPU devices: stopped by
     `user_code_s` in `block_until_ready`, the computation it waited for kept running, and the

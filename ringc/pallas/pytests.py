@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ..limits import LimitStop, reraise_stop
 from .usererrors import describe_exception, user_failure
 
 __all__ = ["run_pytest_module"]
@@ -34,12 +35,14 @@ class _Titles:
         self.script = script
         self.raised: list[tuple[str, BaseException]] = []
         self.ran = 0
+        self.collected = 0
 
     def pytest_configure(self, config: Any) -> None:
         config.addinivalue_line("markers", MARKER)
 
     def pytest_collection_modifyitems(self, config: Any, items: list) -> None:
         """`--test PATTERN`: only the tests it names run (`Script.runs`)."""
+        self.collected = len(items)
         kept = [item for item in items if self.script.runs(test_name(item.nodeid))]
         if len(kept) != len(items):
             config.hook.pytest_deselected(items=[item for item in items if item not in kept])
@@ -60,6 +63,11 @@ class _Titles:
         before = len(self.script.captures) + sum(c.copies for c in self.script.captures)
         try:
             return (yield)
+        except LimitStop as e:   # a limit stopped the test: no other test runs (`run_pytest_module` raises it)
+            e.where = f"in test {test_name(item.nodeid)} ({self.ran} of the module's {self.collected} tests)"
+            self.raised.append(("", e))
+            item.session.shouldstop = "a limit on the checked file's code"
+            raise
         except Exception as e:
             if len(self.script.captures) + sum(c.copies for c in self.script.captures) == before:
                 self.raised.append((test_name(item.nodeid), e))
@@ -106,6 +114,7 @@ def run_pytest_module(script: Any) -> None:
     finally:
         _forget_test_modules(before, script.path)
     for nodeid, e in titles.raised:
+        reraise_stop(e)
         user_failure(e, script.path)  # a question ringc cannot answer stops the check
         if nodeid:
             script.notes.append(f"test {nodeid} stopped before any kernel call "

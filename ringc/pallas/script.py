@@ -53,6 +53,7 @@ import numpy as np
 from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
+from ..limits import reraise_stop
 from .entries import ArgSpec, call_entries
 from .jaxprs import KERNEL_CALLS, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
@@ -700,38 +701,39 @@ def _run_tests(script: Script, env: dict) -> None:
     classes = [v for v in list(env.values())
                if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == env["__name__"]]
     loader = unittest.TestLoader()
-    for cls in classes:
-        for test in loader.loadTestsFromTestCase(cls):
-            if not script.runs(_test_title(test)):
-                continue
-            script.test = _test_title(test)
-            before = sum(c.copies for c in script.captures)
-            gen = getattr(getattr(script, "answers", None), "generation", None)
-            reasons: list[str] = []   # why it skipped itself, as it ran, then answered as a TPU (GPU)
-            for claim in (contextlib.nullcontext(), _claim_gpu(gen) if getattr(gen, "gpu", False) else _claim_tpu()):
-                result = _Result()
-                with claim:
-                    test.run(result)
-                if not result.skipped:
-                    break
-                reasons.append(result.skipped[0][1][:100])
-            else:
-                why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
-                script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
-                continue
-            for e in result.raised:
-                user_failure(e, script.path)  # a question ringc cannot answer stops the check
-            if (result.raised and not any(c.test == script.test for c in script.captures)
-                    and not _copied(script, before)):
-                script.notes.append(f"test {script.test} stopped before any kernel call "
-                                    f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
-            elif result.errors_raised and not any(
-                    any(e.primitive.name == "shard_map" for e in walk_eqns(c.jaxpr.jaxpr))
-                    for c in script.captures if script.test in c.tests):
-                # An error (not a failed assertion on placeholder results) after single-device calls only.
-                script.notes.append(f"test {script.test} stopped with an error after single-device kernel calls only "
-                                    f"({describe_exception(result.errors_raised[0], script.path)}): a kernel call under "
-                                    "shard_map after that point, if it has one, was not checked")
+    tests = [test for cls in classes for test in loader.loadTestsFromTestCase(cls)]
+    for k, test in enumerate(tests):
+        if not script.runs(_test_title(test)):
+            continue
+        script.test = _test_title(test)
+        before = sum(c.copies for c in script.captures)
+        gen = getattr(getattr(script, "answers", None), "generation", None)
+        reasons: list[str] = []   # why it skipped itself, as it ran, then answered as a TPU (GPU)
+        for claim in (contextlib.nullcontext(), _claim_gpu(gen) if getattr(gen, "gpu", False) else _claim_tpu()):
+            result = _Result()
+            with claim:
+                test.run(result)
+            if not result.skipped:
+                break
+            reasons.append(result.skipped[0][1][:100])
+        else:
+            why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
+            script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
+            continue
+        for e in result.raised:   # a limit that stopped the test stops the run (unittest caught it)
+            reraise_stop(e, f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)")
+            user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        if (result.raised and not any(c.test == script.test for c in script.captures)
+                and not _copied(script, before)):
+            script.notes.append(f"test {script.test} stopped before any kernel call "
+                                f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
+        elif result.errors_raised and not any(
+                any(e.primitive.name == "shard_map" for e in walk_eqns(c.jaxpr.jaxpr))
+                for c in script.captures if script.test in c.tests):
+            # An error (not a failed assertion on placeholder results) after single-device calls only.
+            script.notes.append(f"test {script.test} stopped with an error after single-device kernel calls only "
+                                f"({describe_exception(result.errors_raised[0], script.path)}): a kernel call under "
+                                "shard_map after that point, if it has one, was not checked")
     script.test = None
 
 
