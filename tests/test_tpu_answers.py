@@ -249,8 +249,23 @@ def test_an_exception_with_no_message_is_named_with_its_line(tmp_path):
     report = verdict(path, 4)
     note = next(a for a in report.assumptions if "AttributeError" in a)
     assert note == (f"script note: line {line(path, 'tile()')}: AttributeError with no message, raised at "
-                    f"{path}:{line(path, 'raise AttributeError()')} (ringc ran the next statement)")
+                    f"{path}:{line(path, 'raise AttributeError()')} (`raise AttributeError()`) (ringc ran the next "
+                    "statement)")
     assert report.ok and not verdict(script(tmp_path, setup, broken=True), 4).ok
+
+
+def test_the_fix_points_at_the_first_failure_with_no_message_not_its_knock_on(tmp_path):
+    """JAX's megablox/ops.py as a script: `gmm = jax.custom_vjp(backend.gmm, ...)` raises an
+    AttributeError with no message (line 22), and a later statement using `gmm` a NameError.
+    The fix named the NameError; it names the first failure."""
+    path = tmp_path / "ops.py"
+    path.write_text("import jax\n\n\nclass Backend:\n    def __getattr__(self, name):\n        raise AttributeError\n\n\n"
+                    "gmm = jax.custom_vjp(\n    Backend().gmm,\n)\n\ngrad = gmm\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert "NameError" in e.value.message and "(`raise AttributeError`)" in e.value.message, e.value.message
+    assert e.value.fix.startswith("the AttributeError raised at line 9 stopped the script before its kernel ran: "
+                                  "fix it there"), e.value.fix
 
 
 # -- (d) --tpu v5p -------------------------------------------------------------------------------

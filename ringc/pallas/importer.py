@@ -405,7 +405,7 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     # With an entry function that failed, a failure under `if __name__ == "__main__":` (a
     # test launcher ringc runs only as the file's own code) is not what to fix: the entry's is.
     main = _main_lines(path) if script.entry_errors else set()
-    failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*): .*?"
+    failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*)(?:: | with no message).*?"
                                              r"(?:, raised at line (\d+) \(|$)").match, script.notes)
                    if m and int(m.group(1)) not in main), None)
     if failed:

@@ -5,6 +5,7 @@ not answer, `tpu.Unanswered`)."""
 
 from __future__ import annotations
 
+import linecache
 import os
 
 from ..errors import ScheduleError
@@ -38,6 +39,8 @@ def _raised_at(e: BaseException, path: str) -> str:
     if inner is None:
         return "a line ringc cannot name"
     where = f"{inner[0]}:{inner[1]}"
+    code = linecache.getline(inner[0], inner[1]).strip()   # what raised it (an empty AttributeError names nothing)
+    where += f" (`{code}`)" if code and len(code) <= 80 else ""
     return where if mine is None or mine == inner else f"{where} (from {path}:{mine[1]})"
 
 
