@@ -451,6 +451,22 @@ def test_an_entry_that_fails_is_what_the_fix_names_not_the_files_main(tmp_path):
         assert "stopped the script" not in e.value.fix
 
 
+def test_a_module_with_no_kernel_of_its_own_names_the_file_beside_it_that_has_one(tmp_path):
+    """JAX's paged_attention/util.py and ragged_paged_attention/tuned_block_sizes.py (sweep 9)
+    got the generic `--entry` fix: the file has no kernel call; the one beside it does."""
+    (tmp_path / "util.py").write_text("import jax.numpy as jnp\n\n\ndef pad(x, to):\n    return jnp.pad(x, to)\n")
+    (tmp_path / "kernel.py").write_text("from jax.experimental import pallas as pl\n\n\ndef f(x):\n"
+                                        "    return pl.pallas_call(None, out_shape=x)(x)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(tmp_path / "util.py"), 2)
+    assert e.value.fix.startswith("the file has no pallas_call, pl.kernel or core_map of its own: check the file "
+                                  f"that defines the kernel (kernel.py beside it: ringc check {tmp_path / 'kernel.py'})"
+                                  "; else name the function"), e.value.fix
+    with pytest.raises(ScheduleError) as e:   # a file with a kernel call of its own that ran none: not said
+        check_file(str(tmp_path / "kernel.py"), 2)
+    assert "has no pallas_call" not in e.value.fix, e.value.fix
+
+
 # a right permute and its pallas_call, for the scripts below
 PERMUTE_KERNEL = '''
 

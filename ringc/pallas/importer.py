@@ -366,6 +366,28 @@ def _script_topology(topology: str | None, n: int | None, path: str) -> Any:
         raise ScheduleError(str(e), file=path, fix="see `ringc check --help`") from None
 
 
+KERNEL_WORDS = ("pallas_call", "pl.kernel", "core_map", "mpmd_map", "emit_pipeline", "plgpu.kernel")
+
+
+def _kernel_homes(path: str) -> list[str] | None:
+    """None where the file at `path` names a kernel call (`KERNEL_WORDS`); else the files
+    beside it that do (at most 3, by name)."""
+    try:
+        if any(w in Path(path).read_text(errors="replace") for w in KERNEL_WORDS):
+            return None
+        beside = sorted(p for p in Path(path).resolve().parent.glob("*.py") if p.name != Path(path).name)
+    except OSError:
+        return None
+    homes = []
+    for p in beside:
+        try:
+            if any(w in p.read_text(errors="replace") for w in KERNEL_WORDS):
+                homes.append(p.name)
+        except OSError:
+            continue
+    return homes[:3]
+
+
 def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
     """The fix for a script that ran no kernel, most likely cause first: a megacore kernel on a
     1-core answer, tests that all skipped themselves, the entry's own error, the first
@@ -433,6 +455,13 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                         if failed.group(2).endswith("ImportError") and "jax._src" in failed.group(0) else ""))
     if called and not entry:
         parts.append(called)
+    # A module with no kernel of its own and nothing else to fix (a package's util.py, its tuned
+    # block sizes): the kernels are in another file, most likely one beside it.
+    homes = _kernel_homes(path) if not parts and not script.entry_numbers else None
+    if homes is not None:
+        parts.append("the file has no pallas_call, pl.kernel or core_map of its own: check the file that defines "
+                     "the kernel" + (f" ({', '.join(homes)} beside it: ringc check {Path(path).parent / homes[0]})"
+                                          if homes else ""))
     # Arguments of an entry ringc took for arrays (`build(mesh, shift, repeats)`): the numbers to give.
     if script.entry_numbers:
         parts.insert(0, f"pass the entry function's numbers: {' '.join(script.entry_numbers)}")
