@@ -4,6 +4,8 @@ each a regression test for something `ringc check` got wrong on the published or
 
 from pathlib import Path
 
+import pytest
+
 from ringc.cli import main
 from ringc.pallas import check_file
 
@@ -405,3 +407,55 @@ def test_core_1_starts_from_the_calls_entry_state_and_its_waits_need_its_own_cop
     assert "hang" in bad.kinds(), bad.to_text()
     assert any("on core 1 (its half of the parallel grid axis) no copy of its own started them" in f.message
                for f in bad.findings)
+
+
+BLOCK_KEPT = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def kernel(x_ref, y_ref, o_ref, acc_ref):
+    acc_ref[...] = x_ref[...] + y_ref[...]
+    o_ref[...] = acc_ref[...]
+
+out = jax.jit(pl.pallas_call(
+    kernel, grid=(2, 2),
+    in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, 0)),     # kept across j, as a matmul's lhs
+              pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+    out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)),
+    out_shape=jax.ShapeDtypeStruct((16, 256), jnp.float32),
+    scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+    compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))))(
+        jnp.ones((16, 128), jnp.float32), jnp.ones((16, 256), jnp.float32))
+'''
+
+
+@pytest.mark.parametrize("variant,kinds", [
+    ("as published", set()),
+    # the scratch written at j = 0 only, read at every j: a dependency between the j's
+    ("scratch from j = 0", {"parallel_dependency"}),
+    # both halves of i (the axis split over the TensorCores) write the output block (0, j)
+    ("one output block", {"race", "parallel_dependency", "megacore_vmem", "megacore_dma"}),
+])
+def test_an_input_block_kept_across_a_parallel_axis_is_no_dependency(tmp_path, variant, kinds):
+    """JAX's fusible matmul test and axlearn's online softmax (sweep 10): an input whose block
+    index ignores a parallel axis (`lambda i, j: (i, 0)`) is fetched once and kept while `j`
+    moves on, and that skipped fetch was a false `parallel_dependency`. Mosaic's pipeline
+    fetches what the iteration before it on its own core did not, so each parallel index is
+    modelled as fetching its input blocks itself; state the kernel keeps across the axis, or
+    one output block the iterations share, is still found."""
+    text = BLOCK_KEPT
+    if variant == "scratch from j = 0":
+        text = text.replace("    acc_ref[...] = x_ref[...] + y_ref[...]\n",
+                            "    @pl.when(pl.program_id(1) == 0)\n    def _():\n"
+                            "        acc_ref[...] = x_ref[...] + y_ref[...]\n")
+    elif variant == "one output block":
+        text = text.replace("out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j))",
+                            "out_specs=pl.BlockSpec((8, 128), lambda i, j: (0, j))")
+    path = tmp_path / "kept.py"
+    path.write_text(text)
+    report, = check_file(str(path), 1)
+    if not kinds:
+        assert report.ok, report.to_text()
+    else:
+        assert not report.ok and set(report.kinds()) & kinds, report.to_text()

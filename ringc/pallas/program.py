@@ -517,8 +517,17 @@ class Builder(Sink):
                         buf.store[d] = stored.copy()
                     self.fresh_scratch(scratch, d)
                 self.core = core
+                # A block is fetched (an output's: a fresh window) where its index changes, and
+                # where an index of a parallel axis does: those iterations may run in any order
+                # or on the other TensorCore, and the pipeline fetches what the iteration before
+                # it on its core did not (a matmul's lhs block `(i, 0)` kept across a parallel
+                # `j` is no dependency between the `j`s). Likewise an output block is written
+                # back before a parallel index changes, so that two parallel iterations writing
+                # one block meet (`core.parallel_findings`).
+                moved = i > 0 and any(pt[k] != points[i - 1][k] for k in parallel)
+                leaving = i < len(points) - 1 and any(pt[k] != points[i + 1][k] for k in parallel)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
-                    if i == 0 or idx[i] != idx[i - 1]:
+                    if i == 0 or idx[i] != idx[i - 1] or moved:
                         if is_out:   # a new output block: its VMEM buffer holds what it held last (garbage)
                             self.emit(d, pt, line, Compute("allocate", Ref.whole(win, d).region()), None)
                             continue
@@ -526,7 +535,7 @@ class Builder(Sink):
                         self.emit(d, pt, line, Compute("assign", Ref.whole(win, d).region(), it.region(src)), None)
                 it.run(kernel, [], args)
                 for (arr, win, bm, is_out), idx in zip(windows, blocks):
-                    if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i]):
+                    if is_out and (i == len(points) - 1 or idx[i + 1] != idx[i] or leaving):
                         dst = self.block_ref(arr, d, bm, idx[i], pt, line)
                         self.emit(d, pt, line, Compute("assign", it.region(dst), Ref.whole(win, d).region()), None)
             self.core = 0

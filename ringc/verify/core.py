@@ -216,7 +216,7 @@ def _parallel_key(program: Program, ev: Event) -> tuple[int, ...]:
     return tuple(ev.point[k] for k in program.parallel if k < len(ev.point))
 
 
-def parallel_findings(program: Program) -> list[Finding]:
+def parallel_findings(program: Program, outputs: frozenset[str] = frozenset()) -> list[Finding]:
     """A `parallel` grid axis promises that its iterations are independent: Mosaic may run
     them in any order, and a megacore chip splits the axis over its two TensorCores, each
     with its own VMEM and semaphores. So on each device, nothing at one index of a parallel
@@ -230,7 +230,10 @@ def parallel_findings(program: Program) -> list[Finding]:
       overwritten one still counts: conservative); inputs are never written;
     - semaphores: a wait that consumes (first in, first out) what this device deposited at
       another index on its own semaphore (a local DMA, a remote DMA's send side, a signal to
-      itself); semaphores other devices also feed are left to the other checks.
+      itself); semaphores other devices also feed are left to the other checks;
+    - outputs (`outputs`, the kernel's output buffers): a write into a region another index
+      wrote too (an output block whose index ignores the axis, written back by each: the
+      result is whichever ran last, or on two TensorCores both at once).
 
     One finding per op line, at the dependent event, naming the axis and the event it
     depends on. The model's own writes (kernel entry and exit, a pipeline's fresh window)
@@ -302,6 +305,10 @@ def parallel_findings(program: Program) -> list[Finding]:
                 if dep is not None:
                     report(ev, dep, "reads what")
             for w in writes:  # the last writer: earlier writes this one covers no longer count
+                if w.buffer in outputs:
+                    dep = next((e for box, k, e in written[w.buffer] if k != key and box_meets(box, w.box)), None)
+                    if dep is not None:
+                        report(ev, dep, "overwrites the output of")
                 written[w.buffer] = [e for e in written[w.buffer] if not box_inside(e[0], w.box)] + [(w.box, key, ev)]
     return findings
 
@@ -526,7 +533,9 @@ def _dtypes(a: Analysis) -> list[Finding]:
 
 
 def _parallel(a: Analysis) -> list[Finding]:
-    return parallel_findings(a.candidate.program)
+    spec = a.candidate.spec
+    return parallel_findings(a.candidate.program,
+                             frozenset(n for n, b in spec.buffers.items() if b.kind == "output"))
 
 
 def _run(a: Analysis) -> list[Finding]:
