@@ -459,3 +459,57 @@ def test_an_input_block_kept_across_a_parallel_axis_is_no_dependency(tmp_path, v
         assert report.ok, report.to_text()
     else:
         assert not report.ok and set(report.kinds()) & kinds, report.to_text()
+
+
+VMAPPED = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def kernel(s_ref, x_ref, o_ref):
+    o_ref[...] = x_ref[...] + s_ref[pl.program_id(0)].astype(jnp.float32)
+
+def f(x):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=(2,),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec((8, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+    )(jnp.array([1, 0], jnp.int32), x)
+
+jax.jit(jax.vmap(f))(jnp.zeros((4, 16, 128), jnp.float32))
+'''
+
+NAMED_GRID = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def kernel(s_ref, x, y):
+    y[:] = x[:] + s_ref[jax.lax.axis_index('bar')].astype(x.dtype)
+
+jax.jit(lambda s, x: pl.pallas_call(
+    kernel,
+    grid_spec=pl.GridSpec(grid=(('foo', 2), ('bar', 4)),
+                          in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j))),
+    out_shape=jax.ShapeDtypeStruct((16, 512), jnp.float32))(s, x))(jnp.zeros((4,), jnp.int32), jnp.zeros((16, 512)))
+'''
+
+
+@pytest.mark.parametrize("text,broken", [
+    (VMAPPED, ("s_ref[pl.program_id(0)]", "s_ref[pl.program_id(0) + 1]")),
+    (NAMED_GRID, ("s_ref[jax.lax.axis_index('bar')]", "s_ref[jax.lax.axis_index('bar') + 1]")),
+])
+def test_program_id_counts_the_kernels_own_grid_dims(tmp_path, text, broken):
+    """A vmapped pallas_call (JAX's tests vmap kernels) adds a batch dim to the grid that the
+    kernel's `program_id(0)` does not count: it was read as the batch index, a false
+    out_of_bounds; and a named grid dim (`grid=(("foo", 2), ("bar", 4))`, `axis_index("bar")`)
+    was refused as not a mesh axis (sweep 10). Both read as Mosaic lowers them; one past the
+    end is still out_of_bounds."""
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    report, = check_file(str(path), 1)
+    assert report.ok, report.to_text()
+    path.write_text(text.replace(*broken))
+    report, = check_file(str(path), 1)
+    assert "out_of_bounds" in report.kinds(), report.to_text()

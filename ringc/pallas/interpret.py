@@ -159,6 +159,10 @@ class Interpreter:
         self.own_vecs: list = []  # `axis_index` results as read, evaluating every device at once
         self.point: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
+        # The grid dims the kernel's own `program_id(k)` counts (a vmapped pallas_call's batch
+        # dims are not among them), and the names of those dims (`grid=(("i", 4), ..)`).
+        self.user_axes: tuple[int, ...] | None = None
+        self.grid_names: tuple = ()
         self.barrier: SemRef | None = None
         self.eqn: Any = None
         self.enclosing: list[Any] = []  # the equations whose sub-jaxprs are being evaluated
@@ -751,18 +755,27 @@ def _stored_product(it: "Interpreter", var: Any, x: Data) -> Data:
 # -- grid and devices ---------------------------------------------------------------
 @PRIMITIVES.kernel("program_id", does=Does.PLACE, doc="the grid index of the point being evaluated")
 def _program_id(it: Interpreter, eqn: Any, invals: list) -> list:
-    return [it.point[eqn.params["axis"]]]
+    return [it.point[_user_axis(it, eqn.params["axis"])]]
 
 
 @PRIMITIVES.kernel("num_programs", does=Does.PLACE, doc="the grid size")
 def _num_programs(it: Interpreter, eqn: Any, invals: list) -> list:
-    return [it.grid[eqn.params["axis"]]]
+    return [it.grid[_user_axis(it, eqn.params["axis"])]]
 
 
-@PRIMITIVES.kernel("axis_index", does=Does.PLACE, doc="this device's coordinate along a mesh axis (or a tuple of axes, row-major)")
+def _user_axis(it: Interpreter, axis: int) -> int:
+    """The grid dim of the kernel's axis `axis`: as Mosaic lowers `program_id`, the dims a
+    vmap of the pallas_call added (`GridMapping.vmapped_dims`) are not counted."""
+    return it.user_axes[axis] if it.user_axes is not None else axis
+
+
+@PRIMITIVES.kernel("axis_index", does=Does.PLACE, doc="this device's coordinate along a mesh axis (or a tuple of axes, row-major); of a named grid dim, its grid index")
 def _axis_index(it: Interpreter, eqn: Any, invals: list) -> list:
     names = eqn.params["axis_name"]
     names = names if isinstance(names, tuple) else (names,)
+    if len(names) == 1 and names[0] in it.grid_names and names[0] not in it.coords:
+        # A named grid dim (`grid=(("i", 4), ..)`): its index, as Mosaic lowers it.
+        return [it.point[_user_axis(it, it.grid_names.index(names[0]))]]
     idx = 0
     for a in names:
         if a not in it.coords:

@@ -491,6 +491,9 @@ class Builder(Sink):
             it.lanes = self.lanes
             it.grid = grid = grids[d]
             it.point = tuple(0 for _ in grid)
+            mapped = tuple(getattr(gm, "vmapped_dims", ()) or ())
+            it.user_axes = tuple(k for k in range(len(grid)) if k not in mapped)
+            it.grid_names = tuple(gm.grid_names or ())
             it.barrier = barrier if collective_id is not None else None
             if sync.enter and sync.interloper:
                 self.interloper(d, call_index, barrier, line, it.point)
