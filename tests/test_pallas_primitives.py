@@ -181,3 +181,18 @@ def test_the_outer_walker_and_the_interpreter_share_the_loops():
     assert PRIMITIVES["scan"].kernel is not None and PRIMITIVES["scan"].outer is not None
     assert PRIMITIVES["while"].kernel is not None and PRIMITIVES["while"].outer is not None
     assert PRIMITIVES["pallas_call"].outer is not None and PRIMITIVES["pallas_call"].kernel is None
+
+
+@pytest.mark.parametrize("stride", [None, 1, 3])
+def test_roll_on_concrete_values_is_mosaics(stride):
+    """`pltpu.roll` on values ringc knows (an int8 block from a constant: 26 of JAX's tests
+    were 'cannot evaluate roll', sweep 10): numpy as Mosaic lowers it, compared with JAX's
+    own TPU interpret mode, strided too."""
+    x = np.arange(8 * 128, dtype=np.int32).reshape(8, 128)
+
+    def k(x_ref, o_ref):
+        o_ref[...] = pltpu.roll(x_ref[...], 5, 1, stride=stride, stride_axis=None if stride is None else 0)
+    jax_says = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=pltpu.InterpretParams())(x)
+    ours = PRIMITIVES["roll"].numpy({"axis": 1, "stride": stride, "stride_axis": None if stride is None else 0}, x, 5)
+    assert np.array_equal(np.asarray(jax_says), ours)
+    assert not np.array_equal(ours, x)

@@ -513,3 +513,50 @@ def test_program_id_counts_the_kernels_own_grid_dims(tmp_path, text, broken):
     path.write_text(text.replace(*broken))
     report, = check_file(str(path), 1)
     assert "out_of_bounds" in report.kinds(), report.to_text()
+
+
+@pytest.mark.parametrize("text", [
+    # a bitcast view to a narrower type of an int32 buffer whose values ringc follows
+    '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+def kernel(x_ref, y_ref):
+    y_ref[...] = x_ref.at[:8, :128].bitcast(jnp.int16)[...]
+
+jax.jit(lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int16))(x))(
+    jnp.arange(16 * 256, dtype=jnp.int32).reshape(16, 256))
+''',
+    # a grid sized by jax.random under jit (the key has no numpy array)
+    '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+def kernel(o_ref):
+    o_ref[0] = 42.0
+
+@jax.jit
+def f():
+    n = jax.random.randint(jax.random.key(0), (), 10, 20, dtype=jnp.int32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.float32), grid=(n,),
+                          out_specs=pl.BlockSpec((1,), lambda _: (0,)))()
+
+f()
+'''])
+def test_what_was_an_internal_error_is_checked(tmp_path, text):
+    """Sweep 10's internal errors: a ref's `.bitcast` to a narrower type ('cannot reshape
+    array'), a grid sized by `jax.random` ('PRNGKey dtype cannot be converted to a NumPy
+    array'). Both reach a verdict; an access one past the output's end still is a finding."""
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    report, = check_file(str(path), 1)
+    assert report.ok, report.to_text()
+    # the broken case: an output block past the output's end (the index map's, which JAX
+    # does not check when tracing)
+    path.write_text(text.replace("pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int16))",
+                                 "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int16), grid=(1,), "
+                                 "in_specs=[pl.BlockSpec((16, 256), lambda i: (0, 0))], "
+                                 "out_specs=pl.BlockSpec((16, 128), lambda i: (0, 1)))")
+                    .replace("lambda _: (0,)", "lambda _: (1,)"))
+    report, = check_file(str(path), 1)
+    assert "out_of_bounds" in report.kinds(), report.to_text()

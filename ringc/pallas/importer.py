@@ -1045,7 +1045,10 @@ class _Outer:
         except Exception:  # noqa: BLE001 - a value not known is what the caller gets anyway
             return unknown
         out = out if eqn.primitive.multiple_results else [out]
-        return [Handle(v.aval, values=[np.asarray(o)]) for v, o in zip(eqn.outvars, out)]
+        # (a PRNG key, `jax.random.key(0)`, has no numpy array: it stays JAX's, for the
+        # `random_bits` that computes from it)
+        return [Handle(v.aval, values=[np.asarray(o) if _numpy_dtype(v.aval.dtype) else o])
+                for v, o in zip(eqn.outvars, out)]
 
 
 # -- the outer walker's rules (`PRIMITIVES`; every other primitive: `_Outer.other`) ------------
@@ -1223,6 +1226,15 @@ def _small_aval(aval: Any) -> bool:
     """A small array of any dtype: computed from known values (a histogram's float bin edges
     over tile ids, in megablox's metadata), it is followed as they are."""
     return math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
+
+
+def _numpy_dtype(dtype: Any) -> bool:
+    """Whether numpy has the dtype (a PRNG key's `key<fry>` it has not)."""
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True
 
 
 def _small_int_aval(aval: Any) -> bool:

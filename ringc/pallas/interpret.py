@@ -1584,7 +1584,9 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     sh = buf.shadow.get(ref.device) if it.lanes is None else None
     if sh is not None:  # integers the kernel stored or a DMA copied here: the load's values
         vals = sh.get(_box_slices(ref))
-        if vals is not None:
+        # (through a bitcast view of another element type, `ref.bitcast(jnp.int16)`, the
+        # values are not followed: the view packs them otherwise)
+        if vals is not None and vals.size == math.prod(ref.shape) and np.dtype(vals.dtype) == np.dtype(ref.dtype):
             return _origin(it, ref, _py(vals.reshape(ref.shape)))
     why = buf.unknown.get(ref.device)
     if why is not None and math.prod(ref.shape) == 1:

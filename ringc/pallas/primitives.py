@@ -276,6 +276,18 @@ PRIMITIVES.pure("rem", numpy=np.fmod, scalar=lambda a, b: _c_rem(a, b) if b else
 PRIMITIVES.pure("select_n", numpy=_select_n, params=True, scalar=lambda p, *cases: cases[int(p)], lanewise=True)
 PRIMITIVES.pure("convert_element_type", numpy=lambda p, a: np.asarray(a).astype(p["new_dtype"]), params=True,
                 scalar=lambda a: a, lanewise=True)
+def _roll(p: dict, x: Any, shift: Any) -> Any:
+    """`pltpu.roll` as Mosaic lowers it: `jnp.roll` along `axis`; with `stride`, slice i along
+    `stride_axis` rolled by shift + i * stride."""
+    x, shift, axis = np.asarray(x), int(shift), p["axis"]
+    if p.get("stride") is None:
+        return np.roll(x, shift, axis)
+    k = p["stride_axis"]
+    return np.concatenate([np.roll(xs, shift + i * p["stride"], axis)
+                           for i, xs in enumerate(np.split(x, x.shape[k], k))], k)
+
+
+PRIMITIVES.pure("roll", numpy=_roll, params=True)
 PRIMITIVES.pure("integer_pow", numpy=lambda p, a: np.power(a, p["y"]), params=True, lanewise=True,
                 elementwise=True)
 PRIMITIVES.pure(*sorted(_POINTWISE - set(PRIMITIVES)), elementwise=True)
@@ -286,7 +298,7 @@ PRIMITIVES.pure(
     "add_any", "argmax", "argmin", "bitcast_convert_type", "broadcast_to", "clz", "concatenate",
     "dim_as_value", "dot_general", "gather", "iota", "iota_2x32_shape", "pack_elementwise", "pad",
     "platform_index", "population_count", "reciprocal", "reduce_and", "reduce_max", "reduce_min", "reduce_or",
-    "reduce_sum", "reshard", "roll", "shift_right_logical", "slice", "split", "stack", "stochastic_round",
+    "reduce_sum", "reshard", "shift_right_logical", "slice", "split", "stack", "stochastic_round",
     "stop_gradient", "threefry2x32", "tile", "transpose", "unpack_elementwise", "unstack", "bitcast",
     "reshape", "squeeze", "expand_dims", "copy", "stage", "einshape_lo")
 # Known, always with effects or refs ringc does not model: refused wherever they appear.
