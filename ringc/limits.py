@@ -159,7 +159,7 @@ class LimitStop(BaseException):
     """A limit on the user's code stopped it (a BaseException: the user's `except Exception`
     cannot swallow it). A test runner that catches every exception of a test (unittest and
     pytest both do) re-raises it (`reraise_stop`), after `where` says which test it was in."""
-    where = ""
+    where = ""   # a test module: "in test T (k of the module's n tests)"
 
 
 class _OverMemory(LimitStop):
@@ -304,26 +304,32 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
     try:
         with _data_limit(most_mib, target):
             yield
-    except _OverMemory as e:
-        STOPPED.append(file)   # work the code left in flight on the devices: `cli.console` does not wait for it
-        held = (f"asked for memory past the limit `user_code_mib` ({most_mib:,} MiB): {e.asked}" if e.asked else
-                f"made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` ({most_mib:,} MiB)")
-        raise ScheduleError(f"{what} {held}" + _at(e), file=file, line=e.line,
-                            fix="run it at smaller sizes (its own knobs: environment variables, flags or "
-                                "constants; its arrays are allocated for real on the CPU devices), "
-                                + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_mib'].how_to_raise}"
-                            ) from None
-    except _OverTime as e:
-        STOPPED.append(file)
-        raise ScheduleError(f"{what} ran for {seconds:,} s, the limit `user_code_s`" + _at(e), file=file, line=e.line,
-                            fix=("" if e.where else "look for a loop that never ends or work that waits on devices; ")
-                                + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_s'].how_to_raise}"
-                            ) from None
+    except LimitStop as e:
+        raise stopped_error(e, file, what) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
         if outer is not None:
             signal.setitimer(signal.ITIMER_REAL, max(outer - time.monotonic(), 1e-3))
+
+
+def stopped_error(e: LimitStop, file: str, what: str = "the file's own code") -> ScheduleError:
+    """The one message for a limit that stopped the user's code in `file`: which limit, the
+    line it was at (and the test), and the fix. The work the code left in flight on the CPU
+    devices is not waited for at exit (`STOPPED`)."""
+    STOPPED.append(file)
+    if isinstance(e, _OverMemory):
+        most_mib = value("user_code_mib")
+        held = (f"asked for memory past the limit `user_code_mib` ({most_mib:,} MiB): {e.asked}" if e.asked else
+                f"made ringc's process hold {e.mib:,} MiB, past the limit `user_code_mib` ({most_mib:,} MiB)")
+        return ScheduleError(f"{what} {held}" + _at(e), file=file, line=e.line,
+                             fix="run it at smaller sizes (its own knobs: environment variables, flags or "
+                                 "constants; its arrays are allocated for real on the CPU devices), "
+                                 + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_mib'].how_to_raise}")
+    return ScheduleError(f"{what} ran for {value('user_code_s'):,} s, the limit `user_code_s`" + _at(e), file=file,
+                         line=getattr(e, "line", None),
+                         fix=("" if e.where else "look for a loop that never ends or work that waits on devices; ")
+                             + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_s'].how_to_raise}")
 
 
 def _at(e: LimitStop) -> str:
@@ -333,7 +339,8 @@ def _at(e: LimitStop) -> str:
 
 
 def _fewer_tests(e: LimitStop) -> str:
-    """A test module's remedy: check fewer of its tests at a time."""
+    """A test module's remedy: check fewer of its tests at a time (the kernel calls of the
+    tests before the one it stopped in are checked: their verdicts come first)."""
     return "check fewer of its tests at a time with --test NAME (a test's name or a part of it), " if e.where else ""
 
 

@@ -225,6 +225,38 @@ def test_a_test_module_past_the_time_limit_names_the_test_and_suggests_test(tmp_
     assert "--test NAME" in o.err and "--limit user_code_s=" in o.err
 
 
+def test_the_tests_before_the_one_a_limit_stopped_are_checked(tmp_path):
+    """A test module stopped by a limit keeps the verdicts of the tests that ran before: their
+    kernel calls are checked and printed, then the limit's message (sweep 10: a slow test
+    after a kernel test lost every verdict)."""
+    path = tmp_path / "slow_test.py"
+    path.write_text(textwrap.dedent("""\
+        import time
+        from absl.testing import absltest
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] + 1
+
+        class T(absltest.TestCase):
+            def test_a_kernel(self):
+                jax.jit(lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(x))(
+                    jnp.zeros((8, 128), jnp.float32))
+
+            def test_b_slow(self):
+                time.sleep(60)
+
+        if __name__ == "__main__":
+            absltest.main()
+        """))
+    o = run_cli(["check", path, "--devices", "1", "--limit", "user_code_s=3"], budget=60)
+    assert o.code == 2, str(o)
+    assert "T.test_a_kernel: kernel (line 11, kernel call 1 of 1) N=1: ok" in o.out, str(o)
+    assert f"{path}:15: error: the file's own code ran for 3 s, the limit `user_code_s`; it was at line 15, in test " \
+           "T.test_b_slow (2 of the module's 2 tests)" in o.err, str(o)
+
+
 def test_the_command_ends_when_a_limit_stops_code_that_left_work_in_flight(tmp_path):
     """JAX's sparse.md tutorial benchmarks dense matmuls on the CPU devices: stopped by
     `user_code_s` in `block_until_ready`, the computation it waited for kept running, and the

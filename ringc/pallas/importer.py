@@ -37,7 +37,7 @@ import numpy as np
 from ..collectives import COLLECTIVES, Buffers, Collective
 from ..errors import ScheduleError
 from .. import limits
-from ..limits import user_code_time
+from ..limits import stopped_error, user_code_time
 from ..verify.events import DEVICE_BARRIER, Compute, DmaStart, Event, Program, Region, Signal
 from ..verify import messages as M
 from ..verify.findings import Report
@@ -511,6 +511,11 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
     with user_code_time(path):
         script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
                             stubs=stubs, shape=shape, tests=tests)
+    # A limit stopped a test module's run: the kernel calls of the tests before it are checked
+    # (their verdicts first), then its message.
+    stopped = stopped_error(script.stopped, path) if script.stopped is not None else None
+    if stopped is not None and not script.captures:
+        raise stopped
     refused = {id(c): unsupported_in(c.jaxpr.jaxpr) for c in script.captures}
     if script.answers.unsupported and not any(r is None for r in refused.values()):
         raise _refusal(script.answers.unsupported[0], path)
@@ -660,6 +665,8 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         if e.line in kept:
             continue
         yield CallError(path, f"{u.what.split(' (')[0].split(':')[0]} (line {e.line})", e)
+    if stopped is not None:   # the verdicts of the tests that ran came first
+        raise stopped
 
 
 def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,

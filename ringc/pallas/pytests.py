@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ..limits import LimitStop, reraise_stop
+from ..limits import LimitStop
 from .usererrors import describe_exception, user_failure
 
 __all__ = ["run_pytest_module"]
@@ -114,8 +114,15 @@ def run_pytest_module(script: Any) -> None:
     finally:
         _forget_test_modules(before, script.path)
     for nodeid, e in titles.raised:
-        reraise_stop(e)
-        user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        if isinstance(e, LimitStop):   # a limit stopped a test: the tests before it are still checked
+            script.stopped = e
+            break
+        try:
+            user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        except LimitStop as stop:   # (an allocation past `user_code_mib`)
+            stop.where = stop.where or f"in test {nodeid}"
+            script.stopped = stop
+            break
         if nodeid:
             script.notes.append(f"test {nodeid} stopped before any kernel call "
                                 f"({describe_exception(e, script.path)}): its kernels were not checked")

@@ -53,7 +53,7 @@ import numpy as np
 from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
-from ..limits import reraise_stop
+from ..limits import LimitStop, reraise_stop
 from .entries import ArgSpec, call_entries
 from .jaxprs import KERNEL_CALLS, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
 from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
@@ -108,6 +108,9 @@ class Script:
     tests: str | None = None       # `--test PATTERN`: the test module's tests to run (a substring or a glob)
     left_out: int = 0              # tests `tests` left out
     matched: int = 0               # and those it ran
+    # A limit that stopped a test module's run (`limits.LimitStop`): the kernel calls of the tests
+    # before it are checked, then the limit's message (`importer.iter_script`).
+    stopped: Any = None
 
     def runs(self, title: str) -> bool:
         """Whether the test titled `title` runs under `--test` (a substring of the title, or a
@@ -720,9 +723,14 @@ def _run_tests(script: Script, env: dict) -> None:
             why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
             script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
             continue
-        for e in result.raised:   # a limit that stopped the test stops the run (unittest caught it)
-            reraise_stop(e, f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)")
-            user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        try:
+            for e in result.raised:   # a limit that stopped the test stops the run (unittest caught it)
+                reraise_stop(e, f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)")
+                user_failure(e, script.path)  # a question ringc cannot answer stops the check
+        except LimitStop as stop:   # the tests before it are still checked
+            stop.where = stop.where or f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)"
+            script.stopped = stop
+            break
         if (result.raised and not any(c.test == script.test for c in script.captures)
                 and not _copied(script, before)):
             script.notes.append(f"test {script.test} stopped before any kernel call "
