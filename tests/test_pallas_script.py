@@ -787,3 +787,32 @@ def test_a_single_device_kernel_at_top_level_is_checked_as_one_chips_program(tmp
     bad, = check_file(str(shared), 2)
     assert not bad.ok and "race" in bad.kinds(), bad.to_text()
     assert any("race on device 0's `buf[0, 0:8, 0:128]`" in f.message for f in bad.findings), bad.to_text()
+
+
+CONSTRUCTS = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1
+
+def call(x):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+x = jnp.zeros((8, 128), jnp.float32)
+jax.jit(jax.checkpoint(call))(x)
+jax.jit(lambda x: jax.lax.cond(x[0, 0] > 0, call, lambda x: x, x))(x)
+'''
+
+
+def test_a_kernel_under_jax_checkpoint_is_checked_and_one_under_cond_is_said_not_checked(tmp_path):
+    """`jax.checkpoint` (`remat2`) is a nested function: its kernels are checked. A kernel
+    inside a construct ringc does not follow (a `cond` between the kernels; JAX's fusible
+    matmul test's `fusible`, sweep 10) is "not checked", and the fix is one a user can act on
+    (the old one said "call them directly")."""
+    path = tmp_path / "constructs.py"
+    path.write_text(CONSTRUCTS)
+    remat, cond = check_file(str(path), 1)
+    assert remat.ok, remat.to_text()
+    assert cond.error.message == "pallas_calls inside `cond`, which ringc does not follow into: not checked"
+    assert "--entry NAME" in cond.error.fix and "jax.checkpoint" in cond.error.fix

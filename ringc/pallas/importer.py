@@ -906,10 +906,12 @@ class _Outer:
         collective between the kernels (`Primitive.words`); an error when it holds pallas_calls."""
         name = eqn.primitive.name
         if has_pallas(eqn):
-            raise ScheduleError(f"pallas_calls inside `{name}` outside the kernels", file=self.file,
-                                line=int(user_location(eqn)) or None,
-                                fix="ringc follows pallas_calls under jit, shard_map, scan and fori_loop; "
-                                    "call them directly")
+            raise ScheduleError(f"pallas_calls inside `{name}`, which ringc does not follow into: not checked",
+                                file=self.file, line=int(user_location(eqn)) or None,
+                                fix="ringc follows pallas_calls under jit, shard_map, scan, fori_loop, vmap, "
+                                    "jax.checkpoint and custom derivatives; to check a kernel inside another construct, name the function that "
+                                    "runs its pallas_call on arrays with --entry NAME --arg ... (or call it from a "
+                                    "script or test of your own)")
         entry = PRIMITIVES.get(name)
         if (entry is not None and entry.words is not None and self.mesh_axes is not None
                 and not all(h.values is not None for h in ins)):
@@ -1116,10 +1118,14 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     line = user_location(kernel if kernel is not None else eqn)
     if (kernel is None or kernel.primitive.name != "core_map" or tensorcore_mesh(kernel) is None
             or not all(v in body.invars for v in kernel.invars)):
-        raise ScheduleError("a pl.run_state whose body is not one pl.core_map over a one-axis TensorCore mesh",
+        several = sum(e.primitive.name in KERNEL_CALLS for e in walk_eqns(body))
+        raise ScheduleError("a pl.run_state whose body is not one pl.core_map over a one-axis TensorCore mesh"
+                            + (f" ({several} kernel calls on its refs: a start and a done, JAX's stateful async "
+                               "pattern, which ringc does not follow): not checked" if several > 1 else ": not checked"),
                             file=line.file or w.file, line=int(line) or None,
-                            fix="write the kernel as pl.kernel(body, out_type=..., mesh=pltpu.create_tensorcore_mesh("
-                                "'core')), or one pl.core_map on the run_state's refs")
+                            fix="ringc checks a run_state around one pl.core_map over the TensorCore mesh (or the "
+                                "same kernel as pl.kernel(body, out_type=..., mesh=pltpu.create_tensorcore_mesh("
+                                "'core'))); kernel calls on arrays, not refs, are checked as they are")
     refs = [body.invars.index(v) for v in kernel.invars]
     outs = [Handle(v.aval, origin="kernel") if k in refs else ins[k] for k, v in enumerate(eqn.outvars)]
     _record_in_place(w, kernel, [ins[k] for k in refs], [outs[k] for k in refs],
@@ -1156,7 +1162,7 @@ def _custom_vmap_call(w: _Outer, eqn: Any, ins: list) -> list:
 
 
 @PRIMITIVES.outer("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint",
-                  "remat")
+                  "remat", "remat2", does=Does.CALL)   # (`jax.checkpoint` is `remat2`)
 def _call(w: _Outer, eqn: Any, ins: list) -> list:
     p = eqn.params
     return w.walk(p.get("jaxpr") or p.get("call_jaxpr"), ins)
