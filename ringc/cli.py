@@ -210,6 +210,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--test", metavar="PATTERN", help="a test module: run only the tests whose name contains PATTERN "
                    "(or matches it as a glob, e.g. 'AllGather*test_small'); the others are not run, and the verdicts "
                    "say so")
+    c.add_argument("--skip-test", metavar="PATTERN", action="append", help="a test module: do not run the tests "
+                   "whose name contains PATTERN (or matches it as a glob), e.g. one that allocates more than the "
+                   "machine has; repeatable, and with --test")
     c.add_argument("--entry", metavar="NAME", help="a Python module of functions: the function to call (default: "
                    "every public one taking an axis name): a global function taking a mesh, a per-shard launcher (run "
                    "under shard_map) or a factory of closures; see docs/pallas-import.md")
@@ -361,6 +364,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
                                      dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
                                      axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
                                      collective=getattr(args, "collective", None), tests=getattr(args, "test", None),
+                                     skip_tests=tuple(getattr(args, "skip_test", None) or ()),
                                      iterate=True):
                 yield apply_strict(report, args.strict)
         except ScheduleError as e:
@@ -460,9 +464,9 @@ def _check_schedule(args: argparse.Namespace, path: str):
     if args.tpu:
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
-    if getattr(args, "test", None):
-        raise ScheduleError("--test names the tests of a Python test module to run; a schedule has none",
-                            file=path, fix="drop --test")
+    if getattr(args, "test", None) or getattr(args, "skip_test", None):
+        raise ScheduleError("--test and --skip-test name the tests of a Python test module to run; a schedule has "
+                            "none", file=path, fix="drop them")
     if getattr(args, "collective", None):
         raise ScheduleError("--collective names a Python kernel's meaning; a schedule states its own",
                             file=path, fix="drop --collective (the schedule's `collective:` is what it checks)")

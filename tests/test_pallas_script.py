@@ -572,8 +572,15 @@ def test_a_test_filter_runs_only_the_tests_it_names(tmp_path, style):
         assert any(a.startswith(f"--test {pattern!r} ran only the tests it names: 1 other test left out")
                    for a in report.assumptions), report.assumptions
         assert not any("ran: a benchmark" in a for a in report.assumptions)
-    with pytest.raises(ScheduleError, match="--test 'nothing' matches none of the module's 2 tests"):
+    with pytest.raises(ScheduleError, match="--test 'nothing' leaves none of the module's 2 tests to run"):
         check_file(str(path), 2, tests="nothing")
+    # --skip-test: the heavy one left out by name (JAX's tpu_pallas_test.py has a 6 GiB test among 3,218)
+    (report,) = check_file(str(path), 2, skip_tests=("*heavy*",))
+    assert report.ok and "test_small" in report.title, report.to_text()
+    assert any(a.startswith("--skip-test '*heavy*' ran only the tests it names: 1 other test left out")
+               for a in report.assumptions), report.assumptions
+    with pytest.raises(ScheduleError, match="--test 'small' --skip-test 'test_' leaves none of the module's 2 tests"):
+        check_file(str(path), 2, tests="small", skip_tests=("test_",))
 
 
 def test_a_test_that_skips_for_its_device_count_names_the_count_to_check_with(tmp_path):

@@ -313,13 +313,14 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
                mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None,
-               tests: str | None = None, iterate: bool = False) -> list[Report] | Iterator[Report]:
+               tests: str | None = None, skip_tests: tuple[str, ...] = (),
+               iterate: bool = False) -> list[Report] | Iterator[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
     devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
     `entry`, `args`, `axis`, `mesh` say how to call a module's entry functions (`entries.py`),
     `stubs` the packages to stub (`imports.py`), `tests` the test module's tests to run
-    (`--test`). With `iterate`, a script's reports come one by one as each call is checked
+    (`--test`) and `skip_tests` those not to (`--skip-test`). With `iterate`, a script's reports come one by one as each call is checked
     (`ringc check` prints each verdict when it is decided)."""
     from .imports import importing
     from .script import is_script, script_source
@@ -339,8 +340,8 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
         return (iter_script if iterate else check_script)(
             path, n, invocations=invocations, topology=topology, along=along, dma_order=dma_order, entry=entry,
             args=args, params=params, tpu=tpu, axis=axis, mesh=mesh, stubs=tuple(stubs), collective=collective,
-            tests=tests)
-    if tests is not None:
+            tests=tests, skip_tests=tuple(skip_tests))
+    if tests is not None or skip_tests:
         raise ScheduleError("--test names the tests of a test module to run; a module with build(mesh) is checked "
                             "through build", file=path, fix="drop --test")
     if collective is not None:
@@ -494,7 +495,8 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
                  axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = (),
-                 collective: str | None = None, tests: str | None = None) -> Iterator[Report]:
+                 collective: str | None = None, tests: str | None = None,
+                 skip_tests: tuple[str, ...] = ()) -> Iterator[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a
     jitted function that runs pallas_calls (`script.py`), and check every captured call; one
@@ -510,7 +512,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
     shape = slice_.shape if slice_ is not None and not slice_.switched and slice_.ndim <= 3 else None
     with user_code_time(path):
         script = run_script(path, n, log, entry=entry, args=args, params=params, tpu=tpu, axis=axis, mesh=mesh,
-                            stubs=stubs, shape=shape, tests=tests)
+                            stubs=stubs, shape=shape, tests=tests, skip_tests=skip_tests)
     # A limit stopped a test module's run: the kernel calls of the tests before it are checked
     # (their verdicts first), then its message.
     stopped = stopped_error(script.stopped, path) if script.stopped is not None else None
@@ -522,8 +524,8 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
     if script.captures and all(refused.values()):
         first = script.captures[0]
         raise ScheduleError(refused[id(first)] + REFUSAL_TAIL, file=path, line=first.line)
-    left_out = (f"--test {tests!r} ran only the tests it names: {script.left_out} other test"
-                f"{'s' if script.left_out != 1 else ''} left out, not checked") if tests is not None else ""
+    left_out = (f"{script.selection} ran only the tests it names: {script.left_out} other test"
+                f"{'s' if script.left_out != 1 else ''} left out, not checked") if script.selection else ""
     if left_out and not script.captures:   # (else said on every verdict)
         script.notes.insert(0, left_out)
     if not script.captures:

@@ -106,6 +106,7 @@ class Script:
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
     entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
     tests: str | None = None       # `--test PATTERN`: the test module's tests to run (a substring or a glob)
+    skip_tests: tuple[str, ...] = ()   # `--skip-test PATTERN`: and those not to run
     left_out: int = 0              # tests `tests` left out
     matched: int = 0               # and those it ran
     # A limit that stopped a test module's run (`limits.LimitStop`): the kernel calls of the tests
@@ -115,18 +116,29 @@ class Script:
     def runs(self, title: str) -> bool:
         """Whether the test titled `title` runs under `--test` (a substring of the title, or a
         glob matching it); counts those left out and run."""
-        import fnmatch
-        runs = self.tests is None or self.tests in title or fnmatch.fnmatchcase(title, self.tests)
+        runs = (self.tests is None or _matches(title, self.tests)) and not any(_matches(title, p) for p in self.skip_tests)
         self.left_out += not runs
         self.matched += runs
         return runs
 
+    @property
+    def selection(self) -> str:
+        """The options that chose the tests to run, as given ("" when none did)."""
+        return " ".join(([f"--test {self.tests!r}"] if self.tests is not None else [])
+                        + [f"--skip-test {p!r}" for p in self.skip_tests])
+
     def no_test_matched(self) -> None:
         """`--test` matched none of the module's tests: one message, not another way in."""
-        if self.tests is not None and self.left_out and not self.matched:
-            raise ScheduleError(f"--test {self.tests!r} matches none of the module's {self.left_out} tests",
+        if self.selection and self.left_out and not self.matched:
+            raise ScheduleError(f"{self.selection} leaves none of the module's {self.left_out} tests to run",
                                 file=self.path, fix="give a part of a test's name (ClassName.test_name, or the "
                                                     "pytest node id) or a glob such as '*Permute*'")
+
+
+def _matches(title: str, pattern: str) -> bool:
+    """A test's title and a `--test` / `--skip-test` pattern: a substring of it, or a glob."""
+    import fnmatch
+    return pattern in title or fnmatch.fnmatchcase(title, pattern)
 
 
 def is_script(source: str) -> bool:
@@ -909,7 +921,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
                stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None,
-               tests: str | None = None) -> Script:
+               tests: str | None = None, skip_tests: tuple[str, ...] = ()) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
     (`tpu.answering`, default v5e), capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`entries.call_entries`). Its
@@ -939,7 +951,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
             source = "\n".join(lines)
             skipped.append(f"line {e.lineno}: the code block at lines {span[0]}-{span[1]} is not valid Python "
                            f"({e.msg}): ringc skipped it, as a notebook cell that fails")
-    script = Script(path, n, tests=tests)
+    script = Script(path, n, tests=tests, skip_tests=tuple(skip_tests))
     script.notes += skipped
     register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__,
