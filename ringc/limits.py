@@ -158,7 +158,7 @@ def check(name: str, amount: int | float, what: str, *, file: str | None = None,
 class LimitStop(BaseException):
     """A limit on the user's code stopped it (a BaseException: the user's `except Exception`
     cannot swallow it). A test runner that catches every exception of a test (unittest and
-    pytest both do) re-raises it (`reraise_stop`), after `where` says which test it was in."""
+    pytest both do) stops there, `where` saying which test it was in (`script._run_tests`)."""
     where = ""   # a test module: "in test T (k of the module's n tests)"
 
 
@@ -169,14 +169,6 @@ class _OverMemory(LimitStop):
     def __init__(self, line: int | None, mib: int, asked: str = ""):
         super().__init__(line, mib, asked)
         self.line, self.mib, self.asked = line, mib, asked
-
-
-def reraise_stop(e: BaseException, where: str = "") -> None:
-    """Raise `e` again if a limit stopped the user's code (a test runner caught it as a test's
-    error), saying `where` it was (a test: which one, and how far through the module)."""
-    if isinstance(e, LimitStop):
-        e.where = e.where or where
-        raise e
 
 
 def _resident_mib() -> int:

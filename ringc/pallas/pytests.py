@@ -36,6 +36,7 @@ class _Titles:
         self.raised: list[tuple[str, BaseException]] = []
         self.ran = 0
         self.collected = 0
+        self.kept = 0
 
     def pytest_configure(self, config: Any) -> None:
         config.addinivalue_line("markers", MARKER)
@@ -44,6 +45,7 @@ class _Titles:
         """`--test PATTERN`: only the tests it names run (`Script.runs`)."""
         self.collected = len(items)
         kept = [item for item in items if self.script.runs(test_name(item.nodeid))]
+        self.kept = len(kept)
         if len(kept) != len(items):
             config.hook.pytest_deselected(items=[item for item in items if item not in kept])
             items[:] = kept
@@ -63,7 +65,7 @@ class _Titles:
         before = len(self.script.captures) + sum(c.copies for c in self.script.captures)
         try:
             return (yield)
-        except LimitStop as e:   # a limit stopped the test: no other test runs (`run_pytest_module` raises it)
+        except LimitStop as e:   # a limit stopped the test: no other test runs (`run_pytest_module` says it)
             e.where = f"in test {test_name(item.nodeid)} ({self.ran} of the module's {self.collected} tests)"
             self.raised.append(("", e))
             item.session.shouldstop = "a limit on the checked file's code"
@@ -71,6 +73,8 @@ class _Titles:
         except Exception as e:
             if len(self.script.captures) + sum(c.copies for c in self.script.captures) == before:
                 self.raised.append((test_name(item.nodeid), e))
+                if self.script.same_failure(e, self.kept - self.ran):
+                    item.session.shouldstop = "the same error before any kernel call, test after test"
             else:
                 self.raised.append(("", e))  # failed after its kernels ran: the results are placeholders
             raise
