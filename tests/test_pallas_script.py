@@ -448,6 +448,11 @@ def test_an_entry_that_fails_is_what_the_fix_names_not_the_files_main(tmp_path):
         assert "DuplicateFlagError" not in e.value.message, e.value.message
         assert e.value.fix.startswith("tiled_copy raised NotImplementedError: rows (") and \
             "when ringc called it with --arg x=float32[8*N,128]@x" in e.value.fix, e.value.fix
+        # where in the file (tpu-inference's gmm_v2_ag_rs.py calls a helper with the wrong arity at
+        # line 343, and the fix said only "fix it there"; sweep 10)
+        raised = LAUNCHED_BY_MAIN.split("\n").index('        raise NotImplementedError(f"rows ({x.shape[0]}) must be '
+                                                  'a multiple of the tile ({TILE})")') + 1
+        assert f"(at line {raised}) when ringc called it" in e.value.fix, e.value.fix
         assert "stopped the script" not in e.value.fix
 
 

@@ -58,7 +58,7 @@ from ..errors import ScheduleError
 from .imports import MissingImport, missing_import
 from .jaxprs import concrete_errors
 from .tpu import nested_codes, unsupported_use
-from .usererrors import describe_exception, user_failure
+from .usererrors import describe_exception, script_line, user_failure
 
 if TYPE_CHECKING:
     from .imports import Imports
@@ -686,7 +686,9 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
             user_failure(e, script.path)  # a question the stand-in TPU devices cannot answer stops the check
             text = str(e)
             blame = imports.blame(text, stub_calls) if imports else ""
-            failed = describe_exception(e, script.path) + blame
+            at = script_line(e, script.path)   # where in the file (a helper called with the wrong arity)
+            failed = (describe_exception(e, script.path) + blame
+                      + (f" (at line {at})" if at is not None and str(e).strip() else ""))
             unknown = _named_axis(e, layout.axes)
             if unknown is None and "unbound axis name" in text and not (per_shard and (b.arrays or enclose)):
                 if per_shard:
