@@ -54,7 +54,7 @@ from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
 from .usererrors import user_failure
 from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
-from .values import Data, integer_or_bool, is_concrete
+from .values import Data, extended, integer_or_bool, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
 # Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
@@ -320,8 +320,9 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     devices that answer as the TPU generation `tpu` (`--tpu`, default v5e: `tpu.py`).
     `entry`, `args`, `axis`, `mesh` say how to call a module's entry functions (`entries.py`),
     `stubs` the packages to stub (`imports.py`), `tests` the test module's tests to run
-    (`--test`) and `skip_tests` those not to (`--skip-test`). With `iterate`, a script's reports come one by one as each call is checked
-    (`ringc check` prints each verdict when it is decided)."""
+    (`--test`) and `skip_tests` those not to (`--skip-test`). With `iterate`, a script's
+    reports come one by one as each call is checked (`ringc check` prints each verdict when
+    it is decided)."""
     from .imports import importing
     from .script import is_script, script_source
     from .tpu import GPU_DEFAULT
@@ -342,8 +343,8 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
             args=args, params=params, tpu=tpu, axis=axis, mesh=mesh, stubs=tuple(stubs), collective=collective,
             tests=tests, skip_tests=tuple(skip_tests))
     if tests is not None or skip_tests:
-        raise ScheduleError("--test names the tests of a test module to run; a module with build(mesh) is checked "
-                            "through build", file=path, fix="drop --test")
+        raise ScheduleError("--test and --skip-test name the tests of a test module to run; a module with "
+                            "build(mesh) is checked through build", file=path, fix="drop them")
     if collective is not None:
         raise ScheduleError("--collective names the meaning of a script's or entry function's kernel calls; a "
                             "module with build(mesh) states its own", file=path,
@@ -911,9 +912,9 @@ class _Outer:
             raise ScheduleError(f"pallas_calls inside `{name}`, which ringc does not follow into: not checked",
                                 file=self.file, line=int(user_location(eqn)) or None,
                                 fix="ringc follows pallas_calls under jit, shard_map, scan, fori_loop, vmap, "
-                                    "jax.checkpoint and custom derivatives; to check a kernel inside another construct, name the function that "
-                                    "runs its pallas_call on arrays with --entry NAME --arg ... (or call it from a "
-                                    "script or test of your own)")
+                                    "jax.checkpoint and custom derivatives; to check a kernel inside another "
+                                    "construct, name the function that runs its pallas_call on arrays with --entry "
+                                    "NAME --arg ... (or call it from a script or test of your own)")
         entry = PRIMITIVES.get(name)
         if (entry is not None and entry.words is not None and self.mesh_axes is not None
                 and not all(h.values is not None for h in ins)):
@@ -1058,7 +1059,7 @@ class _Outer:
         out = out if eqn.primitive.multiple_results else [out]
         # (a PRNG key, `jax.random.key(0)`, has no numpy array: it stays JAX's, for the
         # `random_bits` that computes from it)
-        return [Handle(v.aval, values=[np.asarray(o) if _numpy_dtype(v.aval.dtype) else o])
+        return [Handle(v.aval, values=[o if extended(v.aval.dtype) else np.asarray(o)])
                 for v, o in zip(eqn.outvars, out)]
 
 
@@ -1241,15 +1242,6 @@ def _small_aval(aval: Any) -> bool:
     """A small array of any dtype: computed from known values (a histogram's float bin edges
     over tile ids, in megablox's metadata), it is followed as they are."""
     return math.prod(getattr(aval, "shape", ())) <= _GLOBAL_LIMIT
-
-
-def _numpy_dtype(dtype: Any) -> bool:
-    """Whether numpy has the dtype (a PRNG key's `key<fry>` it has not)."""
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        return False
-    return True
 
 
 def _small_int_aval(aval: Any) -> bool:

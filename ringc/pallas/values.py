@@ -86,10 +86,10 @@ def _itemsize(dtype: Any) -> int:
 def integer_or_bool(dtype: Any) -> bool:
     """Whether a dtype holds integers or booleans (values ringc may follow); False for an
     extended dtype (a PRNG key's `key<pl>`), which numpy cannot interpret."""
-    return not _extended(dtype) and (np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_)
+    return not extended(dtype) and (np.issubdtype(np.dtype(dtype), np.integer) or np.dtype(dtype) == np.bool_)
 
 
-def _extended(dtype: Any) -> bool:
+def extended(dtype: Any) -> bool:
     """A JAX extended dtype (a PRNG key's `key<pl>`), which numpy cannot interpret."""
     try:
         np.dtype(dtype)
