@@ -864,6 +864,6 @@ def test_tests_that_all_stop_with_one_error_before_any_kernel_end_the_run(tmp_pa
     path.write_text(text)
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 1)
-    assert f"the first {SAME_FAILURES} tests run all stopped before any kernel call with the same error (NameError: " \
+    assert f"no test ran a kernel call, and the last {SAME_FAILURES} run all stopped before any with the same error (NameError: " \
            f"name 'missing_module' is not defined): ringc ran none of the {8 - SAME_FAILURES} other tests" \
            in e.value.message, e.value.message

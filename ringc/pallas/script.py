@@ -117,7 +117,8 @@ class Script:
     def runs(self, title: str) -> bool:
         """Whether the test titled `title` runs under `--test` (a substring of the title, or a
         glob matching it); counts those left out and run."""
-        runs = (self.tests is None or _matches(title, self.tests)) and not any(_matches(title, p) for p in self.skip_tests)
+        runs = ((self.tests is None or _matches(title, self.tests))
+                and not any(_matches(title, p) for p in self.skip_tests))
         self.left_out += not runs
         self.matched += runs
         return runs
@@ -139,8 +140,8 @@ class Script:
         if (why is None or self.captures or left <= 0 or len(self._failures) < SAME_FAILURES
                 or len(set(self._failures)) > 1):
             return False
-        self.notes.insert(0, f"the first {SAME_FAILURES} tests run all stopped before any kernel call with the same "
-                             f"error ({why}): ringc ran none of the {left} other test{'s' if left != 1 else ''}")
+        self.notes.insert(0, f"no test ran a kernel call, and the last {SAME_FAILURES} run all stopped before any with "
+                             f"the same error ({why}): ringc ran none of the {left} other test{'s' if left != 1 else ''}")
         return True
 
     def no_test_matched(self) -> None:
