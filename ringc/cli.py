@@ -464,9 +464,11 @@ def _check_schedule(args: argparse.Namespace, path: str):
     if args.tpu:
         raise ScheduleError("--tpu names the TPU a Python kernel's code asks about; a schedule asks nothing",
                             file=path, fix="drop --tpu (a schedule's slice is --topology, e.g. v5p:2x2x2)")
-    if getattr(args, "test", None) or getattr(args, "skip_test", None):
-        raise ScheduleError("--test and --skip-test name the tests of a Python test module to run; a schedule has "
-                            "none", file=path, fix="drop them")
+    for flag in ("test", "skip_test"):
+        if getattr(args, flag, None):
+            name = "--" + flag.replace("_", "-")
+            raise ScheduleError(f"{name} names the tests of a Python test module to run; a schedule has none",
+                                file=path, fix=f"drop {name}")
     if getattr(args, "collective", None):
         raise ScheduleError("--collective names a Python kernel's meaning; a schedule states its own",
                             file=path, fix="drop --collective (the schedule's `collective:` is what it checks)")

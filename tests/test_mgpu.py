@@ -260,7 +260,8 @@ def test_the_meaning_named_with_collective_on_a_published_file():
     assert out.returncode == 2 and "not a collective ringc knows" in out.stderr and "psum_scatter" in out.stderr
 
 
-@pytest.mark.parametrize("flag, value", [("--collective", "psum"), ("--gpu", "h100"), ("--test", "test_small")])
+@pytest.mark.parametrize("flag, value", [("--collective", "psum"), ("--gpu", "h100"), ("--test", "test_small"),
+                                         ("--skip-test", "test_big")])
 def test_python_only_flags_are_refused_on_a_schedule(capsys, flag, value):
     from ringc.cli import main
     schedule = str(Path(__file__).parent.parent / "schedules" / "ppermute_right.yaml")
