@@ -316,6 +316,9 @@ def test_core_1s_copies_into_its_own_vmem_under_a_parallel_axis_are_no_finding(t
     to_hbm.write_text(MEGACORE_COPY.replace("x_hbm.at[c * 2 + j], buf, sem", "buf, x_hbm.at[c * 2 + j], sem"))
     bad, = check_file(str(to_hbm), 1, tpu="v5p")
     assert "megacore_dma" in bad.kinds(), bad.to_text()
+    # in the words of Pallas, not the YAML model's (`when: core == 0`: sweep 9)
+    message = next(f.message for f in bad.findings if f.kind == "megacore_dma")
+    assert "make the axis `arbitrary`" in message and "when: core" not in message, message
 
 
 MASKED = '''
@@ -560,3 +563,38 @@ def test_what_was_an_internal_error_is_checked(tmp_path, text):
                     .replace("lambda _: (0,)", "lambda _: (1,)"))
     report, = check_file(str(path), 1)
     assert "out_of_bounds" in report.kinds(), report.to_text()
+
+
+SELF_COPY = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def kernel(x_ref, o_ref, send, recv):
+    me = jax.lax.axis_index("x")
+    c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=TARGET,
+                                     device_id_type=pl.DeviceIdType.LOGICAL)
+    c.start()
+    c.wait()
+
+mesh = jax.make_mesh((2,), ("x",))
+f = jax.jit(jax.shard_map(lambda x: pl.pallas_call(
+    kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+    out_specs=pl.BlockSpec(memory_space=pl.ANY), scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x),
+    mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"), check_vma=False))
+f(jnp.zeros((16, 128), jnp.float32))
+'''
+
+
+def test_a_copy_to_its_own_device_is_said_in_the_words_of_pallas(tmp_path):
+    """A remote copy whose computed target is the sender (`self_target`) was told to add
+    `self_copy: true`, a YAML key (sweep 10); a Pallas kernel is told to copy locally or to
+    give `lax.axis_index` itself as the device id, which then is no warning."""
+    path = tmp_path / "self_copy.py"
+    path.write_text(SELF_COPY.replace("TARGET", "(me + 2) % 2"))
+    report, = check_file(str(path), 2)
+    message = next(f.message for f in report.findings if f.kind == "self_target")
+    assert "pltpu.make_async_copy" in message and "self_copy: true" not in message, message
+    path.write_text(SELF_COPY.replace("TARGET", "me"))
+    report, = check_file(str(path), 2)
+    assert "self_target" not in report.kinds(), report.to_text()

@@ -694,14 +694,16 @@ class Builder(Sink):
             return SymmetricProgram(
                 Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
                         self.targets, axis_sizes=dict(self.axis_sizes),
-                        dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel),
+                        dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel,
+                        front="pallas"),
                 dict(self.lanes.steps))
         if self.core_count > 1:  # as the YAML model's `cores: 2` (`Unroller.run`)
             return Program(name, self.file, len(self.devices), grid_names, self.devices, dict(self.sem_kinds), shapes,
                            self.targets, axis_sizes=dict(self.axis_sizes),
                            second_core=self.second_core if self.megacore else [],
                            dtypes={b.name: str(b.dtype) for b in self.buffers.values()}, parallel=self.parallel,
-                           memories=self.n, places=tuple(range(self.n)) * self.core_count, cores=self.core_count)
+                           memories=self.n, places=tuple(range(self.n)) * self.core_count, cores=self.core_count,
+                           front="pallas")
         gpu = bool(self.processes)
         places = tuple(range(self.n)) + tuple(g for (g, _, _), _ in sorted(self.processes.items(), key=lambda kv: kv[1]))
         return Program(name, self.file, len(self.devices), grid_names, self.devices, dict(self.sem_kinds), shapes,
@@ -712,7 +714,7 @@ class Builder(Sink):
                        memories=self.n if gpu else 0, places=places if gpu else (),
                        blocks=(tuple([-1] * self.n) + tuple(blk for (_, blk, _), _ in sorted(self.processes.items(),
                                                                                        key=lambda kv: kv[1])))
-                       if gpu else (), block_sems=frozenset(self.block_sems))
+                       if gpu else (), block_sems=frozenset(self.block_sems), front="pallas")
 
 
 def row_major(index: int, sizes: dict[str, int]) -> dict[str, int]:

@@ -118,7 +118,8 @@ def composed(sym: SymmetricProgram) -> SymmetricProgram | None:
     moved = {id(ev): new for ev, new in zip(order, events)}
     targets = [(moved[id(ev)], t) for ev, t in rep.targets if id(ev) in moved]
     program = Program(rep.schedule_name, rep.file, n, rep.grid_names, [events], kinds, shapes, targets,
-                      axis_sizes=dict(rep.axis_sizes), dtypes=dtypes, parallel=rep.parallel, cores=rep.cores)
+                      axis_sizes=dict(rep.axis_sizes), dtypes=dtypes, parallel=rep.parallel, cores=rep.cores,
+                      front=rep.front)
     steps = {**sym.steps, **{(renamed(b), d): v for (b, d), v in sym.steps.items() if b in own}}
     return SymmetricProgram(program, steps)
 

@@ -282,6 +282,9 @@ class Program:
     # TPU TensorCores per chip each running as a process (`cores: 2`, `Unroller.core_events`):
     # chip d's core c is process c * memories + d; its VMEM and semaphores are its own.
     cores: int = 1
+    # The front end that made it ("yaml", "pallas"): findings say their remedies in its words
+    # (`messages.Message.fixes`).
+    front: str = "yaml"
 
     def place(self, process: int) -> int:
         """The device (a process that holds memory) `process` runs on: itself, but for a

@@ -11,7 +11,7 @@ message a known kind.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from .events import Event
 from .findings import Finding, Severity
@@ -23,12 +23,18 @@ class Message(NamedTuple):
     kind: str                  # the finding kind (`findings.KINDS`)
     template: str              # `str.format` fields, filled by the check
     severity: Severity = Severity.ERROR  # or WARNING: reported, not failing (`--strict` fails on it)
+    # Where the remedy is said in the front end's own words (a YAML key, a Pallas call): the
+    # template's `{fix}` for each front end (`Program.front`: "yaml", "pallas").
+    fixes: Mapping[str, str] | None = None
 
     def format(self, **fields: Any) -> str:
         return self.template.format(**fields)
 
     def finding(self, *, event: Event | None = None, related: list[Event] | None = None,
-                trace: list[str] | None = None, device: int | None = None, **fields: Any) -> Finding:
+                trace: list[str] | None = None, device: int | None = None, front: str = "yaml",
+                **fields: Any) -> Finding:
+        if self.fixes is not None:
+            fields.setdefault("fix", self.fixes[front])
         return Finding(self.kind, self.format(**fields), self.severity, event, related or [], trace or [], device)
 
 
@@ -55,12 +61,20 @@ PARALLEL_DEPENDENCY = Message(
                            "two TensorCores, so this dependency breaks; make the axis `arbitrary`, or keep what an "
                            "iteration needs inside it")
 MEGACORE_DMA = Message(
-    "megacore_dma", "{what} at {at} runs on core 1: with `megacore: true` only core 0 may issue DMAs and semaphore "
-                    "operations, or both cores of a chip send (guard it with `when: core == 0`)")
+    "megacore_dma", "{what} at {at} runs on core 1: {fix}", fixes={
+        "yaml": "with `megacore: true` only core 0 may issue DMAs and semaphore operations, or both cores of a chip "
+                "send (guard it with `when: core == 0`)",
+        "pallas": "a v4/v5p chip splits the `parallel` grid axis over its two TensorCores, so both cores run this "
+                  "copy to HBM or another device, or this semaphore use, each on its half of the axis; make the axis "
+                  "`arbitrary` (one core runs it all), or say which core does it with pl.core_map over "
+                  "pltpu.create_tensorcore_mesh"})
 MEGACORE_VMEM_OUTPUT = Message(
-    "megacore_vmem", "output `{name}` (line {line}) lives in VMEM: with `megacore: true` each core writes its own "
-                     "VMEM copy back to HBM, and core 1's copy overwrites the result; leave the output in HBM "
-                     "(drop `space: vmem`)")
+    "megacore_vmem", "output `{name}` (line {line}) lives in VMEM: {fix}", fixes={
+        "yaml": "with `megacore: true` each core writes its own VMEM copy back to HBM, and core 1's copy overwrites "
+                "the result; leave the output in HBM (drop `space: vmem`)",
+        "pallas": "each TensorCore of a chip that splits the `parallel` grid axis writes its own VMEM copy of it "
+                  "back to HBM, and one overwrites the other; give it a BlockSpec indexed by that axis, or leave it "
+                  "in HBM (memory_space=pl.ANY)"})
 MEGACORE_VMEM_COPY = Message(
     "megacore_vmem", "{what} at {at} moves VMEM (`{buffer}`) between chips: with `megacore: true` remote copies go "
                      "HBM to HBM (the tutorial's advice), since VMEM belongs to one core")
@@ -88,8 +102,10 @@ RACE = Message("race", "race on {memory}: {one}, while {two}. Nothing orders the
 # -- routes (`placement.route_findings`) --------------------------------------------------------
 BAD_TARGET = Message("bad_target", "{what} at {at} targets device {target}, which does not exist for N={n}: "
                                    "is a `% N` missing?")
-SELF_TARGET = Message("self_target", "{what} at {at} sends to its own device; use a local copy, or say it is meant "
-                                     "with `self_copy: true` on the copy", Severity.WARNING)
+SELF_TARGET = Message("self_target", "{what} at {at} sends to its own device; {fix}", Severity.WARNING, fixes={
+    "yaml": "use a local copy, or say it is meant with `self_copy: true` on the copy",
+    "pallas": "use a local copy (pltpu.make_async_copy), or say it is meant by giving lax.axis_index itself as "
+              "the device id"})
 UNROUTABLE = Message("unroutable", "{what} at {at} sends to {to} at offset {offsets}, which TPU v5e cannot route: a "
                                    "v5e device only sends to power-of-2 offsets from itself (seed 000, \"Routing\")")
 NO_WRAPAROUND = Message(

@@ -584,7 +584,7 @@ def route_findings(program: Program, placement: Placement) -> list[Finding]:
             other_core = program.cores > 1 and (ev.action.recv_sem if isinstance(ev.action, DmaStart)
                                                 else getattr(ev.action, "sem", (ev.device,)))[0] != ev.device
             if isinstance(ev.action, DmaStart) and not ev.action.explicit_self and not other_core and once("self", ev):
-                findings.append(M.SELF_TARGET.finding(what=what, at=at, event=ev))
+                findings.append(M.SELF_TARGET.finding(what=what, at=at, event=ev, front=program.front))
             continue
         src, dst = placement.coord(base, source), placement.coord(base, target)
         route = routes.get((src, dst))
