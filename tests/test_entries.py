@@ -732,3 +732,23 @@ def test_a_missing_package_comes_before_another_entrys_refusal(tmp_path):
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 2)
     assert "the file imports `not_a_package_anywhere`" in e.value.message, e.value.message
+
+
+def test_an_entry_a_failed_import_left_undefined_is_the_missing_import(tmp_path):
+    """`--entry launch` on a module whose `from flax import ...` failed (maxtext, ejkernel,
+    axlearn: sweep 11) said "the module has no function of that name; name one of: print"
+    (`print`: ringc's own stand-in). The missing package is why: its message, as without
+    --entry. A name the module really lacks lists the module's own functions only."""
+    path = tmp_path / "kern.py"
+    path.write_text("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+                    "from ringc_missing_pkg import MASK_VALUE\n\n\ndef _k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
+                    "def launch(x, *, fill=MASK_VALUE):\n"
+                    "    return pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])
+    assert e.value.message == "the file imports `ringc_missing_pkg`, which is not installed" and e.value.line == 3
+    path.write_text("import jax\n\n\ndef helper(x):\n    print(x)\n    return x\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])
+    assert e.value.message == "--entry launch: the module has no function of that name"
+    assert e.value.fix == "name one of: helper", e.value.fix

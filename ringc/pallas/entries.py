@@ -568,7 +568,8 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
     if entry is not None:
         fn = env.get(entry)
         if not callable(fn):
-            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_"))
+            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_")
+                           and v.__module__ == env["__name__"])   # (not ringc's stand-ins: its `print`)
             raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
                                 fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
         _refuse_kernel_body(env, entry, fn, path)
@@ -599,6 +600,8 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     tried: list[str] = []
     problems: list[ScheduleError] = []
     before_all = len(script.captures)
+    if entry is not None and not callable(env.get(entry)) and script.missing is not None:
+        raise script.missing   # the import that failed is why the module defines no such function
     entries = _entries(env, entry, script.path)
     _check_keywords(entries, keywords or {}, script.path)
     for name, fn in entries:
