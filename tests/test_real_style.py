@@ -306,14 +306,16 @@ def test_core_1s_copies_into_its_own_vmem_under_a_parallel_axis_are_no_finding(t
     """JAX's paged attention with `megacore_mode` on v5p (sweep 9): each TensorCore, on its half
     of the `parallel` axis, copies pages into its own VMEM with its own DMA semaphore. That
     was a `megacore_dma` finding (the YAML model's rule for `megacore: true`, whose core 1
-    issues no DMA); it is clean, and saying so. Core 1 copying into HBM is still a finding."""
+    issues no DMA); it is clean, and saying so. Core 1 copying into HBM rows core 0 reads is
+    still a finding (into rows of its own it is not: the next test)."""
     path = tmp_path / "paged_style.py"
     path.write_text(MEGACORE_COPY)
     ok, = check_file(str(path), 1, tpu="v5p")
     assert ok.ok, ok.to_text()
     assert any("core 1's waits are checked against its own copies" in a for a in ok.assumptions), ok.assumptions
     to_hbm = tmp_path / "to_hbm.py"
-    to_hbm.write_text(MEGACORE_COPY.replace("x_hbm.at[c * 2 + j], buf, sem", "buf, x_hbm.at[c * 2 + j], sem"))
+    to_hbm.write_text(MEGACORE_COPY.replace("cp.start()", "cp.start()\n    cp.wait()\n    cp = pltpu.make_async_copy("
+                                            "buf, x_hbm.at[(c + 1) % 2 * 2 + j], sem)\n    cp.start()"))
     bad, = check_file(str(to_hbm), 1, tpu="v5p")
     assert "megacore_dma" in bad.kinds(), bad.to_text()
     # in the words of Pallas, not the YAML model's (`when: core == 0`: sweep 9)
@@ -598,3 +600,41 @@ def test_a_copy_to_its_own_device_is_said_in_the_words_of_pallas(tmp_path):
     path.write_text(SELF_COPY.replace("TARGET", "me"))
     report, = check_file(str(path), 2)
     assert "self_target" not in report.kinds(), report.to_text()
+
+
+MEGACORE_TEMPLATE = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+def inner(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+def outer(x_hbm, o_hbm):
+    c = pl.program_id(0)
+    pltpu.emit_pipeline(
+        inner, grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (c * 2 + i, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (c * 2 + i, 0)),
+    )(x_hbm, o_hbm)
+
+jax.jit(lambda x: pl.pallas_call(
+    outer, grid=(2,), in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+    out_specs=pl.BlockSpec(memory_space=pltpu.ANY), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(x))(jnp.zeros((32, 128), jnp.float32))
+'''
+
+
+def test_each_core_writing_back_its_own_rows_is_no_megacore_finding(tmp_path):
+    """JAX's megacore pipelining template (docs pipelining.md; sglang-jax's fused_mlp.py,
+    sweep 11): a `parallel` outer axis, each step an emit_pipeline over its own rows, so core
+    1 copies into HBM rows core 0 never touches: no shared state, ok on v5p. Core 1 writing
+    rows core 0 writes too is still `megacore_dma` (and a `parallel_dependency`)."""
+    path = tmp_path / "template.py"
+    path.write_text(MEGACORE_TEMPLATE)
+    ok, = check_file(str(path), 1, tpu="v5p")
+    assert ok.ok, ok.to_text()
+    path.write_text(MEGACORE_TEMPLATE.replace("out_specs=pl.BlockSpec((8, 128), lambda i: (c * 2 + i, 0))",
+                                              "out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0))"))
+    bad, = check_file(str(path), 1, tpu="v5p")
+    assert {"megacore_dma", "parallel_dependency"} <= set(bad.kinds()), bad.to_text()

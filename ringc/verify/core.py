@@ -324,6 +324,27 @@ def _own_copy(spec: Spec, a: Any) -> bool:
     return isinstance(a, SemWait) and a.why == "wait"
 
 
+def _hbm_touched(spec: Spec, events: list[Event]) -> dict[str, list]:
+    """The boxes of each HBM buffer that core 0's `events` read or write on their device."""
+    out: dict[str, list] = defaultdict(list)
+    for ev in events:
+        a = ev.action
+        regions = ([a.src, a.dst] if isinstance(a, DmaStart) else
+                   [a.dst, *a.reads] if isinstance(a, Compute) and a.work else [])
+        for r in regions:
+            if r.device == ev.device and spec.buffers[r.buffer].memory == "hbm":
+                out[r.buffer].append(r.box)
+    return out
+
+
+def _own_rows(spec: Spec, a: Any, core0: dict[str, list]) -> bool:
+    """Core 1 of a split `parallel` grid axis copying locally into HBM where core 0 reads and
+    writes nothing (JAX's megacore pipelining template: each core's steps write back their
+    own rows of the output): no shared state. Rows core 0 also touches stay a finding."""
+    return (isinstance(a, DmaStart) and not a.remote and spec.buffers[a.dst.buffer].memory == "hbm"
+            and not any(box_meets(box, a.dst.box) for box in core0.get(a.dst.buffer, ())))
+
+
 def _core1_hangs(program: Program) -> list[Finding]:
     """Core 1's own copies run in its program order on one core: a wait for more bytes than its
     own copies on that semaphore started is a hang (core 0's copies land in core 0's VMEM and
@@ -359,10 +380,12 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
     if not spec.megacore and not program.second_core:
         return []
     findings, seen = (_core1_hangs(program) if spec.split_grid else []), set()
-    for events in program.second_core:
+    for d, events in enumerate(program.second_core):
+        core0 = _hbm_touched(spec, program.devices[d]) if spec.split_grid else {}
         for ev in events:
             a = ev.action
-            if isinstance(a, Compute) or ev.line in seen or (spec.split_grid and _own_copy(spec, a)):
+            if (isinstance(a, Compute) or ev.line in seen
+                    or (spec.split_grid and (_own_copy(spec, a) or _own_rows(spec, a, core0)))):
                 continue
             seen.add(ev.line)
             findings.append(M.MEGACORE_DMA.finding(what=describe(ev), at=program.where(ev), event=ev,
