@@ -1506,8 +1506,9 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "scalar prefetch and scratch); each core copies into its own VMEM with its own DMA "
                                   "semaphores: core 1's waits are checked against its own copies (a hang where none "
                                   "started them), its local copies not for races among themselves (core 0's half is "
-                                  "checked whole, the same code on its indices); core 1's remote DMAs, signals and "
-                                  "copies into HBM are findings")
+                                  "checked whole, the same code on its indices); its copies into HBM rows core 0 "
+                                  "does not touch are its own, and its remote DMAs, signals and copies into rows core "
+                                  "0 touches are findings")
     if collective is None and not sizes:
         report.assumptions.append("COLLECTIVE is None: one chip's kernel, called outside shard_map: hangs, balance, "
                                   "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "
