@@ -867,3 +867,21 @@ def test_tests_that_all_stop_with_one_error_before_any_kernel_end_the_run(tmp_pa
     assert f"no test ran a kernel call, and the last {SAME_FAILURES} run all stopped before any with the same error (NameError: " \
            f"name 'missing_module' is not defined): ringc ran none of the {8 - SAME_FAILURES} other tests" \
            in e.value.message, e.value.message
+
+
+def test_a_conftest_that_fails_to_import_is_the_message(tmp_path):
+    """A pytest repository whose tests/conftest.py imports torch (sdh1014/pallas-kernel, sweep
+    11): pytest ran none of the module's tests, and ringc said "ran its 0 tests" with a fix
+    about --entry. The conftest's missing package is the message, at its line; --stub fixes it."""
+    (tmp_path / "conftest.py").write_text("import ringc_missing_torch_like  # fixtures only\n")
+    path = tmp_path / "copy_case.py"
+    path.write_text("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
+                    "def _k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
+                    "def test_copy():\n    x = jnp.zeros((8, 128), jnp.float32)\n"
+                    "    jax.jit(lambda x: pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x))(x)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1)
+    assert e.value.file == str(tmp_path / "conftest.py") and e.value.line == 1, e.value
+    assert e.value.message == "the file imports `ringc_missing_torch_like`, which is not installed"
+    report, = check_file(str(path), 1, stubs=("ringc_missing_torch_like",))
+    assert report.ok, report.to_text()

@@ -115,6 +115,8 @@ def run_pytest_module(script: Any) -> None:
     before = set(sys.modules)
     try:
         code = pytest.main(args, plugins=[titles])
+        if int(code) == int(pytest.ExitCode.USAGE_ERROR) and not titles.ran:
+            _conftest_failure(script.path)   # (pytest printed it and ran nothing)
     finally:
         _forget_test_modules(before, script.path)
     for nodeid, e in titles.raised:
@@ -132,6 +134,34 @@ def run_pytest_module(script: Any) -> None:
                                 f"({describe_exception(e, script.path)}): its kernels were not checked")
     script.notes.append(f"a pytest module: ringc ran its {titles.ran} test{'s' if titles.ran != 1 else ''} with "
                         f"pytest (exit code {int(code)}, failures expected: kernels return zeros)")
+
+
+def _conftest_failure(path: str) -> None:
+    """pytest ran no test because a conftest.py beside the module or above it failed to import
+    (a fixture file importing torch): that error, at the conftest's line (a missing package:
+    its one message, with --stub), instead of "ran its 0 tests"."""
+    import runpy
+    from ..errors import ScheduleError
+    from .imports import missing_import
+    from .usererrors import script_line
+    folder = os.path.dirname(os.path.abspath(path))
+    conftests = []
+    while True:
+        if os.path.isfile(os.path.join(folder, "conftest.py")):
+            conftests.append(os.path.join(folder, "conftest.py"))
+        parent = os.path.dirname(folder)
+        if parent == folder or not os.path.isfile(os.path.join(folder, "__init__.py")) and conftests:
+            break
+        folder = parent
+    for conftest in reversed(conftests):   # pytest loads the outermost first
+        try:
+            runpy.run_path(conftest, run_name="conftest")
+        except Exception as e:  # noqa: BLE001 - the user's conftest failed: say how
+            missing = missing_import(e, conftest)
+            raise missing if missing is not None else ScheduleError(
+                f"pytest could not load {conftest}: {describe_exception(e, conftest)}", file=conftest,
+                line=script_line(e, conftest), fix="fix it there: pytest runs none of the module's tests without "
+                                                     "it") from None
 
 
 def _forget_test_modules(before: set, path: str) -> None:
