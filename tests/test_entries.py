@@ -752,3 +752,34 @@ def test_an_entry_a_failed_import_left_undefined_is_the_missing_import(tmp_path)
         check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])
     assert e.value.message == "--entry launch: the module has no function of that name"
     assert e.value.fix == "name one of: helper", e.value.fix
+
+
+AMBIENT = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
+
+def _k(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+@jax.jit
+def copy_sharded(x):
+    @jax.shard_map(in_specs=P("tensor", None), out_specs=P("tensor", None), check_vma=False)
+    def per_shard(x):
+        assert x.shape[0] == 8, f"local rows {x.shape[0]}, expected 8 (global 8*N over N)"
+        return pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    return per_shard(x)
+'''
+
+
+def test_an_entry_that_runs_its_own_shard_map_on_the_ambient_mesh_is_called_on_global_arrays(tmp_path):
+    """sglang-jax's kv-cache update calls `jax.shard_map` with no `mesh=` (its caller's
+    `jax.set_mesh`) (sweep 11): ringc ran it per shard, so its own shard_map split each shard
+    again (a confusing assertion, or at larger sizes a check of half the heads). It is called
+    on the global arrays, under the mesh as the ambient one."""
+    path = tmp_path / "ambient.py"
+    path.write_text(AMBIENT)
+    report, = check_file(str(path), 2, entry="copy_sharded", args=[parse_arg("x=float32[8*N,128]@tensor")],
+                         mesh=(("tensor", "N"),))
+    assert report.ok, report.to_text()
+    assert any("with mesh {'tensor': 2}" in a for a in report.assumptions), report.assumptions

@@ -471,7 +471,15 @@ def _run(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: st
     """One call of the entry, the way its shape asks (module docstring); `notes` gets the
     statements about how it was called; returns the arrays it was called on. `enclose`: a
     function taking no arrays that launches per shard (it makes its own inputs) runs inside
-    `shard_map` too."""
+    `shard_map` too. The mesh is the ambient one (`jax.set_mesh`), as its callers set it: a
+    function whose `jax.shard_map` names no mesh (sglang-jax's kv-cache update) uses it."""
+    import jax
+    with jax.set_mesh(mesh):
+        return _run_on(fn, b, mesh, layout, n, path, per_shard, given, notes, enclose)
+
+
+def _run_on(fn: Callable, b: _Binding, mesh: Any, layout: _Layout, n: int, path: str, per_shard: bool,
+            given: dict[str, ArgSpec], notes: list[str], enclose: bool) -> list[ArgSpec]:
     names = list(b.arrays)
     values = [_global_array(b.arrays[k], mesh, n, path) for k in names]
     specs = [_spec(b.arrays[k]) for k in names]
@@ -661,7 +669,11 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
     except (OSError, TypeError):
         line = 0
     layout = _layout(n, params, axis, mesh_axes, script.path, args)
-    per_shard = "mesh" not in params
+    # A function that takes the mesh, or runs its own `shard_map` (on the ambient mesh, as
+    # sglang-jax's kv-cache update: under ringc's shard_map it would split each shard again),
+    # is called on the global arrays; else per shard.
+    code = getattr(target, "__code__", None)
+    per_shard = "mesh" not in params and not (code is not None and "shard_map" in _names_used(code))
     enclose = False
     given = {a.name: a for a in args}
     failed = ""
