@@ -207,9 +207,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dma-order", choices=tuple(DmaOrder), default=DmaOrder.ANY.value,
                    help="DMA ordering model: `any` (default, safe: DMAs on one link may land out of order) or "
                         "`in-order` (per source/destination pair FIFO); see docs/verification.md")
-    c.add_argument("--test", metavar="PATTERN", help="a test module: run only the tests whose name contains PATTERN "
-                   "(or matches it as a glob, e.g. 'AllGather*test_small'); the others are not run, and the verdicts "
-                   "say so")
+    c.add_argument("--test", metavar="PATTERN", action="append", help="a test module: run only the tests whose name "
+                   "contains PATTERN (or matches it as a glob, e.g. 'AllGather*test_small'); repeatable (a test any of "
+                   "them names runs); the others are not run, and the verdicts say so")
     c.add_argument("--skip-test", metavar="PATTERN", action="append", help="a test module: do not run the tests "
                    "whose name contains PATTERN (or matches it as a glob), e.g. one that allocates more than the "
                    "machine has; repeatable, and with --test")
@@ -363,7 +363,8 @@ def _check_kernel(args: argparse.Namespace, path: str):
                                      topology=None if ring else args.topology, along=args.along,
                                      dma_order=args.dma_order, entry=args.entry, args=args.arg, tpu=args.tpu,
                                      axis=args.axis, mesh=args.mesh, stubs=tuple(args.stub),
-                                     collective=getattr(args, "collective", None), tests=getattr(args, "test", None),
+                                     collective=getattr(args, "collective", None),
+                                     tests=tuple(args.test) if getattr(args, "test", None) else None,
                                      skip_tests=tuple(getattr(args, "skip_test", None) or ()),
                                      iterate=True):
                 yield apply_strict(report, args.strict)

@@ -579,6 +579,10 @@ def test_a_test_filter_runs_only_the_tests_it_names(tmp_path, style):
         assert not any("ran: a benchmark" in a for a in report.assumptions)
     with pytest.raises(ScheduleError, match="--test 'nothing' leaves none of the module's 2 tests to run"):
         check_file(str(path), 2, tests="nothing")
+    # --test repeated: a test any pattern names runs (a second --test replaced the first, sweep 11)
+    (report,) = check_file(str(path), 2, tests=("small", "no_such_test"))
+    assert report.ok and any(a.startswith("--test 'small' --test 'no_such_test' ran only the tests it names")
+                             for a in report.assumptions), report.assumptions
     # --skip-test: the heavy one left out by name (JAX's tpu_pallas_test.py has a 6 GiB test among 3,218)
     (report,) = check_file(str(path), 2, skip_tests=("*heavy*",))
     assert report.ok and "test_small" in report.title, report.to_text()

@@ -313,7 +313,7 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
                topology: str | None = None, along: str | None = None, dma_order: str = "any",
                entry: str | None = None, args: list | None = None, tpu: str | None = None, axis: str | None = None,
                mesh: tuple | None = None, stubs: tuple[str, ...] = (), collective: str | None = None,
-               tests: str | None = None, skip_tests: tuple[str, ...] = (),
+               tests: str | tuple[str, ...] | None = None, skip_tests: tuple[str, ...] = (),
                iterate: bool = False) -> list[Report] | Iterator[Report]:
     """`ringc check FILE`: a module with `build(mesh)` (`check_module`, one report), or a
     script or notebook run as published (`check_script`, one report per kernel call), on
@@ -496,7 +496,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
                  along: str | None = None, dma_order: str = "any", entry: str | None = None,
                  args: list | None = None, params: dict[str, int] | None = None, tpu: str | None = None,
                  axis: str | None = None, mesh: tuple | None = None, stubs: tuple[str, ...] = (),
-                 collective: str | None = None, tests: str | None = None,
+                 collective: str | None = None, tests: str | tuple[str, ...] | None = None,
                  skip_tests: tuple[str, ...] = ()) -> Iterator[Report]:
     """Check a script (or a notebook's code cells) as published: run it on n CPU devices
     that answer as the TPU generation `tpu` (`tpu.py`), capturing each top-level call of a

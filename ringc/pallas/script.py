@@ -105,7 +105,8 @@ class Script:
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
     entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
-    tests: str | None = None       # `--test PATTERN`: the test module's tests to run (a substring or a glob)
+    # `--test PATTERN` (one or several): the test module's tests to run (a substring or a glob)
+    tests: str | tuple[str, ...] | None = None
     skip_tests: tuple[str, ...] = ()   # `--skip-test PATTERN`: and those not to run
     left_out: int = 0              # tests `tests` left out
     matched: int = 0               # and those it ran
@@ -117,7 +118,7 @@ class Script:
     def runs(self, title: str) -> bool:
         """Whether the test titled `title` runs under `--test` (a substring of the title, or a
         glob matching it); counts those left out and run."""
-        runs = ((self.tests is None or _matches(title, self.tests))
+        runs = ((self.tests is None or any(_matches(title, p) for p in self._test_patterns))
                 and not any(_matches(title, p) for p in self.skip_tests))
         self.left_out += not runs
         self.matched += runs
@@ -126,8 +127,12 @@ class Script:
     @property
     def selection(self) -> str:
         """The options that chose the tests to run, as given ("" when none did)."""
-        return " ".join(([f"--test {self.tests!r}"] if self.tests is not None else [])
+        return " ".join([f"--test {p!r}" for p in self._test_patterns]
                         + [f"--skip-test {p!r}" for p in self.skip_tests])
+
+    @property
+    def _test_patterns(self) -> tuple[str, ...]:
+        return () if self.tests is None else (self.tests,) if isinstance(self.tests, str) else tuple(self.tests)
 
     def same_failure(self, e: BaseException, left: int) -> bool:
         """A test stopped before any kernel call with `e`: whether the run should stop, the last
@@ -944,7 +949,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                args: list[ArgSpec] | None = None, params: dict[str, int] | None = None,
                axis: str | None = None, mesh: tuple[tuple[str, str], ...] | None = None,
                stubs: tuple[str, ...] = (), tpu: str | None = None, shape: tuple[int, ...] | None = None,
-               tests: str | None = None, skip_tests: tuple[str, ...] = ()) -> Script:
+               tests: str | tuple[str, ...] | None = None, skip_tests: tuple[str, ...] = ()) -> Script:
     """Run the script at `path` on n CPU devices that answer as the TPU generation `tpu`
     (`tpu.answering`, default v5e), capturing its kernel calls; a module of
     functions that makes none has its entry functions called (`entries.call_entries`). Its
