@@ -18,6 +18,10 @@ os.environ["XLA_FLAGS"] = " ".join([*_flags, "--xla_force_host_platform_device_c
 import pytest  # noqa: E402
 
 REPO = Path(__file__).parent.parent
+# A one-chip copy kernel and its imports, for tests that write a file around it.
+COPY_KERNEL = ("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
+               "def _k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n")
+COPY_CALL = "pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)"
 
 
 def without_runtime_data(paths) -> list[Path]:

@@ -740,13 +740,12 @@ def test_an_entry_a_failed_import_left_undefined_is_the_missing_import(tmp_path)
     (`print`: ringc's own stand-in). The missing package is why: its message, as without
     --entry. A name the module really lacks lists the module's own functions only."""
     path = tmp_path / "kern.py"
-    path.write_text("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
-                    "from ringc_missing_pkg import MASK_VALUE\n\n\ndef _k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
-                    "def launch(x, *, fill=MASK_VALUE):\n"
-                    "    return pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n")
+    from conftest import COPY_CALL, COPY_KERNEL
+    path.write_text(COPY_KERNEL.replace("import jax,", "from ringc_missing_pkg import MASK_VALUE\nimport jax,")
+                    + f"def launch(x, *, fill=MASK_VALUE):\n    return {COPY_CALL}\n")
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])
-    assert e.value.message == "the file imports `ringc_missing_pkg`, which is not installed" and e.value.line == 3
+    assert e.value.message == "the file imports `ringc_missing_pkg`, which is not installed" and e.value.line == 1
     path.write_text("import jax\n\n\ndef helper(x):\n    print(x)\n    return x\n")
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])

@@ -63,21 +63,24 @@ def test_pure_flags_evaluate_like_xla():
     assert list(sel.numpy({}, np.array([0, 1]), np.array(5), np.array([6, 7]))) == [5, 7]
 
 
-def _kernel_with(extra):
-    """A right shift by one device whose kernel also runs `extra()`."""
-    def kernel(x_ref, o_ref, send, recv):
-        extra()
+def _kernel_with(extra, *, scratch: tuple = (), read_before_wait: bool = False):
+    """A right shift by one device whose kernel also runs `extra(*scratch refs)`; with
+    `read_before_wait`, it reads its output before the DMA into it is waited (a race)."""
+    def kernel(x_ref, o_ref, send, recv, *more):
+        extra(*more)
         me = jax.lax.axis_index("x")
         dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
                                            device_id_type=pl.DeviceIdType.LOGICAL)
         dma.start()
+        if read_before_wait:
+            x_ref[...] = o_ref[...]
         dma.wait()
 
     def fn(x):
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                               in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
                               out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(x)
+                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA, *scratch])(x)
     return fn
 
 
@@ -111,14 +114,15 @@ def test_a_refused_primitive_is_an_error_naming_it_and_its_line():
 def test_the_cores_prng_is_no_effect_and_its_bits_are_unknown_data():
     """`pltpu.prng_seed` seeds the core's own PRNG (no memory or semaphore effect; JAX's
     tpu_pallas_random_test.py was refused on it): the kernel is checked. Its bits are
-    tensor data of unknown value: a branch on them is sampled and the verdict says so; and the race a kernel has beside them is still found."""
+    tensor data of unknown value: a branch on them is sampled and the verdict says so; and
+    the race a kernel has beside them is still found."""
     def seed():
         pltpu.prng_seed(jax.lax.axis_index("x"))
         pltpu.prng_random_bits((8, 128))
 
     assert _check(_kernel_with(seed)).ok
 
-    def kernel(x_ref, o_ref, send, recv, v):
+    def branch(v):
         pltpu.prng_seed(7)
         bits = pltpu.prng_random_bits((8, 128))
 
@@ -126,41 +130,10 @@ def test_the_cores_prng_is_no_effect_and_its_bits_are_unknown_data():
         def _():
             v[...] = jnp.zeros((8, 128), jnp.float32)
 
-        me = jax.lax.axis_index("x")
-        dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
-                                           device_id_type=pl.DeviceIdType.LOGICAL)
-        dma.start()
-        dma.wait()
-
-    def fn(x):
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
-                                              pltpu.VMEM((8, 128), jnp.float32)])(x)
-    report = _check(fn)
+    report = _check(_kernel_with(branch, scratch=(pltpu.VMEM((8, 128), jnp.float32),)))
     assert report.ok, report.to_text()
     assert "sampled" in report.to_text()
-
-    def racy():   # the neighbour's write into o_ref races this read of it
-        pltpu.prng_seed(0)
-        pltpu.prng_random_bits((8, 128))
-
-    def kernel2(x_ref, o_ref, send, recv):
-        racy()
-        me = jax.lax.axis_index("x")
-        dma = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(me + 1) % 2,
-                                           device_id_type=pl.DeviceIdType.LOGICAL)
-        dma.start()
-        x_ref[...] = o_ref[...]
-        dma.wait()
-
-    def fn2(x):
-        return pl.pallas_call(kernel2, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.ANY),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(x)
-    report = _check(fn2)
+    report = _check(_kernel_with(seed, read_before_wait=True))   # the neighbour's write races this read
     assert not report.ok and "race" in report.to_text()
 
 

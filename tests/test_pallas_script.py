@@ -879,10 +879,9 @@ def test_a_conftest_that_fails_to_import_is_the_message(tmp_path):
     about --entry. The conftest's missing package is the message, at its line; --stub fixes it."""
     (tmp_path / "conftest.py").write_text("import ringc_missing_torch_like  # fixtures only\n")
     path = tmp_path / "copy_case.py"
-    path.write_text("import jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
-                    "def _k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n\n"
-                    "def test_copy():\n    x = jnp.zeros((8, 128), jnp.float32)\n"
-                    "    jax.jit(lambda x: pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x))(x)\n")
+    from conftest import COPY_CALL, COPY_KERNEL
+    path.write_text(COPY_KERNEL + f"def test_copy():\n    x = jnp.zeros((8, 128), jnp.float32)\n"
+                                  f"    jax.jit(lambda x: {COPY_CALL})(x)\n")
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 1)
     assert e.value.file == str(tmp_path / "conftest.py") and e.value.line == 1, e.value
