@@ -782,3 +782,18 @@ def test_an_entry_that_runs_its_own_shard_map_on_the_ambient_mesh_is_called_on_g
                          mesh=(("tensor", "N"),))
     assert report.ok, report.to_text()
     assert any("with mesh {'tensor': 2}" in a for a in report.assumptions), report.assumptions
+
+
+def test_ringcs_own_name_error_inside_an_entry_call_is_not_blamed_on_the_entry(tmp_path, monkeypatch):
+    """ringc's own NameError, raised while it called an entry function (a missing import in
+    ringc, met while building the ambient-mesh fix), read "copy_sharded raised NameError": it
+    is ringc's bug and is raised as such, not reported as the user's error."""
+    import ringc.pallas.entries as entries
+    ns: dict = {}
+    exec(compile("def broken(*args, **kwargs):\n    return not_defined_anywhere\n", entries.__file__, "exec"), ns)
+    monkeypatch.setattr(entries, "_global_array", ns["broken"])
+    path = tmp_path / "k.py"
+    from conftest import COPY_CALL, COPY_KERNEL
+    path.write_text(COPY_KERNEL + f"def launch(x):\n    return {COPY_CALL}\n")
+    with pytest.raises(NameError, match="not_defined_anywhere"):
+        check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])

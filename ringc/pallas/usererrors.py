@@ -65,10 +65,26 @@ def describe_exception(e: BaseException, path: str) -> str:
     return f"{type(e).__name__} with no message, raised at {_raised_at(e, path)}"
 
 
+_RINGC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the ringc package
+
+
+def _raised_by_ringc(e: BaseException) -> bool:
+    """A NameError whose innermost frame is ringc's own code: ringc's bug (it never raises one
+    on purpose), not the user's, however deep in the user's call it happened."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (isinstance(e, NameError) and tb is not None
+            and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_RINGC + os.sep))
+
+
 def user_failure(e: BaseException, path: str) -> None:
     """Raise the input error for an exception of the user's code that ringc, not the code, is
     the cause of: a device attribute the stand-in TPU devices do not answer (`tpu.Unanswered`),
-    an allocation past ringc's `user_code_mib` (`limits.refuse_memory_error`)."""
+    an allocation past ringc's `user_code_mib` (`limits.refuse_memory_error`); and re-raise
+    ringc's own bug (`_raised_by_ringc`), which would otherwise read as the user's error."""
+    if _raised_by_ringc(e):
+        raise e
     from ..limits import refuse_memory_error
     from .tpu import QUESTIONS, Unanswered
     refuse_memory_error(e)
