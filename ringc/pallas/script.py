@@ -161,9 +161,12 @@ SAME_FAILURES = 5   # tests in a row that stop before any kernel call with one e
 
 
 def _matches(title: str, pattern: str) -> bool:
-    """A test's title and a `--test` / `--skip-test` pattern: a substring of it, or a glob."""
+    """A test's title and a `--test` / `--skip-test` pattern: a substring of it, or a glob of
+    it or of the test's own name (`test_kv*` names `Case.test_kv_1 (params)` and
+    `case.py::test_kv_1[params]`, as pytest's -k users expect)."""
     import fnmatch
-    return pattern in title or fnmatch.fnmatchcase(title, pattern)
+    name = title.split("::")[-1].split(" ")[0].split("[")[0].split(".")[-1]
+    return pattern in title or fnmatch.fnmatchcase(title, pattern) or fnmatch.fnmatchcase(name, pattern)
 
 
 def is_script(source: str) -> bool:
