@@ -171,21 +171,22 @@ def test_a_syntax_error_in_an_imported_module_names_its_path_and_the_python_its_
     ringc runs on: the module's whole path (a package has many `api.py`), the project's
     `requires-python`, and a fix that says so, not "fix it there" at the import line."""
     import sys
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "pkg"\nrequires-python = ">=3.99"\n')
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "api.py").write_text("x = 1\ndef f(:\n    pass\n")
-    (tmp_path / "pkg" / "kern.py").write_text("import jax\nfrom pkg import api\n")
-    o = run_cli(["check", tmp_path / "pkg" / "kern.py", "--devices", "2"])
+    # (a package name no other test uses: run_cli runs in this process, where sys.modules keeps one)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "syntaxpkg"\nrequires-python = ">=3.99"\n')
+    (tmp_path / "syntaxpkg").mkdir()
+    (tmp_path / "syntaxpkg" / "__init__.py").write_text("")
+    (tmp_path / "syntaxpkg" / "api.py").write_text("x = 1\ndef f(:\n    pass\n")
+    (tmp_path / "syntaxpkg" / "kern.py").write_text("import jax\nfrom syntaxpkg import api\n")
+    o = run_cli(["check", tmp_path / "syntaxpkg" / "kern.py", "--devices", "2"])
     assert o.code == 2 and "Traceback" not in o.err, str(o)
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert f"SyntaxError: invalid syntax at {tmp_path / 'pkg' / 'api.py'}:2 (its project asks for Python >= 3.99; " \
+    assert f"SyntaxError: invalid syntax at {tmp_path / 'syntaxpkg' / 'api.py'}:2 (its project asks for Python >= 3.99; " \
            f"ringc runs on {here}" in o.err, o.err
     assert "fix: the SyntaxError raised at line 2 stopped the script before its kernel ran: a module it imports " \
            "needs Python >= 3.99: run ringc from a Python that new" in o.err, o.err
     (tmp_path / "pyproject.toml").unlink()
-    o = run_cli(["check", tmp_path / "pkg" / "kern.py", "--devices", "2"])
-    assert f"fix it at {tmp_path / 'pkg' / 'api.py'}:2, in a module it imports" in o.err, o.err
+    o = run_cli(["check", tmp_path / "syntaxpkg" / "kern.py", "--devices", "2"])
+    assert f"fix it at {tmp_path / 'syntaxpkg' / 'api.py'}:2, in a module it imports" in o.err, o.err
 
 
 def test_an_int_parameter_without_default_needs_param(tmp_path):

@@ -43,7 +43,8 @@ from .. import limits
 from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, Region, SemWait, Signal
 from .primitives import ELEMENTWISE, KEEPS_VALUES, PRIMITIVES, Does, scan_loop, while_loop
-from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, integer_or_bool, is_concrete, vec
+from .values import (Buffer, Data, Loc, Ref, SemRef, Shadow, Unknown, Vec, extended, integer_or_bool, is_concrete,
+                     vec)
 
 Rule = Callable[["Interpreter", Any, list], list]
 
@@ -394,6 +395,21 @@ def _out_kind(dtype: Any) -> Any:
     return bool if dt == np.bool_ else (1 << (np.iinfo(dt).bits - 1)) if np.issubdtype(dt, np.integer) else None
 
 
+def _concrete(eqn: Any, invals: list, entry: Any) -> list:
+    """A pure primitive on concrete inputs: the table's numpy rule, else JAX's own evaluation
+    (raising what they raise); an output of an extended dtype (a PRNG key) stays JAX's."""
+    args = [v if (d := getattr(var.aval, "dtype", None)) is None or extended(d) or np.dtype(d) == np.dtype("O")
+            else np.asarray(v, dtype=d) for v, var in zip(invals, eqn.invars)]
+    if entry is not None and entry.numpy is not None:
+        with np.errstate(all="ignore"):  # XLA's integer division by zero is defined; numpy's warns
+            r = entry.numpy(eqn.params, *args)
+    else:
+        with jax.ensure_compile_time_eval():
+            r = eqn.primitive.bind(*args, **eqn.params)
+    r = r if eqn.primitive.multiple_results else [r]
+    return [x if extended(o.aval.dtype) else _py(np.asarray(x).astype(o.aval.dtype)) for x, o in zip(r, eqn.outvars)]
+
+
 def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
     """Effect-free: numpy/JAX on concrete inputs, opaque data otherwise."""
     name = eqn.primitive.name
@@ -414,19 +430,8 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             src = next((v for v in invals if type(v) is Sampled), None)
             return [Sampled(int(r), src.source) if src is not None else int(r)]
     if all(is_concrete(v) for v in invals):
-        dt = [getattr(v.aval, "dtype", None) for v in eqn.invars]
-        args = [np.asarray(v, dtype=d) if d is not None and np.dtype(d) != np.dtype("O") else v
-                for v, d in zip(invals, dt)]
         try:
-            if entry is not None and entry.numpy is not None:
-                with np.errstate(all="ignore"):  # XLA's integer division by zero is defined; numpy's warns
-                    r = entry.numpy(eqn.params, *args)
-            else:
-                import jax
-                with jax.ensure_compile_time_eval():
-                    r = eqn.primitive.bind(*args, **eqn.params)
-            r = r if eqn.primitive.multiple_results else [r]
-            return [_py(np.asarray(x).astype(o.aval.dtype)) for x, o in zip(r, outs)]
+            return _concrete(eqn, invals, entry)
         except KernelError:
             raise
         except Exception as e:  # pragma: no cover - a primitive JAX itself cannot evaluate here
@@ -1970,11 +1975,7 @@ def _prng_seed(it: Interpreter, eqn: Any, invals: list) -> list:
 def _random(it: Interpreter, eqn: Any, invals: list) -> list:
     if all(is_concrete(v) for v in invals):
         try:
-            with jax.ensure_compile_time_eval():
-                r = eqn.primitive.bind(*invals, **eqn.params)
-            r = list(r) if eqn.primitive.multiple_results else [r]
-            return [_py(np.asarray(x).astype(o.aval.dtype)) if integer_or_bool(o.aval.dtype) else x
-                    for x, o in zip(r, eqn.outvars)]
+            return _concrete(eqn, invals, None)
         except Exception:  # noqa: BLE001 - a Pallas key implementation (`pltpu.to_pallas_key`, the stateful
             pass           # samplers' seeds) has no evaluation outside a kernel: its bits are unknown data
         return [Data(tuple(o.aval.shape), ("opaque", f"`{eqn.primitive.name}` at line {int(it.where())}"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..limits import LimitStop
-from .usererrors import describe_exception, user_failure
+from .usererrors import describe_exception, limit_stop
 
 __all__ = ["run_pytest_module"]
 
@@ -120,12 +120,8 @@ def run_pytest_module(script: Any) -> None:
     finally:
         _forget_test_modules(before, script.path)
     for nodeid, e in titles.raised:
-        if isinstance(e, LimitStop):   # a limit stopped a test: the tests before it are still checked
-            script.stopped = e
-            break
-        try:
-            user_failure(e, script.path)  # a question ringc cannot answer stops the check
-        except LimitStop as stop:   # (an allocation past `user_code_mib`)
+        stop = limit_stop([e], script.path)
+        if stop is not None:   # a limit stopped a test: the tests before it are still checked
             stop.where = stop.where or f"in test {nodeid}"
             script.stopped = stop
             break
@@ -150,7 +146,7 @@ def _conftest_failure(path: str) -> None:
         if os.path.isfile(os.path.join(folder, "conftest.py")):
             conftests.append(os.path.join(folder, "conftest.py"))
         parent = os.path.dirname(folder)
-        if parent == folder or not os.path.isfile(os.path.join(folder, "__init__.py")) and conftests:
+        if parent == folder or (conftests and not os.path.isfile(os.path.join(folder, "__init__.py"))):
             break
         folder = parent
     for conftest in reversed(conftests):   # pytest loads the outermost first

@@ -53,10 +53,9 @@ import numpy as np
 from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
-from ..limits import LimitStop
 from .entries import ArgSpec, call_entries
 from .jaxprs import KERNEL_CALLS, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
-from .usererrors import describe_exception, script_line, user_failure  # noqa: F401 (re-exported)
+from .usererrors import describe_exception, limit_stop, script_line, user_failure  # noqa: F401 (re-exported)
 
 __all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
            "small_ints"]
@@ -763,12 +762,8 @@ def _run_tests(script: Script, env: dict) -> None:
             why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
             script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
             continue
-        try:
-            for e in result.raised:
-                if isinstance(e, LimitStop):   # a limit stopped the test (unittest caught it): no more run
-                    raise e
-                user_failure(e, script.path)  # a question ringc cannot answer stops the check
-        except LimitStop as stop:   # the tests before it are still checked
+        stop = limit_stop(result.raised, script.path)
+        if stop is not None:   # no more tests run; the kernel calls of those before it are still checked
             stop.where = stop.where or f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)"
             script.stopped = stop
             break

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import linecache
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
+
+if TYPE_CHECKING:
+    from ..limits import LimitStop
 
 __all__ = ["script_line", "describe_exception", "user_failure"]
 
@@ -109,6 +113,21 @@ def user_failure(e: BaseException, path: str) -> None:
                 fix="JAX's internals see ringc's devices as the CPU devices they are, so that meshes and sharding "
                     "work; ask the device itself (jax.devices()[0].num_cores) or pltpu.get_tpu_info()") from None
         e = e.__cause__ or e.__context__
+
+
+def limit_stop(errors: list[BaseException], path: str) -> "LimitStop | None":
+    """What a test runner caught of a test (unittest and pytest catch every exception, a
+    limit's too): the limit that stopped it (`limits.LimitStop`, an allocation past
+    `user_code_mib` among them), else None; the other errors through `user_failure`."""
+    from ..limits import LimitStop
+    for e in errors:
+        if isinstance(e, LimitStop):
+            return e
+        try:
+            user_failure(e, path)  # a question ringc cannot answer stops the check
+        except LimitStop as stop:
+            return stop
+    return None
 
 
 def _syntax_elsewhere(e: SyntaxError) -> str:
