@@ -289,7 +289,7 @@ def command_lines(draw, stem: str, command: str):
             flags += ["--arg", draw(st.sampled_from(["x=float32[8*N,128]@x", "x=float99[8]", "x[8]", "x=int8[N//0]",
                                                      "length=int32[]@=32", "length=int32[]@x=32"]))]
         if maybe(0.03):  # a Python kernel's meaning and hardware: refused on a schedule, or an unknown name
-            flags += [draw(st.sampled_from(["--collective", "--gpu", "--test"])),
+            flags += [draw(st.sampled_from(["--collective", "--gpu", "--test", "--skip-test"])),
                       draw(st.sampled_from(["psum", "h100", "gather", "*small"]))]
     elif command == "emit":
         if maybe(0.6):
