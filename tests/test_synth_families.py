@@ -1068,6 +1068,13 @@ DIRECT_3D = [
     # Part A's offsets from 0: a send to itself (onto the sum being made there), and the
     # farthest chip's block never sent.
     ("oa: (N_z // 2 + ((na + 1) // 2) * (2 * (na % 2) - 1)) % N_z", "oa: na % N_z", {"race", "wrong_result"}),
+    # Part A's relay forwards the next chip's half-way rows before they have arrived.
+    ("      - wait_recv: a_r\n      - start: a_rf\n", "      - start: a_rf\n", {"race"}),
+    # Part A's relay forwards them into its own slot of the owner, not the sender's.
+    ('a_rf: {src: "relay_a", dst: "stage_a[(me_z + 1) % N_z, 1]"', 'a_rf: {src: "relay_a", dst: "stage_a[me_z, 1]"',
+     {"race", "wrong_result"}),
+    # Part C's owner adds the half-way block without waiting for its relayed rows.
+    ("      - wait_recv: c_fj\n", "", {"race", "dma_not_waited"}),
 ]
 
 
@@ -1095,6 +1102,85 @@ def test_the_3d_vmem_windows_with_a_direct_last_phase_match_lax_in_interpret_mod
     from ringc.run import run_schedule
     text = _windows_3d_direct(rows=32, all_reduce=all_reduce)
     result = run_schedule(load_text(text, "windows_3d_direct"), 8, mesh_shape=(2, 2, 2), seed=3)
+    assert result.ok, result
+
+
+def _windows_3d_held(rows: int = 32, lanes: int = 2, all_reduce: bool = False, cores: bool = False) -> str:
+    """The 3-D schedule whose plane stays in its windows between the first two phases
+    (`_held_direct` candidates: one round of the plane, pieces of rows / lanes)."""
+    from ringc.synth.families import vmem_windows
+    return vmem_windows.reduce_scatter_3d(all_reduce, direct=True, cores=cores, held=True).replace(
+        "params: {rows: 16, cols: 128, lanes: 2}", f"params: {{rows: {rows}, cols: 128, lanes: {lanes}}}")
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("topology, rows, lanes, cores", [
+    ("torus:2x3x4", 32, 2, False), ("torus:3x3x3", 16, 1, False), ("torus:3x3x3", 32, 2, False),
+    ("torus:2x4x8", 64, 2, False), ("v5p:4x4x4", 32, 2, True), ("v5p:2x4x4", 32, 1, True)])
+def test_the_3d_vmem_windows_with_the_plane_held_check_on_the_quotient(topology, rows, lanes, cores, all_reduce):
+    """The plane's last windows are the column phase's source and own blocks: their index
+    (`f`: lanes on an odd axis, 0 on an even one) on axes of 2, 3, 4 and 8, one lane and
+    two, one core and both (v5p:2x4x4 has no wraparound: every chip)."""
+    from ringc.verify.check import quotient_report, resolve_topology
+    sched = load_text(_windows_3d_held(rows, lanes, all_reduce, cores), "windows_3d_held")
+    if topology == "v5p:2x4x4":
+        report = check(sched, topology=topology)
+    else:
+        report = quotient_report(sched, resolve_topology(sched, None, topology), 1)
+    assert report is not None and report.ok, report and [f.message for f in report.findings]
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+def test_the_3d_vmem_windows_with_the_plane_held_check_on_every_chip(all_reduce):
+    from ringc.verify.check import check_program, resolve_topology
+    from ringc.verify.unroll import unroll
+    sched = load_text(_windows_3d_held(all_reduce=all_reduce), "windows_3d_held")
+    placement = resolve_topology(sched, None, "torus:2x3x4")
+    report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
+    assert report.ok, [f.message for f in report.findings]
+
+
+HELD_3D = [
+    # Part A's right stream adds the other lane's column of the plane onto an arrival (the rows of lane 1
+    # onto lane 0's piece).
+    ('src: "w0_ar[fa + iaj, jb1_ar, :]"', 'src: "w0_ar[fa + (L - iaj), jb1_ar, :]"', {"wrong_result"}, "torus:2x3x4"),
+    # Part B sends, as its first column, the one arriving next instead of the one sent.
+    ('bl_s1: {src: "w0_bl[fb + ib, :, sb1_bl]"', 'bl_s1: {src: "w0_bl[fb + ib, :, rb1_bl]"', {"wrong_result"},
+     "torus:2x3x4"),
+    # The plane's last windows taken as 0 and 1 on an axis of 3 (their step is the second:
+    # windows 2 and 3 hold it).
+    ("fa: (N_x - 2) % 2 * lanes", "fa: 0", {"wrong_result"}, "torus:3x3x3"),
+    # Part C's left stream sends lane 0's first column from lane 1's window, at the point
+    # that adds lane 1's last plane piece there (after the sends: the DMA reads it unadded).
+    ('cl_s1: {src: "w0_cl[fc + ic,', 'cl_s1: {src: "w0_cl[fc + (L - ic),', {"race", "wrong_result"}, "torus:2x3x4"),
+    # Part B's right stream sends its direct blocks from HBM without waiting for the
+    # column's last copy there (lane 0's).
+    ("  - when: sendingb and pb == 2 and nb == 0   # the column's last copies to HBM (lanes 1 or 2), read by the "
+     "direct sends\n    do: [{wait: br_ol1(i=0)}]\n", "", {"race", "dma_not_waited"}, "torus:2x3x4"),
+    # Part C's column phase starts a point early, on the plane's last point, which never runs.
+    ("e1c: e0c + n0c", "e1c: e0c + n0c - 1", {"hang"}, "torus:2x3x4"),
+]
+
+
+def test_the_held_plane_refuses_other_lanes_by_name():
+    """The direct phase waits for the column's last copies of one lane or two: another
+    count is refused at the guard semaphore, not left with a copy unwaited."""
+    with pytest.raises(ScheduleError, match="lanes_1_or_2"):
+        check(load_text(_windows_3d_held(rows=64, lanes=4), "held"), topology="torus:2x3x4")
+
+
+@pytest.mark.parametrize("broken, fixed, kinds, topology", HELD_3D)
+def test_a_broken_held_plane_is_refused(broken, fixed, kinds, topology):
+    _assert_refused(_windows_3d_held(), broken, fixed, kinds, topology)
+
+
+@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+def test_the_3d_vmem_windows_with_the_plane_held_match_lax_in_interpret_mode(all_reduce):
+    """The column phase reading the plane's windows (a VMEM source for a remote copy and
+    an add) and the direct phase, on a 2 x 2 x 2 CPU mesh, equal lax."""
+    from ringc.run import run_schedule
+    text = _windows_3d_held(rows=32, all_reduce=all_reduce)
+    result = run_schedule(load_text(text, "windows_3d_held"), 8, mesh_shape=(2, 2, 2), seed=5)
     assert result.ok, result
 
 

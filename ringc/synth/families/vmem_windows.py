@@ -151,7 +151,7 @@ def _sections(name: str, kind: str, axes: str, pieces: str, bufs: list[str], sem
     return f"""name: {name}
 collective: {kind}
 axes: [{', '.join(axes)}]{chr(10) + "cores: 2" if cores else ""}
-params: {{rows: 16, cols: 128, lanes: 2, {pieces}}}
+params: {{rows: 16, cols: 128, lanes: 2{", " + pieces if pieces else ""}}}
 buffers:
 {chr(10).join(bufs)}
 semaphores:
@@ -413,7 +413,23 @@ DIRECT_3D = """#
 # own block's slot and copies the sum to `out`: N_c - 1 DMA issues per part, where the ring
 # took N_c - 1 dependent steps of a DMA per stream and lane (a step of little data: the
 # phase moves 1 / (N_a N_b) of the bytes), for more link bytes (each block goes its
-# distance, not one hop). The stage holds whole blocks, so its VMEM grows with V.
+# distance, not one hop). The stage holds whole blocks, so its VMEM grows with V. The
+# block of the chip half way round (an axis of 4 to 8) would go the positive way, which
+# then carries more than the negative one: direction 1's rows of it go one hop back into
+# the `relay_*` buffer of the chip before, which forwards them the negative way (`rl*`:
+# where this holds; `fw*`: the owner, N / 2 + 1 on from the relay).
+"""
+
+HELD_3D = """#
+# The plane held in VMEM (this `_held_direct` schedule): the first phase is one round, pieces of
+# rows / lanes rows (so its windows grow with V: sized for the size in the header), and its
+# result, the plane this chip owns along the part's first axis, stays in the windows of its
+# last step (`f*`: window f + i holds lane i's rows). The second phase sends its first
+# column from there and adds each arriving column onto the plane's own column there: no
+# copy of the plane to HBM and back between the phases (six streams' copies at once, HBM
+# bound, with the links idle), no load of the column's own blocks, and the second phase
+# starts as the first's last lanes are added (no L idle points between them). Nothing
+# writes the plane's windows again in the call: the first phase has no later point.
 """
 
 DIRECT_AR_3D = """#
@@ -451,7 +467,8 @@ def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -
     return f"{buf}[{', '.join(index.get(a, ':') for a in axes)}, {tail}]"
 
 
-def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: bool = False) -> str:
+def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: bool = False,
+                      held: bool = False) -> str:
     """The 3-D reduce-scatter (the 2-D one's streams and handshake, `reduce_scatter_2d`, with
     a third part and a third phase per part, run phase by phase with pieces of their own);
     with `all_reduce`, the all-reduce: each part then all-gathers its block back over its
@@ -460,11 +477,16 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
     not a ring but one round of direct sends along the axis (`_direct_block`). With `cores`
     (`cores: 2`, v5p), each TensorCore runs one direction's three streams (core 0 the right
     rings, core 1 the left) with its own VMEM, DMA issue and semaphores: the same text per
-    stream, its direction the core's (`dir`, `fwd_a`, `back_a`)."""
+    stream, its direction the core's (`dir`, `fwd_a`, `back_a`). With `held`, the plane's
+    phase is one round (pieces of rows / lanes) and its result stays in its last windows:
+    the column's phase sends from them and adds onto them, with no copy to HBM between the
+    phases and no load of the column's own blocks (`HELD_3D`)."""
     phases = 6 if all_reduce else 3
     rings = (0, 1) if direct else (0, 1, 2)   # the phases reduced round a ring
-    lets = ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
-            "q1: min(crows, rows // lanes)",
+    lets = (["q0: rows // lanes                          # rows of a piece: of a plane (phase 0: one round), a column, a block",
+             "q1: q0"] if held else
+            ["q0: min(wrows, rows // lanes)              # rows of a piece: of a plane (phase 0), a column, a block",
+             "q1: min(crows, rows // lanes)"]) + [
             ("q2: rows                                   # the direct phase: whole blocks" if direct else
              "q2: min(brows, rows // lanes)")]
     if all_reduce:
@@ -482,7 +504,10 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                         + ("   # points of each phase (part A's; B's: n0b .., C's)" if h == "a" and p == 0 else ""))
         lets.append(f"e0{h}: 0" + ("                                   # where each phase starts (L points apart; lanes after an all-gather)" if h == "a" else ""))
         for p in range(1, phases):   # an all-gather phase (3 ..) waits for its last sends in `lanes` points after it
-            lets.append(f"e{p}{h}: e{p - 1}{h} + n{p - 1}{h} + {'lanes' if p - 1 >= 3 else 'L'}")
+            lets.append(f"e{p}{h}: e{p - 1}{h} + n{p - 1}{h}" + ("" if held and p == 1 else f" + {'lanes' if p - 1 >= 3 else 'L'}"))
+        if held:
+            lets.append(f"f{h}: (N_{order[0]} - 2) % 2 * lanes" + ("                  # the window of the plane's last step, lane 0"
+                                                                 if h == "a" else ""))
         lets.append(f"total{h}: e{phases - 1}{h} + n{phases - 1}{h} + {'lanes' if all_reduce else 'L'}")
     lets.append("T: max(totala, max(totalb, totalc))")
     lets.append("j: k - L")
@@ -520,11 +545,15 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
     for h, order in PARTS_3D:
         plane = tuple(a for a in xyz if a != order[0])
         own = ", ".join(f"me_{a}" if a == order[0] else ":" for a in xyz)
-        bufs += [f"  first_{h}: {{kind: hbm_scratch, slots: [{', '.join(f'N_{a}' for a in plane)}, 2], shape: [rows, cols]}}"
-                 f"   # part {h.upper()}'s plane ({own})",
-                 f"  second_{h}: {{kind: hbm_scratch, slots: [N_{order[2]}, 2], shape: [rows, cols]}}"
-                 f"   # its column ({', '.join(':' if a == order[2] else f'me_{a}' for a in xyz)})"]
+        if not held:   # (held: the plane stays in its windows, `w0_*`)
+            bufs.append(f"  first_{h}: {{kind: hbm_scratch, slots: [{', '.join(f'N_{a}' for a in plane)}, 2], "
+                        f"shape: [rows, cols]}}   # part {h.upper()}'s plane ({own})")
+        bufs.append(f"  second_{h}: {{kind: hbm_scratch, slots: [N_{order[2]}, 2], shape: [rows, cols]}}"
+                    f"   # its column ({', '.join(':' if a == order[2] else f'me_{a}' for a in xyz)})")
     sems, copies, send, finish, drain = [], [], [], [], []
+    if held:   # the direct phase waits for the column's last copies of lanes 1 or 2 (below)
+        sems += ["  # one lane or two: any other count does not divide exactly here, and is refused by this name",
+                 "  lanes_1_or_2: {kind: regular, shape: [2 // lanes]}"]
     for hi, (h, order) in enumerate(PARTS_3D):
         plane = tuple(a for a in xyz if a != order[0])
         # The buffers each phase reads from and writes to, the axes they are indexed by, and
@@ -549,8 +578,9 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
             for p in rings:
                 slots = ", ".join(["2 * lanes"] + extra[p])
                 xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
-                bufs += [f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}",
-                         f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}"]
+                bufs.append(f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}")
+                if not (held and p == 1):
+                    bufs.append(f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}")
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
                      *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in rings),
@@ -563,6 +593,9 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
             def xwin(p: int, rows: str) -> str:   # the step's own blocks (all lanes), or rows of them
                 return f"xw{p}_{st}[{', '.join([':'] * len(extra[p]) + [rows])}]"
 
+            def held_win(b: str, lane: str) -> str:   # lane `lane`'s column b of the plane's last windows
+                return f"w0_{st}[f{h} + {lane}, {', '.join(b if a == order[1] else ':' for a in plane)}]"
+
             def src(p: int, b: str, rows: str) -> str:   # the blocks of phase p's step with block b on its axis
                 buf, axes = src_of[p]
                 tail = f"{hi}, {d}, {rows}" if p == 0 else f"{d}, {rows}"
@@ -571,13 +604,16 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
             copies += [f"  # Stream {st}: part {h.upper()} {dword}, over {', '.join(order[:2])} then {order[2]}."]
             for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
+                first = held_win(f"sb{p}_{st}", f"i{h}") if held and p == 1 else src(p, f"sb{p}_{st}", f"r{h}:q{p}")
                 copies += [
-                    f'  {st}_s{p}: {{src: "{src(p, f"sb{p}_{st}", f"r{h}:q{p}")}", dst: "{win(p, f"w{h}")}", to: {to},',
+                    f'  {st}_s{p}: {{src: "{first}", dst: "{win(p, f"w{h}")}", to: {to},',
                     f'           send_sem: "send_{st}[i{h}]", recv_sem: "recv{p}_{st}[w{h}]"}}',
                     f'  {st}_f{p}: {{src: "{win(p, f"u{h}")}", dst: "{win(p, f"w{h}")}", to: {to},',
-                    f'           send_sem: "send_{st}[i{h}]", recv_sem: "recv{p}_{st}[w{h}]"}}',
-                    f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", f"0:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
-                    f'  {st}_n{p}: {{src: "{src(p, f"nb{p}_{st}", f"rn{h}:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}']
+                    f'           send_sem: "send_{st}[i{h}]", recv_sem: "recv{p}_{st}[w{h}]"}}']
+                if not (held and p == 1):   # held: the own blocks are the plane's windows, not loaded
+                    copies += [
+                        f'  {st}_l{p}: {{src: "{src(p, f"rb{p}_{st}", f"0:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
+                        f'  {st}_n{p}: {{src: "{src(p, f"nb{p}_{st}", f"rn{h}:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}']
             copies += ["  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size)."]
             for p, ax in ((p, order[p]) for p in rings):
                 to = f"{dword}_{ax}"
@@ -585,9 +621,16 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                 dst = dst_of[p].replace("DIR", str(d)).replace("ROWS", f"(n // lanes // len{h}j * lanes + n % lanes) * q{p}:q{p}")
                 copies += [
                     f'  {st}_j{p}: {{src: "{win(p, f"w{h}j")}", dst: "{win(p, f"w{h}j")}", to: {to},',
-                    f'           send_sem: "send_{st}[i{h}j]", recv_sem: "recv{p}_{st}[w{h}j]"}}',
-                    f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}',
-                    f'  {st}_o{p}(n): {{src: "{win(p, "n % (2 * lanes)")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}']
+                    f'           send_sem: "send_{st}[i{h}j]", recv_sem: "recv{p}_{st}[w{h}j]"}}']
+                if not (held and p == 1):
+                    copies.append(f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", '
+                                  f'dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}')
+                if not (held and p == 0):   # held: the plane's result stays in its windows
+                    copies.append(f'  {st}_o{p}(n): {{src: "{win(p, "n % (2 * lanes)")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}')
+                if held and p == 1:   # the column's last copy of lane i (one round), as the direct phase waits for it
+                    last = dst_of[p].replace("DIR", str(d)).replace("ROWS", "i * q1:q1")
+                    copies.append(f'  {st}_ol1(i): {{src: "{win(p, f"(n1{h} - lanes + i) % (2 * lanes)")}", dst: "{last}", '
+                                  f'sem: "out_{st}[i]"}}')
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 # a receive semaphore per point (one round: q3 = rows / lanes): the upstream
                 # neighbour is not held back by our waits, so it may run steps ahead
@@ -613,31 +656,44 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                          f"  - when: sending{h} and p{h} == {p} and t{h} == 0",
                          f"    do: [{{start: {st}_s{p}}}]",
                          f"  - when: sending{h} and p{h} == {p} and t{h} > 0",
-                         f"    do: [{{start: {st}_f{p}}}]",
-                         f"  - when: sending{h} and p{h} == {p} and n{h} == 0   # the phase's first own blocks",
-                         f"    do: [{{start: {st}_l{p}}}]"]
+                         f"    do: [{{start: {st}_f{p}}}]"]
+                loads, outs = not (held and p == 1), not (held and p == 0)
+                if loads:
+                    send += [f"  - when: sending{h} and p{h} == {p} and n{h} == 0   # the phase's first own blocks",
+                             f"    do: [{{start: {st}_l{p}}}]"]
                 nt = f"n{p}{h}"
+                own = xwin(p, f"i{h}j * q{p}:q{p}") if loads else held_win(f"jb{p}_{st}", f"i{h}j")
                 finish += [f"  - when: finishing{h} and p{h}j == {p}",
                            "    do:",
-                           f"      - wait: {st}_j{p}",
-                           f"  - when: finishing{h} and p{h}j == {p} and i{h}j == 0   # the step's own blocks",
-                           f"    do: [{{wait: {st}_jl{p}}}]",
-                           f"  - when: finishing{h} and p{h}j == {p}",
+                           f"      - wait: {st}_j{p}"]
+                if loads:
+                    finish += [f"  - when: finishing{h} and p{h}j == {p} and i{h}j == 0   # the step's own blocks",
+                               f"    do: [{{wait: {st}_jl{p}}}]"]
+                finish += [f"  - when: finishing{h} and p{h}j == {p}",
                            "    do:",
                            f'      - accumulate: "{win(p, f"w{h}j")}"',
-                           f'        src: "{xwin(p, f"i{h}j * q{p}:q{p}")}"',
-                           f"  - when: finishing{h} and p{h}j == {p} and i{h}j == L and n{h}j + 1 < n{p}{h}"
-                           "   # the step added: load the next one's",
-                           f"    do: [{{start: {st}_n{p}}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == 0 and n{h}j >= lanes"
-                           "   # the round before's result in HBM before its window is freed",
-                           f"    do: [{{wait: {st}_o{p}(n=n{h}j - lanes)}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # a round's last step: out to HBM",
-                           f"    do: [{{start: {st}_o{p}(n=n{h}j)}}]",
-                           f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2 and n{h}j >= {nt} - lanes"
-                           "   # the phase's last: waited now",
-                           f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]",
-                           *_windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")]
+                           f'        src: "{own}"']
+                if loads:
+                    finish += [f"  - when: finishing{h} and p{h}j == {p} and i{h}j == L and n{h}j + 1 < n{p}{h}"
+                               "   # the step added: load the next one's",
+                               f"    do: [{{start: {st}_n{p}}}]"]
+                if outs:
+                    finish += [f"  - when: finishing{h} and p{h}j == {p} and t{h}j == 0 and n{h}j >= lanes"
+                               "   # the round before's result in HBM before its window is freed",
+                               f"    do: [{{wait: {st}_o{p}(n=n{h}j - lanes)}}]",
+                               f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2   # a round's last step: out to HBM",
+                               f"    do: [{{start: {st}_o{p}(n=n{h}j)}}]",
+                               *([] if held and p == 1 else   # held: the column's last, by the direct phase
+                                 [f"  - when: finishing{h} and p{h}j == {p} and t{h}j == N_{ax} - 2 and n{h}j >= {nt} - lanes"
+                                  "   # the phase's last: waited now",
+                                  f"    do: [{{wait: {st}_o{p}(n=n{h}j)}}]"])]
+                if held and p == 1:   # all streams' last copies in flight at once, waited before the first send
+                    send += [f"  - when: sending{h} and p{h} == 2 and n{h} == 0"
+                             "   # the column's last copies to HBM (lanes 1 or 2), read by the direct sends",
+                             f"    do: [{{wait: {st}_ol1(i=0)}}]",
+                             f"  - when: sending{h} and p{h} == 2 and n{h} == 0 and L == 1",
+                             f"    do: [{{wait: {st}_ol1(i=L)}}]"]
+                finish += _windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")
                 drain += _drain(p, st, nt)
         if direct:
             more = _direct_block(h, hi, order, mine, cores)
@@ -648,11 +704,13 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_3d", "psum") if all_reduce else ("psum_scatter_vmem_windows_3d", "psum_scatter")
     header = HEADER_3D.replace(AR3_FROM, AR3_TO) if all_reduce else HEADER_3D
+    if held:
+        header += HELD_3D
     if direct:
         header += DIRECT_3D + (DIRECT_AR_3D if all_reduce else "")
     if cores:
         header += CORES_3D
-    pieces = "wrows: 64, crows: 128" + ("" if direct else ", brows: 256")
+    pieces = ", ".join(([] if held else ["wrows: 64", "crows: 128"]) + ([] if direct else ["brows: 256"]))
     return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies, cores)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
@@ -679,36 +737,83 @@ def _direct_block(h: str, hi: int, order: tuple[str, ...], mine: str, cores: boo
     one DMA issue per peer and part, instead of N_c - 1 dependent ring steps of a DMA per
     stream and lane each, for about N_c / 4 times the link bytes of the ring (the sum of the
     distances), on a phase that moves 1 / (N_a N_b) of the data. With `cores`, each core
-    sends and adds its own direction's rows (`stage_h` holds a block per chip, one direction)."""
+    sends and adds its own direction's rows (`stage_h` holds a block per chip, one direction).
+
+    The half-way chip (offset N_c / 2, N_c even, 4 to 8) is reached both ways round,
+    and a DMA there is routed the positive way: the positive links would carry N_c^2 / 8 +
+    N_c / 4 block-hops of each chip's column and the negative ones N_c^2 / 8 - N_c / 4. So
+    direction 1's rows of that block (core 1's, on both cores) go the other way: one hop
+    back into the `relay_h` buffer of the chip before us, which forwards them at its point
+    `RELAY_POINT` to their owner, N_c / 2 - 1 hops on the negative way (`rl`, `fw`): both
+    ways then carry N_c^2 / 8 (on v5p:8x8x8 the busiest link's direct phase 20 -> 16
+    half-blocks; psum_scatter at 256 MiB 94.3% -> 94.9% of the bound). Not on an axis of 16:
+    there the forward's 7 hops land after the direct blocks and the phase waits for them
+    (v5p:16x16x16 87.3% -> 87.2%)."""
     c = order[2]
     d, s = (", core", "") if cores else (", :", ", :")   # the direction of `second`/`out`, of `stage`
     target = row_major("xyz", lambda a: f"(me_{a} + o{h}) % N_{a}" if a == c else f"me_{a}")
+    ahead = row_major("xyz", lambda a: f"(me_{a} + N_{a} // 2 + 1) % N_{a}" if a == c else f"me_{a}")
     lets = [f"o{h}: {far_first(f'n{h}', f'N_{c}')}   # the direct phase's offset along {c} at k (farthest first)"
             + ("; part B's: ob, .." if h == "a" else ""),
             f"m{h}: n{h}j - (N_{c} - 1)   # the peer whose block j adds (j's offset: -o{h}j)",
             f"o{h}j: {far_first(f'm{h}', f'N_{c}')}",
-            f"to{h}: {target}   # the chip at offset o{h} along {c}"]
+            f"to{h}: {target}   # the chip at offset o{h} along {c}",
+            f"rl{h}: N_{c} % 2 == 0 and N_{c} >= 4 and N_{c} <= 8" + (" and core == 1" if cores else "")
+            + "   # direction 1's block for the half-way chip relayed the negative way",
+            f"fw{h}: {ahead}   # where the relay forwards: offset N_{c} / 2 + 1 along {c}"]
     own = f"me_{c}"
+    one = "" if cores else ", 1"   # direction 1's rows (on both cores, core 1's: all it has)
     bufs = [f"  stage_{h}: {{kind: vmem_scratch, slots: [N_{c}{'' if cores else ', 2'}], shape: [rows, cols]}}"
-            f"   # part {h.upper()}'s block of each chip along {c} (ours: the sum)"]
-    sems = [f"  dsend_{h}: dma", f"  drecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}", f"  dlocal_{h}: dma"]
+            f"   # part {h.upper()}'s block of each chip along {c} (ours: the sum)",
+            f"  relay_{h}: {{kind: vmem_scratch, shape: [rows, cols]}}"
+            f"   # direction 1's rows of the next chip's half-way block, forwarded"]
+    sems = [f"  dsend_{h}: dma", f"  drecv_{h}: {{kind: dma, shape: [N_{c} - 1]}}", f"  dlocal_{h}: dma",
+            f"  rrecv_{h}: dma", f"  fsend_{h}: dma", f"  frecv_{h}: dma"]
     out = f"out[{mine}{hi}{d}]" if mine else f"out[{hi}{d}]"
     copies = [f"  # Part {h.upper()}'s direct phase along {c}: our block of the chip at offset o, into its slot of ours.",
               f'  {h}_d: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}{d}]", dst: "stage_{h}[{own}{s}]", to: to{h},',
               f'         send_sem: dsend_{h}, recv_sem: "drecv_{h}[n{h}]"}}',
               f'  {h}_dj: {{src: "stage_{h}[{own}{s}]", dst: "stage_{h}[{own}{s}]", to: to{h},   # point j\'s, to wait',
-              f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}',
-              f'  {h}_own: {{src: "second_{h}[{own}{d}]", dst: "stage_{h}[{own}{s}]", sem: dlocal_{h}}}',
-              f'  {h}_out: {{src: "stage_{h}[{own}{s}]", dst: "{out}", sem: dlocal_{h}}}']
+              f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}']
+    if not cores:   # direction 0's rows of the half-way block, sent directly
+        copies += [f'  {h}_dh: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}, 0]", dst: "stage_{h}[{own}, 0]", to: to{h},',
+                   f'          send_sem: dsend_{h}, recv_sem: "drecv_{h}[n{h}]"}}',
+                   f'  {h}_dhj: {{src: "stage_{h}[{own}, 0]", dst: "stage_{h}[{own}, 0]", to: to{h},',
+                   f'           send_sem: dsend_{h}, recv_sem: "drecv_{h}[m{h}]"}}']
+    copies += [f'  {h}_r: {{src: "second_{h}[(me_{c} + o{h}) % N_{c}, 1]", dst: "relay_{h}", to: left_{c},'
+               f'   # ... direction 1\'s, to the relay',
+               f'         send_sem: dsend_{h}, recv_sem: rrecv_{h}}}',
+               f'  {h}_rf: {{src: "relay_{h}", dst: "stage_{h}[(me_{c} + 1) % N_{c}{one}]", to: fw{h},'
+               f'   # the relay: the next chip\'s rows to their owner',
+               f'          send_sem: fsend_{h}, recv_sem: frecv_{h}}}',
+               f'  {h}_fj: {{src: "relay_{h}", dst: "stage_{h}[(me_{c} + N_{c} // 2) % N_{c}{one}]", to: fw{h},'
+               f'   # ... as its owner waits for them',
+               f'          send_sem: fsend_{h}, recv_sem: frecv_{h}}}',
+               f'  {h}_own: {{src: "second_{h}[{own}{d}]", dst: "stage_{h}[{own}{s}]", sem: dlocal_{h}}}',
+               f'  {h}_out: {{src: "stage_{h}[{own}{s}]", dst: "{out}", sem: dlocal_{h}}}']
     send = [when(f"sending{h} and p{h} == 2 and n{h} == 0   # the direct phase: our own block, then every peer's",
                  f"start: {h}_own"),
-            when(f"sending{h} and p{h} == 2 and n{h} < N_{c} - 1", f"start: {h}_d")]
+            when(f"sending{h} and p{h} == 2 and n{h} < N_{c} - 1 and not (n{h} == 0 and rl{h})", f"start: {h}_d"),
+            when(f"sending{h} and p{h} == 2 and n{h} == 0 and rl{h}   # the half-way block: a relay for direction 1",
+                 *([] if cores else [f"start: {h}_dh"]), f"start: {h}_r"),
+            when(f"sending{h} and p{h} == 2 and n{h} == {RELAY_POINT} and rl{h}"
+                 "   # the next chip's relayed rows (sent at its point 0), on to their owner",
+                 f"wait_recv: {h}_r", f"start: {h}_rf")]
+    add = accumulate(f'"stage_{h}[{own}{s}]"', f'"stage_{h}[(me_{c} - o{h}j) % N_{c}{s}]"')
     finish = [when(f"finishing{h} and p{h}j == 2 and m{h} == 0", f"wait: {h}_own"),
-              when(f"finishing{h} and p{h}j == 2 and m{h} >= 0   # the block from offset -o (sent at its point m, as ours)",
-                   f"wait: {h}_dj", accumulate(f'"stage_{h}[{own}{s}]"', f'"stage_{h}[(me_{c} - o{h}j) % N_{c}{s}]"')),
+              when(f"finishing{h} and p{h}j == 2 and m{h} >= 0 and not (m{h} == 0 and rl{h})"
+                   "   # the block from offset -o (sent at its point m, as ours)", f"wait: {h}_dj", add),
+              when(f"finishing{h} and p{h}j == 2 and m{h} == 0 and rl{h}   # the half-way block, in its parts",
+                   *([] if cores else [f"wait: {h}_dhj"]), f"wait_send: {h}_r", f"wait_recv: {h}_fj", add),
+              when(f"finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2 and rl{h}", f"wait_send: {h}_rf"),
               when(f"finishing{h} and p{h}j == 2 and m{h} == N_{c} - 2   # the sum to HBM",
                    f"start: {h}_out", f"wait: {h}_out")]
     return lets, bufs, sems, copies, send, finish
+
+
+# The direct phase's point at which a relay forwards the rows it got at its neighbour's
+# point 0 (one hop and a block later: two points of three parts' sends).
+RELAY_POINT = 1
 
 
 # The direct candidates' `stage` slots hold whole blocks (every row), so their VMEM grows
@@ -798,8 +903,9 @@ def _generate_3d(kind: str, topo, chip, two_cores: bool = False) -> Iterator[Can
     """The 3-D schedules, one per `lanes` in `LANES_3D` with a ring for the third phase and
     one per `lanes` in `DIRECT_LANES_3D` with direct sends (`_direct_block`), each for every
     ratio of `PIECES_3D` with the largest pieces whose windows fit the VMEM limit
-    (`window_rows`: the planes of the first phase take most); with `two_cores`, each on
-    both TensorCores (`_2c`), a direction per core."""
+    (`window_rows`: the planes of the first phase take most), and one per `lanes` in
+    `DIRECT_LANES_3D` with the plane held in VMEM (`_held_direct`, `HELD_3D`); with
+    `two_cores`, each on both TensorCores (`_2c`), a direction per core."""
     what = WHAT_3D if kind == "psum_scatter" else \
         "rotated-axis bidirectional 3-D all-reduce whose reduce-scatters land in VMEM windows, with a capacity handshake"
     for direct, cores in ((False, two_cores), (True, two_cores)):   # a ring or a direct last phase
@@ -817,3 +923,14 @@ def _generate_3d(kind: str, topo, chip, two_cores: bool = False) -> Iterator[Can
                                 what + (", its last phase (a block) sent directly to every chip along its axis"
                                         if direct else "") + (", a direction per TensorCore" if cores else ""),
                                 params)
+    # The plane held in VMEM (`HELD_3D`), with the direct last phase: one round of the plane,
+    # so its windows grow with V (where they do not fit a core, the search does not take it).
+    # v5p:8x8x8 at 256 MiB: psum_scatter 92.4% -> 94.3%, psum 94.1% -> 95.1% of the bound.
+    text = with_vmem_limit(reduce_scatter_3d(kind == "psum", True, two_cores, held=True), chip, "the windows")
+    for lanes in DIRECT_LANES_3D:
+        name = f"{kind}_vmem_windows_3d_l{lanes}_held_direct" + ("_2c" if two_cores else "")
+        yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
+                        .replace("lanes: 2}", f"lanes: {lanes}}}"),
+                        what + ", its plane held in VMEM between the first two phases, its last phase sent directly"
+                        + (", a direction per TensorCore" if two_cores else ""),
+                        {"lanes": lanes, "plane": "held", "last": "direct"})
