@@ -1047,10 +1047,14 @@ def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_the_quotient(topo
 
 
 @pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_every_chip(all_reduce):
+@pytest.mark.parametrize("last", ["direct", "held"])
+def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_every_chip(all_reduce, last):
+    """The direct third phase, and with it the plane held in VMEM, from the full analysis
+    (every chip's events, no symmetry)."""
     from ringc.verify.check import check_program, resolve_topology
     from ringc.verify.unroll import unroll
-    sched = load_text(_windows_3d_direct(all_reduce=all_reduce), "windows_3d_direct")
+    build = _windows_3d_direct if last == "direct" else _windows_3d_held
+    sched = load_text(build(all_reduce=all_reduce), f"windows_3d_{last}")
     placement = resolve_topology(sched, None, "torus:2x3x4")
     report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
     assert report.ok, [f.message for f in report.findings]
@@ -1128,16 +1132,6 @@ def test_the_3d_vmem_windows_with_the_plane_held_check_on_the_quotient(topology,
     else:
         report = quotient_report(sched, resolve_topology(sched, None, topology), 1)
     assert report is not None and report.ok, report and [f.message for f in report.findings]
-
-
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-def test_the_3d_vmem_windows_with_the_plane_held_check_on_every_chip(all_reduce):
-    from ringc.verify.check import check_program, resolve_topology
-    from ringc.verify.unroll import unroll
-    sched = load_text(_windows_3d_held(all_reduce=all_reduce), "windows_3d_held")
-    placement = resolve_topology(sched, None, "torus:2x3x4")
-    report = check_program(sched, unroll(sched, sizes=placement.sizes), placement, use_symmetry=False)
-    assert report.ok, [f.message for f in report.findings]
 
 
 HELD_3D = [
