@@ -593,12 +593,28 @@ CORES_REDUCE = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right
 """
 
 
-LANDS_HBM = "added, from HBM through VMEM windows,"
-LANDS_VMEM = "landed in a VMEM window and added there,"
+def _paced(vmem: bool) -> str:
+    """The header's paragraph on the paced program, and (`vmem`) on the windows: those are
+    written again, so the last words of `PACED` do not hold for them."""
+    if not vmem:
+        return PACED
+    return PACED.replace(" Each receive has\n# its own semaphore and every slot is written once, so a neighbour may run ahead.",
+                         "\n# Each receive has its own semaphore.") + WINDOWS
+
+
+CORES_VMEM = """# On both TensorCores (`cores: 2`, v5p): core 0 runs the right parts and core 1 the left
+# ones over its half of the rows, each with its own DMA issue, semaphores, adds and VMEM
+# windows; HBM is the chip's, so each core's sums have a slot of their own in `acc`;
+# `dir`, `fwd_<a>` and `back_<a>` are the core's direction, next chip and chip before along
+# a, and a remote copy or signal goes to the same core of that chip.
+"""
+# Where a reduction's arrival is added (`reduce_scatter`'s and `all_reduce`'s headers).
+LANDS_HBM = "from HBM through VMEM windows"
+LANDS_VMEM = "in the VMEM window it lands in"
 WINDOWS = """# An arrival lands in a VMEM window of the receiver (`win<i>`, two per phase), which adds
 # its own slab (loaded into `own<i>`) and sends the window on: one byte of HBM traffic per
 # link byte, where landing in HBM costs five. The first two phases go for each half of a
-# part's rows in turn through the same windows (so that every part's fit a core's VMEM),
+# part's rows in turn through the same windows (so that every part's windows fit a core's VMEM),
 # and a sender writes a window from a phase's third point on only after its receiver's
 # `cap<i>` word that what it held has gone on. Neighbours write our windows: a barrier first.
 """
@@ -633,10 +649,10 @@ def reduce_scatter(shape: tuple[int, ...], m: list[int] | None = None, overhead:
 # of u = rows / {r.M} rows (m = {{{r.shown}}}). Each reduces along its axes in
 # turn as a ring: along the first it sends the partial sums of every block with one
 # coordinate there, along the next those left with this chip's coordinate, and so on; what
-# arrives is {LANDS_VMEM if vmem else LANDS_HBM} to this chip's own (its `x` along the
+# arrives is added, {LANDS_VMEM if vmem else LANDS_HBM}, to this chip's own (its `x` along the
 # first axis, `acc` after) before it is sent on, and the last add goes to `out`. The adds
 # take the core one at a time (the fluid model orders them as they land; it ends at {r.end:.1f}).
-{PACED}{WINDOWS if vmem else ""}{CORES_REDUCE if cores else ""}"""
+{_paced(vmem)}{(CORES_VMEM if vmem else CORES_REDUCE) if cores else ""}"""
     return _schedule(f"psum_scatter_{len(shape)}d_paced" + ("_vmem" if vmem else "") + ("_2c" if cores else ""),
                      "psum_scatter", shape, header, tile * r.M,
                      [f"  x:   {{kind: input,  slots: [{_slots(shape)}], shape: [rows, cols], shard: [N * rows, cols]}}",
@@ -668,10 +684,10 @@ def all_reduce(shape: tuple[int, ...], m: tuple[list[int], list[int]] | None = N
 # slot, and a paced all-gather of those fills the others. Parts r<n> reduce, one per axis
 # order and direction, of order o carrying m_o units of u = rows / {r.M} rows
 # (m = {{{r.shown}}}); parts g<n> gather, of v = rows / {g.M} rows
-# (m = {{{g.shown}}}). The reduce-scatter's parts add what arrives, {LANDS_VMEM if vmem else LANDS_HBM}
+# (m = {{{g.shown}}}). The reduce-scatter's parts add what arrives, {LANDS_VMEM if vmem else LANDS_HBM},
 # before sending it on; the all-gather starts once every reduced part is in
 # place. Fluid model: the reduce-scatter ends at {r.end:.1f}, the all-gather {g.end:.1f} later.
-{PACED}{WINDOWS if vmem else ""}{CORES_REDUCE if cores else ""}"""
+{_paced(vmem)}{(CORES_VMEM if vmem else CORES_REDUCE) if cores else ""}"""
     body = [*r.body, "  # The all-gather of the reduced blocks.", *g.body]
     return _schedule(f"psum_{len(shape)}d_paced" + ("_vmem" if vmem else "") + ("_2c" if cores else ""), "psum", shape,
                      header, rows,
