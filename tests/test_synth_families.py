@@ -29,7 +29,12 @@ def _errors(report) -> list[str]:
 def _assert_refused(text: str, broken: str, fixed: str, kinds: set[str], topology: str) -> None:
     """`text` with `broken` replaced by `fixed` is refused by `ringc check` on `topology`,
     with at least the findings `kinds`."""
-    bad = text.replace(broken, fixed)
+    _assert_bad_refused(text, text.replace(broken, fixed), kinds, topology)
+
+
+def _assert_bad_refused(text: str, bad: str, kinds: set[str], topology: str) -> None:
+    """`bad`, a broken `text`, is refused by `ringc check` on `topology`, with at least the
+    findings `kinds`."""
     assert bad != text
     report = check(load_text(bad, "broken"), topology=topology)
     assert not report.ok and kinds <= set(_errors(report)), _errors(report)
@@ -1653,10 +1658,7 @@ def test_the_paced_schedules_on_both_cores_check(builder, shape, topology):
 def test_a_broken_paced_all_gather_on_both_cores_is_refused(breaking, kinds):
     from ringc.synth.families import paced_parts
     text = paced_parts.all_gather((2, 2, 4), cores=True)
-    bad = breaking(text)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:2x2x4")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_bad_refused(text, breaking(text), kinds, "torus:2x2x4")
 
 
 @pytest.mark.parametrize("kind", ["all_gather", "psum_scatter", "psum"])
@@ -1739,10 +1741,7 @@ def _early_release(text: str) -> str:
 def test_a_broken_paced_reduction_in_vmem_is_refused(breaking, kinds):
     from ringc.synth.families import paced_parts
     text = paced_parts.reduce_scatter((2, 3, 4), vmem=True)
-    bad = breaking(text)
-    assert bad != text
-    report = check(load_text(bad, "broken"), topology="torus:2x3x4")
-    assert not report.ok and kinds <= set(_errors(report)), _errors(report)
+    _assert_bad_refused(text, breaking(text), kinds, "torus:2x3x4")
 
 
 def test_the_paced_reductions_in_vmem_win_on_v5p_4x4x8():
