@@ -1173,7 +1173,8 @@ def test_a_broken_held_plane_is_refused(broken, fixed, kinds, topology):
     _assert_refused(_windows_3d_held(), broken, fixed, kinds, topology)
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+# the all-reduce (9 s) adds the direct all-gather the `_direct` test runs: a long sweep
+@pytest.mark.parametrize("all_reduce", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["psum_scatter", "psum"])
 def test_the_3d_vmem_windows_with_the_plane_held_match_lax_in_interpret_mode(all_reduce):
     """The column phase reading the plane's windows (a VMEM source for a remote copy and
     an add) and the direct phase, on a 2 x 2 x 2 CPU mesh, equal lax."""
@@ -1756,7 +1757,8 @@ def test_the_paced_reductions_in_vmem_win_on_v5p_4x4x8():
         assert e.fits and e.efficiency > was + 0.05, (kind, e.efficiency)
 
 
-@pytest.mark.parametrize("builder", ["reduce_scatter", "all_reduce"])
+# the all-reduce adds the paced all-gather `test_the_paced_schedules_match_lax_in_interpret_mode` runs
+@pytest.mark.parametrize("builder", ["reduce_scatter", pytest.param("all_reduce", marks=pytest.mark.slow)])
 def test_the_paced_reductions_in_vmem_match_lax_in_interpret_mode(builder):
     from ringc.run import run_schedule
     from ringc.synth.families import paced_parts
