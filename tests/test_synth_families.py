@@ -2139,8 +2139,10 @@ def test_two_cores_put_the_3d_reductions_on_v5p_4x4x4_within_5_percent_of_the_bo
     assert not any(c.name.endswith("_2c") for c in vmem_windows.generate("psum", T.parse("torus:4x4x4")))
 
 
+# torus:3x3x3 (12-17 s each) is a long sweep: the direct phase on odd axes stays in the default
+# suite on one core (`..._direct_last_phase_check_on_the_quotient`, `..._plane_held_check_on_the_quotient`)
 @pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-@pytest.mark.parametrize("topology", ["torus:3x3x3", "torus:2x3x4"])
+@pytest.mark.parametrize("topology", [pytest.param("torus:3x3x3", marks=pytest.mark.slow), "torus:2x3x4"])
 def test_the_two_core_3d_vmem_windows_with_a_direct_last_phase_check(topology, all_reduce):
     """Each core sends its own direction's rows of a block straight to every chip along the
     part's third axis (`_direct_block(cores=True)`), and (the all-reduce) gathers them so."""
