@@ -618,6 +618,7 @@ def test_a_broken_shift_doubling_all_reduce_is_refused(broken, fixed, kinds):
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
 
 
+@pytest.mark.slow   # a whole search on 256 chips (about 30 s)
 def test_halving_and_shift_doubling_win_the_all_reduce_at_64kib_on_v5e_16x16():
     """v5e routes only power-of-2 offsets (no one-shot family there): halving along the low
     digits (by translation) with doubling along the high ones first (shifted_halving), then
@@ -665,7 +666,7 @@ HANDSHAKES = [
 ]
 
 
-@pytest.mark.parametrize("topology", ["torus:4x4", "torus:8x8"])
+@pytest.mark.parametrize("topology", ["torus:4x4", pytest.param("torus:8x8", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("broken, fixed, kinds", HANDSHAKES)
 def test_a_broken_capacity_handshake_is_refused(broken, fixed, kinds, topology):
     text = _windows()
@@ -1207,6 +1208,7 @@ def test_the_direct_last_phase_pays_on_v5p_8x8x8(kind):
     assert direct > ring + 0.07 and wide_columns > direct + 0.03, effs
 
 
+@pytest.mark.slow   # two whole searches (about 18 s); the two-core test below prices the family there
 def test_the_3d_vmem_windows_beat_per_axis_on_v5p_4x4x4():
     """At 256 MiB on v5p:4x4x4 the 3-D reduce-scatter landing in VMEM (one byte of HBM traffic
     per link byte) beats per_axis, which lands in HBM (75.0% of the bound), in the model; the
@@ -1798,10 +1800,12 @@ def _first_add_after_its_start(text: str) -> str:
     ("reduce_scatter", _first_pipeline_dropped, {"wrong_result"}),
     ("reduce_scatter", _first_add_after_its_start, {"race"}),
 ])
-@pytest.mark.parametrize("cores", [False, True], ids=["one_core", "two_cores"])
-def test_a_broken_paced_schedule_is_refused(builder, breaking, kinds, cores):
+@pytest.mark.parametrize("cores, shape", [(False, (2, 2, 4)), (True, (2, 2, 4)),
+                                          pytest.param(False, (2, 4, 8), marks=pytest.mark.slow)],
+                         ids=["one_core", "two_cores", "one_core_2x4x8"])
+def test_a_broken_paced_schedule_is_refused(builder, breaking, kinds, cores, shape):
+    """On 2x2x4 (1-2 s a case; 2x4x8, three axes of three lengths, 11-21 s: the slow sweep)."""
     from ringc.synth.families import paced_parts
-    shape = (2, 2, 4) if cores else (2, 4, 8)   # (two processes a chip: the smaller slice, as long to check)
     text = getattr(paced_parts, builder)(shape, cores=cores)
     bad = breaking(text)
     assert bad != text
@@ -2022,7 +2026,7 @@ def test_the_hamiltonian_ring_matches_lax_in_interpret_mode(kind):
     assert result.ok, result
 
 
-@pytest.mark.parametrize("topology", ["v5e:2x4", "mesh:3x4"])
+@pytest.mark.parametrize("topology", ["v5e:2x4", pytest.param("mesh:3x4", marks=pytest.mark.slow)])
 def test_the_hamiltonian_ring_times_as_its_template_on_a_ring(topology):
     """`Candidate.priced_as`: every candidate's timed run on the slice (every chip timed) is
     its template's on ring:N (device 0's events on the translation quotient), to 1e-9, at
