@@ -1115,24 +1115,30 @@ def test_the_3d_vmem_windows_with_a_direct_last_phase_match_lax_in_interpret_mod
     assert result.ok, result
 
 
-def _windows_3d_held(rows: int = 32, lanes: int = 2, all_reduce: bool = False, cores: bool = False) -> str:
+def _windows_3d_held(rows: int = 32, lanes: int = 2, all_reduce: bool = False, cores: bool = False,
+                     cwin: int = 2) -> str:
     """The 3-D schedule whose plane stays in its windows between the first two phases
-    (`_held_direct` candidates: one round of the plane, pieces of rows / lanes)."""
+    (`_held_direct` candidates: one round of the plane, pieces of rows / lanes; `cwin`
+    column windows per lane)."""
     from ringc.synth.families import vmem_windows
-    return vmem_windows.reduce_scatter_3d(all_reduce, direct=True, cores=cores, held=True).replace(
-        "params: {rows: 16, cols: 128, lanes: 2}", f"params: {{rows: {rows}, cols: 128, lanes: {lanes}}}")
+    text = vmem_windows.reduce_scatter_3d(all_reduce, direct=True, cores=cores, held=True)
+    params = "params: {rows: 16, cols: 128, lanes: 2, cwin: 2}"
+    assert params in text
+    return text.replace(params, f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, cwin: {cwin}}}")
 
 
 @pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
-@pytest.mark.parametrize("topology, rows, lanes, cores", [
-    ("torus:2x3x4", 32, 2, False), ("torus:3x3x3", 16, 1, False), ("torus:3x3x3", 32, 2, False),
-    ("torus:2x4x8", 64, 2, False), ("v5p:4x4x4", 32, 2, True), ("v5p:2x4x4", 32, 1, True)])
-def test_the_3d_vmem_windows_with_the_plane_held_check_on_the_quotient(topology, rows, lanes, cores, all_reduce):
+@pytest.mark.parametrize("topology, rows, lanes, cores, cwin", [
+    ("torus:2x3x4", 32, 2, False, 2), ("torus:3x3x3", 16, 1, False, 2), ("torus:3x3x3", 32, 2, False, 2),
+    ("torus:2x4x8", 64, 2, False, 2), ("v5p:4x4x4", 32, 2, True, 2), ("v5p:2x4x4", 32, 1, True, 2),
+    ("torus:2x4x8", 64, 2, False, 4), ("torus:3x3x3", 16, 1, False, 3), ("v5p:4x4x4", 32, 2, True, 4)])
+def test_the_3d_vmem_windows_with_the_plane_held_check_on_the_quotient(topology, rows, lanes, cores, cwin, all_reduce):
     """The plane's last windows are the column phase's source and own blocks: their index
     (`f`: lanes on an odd axis, 0 on an even one) on axes of 2, 3, 4 and 8, one lane and
-    two, one core and both (v5p:2x4x4 has no wraparound: every chip)."""
+    two, one core and both (v5p:2x4x4 has no wraparound: every chip); the column's windows
+    2, 3 and 4 per lane (with 4 on an axis of 8, its senders run ahead of the handshake)."""
     from ringc.verify.check import quotient_report, resolve_topology
-    sched = load_text(_windows_3d_held(rows, lanes, all_reduce, cores), "windows_3d_held")
+    sched = load_text(_windows_3d_held(rows, lanes, all_reduce, cores, cwin), "windows_3d_held")
     if topology == "v5p:2x4x4":
         report = check(sched, topology=topology)
     else:
@@ -1160,6 +1166,17 @@ HELD_3D = [
     # Part C's column phase starts a point early, on the plane's last point, which never runs.
     ("e1c: e0c + n0c", "e1c: e0c + n0c - 1", {"hang"}, "torus:2x3x4"),
 ]
+# With four column windows a lane (`cwin: 4`) on an axis of 8 (part B's column, along z):
+HELD_CWIN_3D = [
+    # Part B's arrivals land in 2 x lanes windows in turn (and are sent on and added from
+    # there) while its senders wait for a freed window only from the cw-th on: a window is
+    # written again before its content was sent on.
+    (lambda t: t.replace("(cw if pb == 1 else", "(2 * lanes if pb == 1 else")
+     .replace("(cw if pbj == 1 else", "(2 * lanes if pbj == 1 else"), {"race"}),
+    # Its senders take a lane's worth of windows more than there are before they wait.
+    (lambda t: t.replace("- when: sendingb and pb == 1 and nb >= cw\n", "- when: sendingb and pb == 1 and nb >= cw + lanes\n"),
+     {"unbalanced"}),
+]
 
 
 def test_the_held_plane_refuses_other_lanes_by_name():
@@ -1172,6 +1189,12 @@ def test_the_held_plane_refuses_other_lanes_by_name():
 @pytest.mark.parametrize("broken, fixed, kinds, topology", HELD_3D)
 def test_a_broken_held_plane_is_refused(broken, fixed, kinds, topology):
     _assert_refused(_windows_3d_held(), broken, fixed, kinds, topology)
+
+
+@pytest.mark.parametrize("breaking, kinds", HELD_CWIN_3D, ids=["windows_reused_early", "waits_skipped"])
+def test_a_broken_held_column_window_count_is_refused(breaking, kinds):
+    text = _windows_3d_held(rows=64, cwin=4)
+    _assert_bad_refused(text, breaking(text), kinds, "torus:2x4x8")
 
 
 # the all-reduce (9 s) adds the direct all-gather the `_direct` test runs: a long sweep

@@ -49,6 +49,7 @@ negative way (axes of 4 to 8): v5p:8x8x8 at 256 MiB 92.4% -> 95.0% (psum 94.1% -
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 from .base import Candidate, vmem_limit_mib, with_vmem_limit
@@ -140,9 +141,10 @@ def _windows_freed(finishing: str, h: str, p: int, st: str, nt: str, upstream: s
             f"        to: {upstream}"]
 
 
-def _drain(p: int, st: str, nt: str) -> list[str]:
-    """The wait at the end for the capacity words of stream `st`'s phase p nobody waited for."""
-    return [f"      - sem_wait: cap{p}_{st}", f"        value: min(2 * lanes, {nt})"]
+def _drain(p: int, st: str, nt: str, windows: str = "2 * lanes") -> list[str]:
+    """The wait at the end for the capacity words of stream `st`'s phase p nobody waited for
+    (`windows`: the phase's window count)."""
+    return [f"      - sem_wait: cap{p}_{st}", f"        value: min({windows}, {nt})"]
 
 
 def _sections(name: str, kind: str, axes: str, pieces: str, bufs: list[str], sems: list[str], grid: str,
@@ -432,7 +434,10 @@ HELD_3D = """#
 # copy of the plane to HBM and back between the phases (six streams' copies at once, HBM
 # bound, with the links idle), no load of the column's own blocks, and the second phase
 # starts as the first's last lanes are added (no L idle points between them). Nothing
-# writes the plane's windows again in the call: the first phase has no later point.
+# writes the plane's windows again in the call: the first phase has no later point. The
+# column has `cw` = cwin x lanes windows (`w1_*`), not 2 x lanes: a sender writes window n
+# once its receiver freed window n - cw, cwin - 1 steps before, so with cwin > 2 the
+# column's small steps are not paced by that word's round trip to the neighbour.
 """
 
 DIRECT_AR_3D = """#
@@ -463,6 +468,13 @@ DIRECT_LANES_3D = (1, 2)
 # 256 MiB on v5p:4x4x4: 88.4% of the bound against 87.5% for the reduce-scatter).
 PIECES_3D = ((2, 4), (4, 8))
 HELD_LANES_3D = (2,)   # the `_held_direct` candidates' lanes (the schedule takes 1 or 2)
+# Their column's windows per lane (`cwin`): with two, a sender writes a window its receiver
+# freed one grid point before, and on v5p:16x16x16 at 256 MiB the column's steps went at the
+# pace of that handshake round the ring (a signal and a point's run a hop: 2.5 us a point,
+# 91 us for the phase's 2 x 15 points): with four, at the pace of the transfers and adds
+# (psum_scatter 87.4% -> 90.4% of the bound, psum 89.9% -> 91.4%). On v5p:8x8x8 two stay
+# ahead (95.0% against 94.2%): both are priced.
+HELD_CWIN_3D = (2, 4)
 
 
 def _region(buf: str, index: dict[str, str], axes: tuple[str, ...], tail: str) -> str:
@@ -497,8 +509,13 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
         lets += ["q3: rows // lanes                          # the all-gathers (HBM to HBM): one round",
                  "q4: q3", "q5: q3"]
     lets += ["L: lanes - 1                               # point k finishes point k - L"]
+    if held:
+        lets += ["cw: cwin * lanes                           # the column's windows (a sender runs up to cwin - 1 steps ahead)"]
     if cores:
         lets += core_lets("xyz")
+
+    def windows(p: int) -> str:   # phase p's window count: the held column's `cw`, else 2 x lanes
+        return "cw" if held and p == 1 else "2 * lanes"
     for h, order in PARTS_3D:
         axes = (order + order[::-1])[:phases]
         for p, ax in enumerate(axes):
@@ -529,12 +546,11 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                      f"q{h}{sfx}: {pick(lambda p: f'q{p}')}",
                      f"r0{h}{sfx}: n{h}{sfx} // lanes // len{h}{sfx} * lanes * q{h}{sfx}   # first row of the step's lane 0",
                      f"r{h}{sfx}: r0{h}{sfx} + i{h}{sfx} * q{h}{sfx}   # first row of the piece",
-                     f"w{h}{sfx}: n{h}{sfx} % (2 * lanes)"]
+                     f"w{h}{sfx}: n{h}{sfx} % " + (f"(cw if p{h}{sfx} == 1 else 2 * lanes)" if held else "(2 * lanes)")]
     for h, _ in PARTS_3D:   # the step after j's (its blocks are loaded once j's step is added)
         lets += [f"tn{h}: (n{h}j + 1) // lanes % len{h}j", f"rn{h}: (n{h}j + 1) // lanes // len{h}j * lanes * q{h}j"]
-    lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (part A's; B's: ub, C's: uc)",
-             "ub: (nb - lanes) % (2 * lanes)",
-             "uc: (nc - lanes) % (2 * lanes)"]
+    lets += [f"u{h}: (n{h} - lanes) % " + (f"(cw if p{h} == 1 else 2 * lanes)" if held else "(2 * lanes)")
+             + ("   # the window sent on now (part A's; B's: ub, C's: uc)" if h == "a" else "") for h, _ in PARTS_3D]
     xyz = ("x", "y", "z")
     if all_reduce:
         bufs = ["  x:     {kind: input,  slots: [N_x, N_y, N_z, 3, 2], shape: [rows, cols], shard: [6 * N * rows, cols],",
@@ -580,14 +596,14 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                          f"jb{p}_{st}: {moved(ax, f't{h}j + 2')}   # the block that arrived at j",
                          f"nb{p}_{st}: {moved(ax, f'tn{h} + 2')}   # the block arriving after j's step"]
             for p in rings:
-                slots = ", ".join(["2 * lanes"] + extra[p])
+                slots = ", ".join([windows(p)] + extra[p])
                 xslots = f"slots: [{', '.join(extra[p])}], " if extra[p] else ""
                 bufs.append(f"  w{p}_{st}:  {{kind: vmem_scratch, slots: [{slots}], shape: [q{p}, cols]}}")
                 if not (held and p == 1):
                     bufs.append(f"  xw{p}_{st}: {{kind: vmem_scratch, {xslots}shape: [lanes * q{p}, cols]}}")
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma",
-                     *(f"  recv{p}_{st}: {{kind: dma, shape: [2 * lanes]}}" for p in rings),
+                     *(f"  recv{p}_{st}: {{kind: dma, shape: [{windows(p)}]}}" for p in rings),
                      f"  out_{st}: {{kind: dma, shape: [lanes]}}",
                      *(f"  cap{p}_{st}: regular" for p in rings)]
 
@@ -630,10 +646,10 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                     copies.append(f'  {st}_jl{p}: {{src: "{src(p, f"jb{p}_{st}", f"r0{h}j:lanes * q{p}")}", '
                                   f'dst: "{xwin(p, f"0:lanes * q{p}")}", sem: load_{st}}}')
                 if not (held and p == 0):   # held: the plane's result stays in its windows
-                    copies.append(f'  {st}_o{p}(n): {{src: "{win(p, "n % (2 * lanes)")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}')
+                    copies.append(f'  {st}_o{p}(n): {{src: "{win(p, f"n % ({windows(p)})")}", dst: "{dst}", sem: "out_{st}[n % lanes]"}}')
                 if held and p == 1:   # the column's last copy of lane i (one round), as the direct phase waits for it
                     last = dst_of[p].replace("DIR", str(d)).replace("ROWS", "i * q1:q1")
-                    copies.append(f'  {st}_ol1(i): {{src: "{win(p, f"(n1{h} - lanes + i) % (2 * lanes)")}", dst: "{last}", '
+                    copies.append(f'  {st}_ol1(i): {{src: "{win(p, f"(n1{h} - lanes + i) % cw")}", dst: "{last}", '
                                   f'sem: "out_{st}[i]"}}')
             if all_reduce:   # the all-gathers: over the part's third axis (phase 3), its second (4), its first (5)
                 # a receive semaphore per point (one round: q3 = rows / lanes): the upstream
@@ -655,7 +671,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                              f"    do: [{{wait: {st}_g{p}(n=n{h} - lanes)}}]",
                              f"  - when: sending{h} and p{h} == {p}", f"    do: [{{start: {st}_g{p}(n=n{h})}}]"]
             for p, ax in ((p, order[p]) for p in rings):
-                send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= 2 * lanes",
+                send += [f"  - when: sending{h} and p{h} == {p} and n{h} >= {windows(p)}",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending{h} and p{h} == {p} and t{h} == 0",
                          f"    do: [{{start: {st}_s{p}}}]",
@@ -698,7 +714,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
                              f"  - when: sending{h} and p{h} == 2 and n{h} == 0 and L == 1",
                              f"    do: [{{wait: {st}_ol1(i=L)}}]"]
                 finish += _windows_freed(f"finishing{h}", h, p, st, nt, f"{back}_{ax}")
-                drain += _drain(p, st, nt)
+                drain += _drain(p, st, nt, windows(p))
         if direct:
             more = _direct_block(h, hi, order, mine, cores)
             if all_reduce:
@@ -714,7 +730,7 @@ def reduce_scatter_3d(all_reduce: bool = False, direct: bool = False, cores: boo
         header += DIRECT_3D + (DIRECT_AR_3D if all_reduce else "")
     if cores:
         header += CORES_3D
-    pieces = ", ".join(([] if held else ["wrows: 64", "crows: 128"]) + ([] if direct else ["brows: 256"]))
+    pieces = ", ".join((["cwin: 2"] if held else ["wrows: 64", "crows: 128"]) + ([] if direct else ["brows: 256"]))
     return f"""{header}{_sections(name, kind, "xyz", pieces, bufs, sems, "T", let, copies, cores)}
   # Start point k's transfers (once the receiver has a window free) and the loads of the
   # blocks they will be added to.
@@ -933,10 +949,11 @@ def _generate_3d(kind: str, topo, chip, two_cores: bool = False) -> Iterator[Can
     # Two lanes only: one lane won only at 4 MiB, by 0.5-1.4 points of about 20%, and took
     # the search on v5p:4x4x4 (64 chips) past 10 s.
     text = with_vmem_limit(reduce_scatter_3d(kind == "psum", True, two_cores, held=True), chip, "the windows")
-    for lanes in HELD_LANES_3D:
-        name = f"{kind}_vmem_windows_3d_l{lanes}_held_direct" + ("_2c" if two_cores else "")
+    for lanes, cwin in itertools.product(HELD_LANES_3D, HELD_CWIN_3D):
+        name = (f"{kind}_vmem_windows_3d_l{lanes}_held_direct" + ("" if cwin == 2 else f"_cw{cwin}")
+                + ("_2c" if two_cores else ""))
         yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_3d", f"name: {name}")
-                        .replace("lanes: 2}", f"lanes: {lanes}}}"),
+                        .replace("lanes: 2, cwin: 2}", f"lanes: {lanes}, cwin: {cwin}}}"),
                         what + ", its plane held in VMEM between the first two phases, its last phase sent directly"
                         + (", a direction per TensorCore" if two_cores else ""),
-                        {"lanes": lanes, "plane": "held", "last": "direct"})
+                        {"lanes": lanes, "plane": "held", "last": "direct"} | ({} if cwin == 2 else {"cwin": cwin}))
