@@ -49,6 +49,12 @@ from conftest import REPO
 
 # every library schedule, the ones that read runtime data (`data:`) included
 LIB = {p.stem: p.read_text() for p in sorted((REPO / "schedules").glob("*.yaml"))}
+# `ringc synth`'s winners: generated text (params such as lanes, cwin, units; guard
+# semaphores that refuse a lane count; 3-D slices of 4,096 chips), drawn by a test of their own
+SYNTH = {p.stem: p.read_text() for p in sorted((REPO / "schedules" / "synth").glob("*.yaml"))}
+TEXTS = LIB | SYNTH
+SMALL_SLICES = {1: ["ring:4", "ring:8"], 2: ["torus:2x2", "torus:4x4", "v5e:2x4"],
+                3: ["v5p:2x2x2", "v5p:2x2x4", "torus:2x3x4", "v5p:2x4x4"]}   # (most 3-D winners: 2 cores)
 DATA_STEMS = sorted(stem for stem, text in LIB.items() if "\ndata:" in text)
 EXAMPLES = int(os.environ.get("RINGC_FUZZ_EXAMPLES", "200"))
 BUDGET = 20.0  # seconds per command: far above what any example needs with the limits below
@@ -216,7 +222,7 @@ def schedules(draw):
 @st.composite
 def schedules_of(draw, stem: str):
     """The library schedule `stem`'s YAML text, mutated (sometimes not at all)."""
-    text = LIB[stem]
+    text = TEXTS[stem]
     data_edits = draw(st.sampled_from([0, 0, 1, 1, 1, 2, 3]))
     if data_edits:
         data = yaml.safe_load(text)
@@ -249,7 +255,7 @@ LIMITS = ["data_samples=1", "expr_depth=1000", "invocations=2", "devices=2", "de
 
 
 def _param(stem: str):
-    names = sorted(yaml.safe_load(LIB[stem]).get("params", {})) + ["nope", "ｒｏｗｓ", ""]
+    names = sorted(yaml.safe_load(TEXTS[stem]).get("params", {})) + ["nope", "ｒｏｗｓ", ""]
     return st.builds(lambda k, v: f"{k}={v}", st.sampled_from(names),
                      st.sampled_from(PARAM_VALUES[:GOOD]) | st.sampled_from(PARAM_VALUES))
 
@@ -438,6 +444,25 @@ def test_command_lines_never_crash_hang_or_damage_files(example):
     """The library's own (valid) schedules under fuzzed command lines (and data files)."""
     stem, command, flags, output, data = example
     run_example(stem, LIB[stem], command, flags, output, data)
+
+
+@settings(max_examples=max(EXAMPLES // 8, 10), **FUZZ)
+@given(st.sampled_from(sorted(SYNTH)).flatmap(
+    lambda stem: st.tuples(st.just(stem), st.just(SYNTH[stem]) | schedules_of(stem), st.sampled_from(COMMANDS)).flatmap(
+        lambda sc: st.tuples(st.just(sc[0]), st.just(sc[1]), st.just(sc[2]), command_lines(sc[0], sc[2]),
+                             st.sampled_from(OUTPUTS), data_files(), st.integers(0, 5)))))
+def test_synthesized_schedules_never_crash_hang_or_damage_files(example):
+    """`ringc synth`'s winners, as written or mutated, under fuzzed command lines: their
+    params (`--param lanes=4` on a held plane, odd rows, a part's units) get one message.
+    Where the line names no slice, one of the schedule's own rank (most are 3-D)."""
+    stem, text, command, flags, output, data, pick = example
+    if command in ("check", "cost", "show") and "--topology" not in flags:   # (in place of --devices)
+        axes = len(yaml.safe_load(SYNTH[stem]).get("axes", [])) or 1
+        if "--devices" in flags:
+            at = flags.index("--devices")
+            flags = flags[:at] + flags[at + 2:]
+        flags = flags + ["--topology", SMALL_SLICES[axes][pick % len(SMALL_SLICES[axes])]]
+    run_example(stem, text, command, flags, output, data)
 
 
 @settings(max_examples=max(EXAMPLES // 4, 10), **FUZZ)

@@ -56,6 +56,19 @@ def test_show_md_document_has_valid_mermaid(path, tmp_path, capsys):
     assert diagram(e, "state").count("    state ") == len(sigs)
 
 
+def test_a_two_core_schedule_on_a_3d_slice_names_each_core_in_its_document(tmp_path):
+    """With `cores: 2` a chip runs two processes (8 chips of v5p:2x2x2, 16 devices): the ring
+    diagram labels process p with its chip's coordinates and, past the chips, `core 1` (it
+    indexed the chips' coordinates by process: an internal error, found by the fuzz)."""
+    out = tmp_path / "doc.md"
+    path = REPO / "schedules" / "synth" / "all_gather_v5p_16x16x16_256MiB.yaml"
+    assert main(["show", str(path), "--topology", "v5p:2x2x2", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert [validate(b) for b in blocks(text)][:2] == ["graph", "graph"]
+    assert 'D0["Device 0<br/>(0,0,0)"]' in text and 'D8["Device 8<br/>(0,0,0) core 1"]' in text
+    assert 'D15["Device 15<br/>(1,1,1) core 1"]' in text and "D16[" not in text
+
+
 def test_mermaid_validator_rejects_broken_diagrams():
     e = timed(REPO / "schedules" / "reduce_scatter_bidirectional.yaml", 4)
     good = {k: diagram(e, k) for k in ("gantt", "ring", "state", "memory")}

@@ -22,7 +22,11 @@ def document(e: Estimate, device: int = 0) -> str:
     n = program.n
     grid = ", ".join(f"`{k}: {E.to_text(v)}`" for k, v in s.grid.items())
     overview = s.header.strip() or s.description or ""
-    coords = [coord_text(c) for c in hw.placement.coords] if hw.placement.topo.ndim > 1 else None
+    coords = None
+    if hw.placement.topo.ndim > 1:   # a process's chip (`place`: a second core's is its chip's), and its core
+        chips, per_core = [coord_text(c) for c in hw.placement.coords], program.device_count
+        coords = [chips[program.place(p)] + (f" core {p // per_core}" if program.cores > 1 and p >= per_core else "")
+                  for p in range(n)]
     params = ", ".join(f"`{k}={v}`" for k, v in s.params.items()) or "none"
     bn = e.bottleneck
     parts = [
