@@ -331,3 +331,51 @@ def test_a_multi_axis_module_defines_each_helper_once(stem):
     tree = ast.parse(emit(load(REPO / "schedules" / f"{stem}.yaml")))
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+GUARDED = """
+name: guarded_past_the_end
+collective: all_gather
+params: {rows: 8, cols: 128, extra: 0}
+buffers:
+  x:   {kind: input,  shape: [rows, cols]}
+  out: {kind: output, slots: N, shape: [rows, cols]}
+semaphores:
+  local_sem: dma
+  send_sem: dma
+  recv_sems: {kind: dma, shape: [N - 1]}
+grid: {step: N - 1}
+let:
+  slot: (me - step) % N
+copies:
+  own:     {src: x, dst: "out[me]", sem: local_sem}
+  past:    {src: x, dst: "out[N + extra - 1]", sem: local_sem}
+  forward: {src: "out[slot]", dst: "out[slot]", to: right, send_sem: send_sem, recv_sem: "recv_sems[step]"}
+body:
+  - when: step == 0
+    do:
+      - start: own
+      - wait: own
+  - when: step == 0 and extra == 1   # never with extra = 0, where `past` would be slot N
+    do:
+      - start: past
+      - wait: past
+  - start: forward
+  - wait: forward
+"""
+
+
+def test_a_guard_s_static_terms_keep_a_branch_that_never_runs_untraced():
+    """A `when` of a grid index and a param: the param's term is a Python `if` around the
+    `pl.when`, so the branch it rules out is not traced. Traced, its copy's static slot
+    (N + extra - 1 = N) is past `out`, a trace error ("Out of bound slice") in a kernel
+    `ringc check` proves: the branch never runs."""
+    from ringc.run import run_schedule
+    from ringc.verify.check import check
+    sched = load_text(GUARDED, "guarded")
+    assert check(sched, n=4).ok
+    source = emit(sched)
+    at = source.index("if extra == 1:")
+    assert source[at:].split("\n")[1].strip() == "@pl.when(step == 0)", source[at:at + 200]
+    result = run_schedule(sched, 4, seed=1)
+    assert result.ok, result
