@@ -333,6 +333,7 @@ def test_a_multi_axis_module_defines_each_helper_once(stem):
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
+
 GUARDED = """
 name: guarded_past_the_end
 collective: all_gather
@@ -349,17 +350,17 @@ let:
   slot: (me - step) % N
 copies:
   own:     {src: x, dst: "out[me]", sem: local_sem}
-  past:    {src: x, dst: "out[N + extra - 1]", sem: local_sem}
+  again:   {src: "x[0:rows // 2]", dst: "out[me, rows // 2 + (1 - extra) * rows:rows // 2]", sem: local_sem}
   forward: {src: "out[slot]", dst: "out[slot]", to: right, send_sem: send_sem, recv_sem: "recv_sems[step]"}
 body:
   - when: step == 0
     do:
       - start: own
       - wait: own
-  - when: step == 0 and extra == 1   # never with extra = 0, where `past` would be slot N
+  - when: step == 0 and extra == 1   # never with extra = 0, where `again`'s rows start past `out`'s
     do:
-      - start: past
-      - wait: past
+      - start: again
+      - wait: again
   - start: forward
   - wait: forward
 """
@@ -367,9 +368,9 @@ body:
 
 def test_a_guard_s_static_terms_keep_a_branch_that_never_runs_untraced():
     """A `when` of a grid index and a param: the param's term is a Python `if` around the
-    `pl.when`, so the branch it rules out is not traced. Traced, its copy's static slot
-    (N + extra - 1 = N) is past `out`, a trace error ("Out of bound slice") in a kernel
-    `ringc check` proves: the branch never runs."""
+    `pl.when`, so the branch it rules out is not traced. Traced, its copy's static rows
+    (rows // 2 + rows: 12 of `out`'s 8) are an "Out of bound slice" error of the trace, in
+    a kernel `ringc check` proves: the branch never runs."""
     from ringc.run import run_schedule
     from ringc.verify.check import check
     sched = load_text(GUARDED, "guarded")
@@ -379,3 +380,26 @@ def test_a_guard_s_static_terms_keep_a_branch_that_never_runs_untraced():
     assert source[at:].split("\n")[1].strip() == "@pl.when(step == 0)", source[at:at + 200]
     result = run_schedule(sched, 4, seed=1)
     assert result.ok, result
+
+
+NEVER = GUARDED.replace("step == 0 and extra == 1   # never with extra = 0, where `again`'s rows start past `out`'s",
+                        "step == N   # never: step < N - 1")
+
+
+def test_a_static_slice_past_its_buffer_in_a_branch_no_device_runs_is_refused_by_check():
+    """`step == N` never holds, so no device runs the copy and the unroller never evaluates
+    it; but the emitted kernel traces it (`pl.when` of a grid index), and its rows are
+    static and past `out`: the trace fails. `ringc check` refuses it at the copy's line,
+    not an ok for a kernel `ringc run` cannot trace; with a term of N ruling the branch
+    out (`N < 0`: a Python `if`, not traced) it is ok, and it runs."""
+    from ringc.errors import ScheduleError
+    from ringc.run import run_schedule
+    from ringc.verify.check import check
+    assert NEVER != GUARDED
+    with pytest.raises(ScheduleError, match=r"never:17: .*slice 12:4 \(start:size\) leaves dimension 1 of `out` "
+                                            r"\(size 8\).*used at line 26.*emitted kernel traces"):
+        check(load_text(NEVER, "never"), n=4)
+    with pytest.raises(ValueError, match="Out of bound slice"):   # what check stands for
+        run_schedule(load_text(NEVER, "never"), 4, seed=1)
+    ruled_out = load_text(NEVER.replace("step == N", "step == N and N < 0"), "ruled_out")
+    assert check(ruled_out, n=4).ok and run_schedule(ruled_out, 4, seed=1).ok

@@ -302,21 +302,6 @@ def _plus(a: E.Expr, b: E.Expr, op: str) -> E.Expr:
     return E.BinOp(op, a, b)
 
 
-def _conjuncts(e: E.Expr) -> list[E.Expr]:
-    """The terms of `a and b and ...` (the expression itself when it is no `and`)."""
-    if isinstance(e, E.BinOp) and e.op == "and":
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
-
-
-def _conjunction(terms: list[E.Expr]) -> E.Expr:
-    """`terms[0] and terms[1] and ...`, left-nested as the parser writes it."""
-    out = terms[0]
-    for term in terms[1:]:
-        out = E.BinOp("and", out, term)
-    return out
-
-
 def _walk_exprs(e: E.Expr) -> Iterator[E.Expr]:
     yield e
     for c in E.children(e):
@@ -810,13 +795,13 @@ class Emitter:
         # buffer for these params, e.g. lane 1 of one lane: no trace error for a branch
         # that never runs, as `ringc check` has it).
         static, traced = [], []
-        for term in _conjuncts(op.when):
+        for term in E.conjuncts(op.when):
             (static if self.resolved.is_static(term, self.loop_names) else traced).append(term)
-        with w.block(f"if {self.py(_conjunction(static))}:") if static else contextlib.nullcontext():
+        with w.block(f"if {self.py(E.conjunction(static))}:") if static else contextlib.nullcontext():
             if not traced:
                 self.ops(w, op.do)
                 return
-            w.line(f"@pl.when({self.py(_conjunction(traced))})")
+            w.line(f"@pl.when({self.py(E.conjunction(traced))})")
             with w.block("def _():"):
                 self.ops(w, op.do)
 

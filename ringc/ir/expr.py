@@ -333,6 +333,21 @@ def _item(expr: Item, env: Mapping[str, Any], i: Any) -> int:
     return array[i]
 
 
+def conjuncts(e: Expr) -> list[Expr]:
+    """The terms of `a and b and ...` (the expression itself when it is no `and`)."""
+    if isinstance(e, BinOp) and e.op == "and":
+        return conjuncts(e.left) + conjuncts(e.right)
+    return [e]
+
+
+def conjunction(terms: list[Expr]) -> Expr:
+    """`terms[0] and terms[1] and ...`, left-nested as the parser writes it."""
+    out = terms[0]
+    for term in terms[1:]:
+        out = BinOp("and", out, term)
+    return out
+
+
 class _Refused(Exception):
     """A bitwise operand or shift count out of the language's range (`evaluate` names the expression)."""
 

@@ -25,7 +25,7 @@ from .symmetric.program import SymmetricProgram
 from .cores import composed
 from .rotation import rotation_unroll
 from .xor import xor_unroll
-from .unroll import DataFault, unroll
+from .unroll import DataFault, traced_indices, unroll
 from ..data import sample_text
 
 def resolve_topology(sched: Spec, n: int | None, topo: "str | topology.Topology",
@@ -189,6 +189,7 @@ def check(sched: S.Schedule, n: int | None = None, *, topology: "str | topology.
     if data is not None and not sched.data:
         raise ScheduleError(f"`{sched.name}` declares no runtime data, so --data has nothing to give",
                             file=sched.file, fix="drop --data")
+    traced_indices(sched, placement.sizes)   # what the emitted kernel traces but no device may run
     if data is not None:  # each sample its own program: no quotient
         with collector_paused():
             report = apply_strict(_data_report(sched, placement, invocations, dma_order, data, data_how), strict)

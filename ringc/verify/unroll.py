@@ -1612,3 +1612,79 @@ def _matmul(u: Unroller, op: S.Matmul) -> list[tuple[Action, int | None]]:
         u.fail(line, f"matmul: `{dst.text()}` has shape {list(dst.shape)} but the product is {list(want)}",
                f"make the destination a's {side[1 - ca]} by b's {side[1 - cb]}")
     return [(Compute("matmul", dst, a, b, op.accumulate, contract=(ca, cb)), None)]
+
+
+def traced_indices(sched: S.Schedule, sizes: dict[str, int]) -> None:
+    """Raise `ScheduleError` for a copy the emitted kernel traces with a static slice past its
+    buffer: a `start:size` of N, the axis sizes, the params, the static lets and the copy's
+    arguments of that kind only, so Python ints when the kernel is traced, where JAX
+    refuses a slice that leaves its dimension ("Out of bound slice"; a point index is not
+    checked there). The emitted kernel traces every op whose guards' static terms hold
+    (`codegen.pallas`, `op_when`: those are a Python `if` around the `pl.when` of the rest),
+    whether or not a device ever runs it; the unroller, which follows the runs, never
+    evaluates a branch that no device takes (an op every device runs is its to check).
+    Ops inside a `loop` or a pipeline are left to the unroller (their indices are the
+    loop's)."""
+    if sched.kernels:
+        return
+    r = resolved(sched)
+    static_names = set(r.static_names) | set(r.static_lets)
+    n = prod(sizes.values())
+    ctx = _Context(sched, n, sizes)
+    env = dict(ctx.static)
+
+    def value(e: E.Expr) -> Any:
+        return E.evaluate(r.inline(e), env)
+    try:
+        env.update({name: value(e) for name, e in r.static_lets.items()})
+    except E.ExprError:
+        return   # the unroller reports it where it is used
+
+    def static(e: E.Expr, bound: set[str] = frozenset()) -> bool:
+        return E.names(r.inline(e)) <= static_names | bound
+
+    def walk(ops: list[S.Op], guarded: bool) -> None:   # guarded: under a `pl.when` (a traced term)
+        for op in ops:
+            if isinstance(op, S.When):
+                terms = E.conjuncts(op.when)
+                try:
+                    traced = all(value(t) for t in terms if static(t))
+                except E.ExprError:
+                    continue   # (the unroller's to report, where a device evaluates it)
+                if traced:
+                    walk(op.do, guarded or not all(static(t) for t in terms))
+            elif guarded and op.copy_halves and op.copy_use is not None:   # (unguarded: every device runs it)
+                copy(op.copy_use, op.line)
+
+    def copy(use: S.CopyUse, line: int) -> None:
+        c = sched.copies.get(use.name)
+        if c is None:
+            return
+        bound = {a for a, e in use.args if static(e)}
+        try:
+            args = {a: value(e) for a, e in use.args if a in bound}
+        except E.ExprError:
+            return
+        for ref in (c.src, c.dst):
+            shape = ctx.shapes.get(ref.name) if ref is not None else None
+            for dim, index in enumerate(ref.indices if shape else ()):
+                if not (isinstance(index, E.Slice) and index.start is not None and index.size is not None
+                        and static(index.start, bound) and static(index.size, bound)):
+                    continue
+                try:
+                    start, size = (E.evaluate(r.inline(x), {**env, **args}) for x in (index.start, index.size))
+                except E.ExprError:
+                    continue
+                if start < 0 or size <= 0 or start + size > shape[dim]:
+                    written = line if c.args else (c.line or sched.line_of("copies", use.name) or line)
+                    raise ScheduleError(
+                        f"`{ref.text()}`: slice {start}:{size} (start:size) leaves dimension {dim} of `{ref.name}` "
+                        f"(size {shape[dim]}) (N={n}), where copy `{use.name}` is used at line {line}: its start "
+                        "and size do not vary, and the emitted kernel traces the op wherever its guard's terms of N "
+                        "and params hold, also where no device runs it: a static slice past the buffer fails that "
+                        "trace (\"Out of bound slice\")", file=sched.file, line=written,
+                        fix="keep the slice in range for the N and params the op is traced with, or rule the "
+                            "branch out by a term of N and params in its `when:` (emitted as a Python `if`, not traced)")
+
+    walk(sched.body, False)
+
