@@ -619,13 +619,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run import mesh_layout, run_schedule
     from .verify.core import run_findings
     from .verify.simulate import maximal_run
-    from .verify.unroll import unroll
+    from .verify.unroll import traced_indices, unroll
     sched = _load(args.file, args.param)
     ok = True
     for n in sizes:
         # Interpret mode cannot detect a deadlock: it would block forever. Refuse first.
         shape = args.mesh or (n,)
         axis_sizes = mesh_layout(sched, shape, args.along)[1]
+        traced_indices(sched, axis_sizes)   # a static slice past its buffer fails the kernel's trace
         data = None
         if sched.data:  # runtime data: the sample run_schedule draws too (ringc.testing.heaviest_sample)
             from .data import sample_text

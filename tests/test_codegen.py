@@ -403,3 +403,15 @@ def test_a_static_slice_past_its_buffer_in_a_branch_no_device_runs_is_refused_by
         run_schedule(load_text(NEVER, "never"), 4, seed=1)
     ruled_out = load_text(NEVER.replace("step == N", "step == N and N < 0"), "ruled_out")
     assert check(ruled_out, n=4).ok and run_schedule(ruled_out, 4, seed=1).ok
+
+
+def test_ringc_run_refuses_a_static_slice_past_its_buffer_before_tracing(tmp_path, capsys):
+    """`ringc run` unrolls what the devices run, not what the kernel traces: it holds the
+    traced branches to their static slices first (`traced_indices`), one message with the
+    line and exit 2, where the trace's ValueError was an internal error (exit 3)."""
+    from ringc.cli import main
+    path = tmp_path / "never.yaml"
+    path.write_text(NEVER)
+    assert main(["run", str(path), "--devices", "4"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:17: error:" in err and "slice 12:4 (start:size)" in err and "Traceback" not in err
