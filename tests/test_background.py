@@ -38,9 +38,10 @@ def test_answers_come_back():
 
 
 def test_synth_prices_the_same_with_half_its_candidates_in_a_child():
-    """`ringc synth` prices every other candidate in a forked child where a second core is
-    free; the estimates, winners and frontier are the ones one process gives. Run in a
-    fresh interpreter: a test process that has loaded jax must not fork."""
+    """`ringc synth` prices its candidates in this process and a forked child where a second
+    core is free, each taking the next one not taken; the estimates, winners and frontier
+    are the ones one process gives. Run in a fresh interpreter: a test process that has
+    loaded jax must not fork."""
     import subprocess
     import sys
     code = """
@@ -53,6 +54,37 @@ for jobs in (1, 2):
     out.append(json.dumps([[p.candidate.name, sorted((str(k), v) for k, v in p.points.items()),
                             sorted(p.problems.items())] for p in r.priced], default=str))
 assert "jax" not in sys.modules
+print(out[0] == out[1], len(json.loads(out[0])))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    same, n = res.stdout.split()
+    assert same == "True" and int(n) >= 5
+
+
+def test_synth_prices_here_what_a_failing_child_took():
+    """A child that fails after taking candidates (here: on its second) answers nothing, and
+    every candidate it took is priced in the parent: the same estimates as one process."""
+    import subprocess
+    import sys
+    code = """
+import json, os, sys
+from ringc.synth import search
+parent, price, seen = os.getpid(), search._price, []
+def failing(p, hw, sizes):
+    if os.getpid() != parent:
+        seen.append(p)
+        if len(seen) == 2:
+            raise RuntimeError("the child fails")
+    price(p, hw, sizes)
+out = []
+for jobs in (1, 2):
+    search.default_jobs = lambda: jobs
+    search._price = failing if jobs == 2 else price
+    r = search.synth("psum_scatter", "torus:4x4", [64 * 2**10, 256 * 2**20], compile=False, verify=False)
+    out.append(json.dumps([[p.candidate.name, sorted((str(k), v) for k, v in p.points.items()),
+                            sorted(p.problems.items())] for p in r.priced], default=str))
 print(out[0] == out[1], len(json.loads(out[0])))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,

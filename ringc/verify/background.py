@@ -7,7 +7,7 @@ child that computes one half's answer (a bool) while the parent computes the oth
 
 - **Same answer.** The child runs the same function on the same objects (a fork copies
   the parent's memory as it is), and the function is deterministic. It sends back its
-  answer pickled (a bool for the checks; `ringc synth` prices half its candidates in the
+  answer pickled (a bool for the checks; `ringc synth` prices candidates in the
   child and gets their estimates back), or "failed" (it raised). On "failed", or if the
   child dies without an answer, `result` returns None and the caller computes the answer
   itself, so any exception is raised in the parent, where and as it would be without the

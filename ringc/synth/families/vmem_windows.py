@@ -473,7 +473,8 @@ HELD_LANES_3D = (2,)   # the `_held_direct` candidates' lanes (the schedule take
 # pace of that handshake round the ring (a signal and a point's run a hop: 2.5 us a point,
 # 91 us for the phase's 2 x 15 points): with four, at the pace of the transfers and adds
 # (psum_scatter 87.4% -> 90.4% of the bound, psum 89.9% -> 91.4%). On v5p:8x8x8 two stay
-# ahead (95.0% against 94.2%): both are priced.
+# ahead at 256 MiB (95.0% against 94.2%), and four win at 4 and 64 MiB (77.6 us against
+# 87.6, 155 us against 162; v5p:4x4x4 at 4 MiB 38.2 us against 40.2): both are priced.
 HELD_CWIN_3D = (2, 4)
 
 
