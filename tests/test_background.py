@@ -5,6 +5,7 @@ child outlives the check."""
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -37,19 +38,21 @@ def test_answers_come_back():
     assert Background(lambda: big).result() == big
 
 
-def test_synth_prices_the_same_with_half_its_candidates_in_a_child():
-    """`ringc synth` prices its candidates in this process and a forked child where a second
-    core is free, each taking the next one not taken; the estimates, winners and frontier
-    are the ones one process gives. Run in a fresh interpreter: a test process that has
-    loaded jax must not fork."""
+def _synth_in_two_processes_as_in_one(setup: str = "", two: str = "") -> None:
+    """Run `ringc synth` (psum_scatter on torus:4x4 at 64 KiB and 256 MiB, no check) with one
+    process and with two (`two` set up for it, after `setup`) in a fresh interpreter: a
+    test process that has loaded jax must not fork. Both give the same estimates."""
     import subprocess
     import sys
-    code = """
-import json, sys
+    code = f"""
+import json, os, sys
 from ringc.synth import search
+{setup}
 out = []
 for jobs in (1, 2):
     search.default_jobs = lambda: jobs
+    if jobs == 2:
+{textwrap.indent(two or "pass", "        ")}
     r = search.synth("psum_scatter", "torus:4x4", [64 * 2**10, 256 * 2**20], compile=False, verify=False)
     out.append(json.dumps([[p.candidate.name, sorted((str(k), v) for k, v in p.points.items()),
                             sorted(p.problems.items())] for p in r.priced], default=str))
@@ -63,14 +66,17 @@ print(out[0] == out[1], len(json.loads(out[0])))
     assert same == "True" and int(n) >= 5
 
 
+def test_synth_prices_the_same_with_half_its_candidates_in_a_child():
+    """`ringc synth` prices its candidates in this process and a forked child where a second
+    core is free, each taking the next one not taken; the estimates, winners and frontier
+    are the ones one process gives."""
+    _synth_in_two_processes_as_in_one()
+
+
 def test_synth_prices_here_what_a_failing_child_took():
     """A child that fails after taking candidates (here: on its second) answers nothing, and
     every candidate it took is priced in the parent: the same estimates as one process."""
-    import subprocess
-    import sys
-    code = """
-import json, os, sys
-from ringc.synth import search
+    _synth_in_two_processes_as_in_one(setup="""
 parent, price, seen = os.getpid(), search._price, []
 def failing(p, hw, sizes):
     if os.getpid() != parent:
@@ -78,20 +84,7 @@ def failing(p, hw, sizes):
         if len(seen) == 2:
             raise RuntimeError("the child fails")
     price(p, hw, sizes)
-out = []
-for jobs in (1, 2):
-    search.default_jobs = lambda: jobs
-    search._price = failing if jobs == 2 else price
-    r = search.synth("psum_scatter", "torus:4x4", [64 * 2**10, 256 * 2**20], compile=False, verify=False)
-    out.append(json.dumps([[p.candidate.name, sorted((str(k), v) for k, v in p.points.items()),
-                            sorted(p.problems.items())] for p in r.priced], default=str))
-print(out[0] == out[1], len(json.loads(out[0])))
-"""
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert res.returncode == 0, res.stderr[-2000:]
-    same, n = res.stdout.split()
-    assert same == "True" and int(n) >= 5
+""", two="search._price = failing")
 
 
 def test_a_failing_or_dead_child_answers_nothing():
