@@ -31,7 +31,6 @@ from ..ir import schema as S
 from ..ir.rules import RuleTable
 from ..ir.resolve import axis_builtins, call_buffers, copy_ops, pipeline_windows, resolved, walk_ops
 from ..collectives import collective_of
-from ..errors import ScheduleError
 
 __all__ = ["MAX_LINE", "INDENT", "CodeWriter", "EmitRule", "EMIT", "Emitter", "compiled_source", "emit", "runtime_helpers", "wrap_words"]
 
@@ -794,9 +793,7 @@ class Emitter:
         # a branch they rule out is not traced at all (a copy there may index past its
         # buffer for these params, e.g. lane 1 of one lane: no trace error for a branch
         # that never runs, as `ringc check` has it).
-        static, traced = [], []
-        for term in E.conjuncts(op.when):
-            (static if self.resolved.is_static(term, self.loop_names) else traced).append(term)
+        static, traced = self.resolved.split_guard(op.when, self.loop_names)
         with w.block(f"if {self.py(E.conjunction(static))}:") if static else contextlib.nullcontext():
             if not traced:
                 self.ops(w, op.do)

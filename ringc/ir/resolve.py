@@ -123,6 +123,16 @@ class Resolved:
         iteration of the unrolled loop) and emitted as a Python `if`."""
         return E.names(self.inline(e)) <= self.static_names | set(loop_indices)
 
+    def split_guard(self, e: E.Expr, loop_indices: Iterable[str] = ()) -> tuple[list[E.Expr], list[E.Expr]]:
+        """A `when:` guard's `and` terms that are static (`is_static`: decided when the kernel
+        is traced, a Python `if` around the rest) and the others (its `pl.when`): the branch
+        is traced where the static ones hold, whether or not a device runs it."""
+        static: list[E.Expr] = []
+        traced: list[E.Expr] = []
+        for term in E.conjuncts(e):
+            (static if self.is_static(term, loop_indices) else traced).append(term)
+        return static, traced
+
 
 # The static lets depend on the let expressions and on which names are static, not on the
 # params' values: the copies a search makes of one schedule with other params (`fit_volume`

@@ -683,7 +683,7 @@ class Unroller:
         """An error in a copy's region, at the line where the copy writes the region (its
         entry under `copies:`), naming the op that used it: the index is fixed there. A
         template's (`push(k)`) values come from the use's arguments: its error stays at the use."""
-        written = c.line or self.s.line_of("copies", name)
+        written = copy_line(self.s, name)
         if c.args or isinstance(e, DataFault) or not written or written == line or e.line != line:
             return e  # (runtime data: the `out_of_bounds` finding stays at the op that moves the data)
         e.line = written
@@ -1614,6 +1614,11 @@ def _matmul(u: Unroller, op: S.Matmul) -> list[tuple[Action, int | None]]:
     return [(Compute("matmul", dst, a, b, op.accumulate, contract=(ca, cb)), None)]
 
 
+def copy_line(sched: S.Schedule, name: str) -> int | None:
+    """The line of copy `name`'s entry under `copies:`, where its regions are written."""
+    return sched.copies[name].line or sched.line_of("copies", name)
+
+
 def traced_indices(sched: S.Schedule, sizes: dict[str, int]) -> None:
     """Raise `ScheduleError` for a copy the emitted kernel traces with a static slice past its
     buffer: a `start:size` of N, the axis sizes, the params, the static lets and the copy's
@@ -1628,31 +1633,21 @@ def traced_indices(sched: S.Schedule, sizes: dict[str, int]) -> None:
     if sched.kernels:
         return
     r = resolved(sched)
-    static_names = set(r.static_names) | set(r.static_lets)
     n = prod(sizes.values())
     ctx = _Context(sched, n, sizes)
-    env = dict(ctx.static)
 
-    def value(e: E.Expr) -> Any:
+    def value(e: E.Expr, env: dict[str, Any] = ctx.static) -> Any:   # of a static expression
         return E.evaluate(r.inline(e), env)
-    try:
-        env.update({name: value(e) for name, e in r.static_lets.items()})
-    except E.ExprError:
-        return   # the unroller reports it where it is used
-
-    def static(e: E.Expr, bound: set[str] = frozenset()) -> bool:
-        return E.names(r.inline(e)) <= static_names | bound
 
     def walk(ops: list[S.Op], guarded: bool) -> None:   # guarded: under a `pl.when` (a traced term)
         for op in ops:
             if isinstance(op, S.When):
-                terms = E.conjuncts(op.when)
+                static, traced = r.split_guard(op.when)
                 try:
-                    traced = all(value(t) for t in terms if static(t))
+                    if all(value(t) for t in static):   # the branch is traced
+                        walk(op.do, guarded or bool(traced))
                 except E.ExprError:
                     continue   # (the unroller's to report, where a device evaluates it)
-                if traced:
-                    walk(op.do, guarded or not all(static(t) for t in terms))
             elif guarded and op.copy_halves and op.copy_use is not None:   # (unguarded: every device runs it)
                 copy(op.copy_use, op.line)
 
@@ -1660,23 +1655,22 @@ def traced_indices(sched: S.Schedule, sizes: dict[str, int]) -> None:
         c = sched.copies.get(use.name)
         if c is None:
             return
-        bound = {a for a, e in use.args if static(e)}
         try:
-            args = {a: value(e) for a, e in use.args if a in bound}
+            env = {**ctx.static, **{a: value(e) for a, e in use.args if r.is_static(e)}}
         except E.ExprError:
             return
         for ref in (c.src, c.dst):
             shape = ctx.shapes.get(ref.name) if ref is not None else None
             for dim, index in enumerate(ref.indices if shape else ()):
                 if not (isinstance(index, E.Slice) and index.start is not None and index.size is not None
-                        and static(index.start, bound) and static(index.size, bound)):
+                        and r.is_static(index.start, env) and r.is_static(index.size, env)):
                     continue
                 try:
-                    start, size = (E.evaluate(r.inline(x), {**env, **args}) for x in (index.start, index.size))
+                    start, size = value(index.start, env), value(index.size, env)
                 except E.ExprError:
                     continue
                 if start < 0 or size <= 0 or start + size > shape[dim]:
-                    written = line if c.args else (c.line or sched.line_of("copies", use.name) or line)
+                    written = line if c.args else (copy_line(sched, use.name) or line)
                     raise ScheduleError(
                         f"`{ref.text()}`: slice {start}:{size} (start:size) leaves dimension {dim} of `{ref.name}` "
                         f"(size {shape[dim]}) (N={n}), where copy `{use.name}` is used at line {line}: its start "
