@@ -2186,3 +2186,57 @@ def test_the_two_core_3d_vmem_windows_with_a_direct_last_phase_check(topology, a
     _assert_refused(text, 'dst: "out[0, core]"' if not all_reduce else 'dst: "out[me_x, me_y, me_z, 0, core]"',
                     'dst: "out[0, 0]"' if not all_reduce else 'dst: "out[me_x, me_y, me_z, 0, 0]"',
                     {"race", "wrong_result"}, topology)
+
+
+# -- the all-gather meeting half way round a ring ----------------------------------------------
+
+def _halfway() -> str:
+    from ringc.synth.families import bidirectional_ring
+    return bidirectional_ring.HALFWAY
+
+
+@pytest.mark.parametrize("topology", ["ring:3", "ring:4", "ring:5", "ring:8", "ring:16"])
+def test_the_halfway_all_gather_checks(topology):
+    """Odd rings (whole blocks both ways every step) and even ones (half of the block half
+    way round each way at the last step): the meaning included."""
+    report = check(load_text(_halfway(), "halfway"), topology=topology)
+    assert report.ok, _errors(report)
+
+
+HALFWAY_BROKEN = [
+    # The last step's halves both the bottom rows: the top half of the block half way round never arrives.
+    ('top_right: {src: "out[going_right, 0:half]", dst: "out[going_right, 0:half]"',
+     'top_right: {src: "out[going_right, half:half]", dst: "out[going_right, half:half]"', {"wrong_result"}),
+    # The last step sends whole blocks both ways: the half-way slot written by both neighbours at once.
+    ("  - when: not whole   # the last step of an even N: half of the block half way round, each way\n"
+     "    do:\n      - start: top_right\n      - start: bottom_left\n      - wait: top_right\n      - wait: bottom_left",
+     "  - when: not whole\n    do:\n      - start: to_right\n      - start: to_left\n      - wait: to_right\n"
+     "      - wait: to_left", {"race"}),
+    # One receive semaphore for every step: a neighbour a step ahead satisfies this step's wait.
+    ('send_sem: send_right, recv_sem: "recv_right[step]"}\n  to_left',
+     'send_sem: send_right, recv_sem: "recv_right[0]"}\n  to_left', {"race"}),
+]
+
+
+@pytest.mark.parametrize("broken, fixed, kinds", HALFWAY_BROKEN)
+def test_a_broken_halfway_all_gather_is_refused(broken, fixed, kinds):
+    _assert_refused(_halfway(), broken, fixed, kinds, "ring:8")
+
+
+def test_the_halfway_all_gather_matches_lax_in_interpret_mode():
+    from ringc.run import run_schedule
+    result = run_schedule(load_text(_halfway(), "halfway"), 4, seed=3)
+    assert result.ok, result
+
+
+def test_meeting_half_way_halves_the_ring_all_gathers_steps_at_the_same_link_bytes():
+    """On ring:16 (model against model): the halves' ring pays a step's hop, issue and wait
+    15 times, the half-way one 8 times, for the same bytes on every link: faster at every
+    size, and within 5% of the bound from 64 MiB on."""
+    def priced(text: str, size: int):
+        sched = load_text(text, "s")
+        return estimate(sched, hardware("ring:16", sched, n=16), nbytes=size)
+    for size in (4 * MiB, 64 * MiB):
+        ours, theirs = priced(_halfway(), size), priced(library_text("all_gather_bidirectional"), size)
+        assert ours.seconds < theirs.seconds, size
+    assert priced(_halfway(), 64 * MiB).efficiency >= 0.95
