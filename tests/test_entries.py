@@ -798,3 +798,46 @@ def test_ringcs_own_name_error_inside_an_entry_call_is_not_blamed_on_the_entry(t
     path.write_text(COPY_KERNEL + f"def launch(x):\n    return {COPY_CALL}\n")
     with pytest.raises(NameError, match="not_defined_anywhere"):
         check_file(str(path), 1, entry="launch", args=[parse_arg("x=float32[8,128]@")])
+
+
+SHAPED = '''
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+
+ROWS = 64
+
+
+def make_permute(mesh):
+    tc = pltpu.create_tensorcore_mesh("tc", num_cores=1)
+
+    @jax.shard_map(mesh=mesh, in_specs=P("device"), out_specs=P("device"), check_vma=False)
+    def permute(x):
+        @pl.kernel(out_type=pltpu.HBM(x.shape, x.dtype), mesh=tc,
+                   scratch_types=(pltpu.VMEM((ROWS, 128), x.dtype), pltpu.SemaphoreType.DMA))
+        def kernel(x_hbm, o_hbm, acc, sem):
+            pltpu.async_copy(x_hbm.at[0], acc, sem).wait()   # a shard of [1, ROWS, 128] per device
+            pltpu.async_copy(acc, o_hbm.at[0], sem).wait()
+        return kernel(x)
+
+    return permute
+'''
+
+
+def test_a_call_not_checked_on_arrays_ringc_shaped_says_so_and_names_the_arg(tmp_path):
+    """Sweep 12 (a per-chip benchmark's factory): ringc called the closure on its default
+    x=float32[8*N,128], the kernel's copy then had unequal shapes, and the "not checked"
+    verdict blamed the kernel alone. It says the shapes were ringc's and which --arg gives
+    the kernel's; with that --arg the call is checked."""
+    path = tmp_path / "shaped.py"
+    path.write_text(SHAPED)
+    bad, = check_file(str(path), 2, entry="make_permute", axis="device")
+    text = bad.to_text()
+    assert not bad.ok and "not checked on arrays ringc shaped itself (x=float32[8*N,128]@device)" in text, text
+    assert "--arg 'x=DTYPE[DIMS]@device'" in text.splitlines()[0]
+    assert "the shapes differ" in text and "(default; set with --arg)" in text
+    assert bad.to_json()["shaped_by_ringc"] == ["x=float32[8*N,128]@device"]
+    ok, = check_file(str(path), 2, entry="make_permute", axis="device",
+                     args=[parse_arg("x=float32[N,64,128]@device")])
+    assert ok.ok, ok.to_text()

@@ -888,3 +888,40 @@ def test_a_conftest_that_fails_to_import_is_the_message(tmp_path):
     assert e.value.message == "the file imports `ringc_missing_torch_like`, which is not installed"
     report, = check_file(str(path), 1, stubs=("ringc_missing_torch_like",))
     assert report.ok, report.to_text()
+
+
+HANG_IN_CALL_2 = '''
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+HBM = pl.BlockSpec(memory_space=pltpu.HBM)
+def _start_body(x_ref, o_ref, sem):
+  pltpu.make_async_copy(x_ref, o_ref, sem).start()
+def _done_body(x_ref, d_ref, o_ref, sem):
+  pltpu.make_async_copy(x_ref, d_ref, sem).wait()
+start = pl.pallas_call(_start_body, in_specs=[HBM], out_specs=HBM,
+    out_shape=jax.ShapeDtypeStruct((512,), jnp.float32), scratch_shapes=[pltpu.SemaphoreType.DMA])
+done = pl.pallas_call(_done_body, in_specs=[HBM, HBM], out_specs=HBM,
+    out_shape=jax.ShapeDtypeStruct((512,), jnp.float32), scratch_shapes=[pltpu.SemaphoreType.DMA],
+    input_output_aliases={1: 0})
+y = jax.jit(lambda x: done(x, start(x)))(jnp.zeros((512,), jnp.float32))
+'''
+
+
+def test_a_hang_says_what_it_left_unchecked_in_the_calls_before_it_too(tmp_path):
+    """Sweep 12: a start kernel whose DMA is never waited, then a done kernel waiting on a
+    semaphore of its own (not the start's): the hang in call 2 is reported, and the verdict
+    says that races, what is left at exit and the meaning were not checked, call 1's
+    included (alone, call 1 has a never-waited DMA and exit races). A clean run says nothing
+    of the kind."""
+    path = tmp_path / "start_done.py"
+    path.write_text(HANG_IN_CALL_2)
+    report, = check_file(str(path), 2)
+    assert report.kinds() == {"hang"}, report.to_text()
+    assert any(a.startswith("the run hangs (its [hang] findings), so what needs a run to the end was not checked")
+               and "the ones before the hang included" in a for a in report.assumptions), report.assumptions
+    alone = tmp_path / "start_only.py"
+    alone.write_text(HANG_IN_CALL_2.replace("done(x, start(x))", "start(x)"))
+    report, = check_file(str(alone), 2)
+    assert {"dma_not_waited", "race"} <= report.kinds() and "hang" not in report.kinds(), report.to_text()
+    assert not any("the run hangs" in a for a in report.assumptions)

@@ -732,6 +732,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         for cap in script.captures[before:]:
             cap.assumes = [f"ringc called {cap.test} with {layout.text()}", *layout.notes, *notes]
             cap.made_up = [a for a in used if a.made_up]
+            cap.shaped = [a for a in used if a.name not in given]
         break
     ran = len(script.captures) - before
     if ran:

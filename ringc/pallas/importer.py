@@ -587,7 +587,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
             # test): checked once, the verdict repeated under this call's title.
             first, earlier = checked[same]
             if isinstance(earlier, CallError):
-                reports.append(CallError(path, title, earlier.error, earlier.assumptions))
+                reports.append(CallError(path, title, earlier.error, earlier.assumptions, earlier.shaped))
                 yield reports[-1]
                 continue
             report = copy.copy(earlier)
@@ -605,7 +605,9 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
                                    topology=topology, dma_order=dma_order)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
-            reports.append(CallError(path, title, e, [note] if (note := _made_up(cap, values)) else []))
+            # how ringc called an entry function (the arrays it shaped itself: the error may be theirs)
+            notes = [*cap.assumes, *([note] if (note := _made_up(cap, values)) else [])]
+            reports.append(CallError(path, title, e, notes, [a.text() for a in cap.shaped]))
             yield reports[-1]
             if same is not None:
                 checked[same] = (k + 1, reports[-1])
@@ -717,6 +719,7 @@ class CallError:
     title: str
     error: ScheduleError
     assumptions: list = field(default_factory=list)
+    shaped: list = field(default_factory=list)   # an entry's arrays ringc shaped itself (`ArgSpec.text()`), no --arg
     findings: list = field(default_factory=list)
     ok: bool = False
 
@@ -726,8 +729,19 @@ class CallError:
     def errors(self) -> list:
         return []
 
+    @property
+    def shaped_note(self) -> str:
+        """What the title line says when ringc shaped the entry's arrays itself: the error may
+        come from those shapes, and the `--arg` that gives the kernel's."""
+        if not self.shaped:
+            return ""
+        first = self.shaped[0]
+        name, spec = first.split("=", 1)[0], first.rsplit("@", 1)[-1]
+        return (f" on arrays ringc shaped itself ({', '.join(self.shaped)}): the error may come from those "
+                f"shapes; give the ones the kernel takes: --arg '{name}=DTYPE[DIMS]@{spec}'")
+
     def to_text(self, explain: bool = False) -> str:
-        return (f"{self.file} {self.title}: not checked\n  " + str(self.error).replace("\n", "\n  ")
+        return (f"{self.file} {self.title}: not checked{self.shaped_note}\n  " + str(self.error).replace("\n", "\n  ")
                 + "".join(f"\n  assumes: {a}" for a in self.assumptions))
 
     def to_json(self) -> dict:
@@ -736,6 +750,8 @@ class CallError:
                "error": {"message": e.message, "line": e.line, "fix": e.fix}}
         if self.assumptions:
             out["assumptions"] = list(self.assumptions)
+        if self.shaped:
+            out["shaped_by_ringc"] = list(self.shaped)
         return out
 
 

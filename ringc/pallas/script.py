@@ -84,6 +84,7 @@ class Capture:
     same: Any = None               # what the check depends on: an equal call elsewhere gets the same verdict
     via: str = ""                  # the helpers of the file between `line` and the call (`call_site`)
     made_up: list[Any] = field(default_factory=list)  # integer `entries.ArgSpec`s ringc filled with zeros
+    shaped: list[Any] = field(default_factory=list)   # an entry's `entries.ArgSpec`s ringc shaped itself (no --arg)
     tests: list[str] = field(default_factory=list)    # the tests that made it or an identical call
 
 

@@ -617,6 +617,12 @@ def _meaning(a: Analysis) -> list[Finding]:
     return findings
 
 
+# A verdict's note when the run cannot complete: the checks that need a run to the end.
+UNFINISHED = ("the run hangs (its [hang] findings), so what needs a run to the end was not checked: races over "
+              "every interleaving, semaphores and DMAs left at exit, and the meaning{calls}; fix the hang, then check "
+              "again")
+
+
 # Every check, in the order of its findings in a report.
 CHECKS: tuple[Check, ...] = (
     Check("routes", OnQuotient.SAME, _routes, keeps_warnings=True),
@@ -647,6 +653,10 @@ def full_report(c: Candidate, options: Options) -> Report:
         c.program.device_labels = labels(c.program, c.placement)
     a = Analysis(c, options)
     findings = [f for check in CHECKS for f in check.full(a)]
+    if a.machine is not None and not a.finished:   # said, not left silent: what a hang leaves unchecked
+        calls = any(ev.invocation for d in c.program.devices for ev in d)
+        a.notes.append(UNFINISHED.format(calls=" (in every kernel call, the ones before the hang included)"
+                                         if calls else ""))
     report = _report(c, findings, options, a.notes)
     report.routes = route_summary(c.program, c.placement)
     return report
