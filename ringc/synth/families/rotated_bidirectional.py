@@ -19,7 +19,7 @@ from typing import Iterator
 
 from ...cost import chips
 from .base import Candidate
-from .templates import core_lets, far_first, keep_own, own_copy, row_major
+from .templates import AXES, core_lets, far_first, keep_own, own_copy, row_major, when
 
 FAMILY = "rotated_bidirectional"
 WHAT = "both axis orders at once, each as a right and a left ring: all 4 links of a chip busy"
@@ -463,6 +463,112 @@ LANES_HEADER = """# Pipelined bidirectional rotated-axis all-gather over {k} axe
 LANES = (2, 4)   # the pipelined candidates' lanes
 
 
+WHAT_HALFWAY = ("every rotated axis order at once, each phase both ways round its axis with whole regions meeting "
+                "half way: half the dependent steps of the right and left rings")
+
+
+HALFWAY_CORES = """# On both TensorCores (`cores: 2`, v5p): each core runs every part, both ways, over its own
+# rows (core c's part r: rows (c k + r) q on, its halves q / 2 each), issuing its own DMAs
+# and waiting on its own semaphores; a remote copy goes to the same core of that chip. Each
+# core copies its own rows of the shard into `out`.
+"""
+
+
+def all_gather_halfway(k: int, cores: bool = False) -> str:
+    """`all_gather` (k = 2 or 3) with every phase meeting half way, as
+    `bidirectional_ring.HALFWAY` on a ring: k parts, one per rotation of the axis order, of
+    2q rows each (q = rows / 2k); part r's phase along axis a sends the region gathered so
+    far both ways round a, whole, for N_a // 2 steps (`h<a>`), where the right and left
+    rings of `all_gather` each take N_a - 1 steps of half of it. On an even axis the chip
+    half way round is reached both ways at the phase's last step, so there each way carries
+    half of the region: the top q rows from the left, the bottom q from the right. The same
+    bytes on every link as `all_gather`, in sum(N_a // 2) dependent steps instead of
+    sum(N_a - 1). Decoupled as `all_gather`: at `step` a part waits for both ways of its
+    step `j` = step - 1 and at once forwards what they brought.
+
+    With `cores` (`cores: 2`, v5p), each TensorCore runs every part over its own rows: core
+    c's part r is rows (c k + r) q .. + q (`_part_rows`), its halves q / 2 each, both ways,
+    with its own DMA issue and semaphores."""
+    axes = AXES[:k]
+    me = ", ".join(f"me_{a}" for a in axes)
+    lets = [f"  q: rows // {2 * k}                   # "
+            + ("a part's rows on a core (core c's part r: rows (c k + r) q .. + q)" if cores else
+               "half of a part's rows (part r: rows 2 r q .. 2 (r + 1) q)")]
+    lets += [f"  h{a}: (N_{a} - N_{a} % 2) // 2       # a phase's steps along {a} (N_{a} // 2, exactly)" for a in axes]
+    S = " + ".join(f"h{a}" for a in axes)
+    lets += [f"  S: {S}                  # steps of every part",
+             "  j: step - 1                         # the step whose transfers are waited now"]
+    sems, copies, body = [], [], []
+    for r in range(k):
+        order = axes[r:] + axes[:r]
+        tag = f"p{r}"
+        if cores:
+            base = _part_rows(k, r, True).split(":")[0]
+            rows, top, bottom = f"{base}:q", f"{base}:q // 2", f"{base} + q // 2:q // 2"
+        else:
+            base = f"{2 * r} * q" if r else "0"
+            rows, top, bottom = f"{base}:2 * q", f"{base}:q", (f"{base} + q:q" if r else "q:q")
+        steps = " + ".join(f"(N_{a} - N_{a} % 2) // 2" for a in axes)
+        sems += [f"  send_{tag}: dma",
+                 f"  recv_{tag}_r: {{kind: dma, shape: [{steps}]}}   # part {tag}'s arrivals from the left, by step",
+                 f"  recv_{tag}_l: {{kind: dma, shape: [{steps}]}}   # ... from the right"]
+        first = {}
+        for way, to, part in (("r", "right", rows), ("l", "left", rows), ("rt", "right", top), ("lb", "left", bottom)):
+            sem = f"recv_{tag}_{way[0]}[0]"
+            copies.append(f'  {tag}_first_{way}: {{src: "x[{part}]", dst: "out[{me}, {part}]", to: {to}_{order[0]}, '
+                          f'send_sem: send_{tag}, recv_sem: "{sem}"}}')
+        body.append(f"  # Part {tag}: both ways along {', '.join(order)}, meeting half way.")
+        begin, waits, starts = "0", [], []
+        for i, a in enumerate(order):
+            end = f"h{a}" if begin == "0" else f"{begin} + h{a}"
+            for way, to, sign, part in (("r", "right", "-", rows), ("l", "left", "+", rows),
+                                        ("rt", "right", "-", top), ("lb", "left", "+", bottom)):
+                moving = f"(me_{a} {sign} (s - ({begin}))) % N_{a}" if begin != "0" else f"(me_{a} {sign} s) % N_{a}"
+                region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
+                copies.append(f'  {tag}_{a}_{way}(s): {{src: "out[{region}, {part}]", dst: "out[{region}, {part}]", '
+                              f'to: {to}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}_{way[0]}[s]"}}')
+            at = lambda v: v if begin == "0" else f"({v} - ({begin}))"   # the phase's own step
+            inside = lambda v: f"{v} >= {begin} and {v} < {end}" if begin != "0" else f"{v} < {end}"
+            whole = lambda v: f"2 * {at(v)} + 2 < N_{a}"
+            waits += [when(f"j >= 0 and {inside('j')} and {whole('j')}",
+                           f"wait: {tag}_{a}_r(s=j)", f"wait: {tag}_{a}_l(s=j)"),
+                      when(f"j >= 0 and {inside('j')} and not {whole('j')}   # the half-way region, in halves",
+                           f"wait: {tag}_{a}_rt(s=j)", f"wait: {tag}_{a}_lb(s=j)")]
+            on = "step > 0 and " if begin == "0" else ""
+            starts += [when(f"{on}{inside('step')} and {whole('step')}",
+                            f"start: {tag}_{a}_r(s=step)", f"start: {tag}_{a}_l(s=step)"),
+                       when(f"{on}{inside('step')} and not {whole('step')}",
+                            f"start: {tag}_{a}_rt(s=step)", f"start: {tag}_{a}_lb(s=step)")]
+            begin = end
+        a0 = order[0]
+        body += [*waits,
+                 when(f"step == 0 and 2 < N_{a0}   # from `x`: the own shard is copied into `out` under it",
+                      f"start: {tag}_first_r", f"start: {tag}_first_l"),
+                 when(f"step == 0 and N_{a0} == 2", f"start: {tag}_first_rt", f"start: {tag}_first_lb"),
+                 *starts]
+    names = ", ".join(f'"{a}"' for a in axes)
+    return f"""# Bidirectional rotated-axis all-gather over {k} axes, every phase meeting half way:
+# lax.all_gather(x, ({names})) (tiled=False: out[j] is the shard of the chip with row-major
+# index j). Generated by `ringc synth` (ringc/synth/families/rotated_bidirectional.py): the
+# shard is cut in {k} parts, one per rotation of the axis order, all at once; part p<r> runs
+# along its axes in turn, sending everything it has gathered both ways round the axis,
+# whole, for N_a // 2 steps: the two ways meet half way. On an even axis the chip half way
+# round is reached both ways at the phase's last step, so there the right way carries the
+# top half of the part's rows and the left way the bottom half. Every link then carries
+# what the right and left rings of `all_gather_{k}d_bidirectional` do (each half of a part
+# all the way round), in half their dependent steps: a step's hop latency, DMA issue and
+# wait are paid sum(N_a // 2) times, not sum(N_a - 1). The parts run decoupled: at `step` a
+# part waits for both ways of its step j = step - 1 and at once forwards what they
+# brought. Step 0 sends from `x`; the own shard is copied into `out` under it, and the last
+# grid point only waits. Each step's receive has its own semaphore per way, and every
+# slot's rows are written once.
+{HALFWAY_CORES if cores else ""}{_sections(k, f"all_gather_{k}d_halfway" + ("_2c" if cores else ""), "", sems, "step: S + 1",
+                                             lets, copies, _own_half(k) if cores else None, cores)}
+{chr(10).join(body)}
+{keep_own("step == 0")}
+"""
+
+
 def generate(kind: str, topo) -> Iterator[Candidate]:
     if kind != "all_gather" or not 2 <= topo.ndim <= 3:
         return
@@ -474,6 +580,10 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     yield Candidate(FAMILY, f"all_gather_{k}d_bidirectional", text, WHAT if k == 2 else WHAT_3D, {})
     if direct:
         yield Candidate(FAMILY, f"all_gather_{k}d_bidirectional_direct_first", all_gather_direct_first(k), WHAT_DIRECT, {})
+    yield Candidate(FAMILY, f"all_gather_{k}d_halfway", all_gather_halfway(k), WHAT_HALFWAY, {})
+    if k == 3 and chips.of_topology(topo).tensor_cores >= 2:
+        yield Candidate(FAMILY, "all_gather_3d_halfway_2c", all_gather_halfway(3, True),
+                        WHAT_HALFWAY + ", each TensorCore over its own rows", {})
     piped = all_gather_lanes(k)
     for lanes in LANES:
         name = f"all_gather_{k}d_bidirectional_l{lanes}"
