@@ -128,9 +128,6 @@ body:
 """
 
 
-AXES = "xyz"
-
-
 def _sections(k: int, name: str, params: str, sems: list[str], grid: str, lets: list[str], copies: list[str],
               own: str | None = None, cores: bool = False) -> str:
     """A k-axis all-gather's YAML from `name:` to `body:` (the own shard's copy first among
@@ -512,7 +509,6 @@ def all_gather_halfway(k: int, cores: bool = False) -> str:
         sems += [f"  send_{tag}: dma",
                  f"  recv_{tag}_r: {{kind: dma, shape: [{steps}]}}   # part {tag}'s arrivals from the left, by step",
                  f"  recv_{tag}_l: {{kind: dma, shape: [{steps}]}}   # ... from the right"]
-        first = {}
         for way, to, part in (("r", "right", rows), ("l", "left", rows), ("rt", "right", top), ("lb", "left", bottom)):
             sem = f"recv_{tag}_{way[0]}[0]"
             copies.append(f'  {tag}_first_{way}: {{src: "x[{part}]", dst: "out[{me}, {part}]", to: {to}_{order[0]}, '
