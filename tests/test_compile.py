@@ -66,7 +66,7 @@ def ringc_cli(*args: str) -> subprocess.CompletedProcess:
 def test_library_schedule_compiles(schedule_path, target):
     sched = ringc.load(schedule_path)
     if len(sched.axes) == 3 and target.count("x") == 1:
-        with pytest.raises(ringc.ScheduleError, match="has 2 axises"):
+        with pytest.raises(ringc.ScheduleError, match="has 2 axes"):
             ringc.compile_for(sched, target)
         return
     if len(sched.axes) > 1 and TARGETS[target] != 4:

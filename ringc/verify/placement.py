@@ -291,7 +291,7 @@ def place(sched: Spec, topo: T.Topology, along: str | None = None) -> Placement:
     if k > topo.ndim:
         raise ScheduleError(
             f"`{sched.name}` runs over {k} axes ({', '.join(sched.axes)}), but {topo.describe()} has "
-            f"{topo.ndim} axis{'es' if topo.ndim > 1 else ''}",
+            f"{topo.ndim} {'axes' if topo.ndim > 1 else 'axis'}",
             file=sched.file, line=sched.line_of("axes"),
             fix=f"use {k} axes or more: `check --topology torus:{'x'.join(['4'] * k)}`, "
                 f"`run --mesh {'x'.join(['2'] * k)}`")

@@ -464,14 +464,14 @@ WHAT_HALFWAY = ("every rotated axis order at once, each phase both ways round it
                 "half way: half the dependent steps of the right and left rings")
 
 
-HALFWAY_CORES = """# On both TensorCores (`cores: 2`, v5p): each core runs every part, both ways, over its own
-# rows (core c's part r: rows (c k + r) q on, its halves q / 2 each), issuing its own DMAs
-# and waiting on its own semaphores; a remote copy goes to the same core of that chip. Each
-# core copies its own rows of the shard into `out`.
+HALFWAY_SPLIT = """# From phase {phase} of a part on, each step goes in two halves: the top rows of what it
+# sends, both ways (receive 2 s), then, after every part's top halves, the bottom rows
+# (2 s + 1); at the half-way step the right way carries the top and the left the bottom,
+# as ever. A half is forwarded while the other still lands.
 """
 
 
-def all_gather_halfway(k: int, cores: bool = False) -> str:
+def all_gather_halfway(k: int, split: int | None = None) -> str:
     """`all_gather` (k = 2 or 3) with every phase meeting half way, as
     `bidirectional_ring.HALFWAY` on a ring: k parts, one per rotation of the axis order, of
     2q rows each (q = rows / 2k); part r's phase along axis a sends the region gathered so
@@ -483,65 +483,79 @@ def all_gather_halfway(k: int, cores: bool = False) -> str:
     sum(N_a - 1). Decoupled as `all_gather`: at `step` a part waits for both ways of its
     step `j` = step - 1 and at once forwards what they brought.
 
-    With `cores` (`cores: 2`, v5p), each TensorCore runs every part over its own rows: core
-    c's part r is rows (c k + r) q .. + q (`_part_rows`), its halves q / 2 each, both ways,
-    with its own DMA issue and semaphores."""
+    With `split`, every part's phases from that one on go in halves, as `all_gather`'s:
+    a step's top rows both ways (its receives `2 s`), then, after every part's, its bottom
+    rows (`2 s + 1`); at the half-way step the right way carries the top and the left the
+    bottom anyway. A half is forwarded while the other still lands."""
     axes = AXES[:k]
     me = ", ".join(f"me_{a}" for a in axes)
-    lets = [f"  q: rows // {2 * k}                   # "
-            + ("a part's rows on a core (core c's part r: rows (c k + r) q .. + q)" if cores else
-               "half of a part's rows (part r: rows 2 r q .. 2 (r + 1) q)")]
+    lets = [f"  q: rows // {2 * k}                   # half of a part's rows (part r: rows 2 r q .. 2 (r + 1) q)"]
     lets += [f"  h{a}: (N_{a} - N_{a} % 2) // 2       # a phase's steps along {a} (N_{a} // 2, exactly)" for a in axes]
     S = " + ".join(f"h{a}" for a in axes)
     lets += [f"  S: {S}                  # steps of every part",
              "  j: step - 1                         # the step whose transfers are waited now"]
-    sems, copies, body = [], [], []
+    sems, copies, body, halves = [], [], [], []
     for r in range(k):
         order = axes[r:] + axes[:r]
         tag = f"p{r}"
-        if cores:
-            base = _part_rows(k, r, True).split(":")[0]
-            rows, top, bottom = f"{base}:q", f"{base}:q // 2", f"{base} + q // 2:q // 2"
-        else:
-            base = f"{2 * r} * q" if r else "0"
-            rows, top, bottom = f"{base}:2 * q", f"{base}:q", (f"{base} + q:q" if r else "q:q")
+        base = f"{2 * r} * q" if r else "0"
+        rows, top, bottom = f"{base}:2 * q", f"{base}:q", (f"{base} + q:q" if r else "q:q")
         steps = " + ".join(f"(N_{a} - N_{a} % 2) // 2" for a in axes)
+        steps = steps if split is None else f"2 * ({steps})"   # (split: two receives a step, by half)
+        # written with q, whose division must be exact in a shape: rows split into 2k halves
+        # of parts (other rows are refused by name, not left ungathered)
+        steps = f"{steps} * (rows // q) // {2 * k}"
         sems += [f"  send_{tag}: dma",
                  f"  recv_{tag}_r: {{kind: dma, shape: [{steps}]}}   # part {tag}'s arrivals from the left, by step",
                  f"  recv_{tag}_l: {{kind: dma, shape: [{steps}]}}   # ... from the right"]
-        for way, to, part in (("r", "right", rows), ("l", "left", rows), ("rt", "right", top), ("lb", "left", bottom)):
-            sem = f"recv_{tag}_{way[0]}[0]"
+        firsts = ((("r", "right", rows, 0), ("l", "left", rows, 0), ("rt", "right", top, 0), ("lb", "left", bottom, 0))
+                  if split != 0 else
+                  (("rt", "right", top, 0), ("lt", "left", top, 0), ("rb", "right", bottom, 1), ("lb", "left", bottom, 1)))
+        for way, to, part, index in firsts:
             copies.append(f'  {tag}_first_{way}: {{src: "x[{part}]", dst: "out[{me}, {part}]", to: {to}_{order[0]}, '
-                          f'send_sem: send_{tag}, recv_sem: "{sem}"}}')
+                          f'send_sem: send_{tag}, recv_sem: "recv_{tag}_{way[0]}[{index}]"}}')
         body.append(f"  # Part {tag}: both ways along {', '.join(order)}, meeting half way.")
-        begin, waits, starts = "0", [], []
+        begin, waits, starts, later = "0", [], [], []
         for i, a in enumerate(order):
             end = f"h{a}" if begin == "0" else f"{begin} + h{a}"
-            for way, to, sign, part in (("r", "right", "-", rows), ("l", "left", "+", rows),
-                                        ("rt", "right", "-", top), ("lb", "left", "+", bottom)):
+            halved = split is not None and i >= split
+            ways = [("r", "right", "-", rows, "s"), ("l", "left", "+", rows, "s"),
+                    ("rt", "right", "-", top, "s"), ("lb", "left", "+", bottom, "s")]
+            if halved:   # top rows on receive 2 s, bottom rows on 2 s + 1
+                ways = [("rt", "right", "-", top, "2 * s"), ("lt", "left", "+", top, "2 * s"),
+                        ("rb", "right", "-", bottom, "2 * s + 1"), ("lb", "left", "+", bottom, "2 * s + 1")]
+            for way, to, sign, part, index in ways:
                 moving = f"(me_{a} {sign} (s - ({begin}))) % N_{a}" if begin != "0" else f"(me_{a} {sign} s) % N_{a}"
                 region = ", ".join(":" if b in order[:i] else (moving if b == a else f"me_{b}") for b in axes)
                 copies.append(f'  {tag}_{a}_{way}(s): {{src: "out[{region}, {part}]", dst: "out[{region}, {part}]", '
-                              f'to: {to}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}_{way[0]}[s]"}}')
+                              f'to: {to}_{a}, send_sem: send_{tag}, recv_sem: "recv_{tag}_{way[0]}[{index}]"}}')
             at = lambda v: v if begin == "0" else f"({v} - ({begin}))"   # the phase's own step
             inside = lambda v: f"{v} >= {begin} and {v} < {end}" if begin != "0" else f"{v} < {end}"
             whole = lambda v: f"2 * {at(v)} + 2 < N_{a}"
-            waits += [when(f"j >= 0 and {inside('j')} and {whole('j')}",
-                           f"wait: {tag}_{a}_r(s=j)", f"wait: {tag}_{a}_l(s=j)"),
-                      when(f"j >= 0 and {inside('j')} and not {whole('j')}   # the half-way region, in halves",
-                           f"wait: {tag}_{a}_rt(s=j)", f"wait: {tag}_{a}_lb(s=j)")]
             on = "step > 0 and " if begin == "0" else ""
-            starts += [when(f"{on}{inside('step')} and {whole('step')}",
-                            f"start: {tag}_{a}_r(s=step)", f"start: {tag}_{a}_l(s=step)"),
-                       when(f"{on}{inside('step')} and not {whole('step')}",
-                            f"start: {tag}_{a}_rt(s=step)", f"start: {tag}_{a}_lb(s=step)")]
+            # (way pairs of a whole step, of the half-way one) waited and started together
+            groups = [(("r", "l"), ("rt", "lb"))] if not halved else [(("rt", "lt"), ("rt",)), (("rb", "lb"), ("lb",))]
+            for n, (full, part_way) in enumerate(groups):
+                entries = [when(f"j >= 0 and {inside('j')} and {whole('j')}",
+                                *(f"wait: {tag}_{a}_{w}(s=j)" for w in full)),
+                           when(f"j >= 0 and {inside('j')} and not {whole('j')}   # the half-way region, in halves",
+                                *(f"wait: {tag}_{a}_{w}(s=j)" for w in part_way))]
+                go = [when(f"{on}{inside('step')} and {whole('step')}", *(f"start: {tag}_{a}_{w}(s=step)" for w in full)),
+                      when(f"{on}{inside('step')} and not {whole('step')}",
+                           *(f"start: {tag}_{a}_{w}(s=step)" for w in part_way))]
+                if i == 0:   # step 0 sends from `x`
+                    first = [when(f"step == 0 and 2 < N_{a}" + ("   # from `x`: the own shard is copied into `out` under it"
+                                                                  if n == 0 else ""), *(f"start: {tag}_first_{w}" for w in full)),
+                             when(f"step == 0 and N_{a} == 2", *(f"start: {tag}_first_{w}" for w in part_way))]
+                    go = first + go
+                if n == 0:
+                    waits += entries
+                    starts += go
+                else:
+                    later += entries + go
             begin = end
-        a0 = order[0]
-        body += [*waits,
-                 when(f"step == 0 and 2 < N_{a0}   # from `x`: the own shard is copied into `out` under it",
-                      f"start: {tag}_first_r", f"start: {tag}_first_l"),
-                 when(f"step == 0 and N_{a0} == 2", f"start: {tag}_first_rt", f"start: {tag}_first_lb"),
-                 *starts]
+        halves += [f"  # Part {tag}: the bottom halves.", *later] if later else []
+        body += [*waits, *starts]
     names = ", ".join(f'"{a}"' for a in axes)
     return f"""# Bidirectional rotated-axis all-gather over {k} axes, every phase meeting half way:
 # lax.all_gather(x, ({names})) (tiled=False: out[j] is the shard of the chip with row-major
@@ -558,9 +572,9 @@ def all_gather_halfway(k: int, cores: bool = False) -> str:
 # brought. Step 0 sends from `x`; the own shard is copied into `out` under it, and the last
 # grid point only waits. Each step's receive has its own semaphore per way, and every
 # slot's rows are written once.
-{HALFWAY_CORES if cores else ""}{_sections(k, f"all_gather_{k}d_halfway" + ("_2c" if cores else ""), "", sems, "step: S + 1",
-                                             lets, copies, _own_half(k) if cores else None, cores)}
-{chr(10).join(body)}
+{HALFWAY_SPLIT.format(phase=split + 1) if split is not None else ""}{_sections(
+    k, f"all_gather_{k}d_halfway" + _suffix(False, split), "", sems, "step: S + 1", lets, copies)}
+{chr(10).join(body + halves)}
 {keep_own("step == 0")}
 """
 
@@ -576,10 +590,17 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     yield Candidate(FAMILY, f"all_gather_{k}d_bidirectional", text, WHAT if k == 2 else WHAT_3D, {})
     if direct:
         yield Candidate(FAMILY, f"all_gather_{k}d_bidirectional_direct_first", all_gather_direct_first(k), WHAT_DIRECT, {})
-    yield Candidate(FAMILY, f"all_gather_{k}d_halfway", all_gather_halfway(k), WHAT_HALFWAY, {})
-    if k == 3 and chips.of_topology(topo).tensor_cores >= 2:
-        yield Candidate(FAMILY, "all_gather_3d_halfway_2c", all_gather_halfway(3, True),
-                        WHAT_HALFWAY + ", each TensorCore over its own rows", {})
+    # Meeting half way, whole or in halves from phase `split` on: on v5e:16x16 at 64 MiB
+    # 91.8%, 95.9% (split 0) and 94.8% (split 1) of the bound against the rings' 86.8%
+    # (lanes 2). On a cube the rings in halves on both cores stay ahead from 64 MiB on
+    # (v5p:8x8x8 at 256 MiB: 96.6% in halves from phase 1, the rings 97.3%); the half-way
+    # parts win at 4 MiB (v5p:4x4x4 29.9% against 28.5%) and on one core (torus:4x4x4 at
+    # 256 MiB 98.8%). (Each core over its own rows, both ways, priced as one core.)
+    for split in (None, 0, 1) if k == 2 else (None, 1):
+        yield Candidate(FAMILY, f"all_gather_{k}d_halfway" + _suffix(False, split), all_gather_halfway(k, split),
+                        WHAT_HALFWAY + (", in halves" if split is not None else ""),
+                        {"split": split} if split is not None else {})
+    two = chips.of_topology(topo).tensor_cores >= 2
     piped = all_gather_lanes(k)
     for lanes in LANES:
         name = f"all_gather_{k}d_bidirectional_l{lanes}"
@@ -590,7 +611,6 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     # Halves from the second phase on, on one core and (a chip of two TensorCores) on both:
     # at 256 MiB on v5p:8x8x8, 96.1% and 97.3% of the bound against 92.8% without halves;
     # on v5p:16x16x16, 80.8% and 91.5% (one core issues twice the DMAs there).
-    two = chips.of_topology(topo).tensor_cores >= 2
     for cores in (False, True) if two else (False,):
         c = ", a direction per TensorCore" if cores else ""
         yield Candidate(FAMILY, "all_gather_3d_bidirectional" + _suffix(cores, 1), all_gather(3, cores, 1),
