@@ -2326,3 +2326,13 @@ def test_meeting_half_way_wins_the_2d_all_gather_from_4mib_on_v5e_16x16():
         b = estimate(lanes, hardware("v5e:16x16", lanes), nbytes=size)
         assert a.seconds < b.seconds, (size, a.seconds, b.seconds)
     assert estimate(halves, hardware("v5e:16x16", halves), nbytes=64 * MiB).efficiency >= 0.95
+
+
+def test_the_halfway_all_gather_refuses_odd_rows_by_name():
+    """The last step of an even ring sends half of the block each way: odd rows would leave
+    a row unsent, and its receives' shape refuses them instead."""
+    text = _halfway()
+    assert "params: {rows: 16, cols: 128}" in text
+    with pytest.raises(ScheduleError, match="does not divide exactly"):
+        check(load_text(text.replace("params: {rows: 16, cols: 128}", "params: {rows: 9, cols: 128}"), "h"),
+              topology="ring:8")

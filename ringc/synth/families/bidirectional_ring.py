@@ -53,8 +53,10 @@ semaphores:
   local_sem: dma
   send_right: dma
   send_left: dma
-  recv_right: {kind: dma, shape: [(N - N % 2) // 2]}
-  recv_left: {kind: dma, shape: [(N - N % 2) // 2]}
+  # a receive per step (N // 2, exactly), written with the half, whose division must be exact
+  # in a shape: even rows (odd ones would leave a row of the last step's block unsent)
+  recv_right: {kind: dma, shape: [(N - N % 2) // 2 * (rows // half) // 2]}
+  recv_left: {kind: dma, shape: [(N - N % 2) // 2 * (rows // half) // 2]}
 grid: {step: (N - N % 2) // 2}   # N // 2, exactly
 let:
   half: rows // 2
