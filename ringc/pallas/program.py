@@ -689,7 +689,9 @@ class Builder(Sink):
         evaluated at once (`interpret.Lanes` proved device d runs them translated by d)."""
         # A 0-d buffer is one element (its regions' box is ((0, 1),): `values.Ref.region`).
         shapes = {b.name: b.shape or (1,) for b in self.buffers.values()}
-        grid_names = ("i", "j", "k", "l", "m", "n")
+        # a grid point as the kernel reads it (`pl.program_id(0)`): a name of ringc's own
+        # (`i`) could be one the kernel's own loops use
+        grid_names = tuple(f"program_id({k})" for k in range(6))
         if self.lanes is not None:
             return SymmetricProgram(
                 Program(name, self.file, self.n, grid_names, self.devices[:1], dict(self.sem_kinds), shapes,
