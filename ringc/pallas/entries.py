@@ -281,6 +281,7 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
     call: dict[str, Any] = {}
     arrays: dict[str, ArgSpec] = {}
     made: list[str] = []
+    unmade: list = []   # the int, str and float parameters without a default (no --param)
     named = axis_parameters(params)
     for p in params.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -306,13 +307,19 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
             call[p.name] = n
             made.append(f"{p.name}={n} (N)")
         elif _hint(p) in _INT_HINTS or _hint(p) in ("str", "float"):
-            raise ScheduleError(f"{where[2]}: parameter `{p.name}` ({_hint(p)}) has no default, and ringc cannot "
-                                "make one up", file=where[0], line=where[1],
-                                fix=f"pass --param {p.name}=V" if _hint(p) in _INT_HINTS else
-                                f"give `{p.name}` a default, or call the kernel from a script")
+            unmade.append(p)   # said at once, every one of them, below
         else:
             arrays[p.name] = ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,))
             made.append(arrays[p.name].text() + " (default; set with --arg)")
+    if unmade:   # one message for them all, so a user passes every --param in one run
+        ints = [p.name for p in unmade if _hint(p) in _INT_HINTS]
+        fixes = ([" ".join(f"--param {n}=V" for n in ints)] if ints else []) + [
+            f"give `{p.name}` a default, or call the kernel from a script" for p in unmade if p.name not in ints]
+        listed = ", ".join(f"`{p.name}` ({_hint(p)})" for p in unmade)
+        raise ScheduleError(f"{where[2]}: parameter{'s' if len(unmade) > 1 else ''} {listed} "
+                            f"{'have' if len(unmade) > 1 else 'has'} no default, and ringc cannot make "
+                            f"{'them' if len(unmade) > 1 else 'one'} up", file=where[0], line=where[1],
+                            fix=("pass " if ints else "") + "; ".join(fixes))
     positional_only = [p.name for p in params.values() if p.kind == p.POSITIONAL_ONLY]
     return _Binding(call, arrays, made, positional_only)
 
