@@ -379,6 +379,31 @@ def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_ans
                                   "generation, ringc answers as --tpu's (v5e, v5p, v4, v6e; v5e now)"), e.value.fix
 
 
+def test_a_test_module_that_skips_for_its_device_count_names_the_count(tmp_path):
+    """Sweep 12 (tpu-inference's all_gather_matmul test: `if jax.device_count() != 8:
+    self.skipTest('Not enough devices for test')`): the skip names no count, the file does;
+    the fix names it and the --devices that runs the tests, and with it the kernel is checked."""
+    path = tmp_path / "eight_test.py"
+    path.write_text(
+        "import unittest\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
+        "class EightTest(unittest.TestCase):\n"
+        "    def setUp(self):\n"
+        "        if jax.device_count() != 8:\n"
+        "            self.skipTest('Not enough devices for test')\n\n"
+        "    def test_copy(self):\n"
+        "        def kernel(x_ref, o_ref):\n"
+        "            o_ref[...] = x_ref[...]\n"
+        "        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    unittest.main()\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 4)
+    assert e.value.fix.startswith("every test that ran skipped itself (Not enough devices for test): it compares the "
+                                  "device count with 8 (`device_count() != 8`, line 9): check with --devices 8"), e.value.fix
+    report, = check_file(str(path), 8)
+    assert report.ok, report.to_text()
+
+
 def test_a_reference_that_does_more_than_its_collective_names_no_meaning():
     """`all_gather(x)[:, axis_index]` is an all-to-all, `psum(x * mask)` no psum of x,
     `psum(x[:4])` a sum of part of x: none is read as the collective's meaning (a false

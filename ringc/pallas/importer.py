@@ -390,6 +390,23 @@ def _kernel_homes(path: str) -> list[str] | None:
     return homes[:3]
 
 
+def _device_count_asked(path: str) -> tuple[int, int, str] | None:
+    """The device count a test module compares `jax.device_count()` with (`if
+    jax.device_count() != 8: self.skipTest(...)`, tpu-inference's collective tests): the
+    count, its line and the comparison; None when the file makes none with a number."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    pattern = re.compile(r"(?:device_count|local_device_count)\(\)\s*(?:!=|==|<=|>=|<|>)\s*(\d+)"
+                         r"|(\d+)\s*(?:!=|==|<=|>=|<|>)\s*(?:jax\.)?(?:local_)?device_count\(\)")
+    for k, text in enumerate(lines, 1):
+        m = pattern.search(text)
+        if m:
+            return int(m.group(1) or m.group(2)), k, m.group(0)
+    return None
+
+
 def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
     """The fix for a script that ran no kernel, most likely cause first: a megacore kernel on a
     1-core answer, tests that all skipped themselves, the entry's own error, the first
@@ -405,9 +422,12 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     if skipped:
         # (`requires 1 device, found 4`: the device count is what to change, not the generation)
         count = re.search(r"\b(?:requires?|needs?|at least|expects?|only) (\d+) (?:devices?|chips?)", skipped)
+        asked = _device_count_asked(path) if count is None and re.search(r"device", skipped, re.I) else None
         parts.append(f"every test that ran skipped itself ({skipped}): "
                      + (f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
                         if count else "")
+                     + (f"it compares the device count with {asked[0]} (`{asked[2]}`, line {asked[1]}): check with "
+                        f"--devices {asked[0]}; " if asked else "")
                      + (f"where it asks for a TPU generation, ringc answers as --tpu's ({', '.join(GENERATIONS)}; "
                         f"{tpu or 'v5e'} now), so pick the one it needs, or call the kernel's launcher with --entry"
                         if re.search(r"TPU|tpu|v\d|generation|core", skipped) else
