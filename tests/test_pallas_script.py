@@ -950,3 +950,43 @@ def test_a_hang_says_what_it_left_unchecked_in_the_calls_before_it_too(tmp_path)
     report, = check_file(str(alone), 2)
     assert {"dma_not_waited", "race"} <= report.kinds() and "hang" not in report.kinds(), report.to_text()
     assert not any("the run hangs" in a for a in report.assumptions)
+
+
+AOT_SCRIPT = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental import topologies
+
+topology = topologies.get_topology_desc("v5e:2x2", platform="tpu")   # to compile ahead of time
+
+
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+y = jax.jit(pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32)))(jnp.zeros((8, 128)))
+'''
+
+
+def test_libtpu_started_by_the_script_prints_nothing_before_the_verdicts(tmp_path):
+    """Sweep 12: a script that asks libtpu for a topology (to compile ahead of time) made it
+    print warnings and an INVALID_ARGUMENT line on a machine without a TPU, before ringc's
+    verdicts. The same script run by Python prints them (the premise); run by `ringc check`,
+    stderr is clean."""
+    import os
+    import subprocess
+    import sys
+    from ringc.compile import _NO_TPU_ENV, libtpu_available
+    if not libtpu_available():
+        pytest.skip("needs libtpu (the tpu extra)")
+    path = tmp_path / "aot.py"
+    path.write_text(AOT_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in _NO_TPU_ENV}
+    env["JAX_PLATFORMS"] = "cpu"
+    plain = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert "INVALID_ARGUMENT" in plain.stderr or "could not determine TPU" in plain.stderr, plain.stderr[-2000:]
+    run = subprocess.run([sys.executable, "-m", "ringc", "check", str(path), "--devices", "1"], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "INVALID_ARGUMENT" not in run.stderr and "could not determine TPU" not in run.stderr, run.stderr[-2000:]

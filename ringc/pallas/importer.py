@@ -323,11 +323,16 @@ def check_file(path: str, n: int | None = None, *, invocations: int = 1, params:
     (`--test`) and `skip_tests` those not to (`--skip-test`). With `iterate`, a script's
     reports come one by one as each call is checked (`ringc check` prints each verdict when
     it is decided)."""
+    from ..compile import quiet_libtpu
     from .imports import importing
     from .script import is_script, script_source
     from .tpu import GPU_DEFAULT
     if not Path(path).is_file():
         raise ScheduleError("no such file", file=path)
+    # The file's own code may start libtpu (`get_topology_desc`, to compile ahead of time):
+    # without a TPU its start-up warnings and INVALID_ARGUMENT line would come before the
+    # verdicts and read as ringc's (sweep 12). On a TPU host nothing changes.
+    quiet_libtpu()
     if tpu is None and _MOSAIC_GPU.search(script_source(path)):  # a Mosaic GPU kernel: devices answer as Hopper GPUs
         tpu = GPU_DEFAULT
     if Path(path).suffix in (".md", ".ipynb") or is_script(script_source(path)) or entry or args or axis or mesh:
