@@ -358,21 +358,24 @@ def test_a_kernel_the_script_only_lowers_is_checked_as_if_called(tmp_path):
     assert not report.ok and "dma_not_waited" in report.kinds(), report.to_text()
 
 
+def _skipping_test_module(setup: str) -> str:
+    """A unittest module of one copy kernel whose setUp is `setup` (lines that may skip it)."""
+    return ("import unittest\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
+            "class KernelTest(unittest.TestCase):\n"
+            "    def setUp(self):\n" + setup + "\n"
+            "    def test_copy(self):\n"
+            "        def kernel(x_ref, o_ref):\n"
+            "            o_ref[...] = x_ref[...]\n"
+            "        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n\n\n"
+            "if __name__ == '__main__':\n"
+            "    unittest.main()\n")
+
+
 def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_answers_as(tmp_path):
     """As vLLM tpu-inference's MoE test, each test skips itself on a TPU older than v7: the fix
     names the skip and the generations `--tpu` offers (it suggested --entry first)."""
     path = tmp_path / "needs_v7_test.py"
-    path.write_text(
-        "import unittest\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
-        "class MoeTest(unittest.TestCase):\n"
-        "    def setUp(self):\n"
-        "        self.skipTest('Expect TPUv7+')\n\n"
-        "    def test_copy(self):\n"
-        "        def kernel(x_ref, o_ref):\n"
-        "            o_ref[...] = x_ref[...]\n"
-        "        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n\n\n"
-        "if __name__ == '__main__':\n"
-        "    unittest.main()\n")
+    path.write_text(_skipping_test_module("        self.skipTest('Expect TPUv7+')\n"))
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 2)
     assert e.value.fix.startswith("every test that ran skipped itself (Expect TPUv7+): where it asks for a TPU "
@@ -384,18 +387,8 @@ def test_a_test_module_that_skips_for_its_device_count_names_the_count(tmp_path)
     self.skipTest('Not enough devices for test')`): the skip names no count, the file does;
     the fix names it and the --devices that runs the tests, and with it the kernel is checked."""
     path = tmp_path / "eight_test.py"
-    path.write_text(
-        "import unittest\nimport jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n\n"
-        "class EightTest(unittest.TestCase):\n"
-        "    def setUp(self):\n"
-        "        if jax.device_count() != 8:\n"
-        "            self.skipTest('Not enough devices for test')\n\n"
-        "    def test_copy(self):\n"
-        "        def kernel(x_ref, o_ref):\n"
-        "            o_ref[...] = x_ref[...]\n"
-        "        pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n\n\n"
-        "if __name__ == '__main__':\n"
-        "    unittest.main()\n")
+    path.write_text(_skipping_test_module("        if jax.device_count() != 8:\n"
+                                          "            self.skipTest('Not enough devices for test')\n"))
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 4)
     assert e.value.fix.startswith("every test that ran skipped itself (Not enough devices for test): it compares the "
