@@ -149,8 +149,9 @@ def test_ringc_check_on_the_shipped_file_as_published(tmp_path):
     assert "devices answer as NVIDIA H100" in out.stdout and "core_count" in out.stdout
 
 
-def _matmul(kernel: str, n: int, sms: int, m: int):
-    """An all-gather matmul (JAX's shipped one, or the seed's) on n GPUs of `sms` SMs."""
+def _matmul(kernel: str, n: int, sms: int, m: int, collective: str | None = None):
+    """An all-gather matmul (JAX's shipped one, or the seed's) on n GPUs of `sms` SMs, its
+    meaning `collective` checked (None: hangs, balance and races only)."""
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
     if kernel == "shipped":
         from jax.experimental.pallas.ops.gpu import collective_matmul_mgpu as module
@@ -169,9 +170,22 @@ def _matmul(kernel: str, n: int, sms: int, m: int):
     jax.device_count = jax.process_count = lambda: n  # one host owning n GPUs, as ringc runs a script
     try:
         with answering(gpu, n, module.__file__):
-            return check_pallas(f, (a, b), mesh, None)
+            return check_pallas(f, (a, b), mesh, collective)
     finally:
         jax.device_count, jax.process_count = saved
+
+
+def test_the_shipped_matmul_checked_for_its_meaning_is_not_followed_through_tiled_smem_not_wrong():
+    """Sweep 13: with its meaning (`--collective all_gather_matmul`) JAX's collective matmul
+    was reported wrong. Its epilogue stores each tile into tiled SMEM (values not followed)
+    and a TMA copies the tiles to GMEM; the copy paired the regions' dims one by one, tile
+    indices with the array's rows and columns ([8, 1, 8, 64] onto [64, 64]), so a tile's
+    value landed on a sliver and the rest read as uninitialized. A copy between regions of
+    different ranks now leaves its destination not followed: no finding, and the verdict
+    says the output's meaning is not checked where it holds that value."""
+    r = _matmul("shipped", 2, 3, 64, "all_gather_matmul")
+    assert r.ok, r.to_text()
+    assert any(a.startswith("not followed: a copy between layouts: `smem@") for a in r.assumptions), r.assumptions
 
 
 @pytest.mark.parametrize("case", MANIFEST["matmul_cases"],

@@ -648,6 +648,16 @@ _PAIRS_LIMIT = 1 << 15
 _PAIRS_TRIAL = 1 << 10
 
 
+def _between_layouts(src: Region, dst: Region) -> str:
+    """Why a copy between regions of different ranks is not followed: a Mosaic GPU TMA
+    between tiled SMEM (physical [..., tiles, tile]) and GMEM moves the same elements in
+    another order, which no dim-by-dim map says (pairing the tiled dims with the array's
+    would put a tile's values on a sliver of the destination). The destination holds data
+    the model does not follow; what reads it through the tiles is not followed either."""
+    return (f"a copy between layouts: `{src.buffer}` {list(src.shape)} to `{dst.buffer}` {list(dst.shape)} "
+            f"(tiled SMEM)")
+
+
 class _Shift:
     """How pieces read from one region move to another (`Memory.translate`): per source
     dim, the entry (d, off) becomes (table[d][0], off + table[d][1]): a kept dim moves to
@@ -838,6 +848,9 @@ class Memory:
         change only with its index's version (`_Index.version`). So a block copied again
         from a buffer nobody wrote since (an input's block loaded at every step) is the
         very list of pieces moved the last time."""
+        if len(src.kept) != len(dst.kept):
+            self.opaque(dst, _between_layouts(src, dst))
+            return
         pair = self._pair(src, dst)
         index = self._pieces((src.device, src.buffer))
         if pair[3] is not index or pair[4] != index.version:
@@ -856,6 +869,9 @@ class Memory:
 
     def move(self, pieces: list[Piece], src: Region, dst: Region) -> None:
         """Write canonical `pieces` of `src` into `dst` (`_Shift.moved`)."""
+        if len(src.kept) != len(dst.kept):
+            self.opaque(dst, _between_layouts(src, dst))
+            return
         shift = self._pair(src, dst)[2]
         self.write(dst, [shift.moved(p) for p in pieces], canonical=True)
 
