@@ -279,3 +279,20 @@ def test_a_mesh_coordinate_past_the_axis_is_named_in_bad_target(tmp_path):
     (report,) = check_file(str(path), 4)
     bad = [f for f in report.findings if f.kind == "bad_target"]
     assert bad and "targets device x=4, which does not exist for N=4" in bad[0].message, report.to_text()
+
+
+def test_an_event_in_another_file_is_located_with_its_file():
+    """Sweep 13: a race in JAX's collective matmul named a TMA load of its helper module as
+    "(line 223)", a line of the user's file that is a `lax` reference. Every event location
+    of a finding names its file where it is not the program's (the test module's race is
+    in `entry_race.py`, which it imports), and the JSON's related events carry their file."""
+    from ringc.pallas import check_file
+    report = next(r for r in check_file(str(ENTRY_TESTS), 3) if "race" in r.kinds())
+    race = next(f for f in report.findings if f.kind == "race")
+    text = race.to_text(report.program)
+    line = int(race.event.line)
+    where = text.split(": ", 1)[0]
+    assert where.endswith(f"entry_race.py:{line}") and f"(entry_race.py:{line})" in text, text
+    assert f"(line {line})" not in text, text
+    related = race.to_json(report.program)["related"]
+    assert related and all(r["file"] and isinstance(r["line"], int) for r in related), related

@@ -6,6 +6,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
@@ -321,7 +322,17 @@ class Program:
         parts = [f"device {self.label(ev.device)}"] + ([call] if call else [])
         if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
             parts.append(pt)
-        return f"{', '.join(parts)} (line {ev.line})"
+        # a line of another file (a Pallas kernel's helper module, as the finding's own
+        # location says it) is named with its file: `line 223` would read as the user's
+        other = getattr(ev.line, "file", None)
+        at = (f"line {ev.line}" if other is None or other == self.file or _same_file(other, self.file) else
+              f"{os.path.basename(other)}:{int(ev.line)}")
+        return f"{', '.join(parts)} ({at})"
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (a line's file is absolute, the program's as given)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def remapped(a: Action, region: Callable[[Region], Region], sem: Callable[[SemId], SemId]) -> Action:

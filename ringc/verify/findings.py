@@ -64,7 +64,7 @@ class Finding:
             **({"via": ev.line.via} if ev and getattr(ev.line, "via", "") else {}),
             "message": self.message,
             "related": [{"device": r.device, "step": dict(zip(program.grid_names, r.point)),
-                         "line": r.line} for r in self.related],
+                         "line": int(r.line), "file": getattr(r.line, "file", program.file)} for r in self.related],
             "trace": self.trace,
             "relies_on": self.relies_on,
         }
