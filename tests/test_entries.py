@@ -161,8 +161,30 @@ def test_a_build_that_is_not_the_emit_interface_is_an_entry_function(tmp_path):
         "def make_permute(mesh, wait_recv: int = 1):", "def build(mesh, wait_recv):"))
     o = run_cli(["check", path, "--devices", "2"])
     assert o.code == 2 and "the module lacks make_inputs" not in o.err, str(o)
-    assert "fix: pass the entry function's numbers: --param wait_recv=V; else" in o.err, o.err
+    assert ("fix: if the arguments ringc made arrays for are numbers or words, pass them: --param wait_recv=V; "
+            "else") in o.err, o.err
     ok, = check_file(str(path), 2, params={"wait_recv": 1})
+    assert ok.ok, ok.to_text()
+
+
+def test_an_entry_whose_default_keyword_takes_the_lax_path_is_told_which_keyword(tmp_path):
+    """Sweep 13 (an ejkernel reduce-scatter: `mode="auto"` took `lax`): the fix named the
+    array `x` as a number to pass and offered `--param tiled=VALUE`. It leads with the
+    keywords kept at their defaults, words first; given, the kernel is checked."""
+    path = tmp_path / "switch.py"
+    src = (ENTRIES / "permute_shard.py").read_text()
+    head = "def right_permute(x: jax.Array, late: int = 0) -> jax.Array:\n"
+    assert head in src
+    path.write_text(src.replace(head, "def right_permute(x: jax.Array, late: int = 0, tiled: bool = True, "
+                                      "mode: str = \"auto\") -> jax.Array:\n"
+                                      "    if mode == \"auto\":   # the lax path\n"
+                                      "        n = jax.lax.axis_size(\"tp\")\n"
+                                      "        return jax.lax.ppermute(x, \"tp\", [(i, (i + 1) % n) for i in range(n)])\n"))
+    o = run_cli(["check", path, "--devices", "2", "--entry", "right_permute", "--axis", "tp"])
+    assert o.code == 2, str(o)
+    assert ("fix: pass the keyword that chooses the kernel: --param mode=VALUE (its default 'auto') or --param "
+            "tiled=VALUE (its default True)") in o.err, o.err
+    ok, = check_file(str(path), 2, entry="right_permute", axis="tp", params={"mode": "kernel"})
     assert ok.ok, ok.to_text()
 
 

@@ -746,11 +746,16 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
         return f"{name} ran {ran} kernel call{'s' if ran != 1 else ''}"
     # A switch with a default may pick the lax path (`mode="auto"`): name the keywords that
     # could pick the kernel instead.
-    switches = [f"{p.name}={p.default!r}" for p in params.values()
-                if isinstance(p.default, (str, bool)) and p.name not in keywords and not p.name.endswith("axis_name")
-                and p.name != "axis"]
+    # (words first: `mode='auto'` picks a path more often than a flag like `tiled=True` does)
+    kept = sorted((p for p in params.values()
+                   if isinstance(p.default, (str, bool)) and p.name not in keywords
+                   and not p.name.endswith("axis_name") and p.name != "axis"),
+                  key=lambda p: not isinstance(p.default, str))
+    switches = [f"{p.name}={p.default!r}" for p in kept]
     hint = (f"; it kept its defaults {', '.join(switches)}: if one of them chooses the kernel, pass it, e.g. "
-            f"--param {switches[0].split('=')[0]}=VALUE") if switches and not failed else ""
+            f"--param {kept[0].name}=VALUE") if switches and not failed else ""
+    if switches and not failed:
+        script.entry_switches += [f"--param {p.name}=VALUE (its default {p.default!r})" for p in kept]
     # Arrays ringc made with its default shape (one (8, 128) tile per device) may be smaller
     # than the kernel's blocks (a grid of 0 steps, a shape assert): say which, and how to size them.
     made = [a for a in b.arrays.values() if a.name not in given]

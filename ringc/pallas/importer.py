@@ -491,7 +491,10 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                                           if homes else ""))
     # Arguments of an entry ringc took for arrays (`build(mesh, shift, repeats)`): the numbers to give.
     if script.entry_numbers:
-        parts.insert(0, f"pass the entry function's numbers: {' '.join(script.entry_numbers)}")
+        parts.insert(0, "if the arguments ringc made arrays for are numbers or words, pass them: "
+                        f"{' '.join(script.entry_numbers)}")
+    if script.entry_switches:   # a keyword left at its default may have taken the path without the kernel
+        parts.insert(0, "pass the keyword that chooses the kernel: " + " or ".join(script.entry_switches))
     parts.append("name the function to call and its arrays: --entry NAME --arg x=float32[8*N,128]@x; or add "
                  "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                  "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")

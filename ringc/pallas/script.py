@@ -105,6 +105,9 @@ class Script:
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
     entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
+    # `--param NAME=VALUE` for the keywords an entry that ran no kernel kept at their defaults
+    # (`mode='auto'`), the words first: one of them may choose the kernel
+    entry_switches: list[str] = field(default_factory=list)
     # `--test PATTERN` (one or several): the test module's tests to run (a substring or a glob)
     tests: str | tuple[str, ...] | None = None
     skip_tests: tuple[str, ...] = ()   # `--skip-test PATTERN`: and those not to run
