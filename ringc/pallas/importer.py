@@ -635,7 +635,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             # how ringc called an entry function (the arrays it shaped itself: the error may be theirs)
             notes = [*cap.assumes, *([note] if (note := _made_up(cap, values)) else [])]
-            reports.append(CallError(path, title, e, notes, [a.text() for a in cap.shaped]))
+            reports.append(CallError(path, title, e, notes, list(cap.shaped)))
             yield reports[-1]
             if same is not None:
                 checked[same] = (k + 1, reports[-1])
@@ -747,7 +747,7 @@ class CallError:
     title: str
     error: ScheduleError
     assumptions: list = field(default_factory=list)
-    shaped: list = field(default_factory=list)   # an entry's arrays ringc shaped itself (`ArgSpec.text()`), no --arg
+    shaped: list = field(default_factory=list)   # an entry's arrays ringc shaped itself (`entries.ArgSpec`), no --arg
     findings: list = field(default_factory=list)
     ok: bool = False
 
@@ -764,9 +764,9 @@ class CallError:
         if not self.shaped:
             return ""
         first = self.shaped[0]
-        name, spec = first.split("=", 1)[0], first.rsplit("@", 1)[-1]
-        return (f" on arrays ringc shaped itself ({', '.join(self.shaped)}): the error may come from those "
-                f"shapes; give the ones the kernel takes: --arg '{name}=DTYPE[DIMS]@{spec}'")
+        return (f" on arrays ringc shaped itself ({', '.join(a.text() for a in self.shaped)}): the error may come "
+                f"from those shapes; give the ones the kernel takes: --arg '{first.name}=DTYPE[DIMS]@"
+                f"{','.join(first.spec)}'")
 
     def to_text(self, explain: bool = False) -> str:
         return (f"{self.file} {self.title}: not checked{self.shaped_note}\n  " + str(self.error).replace("\n", "\n  ")
@@ -779,7 +779,7 @@ class CallError:
         if self.assumptions:
             out["assumptions"] = list(self.assumptions)
         if self.shaped:
-            out["shaped_by_ringc"] = list(self.shaped)
+            out["shaped_by_ringc"] = [a.text() for a in self.shaped]
         return out
 
 

@@ -325,8 +325,8 @@ class Program:
         # a line of another file (a Pallas kernel's helper module, as the finding's own
         # location says it) is named with its file: `line 223` would read as the user's
         other = getattr(ev.line, "file", None)
-        at = (f"line {ev.line}" if other is None or other == self.file or _same_file(other, self.file) else
-              f"{os.path.basename(other)}:{int(ev.line)}")
+        same = other is None or _same_file(other, self.file)
+        at = f"line {ev.line}" if same else f"{os.path.basename(other)}:{int(ev.line)}"
         return f"{', '.join(parts)} ({at})"
 
 

@@ -500,11 +500,9 @@ def all_gather_halfway(k: int, split: int | None = None) -> str:
         tag = f"p{r}"
         base = f"{2 * r} * q" if r else "0"
         rows, top, bottom = f"{base}:2 * q", f"{base}:q", (f"{base} + q:q" if r else "q:q")
-        steps = " + ".join(f"(N_{a} - N_{a} % 2) // 2" for a in axes)
-        steps = steps if split is None else f"2 * ({steps})"   # (split: two receives a step, by half)
-        # written with q, whose division must be exact in a shape: rows split into 2k halves
-        # of parts (other rows are refused by name, not left ungathered)
-        steps = f"{steps} * (rows // q) // {2 * k}"
+        # a receive per step (two in halves), written with q, whose division must be exact in a
+        # shape: rows split into 2k halves of parts (other rows are refused by name, not left ungathered)
+        steps = f"{'' if split is None else '2 * '}S * (rows // q) // {2 * k}"
         sems += [f"  send_{tag}: dma",
                  f"  recv_{tag}_r: {{kind: dma, shape: [{steps}]}}   # part {tag}'s arrivals from the left, by step",
                  f"  recv_{tag}_l: {{kind: dma, shape: [{steps}]}}   # ... from the right"]
