@@ -18,6 +18,7 @@ two (the round count of a recursive-doubling schedule, `log2(N)`).
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union, get_args
 
@@ -240,6 +241,15 @@ def parse(text: str | int) -> Expr:
         return Const(_int64(text))
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string or integer, got {type(text).__name__} {text!r}")
+    return _parsed(text, limits.value("expr_chars"), limits.value("expr_depth"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed(text: str, chars: int, depth: int) -> Expr:
+    """`parse` of a text, once per text and limits in force (keyed by them, so a lowered
+    limit is checked again): expressions are frozen, and a synthesis search loads the same
+    texts (a schedule's lets, its regions) for every candidate and size. A text that fails
+    raises each time (an exception is not cached)."""
     return _convert(_parse_python(text), text)
 
 

@@ -7,6 +7,7 @@ range) happen when the schedule is unrolled (`ringc.verify.unroll`).
 from __future__ import annotations
 
 import difflib
+import functools
 import keyword
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -60,6 +61,11 @@ def axis_size_env(axes: list[str], sizes: Mapping[str, int]) -> dict[str, int]:
 
 def axis_builtin_exprs(axes: list[str]) -> dict[str, E.Expr]:
     """`left_a` / `right_a` as expressions over `me`, `me_a` and the sizes (row-major strides)."""
+    return dict(_axis_builtin_exprs(tuple(axes)))
+
+
+@functools.lru_cache(maxsize=256)
+def _axis_builtin_exprs(axes: tuple[str, ...]) -> dict[str, E.Expr]:
     out: dict[str, E.Expr] = {}
     if len(axes) < 2:
         return out

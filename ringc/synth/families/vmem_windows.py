@@ -24,6 +24,14 @@ four streams' DMA issues (two per point and stream) take longer than the transfe
 of the bound; with one load per step 97.0%, and the all-reduce 96.5% -> 98.0%). On
 torus:4x4 the load per lane stays ahead (96.5% against 95.3%).
 
+The `_halfway` 2-D candidates (`reduce_scatter_2d(halfway=True)`, `HALFWAY_2D`) make each
+reduce-scatter's right and left rings carry whole blocks and meet half way, as the
+all-gathers of `bidirectional_ring.HALFWAY` and `rotated_bidirectional.all_gather_halfway`
+do: N // 2 dependent steps, not N - 1, for the same link bytes. On v5e:16x16 at 64 MiB a
+step of the second phase (one block per lane) costs the four streams' DMA issues, adds and
+a capacity word (7 us) for 1.5 us of bytes: the reduce-scatter goes from 79.0% of the bound
+to 88.8% (470 -> 418 us), the all-reduce from 82.9% to 88.1%.
+
 On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
 z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
 column, a block), the same windows, handshake and loads of a step's own blocks per stream
@@ -98,6 +106,24 @@ STEP_LOADS = """# transfers and finishes point j = k - (lanes - 1): waits for it
 # second phase (one block per lane) is not bound by the DMA issues.
 # Windows:"""
 
+# The rings meeting half way (the `_halfway` schedules: `reduce_scatter_2d(halfway=True)`).
+HALFWAY_2D = """#
+# The rings meet half way (this `_halfway` schedule): in a reduce-scatter along an axis of N
+# chips, the right ring and the left one both carry whole blocks (both directions' rows:
+# a window is [2, q, cols] of a block), and block D is summed by a right ring that starts
+# H = N // 2 chips to its left and a left ring that starts H chips to its right: H steps,
+# where a ring of halves takes N - 1. At step t a chip sends right the partial sum of block
+# me + H - t and left that of me - H + t. On an even axis both rings start at the chip
+# half way round, so there the right ring's first step sends direction 0's rows and the
+# left ring's direction 1's: every link carries (N - 1) / 2 blocks a direction, as in the
+# rings of halves. The receiver of a first step adds its own block into those rows and
+# copies its own into the rest (`assign`). The right ring adds the own block at every step;
+# at the last step the left ring adds its arrival into the right ring's window, which
+# then holds the sum and goes to HBM. The same bytes in about half the dependent steps: a
+# step of the second phase (one block per lane) costs the four streams' DMA issues, adds
+# and a capacity word, not the bytes (`H_x`, `H_y`: the steps along each axis).
+"""
+
 AXES = ("x", "y")
 
 AR_FROM = """# Bidirectional 2-D reduce-scatter landing in VMEM: lax.psum_scatter(x, ("x", "y"))
@@ -110,11 +136,12 @@ AR_TO = """# Bidirectional 2-D all-reduce whose reduce-scatters land in VMEM: la
 # neighbours' `out`, as all_reduce_2d_bidirectional.yaml) bring every block to every chip."""
 
 
-def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int) -> list[str]:
+def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int, halfway: bool = False) -> list[str]:
     """Half (part) h's phase, step within the phase and phase index at point `var` (k or j):
-    phases over the axes of `order` in turn (the reduce-scatters) and (an all-reduce) over
-    them again in reverse (the all-gathers)."""
-    lens = [f"(N_{a} - 1)" for a in order + order[::-1]][:phases]
+    phases over the axes of `order` in turn (the reduce-scatters: N_a // 2 steps each with
+    `halfway`, else N_a - 1) and (an all-reduce) over them again in reverse (the all-gathers)."""
+    lens = [f"H_{a}" if halfway and p < len(order) else f"(N_{a} - 1)"
+            for p, a in enumerate(order + order[::-1])][:phases]
     starts = ["0"]
     for ln in lens[:-1]:
         starts.append(f"{starts[-1]} + {ln}" if starts[-1] != "0" else ln)
@@ -173,19 +200,28 @@ body:
       - barrier: [{near}]"""
 
 
-def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str:
+def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfway: bool = False) -> str:
     """The reduce-scatter; with `all_reduce`, the all-reduce: each half then all-gathers its
     block back, over its second axis and its first (HBM to HBM into the neighbours' `out`,
     as the library's all_reduce_2d_bidirectional does, lane by lane). With `step_loads`, a
     step's own blocks are loaded by one DMA for all its lanes (`STEP_LOADS`), else by one
-    per lane, with the lane's transfer."""
+    per lane, with the lane's transfer. With `halfway`, each reduce-scatter's two rings
+    carry whole blocks and meet half way (`HALFWAY_2D`): N_a // 2 steps, not N_a - 1."""
     phases = 4 if all_reduce else 2
-    lets = [("S: 2 * (N_x + N_y) - 4           # steps of a round: two reduce-scatters, two all-gathers"
-             if all_reduce else "S: N_x + N_y - 2                  # steps of a round: both reduce-scatters"),
-            "q: min(wrows, rows // lanes)      # rows of a piece",
-            "rounds: rows // (lanes * q)",
-            "total: rounds * S * lanes        # points that send",
-            "L: lanes - 1                     # point k finishes point k - L"]
+    if halfway:
+        # (N_a - N_a % 2) // 2: an exact division, as a grid's expressions must be
+        lets = [*[f"H_{a}: (N_{a} - N_{a} % 2) // 2" + ("   # steps of a reduce-scatter along each axis: N_x // 2"
+                                                       if a == "x" else "") for a in AXES],
+                ("S: H_x + H_y + N_x + N_y - 2       # steps of a round: two reduce-scatters half way, two all-gathers"
+                 if all_reduce else "S: H_x + H_y                       # steps of a round: both reduce-scatters, half way")]
+    else:
+        lets = [("S: 2 * (N_x + N_y) - 4           # steps of a round: two reduce-scatters, two all-gathers"
+                 if all_reduce else "S: N_x + N_y - 2                  # steps of a round: both reduce-scatters")]
+    lets += [
+             "q: min(wrows, rows // lanes)      # rows of a piece",
+             "rounds: rows // (lanes * q)",
+             "total: rounds * S * lanes        # points that send",
+             "L: lanes - 1                     # point k finishes point k - L"]
     for var, sfx in (("k", ""), ("j", "j")):
         if var == "j":
             lets += ["j: k - L", "finishing: j >= 0 and j < total"]
@@ -193,16 +229,18 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
             lets += ["sending: k < total"]
         lets += [f"c{sfx}: {var} // lanes", f"i{sfx}: {var} % lanes", f"rd{sfx}: c{sfx} // S", f"s{sfx}: c{sfx} % S",
                  f"r{sfx}: (rd{sfx} * lanes + i{sfx}) * q   # first row of the piece"]
-        lets += _stream_lets("a", ("x", "y"), sfx, var, phases) + _stream_lets("b", ("y", "x"), sfx, var, phases)
+        lets += (_stream_lets("a", ("x", "y"), sfx, var, phases, halfway)
+                 + _stream_lets("b", ("y", "x"), sfx, var, phases, halfway))
     if step_loads:
         lets += ["r0j: rdj * lanes * q             # first row of j's step (lane 0's piece)",
                  "cn: cj + 1                       # the step after j's (its own blocks are loaded once j's step is added)",
                  "rdn: cn // S", "sn: cn % S", "rn: rdn * lanes * q"]
-        lets += _stream_lets("a", ("x", "y"), "n", "cn", phases)[:2] + _stream_lets("b", ("y", "x"), "n", "cn", phases)[:2]
+        lets += (_stream_lets("a", ("x", "y"), "n", "cn", phases, halfway)[:2]
+                 + _stream_lets("b", ("y", "x"), "n", "cn", phases, halfway)[:2])
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (half A's, B's: ub)",
              "ub: (nb - lanes) % (2 * lanes)",
-             "n0a: rounds * (N_x - 1) * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
-             "n1a: rounds * (N_y - 1) * lanes",
+             f"n0a: rounds * {'H_x' if halfway else '(N_x - 1)'} * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
+             f"n1a: rounds * {'H_y' if halfway else '(N_y - 1)'} * lanes",
              "n0b: n1a", "n1b: n0a"]
     if all_reduce:
         bufs = ["  x:     {kind: input,  slots: [N_x, N_y, 2, 2], shape: [rows, cols], shard: [4 * N * rows, cols],",
@@ -218,24 +256,40 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
             "  first_a: {kind: hbm_scratch, slots: [N_y, 2], shape: [rows, cols]}   # half A's column (me_x, :)",
             "  first_b: {kind: hbm_scratch, slots: [N_x, 2], shape: [rows, cols]}   # half B's row (:, me_y)"]
     sems, copies, send, finish, drain, first = [], [], [], [], [], []
+    later: list[str] = []   # halfway: the loads of the next steps, after both streams' adds
     for h, (ax0, ax1) in (("a", ("x", "y")), ("b", ("y", "x"))):
         hi = 0 if h == "a" else 1
+        fin: dict[tuple[int, int], list[str]] = {}   # halfway: (phase, direction) -> its finishing entries
+        freed: dict[tuple[int, int], list[str]] = {}
         for d, (dword, back) in enumerate((("right", "left"), ("left", "right"))):
             st = f"{h}{'rl'[d]}"
             sgn = "-" if d == 0 else "+"
             for p, ax in ((0, ax0), (1, ax1)):
+                if halfway:   # the right ring's block for chip me + H - t, the left's for me - H + t
+                    far = f"+ H_{ax} -" if d == 0 else f"- H_{ax} +"
+                    near = "- 1" if d == 0 else "+ 1"
+                    lets += [f"sb{p}_{st}: (me_{ax} {far} t{h}) % N_{ax}   # the block sent now",
+                             f"rb{p}_{st}: (me_{ax} {near} {far} t{h}) % N_{ax}   # the block arriving now",
+                             f"jb{p}_{st}: (me_{ax} {near} {far} t{h}j) % N_{ax}   # the block that arrived at j"]
+                    lets += [f"nb{p}_{st}: (me_{ax} {near} {far} t{h}n) % N_{ax}   # the block arriving after j's step"] \
+                        if step_loads else []
+                    continue
                 lets += [f"sb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 1) % N_{ax}   # the block sent now",
                          f"rb{p}_{st}: (me_{ax} {sgn} t{h} {sgn} 2) % N_{ax}   # the block arriving now",
                          f"jb{p}_{st}: (me_{ax} {sgn} t{h}j {sgn} 2) % N_{ax}   # the block that arrived at j"]
                 lets += [f"nb{p}_{st}: (me_{ax} {sgn} t{h}n {sgn} 2) % N_{ax}   # the block arriving after j's step"] \
                     if step_loads else []
             other = "N_y" if h == "a" else "N_x"
-            bufs += [f"  w0_{st}:  {{kind: vmem_scratch, slots: [2 * lanes, {other}], shape: [q, cols]}}",
-                     (f"  xw0_{st}: {{kind: vmem_scratch, slots: [{other}], shape: [lanes * q, cols]}}" if step_loads else
-                      f"  xw0_{st}: {{kind: vmem_scratch, slots: [lanes, {other}], shape: [q, cols]}}"),
-                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [q, cols]}}",
-                     (f"  xw1_{st}: {{kind: vmem_scratch, shape: [lanes * q, cols]}}" if step_loads else
-                      f"  xw1_{st}: {{kind: vmem_scratch, slots: [lanes], shape: [q, cols]}}")]
+            # halfway: a window holds a whole block (both directions' rows: `two`), and `dd`
+            # indexes them all; `lo` / `sub` are the rows a ring's first step sends (its own
+            # direction's on an even axis, both on an odd one), `oth` the rest.
+            two, dd = ("2, ", ":") if halfway else ("", str(d))
+            bufs += [f"  w0_{st}:  {{kind: vmem_scratch, slots: [2 * lanes, {other}], shape: [{two}q, cols]}}",
+                     (f"  xw0_{st}: {{kind: vmem_scratch, slots: [{other}], shape: [{two}lanes * q, cols]}}" if step_loads else
+                      f"  xw0_{st}: {{kind: vmem_scratch, slots: [lanes, {other}], shape: [{two}q, cols]}}"),
+                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [{two}q, cols]}}",
+                     (f"  xw1_{st}: {{kind: vmem_scratch, shape: [{two}lanes * q, cols]}}" if step_loads else
+                      f"  xw1_{st}: {{kind: vmem_scratch, slots: [lanes], shape: [{two}q, cols]}}")]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma" if step_loads else f"  load_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  recv0_{st}: {{kind: dma, shape: [2 * lanes]}}",
@@ -244,31 +298,37 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
                      f"  cap0_{st}: regular",
                      f"  cap1_{st}: regular"]
 
-            def col(b: str, rows: str) -> str:   # a column of blocks of x on the half's first axis
-                return f"x[{b}, :, {hi}, {d}, {rows}]" if h == "a" else f"x[:, {b}, {hi}, {d}, {rows}]"
+            def col(b: str, rows: str, dirs: str = dd) -> str:   # a column of blocks of x on the half's first axis
+                return f"x[{b}, :, {hi}, {dirs}, {rows}]" if h == "a" else f"x[:, {b}, {hi}, {dirs}, {rows}]"
+
+            def sub(p: int) -> str:   # the rows (directions) of a ring's first step along phase p's axis
+                n_ax = f"N_{ax0 if p == 0 else ax1}"
+                return f"0:1 + {n_ax} % 2" if d == 0 else f"1 - {n_ax} % 2:1 + {n_ax} % 2"
+            rs = ", :" if halfway else ""   # xw's direction dim
             to0, to1 = f"{dword}_{ax0}", f"{dword}_{ax1}"
             if step_loads:   # the own blocks of a step (all its lanes), and of point j's step
-                own = {"l0": (col(f"rb0_{st}", "0:lanes * q"), f"xw0_{st}[:, 0:lanes * q]"),
-                       "n0": (col(f"nb0_{st}", "rn:lanes * q"), f"xw0_{st}[:, 0:lanes * q]"),
-                       "n1": (f"first_{h}[nb1_{st}, {d}, rn:lanes * q]", f"xw1_{st}[0:lanes * q]"),
-                       "jl0": (col(f"jb0_{st}", "r0j:lanes * q"), f"xw0_{st}[:, 0:lanes * q]"),
-                       "jl1": (f"first_{h}[jb1_{st}, {d}, r0j:lanes * q]", f"xw1_{st}[0:lanes * q]")}
+                own = {"l0": (col(f"rb0_{st}", "0:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
+                       "n0": (col(f"nb0_{st}", "rn:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
+                       "n1": (f"first_{h}[nb1_{st}, {dd}, rn:lanes * q]", f"xw1_{st}[{':, ' if halfway else ''}0:lanes * q]"),
+                       "jl0": (col(f"jb0_{st}", "r0j:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
+                       "jl1": (f"first_{h}[jb1_{st}, {dd}, r0j:lanes * q]", f"xw1_{st}[{':, ' if halfway else ''}0:lanes * q]")}
                 sem = {k: f"load_{st}" for k in own}
             else:   # of a lane, and of point j's lane
                 own = {"l0": (col(f"rb0_{st}", "r:q"), f"xw0_{st}[i, :]"),
-                       "l1": (f"first_{h}[rb1_{st}, {d}, r:q]", f"xw1_{st}[i]"),
+                       "l1": (f"first_{h}[rb1_{st}, {dd}, r:q]", f"xw1_{st}[i]"),
                        "jl0": (col(f"jb0_{st}", "rj:q"), f"xw0_{st}[ij, :]"),
-                       "jl1": (f"first_{h}[jb1_{st}, {d}, rj:q]", f"xw1_{st}[ij]")}
+                       "jl1": (f"first_{h}[jb1_{st}, {dd}, rj:q]", f"xw1_{st}[ij]")}
                 sem = {k: f'"load_{st}[{"ij" if k.startswith("j") else "i"}]"' for k in own}
             loads = {k: f'  {st}_{k}: {{src: "{src}", dst: "{dst}", sem: {sem[k]}}}' for k, (src, dst) in own.items()}
+            w0s, w1s = (f", {sub(0)}", f", {sub(1)}") if halfway else ("", "")
             copies += [
                 f"  # Stream {st}: half {h.upper()} {dword}, over {ax0} then {ax1}.",
-                f'  {st}_s0: {{src: "{col(f"sb0_{st}", "r:q")}", dst: "w0_{st}[w{h}, :]", to: {to0},',
+                f'  {st}_s0: {{src: "{col(f"sb0_{st}", "r:q", sub(0) if halfway else dd)}", dst: "w0_{st}[w{h}, :{w0s}]", to: {to0},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv0_{st}[w{h}]"}}',
                 f'  {st}_f0: {{src: "w0_{st}[u{h}, :]", dst: "w0_{st}[w{h}, :]", to: {to0},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv0_{st}[w{h}]"}}',
                 *(loads[k] for k in ("l0", "n0") if k in loads),
-                f'  {st}_s1: {{src: "first_{h}[sb1_{st}, {d}, r:q]", dst: "w1_{st}[w{h}]", to: {to1},',
+                f'  {st}_s1: {{src: "first_{h}[sb1_{st}, {sub(1) if halfway else dd}, r:q]", dst: "w1_{st}[w{h}{w1s}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
                 f'  {st}_f1: {{src: "w1_{st}[u{h}]", dst: "w1_{st}[w{h}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
@@ -276,12 +336,21 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
                 "  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size).",
                 f'  {st}_j0: {{src: "w0_{st}[w{h}j, :]", dst: "w0_{st}[w{h}j, :]", to: {to0},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv0_{st}[w{h}j]"}}',
-                loads["jl0"],
-                f'  {st}_o0: {{src: "w0_{st}[w{h}j, :]", dst: "first_{h}[:, {d}, rj:q]", sem: out_{st}}}',
+                loads["jl0"]]
+            if halfway:   # a ring's first step: its rows only
+                copies += [
+                    f'  {st}_h0: {{src: "w0_{st}[w{h}j, :{w0s}]", dst: "w0_{st}[w{h}j, :{w0s}]", to: {to0},',
+                    f'           send_sem: "send_{st}[ij]", recv_sem: "recv0_{st}[w{h}j]"}}',
+                    f'  {st}_h1: {{src: "w1_{st}[w{h}j{w1s}]", dst: "w1_{st}[w{h}j{w1s}]", to: {to1},',
+                    f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}']
+            if d == 0 or not halfway:   # halfway: the right ring's window has the sum
+                copies += [f'  {st}_o0: {{src: "w0_{st}[w{h}j, :]", dst: "first_{h}[:, {dd}, rj:q]", sem: out_{st}}}']
+            copies += [
                 f'  {st}_j1: {{src: "w1_{st}[w{h}j]", dst: "w1_{st}[w{h}j]", to: {to1},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}',
-                loads["jl1"],
-                f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{mine}{hi}, {d}, rj:q]", sem: out_{st}}}']
+                loads["jl1"]]
+            if d == 0 or not halfway:
+                copies += [f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{mine}{hi}, {dd}, rj:q]", sem: out_{st}}}']
             if all_reduce:   # the all-gathers: over the half's second axis (phase 2), then its first (3)
                 sems += [f"  recv2_{st}: {{kind: dma, shape: [2 * lanes]}}", f"  recv3_{st}: {{kind: dma, shape: [2 * lanes]}}"]
                 for p, ax in ((2, ax1), (3, ax0)):
@@ -304,33 +373,78 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False) -> str
                          f"    do: [{{start: {st}_f{p}}}{'' if step_loads else f', {{start: {st}_l{p}}}'}]"]
                 win = f"w{p}_{st}[w{h}j, :]" if p == 0 else f"w{p}_{st}[w{h}j]"
                 if step_loads:   # the step's own blocks, waited by its first lane
-                    xwin = f"xw{p}_{st}[:, ij * q:q]" if p == 0 else f"xw{p}_{st}[ij * q:q]"
+                    xwin = f"xw{p}_{st}[:{rs}, ij * q:q]" if p == 0 else f"xw{p}_{st}[{':, ' if halfway else ''}ij * q:q]"
                     wait_own = [f"  - when: finishing and p{h}j == {p} and ij == 0   # the step's own blocks",
                                 f"    do: [{{wait: {st}_jl{p}}}]", f"  - when: finishing and p{h}j == {p}", "    do:"]
                 else:
                     xwin = f"xw{p}_{st}[ij, :]" if p == 0 else f"xw{p}_{st}[ij]"
                     wait_own = [f"      - wait: {st}_jl{p}"]
                 nt = f"n{p}{h}"
-                finish += [f"  - when: finishing and p{h}j == {p}",
+                if not halfway:
+                    finish += [f"  - when: finishing and p{h}j == {p}",
+                               "    do:",
+                               f"      - wait: {st}_j{p}",
+                               *wait_own,
+                               f'      - accumulate: "{win}"',
+                               f'        src: "{xwin}"',
+                               f"  - when: finishing and p{h}j == {p} and t{h}j == {n_ax} - 2   # the phase's last step: out to HBM",
+                               f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
+                               *_windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")]
+                    drain += _drain(p, st, nt)
+                    continue
+                # Halfway: the arrival of a ring's first step is its rows (`sub`) only: on an
+                # even axis the own block is added to them and copied into the rest. The right
+                # ring adds the own block at every step; the left one, at its last step, adds
+                # its arrival into the right ring's window instead, which then holds the sum.
+                H = f"H_{ax0 if p == 0 else ax1}"
+
+                def at(sel: str) -> tuple[str, str]:   # (window, own block) of j's lane, rows `sel`
+                    if p == 0:
+                        return (f"w0_{st}[w{h}j, :, {sel}]",
+                                f"xw0_{st}[:, {sel}, ij * q:q]" if step_loads else f"xw0_{st}[ij, :, {sel}]")
+                    return f"w1_{st}[w{h}j, {sel}]", f"xw1_{st}[{sel}, ij * q:q]" if step_loads else f"xw1_{st}[ij, {sel}]"
+                (wsub, xsub), (wrest, xrest) = at(f"{d}:1"), at(f"{1 - d}:1")
+                adds = f" and t{h}j < {H} - 1" if d == 1 else ""
+                entries = [f"  - when: finishing and p{h}j == {p} and t{h}j == 0   # a first step: its rows",
+                           f"    do: [{{wait: {st}_h{p}}}]",
+                           f"  - when: finishing and p{h}j == {p} and t{h}j > 0",
+                           f"    do: [{{wait: {st}_j{p}}}]",
+                           f"  - when: finishing and p{h}j == {p}" + (" and ij == 0   # the step's own blocks" if step_loads else ""),
+                           f"    do: [{{wait: {st}_jl{p}}}]",
+                           f"  - when: finishing and p{h}j == {p} and t{h}j == 0 and {n_ax} % 2 == 0{adds}",
                            "    do:",
-                           f"      - wait: {st}_j{p}",
-                           *wait_own,
+                           f'      - accumulate: "{wsub}"',
+                           f'        src: "{xsub}"',
+                           f'      - assign: "{wrest}"',
+                           f'        src: "{xrest}"',
+                           f"  - when: finishing and p{h}j == {p} and (t{h}j > 0 or {n_ax} % 2 == 1){adds}",
+                           "    do:",
                            f'      - accumulate: "{win}"',
-                           f'        src: "{xwin}"',
-                           f"  - when: finishing and p{h}j == {p} and t{h}j == {n_ax} - 2   # the phase's last step: out to HBM",
-                           f"    do: [{{start: {st}_o{p}}}, {{wait: {st}_o{p}}}]",
-                           *_windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")]
+                           f'        src: "{xwin}"']
+                if d == 1:   # into the right ring's window: what arrived (a first step: its rows)
+                    last = f"finishing and p{h}j == {p} and t{h}j == {H} - 1"
+                    for cond, (w, _) in ((f"{last} and t{h}j == 0", at(sub(p))), (f"{last} and t{h}j > 0", (win, ""))):
+                        entries += [f"  - when: {cond}", "    do:",
+                                    f'      - accumulate: "{w.replace(f"_{st}[", f"_{h}r[", 1)}"', f'        src: "{w}"']
+                    entries += [f"  - when: {last}   # the last step: the sum, out to HBM",
+                                f"    do: [{{start: {h}r_o{p}}}, {{wait: {h}r_o{p}}}]"]
+                fin[p, d] = entries
+                freed[p, d] = _windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")
                 drain += _drain(p, st, nt)
             if not step_loads:
                 continue
             first.append(f"      - start: {st}_l0")
             for p in (0, 1):   # the step added (and its result out in HBM): load the next one's
-                finish += [f"  - when: finishing and ij == L and cn < rounds * S and p{h}n == {p}"
-                           + ("   # the step added: load the next one's" if p == 0 else ""),
-                           f"    do: [{{start: {st}_n{p}}}]"]
+                (later if halfway else finish).extend(
+                    [f"  - when: finishing and ij == L and cn < rounds * S and p{h}n == {p}"
+                     + ("   # the step added: load the next one's" if p == 0 else ""),
+                     f"    do: [{{start: {st}_n{p}}}]"])
+        for p in (0, 1) if halfway else ():
+            finish += fin[p, 0] + fin[p, 1] + freed[p, 0] + freed[p, 1]
+    finish += later
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_2d", "psum") if all_reduce else ("psum_scatter_vmem_windows_2d", "psum_scatter")
-    header = HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER
+    header = (HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER) + (HALFWAY_2D if halfway else "")
     if step_loads:
         header = header.replace(LANE_LOADS, STEP_LOADS)
         first = ["      # The first step's own blocks (each step's are loaded once the step before is added).", *first,
@@ -910,14 +1024,17 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     # of one block per lane is DMA-issue bound there: 97.0% of the bound against 94.1%), per
     # lane on torus:4x4 (a whole step's load, at once on the four streams, is waited by the
     # step's first lane: 95.3% against 96.5%).
-    for step_loads in (False, True):
-        text = with_vmem_limit(reduce_scatter_2d(kind == "psum", step_loads), chip, "the windows")
+    for halfway, step_loads in itertools.product((False, True), (False, True)):
+        text = with_vmem_limit(reduce_scatter_2d(kind == "psum", step_loads, halfway), chip, "the windows")
         for lanes, wrows in ((2, 512), (2, 1024), (4, 512)):
-            name = f"{kind}_vmem_windows_2d_l{lanes}_w{wrows}" + ("_step" if step_loads else "")
-            params = {"lanes": lanes, "wrows": wrows} | ({"loads": "step"} if step_loads else {})
+            name = (f"{kind}_vmem_windows_2d" + ("_halfway" if halfway else "") + f"_l{lanes}_w{wrows}"
+                    + ("_step" if step_loads else ""))
+            params = ({"meet": "halfway"} if halfway else {}) | {"lanes": lanes, "wrows": wrows} | \
+                ({"loads": "step"} if step_loads else {})
             yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_2d", f"name: {name}")
                             .replace("lanes: 2, wrows: 256", f"lanes: {lanes}, wrows: {wrows}"),
-                            what + (", a step's own blocks loaded by one DMA" if step_loads else ""), params)
+                            what + (", each reduce-scatter's rings meeting half way" if halfway else "")
+                            + (", a step's own blocks loaded by one DMA" if step_loads else ""), params)
 
 
 def _generate_3d(kind: str, topo, chip, two_cores: bool = False) -> Iterator[Candidate]:
