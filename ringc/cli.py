@@ -345,18 +345,19 @@ def _check_kernel(args: argparse.Namespace, path: str):
     reports, one by one. Over a range (`--devices 2..5`) a size that is refused yields its
     ScheduleError, naming the N, in place of its reports, and the next size is checked."""
     from .run import ensure_host_devices
+    from .pallas.importer import default_devices
     ring = topology.sized_by_devices(args.topology)
+    defaulted = None   # (N, why) where --devices is not given on the default ring
+    if ring and args.devices is None:
+        defaulted = default_devices(path)
     try:  # a sized topology without --devices: a script runs on the slice's devices
-        size = 1 if ring or args.devices else topology.parse(args.topology).size
+        size = defaulted[0] if defaulted else 1 if ring or args.devices else topology.parse(args.topology).size
     except ValueError:
         size = 1
     ensure_host_devices(max(args.devices or [size]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.core import apply_strict
-    if ring and args.devices is None:
-        raise ScheduleError("--devices is required with the default topology `ring`", file=path,
-                            fix="pass --devices N or A..B, or a sized topology such as --topology torus:2x4")
-    sizes = args.devices or [None]
+    sizes = args.devices or ([defaulted[0]] if defaulted else [None])
     for n in sizes:
         try:  # (a script's verdicts come as each kernel call is checked: printed then, not at the end)
             for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),
@@ -367,6 +368,8 @@ def _check_kernel(args: argparse.Namespace, path: str):
                                      tests=tuple(args.test) if getattr(args, "test", None) else None,
                                      skip_tests=tuple(getattr(args, "skip_test", None) or ()),
                                      iterate=True):
+                if defaulted and getattr(report, "assumptions", None) is not None:
+                    report.assumptions.insert(0, f"--devices {n}, not given: {defaulted[1]}")
                 yield apply_strict(report, args.strict)
         except ScheduleError as e:
             if len(sizes) == 1:

@@ -397,6 +397,27 @@ def test_a_test_module_that_skips_for_its_device_count_names_the_count(tmp_path)
     assert report.ok, report.to_text()
 
 
+def test_a_python_file_without_devices_runs_on_a_default_count_it_states(tmp_path, capsys):
+    """Sweep 14: every published file's first `ringc check FILE.py` was refused for want of
+    --devices. A Python file now runs on 4 CPU devices, or on the count its code compares the
+    device count with (tpu-inference's `!= 8`), and each verdict says so; a schedule (.yaml)
+    still needs --devices (its N is the question)."""
+    from ringc.cli import main
+    path = tmp_path / "eight_test.py"
+    path.write_text(_skipping_test_module("        if jax.device_count() != 8:\n"
+                                          "            self.skipTest('Not enough devices for test')\n"))
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    # (a one-chip kernel, so N=1; on fewer than 8 devices its test would have skipped itself)
+    assert "N=1: ok" in out and ("assumes: --devices 8, not given: the file compares the device count with 8 "
+                                 "(`device_count() != 8`, line 9)") in out, out
+    assert main(["check", str(NOTEBOOK.parent / "right_permute.py")]) == 0
+    out = capsys.readouterr().out
+    assert "N=4: ok" in out and "assumes: --devices 4, not given: ringc's default for a Python file (4)" in out, out
+    assert main(["check", str(NOTEBOOK.parents[2] / "schedules" / "all_gather_ring.yaml")]) == 2
+    assert "--devices is required" in capsys.readouterr().err
+
+
 def test_a_reference_that_does_more_than_its_collective_names_no_meaning():
     """`all_gather(x)[:, axis_index]` is an all-to-all, `psum(x * mask)` no psum of x,
     `psum(x[:4])` a sum of part of x: none is read as the collective's meaning (a false

@@ -412,6 +412,24 @@ def _device_count_asked(path: str) -> tuple[int, int, str] | None:
     return None
 
 
+DEFAULT_DEVICES = 4   # the CPU devices a Python file runs on without --devices (`default_devices`)
+
+
+def default_devices(path: str) -> tuple[int, str]:
+    """The devices `ringc check FILE.py` runs the file on when --devices is not given, and
+    why: the count the file compares `jax.device_count()` with where it asks for one exactly
+    (`!= 8`, `== 8`: a test that skips itself otherwise) or at least (`< 8`: that many, at
+    least DEFAULT_DEVICES), else DEFAULT_DEVICES."""
+    asked = _device_count_asked(path)
+    if asked is None:
+        return DEFAULT_DEVICES, (f"ringc's default for a Python file ({DEFAULT_DEVICES}); --devices N or A..B "
+                                 "checks others")
+    count, line, text = asked
+    n = count if re.search(r"[!=]=", text) else max(count, DEFAULT_DEVICES)
+    return max(n, 2), (f"the file compares the device count with {count} (`{text}`, line {line}); "
+                       "--devices N or A..B checks others")
+
+
 def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
     """The fix for a script that ran no kernel, most likely cause first: a megacore kernel on a
     1-core answer, tests that all skipped themselves, the entry's own error, the first
