@@ -30,7 +30,10 @@ all-gathers of `bidirectional_ring.HALFWAY` and `rotated_bidirectional.all_gathe
 do: N // 2 dependent steps, not N - 1, for the same link bytes. On v5e:16x16 at 64 MiB a
 step of the second phase (one block per lane) costs the four streams' DMA issues, adds and
 a capacity word (7 us) for 1.5 us of bytes: the reduce-scatter goes from 79.0% of the bound
-to 88.8% (470 -> 418 us), the all-reduce from 82.9% to 88.1%.
+to 88.8% (470 -> 418 us), the all-reduce from 82.9% to 88.1%. With the first phase's column
+held in its window for the second (`held`, `HELD_2D`: no copy to HBM and back, no loads of
+the second phase's own blocks) 91.9% and 89.6%, and on torus:4x4 97.0% and 99.1% (from 94.1%
+and 97.5%); only the held ones are searched (`_halfway_held`).
 
 On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
 z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
@@ -124,6 +127,17 @@ HALFWAY_2D = """#
 # and a capacity word, not the bytes (`H_x`, `H_y`: the steps along each axis).
 """
 
+# The first reduce-scatter's result held in VMEM (the `_held` schedules: `held=True`).
+HELD_2D = """#
+# The first phase's result held (this `_held` schedule): its sum, the column of blocks of
+# the lane's rows, stays in the right ring's window of its last step (`hw*`), and the second
+# phase sends its first block from there and adds each arrival onto its own block there:
+# no copy of the column to HBM and back between the phases, and no load of the second
+# phase's own blocks (a step of it then costs the four streams' sends, no loads). The
+# window is written again only by the next round's phase 0, after the word that frees it
+# (signalled when the next round's first step finishes, after this round's second phase).
+"""
+
 AXES = ("x", "y")
 
 AR_FROM = """# Bidirectional 2-D reduce-scatter landing in VMEM: lax.psum_scatter(x, ("x", "y"))
@@ -200,13 +214,17 @@ body:
       - barrier: [{near}]"""
 
 
-def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfway: bool = False) -> str:
+def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfway: bool = False,
+                      held: bool = False) -> str:
     """The reduce-scatter; with `all_reduce`, the all-reduce: each half then all-gathers its
     block back, over its second axis and its first (HBM to HBM into the neighbours' `out`,
     as the library's all_reduce_2d_bidirectional does, lane by lane). With `step_loads`, a
     step's own blocks are loaded by one DMA for all its lanes (`STEP_LOADS`), else by one
     per lane, with the lane's transfer. With `halfway`, each reduce-scatter's two rings
-    carry whole blocks and meet half way (`HALFWAY_2D`): N_a // 2 steps, not N_a - 1."""
+    carry whole blocks and meet half way (`HALFWAY_2D`): N_a // 2 steps, not N_a - 1; with
+    `held` too, the first reduce-scatter's result stays in its last windows for the second
+    (`HELD_2D`)."""
+    assert halfway or not held, "the held column is the half-way schedule's"
     phases = 4 if all_reduce else 2
     if halfway:
         # (N_a - N_a % 2) // 2: an exact division, as a grid's expressions must be
@@ -237,6 +255,10 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                  "rdn: cn // S", "sn: cn % S", "rn: rdn * lanes * q"]
         lets += (_stream_lets("a", ("x", "y"), "n", "cn", phases, halfway)[:2]
                  + _stream_lets("b", ("y", "x"), "n", "cn", phases, halfway)[:2])
+    if held:
+        lets += [f"hw{h}{sfx}: ((rd{sfx} + 1) * H_{ax} * lanes - lanes + i{sfx}) % (2 * lanes)"
+                 + ("   # the window holding the lane's first result (half A's, B's: hwb)" if h == "a" and not sfx else "")
+                 for sfx in ("", "j") for h, ax in (("a", "x"), ("b", "y"))]
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (half A's, B's: ub)",
              "ub: (nb - lanes) % (2 * lanes)",
              f"n0a: rounds * {'H_x' if halfway else '(N_x - 1)'} * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
@@ -252,7 +274,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                 "          spec: [null, [x, y]]}",
                 "  out:   {kind: output, shape: [2, 2, rows, cols], shard: [4 * rows, cols]}"]
     mine = "me_x, me_y, " if all_reduce else ""
-    bufs += [
+    bufs += [] if held else [
             "  first_a: {kind: hbm_scratch, slots: [N_y, 2], shape: [rows, cols]}   # half A's column (me_x, :)",
             "  first_b: {kind: hbm_scratch, slots: [N_x, 2], shape: [rows, cols]}   # half B's row (:, me_y)"]
     sems, copies, send, finish, drain, first = [], [], [], [], [], []
@@ -287,7 +309,8 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
             bufs += [f"  w0_{st}:  {{kind: vmem_scratch, slots: [2 * lanes, {other}], shape: [{two}q, cols]}}",
                      (f"  xw0_{st}: {{kind: vmem_scratch, slots: [{other}], shape: [{two}lanes * q, cols]}}" if step_loads else
                       f"  xw0_{st}: {{kind: vmem_scratch, slots: [lanes, {other}], shape: [{two}q, cols]}}"),
-                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [{two}q, cols]}}",
+                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [{two}q, cols]}}"]
+            bufs += [] if held else [
                      (f"  xw1_{st}: {{kind: vmem_scratch, shape: [{two}lanes * q, cols]}}" if step_loads else
                       f"  xw1_{st}: {{kind: vmem_scratch, slots: [lanes], shape: [{two}q, cols]}}")]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
@@ -319,7 +342,10 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                        "jl0": (col(f"jb0_{st}", "rj:q"), f"xw0_{st}[ij, :]"),
                        "jl1": (f"first_{h}[jb1_{st}, {dd}, rj:q]", f"xw1_{st}[ij]")}
                 sem = {k: f'"load_{st}[{"ij" if k.startswith("j") else "i"}]"' for k in own}
+            if held:   # the second phase's own blocks are in the held windows
+                own = {k: v for k, v in own.items() if not k.endswith("1")}
             loads = {k: f'  {st}_{k}: {{src: "{src}", dst: "{dst}", sem: {sem[k]}}}' for k, (src, dst) in own.items()}
+            held_col = f"w0_{h}r[hw{h}, sb1_{st}, {sub(1)}]"   # held: the block sent first along the second axis
             w0s, w1s = (f", {sub(0)}", f", {sub(1)}") if halfway else ("", "")
             copies += [
                 f"  # Stream {st}: half {h.upper()} {dword}, over {ax0} then {ax1}.",
@@ -328,11 +354,11 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                 f'  {st}_f0: {{src: "w0_{st}[u{h}, :]", dst: "w0_{st}[w{h}, :]", to: {to0},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv0_{st}[w{h}]"}}',
                 *(loads[k] for k in ("l0", "n0") if k in loads),
-                f'  {st}_s1: {{src: "first_{h}[sb1_{st}, {sub(1) if halfway else dd}, r:q]", dst: "w1_{st}[w{h}{w1s}]", to: {to1},',
+                f'  {st}_s1: {{src: "{held_col if held else f"first_{h}[sb1_{st}, {sub(1) if halfway else dd}, r:q]"}", dst: "w1_{st}[w{h}{w1s}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
                 f'  {st}_f1: {{src: "w1_{st}[u{h}]", dst: "w1_{st}[w{h}]", to: {to1},',
                 f'           send_sem: "send_{st}[i]", recv_sem: "recv1_{st}[w{h}]"}}',
-                loads["n1" if step_loads else "l1"],
+                *([] if held else [loads["n1" if step_loads else "l1"]]),
                 "  # ... and point j's, as seen when finishing it (a wait needs the semaphores and the size).",
                 f'  {st}_j0: {{src: "w0_{st}[w{h}j, :]", dst: "w0_{st}[w{h}j, :]", to: {to0},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv0_{st}[w{h}j]"}}',
@@ -343,12 +369,12 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                     f'           send_sem: "send_{st}[ij]", recv_sem: "recv0_{st}[w{h}j]"}}',
                     f'  {st}_h1: {{src: "w1_{st}[w{h}j{w1s}]", dst: "w1_{st}[w{h}j{w1s}]", to: {to1},',
                     f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}']
-            if d == 0 or not halfway:   # halfway: the right ring's window has the sum
+            if (d == 0 or not halfway) and not held:   # halfway: the right ring's window has the sum
                 copies += [f'  {st}_o0: {{src: "w0_{st}[w{h}j, :]", dst: "first_{h}[:, {dd}, rj:q]", sem: out_{st}}}']
             copies += [
                 f'  {st}_j1: {{src: "w1_{st}[w{h}j]", dst: "w1_{st}[w{h}j]", to: {to1},',
                 f'           send_sem: "send_{st}[ij]", recv_sem: "recv1_{st}[w{h}j]"}}',
-                loads["jl1"]]
+                *([] if held else [loads["jl1"]])]
             if d == 0 or not halfway:
                 copies += [f'  {st}_o1: {{src: "w1_{st}[w{h}j]", dst: "out[{mine}{hi}, {dd}, rj:q]", sem: out_{st}}}']
             if all_reduce:   # the all-gathers: over the half's second axis (phase 2), then its first (3)
@@ -365,12 +391,13 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                     send += [f"  - when: sending and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
                     finish += [f"  - when: finishing and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
             for p, n_ax in ((0, f"N_{ax0}"), (1, f"N_{ax1}")):
+                load = "" if step_loads or (held and p == 1) else f", {{start: {st}_l{p}}}"
                 send += [f"  - when: sending and p{h} == {p} and n{h} >= 2 * lanes",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending and p{h} == {p} and t{h} == 0",
-                         f"    do: [{{start: {st}_s{p}}}{'' if step_loads else f', {{start: {st}_l{p}}}'}]",
+                         f"    do: [{{start: {st}_s{p}}}{load}]",
                          f"  - when: sending and p{h} == {p} and t{h} > 0",
-                         f"    do: [{{start: {st}_f{p}}}{'' if step_loads else f', {{start: {st}_l{p}}}'}]"]
+                         f"    do: [{{start: {st}_f{p}}}{load}]"]
                 win = f"w{p}_{st}[w{h}j, :]" if p == 0 else f"w{p}_{st}[w{h}j]"
                 if step_loads:   # the step's own blocks, waited by its first lane
                     xwin = f"xw{p}_{st}[:{rs}, ij * q:q]" if p == 0 else f"xw{p}_{st}[{':, ' if halfway else ''}ij * q:q]"
@@ -402,15 +429,20 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                     if p == 0:
                         return (f"w0_{st}[w{h}j, :, {sel}]",
                                 f"xw0_{st}[:, {sel}, ij * q:q]" if step_loads else f"xw0_{st}[ij, :, {sel}]")
+                    if held:   # the own block: in the window that holds the first phase's result
+                        return f"w1_{st}[w{h}j, {sel}]", f"w0_{h}r[hw{h}j, jb1_{st}, {sel}]"
                     return f"w1_{st}[w{h}j, {sel}]", f"xw1_{st}[{sel}, ij * q:q]" if step_loads else f"xw1_{st}[ij, {sel}]"
+                if held and p == 1:
+                    xwin = f"w0_{h}r[hw{h}j, jb1_{st}]"
                 (wsub, xsub), (wrest, xrest) = at(f"{d}:1"), at(f"{1 - d}:1")
                 adds = f" and t{h}j < {H} - 1" if d == 1 else ""
                 entries = [f"  - when: finishing and p{h}j == {p} and t{h}j == 0   # a first step: its rows",
                            f"    do: [{{wait: {st}_h{p}}}]",
                            f"  - when: finishing and p{h}j == {p} and t{h}j > 0",
                            f"    do: [{{wait: {st}_j{p}}}]",
-                           f"  - when: finishing and p{h}j == {p}" + (" and ij == 0   # the step's own blocks" if step_loads else ""),
-                           f"    do: [{{wait: {st}_jl{p}}}]",
+                           *([] if held and p == 1 else [
+                               f"  - when: finishing and p{h}j == {p}" + (" and ij == 0   # the step's own blocks" if step_loads else ""),
+                               f"    do: [{{wait: {st}_jl{p}}}]"]),
                            f"  - when: finishing and p{h}j == {p} and t{h}j == 0 and {n_ax} % 2 == 0{adds}",
                            "    do:",
                            f'      - accumulate: "{wsub}"',
@@ -426,15 +458,16 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                     for cond, (w, _) in ((f"{last} and t{h}j == 0", at(sub(p))), (f"{last} and t{h}j > 0", (win, ""))):
                         entries += [f"  - when: {cond}", "    do:",
                                     f'      - accumulate: "{w.replace(f"_{st}[", f"_{h}r[", 1)}"', f'        src: "{w}"']
-                    entries += [f"  - when: {last}   # the last step: the sum, out to HBM",
-                                f"    do: [{{start: {h}r_o{p}}}, {{wait: {h}r_o{p}}}]"]
+                    if not (held and p == 0):   # held: the first phase's sum stays in its window
+                        entries += [f"  - when: {last}   # the last step: the sum, out to HBM",
+                                    f"    do: [{{start: {h}r_o{p}}}, {{wait: {h}r_o{p}}}]"]
                 fin[p, d] = entries
                 freed[p, d] = _windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")
                 drain += _drain(p, st, nt)
             if not step_loads:
                 continue
             first.append(f"      - start: {st}_l0")
-            for p in (0, 1):   # the step added (and its result out in HBM): load the next one's
+            for p in (0,) if held else (0, 1):   # the step added (and its result out in HBM): load the next one's
                 (later if halfway else finish).extend(
                     [f"  - when: finishing and ij == L and cn < rounds * S and p{h}n == {p}"
                      + ("   # the step added: load the next one's" if p == 0 else ""),
@@ -444,7 +477,8 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
     finish += later
     let = "\n".join(f"  {ln}" for ln in lets)
     name, kind = ("psum_vmem_windows_2d", "psum") if all_reduce else ("psum_scatter_vmem_windows_2d", "psum_scatter")
-    header = (HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER) + (HALFWAY_2D if halfway else "")
+    header = (HEADER.replace(AR_FROM, AR_TO) if all_reduce else HEADER) + (HALFWAY_2D if halfway else "") \
+        + (HELD_2D if held else "")
     if step_loads:
         header = header.replace(LANE_LOADS, STEP_LOADS)
         first = ["      # The first step's own blocks (each step's are loaded once the step before is added).", *first,
@@ -1024,16 +1058,22 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     # of one block per lane is DMA-issue bound there: 97.0% of the bound against 94.1%), per
     # lane on torus:4x4 (a whole step's load, at once on the four streams, is waited by the
     # step's first lane: 95.3% against 96.5%).
+    # Each also meeting half way with the first phase's column held in VMEM (`_halfway_held`):
+    # ahead of the rings at every size and slice measured, e.g. v5e:16x16 at 64 MiB
+    # psum_scatter 79.0% -> 91.9% of the bound (half way alone, `halfway=True, held=False`:
+    # 88.8%), torus:4x4 94.1% -> 97.0%.
     for halfway, step_loads in itertools.product((False, True), (False, True)):
-        text = with_vmem_limit(reduce_scatter_2d(kind == "psum", step_loads, halfway), chip, "the windows")
+        text = with_vmem_limit(reduce_scatter_2d(kind == "psum", step_loads, halfway, held=halfway), chip,
+                               "the windows")
         for lanes, wrows in ((2, 512), (2, 1024), (4, 512)):
-            name = (f"{kind}_vmem_windows_2d" + ("_halfway" if halfway else "") + f"_l{lanes}_w{wrows}"
+            name = (f"{kind}_vmem_windows_2d" + ("_halfway_held" if halfway else "") + f"_l{lanes}_w{wrows}"
                     + ("_step" if step_loads else ""))
-            params = ({"meet": "halfway"} if halfway else {}) | {"lanes": lanes, "wrows": wrows} | \
-                ({"loads": "step"} if step_loads else {})
+            params = ({"meet": "halfway", "column": "held"} if halfway else {}) | {"lanes": lanes, "wrows": wrows} \
+                | ({"loads": "step"} if step_loads else {})
             yield Candidate(FAMILY, name, text.replace(f"name: {kind}_vmem_windows_2d", f"name: {name}")
                             .replace("lanes: 2, wrows: 256", f"lanes: {lanes}, wrows: {wrows}"),
-                            what + (", each reduce-scatter's rings meeting half way" if halfway else "")
+                            what + (", each reduce-scatter's rings meeting half way, the first one's column held "
+                                    "in VMEM" if halfway else "")
                             + (", a step's own blocks loaded by one DMA" if step_loads else ""), params)
 
 
