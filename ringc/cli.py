@@ -345,7 +345,7 @@ def _check_kernel(args: argparse.Namespace, path: str):
     reports, one by one. Over a range (`--devices 2..5`) a size that is refused yields its
     ScheduleError, naming the N, in place of its reports, and the next size is checked."""
     from .run import ensure_host_devices
-    from .pallas.importer import default_devices
+    from .pallas.asked import default_devices
     ring = topology.sized_by_devices(args.topology)
     defaulted = None   # (N, why) where --devices is not given on the default ring
     if ring and args.devices is None:

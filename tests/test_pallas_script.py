@@ -1004,3 +1004,22 @@ def test_libtpu_started_by_the_script_prints_nothing_before_the_verdicts(tmp_pat
                          text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "INVALID_ARGUMENT" not in run.stderr and "could not determine TPU" not in run.stderr, run.stderr[-2000:]
+
+
+def test_raw_mosaic_gpu_tests_are_named_unsupported_and_the_skips_not_called_every_test():
+    """Sweep 14 (JAX's tests/mosaic/gpu_distributed_test.py): tests that build raw Mosaic GPU
+    kernels (`as_gpu_kernel`, not Pallas) stop at the `mosaic_gpu_p` primitive and the rest
+    skip themselves; the fix said "every test that ran skipped itself" and nothing of raw
+    Mosaic GPU. It now leads with that and says the other tests skipped."""
+    from types import SimpleNamespace
+    from ringc.pallas.importer import _no_kernel_fix
+    notes = ["test T.test_a stopped before any kernel call (NotImplementedError: MLIR translation rule for "
+             "primitive 'mosaic_gpu_p' not found for platform cpu): its kernels were not checked",
+             "test T.test_b skipped itself (Only works on GPU with capability >= sm90): its kernels were not checked"]
+    script = SimpleNamespace(notes=notes, entry_errors=[], entry_numbers=[], entry_switches=[])
+    fix = _no_kernel_fix(script, "gpu_distributed_test.py", "; ".join(notes), "h100", None, [])
+    assert fix.startswith("its kernels are raw Mosaic GPU (jax.experimental.mosaic.gpu"), fix
+    assert "every test that did not stop skipped itself (Only works on GPU" in fix and "every test that ran" not in fix
+    plain = SimpleNamespace(notes=notes[1:], entry_errors=[], entry_numbers=[], entry_switches=[])
+    fix = _no_kernel_fix(plain, "gpu_test.py", notes[1], "h100", None, [])
+    assert "raw Mosaic GPU" not in fix and "every test that ran skipped itself" in fix, fix

@@ -42,6 +42,7 @@ from ..verify.events import DEVICE_BARRIER, Compute, DmaStart, Event, Program, R
 from ..verify import messages as M
 from ..verify.findings import Report
 from ..verify.symmetric.program import SymmetricProgram
+from .asked import device_count_asked
 from . import interpret
 from .cores import ASSUMES as CORES_ASSUMED, mesh_of as tensorcore_mesh, run_cores
 from . import mgpu  # noqa: F401 - registers the Mosaic GPU rules
@@ -395,46 +396,17 @@ def _kernel_homes(path: str) -> list[str] | None:
     return homes[:3]
 
 
-def _device_count_asked(path: str) -> tuple[int, int, str] | None:
-    """The device count a test module compares `jax.device_count()` with (`if
-    jax.device_count() != 8: self.skipTest(...)`, tpu-inference's collective tests): the
-    count, its line and the comparison; None when the file makes none with a number."""
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    pattern = re.compile(r"(?:device_count|local_device_count)\(\)\s*(?:!=|==|<=|>=|<|>)\s*(\d+)"
-                         r"|(\d+)\s*(?:!=|==|<=|>=|<|>)\s*(?:jax\.)?(?:local_)?device_count\(\)")
-    for k, text in enumerate(lines, 1):
-        m = pattern.search(text)
-        if m:
-            return int(m.group(1) or m.group(2)), k, m.group(0)
-    return None
-
-
-DEFAULT_DEVICES = 4   # the CPU devices a Python file runs on without --devices (`default_devices`)
-
-
-def default_devices(path: str) -> tuple[int, str]:
-    """The devices `ringc check FILE.py` runs the file on when --devices is not given, and
-    why: the count the file compares `jax.device_count()` with where it asks for one exactly
-    (`!= 8`, `== 8`: a test that skips itself otherwise) or at least (`< 8`: that many, at
-    least DEFAULT_DEVICES), else DEFAULT_DEVICES."""
-    asked = _device_count_asked(path)
-    if asked is None:
-        return DEFAULT_DEVICES, (f"ringc's default for a Python file ({DEFAULT_DEVICES}); --devices N or A..B "
-                                 "checks others")
-    count, line, text = asked
-    n = count if re.search(r"[!=]=", text) else max(count, DEFAULT_DEVICES)
-    return max(n, 2), (f"the file compares the device count with {count} (`{text}`, line {line}); "
-                       "--devices N or A..B checks others")
-
-
 def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
     """The fix for a script that ran no kernel, most likely cause first: a megacore kernel on a
     1-core answer, tests that all skipped themselves, the entry's own error, the first
     statement of the script's that failed; then the other ways to call a kernel."""
     parts = []
+    # Raw Mosaic GPU (`jax.experimental.mosaic.gpu`'s `as_gpu_kernel`, not Pallas): its primitive
+    # has no CPU lowering, so a test stops at it (sweep 14, JAX's tests/mosaic/gpu_distributed_test.py).
+    if any("'mosaic_gpu_p'" in n for n in script.notes):
+        parts.append("its kernels are raw Mosaic GPU (jax.experimental.mosaic.gpu, the `mosaic_gpu_p` primitive "
+                     "of `as_gpu_kernel`), which ringc does not check: it checks Pallas Mosaic GPU kernels "
+                     "(plgpu.kernel under shard_map, --gpu h100) and Pallas TPU kernels")
     # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
     if re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e"):
         parts.append(f"the code asked for TensorCores per chip: ringc answered as TPU {tpu or 'v5e'}, 1 core per "
@@ -445,8 +417,10 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     if skipped:
         # (`requires 1 device, found 4`: the device count is what to change, not the generation)
         count = re.search(r"\b(?:requires?|needs?|at least|expects?|only) (\d+) (?:devices?|chips?)", skipped)
-        asked = _device_count_asked(path) if count is None and re.search(r"device", skipped, re.I) else None
-        parts.append(f"every test that ran skipped itself ({skipped}): "
+        asked = device_count_asked(path) if count is None and re.search(r"device", skipped, re.I) else None
+        stopped = any("stopped before any kernel call" in n for n in script.notes)
+        parts.append(f"{'every test that did not stop' if stopped else 'every test that ran'} skipped itself "
+                     f"({skipped}): "
                      + (f"it asks for {count.group(1)} device(s): check with --devices {count.group(1)}; "
                         if count else "")
                      + (f"it compares the device count with {asked[0]} (`{asked[2]}`, line {asked[1]}): check with "

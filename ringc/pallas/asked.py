@@ -1,0 +1,44 @@
+"""What a Python file says of the devices it runs on, read from its text without importing
+jax (the CLI asks before it sets the CPU device count, which must come before jax starts)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["DEFAULT_DEVICES", "default_devices", "device_count_asked"]
+
+
+def device_count_asked(path: str) -> tuple[int, int, str] | None:
+    """The device count a test module compares `jax.device_count()` with (`if
+    jax.device_count() != 8: self.skipTest(...)`, tpu-inference's collective tests): the
+    count, its line and the comparison; None when the file makes none with a number."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    pattern = re.compile(r"(?:device_count|local_device_count)\(\)\s*(?:!=|==|<=|>=|<|>)\s*(\d+)"
+                         r"|(\d+)\s*(?:!=|==|<=|>=|<|>)\s*(?:jax\.)?(?:local_)?device_count\(\)")
+    for k, text in enumerate(lines, 1):
+        m = pattern.search(text)
+        if m:
+            return int(m.group(1) or m.group(2)), k, m.group(0)
+    return None
+
+
+DEFAULT_DEVICES = 4   # the CPU devices a Python file runs on without --devices (`default_devices`)
+
+
+def default_devices(path: str) -> tuple[int, str]:
+    """The devices `ringc check FILE.py` runs the file on when --devices is not given, and
+    why: the count the file compares `jax.device_count()` with where it asks for one exactly
+    (`!= 8`, `== 8`: a test that skips itself otherwise) or at least (`< 8`: that many, at
+    least DEFAULT_DEVICES), else DEFAULT_DEVICES."""
+    asked = device_count_asked(path)
+    if asked is None:
+        return DEFAULT_DEVICES, (f"ringc's default for a Python file ({DEFAULT_DEVICES}); --devices N or A..B "
+                                 "checks others")
+    count, line, text = asked
+    n = count if re.search(r"[!=]=", text) else max(count, DEFAULT_DEVICES)
+    return max(n, 2), (f"the file compares the device count with {count} (`{text}`, line {line}); "
+                       "--devices N or A..B checks others")
