@@ -32,8 +32,10 @@ step of the second phase (one block per lane) costs the four streams' DMA issues
 a capacity word (7 us) for 1.5 us of bytes: the reduce-scatter goes from 79.0% of the bound
 to 88.8% (470 -> 418 us), the all-reduce from 82.9% to 88.1%. With the first phase's column
 held in its window for the second (`held`, `HELD_2D`: no copy to HBM and back, no loads of
-the second phase's own blocks) 91.9% and 89.6%, and on torus:4x4 97.0% and 99.1% (from 94.1%
-and 97.5%); only the held ones are searched (`_halfway_held`).
+the second phase's own blocks) 91.9% and 89.6%, and with 4 windows a lane for the second
+phase (`cwin`: 2 x lanes paced its senders by the capacity word's round trip, as the 3-D
+held column's were) 94.1% and 90.6%; on torus:4x4 97.0% and 99.1% (from 94.1% and 97.5%).
+Only the held ones are searched (`_halfway_held`).
 
 On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
 z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
@@ -136,6 +138,9 @@ HELD_2D = """#
 # phase's own blocks (a step of it then costs the four streams' sends, no loads). The
 # window is written again only by the next round's phase 0, after the word that frees it
 # (signalled when the next round's first step finishes, after this round's second phase).
+# The second phase has `cw` = cwin x lanes windows a stream (`w1_*`, `recv1_*`), not 2 x
+# lanes: a sender writes window n once its receiver freed window n - cw, cwin - 1 steps
+# before, so its small steps are not paced by that word's round trip to the neighbour.
 """
 
 AXES = ("x", "y")
@@ -150,10 +155,12 @@ AR_TO = """# Bidirectional 2-D all-reduce whose reduce-scatters land in VMEM: la
 # neighbours' `out`, as all_reduce_2d_bidirectional.yaml) bring every block to every chip."""
 
 
-def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int, halfway: bool = False) -> list[str]:
+def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int, halfway: bool = False,
+                 second: str = "2 * lanes") -> list[str]:
     """Half (part) h's phase, step within the phase and phase index at point `var` (k or j):
     phases over the axes of `order` in turn (the reduce-scatters: N_a // 2 steps each with
-    `halfway`, else N_a - 1) and (an all-reduce) over them again in reverse (the all-gathers)."""
+    `halfway`, else N_a - 1) and (an all-reduce) over them again in reverse (the all-gathers);
+    the window, of 2 x lanes (`second`: of the second phase)."""
     lens = [f"H_{a}" if halfway and p < len(order) else f"(N_{a} - 1)"
             for p, a in enumerate(order + order[::-1])][:phases]
     starts = ["0"]
@@ -165,7 +172,8 @@ def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int
     return [f"p{h}{sfx}: {ph}",
             f"t{h}{sfx}: s{sfx} - ({start})",
             f"n{h}{sfx}: (rd{sfx} * ({length}) + t{h}{sfx}) * lanes + i{sfx}",
-            f"w{h}{sfx}: n{h}{sfx} % (2 * lanes)"]
+            f"w{h}{sfx}: n{h}{sfx} % " + ("(2 * lanes)" if second == "2 * lanes" else
+                                          f"({second} if p{h}{sfx} == 1 else 2 * lanes)")]
 
 
 def _windows_freed(finishing: str, h: str, p: int, st: str, nt: str, upstream: str) -> list[str]:
@@ -226,6 +234,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
     (`HELD_2D`)."""
     assert halfway or not held, "the held column is the half-way schedule's"
     phases = 4 if all_reduce else 2
+    win1 = "cw" if held else "2 * lanes"   # the second phase's windows per stream
     if halfway:
         # (N_a - N_a % 2) // 2: an exact division, as a grid's expressions must be
         lets = [*[f"H_{a}: (N_{a} - N_{a} % 2) // 2" + ("   # steps of a reduce-scatter along each axis: N_x // 2"
@@ -239,7 +248,9 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
              "q: min(wrows, rows // lanes)      # rows of a piece",
              "rounds: rows // (lanes * q)",
              "total: rounds * S * lanes        # points that send",
-             "L: lanes - 1                     # point k finishes point k - L"]
+             "L: lanes - 1                     # point k finishes point k - L"] + (
+            ["cw: cwin * lanes                 # the second phase's windows (a sender runs up to cwin - 1 steps ahead)"]
+            if held else [])
     for var, sfx in (("k", ""), ("j", "j")):
         if var == "j":
             lets += ["j: k - L", "finishing: j >= 0 and j < total"]
@@ -247,8 +258,8 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
             lets += ["sending: k < total"]
         lets += [f"c{sfx}: {var} // lanes", f"i{sfx}: {var} % lanes", f"rd{sfx}: c{sfx} // S", f"s{sfx}: c{sfx} % S",
                  f"r{sfx}: (rd{sfx} * lanes + i{sfx}) * q   # first row of the piece"]
-        lets += (_stream_lets("a", ("x", "y"), sfx, var, phases, halfway)
-                 + _stream_lets("b", ("y", "x"), sfx, var, phases, halfway))
+        lets += (_stream_lets("a", ("x", "y"), sfx, var, phases, halfway, win1)
+                 + _stream_lets("b", ("y", "x"), sfx, var, phases, halfway, win1))
     if step_loads:
         lets += ["r0j: rdj * lanes * q             # first row of j's step (lane 0's piece)",
                  "cn: cj + 1                       # the step after j's (its own blocks are loaded once j's step is added)",
@@ -260,7 +271,10 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                  + ("   # the window holding the lane's first result (half A's, B's: hwb)" if h == "a" and not sfx else "")
                  for sfx in ("", "j") for h, ax in (("a", "x"), ("b", "y"))]
     lets += ["ua: (na - lanes) % (2 * lanes)   # the window sent on now (half A's, B's: ub)",
-             "ub: (nb - lanes) % (2 * lanes)",
+             "ub: (nb - lanes) % (2 * lanes)"] if not held else [
+             "ua: (na - lanes) % (cw if pa == 1 else 2 * lanes)   # the window sent on now (half A's, B's: ub)",
+             "ub: (nb - lanes) % (cw if pb == 1 else 2 * lanes)"]
+    lets += [
              f"n0a: rounds * {'H_x' if halfway else '(N_x - 1)'} * lanes   # phase indices of each phase (half A's; B's: n0b, n1b)",
              f"n1a: rounds * {'H_y' if halfway else '(N_y - 1)'} * lanes",
              "n0b: n1a", "n1b: n0a"]
@@ -309,14 +323,14 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
             bufs += [f"  w0_{st}:  {{kind: vmem_scratch, slots: [2 * lanes, {other}], shape: [{two}q, cols]}}",
                      (f"  xw0_{st}: {{kind: vmem_scratch, slots: [{other}], shape: [{two}lanes * q, cols]}}" if step_loads else
                       f"  xw0_{st}: {{kind: vmem_scratch, slots: [lanes, {other}], shape: [{two}q, cols]}}"),
-                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [2 * lanes], shape: [{two}q, cols]}}"]
+                     f"  w1_{st}:  {{kind: vmem_scratch, slots: [{win1}], shape: [{two}q, cols]}}"]
             bufs += [] if held else [
                      (f"  xw1_{st}: {{kind: vmem_scratch, shape: [{two}lanes * q, cols]}}" if step_loads else
                       f"  xw1_{st}: {{kind: vmem_scratch, slots: [lanes], shape: [{two}q, cols]}}")]
             sems += [f"  send_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  load_{st}: dma" if step_loads else f"  load_{st}: {{kind: dma, shape: [lanes]}}",
                      f"  recv0_{st}: {{kind: dma, shape: [2 * lanes]}}",
-                     f"  recv1_{st}: {{kind: dma, shape: [2 * lanes]}}",
+                     f"  recv1_{st}: {{kind: dma, shape: [{win1}]}}",
                      f"  out_{st}: dma",
                      f"  cap0_{st}: regular",
                      f"  cap1_{st}: regular"]
@@ -392,7 +406,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                     finish += [f"  - when: finishing and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
             for p, n_ax in ((0, f"N_{ax0}"), (1, f"N_{ax1}")):
                 load = "" if step_loads or (held and p == 1) else f", {{start: {st}_l{p}}}"
-                send += [f"  - when: sending and p{h} == {p} and n{h} >= 2 * lanes",
+                send += [f"  - when: sending and p{h} == {p} and n{h} >= {win1 if p == 1 else '2 * lanes'}",
                          f"    do: [{{sem_wait: cap{p}_{st}}}]",
                          f"  - when: sending and p{h} == {p} and t{h} == 0",
                          f"    do: [{{start: {st}_s{p}}}{load}]",
@@ -463,7 +477,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                                     f"    do: [{{start: {h}r_o{p}}}, {{wait: {h}r_o{p}}}]"]
                 fin[p, d] = entries
                 freed[p, d] = _windows_freed("finishing", h, p, st, nt, f"{back}_{ax0 if p == 0 else ax1}")
-                drain += _drain(p, st, nt)
+                drain += _drain(p, st, nt, win1 if p == 1 else "2 * lanes")
             if not step_loads:
                 continue
             first.append(f"      - start: {st}_l0")
@@ -491,7 +505,8 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                  "  # blocks they will be added to."]
         finishing = """  # Finish point j: wait for its transfers and loads, add, send the phase's result to HBM,
   # and tell the upstream neighbour a window is free."""
-    return f"""{header}{_sections(name, kind, "xy", "wrows: 256", bufs, sems, "total + L", let, copies)}
+    return f"""{header}{_sections(name, kind, "xy", "wrows: 256" + (", cwin: 4" if held else ""), bufs, sems,
+                                  "total + L", let, copies)}
 {chr(10).join(first + send)}
 {finishing}
 {chr(10).join(finish)}
@@ -1058,9 +1073,9 @@ def generate(kind: str, topo) -> Iterator[Candidate]:
     # of one block per lane is DMA-issue bound there: 97.0% of the bound against 94.1%), per
     # lane on torus:4x4 (a whole step's load, at once on the four streams, is waited by the
     # step's first lane: 95.3% against 96.5%).
-    # Each also meeting half way with the first phase's column held in VMEM (`_halfway_held`):
-    # ahead of the rings at every size and slice measured, e.g. v5e:16x16 at 64 MiB
-    # psum_scatter 79.0% -> 91.9% of the bound (half way alone, `halfway=True, held=False`:
+    # Each also meeting half way with the first phase's column held in VMEM (`_halfway_held`,
+    # cwin 4): ahead of the rings at every size and slice measured, e.g. v5e:16x16 at 64 MiB
+    # psum_scatter 79.0% -> 94.1% of the bound (half way alone, `halfway=True, held=False`:
     # 88.8%), torus:4x4 94.1% -> 97.0%.
     for halfway, step_loads in itertools.product((False, True), (False, True)):
         text = with_vmem_limit(reduce_scatter_2d(kind == "psum", step_loads, halfway, held=halfway), chip,
