@@ -34,8 +34,9 @@ to 88.8% (470 -> 418 us), the all-reduce from 82.9% to 88.1%. With the first pha
 held in its window for the second (`held`, `HELD_2D`: no copy to HBM and back, no loads of
 the second phase's own blocks) 91.9% and 89.6%, and with 4 windows a lane for the second
 phase (`cwin`: 2 x lanes paced its senders by the capacity word's round trip, as the 3-D
-held column's were) 94.1% and 90.6%; on torus:4x4 97.0% and 99.1% (from 94.1% and 97.5%).
-Only the held ones are searched (`_halfway_held`).
+held column's were) 94.1% and 90.6%, and with the all-reduce's two all-gathers meeting half
+way too 94.3% for the all-reduce; on torus:4x4 97.0% and 99.1% (from 94.1% and 97.5%). Only
+the held ones are searched (`_halfway_held`).
 
 On a 3-D torus (`reduce_scatter_3d`): three parts (A over x, y, z; B over y, z, x; C over
 z, x, y), six streams, each part's reduce-scatter in three phases (a plane of blocks, a
@@ -126,7 +127,10 @@ HALFWAY_2D = """#
 # at the last step the left ring adds its arrival into the right ring's window, which
 # then holds the sum and goes to HBM. The same bytes in about half the dependent steps: a
 # step of the second phase (one block per lane) costs the four streams' DMA issues, adds
-# and a capacity word, not the bytes (`H_x`, `H_y`: the steps along each axis).
+# and a capacity word, not the bytes (`H_x`, `H_y`: the steps along each axis). In the
+# all-reduce the two all-gathers meet half way too: each ring forwards whole blocks for H
+# steps, the last step a ring's rows only (`*_gh*`: on an even axis direction 0's to the
+# right, direction 1's to the left, so the chip half way round gets each once).
 """
 
 # The first reduce-scatter's result held in VMEM (the `_held` schedules: `held=True`).
@@ -158,11 +162,10 @@ AR_TO = """# Bidirectional 2-D all-reduce whose reduce-scatters land in VMEM: la
 def _stream_lets(h: str, order: tuple[str, ...], sfx: str, var: str, phases: int, halfway: bool = False,
                  second: str = "2 * lanes") -> list[str]:
     """Half (part) h's phase, step within the phase and phase index at point `var` (k or j):
-    phases over the axes of `order` in turn (the reduce-scatters: N_a // 2 steps each with
-    `halfway`, else N_a - 1) and (an all-reduce) over them again in reverse (the all-gathers);
+    phases over the axes of `order` in turn (the reduce-scatters) and (an all-reduce) over
+    them again in reverse (the all-gathers), N_a // 2 steps each with `halfway`, else N_a - 1;
     the window, of 2 x lanes (`second`: of the second phase)."""
-    lens = [f"H_{a}" if halfway and p < len(order) else f"(N_{a} - 1)"
-            for p, a in enumerate(order + order[::-1])][:phases]
+    lens = [f"H_{a}" if halfway else f"(N_{a} - 1)" for a in order + order[::-1]][:phases]
     starts = ["0"]
     for ln in lens[:-1]:
         starts.append(f"{starts[-1]} + {ln}" if starts[-1] != "0" else ln)
@@ -239,7 +242,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
         # (N_a - N_a % 2) // 2: an exact division, as a grid's expressions must be
         lets = [*[f"H_{a}: (N_{a} - N_{a} % 2) // 2" + ("   # steps of a reduce-scatter along each axis: N_x // 2"
                                                        if a == "x" else "") for a in AXES],
-                ("S: H_x + H_y + N_x + N_y - 2       # steps of a round: two reduce-scatters half way, two all-gathers"
+                ("S: 2 * (H_x + H_y)                 # steps of a round: two reduce-scatters, two all-gathers, half way"
                  if all_reduce else "S: H_x + H_y                       # steps of a round: both reduce-scatters, half way")]
     else:
         lets = [("S: 2 * (N_x + N_y) - 4           # steps of a round: two reduce-scatters, two all-gathers"
@@ -394,14 +397,29 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
             if all_reduce:   # the all-gathers: over the half's second axis (phase 2), then its first (3)
                 sems += [f"  recv2_{st}: {{kind: dma, shape: [2 * lanes]}}", f"  recv3_{st}: {{kind: dma, shape: [2 * lanes]}}"]
                 for p, ax in ((2, ax1), (3, ax0)):
+                    # halfway: whole blocks both ways, the last step (`_h`) a ring's rows only
+                    # (`sub`: on an even axis direction 0's right, direction 1's left)
+                    rows = [(dd, "")] + ([(sub(1 if p == 2 else 0), "h")] if halfway else [])
                     for nm, tt, rr, ii in (("g", f"t{h}", "r", "i"), ("jg", f"t{h}j", "rj", "ij")):
                         b = f"(me_{ax} {sgn} {tt}) % N_{ax}"
-                        if p == 2:
-                            reg = f"out[me_x, {b}, 0, {d}, {rr}:q]" if h == "a" else f"out[{b}, me_y, 1, {d}, {rr}:q]"
-                        else:
-                            reg = f"out[{b}, :, 0, {d}, {rr}:q]" if h == "a" else f"out[:, {b}, 1, {d}, {rr}:q]"
-                        copies += [f'  {st}_{nm}{p}: {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
-                                   f'           send_sem: "send_{st}[{ii}]", recv_sem: "recv{p}_{st}[w{h}{"j" if nm == "jg" else ""}]"}}']
+                        for dirs, last in rows:
+                            if p == 2:
+                                reg = (f"out[me_x, {b}, 0, {dirs}, {rr}:q]" if h == "a" else
+                                       f"out[{b}, me_y, 1, {dirs}, {rr}:q]")
+                            else:
+                                reg = f"out[{b}, :, 0, {dirs}, {rr}:q]" if h == "a" else f"out[:, {b}, 1, {dirs}, {rr}:q]"
+                            copies += [f'  {st}_{nm}{last}{p}: {{src: "{reg}", dst: "{reg}", to: {dword}_{ax},',
+                                       f'           send_sem: "send_{st}[{ii}]", recv_sem: "recv{p}_{st}[w{h}{"j" if nm == "jg" else ""}]"}}']
+                    if halfway:
+                        H = f"H_{ax}"
+                        send += [f"  - when: sending and p{h} == {p} and t{h} < {H} - 1", f"    do: [{{start: {st}_g{p}}}]",
+                                 f"  - when: sending and p{h} == {p} and t{h} == {H} - 1   # the last step: the ring's rows",
+                                 f"    do: [{{start: {st}_gh{p}}}]"]
+                        finish += [f"  - when: finishing and p{h}j == {p} and t{h}j < {H} - 1",
+                                   f"    do: [{{wait: {st}_jg{p}}}]",
+                                   f"  - when: finishing and p{h}j == {p} and t{h}j == {H} - 1",
+                                   f"    do: [{{wait: {st}_jgh{p}}}]"]
+                        continue
                     send += [f"  - when: sending and p{h} == {p}", f"    do: [{{start: {st}_g{p}}}]"]
                     finish += [f"  - when: finishing and p{h}j == {p}", f"    do: [{{wait: {st}_jg{p}}}]"]
             for p, n_ax in ((0, f"N_{ax0}"), (1, f"N_{ax1}")):
