@@ -467,7 +467,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                 if held and p == 1:
                     xwin = f"w0_{h}r[hw{h}j, jb1_{st}]"
                 (wsub, xsub), (wrest, xrest) = at(f"{d}:1"), at(f"{1 - d}:1")
-                adds = f" and t{h}j < {H} - 1" if d == 1 else ""
+                adds = f" and t{h}j < {H} - 1" if d == 1 else ""   # the left ring adds no own block at its last step
                 entries = [f"  - when: finishing and p{h}j == {p} and t{h}j == 0   # a first step: its rows",
                            f"    do: [{{wait: {st}_h{p}}}]",
                            f"  - when: finishing and p{h}j == {p} and t{h}j > 0",
