@@ -347,17 +347,18 @@ def _check_kernel(args: argparse.Namespace, path: str):
     from .run import ensure_host_devices
     from .pallas.asked import default_devices
     ring = topology.sized_by_devices(args.topology)
-    defaulted = None   # (N, why) where --devices is not given on the default ring
-    if ring and args.devices is None:
+    sizes, defaulted = args.devices, None   # defaulted: (N, why) where --devices is not given on the default ring
+    if ring and sizes is None:
         defaulted = default_devices(path)
+        sizes = [defaulted[0]]
     try:  # a sized topology without --devices: a script runs on the slice's devices
-        size = defaulted[0] if defaulted else 1 if ring or args.devices else topology.parse(args.topology).size
+        size = 1 if sizes else topology.parse(args.topology).size
     except ValueError:
         size = 1
-    ensure_host_devices(max(args.devices or [size]))  # scalar-prefetch inputs are sampled on CPU devices
+    ensure_host_devices(max(sizes or [size]))  # scalar-prefetch inputs are sampled on CPU devices
     from .pallas import check_file
     from .verify.core import apply_strict
-    sizes = args.devices or ([defaulted[0]] if defaulted else [None])
+    sizes = sizes or [None]
     for n in sizes:
         try:  # (a script's verdicts come as each kernel call is checked: printed then, not at the end)
             for report in check_file(path, n, invocations=args.invocations, params=dict(args.param),

@@ -344,14 +344,17 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
             def sub(p: int) -> str:   # the rows (directions) of a ring's first step along phase p's axis
                 n_ax = f"N_{ax0 if p == 0 else ax1}"
                 return f"0:1 + {n_ax} % 2" if d == 0 else f"1 - {n_ax} % 2:1 + {n_ax} % 2"
-            rs = ", :" if halfway else ""   # xw's direction dim
+            lead = ":, " if halfway else ""   # xw's direction dim (halfway: whole blocks)
+
+            def xw(p: int, rows: str) -> str:   # a step's own blocks in `xw{p}`, rows `rows` of each
+                return f"xw0_{st}[:, {lead}{rows}]" if p == 0 else f"xw1_{st}[{lead}{rows}]"
             to0, to1 = f"{dword}_{ax0}", f"{dword}_{ax1}"
             if step_loads:   # the own blocks of a step (all its lanes), and of point j's step
-                own = {"l0": (col(f"rb0_{st}", "0:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
-                       "n0": (col(f"nb0_{st}", "rn:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
-                       "n1": (f"first_{h}[nb1_{st}, {dd}, rn:lanes * q]", f"xw1_{st}[{':, ' if halfway else ''}0:lanes * q]"),
-                       "jl0": (col(f"jb0_{st}", "r0j:lanes * q"), f"xw0_{st}[:{rs}, 0:lanes * q]"),
-                       "jl1": (f"first_{h}[jb1_{st}, {dd}, r0j:lanes * q]", f"xw1_{st}[{':, ' if halfway else ''}0:lanes * q]")}
+                own = {"l0": (col(f"rb0_{st}", "0:lanes * q"), xw(0, "0:lanes * q")),
+                       "n0": (col(f"nb0_{st}", "rn:lanes * q"), xw(0, "0:lanes * q")),
+                       "n1": (f"first_{h}[nb1_{st}, {dd}, rn:lanes * q]", xw(1, "0:lanes * q")),
+                       "jl0": (col(f"jb0_{st}", "r0j:lanes * q"), xw(0, "0:lanes * q")),
+                       "jl1": (f"first_{h}[jb1_{st}, {dd}, r0j:lanes * q]", xw(1, "0:lanes * q"))}
                 sem = {k: f"load_{st}" for k in own}
             else:   # of a lane, and of point j's lane
                 own = {"l0": (col(f"rb0_{st}", "r:q"), f"xw0_{st}[i, :]"),
@@ -432,7 +435,7 @@ def reduce_scatter_2d(all_reduce: bool = False, step_loads: bool = False, halfwa
                          f"    do: [{{start: {st}_f{p}}}{load}]"]
                 win = f"w{p}_{st}[w{h}j, :]" if p == 0 else f"w{p}_{st}[w{h}j]"
                 if step_loads:   # the step's own blocks, waited by its first lane
-                    xwin = f"xw{p}_{st}[:{rs}, ij * q:q]" if p == 0 else f"xw{p}_{st}[{':, ' if halfway else ''}ij * q:q]"
+                    xwin = xw(p, "ij * q:q")
                     wait_own = [f"  - when: finishing and p{h}j == {p} and ij == 0   # the step's own blocks",
                                 f"    do: [{{wait: {st}_jl{p}}}]", f"  - when: finishing and p{h}j == {p}", "    do:"]
                 else:
