@@ -1023,3 +1023,27 @@ def test_raw_mosaic_gpu_tests_are_named_unsupported_and_the_skips_not_called_eve
     plain = SimpleNamespace(notes=notes[1:], entry_errors=[], entry_numbers=[], entry_switches=[])
     fix = _no_kernel_fix(plain, "gpu_test.py", notes[1], "h100", None, [])
     assert "raw Mosaic GPU" not in fix and "every test that ran skipped itself" in fix, fix
+
+
+# -- blocks that do not divide the array (JAX's own padded emit_pipeline tests) --------------
+PADDED = Path(__file__).parent / "pallas_import" / "padded_pipeline.py"
+
+
+def test_a_partial_last_block_inside_the_hbm_tile_padding_is_no_finding():
+    """emit_pipeline's last block of a 300 x 200 array is rows 256:304, lanes 128:256: inside
+    the (8, 128) tiles the array is stored in, as JAX rounds it. No out_of_bounds finding, and
+    no race between the last block and the one before it (the box is not shifted back into
+    the array); the verdict says what it accepted."""
+    pipeline, tail = check_file(str(PADDED), 2)
+    for report in (pipeline, tail):
+        assert report.ok, report.to_text()
+    padding = [a for a in pipeline.assumptions if a.startswith("HBM tile padding")]
+    assert len(padding) == 2 and "`x_hbm` (300x200 float32)" in padding[0] and "(304x256)" in padding[0]
+
+
+def test_an_access_past_the_tile_padding_is_still_out_of_bounds(monkeypatch):
+    monkeypatch.setenv("PADDED_ROWS", "16")   # rows 296:312 of a 300-row array tiled to 304
+    pipeline, tail = check_file(str(PADDED), 2)
+    assert pipeline.ok, pipeline.to_text()
+    assert tail.kinds() == {"out_of_bounds"}, tail.to_text()
+    assert "slice 296:312 of `x_hbm` dimension 0 is out of range [0, 300)" in tail.to_text()

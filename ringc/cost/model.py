@@ -23,7 +23,7 @@ from .quotient import ASSUMPTION, QuotientMachine
 from .steady import ASSUMPTION as STEADY
 from .sizing import fit_volume
 from .timeline import Hardware, PathStep, TimedMachine, resource_text
-from ..ir.dtypes import itemsize
+from ..ir.dtypes import itemsize, tiled_shape
 from ..verify.rotation import rotation_unroll
 
 
@@ -80,14 +80,7 @@ def tiled_bytes(shape: tuple[int, ...], dtype: str, tiled: bool = True) -> int:
     a [.., 4, 1] one 128 lanes a row). `tiled=False`: the plain bytes (a GPU's shared
     memory)."""
     size = itemsize(dtype)
-    dims = list(shape)
-    if tiled and dims:
-        dims[-1] = -(-dims[-1] // 128) * 128
-        if len(dims) >= 2:
-            tile = 8 * max(1, 4 // size)
-            if dims[-2] < tile:
-                tile = 1 << max(0, dims[-2] - 1).bit_length()
-            dims[-2] = -(-dims[-2] // tile) * tile
+    dims = tiled_shape(shape, size) if tiled else shape
     return prod(dims) * size
 
 

@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from .. import limits
+from ..ir import dtypes
 
 from ..errors import ScheduleError
 from ..verify.events import BARRIER, Compute, DmaStart, Region, SemWait, Signal
@@ -1156,7 +1157,7 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 box[dim] = (int(starts[0]), int(starts[0]) + size)
                 kept.append(dim)
                 continue
-            if bounds and (start < 0 or start + size > hi - lo):
+            if bounds and (start < 0 or start + size > hi - lo) and not _in_tile_padding(it, ref, dim, start, size):
                 out_of_range(it, f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
                                  f"range [0, {hi - lo})", ix.start, "keep slices inside the ref")
                 size = min(size, hi - lo)
@@ -1223,6 +1224,29 @@ class Sampled(FromMemory):
         what, line = self.read
         return (f"{int(self)}, computed from {what} at line {line}, runtime data that ringc sampled "
                 "(see the verdict's `values from tensor data`)")
+
+
+def _in_tile_padding(it: Interpreter, ref: Ref, dim: int, start: int, size: int) -> bool:
+    """Whether slice start:start + size of `ref`'s dimension `dim`, past the array's end,
+    stays inside the tile padding of an HBM array (`dtypes.tiled_shape`: the last dim to
+    whole 128 lanes, the one before to whole 8-row tiles of 32 bits): a TPU lays HBM arrays
+    out in those tiles, and JAX's `emit_pipeline` rounds a last, partial block up to them
+    (`pipeline._create_blocked_slice`: rows 256:328 of a 321-row array), masking what the
+    padding holds. Such a DMA reads or writes memory of the array; its box runs into the
+    padding (no race with the block before it), and the values there are not followed."""
+    buf = ref.buffer
+    lo, hi = ref.box[dim]
+    if buf.space != "hbm" or hi != buf.shape[dim] or not 0 <= start < hi - lo:
+        return False
+    tiled = dtypes.tiled_shape(buf.shape, np.dtype(buf.dtype).itemsize)
+    if lo + start + size > tiled[dim]:
+        return False
+    _note(it, f"HBM tile padding: `{buf.name}` ({'x'.join(map(str, buf.shape))} {np.dtype(buf.dtype).name}) is "
+              f"read or written past its end, inside the tiles a TPU stores it in ({'x'.join(map(str, tiled))}): "
+              "accepted as memory of the array (JAX's emit_pipeline rounds a partial last block up to whole "
+              "tiles so); the values there are no data of the array (the kernel must mask them), and ringc does "
+              "not follow them")
+    return True
 
 
 def out_of_range(it: Interpreter, message: str, raw: Any, fix: str) -> None:
@@ -1455,7 +1479,7 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
     cosim = getattr(it.sink, "corun", None) is not None
     if target is None and cosim:
         return  # the sender's own copy of a remote DMA's destination: the receivers' copies change
-    vals = _known_values(it.owner(src, it.device), src) if target is not None else None
+    vals = _known_values(it.owner(src, it.device), src) if target is not None and not _past_end(dst) else None
     if vals is not None and target != it.device and not cosim:
         it.sink.cross_values = True  # a remote copy of known values: evaluate the devices together
         vals = None
@@ -1488,10 +1512,18 @@ def _box_slices(ref: Ref) -> tuple:
     return tuple(slice(a, b) for a, b in ref.box)
 
 
+def _past_end(ref: Ref) -> bool:
+    """Whether the ref's box runs into its HBM array's tile padding (`_in_tile_padding`),
+    whose values ringc does not follow."""
+    return any(b > n for (_, b), n in zip(ref.box, ref.buffer.shape))
+
+
 def _known_values(device: int, ref: Ref) -> np.ndarray | None:
     """The values of a ref's box on its device, when ringc knows every one (an SMEM store or a
     vector buffer's shadow), else None."""
     buf = ref.buffer
+    if _past_end(ref):
+        return None
     known = buf.store.get(device)
     if known is not None:
         return np.array(known[_box_slices(ref)])
@@ -1682,7 +1714,7 @@ def _shadow_write(it: Interpreter, ref: Ref, value: Any) -> None:
             return
         sh = ref.buffer.shadow[ref.device] = Shadow.empty(ref.buffer.shape, ref.buffer.dtype)
     sl = _box_slices(ref)
-    sh.put(sl, np.broadcast_to(np.asarray(value), ref.shape) if concrete else None)
+    sh.put(sl, np.broadcast_to(np.asarray(value), ref.shape) if concrete and not _past_end(ref) else None)
 
 
 def _note(it: Interpreter, note: str) -> None:
