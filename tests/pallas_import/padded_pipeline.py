@@ -9,7 +9,6 @@ hand-written copy moves from row 296: 8 ends inside the tile padding (rows 296:3
 tiled to 304), 16 runs past it (296:312): an access out of the array.
 """
 
-import functools
 import os
 
 import jax
