@@ -79,19 +79,19 @@ class Output:
     def report(self, report) -> None:
         self.reports.append(report)
         if self.fmt == "text":
-            if not (self.quiet and report.ok):
-                print(self._text(report), file=self.out)
+            if not (self.quiet and report.ok):  # flushed: a verdict shows as it comes, also through a pipe
+                print(self._text(report), file=self.out, flush=True)
         elif self.fmt == "github":
             for line in _github_lines(report):
-                print(line, file=self.out)
+                print(line, file=self.out, flush=True)
 
     def refused(self, e: ScheduleError) -> None:
         self.errors.append(e)
         if self.fmt == "text":
-            print(str(e), file=self.err)
+            print(str(e), file=self.err, flush=True)
         elif self.fmt == "github":
             print(_workflow_command("error", e.file, e.line, "ringc: bad input",
-                                    e.message + (f" (fix: {e.fix})" if e.fix else "")), file=self.out)
+                                    e.message + (f" (fix: {e.fix})" if e.fix else "")), file=self.out, flush=True)
 
     @property
     def exit_code(self) -> int:
@@ -163,6 +163,11 @@ class Output:
                 results.append(_sarif_result(r, f, index[f.kind]))
         notes = [{"level": "error", "message": {"text": e.message + (f" (fix: {e.fix})" if e.fix else "")},
                   **({"locations": [_location(e.file, e.line)]} if e.file else {})} for e in self.errors]
+        for r in self.reports:   # a kernel call not checked: said, with where it stopped
+            e = _not_checked(r)
+            if e is not None:
+                notes.append({"level": "error", "message": {"text": _not_checked_text(r, e)},
+                              "locations": [_location(e.file or r.file, e.line)]})
         run = {"tool": {"driver": {"name": "ringc", "version": ringc_version(), "rules": rules}},
                "invocations": [{"executionSuccessful": not self.errors, "toolExecutionNotifications": notes}],
                "results": results}
@@ -222,7 +227,21 @@ def _workflow_command(level: str, file: Any, line: int | None, title: str, messa
     return f"::{level} {','.join(props)}::{_escape(message)}"
 
 
+def _not_checked(report) -> ScheduleError | None:
+    """The error of a kernel call that could not be checked (`importer.CallError`), else None."""
+    error = getattr(report, "error", None)
+    return error if isinstance(error, ScheduleError) else None
+
+
+def _not_checked_text(report, e: ScheduleError) -> str:
+    return f"{report.title}: not checked: {e.message}" + (f" (fix: {e.fix})" if e.fix else "")
+
+
 def _github_lines(report) -> list[str]:
+    e = _not_checked(report)
+    if e is not None:   # no verdict: an error annotation, never silence
+        return [_workflow_command("error", e.file or report.file, e.line, "ringc: not checked",
+                                  _not_checked_text(report, e))]
     out = []
     for f in report.findings:
         ev = f.event

@@ -379,3 +379,50 @@ def test_run_on_a_mesh():
     assert res.returncode == 2 and "Traceback" not in res.stderr and "`run --mesh 2x2`" in res.stderr
     res = ringc_cli("run", REPO / "schedules" / "all_gather_2d.yaml")
     assert res.returncode == 2 and "either --devices" in res.stderr
+
+
+def test_a_verdict_is_flushed_as_it_comes():
+    """A test module's verdicts come one by one; through a pipe or into a CI log (a block
+    buffer) each must show when it comes, not when 8 KiB of them have."""
+    import io
+    from ringc.errors import ScheduleError
+    from ringc.output import Output
+    from ringc.pallas.importer import CallError
+
+    class Recorded(io.StringIO):
+        flushed_at: list
+
+        def flush(self):
+            self.flushed_at.append(len(self.getvalue()))
+            super().flush()
+
+    for fmt in ("text", "github"):
+        out, err = Recorded(), Recorded()
+        out.flushed_at, err.flushed_at = [], []
+        sink = Output(fmt, out=out, err=err)
+        sink.report(CallError("k.py", "call 1", ScheduleError("no", file="k.py")))
+        assert out.flushed_at and out.flushed_at[-1] == len(out.getvalue()) > 0, fmt
+        sink.refused(ScheduleError("bad", file="k.py"))
+        shown = err if fmt == "text" else out
+        assert shown.flushed_at and shown.flushed_at[-1] == len(shown.getvalue()) > 0, fmt
+
+
+def test_a_kernel_call_not_checked_is_said_in_github_and_sarif_output():
+    """A captured call that could not be checked has no findings: GitHub annotations and SARIF
+    (code scanning) must still show it, at the line where it stopped, never nothing."""
+    import io
+    from ringc.errors import ScheduleError
+    from ringc.output import Output
+    from ringc.pallas.importer import CallError
+    call = CallError("k.py", "kernel (line 9, kernel call 1 of 1)",
+                     ScheduleError("an unknown primitive `foo`", file="k.py", line=7, fix="avoid foo"))
+    github = Output("github", out=io.StringIO(), err=io.StringIO())
+    github.report(call)
+    line, = github.out.getvalue().splitlines()
+    assert line.startswith("::error file=k.py,line=7,title=ringc%3A not checked::")
+    assert "kernel call 1 of 1): not checked: an unknown primitive `foo` (fix: avoid foo)" in line
+    sarif = Output("sarif", out=io.StringIO(), err=io.StringIO())
+    sarif.report(call)
+    note, = sarif.sarif()["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["level"] == "error" and "not checked: an unknown primitive `foo`" in note["message"]["text"]
+    assert note["locations"][0]["physicalLocation"]["region"] == {"startLine": 7}
