@@ -1047,3 +1047,24 @@ def test_an_access_past_the_tile_padding_is_still_out_of_bounds(monkeypatch):
     assert pipeline.ok, pipeline.to_text()
     assert tail.kinds() == {"out_of_bounds"}, tail.to_text()
     assert "slice 296:312 of `x_hbm` dimension 0 is out of range [0, 300)" in tail.to_text()
+
+
+# -- a DMA from a bitcast view (JAX's test_dma_bitcasted_ref) ----------------------------------
+BITCAST = Path(__file__).parent / "pallas_import" / "bitcast_copy.py"
+
+
+@pytest.mark.parametrize("case", ["ints", "floats"])
+def test_a_dma_from_a_bitcast_view_moves_the_views_type(monkeypatch, case):
+    """int32 seen as int16 into int16 (integers ringc follows: their values do not carry
+    through the view), float32 seen as bfloat16 into bfloat16: one type on both sides, no
+    dtype_mismatch and no internal error."""
+    monkeypatch.setenv("BITCAST_CASE", case)
+    report, = check_file(str(BITCAST), 2)
+    assert report.ok, report.to_text()
+
+
+def test_a_bitcast_view_of_another_type_than_the_destination_is_still_a_mismatch(monkeypatch):
+    monkeypatch.setenv("BITCAST_CASE", "mismatch")
+    report, = check_file(str(BITCAST), 2)
+    assert report.kinds() == {"dtype_mismatch"}, report.to_text()
+    assert "copies `src_hbm.bitcast(int16)` (int16) into `dst_hbm` (bfloat16)" in report.to_text()

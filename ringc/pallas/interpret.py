@@ -1440,10 +1440,11 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
                       f"{np.dtype(dst.dtype).name}: the element sizes differ", "copy equal types, or bitcast one "
                       "side (`ref.bitcast(dtype)`)")
     name = f"{src.buffer.name}->{dst.buffer.name}"
+    seen = (str(np.dtype(src.dtype)), str(np.dtype(dst.dtype))) if viewed else None   # the types the copy moves
     if dev is None:
         _dma_values(it, src, dst, it.device)
         it.emit(DmaStart(name, it.region(src), it.region(dst), None,
-                         sem_id(it, dst_sem, it.device, "the DMA semaphore")))
+                         sem_id(it, dst_sem, it.device, "the DMA semaphore"), viewed=seen))
         return []
     target = it.target(device_of(it, dev, eqn.params["device_id_type"]))
     if 0 <= target < math.prod(it.axis_sizes.values()):
@@ -1452,7 +1453,7 @@ def _dma_start(it: Interpreter, eqn: Any, invals: list) -> list:
     parts = list(dev.values()) if isinstance(dev, dict) else dev if isinstance(dev, (tuple, list)) else [dev]
     explicit = all(isinstance(p, OwnIndex) or any(p is o for o in it.own_vecs) for p in parts)
     it.emit(DmaStart(name, it.region(src), it.region(dst, target), sem_id(it, src_sem, it.device, "the send semaphore"),
-                     sem_id(it, dst_sem, target, "the receive semaphore"), explicit_self=explicit), target)
+                     sem_id(it, dst_sem, target, "the receive semaphore"), explicit_self=explicit, viewed=seen), target)
     return []
 
 
@@ -1479,7 +1480,8 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
     cosim = getattr(it.sink, "corun", None) is not None
     if target is None and cosim:
         return  # the sender's own copy of a remote DMA's destination: the receivers' copies change
-    vals = _known_values(it.owner(src, it.device), src) if target is not None and not _past_end(dst) else None
+    vals = (_known_values(it.owner(src, it.device), src)
+            if target is not None and not _past_end(dst) and not _viewed(src) and not _viewed(dst) else None)
     if vals is not None and target != it.device and not cosim:
         it.sink.cross_values = True  # a remote copy of known values: evaluate the devices together
         vals = None
@@ -1510,6 +1512,12 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
 
 def _box_slices(ref: Ref) -> tuple:
     return tuple(slice(a, b) for a, b in ref.box)
+
+
+def _viewed(ref: Ref) -> bool:
+    """Whether the ref is a bitcast view (`ref.bitcast(jnp.int16)`): its elements are not the
+    buffer's, so the values ringc follows in the buffer do not carry through it."""
+    return getattr(ref, "view_dtype", None) is not None
 
 
 def _past_end(ref: Ref) -> bool:

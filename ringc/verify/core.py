@@ -202,12 +202,16 @@ def dtype_findings(program: Program) -> list[Finding]:
             a = ev.action
             if not isinstance(a, DmaStart) or ev.line in seen:
                 continue
-            src, dst = program.dtypes.get(a.src.buffer), program.dtypes.get(a.dst.buffer)
+            declared = (program.dtypes.get(a.src.buffer), program.dtypes.get(a.dst.buffer))
+            src, dst = a.viewed or declared
             if src is None or dst is None or src == dst:
                 continue
             seen.add(ev.line)
+            # (a side seen through a bitcast view is named as the kernel wrote it: `x_hbm.bitcast(int16)`)
+            names = [b if t == own else f"{b}.bitcast({t})"
+                     for b, t, own in zip((a.src.buffer, a.dst.buffer), (src, dst), declared)]
             findings.append(M.DTYPE_MISMATCH.finding(
-                what=describe(ev), at=program.where(ev), src=a.src.buffer, src_dtype=src, dst=a.dst.buffer,
+                what=describe(ev), at=program.where(ev), src=names[0], src_dtype=src, dst=names[1],
                 dst_dtype=dst, event=ev))
     return findings
 

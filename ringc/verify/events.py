@@ -118,6 +118,9 @@ class DmaStart:
     send_sem: SemId | None  # None for a local copy
     recv_sem: SemId         # the local copy's only semaphore
     explicit_self: bool = False  # the author says the target may be the sender (`self_copy`, `to: me`)
+    # The element types the copy moves, source and destination, where a bitcast view of one
+    # side (`ref.bitcast(jnp.bfloat16)`) makes them differ from the buffers' own; else None.
+    viewed: tuple[str, str] | None = None
 
     @property
     def remote(self) -> bool:
