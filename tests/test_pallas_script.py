@@ -1068,3 +1068,14 @@ def test_a_bitcast_view_of_another_type_than_the_destination_is_still_a_mismatch
     report, = check_file(str(BITCAST), 2)
     assert report.kinds() == {"dtype_mismatch"}, report.to_text()
     assert "copies `src_hbm.bitcast(int16)` (int16) into `dst_hbm` (bfloat16)" in report.to_text()
+
+
+def test_a_unittest_module_without_a_main_line_runs_its_test_cases():
+    """pytest runs a TestCase module that has no `unittest.main()`: ringc runs its tests too
+    (tpu-inference keeps two such kernel test modules), and says so; each test's kernel is
+    checked (the unwaited copy is found)."""
+    path = Path(__file__).parent / "pallas_import" / "unittest_no_main.py"
+    ok, unwaited = check_file(str(path), 2)
+    assert "CopyTest.test_copy:" in ok.title and ok.ok, ok.to_text()
+    assert "CopyTest.test_copy_unwaited" in unwaited.title and "dma_not_waited" in unwaited.kinds(), unwaited.to_text()
+    assert any("TestCase classes ran as pytest runs them" in a for a in ok.assumptions), ok.assumptions

@@ -116,6 +116,7 @@ class Script:
     # A limit that stopped a test module's run (`limits.LimitStop`): the kernel calls of the tests
     # before it are checked, then the limit's message (`importer.iter_script`).
     stopped: Any = None
+    tests_ran: bool = False        # the module's unittest TestCase tests ran (`_run_tests`)
     _failures: list[str] = field(default_factory=list)   # `same_failure`'s last ones
 
     def runs(self, title: str) -> bool:
@@ -737,15 +738,22 @@ def _claim_gpu(gen: Any) -> Iterator[None]:
             setattr(jtu, k, v)
 
 
+def _test_cases(env: dict) -> list[type]:
+    """The module's own unittest TestCase classes (not those it imported)."""
+    import unittest
+    return [v for v in list(env.values())
+            if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == env["__name__"]]
+
+
 def _run_tests(script: Script, env: dict) -> None:
     """What `unittest.main()` / `absltest.main()` does for a test module, under ringc: run
     every test method of the module's TestCase classes, one at a time, the kernel calls
     captured and titled with the test. A test that skips itself is run again with JAX's test
     helpers answering as on a TPU (`_claim_tpu`); one that still skips is a note. Test
     failures are expected (the kernels' results are placeholders) and are not reported."""
+    script.tests_ran = True
+    classes = _test_cases(env)
     import unittest
-    classes = [v for v in list(env.values())
-               if isinstance(v, type) and issubclass(v, unittest.TestCase) and v.__module__ == env["__name__"]]
     loader = unittest.TestLoader()
     tests = [test for cls in classes for test in loader.loadTestsFromTestCase(cls)]
     for k, test in enumerate(tests):
@@ -1025,6 +1033,12 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 at = f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said else ""
                 script.notes.append(f"line {stmt.lineno}: {said}{at} "
                                     f"(ringc ran the next statement{fix})")
+        if not pytest_module and entry is None and not args and not script.tests_ran and _test_cases(env):
+            # TestCase classes and no `unittest.main()` line: pytest (or `python -m unittest`)
+            # collects them, whatever their names; ringc runs them as `main` would
+            script.notes.append("the module's unittest TestCase classes ran as pytest runs them (the module has no "
+                                "`unittest.main()` / `absltest.main()` line)")
+            _run_tests(script, env)
         script.no_test_matched()
         if entry is not None or args or params or axis or mesh or (not script.captures and not pytest_module):
             call_entries(script, env, entry, list(args or []), params, axis=axis, mesh=mesh, imports=imports)
