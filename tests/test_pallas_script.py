@@ -1079,3 +1079,19 @@ def test_a_unittest_module_without_a_main_line_runs_its_test_cases():
     assert "CopyTest.test_copy:" in ok.title and ok.ok, ok.to_text()
     assert "CopyTest.test_copy_unwaited" in unwaited.title and "dma_not_waited" in unwaited.kinds(), unwaited.to_text()
     assert any("TestCase classes ran as pytest runs them" in a for a in ok.assumptions), ok.assumptions
+
+
+# -- a count indexed out of one input by another, before the kernel (tpu-inference's conv1d) ---
+FROM_INDEX = Path(__file__).parent / "pallas_import" / "prefetch_from_index.py"
+
+
+@pytest.mark.parametrize("last, kinds", [("2", set()), ("3", {"out_of_bounds"})])
+def test_a_count_indexed_before_the_kernel_is_followed(monkeypatch, last, kinds):
+    """`total[last[-1]]`: a dynamic_slice at a squeezed index, computed before the kernel. Its
+    value bounds the kernel's loop and sizes its copies: 20 rows are checked clean, 40 run
+    past the 32-row array (the copies of rows 32:40 are out of bounds), never "not known"."""
+    monkeypatch.setenv("PREFETCH_LAST", last)
+    report, = check_file(str(FROM_INDEX), 2)
+    assert report.kinds() == kinds, report.to_text()
+    if kinds:
+        assert "slice 32:40 of `x_hbm` dimension 0 is out of range [0, 32)" in report.to_text()

@@ -977,7 +977,10 @@ class _Outer:
                              fix=f"bound the loop, or raise the limit with {limits.LIMITS['loop_iterations'].how_to_raise}")
 
     def passthrough(self, h: Handle, out: Any) -> Handle:
-        if h.values is not None and self.mesh_axes is not None and not _literal(h):
+        """A reshape (squeeze, expand_dims, copy): the same values in the output's shape, per
+        device inside the shard_map, the one global value before it (`q[d[-1]]`: the index
+        `d[-1]` is a squeeze of a slice, which `dynamic_slice` takes only as a scalar)."""
+        if h.values is not None and not _literal(h) and not extended(out.aval.dtype):
             return Handle(out.aval, values=[np.asarray(v).reshape(out.aval.shape) for v in h.values],
                           origin=h.origin, role=h.role, link=h)
         return h
