@@ -281,6 +281,11 @@ def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     (v5e,) = check_file(str(path), 3)
     assert v5p.ok and v5p.program.cores == 2 and v5p.program.n == 6, v5p.to_text()
     assert v5e.ok and v5e.program.n == 3, v5e.to_text()
+    # its device_id names the core axis: on v5e's one core that is the sender itself, and the
+    # verdict says how to check it as meant (JAX's core_map.md, sweep 15)
+    said = "device_id names the TensorCore axis 'core' on a chip of one TensorCore"
+    assert any(a.startswith(said) and "--tpu v5p" in a for a in v5e.assumptions), v5e.assumptions
+    assert not any(a.startswith(said) for a in v5p.assumptions), v5p.assumptions
 
 
 def test_a_device_id_that_names_no_core_is_refused_in_a_kernel_over_the_cores(tmp_path):

@@ -616,8 +616,12 @@ def test_a_test_filter_runs_only_the_tests_it_names(tmp_path, style):
         assert any(a.startswith(f"--test {pattern!r} ran only the tests it names: 1 other test left out")
                    for a in report.assumptions), report.assumptions
         assert not any("ran: a benchmark" in a for a in report.assumptions)
-    with pytest.raises(ScheduleError, match="--test 'nothing' leaves none of the module's 2 tests to run"):
+    with pytest.raises(ScheduleError, match="--test 'nothing' leaves none of the module's 2 tests to run") as e:
         check_file(str(path), 2, tests="nothing")
+    assert "some of its tests: " in e.value.fix and "test_small" in e.value.fix, e.value.fix
+    with pytest.raises(ScheduleError) as e:   # a typo: the nearest names are offered
+        check_file(str(path), 2, tests="test_smal_")
+    assert "the nearest of its tests: " in e.value.fix and "test_small" in e.value.fix, e.value.fix
     # --test repeated: a test any pattern names runs (a second --test replaced the first, sweep 11)
     (report,) = check_file(str(path), 2, tests=("small", "no_such_test"))
     assert report.ok and any(a.startswith("--test 'small' --test 'no_such_test' ran only the tests it names")
@@ -1095,3 +1099,13 @@ def test_a_count_indexed_before_the_kernel_is_followed(monkeypatch, last, kinds)
     assert report.kinds() == kinds, report.to_text()
     if kinds:
         assert "slice 32:40 of `x_hbm` dimension 0 is out of range [0, 32)" in report.to_text()
+
+
+def test_a_glob_ending_at_a_parameterized_tests_name_names_it(tmp_path):
+    """`--test '*.test_permute1'` names `PermuteTest.test_permute1 (shift=2)`: an absl
+    parameterized test's title carries its parameters after the name (sweep 15)."""
+    from ringc.pallas.script import _matches
+    title = "PermuteTest.test_permute1 (shift=2)"
+    assert _matches(title, "*.test_permute1") and _matches(title, "PermuteTest.test_perm*")
+    assert not _matches(title, "*.test_permute0") and not _matches("PermuteTest.test_permute10 (shift=3)",
+                                                                   "*.test_permute1")

@@ -76,6 +76,12 @@ class CoreInterpreter(Interpreter):
             raise self.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores "
                             "(which core receives it is not stated)", "name the target's coordinates and core: "
                             f"device_id={{axis: target, {self.core_axis!r}: core}} with DeviceIdType.MESH")
+        if self.cores == 1 and self.core_axis in dev:   # another core of the chip, on a chip of one
+            from .interpret import _note
+            _note(self, f"device_id names the TensorCore axis {self.core_axis!r} on a chip "
+                        "of one TensorCore, as the devices answer (--tpu): the copy or signal goes to the sending "
+                        "core itself (a self_target); on a chip of two it reaches the other: check it so with "
+                        "--tpu v5p")
 
     def owner(self, ref: Ref, device: int) -> int:
         # the chip's memory, whichever core reaches it; scratch is the core's own

@@ -118,6 +118,7 @@ class Script:
     stopped: Any = None
     tests_ran: bool = False        # the module's unittest TestCase tests ran (`_run_tests`)
     _failures: list[str] = field(default_factory=list)   # `same_failure`'s last ones
+    _left_titles: list[str] = field(default_factory=list)   # the tests `--test` left out (`no_test_matched`)
 
     def runs(self, title: str) -> bool:
         """Whether the test titled `title` runs under `--test` (a substring of the title, or a
@@ -126,6 +127,8 @@ class Script:
                 and not any(_matches(title, p) for p in self.skip_tests))
         self.left_out += not runs
         self.matched += runs
+        if not runs and len(self._left_titles) < 10_000:
+            self._left_titles.append(title)
         return runs
 
     @property
@@ -156,9 +159,17 @@ class Script:
     def no_test_matched(self) -> None:
         """`--test` matched none of the module's tests: one message, not another way in."""
         if self.selection and self.left_out and not self.matched:
+            import difflib
+            names = list(dict.fromkeys(t.split(" ")[0] for t in self._left_titles))   # without parameters
+            by_own = {_own_name(t): t for t in reversed(names)} | {t: t for t in names}   # test_x, or Class.test_x
+            near = [by_own[n] for p in self._test_patterns
+                    for n in difflib.get_close_matches(p.strip("*"), list(by_own), 3, 0.5)]
+            shown = list(dict.fromkeys(near))[:3] or names[:3]
             raise ScheduleError(f"{self.selection} leaves none of the module's {self.left_out} tests to run",
                                 file=self.path, fix="give a part of a test's name (ClassName.test_name, or the "
-                                                    "pytest node id) or a glob such as '*Permute*'")
+                                                    "pytest node id) or a glob such as '*Permute*'; "
+                                                    f"{'the nearest' if near else 'some'} of its tests: "
+                                                    + ", ".join(shown))
 
 
 SAME_FAILURES = 5   # tests in a row that stop before any kernel call with one error: the run stops
@@ -166,11 +177,17 @@ SAME_FAILURES = 5   # tests in a row that stop before any kernel call with one e
 
 def _matches(title: str, pattern: str) -> bool:
     """A test's title and a `--test` / `--skip-test` pattern: a substring of it, or a glob of
-    it or of the test's own name (`test_kv*` names `Case.test_kv_1 (params)` and
+    it, of it without its parameters (`*.test_kv_1` names `Case.test_kv_1 (params)`) or of
+    the test's own name (`test_kv*` names `Case.test_kv_1 (params)` and
     `case.py::test_kv_1[params]`, as pytest's -k users expect)."""
     import fnmatch
-    name = title.split("::")[-1].split(" ")[0].split("[")[0].split(".")[-1]
-    return pattern in title or fnmatch.fnmatchcase(title, pattern) or fnmatch.fnmatchcase(name, pattern)
+    bare = title.split(" ")[0]   # without a parameterized test's parameters
+    return pattern in title or any(fnmatch.fnmatchcase(t, pattern) for t in (title, bare, _own_name(title)))
+
+
+def _own_name(title: str) -> str:
+    """A test's own name: `test_kv_1` of `Case.test_kv_1 (params)` and `case.py::test_kv_1[params]`."""
+    return title.split("::")[-1].split(" ")[0].split("[")[0].split(".")[-1]
 
 
 def is_script(source: str) -> bool:
