@@ -1109,3 +1109,18 @@ def test_a_glob_ending_at_a_parameterized_tests_name_names_it(tmp_path):
     assert _matches(title, "*.test_permute1") and _matches(title, "PermuteTest.test_perm*")
     assert not _matches(title, "*.test_permute0") and not _matches("PermuteTest.test_permute10 (shift=3)",
                                                                    "*.test_permute1")
+
+
+def test_a_script_setting_its_cpu_device_count_runs_on_ringcs(tmp_path):
+    """`jax.config.update("jax_num_cpu_devices", 8)` after `import jax` (how scripts get CPU
+    devices): ringc's devices are already there, so the update is said once, not a
+    RuntimeError note, and JAX's config is left as it was."""
+    import jax
+    path = tmp_path / "cpu_devices.py"
+    path.write_text('import jax\njax.config.update("jax_num_cpu_devices", 8)\n'
+                    + (Path(__file__).parent / "pallas_import" / "unittest_no_main.py").read_text())
+    reports = check_file(str(path), 2)
+    assert reports and all("RuntimeError" not in a for r in reports for a in r.assumptions)
+    assert any("jax.config.update('jax_num_cpu_devices', 8): not applied; ringc runs the script on 2 devices"
+               in a for a in reports[0].assumptions), reports[0].assumptions
+    assert "update" not in vars(jax.config)

@@ -542,6 +542,20 @@ def _devices(n: int, notes: list[str], script: str | None = None) -> Iterator[No
 
     for k in answer:
         setattr(xb, k, users(k))
+    config_update = jax.config.update
+
+    def update(name: str, value: Any) -> None:
+        # `jax.config.update("jax_num_cpu_devices", 8)` at the top of a script: its devices are
+        # ringc's (JAX refuses the update once they exist), said once instead of a RuntimeError
+        if name == "jax_num_cpu_devices":
+            text = (f"jax.config.update('jax_num_cpu_devices', {value!r}): not applied; ringc runs the script on "
+                    f"{n} devices of its own (--devices N)")
+            if text not in notes:
+                notes.append(text)
+            return None
+        return config_update(name, value)
+
+    jax.config.update = update
     try:
         yield
     finally:
@@ -550,6 +564,7 @@ def _devices(n: int, notes: list[str], script: str | None = None) -> Iterator[No
         for k, v in bridge.items():
             setattr(xb, k, v)
         mesh_utils.create_device_mesh = create_device_mesh
+        del jax.config.update   # the class's own again
 
 
 class CallKey:
