@@ -1124,3 +1124,16 @@ def test_a_script_setting_its_cpu_device_count_runs_on_ringcs(tmp_path):
     assert any("jax.config.update('jax_num_cpu_devices', 8): not applied; ringc runs the script on 2 devices"
                in a for a in reports[0].assumptions), reports[0].assumptions
     assert "update" not in vars(jax.config)
+
+
+def test_a_chapter_of_fragments_without_a_kernel_says_so_first(tmp_path):
+    """A Markdown chapter whose code cells are fragments naming block sizes it never defines,
+    and whose prose (not code) says `pallas_call`: the file has no kernel of its own, which is
+    the fix to give, not the first fragment's NameError (a tutorial's chapter 13, sweep 15)."""
+    path = tmp_path / "chapter.md"
+    path.write_text("# Ragged attention\n\nEach mode has its own `pallas_call`.\n\n```python\n"
+                    "q_blocks = seq_len // BQ\nkv_blocks = seq_len // BKV\n```\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert e.value.fix.startswith("the file has no pallas_call, pl.kernel or core_map of its own"), e.value.fix
+    assert "NameError" not in e.value.fix

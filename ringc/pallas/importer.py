@@ -378,10 +378,12 @@ KERNEL_WORDS = ("pallas_call", "pl.kernel", "core_map", "mpmd_map", "emit_pipeli
 
 
 def _kernel_homes(path: str) -> list[str] | None:
-    """None where the file at `path` names a kernel call (`KERNEL_WORDS`); else the files
-    beside it that do (at most 3, by name)."""
+    """None where the file at `path` names a kernel call (`KERNEL_WORDS`) in its code (a
+    notebook's or Markdown file's code cells, not its prose); else the files beside it that
+    do (at most 3, by name)."""
+    from .script import script_source
     try:
-        if any(w in Path(path).read_text(errors="replace") for w in KERNEL_WORDS):
+        if any(w in script_source(path) for w in KERNEL_WORDS):
             return None
         beside = sorted(p for p in Path(path).resolve().parent.glob("*.py") if p.name != Path(path).name)
     except OSError:
@@ -449,6 +451,11 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*)(?:: | with no message).*?"
                                              r"(?:, raised at line (\d+) \(|$)").match, script.notes)
                    if m and int(m.group(1)) not in main), None)
+    if failed and failed.group(2) == "NameError" and not script.entry_numbers and _kernel_homes(path) is not None:
+        # a name a fragment lacks, in a file with no kernel of its own (a chapter's snippets):
+        # not what kept a kernel from running; where the kernel is comes first (below). (An
+        # import that failed may be what would have brought the kernel: it stays.)
+        failed = None
     if failed:
         # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
         laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
