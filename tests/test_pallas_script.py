@@ -6,6 +6,7 @@ top level next to their `lax` references. Its second kernel has a planted race.
 """
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -1137,3 +1138,30 @@ def test_a_chapter_of_fragments_without_a_kernel_says_so_first(tmp_path):
         check_file(str(path), 2)
     assert e.value.fix.startswith("the file has no pallas_call, pl.kernel or core_map of its own"), e.value.fix
     assert "NameError" not in e.value.fix
+
+
+def test_calls_of_one_kernel_body_with_other_index_maps_are_not_identical(tmp_path):
+    """Two pallas_calls of the same body whose BlockSpec index maps differ select different
+    blocks: the second (block i + 1 of a 2-block array: out of bounds) is checked on its own,
+    not given the first one's verdict (the grid mapping's text leaves the index maps out)."""
+    path = tmp_path / "two_maps.py"
+    path.write_text(textwrap.dedent('''
+        import jax, jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        def double(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+
+        def call(x, index_map):
+            return pl.pallas_call(double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                                  in_specs=[pl.BlockSpec((8, 128), index_map)],
+                                  out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)))(x)
+
+        x = jnp.ones((16, 128), jnp.float32)
+        same = call(x, lambda i: (i, 0))
+        shifted = call(x, lambda i: (i + 1, 0))
+        '''))
+    first, second = check_file(str(path), 2)
+    assert first.ok, first.to_text()
+    assert second.kinds() == {"out_of_bounds"}, second.to_text()
+    assert not any("identical to kernel call 1" in a for a in second.assumptions)

@@ -589,9 +589,7 @@ class CallKey:
     def _print(self, what: str) -> Any:
         if what not in self._printed:
             self._printed[what] = (re.sub(r"interpret=(\w+\([^()]*\)|\w+)", "", str(self._jaxpr)) if what == "outer"
-                                   else tuple(str(kernel_jaxpr(e)) + str(e.params.get("grid_mapping",
-                                                                                      e.params.get("meshes")))
-                                              for e in self._kernels))
+                                   else tuple(str(kernel_jaxpr(e)) + _mappings_text(e) for e in self._kernels))
         return self._printed[what]
 
     def kernels_key(self) -> "_KernelsKey":
@@ -607,6 +605,18 @@ class CallKey:
                 and (self._jaxpr is other._jaxpr  # JAX's jit cache gave the very program again
                      or (self._print("kernels") == other._print("kernels")
                          and self._print("outer") == other._print("outer"))))
+
+
+def _mappings_text(eqn: Any) -> str:
+    """How a kernel call maps its operands: the grid mapping and, which its text leaves out,
+    each block's index map, shape, memory space and pipeline mode (two calls of one kernel body
+    whose index maps differ select different blocks: never identical), or a kernel's meshes."""
+    gm = eqn.params.get("grid_mapping")
+    if gm is None:
+        return str(eqn.params.get("meshes", eqn.params.get("mesh")))
+    blocks = "".join(f"|{bm.index_map_jaxpr}|{bm.block_shape}|{bm.transformed_block_aval}|{bm.array_aval}"
+                     f"|{getattr(bm, 'pipeline_mode', None)}" for bm in getattr(gm, "block_mappings", ()))
+    return str(gm) + blocks
 
 
 class _KernelsKey:
