@@ -77,8 +77,8 @@ class CoreInterpreter(Interpreter):
                             "(which core receives it is not stated)", "name the target's coordinates and core: "
                             f"device_id={{axis: target, {self.core_axis!r}: core}} with DeviceIdType.MESH")
         if self.cores == 1 and self.core_axis in dev:   # another core of the chip, on a chip of one
-            from .interpret import _note
-            _note(self, f"device_id names the TensorCore axis {self.core_axis!r} on a chip "
+            from .interpret import note
+            note(self, f"device_id names the TensorCore axis {self.core_axis!r} on a chip "
                         "of one TensorCore, as the devices answer (--tpu): the copy or signal goes to the sending "
                         "core itself (a self_target); on a chip of two it reaches the other: check it so with "
                         "--tpu v5p")

@@ -519,16 +519,12 @@ def sample_value(it: Interpreter, lo: int, hi: int, what: str, own: bool, shape:
     counts[key] = k + 1
     seed = zlib.crc32(repr((SAMPLE_SEED, *key, k)).encode())
     rng = np.random.default_rng(seed)
-    notes = getattr(it.sink, "notes", None)
-    if notes is not None:
-        rng_text = shown or ("false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})")
-        note = (f"values from tensor data: {what} at line {line} is runtime data; ringc sampled it "
-                + (f"in its range {rng_text}" if own else
-                   f"in the range its use allows, {rng_text} (its own range is not known, so it makes no "
-                   f"out_of_bounds finding)")
-                + f", reproducibly (seed {SAMPLE_SEED}); the verdict covers the sampled values, not every value")
-        if note not in notes:
-            notes.append(note)
+    rng_text = shown or ("false or true" if (lo, hi) == (0, 2) else f"[{lo}, {hi})")
+    note(it, f"values from tensor data: {what} at line {line} is runtime data; ringc sampled it "
+             + (f"in its range {rng_text}" if own else
+                f"in the range its use allows, {rng_text} (its own range is not known, so it makes no "
+                f"out_of_bounds finding)")
+             + f", reproducibly (seed {SAMPLE_SEED}); the verdict covers the sampled values, not every value")
     if shape:
         return rng.integers(lo, hi, size=shape)
     return Sampled(int(rng.integers(lo, hi)), (what, line))
@@ -1244,7 +1240,7 @@ def _in_tile_padding(it: Interpreter, ref: Ref, dim: int, start: int, size: int)
         tiled = (-(-buf.shape[0] // (128 * max(1, 4 // size_of))) * 128 * max(1, 4 // size_of),)
     if lo + start + size > tiled[dim]:
         return False
-    _note(it, f"HBM tile padding: `{buf.name}` ({'x'.join(map(str, buf.shape))} {np.dtype(buf.dtype).name}) is "
+    note(it, f"HBM tile padding: `{buf.name}` ({'x'.join(map(str, buf.shape))} {np.dtype(buf.dtype).name}) is "
               f"read or written past its end, inside the tiles a TPU stores it in ({'x'.join(map(str, tiled))}): "
               "accepted as memory of the array (JAX's emit_pipeline rounds a partial last block up to whole "
               "tiles so); the values there are no data of the array (the kernel must mask them), and ringc does "
@@ -1489,7 +1485,7 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
         it.sink.cross_values = True  # a remote copy of known values: evaluate the devices together
         vals = None
     if vals is not None:
-        _note(it, f"values routed through DMAs: `{src.buffer.name}` -> `{buf.name}` at line {int(it.where())} "
+        note(it, f"values routed through DMAs: `{src.buffer.name}` -> `{buf.name}` at line {int(it.where())} "
                   + ("copies integers ringc knows to another device; the devices were evaluated together (each DMA "
                      "complete as it starts, a device runs until it waits for what another has not yet sent): the "
                      "values of every race-free run" if target != it.device else
@@ -1616,14 +1612,14 @@ def _read(it: Interpreter, ref: Ref) -> Any:
     if ref.layout:  # tiled SMEM (Mosaic GPU): read as the tiles it touches; its values not followed
         reg = it.sink.register(it.eqn, it.where(), tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept), buf.dtype)
         it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
-        _note(it, f"values through {ref.layout} SMEM are not followed (the meaning check does not cover what "
+        note(it, f"values through {ref.layout} SMEM are not followed (the meaning check does not cover what "
                   "passes through it); its accesses are the tiles they touch")
         return Data(ref.shape, ("opaque", f"{ref.layout} SMEM at line {int(it.where())}"))
     if ref.strided:  # read as the box from its first to its last element; its values not followed
         box = tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept)
         reg = it.sink.register(it.eqn, it.where(), box, buf.dtype)
         it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
-        _note(it, f"{ref.strided} loaded at line {int(it.where())}: modelled as a read of the box from its first "
+        note(it, f"{ref.strided} loaded at line {int(it.where())}: modelled as a read of the box from its first "
                   "to its last element (a race on a row it skips would be reported), its values not followed")
         return Data(ref.shape, ("opaque", f"{ref.strided} at line {int(it.where())}"))
     reg = it.sink.register(it.eqn, it.where(), ref.shape, ref.dtype)
@@ -1728,11 +1724,11 @@ def _shadow_write(it: Interpreter, ref: Ref, value: Any) -> None:
     sh.put(sl, np.broadcast_to(np.asarray(value), ref.shape) if concrete and not _past_end(ref) else None)
 
 
-def _note(it: Interpreter, note: str) -> None:
+def note(it: Interpreter, text: str) -> None:
     """A note for the verdict's assumptions, once."""
     notes = getattr(it.sink, "notes", None)
-    if notes is not None and note not in notes:
-        notes.append(note)
+    if notes is not None and text not in notes:
+        notes.append(text)
 
 
 def _no_stride(it: Interpreter, ref: Any, what: str) -> None:
@@ -1747,12 +1743,8 @@ def _vector_memory(it: Interpreter, ref: Ref, what: str) -> None:
     interpret mode runs it: modelled so, and the verdict says so (Mosaic on a TPU may want a
     DMA instead)."""
     if ref.buffer.space == "hbm":
-        notes = getattr(it.sink, "notes", None)
-        if notes is not None:
-            note = (f"a {what} of `{ref.buffer.name}` in HBM (memory space ANY) at line {int(it.where())}: modelled "
-                    f"as a direct {'write to' if what == 'store' else 'read of'} HBM, as interpret mode runs it")
-            if note not in notes:
-                notes.append(note)
+        note(it, f"a {what} of `{ref.buffer.name}` in HBM (memory space ANY) at line {int(it.where())}: modelled "
+                 f"as a direct {'write to' if what == 'store' else 'read of'} HBM, as interpret mode runs it")
 
 
 def store_actions(dst: Any, v: Data) -> list:
