@@ -1165,3 +1165,15 @@ def test_calls_of_one_kernel_body_with_other_index_maps_are_not_identical(tmp_pa
     assert first.ok, first.to_text()
     assert second.kinds() == {"out_of_bounds"}, second.to_text()
     assert not any("identical to kernel call 1" in a for a in second.assumptions)
+
+
+def test_a_failed_check_of_placeholder_results_does_not_hide_the_kernels_after_it():
+    """The forward kernel's result is a placeholder, so the test's check of it fails; the
+    backward kernel called after the check is still traced and checked (its planted bug
+    found), and the verdict names the check that did not stop the test (sweep 16)."""
+    path = Path(__file__).parent / "pallas_import" / "vjp_checked_between.py"
+    forward, backward = check_file(str(path), 2)
+    assert forward.ok, forward.to_text()
+    assert backward.kinds() == {"out_of_bounds"}, backward.to_text()
+    assert any("a failed assert_allclose at line 45 (the kernels' results are placeholders) did not stop it" in a
+               for a in forward.assumptions), forward.assumptions
