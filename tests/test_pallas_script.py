@@ -707,6 +707,18 @@ def test_a_grid_sized_at_run_time_from_known_values_is_checked_at_the_size_the_p
                "values it was given, (3,)" in a for a in report.assumptions), report.assumptions
 
 
+def test_a_grid_sized_at_run_time_that_is_empty_for_the_values_given_is_said_not_refused(tmp_path):
+    """No active tile (megablox's gmm on a shard whose groups have no rows): the kernel runs
+    nothing for these values, which is correct code, not an input to refuse. The verdict is
+    ok and says nothing of the kernel was checked (a static empty grid is still refused:
+    tests/test_entries.py)."""
+    path, _ = _dynamic_grid(tmp_path, sizes="[0, 0, 0, 0]")
+    (report,) = check_file(str(path), 2)
+    assert report.ok and not report.findings, report.to_text()
+    assert any("has a grid sized at run time that is empty for the values it was given, (0,): its kernel's body "
+               "never runs for them, so nothing of it is checked" in a for a in report.assumptions), report.assumptions
+
+
 def test_a_grid_sized_at_run_time_past_the_array_is_out_of_bounds(tmp_path):
     """The broken case: the count the program computes (5 tiles of 8 rows) runs past the
     shard's 32 rows, an out_of_bounds finding at the kernel's BlockSpec."""
