@@ -170,6 +170,29 @@ def test_a_module_beside_the_file_brings_its_package_root(tmp_path):
     assert str(root) in roots
 
 
+def test_a_src_layout_repositorys_package_is_imported_from_src(tmp_path):
+    """A test in tests/ imports the repository's package, which lives in src/ and is not
+    installed (maxtext's layout): ringc imports it from src/, as the project's pytest
+    configuration would, instead of advising to stub the package that holds the kernel
+    (sweep 16). The test's kernel is checked."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'srcpkg'\n")
+    pkg = tmp_path / "src" / "ringc_srcpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "double.py").write_text(
+        "import jax\nfrom jax.experimental import pallas as pl\n\n"
+        "def _double(x_ref, o_ref):\n    o_ref[...] = x_ref[...] * 2\n\n"
+        "@jax.jit\ndef double(x):\n"
+        "    return pl.pallas_call(_double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n")
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "double_test.py"
+    test.write_text("import unittest\nimport jax.numpy as jnp\nfrom ringc_srcpkg.double import double\n\n\n"
+                    "class DoubleTest(unittest.TestCase):\n    def test_double(self):\n"
+                    "        double(jnp.ones((8, 128), jnp.float32))\n")
+    (report,) = check_file(str(test), 2)
+    assert report.ok and "DoubleTest.test_double" in report.title, report.to_text()
+
+
 def test_the_serving_manifest_lists_every_kernel_with_its_command_and_verdict():
     import yaml
     path = Path(__file__).parent / "real_kernels" / "serving_manifest.yaml"

@@ -96,6 +96,9 @@ def repo_roots(tree: ast.Module, path: str) -> list[str]:
     for top in tops:
         holder = next((d for d in [here, *here.parents]
                        if (d / top).is_dir() or (d / f"{top}.py").is_file()), None)  # namespace packages too
+        if holder is None:   # a src layout: the repository's packages under src/ (maxtext's tests)
+            holder = next((d / "src" for d in [here, *here.parents]
+                           if (d / "src" / top).is_dir() or (d / "src" / f"{top}.py").is_file()), None)
         # A folder inside a package (its `__init__.py`) is no import root: a module there named
         # like a PyPI package (tokamax/_src/jaxtyping.py) is the package's own, imported as
         # `tokamax._src.jaxtyping`, and on the path it would shadow the real one.
