@@ -21,7 +21,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import LimitError, ScheduleError
 
@@ -177,6 +177,7 @@ def _resident_mib() -> int:
 
 
 TICK_S = 0.5   # how often the user's code is looked at for `user_code_mib`
+HEARTBEAT_S = 60   # how often a long run of the user's code says so where no bar shows (`progress.heartbeat`)
 
 
 def _status_mib(field: str) -> int:
@@ -280,17 +281,17 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         over_time = time.monotonic() >= ours - 1e-3
         held = _resident_mib()
         if over_time or held > most_mib:
-            f, line = frame, None
-            while f is not None:
-                if os.path.abspath(f.f_code.co_filename) == target:
-                    line = f.f_lineno
-                    break
-                f = f.f_back
+            line = _user_line(frame, target)
             raise _OverTime(line) if over_time else _OverMemory(line, held)
         at = time.monotonic()
+        if at - now >= beats[0] * HEARTBEAT_S:   # a line now and then where no bar shows
+            beats[0] += 1
+            from . import progress
+            progress.heartbeat(file, at - now, _user_line(frame, target))
         nxt = min(ours, at + TICK_S, *([outer] if outer is not None and outer > at else []))
         signal.setitimer(signal.ITIMER_REAL, max(nxt - at, 1e-3))
 
+    beats = [1]   # the next heartbeat, in HEARTBEAT_S
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours, now + TICK_S) - now, 1e-3))
     try:
@@ -303,6 +304,15 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         signal.signal(signal.SIGALRM, outer_handler)
         if outer is not None:
             signal.setitimer(signal.ITIMER_REAL, max(outer - time.monotonic(), 1e-3))
+
+
+def _user_line(frame: Any, target: str) -> int | None:
+    """The line of the user's file (`target`, absolute) the innermost frame of it is at."""
+    while frame is not None:
+        if os.path.abspath(frame.f_code.co_filename) == target:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def stopped_error(e: LimitStop, file: str, what: str = "the file's own code") -> ScheduleError:

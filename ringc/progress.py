@@ -25,6 +25,7 @@ DELAY = 2.0      # seconds of work before a bar appears on a terminal
 TICK = 0.5       # how often an open bar redraws its elapsed time while nothing completes
 
 _active = False  # set by the command line (`enabled_for_command`)
+_told = None     # the command line's stderr, where it may say how long work runs, bar or not (`heartbeat`)
 
 
 def wanted(stream=None) -> bool:
@@ -53,12 +54,25 @@ def active() -> bool:
 @contextlib.contextmanager
 def enabled_for_command(on: bool = True) -> Iterator[None]:
     """Around one CLI command: bars may be drawn (if `wanted()`)."""
-    global _active
+    global _active, _told
     before, _active = _active, on and wanted()
+    told, _told = _told, sys.stderr if on else None   # (the checked file's own output is redirected)
     try:
         yield
     finally:
-        _active = before
+        _active, _told = before, told
+
+
+def heartbeat(file: str, seconds: float, line: int | None) -> None:
+    """Where no bar is drawn (a pipe, a CI log) but a command line runs: one line on stderr
+    each `limits.HEARTBEAT_S` of the checked file's own code (a benchmark cell, a dense
+    reference on CPU), so a long run is not silence. Nothing from Python or with `-q`."""
+    if _told is None or _active:
+        return
+    from . import limits
+    print(f"ringc: {file}: its own code has run for {seconds:.0f} s" + (f", now at line {line}" if line else "")
+          + f"; the kernel calls it made are checked when it ends (limit user_code_s = "
+          f"{limits.value('user_code_s'):,} s: --limit user_code_s=VALUE)", file=_told, flush=True)
 
 
 class _Null:

@@ -139,3 +139,31 @@ def test_synth_shows_its_pricing_and_verifying_when_forced():
     assert "%|" not in run.stdout and "ringc synth psum on ring:8" in run.stdout
     run = _ringc("synth", "psum", "--topology", "ring:8", "--bytes", "1MiB", "--no-compile", progress_env=None)
     assert run.returncode == 0 and "pricing" not in run.stderr
+
+
+def test_a_long_run_of_the_files_own_code_says_so_where_no_bar_shows(tmp_path, monkeypatch):
+    """Into a pipe or a CI log no bar is drawn: a script whose own code runs long (a benchmark
+    cell, a dense reference on CPU devices) gets a line on stderr every `limits.HEARTBEAT_S`
+    naming the line it is at and the limit, instead of minutes of silence (sweep 16). None
+    with -q, none from Python."""
+    import sys as _sys
+    sys.path.insert(0, str(REPO / "tests"))
+    from cli_run import run_cli
+    from ringc import limits
+    from ringc.pallas import check_file
+    monkeypatch.setattr(limits, "HEARTBEAT_S", 0.3)
+    monkeypatch.setenv("RINGC_PROGRESS", "0")
+    path = tmp_path / "slow_tail.py"
+    path.write_text("import time\nimport jax, jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n\n"
+                    "def k(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n\n"
+                    "y = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))(jnp.zeros((8, 128)))\n"
+                    "for _ in range(12):\n    time.sleep(0.1)\n")
+    o = run_cli(["check", str(path), "--devices", "2"], budget=120)
+    assert o.code == 0, str(o)
+    assert f"ringc: {path}: its own code has run for" in o.err and ", now at line 10;" in o.err, o.err
+    assert "limit user_code_s = 300 s: --limit user_code_s=VALUE" in o.err
+    quiet = run_cli(["check", str(path), "--devices", "2", "-q"], budget=120)
+    assert "its own code has run for" not in quiet.err, quiet.err
+    monkeypatch.setattr(_sys, "stderr", io.StringIO())
+    check_file(str(path), 2)
+    assert "its own code has run for" not in _sys.stderr.getvalue()
