@@ -1241,10 +1241,10 @@ def _in_tile_padding(it: Interpreter, ref: Ref, dim: int, start: int, size: int)
     if lo + start + size > tiled[dim]:
         return False
     note(it, f"HBM tile padding: `{buf.name}` ({'x'.join(map(str, buf.shape))} {np.dtype(buf.dtype).name}) is "
-              f"read or written past its end, inside the tiles a TPU stores it in ({'x'.join(map(str, tiled))}): "
-              "accepted as memory of the array (JAX's emit_pipeline rounds a partial last block up to whole "
-              "tiles so); the values there are no data of the array (the kernel must mask them), and ringc does "
-              "not follow them")
+             f"read or written past its end, inside the tiles a TPU stores it in ({'x'.join(map(str, tiled))}): "
+             "accepted as memory of the array (JAX's emit_pipeline rounds a partial last block up to whole "
+             "tiles so); the values there are no data of the array (the kernel must mask them), and ringc does "
+             "not follow them")
     return True
 
 
@@ -1486,11 +1486,11 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
         vals = None
     if vals is not None:
         note(it, f"values routed through DMAs: `{src.buffer.name}` -> `{buf.name}` at line {int(it.where())} "
-                  + ("copies integers ringc knows to another device; the devices were evaluated together (each DMA "
-                     "complete as it starts, a device runs until it waits for what another has not yet sent): the "
-                     "values of every race-free run" if target != it.device else
-                     "copies integers ringc knows (computed in the kernel, passed in, or received), which "
-                     "later reads see"))
+                 + ("copies integers ringc knows to another device; the devices were evaluated together (each DMA "
+                    "complete as it starts, a device runs until it waits for what another has not yet sent): the "
+                    "values of every race-free run" if target != it.device else
+                    "copies integers ringc knows (computed in the kernel, passed in, or received), which "
+                    "later reads see"))
     if follows:
         if vals is None and d not in buf.shadow:
             return
@@ -1613,14 +1613,14 @@ def _read(it: Interpreter, ref: Ref) -> Any:
         reg = it.sink.register(it.eqn, it.where(), tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept), buf.dtype)
         it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
         note(it, f"values through {ref.layout} SMEM are not followed (the meaning check does not cover what "
-                  "passes through it); its accesses are the tiles they touch")
+                 "passes through it); its accesses are the tiles they touch")
         return Data(ref.shape, ("opaque", f"{ref.layout} SMEM at line {int(it.where())}"))
     if ref.strided:  # read as the box from its first to its last element; its values not followed
         box = tuple(ref.box[d][1] - ref.box[d][0] for d in ref.kept)
         reg = it.sink.register(it.eqn, it.where(), box, buf.dtype)
         it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
         note(it, f"{ref.strided} loaded at line {int(it.where())}: modelled as a read of the box from its first "
-                  "to its last element (a race on a row it skips would be reported), its values not followed")
+                 "to its last element (a race on a row it skips would be reported), its values not followed")
         return Data(ref.shape, ("opaque", f"{ref.strided} at line {int(it.where())}"))
     reg = it.sink.register(it.eqn, it.where(), ref.shape, ref.dtype)
     dst = Ref.whole(reg, it.device).region()
