@@ -924,12 +924,12 @@ def _test_main(script: Script, env: dict) -> Iterator[None]:
 # The comparisons a test makes of its kernels' results. Those results are placeholders (zeros),
 # so the comparisons fail by design; a failure must not stop the test before a kernel it calls
 # later (a custom_vjp's backward kernels after the forward's check: sweep 16).
-GO_ON = {"numpy.testing": ("assert_allclose", "assert_array_equal", "assert_array_almost_equal",
-                           "assert_almost_equal", "assert_equal", "assert_array_less"),
-         "unittest.TestCase": ("assertEqual", "assertNotEqual", "assertAlmostEqual", "assertNotAlmostEqual",
-                               "assertTrue", "assertFalse", "assertLess", "assertLessEqual", "assertGreater",
-                               "assertGreaterEqual", "assertSequenceEqual", "assertListEqual", "assertTupleEqual"),
-         "jax._src.test_util.JaxTestCase": ("assertAllClose", "assertArraysEqual", "assertArraysAllClose")}
+GO_ON = {("numpy.testing", None): ("assert_allclose", "assert_array_equal", "assert_array_almost_equal",
+                                   "assert_almost_equal", "assert_equal", "assert_array_less"),
+         ("unittest", "TestCase"): ("assertEqual", "assertNotEqual", "assertAlmostEqual", "assertNotAlmostEqual",
+                                    "assertTrue", "assertFalse", "assertLess", "assertLessEqual", "assertGreater",
+                                    "assertGreaterEqual", "assertSequenceEqual", "assertListEqual", "assertTupleEqual"),
+         ("jax._src.test_util", "JaxTestCase"): ("assertAllClose", "assertArraysEqual", "assertArraysAllClose")}
 
 
 @contextlib.contextmanager
@@ -939,9 +939,8 @@ def _assertions_go_on(script: Script) -> Iterator[None]:
     and the kernels that code calls, are still run and checked. (A bare `assert` cannot be
     caught so: a test it stops is a note, as before.)"""
     import importlib
-    patched = []
-    for where, names in GO_ON.items():
-        module, _, cls = where.rpartition(".") if where[where.rfind(".") + 1:][:1].isupper() else (where, "", "")
+    patched, went_on = [], set()
+    for (module, cls), names in GO_ON.items():
         try:   # (JAX's test utilities are in its source tree, not the wheel: often not there)
             owner = importlib.import_module(module)
             owner = getattr(owner, cls) if cls else owner
@@ -963,10 +962,11 @@ def _assertions_go_on(script: Script) -> Iterator[None]:
                     if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(script.path):
                         line = frame.f_lineno
                     frame = frame.f_back
-                text = (f"{'test ' + script.test if script.test else 'the script'}: a failed {name} at line {line} "
-                        "(the kernels' results are placeholders) did not stop it: ringc ran the code after it")
-                if not any(n.startswith(text.split(": a failed")[0] + ": a failed") for n in script.notes):
-                    script.notes.append(text)
+                who = f"test {script.test}" if script.test else "the script"
+                if who not in went_on:   # the first failed comparison of each test is said
+                    went_on.add(who)
+                    script.notes.append(f"{who}: a failed {name} at line {line} (the kernels' results are "
+                                        "placeholders) did not stop it: ringc ran the code after it")
                 return None
         return compare
 
