@@ -287,7 +287,7 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         if at - now >= beats[0] * HEARTBEAT_S:   # a line now and then where no bar shows
             beats[0] += 1
             from . import progress
-            progress.heartbeat(file, at - now, _user_line(frame, target))
+            progress.heartbeat(file, at - now, _user_line(frame, target), seconds)
         nxt = min(ours, at + TICK_S, *([outer] if outer is not None and outer > at else []))
         signal.setitimer(signal.ITIMER_REAL, max(nxt - at, 1e-3))
 

@@ -63,16 +63,16 @@ def enabled_for_command(on: bool = True) -> Iterator[None]:
         _active, _told = before, told
 
 
-def heartbeat(file: str, seconds: float, line: int | None) -> None:
+def heartbeat(file: str, seconds: float, line: int | None, limit: int) -> None:
     """Where no bar is drawn (a pipe, a CI log) but a command line runs: one line on stderr
     each `limits.HEARTBEAT_S` of the checked file's own code (a benchmark cell, a dense
-    reference on CPU), so a long run is not silence. Nothing from Python or with `-q`."""
+    reference on CPU), so a long run is not silence; `limit` is `user_code_s`. Nothing from
+    Python or with `-q`."""
     if _told is None or _active:
         return
-    from . import limits
     print(f"ringc: {file}: its own code has run for {seconds:.0f} s" + (f", now at line {line}" if line else "")
-          + f"; the kernel calls it made are checked when it ends (limit user_code_s = "
-          f"{limits.value('user_code_s'):,} s: --limit user_code_s=VALUE)", file=_told, flush=True)
+          + f"; the kernel calls it made are checked when it ends (limit user_code_s = {limit:,} s: "
+          "--limit user_code_s=VALUE)", file=_told, flush=True)
 
 
 class _Null:

@@ -519,3 +519,73 @@ def test_synth_command_lines_never_crash_or_hang(collective, topology, size, ext
         assert "Traceback" not in o.err + o.out and "internal error" not in o.err, o
         if o.code == 2:   # bad input writes nothing
             assert not any(Path(tmp).iterdir()), o
+
+
+# -- Python kernels as published, mutated ------------------------------------------------------
+# `ringc check FILE.py` runs the user's own code: a kernel file of tests/pallas_import/ with one
+# edit (a line dropped, duplicated or renamed into another name of the file, an integer
+# changed, a start and a wait swapped, a direction flipped) must still end in verdicts or one
+# message: exit 0, 1 or 2, never a traceback or an internal error, within its budget (a grid
+# of 10**6 points stops at the lowered `grid_points` limit, with its message).
+KERNELS = {p.name: p.read_text() for p in sorted((REPO / "tests" / "pallas_import").glob("*.py"))
+           if p.stat().st_size < 12_000}
+SWAPS = [(".start()", ".wait()"), ("wait_recv", "wait_send"), ("+ 1", "- 1"), ("right", "left")]
+INTEGERS = [0, 1, 2, 3, 7, 9, 100, 10**6, -1]
+
+
+@st.composite
+def mutated_kernels(draw):
+    import re
+    name = draw(st.sampled_from(sorted(KERNELS)))
+    lines = KERNELS[name].splitlines()
+    body = [i for i, ln in enumerate(lines)
+            if ln.strip() and not ln.lstrip().startswith(("#", '"""', "import", "from"))]
+    i = draw(st.sampled_from(body))
+    kind = draw(st.sampled_from(["drop", "dup", "int", "swap", "name"]))
+    if kind == "drop":
+        del lines[i]
+    elif kind == "dup":
+        lines.insert(i, lines[i])
+    elif kind == "int":
+        found = list(re.finditer(r"\b\d+\b", lines[i]))
+        if found:
+            m = draw(st.sampled_from(found))
+            lines[i] = lines[i][:m.start()] + str(draw(st.sampled_from(INTEGERS))) + lines[i][m.end():]
+    elif kind == "swap":
+        a, b = draw(st.sampled_from(SWAPS))
+        lines[i] = lines[i].replace(a, b, 1)
+    else:
+        words = re.findall(r"\b[a-z_][a-z_0-9]{2,}\b", lines[i])
+        names = sorted(set(re.findall(r"\b[a-z_][a-z_0-9]{2,}\b", "\n".join(lines[j] for j in body))))
+        if words:
+            w = draw(st.sampled_from(words))
+            lines[i] = re.sub(rf"\b{w}\b", draw(st.sampled_from(names)), lines[i], count=1)
+    return name, kind, "\n".join(lines) + "\n"
+
+
+def run_kernel_example(example) -> None:
+    name, kind, text = example
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_text(text)
+        try:   # (the limits lowered as for the schedules: work within them ends within the budget)
+            o = run_cli(["check", str(path), "--devices", "2", *SMALL_LIMITS], budget=BUDGET * 3)
+        except Overtime as e:
+            raise AssertionError(f"{e}\n--- {kind} of {name} ---\n{text[:3000]}") from None
+        event(f"{kind}: exit {o.code}")
+        context = f"{o}\n--- {kind} of {name} ---\n{text[:3000]}"
+        assert o.code in (0, 1, 2), context
+        assert "Traceback" not in o.err + o.out and "internal error" not in o.err + o.out, context
+
+
+@settings(max_examples=max(EXAMPLES // 40, 5), **FUZZ)
+@given(mutated_kernels())
+def test_mutated_python_kernels_end_in_verdicts_or_one_message(example):
+    run_kernel_example(example)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, **FUZZ)
+@given(mutated_kernels())
+def test_mutated_python_kernels_slow(example):
+    run_kernel_example(example)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import limits
 from ..verify.rotation import Torus
 from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, SemWait, Signal
 from ..verify.symmetric.program import SymmetricProgram
@@ -116,6 +117,7 @@ class Builder(Sink):
         self.n = math.prod(mesh_axes.values())
         self.torus = Torus(mesh_axes.values())
         self.devices: list[list[Event]] = [[] for _ in range(self.n)]
+        self.events, self.most_events = 0, limits.value("events")   # (`emit`: the limit `events`)
         self.targets: list[tuple[Event, int]] = []
         self.buffers: dict[str, Buffer] = {}
         self.sem_kinds: dict[str, str] = {BARRIER: "barrier"}
@@ -190,6 +192,11 @@ class Builder(Sink):
         out = self.second_core[device] if self.core else self.devices[device]
         ev = Event(device, len(out), point, line, action, self.invocation)
         out.append(ev)
+        self.events += 1
+        if self.events > self.most_events:   # counted as they come: a kernel's are known only by running it
+            limits.check("events", self.events, "the events of this check so far", file=self.file,
+                         line=int(line) or None, fix="check it at a smaller size (fewer devices, a smaller grid, "
+                                                     "smaller arrays)")
         if self.corun is not None:
             self.corun.on_event(device, action)  # a wait may hand the turn to another device
         if self.core:
@@ -348,6 +355,10 @@ class Builder(Sink):
         skip_barrier = bool(getattr(cp, "skip_device_barrier", False))
         semantics = tuple(getattr(cp, "dimension_semantics", None) or ())
         grid, grids, operands = self._grid(call, gm, kernel, eqn)
+        where = kernel_location(eqn)   # each grid point runs the kernel's body: bounded before it runs
+        limits.check("grid_points", max(math.prod(g) for g in grids), f"the grid points per device of pallas_call "
+                     f"`{call.name}` (grid {grid})", file=where.file, line=int(where) or None,
+                     fix="check it at a smaller size (the shapes or values its grid comes from)")
         if all(0 in g for g in grids) and any(not isinstance(g, int) for g in gm.grid):
             # sized at run time and empty for the values given (megablox's gmm on a shard whose
             # groups have no rows): correct code that runs nothing for them, said so
