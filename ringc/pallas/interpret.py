@@ -1234,7 +1234,7 @@ def _in_tile_padding(it: Interpreter, ref: Ref, dim: int, start: int, size: int)
     lo, hi = ref.box[dim]
     if buf.space != "hbm" or hi != buf.shape[dim] or not 0 <= start < hi - lo:
         return False
-    size_of = np.dtype(buf.dtype).itemsize
+    size_of = buf.itemsize
     tiled = dtypes.tiled_shape(buf.shape, size_of)
     if len(buf.shape) == 1:   # JAX's 1-D tiling packs sub-32-bit elements: 128 x 4 // size a tile
         tiled = (-(-buf.shape[0] // (128 * max(1, 4 // size_of))) * 128 * max(1, 4 // size_of),)

@@ -359,17 +359,17 @@ class Builder(Sink):
         limits.check("grid_points", max(math.prod(g) for g in grids), f"the grid points per device of pallas_call "
                      f"`{call.name}` (grid {grid})", file=where.file, line=int(where) or None,
                      fix="check it at a smaller size (the shapes or values its grid comes from)")
-        if all(0 in g for g in grids) and any(not isinstance(g, int) for g in gm.grid):
-            # sized at run time and empty for the values given (megablox's gmm on a shard whose
-            # groups have no rows): correct code that runs nothing for them, said so
-            note = (f"pallas_call `{call.name}` has a grid sized at run time that is empty for the values it was "
-                    f"given, {grid}: its kernel's body never runs for them, so nothing of it is checked (other "
-                    "values give other grids)")
-            if note not in self.notes:
-                self.notes.append(note)
-            return
-        if all(0 in g for g in grids):  # (an `ok` would say nothing: the kernel's body never runs)
-            where = kernel_location(eqn)
+        if all(0 in g for g in grids):
+            if any(not isinstance(g, int) for g in gm.grid):
+                # sized at run time and empty for the values given (megablox's gmm on a shard whose
+                # groups have no rows): correct code that runs nothing for them, said so
+                note = (f"pallas_call `{call.name}` has a grid sized at run time that is empty for the values it "
+                        f"was given, {grid}: its kernel's body never runs for them, so nothing of it is checked "
+                        "(other values give other grids)")
+                if note not in self.notes:
+                    self.notes.append(note)
+                return
+            # static shapes that give no grid point: an `ok` would say nothing (the body never runs)
             raise KernelError(f"pallas_call `{call.name}` has an empty grid {grid}: its kernel never runs, so there is "
                               "nothing to check", file=where.file, line=int(where) or None,
                               fix="give the arrays and mesh the kernel is sized for (--arg, --mesh, --devices): its "
