@@ -208,6 +208,22 @@ def test_a_core_map_inside_run_state_is_checked(tmp_path):
     assert not bad.ok and "race" in bad.kinds(), bad.to_text()
 
 
+@pytest.mark.parametrize("case, kinds", [("ok", set()), ("nowait", {"dma_not_waited", "race"}),
+                                          ("same_row", {"race"})])
+def test_a_semaphore_and_an_smem_table_the_program_allocates_serve_several_core_maps(monkeypatch, case, kinds):
+    """`pl.empty_ref_like` of a DMA semaphore and of an SMEM table outside the kernels (JAX's
+    test_smem_async_copy_megacore): each core's own, shared by the kernels that follow, so a
+    copy started in one kernel is waited in the next (it was "the DMA semaphore is not a
+    semaphore"), and the cores' tables do not race (they did: both were one HBM array).
+    Never waited: `dma_not_waited`; both cores copying into one row of HBM: a race."""
+    from ringc.pallas import check_file
+    monkeypatch.setenv("SEM_CASE", case)
+    (report,) = check_file(str(HERE.parent / "pallas_import" / "cores" / "sem_across_kernels.py"), 2)
+    assert report.kinds() == kinds and report.program.cores == 2, report.to_text()
+    if case != "ok":   # named as the code names them, not `arg0`
+        assert "copy `table->out`" in report.to_text(), report.to_text()
+
+
 def test_cores_swapping_through_vmem_behind_the_barrier_semaphore():
     """A copy from one core to the other core of the same chip (`device_id={"core": other}`)
     after a barrier on the kernel's barrier semaphore (`collective_id`), as JAX's core_map

@@ -1087,6 +1087,23 @@ def test_a_bitcast_view_of_another_type_than_the_destination_is_still_a_mismatch
     assert "copies `src_hbm.bitcast(int16)` (int16) into `dst_hbm` (bfloat16)" in report.to_text()
 
 
+# -- pallas_calls on pl.run_state refs (JAX's stateful kernels, tpu_pallas_state_test.py) -------
+STATEFUL = Path(__file__).parent / "pallas_import" / "stateful_calls.py"
+
+
+@pytest.mark.parametrize("case, kinds", [("ok", set()), ("nowait", {"dma_not_waited", "race"}),
+                                          ("same_dst", {"race"})])
+def test_pallas_calls_on_run_state_refs_are_checked_as_jax_discharges_them(monkeypatch, case, kinds):
+    """A start kernel returning the semaphore of the copy it starts, a done kernel waiting on
+    it, both closing over run_state's refs: checked as JAX lowers them (each a pallas_call
+    on arrays with its refs aliased), where they were refused. Two refs made from one array
+    are two buffers (no false race); a copy never waited, or two copies into one ref while
+    both are in flight, are found."""
+    monkeypatch.setenv("STATE_CASE", case)
+    report, = check_file(str(STATEFUL), 2)
+    assert report.kinds() == kinds, report.to_text()
+
+
 def test_a_unittest_module_without_a_main_line_runs_its_test_cases():
     """pytest runs a TestCase module that has no `unittest.main()`: ringc runs its tests too
     (tpu-inference keeps two such kernel test modules), and says so; each test's kernel is

@@ -145,7 +145,7 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
             for ref in own:  # fresh memory: no integers known in it, SMEM zeros
                 b.fresh_scratch([ref.buffer], p)
                 b.emit(p, point, line, Compute("allocate", ref.region()), None)
-            args = [_operand(call, k, d, buf, refs) for k, buf in enumerate(bufs)] + [
+            args = [_operand(call, k, d, p, buf, refs) for k, buf in enumerate(bufs)] + [
                 Ref.whole(r, p) if isinstance(r, Buffer) else r for r in scratch]
             it.point = point
             if over_refs:  # `core_map`: its outputs are those refs
@@ -164,13 +164,16 @@ def run_cores(b: Builder, call: Call, call_index: int) -> None:
     b.call_names.append(call.name)
 
 
-def _operand(call: Call, k: int, d: int, buf: Buffer, refs: list) -> Any:
-    """What the kernel's k-th argument is on chip d: its array in HBM, or (a scalar the body
+def _operand(call: Call, k: int, d: int, p: int, buf: Buffer | SemRef, refs: list) -> Any:
+    """What the kernel's k-th argument is on chip d's core process p: its array in HBM (the
+    chip's), a ref in SMEM or VMEM or a semaphore (the core's own), or (a scalar the body
     closes over, `pl.kernel` passes it by value: a jit argument, the caller's `axis_index`)
     the caller's value where it is known, else a value ringc does not know."""
     from jax._src.state.types import AbstractRef
+    if isinstance(buf, SemRef):  # a semaphore the program allocated (`Builder.bind_mesh_call`)
+        return buf
     if k >= len(call.operands) or isinstance(refs[k].aval, AbstractRef):
-        return Ref.whole(buf, d)
+        return Ref.whole(buf, p if buf.space in ("smem", "vmem") else d)
     h = call.operands[k]
     values = h.values if h.values is not None else h.root().values
     if values is not None and literal_values(values):

@@ -55,7 +55,7 @@ from .program import Builder, Call, Handle, kernel_location
 from .script import describe_exception, script_line
 from .usererrors import user_failure
 from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
-from .values import Data, extended, integer_or_bool, is_concrete
+from .values import Data, Loc, extended, integer_or_bool, is_concrete
 
 MODULE_API = ("build", "make_inputs", "COLLECTIVE", "AXIS", "IN_SPECS", "OUT_SPECS")
 # Evaluate every device at once first (`interpret.Lanes`); False evaluates every device on its
@@ -1153,6 +1153,16 @@ def _core_map(w: _Outer, eqn: Any, ins: list) -> list:
     return []
 
 
+@PRIMITIVES.outer("new_ref", does=Does.MEMORY)
+def _new_ref(w: _Outer, eqn: Any, ins: list) -> list:
+    """A ref the program makes (`jax.new_ref(x)`, `pl.empty_ref_like(pltpu.SMEM(...))`) for
+    kernels over the TensorCores to share: an array like any other, named as the code
+    assigns it, so that findings say `y_ref`, not `arg0`."""
+    outs = w.other(eqn, ins)
+    outs[0].name = assigned_name(user_location(eqn))
+    return outs
+
+
 @PRIMITIVES.outer("run_state", does=Does.MEMORY)
 def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     """`pl.run_state` around `pl.core_map` over the TensorCore mesh (JAX's core_map docs write
@@ -1165,6 +1175,19 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     body = getattr(body, "jaxpr", body)
     kernel = body.eqns[0] if len(body.eqns) == 1 else None
     line = user_location(kernel if kernel is not None else eqn)
+    if ((kernel is None or kernel.primitive.name != "core_map") and all(eqn.params["is_initialized"])
+            and not any(e.primitive.name in ("core_map", "mpmd_map") for e in walk_eqns(body))):
+        # pallas_calls on the state's refs (JAX's stateful kernels: the kernel closes over
+        # the refs): JAX's own discharge makes each one a pallas_call on arrays whose refs are
+        # aliased inputs and outputs, as XLA runs it; that program is walked instead
+        # each ref is its own copy of its initial value: one array passed for two refs
+        # (`y = y2 = jnp.zeros_like(x)`) is two buffers, as XLA copies it
+        seen: set[int] = set()
+        refs = []
+        for h in ins:
+            refs.append(h if id(h.root()) not in seen else Handle(h.aval, values=h.values))
+            seen.add(id(h.root()))
+        return w.walk(_discharged(eqn), refs)
     if (kernel is None or kernel.primitive.name != "core_map" or tensorcore_mesh(kernel) is None
             or not all(v in body.invars for v in kernel.invars)):
         several = sum(e.primitive.name in KERNEL_CALLS for e in walk_eqns(body))
@@ -1180,6 +1203,23 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     _record_in_place(w, kernel, [ins[k] for k in refs], [outs[k] for k in refs],
                      frozenset(j for j, k in enumerate(refs) if eqn.outvars[k] not in w.read_later))
     return outs
+
+
+def _discharged(eqn: Any) -> Any:
+    """A `run_state`'s body as JAX lowers it (`state.discharge.discharge_state`): refs
+    become values threaded through, a pallas_call closing over refs one with aliased
+    operands; each equation keeps the user's source line."""
+    from jax._src import core, source_info_util
+    from jax._src.state.discharge import discharge_state
+    with source_info_util.user_context(eqn.source_info.traceback):
+        return discharge_state(core.ClosedJaxpr(eqn.params["jaxpr"], ()))
+
+
+def assigned_name(line: Loc) -> str | None:
+    """The one name line `line` of its file assigns (`sem = pl.empty_ref_like(...)`), else None."""
+    import linecache
+    m = re.match(r"\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]", linecache.getline(line.file or "", int(line)))
+    return m.group(1) if m else None
 
 
 def _record_in_place(w: _Outer, kernel: Any, ins: list, outs: list, dropped: frozenset) -> None:

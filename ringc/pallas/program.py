@@ -55,6 +55,7 @@ class Handle:
     role: int | None = None             # index among the shard_map's inputs
     link: "Handle | None" = None        # the same array under another name (shard_map, reshape)
     gathered: "Handle | None" = None    # it is `lax.all_gather(h, tiled=True)` of this kernel output h
+    name: str | None = None             # a ref the program made: the name the code assigns it (`y_ref = ...`)
 
     def root(self) -> "Handle":
         h = self
@@ -223,7 +224,7 @@ class Builder(Sink):
         return buf
 
     def bind_mesh_call(self, call: Call, call_index: int, kernel: Any, line: Any,
-                       space: str) -> tuple[list[Buffer], list[str], list[str]]:
+                       space: str) -> tuple[list[Buffer | SemRef], list[str], list[str]]:
         """The buffers a kernel call over a mesh (`mpmd_map`: Mosaic GPU's blocks, the TPU's
         TensorCores) binds, its operands then its results (`input_output_aliases` kept), made
         in memory `space` where the program has none yet; and the names it enters and exits
@@ -231,15 +232,26 @@ class Builder(Sink):
         takes unchanged stay with the kernels, as for a pallas_call)."""
         names = arg_names(kernel)
         refs = kernel.constvars if call.eqn.primitive.name == "core_map" else kernel.invars  # it closes over its refs
-        bufs: list[Buffer] = []
+        bufs: list[Any] = []
         for k, h in enumerate(call.operands):
             h = h.root()
             aval = refs[k].aval
+            name = names[k] if k < len(names) else h.name or f"arg{k}"
+            if space == "hbm" and _is_sem(aval):
+                # a semaphore the program allocated (`pl.empty_ref_like(SemaphoreType.DMA(()))`)
+                # and hands to several kernels: one semaphore for them all (a copy started in
+                # one kernel and waited in the next), each core's its own, as a scratch one
+                if h.sem is None:
+                    h.sem = self.new_sem(name, aval)
+                bufs.append(h.sem)
+                continue
             if h.buffer is None:
-                h.buffer = self.new_buffer(names[k] if k < len(names) else f"arg{k}", aval,
+                h.buffer = self.new_buffer(name, aval,
                                            "input" if h.origin == "input" else "computed", int(line),
                                            shape=tuple(aval.shape))
-                h.buffer.space = space
+                # a TPU ref the program allocated in SMEM or VMEM (`pl.empty_ref_like(pltpu.SMEM(...))`)
+                # stays there, each core's its own (`cores._operand`); the rest is in HBM
+                h.buffer.space = _space(aval) if space == "hbm" and _space(aval) in ("smem", "vmem") else space
             if space == "hbm":  # (a TPU kernel's; Mosaic GPU kernels follow no values)
                 self.known_input(h.buffer, call.operands[k].values)
             bufs.append(h.buffer)
@@ -248,6 +260,10 @@ class Builder(Sink):
             h = h.root()
             k = len(call.operands) + j
             src = next((i for i, o in aliases.items() if o == j), None)
+            if src is not None and isinstance(bufs[src], SemRef):
+                h.sem = bufs[src]
+                bufs.append(h.sem)
+                continue
             if src is not None:
                 h.buffer = call.operands[src].root().buffer
             else:
@@ -257,11 +273,12 @@ class Builder(Sink):
                 h.buffer.space = space
             h.origin = "kernel"
             bufs.append(h.buffer)
-        touched = list({buf.name: buf for buf in bufs}.values())
+        arrays = [buf for buf in bufs if isinstance(buf, Buffer)]
+        touched = list({buf.name: buf for buf in arrays}.values())
         later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
                  if h.root().buffer is not None}
-        inputs = [buf.name for buf in bufs[:len(call.operands)]]
-        outputs = [buf.name for buf in bufs[len(call.operands):]]
+        inputs = [buf.name for buf in bufs[:len(call.operands)] if isinstance(buf, Buffer)]
+        outputs = [buf.name for buf in bufs[len(call.operands):] if isinstance(buf, Buffer)]
         enter, exit_ = self.handover.call([buf.name for buf in touched], outputs, inputs, later)
         return bufs, enter, exit_
 
@@ -450,6 +467,10 @@ class Builder(Sink):
                     dropped.append(name)
                 h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"
                 h.origin = "kernel"
+                # a new SMEM output is fresh memory, as SMEM scratch (`fresh_scratch`): what the
+                # kernel stores there is followed, so a later kernel reading it as an index
+                # table (an SMEM input) knows its values
+                self.fresh_scratch([h.buffer], *range(self.n))
             refs_of.append(h.buffer)
         if dropped:
             self.notes.append(f"the program never reads output{'s' if len(dropped) > 1 else ''} "
@@ -633,15 +654,16 @@ class Builder(Sink):
                 self.emit(d, point, line, Signal((t, entry_sem, ()), 1, "Pallas' entry barrier"), None)
             self.emit(d, point, line, SemWait((d, entry_sem, ()), self.n - 1, "Pallas' entry barrier"), None)
 
-    def fresh_scratch(self, scratch: list, d: int) -> None:
-        """A call's scratch on device d as the kernel finds it: SMEM zeros (the values ringc
-        reads), no integers known in vector memory."""
-        for b in scratch:
-            if isinstance(b, Buffer) and b.space == "smem":
-                b.store[d] = np.zeros(b.shape, b.dtype)
-                b.unknown.pop(d, None)
-            elif isinstance(b, Buffer):
-                b.shadow.pop(d, None)
+    def fresh_scratch(self, scratch: list, *devices: int) -> None:
+        """A call's scratch on each of `devices` as the kernel finds it: SMEM zeros (the values
+        ringc reads), no integers known in vector memory."""
+        for d in devices:
+            for b in scratch:
+                if isinstance(b, Buffer) and b.space == "smem":
+                    b.store[d] = np.zeros(b.shape, b.dtype)
+                    b.unknown.pop(d, None)
+                elif isinstance(b, Buffer):
+                    b.shadow.pop(d, None)
 
     def interloper(self, d: int, call_index: int, barrier: SemRef, line: Loc, point: tuple) -> None:
         """Another kernel with the same collective_id, between two calls: one barrier round

@@ -301,15 +301,16 @@ SMALL_INTS = 1 << 16  # integer arguments up to this many elements keep their va
 
 
 def small_ints(a: Any) -> "np.ndarray | None":
-    """A small integer argument's values (a routing table, sizes: they may steer the kernel,
-    through SMEM or scalar prefetch), else None (data arrays are not followed)."""
+    """A small integer or boolean argument's values (a routing table, sizes, flags such as
+    which requests have a state: they may steer the kernel, through SMEM or scalar
+    prefetch), else None (data arrays are not followed)."""
     if isinstance(a, int) and not isinstance(a, bool):   # a Python int passed to jit (`f(x, 1)`)
         return np.asarray(a, np.int32)
     try:
         dtype = np.dtype(a.dtype) if hasattr(a, "dtype") else None
     except TypeError:   # an extended dtype (a PRNG key, `key<pl>`): no integers to follow
         return None
-    if dtype is not None and np.issubdtype(dtype, np.integer) and np.size(a) <= SMALL_INTS:
+    if dtype is not None and (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and np.size(a) <= SMALL_INTS:
         return np.asarray(a)
     return None
 
