@@ -1104,6 +1104,21 @@ def test_pallas_calls_on_run_state_refs_are_checked_as_jax_discharges_them(monke
     assert report.kinds() == kinds, report.to_text()
 
 
+def test_an_smem_table_one_kernel_computes_is_read_by_the_next(monkeypatch):
+    """Kernel 1 stores a row and its slot into an SMEM output; kernel 2 reads them as an SMEM
+    input, and branches on a boolean flag the script passed: the values are followed (the
+    slice start was "not known before the kernel runs"), and a row past the array is an
+    out_of_bounds finding naming the table read."""
+    path = Path(__file__).parent / "pallas_import" / "smem_table_chain.py"
+    monkeypatch.setenv("CHAIN_ROW", "7")
+    ok, = check_file(str(path), 2)
+    assert ok.ok and not ok.findings, ok.to_text()
+    monkeypatch.setenv("CHAIN_ROW", "8")
+    past, = check_file(str(path), 2)
+    assert past.kinds() == {"out_of_bounds"}, past.to_text()
+    assert "the index is 8, read from `table_ref[0]`" in past.to_text()
+
+
 def test_a_unittest_module_without_a_main_line_runs_its_test_cases():
     """pytest runs a TestCase module that has no `unittest.main()`: ringc runs its tests too
     (tpu-inference keeps two such kernel test modules), and says so; each test's kernel is
