@@ -209,13 +209,14 @@ def test_a_core_map_inside_run_state_is_checked(tmp_path):
 
 
 @pytest.mark.parametrize("case, kinds", [("ok", set()), ("nowait", {"dma_not_waited", "race"}),
-                                          ("same_row", {"race"})])
+                                          ("same_row", {"race"}), ("read_between", {"race"})])
 def test_a_semaphore_and_an_smem_table_the_program_allocates_serve_several_core_maps(monkeypatch, case, kinds):
     """`pl.empty_ref_like` of a DMA semaphore and of an SMEM table outside the kernels (JAX's
     test_smem_async_copy_megacore): each core's own, shared by the kernels that follow, so a
     copy started in one kernel is waited in the next (it was "the DMA semaphore is not a
     semaphore"), and the cores' tables do not race (they did: both were one HBM array).
-    Never waited: `dma_not_waited`; both cores copying into one row of HBM: a race."""
+    Never waited: `dma_not_waited`; both cores copying into one row of HBM, or the program
+    reading the destination between the start and the wait: a race."""
     from ringc.pallas import check_file
     monkeypatch.setenv("SEM_CASE", case)
     (report,) = check_file(str(HERE.parent / "pallas_import" / "cores" / "sem_across_kernels.py"), 2)

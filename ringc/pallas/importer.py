@@ -958,6 +958,9 @@ class _Outer:
                                     "jax.checkpoint and custom derivatives; to check a kernel inside another "
                                     "construct, name the function that runs its pallas_call on arrays with --entry "
                                     "NAME --arg ... (or call it from a script or test of your own)")
+        for h in ins:   # a ref read or written by the program itself (`Builder.taken_later`)
+            if type(h.aval).__name__ == "AbstractRef":
+                h.root().outer_reads.add(len(self.calls))
         entry = PRIMITIVES.get(name)
         if (entry is not None and entry.words is not None and self.mesh_axes is not None
                 and not all(h.values is not None for h in ins)):

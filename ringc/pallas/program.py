@@ -27,7 +27,7 @@ import functools
 import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,9 @@ class Handle:
     link: "Handle | None" = None        # the same array under another name (shard_map, reshape)
     gathered: "Handle | None" = None    # it is `lax.all_gather(h, tiled=True)` of this kernel output h
     name: str | None = None             # a ref the program made: the name the code assigns it (`y_ref = ...`)
+    # a ref the program reads or writes itself between kernel calls: the number of calls
+    # recorded before each such access (`Builder.taken_later`)
+    outer_reads: set[int] = field(default_factory=set)
 
     def root(self) -> "Handle":
         h = self
@@ -275,12 +278,24 @@ class Builder(Sink):
             bufs.append(h.buffer)
         arrays = [buf for buf in bufs if isinstance(buf, Buffer)]
         touched = list({buf.name: buf for buf in arrays}.values())
-        later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
-                 if h.root().buffer is not None}
+        later = self.taken_later(call_index)
         inputs = [buf.name for buf in bufs[:len(call.operands)] if isinstance(buf, Buffer)]
         outputs = [buf.name for buf in bufs[len(call.operands):] if isinstance(buf, Buffer)]
         enter, exit_ = self.handover.call([buf.name for buf in touched], outputs, inputs, later)
         return bufs, enter, exit_
+
+    def taken_later(self, call_index: int) -> set[str]:
+        """The arrays a later kernel call takes unchanged, which stay with the kernels after
+        call `call_index` (no exit, no entry in the later call: a DMA may be in flight
+        across the boundary), unless the program reads the ref in between (`y = y_ref[...]`
+        between two core_maps: then the array exits here, and a copy still writing it races)."""
+        taken: set[str] = set()
+        for j, c in enumerate(self.calls[call_index + 1:], call_index + 1):
+            for h in c.operands:
+                h = h.root()
+                if h.buffer is not None and not any(call_index < r <= j for r in h.outer_reads):
+                    taken.add(h.buffer.name)
+        return taken
 
     def known_input(self, buf: Buffer, local: list | None) -> None:
         """A kernel input whose values the caller passed and ringc knows (`local`, one per device):
@@ -510,8 +525,7 @@ class Builder(Sink):
         # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
         # and no entry in the later call (a DMA may be in flight across the boundary).
         # (A later call's operand is this call's output or input handle itself, bound by now.)
-        later = {h.root().buffer.name for c in self.calls[call_index + 1:] for h in c.operands
-                 if h.root().buffer is not None}
+        later = self.taken_later(call_index)
         inputs = {b.name for b in refs_of[:n_pref + n_in] if isinstance(b, Buffer)}  # aliased outputs included
         enter_names, exit_names = self.handover.call(
             [b.name for b in all_bufs],

@@ -5,7 +5,8 @@ of the table into the core's row of an HBM array and kernel 4 waits for it.
 
 SEM_CASE picks a variant: `ok` (as above), `nowait` (kernel 4 waits for nothing: the copy
 is never waited), `same_row` (both cores copy into row 0: a race in HBM, which the chip's
-cores share)."""
+cores share), `read_between` (the program reads `out` between the start and the wait, while
+the copy may still be writing it: a race)."""
 
 import os
 
@@ -44,12 +45,14 @@ def table_copy():
     def _():
         copy().start()
 
+    peek = out[...] if CASE == "read_between" else 0
+
     @on_cores
     def _():
         if CASE != "nowait":
             copy().wait()
 
-    return out[...]
+    return out[...] + peek
 
 
 result = table_copy()
