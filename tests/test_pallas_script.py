@@ -879,15 +879,15 @@ jax.jit(lambda x: jax.lax.cond(x[0, 0] > 0, call, lambda x: x, x))(x)
 
 def test_a_kernel_under_jax_checkpoint_is_checked_and_one_under_cond_is_said_not_checked(tmp_path):
     """`jax.checkpoint` (`remat2`) is a nested function: its kernels are checked. A kernel
-    inside a construct ringc does not follow (a `cond` between the kernels; JAX's fusible
-    matmul test's `fusible`, sweep 10) is "not checked", and the fix is one a user can act on
-    (the old one said "call them directly")."""
+    inside a `cond` whose branch depends on tensor data is "not checked", and the fix is one a
+    user can act on (the old one said "call them directly"; a known branch is checked:
+    `test_a_cond_between_kernels_checks_the_branch_its_known_index_takes`)."""
     path = tmp_path / "constructs.py"
     path.write_text(CONSTRUCTS)
     remat, cond = check_file(str(path), 1)
     assert remat.ok, remat.to_text()
-    assert cond.error.message == "pallas_calls inside `cond`, which ringc does not follow into: not checked"
-    assert "--entry NAME" in cond.error.fix and "jax.checkpoint" in cond.error.fix
+    assert "a lax.cond (or lax.switch) between kernel calls whose branch is not known" in cond.error.message
+    assert "--entry NAME" in cond.error.fix
 
 
 SAME_ERROR = '''
@@ -1117,6 +1117,26 @@ def test_an_smem_table_one_kernel_computes_is_read_by_the_next(monkeypatch):
     past, = check_file(str(path), 2)
     assert past.kinds() == {"out_of_bounds"}, past.to_text()
     assert "the index is 8, read from `table_ref[0]`" in past.to_text()
+
+
+@pytest.mark.parametrize("case, kinds, branch", [("copy", set(), "branch 1 of 2 (of a lax.cond: its true branch)"),
+                                                  ("nowait", {"dma_not_waited", "race"}, "branch 0 of 2")])
+def test_a_cond_between_kernels_checks_the_branch_its_known_index_takes(monkeypatch, case, kinds, branch):
+    """`lax.cond` choosing between kernels on a mode the script passed (it was refused as a
+    construct ringc does not follow into): the branch taken is checked, and said; the
+    other branch's kernel is not, and that is said too."""
+    monkeypatch.setenv("COND_CASE", case)
+    report, = check_file(str(Path(__file__).parent / "pallas_import" / "cond_between_kernels.py"), 2)
+    assert report.kinds() == kinds, report.to_text()
+    assert any(branch in a and "other branches' kernels are not checked" in a for a in report.assumptions), \
+        report.assumptions
+
+
+def test_a_cond_between_kernels_on_tensor_data_is_refused_at_its_line(monkeypatch):
+    monkeypatch.setenv("COND_CASE", "data")
+    report, = check_file(str(Path(__file__).parent / "pallas_import" / "cond_between_kernels.py"), 2)
+    assert report.error is not None and "whose branch is not known before the run" in report.error.message
+    assert report.error.line == 38, report.to_text()
 
 
 def test_a_unittest_module_without_a_main_line_runs_its_test_cases():

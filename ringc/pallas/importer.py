@@ -895,6 +895,7 @@ class _Outer:
         self.between: dict[tuple[str, str], int] = {}
         self.per_device: Any = None  # True inside the shard_map (each handle one value per device)
         self.read_later: set = set()  # the variables the jaxpr being walked reads after an equation
+        self.notes: list[str] = []    # what the walk decided that the verdict says (`_cond`)
 
     def top(self, closed: Any) -> None:
         handles = []
@@ -955,6 +956,7 @@ class _Outer:
             raise ScheduleError(f"pallas_calls inside `{name}`, which ringc does not follow into: not checked",
                                 file=self.file, line=int(user_location(eqn)) or None,
                                 fix="ringc follows pallas_calls under jit, shard_map, scan, fori_loop, vmap, "
+                                    "lax.cond and lax.switch on a known index, "
                                     "jax.checkpoint and custom derivatives; to check a kernel inside another "
                                     "construct, name the function that runs its pallas_call on arrays with --entry "
                                     "NAME --arg ... (or call it from a script or test of your own)")
@@ -1315,6 +1317,41 @@ def _scan(w: _Outer, eqn: Any, ins: list) -> list:
     body = eqn.params["jaxpr"].jaxpr.invars[eqn.params["num_consts"] + eqn.params["num_carry"]:]
     carry, _ = scan_loop(w, eqn, ins, lambda xs, i: [Handle(getattr(v, "aval", None)) for v in body])
     return [*carry, *[Handle(v.aval) for v in eqn.outvars[eqn.params["num_carry"]:]]]
+
+
+@PRIMITIVES.outer("cond", does=Does.CONTROL)
+def _cond(w: _Outer, eqn: Any, ins: list) -> list:
+    """A `lax.cond` / `lax.switch` around pallas_calls (a serving stack choosing its decode or
+    prefill kernel, skipping a kernel with no rows): the branch its index selects, when the
+    index is known before the run (from the integers the script passed, constants, the
+    device's axis index) and the same on every device; the verdict says which branch ran.
+    An index from tensor data, or one that differs between devices, is refused at its line:
+    the kernel calls of one check run on every device."""
+    if not has_pallas(eqn):
+        return w.other(eqn, ins)
+    line = user_location(eqn)
+    branches = eqn.params["branches"]
+    idx = ins[0]
+    fix = ("pass the values that choose the branch as integer arrays ringc follows (a script's small integer "
+           "arguments, constants), or check each branch's kernel on its own (--entry NAME)")
+    if idx.values is None or any(v is None for v in idx.values):
+        raise ScheduleError(f"a lax.cond (or lax.switch) between kernel calls whose branch is not known before the "
+                            f"run (computed from tensor data): ringc cannot tell which of its {len(branches)} "
+                            "branches runs: not checked", file=line.file or w.file, line=int(line) or None, fix=fix)
+    chosen = {int(np.asarray(v).reshape(())) for v in ([idx.values[1]] if _literal(idx) else idx.values)}
+    if len(chosen) > 1:
+        raise ScheduleError(f"a lax.cond (or lax.switch) between kernel calls that takes branches {sorted(chosen)} "
+                            "on different devices: ringc checks kernel calls that every device makes: not checked",
+                            file=line.file or w.file, line=int(line) or None, fix=fix)
+    k = min(max(chosen.pop(), 0), len(branches) - 1)   # (lax.switch clamps its index)
+    at = (f"line {int(line)}" if not line.file or os.path.abspath(line.file) == os.path.abspath(w.file)
+          else f"{os.path.basename(line.file)}:{int(line)}")
+    which = (f" (of a lax.cond: its {'true' if k else 'false'} branch)" if len(branches) == 2 else "")
+    note = (f"{at}: a lax.cond between kernel calls took branch {k} of {len(branches)}{which}: its index is known "
+            "before the run; the other branches' kernels are not checked here")
+    if note not in w.notes:
+        w.notes.append(note)
+    return w.walk(branches[k], ins[1:])
 
 
 @PRIMITIVES.outer("while")
@@ -1713,6 +1750,7 @@ def _evaluate(jaxpr: Any, sizes: dict[str, int], file: str, values: list | None,
         raise ScheduleError("no pallas_call under shard_map in the traced program", file=file,
                             fix="ringc checks Pallas TPU kernels run under jax.shard_map")
     b = outer.builder
+    b.notes.extend(n for n in outer.notes if n not in b.notes)
     if dict(b.axis_sizes) != dict(sizes):
         raise ScheduleError(f"the shard_map's mesh is {b.axis_sizes}, not {sizes}", file=file,
                             fix="build the function over the mesh you check")
