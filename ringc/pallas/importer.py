@@ -1158,7 +1158,7 @@ def _core_map(w: _Outer, eqn: Any, ins: list) -> list:
     return []
 
 
-@PRIMITIVES.outer("new_ref", does=Does.MEMORY)
+@PRIMITIVES.outer("new_ref", does=Does.MEMORY | Does.UNSUPPORTED)
 def _new_ref(w: _Outer, eqn: Any, ins: list) -> list:
     """A ref the program makes (`jax.new_ref(x)`, `pl.empty_ref_like(pltpu.SMEM(...))`) for
     kernels over the TensorCores to share: an array like any other, named as the code
