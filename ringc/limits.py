@@ -202,15 +202,23 @@ _capped: list[str] = []   # the file whose code runs under `_data_limit` now, if
 def refuse_memory_error(e: BaseException) -> None:
     """Where the user's code raised a MemoryError under `_data_limit` (an allocation past
     `user_code_mib`, ringc's limit, not the code's fault), stop the check with the limit's
-    message (a BaseException, past the handlers that note the user's errors and go on)."""
-    if not isinstance(e, MemoryError) or not _capped:
+    message (a BaseException, past the handlers that note the user's errors and go on). An
+    allocation of XLA's that failed so (`RESOURCE_EXHAUSTED: Out of memory allocating ...`,
+    raised where the array is first read: JAX dispatches its work asynchronously) is one too."""
+    if not _out_of_memory(e) or not _capped:
         return
     line, tb = None, e.__traceback__
     while tb is not None:
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == _capped[-1]:
             line = tb.tb_lineno
         tb = tb.tb_next
-    raise _OverMemory(line, _resident_mib(), str(e) or "MemoryError") from None
+    raise _OverMemory(line, _resident_mib(), str(e).strip().rstrip(".") or "MemoryError") from None
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, or XLA's on the CPU devices."""
+    return isinstance(e, MemoryError) or (type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError")
+                                          and "RESOURCE_EXHAUSTED" in str(e))
 
 
 @contextmanager
@@ -239,7 +247,7 @@ def _data_limit(most_mib: int, target: str) -> Iterator[None]:
     _capped.append(target)
     try:
         yield
-    except MemoryError as e:   # raised where no handler of ringc's saw it
+    except Exception as e:   # a failed allocation raised where no handler of ringc's saw it
         refuse_memory_error(e)
         raise
     finally:

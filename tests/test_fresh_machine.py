@@ -314,3 +314,17 @@ def test_one_allocation_past_the_memory_limit_fails_at_its_line(tmp_path):
     assert_refused(o, line=3, says="asked for memory past the limit `user_code_mib` (1,500 MiB): Unable to "
                                    "allocate 6.00 GiB", seconds=20)
     assert "ran the next statement" not in o.err
+
+
+def test_an_xla_allocation_past_the_memory_limit_is_the_limits_message(tmp_path):
+    """A module's make_inputs whose array XLA cannot allocate under the data size limit: JAX
+    raises RESOURCE_EXHAUSTED where the array is first read (it dispatches asynchronously),
+    inside ringc; that is the limit's message at the make_inputs line, not an internal error
+    (found by the slow fuzz of mutated Python kernels)."""
+    path = tmp_path / "big_inputs.py"
+    path.write_text((REPO / "tests" / "pallas_import" / "prefetch_blocks.py").read_text().replace(
+        "(n * BLOCKS * 8, 128), jnp.float32)", "(n * BLOCKS * 8, 16_000_000), jnp.float32)"))
+    o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_mib=1500"], budget=60)
+    assert_refused(o, line=45, says="asked for memory past the limit `user_code_mib` (1,500 MiB): RESOURCE_EXHAUSTED",
+                   seconds=40)
+    assert "internal error" not in o.err

@@ -1102,6 +1102,8 @@ def test_pallas_calls_on_run_state_refs_are_checked_as_jax_discharges_them(monke
     monkeypatch.setenv("STATE_CASE", case)
     report, = check_file(str(STATEFUL), 2)
     assert report.kinds() == kinds, report.to_text()
+    if case == "nowait":   # the refs named as the body unpacks them (`x_ref, y_ref, y2_ref = refs`)
+        assert "copy `x_ref->y2_ref`" in report.to_text(), report.to_text()
 
 
 def test_an_smem_table_one_kernel_computes_is_read_by_the_next(monkeypatch):

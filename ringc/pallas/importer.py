@@ -291,8 +291,17 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
                                 line=script_line(e, path), fix="check --param values and N") from None
         values = None
         jaxpr = _trace(fn, shapes, path)
-        if _needs_values(jaxpr):
-            values = concrete if concrete is not None else _sample_inputs(module, sizes, params, path)
+        if _needs_values(jaxpr) and concrete is not None:
+            values = concrete
+        elif _needs_values(jaxpr):
+            try:
+                values = _sample_inputs(module, sizes, params, path)
+            except ScheduleError:
+                raise
+            except Exception as e:   # (a failed allocation surfaces here, where the arrays are read)
+                user_failure(e, path)
+                raise ScheduleError(f"make_inputs failed: {describe_exception(e, path)}", file=path,
+                                    line=script_line(e, path), fix="check --param values and N") from None
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
                           placement or topology, dma_order)
     if ran is not None:
@@ -1189,9 +1198,10 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
         # (`y = y2 = jnp.zeros_like(x)`) is two buffers, as XLA copies it
         seen: set[int] = set()
         refs = []
-        for h in ins:
+        for h, name in zip(ins, _state_names(eqn, len(ins))):
             refs.append(h if id(h.root()) not in seen else Handle(h.aval, values=h.values))
             seen.add(id(h.root()))
+            refs[-1].root().name = refs[-1].root().name or name
         return w.walk(_discharged(eqn), refs)
     if (kernel is None or kernel.primitive.name != "core_map" or tensorcore_mesh(kernel) is None
             or not all(v in body.invars for v in kernel.invars)):
@@ -1218,6 +1228,28 @@ def _discharged(eqn: Any) -> Any:
     from jax._src.state.discharge import discharge_state
     with source_info_util.user_context(eqn.source_info.traceback):
         return discharge_state(core.ClosedJaxpr(eqn.params["jaxpr"], ()))
+
+
+def _state_names(eqn: Any, n: int) -> list[str | None]:
+    """The names a run_state's body gives its refs, `x_ref, y_ref = refs` (as JAX's tests and
+    docs write it), read from the body's source; None for each one it does not name so."""
+    import linecache
+    info = getattr(eqn.params["jaxpr"], "debug_info", None)
+    m = re.match(r"(\w+) at (.+):(\d+)$", getattr(info, "func_src_info", "") or "")
+    if m is None:
+        return [None] * n
+    func, file, first = m.group(1), m.group(2), int(m.group(3))
+    lines = linecache.getlines(file) or linecache.getlines(os.path.abspath(file))
+    head = re.match(rf"\s*def {func}\((\w+)\)", lines[first - 1]) if 0 < first <= len(lines) else None
+    if head is None:
+        return [None] * n
+    param = head.group(1)
+    for text in lines[first:first + 20]:
+        unpack = re.match(rf"\s*\(?([\w\s,]+?)\)?\s*=\s*{param}\s*$", text)
+        if unpack:
+            names = [t.strip() for t in unpack.group(1).split(",") if t.strip()]
+            return names if len(names) == n else [None] * n
+    return [None] * n
 
 
 def assigned_name(line: Loc) -> str | None:

@@ -430,6 +430,8 @@ class Builder(Sink):
             h = h.root()
             v = kernel_vars[k]
             name = names[k] if k < len(names) else f"arg{k}"
+            if h.name and name == f"arg{k}":   # a kernel whose arguments JAX left unnamed (a discharged run_state's)
+                name = h.name
             if _is_sem(v.aval):
                 if h.sem is None:
                     h.sem = self.new_sem(name, v.aval)
