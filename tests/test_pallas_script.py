@@ -946,6 +946,24 @@ def test_a_conftest_that_fails_to_import_is_the_message(tmp_path):
     assert report.ok, report.to_text()
 
 
+def test_a_pytest_module_whose_own_imports_are_missing_names_them_all(tmp_path):
+    """A pytest-style module importing packages that are not installed (ejkernel's tests need
+    jaxtyping, beartype, chex, ...; sweep 17): pytest cannot collect it, and ringc said so in
+    parentheses inside "no entry function ran one". Now the one message of a missing package,
+    at its line, naming every one the module imports, with the --stub for each."""
+    path = tmp_path / "needs_two.py"
+    from conftest import COPY_CALL, COPY_KERNEL
+    path.write_text("import ringc_absent_one  # noqa\nimport ringc_absent_two  # noqa\n" + COPY_KERNEL
+                    + f"def test_copy():\n    x = jnp.zeros((8, 128), jnp.float32)\n"
+                      f"    jax.jit(lambda x: {COPY_CALL})(x)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1)
+    assert e.value.line == 1 and "`ringc_absent_one`, which is not installed" in e.value.message, e.value
+    assert "--stub ringc_absent_one --stub ringc_absent_two" in e.value.fix, e.value.fix
+    report, = check_file(str(path), 1, stubs=("ringc_absent_one", "ringc_absent_two"))
+    assert report.ok, report.to_text()
+
+
 HANG_IN_CALL_2 = '''
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl

@@ -35,6 +35,7 @@ class _Titles:
         self.script = script
         self.raised: list[tuple[str, BaseException]] = []
         self.ran = 0
+        self.collect_errors: list[BaseException] = []
         self.collected = 0
         self.kept = 0
 
@@ -89,6 +90,15 @@ class _Titles:
             self.script.notes.append(f"test {test_name(report.nodeid)} failed in setup ({_last_line(report)}): its kernels "
                                      "were not checked")
 
+    def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
+        """The module's own import failed (pytest collects it by importing it): the exception
+        itself, for the one message of a package that is not installed (`run_pytest_module`)."""
+        if getattr(report, "when", None) == "collect" or not hasattr(report, "when"):
+            e = call.excinfo.value
+            while e.__cause__ is not None and not isinstance(e, ModuleNotFoundError):  # (pytest's CollectError)
+                e = e.__cause__
+            self.collect_errors.append(e)
+
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
             self.script.notes.append(f"pytest could not collect {report.nodeid or self.script.path} "
@@ -101,7 +111,7 @@ def _last_line(report: Any) -> str:
     return (err[-1][1:].strip() if err else lines[-1].strip() if lines else "no message")[:160]
 
 
-def run_pytest_module(script: Any) -> None:
+def run_pytest_module(script: Any, imports: Any = None) -> None:
     """What `pytest FILE` does, in this process, under `ringc check`'s capture (the caller,
     `script.run_script`, has set up its devices and the capture): every test of the module
     runs, with its parametrizations and fixtures (conftest.py included), and the kernel
@@ -119,6 +129,10 @@ def run_pytest_module(script: Any) -> None:
             _conftest_failure(script.path)   # (pytest printed it and ran nothing)
     finally:
         _forget_test_modules(before, script.path)
+    from .imports import missing_import
+    for e in titles.collect_errors:   # a package the module imports is not installed: its one message
+        missing = missing_import(e, script.path, imports)
+        script.missing = script.missing or missing
     for nodeid, e in titles.raised:
         stop = limit_stop([e], script.path)
         if stop is not None:   # a limit stopped a test: the tests before it are still checked

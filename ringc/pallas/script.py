@@ -1000,13 +1000,13 @@ def is_pytest_module(tree: ast.Module) -> bool:
     return False
 
 
-def _run_pytest(script: Script) -> None:
+def _run_pytest(script: Script, imports: Any) -> None:
     try:
         from .pytests import run_pytest_module
     except ImportError:
         raise ScheduleError("a pytest-style test module (def test_... functions), but pytest is not installed",
                             file=script.path, fix="pip install pytest (ringc runs the module's tests with it)") from None
-    run_pytest_module(script)
+    run_pytest_module(script, imports)
 
 
 # Modules whose functions a print's arguments may call without the call mattering to ringc
@@ -1107,7 +1107,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
         pytest_module = entry is None and not args and is_pytest_module(tree)
         future = _future_flags(tree)  # the file's own `from __future__ import ...`, not ringc's
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
-            _run_pytest(script)
+            _run_pytest(script, imports)
         for stmt in ([] if pytest_module else tree.body):
             if _only_prints(stmt):
                 continue
