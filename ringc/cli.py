@@ -28,7 +28,7 @@ from .errors import ScheduleError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # `--tpu`'s generations, the default first, as `ringc.pallas.tpu.GENERATIONS` has them (a test
 # holds the two together; importing that module here would import jax at every start).
-TPU_CHOICES = "v5e|v5p|v4|v6e"
+TPU_CHOICES = "v5e|v5p|v4|v6e|v7x"
 
 
 def _integer(text: str, what: str) -> int:

@@ -380,7 +380,8 @@ def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_ans
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 2)
     assert e.value.fix.startswith("every test that ran skipped itself (Expect TPUv7+): where it asks for a TPU "
-                                  "generation, ringc answers as --tpu's (v5e, v5p, v4, v6e; v5e now)"), e.value.fix
+                                  "generation, ringc answers as --tpu's (v5e, v5p, v4, v6e, v7x; v5e now), so pick "
+                                  "the one it needs (--tpu v7x)"), e.value.fix
 
 
 def test_a_test_module_that_skips_for_its_device_count_names_the_count(tmp_path):

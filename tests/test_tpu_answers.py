@@ -131,8 +131,80 @@ def test_slices_have_the_generations_shapes(name, n, shape):
 
 
 def test_bad_generation_names_the_choices():
-    with pytest.raises(ValueError, match="choose one of v5e, v5p, v4, v6e"):
+    with pytest.raises(ValueError, match="choose one of v5e, v5p, v4, v6e, v7x"):
         generation("v7")
+
+
+@pytest.mark.parametrize("layout", ["2x2x1", "2x2x2"])
+def test_tpu7x_answers_two_devices_per_chip_as_libtpu_reports(layout):
+    """TPU7x runs each TensorCore as its own JAX device: two per chip, the chip's coords and
+    `core_on_chip` 0 and 1, one core each (libtpu's compile-only `TPU7x:2x2x1` devices)."""
+    from ringc.compile import libtpu_available, quiet_libtpu
+    if not libtpu_available():
+        pytest.skip("libtpu is not installed")
+    quiet_libtpu()
+    from jax.experimental import topologies
+    real = topologies.get_topology_desc(f"TPU7x:{layout}", platform="tpu").devices
+    gen, n = GENERATIONS["v7x"], len(real)
+    assert {d.device_kind for d in real} == {gen.device_kind} and gen.chips(n) == tuple(map(int, layout.split("x")))
+    assert [(list(d.coords), d.core_on_chip, d.num_cores) for d in real] == [
+        (gen.coords(i, n), i % 2, gen.cores) for i in range(n)]
+    assert gen.tpu_info().num_cores == 1 and gen.tpu_info().generation == 7
+
+
+def test_a_test_that_skips_below_tpu7_is_advised_v7x_and_checks_there(tmp_path):
+    """tpu-inference's newest kernel tests skip unless `jtu.is_device_tpu_at_least(version=7)`
+    (sweep 17: "pick the --tpu generation it needs", and none was v7): the advice names
+    `--tpu v7x`, and there the test runs and its kernel is checked."""
+    from ringc.pallas import check_file
+    path = tmp_path / "v7_only_test.py"
+    path.write_text(V7_ONLY)
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 4)
+    assert "skipped itself (Expect TPUv7+)" in e.value.message and "(--tpu v7x)" in e.value.fix, e.value
+    report, = check_file(str(path), 4, tpu="v7x")
+    assert report.ok, report.to_text()
+    assert any("device_kind 'TPU7x'" in a and "2 devices per chip" in a for a in report.assumptions), \
+        report.assumptions
+
+
+V7_ONLY = """
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+from absl.testing import absltest
+from jax._src import test_util as jtu
+
+
+def kernel(x_ref, o_ref, send_sem, recv_sem):
+    right = (lax.axis_index("x") + 1) % lax.axis_size("x")
+    copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=right,
+                                        device_id_type=pl.DeviceIdType.MESH)
+    copy.start()
+    copy.wait()
+
+
+class V7Only(jtu.JaxTestCase):
+    def setUp(self):
+        super().setUp()
+        if not jtu.is_device_tpu_at_least(version=7):
+            self.skipTest("Expect TPUv7+")
+
+    def test_permute(self):
+        mesh = jax.make_mesh((jax.device_count(),), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+        vmem = pl.BlockSpec(memory_space=pltpu.VMEM)
+        f = jax.jit(jax.shard_map(
+            lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), in_specs=[vmem],
+                                     out_specs=vmem, scratch_shapes=[pltpu.SemaphoreType.DMA] * 2)(x),
+            mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        f(jnp.zeros((8 * jax.device_count(), 128), jnp.float32))
+
+
+if __name__ == "__main__":
+    absltest.main()
+"""
 
 
 @pytest.mark.parametrize("target", ["v5e:2x2", "v5e:2x4", "v5p:2x2x1", "v5p:2x2x2", "v6e:2x2", "v4:2x2x1"])
@@ -317,7 +389,7 @@ def test_the_cli_takes_tpu_and_refuses_others(tmp_path, capsys):
     assert main(["check", path, "--devices", "4", "--tpu", "v5p"]) == 0
     assert main(["check", path, "--devices", "4", "--tpu", "v7"]) == 2
     err = capsys.readouterr().err
-    assert err == f"{path}: error: --tpu v7: unknown TPU generation 'v7': choose one of v5e, v5p, v4, v6e (default v5e)\n"
+    assert err == f"{path}: error: --tpu v7: unknown TPU generation 'v7': choose one of v5e, v5p, v4, v6e, v7x (default v5e)\n"
 
 
 # -- (e) hardware ringc does not model -----------------------------------------------------------

@@ -437,7 +437,9 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                      + (f"it compares the device count with {asked[0]} (`{asked[2]}`, line {asked[1]}): check with "
                         f"--devices {asked[0]}; " if asked else "")
                      + (f"where it asks for a TPU generation, ringc answers as --tpu's ({', '.join(GENERATIONS)}; "
-                        f"{tpu or 'v5e'} now), so pick the one it needs, or call the kernel's launcher with --entry"
+                        f"{tpu or 'v5e'} now), so pick the one it needs"
+                        + (f" (--tpu {_generation_for(skipped)})" if _generation_for(skipped) not in (None, tpu or "v5e") else "")
+                        + ", or call the kernel's launcher with --entry"
                         if re.search(r"TPU|tpu|v\d|generation|core", skipped) else
                         "ringc runs the tests in one process on the devices --devices gives (Mosaic GPU files: "
                         "answered as one process per GPU), so a test that skips for another setup stays skipped; "
@@ -1218,6 +1220,21 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
     _record_in_place(w, kernel, [ins[k] for k in refs], [outs[k] for k in refs],
                      frozenset(j for j, k in enumerate(refs) if eqn.outvars[k] not in w.read_later))
     return outs
+
+
+def _generation_for(skipped: str) -> str | None:
+    """The `--tpu` generation a skip reason asks for (`Expect TPUv7+`, `needs TPU v5p`,
+    `requires at least TPU v6`), if it names one ringc answers as."""
+    m = re.search(r"(?:TPU\s*v?|\bv)(\d+)\s*([a-z]?)", skipped, re.I)
+    if m is None:
+        return None
+    version, variant = m.group(1), m.group(2).lower()
+    named = f"v{version}{variant}"
+    if named in GENERATIONS:
+        return named
+    at_least = [g for g in GENERATIONS if re.fullmatch(r"v(\d+)[a-z]?", g) and int(re.match(r"v(\d+)", g).group(1))
+                >= int(version)]
+    return min(at_least, key=lambda g: int(re.match(r"v(\d+)", g).group(1))) if at_least else None
 
 
 def _discharged(eqn: Any) -> Any:

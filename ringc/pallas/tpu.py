@@ -58,6 +58,11 @@ class Generation:
     platform: str = "tpu"
     sms: int = 0
     capability: str = ""
+    # TPU7x: two JAX devices per chip, one per TensorCore (`core_on_chip` 0 and 1, the same
+    # `coords`), its `tpu_info.ChipVersion` spelled "7x", its slices 3-D tori of chips.
+    per_chip: int = 1
+    chip: str = ""
+    slice_axes: int = 0
 
     @property
     def gpu(self) -> bool:
@@ -66,7 +71,7 @@ class Generation:
     @property
     def axes(self) -> int:
         """Axes of the generation's slices (2: v5e, v6e; 3: v4, v5p; a GPU's NVSwitch: 1): `ringc.topology`."""
-        return 1 if self.gpu else _AXES[self.name]
+        return 1 if self.gpu else self.slice_axes or _AXES[self.name]
 
     def shape(self, n: int) -> tuple[int, ...]:
         """The slice of n chips: for a power of two the generation's own slice shapes (v5e
@@ -84,11 +89,16 @@ class Generation:
             dims[i] *= 2
         return tuple(dims)
 
+    def chips(self, n: int) -> tuple[int, ...]:
+        """The slice of chips that n devices of the generation lay out (`shape`: one device
+        per chip, two on TPU7x)."""
+        return self.shape(-(-n // self.per_chip))
+
     def coords(self, index: int, n: int) -> list[int]:
-        """Device `index`'s chip coordinates [x, y, z] in `shape(n)`, x fastest (z = 0 on 2-D
+        """Device `index`'s chip coordinates [x, y, z] in `chips(n)`, x fastest (z = 0 on 2-D
         slices), as libtpu lists them: a list, like a TPU device's `coords`."""
-        out = []
-        for d in self.shape(n):
+        out, index = [], index // self.per_chip
+        for d in self.chips(n):
             out.append(index % d)
             index //= d
         return out + [0] * (3 - len(out))
@@ -96,7 +106,7 @@ class Generation:
     def tpu_info(self) -> Any:
         """JAX's `TpuInfo` for the generation (VMEM, cores, lanes, ...)."""
         from jax._src.pallas.mosaic import tpu_info
-        return tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion(self.name), self.cores)
+        return tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion(self.chip or self.name), self.cores)
 
 
 # One row per generation `--tpu` accepts; device_kind strings as libtpu's compile-only devices
@@ -109,6 +119,7 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (
     Generation("v5p", "TPU v5", 2),
     Generation("v4", "TPU v4", 2),
     Generation("v6e", "TPU v6 lite", 1),
+    Generation("v7x", "TPU7x", 1, per_chip=2, chip="7x", slice_axes=3),
 )}
 # The GPUs `--gpu` accepts: what JAX's CUDA devices report (H100 SXM: 132 SMs, sm_90; the shipped
 # Mosaic GPU kernels read `core_count` for their grid, JAX's tests `compute_capability` to skip).
@@ -186,9 +197,12 @@ class Answers:
         if g.gpu:
             return (f"devices answer as {g.device_kind} GPUs (--gpu {g.name}): {g.sms} SMs (core_count), compute "
                     f"capability {g.capability}; the code asked {questions}")
+        chips = (f" of chips, {g.per_chip} devices per chip (core_on_chip 0..{g.per_chip - 1}, one per TensorCore; "
+                 "ringc checks each device as its own chip: the chip's two TensorCores and the link between them "
+                 "are not modelled)" if g.per_chip > 1 else "")
         return (f"devices answer as TPU {g.name} (--tpu): device_kind {g.device_kind!r}, coords of a "
-                f"{'x'.join(map(str, self.shape))} slice, {g.cores} TensorCore{'s' if g.cores > 1 else ''} per "
-                f"device; the code asked {questions}")
+                f"{'x'.join(map(str, self.shape))} slice{chips}, {g.cores} TensorCore{'s' if g.cores > 1 else ''} "
+                f"per device; the code asked {questions}")
 
 
 def _internal_dirs() -> tuple[str, ...]:
@@ -345,7 +359,7 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
     import jax
     from jax._src.pallas.mosaic import tpu_info
     from jax.experimental.pallas import tpu as pltpu
-    answers = Answers(gen, tuple(shape) if shape and math.prod(shape) == n else gen.shape(n))
+    answers = Answers(gen, tuple(shape) if shape and math.prod(shape) == n else gen.chips(n))
     askers = Askers(script)
     device = type(jax.devices()[0])
     names = GPU_ANSWERED if gen.gpu else ANSWERED
@@ -366,8 +380,9 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
             if gen.gpu:
                 return {"platform": "gpu", "device_kind": gen.device_kind, "core_count": gen.sms,
                         "compute_capability": gen.capability}[name]
-            return {"platform": "tpu", "device_kind": gen.device_kind, "coords": _coords(d.id, answers.shape),
-                    "core_on_chip": 0, "num_cores": gen.cores, "slice_index": 0}[name]
+            return {"platform": "tpu", "device_kind": gen.device_kind,
+                    "coords": _coords(d.id // gen.per_chip, answers.shape), "core_on_chip": d.id % gen.per_chip,
+                    "num_cores": gen.cores, "slice_index": 0}[name]
         return property(get)
 
     def unanswered(d: Any, name: str) -> Any:
