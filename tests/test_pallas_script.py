@@ -1197,6 +1197,17 @@ def test_a_glob_ending_at_a_parameterized_tests_name_names_it(tmp_path):
                                                                    "*.test_permute1")
 
 
+def test_a_test_name_ending_in_a_digit_is_not_the_start_of_its_siblings_names():
+    """`--test test_paged_attention2` ran JetStream's test_paged_attention2, 20..29, 200..299
+    (101 tests, 9 minutes; sweep 17): a substring that only lacks trailing digits names
+    another case of the parameterized family. A pattern without a trailing digit still names
+    the family, and a longer name that goes on with a letter still matches."""
+    from ringc.pallas.script import _matches
+    assert _matches("T.test_case2 (24)", "test_case2") and not _matches("T.test_case20 (168)", "test_case2")
+    assert not _matches("case.py::test_case21[x]", "test_case2")
+    assert _matches("T.test_case20 (168)", "test_case") and _matches("T.test_case2_bf16", "test_case2")
+
+
 def test_a_script_setting_its_cpu_device_count_runs_on_ringcs(tmp_path):
     """`jax.config.update("jax_num_cpu_devices", 8)` after `import jax` (how scripts get CPU
     devices): ringc's devices are already there, so the update is said once, not a
