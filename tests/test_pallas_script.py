@@ -384,6 +384,18 @@ def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_ans
                                   "the one it needs (--tpu v7x)"), e.value.fix
 
 
+def test_a_test_module_of_sparsecore_kernels_is_told_they_are_not_modelled(tmp_path):
+    """JAX's tpu_pallas_mpmd_test skips below v5p ("SparseCore only supported on TPU v5p+"):
+    the advice was to pick a --tpu, and at v5p the kernels are refused (sweep 17). The fix
+    says at once that SparseCore kernels are not modelled at any --tpu."""
+    path = tmp_path / "sc_test.py"
+    path.write_text(_skipping_test_module("        self.skipTest('SparseCore only supported on TPU v5p+')\n"))
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 2)
+    assert "SparseCore kernels (jax.experimental.pallas.tpu_sc), which ringc does not model at any --tpu" \
+        in e.value.fix and "pick the one it needs" not in e.value.fix, e.value.fix
+
+
 def test_a_test_module_that_skips_for_its_device_count_names_the_count(tmp_path):
     """Sweep 12 (tpu-inference's all_gather_matmul test: `if jax.device_count() != 8:
     self.skipTest('Not enough devices for test')`): the skip names no count, the file does;

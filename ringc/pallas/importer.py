@@ -436,7 +436,10 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                         if count else "")
                      + (f"it compares the device count with {asked[0]} (`{asked[2]}`, line {asked[1]}): check with "
                         f"--devices {asked[0]}; " if asked else "")
-                     + (f"where it asks for a TPU generation, ringc answers as --tpu's ({', '.join(GENERATIONS)}; "
+                     + ("its tests are SparseCore kernels (jax.experimental.pallas.tpu_sc), which ringc does not "
+                        "model at any --tpu: check its TensorCore kernels, or call a launcher with --entry"
+                        if re.search(r"sparse\s*core", skipped, re.I) else
+                        f"where it asks for a TPU generation, ringc answers as --tpu's ({', '.join(GENERATIONS)}; "
                         f"{tpu or 'v5e'} now), so pick the one it needs"
                         + (f" (--tpu {_generation_for(skipped)})" if _generation_for(skipped) not in (None, tpu or "v5e") else "")
                         + ", or call the kernel's launcher with --entry"
