@@ -171,7 +171,7 @@ class _OverMemory(LimitStop):
         self.line, self.mib, self.asked = line, mib, asked
 
 
-def _resident_mib() -> int:
+def resident_mib() -> int:
     """The process's resident memory in MiB (0 where /proc is not there)."""
     return _status_mib("VmRSS")
 
@@ -212,7 +212,7 @@ def refuse_memory_error(e: BaseException) -> None:
         if os.path.abspath(tb.tb_frame.f_code.co_filename) == _capped[-1]:
             line = tb.tb_lineno
         tb = tb.tb_next
-    raise _OverMemory(line, _resident_mib(), str(e).strip().rstrip(".") or "MemoryError") from None
+    raise _OverMemory(line, resident_mib(), str(e).strip().rstrip(".") or "MemoryError") from None
 
 
 def _out_of_memory(e: BaseException) -> bool:
@@ -237,7 +237,7 @@ def _data_limit(most_mib: int, target: str) -> Iterator[None]:
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     # A margin over the limit: gradual growth is the looks' to stop, with their message (an
     # allocation of XLA's own that failed here would abort the process with nothing said).
-    want = (data + max(most_mib - _resident_mib(), 256) + max(DATA_MARGIN_MIB, most_mib // 4)) * 2**20
+    want = (data + max(most_mib - resident_mib(), 256) + max(DATA_MARGIN_MIB, most_mib // 4)) * 2**20
     if hard != resource.RLIM_INFINITY:
         want = min(want, hard)
     if soft != resource.RLIM_INFINITY and soft <= want:
@@ -287,7 +287,7 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
         if outer is not None and time.monotonic() >= outer - 1e-3 and callable(outer_handler):
             outer_handler(signum, frame)  # the outer timer's turn (it may raise)
         over_time = time.monotonic() >= ours - 1e-3
-        held = _resident_mib()
+        held = resident_mib()
         if over_time or held > most_mib:
             line = _user_line(frame, target)
             raise _OverTime(line) if over_time else _OverMemory(line, held)

@@ -124,13 +124,13 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
     """While a test body runs: record its collective kernel calls (and pair a `lax` reference
     computed on the same input), then run every call as JAX would."""
     from .pallas.jaxprs import jitted_calls
-    from .pallas.script import Capture, kernel_names, lax_reference
+    from .pallas.script import Capture, kernel_names, lax_reference, snapshot_args
 
     def impl(run: Any, *args: Any, jaxpr: Any, **params: Any) -> Any:
         try:
             ids = tuple(id(a) for a in args)
             if _is_collective(jaxpr.jaxpr):
-                cap = Capture(jaxpr, _snapshot(args), _caller(path), kernel_names(jaxpr.jaxpr), ids)
+                cap = Capture(jaxpr, snapshot_args(args), _caller(path), kernel_names(jaxpr.jaxpr), ids)
                 calls.append(_Call(cap, path, cap.line))
             elif calls and (ref := lax_reference(jaxpr.jaxpr)) is not None:
                 for c in reversed(calls):
@@ -143,19 +143,6 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
 
     with jitted_calls(impl):
         yield
-
-
-def _snapshot(args: tuple) -> list:
-    """What the check needs of a call's arguments, taken before the call runs (it may donate
-    them): small integer arrays' values (`script.small_ints`), other arrays' shapes and dtypes."""
-    import jax
-    from .pallas.script import small_ints
-    out: list = []
-    for a in args:
-        values = small_ints(a)
-        out.append(values.copy() if values is not None else
-                   jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") else a)
-    return out
 
 
 def _marker_options(item: Any, config: Any) -> dict:

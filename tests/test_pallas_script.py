@@ -384,6 +384,24 @@ def test_a_test_module_whose_tests_all_skip_themselves_says_which_tpus_ringc_ans
                                   "the one it needs (--tpu v7x)"), e.value.fix
 
 
+def test_a_long_test_module_clears_jaxs_caches_under_memory_pressure_and_keeps_no_data_arrays(tmp_path, monkeypatch):
+    """A test module of hundreds of tests grew by its compiled functions and by every captured
+    call's argument arrays (JetStream's 864 tests: 14 GB, sweep 17). Captures keep only what
+    the check reads (small integers' values, other arrays' shapes), and over half of
+    `user_code_mib` between tests ringc clears JAX's caches, and says so."""
+    import numpy as np
+    from ringc import limits
+    from ringc.pallas import script as script_mod
+    path = tmp_path / "copy_test.py"
+    path.write_text(_skipping_test_module("        pass\n"))
+    monkeypatch.setattr(limits, "resident_mib", lambda: limits.value("user_code_mib"))
+    report, = check_file(str(path), 1)
+    assert report.ok and any("cleared JAX's caches" in a for a in report.assumptions), report.assumptions
+    kept = script_mod.snapshot_args((np.zeros((8, 128), np.float32), np.arange(4, dtype=np.int32), 3))
+    assert type(kept[0]).__name__ == "ShapeDtypeStruct" and kept[1].tolist() == [0, 1, 2, 3] and kept[2] == 3
+    assert script_mod.small_ints(kept[0]) is None
+
+
 def test_a_test_module_of_sparsecore_kernels_is_told_they_are_not_modelled(tmp_path):
     """JAX's tpu_pallas_mpmd_test skips below v5p ("SparseCore only supported on TPU v5p+"):
     the advice was to pick a --tpu, and at v5p the kernels are refused (sweep 17). The fix

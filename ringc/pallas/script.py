@@ -72,7 +72,7 @@ def lax_collectives() -> dict[str, str]:
 class Capture:
     """One top-level call of a jitted function that runs pallas_calls."""
     jaxpr: Any                    # the call's ClosedJaxpr
-    args: list[Any]               # the argument arrays (values feed scalar prefetch)
+    args: list[Any]               # the arguments as `snapshot_args` keeps them (values feed scalar prefetch)
     line: int                     # the script line that made the call
     name: str                     # the jitted function's name
     arg_ids: tuple[int, ...]      # id() of each argument array, to pair the lax reference
@@ -311,6 +311,8 @@ def small_ints(a: Any) -> "np.ndarray | None":
     prefetch), else None (data arrays are not followed)."""
     if isinstance(a, int) and not isinstance(a, bool):   # a Python int passed to jit (`f(x, 1)`)
         return np.asarray(a, np.int32)
+    if type(a).__name__ == "ShapeDtypeStruct":   # what `snapshot_args` keeps of a data array: no values
+        return None
     try:
         dtype = np.dtype(a.dtype) if hasattr(a, "dtype") else None
     except TypeError:   # an extended dtype (a PRNG key, `key<pl>`): no integers to follow
@@ -318,6 +320,38 @@ def small_ints(a: Any) -> "np.ndarray | None":
     if dtype is not None and (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and np.size(a) <= SMALL_INTS:
         return np.asarray(a)
     return None
+
+
+def _relieve_memory(script: Script) -> None:
+    """Between tests: when the process holds over half of `user_code_mib`, clear JAX's caches
+    of traced and compiled functions (each test's shapes compile anew: JetStream's 864-test
+    paged attention module grew to 14 GB, about 9 MB a test, sweep 17), so that a long module
+    runs to its end instead of into the limit; said once. Clearing costs the retracing, so it
+    is done only under that pressure."""
+    from .. import limits
+    if limits.resident_mib() <= limits.value("user_code_mib") // 2:
+        return
+    import gc
+    import jax
+    jax.clear_caches()
+    gc.collect()
+    note = ("the process held over half of `user_code_mib` between tests, so ringc cleared JAX's caches of traced and "
+            "compiled functions there (the tests after it traced their functions again)")
+    if note not in script.notes:
+        script.notes.append(note)
+
+
+def snapshot_args(args: tuple) -> list:
+    """What the check needs of a call's arguments, taken when the call is made (it may donate
+    them; a test module's hundreds of calls must not hold their data arrays): small integer
+    arrays' values (`small_ints`), other arrays' shapes and dtypes."""
+    import jax
+    out: list = []
+    for a in args:
+        values = small_ints(a)
+        out.append(values.copy() if values is not None else
+                   jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") else a)
+    return out
 
 
 def kernel_names(jaxpr: Any) -> str:
@@ -667,7 +701,7 @@ def _capturing(script: Script) -> Iterator[None]:
                 script.seen[key].copies += 1
                 script.seen[key].tests.append(script.test)
                 return zeros()
-            script.seen[key] = cap = Capture(jaxpr, list(args), line, kernel_names(jaxpr.jaxpr), ids,
+            script.seen[key] = cap = Capture(jaxpr, snapshot_args(args), line, kernel_names(jaxpr.jaxpr), ids,
                                              test=script.test, same=same, via=via, tests=[script.test])
             script.captures.append(cap)
             early = script.early_references.pop(ids[:1], None) if ids else None
@@ -823,6 +857,7 @@ def _run_tests(script: Script, env: dict) -> None:
             why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
             script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
             continue
+        _relieve_memory(script)
         stop = limit_stop(result.raised, script.path)
         if stop is not None:   # no more tests run; the kernel calls of those before it are still checked
             stop.where = stop.where or f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)"
