@@ -90,6 +90,10 @@ class _Titles:
             self.script.notes.append(f"test {test_name(report.nodeid)} failed in setup ({_last_line(report)}): its kernels "
                                      "were not checked")
 
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        from .script import relieve_memory
+        relieve_memory(self.script)   # between tests, as for a unittest module
+
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
         """The module's own import failed (pytest collects it by importing it): the exception
         itself, for the one message of a package that is not installed (`run_pytest_module`)."""

@@ -322,7 +322,7 @@ def small_ints(a: Any) -> "np.ndarray | None":
     return None
 
 
-def _relieve_memory(script: Script) -> None:
+def relieve_memory(script: Script) -> None:
     """Between tests: when the process holds over half of `user_code_mib`, clear JAX's caches
     of traced and compiled functions (each test's shapes compile anew: JetStream's 864-test
     paged attention module grew to 14 GB, about 9 MB a test, sweep 17), so that a long module
@@ -857,7 +857,7 @@ def _run_tests(script: Script, env: dict) -> None:
             why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
             script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
             continue
-        _relieve_memory(script)
+        relieve_memory(script)
         stop = limit_stop(result.raised, script.path)
         if stop is not None:   # no more tests run; the kernel calls of those before it are still checked
             stop.where = stop.where or f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)"
