@@ -124,17 +124,16 @@ def recording(calls: list[_Call], path: str) -> Iterator[None]:
     """While a test body runs: record its collective kernel calls (and pair a `lax` reference
     computed on the same input), then run every call as JAX would."""
     from .pallas.jaxprs import jitted_calls
-    from .pallas.script import Capture, kernel_names, lax_reference, snapshot_args
+    from .pallas.script import Capture, FirstArg, kernel_names, lax_reference, snapshot_args
 
     def impl(run: Any, *args: Any, jaxpr: Any, **params: Any) -> Any:
         try:
-            ids = tuple(id(a) for a in args)
             if _is_collective(jaxpr.jaxpr):
-                cap = Capture(jaxpr, snapshot_args(args), _caller(path), kernel_names(jaxpr.jaxpr), ids)
+                cap = Capture(jaxpr, snapshot_args(args), _caller(path), kernel_names(jaxpr.jaxpr), FirstArg(args))
                 calls.append(_Call(cap, path, cap.line))
             elif calls and (ref := lax_reference(jaxpr.jaxpr)) is not None:
                 for c in reversed(calls):
-                    if ids and c.capture.arg_ids[:1] == ids[:1] and c.capture.reference is None:
+                    if c.capture.first.names(args) and c.capture.reference is None:
                         c.capture.reference, c.capture.reference_line = ref, _caller(path)
                         break
         except Exception:  # noqa: BLE001 - recording must never change what the test does

@@ -325,6 +325,7 @@ def test_an_xla_allocation_past_the_memory_limit_is_the_limits_message(tmp_path)
     path.write_text((REPO / "tests" / "pallas_import" / "prefetch_blocks.py").read_text().replace(
         "(n * BLOCKS * 8, 128), jnp.float32)", "(n * BLOCKS * 8, 16_000_000), jnp.float32)"))
     o = run_cli(["check", path, "--devices", "2", "--limit", "user_code_mib=1500"], budget=60)
-    assert_refused(o, line=45, says="asked for memory past the limit `user_code_mib` (1,500 MiB): RESOURCE_EXHAUSTED",
-                   seconds=40)
-    assert "internal error" not in o.err
+    # (XLA's allocation fails first, at the make_inputs line, or, where XLA's succeeded,
+    # numpy's copy of the array: both are the limit's message)
+    assert_refused(o, says="asked for memory past the limit `user_code_mib` (1,500 MiB): ", seconds=40)
+    assert "internal error" not in o.err and ("RESOURCE_EXHAUSTED" in o.err or "Unable to allocate" in o.err), o.err

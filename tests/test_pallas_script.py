@@ -402,6 +402,23 @@ def test_a_long_test_module_clears_jaxs_caches_under_memory_pressure_and_keeps_n
     assert script_mod.small_ints(kept[0]) is None
 
 
+def test_a_reference_pairs_with_a_kernel_call_by_the_array_itself_not_its_id():
+    """Captured calls no longer keep their argument arrays alive, so an id() may name a later
+    array: sweep 18's TPU-Collectives run took a ppermute kernel's meaning from another
+    scenario's all_gather reference on a new array (a false wrong_result). The pairing holds
+    the first argument weakly and compares the object."""
+    import gc
+    import numpy as np
+    from ringc.pallas.script import FirstArg
+    a = np.zeros(3)
+    first = FirstArg((a, 1))
+    assert first.names((a,)) and not first.names((np.zeros(3),)) and not first.names(())
+    del a
+    gc.collect()
+    assert not first.names((np.zeros(3),))
+    assert FirstArg((7,)).names((7,))   # a Python scalar, kept as it is
+
+
 def test_a_test_module_of_sparsecore_kernels_is_told_they_are_not_modelled(tmp_path):
     """JAX's tpu_pallas_mpmd_test skips below v5p ("SparseCore only supported on TPU v5p+"):
     the advice was to pick a --tpu, and at v5p the kernels are refused (sweep 17). The fix

@@ -1198,9 +1198,9 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
             and not any(e.primitive.name in ("core_map", "mpmd_map") for e in walk_eqns(body))):
         # pallas_calls on the state's refs (JAX's stateful kernels: the kernel closes over
         # the refs): JAX's own discharge makes each one a pallas_call on arrays whose refs are
-        # aliased inputs and outputs, as XLA runs it; that program is walked instead
-        # each ref is its own copy of its initial value: one array passed for two refs
-        # (`y = y2 = jnp.zeros_like(x)`) is two buffers, as XLA copies it
+        # aliased inputs and outputs, as XLA runs it; that program is walked instead. Each
+        # ref is its own copy of its initial value: one array passed for two refs
+        # (`y = y2 = jnp.zeros_like(x)`) is two buffers, as XLA copies it.
         seen: set[int] = set()
         refs = []
         for h, name in zip(ins, _state_names(eqn, len(ins))):
@@ -1228,7 +1228,7 @@ def _run_state(w: _Outer, eqn: Any, ins: list) -> list:
 def _generation_for(skipped: str) -> str | None:
     """The `--tpu` generation a skip reason asks for (`Expect TPUv7+`, `needs TPU v5p`,
     `requires at least TPU v6`), if it names one ringc answers as."""
-    m = re.search(r"(?:TPU\s*v?|\bv)(\d+)\s*([a-z]?)", skipped, re.I)
+    m = re.search(r"(?:TPU\s*v?|\bv)(\d+)([a-z]?)(?![a-z])", skipped, re.I)
     if m is None:
         return None
     version, variant = m.group(1), m.group(2).lower()

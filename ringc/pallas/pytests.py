@@ -91,8 +91,8 @@ class _Titles:
                                      "were not checked")
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        from .script import relieve_memory
-        relieve_memory(self.script)   # between tests, as for a unittest module
+        from .. import limits
+        limits.relieve_memory(self.script.notes)   # between tests, as for a unittest module
 
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
         """The module's own import failed (pytest collects it by importing it): the exception

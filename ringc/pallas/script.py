@@ -51,6 +51,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .. import limits
 from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
@@ -75,7 +76,7 @@ class Capture:
     args: list[Any]               # the arguments as `snapshot_args` keeps them (values feed scalar prefetch)
     line: int                     # the script line that made the call
     name: str                     # the jitted function's name
-    arg_ids: tuple[int, ...]      # id() of each argument array, to pair the lax reference
+    first: "FirstArg"             # its first argument's identity, to pair the lax reference
     reference: dict | None = None  # {"kind": ..., "shift": ...}: the lax collective run on the same input
     reference_line: int = 0        # where the script computes that reference
     reference_ran: bool = False    # it ran before the kernel call (ringc could not know it was one)
@@ -99,8 +100,8 @@ class Script:
     entry_line: int = 0            # the entry function ringc is calling (its def line), else 0
     seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
     # A `lax` reference computed before the kernel call it names (a harness computing `expected`
-    # first): id of its first argument -> (meaning, line), taken by the next capture on that array.
-    early_references: dict = field(default_factory=dict)
+    # first): (its first argument's `FirstArg`, (meaning, line)), taken by the next capture on that array.
+    early_references: list = field(default_factory=list)
     answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
@@ -187,7 +188,7 @@ def _matches(title: str, pattern: str) -> bool:
     import fnmatch
     bare = title.split(" ")[0]   # without a parameterized test's parameters
     if pattern[-1:].isdigit() and re.fullmatch(re.escape(pattern) + r"\d+", _own_name(title)):
-        return False   # `test_case2` names absl's second case, not `test_case20`..`test_case29`
+        return False   # `test_case2` names absl's third case, not `test_case20`..`test_case29`
     return pattern in title or any(fnmatch.fnmatchcase(t, pattern) for t in (title, bare, _own_name(title)))
 
 
@@ -322,23 +323,24 @@ def small_ints(a: Any) -> "np.ndarray | None":
     return None
 
 
-def relieve_memory(script: Script) -> None:
-    """Between tests: when the process holds over half of `user_code_mib`, clear JAX's caches
-    of traced and compiled functions (each test's shapes compile anew: JetStream's 864-test
-    paged attention module grew to 14 GB, about 9 MB a test, sweep 17), so that a long module
-    runs to its end instead of into the limit; said once. Clearing costs the retracing, so it
-    is done only under that pressure."""
-    from .. import limits
-    if limits.resident_mib() <= limits.value("user_code_mib") // 2:
-        return
-    import gc
-    import jax
-    jax.clear_caches()
-    gc.collect()
-    note = ("the process held over half of `user_code_mib` between tests, so ringc cleared JAX's caches of traced and "
-            "compiled functions there (the tests after it traced their functions again)")
-    if note not in script.notes:
-        script.notes.append(note)
+class FirstArg:
+    """The identity of a call's first argument, to pair a `lax` reference computed on the same
+    array with the kernel call, without keeping the array alive (`snapshot_args`): its id()
+    alone would name a later array once this one is freed (a false meaning taken from
+    another scenario's reference: sweep 18's TPU-Collectives run)."""
+
+    def __init__(self, args: tuple) -> None:
+        import weakref
+        self._ref: Any = None
+        if args:
+            try:
+                self._ref = weakref.ref(args[0])
+            except TypeError:   # (a Python scalar: nothing to free, kept as it is)
+                self._ref = (lambda a=args[0]: a)
+
+    def names(self, args: tuple) -> bool:
+        """Whether `args` starts with that same array, still alive."""
+        return bool(args) and self._ref is not None and self._ref() is args[0]
 
 
 def snapshot_args(args: tuple) -> list:
@@ -679,7 +681,6 @@ def _capturing(script: Script) -> Iterator[None]:
     """Top-level jitted calls that run pallas_calls are recorded and return zeros; a call that
     computes one lax collective on a captured call's input names that call's meaning."""
     def impl(run, *args, jaxpr, **params):
-        ids = tuple(id(a) for a in args)
         def zeros():
             import jax  # jax arrays, so that `.block_until_ready()` and the like work on them
             return [jax.device_put(np.zeros(v.aval.shape, v.aval.dtype)) for v in jaxpr.jaxpr.outvars], None, None, []
@@ -697,28 +698,30 @@ def _capturing(script: Script) -> Iterator[None]:
             same = CallKey(jaxpr.jaxpr, kernels, args)
             key = (line, via, same.kernels_key())
             if key in script.seen:
-                script.seen[key].arg_ids = ids  # so the reference that follows pairs with it
+                script.seen[key].first = FirstArg(args)  # so the reference that follows pairs with it
                 script.seen[key].copies += 1
                 script.seen[key].tests.append(script.test)
                 return zeros()
-            script.seen[key] = cap = Capture(jaxpr, snapshot_args(args), line, kernel_names(jaxpr.jaxpr), ids,
-                                             test=script.test, same=same, via=via, tests=[script.test])
+            script.seen[key] = cap = Capture(jaxpr, snapshot_args(args), line, kernel_names(jaxpr.jaxpr),
+                                             FirstArg(args), test=script.test, same=same, via=via, tests=[script.test])
             script.captures.append(cap)
-            early = script.early_references.pop(ids[:1], None) if ids else None
+            early = next((e for e in script.early_references if e[0].names(args)), None)
             if early is not None:
+                script.early_references.remove(early)
+                early = early[1]
                 (cap.reference, cap.reference_line), cap.reference_ran = early, True
             return zeros()
         ref = lax_reference(jaxpr.jaxpr)
         if ref is not None:
             for c in reversed(script.captures):
-                if ids and c.arg_ids[:1] == ids[:1] and (c.reference is None or c.reference == ref):
+                if c.first.names(args) and (c.reference is None or c.reference == ref):
                     c.reference, c.reference_line = ref, caller_line(script.path)
                     return zeros()  # the reference only names the meaning: its values are not needed
-            if ids:   # before the kernel call it names: taken by the next capture on the same array
-                script.early_references[ids[:1]] = (ref, caller_line(script.path))
+            if args:   # before the kernel call it names: taken by the next capture on the same array
+                script.early_references.append((FirstArg(args), (ref, caller_line(script.path))))
         elif (name := _unread_reference(jaxpr.jaxpr)) is not None:
             for c in reversed(script.captures):
-                if ids and c.arg_ids[:1] == ids[:1] and c.reference is None:
+                if c.first.names(args) and c.reference is None:
                     note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that ringc "
                             "cannot read as the collective's meaning (it slices, indexes or combines the data "
                             "around it, or gathers along another dimension): no meaning taken from it "
@@ -857,7 +860,7 @@ def _run_tests(script: Script, env: dict) -> None:
             why = "; answered as on the chip: ".join(dict.fromkeys(reasons))
             script.notes.append(f"test {script.test} skipped itself ({why}): its kernels were not checked")
             continue
-        relieve_memory(script)
+        limits.relieve_memory(script.notes)
         stop = limit_stop(result.raised, script.path)
         if stop is not None:   # no more tests run; the kernel calls of those before it are still checked
             stop.where = stop.where or f"in test {script.test} ({k + 1} of the module's {len(tests)} tests)"
