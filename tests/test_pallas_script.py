@@ -234,6 +234,12 @@ def test_collective_matmul_references_are_named_by_their_dot():
          "matmul_psum_scatter_t"),
         # y @ all_gather(x).T: the gathered x is not the left operand, no collective matmul
         (lambda x, y: y @ lax.all_gather(x, "x", tiled=True).T, (x, yt), ((P("x", None),) * 2, P(None, "x")), None),
+        # gathered along the contraction dim (TPU-Collectives' reference, sweep 18: a false
+        # wrong_result on a correct kernel), or the product scattered along dim 1: not the table's
+        (lambda x, y: lax.all_gather(x, "x", axis=1, tiled=True) @ y, (x, y), ((P(None, "x"), P(None, None)),
+                                                                             P(None, None)), None),
+        (lambda x, y: lax.psum_scatter(x @ y, "x", scatter_dimension=1, tiled=True), (x, y),
+         ((P(None, "x"), P("x", None)), P(None, "x")), None),
     ]
     for f, args, (ins, out), want in cases:
         fn = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=ins, out_specs=out, check_vma=False))

@@ -420,7 +420,9 @@ def _matmul_reference(eqns: list, coll: Any) -> dict | None:
     """The collective matmul a reference computes with one `dot_general` besides its one
     collective: `all_gather(x) @ y` (the dot reads the gathered x as its left operand) or
     `psum_scatter(x @ y)` (the scatter reads the product), contracting x's last dim with
-    y's first (`y`) or last (`y.T`, the `_t` kinds), no batch dims; None if it is neither."""
+    y's first (`y`) or last (`y.T`, the `_t` kinds), no batch dims, the collective along
+    dimension 0; None if it is neither (`all_gather(x, axis=1) @ y` gathers the contraction
+    dim: another computation, whose reference is noted as not read)."""
     dots = [e for e in eqns if e.primitive.name == "dot_general"]
     if len(dots) != 1:
         return None
@@ -455,6 +457,8 @@ def _matmul_reference(eqns: list, coll: Any) -> dict | None:
            and tuple(e.params["permutation"]) == (1, 0)):
         y, flipped = source(e.invars[0]), not flipped
     transposed = (rc[0] == 1) != flipped
+    if coll.params.get("all_gather_dimension", coll.params.get("scatter_dimension", 0)) != 0:
+        return None   # gathered or scattered along another dimension (x's contraction dim): not the table's layout
     if coll.primitive.name == "all_gather" and source(dot.invars[0]) is coll.outvars[0]:
         kind = K.ALL_GATHER_MATMUL_T if transposed else K.ALL_GATHER_MATMUL
     elif coll.primitive.name == "reduce_scatter" and source(coll.invars[0]) is dot.outvars[0]:
