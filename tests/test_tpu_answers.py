@@ -436,6 +436,29 @@ def test_out_of_scope_hardware_is_refused_in_one_line(tmp_path, capsys, code, wh
     assert err.count("\n") == 1 and "ran no pallas_call" not in err
 
 
+@pytest.mark.parametrize("use", [False, True])
+def test_a_pytest_module_importing_a_triton_name_still_checks_its_tpu_kernels(tmp_path, capsys, use):
+    """`from jax.experimental.pallas.triton import CompilerParams` at the top of a pytest module
+    of TPU kernels (axlearn's paged KV cache test, sweep 18) refused the whole module at the
+    import, with nothing checked: the name is now refused where it is used, the TPU kernel is
+    checked, and the verdict says what was imported. Using it is still the one refusal."""
+    path = tmp_path / "test_mixed.py"
+    path.write_text("import jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+                    "from jax.experimental.pallas.triton import CompilerParams\n\n\n"
+                    "def kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...] + 1.0\n\n\n"
+                    "def test_add_one():\n" + ("    CompilerParams(num_warps=4)\n" if use else "")
+                    + "    x = jnp.ones((8, 128), jnp.float32)\n"
+                    "    pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n")
+    from ringc.pallas import check_file
+    if use:
+        with pytest.raises(ScheduleError, match="Pallas Triton GPU kernels"):
+            check_file(str(path), 1)
+        return
+    report, = check_file(str(path), 1)
+    assert report.ok and any("imports `CompilerParams` from jax.experimental.pallas.triton" in a
+                             for a in report.assumptions), report.to_text()
+
+
 def test_importing_gpu_pallas_is_not_using_it(tmp_path):
     """A TPU script that imports Mosaic GPU (for another path) is checked as usual."""
     setup = "from jax.experimental.pallas import mosaic_gpu as plgpu\nmesh = jax.make_mesh((4,), ('ring',))\n"

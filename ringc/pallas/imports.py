@@ -330,7 +330,7 @@ PIP_NAMES = {"attr": "attrs", "zmq": "pyzmq", "yaml": "pyyaml", "sklearn": "scik
              "dateutil": "python-dateutil", "dotenv": "python-dotenv", "jwt": "PyJWT", "Crypto": "pycryptodome",
              "OpenSSL": "pyOpenSSL", "serial": "pyserial", "fitz": "PyMuPDF", "docx": "python-docx",
              "google.protobuf": "protobuf", "absl": "absl-py", "tensorflow_datasets": "tensorflow-datasets",
-             "orbax": "orbax-checkpoint", "grain": "grain", "jax_triton": "jax-triton"}
+             "orbax": "orbax-checkpoint", "grain": "grain", "jax_triton": "jax-triton", "git": "GitPython"}
 
 
 def pip_name(module: str) -> str:
