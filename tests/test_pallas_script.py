@@ -1018,6 +1018,18 @@ def test_a_pytest_module_whose_own_imports_are_missing_names_them_all(tmp_path):
     assert report.ok, report.to_text()
 
 
+def test_a_pytest_test_stopped_by_a_stubs_value_names_the_stub(tmp_path):
+    """A test building its data with the stubbed package (sdh1014/pallas-kernel's tests use
+    torch; sweep 18) stops before its kernel: the note names the stub call whose stand-in
+    the code used, as a script's does."""
+    path = tmp_path / "test_torch_data.py"
+    path.write_text("import ringc_absent_torch as torch\nimport jax\n\n\ndef test_data():\n"
+                    "    x = torch.randn(8, 128) ** 2.0\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1, stubs=("ringc_absent_torch",))
+    assert "the code called the stub ringc_absent_torch.randn() at line 6" in e.value.message, e.value.message
+
+
 HANG_IN_CALL_2 = '''
 import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl

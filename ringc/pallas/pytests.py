@@ -144,8 +144,10 @@ def run_pytest_module(script: Any, imports: Any = None) -> None:
             script.stopped = stop
             break
         if nodeid:
-            script.notes.append(f"test {nodeid} stopped before any kernel call "
-                                f"({describe_exception(e, script.path)}): its kernels were not checked")
+            said = describe_exception(e, script.path)
+            blame = imports.blame(said, 0, type(e).__name__) if imports is not None and "Stub" in said else ""
+            script.notes.append(f"test {nodeid} stopped before any kernel call ({said}{blame}): its kernels were "
+                                "not checked")
     script.notes.append(f"a pytest module: ringc ran its {titles.ran} test{'s' if titles.ran != 1 else ''} with "
                         f"pytest (exit code {int(code)}, failures expected: kernels return zeros)")
 
