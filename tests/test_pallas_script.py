@@ -1028,6 +1028,13 @@ def test_a_pytest_test_stopped_by_a_stubs_value_names_the_stub(tmp_path):
     with pytest.raises(ScheduleError) as e:
         check_file(str(path), 1, stubs=("ringc_absent_torch",))
     assert "the code called the stub ringc_absent_torch.randn() at line 6" in e.value.message, e.value.message
+    # the same test as a unittest module: the same note
+    path.write_text("import unittest\nimport ringc_absent_torch as torch\n\n\nclass T(unittest.TestCase):\n"
+                    "    def test_data(self):\n        x = torch.randn(8, 128) ** 2.0\n\n\n"
+                    "if __name__ == '__main__':\n    unittest.main()\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1, stubs=("ringc_absent_torch",))
+    assert "the code called the stub ringc_absent_torch.randn() at line 7" in e.value.message, e.value.message
 
 
 HANG_IN_CALL_2 = '''

@@ -104,6 +104,7 @@ class Script:
     early_references: list = field(default_factory=list)
     answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
+    imports: Any = None            # `imports.Imports` of the run: its stubs' calls blame a failure on a stub
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
     entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
     entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
@@ -872,8 +873,11 @@ def _run_tests(script: Script, env: dict) -> None:
             break
         if (result.raised and not any(c.test == script.test for c in script.captures)
                 and not _copied(script, before)):
-            script.notes.append(f"test {script.test} stopped before any kernel call "
-                                f"({describe_exception(result.raised[0], script.path)}): its kernels were not checked")
+            said = describe_exception(result.raised[0], script.path)
+            blame = (script.imports.blame(said, 0, type(result.raised[0]).__name__)
+                     if script.imports is not None and "Stub" in said else "")
+            script.notes.append(f"test {script.test} stopped before any kernel call ({said}{blame}): its kernels "
+                                "were not checked")
             if script.same_failure(result.raised[0], len(tests) - k - 1):
                 break
         elif result.errors_raised and not any(
@@ -1151,6 +1155,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
           answering(gen, n, path, shape) as script.answers, _capturing(script), aliases(log),
           _test_main(script, env), _assertions_go_on(script), contextlib.redirect_stdout(io.StringIO()),
           contextlib.redirect_stderr(io.StringIO())):
+        script.imports = imports
         pytest_module = entry is None and not args and is_pytest_module(tree)
         future = _future_flags(tree)  # the file's own `from __future__ import ...`, not ringc's
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
