@@ -51,7 +51,7 @@ from .imports import pip_name
 from .jaxprs import KERNEL_CALLS, concrete_errors, gathers_whole, has_pallas, walk_eqns
 from .interpret import Diverge, Interpreter, KernelError, Lanes, pure_rule, user_location
 from .primitives import PRIMITIVES, Does, scan_loop, while_loop
-from .program import Builder, Call, Handle, kernel_location
+from .program import Builder, Call, Handle, kernel_location, where
 from .script import describe_exception, script_line
 from .usererrors import user_failure
 from .tpu import GENERATIONS, REFUSAL_TAIL, core_mesh, mosaic_gpu_call, unsupported_in
@@ -1396,8 +1396,7 @@ def _cond(w: _Outer, eqn: Any, ins: list) -> list:
                             "on different devices: ringc checks kernel calls that every device makes: not checked",
                             file=line.file or w.file, line=int(line) or None, fix=fix)
     k = min(max(chosen.pop(), 0), len(branches) - 1)   # (lax.switch clamps its index)
-    at = (f"line {int(line)}" if not line.file or os.path.abspath(line.file) == os.path.abspath(w.file)
-          else f"{os.path.basename(line.file)}:{int(line)}")
+    at = where(line, w.file)
     which = (f" (of a lax.cond: its {'true' if k else 'false'} branch)" if len(branches) == 2 else "")
     note = (f"{at}: a lax.cond between kernel calls took branch {k} of {len(branches)}{which}: its index is known "
             "before the run; the other branches' kernels are not checked here")
@@ -1735,8 +1734,8 @@ def _fault_findings(faults: list, program: Program) -> list:
         if key in seen:
             continue
         seen.add(key)
-        where = Event(device, 0, point, line, None)  # type: ignore[arg-type]
-        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=program.label(device), message=message, event=where))
+        at = Event(device, 0, point, line, None)  # type: ignore[arg-type]
+        out.append(M.OUT_OF_BOUNDS_CLAMPED.finding(label=program.label(device), message=message, event=at))
     return out
 
 

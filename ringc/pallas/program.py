@@ -67,6 +67,14 @@ class Handle:
         return h
 
 
+def where(line: Any, file: str) -> str:
+    """`line 746` in the checked `file`, `_pallas_impl_fwd.py:746` in another one."""
+    at = getattr(line, "file", None)
+    if not at or os.path.abspath(at) == os.path.abspath(file):
+        return f"line {int(line)}"
+    return f"{os.path.basename(at)}:{int(line)}"
+
+
 def literal_values(values: list) -> bool:
     """Handle values of a jaxpr literal: ("literal", value), not one per device."""
     return isinstance(values[0], str) and values[0] == "literal"
@@ -167,11 +175,7 @@ class Builder(Sink):
 
     # -- naming --------------------------------------------------------------------
     def where(self, line: Any) -> str:
-        """`line 746` in the checked file, `_pallas_impl_fwd.py:746` in another one."""
-        at = getattr(line, "file", None)
-        if not at or os.path.abspath(at) == os.path.abspath(self.file):
-            return f"line {int(line)}"
-        return f"{os.path.basename(at)}:{int(line)}"
+        return where(line, self.file)
 
     def unique(self, name: str) -> str:
         base, k = name, 2
@@ -239,7 +243,7 @@ class Builder(Sink):
         for k, h in enumerate(call.operands):
             h = h.root()
             aval = refs[k].aval
-            name = names[k] if k < len(names) else h.name or f"arg{k}"
+            name = _arg_name(names, k, h)
             if space == "hbm" and _is_sem(aval):
                 # a semaphore the program allocated (`pl.empty_ref_like(SemaphoreType.DMA(()))`)
                 # and hands to several kernels: one semaphore for them all (a copy started in
@@ -429,9 +433,7 @@ class Builder(Sink):
         for k, h in enumerate(in_handles):
             h = h.root()
             v = kernel_vars[k]
-            name = names[k] if k < len(names) else f"arg{k}"
-            if h.name and name == f"arg{k}":   # a kernel whose arguments JAX left unnamed (a discharged run_state's)
-                name = h.name
+            name = _arg_name(names, k, h)
             if _is_sem(v.aval):
                 if h.sem is None:
                     h.sem = self.new_sem(name, v.aval)
@@ -820,6 +822,13 @@ def _unique(bufs: list[Buffer]) -> list[Buffer]:
             seen.add(b.name)
             out.append(b)
     return out
+
+
+def _arg_name(names: list[str], k: int, h: Handle) -> str:
+    """Kernel argument k's name: the kernel's own, else (JAX left it unnamed: a `core_map`'s
+    refs, a discharged run_state's kernel) the name the program gave the array (`Handle.name`)."""
+    given = names[k] if k < len(names) else f"arg{k}"
+    return h.name if h.name and given == f"arg{k}" else given
 
 
 def arg_names(kernel: Any) -> list[str]:

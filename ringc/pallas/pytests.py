@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..limits import LimitStop
-from .usererrors import describe_exception, limit_stop
+from .usererrors import describe_exception, limit_stop, stopped_before_kernels
 
 __all__ = ["run_pytest_module"]
 
@@ -97,7 +97,7 @@ class _Titles:
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
         """The module's own import failed (pytest collects it by importing it): the exception
         itself, for the one message of a package that is not installed (`run_pytest_module`)."""
-        if getattr(report, "when", None) == "collect" or not hasattr(report, "when"):
+        if report.when == "collect":
             e = call.excinfo.value
             while e.__cause__ is not None and not isinstance(e, ModuleNotFoundError):  # (pytest's CollectError)
                 e = e.__cause__
@@ -115,7 +115,7 @@ def _last_line(report: Any) -> str:
     return (err[-1][1:].strip() if err else lines[-1].strip() if lines else "no message")[:160]
 
 
-def run_pytest_module(script: Any, imports: Any = None) -> None:
+def run_pytest_module(script: Any) -> None:
     """What `pytest FILE` does, in this process, under `ringc check`'s capture (the caller,
     `script.run_script`, has set up its devices and the capture): every test of the module
     runs, with its parametrizations and fixtures (conftest.py included), and the kernel
@@ -135,7 +135,7 @@ def run_pytest_module(script: Any, imports: Any = None) -> None:
         _forget_test_modules(before, script.path)
     from .imports import missing_import
     for e in titles.collect_errors:   # a package the module imports is not installed: its one message
-        missing = missing_import(e, script.path, imports)
+        missing = missing_import(e, script.path, script.imports)
         script.missing = script.missing or missing
     for nodeid, e in titles.raised:
         stop = limit_stop([e], script.path)
@@ -144,10 +144,7 @@ def run_pytest_module(script: Any, imports: Any = None) -> None:
             script.stopped = stop
             break
         if nodeid:
-            said = describe_exception(e, script.path)
-            blame = imports.blame(said, 0, type(e).__name__) if imports is not None and "Stub" in said else ""
-            script.notes.append(f"test {nodeid} stopped before any kernel call ({said}{blame}): its kernels were "
-                                "not checked")
+            script.notes.append(stopped_before_kernels(nodeid, e, script.path, script.imports))
     script.notes.append(f"a pytest module: ringc ran its {titles.ran} test{'s' if titles.ran != 1 else ''} with "
                         f"pytest (exit code {int(code)}, failures expected: kernels return zeros)")
 

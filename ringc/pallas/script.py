@@ -57,7 +57,8 @@ from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
 from .jaxprs import KERNEL_CALLS, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
-from .usererrors import describe_exception, limit_stop, script_line, user_failure  # noqa: F401 (re-exported)
+from .usererrors import (describe_exception, limit_stop, script_line, stopped_before_kernels,  # noqa: F401
+                         user_failure)  # (some re-exported)
 
 __all__ = ["Capture", "Script", "lax_collectives", "lax_reference", "run_script", "script_source", "is_script", "register_cpu_tpu_info",
            "small_ints"]
@@ -873,11 +874,7 @@ def _run_tests(script: Script, env: dict) -> None:
             break
         if (result.raised and not any(c.test == script.test for c in script.captures)
                 and not _copied(script, before)):
-            said = describe_exception(result.raised[0], script.path)
-            blame = (script.imports.blame(said, 0, type(result.raised[0]).__name__)
-                     if script.imports is not None and "Stub" in said else "")
-            script.notes.append(f"test {script.test} stopped before any kernel call ({said}{blame}): its kernels "
-                                "were not checked")
+            script.notes.append(stopped_before_kernels(script.test, result.raised[0], script.path, script.imports))
             if script.same_failure(result.raised[0], len(tests) - k - 1):
                 break
         elif result.errors_raised and not any(
@@ -1051,13 +1048,13 @@ def is_pytest_module(tree: ast.Module) -> bool:
     return False
 
 
-def _run_pytest(script: Script, imports: Any) -> None:
+def _run_pytest(script: Script) -> None:
     try:
         from .pytests import run_pytest_module
     except ImportError:
         raise ScheduleError("a pytest-style test module (def test_... functions), but pytest is not installed",
                             file=script.path, fix="pip install pytest (ringc runs the module's tests with it)") from None
-    run_pytest_module(script, imports)
+    run_pytest_module(script)
 
 
 # Modules whose functions a print's arguments may call without the call mattering to ringc
@@ -1159,7 +1156,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
         pytest_module = entry is None and not args and is_pytest_module(tree)
         future = _future_flags(tree)  # the file's own `from __future__ import ...`, not ringc's
         if pytest_module:  # `def test_...` functions: pytest runs them (`pytests.run_pytest_module`)
-            _run_pytest(script, imports)
+            _run_pytest(script)
         for stmt in ([] if pytest_module else tree.body):
             if _only_prints(stmt):
                 continue

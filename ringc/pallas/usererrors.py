@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import linecache
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ScheduleError
 
@@ -160,3 +160,11 @@ def _requires_python(file: str) -> tuple[int, int] | None:
             m = re.search(r">=\s*(\d+)\.(\d+)", str(spec))
             return (int(m.group(1)), int(m.group(2))) if m else None
     return None
+
+
+def stopped_before_kernels(test: str, e: BaseException, path: str, imports: Any = None) -> str:
+    """The note for a test that stopped before any kernel call with `e`, naming the stub call
+    whose stand-in value stopped it when one did (`imports.Imports.blame`)."""
+    said = describe_exception(e, path)
+    blame = imports.blame(said, 0, type(e).__name__) if imports is not None and "Stub" in said else ""
+    return f"test {test} stopped before any kernel call ({said}{blame}): its kernels were not checked"
