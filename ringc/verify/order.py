@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
@@ -121,6 +122,22 @@ class Order:
     def can_precede(self, f: Event, e: Event) -> bool:
         """f can happen while e has not yet happened."""
         return not self.before(e, f)
+
+    # Must-happen-before contains program order and is transitive, so the events of one
+    # device that e must happen before are a suffix of its events, and those that must
+    # happen before f a prefix: each boundary is a bisection (log of the events), which
+    # keeps the DMA intervals and the race candidates of a long loop near linear.
+
+    def first_after(self, e: Event, q: int) -> int:
+        """The index of the first event of device q that e must happen before (every later
+        one too); the number of q's events when there is none."""
+        events = self.program.devices[q]
+        return bisect_left(range(len(events)), True, key=lambda j: self.before(e, events[j]))
+
+    def count_before(self, f: Event, q: int) -> int:
+        """How many events of device q must happen before f (its first ones)."""
+        events = self.program.devices[q]
+        return bisect_left(range(len(events)), True, key=lambda j: not self.before(events[j], f))
 
 
 def compute_order(program: Program, *, use_symmetry: bool = True) -> Order:
@@ -371,33 +388,51 @@ def dma_ends(program: Program, order: Order, owners: set[int] | None = None, dma
 
     def first_guaranteeing_wait(sem: SemId) -> dict[Event, Event | None]:
         ends: dict[Event, Event | None] = {d: None for d in deposits[sem]}
-        open_deps = list(deposits[sem])
+        # The DMAs on `sem` in lanes: a lane is one link's (in-order: they land in start
+        # order) or one device's local copies, in program order. The DMAs of a device not
+        # forced after a wait are a prefix of its DMAs (`Order.first_after`), so of each
+        # lane; and those a wait lands are a prefix of each lane's (below), so each lane
+        # keeps how many of its DMAs have an end (`done`), and every DMA is ended once.
+        lanes: dict[tuple, list[Event]] = defaultdict(list)
+        for d in deposits[sem]:
+            key = link(d) if in_order else None
+            lanes[(d.device, key)].append(d)
+        by_device: dict[int, list[tuple[list[int], list[int], list[Event]]]] = defaultdict(list)
+        for (device, _), lane in lanes.items():
+            lane.sort(key=lambda d: d.index)
+            sums = [0]
+            for d in lane:
+                sums.append(sums[-1] + d.action.nbytes)
+            by_device[device].append(([d.index for d in lane], sums, lane))
+        done = {id(lane): 0 for lane in lanes.values()}
+        open_count = len(ends)
         demand = 0
         for w in waits[sem]:
             # a threshold wait (Mosaic GPU) asks for its value in all; a decrementing one takes it
             demand = demand + w.action.value if w.action.decrement else max(demand, w.action.value)
-            if not open_deps:
+            if not open_count:
                 break
-            possible = [d for d in deposits[sem] if not order.before(w, d)]
-            supply = sum(d.action.nbytes for d in possible)
-            if not in_order:
-                landed = possible if supply <= demand else []
-            else:
-                # S_X: the supply without the DMAs after X on X's link (`possible` is in
-                # device order, so a link's DMAs are in start order).
-                later: dict[tuple[int, int], int] = defaultdict(int)
-                landed = []
-                for d in reversed(possible):
-                    key = link(d)
-                    if supply - (later[key] if key is not None else 0) <= demand:
-                        landed.append(d)
-                    if key is not None:
-                        later[key] += d.action.nbytes
-            for d in landed:
-                if ends[d] is None:
+            # P: per lane, how many of its DMAs are not forced after w; S: their bytes.
+            possible = []
+            for device, rows in by_device.items():
+                cut = order.first_after(w, device)
+                possible.extend((sums, lane, bisect_left(idx, cut)) for idx, sums, lane in rows)
+            supply = sum(sums[m] for sums, _, m in possible)
+            for sums, lane, m in possible:
+                if m == 0:
+                    continue
+                if in_order and link(lane[0]) is not None:
+                    # S_X for the j-th DMA of a link: the supply without the link's DMAs
+                    # after it (sums[m] - sums[j + 1]); S_X <= D holds for a prefix.
+                    landed = bisect_right(sums, demand - supply + sums[m], 1, m + 1) - 1
+                else:
+                    landed = m if supply <= demand else 0
+                first = done[id(lane)]
+                for d in lane[first:landed]:
                     ends[d] = w
-            if landed:
-                open_deps = [d for d in open_deps if ends[d] is None]
+                if landed > first:
+                    open_count -= landed - first
+                    done[id(lane)] = landed
         return ends
 
     read_end: dict[Event, Event | None] = {}
