@@ -305,17 +305,25 @@ def test_a_mesh_of_the_chips_cores_has_as_many_as_the_tpu_checked_on(tmp_path):
     assert not any(a.startswith(said) for a in v5p.assumptions), v5p.assumptions
 
 
-def test_a_device_id_that_names_no_core_is_refused_in_a_kernel_over_the_cores(tmp_path):
-    """A tuple `device_id` does not say which core of the target receives: one message at the
-    copy's line, with the dict to write."""
+def test_a_device_id_of_the_devices_coordinates_reaches_the_same_core(tmp_path):
+    """A tuple MESH `device_id` (one coordinate per device mesh axis, as JAX's
+    interpret-mode tests write it) reaches the same core of the target, as JAX's interpret
+    mode delivers it: the kernel is the dict form's. An id that says neither (LOGICAL) is
+    refused at the copy's line, with the dict to write."""
     from ringc.pallas import check_file
     text = (HERE.parent / "pallas_import" / "cores" / "halves_per_core.py").read_text()
     old = 'device_id={axis: jax.lax.rem(me + n - 1, n), "core": core},'
     assert old in text
     path = tmp_path / "tuple_id.py"
     path.write_text(text.replace(old, "device_id=(jax.lax.rem(me + n - 1, n),),"))
-    (report,) = check_file(str(path), 3)
-    assert not report.ok and "not a dict of mesh coordinates" in report.error.message, report.to_text()
+    (report,) = check_file(str(path), 3, tpu="v5p")
+    (as_dict,) = check_file(str(HERE.parent / "pallas_import" / "cores" / "halves_per_core.py"), 3, tpu="v5p")
+    targets = lambda r: [(ev.device, t) for ev, t in r.program.targets]  # noqa: E731
+    assert report.ok and targets(report) == targets(as_dict), report.to_text()
+    path.write_text(text.replace(old, "device_id=jax.lax.rem(me + n - 1, n),").replace(
+        "device_id_type=pltpu.DeviceIdType.MESH)", "device_id_type=pltpu.DeviceIdType.LOGICAL)"))
+    (report,) = check_file(str(path), 3, tpu="v5p")
+    assert not report.ok and "neither a dict of mesh coordinates" in report.error.message, report.to_text()
     assert f"{path.name}:25:" in report.to_text() and "'core': core" in report.error.fix
 
 

@@ -71,10 +71,18 @@ class CoreInterpreter(Interpreter):
             return -1   # a core the chip does not have: a `bad_target` finding
         return core * self.chips + target % self.chips
 
-    def check_device_id(self, dev: Any, kind: str) -> None:
+    def mesh_device_id(self, dev: Any, kind: str) -> Any:
+        chip_axes = [a for a in self.axis_sizes if a != self.core_axis]
+        parts = dev if isinstance(dev, (tuple, list)) else (dev,)
+        if kind == "MESH" and not isinstance(dev, dict) and len(parts) == len(chip_axes):
+            # the device's coordinates only: the copy or signal reaches the same core of the target
+            # (JAX's interpret mode: "Same core on destination device as on source"), as a dict
+            # without the core axis does
+            dev = dict(zip(chip_axes, parts))
         if kind != "MESH" or not isinstance(dev, dict):
-            raise self.fail("a device id that is not a dict of mesh coordinates in a kernel over the TensorCores "
-                            "(which core receives it is not stated)", "name the target's coordinates and core: "
+            raise self.fail("a device id that is neither a dict of mesh coordinates nor one coordinate per mesh "
+                            f"axis ({', '.join(chip_axes)}) in a kernel over the TensorCores (which core receives "
+                            "it is not stated)", "name the target's coordinates and core: "
                             f"device_id={{axis: target, {self.core_axis!r}: core}} with DeviceIdType.MESH")
         if self.cores == 1 and self.core_axis in dev:   # another core of the chip, on a chip of one
             from .interpret import note
@@ -82,6 +90,7 @@ class CoreInterpreter(Interpreter):
                         "of one TensorCore, as the devices answer (--tpu): the copy or signal goes to the sending "
                         "core itself (a self_target); on a chip of two it reaches the other: check it so with "
                         "--tpu v5p")
+        return dev
 
     def owner(self, ref: Ref, device: int) -> int:
         # the chip's memory, whichever core reaches it; scratch is the core's own

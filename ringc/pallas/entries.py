@@ -127,8 +127,11 @@ def parse_arg(text: str) -> ArgSpec:
 def axis_parameters(params: dict[str, inspect.Parameter]) -> list[inspect.Parameter]:
     """The parameters that take a mesh axis name: `axis`, a name ending in `axis_name`, or one
     ending in `_axis` whose default is a string (sglang-jax's `kv_partition_axis="tensor"`; an
-    `_axis` defaulting to an int is an array dimension)."""
-    return [p for p in params.values() if p.name == "axis" or p.name.endswith("axis_name")
+    `_axis` defaulting to an int is an array dimension, and so is an `axis` annotated or
+    defaulting to an int: recurrentgemma's `pad_array_to_divisible(x, divisor, axis: int)`)."""
+    def dimension(p: inspect.Parameter) -> bool:
+        return p.annotation in (int, "int") or (isinstance(p.default, int) and not isinstance(p.default, bool))
+    return [p for p in params.values() if (p.name == "axis" and not dimension(p)) or p.name.endswith("axis_name")
             or (p.name.endswith("_axis") and isinstance(p.default, str))]
 
 
@@ -632,11 +635,25 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
             tried.append(f"{name} was not called ({e.message})")
     if problems and len(script.captures) == before_all:
         # a package not installed first: another entry's refusal (a parameter without a default) may follow from it
-        raise next((p for p in problems if isinstance(p, MissingImport)), problems[0])
+        missing = next((p for p in problems if isinstance(p, MissingImport)), None)
+        if missing is not None or entry is not None:
+            raise missing or problems[0]
+        # ringc chose the functions: say which, and the others it could have called
+        chosen = [name for name, _ in entries]
+        others = [k for k, v in env.items() if not k.startswith("_") and k not in chosen and inspect.isfunction(v)
+                  and v.__module__ == env["__name__"]]
+        first = problems[0]
+        raise ScheduleError(first.message, file=first.file, line=first.line,
+                            fix=f"{first.fix}; or name the function that runs the kernel with --entry NAME (ringc "
+                                f"called {', '.join(chosen)}, which take{'s' if len(chosen) == 1 else ''} an axis "
+                                f"name{'; the module also has ' + ', '.join(others[:8]) if others else ''})")
     if tried:
         script.notes.append("entry functions ringc called: " + "; ".join(tried))
     elif entry is None:
-        script.notes.append("no entry function: none takes an axis name (name one with --entry)")
+        public = [k for k, v in env.items() if not k.startswith("_") and inspect.isfunction(v)
+                  and v.__module__ == env["__name__"]]
+        script.notes.append("no entry function: none takes an axis name (name one with --entry"
+                            + (f": the module's functions are {', '.join(public[:8])})" if public else ")"))
     script.entry_line = 0
     script.test = None
 

@@ -1367,8 +1367,18 @@ def _scan(w: _Outer, eqn: Any, ins: list) -> list:
     if not has_pallas(eqn):
         return w.other(eqn, ins)
     body = eqn.params["jaxpr"].jaxpr.invars[eqn.params["num_consts"] + eqn.params["num_carry"]:]
-    carry, _ = scan_loop(w, eqn, ins, lambda xs, i: [Handle(getattr(v, "aval", None)) for v in body])
+    carry, _ = scan_loop(w, eqn, ins, lambda xs, i: [_scan_row(x, i, getattr(v, "aval", None))
+                                                     for x, v in zip(xs, body)])
     return [*carry, *[Handle(v.aval) for v in eqn.outvars[eqn.params["num_carry"]:]]]
+
+
+def _scan_row(xs: Handle, i: int, aval: Any) -> Handle:
+    """Iteration i's slice of a scanned array: known when the array is (`jnp.arange(n)`
+    scanned over as the step: ring attention's `(axis_index - idx) % n` as a kernel's
+    scalar prefetch), else an array of the program."""
+    if xs.values is None or any(v is None for v in xs.values) or _literal(xs):
+        return Handle(aval)
+    return Handle(aval, values=[np.asarray(v)[i] for v in xs.values])
 
 
 @PRIMITIVES.outer("cond", does=Does.CONTROL)

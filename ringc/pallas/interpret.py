@@ -237,9 +237,11 @@ class Interpreter:
             self.lanes.place(ref)
         return ref.region(device)
 
-    def check_device_id(self, dev: Any, kind: str) -> None:
-        """Refuse a remote `device_id` of type `kind` this kernel cannot name a target with
-        (every one a device's kernel can: `cores.CoreInterpreter` needs a dict)."""
+    def mesh_device_id(self, dev: Any, kind: str) -> Any:
+        """A remote `device_id` of type `kind` as this kernel names a target with it (a
+        device's kernel: as it is; `cores.CoreInterpreter`: a dict of coordinates), or
+        refused."""
+        return dev
 
     def owner(self, ref: Ref, device: int) -> int:
         """Whose copy of `ref`'s buffer a process at `device` reaches: its own (a device's
@@ -435,6 +437,12 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
             return _concrete(eqn, invals, entry)
         except KernelError:
             raise
+        except NotImplementedError:
+            # A Mosaic-only primitive JAX cannot evaluate off TPU (`pltpu.bitcast`, `pack_elementwise`)
+            # on values ringc knows: its result is not followed, as on tensor data.
+            why = f"`{name}` at line {int(it.where())}, which JAX cannot evaluate on the CPU"
+            return [Unknown(why, data=True) if not getattr(o.aval, "shape", ()) else
+                    Data(tuple(o.aval.shape), ("opaque", why)) for o in outs]
         except Exception as e:  # pragma: no cover - a primitive JAX itself cannot evaluate here
             raise it.fail(f"cannot evaluate `{name}` on concrete values: {type(e).__name__}: {e}",
                           "report it: ringc evaluates scalar arithmetic with numpy and JAX") from None
@@ -822,10 +830,10 @@ class BadTarget(int):
 def device_of(it: Interpreter, dev: Any, id_type: Any) -> int:
     """A DMA's or signal's target as a logical device index (row-major over the mesh; in a
     kernel over the TensorCores, `cores.CoreInterpreter`, over the mesh and the core axis,
-    which `Interpreter.check_device_id` has the id name)."""
+    which `Interpreter.mesh_device_id` has the id name)."""
     kind = getattr(id_type, "name", str(id_type))
     axes = list(it.axis_sizes)
-    it.check_device_id(dev, kind)
+    dev = it.mesh_device_id(dev, kind)
     if kind == "MESH":
         if isinstance(dev, dict):
             coords = {a: c.a if type(c) is Vec else c for a, c in it.coords.items()}

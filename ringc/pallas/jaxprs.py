@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-__all__ = ["walk_eqns", "has_pallas", "jitted_calls", "jitted_lowerings"]
+__all__ = ["walk_eqns", "has_pallas", "jitted_calls", "jitted_lowerings", "eager_shard_maps"]
 
 
 @contextlib.contextmanager
@@ -50,6 +50,43 @@ def jitted_lowerings(hook: Callable[..., Any]) -> Iterator[None]:
         yield
     finally:
         pjit.jit_lower, cls.lower = lower, lower
+
+
+@contextlib.contextmanager
+def eager_shard_maps(staging: Callable[[], Any]) -> Iterator[None]:
+    """While inside: a `shard_map` called outside any trace (eagerly, not under `jax.jit`)
+    runs its whole body as one jitted call, as under `jax.jit`, inside the context manager
+    `staging()`. Eagerly, JAX runs each primitive of the body as its own jitted call, so a
+    `pallas_call` reaches `jitted_calls` alone, with every output a result: an output the
+    body drops (maxdiffusion's ring attention keeps `out[1]` of a flash kernel's outputs)
+    would read as one the program reads. A body that needs concrete values (a Python `if`
+    on an array) runs eagerly as before. jax 0.10's `EvalTrace.process_shard_map`, a
+    private API."""
+    import jax
+    from jax._src import core
+
+    eager = core.EvalTrace.process_shard_map
+
+    def staged(trace, prim, fun, args, **params):
+        made = []
+
+        def body(*xs):
+            out = prim.bind(*xs, subfuns=(fun,), **params)
+            made.append(out)
+            return list(out.vals)
+        try:
+            with staging():
+                flat = jax.jit(body)(*args)
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.NonConcreteBooleanIndexError):
+            return eager(trace, prim, fun, args, **params)
+        return made[0].update(flat)
+
+    core.EvalTrace.process_shard_map = staged
+    try:
+        yield
+    finally:
+        core.EvalTrace.process_shard_map = eager
 
 
 # The primitives that call a kernel: a Pallas TPU `pallas_call`, a Mosaic GPU `plgpu.kernel` or a

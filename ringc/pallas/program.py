@@ -481,7 +481,7 @@ class Builder(Sink):
             else:
                 bm = gm.block_mappings[n_in + j]
                 h.buffer = self.new_buffer(name, bm.array_aval, "scratch" if j in call.dropped else "output",
-                                           int(line))
+                                           line)   # with its file: a finding on the output names it
                 if j in call.dropped:
                     dropped.append(name)
                 h.buffer.space = _space(bm.transformed_block_aval) if _whole(bm, None) else "hbm"

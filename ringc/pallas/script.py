@@ -56,7 +56,7 @@ from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
-from .jaxprs import KERNEL_CALLS, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
+from .jaxprs import KERNEL_CALLS, eager_shard_maps, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
 from .usererrors import (describe_exception, limit_stop, script_line, stopped_before_kernels,  # noqa: F401
                          user_failure)  # (some re-exported)
 
@@ -233,19 +233,6 @@ def script_source(path: str) -> str:
     return text
 
 
-def _md_block(path: str, line: int | None) -> tuple[int, int] | None:
-    """The lines (first, last) of the fenced code block of a Markdown file that holds `line`."""
-    if not line:
-        return None
-    lines = Path(path).read_text().splitlines()
-    fences = [i + 1 for i, text in enumerate(lines) if text.strip().startswith("```")]
-    opening = [f for f in fences if f < line]
-    closing = [f for f in fences if f > line]
-    if not opening or not closing:
-        return None
-    return opening[-1] + 1, closing[0] - 1
-
-
 def _blank_magic(line: str) -> str:
     """IPython magics and shell escapes are not Python: blank them (they do not run kernels)."""
     return "" if line.lstrip().startswith(("%", "!")) else line
@@ -281,6 +268,12 @@ def _myst_code(text: str) -> str:
 
 
 def _ipynb_code(path: str, text: str) -> str:
+    return _ipynb_cells(path, text)[0]
+
+
+def _ipynb_cells(path: str, text: str) -> tuple[str, list[tuple[int, int]]]:
+    """A notebook's code at the lines of the JSON file that hold it, and each code cell's
+    first and last line there."""
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as e:
@@ -288,21 +281,56 @@ def _ipynb_code(path: str, text: str) -> str:
                             fix="give a .ipynb file in Jupyter's JSON format, or a .py script") from None
     lines = text.splitlines()
     out = [""] * (len(lines) + 1)
+    spans: list[tuple[int, int]] = []
     cursor = 0
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
         src = cell.get("source", [])
         src = src if isinstance(src, list) else src.splitlines(keepends=True)
+        found: list[int] = []
         for s in src:
-            encoded = json.dumps(s)[1:-1]
-            k = next((i for i in range(cursor, len(lines)) if encoded in lines[i]), None)
+            # as the file spells it: Jupyter writes non-ASCII as it is, other tools as \u escapes
+            encoded = {json.dumps(s, ensure_ascii=False)[1:-1], json.dumps(s)[1:-1]}
+            k = next((i for i in range(cursor, len(lines)) if any(e in lines[i] for e in encoded)), None)
             if k is None:  # a notebook written on one line: keep the cell's order, not its lines
                 out.append(_blank_magic(s.rstrip("\n")))
                 continue
             out[k] = _blank_magic(s.rstrip("\n"))
             cursor = k + 1
-    return "\n".join(out) + "\n"
+            found.append(k + 1)
+        if found:
+            spans.append((found[0], found[-1]))
+    return "\n".join(out) + "\n", spans
+
+
+def _cells(path: str) -> list[tuple[int, int]]:
+    """The lines (first, last) of each notebook cell of the file: a Markdown file's fenced
+    code blocks, a `.ipynb` file's code cells, a percent-format script's `# %%` cells;
+    none for a plain script."""
+    text = Path(path).read_text()
+    suffix = Path(path).suffix
+    if suffix == ".ipynb":
+        return _ipynb_cells(path, text)[1]
+    lines = text.splitlines()
+    if suffix == ".md":
+        fences = [i + 1 for i, t in enumerate(lines) if t.strip().startswith("```")]
+        return [(a + 1, b - 1) for a, b in zip(fences[::2], fences[1::2])]
+    marks = [i + 1 for i, t in enumerate(lines) if t.startswith("# %%")]
+    return [(a + 1, b - 1) for a, b in zip(marks, [*marks[1:], len(lines) + 1])]
+
+
+def _failing_cells(path: str, source: str) -> list[tuple[int, int, SyntaxError]]:
+    """The notebook cells of the file that are not Python on their own (a statement never
+    spans two cells), with the error of each."""
+    lines = source.split("\n")
+    bad = []
+    for a, b in _cells(path):
+        try:
+            ast.parse("\n" * (a - 1) + "\n".join(lines[a - 1:b]), path)
+        except SyntaxError as e:
+            bad.append((a, b, e))
+    return bad
 
 
 SMALL_INTS = 1 << 16  # integer arguments up to this many elements keep their values
@@ -749,7 +777,16 @@ def _capturing(script: Script) -> Iterator[None]:
             cap.assumes.append(f"line {cap.line} only lowers this jitted function (`.lower`), it never calls it: "
                                "ringc checked the kernel calls as if it did")
 
-    with jitted_calls(impl), jitted_lowerings(lowered):
+    @contextlib.contextmanager
+    def staged() -> Iterator[None]:
+        before = len(script.captures)
+        yield
+        for cap in script.captures[before:]:
+            cap.assumes.append(f"line {cap.line} calls a shard_map outside jax.jit: ringc ran its whole body as "
+                               "one jitted program, as jax.jit(shard_map(...)) does, so this kernel call is "
+                               "checked with what the body does with its outputs")
+
+    with jitted_calls(impl), jitted_lowerings(lowered), eager_shard_maps(staged):
         yield
 
 
@@ -1122,23 +1159,24 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     gen = generation(tpu)
     source = script_source(path)
     skipped: list[str] = []
-    while True:
-        try:
-            tree = ast.parse(source, path)
-            break
-        except SyntaxError as e:
-            # A Markdown file's code block that is not Python (a design note's pseudocode,
-            # `f(x, out_shape=x, ...)`) is skipped like a notebook cell that fails; a script
-            # with invalid syntax is refused.
-            span = _md_block(path, e.lineno) if Path(path).suffix == ".md" else None
-            if span is None or len(skipped) >= 100:
-                raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
-                                    fix="fix the syntax; ringc runs the script as Python") from None
-            lines = source.split("\n")
-            lines[span[0] - 1:span[1]] = [""] * (span[1] - span[0] + 1)
-            source = "\n".join(lines)
-            skipped.append(f"line {e.lineno}: the code block at lines {span[0]}-{span[1]} is not valid Python "
-                           f"({e.msg}): ringc skipped it, as a notebook cell that fails")
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as e:
+        # A notebook cell that is not Python (a design note's pseudocode in a Markdown block,
+        # `f(x, out_shape=x, ...)`; a puzzle's cell left to the reader) is skipped like a
+        # notebook cell that fails; a script with invalid syntax is refused.
+        bad = _failing_cells(path, source)
+        if not bad:
+            raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
+                                fix="fix the syntax; ringc runs the script as Python") from None
+        lines = source.split("\n")
+        cell = "code block" if Path(path).suffix == ".md" else "cell"
+        for a, b, err in bad:
+            lines[a - 1:b] = [""] * (b - a + 1)
+            skipped.append(f"line {err.lineno}: the {cell} at lines {a}-{b} is not valid Python ({err.msg}): "
+                           "ringc skipped it, as a notebook cell that fails")
+        source = "\n".join(lines)
+        tree = ast.parse(source, path)
     script = Script(path, n, tests=tests, skip_tests=tuple(skip_tests))
     script.notes += skipped
     register_cpu_tpu_info()
@@ -1168,22 +1206,27 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
                 continue
             stub_calls = len(imports.calls)
             try:
-                exec(code, env)
-            except SystemExit:
-                script.notes.append(f"line {stmt.lineno}: the script exited; statements after it did not run")
+                try:
+                    exec(code, env)
+                except SystemExit:
+                    script.notes.append(f"line {stmt.lineno}: the script exited; statements after it did not run")
+                    break
+                except KeyboardInterrupt:
+                    raise
+                except Exception as e:  # a notebook cell that fails: note it, run the next statement
+                    user_failure(e, path)
+                    missing = missing_import(e, path, imports, stmt.lineno)
+                    script.missing = script.missing or missing
+                    fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls, type(e).__name__)
+                    inner = script_line(e, path)  # the line inside a function the statement called (a kernel's)
+                    said = describe_exception(e, path)  # (one with no message already says where it was raised)
+                    at = (f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said
+                          else "")
+                    script.notes.append(f"line {stmt.lineno}: {said}{at} "
+                                        f"(ringc ran the next statement{fix})")
+            except limits.LimitStop as stop:   # no more statements run; the kernel calls made before it are checked
+                script.stopped = stop
                 break
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # a notebook cell that fails: note it, run the next statement
-                user_failure(e, path)
-                missing = missing_import(e, path, imports, stmt.lineno)
-                script.missing = script.missing or missing
-                fix = f"; {missing.fix}" if missing else imports.blame(str(e), stub_calls, type(e).__name__)
-                inner = script_line(e, path)  # the line inside a function the statement called (a kernel's)
-                said = describe_exception(e, path)  # (one with no message already says where it was raised)
-                at = f", raised at line {inner}" if inner not in (None, stmt.lineno) and "raised at" not in said else ""
-                script.notes.append(f"line {stmt.lineno}: {said}{at} "
-                                    f"(ringc ran the next statement{fix})")
         if not pytest_module and entry is None and not args and not script.tests_ran and _test_cases(env):
             # TestCase classes and no `unittest.main()` line: pytest (or `python -m unittest`)
             # collects them, whatever their names; ringc runs them as `main` would

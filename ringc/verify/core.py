@@ -395,7 +395,8 @@ def megacore_findings(spec: Spec, program: Program) -> list[Finding]:
             findings.append(M.MEGACORE_DMA.finding(what=describe(ev), at=program.where(ev), event=ev,
                                                    front=program.front))
     for name in (n for n, b in spec.buffers.items() if b.kind == "output" and b.memory == "vmem"):
-        findings.append(M.MEGACORE_VMEM_OUTPUT.finding(name=name, line=spec.buffers[name].line, front=program.front))
+        findings.append(M.MEGACORE_VMEM_OUTPUT.finding(name=name, line=program.line_text(spec.buffers[name].line),
+                                                       front=program.front))
     for events in program.devices:
         for ev in events:
             a = ev.action

@@ -6,6 +6,7 @@ analysis, the symbolic data flow, and (later) the cost model and timelines.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -325,16 +326,21 @@ class Program:
         parts = [f"device {self.label(ev.device)}"] + ([call] if call else [])
         if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
             parts.append(pt)
-        # a line of another file (a Pallas kernel's helper module, as the finding's own
-        # location says it) is named with its file: `line 223` would read as the user's
-        other = getattr(ev.line, "file", None)
+        return f"{', '.join(parts)} ({self.line_text(ev.line)})"
+
+    def line_text(self, line: Any) -> str:
+        """`line 41`, or a line of another file (a Pallas kernel's helper module, as the
+        finding's own location says it) with its file, `kernels.py:223`: `line 223` would
+        read as the user's."""
+        other = getattr(line, "file", None)
         same = other is None or _same_file(other, self.file)
-        at = f"line {ev.line}" if same else f"{os.path.basename(other)}:{int(ev.line)}"
-        return f"{', '.join(parts)} ({at})"
+        return f"line {line}" if same else f"{os.path.basename(other)}:{int(line)}"
 
 
+@functools.lru_cache(maxsize=256)
 def _same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file (a line's file is absolute, the program's as given)."""
+    """Whether two paths name one file (a line's file is absolute, the program's as given;
+    asked for every event a finding may name: cached)."""
     return os.path.realpath(a) == os.path.realpath(b)
 
 

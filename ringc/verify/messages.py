@@ -69,7 +69,7 @@ MEGACORE_DMA = Message(
                   "`arbitrary` (one core runs it all), or say which core does it with pl.core_map over "
                   "pltpu.create_tensorcore_mesh"})
 MEGACORE_VMEM_OUTPUT = Message(
-    "megacore_vmem", "output `{name}` (line {line}) lives in VMEM: {fix}", fixes={
+    "megacore_vmem", "output `{name}` ({line}) lives in VMEM: {fix}", fixes={
         "yaml": "with `megacore: true` each core writes its own VMEM copy back to HBM, and core 1's copy overwrites "
                 "the result; leave the output in HBM (drop `space: vmem`)",
         "pallas": "each TensorCore of a chip that splits the `parallel` grid axis writes its own VMEM copy of it "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from ..events import Event, Program
 
@@ -99,6 +100,9 @@ class SymmetricProgram:
 
     def where(self, ev: Event) -> str:
         return self.representatives.where(ev)
+
+    def line_text(self, line: Any) -> str:
+        return self.representatives.line_text(line)
 
 
 __all__ = ["Group", "Steps", "SymmetricProgram"]
