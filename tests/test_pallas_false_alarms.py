@@ -250,7 +250,7 @@ def test_a_block_index_out_of_range_from_scalar_prefetch_is_out_of_bounds():
     report = check_module(str(BLOCKS), 3, params={"bad": 1})
     assert report.kinds() == {"out_of_bounds"}, report.to_text()
     (f,) = report.findings
-    assert int(f.event.line) == _line(BLOCKS, "def kernel(")
+    assert int(f.event.line) == _line(BLOCKS, "in_specs=")   # the index map's lambda: where the fix goes
     assert "block index 4 of `x_ref` dimension 0 selects 32:40, outside [0, 32); the index is 4, read from " \
            f"`ids_ref[2]` at line {_line(BLOCKS, 'in_specs=')}" in f.message
 

@@ -137,6 +137,10 @@ def test_a_scans_counter_is_known_in_each_iteration(tmp_path):
     path.write_text(SCAN_COUNTER.replace("SHIFT", "1"))
     (report,) = check_file(str(path), 4)
     assert not report.ok and {f.kind for f in report.findings} == {"out_of_bounds"}, report.to_text()
+    # at the BlockSpec's index map, where the fix goes (JAX's debug info of its lambda), not the call
+    lambda_line = 1 + SCAN_COUNTER.splitlines().index(
+        "            in_specs=[pl.BlockSpec((8, 128), lambda i, s: (s[0] % 4 + SHIFT, 0))],")
+    assert {int(f.event.line) for f in report.findings} == {lambda_line}, report.to_text()
 
 
 def test_a_limit_that_stops_a_script_keeps_the_verdicts_of_the_calls_before_it(tmp_path, monkeypatch):
@@ -210,3 +214,96 @@ def test_a_finding_on_a_kernel_in_another_file_names_that_file(tmp_path):
     (report,) = check_file(str(path), 2, tpu="v5p")
     said = [f.message for f in report.findings if f.kind == "megacore_vmem"]
     assert said and "output `acc_ref` (kernels.py:" in said[0], report.to_text()
+
+
+LOOPED = HEAD + """
+N = 4
+
+
+def kernel(x_ref, out_ref, loop_sems, send_sem, recv_sem):
+    me = lax.axis_index("i")
+
+    def body(_, __):
+        out_ref[...] = jnp.zeros(out_ref.shape, out_ref.dtype)   # races with the neighbour's copy
+        cp = pltpu.make_async_remote_copy(src_ref=x_ref, dst_ref=out_ref, send_sem=send_sem, recv_sem=recv_sem,
+                                          device_id=(me + 1) % N, device_id_type=pltpu.DeviceIdType.LOGICAL)
+        cp.start()
+        cp.wait_send()
+        cp.wait_recv()
+        for d in (1, N - 1):
+            pltpu.semaphore_signal(loop_sems.at[0], device_id=(me + d) % N, device_id_type=pltpu.DeviceIdType.LOGICAL)
+        pltpu.semaphore_wait(loop_sems.at[0], 2)
+    lax.fori_loop(0, ITERS, body, None)
+
+
+def launch(x):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR((1,)), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA])(x)
+
+
+f = jax.jit(jax.shard_map(launch, mesh=jax.make_mesh((N,), ("i",)), in_specs=P("i"), out_specs=P("i"),
+                          check_vma=False))
+f(jnp.ones((N * 8, 128), jnp.float32))
+"""
+
+
+def test_a_race_in_a_loop_names_the_iteration_on_each_side(tmp_path):
+    """TPU-Collectives' benchmark loop: the finding names the loop's iteration on each side
+    (`Event.loops`), where the grid point alone would not say which runs race."""
+    path = tmp_path / "looped.py"
+    path.write_text(LOOPED.replace("ITERS", "3"))
+    (report,) = check_file(str(path), 4)
+    race = next(f for f in report.findings if f.kind == "race")
+    assert race.message.count("iteration 0 of the loop at line 25") >= 2, race.message
+
+
+def test_a_test_module_laying_out_a_fixed_mesh_is_told_the_devices_it_needs(tmp_path):
+    """A pytest module that builds a (1, 8) mesh stops on ringc's 4 devices: the fix says
+    `--devices 8` (as for a script), and with it the kernel, in the module it imports, is checked."""
+    (tmp_path / "mesh8_kernel.py").write_text(HEAD + textwrap.dedent("""
+        def _kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] + 1.0
+
+        def add_one(x):
+            return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """))
+    (tmp_path / "another_kernel.py").write_text("import jax\n# pl.pallas_call lives here too\n")
+    path = tmp_path / "test_mesh8.py"
+    path.write_text(HEAD + textwrap.dedent("""
+        from jax.experimental import mesh_utils
+        from jax.sharding import Mesh
+        from mesh8_kernel import add_one
+
+        def test_add_one():
+            mesh = Mesh(mesh_utils.create_device_mesh((1, 8), devices=jax.devices()), ("dp", "sp"))
+            g = jax.jit(jax.shard_map(add_one, mesh=mesh, in_specs=P("sp"), out_specs=P("sp"), check_vma=False))
+            g(jnp.zeros((64, 128), jnp.float32))
+    """))
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 4)
+    assert "check with --devices 8" in refused.value.fix, refused.value.fix
+    (report,) = check_file(str(path), 8)
+    assert report.ok, report.to_text()
+
+
+def test_an_entry_failing_on_a_stubs_value_or_a_made_up_argument_says_so(tmp_path):
+    """Ring attention's launcher, called with --stub einops: unpacking the shape of the stub's
+    stand-in raises a ValueError, which names the stub call; the parameters ringc made
+    arrays for (a flag, a dict) are named, with how to pass them."""
+    from ringc.pallas.entries import parse_arg
+    path = tmp_path / "ring.py"
+    path.write_text(HEAD + textwrap.dedent("""
+        from notinstalled_einops import rearrange
+
+        def launcher(q, float32_logits, blockwise_kwargs, axis_name="x"):
+            batch, heads, length, dim = rearrange(q, "b q h d -> b h q d").shape
+            return pl.pallas_call(lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype))(q)
+    """))
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 4, stubs=("notinstalled_einops",), entry="launcher",
+                   args=[parse_arg("q=float32[1,128*N,1,128]@,x")])
+    fix = refused.value.fix
+    assert "the stub notinstalled_einops.rearrange()" in fix, fix
+    assert "ringc passed arrays it made for `float32_logits`, `blockwise_kwargs`" in fix, fix

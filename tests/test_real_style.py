@@ -259,7 +259,9 @@ def test_an_old_api_test_module_reaches_its_verdicts():
     assert by_test["OldApiPermuteTest.test_single_permute"].ok
     repeated = by_test["OldApiPermuteTest.test_repeated_permute"]
     assert repeated.kinds() == {"race"}
-    assert "(1st time the line runs there)" in repeated.to_text()
+    # which runs of the scan's body race: its iterations (`Event.loops`)
+    assert ("from device 3, iteration 0 of the loop at line 58 (line 55), while copy `input_ref->output_ref` "
+            "(device 3 -> 0) writes it at device 3, iteration 1 of the loop at line 58") in repeated.to_text()
     assert "pl.pallas_call(backend='mosaic_tpu') -> pl.pallas_call" in repeated.to_text()
 
 

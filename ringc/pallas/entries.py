@@ -724,7 +724,7 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
                 raise missing from None
             user_failure(e, script.path)  # a question the stand-in TPU devices cannot answer stops the check
             text = str(e)
-            blame = imports.blame(text, stub_calls) if imports else ""
+            blame = imports.blame(text, stub_calls, type(e).__name__) if imports else ""
             at = script_line(e, script.path)   # where in the file (a helper called with the wrong arity)
             failed = (describe_exception(e, script.path) + blame
                       + (f" (at line {at})" if at is not None and str(e).strip() else ""))
@@ -777,7 +777,11 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
     # than the kernel's blocks (a grid of 0 steps, a shape assert): say which, and how to size them.
     made = [a for a in b.arrays.values() if a.name not in given]
     if failed:
-        script.entry_errors.append((name, failed))
+        # (the arrays ringc made up for parameters it had no value for: a flag or a dict taken
+        # for an array fails far from its cause, as a custom_vjp's nondiff_argnums in ring attention)
+        script.entry_errors.append((name, failed, f"ringc passed arrays it made for {', '.join(f'`{a.name}`' for a in made)}"
+                                                  " (pass those that are not arrays with --param NAME=VALUE)"
+                                    if made else ""))
     if failed and made:
         hint += (f"; ringc made {', '.join(a.text() for a in made)} (its default, one (8, 128) tile per device): "
                  f"if the kernel's blocks need more, size them: --entry {name} "

@@ -404,7 +404,26 @@ def _kernel_homes(path: str) -> list[str] | None:
                 homes.append(p.name)
         except OSError:
             continue
+    # the modules the file imports first (a test module's kernel module), then the others by name
+    imported = _imported_modules(path)
+    homes.sort(key=lambda name: Path(name).stem not in imported)
     return homes[:3]
+
+
+def _imported_modules(path: str) -> set[str]:
+    """The first parts of the module names the file's code imports (`from mesh8_kernel import f`)."""
+    from .script import script_source
+    try:
+        tree = ast.parse(script_source(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: str | None, args: list) -> str:
@@ -449,9 +468,10 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                         "call the kernel's launcher with --entry"))
     called = ""
     if script.entry_errors:
-        name, error = script.entry_errors[0]
+        name, error, made = script.entry_errors[0]
         given = " ".join(f"--arg {a.text()}" for a in args) if args else ""
         called = (f"{name} raised {error} when ringc called it" + (f" with {given}" if given else "")
+                  + (f"; {made}" if made else "")
                   + ": give it arrays and keywords its kernel takes (--arg NAME=DTYPE[SHAPE]@AXES, --param "
                   "NAME=VALUE), or fix it there")
     if called and entry:
@@ -470,9 +490,12 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
         # not what kept a kernel from running; where the kernel is comes first (below). (An
         # import that failed may be what would have brought the kernel: it stays.)
         failed = None
+    # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
+    laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
+    if laid and not failed:   # a test module's test stopped so (the note says which)
+        devices = math.prod(int(k) for k in laid.group(1).replace(",", " ").split())
+        parts.append(f"a test lays out a mesh of {devices} devices: check with --devices {devices}")
     if failed:
-        # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
-        laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
         stubbed = re.search(r"called the stub (\S+)\(\) at", failed.string)
         newer = re.search(r"its project asks for Python >= (\d+\.\d+)", failed.string)
         elsewhere = re.search(r"^line \d+: SyntaxError: .*? at (\S+:\d+)", failed.string)
@@ -996,6 +1019,9 @@ class _Outer:
                                 file=self.file, line=int(user_location(eqn)) or None,
                                 fix="use a fori_loop with constant bounds")
         return bool(np.asarray(c.values[1] if _literal(c) else c.values[0]))
+
+    def iteration(self, eqn: Any, i: int) -> Any:
+        return contextlib.nullcontext()   # the program around the kernels: its events name no loop
 
     def too_many(self, eqn: Any, most: int) -> Exception:
         return ScheduleError(f"a loop around pallas_calls ran {most:,} times, the limit `loop_iterations`",
@@ -1585,7 +1611,7 @@ def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
                         base=region(a.base, False))
         else:
             return ev
-        new = moved[id(ev)] = Event(ev.device, ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
+        new = moved[id(ev)] = Event(ev.device, ev.index, ev.point, ev.line, a, ev.invocation, ev.inner, ev.loops)
         return new
 
     def viewed(program: Program) -> Program:

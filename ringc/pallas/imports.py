@@ -233,11 +233,12 @@ class Imports:
 
     def blame(self, error: str = "", since: int = 0, kind: str = "") -> str:
         """For a failure whose message shows a stub's value (`Stub`, `<stub ...>`), or an
-        AttributeError or TypeError after a stub call in the same statement (axlearn's
-        `@attr.define` class read for its `__qualname__`): the stub call since `since` (an
-        index into `calls`) that likely made it ('' if none shows)."""
+        AttributeError, TypeError or ValueError after a stub call in the same statement or
+        entry call (axlearn's `@attr.define` class read for its `__qualname__`; ring
+        attention unpacking the shape of `einops.rearrange`'s stand-in): the stub call since
+        `since` (an index into `calls`) that likely made it ('' if none shows)."""
         shows = "Stub" in error or "<stub " in error
-        if not shows and not (kind in ("AttributeError", "TypeError") and self.calls[since:]):
+        if not shows and not (kind in ("AttributeError", "TypeError", "ValueError") and self.calls[since:]):
             return ""
         if self.calls[since:]:
             name, line = self.calls[-1]

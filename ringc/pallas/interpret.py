@@ -172,6 +172,7 @@ class Interpreter:
         # Tensor data known to hold -inf at some positions (`jnp.where(mask, -inf, x)`), by id with
         # the value kept (so an id is never another value's): where a later argmax never lands.
         self.masked: dict[int, tuple[Data, np.ndarray]] = {}
+        self.loops: tuple[tuple[Loc, int, bool], ...] = ()  # the loops being run, their iterations (`Event.loops`)
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
@@ -341,7 +342,17 @@ class Interpreter:
 
     # -- events ----------------------------------------------------------------
     def emit(self, action: Any, target: int | None = None) -> None:
-        self.sink.emit(self.device, self.point, self.where(), action, target)
+        self.sink.emit(self.device, self.point, self.where(), action, target, self.loops)
+
+    @contextlib.contextmanager
+    def iteration(self, eqn: Any, i: int) -> Iterator[None]:
+        saved = self.loops
+        # a loop with no line of its own (inside `emit_pipeline`) is named by the call around it
+        self.loops = (*saved, (self.where(eqn), i, not int(user_location(eqn))))
+        try:
+            yield
+        finally:
+            self.loops = saved
 
 
 # Per jaxpr, while it lives (a `Jaxpr` hashes by identity): the variables it reads, and its
@@ -941,7 +952,11 @@ def apply_transforms(it: Interpreter, ref: Any, transforms: Any, bounds: bool = 
             raise it.fail(f"the ref transform `{what}` is not supported",
                           "index refs with slices and integers (`ref.at[i, pl.ds(a, n)]`), or reshape them")
         if getattr(t, "int_indexer_shape", ()):
-            raise it.fail("indexing a ref with an integer array (a gather)", "index with slices and scalars")
+            raise it.fail("indexing a ref with an integer array (a gather or scatter in memory, as Triton kernels "
+                          "load): Mosaic TPU loads and stores refs by slices and scalars, and ringc checks TPU "
+                          "kernels so: not checked",
+                          "in a TPU kernel, load the block by slices and gather from the value "
+                          "(jnp.take_along_axis), or index with scalars in a loop")
         ref = index(it, ref, t.indices, bounds)
     for t, base, _ in reversed(views):
         ref = _unview(it, t, base, ref, bounds)
@@ -2171,7 +2186,8 @@ class Sink:
         """Each equation's params pytrees as fill-in templates (`_template`), by (equation, key)."""
         return {}
 
-    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
+    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None,
+             loops: tuple = ()) -> None:
         raise NotImplementedError
 
     def register(self, eqn: Any, line: Loc, shape: tuple[int, ...], dtype: Any) -> Buffer:

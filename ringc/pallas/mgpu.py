@@ -669,11 +669,11 @@ def _wait_groups(it: GpuInterpreter, keep: int, read_only: bool, why: str, line:
     for g in older:
         if not g.read_waited:
             for a in g.starts:
-                it.sink.emit(it.device, it.point, at, SemWait(a.send_sem, a.nbytes, f"{why} (read)", a.copy), None)
+                it.sink.emit(it.device, it.point, at, SemWait(a.send_sem, a.nbytes, f"{why} (read)", a.copy), None, it.loops)
             g.read_waited = True
         if not read_only and not g.write_waited:
             for a in g.starts:
-                it.sink.emit(it.device, it.point, at, SemWait(a.recv_sem, a.nbytes, why, a.copy), None)
+                it.sink.emit(it.device, it.point, at, SemWait(a.recv_sem, a.nbytes, why, a.copy), None, it.loops)
             g.write_waited = True
     it.groups = [g for g in it.groups if not (g.read_waited and g.write_waited)]
 

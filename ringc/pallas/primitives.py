@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import numpy as np
 
@@ -186,6 +186,9 @@ class Evaluator(Protocol):
     def too_many(self, eqn: Any, most: int) -> Exception:
         """The error for a loop past the limit `loop_iterations`."""
 
+    def iteration(self, eqn: Any, i: int) -> ContextManager[None]:
+        """While the body of loop `eqn` runs its iteration i (a kernel's events name it)."""
+
 
 def while_loop(ev: Evaluator, eqn: Any, invals: list) -> list:
     """`lax.while_loop` (a `fori_loop`): unrolled while its condition is known, at most
@@ -194,11 +197,12 @@ def while_loop(ev: Evaluator, eqn: Any, invals: list) -> list:
     cn, bn = p["cond_nconsts"], p["body_nconsts"]
     cconsts, bconsts, val = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
     most = limits.value("loop_iterations")
-    for _ in range(most):
+    for k in range(most):
         (c,) = ev.run_closed(p["cond_jaxpr"], [*cconsts, *val])
         if not ev.truth(c, eqn):
             return val
-        val = ev.run_closed(p["body_jaxpr"], [*bconsts, *val])
+        with ev.iteration(eqn, k):
+            val = ev.run_closed(p["body_jaxpr"], [*bconsts, *val])
     raise ev.too_many(eqn, most)
 
 
@@ -212,7 +216,8 @@ def scan_loop(ev: Evaluator, eqn: Any, invals: list, x_at: Callable[[list, int],
     ys: list[list] = []
     order = range(p["length"] - 1, -1, -1) if p.get("reverse") else range(p["length"])
     for i in order:
-        out = ev.run_closed(p["jaxpr"], [*consts, *carry, *x_at(xs, i)])
+        with ev.iteration(eqn, i):
+            out = ev.run_closed(p["jaxpr"], [*consts, *carry, *x_at(xs, i)])
         carry = out[:nk]
         ys.append(out[nk:])
     if p.get("reverse"):

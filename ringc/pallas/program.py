@@ -27,6 +27,7 @@ import functools
 import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,9 +197,10 @@ class Builder(Sink):
         return s
 
     # -- Sink ----------------------------------------------------------------------
-    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None) -> None:
+    def emit(self, device: int, point: tuple, line: Loc, action: Any, target: int | None,
+             loops: tuple = ()) -> None:
         out = self.second_core[device] if self.core else self.devices[device]
-        ev = Event(device, len(out), point, line, action, self.invocation)
+        ev = Event(device, len(out), point, line, action, self.invocation, loops=loops)
         out.append(ev)
         self.events += 1
         if self.events > self.most_events:   # counted as they come: a kernel's are known only by running it
@@ -733,7 +735,7 @@ class Builder(Sink):
                 continue
             b = a + (size if kind == "Blocked" else 1 if kind == "Squeezed" or size is None else size)
             origin = getattr(i, "origin", None)
-            self.faults.append((device, point, line, f"block index {int(i)} of `{buf.name}` dimension {dim} selects "
+            self.faults.append((device, point, _index_map_line(bm, line), f"block index {int(i)} of `{buf.name}` dimension {dim} selects "
                                                      f"{a}:{b}, outside [0, {extent})"
                                                      + (f"; the index is {origin}" if origin else "")))
             size = min(max(b - a, 1), extent)
@@ -880,3 +882,18 @@ def _block_ref(buf: Buffer, device: int, bm: Any, idx: tuple[int, ...]) -> Ref:
 
 
 __all__ = ["Builder", "Handle", "Call", "Data", "is_concrete"]
+
+
+def _index_map_line(bm: Any, line: Any) -> Any:
+    """Where a BlockSpec's index map is defined (its lambda's line, which JAX's debug info
+    keeps: `<lambda> at ring_kernel.py:164`), for a block index outside the array: the fix
+    goes there. Else `line`, the kernel's."""
+    info = getattr(getattr(bm.index_map_jaxpr, "jaxpr", None), "debug_info", None)
+    m = re.fullmatch(r".* at (.+):(\d+)", getattr(info, "func_src_info", None) or "")
+    if m is None or not os.path.isfile(m.group(1)):
+        return line
+    file = m.group(1)
+    kernel = getattr(line, "file", None)
+    if kernel and os.path.abspath(kernel) == os.path.abspath(file):
+        file = kernel   # spelled as the kernel's own line spells it
+    return Loc(int(m.group(2)), file)

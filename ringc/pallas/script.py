@@ -107,7 +107,8 @@ class Script:
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     imports: Any = None            # `imports.Imports` of the run: its stubs' calls blame a failure on a stub
     assumes: list[str] = field(default_factory=list)  # stated on every verdict: stubs (`imports.py`)
-    entry_errors: list[tuple[str, str]] = field(default_factory=list)  # (entry, its error) of one that ran no kernel
+    # (entry, its error, the arrays ringc made up for it) of one that ran no kernel
+    entry_errors: list[tuple[str, str, str]] = field(default_factory=list)
     entry_numbers: list[str] = field(default_factory=list)  # `--param NAME=V` for what an entry's made-up arrays were
     # `--param NAME=VALUE` for the keywords an entry that ran no kernel kept at their defaults
     # (`mode='auto'`), the words first: one of them may choose the kernel

@@ -110,7 +110,7 @@ def composed(sym: SymmetricProgram) -> SymmetricProgram | None:
     events: list[Event] = []
     for ev in order:
         action = _renamed(ev.action, n) if id(ev) in second else ev.action
-        events.append(Event(0, len(events), ev.point, ev.line, action, ev.invocation, ev.inner))
+        events.append(Event(0, len(events), ev.point, ev.line, action, ev.invocation, ev.inner, ev.loops))
     renamed = lambda name: f"{name}{CORE_SUFFIX}1"  # noqa: E731
     shapes = {**rep.shapes, **{renamed(b): rep.shapes[b] for b in own}}
     kinds = {**rep.sem_kinds, **{renamed(s): k for s, k in rep.sem_kinds.items()}}

@@ -237,6 +237,10 @@ class Event:
     action: Action
     invocation: int = 0        # which back-to-back kernel call (--invocations)
     inner: tuple[tuple[str, int], ...] = ()  # the indices of the loops and nested pipeline around it
+    # A Pallas kernel's loops around it (`fori_loop`, `emit_pipeline`'s steps): (the loop's
+    # line, the iteration, whether the loop is inside a call on that line), outermost first.
+    # Only named in `Program.where`: it orders nothing.
+    loops: tuple[tuple[int, int, bool], ...] = ()
 
 
 @dataclass
@@ -326,6 +330,8 @@ class Program:
         parts = [f"device {self.label(ev.device)}"] + ([call] if call else [])
         if pt:  # a kernel without a grid (many hand-written ones) has no grid point to name
             parts.append(pt)
+        parts += [f"iteration {i} of the loop{' inside the call' if inside else ''} at {self.line_text(at)}"
+                  for at, i, inside in ev.loops]
         return f"{', '.join(parts)} ({self.line_text(ev.line)})"
 
     def line_text(self, line: Any) -> str:

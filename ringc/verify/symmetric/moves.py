@@ -289,7 +289,7 @@ def expand(program: SymmetricProgram) -> Program:
                 a = SemWait(sem(a.sem), a.value, a.why, a.copy)
             elif cls is Signal:
                 a = Signal(sem(a.sem), a.inc, a.why)
-            moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner)
+            moved = Event(add[ev.device], ev.index, ev.point, ev.line, a, ev.invocation, ev.inner, ev.loops)
             out.append(moved)
             if t is not None:
                 targets.append((moved, add[t]))

@@ -131,7 +131,7 @@ def _moved(ev: Event, delta: int, src: Region, dst: Region) -> Event:
     """An incoming DMA (`_incoming`) as the event of the device that starts it."""
     a: DmaStart = ev.action
     moved = DmaStart(a.copy, src, dst, (delta, *a.send_sem[1:]), (0, *a.recv_sem[1:]), a.explicit_self)
-    return Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner)
+    return Event(delta, ev.index, ev.point, ev.line, moved, ev.invocation, ev.inner, ev.loops)
 
 
 class _Accesses:
