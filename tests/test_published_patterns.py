@@ -257,6 +257,7 @@ def test_a_race_in_a_loop_names_the_iteration_on_each_side(tmp_path):
     (report,) = check_file(str(path), 4)
     race = next(f for f in report.findings if f.kind == "race")
     assert race.message.count("iteration 0 of the loop at line 25") >= 2, race.message
+    assert race.to_json(report.program)["loops"] == [{"line": 25, "iteration": 0}], race.to_json(report.program)
 
 
 def test_a_test_module_laying_out_a_fixed_mesh_is_told_the_devices_it_needs(tmp_path):
@@ -307,3 +308,155 @@ def test_an_entry_failing_on_a_stubs_value_or_a_made_up_argument_says_so(tmp_pat
     fix = refused.value.fix
     assert "the stub notinstalled_einops.rearrange()" in fix, fix
     assert "ringc passed arrays it made for `float32_logits`, `blockwise_kwargs`" in fix, fix
+
+
+ASSERTED_LOOP = HEAD + """
+import functools
+
+
+def kernel(x_hbm, o_ref, buf, sem, *, bs):
+    cp = pltpu.make_async_copy(x_hbm.at[pl.ds(pl.program_id(0) + 8, bs)], buf, sem)   # rows 8..8+bs of 16
+    cp.start()
+    cp.wait()
+    o_ref[...] = buf[...]
+
+
+@functools.partial(jax.jit, static_argnames="bs")
+def run(x, bs):
+    assert STATIC, "a static check under jit"
+    return pl.pallas_call(
+        functools.partial(kernel, bs=bs), in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM), grid=(1,), out_shape=jax.ShapeDtypeStruct((bs, 128), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bs, 128), x.dtype), pltpu.SemaphoreType.DMA])(x)
+
+
+x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
+for bs in [8, 16]:
+    assert np.allclose(run(x, bs), x[8:8 + bs])
+"""
+
+
+def test_a_failed_assert_on_placeholder_results_does_not_end_the_scripts_loop(tmp_path):
+    """A tutorial checks each block size's result with a bare `assert` (simveit/learn_pallas):
+    the placeholder zeros fail it, and the loop goes on, so the second size's out-of-range
+    read is found; the verdict says the assert did not stop the script. A static `assert`
+    under a JAX trace still stops its statement, as Python's does."""
+    path = tmp_path / "sizes.py"
+    path.write_text(ASSERTED_LOOP.replace("STATIC", "bs <= 16"))
+    first, second = check_file(str(path), 1)
+    assert first.ok and any("a failed assert at line" in a and "did not stop it" in a for a in first.assumptions)
+    assert not second.ok and {f.kind for f in second.findings} == {"out_of_bounds"}, second.to_text()
+    path.write_text(ASSERTED_LOOP.replace("STATIC", "bs <= 8"))
+    reports = check_file(str(path), 1)
+    assert [r.ok for r in reports] == [True], [r.to_text() for r in reports]
+    assert any("AssertionError: a static check under jit" in a for a in reports[0].assumptions), reports[0].assumptions
+
+
+def test_a_pytest_module_skipping_below_8_devices_is_told_to_check_with_8(tmp_path):
+    """Inferact/tpu-megakernels' tests `pytest.skip("needs 8 devices")` on ringc's 4: the fix
+    names --devices 8 (it named --entry)."""
+    path = tmp_path / "test_needs8.py"
+    path.write_text(HEAD + textwrap.dedent("""
+        import pytest
+
+        def test_permute():
+            if len(jax.devices()) < 8:
+                pytest.skip("needs 8 devices")
+            f = pl.pallas_call(lambda x_ref, o_ref: None, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))
+            jax.jit(f)(jnp.zeros((8, 128), jnp.float32))
+    """))
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 4)
+    assert "check with --devices 8" in refused.value.fix, refused.value.fix
+
+
+UNFILLED = HEAD + """
+N = 4
+
+
+def kernel(x_ref, o_ref, scratch_ref):
+    BODY
+
+
+def launch(x):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+
+
+f = jax.jit(jax.shard_map(launch, mesh=jax.make_mesh((N,), ("i",)), in_specs=P("i"), out_specs=P("i"),
+                          check_vma=False))
+f(jnp.ones((N * 8, 128), jnp.float32))
+"""
+
+
+def test_an_output_nothing_fills_is_an_error_where_there_is_no_meaning(tmp_path):
+    """MIT 6.S894's lab starter (sweep 22): kernels left as `pass` were all ok, since their
+    scripts' references name no meaning ringc reads. An output no copy or store fills is
+    `unwritten_output`, on the devices where it is so; a copy of the input, or a constant, fills it."""
+    path = tmp_path / "todo.py"
+    cases = {
+        "pass": [0, 1, 2, 3],                                                        # the TODO body
+        "@pl.when(lax.axis_index('i') == 1)\n    def _():\n        o_ref[...] = x_ref[...]": [0, 2, 3],
+        "o_ref[...] = scratch_ref[...]": [0, 1, 2, 3],                               # scratch nothing fills
+        "o_ref[...] = x_ref[...] + 1.0": [],
+        "o_ref[...] = jnp.zeros_like(o_ref)": [],
+        "scratch_ref[...] = x_ref[...]\n    o_ref[...] = scratch_ref[...] * 2.0": [],
+    }
+    for body, unfilled in cases.items():
+        text = UNFILLED.replace("BODY", body)
+        path.write_text(text)
+        call = 1 + text.splitlines().index("    return pl.pallas_call(")
+        (report,) = check_file(str(path), 4)
+        found = [f for f in report.findings if f.kind == "unwritten_output"]
+        if not unfilled:
+            assert report.ok, (body, report.to_text())
+            continue
+        assert {f.kind for f in report.findings} == {"unwritten_output"}, (body, report.to_text())
+        devices = ", ".join(map(str, unfilled))
+        assert f"output `o_ref` (line {call}) is never written on device{'s' if len(unfilled) > 1 else ''} {devices}:" \
+            in found[0].message, (body, found[0].message)
+
+
+def test_a_reference_computed_before_its_call_that_names_no_meaning_is_said(tmp_path):
+    """The lab harness computes `expected` first, a ppermute swapping pairs of devices (not
+    one shift): the verdict says the reference was seen and why no meaning came of it (it
+    said nothing, and the kernel looked checked against it)."""
+    path = tmp_path / "swap.py"
+    path.write_text(UNFILLED.replace("BODY", "o_ref[...] = x_ref[...]").replace(
+        "f(jnp.ones((N * 8, 128), jnp.float32))",
+        "x = jnp.ones((N * 8, 128), jnp.float32)\n"
+        "expected = jax.jit(jax.shard_map(lambda v: lax.ppermute(v, 'i', [(0, 1), (1, 0), (2, 3), (3, 2)]),\n"
+        "                                 mesh=jax.make_mesh((N,), ('i',)), in_specs=P('i'), out_specs=P('i')))(x)\n"
+        "f(x)"))
+    (report,) = check_file(str(path), 4)
+    assert report.ok and any("computes a lax reference with `ppermute` that ringc cannot read" in a
+                             and "permutes devices other than by one shift" in a for a in report.assumptions), \
+        report.assumptions
+
+
+def test_an_import_of_jax_core_is_no_question_about_tensorcores(tmp_path):
+    """`from jax.core import Var` failing on JAX 0.10 (a notebook's helper, sweep 22): the
+    fix is the import, not `--tpu v5p` (the word `core` of a module path is no count of cores)."""
+    path = tmp_path / "old_import.py"
+    path.write_text(HEAD + "from jax.core import Var\n\n"
+                    "out = jax.jit(lambda a: pl.pallas_call(lambda x_ref, o_ref: None,\n"
+                    "              out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype))(a))(Var)\n")
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 1)
+    assert "--tpu v5p" not in refused.value.fix and "ImportError raised at line 8" in refused.value.fix, \
+        refused.value.fix
+
+
+def test_a_module_of_triton_kernels_is_told_so_before_any_entry(tmp_path):
+    """RorroArt/pallas_attn (sweep 22): the first message said only "no entry function"; the
+    file imports `jax.experimental.pallas.triton`, which ringc does not check: said at once."""
+    path = tmp_path / "paged.py"
+    path.write_text(HEAD + "from jax.experimental.pallas import triton as plt\n\n"
+                    "def paged_attention(q, k, v):\n"
+                    "    return pl.pallas_call(lambda *r: None, out_shape=q,\n"
+                    "                          compiler_params=plt.CompilerParams(num_warps=4))(q, k, v)\n")
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 1)
+    assert refused.value.fix.startswith("the file imports jax.experimental.pallas.triton"), refused.value.fix

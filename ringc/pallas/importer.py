@@ -120,8 +120,9 @@ PRIMITIVES.between("pmin", lambda p, sizes: f"lax.pmin {_on_axes(p)}")
 @dataclass
 class _Buf:
     kind: str     # input | output | scratch | value | prefetch ...
-    memory: str   # hbm | vmem | smem | semaphore
+    memory: str   # hbm | vmem (SMEM too: a core's own) | semaphore
     line: int = 0
+    space: str = ""   # hbm | vmem | smem: an SMEM output's scalar stores are values ringc follows, not events
 
 
 @dataclass
@@ -147,7 +148,7 @@ def collective_named(kind: str, shift: int = 1, file: str | None = None) -> Coll
     """`COLLECTIVE = "ppermute"` (with `SHIFT`), or a `lax` reference's kind: its class."""
     if kind not in COLLECTIVES:
         raise ScheduleError(f"COLLECTIVE = {kind!r} is not one ringc knows ({', '.join(COLLECTIVES)})", file=file,
-                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance and races only")
+                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance, races and unwritten outputs only")
     return COLLECTIVES[kind](shift=shift)
 
 
@@ -410,8 +411,9 @@ def _kernel_homes(path: str) -> list[str] | None:
     return homes[:3]
 
 
-def _imported_modules(path: str) -> set[str]:
-    """The first parts of the module names the file's code imports (`from mesh8_kernel import f`)."""
+def _imported_modules(path: str, full: bool = False) -> set[str]:
+    """The module names the file's code imports (`from mesh8_kernel import f`): their first
+    parts, or with `full` the whole dotted names."""
     from .script import script_source
     try:
         tree = ast.parse(script_source(path))
@@ -420,9 +422,11 @@ def _imported_modules(path: str) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(a.name.split(".")[0] for a in node.names)
+            names.update(a.name if full else a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
+            names.add(node.module if full else node.module.split(".")[0])
+            if full:
+                names.update(f"{node.module}.{a.name}" for a in node.names)
     return names
 
 
@@ -437,12 +441,19 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
         parts.append("its kernels are raw Mosaic GPU (jax.experimental.mosaic.gpu, the `mosaic_gpu_p` primitive "
                      "of `as_gpu_kernel`), which ringc does not check: it checks Pallas Mosaic GPU kernels "
                      "(plgpu.kernel under shard_map, --gpu h100) and Pallas TPU kernels")
+    # Pallas Triton kernels (GPU): out of scope, said before any --entry is tried (sweep 22)
+    if any(m.startswith("jax.experimental.pallas.triton") for m in _imported_modules(path, full=True)):
+        parts.append("the file imports jax.experimental.pallas.triton: its kernels are Pallas Triton GPU kernels, "
+                     "which ringc does not check (it checks Pallas TPU kernels and Pallas Mosaic GPU kernels)")
     # A kernel written for megacore chips refuses a 1-core device (`... supports 2 cores per chip`).
-    if re.search(r"\bcores?\b", notes) and (tpu or "v5e") in ("v5e", "v6e"):
+    # (a count of cores or TensorCores the code checks, not a module path: `jax/core.py`)
+    if (re.search(r"\bcores? (?:per|on|of|in) (?:a |each )?(?:chip|device)|\bnum_cores\b|tensor ?cores?\b|\b\d+ cores?\b",
+                  notes, re.I) and (tpu or "v5e") in ("v5e", "v6e")):
         parts.append(f"the code asked for TensorCores per chip: ringc answered as TPU {tpu or 'v5e'}, 1 core per "
                      "device; check with --tpu v5p or --tpu v4 (2 cores, megacore)")
     # A test module whose tests all skip themselves (`Expect TPUv7+`): say which generations ringc answers as.
-    said = [re.search(r"skipped itself \(([^)]*)\)", n) for n in script.notes]
+    # (a unittest's "skipped itself (WHY)", pytest's "skipped (Skipped: WHY)")
+    said = [re.search(r"skipped (?:itself \(|\(Skipped: )([^)]*)\)", n) for n in script.notes]
     skipped = "; ".join(dict.fromkeys(m.group(1) for m in said if m))
     if skipped:
         # (`requires 1 device, found 4`: the device count is what to change, not the generation)
@@ -711,6 +722,13 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         elif values is not None:
             report.assumptions.append("integer inputs (scalar prefetch, SMEM) with the values the script passed")
         report.assumptions.extend(script.answers.assumptions())
+        if any(f.kind == "unwritten_output" for f in report.findings) and (
+                made_up or any("ringc sampled" in a for a in report.assumptions)):
+            # what a ragged kernel writes follows its data: with zeros made up (or a sample),
+            # it may write nothing of an output it fills with real routing
+            report.findings = [f for f in report.findings if f.kind != "unwritten_output"]
+            report.assumptions.append("unwritten outputs not asked: what the kernel writes depends on integers ringc "
+                                      "made up or sampled (give real values with --arg NAME=...=VALUE)")
         if left_out:
             report.assumptions.append(left_out)
         if not reports:  # the script's notes once, on its first verdict
@@ -1727,7 +1745,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "
                                   "there is no meaning to check")
     elif collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance and races only, no meaning check (name the "
+        report.assumptions.append("COLLECTIVE is None: hangs, balance, races and unwritten outputs only, no meaning check (name the "
                                   "kernel's collective to check its result: --collective KIND, or COLLECTIVE in a "
                                   "build(mesh) module)")
     # Device 0's events say what every device's do (the same equations, moved) on a quotient.
@@ -1876,7 +1894,7 @@ def _spec(outer: "_Outer", b: Builder, program: Any, name: str, file: str, sizes
     the assumptions that adds."""
     from ..verify.check import resolve_topology
     from ..verify.placement import fits, place_devices
-    buffers = {nm: _Buf(buf.kind, buf.memory, buf.line) for nm, buf in b.buffers.items()}
+    buffers = {nm: _Buf(buf.kind, buf.memory, buf.line, buf.space) for nm, buf in b.buffers.items()}
     for h in outer.ins:
         h = h.root()
         if h.buffer is not None:

@@ -66,20 +66,26 @@ def eager_shard_maps(staging: Callable[[], Any]) -> Iterator[None]:
     from jax._src import core
 
     eager = core.EvalTrace.process_shard_map
+    inside = []   # staging now: a shard_map the jitted body runs eagerly (under `jax.disable_jit`) stays eager
 
     def staged(trace, prim, fun, args, **params):
+        if inside or jax.config.jax_disable_jit:
+            return eager(trace, prim, fun, args, **params)
         made = []
 
         def body(*xs):
             out = prim.bind(*xs, subfuns=(fun,), **params)
             made.append(out)
             return list(out.vals)
+        inside.append(True)
         try:
             with staging():
                 flat = jax.jit(body)(*args)
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                 jax.errors.NonConcreteBooleanIndexError):
             return eager(trace, prim, fun, args, **params)
+        finally:
+            inside.pop()
         return made[0].update(flat)
 
     core.EvalTrace.process_shard_map = staged

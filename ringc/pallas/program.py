@@ -410,8 +410,10 @@ class Builder(Sink):
             # static shapes that give no grid point: an `ok` would say nothing (the body never runs)
             raise KernelError(f"pallas_call `{call.name}` has an empty grid {grid}: its kernel never runs, so there is "
                               "nothing to check", file=where.file, line=int(where) or None,
-                              fix="give the arrays and mesh the kernel is sized for (--arg, --mesh, --devices): its "
-                                  "grid comes from their shapes")
+                              fix="where ringc made the arrays (--entry), give those the kernel is sized for "
+                                  "(--arg, --mesh, --devices): its grid comes from their shapes; where the file's own "
+                                  "code sized them (a test's block larger than its array: 512 // 8192 is 0 steps), "
+                                  "the kernel never runs and never writes its outputs there: fix the sizes in the code")
         n_pref, n_in, n_out = gm.num_index_operands, gm.num_inputs, gm.num_outputs
         split = next((k for k, sem in enumerate(semantics) if "parallel" in str(sem).lower()
                       and "core" not in str(sem).lower() and k < len(grid) and grid[k] >= 2), None)

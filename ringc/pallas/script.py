@@ -47,7 +47,7 @@ import traceback
 import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -97,12 +97,14 @@ class Script:
     n: int
     captures: list[Capture] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _went_on: set[str] = field(default_factory=set)   # who has had a failed comparison go on (`went_on`)
     test: str | None = None        # the test running now
     entry_line: int = 0            # the entry function ringc is calling (its def line), else 0
     seen: dict = field(default_factory=dict)  # a captured call's key -> its Capture (parameterized copies)
     # A `lax` reference computed before the kernel call it names (a harness computing `expected`
     # first): (its first argument's `FirstArg`, (meaning, line)), taken by the next capture on that array.
     early_references: list = field(default_factory=list)
+    early_unread: list = field(default_factory=list)  # (FirstArg, note) of a reference before its call naming no meaning
     answers: Any = None            # `tpu.Answers`: what the code asked the stand-in TPU devices
     missing: Any = None            # the first missing package a statement imported (`imports.missing_import`)
     imports: Any = None            # `imports.Imports` of the run: its stubs' calls blame a failure on a stub
@@ -145,6 +147,16 @@ class Script:
     @property
     def _test_patterns(self) -> tuple[str, ...]:
         return () if self.tests is None else (self.tests,) if isinstance(self.tests, str) else tuple(self.tests)
+
+    def went_on(self, what: str, line: int | None) -> None:
+        """A failed comparison of the script's or a test's (`what`: `assertLess`, `assert`) at
+        `line` did not stop it (the kernels' results are placeholders): said once per test,
+        or once for the script."""
+        who = f"test {self.test}" if self.test else "the script"
+        if who not in self._went_on:
+            self._went_on.add(who)
+            self.notes.append(f"{who}: a failed {what} at line {line} (the kernels' results are placeholders) "
+                              "did not stop it: ringc ran the code after it")
 
     def same_failure(self, e: BaseException, left: int) -> bool:
         """A test stopped before any kernel call with `e`: whether the run should stop, the last
@@ -745,6 +757,11 @@ def _capturing(script: Script) -> Iterator[None]:
                 script.early_references.remove(early)
                 early = early[1]
                 (cap.reference, cap.reference_line), cap.reference_ran = early, True
+            unread = next((e for e in script.early_unread if e[0].names(args)), None)
+            if unread is not None:   # a reference before the call that names no meaning: said
+                script.early_unread.remove(unread)
+                if cap.reference is None:
+                    cap.assumes.append(unread[1])
             return zeros()
         ref = lax_reference(jaxpr.jaxpr)
         if ref is not None:
@@ -755,15 +772,18 @@ def _capturing(script: Script) -> Iterator[None]:
             if args:   # before the kernel call it names: taken by the next capture on the same array
                 script.early_references.append((FirstArg(args), (ref, caller_line(script.path))))
         elif (name := _unread_reference(jaxpr.jaxpr)) is not None:
+            note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that ringc "
+                    "cannot read as the collective's meaning (it slices, indexes or combines the data "
+                    "around it, permutes devices other than by one shift, or gathers along another dimension): "
+                    "no meaning taken from it (--collective names one)")
             for c in reversed(script.captures):
                 if c.first.names(args) and c.reference is None:
-                    note = (f"line {caller_line(script.path)} computes a lax reference with `{name}` that ringc "
-                            "cannot read as the collective's meaning (it slices, indexes or combines the data "
-                            "around it, or gathers along another dimension): no meaning taken from it "
-                            "(--collective names one)")
                     if note not in c.assumes:
                         c.assumes.append(note)
                     break
+            else:
+                if args:   # before the kernel call it is about: said on the next capture on the same array
+                    script.early_unread.append((FirstArg(args), note))
         return run(*args, jaxpr=jaxpr, **params)
 
     def lowered(jaxpr, args):
@@ -1019,14 +1039,48 @@ GO_ON = {("numpy.testing", None): ("assert_allclose", "assert_array_equal", "ass
          ("jax._src.test_util", "JaxTestCase"): ("assertAllClose", "assertArraysEqual", "assertArraysAllClose")}
 
 
+# What a check of array values calls (`np.allclose(out, ref)`, `(out == ref).all()`,
+# `jnp.max(jnp.abs(out - ref)) < tol`): an assert that calls none (`mesh.shape == (2, 2)`, a
+# precondition of the environment) is left as Python has it.
+VALUE_CHECKS = frozenset({"allclose", "isclose", "array_equal", "array_equiv", "all", "any", "max", "min", "abs",
+                          "sum", "mean", "norm", "count_nonzero", "nonzero", "argmax"})
+
+
+class _GoOnAsserts(ast.NodeTransformer):
+    """The file's own bare `assert test, msg` that checks array values (`VALUE_CHECKS`) as
+    `if not test: __ringc_assert__(line, msg)` (`_assert_went_on`): a check of the
+    placeholder results (`assert np.allclose(out, ref)` in a loop over block sizes) does not
+    end the statement, so the kernel calls after it are captured and checked too. Under a
+    JAX trace (a static check in a kernel or a jitted function) it raises as Python's would."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        calls = {c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
+                 for c in ast.walk(node.test) if isinstance(c, ast.Call)}
+        if not calls & VALUE_CHECKS:
+            return node
+        call = ast.Call(ast.Name("__ringc_assert__", ast.Load()),
+                        [ast.Constant(node.lineno), node.msg or ast.Constant(None)], [])
+        out = ast.If(ast.UnaryOp(ast.Not(), node.test), [ast.Expr(call)], [])
+        return ast.fix_missing_locations(ast.copy_location(out, node))
+
+
+def _assert_went_on(script: Script) -> Callable[[int, Any], None]:
+    def failed(line: int, msg: Any) -> None:
+        from jax._src import core
+        if not core.trace_state_clean():
+            raise AssertionError(*(() if msg is None else (msg,)))
+        script.went_on("assert", line)
+    return failed
+
+
 @contextlib.contextmanager
 def _assertions_go_on(script: Script) -> Iterator[None]:
     """While the script runs, a failed comparison (`GO_ON`) returns instead of raising, and the
     first one of each test (or of the script) is a note naming its line: the code after it,
-    and the kernels that code calls, are still run and checked. (A bare `assert` cannot be
-    caught so: a test it stops is a note, as before.)"""
+    and the kernels that code calls, are still run and checked. (A bare `assert` of the
+    file's own code goes on too: `_GoOnAsserts`.)"""
     import importlib
-    patched, went_on = [], set()
+    patched = []
     for (module, cls), names in GO_ON.items():
         try:   # (JAX's test utilities are in its source tree, not the wheel: often not there)
             owner = importlib.import_module(module)
@@ -1049,11 +1103,7 @@ def _assertions_go_on(script: Script) -> Iterator[None]:
                     if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(script.path):
                         line = frame.f_lineno
                     frame = frame.f_back
-                who = f"test {script.test}" if script.test else "the script"
-                if who not in went_on:   # the first failed comparison of each test is said
-                    went_on.add(who)
-                    script.notes.append(f"{who}: a failed {name} at line {line} (the kernels' results are "
-                                        "placeholders) did not stop it: ringc ran the code after it")
+                script.went_on(name, line)
                 return None
         return compare
 
@@ -1182,7 +1232,7 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
     script.notes += skipped
     register_cpu_tpu_info()
     env: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.abspath(path), "__builtins__": __builtins__,
-                           "__package__": package_of(path)}
+                           "__package__": package_of(path), "__ringc_assert__": _assert_went_on(script)}
     # The script's own output (prints of placeholder results) is not ringc's: it is dropped,
     # and its top-level `print` does not even format its arguments: printing a sharded array
     # fetches it from every device (seconds for the tutorial's 1 GiB arrays), for nothing.
@@ -1200,7 +1250,8 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
             if _only_prints(stmt):
                 continue
             try:
-                code = compile(ast.Module([stmt], type_ignores=[]), path, "exec", flags=future, dont_inherit=True)
+                code = compile(ast.Module([_GoOnAsserts().visit(stmt)], type_ignores=[]), path, "exec", flags=future,
+                               dont_inherit=True)
             except SyntaxError as e:  # found only when compiled (`def f(_, _)`): like a statement that fails
                 script.notes.append(f"line {e.lineno or stmt.lineno}: not valid Python ({e.msg}): ringc skipped the "
                                     "statement and ran the next")

@@ -47,7 +47,7 @@ from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from .placement import (Placement, labels, rotated_route_summary, route_findings, route_summary,
                         xor_route_summary, xor_routes_symmetric)
 from .races import describe, event_accesses, find_races
-from .semantics import box_inside, box_meets, check_semantics
+from .semantics import box_inside, box_meets, check_semantics, unwritten_outputs
 from .simulate import Machine, maximal_run
 from .spec import Spec
 from .symmetric import flow as symmetric_flow, races as symmetric_races, run as symmetric_run
@@ -594,8 +594,10 @@ def _meaning(a: Analysis) -> list[Finding]:
     """The symbolic data flow against the meaning, when the run completes; with the run
     race-free and the accesses' steps proved, device 0's output decides every device's."""
     c = a.candidate
-    if not a.finished or c.meaning is None:
+    if not a.finished:
         return []
+    if c.meaning is None:   # no meaning to compare with: what no run can fill is still wrong
+        return [] if a.races else unwritten_findings(c.spec, c.program)
     program, (collective, buffers) = c.program, c.meaning
     inputs = [name for name, buf in c.spec.buffers.items() if buf.kind == "input"]
     symmetric = not a.races and a.steps is not None and _meaning_moves(collective, buffers, program, a.steps)
@@ -619,6 +621,23 @@ def _meaning(a: Analysis) -> list[Finding]:
         findings.append(M.WRONG_RESULT.finding(
             label=program.label(mm.device), where=mm.where, got=mm.got, collective=collective.kind,
             want=mm.want, last=written, event=last, device=mm.device))
+    return findings
+
+
+def unwritten_findings(spec: Spec, program: Program) -> list[Finding]:
+    """One `unwritten_output` finding per output that nothing fills on some device
+    (`semantics.unwritten_outputs`), naming the devices."""
+    missing: dict[str, list[int]] = defaultdict(list)
+    for d, name in unwritten_outputs(spec.buffers, (ev for events in program.devices for ev in events),
+                                     range(program.device_count)):
+        missing[name].append(d)
+    findings = []
+    for name, devices in missing.items():
+        shown = ", ".join(program.label(d) for d in devices[:8]) + (", ..." if len(devices) > 8 else "")
+        findings.append(M.UNWRITTEN_OUTPUT.finding(
+            name=name, line=program.line_text(spec.buffers[name].line),
+            devices=f"device {shown}" if len(devices) == 1 else f"devices {shown}",
+            device=devices[0]))
     return findings
 
 

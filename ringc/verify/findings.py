@@ -26,6 +26,8 @@ KINDS = {
     "dtype_mismatch": "a DMA between buffers of different element types (the TPU compiler refuses it)",
     "parallel_dependency": "an iteration of a `parallel` grid axis depends on another iteration of it",
     "wrong_result": "an output block differs from the collective's meaning",
+    "unwritten_output": "an output nothing fills: no copy or store into it carries a value (checked where there is "
+                        "no meaning to compare with)",
     "out_of_bounds": "an access outside its buffer: runtime data (--data) puts a region there (a ragged size "
                      "that overflows the receive buffer), or a Pallas kernel indexes a ref out of range",
 }
@@ -58,6 +60,8 @@ class Finding:
             "device_label": program.label(ev.device if ev else self.device)
             if (ev or self.device is not None) else None,  # e.g. "(1, 2)" on a 2-D topology
             "step": dict(zip(program.grid_names, ev.point)) if ev else None,
+            # a Pallas kernel's loops around the event, outermost first (`Event.loops`)
+            "loops": [{"line": int(at), "iteration": i} for at, i, _ in ev.loops] if ev else [],
             "invocation": ev.invocation if ev else None,
             "line": int(ev.line) if ev else None,
             "file": getattr(ev.line, "file", program.file) if ev else program.file,

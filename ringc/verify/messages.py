@@ -80,6 +80,12 @@ MEGACORE_VMEM_COPY = Message(
                      "HBM to HBM (the tutorial's advice), since VMEM belongs to one core")
 
 # -- the meaning (`check.check_program`) and the data (`check.check_data`) ---------------------
+# with no meaning to check (`core.unwritten_findings`): an output nothing fills
+UNWRITTEN_OUTPUT = Message(
+    "unwritten_output", "output `{name}` ({line}) is never written on {devices}: no copy or store into it carries a "
+                        "value from the kernel's inputs or one it makes, so the caller reads whatever the memory held "
+                        "(a kernel body not written yet, a store under a condition that never holds, a copy from "
+                        "scratch nothing fills)")
 WRONG_RESULT = Message("wrong_result", "device {label}: {where} ends as {got}, but {collective} needs {want}{last}")
 # the output's shape is not the collective's (`semantics.mismatches`: no device's values are compared)
 WRONG_SHAPE = Message("wrong_result", "the output `{where}` has {got}, but {collective} needs {want}")

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
 from .events import COMPUTES, Compute, DmaStart, Event, Program, Region, matmul_dims
 
-__all__ = ["UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
+__all__ = ["unwritten_outputs", "UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
            "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
@@ -1273,3 +1273,45 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
                     found.append(Mismatch(d, box_text(out, ix), render_value(gv, ix), render_value(wv, ix), out, ix,
                                           why))
     return found
+
+
+# The buffers that hold data when a kernel starts: its inputs, arrays the program computed
+# before it, its scalar prefetch. Outputs, scratch and value registers start as garbage.
+FILLED_KINDS = ("input", "computed", "prefetch")
+
+
+def unwritten_outputs(buffers: Any, events: Iterable[Event], devices: Iterable[int] | None) -> list[tuple[int, str]]:
+    """The outputs (device, name) that nothing fills: no copy or store into them carries a
+    value from a filled buffer (`FILLED_KINDS`) or one the kernel makes itself (a constant,
+    a store with nothing read), directly or through other buffers, in any order. A kernel
+    not yet written (a course's TODO body), a store under a condition that never holds, a
+    copy from scratch nothing fills. SMEM outputs are not asked: their scalar stores are
+    values ringc follows, not events. Over-approximates what is filled (a partial write, a
+    write the run orders before its source is filled, count as filled), so an output it
+    names is garbage in every run. `devices=None`: buffers by name alone (a quotient's
+    device 0 stands for every device; device -1 in the result)."""
+    key = (lambda r: (r.device, r.buffer)) if devices is not None else (lambda r: (-1, r.buffer))
+    feeds: dict[tuple[int, str], set[tuple[int, str]]] = defaultdict(set)
+    made: set[tuple[int, str]] = set()   # written with a value the kernel makes (nothing read)
+    for ev in events:
+        a = ev.action
+        if isinstance(a, DmaStart):
+            feeds[key(a.src)].add(key(a.dst))
+        elif isinstance(a, Compute) and a.work:
+            reads = a.reads
+            if not reads:
+                made.add(key(a.dst))
+            for r in reads:
+                feeds[key(r)].add(key(a.dst))
+    kinds = {name: facts.kind for name, facts in buffers.items()}
+    todo = [k for k in feeds if kinds.get(k[1]) in FILLED_KINDS] + list(made)
+    filled = set(todo)
+    while todo:
+        for nxt in feeds.get(todo.pop(), ()):
+            if nxt not in filled:
+                filled.add(nxt)
+                todo.append(nxt)
+    # (an SMEM output's scalar stores are values ringc follows, not events: not asked)
+    outputs = [name for name, facts in buffers.items() if facts.kind == "output" and getattr(facts, "space", "") != "smem"]
+    return [(d, name) for name in outputs for d in (sorted(devices) if devices is not None else [-1])
+            if (d, name) not in filled]

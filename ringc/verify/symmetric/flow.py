@@ -12,7 +12,7 @@ from ...collectives import Buffers, Collective
 from ..background import Background
 from ..events import DmaStart, Event
 from ..rotation import NotRotational
-from ..semantics import Memory, apply, mismatches
+from ..semantics import Memory, apply, mismatches, unwritten_outputs
 from ..spec import Spec
 from ..windows import FusedMemory, Unfused
 from .analysis import SymmetricAnalysis, Unclear
@@ -29,8 +29,8 @@ def data_flow_right(spec: Spec, program: SymmetricProgram, meaning: "tuple[Colle
     rotated regions are reused (the races ask for the same ones). The gauge's steps only
     move dims accessed whole, and a whole dim stays whole, so a region moves the same
     under either."""
-    if meaning is None:
-        return True  # no meaning to check
+    if meaning is None:   # no meaning to check: device 0 stands for every device's outputs being filled
+        return not unwritten_outputs(spec.buffers, program.representatives.devices[0], None)
     collective, buffers = meaning
     steps = data_steps(program, collective, buffers)
     if steps is None:
