@@ -1742,12 +1742,12 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "0 touches are findings")
     if collective is None and not sizes:
         report.assumptions.append("COLLECTIVE is None: one chip's kernel, called outside shard_map: hangs, balance, "
-                                  "races and bounds of its DMAs, semaphores and grid; it computes no collective, so "
-                                  "there is no meaning to check")
+                                  "races, unwritten outputs and bounds of its DMAs, semaphores and grid; it computes "
+                                  "no collective, so there is no meaning to check")
     elif collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance, races and unwritten outputs only, no meaning check (name the "
-                                  "kernel's collective to check its result: --collective KIND, or COLLECTIVE in a "
-                                  "build(mesh) module)")
+        report.assumptions.append("COLLECTIVE is None: hangs, balance, races and unwritten outputs only, no meaning "
+                                  "check (name the kernel's collective to check its result: --collective KIND, or "
+                                  "COLLECTIVE in a build(mesh) module)")
     # Device 0's events say what every device's do (the same equations, moved) on a quotient.
     held = program.representatives if isinstance(program, SymmetricProgram) else program
     report.assumptions += _between_assumptions(outer, held)
