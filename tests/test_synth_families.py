@@ -1707,6 +1707,7 @@ def test_a_broken_shifted_halving_schedule_is_refused(kind, broken, fixed, kinds
     assert not report.ok and kinds & set(_errors(report)), _errors(report)
 
 
+@pytest.mark.slow   # a goal over a whole slice's candidates (20 s): the default suite keeps its 15 minutes
 def test_shifted_halving_meets_the_latency_goals_on_v5e_16x16():
     """Issue 36's goals at 64 KiB on v5e:16x16 (alpha x diameter = 16 us): two rounds per
     axis, 8 + 2 hops (recursive_halving's three take 8 + 2 + 1: 1.85x, 1.85x and 2.9x)."""
@@ -2298,6 +2299,7 @@ def test_a_broken_two_core_3d_vmem_windows_schedule_is_refused(broken, fixed, ki
     _assert_refused(_windows_3d_cores(), broken, fixed, kinds, "torus:3x3x3")
 
 
+@pytest.mark.slow   # a goal over a whole slice's candidates (20 s): the default suite keeps its 15 minutes
 def test_two_cores_put_the_3d_reductions_on_v5p_4x4x4_within_5_percent_of_the_bound():
     """One core issuing the six streams' DMAs capped the 3-D reduce-scatter at 88.4% of the
     bound on v5p:4x4x4 at 256 MiB (all-reduce 92.8%); a direction per core (its own DMA
