@@ -586,8 +586,7 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
     if entry is not None:
         fn = env.get(entry)
         if not callable(fn):
-            names = sorted(k for k, v in env.items() if inspect.isfunction(v) and not k.startswith("_")
-                           and v.__module__ == env["__name__"])   # (not ringc's stand-ins: its `print`)
+            names = sorted(_module_functions(env))
             raise ScheduleError(f"--entry {entry}: the module has no function of that name", file=path,
                                 fix=f"name one of: {', '.join(names[:12]) or '(none)'}")
         _refuse_kernel_body(env, entry, fn, path)
@@ -607,6 +606,13 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
     # With no function taking an axis name, the functions taking a mesh (factories such as
     # `make_exchange_call(mesh, *, capacity=128)`, whose kernels name their axis themselves).
     return out or of_mesh
+
+
+def _module_functions(env: dict) -> list[str]:
+    """The public functions the module itself defines (not ringc's stand-ins: its `print`;
+    not what it imports), in definition order: the names `--entry` takes."""
+    return [k for k, v in env.items() if not k.startswith("_") and inspect.isfunction(v)
+            and v.__module__ == env["__name__"]]
 
 
 def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
@@ -640,8 +646,7 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
             raise missing or problems[0]
         # ringc chose the functions: say which, and the others it could have called
         chosen = [name for name, _ in entries]
-        others = [k for k, v in env.items() if not k.startswith("_") and k not in chosen and inspect.isfunction(v)
-                  and v.__module__ == env["__name__"]]
+        others = [k for k in _module_functions(env) if k not in chosen]
         first = problems[0]
         raise ScheduleError(first.message, file=first.file, line=first.line,
                             fix=f"{first.fix}; or name the function that runs the kernel with --entry NAME (ringc "
@@ -650,8 +655,7 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
     if tried:
         script.notes.append("entry functions ringc called: " + "; ".join(tried))
     elif entry is None:
-        public = [k for k, v in env.items() if not k.startswith("_") and inspect.isfunction(v)
-                  and v.__module__ == env["__name__"]]
+        public = _module_functions(env)
         script.notes.append("no entry function: none takes an axis name (name one with --entry"
                             + (f": the module's functions are {', '.join(public[:8])})" if public else ")"))
     script.entry_line = 0

@@ -242,7 +242,7 @@ def script_source(path: str) -> str:
     if p.suffix == ".md":
         return _myst_code(text)
     if p.suffix == ".ipynb":
-        return _ipynb_code(path, text)
+        return _ipynb_cells(path, text)[0]
     return text
 
 
@@ -278,10 +278,6 @@ def _myst_code(text: str) -> str:
             header = False
         out.append(_blank_magic(line) if cell else "")
     return "\n".join(out) + "\n"
-
-
-def _ipynb_code(path: str, text: str) -> str:
-    return _ipynb_cells(path, text)[0]
 
 
 def _ipynb_cells(path: str, text: str) -> tuple[str, list[tuple[int, int]]]:
