@@ -22,6 +22,17 @@ from ringc.verify.check import check
 KiB, MiB = 2**10, 2**20
 
 
+# The suite's time (CI runs the default suite on 2 cores in under 15 minutes): a family's
+# all-reduce builds its reduce-scatter and then its all-gathers, so by default the heavy
+# checks run the all-reduce, and the reduce-scatter alone only under `-m slow`.
+PSUM_BY_DEFAULT = [pytest.param(False, marks=pytest.mark.slow), True]
+
+
+def _slow_after(cases: list, k: int) -> list:
+    """Broken cases of one family: the first k by default, the rest under `-m slow`."""
+    return [c if i < k else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
+
+
 def _errors(report) -> list[str]:
     return [f.kind for f in report.findings if f.severity == "error"]
 
@@ -336,6 +347,7 @@ def test_a_broken_per_axis_direct_reduce_scatter_is_refused():
     assert "wrong_result" in _errors(report)
 
 
+@pytest.mark.slow   # (a search over a whole slice: 20 s)
 def test_arrivals_in_vmem_and_the_longest_route_first_win_the_reduce_scatter_at_64kib_on_a_cube():
     r = synth("psum_scatter", "v5p:4x4x4", [64 * KiB], compile=False)
     (ch,) = r.choices
@@ -406,6 +418,7 @@ def test_a_broken_3d_reduce_scatter_is_refused(broken, fix):
     assert "wrong_result" in _errors(report)
 
 
+@pytest.mark.slow   # (a search over a whole slice: 20 s)
 def test_the_3d_reduce_scatter_is_a_candidate_on_v5p():
     """per_axis' 3-D reduce-scatter is priced there, egress-bound (the winner, landing in
     VMEM windows, is vmem_windows': `test_the_3d_vmem_windows_beat_per_axis_on_v5p_4x4x4`)."""
@@ -745,6 +758,7 @@ def test_a_broken_all_gather_of_the_vmem_windows_all_reduce_is_refused():
     assert not report.ok and {"race", "wrong_result"} & set(_errors(report)), _errors(report)
 
 
+@pytest.mark.slow   # (a search over a whole slice: 20 s)
 def test_the_vmem_windows_all_reduce_is_within_5_percent_of_the_bound_on_torus_4x4():
     """The all-reduce's goal at 256 MiB (issue 36): per_axis, landing in HBM, is at 91.3%."""
     r = synth("psum", "torus:4x4", [256 * MiB], compile=False)
@@ -777,7 +791,7 @@ def test_a_broken_load_of_the_own_blocks_is_refused(broken, fixed, kinds):
     assert not report.ok and kinds <= set(_errors(report)), _errors(report)
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 def test_the_vmem_windows_kernels_match_lax_in_interpret_mode(all_reduce):
     """Two rounds of pieces (the next round's own blocks loaded after the last step of the
     one before), on a 2 x 4 CPU mesh, equal lax."""
@@ -906,7 +920,7 @@ def test_a_broken_second_phase_window_count_is_refused(breaking, kinds):
 
 
 @pytest.mark.parametrize("held", [pytest.param(False, marks=pytest.mark.slow), True], ids=["", "held"])
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 def test_the_vmem_windows_meeting_half_way_match_lax_in_interpret_mode(all_reduce, held):
     from ringc.run import run_schedule
     result = run_schedule(load_text(_windows_halfway(all_reduce, step_loads=True, held=held), "halfway"), 8,
@@ -1080,7 +1094,7 @@ def test_the_3d_vmem_windows_check_on_the_quotient(topology, rows, lanes, all_re
     assert report is not None and report.ok, report and [f.message for f in report.findings]
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 @pytest.mark.parametrize("topology, rows, lanes", [("torus:2x2x2", 64, 2), ("torus:2x3x4", 64, 2)])
 def test_the_3d_vmem_windows_check_on_every_chip(topology, rows, lanes, all_reduce):
     """The same verdict from the full analysis (every chip's events, no symmetry)."""
@@ -1142,7 +1156,7 @@ ALL_GATHERS_3D = [
 ]
 
 
-@pytest.mark.parametrize("broken, fixed, kinds", ALL_GATHERS_3D)
+@pytest.mark.parametrize("broken, fixed, kinds", ALL_GATHERS_3D[:2] + _slow_after(ALL_GATHERS_3D[2:], 0))
 def test_a_broken_all_gather_of_the_3d_vmem_windows_all_reduce_is_refused(broken, fixed, kinds):
     """The all-gathers' streams run decoupled: each waits for the piece it forwards just
     before it starts the next, `lanes` points after the piece's own start."""
@@ -1206,7 +1220,7 @@ def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_the_quotient(topo
     assert report is not None and report.ok, report and [f.message for f in report.findings]
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 @pytest.mark.parametrize("last", ["direct", "held"])
 def test_the_3d_vmem_windows_with_a_direct_last_phase_check_on_every_chip(all_reduce, last):
     """The direct third phase, and with it the plane held in VMEM, from the full analysis
@@ -1252,14 +1266,14 @@ DIRECT_GATHER_3D = [
 
 
 @pytest.mark.parametrize("broken, fixed, kinds, all_reduce",
-                         [(*c, False) for c in DIRECT_3D] + [(*c, True) for c in DIRECT_GATHER_3D])
+                         _slow_after([(*c, False) for c in DIRECT_3D], 6) + _slow_after([(*c, True) for c in DIRECT_GATHER_3D], 0))
 def test_a_broken_direct_last_phase_is_refused(broken, fixed, kinds, all_reduce):
     """The reduce-scatter's direct phase and (the all-reduce) the direct first all-gather."""
     text = _windows_3d_direct(all_reduce=all_reduce)
     _assert_refused(text, broken, fixed, kinds, "torus:2x4x4")
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["psum_scatter", "psum"])
 def test_the_3d_vmem_windows_with_a_direct_last_phase_match_lax_in_interpret_mode(all_reduce):
     """Two rounds of plane pieces, one of a column, then the direct phase (and the direct
     all-gather), on a 2 x 2 x 2 CPU mesh, equal lax."""
@@ -1281,7 +1295,7 @@ def _windows_3d_held(rows: int = 32, lanes: int = 2, all_reduce: bool = False, c
     return text.replace(params, f"params: {{rows: {rows}, cols: 128, lanes: {lanes}, cwin: {cwin}}}")
 
 
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 @pytest.mark.parametrize("topology, rows, lanes, cores, cwin", [
     ("torus:2x3x4", 32, 2, False, 2), ("torus:3x3x3", 16, 1, False, 2), ("torus:3x3x3", 32, 2, False, 2),
     ("torus:2x4x8", 64, 2, False, 2), ("v5p:4x4x4", 32, 2, True, 2), ("v5p:2x4x4", 32, 1, True, 2),
@@ -1345,7 +1359,8 @@ def test_a_broken_held_plane_is_refused(broken, fixed, kinds, topology):
     _assert_refused(_windows_3d_held(), broken, fixed, kinds, topology)
 
 
-@pytest.mark.parametrize("breaking, kinds", HELD_CWIN_3D, ids=["windows_reused_early", "waits_skipped"])
+@pytest.mark.parametrize("breaking, kinds", _slow_after(HELD_CWIN_3D, 0)[:1] + HELD_CWIN_3D[1:],
+                         ids=["windows_reused_early", "waits_skipped"])
 def test_a_broken_held_column_window_count_is_refused(breaking, kinds):
     text = _windows_3d_held(rows=64, cwin=4)
     _assert_bad_refused(text, breaking(text), kinds, "torus:2x4x8")
@@ -2324,7 +2339,7 @@ def test_two_cores_put_the_3d_reductions_on_v5p_4x4x4_within_5_percent_of_the_bo
 
 # torus:3x3x3 (12-17 s each) is a long sweep: the direct phase on odd axes stays in the default
 # suite on one core (`..._direct_last_phase_check_on_the_quotient`, `..._plane_held_check_on_the_quotient`)
-@pytest.mark.parametrize("all_reduce", [False, True], ids=["psum_scatter", "psum"])
+@pytest.mark.parametrize("all_reduce", PSUM_BY_DEFAULT, ids=["psum_scatter", "psum"])
 @pytest.mark.parametrize("topology", [pytest.param("torus:3x3x3", marks=pytest.mark.slow), "torus:2x3x4"])
 def test_the_two_core_3d_vmem_windows_with_a_direct_last_phase_check(topology, all_reduce):
     """Each core sends its own direction's rows of a block straight to every chip along the
