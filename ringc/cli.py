@@ -1169,6 +1169,7 @@ def console() -> int:
     process ends at once once its output is out, not waiting at exit for the work that code
     left in flight on the CPU devices (a tutorial's matmul of 8192 x 8192 arrays held the
     process for minutes after its message)."""
+    limits.END_PROCESS_WHEN_BLOCKED = True
     code = main()
     if limits.STOPPED:
         sys.stdout.flush()

@@ -213,6 +213,12 @@ def _status_mib(field: str) -> int:
 # The files whose code a limit stopped in this process: what they left in flight on the CPU
 # devices (a matmul of the tutorial's 8192 x 8192 arrays) would hold the process at its exit.
 STOPPED: list[str] = []
+# Set by the `ringc` command (`cli.console`), never by the Python API: a file's code blocked
+# past `user_code_s` inside a call that does not come back to Python (an XLA computation's
+# `block_until_ready`, where no signal handler runs) ends the whole process
+# (`user_code_time`'s watchdog), `WATCHDOG_GRACE_S` after the limit.
+END_PROCESS_WHEN_BLOCKED = False
+WATCHDOG_GRACE_S = 5.0
 DATA_MARGIN_MIB = 2048   # how far past `user_code_mib` one allocation may reach before it fails at once
 _capped: list[str] = []   # the file whose code runs under `_data_limit` now, if any
 
@@ -320,16 +326,43 @@ def user_code_time(file: str, what: str = "the file's own code") -> Iterator[Non
     beats = [1]   # the next heartbeat, in HEARTBEAT_S
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(min(ours, outer or ours, now + TICK_S) - now, 1e-3))
+    left = threading.Event()
+    if END_PROCESS_WHEN_BLOCKED:
+        threading.Thread(target=_watchdog, args=(left, ours, target, file, what), daemon=True,
+                         name="ringc-user-code-watchdog").start()
     try:
         with _data_limit(most_mib, target):
             yield
     except LimitStop as e:
         raise stopped_error(e, file, what) from None
     finally:
+        left.set()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
         if outer is not None:
             signal.setitimer(signal.ITIMER_REAL, max(outer - time.monotonic(), 1e-3))
+
+
+def _watchdog(left: threading.Event, deadline: float, target: str, file: str, what: str) -> None:
+    """The limit where SIGALRM cannot reach: the main thread blocked in a call that does not
+    come back to Python (XLA's `BlockUntilReady` waits with the GIL released, and a Python
+    signal handler runs only between bytecodes). Past the deadline and a grace, with the
+    code still not left, say the limit's message at the line the code is blocked on and end
+    the process (`END_PROCESS_WHEN_BLOCKED`: the command only)."""
+    import sys
+    if left.wait(max(deadline - time.monotonic(), 0.0) + WATCHDOG_GRACE_S):
+        return
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    e = stopped_error(_OverTime(_user_line(frame, target)), file, what)
+    e.message += ("; it was blocked in a computation that does not come back to Python (JAX waiting for the CPU "
+                  "devices), so ringc ended the command there: the kernel calls the code made before it were "
+                  "not checked")
+    try:
+        sys.__stdout__.flush()
+        print(str(e), file=sys.__stderr__, flush=True)   # (the code's own output is being captured)
+    except BaseException as err:   # (the process ends either way)
+        os.write(2, f"ringc: {e} ({type(err).__name__})\n".encode())
+    os._exit(2)
 
 
 def _user_line(frame: Any, target: str) -> int | None:

@@ -300,7 +300,7 @@ class Checker:
                 tr.write_line(f"  {v.where}: not checked: {v.error} (first run by {v.first})")
                 continue
             name = v.report.title.split(" (")[0]
-            size = "; ".join("no lax reference: hangs, balance, races and unwritten outputs only" if a.startswith("COLLECTIVE is None")
+            size = "; ".join("no lax reference: hangs, balance, races and unwritten memory only" if a.startswith("COLLECTIVE is None")
                              else a for a in v.report.assumptions if a.startswith(_PER_KERNEL))
             tr.write_line(f"  {v.where} {name}: {'ok' if v.report.ok else 'FAILED'} ({size}; {v.seconds:.2f}s, "
                           f"first run by {v.first})")

@@ -275,6 +275,25 @@ def test_the_command_ends_when_a_limit_stops_code_that_left_work_in_flight(tmp_p
     assert time.perf_counter() - start < 60, "the process waited at exit for the computation in flight"
 
 
+def test_the_command_ends_at_the_limit_when_the_code_is_blocked_in_one_computation(tmp_path):
+    """jax-llm-examples' decode_ragged_dot test (sweep 23) sat in one long XLA computation:
+    JAX waits for it with the GIL released, so no signal handler ran, and the command went
+    past `user_code_s` (300 s) with nothing printed until it was killed. A watchdog ends the
+    command a grace after the limit, with the limit's message at the blocked line."""
+    path = tmp_path / "forever.py"
+    path.write_text("import jax\nimport jax.numpy as jnp\n\n"
+                    "spin = jax.jit(lambda x: jax.lax.while_loop(lambda x: x > -1.0, lambda x: x * 1.5 + 1.0, x))\n"
+                    "print(float(spin(jnp.float32(1.0))))\n")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ringc", "check", str(path), "--devices", "2", "--limit",
+                           "user_code_s=2"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done
+    assert (f"{path}:5: error: the file's own code ran for 2 s, the limit `user_code_s`; it was at line 5; it was "
+            "blocked in a computation that does not come back to Python") in done.stderr, done.stderr
+    assert time.perf_counter() - start < 60
+
+
 def test_a_failing_check_piped_into_head_keeps_its_exit_code():
     cmd = (f"{sys.executable} -m ringc check {REPO / 'tests/broken/all_reduce_no_capacity_wait.yaml'} "
            "--devices 4 --explain | head -1")

@@ -151,7 +151,7 @@ def test_ringc_check_on_the_shipped_file_as_published(tmp_path):
 
 def _matmul(kernel: str, n: int, sms: int, m: int, collective: str | None = None):
     """An all-gather matmul (JAX's shipped one, or the seed's) on n GPUs of `sms` SMs, its
-    meaning `collective` checked (None: hangs, balance, races and unwritten outputs only)."""
+    meaning `collective` checked (None: hangs, balance, races and unwritten memory only)."""
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
     if kernel == "shipped":
         from jax.experimental.pallas.ops.gpu import collective_matmul_mgpu as module

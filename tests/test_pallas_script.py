@@ -1345,3 +1345,20 @@ def test_a_failed_check_of_placeholder_results_does_not_hide_the_kernels_after_i
     assert backward.kinds() == {"out_of_bounds"}, backward.to_text()
     assert any("a failed assert_allclose at line 45 (the kernels' results are placeholders) did not stop it" in a
                for a in forward.assumptions), forward.assumptions
+
+
+def test_a_file_that_asks_jax_for_cpu_devices_runs_on_that_many(tmp_path):
+    """google-deepmind/simply's multi-device tests (sweep 24) set
+    `XLA_FLAGS=--xla_force_host_platform_device_count=8` before importing jax and lay out a
+    mesh of 8: on ringc's default 4 every test died reshaping the devices, with advice to
+    use --entry. The file's own count is the default, and the verdict says why; a comment
+    naming the flag asks for nothing."""
+    from ringc.pallas.asked import DEFAULT_DEVICES, default_devices
+    path = tmp_path / "multi_test.py"
+    path.write_text("import os\nos.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')\n"
+                    "import jax\nif jax.device_count() < 2:\n    raise SystemExit\n")
+    n, why = default_devices(str(path))
+    assert n == 8 and why.startswith("the file asks JAX for 8 CPU devices (`xla_force_host_platform_device_count=8`, "
+                                     "line 2)"), (n, why)
+    path.write_text("# run with XLA_FLAGS=--xla_force_host_platform_device_count=8\nimport jax\n")
+    assert default_devices(str(path))[0] == DEFAULT_DEVICES

@@ -534,3 +534,22 @@ def test_the_cli_names_every_generation_without_importing_them():
     from ringc.cli import TPU_CHOICES
     from ringc.pallas.tpu import DEFAULT, GENERATIONS
     assert TPU_CHOICES.split("|") == [DEFAULT, *(g for g in GENERATIONS if g != DEFAULT)]
+
+
+def test_the_backend_the_users_code_asks_for_is_the_generations(tmp_path):
+    """dtunai/Ring-Attention-Jax (sweep 23) picks its Pallas path with
+    `jax.lib.xla_bridge.get_backend().platform == "tpu"`: the backend answered "cpu", and
+    the script took its XLA path, with no kernel. The user's code gets the generation's
+    platform (JAX's own calls still get the CPU backend); put back after the run."""
+    import jax.extend.backend as jex_backend
+    before = jex_backend.get_backend
+    path = tmp_path / "pick.py"
+    path.write_text(
+        "import jax\nimport jax.numpy as jnp\nfrom jax.lib import xla_bridge\nfrom jax.experimental import pallas as pl\n\n"
+        "def kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...] * 2.0\n\n"
+        "def on_tpu(x):\n    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n\n"
+        "double = on_tpu if xla_bridge.get_backend().platform == 'tpu' else (lambda x: x * 2.0)\n"
+        "jax.jit(double)(jnp.ones((8, 128), jnp.float32))\n")
+    report = verdict(str(path), 1)
+    assert report.ok and "kernel" in report.title, report.to_text()
+    assert jex_backend.get_backend is before and jex_backend.get_backend().platform == "cpu"

@@ -10,13 +10,20 @@ __all__ = ["DEFAULT_DEVICES", "default_devices", "device_count_asked"]
 
 
 def device_count_asked(path: str) -> tuple[int, int, str] | None:
-    """The device count a test module compares `jax.device_count()` with (`if
-    jax.device_count() != 8: self.skipTest(...)`, tpu-inference's collective tests): the
-    count, its line and the comparison; None when the file makes none with a number."""
+    """The device count a file asks JAX for (`XLA_FLAGS=--xla_force_host_platform_device_count=8`,
+    set in the file before jax starts, as google-deepmind/simply's multi-device tests do) or
+    compares `jax.device_count()` with (`if jax.device_count() != 8: self.skipTest(...)`,
+    tpu-inference's collective tests): the count, its line and the text; None when the file
+    says neither with a number."""
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return None
+    forced = re.compile(r"xla_force_host_platform_device_count=(\d+)")
+    for k, text in enumerate(lines, 1):
+        m = forced.search(text)
+        if m and not text.lstrip().startswith("#"):
+            return int(m.group(1)), k, m.group(0)
     pattern = re.compile(r"(?:device_count|local_device_count)\(\)\s*(?:!=|==|<=|>=|<|>)\s*(\d+)"
                          r"|(\d+)\s*(?:!=|==|<=|>=|<|>)\s*(?:jax\.)?(?:local_)?device_count\(\)")
     for k, text in enumerate(lines, 1):
@@ -39,6 +46,9 @@ def default_devices(path: str) -> tuple[int, str]:
         return DEFAULT_DEVICES, (f"ringc's default for a Python file ({DEFAULT_DEVICES}); --devices N or A..B "
                                  "checks others")
     count, line, text = asked
+    if text.startswith("xla_force"):
+        return max(count, 2), (f"the file asks JAX for {count} CPU devices (`{text}`, line {line}); "
+                               "--devices N or A..B checks others")
     n = count if re.search(r"[!=]=", text) else max(count, DEFAULT_DEVICES)
     return max(n, 2), (f"the file compares the device count with {count} (`{text}`, line {line}); "
                        "--devices N or A..B checks others")

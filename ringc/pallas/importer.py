@@ -148,7 +148,7 @@ def collective_named(kind: str, shift: int = 1, file: str | None = None) -> Coll
     """`COLLECTIVE = "ppermute"` (with `SHIFT`), or a `lax` reference's kind: its class."""
     if kind not in COLLECTIVES:
         raise ScheduleError(f"COLLECTIVE = {kind!r} is not one ringc knows ({', '.join(COLLECTIVES)})", file=file,
-                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance, races and unwritten outputs only")
+                            fix="name one of them, or set COLLECTIVE = None to check hangs, balance, races and unwritten memory only")
     return COLLECTIVES[kind](shift=shift)
 
 
@@ -492,15 +492,7 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
     # the errors after it mostly follow from it (a name it did not bind), so fix it first.
     # With an entry function that failed, a failure under `if __name__ == "__main__":` (a
     # test launcher ringc runs only as the file's own code) is not what to fix: the entry's is.
-    main = _main_lines(path) if script.entry_errors else set()
-    failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*)(?:: | with no message).*?"
-                                             r"(?:, raised at line (\d+) \(|$)").match, script.notes)
-                   if m and int(m.group(1)) not in main), None)
-    if failed and failed.group(2) == "NameError" and not script.entry_numbers and _kernel_homes(path) is not None:
-        # a name a fragment lacks, in a file with no kernel of its own (a chapter's snippets):
-        # not what kept a kernel from running; where the kernel is comes first (below). (An
-        # import that failed may be what would have brought the kernel: it stays.)
-        failed = None
+    failed = _first_failure(script, path)
     # (a mesh of a fixed size: JAX's "Number of devices 4 must be >= the product of mesh_shape (8,)")
     laid = re.search(r"product of mesh_shape \(([\d, ]+)\)", "; ".join(script.notes))
     if laid and not failed:   # a test module's test stopped so (the note says which)
@@ -546,6 +538,23 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
                  "`def build(mesh, **params)` and the rest of the interface `ringc emit` writes (see "
                  "tests/pallas_import/right_permute.py); or call ringc.check_pallas(fn, args, mesh) from Python")
     return "; else ".join(parts)
+
+
+def _first_failure(script: Any, path: str) -> "re.Match | None":
+    """The note of the first statement of the script's own that failed (a top-level import,
+    or a kernel body naming a helper the file does not define, raised inside a function it
+    called): groups (statement line, error name, line it was raised at or None). With an
+    entry function that failed, a failure under `if __name__ == "__main__":` (a test
+    launcher ringc runs only as the file's own code) is not it; nor a name a fragment lacks
+    in a file with no kernel of its own (a chapter's snippets), where the kernel is comes
+    first. (An import that failed may be what would have brought the kernel: it stays.)"""
+    main = _main_lines(path) if script.entry_errors else set()
+    failed = next((m for m in map(re.compile(r"line (\d+): (\w+(?:Error|Exception|Exit)\w*)(?:: | with no message).*?"
+                                             r"(?:, raised at line (\d+) \(|$)").match, script.notes)
+                   if m and int(m.group(1)) not in main), None)
+    if failed and failed.group(2) == "NameError" and not script.entry_numbers and _kernel_homes(path) is not None:
+        return None
+    return failed
 
 
 def _main_lines(path: str) -> set[int]:
@@ -606,6 +615,15 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
         script.notes.insert(0, left_out)
     if not script.captures:
         notes = "; ".join(script.notes[:3])
+        failed = _first_failure(script, path)
+        if failed is not None and not script.entry_errors:
+            # the user's own error stopped it (a kernel body calling a helper the file never
+            # defines): that first, at the line that raised, then what else the run said
+            raised = int(failed.group(3) or failed.group(1))
+            others = "; ".join(n for n in script.notes[:3] if n != failed.string)
+            raise ScheduleError(f"no kernel ran: {failed.string}" + (f" ({others})" if others else ""),
+                                file=path, line=raised,
+                                fix=_no_kernel_fix(script, path, notes, tpu, entry, args))
         raise ScheduleError(
             "the script ran no pallas_call under jit at top level, has no build(mesh) with the interface `ringc emit` "
             "writes, and no entry function "
@@ -704,6 +722,12 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
             shift = f" by {cap.reference['shift']}" if "shift" in cap.reference else ""
             fns = cap.reference.get("pointwise")
             of = f" of {', then '.join(fns)} applied to the input (elementwise: term by term)" if fns else ""
+            sizes, axes = kernel_mesh_axes(cap.jaxpr), tuple(cap.reference.get("axes") or ())
+            if axes and axes != tuple(sizes):
+                rest = [a for a in sizes if a not in axes]
+                of += (f" along mesh axis {', '.join(axes)}: one per group of the {math.prod(sizes[a] for a in axes)} "
+                       f"devices that share their {', '.join(rest)} coordinate" if rest else
+                       f" along mesh axes ({', '.join(axes)}), ranked in that order")
             report.assumptions.append(
                 f"meaning: {cap.reference['kind']}{shift}{of}, from the lax reference the script computes on the "
                 f"same input at line {cap.reference_line} "
@@ -767,8 +791,27 @@ def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations:
     if cap.reference and cap.reference.get("pointwise"):  # `tanh(lax.ppermute(x))`: the collective of tanh(x)
         from ..verify.semantics import PointwiseMeaning
         coll = PointwiseMeaning(coll, cap.reference["pointwise"])
-    return _check_jaxpr(cap.jaxpr, kernel_mesh_axes(cap.jaxpr), path, name, coll, _small_int_values(cap.args),
+    sizes = kernel_mesh_axes(cap.jaxpr)
+    if coll is not None and cap.reference.get("axes") and tuple(cap.reference["axes"]) != tuple(sizes):
+        coll = grouped_meaning(coll, sizes, tuple(cap.reference["axes"]), path, cap.reference_line)
+    return _check_jaxpr(cap.jaxpr, sizes, path, name, coll, _small_int_values(cap.args),
                         invocations, log, topology, dma_order)
+
+
+def grouped_meaning(coll: Any, sizes: dict[str, int], axes: tuple[str, ...], path: str, line: int | None) -> Any:
+    """A lax reference along some of the kernel mesh's axes, or along all of them in another
+    order: one collective per group of devices (`semantics.GroupedMeaning`). Refused when it
+    names an axis the kernel's mesh does not have."""
+    from ..verify.semantics import GroupedMeaning
+    names = list(sizes)
+    missing = [a for a in axes if a not in sizes]
+    if missing:
+        raise ScheduleError(f"the lax reference at line {line} runs along mesh axis {', '.join(map(repr, missing))}, "
+                            f"which the kernel's shard_map does not have (its axes: {', '.join(names)}): ringc "
+                            "cannot state the kernel's meaning from it", file=path, line=line,
+                            fix="compute the reference with a shard_map over the kernel's mesh, or name the meaning "
+                                "with --collective")
+    return GroupedMeaning(coll, tuple(sizes.values()), tuple(names.index(a) for a in axes), axes)
 
 
 def _refusal(e: Any, path: str) -> ScheduleError:
@@ -1564,8 +1607,9 @@ def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: "Pr
     and the data flow are those of the flat program. Otherwise the program is left as it is
     (and the meaning check names the shape that does not fit). Returns the program, the
     meaning and the assumptions to state."""
-    meaning = _meaning(collective, outer, b, program.device_count, file)
-    shapes, n = program.shapes, program.device_count
+    n = getattr(collective, "group_size", program.device_count)   # (a collective along some mesh axes: its group's)
+    meaning = _meaning(collective, outer, b, n, file)
+    shapes = program.shapes
     if collective.shape_problem(n, shapes, meaning[1]) is None:
         return program, meaning, []
     roles = [nm for nm in dict.fromkeys((meaning[1].input, meaning[1].output, meaning[1].rhs, meaning[1].values))
@@ -1579,7 +1623,7 @@ def flat_views(collective: Collective, outer: "_Outer", b: Builder, program: "Pr
             if collective.shape_problem(n, viewed, trial[1]) is not None:
                 continue
             try:
-                program = _view_program(program, {nm: shapes[nm][0] // n for nm in chosen}, viewed)
+                program = _view_program(program, {nm: shapes[nm][0] // n for nm in chosen}, viewed, n)
             except _NoView:
                 return program, meaning, []
             notes = [f"the meaning is stated on `{nm}` {list(shapes[nm])} viewed as {list(viewed[nm])}: device j's "
@@ -1609,10 +1653,10 @@ def _view_region(r: Region, m: int, n: int, whole_ok: bool) -> Region:
 
 
 def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
-                  shapes: dict[str, tuple[int, ...]]) -> "Program | SymmetricProgram":
+                  shapes: dict[str, tuple[int, ...]], n: int) -> "Program | SymmetricProgram":
     """`program` with every access to the buffers in `views` (name -> rows per device) on
-    their [N, m, ...] view (`flat_views`); `_NoView` when an access straddles two blocks."""
-    n = program.device_count
+    their [n, m, ...] view (`flat_views`; n: the collective's devices, a group's along some
+    mesh axes); `_NoView` when an access straddles two blocks."""
 
     def region(r: Region | None, whole_ok: bool) -> Region | None:
         return _view_region(r, views[r.buffer], n, whole_ok) if r is not None and r.buffer in views else r
@@ -1745,7 +1789,7 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
                                   "races, unwritten outputs and bounds of its DMAs, semaphores and grid; it computes "
                                   "no collective, so there is no meaning to check")
     elif collective is None:
-        report.assumptions.append("COLLECTIVE is None: hangs, balance, races and unwritten outputs only, no meaning "
+        report.assumptions.append("COLLECTIVE is None: hangs, balance, races and unwritten memory only, no meaning "
                                   "check (name the kernel's collective to check its result: --collective KIND, or "
                                   "COLLECTIVE in a build(mesh) module)")
     # Device 0's events say what every device's do (the same equations, moved) on a quotient.

@@ -26,6 +26,7 @@ registration): computed with numpy (or JAX itself) when their inputs are concret
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 import math
 import functools
 import os
@@ -266,12 +267,15 @@ class Interpreter:
     def run(self, jaxpr: Any, consts: list, args: list) -> list:
         outer_used, outer_eqn = getattr(self, "used", frozenset()), self.eqn
         self.used = _used_vars(jaxpr)
+        frames = self.__dict__.setdefault("frames", [])
+        frames.append((jaxpr, outer_eqn))   # (`only_use`: where a value came from, through calls)
         if outer_eqn is not None:
             self.enclosing.append(outer_eqn)
         try:
             return self._run(jaxpr, consts, args)
         finally:
             self.used = outer_used
+            frames.pop()
             if outer_eqn is not None:
                 self.enclosing.pop()
             self.eqn = outer_eqn
@@ -377,6 +381,38 @@ def _used_vars(jaxpr: Any) -> frozenset:
     return out
 
 
+_USES: "weakref.WeakKeyDictionary[Any, Counter]" = weakref.WeakKeyDictionary()
+
+
+def use_count(jaxpr: Any, var: Any) -> int:
+    """How many times a jaxpr reads a variable (its equations' inputs and its outputs)."""
+    hit = _USES.get(jaxpr)
+    if hit is None:
+        hit = Counter(v for eqn in jaxpr.eqns for v in eqn.invars if type(v).__name__ != "Literal")
+        hit.update(v for v in jaxpr.outvars if type(v).__name__ != "Literal")
+        _USES[jaxpr] = hit
+    return hit[var]
+
+
+def only_use(it: Any, var: Any) -> bool:
+    """Whether the equation running now is the only reader of `var`'s value: the one use in
+    its jaxpr, and, where `var` is an input of a called jaxpr (`jnp.where` is a jitted call),
+    the one use of the caller's variable too, up to where it was made."""
+    frames = it.__dict__.get("frames", [])
+    for k in range(len(frames) - 1, -1, -1):
+        jaxpr, caller = frames[k]
+        if use_count(jaxpr, var) != 1:
+            return False
+        if var not in jaxpr.invars:
+            return True    # made in this jaxpr
+        inner = caller.params.get("jaxpr") if caller is not None and k > 0 else None
+        inner = getattr(inner, "jaxpr", inner)
+        if inner is not jaxpr or len(caller.invars) != len(jaxpr.invars):
+            return False   # a loop's or a kernel's input: read again, or from outside
+        var = caller.invars[jaxpr.invars.index(var)]
+    return False
+
+
 def _ref_types() -> tuple:
     from jax._src.state.types import AbstractRef
     return (AbstractRef,)
@@ -467,6 +503,18 @@ def pure_rule(it: Interpreter, eqn: Any, invals: list) -> list:
         if u.data:  # computed from a runtime value: not sampled apart from it
             u = Unknown(f"{u.why}, and `{name}` at line {int(it.where())} computes from it")
         return [u for _ in outs]
+    if name == "select_n" and len(outs) == 1 and is_concrete(invals[0]):
+        # `jnp.where(j != 0, acc_ref[...], 0)` at a grid point where the condition is known and
+        # the same everywhere: the chosen case itself (the other one's value goes nowhere)
+        which = np.asarray(invals[0])
+        k = int(which.flat[0]) if which.size and (which == which.flat[0]).all() else None
+        chosen = invals[1 + k] if k is not None else None
+        if isinstance(chosen, Data) and chosen.shape == shapes[0]:
+            for j, (var, x) in enumerate(zip(eqn.invars[1:], invals[1:])):
+                # a case loaded only for this where, not taken: the load's value goes nowhere
+                if j != k and isinstance(x, Data) and x.how[0] == "load" and x.how[1] is not None and only_use(it, var):
+                    it.sink.discard_load(it.device, x.how[1].buffer)
+            return [chosen]
     tensors = [v for v in data if v.how[0] != "const"]  # a broadcast constant (`jnp.full`) is a constant
     if len(tensors) == 1 and len(outs) == 1 and tensors[0].shape == shapes[0] and name in ELEMENTWISE:
         followed = _elementwise(eqn, [v.how[1] if isinstance(v, Data) and v.how[0] == "const" else v
@@ -2192,6 +2240,10 @@ class Sink:
 
     def register(self, eqn: Any, line: Loc, shape: tuple[int, ...], dtype: Any) -> Buffer:
         raise NotImplementedError
+
+    def discard_load(self, device: int, register: str) -> None:
+        """The last load into `register` on `device` turned out to be thrown away (a where
+        taking its other case): by default it stays a read."""
 
     def scoped(self, it: Interpreter, eqn: Any, k: int, aval: Any) -> Any:
         raise NotImplementedError

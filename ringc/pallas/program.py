@@ -28,6 +28,7 @@ import itertools
 import math
 import os
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,6 +221,18 @@ class Builder(Sink):
                 mine.append((action.sem[0], line))
             elif isinstance(action, SemWait) and not any(isinstance(m, str) for m in mine):
                 mine.append("closed")
+
+    def discard_load(self, device: int, register: str) -> None:
+        """The last load into `register` on `device`, whose value the kernel throws away (a
+        `jnp.where(j != 0, acc_ref[...], 0)` whose condition is known to take the other
+        case): it reads nothing that matters, so it is the register's fresh garbage
+        (`allocate`): no read, so no race and no dependency on what was there."""
+        out = self.second_core[device] if self.core else self.devices[device]
+        for k in range(len(out) - 1, -1, -1):
+            a = out[k].action
+            if isinstance(a, Compute) and a.kind == "load" and a.dst.buffer == register:
+                out[k] = dataclasses.replace(out[k], action=Compute("allocate", a.dst))
+                return
 
     def register(self, eqn: Any, line: Loc, shape: tuple[int, ...], dtype: Any) -> Buffer:
         """The value register of one load site (one equation): private to the device."""

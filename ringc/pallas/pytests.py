@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..limits import LimitStop
-from .usererrors import describe_exception, limit_stop, stopped_before_kernels
+from .usererrors import describe_exception, limit_stop, stopped_after_kernels, stopped_before_kernels
 
 __all__ = ["run_pytest_module"]
 
@@ -78,6 +78,9 @@ class _Titles:
                     item.session.shouldstop = "the same error before any kernel call, test after test"
             else:
                 self.raised.append(("", e))  # failed after its kernels ran: the results are placeholders
+                note = stopped_after_kernels(test_name(item.nodeid), e, self.script.path)
+                if note is not None:   # not a failed check of the placeholders: what stopped it
+                    self.script.notes.append(note)
             raise
         finally:
             self.script.test = None

@@ -520,7 +520,7 @@ def _unread_reference(jaxpr: Any) -> str | None:
 def lax_reference(jaxpr: Any) -> dict | None:
     """The one `lax` collective that a jitted `shard_map` computes, if that is all it does
     (besides reshapes and the like) and it is one the README's table means: {"kind",
-    "shift"}. `all_gather` and `psum_scatter` along dimension 0, `all_to_all` splitting and
+    "shift", "axes"} (the mesh axes it runs along, in its rank order). `all_gather` and `psum_scatter` along dimension 0, `all_to_all` splitting and
     concatenating dimension 0; `tiled=True` too (the kernel's array is then flat, [N * m,
     ...], and the meaning check views it per device: `importer.flat_views`). Along another
     dimension the layout is not the table's: no meaning (None). With one `dot_general` besides
@@ -536,8 +536,13 @@ def lax_reference(jaxpr: Any) -> dict | None:
     if len(found) != 1 or not any(e.primitive.name == "shard_map" for e in eqns):
         return None
     e = found[0]
+    if e.params.get("axis_index_groups") is not None:
+        return None   # groups of its own: not the mesh's axes
+    names = e.params.get("axes", e.params.get("axis_name"))
+    along = {"axes": tuple(names) if isinstance(names, (tuple, list)) else (names,)}
     if any(d.primitive.name == "dot_general" for d in eqns):
-        return _matmul_reference(eqns, e)
+        found_matmul = _matmul_reference(eqns, e)
+        return None if found_matmul is None else {**found_matmul, **along}
     kind = primitives[e.primitive.name]
     from .interpret import reference_pointwise
     fns = reference_pointwise(eqns, e)  # elementwise functions around the collective (`tanh(ppermute(x))`)
@@ -545,7 +550,7 @@ def lax_reference(jaxpr: Any) -> dict | None:
         return None
     extra = {"pointwise": fns} if fns else {}
     parameters = COLLECTIVES[kind].lax_parameters(e.params)
-    return None if parameters is None else {"kind": kind, **parameters, **extra}
+    return None if parameters is None else {"kind": kind, **parameters, **extra, **along}
 
 
 def caller_line(path: str) -> int:
@@ -1135,7 +1140,9 @@ def is_pytest_module(tree: ast.Module) -> bool:
 def _run_pytest(script: Script) -> None:
     try:
         from .pytests import run_pytest_module
-    except ImportError:
+    except ImportError as e:
+        if e.name != "pytest" and not (e.name or "").startswith("pytest."):
+            raise   # ringc's own (an internal error), not a missing pytest
         raise ScheduleError("a pytest-style test module (def test_... functions), but pytest is not installed",
                             file=script.path, fix="pip install pytest (ringc runs the module's tests with it)") from None
     run_pytest_module(script)

@@ -442,6 +442,28 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         answers.asked.add("platform")
         return gen.platform
 
+    from jax.extend import backend as jex_backend
+    get_backend = jex_backend.get_backend
+
+    class Backend:
+        """The backend as the user's code sees it (`jax.extend.backend.get_backend()`, the old
+        `jax.lib.xla_bridge.get_backend()`): its platform the generation's, the rest its own."""
+
+        def __init__(self, real: Any):
+            self._real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+        @property
+        def platform(self) -> str:
+            answers.asked.add("platform")
+            return gen.platform
+
+    def user_backend(*args: Any, **kwargs: Any) -> Any:
+        real = get_backend(*args, **kwargs)
+        return Backend(real) if askers.user(sys._getframe(1)) else real
+
     make_cores = pltpu.create_tensorcore_mesh
 
     def tensorcore_mesh(axis_name: str, devices: Any = None, num_cores: int | None = None) -> Any:
@@ -467,7 +489,8 @@ def answering(gen: Generation, n: int, script: str, shape: tuple[int, ...] | Non
         *((device, name, answered(name)) for name in names), (device, "__getattr__", unanswered),
         (pltpu, "get_tpu_info", get_tpu_info), (pltpu, "is_tpu_device", is_tpu_device),
         (pltpu, "create_tensorcore_mesh", tensorcore_mesh),
-        (jax, "default_backend", backend), (jax.distributed, "initialize", initialize)]
+        (jax, "default_backend", backend), (jex_backend, "get_backend", user_backend),
+        (jax.distributed, "initialize", initialize)]
     refused = {k: v for k, v in _MODULES.items() if not (gen.gpu and k == "jax.experimental.pallas.mosaic_gpu")}
     modules = {name: sys.modules.get(name) for name in refused}
     for name, what in refused.items():

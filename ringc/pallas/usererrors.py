@@ -14,7 +14,7 @@ from ..errors import ScheduleError
 if TYPE_CHECKING:
     from ..limits import LimitStop
 
-__all__ = ["script_line", "describe_exception", "user_failure"]
+__all__ = ["script_line", "describe_exception", "user_failure", "stopped_after_kernels", "stopped_before_kernels"]
 
 
 def script_line(e: BaseException, path: str) -> int | None:
@@ -160,6 +160,19 @@ def _requires_python(file: str) -> tuple[int, int] | None:
             m = re.search(r">=\s*(\d+)\.(\d+)", str(spec))
             return (int(m.group(1)), int(m.group(2))) if m else None
     return None
+
+
+def stopped_after_kernels(test: str, e: BaseException, path: str) -> str | None:
+    """The note for a test that stopped with `e` after its first kernel calls, where `e` is no
+    failed check of the placeholder results (an assert, a numpy or JAX test helper's
+    comparison): a package it imports there (jax-llm-examples' `from tune_jax import tune`
+    before its tuned block sizes), a name it lacks. None for a failed check: expected."""
+    if isinstance(e, AssertionError):
+        return None
+    said, line = describe_exception(e, path), script_line(e, path)
+    at = f" at line {line}" if line else ""
+    return (f"test {test} stopped{at} after its first kernel calls ({said}): the kernel calls it would have made "
+            "after that were not checked")
 
 
 def stopped_before_kernels(test: str, e: BaseException, path: str, imports: Any = None) -> str:

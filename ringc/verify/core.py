@@ -47,7 +47,7 @@ from .order import DMA_ORDERS, compute_order, dma_ends, sums_to
 from .placement import (Placement, labels, rotated_route_summary, route_findings, route_summary,
                         xor_route_summary, xor_routes_symmetric)
 from .races import describe, event_accesses, find_races
-from .semantics import box_inside, box_meets, check_semantics, unwritten_outputs
+from .semantics import box_inside, box_meets, check_semantics, unwritten_outputs, unwritten_reads
 from .simulate import Machine, maximal_run
 from .spec import Spec
 from .symmetric import flow as symmetric_flow, races as symmetric_races, run as symmetric_run
@@ -626,18 +626,30 @@ def _meaning(a: Analysis) -> list[Finding]:
 
 def unwritten_findings(spec: Spec, program: Program) -> list[Finding]:
     """One `unwritten_output` finding per output that nothing fills on some device
-    (`semantics.unwritten_outputs`), naming the devices."""
+    (`semantics.unwritten_outputs`), and one `unwritten_read` per scratch nothing fills
+    whose reads reach an output filled otherwise (`semantics.unwritten_reads`), naming the
+    devices."""
+    events = [ev for evs in program.devices for ev in evs]
+    devices = range(program.device_count)
+
+    def named(ds: list[int]) -> str:
+        shown = ", ".join(program.label(d) for d in ds[:8]) + (", ..." if len(ds) > 8 else "")
+        return f"device {shown}" if len(ds) == 1 else f"devices {shown}"
+
     missing: dict[str, list[int]] = defaultdict(list)
-    for d, name in unwritten_outputs(spec.buffers, (ev for events in program.devices for ev in events),
-                                     range(program.device_count)):
+    for d, name in unwritten_outputs(spec.buffers, events, devices):
         missing[name].append(d)
-    findings = []
-    for name, devices in missing.items():
-        shown = ", ".join(program.label(d) for d in devices[:8]) + (", ..." if len(devices) > 8 else "")
-        findings.append(M.UNWRITTEN_OUTPUT.finding(
-            name=name, line=program.line_text(spec.buffers[name].line),
-            devices=f"device {shown}" if len(devices) == 1 else f"devices {shown}",
-            device=devices[0]))
+    findings = [M.UNWRITTEN_OUTPUT.finding(name=name, line=program.line_text(spec.buffers[name].line),
+                                           devices=named(ds), device=ds[0])
+                for name, ds in missing.items()]
+    read: dict[str, list[tuple[int, Event, str]]] = defaultdict(list)
+    for d, name, ev, output in unwritten_reads(spec.buffers, events, devices):
+        read[name].append((d, ev, output))
+    for name, hits in read.items():
+        _, ev, output = hits[0]
+        findings.append(M.UNWRITTEN_READ.finding(
+            at=program.where(ev), name=name, line=program.line_text(spec.buffers[name].line),
+            devices=named([d for d, _, _ in hits]), output=output, event=ev, device=hits[0][0]))
     return findings
 
 

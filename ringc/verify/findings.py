@@ -28,6 +28,8 @@ KINDS = {
     "wrong_result": "an output block differs from the collective's meaning",
     "unwritten_output": "an output nothing fills: no copy or store into it carries a value (checked where there is "
                         "no meaning to compare with)",
+    "unwritten_read": "a read of scratch nothing fills whose value reaches an output (checked where there is no "
+                      "meaning to compare with)",
     "out_of_bounds": "an access outside its buffer: runtime data (--data) puts a region there (a ragged size "
                      "that overflows the receive buffer), or a Pallas kernel indexes a ref out of range",
 }

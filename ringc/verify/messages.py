@@ -86,6 +86,12 @@ UNWRITTEN_OUTPUT = Message(
                         "value from the kernel's inputs or one it makes, so the caller reads whatever the memory held "
                         "(a kernel body not written yet, a store under a condition that never holds, a copy from "
                         "scratch nothing fills)")
+# ... and scratch nothing fills, read into an output filled otherwise (`semantics.unwritten_reads`)
+UNWRITTEN_READ = Message(
+    "unwritten_read", "scratch `{name}` ({line}) is read at {at}, but nothing ever writes it on {devices}, and "
+                      "what is read reaches output `{output}`: that output holds whatever the scratch memory held "
+                      "(a receive buffer no copy targets, an accumulator never initialised); write the scratch first, "
+                      "or read the buffer the data lands in")
 WRONG_RESULT = Message("wrong_result", "device {label}: {where} ends as {got}, but {collective} needs {want}{last}")
 # the output's shape is not the collective's (`semantics.mismatches`: no device's values are compared)
 WRONG_SHAPE = Message("wrong_result", "the output `{where}` has {got}, but {collective} needs {want}")

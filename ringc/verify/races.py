@@ -401,6 +401,25 @@ def _ordinal(program: Program, ev: Event) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
+def _told_apart(program: Program, first: Access, second: Access, one: str, two: str) -> tuple[str, str]:
+    """Two accesses that read the same (one line, one point): two copies of one line's
+    `start()`s told apart by their semaphores (`r.start(); l.start()`), else two runs of the
+    line (a Python loop unrolled by tracing) by which run each is; two copies of one source
+    to one place say they move the same bytes unless the source changes between them."""
+    a, b = first.start.action, second.start.action
+    if isinstance(a, DmaStart) and isinstance(b, DmaStart) and (a.send_sem, a.recv_sem) != (b.send_sem, b.recv_sem):
+        def sems(x: DmaStart) -> str:
+            return f"on {sem_text(x.send_sem)}/{sem_text(x.recv_sem)}" if x.send_sem else f"on {sem_text(x.recv_sem)}"
+        one, two = f"{one} ({sems(a)})", f"{two} ({sems(b)})"
+    else:
+        one += f" ({_ordinal(program, first.start)} time the line runs there)"
+        two += f" ({_ordinal(program, second.start)} time)"
+    if isinstance(a, DmaStart) and isinstance(b, DmaStart) and a.src == b.src and a.dst == b.dst:
+        two += (f"; both copy device {program.label(a.src.device)}'s `{a.src.text()}` there: the same bytes unless "
+                "the source changes between them")
+    return one, two
+
+
 def racing_pairs(group: list[Access], order: Order):
     """The pairs of accesses to one memory that race: overlapping, one a write, unordered."""
     for a, b in _candidate_pairs(group, order):
@@ -497,9 +516,7 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
                 mem += f" (overlapping `{b.region.text()}`)"
             one, two = f"{first.what} from {program.where(first.start)}", f"{second.what} at {program.where(second.start)}"
             if first.what == second.what and program.where(first.start) == program.where(second.start):
-                # Two runs of one line at one point (a Python loop unrolled by tracing): say which.
-                one += f" ({_ordinal(program, first.start)} time the line runs there)"
-                two += f" ({_ordinal(program, second.start)} time)"
+                one, two = _told_apart(program, first, second, one, two)
             # A copy live across a device's entry or exit is the copy's fault.
             at, other = (first, second) if _is_boundary(second) else (second, first)
             findings.append(M.RACE.finding(memory=mem, one=one, two=two, why=_why(program, order, first, second),

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
 from .events import COMPUTES, Compute, DmaStart, Event, Program, Region, matmul_dims
 
-__all__ = ["unwritten_outputs", "UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
+__all__ = ["unwritten_outputs", "unwritten_reads", "UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "GroupedMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
            "restrict_value", "device_span", "device_run", "canonical_value", "sorted_terms", "Memory", "render_value", "box_text", "Mismatch", "check_semantics", "apply", "mismatches"]
 
 # Terms, index maps, pieces: the vocabulary a collective's meaning is written in (`ringc.collectives`).
@@ -1057,6 +1057,70 @@ class PointwiseMeaning:
         return [Piece(w.box, tuple(wrap(t) for t in w.value)) for w in self.collective.expected(n, d, shapes, buffers)]
 
 
+class GroupedMeaning:
+    """A collective along some axes of the kernel's mesh: `lax.all_gather(x, "x")` in a
+    shard_map over a (x, y) mesh is one all-gather per value of y, over the x axis's devices
+    (JAX's axis groups). Devices are numbered row-major over the mesh's axes (`sizes`);
+    `along` are the group's axes by position, in the order the collective names them (its
+    rank order: `("y", "x")` ranks y first). Device d's meaning is the collective's for its
+    rank in its group, of size `group_size`, each term's device mapped back from a rank to
+    the device of that rank in d's group. The meaning does not rotate with every device
+    (`meaning_rotates` is False): the quotient is not asked to stand for it. Every other
+    attribute is the collective's own."""
+
+    def __init__(self, collective: Collective, sizes: tuple[int, ...], along: tuple[int, ...], names: tuple[str, ...]):
+        self.collective, self.sizes, self.along, self.names = collective, tuple(sizes), tuple(along), tuple(names)
+        self.group_size = 1
+        for a in self.along:
+            self.group_size *= self.sizes[a]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collective, name)
+
+    def _coords(self, d: int) -> list[int]:
+        out = []
+        for s in reversed(self.sizes):
+            d, c = divmod(d, s)
+            out.append(c)
+        return out[::-1]
+
+    def _device(self, coords: list[int]) -> int:
+        d = 0
+        for c, s in zip(coords, self.sizes):
+            d = d * s + c
+        return d
+
+    def rank(self, d: int) -> int:
+        """Device d's rank in its group."""
+        coords, r = self._coords(d), 0
+        for a in self.along:
+            r = r * self.sizes[a] + coords[a]
+        return r
+
+    def member(self, d: int, rank: int) -> int:
+        """The device of rank `rank` in device d's group."""
+        coords = self._coords(d)
+        for a in reversed(self.along):
+            rank, coords[a] = divmod(rank, self.sizes[a])
+        return self._device(coords)
+
+    def shape_problem(self, n: int, shapes: Any, buffers: Buffers) -> str | None:
+        return self.collective.shape_problem(self.group_size, shapes, buffers)
+
+    def expected(self, n: int, d: int, shapes: Any, buffers: Buffers) -> list[Piece]:
+        def moved(t: Term) -> Term:
+            return with_leaves(t, [leaf if leaf[0][:1] in (UNINIT, OPAQUE) else (leaf[0], self.member(d, leaf[1]), *leaf[2:])
+                                   for leaf in term_leaves(t)])
+        return [Piece(w.box, tuple(moved(t) for t in w.value))
+                for w in self.collective.expected(self.group_size, self.rank(d), shapes, buffers)]
+
+    def meaning_rotates(self, *args: Any, **kw: Any) -> bool:
+        return False
+
+    def summed_terms(self, n: int, dtype: str = "float32", depth: int = 1) -> int:
+        return self.collective.summed_terms(self.group_size, dtype, depth)
+
+
 def pointwise(pieces: list[Piece], fn: tuple[str, ...], dst: Region) -> list[Piece]:
     """The pieces with the pointwise functions `fn` applied, innermost first, canonical."""
     out = []
@@ -1280,6 +1344,48 @@ def mismatches(collective: Collective, buffers: Buffers, mem: Memory, devices: I
 FILLED_KINDS = ("input", "computed", "prefetch")
 
 
+Key = tuple[int, str]   # (device, buffer name); device -1: a quotient's, by name alone
+
+
+def _fills(buffers: Any, events: Iterable[Event], devices: Iterable[int] | None
+           ) -> tuple[set[Key], dict[Key, set[Key]], dict[Key, Event]]:
+    """What the kernel fills, over-approximated (`unwritten_outputs`): the (device, buffer)
+    keys some copy or store carries a value into from a filled buffer (`FILLED_KINDS`) or
+    one the kernel makes, directly or through other buffers, in any order; with the graph
+    of what feeds what and the first event that reads each key."""
+    key = (lambda r: (r.device, r.buffer)) if devices is not None else (lambda r: (-1, r.buffer))
+    feeds: dict[Key, set[Key]] = defaultdict(set)
+    first_read: dict[Key, Event] = {}
+    made: set[Key] = set()   # written with a value the kernel makes (nothing read)
+    for ev in events:
+        a = ev.action
+        if isinstance(a, DmaStart):
+            feeds[key(a.src)].add(key(a.dst))
+            first_read.setdefault(key(a.src), ev)
+        elif isinstance(a, Compute) and a.work:
+            reads = a.reads
+            if not reads:
+                made.add(key(a.dst))
+            for r in reads:
+                feeds[key(r)].add(key(a.dst))
+                first_read.setdefault(key(r), ev)
+    kinds = {name: facts.kind for name, facts in buffers.items()}
+    todo = [k for k in feeds if kinds.get(k[1]) in FILLED_KINDS] + list(made)
+    filled = set(todo)
+    while todo:
+        for nxt in feeds.get(todo.pop(), ()):
+            if nxt not in filled:
+                filled.add(nxt)
+                todo.append(nxt)
+    return filled, feeds, first_read
+
+
+def _asked(facts: Any) -> bool:
+    """Whether a buffer's writes are events ringc sees: an SMEM buffer's scalar stores are
+    values ringc follows instead, so what fills it is not asked."""
+    return getattr(facts, "space", "") != "smem"
+
+
 def unwritten_outputs(buffers: Any, events: Iterable[Event], devices: Iterable[int] | None) -> list[tuple[int, str]]:
     """The outputs (device, name) that nothing fills: no copy or store into them carries a
     value from a filled buffer (`FILLED_KINDS`) or one the kernel makes itself (a constant,
@@ -1290,28 +1396,38 @@ def unwritten_outputs(buffers: Any, events: Iterable[Event], devices: Iterable[i
     write the run orders before its source is filled, count as filled), so an output it
     names is garbage in every run. `devices=None`: buffers by name alone (a quotient's
     device 0 stands for every device; device -1 in the result)."""
-    key = (lambda r: (r.device, r.buffer)) if devices is not None else (lambda r: (-1, r.buffer))
-    feeds: dict[tuple[int, str], set[tuple[int, str]]] = defaultdict(set)
-    made: set[tuple[int, str]] = set()   # written with a value the kernel makes (nothing read)
-    for ev in events:
-        a = ev.action
-        if isinstance(a, DmaStart):
-            feeds[key(a.src)].add(key(a.dst))
-        elif isinstance(a, Compute) and a.work:
-            reads = a.reads
-            if not reads:
-                made.add(key(a.dst))
-            for r in reads:
-                feeds[key(r)].add(key(a.dst))
-    kinds = {name: facts.kind for name, facts in buffers.items()}
-    todo = [k for k in feeds if kinds.get(k[1]) in FILLED_KINDS] + list(made)
-    filled = set(todo)
-    while todo:
-        for nxt in feeds.get(todo.pop(), ()):
-            if nxt not in filled:
-                filled.add(nxt)
-                todo.append(nxt)
-    # (an SMEM output's scalar stores are values ringc follows, not events: not asked)
-    outputs = [name for name, facts in buffers.items() if facts.kind == "output" and getattr(facts, "space", "") != "smem"]
+    filled, _, _ = _fills(buffers, events, devices)
+    outputs = [name for name, facts in buffers.items() if facts.kind == "output" and _asked(facts)]
     return [(d, name) for name in outputs for d in (sorted(devices) if devices is not None else [-1])
             if (d, name) not in filled]
+
+
+def unwritten_reads(buffers: Any, events: Iterable[Event], devices: Iterable[int] | None
+                    ) -> list[tuple[int, str, Event, str]]:
+    """Scratch that nothing fills (as `unwritten_outputs` counts filling: no copy or store
+    ever carries a value into it), read by the kernel into what reaches an output that is
+    filled otherwise: that output holds garbage where the read lands, in every run (a
+    receive buffer the remote copy never targets, added to the local data). (device,
+    scratch, the first event that reads it, the output it reaches); outputs nothing fills
+    are `unwritten_outputs`' own. `devices=None` as there."""
+    events = list(events)
+    filled, feeds, first_read = _fills(buffers, events, devices)
+    found = []
+    for k, ev in first_read.items():
+        facts = buffers.get(k[1])
+        if k in filled or facts is None or facts.kind != "scratch" or not _asked(facts):
+            continue
+        seen, todo = {k}, [k]
+        reached = None
+        while todo and reached is None:
+            for nxt in sorted(feeds.get(todo.pop(), ())):
+                out = buffers.get(nxt[1])
+                if out is not None and out.kind == "output" and nxt in filled and _asked(out):
+                    reached = nxt[1]
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        if reached is not None:
+            found.append((k[0], k[1], ev, reached))
+    return found

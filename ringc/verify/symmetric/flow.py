@@ -12,7 +12,7 @@ from ...collectives import Buffers, Collective
 from ..background import Background
 from ..events import DmaStart, Event
 from ..rotation import NotRotational
-from ..semantics import Memory, apply, mismatches, unwritten_outputs
+from ..semantics import Memory, apply, mismatches, unwritten_outputs, unwritten_reads
 from ..spec import Spec
 from ..windows import FusedMemory, Unfused
 from .analysis import SymmetricAnalysis, Unclear
@@ -30,7 +30,8 @@ def data_flow_right(spec: Spec, program: SymmetricProgram, meaning: "tuple[Colle
     move dims accessed whole, and a whole dim stays whole, so a region moves the same
     under either."""
     if meaning is None:   # no meaning to check: device 0 stands for every device's outputs being filled
-        return not unwritten_outputs(spec.buffers, program.representatives.devices[0], None)
+        events = program.representatives.devices[0]
+        return not unwritten_outputs(spec.buffers, events, None) and not unwritten_reads(spec.buffers, events, None)
     collective, buffers = meaning
     steps = data_steps(program, collective, buffers)
     if steps is None:
