@@ -878,3 +878,81 @@ def test_a_call_not_checked_on_arrays_ringc_shaped_says_so_and_names_the_arg(tmp
     ok, = check_file(str(path), 2, entry="make_permute", axis="device",
                      args=[parse_arg("x=float32[N,64,128]@device")])
     assert ok.ok, ok.to_text()
+
+
+def test_a_private_one_chip_launcher_is_named_and_called_outside_shard_map(tmp_path):
+    """levanter's depthwise convolution (sweep 23) has one launcher, `_forward_core`: the
+    refusal named no function (it listed public ones only), and with --entry and an unsharded
+    --arg the call ran under a shard_map of 4 devices (N=4). The module's functions that run a
+    kernel are named first, private ones too, and kernel bodies never; such an entry is one
+    chip's call (N = 1), while a kernel naming an axis still runs per shard."""
+    path = tmp_path / "conv.py"
+    path.write_text(textwrap.dedent("""\
+        from functools import partial
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+
+        def _kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] + AXIS
+
+
+        def helper(n):
+            return n + 1
+
+
+        @partial(jax.jit, static_argnames=("block",))
+        def _forward_core(x, block: int = 8):
+            return pl.pallas_call(_kernel, grid=(x.shape[0] // block,),
+                                  in_specs=[pl.BlockSpec((block, x.shape[1]), lambda i: (i, 0))],
+                                  out_specs=pl.BlockSpec((block, x.shape[1]), lambda i: (i, 0)),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        """))
+    path.write_text(path.read_text().replace("AXIS", "1.0"))
+    with pytest.raises(ScheduleError) as refused:
+        check_file(str(path), 4)
+    assert "the module's functions are _forward_core, helper, those that run a kernel first" in refused.value.message, \
+        refused.value.message
+    report, = check_file(str(path), 4, entry="_forward_core", args=[parse_arg("x=float32[64,128]@")])
+    assert report.ok and "N=1" in report.to_text().splitlines()[0], report.to_text()
+    assert _said(report, "one chip's call: the function takes no axis name")
+    path.write_text(path.read_text().replace("+ 1.0", "+ jax.lax.axis_index('x').astype(jnp.float32)"))
+    report, = check_file(str(path), 4, entry="_forward_core", args=[parse_arg("x=float32[64,128]@")])
+    assert report.ok and "N=4" in report.to_text().splitlines()[0], report.to_text()
+
+
+def test_a_factory_needing_values_and_a_missing_package_is_told_everything_in_one_run(tmp_path):
+    """A benchmark's `build(mesh, flows: list[Flow], repeats: int)` beside `import tpu_init`
+    (sweep 24): five runs, one need each (`--param repeats`, then the missing package, then
+    `--param flows`, whose list ringc had made an array of). The package comes first; then
+    every value parameter at once, a list as a Python literal."""
+    path = tmp_path / "flows.py"
+    path.write_text(textwrap.dedent("""\
+        import jax
+        from jax.experimental import pallas as pl
+        from jax.sharding import PartitionSpec as P
+        import tpu_init_not_installed
+
+        Flow = tuple[int, int]
+
+
+        def build(mesh: jax.sharding.Mesh, flows: list[Flow], repeats: int):
+            def kernel(x_ref, o_ref):
+                o_ref[...] = x_ref[...]
+
+            @jax.shard_map(mesh=mesh, in_specs=P('device'), out_specs=P('device'), check_vma=False)
+            def exchange(x):
+                return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+            return exchange
+        """))
+    with pytest.raises(ScheduleError) as first:
+        check_file(str(path), 4)
+    assert "imports `tpu_init_not_installed`, which is not installed" in first.value.message, first.value.message
+    with pytest.raises(ScheduleError) as then:
+        check_file(str(path), 4, stubs=("tpu_init_not_installed",))
+    assert "parameters `flows` (list), `repeats` (int) have no default" in then.value.message, then.value.message
+    assert then.value.fix.startswith("pass --param flows=[...] --param repeats=V") and "which takes a mesh" in \
+        then.value.fix, then.value.fix
+    report, = check_file(str(path), 4, stubs=("tpu_init_not_installed",), params={"flows": [(0, 1)], "repeats": 1})
+    assert report.ok, report.to_text()

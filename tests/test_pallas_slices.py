@@ -121,7 +121,9 @@ def test_each_size_of_a_range_gets_its_verdict_or_its_refusal():
 
 def test_a_single_size_refusal_does_not_name_the_size():
     o = run_cli(["check", SLICES / "square_only.py", "--devices", "2"], budget=60)
-    assert o.code == 2 and ": error: the script ran no pallas_call" in o.err, o
+    # (the assert that stopped the script leads, at its line: no `N=2:` before it)
+    assert o.code == 2 and ":25: error: no kernel ran: line 35: AssertionError: expected a 2x2 device mesh" in o.err, o
+    assert ": error: N=" not in o.err, o
 
 
 # -- F6: SparseCore beside single-device kernels -------------------------------------------------

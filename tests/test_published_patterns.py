@@ -658,3 +658,19 @@ def test_main():
     path.write_text(body.replace("AFTER", "assert float(y.sum()) == 8 * 128.0"))
     (report,) = check_file(str(path), 1)
     assert not any("stopped at line" in a for a in report.assumptions), report.assumptions
+
+
+def test_a_grouped_meanings_ranks_and_members_are_the_mesh_groups():
+    """`GroupedMeaning` on a (2, 3, 4) mesh along (z, x): every device is the member of its own
+    rank, each group holds the 8 devices that share y, and ranks go z major, as JAX indexes an
+    axis tuple."""
+    from ringc.collectives import unravel
+    from ringc.verify.semantics import GroupedMeaning
+    g = GroupedMeaning(None, (2, 3, 4), (2, 0), ("z", "x"))
+    assert g.group_size == 8
+    for d in range(24):
+        assert g.member(d, g.rank(d)) == d
+        group = [g.member(d, k) for k in range(8)]
+        assert sorted(group) == sorted(e for e in range(24) if unravel(e, (2, 3, 4))[1] == unravel(d, (2, 3, 4))[1])
+        # JAX's index along ("z", "x"): z major, x minor
+        assert [(unravel(e, (2, 3, 4))[2], unravel(e, (2, 3, 4))[0]) for e in group[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]

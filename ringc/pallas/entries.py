@@ -70,6 +70,8 @@ __all__ = ["ArgSpec", "call_entries", "parse_arg", "parse_mesh", "axis_parameter
 AXIS_SIZE_NAMES = ("num_devices", "n_devices", "num_shards", "world_size", "axis_size", "tp_size", "ep_size")
 _KERNEL_BODY = ("_ref", "_refs", "_sem", "_sems")
 _INT_HINTS = ("int", "bool")
+# Annotations of values, not arrays (`flows: list[Flow]`): --param takes them as Python literals.
+_LITERAL_HINTS = {"list": "[...]", "tuple": "(...)", "dict": "{...}", "sequence": "[...]", "set": "{...}"}
 _RETRIES = 4  # calls again on a failure naming an axis, or run per shard
 # Axis names that mean data or pipeline parallelism: a failure naming one adds it with size 1.
 _DATA_AXES = ("data", "dp", "batch", "replica", "fsdp", "dcn", "pp", "stage")
@@ -309,14 +311,15 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
         elif p.name in AXIS_SIZE_NAMES:
             call[p.name] = n
             made.append(f"{p.name}={n} (N)")
-        elif _hint(p) in _INT_HINTS or _hint(p) in ("str", "float"):
+        elif _hint(p) in _INT_HINTS or _hint(p) in ("str", "float") or _hint(p) in _LITERAL_HINTS:
             unmade.append(p)   # said at once, every one of them, below
         else:
             arrays[p.name] = ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,))
             made.append(arrays[p.name].text() + " (default; set with --arg)")
     if unmade:   # one message for them all, so a user passes every --param in one run
-        ints = [p.name for p in unmade if _hint(p) in _INT_HINTS]
-        fixes = ([" ".join(f"--param {n}=V" for n in ints)] if ints else []) + [
+        ints = [p.name for p in unmade if _hint(p) in _INT_HINTS or _hint(p) in _LITERAL_HINTS]
+        fixes = ([" ".join(f"--param {p.name}={_LITERAL_HINTS.get(_hint(p), 'V')}" for p in unmade if p.name in ints)]
+                 if ints else []) + [
             f"give `{p.name}` a default, or call the kernel from a script" for p in unmade if p.name not in ints]
         listed = ", ".join(f"`{p.name}` ({_hint(p)})" for p in unmade)
         raise ScheduleError(f"{where[2]}: parameter{'s' if len(unmade) > 1 else ''} {listed} "
@@ -609,10 +612,27 @@ def _entries(env: dict, entry: str | None, path: str) -> list[tuple[str, Any]]:
 
 
 def _module_functions(env: dict) -> list[str]:
-    """The public functions the module itself defines (not ringc's stand-ins: its `print`;
-    not what it imports), in definition order: the names `--entry` takes."""
-    return [k for k, v in env.items() if not k.startswith("_") and inspect.isfunction(v)
-            and v.__module__ == env["__name__"]]
+    """The names `--entry` takes, for the messages that list them: the functions the module
+    itself defines that run a kernel (`_launchers`; private ones too: levanter's only
+    launcher is `_forward_core`), then its other public functions, each in definition order;
+    not kernel bodies (they take refs), not ringc's stand-ins (its `print`), not imports."""
+    own = {k: inspect.unwrap(v) for k, v in env.items() if callable(v) and inspect.isfunction(inspect.unwrap(v))
+           and inspect.unwrap(v).__module__ == env["__name__"]}
+    own = {k: f for k, f in own.items() if not any(p.endswith(_KERNEL_BODY) for p in inspect.signature(f).parameters)}
+    launchers = _launchers(own)
+    return [k for k in own if k in launchers] + [k for k in own if k not in launchers and not k.startswith("_")]
+
+
+def _launchers(functions: dict[str, Callable]) -> set[str]:
+    """The functions that run a kernel: those naming `pallas_call`, `core_map` or `pl.kernel`
+    in their code (nested functions included), and those calling one of them."""
+    names = {k: {n for c in nested_codes(f.__code__) for n in c.co_names} for k, f in functions.items()}
+    found = {k for k, ns in names.items() if ns & {"pallas_call", "core_map"} or {"pl", "kernel"} <= ns}
+    while True:
+        more = {k for k, ns in names.items() if k not in found and ns & found}
+        if not more:
+            return found
+        found |= more
 
 
 def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpec],
@@ -641,23 +661,29 @@ def call_entries(script: Script, env: dict, entry: str | None, args: list[ArgSpe
             tried.append(f"{name} was not called ({e.message})")
     if problems and len(script.captures) == before_all:
         # a package not installed first: another entry's refusal (a parameter without a default) may follow from it
-        missing = next((p for p in problems if isinstance(p, MissingImport)), None)
+        # (the module's own top-level import that failed first: flows.py's `import tpu_init` came
+        # after `--param repeats`, one more run for the user)
+        missing = script.missing if isinstance(script.missing, MissingImport) else next(
+            (p for p in problems if isinstance(p, MissingImport)), None)
         if missing is not None or entry is not None:
             raise missing or problems[0]
         # ringc chose the functions: say which, and the others it could have called
         chosen = [name for name, _ in entries]
         others = [k for k in _module_functions(env) if k not in chosen]
+        takes = "an axis name" if any(axis_parameters(inspect.signature(inspect.unwrap(fn)).parameters)
+                                      for _, fn in entries) else "a mesh"
         first = problems[0]
         raise ScheduleError(first.message, file=first.file, line=first.line,
                             fix=f"{first.fix}; or name the function that runs the kernel with --entry NAME (ringc "
-                                f"called {', '.join(chosen)}, which take{'s' if len(chosen) == 1 else ''} an axis "
-                                f"name{'; the module also has ' + ', '.join(others[:8]) if others else ''})")
+                                f"called {', '.join(chosen)}, which take{'s' if len(chosen) == 1 else ''} {takes}"
+                                f"{'; the module also has ' + ', '.join(others[:8]) if others else ''})")
     if tried:
         script.notes.append("entry functions ringc called: " + "; ".join(tried))
     elif entry is None:
         public = _module_functions(env)
         script.notes.append("no entry function: none takes an axis name (name one with --entry"
-                            + (f": the module's functions are {', '.join(public[:8])})" if public else ")"))
+                            + (f": the module's functions are {', '.join(public[:8])}, those that run a "
+                               "kernel first)" if public else ")"))
     script.entry_line = 0
     script.test = None
 
@@ -702,6 +728,14 @@ def _call_entry(script: Script, name: str, fn: Callable, args: list[ArgSpec], ke
     # is called on the global arrays; else per shard.
     code = getattr(target, "__code__", None)
     per_shard = "mesh" not in params and not (code is not None and "shard_map" in _names_used(code))
+    # One chip's function (levanter's `_forward_core(x, W, ...)` with `--arg x=float32[2,256,128]@`):
+    # no axis name to take, none given, its arrays not sharded: called as its callers do, outside
+    # shard_map (N = 1). A kernel naming an axis then fails unbound, and runs per shard (below).
+    if per_shard and args and not axis_parameters(params) and axis is None and mesh_axes is None \
+            and not any(a for spec in args for a in spec.spec):
+        per_shard = False
+        layout.notes.append("one chip's call: the function takes no axis name and its --arg arrays are not "
+                            "sharded, so ringc called it outside shard_map")
     enclose = False
     given = {a.name: a for a in args}
     failed = ""

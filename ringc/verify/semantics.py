@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value
+from ..collectives import KDIM, PRODUCT, Box, Buffers, Collective, IndexMap, Piece, Term, Value, unravel
 from .events import COMPUTES, Compute, DmaStart, Event, Program, Region, matmul_dims
 
 __all__ = ["unwritten_outputs", "unwritten_reads", "UNINIT", "OPAQUE", "NOT_FOLLOWED", "APPLIED", "base_name", "PointwiseMeaning", "GroupedMeaning", "MAX_DEPTH", "pointwise", "contraction", "term_leaves", "with_leaves", "box_meets", "box_inside",
@@ -1077,32 +1077,22 @@ class GroupedMeaning:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.collective, name)
 
-    def _coords(self, d: int) -> list[int]:
-        out = []
-        for s in reversed(self.sizes):
-            d, c = divmod(d, s)
-            out.append(c)
-        return out[::-1]
-
-    def _device(self, coords: list[int]) -> int:
-        d = 0
-        for c, s in zip(coords, self.sizes):
-            d = d * s + c
-        return d
-
     def rank(self, d: int) -> int:
         """Device d's rank in its group."""
-        coords, r = self._coords(d), 0
+        coords, r = unravel(d, self.sizes), 0
         for a in self.along:
             r = r * self.sizes[a] + coords[a]
         return r
 
     def member(self, d: int, rank: int) -> int:
         """The device of rank `rank` in device d's group."""
-        coords = self._coords(d)
-        for a in reversed(self.along):
-            rank, coords[a] = divmod(rank, self.sizes[a])
-        return self._device(coords)
+        coords = list(unravel(d, self.sizes))
+        for a, c in zip(self.along, unravel(rank, tuple(self.sizes[a] for a in self.along))):
+            coords[a] = c
+        out = 0
+        for c, size in zip(coords, self.sizes):
+            out = out * size + c
+        return out
 
     def shape_problem(self, n: int, shapes: Any, buffers: Buffers) -> str | None:
         return self.collective.shape_problem(self.group_size, shapes, buffers)
