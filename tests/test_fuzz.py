@@ -527,7 +527,12 @@ def test_synth_command_lines_never_crash_or_hang(collective, topology, size, ext
 # changed, a start and a wait swapped, a direction flipped) must still end in verdicts or one
 # message: exit 0, 1 or 2, never a traceback or an internal error, within its budget (a grid
 # of 10**6 points stops at the lowered `grid_points` limit, with its message).
-KERNELS = {p.name: p.read_text() for p in sorted((REPO / "tests" / "pallas_import").glob("*.py"))
+# (and the styles of the published files: kernels over a chip's TensorCores, real and serving
+# code, a Markdown design note whose blocks ringc runs)
+KERNELS = {p.name: p.read_text() for p in sorted([*(REPO / "tests" / "pallas_import").glob("*.py"),
+                                                   *(REPO / "tests" / "pallas_import").glob("*_style/*.py"),
+                                                   *(REPO / "tests" / "pallas_import" / "cores").glob("*.py"),
+                                                   *(REPO / "tests" / "pallas_import").glob("real_style/*.md")])
            if p.stat().st_size < 12_000}
 SWAPS = [(".start()", ".wait()"), ("wait_recv", "wait_send"), ("+ 1", "- 1"), ("right", "left")]
 INTEGERS = [0, 1, 2, 3, 7, 9, 100, 10**6, -1]
