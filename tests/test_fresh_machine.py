@@ -262,17 +262,23 @@ def test_the_command_ends_when_a_limit_stops_code_that_left_work_in_flight(tmp_p
     `user_code_s` in `block_until_ready`, the computation it waited for kept running, and the
     process sat at its exit for minutes after printing the message. The `ringc` command ends
     once its output is out (`cli.console`)."""
+    path, done, seconds = _stopped_spin(tmp_path, "jax.block_until_ready(spin(jnp.ones((512, 512), jnp.float32)))",
+                                        "jax.lax.fori_loop(0, 10**6, lambda i, x: jnp.tanh(x @ x), x)", 3)
+    assert f"{path}:5: error: the file's own code ran for 3 s, the limit `user_code_s`" in done.stderr, done.stderr
+    assert seconds < 60, "the process waited at exit for the computation in flight"
+
+
+def _stopped_spin(tmp_path, call: str, loop: str, limit: int):
+    """`ringc check` (the command, in its own process) of a script whose line 5 runs `call`
+    on `spin = jax.jit(lambda x: LOOP)`, under `user_code_s=limit`: it must end with exit 2."""
     path = tmp_path / "spin.py"
-    path.write_text("import jax\nimport jax.numpy as jnp\n\n"
-                    "spin = jax.jit(lambda x: jax.lax.fori_loop(0, 10**6, lambda i, x: jnp.tanh(x @ x), x))\n"
-                    "jax.block_until_ready(spin(jnp.ones((512, 512), jnp.float32)))\n")
+    path.write_text(f"import jax\nimport jax.numpy as jnp\n\nspin = jax.jit(lambda x: {loop})\n{call}\n")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "ringc", "check", str(path), "--devices", "2", "--limit",
-                           "user_code_s=3"], capture_output=True, text=True, timeout=120,
+                           f"user_code_s={limit}"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2, done
-    assert f"{path}:5: error: the file's own code ran for 3 s, the limit `user_code_s`" in done.stderr, done.stderr
-    assert time.perf_counter() - start < 60, "the process waited at exit for the computation in flight"
+    return path, done, time.perf_counter() - start
 
 
 def test_the_command_ends_at_the_limit_when_the_code_is_blocked_in_one_computation(tmp_path):
@@ -280,18 +286,11 @@ def test_the_command_ends_at_the_limit_when_the_code_is_blocked_in_one_computati
     JAX waits for it with the GIL released, so no signal handler ran, and the command went
     past `user_code_s` (300 s) with nothing printed until it was killed. A watchdog ends the
     command a grace after the limit, with the limit's message at the blocked line."""
-    path = tmp_path / "forever.py"
-    path.write_text("import jax\nimport jax.numpy as jnp\n\n"
-                    "spin = jax.jit(lambda x: jax.lax.while_loop(lambda x: x > -1.0, lambda x: x * 1.5 + 1.0, x))\n"
-                    "print(float(spin(jnp.float32(1.0))))\n")
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ringc", "check", str(path), "--devices", "2", "--limit",
-                           "user_code_s=2"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 2, done
+    path, done, seconds = _stopped_spin(tmp_path, "print(float(spin(jnp.float32(1.0))))",
+                                        "jax.lax.while_loop(lambda x: x > -1.0, lambda x: x * 1.5 + 1.0, x)", 2)
     assert (f"{path}:5: error: the file's own code ran for 2 s, the limit `user_code_s`; it was at line 5; it was "
             "blocked in a computation that does not come back to Python") in done.stderr, done.stderr
-    assert time.perf_counter() - start < 60
+    assert seconds < 60
 
 
 def test_a_failing_check_piped_into_head_keeps_its_exit_code():
