@@ -674,3 +674,55 @@ def test_a_grouped_meanings_ranks_and_members_are_the_mesh_groups():
         assert sorted(group) == sorted(e for e in range(24) if unravel(e, (2, 3, 4))[1] == unravel(d, (2, 3, 4))[1])
         # JAX's index along ("z", "x"): z major, x minor
         assert [(unravel(e, (2, 3, 4))[2], unravel(e, (2, 3, 4))[0]) for e in group[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+VMEM_KERNEL = HEAD + """
+def double(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def call(x):
+    return pl.pallas_call(double, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), PARAMS)(x)
+
+
+y = jax.jit(call)(jnp.ones((ROWS, 128), jnp.float32))
+"""
+
+
+@pytest.mark.parametrize("rows, params", [
+    (32768, ""),                                                                    # 16 + 16 MiB: over v5e's 16
+    (16384, ""),                                                                    # 8 + 8 MiB: fits
+    (32768, "compiler_params=pltpu.CompilerParams(vmem_limit_bytes=40 * 2**20)"),   # its own limit: fits
+    (32768, "compiler_params=pltpu.CompilerParams(vmem_limit_bytes=30 * 2**20)"),   # its own limit: over
+])
+def test_a_kernel_over_its_vmem_is_found_as_the_tpu_compiler_refuses_it(tmp_path, rows, params):
+    """R-Oliver/sfp's bandwidth notebook (sweep 24) runs whole-array VMEM blocks of 16 MiB in and
+    out, a loop its author marks `# This OOMs`: ringc said ok. A pallas_call whose blocks and
+    scratch alone are over the generation's scoped VMEM (or its vmem_limit_bytes) is
+    `vmem_overflow`; libtpu's own compiler (on CPU, for a v5e) refuses exactly those."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental import topologies
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.sharding import SingleDeviceSharding
+    pytest.importorskip("libtpu")
+    path = tmp_path / "bandwidth.py"
+    path.write_text(VMEM_KERNEL.replace("ROWS", str(rows)).replace(", PARAMS", f", {params}" if params else ""))
+    (report,) = check_file(str(path), 1)
+    found = [f for f in report.findings if f.kind == "vmem_overflow"]
+    device = topologies.get_topology_desc("v5e:2x2", platform="tpu").devices[0]
+    limit = {"compiler_params": pltpu.CompilerParams(vmem_limit_bytes=int(params.split("=")[-1].split(" ")[0]) * 2**20)} \
+        if params else {}
+    spec = jax.ShapeDtypeStruct((rows, 128), jnp.float32, sharding=SingleDeviceSharding(device))
+    kernel = lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2.0)   # noqa: E731
+    try:
+        jax.jit(lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), **limit)(x)) \
+            .lower(spec).compile()
+        refused = False
+    except Exception as e:   # noqa: BLE001 - the compiler's own error
+        assert "Vmem" in str(e) or "vmem" in str(e), e
+        refused = True
+    assert bool(found) == refused, (report.to_text(), refused)
+    if found:
+        assert found[0].message.startswith("pallas_call `double` keeps at least 32.00 MiB in VMEM"), found[0].message

@@ -60,6 +60,7 @@ def test_manifest_lists_exactly_the_corpus():
 PALLAS_ONLY_KINDS = {
     "unwritten_output": ("test_published_patterns.py", "test_an_output_nothing_fills_is_an_error_where_there_is_no_meaning"),
     "unwritten_read": ("test_published_patterns.py", "test_a_read_of_scratch_nothing_fills_into_an_output_is_an_error"),
+    "vmem_overflow": ("test_published_patterns.py", "test_a_kernel_over_its_vmem_is_found_as_the_tpu_compiler_refuses_it"),
 }
 
 

@@ -304,7 +304,7 @@ def _check_module(path: str, n: int | None, shape: tuple[int, ...] | None, invoc
                 raise ScheduleError(f"make_inputs failed: {describe_exception(e, path)}", file=path,
                                     line=script_line(e, path), fix="check --param values and N") from None
     report = _check_jaxpr(jaxpr, sizes, path, Path(path).stem, _collective(module), values, invocations, log,
-                          placement or topology, dma_order)
+                          placement or topology, dma_order, tpu)
     if ran is not None:
         report.assumptions.append(ran)
     if values is not None:
@@ -696,7 +696,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
             continue
         try:
             report = check_capture(cap, path, f"{Path(path).stem}_{k + 1}", log, invocations=invocations,
-                                   topology=topology, dma_order=dma_order)
+                                   topology=topology, dma_order=dma_order, tpu=tpu)
         except ScheduleError as e:  # this call cannot be checked; the script's other calls still are
             # how ringc called an entry function (the arrays it shaped itself: the error may be theirs)
             notes = [*cap.assumes, *([note] if (note := _made_up(cap, values)) else [])]
@@ -781,7 +781,7 @@ def iter_script(path: str, n: int, *, invocations: int = 1, topology: str | None
 
 
 def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations: int = 1,
-                  topology: Any = None, dma_order: str = "any") -> Report:
+                  topology: Any = None, dma_order: str = "any", tpu: str | None = None) -> Report:
     """Check one captured kernel call (`script.Capture`: its traced program, on the mesh its
     shard_map names, with its small integer arguments' values) against the meaning its `lax`
     reference names, if any. The step `check_script` and the pytest plugin
@@ -795,7 +795,7 @@ def check_capture(cap: Any, path: str, name: str, log: AliasLog, *, invocations:
     if coll is not None and cap.reference.get("axes") and tuple(cap.reference["axes"]) != tuple(sizes):
         coll = grouped_meaning(coll, sizes, tuple(cap.reference["axes"]), path, cap.reference_line)
     return _check_jaxpr(cap.jaxpr, sizes, path, name, coll, _small_int_values(cap.args),
-                        invocations, log, topology, dma_order)
+                        invocations, log, topology, dma_order, tpu)
 
 
 def grouped_meaning(coll: Any, sizes: dict[str, int], axes: tuple[str, ...], path: str, line: int | None) -> Any:
@@ -1702,7 +1702,7 @@ def _view_program(program: "Program | SymmetricProgram", views: dict[str, int],
 @interpret.locating()  # the user's lines found are remembered for this check
 def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collective: Collective | None,
                  values: list | None, invocations: int, log: AliasLog, topology: Any,
-                 dma_order: str = "any") -> Report:
+                 dma_order: str = "any", tpu: str | None = None) -> Report:
     """Evaluate and check a traced program. First every device at once (`interpret.Lanes`):
     when that proves every device runs device 0's events translated, and the quotient finds
     the program clean (`core.on_quotient`), that is the verdict. Otherwise (devices
@@ -1761,7 +1761,8 @@ def _check_jaxpr(jaxpr: Any, sizes: dict[str, int], file: str, name: str, collec
     report.phases = phases
     if not sizes:   # one chip, no shard_map: no topology to name ("ring:1")
         report.placement = ""
-    report.findings[:0] = _fault_findings(b.faults, program) + _unfenced_findings(b.unfenced)
+    report.findings[:0] = (vmem_findings(b.vmem, tpu) + _fault_findings(b.faults, program)
+                           + _unfenced_findings(b.unfenced))
     gpu_calls = [c for c in outer.calls if c.gpu]
     core_calls = sum(c.cores for c in outer.calls)
     plain = len(outer.calls) - core_calls
@@ -1820,6 +1821,45 @@ def _between_assumptions(outer: "_Outer", program: Program) -> list[str]:
             f"its own (races between its grid steps and TensorCores, bounds, what it hands to the next call); the "
             f"data moves between devices by XLA's collectives between the calls, {ops}: value semantics, nothing "
             f"to race or hang; what the program computes is not checked"]
+
+
+def vmem_findings(uses: list, tpu: str | None) -> list:
+    """`vmem_overflow` for each pallas_call whose blocks and scratch alone (`program.VmemUse`,
+    a lower bound) are over the VMEM it may use on the generation ringc answers as (`--tpu`):
+    its `vmem_limit_bytes`, else the generation's scoped limit (`tpu.Generation`), and never
+    past the chip's VMEM. One per call site."""
+    from ..units import size_text
+    from .tpu import DEFAULT, GENERATIONS
+    gen = GENERATIONS.get(tpu or DEFAULT)
+    if gen is None:   # (a GPU's kernels: no TPU VMEM)
+        return []
+    capacity = gen.tpu_info().vmem_capacity_bytes
+    out, seen = [], set()
+    for use in uses:
+        key = (getattr(use.line, "file", None), int(use.line), use.call)
+        if key in seen:
+            continue
+        seen.add(key)
+        limit = min(use.limit or gen.scoped_vmem_mib << 20, capacity)
+        if use.nbytes <= limit:
+            continue
+        parts = ", ".join(f"`{n}` {size_text(k, decimals=2)}" for n, k in sorted(use.parts, key=lambda t: -t[1])[:4])
+        if use.nbytes > capacity:
+            said, fix = (f"{size_text(capacity)} of VMEM a TPU {gen.name} chip has",
+                         "use smaller blocks (BlockSpec), or keep an operand in HBM (memory_space=pl.ANY) and copy "
+                         "pieces of it")
+        elif use.limit:
+            said, fix = (f"{size_text(limit, decimals=2)} its vmem_limit_bytes allows",
+                         f"use smaller blocks, or a larger vmem_limit_bytes (the chip has {size_text(capacity)})")
+        else:
+            said, fix = (f"{size_text(limit)} Mosaic lets a kernel use on TPU {gen.name} (--tpu) when it sets no "
+                         "vmem_limit_bytes",
+                         "use smaller blocks, or raise the limit with pltpu.CompilerParams(vmem_limit_bytes=...) (the "
+                         f"chip has {size_text(capacity)})")
+        at = Event(0, 0, (), use.line, None)  # type: ignore[arg-type]
+        out.append(M.VMEM_OVERFLOW.finding(call=use.call, need=size_text(use.nbytes, decimals=2), parts=parts,
+                                           limit=said, fix=fix, event=at))
+    return out
 
 
 def _fault_findings(faults: list, program: Program) -> list:

@@ -45,6 +45,28 @@ from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sin
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
 
+@dataclass(frozen=True)
+class VmemUse:
+    """What one pallas_call keeps in VMEM, at least: each block window once, each operand it
+    takes whole in VMEM, each VMEM scratch (a window that moves with the grid is double
+    buffered, and `run_scoped` allocations come on top: not counted, so a kernel this says is
+    over its limit is over it). `limit`: its `vmem_limit_bytes`, if it sets one."""
+    call: str
+    line: Any
+    nbytes: int
+    parts: tuple[tuple[str, int], ...]
+    limit: int | None
+
+    @staticmethod
+    def of(call: str, line: Any, refs: list, windows: list, scratch: list, limit: Any) -> "VmemUse":
+        moved = {id(target) for target, _, _, _ in windows}
+        held = _unique([b for b in refs if isinstance(b, Buffer) and b.space == "vmem" and id(b) not in moved
+                        and b.kind != "prefetch"] + [w for _, w, _, _ in windows]
+                       + [b for b in scratch if isinstance(b, Buffer) and b.space == "vmem"])
+        parts = tuple((b.name, math.prod(b.shape) * np.dtype(b.dtype).itemsize) for b in held)
+        return VmemUse(call, line, sum(k for _, k in parts), parts, int(limit) if limit else None)
+
+
 @dataclass
 class Handle:
     """An array of the outer program: the buffer it is (once a kernel binds it), or a
@@ -144,6 +166,8 @@ class Builder(Sink):
         self.notes: list[str] = []
         # Accesses out of their ref's range (`interpret.out_of_range`): (device, grid point, line, message).
         self.faults: list[tuple[int, tuple, Any, str]] = []
+        # What each pallas_call keeps in VMEM at least (`VmemUse`), for `importer.vmem_findings`.
+        self.vmem: list[VmemUse] = []
         self._current_call: int | None = None
         # Megacore (TPU v4, v5p): a `parallel` grid dim is split over the chip's two
         # TensorCores; core 1's events go here (as in the YAML model's `megacore: true`).
@@ -543,6 +567,9 @@ class Builder(Sink):
         self.sem_kinds[f"{DEVICE_BARRIER}{self.invocation}"] = "barrier"   # Mosaic's entry barrier (`call_entry`)
         all_bufs = _unique([b for b in refs_of if isinstance(b, Buffer)] + [w for _, w, _, _ in windows] +
                            [s for s in scratch if isinstance(s, Buffer)])
+        debug = getattr(kernel, "debug_info", None)   # (the kernel's Python name, as the verdict's title says it)
+        self.vmem.append(VmemUse.of(p.get("name") or getattr(debug, "func_name", None) or call.name, line, refs_of,
+                                    windows, scratch, getattr(cp, "vmem_limit_bytes", None)))
         # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
         # and no entry in the later call (a DMA may be in flight across the boundary).
         # (A later call's operand is this call's output or input handle itself, bound by now.)

@@ -30,6 +30,8 @@ KINDS = {
                         "no meaning to compare with)",
     "unwritten_read": "a read of scratch nothing fills whose value reaches an output (checked where there is no "
                       "meaning to compare with)",
+    "vmem_overflow": "a Pallas kernel's blocks and scratch take more VMEM than the generation's limit (or its "
+                     "vmem_limit_bytes) lets it use",
     "out_of_bounds": "an access outside its buffer: runtime data (--data) puts a region there (a ragged size "
                      "that overflows the receive buffer), or a Pallas kernel indexes a ref out of range",
 }

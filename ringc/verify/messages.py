@@ -97,6 +97,10 @@ WRONG_RESULT = Message("wrong_result", "device {label}: {where} ends as {got}, b
 WRONG_SHAPE = Message("wrong_result", "the output `{where}` has {got}, but {collective} needs {want}")
 LAST_WRITE = "; its last write: {what} at {at}"
 NOTHING_WRITES = "; nothing writes it"
+# a pallas_call whose blocks and scratch alone are over the VMEM it may use (`importer.vmem_findings`)
+VMEM_OVERFLOW = Message(
+    "vmem_overflow", "pallas_call `{call}` keeps at least {need} in VMEM ({parts}), over the {limit}: the TPU "
+                     "compiler refuses it (CompileTimeScopedVmemOom); {fix}")
 OUT_OF_BOUNDS = Message("out_of_bounds", "{message} [{sample}: {shown}]")
 # a Pallas kernel's ref indexed out of range (`pallas/importer.py`)
 OUT_OF_BOUNDS_CLAMPED = Message("out_of_bounds", "device {label}: {message} (the check goes on with the access "
