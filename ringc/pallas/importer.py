@@ -1843,7 +1843,8 @@ def vmem_findings(uses: list, tpu: str | None) -> list:
         limit = min(use.limit or gen.scoped_vmem_mib << 20, capacity)
         if use.nbytes <= limit:
             continue
-        parts = ", ".join(f"`{n}` {size_text(k, decimals=2)}" for n, k in sorted(use.parts, key=lambda t: -t[1])[:4])
+        parts = ", ".join(f"`{n}` {size_text(k, decimals=2)}" + (" (double buffered)" if n in use.doubled else "")
+                          for n, k in sorted(use.parts, key=lambda t: -t[1])[:4])
         if use.nbytes > capacity:
             said, fix = (f"{size_text(capacity)} of VMEM a TPU {gen.name} chip has",
                          "use smaller blocks (BlockSpec), or keep an operand in HBM (memory_space=pl.ANY) and copy "

@@ -47,15 +47,18 @@ from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
 @dataclass(frozen=True)
 class VmemUse:
-    """What one pallas_call keeps in VMEM, at least: each block window once, each operand it
-    takes whole in VMEM, each VMEM scratch (a window that moves with the grid is double
-    buffered, and `run_scoped` allocations come on top: not counted, so a kernel this says is
-    over its limit is over it). `limit`: its `vmem_limit_bytes`, if it sets one."""
+    """What one pallas_call keeps in VMEM, at least: each block window, twice where its block
+    moves with the grid (the pipeline fetches the next block while the kernel works on this
+    one; a block whose index stays put is fetched once, into one buffer), each operand it
+    takes whole in VMEM, each VMEM scratch (`run_scoped` allocations come on top: not
+    counted, so a kernel this says is over its limit is over it; libtpu's compiler on CPU
+    agrees at the bounds, `importer.vmem_findings`). `limit`: its `vmem_limit_bytes`, if any."""
     call: str
     line: Any
     nbytes: int
     parts: tuple[tuple[str, int], ...]
     limit: int | None
+    doubled: frozenset[str] = frozenset()
 
     @staticmethod
     def of(call: str, line: Any, refs: list, windows: list, scratch: list, limit: Any) -> "VmemUse":
@@ -65,6 +68,12 @@ class VmemUse:
                        + [b for b in scratch if isinstance(b, Buffer) and b.space == "vmem"])
         parts = tuple((b.name, math.prod(b.shape) * np.dtype(b.dtype).itemsize) for b in held)
         return VmemUse(call, line, sum(k for _, k in parts), parts, int(limit) if limit else None)
+
+    def moving(self, names: set[str]) -> "VmemUse":
+        """With the windows `names` double buffered (their blocks move with the grid)."""
+        doubled = self.doubled | frozenset(names)
+        parts = tuple((n, k * 2 if n in doubled and n not in self.doubled else k) for n, k in self.parts)
+        return dataclasses.replace(self, parts=parts, nbytes=sum(k for _, k in parts), doubled=doubled)
 
 
 @dataclass
@@ -610,6 +619,8 @@ class Builder(Sink):
             points = list(itertools.product(*(range(g) for g in grid)))
             it.eqn = eqn   # (a block index from tensor data is sampled at the pallas_call's line)
             blocks = [[self.block_index(it, bm, pt, args[:n_pref]) for pt in points] for _, _, bm, _ in windows]
+            self.vmem[-1] = self.vmem[-1].moving({win.name for (_, win, _, _), idx in zip(windows, blocks)
+                                                  if len(set(idx)) > 1})
             # Core 1 of a split grid starts from the call's entry state, not from core 0's: its
             # own SMEM copy of the scalar prefetch (which a kernel may write: paged attention's
             # first-block flag) and its own fresh scratch.
