@@ -729,3 +729,109 @@ def test_a_kernel_over_its_vmem_is_found_as_the_tpu_compiler_refuses_it(tmp_path
         assert "vmem" in str(e).lower(), e
         refused = True
     assert refused == over
+
+
+SCHEDULE = HEAD + """
+WIN, NWIN = 8, 2
+
+
+def build_schedule(lens_ref, sched_hbm, win_smem, sem):
+    def build_window(w, _):
+        for i in range(WIN):
+            win_smem[i] = lens_ref[w * WIN + i] * 2
+        pltpu.async_copy(win_smem, sched_hbm.at[pl.ds(pl.multiple_of(w * WIN, WIN), WIN)], sem).wait()
+    lax.fori_loop(0, NWIN - 1, build_window, None)   # the windows it needs: window 0
+
+
+def use_schedule(sched_hbm, x_hbm, o_ref, sched_smem, buf, sem):
+    pltpu.async_copy(sched_hbm, sched_smem, sem).wait()
+    n = sched_smem[ENTRY]
+    pltpu.async_copy(x_hbm.at[pl.ds(0, n)], buf.at[pl.ds(0, n)], sem).wait()
+    o_ref[...] = jnp.zeros_like(o_ref)
+    o_ref[pl.ds(0, 8)] = buf[pl.ds(0, 8)]
+
+
+@jax.jit
+def run(lens, x):
+    sched = pl.pallas_call(build_schedule, out_shape=jax.ShapeDtypeStruct((WIN * NWIN,), jnp.int32),
+                           in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                           scratch_shapes=[pltpu.SMEM((WIN,), jnp.int32), pltpu.SemaphoreType.DMA(())])(lens)
+    return pl.pallas_call(use_schedule, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+                          out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+                          scratch_shapes=[pltpu.SMEM((WIN * NWIN,), jnp.int32), pltpu.VMEM((64, 128), jnp.float32),
+                                          pltpu.SemaphoreType.DMA(())])(sched, x)
+
+
+run(jnp.full((WIN * NWIN,), LEN, jnp.int32), jnp.ones((64, 128), jnp.float32))
+"""
+
+
+def test_a_schedule_built_in_part_and_copied_whole_keeps_what_is_known(tmp_path):
+    """tpu-inference's stacked RPA writeback (sweep 25) builds its schedule in SMEM one window
+    at a time, only the windows it needs, streams each into an HBM output, and the next
+    kernel copies that whole array into SMEM and reads a built entry as a DMA size: one
+    never-written entry made the whole copy unknown, and all 7 calls were not checked. The
+    known entries stay known; an entry nothing wrote is runtime data where it is read, and
+    a DMA sized by a known entry past its buffer is still out of bounds."""
+    path = tmp_path / "stacked.py"
+    path.write_text(SCHEDULE.replace("ENTRY", "0").replace("LEN", "4"))
+    (report,) = check_file(str(path), 1)
+    assert report.ok, report.to_text()
+    path.write_text(SCHEDULE.replace("ENTRY", "0").replace("LEN", "40"))     # 80 rows of a 64-row buffer
+    (report,) = check_file(str(path), 1)
+    assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
+    path.write_text(SCHEDULE.replace("ENTRY", "9").replace("LEN", "4"))      # an entry nothing wrote
+    (report,) = check_file(str(path), 1)
+    assert ("is read from `sched_smem` at line 22, which a DMA at line 21 filled from `sched_hbm`, where nothing wrote "
+            "those elements with values ringc knows") in report.to_text(), report.to_text()
+
+
+EMPTY_DMA = HEAD + """
+def kernel(meta_ref, x_hbm, o_ref, buf, sem):
+    start, n = meta_ref[0], meta_ref[1]
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(0, n)], buf.at[pl.ds(start, n)], sem)
+    copy.start()
+    copy.wait()
+    pltpu.sync_copy(x_hbm, buf)
+    o_ref[...] = buf[...]
+
+
+out = jax.jit(lambda meta, x: pl.pallas_call(
+    kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+    grid_spec=pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(1,), in_specs=[pl.BlockSpec(memory_space=pltpu.ANY)],
+        out_specs=pl.BlockSpec((64, 128), lambda i, m: (0, 0)),
+        scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32), pltpu.SemaphoreType.DMA(())]))(meta, x))(
+    jnp.array([65, ROWS], jnp.int32), jnp.ones((64, 128), jnp.float32))
+"""
+
+
+def test_an_empty_dma_past_the_end_is_no_access_and_an_smem_built_output_is_written(tmp_path):
+    """tpu-inference's fused MoE masks padding rows with `pl.ds(start, should_gather)`, a DMA of
+    0 rows whose start may be past the buffer (sweep 25): 15 `out_of_bounds` errors buried its
+    real race. An empty slice touches nothing; one row there is still out of bounds. And a
+    kernel that fills an SMEM scratch with scalar stores and copies it to its HBM output
+    (serving metadata) writes that output: it was `unwritten_output`."""
+    path = tmp_path / "empty.py"
+    path.write_text(EMPTY_DMA.replace("ROWS", "0"))
+    (report,) = check_file(str(path), 1)
+    assert report.ok, report.to_text()
+    path.write_text(EMPTY_DMA.replace("ROWS", "1"))
+    (report,) = check_file(str(path), 1)
+    assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
+    path.write_text(HEAD + """
+def build(lens_ref, sched_hbm, sched_smem, sem):
+    for i in range(8):
+        sched_smem[i] = lens_ref[i] * 2
+    pltpu.async_copy(sched_smem, sched_hbm, sem).wait()
+
+
+jax.jit(lambda lens: pl.pallas_call(build, out_shape=jax.ShapeDtypeStruct((8,), jnp.int32),
+                                    in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+                                    out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                                    scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.SemaphoreType.DMA(())])(lens))(
+    jnp.arange(8, dtype=jnp.int32))
+""")
+    (report,) = check_file(str(path), 1)
+    assert report.ok, report.to_text()

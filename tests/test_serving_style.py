@@ -170,11 +170,15 @@ def test_a_module_beside_the_file_brings_its_package_root(tmp_path):
     assert str(root) in roots
 
 
-def test_a_src_layout_repositorys_package_is_imported_from_src(tmp_path):
+@pytest.mark.parametrize("clone", ["repo", "ringc_srcpkg"])
+def test_a_src_layout_repositorys_package_is_imported_from_src(tmp_path, clone):
     """A test in tests/ imports the repository's package, which lives in src/ and is not
     installed (maxtext's layout): ringc imports it from src/, as the project's pytest
     configuration would, instead of advising to stub the package that holds the kernel
-    (sweep 16). The test's kernel is checked."""
+    (sweep 16). The test's kernel is checked, also where the clone is named like its package
+    (`git clone .../maxtext`: the clone's folder, no package, hid src/maxtext; sweep 25)."""
+    tmp_path = tmp_path / clone
+    tmp_path.mkdir()
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'srcpkg'\n")
     pkg = tmp_path / "src" / "ringc_srcpkg"
     pkg.mkdir(parents=True)

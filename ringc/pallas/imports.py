@@ -96,9 +96,14 @@ def repo_roots(tree: ast.Module, path: str) -> list[str]:
     for top in tops:
         holder = next((d for d in [here, *here.parents]
                        if (d / top).is_dir() or (d / f"{top}.py").is_file()), None)  # namespace packages too
-        if holder is None:   # a src layout: the repository's packages under src/ (maxtext's tests)
-            holder = next((d / "src" for d in [here, *here.parents]
-                           if (d / "src" / top).is_dir() or (d / "src" / f"{top}.py").is_file()), None)
+        src = next((d / "src" for d in [here, *here.parents]
+                    if (d / "src" / top).is_dir() or (d / "src" / f"{top}.py").is_file()), None)
+        # a src layout: the repository's packages under src/ (maxtext's tests), also where the
+        # clone itself is named like its package (`git clone .../maxtext`: the folder holding the
+        # file, no package, would shadow src/maxtext as a namespace package)
+        if src is not None and (holder is None or (here.is_relative_to(holder / top)
+                                                   and not (holder / top / "__init__.py").is_file())):
+            holder = src
         # A folder inside a package (its `__init__.py`) is no import root: a module there named
         # like a PyPI package (tokamax/_src/jaxtyping.py) is the package's own, imported as
         # `tokamax._src.jaxtyping`, and on the path it would shadow the real one.

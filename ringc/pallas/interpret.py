@@ -1217,14 +1217,16 @@ def index(it: Interpreter, ref: Any, indices: tuple, bounds: bool = True) -> Any
                 strided.append((len(kept), size, stride))
                 size = (size - 1) * stride + 1 if size else 0
             if type(start) is not int:  # every device's own start (`Lanes`)
-                if bounds and ((start < 0) | (start + size > hi - lo)).any():
+                if bounds and size and ((start < 0) | (start + size > hi - lo)).any():
                     raise Diverge("a slice out of range on some device")
                 starts = var.get(dim, lo) + start
                 var[dim] = starts
                 box[dim] = (int(starts[0]), int(starts[0]) + size)
                 kept.append(dim)
                 continue
-            if bounds and (start < 0 or start + size > hi - lo) and not _in_tile_padding(it, ref, dim, start, size):
+            if not size:   # an empty slice (a row masked off: `pl.ds(start, n)` with n = 0) touches nothing
+                start = min(max(start, 0), hi - lo)
+            elif bounds and (start < 0 or start + size > hi - lo) and not _in_tile_padding(it, ref, dim, start, size):
                 out_of_range(it, f"slice {start}:{start + size} of `{ref.buffer.name}` dimension {dim} is out of "
                                  f"range [0, {hi - lo})", ix.start, "keep slices inside the ref")
                 size = min(size, hi - lo)
@@ -1570,14 +1572,41 @@ def _dma_values(it: Interpreter, src: Ref, dst: Ref, target: int | None) -> None
         return
     if d not in buf.store:
         return
+    sl_d = _box_slices(dst)
     if vals is not None and vals.size == math.prod(dst.shape):
-        sl_d = _box_slices(dst)
         buf.store[d] = buf.store[d].copy()
         buf.store[d][sl_d] = vals.reshape(buf.store[d][sl_d].shape)
+        if d in buf.unset:
+            buf.unset[d][0][sl_d] = False
+        return
+    partly = _partly_known(it, src, target)
+    if partly is not None and partly[0].size == math.prod(dst.shape):
+        # some of the source is known (a schedule built window by window, copied whole): those
+        # elements are, the others are runtime data where they are read
+        values, known = partly
+        buf.store[d] = buf.store[d].copy()
+        buf.store[d][sl_d] = np.where(known, values, 0).reshape(buf.store[d][sl_d].shape)
+        mask = buf.unset[d][0] if d in buf.unset else np.zeros(buf.shape, bool)
+        mask[sl_d] = ~known.reshape(mask[sl_d].shape)
+        buf.unset[d] = (mask, f"a DMA at line {int(it.where())} filled from `{src.buffer.name}`, where nothing "
+                              "wrote those elements with values ringc knows")
         return
     buf.store.pop(d)
+    buf.unset.pop(d, None)
     buf.unknown[d] = (f"a DMA at line {int(it.where())} filled from `{src.buffer.name}`, whose values ringc "
                       "does not follow")
+
+
+def _partly_known(it: Interpreter, src: Ref, target: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """A DMA source's values and which of them ringc knows, where it follows some of them
+    (a vector buffer's shadow) on the sending device; None otherwise."""
+    if target is None or target != it.device or _past_end(src) or _viewed(src):
+        return None
+    sh = src.buffer.shadow.get(it.owner(src, it.device))
+    if sh is None:
+        return None
+    sl = _box_slices(src)
+    return np.array(sh.values[sl]), np.array(sh.known[sl])
 
 
 def _box_slices(ref: Ref) -> tuple:
@@ -1604,7 +1633,7 @@ def _known_values(device: int, ref: Ref) -> np.ndarray | None:
         return None
     known = buf.store.get(device)
     if known is not None:
-        return np.array(known[_box_slices(ref)])
+        return None if buf.unset_in(device, _box_slices(ref)) else np.array(known[_box_slices(ref)])
     sh = buf.shadow.get(device)
     return sh.get(_box_slices(ref)) if sh is not None else None
 
@@ -1678,6 +1707,9 @@ def _read(it: Interpreter, ref: Ref) -> Any:
             it.emit(Compute("load", Ref.whole(reg, it.device).region(), it.region(ref)))
         arr = buf.store[ref.device]
         sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
+        why = buf.unset_in(ref.device, sl)
+        if why is not None:
+            return Unknown(f"it is read from `{buf.name}` at line {int(it.where())}, which {why}", data=True)
         return _origin(it, ref, _py(arr[sl]))
     _vector_memory(it, ref, "load")
     if ref.layout:  # tiled SMEM (Mosaic GPU): read as the tiles it touches; its values not followed
@@ -1742,10 +1774,13 @@ def _write(it: Interpreter, ref: Ref, value: Any) -> None:
     if ref.device in buf.store:
         if not is_concrete(value):
             buf.store.pop(ref.device)  # no longer known: later reads are data
+            buf.unset.pop(ref.device, None)
         else:
             sl = tuple(slice(a, b) if d in ref.kept else a for d, (a, b) in enumerate(ref.box))
             buf.store[ref.device] = buf.store[ref.device].copy()
             buf.store[ref.device][sl] = value
+            if ref.device in buf.unset:
+                buf.unset[ref.device][0][sl] = False
             if buf.dma_target:  # a scalar a DMA may still be writing: the write is an event (races)
                 c = _constant_of(value)
                 it.emit(Compute("opaque", it.region(ref), fn=(f"{KNOWN}{c!r}" if c is not None
@@ -2175,7 +2210,7 @@ class Lanes:
     def read(self, ref: Ref) -> Any:
         """A read of a concrete store (SMEM, scalar prefetch): every device's own values."""
         buf = ref.buffer
-        if any(d not in buf.store for d in range(self.n)):
+        if any(d not in buf.store for d in range(self.n)) or buf.unset:
             raise Diverge(f"`{buf.name}` is known on some devices only")
         vals = [buf.store[d][sl] for d, sl in enumerate(self._boxes(ref))]
         return _py(vec(np.stack(vals)))
@@ -2188,6 +2223,7 @@ class Lanes:
         if not (is_concrete(value) or type(value) is Vec):
             for d in range(self.n):
                 buf.store.pop(d)
+                buf.unset.pop(d, None)
             return
         for d, sl in enumerate(self._boxes(ref)):
             buf.store[d] = buf.store[d].copy()

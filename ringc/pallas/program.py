@@ -358,6 +358,7 @@ class Builder(Sink):
         if buf.space == "smem" and not buf.store:
             for d in range(self.n):
                 buf.store[d] = np.asarray(local[d]).reshape(buf.shape)
+                buf.unset.pop(d, None)
         elif buf.follows_values and not buf.shadow:
             for d in range(self.n):
                 vals = np.asarray(local[d])
@@ -390,6 +391,7 @@ class Builder(Sink):
                 if d not in got.store:
                     try:
                         got.store[d] = np.zeros(got.shape, got.dtype)
+                        got.unset.pop(d, None)
                         got.unknown.pop(d, None)
                     except TypeError:   # an extended dtype (a PRNG key, `key<pl>`): no integers in it
                         got.unknown[d] = f"holds {got.dtype} values, which ringc does not follow"
@@ -509,6 +511,7 @@ class Builder(Sink):
                             "constants")
                 for d in range(self.n):
                     buf.store[d] = np.asarray(values[d]).reshape(buf.shape)
+                    buf.unset.pop(d, None)
                 refs_of.append(buf)
                 continue
             buf = self.bind(h, name, v.aval, gm.block_mappings[k - n_pref], int(line))
@@ -735,6 +738,7 @@ class Builder(Sink):
                 if isinstance(b, Buffer) and b.space == "smem":
                     b.store[d] = np.zeros(b.shape, b.dtype)
                     b.unknown.pop(d, None)
+                    b.unset.pop(d, None)
                 elif isinstance(b, Buffer):
                     b.shadow.pop(d, None)
 

@@ -59,6 +59,15 @@ class Buffer:
     # A DMA may write this SMEM buffer: its scalar reads and writes are then events (a read
     # before the DMA's wait is a race), not only values.
     dma_target: bool = False
+    # The elements of `store` a DMA filled with values ringc does not know, per device (the
+    # never-written part of a schedule copied whole from HBM), and why: a read of one of them
+    # is runtime data; the rest of the store stays known.
+    unset: dict[int, tuple[np.ndarray, str]] = field(default_factory=dict)
+
+    def unset_in(self, device: int, sl: tuple) -> str | None:
+        """Why an element of the box `sl` of the device's store is not known, or None."""
+        got = self.unset.get(device)
+        return got[1] if got is not None and np.asarray(got[0][sl]).any() else None
 
     @property
     def follows_values(self) -> bool:

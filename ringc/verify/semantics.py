@@ -1360,7 +1360,9 @@ def _fills(buffers: Any, events: Iterable[Event], devices: Iterable[int] | None
                 feeds[key(r)].add(key(a.dst))
                 first_read.setdefault(key(r), ev)
     kinds = {name: facts.kind for name, facts in buffers.items()}
-    todo = [k for k in feeds if kinds.get(k[1]) in FILLED_KINDS] + list(made)
+    # (an SMEM buffer's scalar stores are values ringc follows, not events: what fills it is not
+    # asked, so it counts as filled; a serving stack's metadata, stored there and copied to HBM)
+    todo = [k for k in feeds if kinds.get(k[1]) in FILLED_KINDS or not _asked(buffers.get(k[1]))] + list(made)
     filled = set(todo)
     while todo:
         for nxt in feeds.get(todo.pop(), ()):
