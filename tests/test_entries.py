@@ -226,8 +226,9 @@ def test_an_int_parameter_without_default_needs_param(tmp_path):
 
 def test_every_parameter_ringc_cannot_make_up_is_named_at_once(tmp_path):
     """Sweep 12: a factory of two int parameters without defaults asked for one, then, run
-    again, for the other; one message names both, with both --param in its fix (and a str
-    one, which no --param sets, with its own fix)."""
+    again, for the other; one message names both, with both --param in its fix, and a str one
+    too (--param takes a word: tpu-inference's `activation`, sweep 25, was told to change the
+    kernel)."""
     src = (ENTRIES / "permute_shard.py").read_text().replace(
         "def right_permute(x: jax.Array, late: int = 0)", "def right_permute(x: jax.Array, late: int, hops: int, tag: str)")
     path = tmp_path / "needs_two.py"
@@ -235,8 +236,7 @@ def test_every_parameter_ringc_cannot_make_up_is_named_at_once(tmp_path):
     with pytest.raises(ScheduleError, match="parameters `late` \\(int\\), `hops` \\(int\\), `tag` \\(str\\) have no "
                                             "default, and ringc cannot make them up") as e:
         check_file(str(path), 2, entry="right_permute", axis="tp")
-    assert e.value.fix == ("pass --param late=V --param hops=V; give `tag` a default, or call the kernel from a "
-                           "script"), e.value.fix
+    assert e.value.fix == "pass --param late=V --param hops=V --param tag=WORD", e.value.fix
 
 
 def test_a_param_no_entry_function_takes_is_bad_input():

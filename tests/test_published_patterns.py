@@ -835,3 +835,47 @@ jax.jit(lambda lens: pl.pallas_call(build, out_shape=jax.ShapeDtypeStruct((8,), 
 """)
     (report,) = check_file(str(path), 1)
     assert report.ok, report.to_text()
+
+
+ROUTED = HEAD + """
+T, E, K, H = 16, 4, 2, 128
+
+
+def kernel(sizes_ref, x_ref, o_ref):
+    o_ref[...] = jnp.zeros_like(o_ref)
+
+    def body(r, _):
+        o_ref[pl.ds(r, 1)] = x_ref[pl.ds(r, 1)]
+    lax.fori_loop(0, ROWS, body, None)
+
+
+@jax.jit
+def moe(x, logits):
+    _, idx = lax.top_k(logits, K)
+    sizes = jnp.sum(idx.reshape(-1)[:, None] == jnp.arange(E)[None], axis=0).astype(jnp.int32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((T, H), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(1,),
+                              in_specs=[pl.BlockSpec((T, H), lambda i, s: (0, 0))],
+                              out_specs=pl.BlockSpec((T, H), lambda i, s: (0, 0))))(sizes, x)
+
+
+moe(jnp.ones((T, H), jnp.float32), jax.random.normal(jax.random.key(0), (T, E)))
+"""
+
+
+def test_group_sizes_counted_from_a_routers_top_k_before_the_kernel_are_sampled(tmp_path):
+    """Serving stacks count per-expert group sizes from the router's `top_k` in the jitted code
+    and pass them as scalar prefetch (sweep 25): the call was not checked ("computed before
+    the kernel from values ringc does not know"), though the README says top-k routing is
+    sampled. The indices are sampled in their range, distinct per row, and the sizes follow;
+    a loop past the tokens is then out of bounds."""
+    path = tmp_path / "routed.py"
+    path.write_text(ROUTED.replace("ROWS", "sizes_ref[0]"))
+    (report,) = check_file(str(path), 1)
+    assert report.ok, report.to_text()
+    assert any("values from tensor data: `top_k` at line 22 (before the kernels) is runtime data; ringc sampled its "
+               "indices in their range [0, 4), distinct in each row" in a for a in report.assumptions), report.assumptions
+    path.write_text(ROUTED.replace("ROWS", "sizes_ref[0] + T"))
+    (report,) = check_file(str(path), 1)
+    assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()

@@ -317,15 +317,14 @@ def _bind(params: dict[str, inspect.Parameter], layout: _Layout, n: int, given: 
             arrays[p.name] = ArgSpec(p.name, _DEFAULT_ARG[0], _DEFAULT_ARG[1], (layout.ring,))
             made.append(arrays[p.name].text() + " (default; set with --arg)")
     if unmade:   # one message for them all, so a user passes every --param in one run
-        ints = [p.name for p in unmade if _hint(p) in _INT_HINTS or _hint(p) in _LITERAL_HINTS]
-        fixes = ([" ".join(f"--param {p.name}={_LITERAL_HINTS.get(_hint(p), 'V')}" for p in unmade if p.name in ints)]
-                 if ints else []) + [
-            f"give `{p.name}` a default, or call the kernel from a script" for p in unmade if p.name not in ints]
+        # (--param takes an integer, a word, a float or a Python literal: every one of them)
+        shown = {"str": "WORD", "float": "1.0"}
+        fix = " ".join(f"--param {p.name}={_LITERAL_HINTS.get(_hint(p)) or shown.get(_hint(p), 'V')}" for p in unmade)
         listed = ", ".join(f"`{p.name}` ({_hint(p)})" for p in unmade)
         raise ScheduleError(f"{where[2]}: parameter{'s' if len(unmade) > 1 else ''} {listed} "
                             f"{'have' if len(unmade) > 1 else 'has'} no default, and ringc cannot make "
                             f"{'them' if len(unmade) > 1 else 'one'} up", file=where[0], line=where[1],
-                            fix=("pass " if ints else "") + "; ".join(fixes))
+                            fix=f"pass {fix}")
     positional_only = [p.name for p in params.values() if p.kind == p.POSITIONAL_ONLY]
     return _Binding(call, arrays, made, positional_only)
 

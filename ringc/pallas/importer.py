@@ -1140,6 +1140,8 @@ class _Outer:
         operands are made of) is computed once, eagerly, on the global values."""
         if self.global_known(eqn, ins):
             return self.compute_global(eqn, ins)  # (an `iota` too: no inputs)
+        if eqn.primitive.name in ("top_k", "argmax", "argmin") and ins and ins[0].values is None and not eqn.effects:
+            return self.sampled_indices(eqn)
         known = all(h.values is not None for h in ins) and self.mesh_axes is not None and not eqn.effects
         if known:
             n = math.prod(self.mesh_axes.values())
@@ -1160,6 +1162,37 @@ class _Outer:
             return [Handle(v.aval, values=p if all(x is not None for x in p) else None)
                     for v, p in zip(eqn.outvars, per)]
         return [Handle(v.aval) for v in eqn.outvars]
+
+    def sampled_indices(self, eqn: Any) -> list:
+        """The indices a router's `top_k` (or argmax) of tensor data picks, before the kernels
+        (serving stacks count per-expert group sizes from them for scalar prefetch): runtime
+        data, sampled reproducibly in their range (distinct per row for top_k), per device
+        inside the shard_map, as the kernels' own samples are (`interpret.sample_value`); the
+        values themselves stay data. The verdict says so."""
+        import zlib
+        from .interpret import SAMPLE_SEED
+        name, line = eqn.primitive.name, int(user_location(eqn))
+        shape = tuple(eqn.invars[0].aval.shape)
+        out = eqn.outvars[-1].aval   # top_k's indices; argmax's only output
+        n = math.prod(self.mesh_axes.values()) if self.per_device and self.mesh_axes else 1
+        per = []
+        for d in range(n):
+            rng = np.random.default_rng(zlib.crc32(repr((SAMPLE_SEED, "outer", d, line, name)).encode()))
+            if name == "top_k":
+                k, m = int(eqn.params["k"]), shape[-1]
+                rows = [rng.permutation(m)[:k] for _ in range(math.prod(shape[:-1]))]
+                per.append(np.asarray(rows).reshape(out.shape).astype(out.dtype))
+            else:
+                axis = int(eqn.params["axes"][0])
+                per.append(rng.integers(0, shape[axis], size=out.shape).astype(out.dtype))
+        span = shape[-1] if name == "top_k" else shape[int(eqn.params["axes"][0])]
+        note = (f"values from tensor data: `{name}` at line {line} (before the kernels) is runtime data; ringc sampled "
+                f"its indices in their range [0, {span}){', distinct in each row' if name == 'top_k' else ''}, "
+                f"reproducibly (seed {SAMPLE_SEED}); the verdict covers the sampled values, not every value")
+        if note not in self.notes:
+            self.notes.append(note)
+        indices = Handle(out, values=per)
+        return [Handle(eqn.outvars[0].aval), indices] if name == "top_k" else [indices]
 
     def global_known(self, eqn: Any, ins: list) -> bool:
         """Before the shard_map, an effect-free op on known global values (`compute_global`)."""
