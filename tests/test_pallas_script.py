@@ -1362,3 +1362,35 @@ def test_a_file_that_asks_jax_for_cpu_devices_runs_on_that_many(tmp_path):
                                      "line 2)"), (n, why)
     path.write_text("# run with XLA_FLAGS=--xla_force_host_platform_device_count=8\nimport jax\n")
     assert default_devices(str(path))[0] == DEFAULT_DEVICES
+
+
+@pytest.mark.parametrize("test, devices", [
+    ("if jax.device_count() > 1:", 1), ("if jax.device_count() >= 2:", 1), ("if jax.device_count() < 8:", 8),
+    ("if jax.device_count() != 2:", 2), ("if 8 > jax.device_count():", 8), ("if jax.device_count() <= 4:", 5)])
+def test_the_devices_a_test_module_asks_for_follow_its_comparison(tmp_path, test, devices):
+    """JAX's single-device pipeline tests skip when `jax.device_count() > 1` (sweep 26): ringc
+    ran them on 4 devices (at least the count compared, as for `< 8`), so every test skipped.
+    The comparison's direction decides: above a count skips, so at most it; a comment naming
+    a comparison asks for nothing."""
+    from ringc.pallas.asked import default_devices
+    path = tmp_path / "one_test.py"
+    path.write_text(f"# skips when device_count() > 7\nimport jax\n{test}\n    raise SystemExit\n")
+    assert default_devices(str(path))[0] == devices
+
+
+def test_the_syntax_of_a_newer_python_is_named_as_such(tmp_path):
+    """JAX's splash attention test (sweep 26) writes a PEP 695 `type` alias, Python 3.12: on
+    3.11 ringc said "not valid Python: invalid syntax / fix the syntax". It names the syntax
+    and the Python it needs; a real syntax error is still one."""
+    import sys
+    path = tmp_path / "newer.py"
+    path.write_text("import jax\n\ntype Mask = tuple[int, int]\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1)
+    if sys.version_info < (3, 12):
+        assert e.value.line == 3 and e.value.message.startswith("line 3 uses a `type` alias (PEP 695, Python 3.12)"), \
+            e.value.message
+        assert e.value.fix.startswith("run ringc from a Python that new"), e.value.fix
+    path.write_text("import jax\n\ndef f(:\n    pass\n")
+    with pytest.raises(ScheduleError, match="not valid Python"):
+        check_file(str(path), 1)

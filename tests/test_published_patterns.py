@@ -879,3 +879,26 @@ def test_group_sizes_counted_from_a_routers_top_k_before_the_kernel_are_sampled(
     path.write_text(ROUTED.replace("ROWS", "sizes_ref[0] + T"))
     (report,) = check_file(str(path), 1)
     assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
+
+
+def test_a_kernel_taking_a_pallas_prng_key_is_checked(tmp_path):
+    """JAX's `tpu_pallas_random_test.py` (sweep 26) passes a typed Pallas PRNG key (`key<pl>`,
+    an extended dtype numpy cannot size) in SMEM: the VMEM accounting raised an internal
+    error on it. Its bytes are the key's own."""
+    path = tmp_path / "key.py"
+    path.write_text(HEAD + """
+import functools
+from jax import random as jax_random
+
+
+@functools.partial(pl.pallas_call, grid=(),
+                   in_specs=[pl.BlockSpec((pl.squeezed,), lambda: (0,), memory_space=pltpu.SMEM)],
+                   out_specs=pl.BlockSpec((8, 128)), out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32))
+def kernel(key_ref, o_ref):
+    o_ref[...] = jax_random.uniform(key_ref[...], shape=o_ref.shape)
+
+
+jax.jit(kernel)(pltpu.to_pallas_key(jax_random.key(0, impl="rbg"))[None])
+""")
+    (report,) = check_file(str(path), 1)
+    assert report.ok, report.to_text()

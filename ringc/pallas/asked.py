@@ -27,7 +27,7 @@ def device_count_asked(path: str) -> tuple[int, int, str] | None:
     pattern = re.compile(r"(?:device_count|local_device_count)\(\)\s*(?:!=|==|<=|>=|<|>)\s*(\d+)"
                          r"|(\d+)\s*(?:!=|==|<=|>=|<|>)\s*(?:jax\.)?(?:local_)?device_count\(\)")
     for k, text in enumerate(lines, 1):
-        m = pattern.search(text)
+        m = pattern.search(text.split("#", 1)[0])   # (code, not a comment about it)
         if m:
             return int(m.group(1) or m.group(2)), k, m.group(0)
     return None
@@ -49,6 +49,13 @@ def default_devices(path: str) -> tuple[int, str]:
     if text.startswith("xla_force"):
         return max(count, 2), (f"the file asks JAX for {count} CPU devices (`{text}`, line {line}); "
                                "--devices N or A..B checks others")
-    n = count if re.search(r"[!=]=", text) else max(count, DEFAULT_DEVICES)
-    return max(n, 2), (f"the file compares the device count with {count} (`{text}`, line {line}); "
+    # `!= 8`, `== 8`: exactly that many; `< 8`, `<= 7`: a test that skips below, so at least
+    # that many (and DEFAULT_DEVICES); `> 1`, `>= 2`: one that skips above (JAX's single-device
+    # pipeline tests), so at most that many
+    op = re.search(r"[!=<>]=?", text.replace("()", "")).group(0)
+    if not text.startswith(("device_count", "local_device_count")):   # `8 > jax.device_count()`: read it turned round
+        op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+    n = {"!=": count, "==": count, "<": max(count, DEFAULT_DEVICES), "<=": max(count + 1, DEFAULT_DEVICES),
+         ">": count, ">=": count - 1}[op]
+    return max(n, 1), (f"the file compares the device count with {count} (`{text}`, line {line}); "
                        "--devices N or A..B checks others")

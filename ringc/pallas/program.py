@@ -66,7 +66,7 @@ class VmemUse:
         held = _unique([b for b in refs if isinstance(b, Buffer) and b.space == "vmem" and id(b) not in moved
                         and b.kind != "prefetch"] + [w for _, w, _, _ in windows]
                        + [b for b in scratch if isinstance(b, Buffer) and b.space == "vmem"])
-        parts = tuple((b.name, math.prod(b.shape) * np.dtype(b.dtype).itemsize) for b in held)
+        parts = tuple((b.name, math.prod(b.shape) * b.itemsize) for b in held)
         return VmemUse(call, line, sum(k for _, k in parts), parts, int(limit) if limit else None)
 
     def moving(self, names: set[str]) -> "VmemUse":

@@ -345,6 +345,21 @@ def _failing_cells(path: str, source: str) -> list[tuple[int, int, SyntaxError]]
 SMALL_INTS = 1 << 16  # integer arguments up to this many elements keep their values
 
 
+# Syntax of newer Pythons than 3.11 (what the project's Python is): a line's start -> what it is.
+_NEWER_SYNTAX = ((re.compile(r"^\s*type\s+\w+(\[.*\])?\s*="), "a `type` alias (PEP 695, Python 3.12)"),
+                 (re.compile(r"^\s*(def|class)\s+\w+\["), "type parameters in brackets (PEP 695, Python 3.12)"))
+
+
+def newer_syntax(source: str, e: SyntaxError) -> str | None:
+    """What a SyntaxError's line is, when it is the syntax of a newer Python (JAX's own tests
+    use PEP 695's `type` aliases), else None."""
+    lines = source.splitlines()
+    text = lines[e.lineno - 1] if e.lineno and 0 < e.lineno <= len(lines) else ""
+    if sys.version_info >= (3, 12):
+        return None
+    return next((f"line {e.lineno} uses {what}" for pattern, what in _NEWER_SYNTAX if pattern.match(text)), None)
+
+
 def small_ints(a: Any) -> "np.ndarray | None":
     """A small integer or boolean argument's values (a routing table, sizes, flags such as
     which requests have a state: they may steer the kernel, through SMEM or scalar
@@ -1221,6 +1236,11 @@ def run_script(path: str, n: int, log: Any, *, entry: str | None = None,
         # notebook cell that fails; a script with invalid syntax is refused.
         bad = _failing_cells(path, source)
         if not bad:
+            newer = newer_syntax(source, e)
+            if newer is not None:   # valid Python of a newer version than the one ringc runs on
+                raise ScheduleError(f"{newer}, which Python {sys.version_info.major}.{sys.version_info.minor} (the "
+                                    "one ringc runs on) cannot parse", file=path, line=e.lineno,
+                                    fix="run ringc from a Python that new (pip install ringc into its venv)") from None
             raise ScheduleError(f"not valid Python: {e.msg}", file=path, line=e.lineno,
                                 fix="fix the syntax; ringc runs the script as Python") from None
         lines = source.split("\n")

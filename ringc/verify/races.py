@@ -420,6 +420,13 @@ def _told_apart(program: Program, first: Access, second: Access, one: str, two: 
     return one, two
 
 
+def _same_copy(a: Access, b: Access) -> bool:
+    """Two writes of one place by two copies of one source region to one destination region."""
+    x, y = a.start.action, b.start.action
+    return (a.write and b.write and isinstance(x, DmaStart) and isinstance(y, DmaStart) and x.src == y.src
+            and x.dst == y.dst)
+
+
 def racing_pairs(group: list[Access], order: Order):
     """The pairs of accesses to one memory that race: overlapping, one a write, unordered."""
     for a, b in _candidate_pairs(group, order):
@@ -484,6 +491,7 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
     findings: list[Finding] = []
     pairs: dict[tuple, tuple[Access, Access]] = {}
     robust: set[tuple] = set()   # pairs of ops that race under the in-order model too
+    written: set[tuple[int, str]] | None = None   # (device, buffer) some event writes (`_same_copy`)
 
     def settled() -> bool:
         return len(findings) >= limit and (in_order is None or len(robust) == len(pairs))
@@ -517,6 +525,16 @@ def find_races(program: Program, order: Order, ends: DmaEnds, limit: int = 20,
             one, two = f"{first.what} from {program.where(first.start)}", f"{second.what} at {program.where(second.start)}"
             if first.what == second.what and program.where(first.start) == program.where(second.start):
                 one, two = _told_apart(program, first, second, one, two)
+            elif _same_copy(first, second):
+                if written is None:
+                    written = {(r.device, r.buffer) for ev, r, w, _ in event_accesses(
+                        (ev for evs in [*program.devices, *program.second_core] for ev in evs), program.n)
+                        if w and not (isinstance(ev.action, Compute) and not ev.action.work)}   # (not the model's own)
+                src = first.start.action.src
+                if (src.device, src.buffer) not in written:
+                    two += (f"; both copy device {program.label(src.device)}'s `{src.text()}`, which nothing writes: "
+                            "the same bytes land whichever is last, but two unordered writers are a race; let one of "
+                            "them write it")
             # A copy live across a device's entry or exit is the copy's fault.
             at, other = (first, second) if _is_boundary(second) else (second, first)
             findings.append(M.RACE.finding(memory=mem, one=one, two=two, why=_why(program, order, first, second),
