@@ -24,6 +24,13 @@ from jax.experimental.pallas import tpu as pltpu
 P = jax.sharding.PartitionSpec
 """
 
+def _checked(path, text: str, devices: int = 1):
+    """The one verdict of `text` written to `path`, checked on `devices` devices."""
+    path.write_text(text)
+    (report,) = check_file(str(path), devices)
+    return report
+
+
 # A flash-style kernel uses its first output as scratch: zeroed at j == 0 and accumulated,
 # with a `parallel` first grid axis (maxdiffusion's ring attention); the caller keeps `out[1]`.
 SCRATCH_OUTPUT = HEAD + """
@@ -87,11 +94,9 @@ def test_a_mosaic_only_primitive_on_known_integers_is_carried_as_data(tmp_path):
     input), its result is data, not a refusal (JAX's tpu_ops_test: 132 calls); the kernel is
     still checked, so a store past the output is found."""
     path = tmp_path / "bitcast.py"
-    path.write_text(BITCAST.replace("ROWS", "..."))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, BITCAST.replace("ROWS", "..."))
     assert report.ok, report.to_text()
-    path.write_text(BITCAST.replace("y_ref[ROWS]", "y_ref.at[pl.ds(pl.program_id(0) + 4, 8)][...]"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, BITCAST.replace("y_ref[ROWS]", "y_ref.at[pl.ds(pl.program_id(0) + 4, 8)][...]"))
     assert not report.ok and {f.kind for f in report.findings} == {"out_of_bounds"}, report.to_text()
 
 
@@ -775,14 +780,11 @@ def test_a_schedule_built_in_part_and_copied_whole_keeps_what_is_known(tmp_path)
     known entries stay known; an entry nothing wrote is runtime data where it is read, and
     a DMA sized by a known entry past its buffer is still out of bounds."""
     path = tmp_path / "stacked.py"
-    path.write_text(SCHEDULE.replace("ENTRY", "0").replace("LEN", "4"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, SCHEDULE.replace("ENTRY", "0").replace("LEN", "4"))
     assert report.ok, report.to_text()
-    path.write_text(SCHEDULE.replace("ENTRY", "0").replace("LEN", "40"))     # 80 rows of a 64-row buffer
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, SCHEDULE.replace("ENTRY", "0").replace("LEN", "40"))     # 80 rows of a 64-row buffer
     assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
-    path.write_text(SCHEDULE.replace("ENTRY", "9").replace("LEN", "4"))      # an entry nothing wrote
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, SCHEDULE.replace("ENTRY", "9").replace("LEN", "4"))      # an entry nothing wrote
     assert ("is read from `sched_smem` at line 22, which a DMA at line 21 filled from `sched_hbm`, where nothing wrote "
             "those elements with values ringc knows") in report.to_text(), report.to_text()
 
@@ -814,13 +816,11 @@ def test_an_empty_dma_past_the_end_is_no_access_and_an_smem_built_output_is_writ
     kernel that fills an SMEM scratch with scalar stores and copies it to its HBM output
     (serving metadata) writes that output: it was `unwritten_output`."""
     path = tmp_path / "empty.py"
-    path.write_text(EMPTY_DMA.replace("ROWS", "0"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, EMPTY_DMA.replace("ROWS", "0"))
     assert report.ok, report.to_text()
-    path.write_text(EMPTY_DMA.replace("ROWS", "1"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, EMPTY_DMA.replace("ROWS", "1"))
     assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
-    path.write_text(HEAD + """
+    report = _checked(path, HEAD + """
 def build(lens_ref, sched_hbm, sched_smem, sem):
     for i in range(8):
         sched_smem[i] = lens_ref[i] * 2
@@ -833,7 +833,6 @@ jax.jit(lambda lens: pl.pallas_call(build, out_shape=jax.ShapeDtypeStruct((8,), 
                                     scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.SemaphoreType.DMA(())])(lens))(
     jnp.arange(8, dtype=jnp.int32))
 """)
-    (report,) = check_file(str(path), 1)
     assert report.ok, report.to_text()
 
 
@@ -871,13 +870,11 @@ def test_group_sizes_counted_from_a_routers_top_k_before_the_kernel_are_sampled(
     sampled. The indices are sampled in their range, distinct per row, and the sizes follow;
     a loop past the tokens is then out of bounds."""
     path = tmp_path / "routed.py"
-    path.write_text(ROUTED.replace("ROWS", "sizes_ref[0]"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, ROUTED.replace("ROWS", "sizes_ref[0]"))
     assert report.ok, report.to_text()
     assert any("values from tensor data: `top_k` at line 22 (before the kernels) is runtime data; ringc sampled its "
                "indices in their range [0, 4), distinct in each row" in a for a in report.assumptions), report.assumptions
-    path.write_text(ROUTED.replace("ROWS", "sizes_ref[0] + T"))
-    (report,) = check_file(str(path), 1)
+    report = _checked(path, ROUTED.replace("ROWS", "sizes_ref[0] + T"))
     assert "out_of_bounds" in {f.kind for f in report.findings}, report.to_text()
 
 
