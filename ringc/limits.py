@@ -389,7 +389,9 @@ def stopped_error(e: LimitStop, file: str, what: str = "the file's own code") ->
                                  + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_mib'].how_to_raise}")
     return ScheduleError(f"{what} ran for {value('user_code_s'):,} s, the limit `user_code_s`" + _at(e), file=file,
                          line=getattr(e, "line", None),
-                         fix=("" if e.where else "look for a loop that never ends or work that waits on devices; ")
+                         fix=("" if e.where else "look for a loop that never ends, work that waits on devices, or a "
+                                                  "benchmark at its published sizes (a tutorial's timing loop: run it "
+                                                  "at smaller sizes with its own knobs); ")
                              + _fewer_tests(e) + f"or raise the limit with {LIMITS['user_code_s'].how_to_raise}")
 
 

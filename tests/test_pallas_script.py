@@ -1394,3 +1394,18 @@ def test_the_syntax_of_a_newer_python_is_named_as_such(tmp_path):
     path.write_text("import jax\n\ndef f(:\n    pass\n")
     with pytest.raises(ScheduleError, match="not valid Python"):
         check_file(str(path), 1)
+
+
+def test_a_kernel_jax_runs_from_its_own_code_is_said_to_be_out_of_reach(tmp_path):
+    """JAX's `tpu_pallas_random_test.py` (sweep 26) draws with `impl="pallas_philox4x32"`: the
+    Pallas PRNG's kernel runs inside `jax.random.uniform`, for real on the CPU devices, and
+    fails "Only interpret mode is supported on CPU backend"; ringc said "fix it there" of
+    correct code. It says the kernel ran outside its capture, and how to reach one."""
+    path = tmp_path / "philox.py"
+    path.write_text("import jax\nfrom jax import random as jax_random\n"
+                    "from jax.experimental.pallas.ops.tpu.random import philox  # noqa: F401\n\n"
+                    "key = jax_random.key(0, impl='pallas_philox4x32')\n"
+                    "values = jax.jit(lambda k: jax_random.uniform(k, shape=(512, 512)))(key)\n")
+    with pytest.raises(ScheduleError) as e:
+        check_file(str(path), 1)
+    assert "a pallas_call ran for real on the CPU devices, outside ringc's capture" in e.value.fix, e.value.fix

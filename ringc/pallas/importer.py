@@ -512,6 +512,12 @@ def _no_kernel_fix(script: Any, path: str, notes: str, tpu: str | None, entry: s
         elif stubbed:
             remedy = (f"the stub {stubbed.group(1)}() it called returned a stand-in: "
                       f"pip install {pip_name(stubbed.group(1).split('.')[0])} instead of stubbing it")
+        elif "Only interpret mode is supported on CPU backend" in failed.string:
+            # a pallas_call JAX ran itself, not one ringc captured (a Pallas PRNG implementation
+            # behind `jax.random.uniform`): the code is not wrong, the kernel is out of reach here
+            remedy = ("a pallas_call ran for real on the CPU devices, outside ringc's capture (JAX called it from its "
+                      "own code: a Pallas PRNG implementation behind jax.random, say); ringc checks the kernels the "
+                      "file's own code calls: check that kernel by calling its function with --entry NAME")
         else:
             remedy = "fix it there"
         parts.append(f"the {failed.group(2)} raised at line {failed.group(3) or failed.group(1)} stopped the script "
