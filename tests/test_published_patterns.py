@@ -899,3 +899,33 @@ jax.jit(kernel)(pltpu.to_pallas_key(jax_random.key(0, impl="rbg"))[None])
 """)
     (report,) = check_file(str(path), 1)
     assert report.ok, report.to_text()
+
+
+def test_a_select_ref_index_past_the_refs_takes_the_last_as_mosaic_lowers_it(tmp_path):
+    """JAX's `test_select_ref` (sweep 26) loops 4 indices over `pl.select_ref(i, sem.at[0],
+    sem.at[1])`: Mosaic lowers select_ref as nested ifs whose last else is the last ref, so
+    indices 2 and 3 take `sem.at[1]`, and the test passes; ringc refused the call. It takes
+    the last ref too, and says so."""
+    report = _checked(tmp_path / "select.py", HEAD + """
+from functools import partial
+
+
+@partial(pl.pallas_call, in_specs=[pl.BlockSpec(memory_space=pltpu.HBM)] * 4,
+         out_specs=pl.BlockSpec(memory_space=pltpu.HBM), out_shape=jax.ShapeDtypeStruct((32, 128), jnp.int32))
+def kernel(*hbm_refs):
+    *x_hbm_refs, y_hbm_ref = hbm_refs
+
+    def body(sem):
+        @pl.loop(0, 4)
+        def _(i):
+            pltpu.async_copy(pl.select_ref(i, *x_hbm_refs), y_hbm_ref.at[pl.ds(8 * i, 8)],
+                             pl.select_ref(i, sem.at[0], sem.at[1])).wait()
+    pl.run_scoped(body, pltpu.SemaphoreType.DMA(2))
+
+
+x = jnp.arange(32 * 128).reshape((32, 128))
+jax.jit(kernel)(*jnp.split(x, 4))
+""")
+    assert report.ok, report.to_text()
+    assert any("a `pl.select_ref` of 2 refs used at line" in a and "gets index 2" in a for a in report.assumptions), \
+        report.assumptions
