@@ -929,3 +929,33 @@ jax.jit(kernel)(*jnp.split(x, 4))
     assert report.ok, report.to_text()
     assert any("a `pl.select_ref` of 2 refs used at line" in a and "gets index 2" in a for a in report.assumptions), \
         report.assumptions
+
+
+def test_a_nested_select_ref_reshaped_to_its_shape_is_the_ref_it_selects(tmp_path):
+    """JAX's `test_select_ref_nested` (sweep 26): `pl.select_ref(i, *(pl.select_ref(0,
+    r.at[:, :128], r.at[:, 128:]) for r in refs)).reshape(8, 128)`: the outer selection kept
+    the inner one's transforms unapplied ("a reshape of `?`, which is not a ref"), and the
+    reshape to the shape the slice has was refused as a view of memory that is not
+    contiguous. The selected slice is the ref; a reshape to its own shape is no view."""
+    report = _checked(tmp_path / "nested.py", HEAD + """
+from functools import partial
+
+
+@partial(pl.pallas_call, in_specs=[pl.BlockSpec(memory_space=pltpu.HBM)] * 4,
+         out_specs=pl.BlockSpec(memory_space=pltpu.HBM), out_shape=jax.ShapeDtypeStruct((32, 256), jnp.int32))
+def kernel(*hbm_refs):
+    *x_hbm_refs, y_hbm_ref = hbm_refs
+
+    def body(sem):
+        @pl.loop(0, 4)
+        def _(i):
+            nested = (pl.select_ref(0, r.at[:, :128], r.at[:, 128:]) for r in x_hbm_refs)
+            pltpu.async_copy(pl.select_ref(i, *nested).reshape(8, 128), y_hbm_ref.at[pl.ds(8 * i, 8), :128],
+                             sem.at[0]).wait()
+    pl.run_scoped(body, pltpu.SemaphoreType.DMA(2))
+
+
+x = jnp.arange(32 * 256).reshape((32, 256))
+jax.jit(kernel)(*jnp.split(x, 4))
+""")
+    assert report.ok, report.to_text()
