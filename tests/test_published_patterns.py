@@ -901,31 +901,35 @@ jax.jit(kernel)(pltpu.to_pallas_key(jax_random.key(0, impl="rbg"))[None])
     assert report.ok, report.to_text()
 
 
-def test_a_select_ref_index_past_the_refs_takes_the_last_as_mosaic_lowers_it(tmp_path):
-    """JAX's `test_select_ref` (sweep 26) loops 4 indices over `pl.select_ref(i, sem.at[0],
-    sem.at[1])`: Mosaic lowers select_ref as nested ifs whose last else is the last ref, so
-    indices 2 and 3 take `sem.at[1]`, and the test passes; ringc refused the call. It takes
-    the last ref too, and says so."""
-    report = _checked(tmp_path / "select.py", HEAD + """
+SELECTED = HEAD + """
 from functools import partial
 
 
 @partial(pl.pallas_call, in_specs=[pl.BlockSpec(memory_space=pltpu.HBM)] * 4,
-         out_specs=pl.BlockSpec(memory_space=pltpu.HBM), out_shape=jax.ShapeDtypeStruct((32, 128), jnp.int32))
+         out_specs=pl.BlockSpec(memory_space=pltpu.HBM), out_shape=jax.ShapeDtypeStruct((32, COLS), jnp.int32))
 def kernel(*hbm_refs):
     *x_hbm_refs, y_hbm_ref = hbm_refs
 
     def body(sem):
         @pl.loop(0, 4)
         def _(i):
-            pltpu.async_copy(pl.select_ref(i, *x_hbm_refs), y_hbm_ref.at[pl.ds(8 * i, 8)],
-                             pl.select_ref(i, sem.at[0], sem.at[1])).wait()
+            COPY
     pl.run_scoped(body, pltpu.SemaphoreType.DMA(2))
 
 
-x = jnp.arange(32 * 128).reshape((32, 128))
+x = jnp.arange(32 * COLS).reshape((32, COLS))
 jax.jit(kernel)(*jnp.split(x, 4))
-""")
+"""
+
+
+def test_a_select_ref_index_past_the_refs_takes_the_last_as_mosaic_lowers_it(tmp_path):
+    """JAX's `test_select_ref` (sweep 26) loops 4 indices over `pl.select_ref(i, sem.at[0],
+    sem.at[1])`: Mosaic lowers select_ref as nested ifs whose last else is the last ref, so
+    indices 2 and 3 take `sem.at[1]`, and the test passes; ringc refused the call. It takes
+    the last ref too, and says so."""
+    report = _checked(tmp_path / "select.py", SELECTED.replace("COLS", "128").replace(
+        "COPY", "pltpu.async_copy(pl.select_ref(i, *x_hbm_refs), y_hbm_ref.at[pl.ds(8 * i, 8)],\n"
+                "                             pl.select_ref(i, sem.at[0], sem.at[1])).wait()"))
     assert report.ok, report.to_text()
     assert any("a `pl.select_ref` of 2 refs used at line" in a and "gets index 2" in a for a in report.assumptions), \
         report.assumptions
@@ -937,25 +941,8 @@ def test_a_nested_select_ref_reshaped_to_its_shape_is_the_ref_it_selects(tmp_pat
     the inner one's transforms unapplied ("a reshape of `?`, which is not a ref"), and the
     reshape to the shape the slice has was refused as a view of memory that is not
     contiguous. The selected slice is the ref; a reshape to its own shape is no view."""
-    report = _checked(tmp_path / "nested.py", HEAD + """
-from functools import partial
-
-
-@partial(pl.pallas_call, in_specs=[pl.BlockSpec(memory_space=pltpu.HBM)] * 4,
-         out_specs=pl.BlockSpec(memory_space=pltpu.HBM), out_shape=jax.ShapeDtypeStruct((32, 256), jnp.int32))
-def kernel(*hbm_refs):
-    *x_hbm_refs, y_hbm_ref = hbm_refs
-
-    def body(sem):
-        @pl.loop(0, 4)
-        def _(i):
-            nested = (pl.select_ref(0, r.at[:, :128], r.at[:, 128:]) for r in x_hbm_refs)
-            pltpu.async_copy(pl.select_ref(i, *nested).reshape(8, 128), y_hbm_ref.at[pl.ds(8 * i, 8), :128],
-                             sem.at[0]).wait()
-    pl.run_scoped(body, pltpu.SemaphoreType.DMA(2))
-
-
-x = jnp.arange(32 * 256).reshape((32, 256))
-jax.jit(kernel)(*jnp.split(x, 4))
-""")
+    report = _checked(tmp_path / "nested.py", SELECTED.replace("COLS", "256").replace(
+        "COPY", "nested = (pl.select_ref(0, r.at[:, :128], r.at[:, 128:]) for r in x_hbm_refs)\n"
+                "            pltpu.async_copy(pl.select_ref(i, *nested).reshape(8, 128),\n"
+                "                             y_hbm_ref.at[pl.ds(8 * i, 8), :128], sem.at[0]).wait()"))
     assert report.ok, report.to_text()
