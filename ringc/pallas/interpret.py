@@ -174,6 +174,8 @@ class Interpreter:
         # the value kept (so an id is never another value's): where a later argmax never lands.
         self.masked: dict[int, tuple[Data, np.ndarray]] = {}
         self.loops: tuple[tuple[Loc, int, bool], ...] = ()  # the loops being run, their iterations (`Event.loops`)
+        # The jaxprs being run, each with the equation that called it (`only_use`: where a value came from)
+        self.frames: list[tuple[Any, Any]] = []
 
     # -- errors and locations --------------------------------------------------
     def where(self, eqn: Any = None) -> Loc:
@@ -265,17 +267,16 @@ class Interpreter:
 
     # -- evaluation ------------------------------------------------------------
     def run(self, jaxpr: Any, consts: list, args: list) -> list:
-        outer_used, outer_eqn = getattr(self, "used", frozenset()), self.eqn
-        self.used = _used_vars(jaxpr)
-        frames = self.__dict__.setdefault("frames", [])
-        frames.append((jaxpr, outer_eqn))   # (`only_use`: where a value came from, through calls)
+        outer_used, outer_eqn = getattr(self, "used", Counter()), self.eqn
+        self.used = _uses(jaxpr)
+        self.frames.append((jaxpr, outer_eqn))
         if outer_eqn is not None:
             self.enclosing.append(outer_eqn)
         try:
             return self._run(jaxpr, consts, args)
         finally:
             self.used = outer_used
-            frames.pop()
+            self.frames.pop()
             if outer_eqn is not None:
                 self.enclosing.pop()
             self.eqn = outer_eqn
@@ -359,49 +360,34 @@ class Interpreter:
             self.loops = saved
 
 
-# Per jaxpr, while it lives (a `Jaxpr` hashes by identity): the variables it reads, and its
-# equations' rules and inputs (`Interpreter._plan`).
-_USED: "weakref.WeakKeyDictionary[Any, frozenset]" = weakref.WeakKeyDictionary()
+# Per jaxpr, while it lives (a `Jaxpr` hashes by identity): how many times it reads each
+# variable, and its equations' rules and inputs (`Interpreter._plan`).
+_USES: "weakref.WeakKeyDictionary[Any, Counter]" = weakref.WeakKeyDictionary()
 _PLANS: "dict[str, weakref.WeakKeyDictionary[Any, tuple]]" = {
     "kernel": weakref.WeakKeyDictionary(), "gpu": weakref.WeakKeyDictionary()}
 _LIT = object()  # marks a literal input in a plan
 
 
-def _used_vars(jaxpr: Any) -> frozenset:
-    """The variables a jaxpr reads (a swap's old value is loaded only when used)."""
-    hit = _USED.get(jaxpr)
-    if hit is not None:
-        return hit
-    used = set()
-    for eqn in jaxpr.eqns:
-        used.update(v for v in eqn.invars if type(v).__name__ != "Literal")
-    used.update(v for v in jaxpr.outvars if type(v).__name__ != "Literal")
-    out = frozenset(used)
-    _USED[jaxpr] = out
-    return out
-
-
-_USES: "weakref.WeakKeyDictionary[Any, Counter]" = weakref.WeakKeyDictionary()
-
-
-def use_count(jaxpr: Any, var: Any) -> int:
-    """How many times a jaxpr reads a variable (its equations' inputs and its outputs)."""
+def _uses(jaxpr: Any) -> Counter:
+    """How many times a jaxpr reads each variable (its equations' inputs and its outputs): a
+    swap's old value is loaded only when read (`in`), a where's case dropped only where this
+    is its one read (`only_use`)."""
     hit = _USES.get(jaxpr)
     if hit is None:
         hit = Counter(v for eqn in jaxpr.eqns for v in eqn.invars if type(v).__name__ != "Literal")
         hit.update(v for v in jaxpr.outvars if type(v).__name__ != "Literal")
         _USES[jaxpr] = hit
-    return hit[var]
+    return hit
 
 
 def only_use(it: Any, var: Any) -> bool:
     """Whether the equation running now is the only reader of `var`'s value: the one use in
     its jaxpr, and, where `var` is an input of a called jaxpr (`jnp.where` is a jitted call),
     the one use of the caller's variable too, up to where it was made."""
-    frames = it.__dict__.get("frames", [])
+    frames = it.frames
     for k in range(len(frames) - 1, -1, -1):
         jaxpr, caller = frames[k]
-        if use_count(jaxpr, var) != 1:
+        if _uses(jaxpr)[var] != 1:
             return False
         if var not in jaxpr.invars:
             return True    # made in this jaxpr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-__all__ = ["walk_eqns", "has_pallas", "jitted_calls", "jitted_lowerings", "eager_shard_maps"]
+__all__ = ["kernel_name", "walk_eqns", "has_pallas", "jitted_calls", "jitted_lowerings", "eager_shard_maps"]
 
 
 @contextlib.contextmanager
@@ -104,6 +104,13 @@ def kernel_jaxpr(eqn: Any) -> Any:
     """The kernel a kernel call runs: a `pallas_call`'s or `core_map`'s jaxpr, an `mpmd_map`'s
     one program."""
     return eqn.params["jaxpr"] if "jaxpr" in eqn.params else eqn.params["jaxprs"][0]
+
+
+def kernel_name(eqn: Any, default: str = "kernel") -> str:
+    """A kernel call's Python name, as the verdict's title says it: the call's `name`, else
+    its kernel function's."""
+    debug = getattr(kernel_jaxpr(eqn), "debug_info", None)
+    return eqn.params.get("name") or getattr(debug, "func_name", None) or default
 
 
 def walk_eqns(jaxpr: Any):

@@ -40,7 +40,7 @@ from ..verify.events import BARRIER, DEVICE_BARRIER, Compute, Event, Program, Se
 from ..verify.symmetric.program import SymmetricProgram
 from ..verify.calls import Handover, entry_sync
 from .corun import CoRun
-from .jaxprs import kernel_jaxpr
+from .jaxprs import kernel_jaxpr, kernel_name
 from .interpret import Diverge, FromMemory, Interpreter, KernelError, Lanes, Sink, internal_frame, user_location
 from .values import Buffer, Data, Loc, Ref, SemRef, Shadow, is_concrete
 
@@ -579,9 +579,8 @@ class Builder(Sink):
         self.sem_kinds[f"{DEVICE_BARRIER}{self.invocation}"] = "barrier"   # Mosaic's entry barrier (`call_entry`)
         all_bufs = _unique([b for b in refs_of if isinstance(b, Buffer)] + [w for _, w, _, _ in windows] +
                            [s for s in scratch if isinstance(s, Buffer)])
-        debug = getattr(kernel, "debug_info", None)   # (the kernel's Python name, as the verdict's title says it)
-        self.vmem.append(VmemUse.of(p.get("name") or getattr(debug, "func_name", None) or call.name, line, refs_of,
-                                    windows, scratch, getattr(cp, "vmem_limit_bytes", None)))
+        self.vmem.append(VmemUse.of(kernel_name(eqn, call.name), line, refs_of, windows, scratch,
+                                    getattr(cp, "vmem_limit_bytes", None)))
         # Arrays a later pallas_call takes unchanged stay with the kernels: no exit here,
         # and no entry in the later call (a DMA may be in flight across the boundary).
         # (A later call's operand is this call's output or input handle itself, bound by now.)

@@ -56,7 +56,7 @@ from ..collectives import COLLECTIVES
 from ..errors import ScheduleError
 from ..ir.schema import CollectiveKind as K
 from .entries import ArgSpec, call_entries
-from .jaxprs import KERNEL_CALLS, eager_shard_maps, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, walk_eqns
+from .jaxprs import KERNEL_CALLS, eager_shard_maps, gathers_whole, jitted_calls, jitted_lowerings, kernel_jaxpr, kernel_name, walk_eqns
 from .usererrors import (describe_exception, limit_stop, script_line, stopped_before_kernels,  # noqa: F401
                          user_failure)  # (some re-exported)
 
@@ -417,8 +417,7 @@ def kernel_names(jaxpr: Any) -> str:
     names = []
     for e in walk_eqns(jaxpr):
         if e.primitive.name in KERNEL_CALLS:
-            debug = getattr(kernel_jaxpr(e), "debug_info", None)
-            name = e.params.get("name") or getattr(debug, "func_name", None) or "kernel"
+            name = kernel_name(e)
             inner = _inner_kernel(kernel_jaxpr(e), name)
             if inner:
                 name = f"{inner} in {name}"
